@@ -1,0 +1,146 @@
+//! API errors: `{"error": {"code", "message", ...details}}` with the right status.
+//! Every client-caused problem is a 4xx with a precise message; 5xx means the
+//! node (not the request) has a problem, and 503 says it is worth retrying.
+
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use serde_json::{json, Map, Value};
+
+use crate::limits::LimitError;
+use crate::log::LogError;
+use crate::node::read::ReadError;
+use crate::node::write::WriteError;
+use crate::node::NamespaceError;
+
+#[derive(Debug)]
+pub struct ApiError {
+    pub status: StatusCode,
+    pub code: &'static str,
+    pub message: String,
+    /// Extra fields inside the error object (e.g. `position`, `current_version`).
+    pub details: Map<String, Value>,
+}
+
+impl ApiError {
+    pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> ApiError {
+        ApiError { status, code, message: message.into(), details: Map::new() }
+    }
+
+    pub fn bad_request(code: &'static str, message: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::BAD_REQUEST, code, message)
+    }
+
+    pub fn with(mut self, key: &str, value: impl Into<Value>) -> ApiError {
+        self.details.insert(key.to_string(), value.into());
+        self
+    }
+
+    pub fn unknown_namespace(ns: &str) -> ApiError {
+        ApiError::new(
+            StatusCode::NOT_FOUND,
+            "namespace_not_found",
+            format!("namespace {ns:?} does not exist; create it with PUT /v1/ns/{ns} {{\"partitions\": N}}"),
+        )
+    }
+}
+
+impl From<LimitError> for ApiError {
+    fn from(e: LimitError) -> ApiError {
+        let status = if e.too_large { StatusCode::PAYLOAD_TOO_LARGE } else { StatusCode::BAD_REQUEST };
+        ApiError::new(status, e.code, e.message)
+    }
+}
+
+impl From<LogError> for ApiError {
+    fn from(e: LogError) -> ApiError {
+        match e {
+            LogError::EntryTooLarge { .. } => ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, "entry_too_large", e.to_string()),
+            other => ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "log_unavailable",
+                format!("{other}; the write was not acknowledged, retry it"),
+            ),
+        }
+    }
+}
+
+impl From<WriteError> for ApiError {
+    fn from(e: WriteError) -> ApiError {
+        let message = e.to_string();
+        match e {
+            WriteError::Log(log) => log.into(),
+            WriteError::Refused { partition, .. } => {
+                ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "partition_unavailable", message).with("partition", partition)
+            }
+            WriteError::ConditionFailed { op_index, current_version, position } => ApiError::new(
+                StatusCode::CONFLICT,
+                "condition_failed",
+                match current_version {
+                    Some(v) => format!("condition failed on op {op_index}: the record is at version {v}; nothing was written"),
+                    None => format!("condition failed on op {op_index}: the record does not exist; nothing was written"),
+                },
+            )
+            .with("op_index", op_index)
+            .with("current_version", current_version)
+            .with("position", position.to_string()),
+            WriteError::NotApplied { version, position, .. } => ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "not_applied",
+                format!("{message}; read with after={position} to see it once applied"),
+            )
+            .with("version", version)
+            .with("position", position.to_string()),
+            WriteError::Rejected { version, .. } => {
+                ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "rejected_at_apply", message).with("version", version)
+            }
+            WriteError::OutcomeUnknown { version } => {
+                ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "outcome_unknown", message).with("version", version)
+            }
+        }
+    }
+}
+
+impl From<ReadError> for ApiError {
+    fn from(e: ReadError) -> ApiError {
+        let message = e.to_string();
+        match e {
+            ReadError::Refused { partition, .. } => {
+                ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "partition_unavailable", message).with("partition", partition)
+            }
+            ReadError::WrongNamespace { .. } => ApiError::bad_request("invalid_position", message),
+            ReadError::NotCaughtUp { position, .. } => {
+                ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "not_caught_up", message).with("position", position.to_string())
+            }
+            ReadError::Log(_) => ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "log_unavailable", message),
+        }
+    }
+}
+
+impl From<NamespaceError> for ApiError {
+    fn from(e: NamespaceError) -> ApiError {
+        match e {
+            NamespaceError::Invalid(limit) => limit.into(),
+            NamespaceError::Mismatch { existing, .. } => {
+                ApiError::new(StatusCode::CONFLICT, "namespace_exists", e.to_string()).with("partitions", existing)
+            }
+            NamespaceError::Log(log) => log.into(),
+            NamespaceError::Store(_) => ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "store_error", e.to_string()),
+        }
+    }
+}
+
+impl From<crate::store::StoreError> for ApiError {
+    fn from(e: crate::store::StoreError) -> ApiError {
+        ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "store_error", e.to_string())
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let mut error = Map::new();
+        error.insert("code".into(), Value::from(self.code));
+        error.insert("message".into(), Value::from(self.message));
+        error.extend(self.details);
+        (self.status, axum::Json(json!({ "error": error }))).into_response()
+    }
+}

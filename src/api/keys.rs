@@ -1,0 +1,63 @@
+//! Record keys from the raw request path.
+//!
+//! `/v1/ns/{ns}/kv/{pk}` and `/v1/ns/{ns}/kv/{pk}/{sk}`: each key is one
+//! percent-encoded path segment (a `/` inside a key is `%2F`). The raw path is
+//! parsed here, not by the router, so that `%2F` is never confused with a
+//! separator. `/kv/{pk}/` (trailing slash) is the empty sort key.
+
+use percent_encoding::percent_decode_str;
+
+use super::error::ApiError;
+use crate::limits;
+
+#[derive(Debug, PartialEq, Eq)]
+pub struct KeyPath {
+    pub pk: String,
+    /// `None` when the path names only a pk (`/kv/{pk}`).
+    pub sk: Option<String>,
+}
+
+pub fn parse(raw_path: &str) -> Result<KeyPath, ApiError> {
+    let rest = raw_path
+        .split_once("/kv/")
+        .map(|(_, rest)| rest)
+        .ok_or_else(|| ApiError::bad_request("invalid_key", "the path must be /v1/ns/{ns}/kv/{pk}[/{sk}]"))?;
+    let mut segments = rest.split('/');
+    let pk = decode(segments.next().unwrap_or(""), "pk")?;
+    let sk = segments.next().map(|s| decode(s, "sk")).transpose()?;
+    if segments.next().is_some() {
+        return Err(ApiError::bad_request(
+            "invalid_key",
+            "the path has more than two key segments; percent-encode a / inside a key as %2F",
+        ));
+    }
+    limits::check_pk(&pk)?;
+    if let Some(sk) = &sk {
+        limits::check_sk(sk)?;
+    }
+    Ok(KeyPath { pk, sk })
+}
+
+fn decode(segment: &str, what: &str) -> Result<String, ApiError> {
+    percent_decode_str(segment)
+        .decode_utf8()
+        .map(|s| s.into_owned())
+        .map_err(|_| ApiError::bad_request("invalid_key", format!("{what} is not valid UTF-8 after percent-decoding")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_segments() {
+        assert_eq!(parse("/v1/ns/d/kv/user").unwrap(), KeyPath { pk: "user".into(), sk: None });
+        assert_eq!(parse("/v1/ns/d/kv/user/").unwrap(), KeyPath { pk: "user".into(), sk: Some("".into()) });
+        assert_eq!(parse("/v1/ns/d/kv/a%2Fb/c%20d").unwrap(), KeyPath { pk: "a/b".into(), sk: Some("c d".into()) });
+        assert_eq!(parse("/v1/ns/d/kv/a/b/c").unwrap_err().code, "invalid_key");
+        assert_eq!(parse("/v1/ns/d/kv/%FF").unwrap_err().code, "invalid_key");
+        assert_eq!(parse("/v1/ns/d/kv//x").unwrap_err().code, "invalid_key");
+        let long = format!("/v1/ns/d/kv/{}", "k".repeat(1025));
+        assert_eq!(parse(&long).unwrap_err().code, "key_too_large");
+    }
+}

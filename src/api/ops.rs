@@ -1,0 +1,33 @@
+//! Operations endpoints: `/healthz` (alive), `/readyz` (caught up, nothing
+//! refused), `/metrics` (Prometheus text).
+
+use axum::extract::State;
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde_json::json;
+
+use super::error::ApiError;
+use super::AppState;
+
+pub async fn healthz() -> Response {
+    Json(json!({ "status": "ok" })).into_response()
+}
+
+pub async fn readyz(State(state): State<AppState>) -> Response {
+    let (ready, problems) = state.node.readiness();
+    if ready {
+        return Json(json!({ "ready": true })).into_response();
+    }
+    ApiError::new(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "not_ready",
+        format!("{} partition(s) not ready: {}", problems.len(), problems.join("; ")),
+    )
+    .with("problems", problems)
+    .into_response()
+}
+
+pub async fn metrics() -> Response {
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], crate::metrics::render()).into_response()
+}

@@ -1,0 +1,306 @@
+//! Record calls: put, get, delete, list, multi-get, batch.
+
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::extract::{Path, RawQuery, State};
+use axum::http::{header, StatusCode, Uri};
+use axum::response::{IntoResponse, Response};
+use base64::Engine;
+use bytes::Bytes;
+use serde::Deserialize;
+use serde_json::json;
+
+use super::error::ApiError;
+use super::params::Params;
+use super::{body, keys, render, AppState};
+use crate::codec::{Condition, Mutation, Op, OpKind};
+use crate::limits;
+use crate::node::read::{await_consistency, Consistency};
+use crate::node::write::{new_write_id, write};
+use crate::node::Namespace;
+use crate::store::{Record, SkRange};
+
+/// Slack above 4 MiB of keys and values for the JSON framing of a batch body.
+const BATCH_BODY_BYTES_MAX: usize = limits::MUTATION_BYTES_MAX + 1024 * 1024;
+/// A multi-get body: 1,000 keys of up to 2 KiB each, plus framing.
+const MULTI_GET_BODY_BYTES_MAX: usize = limits::MULTI_GET_KEYS_MAX * 2 * 1024 + 64 * 1024;
+
+fn namespace(state: &AppState, ns: &str) -> Result<Arc<Namespace>, ApiError> {
+    state.node.namespace(ns).ok_or_else(|| ApiError::unknown_namespace(ns))
+}
+
+fn json_response(status: StatusCode, body: Vec<u8>) -> Response {
+    (status, [(header::CONTENT_TYPE, "application/json")], body).into_response()
+}
+
+fn condition(params: &Params) -> Result<Option<Condition>, ApiError> {
+    let if_version = params.u64("if_version")?;
+    let if_absent = params.bool("if_absent")?;
+    match (if_version, if_absent) {
+        (Some(_), true) => Err(ApiError::bad_request("invalid_parameter", "use if_version or if_absent, not both")),
+        (Some(v), false) => Ok(Some(Condition::IfVersion(v))),
+        (None, true) => Ok(Some(Condition::IfAbsent)),
+        (None, false) => Ok(None),
+    }
+}
+
+/// `PUT|GET|DELETE /v1/ns/{ns}/kv/{pk}[/{sk}]`
+pub async fn kv(
+    State(state): State<AppState>,
+    Path((ns, _rest)): Path<(String, String)>,
+    method: axum::http::Method,
+    uri: Uri,
+    RawQuery(query): RawQuery,
+    body: Body,
+) -> Result<Response, ApiError> {
+    let key = keys::parse(uri.path())?;
+    let namespace = namespace(&state, &ns)?;
+    match method {
+        axum::http::Method::GET => match key.sk {
+            Some(sk) => get(&state, &namespace, key.pk, sk, query.as_deref()).await,
+            None => list(&state, &namespace, key.pk, query.as_deref()).await,
+        },
+        axum::http::Method::PUT => put(&state, &namespace, key.pk, key.sk.unwrap_or_default(), query.as_deref(), body).await,
+        axum::http::Method::DELETE => delete(&state, &namespace, key.pk, key.sk.unwrap_or_default(), query.as_deref()).await,
+        other => Err(ApiError::new(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "method_not_allowed",
+            format!("{other} is not supported on records; use GET, PUT or DELETE"),
+        )),
+    }
+}
+
+async fn get(state: &AppState, namespace: &Namespace, pk: String, sk: String, query: Option<&str>) -> Result<Response, ApiError> {
+    let partition = namespace.partition_of(&pk);
+    if query.is_some() {
+        let params = Params::parse(query, &["after", "consistency", "timeout_ms"])?;
+        let consistency = params.consistency()?;
+        await_consistency(state.node.log.as_ref(), namespace, &[partition], &consistency, params.timeout()?).await?;
+    } else {
+        await_consistency(state.node.log.as_ref(), namespace, &[partition], &Consistency::Local, Default::default()).await?;
+    }
+    let reader = namespace.handle(partition).store().read()?;
+    let record = reader.get(&pk, &sk)?;
+    let position = crate::position::Position::single(&namespace.name, partition, reader.applied_next()?).to_string();
+    match record {
+        Some(record) => Ok(json_response(StatusCode::OK, render::record_with_position(&record, &position))),
+        None => Err(ApiError::new(StatusCode::NOT_FOUND, "not_found", format!("no record at pk {pk:?} sk {sk:?}"))
+            .with("position", position)),
+    }
+}
+
+async fn put(
+    state: &AppState,
+    namespace: &Namespace,
+    pk: String,
+    sk: String,
+    query: Option<&str>,
+    body: Body,
+) -> Result<Response, ApiError> {
+    let params = Params::parse(query, &["if_version", "if_absent", "wait", "timeout_ms"])?;
+    let condition = condition(&params)?;
+    let bytes = body::read(body, limits::VALUE_BYTES_MAX + 4096, "value_too_large", "the value").await?;
+    let value = body::json_value(bytes)?;
+    limits::check_value_len(value.len())?;
+    let op = Op { pk, sk, kind: OpKind::Put(value), condition };
+    write_one(state, namespace, op, &params).await
+}
+
+async fn delete(state: &AppState, namespace: &Namespace, pk: String, sk: String, query: Option<&str>) -> Result<Response, ApiError> {
+    let params = Params::parse(query, &["if_version", "if_absent", "wait", "timeout_ms"])?;
+    let op = Op { pk, sk, kind: OpKind::Delete, condition: condition(&params)? };
+    write_one(state, namespace, op, &params).await
+}
+
+async fn write_one(state: &AppState, namespace: &Namespace, op: Op, params: &Params) -> Result<Response, ApiError> {
+    let partition = namespace.partition_of(&op.pk);
+    let mutation = Mutation { write_id: new_write_id(), ops: vec![op] };
+    let ack = write(state.node.log.as_ref(), namespace, partition, &mutation, params.wait_applied()?, params.timeout()?).await?;
+    let body = json!({ "version": ack.version, "position": ack.position.to_string() });
+    Ok(json_response(StatusCode::OK, serde_json::to_vec(&body).expect("serializes")))
+}
+
+/// Cursors are opaque: base64url of the last sort key returned.
+fn encode_cursor(sk: &str) -> String {
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(sk.as_bytes())
+}
+
+fn decode_cursor(cursor: &str) -> Result<String, ApiError> {
+    let invalid = || ApiError::bad_request("invalid_cursor", "cursor is not one this server returned; pass next_cursor exactly");
+    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(cursor).map_err(|_| invalid())?;
+    let sk = String::from_utf8(bytes).map_err(|_| invalid())?;
+    limits::check_sk(&sk).map_err(|_| invalid())?;
+    Ok(sk)
+}
+
+async fn list(state: &AppState, namespace: &Namespace, pk: String, query: Option<&str>) -> Result<Response, ApiError> {
+    let params = Params::parse(
+        query,
+        &["prefix", "start", "end", "limit", "cursor", "reverse", "after", "consistency", "timeout_ms"],
+    )?;
+    let limit = params.u64("limit")?.map_or(limits::LIST_LIMIT_DEFAULT, |l| l as usize);
+    if limit == 0 || limit > limits::LIST_LIMIT_MAX {
+        return Err(ApiError::bad_request(
+            "invalid_parameter",
+            format!("limit must be between 1 and {}, got {limit}", limits::LIST_LIMIT_MAX),
+        ));
+    }
+    let range = SkRange {
+        prefix: params.str("prefix").map(str::to_string),
+        start: params.str("start").map(str::to_string),
+        end: params.str("end").map(str::to_string),
+        cursor: params.str("cursor").map(decode_cursor).transpose()?,
+        reverse: params.bool("reverse")?,
+    };
+    for bound in [&range.prefix, &range.start, &range.end].into_iter().flatten() {
+        limits::check_sk(bound)?;
+    }
+    let partition = namespace.partition_of(&pk);
+    await_consistency(state.node.log.as_ref(), namespace, &[partition], &params.consistency()?, params.timeout()?).await?;
+    let reader = namespace.handle(partition).store().read()?;
+    let (records, more) = reader.list(&pk, &range, limit)?;
+    let position = crate::position::Position::single(&namespace.name, partition, reader.applied_next()?).to_string();
+    let next_cursor = if more { records.last().map(|r| encode_cursor(&r.sk)) } else { None };
+    let records: Vec<Option<Record>> = records.into_iter().map(Some).collect();
+    let body = render::items(&records, &[("next_cursor", json!(next_cursor)), ("position", json!(position))]);
+    Ok(json_response(StatusCode::OK, body))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct MultiGetBody {
+    keys: Vec<KeyBody>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct KeyBody {
+    pk: String,
+    #[serde(default)]
+    sk: String,
+}
+
+/// `POST /v1/ns/{ns}/get`
+pub async fn multi_get(
+    State(state): State<AppState>,
+    Path(ns): Path<String>,
+    RawQuery(query): RawQuery,
+    body: Body,
+) -> Result<Response, ApiError> {
+    let namespace = namespace(&state, &ns)?;
+    let params = Params::parse(query.as_deref(), &["after", "consistency", "timeout_ms"])?;
+    let bytes = body::read(body, MULTI_GET_BODY_BYTES_MAX, "too_many_keys", "the multi-get body").await?;
+    let request: MultiGetBody = body::json(&bytes)?;
+    if request.keys.len() > limits::MULTI_GET_KEYS_MAX {
+        return Err(ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "too_many_keys",
+            format!("{} keys requested; a multi-get takes at most {}", request.keys.len(), limits::MULTI_GET_KEYS_MAX),
+        ));
+    }
+    for key in &request.keys {
+        limits::check_pk(&key.pk)?;
+        limits::check_sk(&key.sk)?;
+    }
+    let mut partitions: Vec<u32> = request.keys.iter().map(|k| namespace.partition_of(&k.pk)).collect();
+    partitions.sort_unstable();
+    partitions.dedup();
+    await_consistency(state.node.log.as_ref(), &namespace, &partitions, &params.consistency()?, params.timeout()?).await?;
+    let mut readers = std::collections::HashMap::with_capacity(partitions.len());
+    let mut offsets = std::collections::BTreeMap::new();
+    for &p in &partitions {
+        let reader = namespace.handle(p).store().read()?;
+        offsets.insert(p, reader.applied_next()?);
+        readers.insert(p, reader);
+    }
+    let mut items = Vec::with_capacity(request.keys.len());
+    for key in &request.keys {
+        let reader = &readers[&namespace.partition_of(&key.pk)];
+        items.push(reader.get(&key.pk, &key.sk)?);
+    }
+    let position = if offsets.is_empty() {
+        serde_json::Value::Null
+    } else {
+        json!(crate::position::Position { namespace: namespace.name.to_string(), offsets }.to_string())
+    };
+    Ok(json_response(StatusCode::OK, render::items(&items, &[("position", position)])))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct BatchBody {
+    ops: Vec<BatchOp>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct BatchOp {
+    op: String,
+    pk: String,
+    #[serde(default)]
+    sk: String,
+    value: Option<Box<serde_json::value::RawValue>>,
+    if_version: Option<u64>,
+    #[serde(default)]
+    if_absent: bool,
+}
+
+fn batch_op(index: usize, op: BatchOp) -> Result<Op, ApiError> {
+    let at = |e: ApiError| ApiError { message: format!("op {index}: {}", e.message), ..e }.with("op_index", index);
+    limits::check_pk(&op.pk).map_err(|e| at(e.into()))?;
+    limits::check_sk(&op.sk).map_err(|e| at(e.into()))?;
+    let condition = match (op.if_version, op.if_absent) {
+        (Some(_), true) => return Err(at(ApiError::bad_request("invalid_op", "use if_version or if_absent, not both"))),
+        (Some(v), false) => Some(Condition::IfVersion(v)),
+        (None, true) => Some(Condition::IfAbsent),
+        (None, false) => None,
+    };
+    let kind = match (op.op.as_str(), op.value) {
+        ("put", Some(value)) => {
+            let text = Bytes::from(value.get().to_string());
+            limits::check_value_len(text.len()).map_err(|e| at(e.into()))?;
+            OpKind::Put(text)
+        }
+        ("put", None) => return Err(at(ApiError::bad_request("invalid_op", "a put needs a value"))),
+        ("delete", None) => OpKind::Delete,
+        ("delete", Some(_)) => return Err(at(ApiError::bad_request("invalid_op", "a delete takes no value"))),
+        (other, _) => {
+            return Err(at(ApiError::bad_request("invalid_op", format!("op must be \"put\" or \"delete\", got {other:?}"))))
+        }
+    };
+    Ok(Op { pk: op.pk, sk: op.sk, kind, condition })
+}
+
+/// `POST /v1/ns/{ns}/batch`
+pub async fn batch(
+    State(state): State<AppState>,
+    Path(ns): Path<String>,
+    RawQuery(query): RawQuery,
+    body: Body,
+) -> Result<Response, ApiError> {
+    let namespace = namespace(&state, &ns)?;
+    let params = Params::parse(query.as_deref(), &["wait", "timeout_ms"])?;
+    let bytes = body::read(body, BATCH_BODY_BYTES_MAX, "batch_too_large", "the batch body").await?;
+    let request: BatchBody = body::json(&bytes)?;
+    limits::check_ops_count(request.ops.len())?;
+    let ops = request.ops.into_iter().enumerate().map(|(i, op)| batch_op(i, op)).collect::<Result<Vec<_>, _>>()?;
+    let mutation = Mutation { write_id: new_write_id(), ops };
+    limits::check_mutation_bytes(mutation.payload_bytes())?;
+    let partition = namespace.partition_of(&mutation.ops[0].pk);
+    if let Some((i, op)) = mutation.ops.iter().enumerate().find(|(_, op)| namespace.partition_of(&op.pk) != partition) {
+        return Err(ApiError::bad_request(
+            "cross_partition",
+            format!(
+                "op {i} (pk {:?}) is in partition {}, op 0 (pk {:?}) in partition {partition}: a batch is atomic \
+                 only within one partition; use pks that share a partition or split the batch",
+                op.pk,
+                namespace.partition_of(&op.pk),
+                mutation.ops[0].pk
+            ),
+        ));
+    }
+    let ack = write(state.node.log.as_ref(), &namespace, partition, &mutation, params.wait_applied()?, params.timeout()?).await?;
+    let body = json!({ "version": ack.version, "position": ack.position.to_string() });
+    Ok(json_response(StatusCode::OK, serde_json::to_vec(&body).expect("serializes")))
+}

@@ -1,0 +1,121 @@
+//! `PartitionHandle`: everything the rest of the node may know about one
+//! partition it holds. Readers use `store()` directly (never the apply task);
+//! writers wait on `wait_applied` and read their outcome.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::{Mutex, RwLock};
+use prometheus::IntGauge;
+use tokio::sync::watch;
+
+use super::outcome::{Outcome, OutcomeRing};
+use crate::log::TopicPartition;
+use crate::metrics;
+use crate::store::PartitionStore;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PartitionStatus {
+    /// Replaying the log up to the end offset seen at start.
+    CatchingUp,
+    /// Applying as entries arrive.
+    Serving,
+    /// Cannot serve: the reason says why and what to do.
+    Refused(String),
+}
+
+pub struct PartitionHandle {
+    pub namespace: Arc<str>,
+    pub partition: u32,
+    pub partitions: u32,
+    pub tp: TopicPartition,
+    store: Arc<PartitionStore>,
+    /// Next offset to apply, published after each commit.
+    applied_next: watch::Sender<u64>,
+    outcomes: Mutex<OutcomeRing>,
+    status: RwLock<PartitionStatus>,
+    pub(crate) applied_offset_gauge: IntGauge,
+    pub(crate) log_end_gauge: IntGauge,
+    pub(crate) lag_gauge: IntGauge,
+    refused_gauge: IntGauge,
+}
+
+/// How many recent outcomes each partition remembers for waiting writers.
+pub const OUTCOMES_MAX: usize = 65_536;
+
+impl PartitionHandle {
+    pub fn new(namespace: Arc<str>, partition: u32, partitions: u32, store: Arc<PartitionStore>, applied_next: u64) -> Self {
+        let labels = [namespace.as_ref(), &partition.to_string()];
+        let handle = PartitionHandle {
+            tp: TopicPartition { topic: namespace.clone(), partition },
+            namespace: namespace.clone(),
+            partition,
+            partitions,
+            store,
+            applied_next: watch::Sender::new(applied_next),
+            outcomes: Mutex::new(OutcomeRing::new(OUTCOMES_MAX)),
+            status: RwLock::new(PartitionStatus::CatchingUp),
+            applied_offset_gauge: metrics::PARTITION_APPLIED_OFFSET.with_label_values(&labels),
+            log_end_gauge: metrics::PARTITION_LOG_END_OFFSET.with_label_values(&labels),
+            lag_gauge: metrics::PARTITION_LAG.with_label_values(&labels),
+            refused_gauge: metrics::PARTITION_REFUSED.with_label_values(&labels),
+        };
+        handle.applied_offset_gauge.set(applied_next as i64 - 1);
+        handle.refused_gauge.set(0);
+        handle
+    }
+
+    pub fn store(&self) -> &PartitionStore {
+        &self.store
+    }
+
+    pub(crate) fn store_arc(&self) -> Arc<PartitionStore> {
+        self.store.clone()
+    }
+
+    pub fn applied_next(&self) -> u64 {
+        *self.applied_next.borrow()
+    }
+
+    pub fn status(&self) -> PartitionStatus {
+        self.status.read().clone()
+    }
+
+    pub(crate) fn set_status(&self, status: PartitionStatus) {
+        if let PartitionStatus::Refused(reason) = &status {
+            tracing::error!(ns = %self.namespace, partition = self.partition, %reason, "partition refused");
+            self.refused_gauge.set(1);
+        } else {
+            self.refused_gauge.set(0);
+        }
+        *self.status.write() = status;
+    }
+
+    /// Called by the apply loop after a commit: outcomes first, then the offset,
+    /// so a waiter woken by the offset always finds its outcome.
+    pub(crate) fn publish(&self, outcomes: Vec<(u64, Outcome)>, applied_next: u64) {
+        {
+            let mut ring = self.outcomes.lock();
+            for (offset, outcome) in outcomes {
+                ring.push(offset, outcome);
+            }
+        }
+        self.applied_offset_gauge.set(applied_next as i64 - 1);
+        self.applied_next.send_modify(|n| {
+            assert!(applied_next >= *n, "applied offset never moves backwards");
+            *n = applied_next;
+        });
+    }
+
+    /// Waits until this replica has applied everything below `target`.
+    /// Returns false if `timeout` passed first.
+    pub async fn wait_applied(&self, target: u64, timeout: Duration) -> bool {
+        let mut rx = self.applied_next.subscribe();
+        let reached = matches!(tokio::time::timeout(timeout, rx.wait_for(|n| *n >= target)).await, Ok(Ok(_)));
+        reached
+    }
+
+    pub fn outcome(&self, offset: u64) -> Option<Outcome> {
+        self.outcomes.lock().get(offset)
+    }
+}

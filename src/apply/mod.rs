@@ -1,0 +1,208 @@
+//! The apply loop: one task per partition, the only writer of its store.
+//!
+//! It reads the partition's log from the store's `applied_next`, applies
+//! entries in batches (one store transaction per batch, the offset committed
+//! with the data), publishes the new offset and outcomes, and every
+//! `fsync_interval` makes the store durable and tells the log that entries
+//! below the durable offset are no longer needed locally.
+//!
+//! It never skips: if the log no longer holds the offset it needs, or the
+//! store is ahead of the log, the partition is refused, loudly.
+
+pub mod batch;
+pub mod handle;
+pub mod outcome;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::sync::watch;
+
+pub use self::handle::{PartitionHandle, PartitionStatus};
+use crate::log::{Log, LogError, LogReader};
+use crate::metrics;
+
+#[derive(Debug, Clone)]
+pub struct ApplyConfig {
+    /// Most entries applied by one store transaction.
+    pub batch_entries_max: usize,
+    /// How often the store is made durable (and the log told what it may drop).
+    pub fsync_interval: Duration,
+}
+
+impl Default for ApplyConfig {
+    fn default() -> Self {
+        ApplyConfig { batch_entries_max: 1000, fsync_interval: Duration::from_millis(1000) }
+    }
+}
+
+/// Longest the loop waits for new entries before checking for shutdown and fsync.
+const IDLE_POLL: Duration = Duration::from_millis(100);
+/// Retry delays while the log is unavailable: 100 ms doubling to 5 s.
+const RETRY_DELAY_MIN: Duration = Duration::from_millis(100);
+const RETRY_DELAY_MAX: Duration = Duration::from_secs(5);
+
+pub async fn run(handle: Arc<PartitionHandle>, log: Arc<dyn Log>, config: ApplyConfig, mut shutdown: watch::Receiver<bool>) {
+    let Some((mut reader, catch_up_to)) = open_reader(&handle, log.as_ref()).await else { return };
+    let mut last_durable = Instant::now();
+    let mut dirty = false;
+    let mut retry_delay = RETRY_DELAY_MIN;
+    if handle.applied_next() >= catch_up_to {
+        handle.set_status(PartitionStatus::Serving);
+    }
+    loop {
+        if *shutdown.borrow() {
+            break;
+        }
+        let batch = tokio::select! {
+            batch = reader.next_batch(config.batch_entries_max, IDLE_POLL) => batch,
+            _ = shutdown.changed() => continue,
+        };
+        let entries = match batch {
+            Ok(entries) => {
+                retry_delay = RETRY_DELAY_MIN;
+                entries
+            }
+            Err(LogError::Closed) => break,
+            Err(e @ (LogError::OffsetOutOfRange { .. } | LogError::Corrupt(_))) => {
+                handle.set_status(PartitionStatus::Refused(e.to_string()));
+                return;
+            }
+            Err(e) => {
+                tracing::warn!(tp = %handle.tp, error = %e, ?retry_delay, "log read failed; retrying");
+                tokio::time::sleep(retry_delay).await;
+                retry_delay = (retry_delay * 2).min(RETRY_DELAY_MAX);
+                continue;
+            }
+        };
+        let durable_due = last_durable.elapsed() >= config.fsync_interval;
+        if entries.is_empty() {
+            if dirty && durable_due {
+                if !flush(&handle, log.as_ref()).await {
+                    return;
+                }
+                dirty = false;
+                last_durable = Instant::now();
+            }
+            continue;
+        }
+        if !apply(&handle, entries, durable_due).await {
+            return;
+        }
+        if durable_due {
+            log.release_below(&handle.tp, handle.applied_next());
+            last_durable = Instant::now();
+            dirty = false;
+        } else {
+            dirty = true;
+        }
+        if handle.status() == PartitionStatus::CatchingUp && handle.applied_next() >= catch_up_to {
+            tracing::info!(tp = %handle.tp, applied_next = handle.applied_next(), "partition caught up");
+            handle.set_status(PartitionStatus::Serving);
+        }
+    }
+    if dirty {
+        flush(&handle, log.as_ref()).await;
+    }
+}
+
+/// Checks the store's offset against the log and opens a reader there.
+async fn open_reader(handle: &PartitionHandle, log: &dyn Log) -> Option<(Box<dyn LogReader>, u64)> {
+    let applied_next = handle.applied_next();
+    let refuse = |reason: String| handle.set_status(PartitionStatus::Refused(reason));
+    let (start, end) = match (log.start_offset(&handle.tp).await, log.end_offset(&handle.tp).await) {
+        (Ok(start), Ok(end)) => (start, end),
+        (Err(e), _) | (_, Err(e)) => {
+            refuse(format!("cannot read the log's offsets: {e}"));
+            return None;
+        }
+    };
+    if applied_next > end {
+        refuse(format!(
+            "the store has applied up to offset {applied_next} but the log ends at {end}: the log lost entries \
+             this replica applied; rebuild this replica (move its store away) after checking the log"
+        ));
+        return None;
+    }
+    if applied_next < start {
+        refuse(format!(
+            "needs log offset {applied_next} but the log starts at {start} (older entries were deleted by \
+             retention) and no snapshot covers the gap"
+        ));
+        return None;
+    }
+    match log.reader(&handle.tp, applied_next).await {
+        Ok(reader) => Some((reader, end)),
+        Err(e) => {
+            refuse(format!("cannot open a log reader: {e}"));
+            None
+        }
+    }
+}
+
+/// Applies one batch on a blocking thread; false if the partition was refused.
+async fn apply(handle: &Arc<PartitionHandle>, entries: Vec<crate::log::LogRecord>, durable: bool) -> bool {
+    let count = entries.len();
+    let task_handle = handle.clone();
+    let result = tokio::task::spawn_blocking(move || {
+        let started = Instant::now();
+        let h = &task_handle;
+        let result = h.store().apply(durable, |tx| {
+            let outcomes = batch::apply_entries(tx, &entries, h.partition, h.partitions)?;
+            Ok((outcomes, tx.state().applied_next))
+        });
+        if durable {
+            metrics::STORE_FSYNC_SECONDS.observe(started.elapsed().as_secs_f64());
+        }
+        result
+    })
+    .await;
+    match result {
+        Ok(Ok((outcomes, applied_next))) => {
+            metrics::APPLY_BATCH_ENTRIES.observe(count as f64);
+            for (_, outcome) in &outcomes {
+                match outcome {
+                    outcome::Outcome::Skipped(reason) => {
+                        tracing::warn!(tp = %handle.tp, %reason, "skipped a malformed log entry");
+                        metrics::APPLY_SKIPPED_ENTRIES.with_label_values(&[&handle.namespace, reason.label()]).inc();
+                    }
+                    outcome::Outcome::ConditionFailed { .. } => {
+                        metrics::APPLY_CONDITION_FAILED.with_label_values(&[&handle.namespace]).inc();
+                    }
+                    outcome::Outcome::Applied => {}
+                }
+            }
+            handle.publish(outcomes, applied_next);
+            true
+        }
+        Ok(Err(e)) => {
+            handle.set_status(PartitionStatus::Refused(format!("store write failed: {e}")));
+            false
+        }
+        Err(e) => {
+            handle.set_status(PartitionStatus::Refused(format!("apply task panicked: {e}")));
+            false
+        }
+    }
+}
+
+/// Makes the store durable and releases the log below it; false if refused.
+async fn flush(handle: &Arc<PartitionHandle>, log: &dyn Log) -> bool {
+    let store = handle.store_arc();
+    let started = Instant::now();
+    match tokio::task::spawn_blocking(move || store.flush_durable()).await {
+        Ok(Ok(())) => {
+            metrics::STORE_FSYNC_SECONDS.observe(started.elapsed().as_secs_f64());
+            log.release_below(&handle.tp, handle.applied_next());
+            true
+        }
+        Ok(Err(e)) => {
+            handle.set_status(PartitionStatus::Refused(format!("store fsync failed: {e}")));
+            false
+        }
+        Err(e) => {
+            handle.set_status(PartitionStatus::Refused(format!("store fsync task failed: {e}")));
+            false
+        }
+    }
+}

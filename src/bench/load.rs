@@ -1,0 +1,171 @@
+//! The HTTP load generator: one raw hyper HTTP/1.1 keep-alive connection per
+//! simulated client, one request in flight per connection, latencies in an
+//! HdrHistogram per connection (merged at the end).
+
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use hdrhistogram::Histogram;
+use http_body_util::{BodyExt, Full};
+use hyper::{Method, Request, Uri};
+use rand::{Rng, SeedableRng};
+
+use super::report::BenchResult;
+
+#[derive(Debug, Clone)]
+pub enum Operation {
+    /// GET a random existing key of the namespace.
+    TernGet { ns: String },
+    /// PUT a random key of the namespace.
+    TernPut { ns: String },
+    /// GET /hello.
+    Hello,
+}
+
+#[derive(Debug, Clone)]
+pub struct LoadSpec {
+    pub name: String,
+    pub operation: Operation,
+    pub connections: usize,
+    pub duration: Duration,
+    pub warmup: Duration,
+    pub rate_per_s: Option<u64>,
+    pub keys: u64,
+    pub value_bytes: usize,
+}
+
+/// Latencies above this are clamped (and still counted): 60 s.
+const LATENCY_US_MAX: u64 = 60_000_000;
+
+pub fn key_name(i: u64) -> String {
+    format!("bench-{i:08}")
+}
+
+pub fn value_of(bytes: usize) -> Bytes {
+    // A JSON string of exactly `bytes` bytes including its quotes.
+    let inner = "x".repeat(bytes.saturating_sub(2));
+    Bytes::from(format!("\"{inner}\""))
+}
+
+fn request(spec: &LoadSpec, authority: &str, value: &Bytes, rng: &mut impl Rng) -> Request<Full<Bytes>> {
+    let key = rng.random_range(0..spec.keys);
+    let (method, path, body) = match &spec.operation {
+        Operation::TernGet { ns } => (Method::GET, format!("/v1/ns/{ns}/kv/{}/", key_name(key)), Bytes::new()),
+        Operation::TernPut { ns } => (Method::PUT, format!("/v1/ns/{ns}/kv/{}/", key_name(key)), value.clone()),
+        Operation::Hello => (Method::GET, "/hello".to_string(), Bytes::new()),
+    };
+    Request::builder()
+        .method(method)
+        .uri(path)
+        .header(hyper::header::HOST, authority)
+        .header(hyper::header::CONTENT_TYPE, "application/json")
+        .body(Full::new(body))
+        .expect("valid request")
+}
+
+struct ConnectionResult {
+    histogram: Histogram<u64>,
+    errors: u64,
+}
+
+async fn connection(url: Uri, spec: LoadSpec, index: usize, start: Instant) -> anyhow::Result<ConnectionResult> {
+    let authority = url.authority().map(|a| a.to_string()).unwrap_or_default();
+    let stream = tokio::net::TcpStream::connect(&authority).await?;
+    stream.set_nodelay(true)?;
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream)).await?;
+    tokio::spawn(conn);
+    let mut histogram = Histogram::<u64>::new_with_bounds(1, LATENCY_US_MAX, 3)?;
+    let mut errors = 0;
+    let mut rng = rand::rngs::SmallRng::from_os_rng();
+    let value = value_of(spec.value_bytes);
+    let measure_from = start + spec.warmup;
+    let end = measure_from + spec.duration;
+    // Open loop: this connection's share of the rate, phase-shifted per connection.
+    let interval = spec.rate_per_s.map(|rate| Duration::from_secs_f64(spec.connections as f64 / rate.max(1) as f64));
+    let mut scheduled = start + interval.map_or(Duration::ZERO, |i| i.mul_f64(index as f64 / spec.connections as f64));
+    loop {
+        let now = Instant::now();
+        if now >= end {
+            break;
+        }
+        let sent_at = match interval {
+            Some(interval) => {
+                if scheduled > now {
+                    tokio::time::sleep_until(scheduled.into()).await;
+                }
+                let intended = scheduled;
+                scheduled += interval;
+                intended
+            }
+            None => now,
+        };
+        let ok = match sender.send_request(request(&spec, &authority, &value, &mut rng)).await {
+            Ok(response) => {
+                let status = response.status();
+                let drained = response.into_body().collect().await.is_ok();
+                drained && (status.is_success() || status == hyper::StatusCode::NOT_FOUND)
+            }
+            Err(_) => false,
+        };
+        let done = Instant::now();
+        if sent_at >= measure_from && done <= end {
+            if ok {
+                histogram.saturating_record((done - sent_at).as_micros() as u64);
+            } else {
+                errors += 1;
+            }
+        }
+        if !ok && sender.ready().await.is_err() {
+            anyhow::bail!("connection {index} closed by the server");
+        }
+    }
+    Ok(ConnectionResult { histogram, errors })
+}
+
+/// Runs `spec` against `url` and returns the merged result.
+pub async fn run(url: &Uri, spec: &LoadSpec) -> anyhow::Result<BenchResult> {
+    let start = Instant::now() + Duration::from_millis(200);
+    let tasks: Vec<_> =
+        (0..spec.connections).map(|i| tokio::spawn(connection(url.clone(), spec.clone(), i, start))).collect();
+    let mut merged = Histogram::<u64>::new_with_bounds(1, LATENCY_US_MAX, 3)?;
+    let mut errors = 0;
+    for task in tasks {
+        let result = task.await??;
+        merged.add(&result.histogram)?;
+        errors += result.errors;
+    }
+    let mode = spec.rate_per_s.map_or("closed".to_string(), |r| format!("open@{r}/s"));
+    Ok(BenchResult::from_histogram(&spec.name, spec.connections, mode, spec.duration.as_secs_f64(), errors, &merged))
+}
+
+/// Writes every key once (values of `spec.value_bytes`), `connections` at a time.
+pub async fn preload_tern(url: &Uri, ns: &str, keys: u64, value_bytes: usize, connections: usize) -> anyhow::Result<()> {
+    let authority = url.authority().map(|a| a.to_string()).unwrap_or_default();
+    let value = value_of(value_bytes);
+    let mut tasks = Vec::new();
+    for c in 0..connections as u64 {
+        let (authority, value, ns) = (authority.clone(), value.clone(), ns.to_string());
+        tasks.push(tokio::spawn(async move {
+            let stream = tokio::net::TcpStream::connect(&authority).await?;
+            let (mut sender, conn) = hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream)).await?;
+            tokio::spawn(conn);
+            let mut key = c;
+            while key < keys {
+                let request = Request::builder()
+                    .method(Method::PUT)
+                    .uri(format!("/v1/ns/{ns}/kv/{}/", key_name(key)))
+                    .header(hyper::header::HOST, &authority)
+                    .body(Full::new(value.clone()))?;
+                let response = sender.send_request(request).await?;
+                anyhow::ensure!(response.status().is_success(), "preload put failed: {}", response.status());
+                response.into_body().collect().await?;
+                key += connections as u64;
+            }
+            Ok::<(), anyhow::Error>(())
+        }));
+    }
+    for task in tasks {
+        task.await??;
+    }
+    Ok(())
+}

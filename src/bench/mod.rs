@@ -1,0 +1,125 @@
+//! The benchmark harness: `tern bench suite` runs every peer in one run on
+//! this machine and writes JSON, a Markdown table and a PNG chart;
+//! `tern bench http|etcd` measure one target; `tern bench hello` is the bare
+//! "hello" server on Tern's own HTTP stack (axum + hyper), the local ceiling.
+//!
+//! Load is closed-loop (each connection sends its next request as soon as
+//! the previous answer arrives: maximum throughput) or open-loop (`--rate`:
+//! requests are scheduled at a fixed rate and latency is measured from the
+//! scheduled time, so a stalled server is not hidden by coordinated omission).
+
+mod etcd;
+mod hello;
+mod load;
+mod report;
+mod suite;
+
+use std::time::Duration;
+
+use clap::{Args, Subcommand};
+
+pub use self::load::{LoadSpec, Operation};
+pub use self::report::BenchResult;
+
+#[derive(Args)]
+pub struct BenchArgs {
+    #[command(subcommand)]
+    command: BenchCommand,
+}
+
+#[derive(Subcommand)]
+enum BenchCommand {
+    /// Everything, in one run: Tern GET/PUT, the hello server, etcd. Writes results to --out.
+    Suite(suite::SuiteArgs),
+    /// Load one HTTP target.
+    Http(HttpArgs),
+    /// Serializable gets against etcd 3.
+    Etcd(EtcdArgs),
+    /// Serve the bare hello server.
+    Hello {
+        #[arg(long, default_value = "127.0.0.1:0")]
+        listen: String,
+    },
+}
+
+#[derive(Args, Clone)]
+pub struct LoadArgs {
+    /// Concurrent connections.
+    #[arg(long, default_value_t = 64)]
+    pub connections: usize,
+    /// Seconds of measured load (after warm-up).
+    #[arg(long, default_value_t = 10)]
+    pub seconds: u64,
+    /// Seconds of unmeasured warm-up.
+    #[arg(long, default_value_t = 2)]
+    pub warmup_seconds: u64,
+    /// Open-loop rate in requests/s (default: closed loop).
+    #[arg(long)]
+    pub rate: Option<u64>,
+    /// Distinct keys.
+    #[arg(long, default_value_t = 10_000)]
+    pub keys: u64,
+    /// Bytes per value.
+    #[arg(long, default_value_t = 100)]
+    pub value_bytes: usize,
+}
+
+#[derive(Args)]
+struct HttpArgs {
+    #[arg(long, default_value = "http://127.0.0.1:7070")]
+    url: String,
+    /// get, put or hello.
+    #[arg(long, default_value = "get")]
+    op: String,
+    #[arg(long, default_value = "default")]
+    ns: String,
+    #[command(flatten)]
+    load: LoadArgs,
+}
+
+#[derive(Args)]
+struct EtcdArgs {
+    #[arg(long, default_value = "127.0.0.1:2379")]
+    endpoint: String,
+    #[command(flatten)]
+    load: LoadArgs,
+}
+
+impl LoadArgs {
+    pub fn spec(&self, name: &str, operation: Operation) -> LoadSpec {
+        LoadSpec {
+            name: name.to_string(),
+            operation,
+            connections: self.connections,
+            duration: Duration::from_secs(self.seconds),
+            warmup: Duration::from_secs(self.warmup_seconds),
+            rate_per_s: self.rate,
+            keys: self.keys,
+            value_bytes: self.value_bytes,
+        }
+    }
+}
+
+pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
+    match args.command {
+        BenchCommand::Suite(args) => suite::run(args).await,
+        BenchCommand::Hello { listen } => hello::serve(&listen).await,
+        BenchCommand::Http(args) => {
+            let operation = match args.op.as_str() {
+                "get" => Operation::TernGet { ns: args.ns },
+                "put" => Operation::TernPut { ns: args.ns },
+                "hello" => Operation::Hello,
+                other => anyhow::bail!("--op must be get, put or hello, got {other:?}"),
+            };
+            let url: hyper::Uri = args.url.parse()?;
+            let result = load::run(&url, &args.load.spec(&args.op, operation)).await?;
+            println!("{}", serde_json::to_string_pretty(&result)?);
+            Ok(())
+        }
+        BenchCommand::Etcd(args) => {
+            let result = etcd::run_gets(&args.endpoint, &args.load.spec("etcd get", Operation::Hello)).await?;
+            println!("{}", serde_json::to_string_pretty(&result)?);
+            Ok(())
+        }
+    }
+}

@@ -1,0 +1,291 @@
+//! Client commands: thin wrappers over the HTTP API. Human output by default,
+//! the API's JSON with `--json`. Errors print the API's code and message and
+//! exit non-zero.
+
+use clap::{Args, Subcommand};
+use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
+use serde_json::Value;
+
+/// Everything but unreserved characters is encoded, so `/` in a key becomes `%2F`.
+const KEY_SEGMENT: &AsciiSet = &NON_ALPHANUMERIC.remove(b'-').remove(b'_').remove(b'.').remove(b'~');
+
+#[derive(Args, Clone)]
+pub struct Common {
+    /// Base URL of a Tern node.
+    #[arg(long, env = "TERN_URL", default_value = "http://127.0.0.1:7070", global = true)]
+    pub url: String,
+    /// Namespace.
+    #[arg(long, env = "TERN_NS", default_value = "default", global = true)]
+    pub ns: String,
+    /// Print the API's JSON instead of human output.
+    #[arg(long, global = true)]
+    pub json: bool,
+}
+
+#[derive(Args)]
+pub struct PutArgs {
+    #[command(flatten)]
+    common: Common,
+    /// PK [SK] VALUE, where VALUE is JSON (quote strings: '"on"'); `-` reads VALUE from stdin.
+    #[arg(num_args = 2..=3, required = true)]
+    args: Vec<String>,
+    #[arg(long)]
+    if_version: Option<u64>,
+    #[arg(long)]
+    if_absent: bool,
+    /// Wait until this node has applied the write.
+    #[arg(long)]
+    wait: bool,
+}
+
+#[derive(Args)]
+pub struct GetArgs {
+    #[command(flatten)]
+    common: Common,
+    pk: String,
+    #[arg(default_value = "")]
+    sk: String,
+    /// Read-your-writes: wait until this position is applied.
+    #[arg(long)]
+    after: Option<String>,
+    /// Linearizable read.
+    #[arg(long)]
+    strong: bool,
+}
+
+#[derive(Args)]
+pub struct DelArgs {
+    #[command(flatten)]
+    common: Common,
+    pk: String,
+    #[arg(default_value = "")]
+    sk: String,
+    #[arg(long)]
+    if_version: Option<u64>,
+    #[arg(long)]
+    wait: bool,
+}
+
+#[derive(Args)]
+pub struct LsArgs {
+    #[command(flatten)]
+    common: Common,
+    pk: String,
+    #[arg(long)]
+    prefix: Option<String>,
+    #[arg(long)]
+    start: Option<String>,
+    #[arg(long)]
+    end: Option<String>,
+    #[arg(long, default_value_t = 100)]
+    limit: u32,
+    #[arg(long)]
+    reverse: bool,
+    /// Follow cursors until every matching record is listed.
+    #[arg(long)]
+    all: bool,
+}
+
+#[derive(Args)]
+pub struct NsArgs {
+    #[command(flatten)]
+    common: Common,
+    #[command(subcommand)]
+    action: Option<NsAction>,
+}
+
+#[derive(Subcommand)]
+enum NsAction {
+    /// List namespaces (the default).
+    Ls,
+    /// Create a namespace.
+    Create {
+        name: String,
+        #[arg(long, default_value_t = 16)]
+        partitions: u32,
+    },
+    /// Show one namespace with per-partition state.
+    Show { name: String },
+}
+
+fn key_url(c: &Common, pk: &str, sk: Option<&str>) -> String {
+    let mut url = format!("{}/v1/ns/{}/kv/{}", c.url.trim_end_matches('/'), c.ns, utf8_percent_encode(pk, KEY_SEGMENT));
+    if let Some(sk) = sk {
+        url.push('/');
+        url.push_str(&utf8_percent_encode(sk, KEY_SEGMENT).to_string());
+    }
+    url
+}
+
+/// Sends a request; returns the JSON body of a 2xx, or an error naming the API's code and message.
+async fn send(request: reqwest::RequestBuilder) -> anyhow::Result<Value> {
+    let response = request.send().await.map_err(|e| anyhow::anyhow!("cannot reach Tern: {e}"))?;
+    let status = response.status();
+    let body: Value = response.json().await.unwrap_or(Value::Null);
+    if status.is_success() {
+        return Ok(body);
+    }
+    let code = body["error"]["code"].as_str().unwrap_or("http_error");
+    let message = body["error"]["message"].as_str().unwrap_or("no message");
+    anyhow::bail!("{} {code}: {message}", status.as_u16())
+}
+
+fn print(common: &Common, body: &Value, human: impl FnOnce(&Value)) {
+    if common.json {
+        println!("{}", serde_json::to_string_pretty(body).expect("serializes"));
+    } else {
+        human(body);
+    }
+}
+
+fn parse_value(text: &str) -> anyhow::Result<String> {
+    let text = if text == "-" { std::io::read_to_string(std::io::stdin())? } else { text.to_string() };
+    serde_json::from_str::<Value>(&text)
+        .map_err(|e| anyhow::anyhow!("VALUE must be JSON ({e}); to store a string, quote it: '\"{text}\"'"))?;
+    Ok(text)
+}
+
+pub async fn put(a: PutArgs) -> anyhow::Result<()> {
+    let (pk, sk, value) = match a.args.as_slice() {
+        [pk, value] => (pk, "", value),
+        [pk, sk, value] => (pk, sk.as_str(), value),
+        _ => unreachable!("clap enforces 2..=3 arguments"),
+    };
+    let mut query = Vec::new();
+    if let Some(v) = a.if_version {
+        query.push(("if_version", v.to_string()));
+    }
+    if a.if_absent {
+        query.push(("if_absent", "true".to_string()));
+    }
+    if a.wait {
+        query.push(("wait", "applied".to_string()));
+    }
+    let request = reqwest::Client::new()
+        .put(key_url(&a.common, pk, Some(sk)))
+        .query(&query)
+        .header("content-type", "application/json")
+        .body(parse_value(value)?);
+    let body = send(request).await?;
+    print(&a.common, &body, |b| println!("ok  version {}  position {}", b["version"], b["position"].as_str().unwrap_or("")));
+    Ok(())
+}
+
+pub async fn get(a: GetArgs) -> anyhow::Result<()> {
+    let mut query = Vec::new();
+    if let Some(after) = &a.after {
+        query.push(("after", after.clone()));
+    }
+    if a.strong {
+        query.push(("consistency", "strong".to_string()));
+    }
+    let body = send(reqwest::Client::new().get(key_url(&a.common, &a.pk, Some(&a.sk))).query(&query)).await?;
+    print(&a.common, &body, |b| {
+        println!("{}", serde_json::to_string_pretty(&b["value"]).expect("serializes"));
+        eprintln!("version {}  position {}", b["version"], b["position"].as_str().unwrap_or(""));
+    });
+    Ok(())
+}
+
+pub async fn del(a: DelArgs) -> anyhow::Result<()> {
+    let mut query = Vec::new();
+    if let Some(v) = a.if_version {
+        query.push(("if_version", v.to_string()));
+    }
+    if a.wait {
+        query.push(("wait", "applied".to_string()));
+    }
+    let body = send(reqwest::Client::new().delete(key_url(&a.common, &a.pk, Some(&a.sk))).query(&query)).await?;
+    print(&a.common, &body, |b| println!("deleted  position {}", b["position"].as_str().unwrap_or("")));
+    Ok(())
+}
+
+pub async fn ls(a: LsArgs) -> anyhow::Result<()> {
+    let client = reqwest::Client::new();
+    let mut cursor: Option<String> = None;
+    let mut all_items = Vec::new();
+    loop {
+        let mut query = vec![("limit", a.limit.to_string())];
+        for (key, value) in [("prefix", &a.prefix), ("start", &a.start), ("end", &a.end), ("cursor", &cursor)] {
+            if let Some(v) = value {
+                query.push((key, v.clone()));
+            }
+        }
+        if a.reverse {
+            query.push(("reverse", "true".to_string()));
+        }
+        let body = send(client.get(key_url(&a.common, &a.pk, None)).query(&query)).await?;
+        let items = body["items"].as_array().cloned().unwrap_or_default();
+        cursor = body["next_cursor"].as_str().map(str::to_string);
+        if !a.all {
+            print(&a.common, &body, |_| print_items(&items, cursor.as_deref()));
+            return Ok(());
+        }
+        all_items.extend(items);
+        if cursor.is_none() {
+            break;
+        }
+    }
+    let body = serde_json::json!({ "items": all_items });
+    print(&a.common, &body, |_| print_items(&all_items, None));
+    Ok(())
+}
+
+fn print_items(items: &[Value], cursor: Option<&str>) {
+    println!("{:<32} {:>10}  VALUE", "SK", "VERSION");
+    for item in items {
+        let mut value = item["value"].to_string();
+        if value.len() > 80 {
+            value.truncate(77);
+            value.push_str("...");
+        }
+        println!("{:<32} {:>10}  {value}", item["sk"].as_str().unwrap_or(""), item["version"]);
+    }
+    if let Some(cursor) = cursor {
+        println!("(more: --all, or pass cursor {cursor})");
+    }
+}
+
+pub async fn ns(a: NsArgs) -> anyhow::Result<()> {
+    let client = reqwest::Client::new();
+    let base = a.common.url.trim_end_matches('/').to_string();
+    match a.action.unwrap_or(NsAction::Ls) {
+        NsAction::Ls => {
+            let body = send(client.get(format!("{base}/v1/ns"))).await?;
+            print(&a.common, &body, |b| {
+                println!("{:<32} PARTITIONS", "NAME");
+                for n in b["namespaces"].as_array().into_iter().flatten() {
+                    println!("{:<32} {}", n["name"].as_str().unwrap_or(""), n["partitions"]);
+                }
+            });
+        }
+        NsAction::Create { name, partitions } => {
+            let request = client.put(format!("{base}/v1/ns/{name}")).json(&serde_json::json!({ "partitions": partitions }));
+            let body = send(request).await?;
+            print(&a.common, &body, |b| {
+                let verb = if b["created"].as_bool() == Some(true) { "created" } else { "exists" };
+                println!("{verb}  {name}  partitions {}", b["partitions"]);
+            });
+        }
+        NsAction::Show { name } => {
+            let body = send(client.get(format!("{base}/v1/ns/{name}"))).await?;
+            print(&a.common, &body, |b| {
+                println!("{}  partitions {}", name, b["partitions"]);
+                println!("{:>9} {:>10} {:>14} {:>14} {:>8}  {:<16} STATE HASH", "PARTITION", "STATUS", "APPLIED", "LOG END", "LAG", "RECORDS");
+                for p in b["state"].as_array().into_iter().flatten() {
+                    println!(
+                        "{:>9} {:>10} {:>14} {:>14} {:>8}  {:<16} {}",
+                        p["partition"],
+                        p["status"].as_str().unwrap_or(""),
+                        p["applied_offset"],
+                        p["log_end_offset"],
+                        p["lag"],
+                        p["records"],
+                        &p["state_hash"].as_str().unwrap_or("")[..16.min(p["state_hash"].as_str().unwrap_or("").len())]
+                    );
+                }
+            });
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,243 @@
+//! The log entry codec: Tern's mutations to and from the versioned protobuf
+//! schema in `proto/tern/log/v1/mutation.proto`.
+//!
+//! `encode` is used by writers (the API); `decode` by every replica's apply
+//! loop. `decode` is the single gate through which log bytes become state, so
+//! it validates everything a foreign producer could get wrong, and it is a pure
+//! function of (bytes, partition, partition count): every replica reaches the
+//! same verdict on the same entry.
+
+use bytes::Bytes;
+use prost::Message;
+
+use crate::limits;
+use crate::partitioner::partition_of;
+
+/// The generated protobuf types.
+pub mod proto {
+    include!(concat!(env!("OUT_DIR"), "/tern.log.v1.rs"));
+}
+
+/// The schema version this code writes and understands.
+pub const FORMAT_VERSION: u32 = 1;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Condition {
+    /// The record must exist at exactly this version.
+    IfVersion(u64),
+    /// The record must not exist.
+    IfAbsent,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum OpKind {
+    /// Put this JSON text (validated, at most 1 MiB).
+    Put(Bytes),
+    Delete,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Op {
+    pub pk: String,
+    pub sk: String,
+    pub kind: OpKind,
+    pub condition: Option<Condition>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Mutation {
+    pub write_id: Bytes,
+    pub ops: Vec<Op>,
+}
+
+/// Why an entry was skipped. Stable names: they are metric label values.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Malformed {
+    #[error("not a protobuf Mutation")]
+    Undecodable,
+    #[error("unknown format version {0}")]
+    UnknownFormat(u32),
+    #[error("violates a limit: {0}")]
+    Limit(String),
+    #[error("op has no kind")]
+    NoKind,
+    #[error("put value is not valid JSON")]
+    InvalidJson,
+    #[error("op pk belongs to partition {actual}, not {expected}")]
+    WrongPartition { expected: u32, actual: u32 },
+}
+
+impl Malformed {
+    pub fn label(&self) -> &'static str {
+        match self {
+            Malformed::Undecodable => "undecodable",
+            Malformed::UnknownFormat(_) => "unknown_format",
+            Malformed::Limit(_) => "limit",
+            Malformed::NoKind => "no_kind",
+            Malformed::InvalidJson => "invalid_json",
+            Malformed::WrongPartition { .. } => "wrong_partition",
+        }
+    }
+}
+
+impl Mutation {
+    /// Bytes of keys and values, the measure of the 4 MiB mutation limit.
+    pub fn payload_bytes(&self) -> usize {
+        self.ops.iter().map(Op::payload_bytes).sum()
+    }
+}
+
+impl Op {
+    pub fn payload_bytes(&self) -> usize {
+        let value = match &self.kind {
+            OpKind::Put(v) => v.len(),
+            OpKind::Delete => 0,
+        };
+        self.pk.len() + self.sk.len() + value
+    }
+}
+
+pub fn encode(mutation: &Mutation) -> Vec<u8> {
+    let message = proto::Mutation {
+        format: FORMAT_VERSION,
+        write_id: mutation.write_id.clone(),
+        ops: mutation.ops.iter().map(encode_op).collect(),
+    };
+    message.encode_to_vec()
+}
+
+fn encode_op(op: &Op) -> proto::Op {
+    let (kind, value) = match &op.kind {
+        OpKind::Put(v) => (proto::op::Kind::Put, v.clone()),
+        OpKind::Delete => (proto::op::Kind::Delete, Bytes::new()),
+    };
+    let condition = op.condition.map(|c| proto::Condition {
+        check: Some(match c {
+            Condition::IfVersion(v) => proto::condition::Check::IfVersion(v),
+            Condition::IfAbsent => proto::condition::Check::IfAbsent(true),
+        }),
+    });
+    proto::Op { kind: kind as i32, pk: op.pk.clone(), sk: op.sk.clone(), value, condition }
+}
+
+/// Decodes and fully validates one log entry of `partition` (of `partitions`).
+pub fn decode(entry: Bytes, partition: u32, partitions: u32) -> Result<Mutation, Malformed> {
+    let message = proto::Mutation::decode(entry).map_err(|_| Malformed::Undecodable)?;
+    if message.format != FORMAT_VERSION {
+        return Err(Malformed::UnknownFormat(message.format));
+    }
+    if message.write_id.len() > limits::WRITE_ID_BYTES_MAX {
+        return Err(Malformed::Limit(format!("write_id longer than {} bytes", limits::WRITE_ID_BYTES_MAX)));
+    }
+    limits::check_ops_count(message.ops.len()).map_err(|e| Malformed::Limit(e.message))?;
+    let mut ops = Vec::with_capacity(message.ops.len());
+    for op in message.ops {
+        ops.push(decode_op(op, partition, partitions)?);
+    }
+    let mutation = Mutation { write_id: message.write_id, ops };
+    limits::check_mutation_bytes(mutation.payload_bytes()).map_err(|e| Malformed::Limit(e.message))?;
+    Ok(mutation)
+}
+
+fn decode_op(op: proto::Op, partition: u32, partitions: u32) -> Result<Op, Malformed> {
+    limits::check_pk(&op.pk).map_err(|e| Malformed::Limit(e.message))?;
+    limits::check_sk(&op.sk).map_err(|e| Malformed::Limit(e.message))?;
+    let actual = partition_of(&op.pk, partitions);
+    if actual != partition {
+        return Err(Malformed::WrongPartition { expected: partition, actual });
+    }
+    let kind = match proto::op::Kind::try_from(op.kind) {
+        Ok(proto::op::Kind::Put) => {
+            limits::check_value_len(op.value.len()).map_err(|e| Malformed::Limit(e.message))?;
+            if !is_json_text(&op.value) {
+                return Err(Malformed::InvalidJson);
+            }
+            OpKind::Put(op.value)
+        }
+        Ok(proto::op::Kind::Delete) => OpKind::Delete,
+        Ok(proto::op::Kind::Unspecified) | Err(_) => return Err(Malformed::NoKind),
+    };
+    let condition = match op.condition.and_then(|c| c.check) {
+        None => None,
+        Some(proto::condition::Check::IfVersion(v)) => Some(Condition::IfVersion(v)),
+        Some(proto::condition::Check::IfAbsent(true)) => Some(Condition::IfAbsent),
+        Some(proto::condition::Check::IfAbsent(false)) => None,
+    };
+    Ok(Op { pk: op.pk, sk: op.sk, kind, condition })
+}
+
+/// True when `bytes` is exactly one JSON value (surrounding whitespace allowed).
+pub fn is_json_text(bytes: &[u8]) -> bool {
+    serde_json::from_slice::<&serde_json::value::RawValue>(bytes).is_ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pk_in(partition: u32, partitions: u32) -> String {
+        (0..).map(|i| format!("pk{i}")).find(|pk| partition_of(pk, partitions) == partition).unwrap()
+    }
+
+    fn sample(partitions: u32) -> Mutation {
+        let pk = pk_in(2, partitions);
+        Mutation {
+            write_id: Bytes::from_static(b"0123456789abcdef"),
+            ops: vec![
+                Op {
+                    pk: pk.clone(),
+                    sk: "a".into(),
+                    kind: OpKind::Put(Bytes::from_static(br#"{"x":1}"#)),
+                    condition: Some(Condition::IfVersion(0)),
+                },
+                Op { pk: pk.clone(), sk: "".into(), kind: OpKind::Delete, condition: Some(Condition::IfAbsent) },
+                Op { pk, sk: "b".into(), kind: OpKind::Put(Bytes::from_static(b"[1,2]")), condition: None },
+            ],
+        }
+    }
+
+    #[test]
+    fn round_trip() {
+        let m = sample(4);
+        let decoded = decode(Bytes::from(encode(&m)), 2, 4).unwrap();
+        assert_eq!(decoded, m);
+    }
+
+    #[test]
+    fn wrong_partition_is_malformed() {
+        let m = sample(4);
+        let err = decode(Bytes::from(encode(&m)), 1, 4).unwrap_err();
+        assert_eq!(err, Malformed::WrongPartition { expected: 1, actual: 2 });
+    }
+
+    #[test]
+    fn garbage_and_bad_fields_are_malformed() {
+        assert_eq!(decode(Bytes::from_static(&[0xff, 0xff, 0xff]), 0, 1).unwrap_err().label(), "undecodable");
+        let mut raw = proto::Mutation { format: 2, write_id: Bytes::new(), ops: vec![] };
+        assert_eq!(decode(Bytes::from(raw.encode_to_vec()), 0, 1).unwrap_err(), Malformed::UnknownFormat(2));
+        raw.format = 1;
+        assert_eq!(decode(Bytes::from(raw.encode_to_vec()), 0, 1).unwrap_err().label(), "limit");
+        let op = |kind: proto::op::Kind, value: &'static [u8]| proto::Op {
+            kind: kind as i32,
+            pk: "k".into(),
+            sk: String::new(),
+            value: Bytes::from_static(value),
+            condition: None,
+        };
+        raw.ops = vec![op(proto::op::Kind::Put, b"{not json")];
+        assert_eq!(decode(Bytes::from(raw.encode_to_vec()), 0, 1).unwrap_err(), Malformed::InvalidJson);
+        raw.ops = vec![op(proto::op::Kind::Unspecified, b"")];
+        assert_eq!(decode(Bytes::from(raw.encode_to_vec()), 0, 1).unwrap_err(), Malformed::NoKind);
+        raw.ops = vec![op(proto::op::Kind::Put, b" \"ok\" ")];
+        assert!(decode(Bytes::from(raw.encode_to_vec()), 0, 1).is_ok());
+    }
+
+    #[test]
+    fn invalid_utf8_key_is_undecodable() {
+        // Field 2 of Op (pk) with bytes 0xff: proto3 `string` must be UTF-8.
+        let op_bytes = [0x08, 0x01, 0x12, 0x01, 0xff];
+        let mut entry = vec![0x08, 0x01, 0x1a, op_bytes.len() as u8];
+        entry.extend_from_slice(&op_bytes);
+        assert_eq!(decode(Bytes::from(entry), 0, 1).unwrap_err(), Malformed::Undecodable);
+    }
+}

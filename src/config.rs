@@ -1,0 +1,106 @@
+//! Node settings: defaults, overridden by a TOML config file, overridden by
+//! `TERN_*` environment variables and command-line flags (clap merges those
+//! two, flags winning). Every setting has the same name in all three places:
+//! `data_dir` in the file is `TERN_DATA_DIR` and `--data-dir`.
+
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Settings {
+    pub node_id: String,
+    pub listen: String,
+    pub data_dir: PathBuf,
+    /// `embedded`, or `kafka://HOST:PORT[,HOST:PORT]`.
+    pub log: String,
+    pub region: String,
+    pub group: String,
+    pub gossip: Option<String>,
+    pub seeds: Vec<String>,
+    pub snapshots: Option<String>,
+    /// Embedded log: roll segments at this size.
+    pub log_segment_bytes: u64,
+    /// Embedded log: delete old segments past this total size (never ones still needed locally).
+    pub log_retention_bytes: Option<u64>,
+    /// Embedded log: delete segments older than this (never ones still needed locally).
+    pub log_retention_ms: Option<u64>,
+    /// Per partition store: redb page cache.
+    pub store_cache_bytes: usize,
+    /// How often each store is made durable.
+    pub store_fsync_interval_ms: u64,
+    /// Most log entries applied per store transaction.
+    pub apply_batch_max: usize,
+    /// `text` or `json` logs.
+    pub log_format: String,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            node_id: "node-1".into(),
+            listen: "127.0.0.1:7070".into(),
+            data_dir: PathBuf::from("./tern-data"),
+            log: "embedded".into(),
+            region: "local".into(),
+            group: "default".into(),
+            gossip: None,
+            seeds: Vec::new(),
+            snapshots: None,
+            log_segment_bytes: 64 * 1024 * 1024,
+            log_retention_bytes: None,
+            log_retention_ms: None,
+            store_cache_bytes: 32 * 1024 * 1024,
+            store_fsync_interval_ms: 1000,
+            apply_batch_max: 1000,
+            log_format: "text".into(),
+        }
+    }
+}
+
+impl Settings {
+    pub fn from_file(path: &Path) -> anyhow::Result<Settings> {
+        let text = std::fs::read_to_string(path).map_err(|e| anyhow::anyhow!("cannot read config file {}: {e}", path.display()))?;
+        toml::from_str(&text).map_err(|e| anyhow::anyhow!("config file {}: {e}", path.display()))
+    }
+
+    /// Checks values that cannot be checked by their type.
+    pub fn validate(&self) -> anyhow::Result<()> {
+        anyhow::ensure!(!self.node_id.is_empty(), "node_id must not be empty");
+        anyhow::ensure!(self.log_segment_bytes >= 1024 * 1024, "log_segment_bytes must be at least 1 MiB");
+        anyhow::ensure!(self.log_segment_bytes <= 1024 * 1024 * 1024, "log_segment_bytes must be at most 1 GiB");
+        anyhow::ensure!((1..=10_000).contains(&self.apply_batch_max), "apply_batch_max must be 1..=10000");
+        anyhow::ensure!(self.store_cache_bytes >= 1024 * 1024, "store_cache_bytes must be at least 1 MiB");
+        anyhow::ensure!(
+            (1..=60_000).contains(&self.store_fsync_interval_ms),
+            "store_fsync_interval_ms must be 1..=60000"
+        );
+        anyhow::ensure!(matches!(self.log_format.as_str(), "text" | "json"), "log_format must be text or json");
+        anyhow::ensure!(
+            self.log == "embedded" || self.log.starts_with("kafka://"),
+            "log must be `embedded` or kafka://HOST:PORT[,HOST:PORT], got {:?}",
+            self.log
+        );
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn file_overrides_defaults_and_rejects_unknown_keys() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("tern.toml");
+        std::fs::write(&path, "node_id = \"n7\"\nstore_fsync_interval_ms = 250\n").unwrap();
+        let s = Settings::from_file(&path).unwrap();
+        assert_eq!(s.node_id, "n7");
+        assert_eq!(s.store_fsync_interval_ms, 250);
+        assert_eq!(s.listen, "127.0.0.1:7070");
+        s.validate().unwrap();
+        std::fs::write(&path, "node_idd = \"x\"\n").unwrap();
+        assert!(Settings::from_file(&path).unwrap_err().to_string().contains("node_idd"));
+    }
+}

@@ -1,0 +1,190 @@
+//! Per-partition bookkeeping of the embedded log: where each entry sits on
+//! disk, which offsets are durable, and a bounded cache of the newest entries
+//! so that readers at the tail (the apply loop) never touch the disk.
+
+use std::collections::VecDeque;
+
+use bytes::Bytes;
+use parking_lot::Mutex;
+use tokio::sync::watch;
+
+/// Where the entries of one partition sit inside one segment. Offsets of a
+/// partition are dense and a segment holds them in order, so a run is its
+/// first offset plus one file position per entry.
+#[derive(Debug)]
+pub struct SegmentRun {
+    pub segment_id: u64,
+    pub first_offset: u64,
+    pub positions: Vec<u32>,
+}
+
+impl SegmentRun {
+    pub fn end_offset(&self) -> u64 {
+        self.first_offset + self.positions.len() as u64
+    }
+}
+
+#[derive(Debug)]
+pub struct PartitionIndex {
+    /// Lowest offset still on disk.
+    pub start_offset: u64,
+    /// Next offset to be assigned by the writer (may run ahead of durable).
+    pub next_offset: u64,
+    /// Runs in segment order; together they cover `start_offset..durable end`.
+    pub runs: VecDeque<SegmentRun>,
+    /// Newest durable entries, for tail readers: (offset, payload).
+    pub tail: VecDeque<(u64, Bytes)>,
+    pub tail_bytes: usize,
+    pub tail_bytes_max: usize,
+    /// Local consumers need nothing below this; retention stays below it.
+    pub release_below: u64,
+}
+
+pub struct PartitionState {
+    pub topic_id: u32,
+    pub partition: u32,
+    pub index: Mutex<PartitionIndex>,
+    /// Durable end offset (next offset to be written), published after fsync.
+    pub durable_end: watch::Sender<u64>,
+}
+
+impl PartitionState {
+    pub fn new(topic_id: u32, partition: u32, next_offset: u64, tail_bytes_max: usize) -> PartitionState {
+        PartitionState {
+            topic_id,
+            partition,
+            index: Mutex::new(PartitionIndex {
+                start_offset: next_offset,
+                next_offset,
+                runs: VecDeque::new(),
+                tail: VecDeque::new(),
+                tail_bytes: 0,
+                tail_bytes_max,
+                release_below: 0,
+            }),
+            durable_end: watch::Sender::new(next_offset),
+        }
+    }
+
+    pub fn durable_end(&self) -> u64 {
+        *self.durable_end.borrow()
+    }
+}
+
+impl PartitionIndex {
+    /// Records that `offset` now sits at `position` of `segment_id`.
+    pub fn record_position(&mut self, segment_id: u64, offset: u64, position: u32) {
+        match self.runs.back_mut() {
+            Some(run) if run.segment_id == segment_id => {
+                assert_eq!(run.end_offset(), offset, "offsets of a partition are dense within a segment");
+                run.positions.push(position);
+            }
+            last => {
+                if let Some(run) = last {
+                    assert_eq!(run.end_offset(), offset, "offsets of a partition are dense across segments");
+                }
+                self.runs.push_back(SegmentRun { segment_id, first_offset: offset, positions: vec![position] });
+            }
+        }
+    }
+
+    /// Adds a durable entry to the tail cache, evicting the oldest past the byte bound.
+    pub fn push_tail(&mut self, offset: u64, payload: Bytes) {
+        if let Some((last, _)) = self.tail.back() {
+            debug_assert_eq!(*last + 1, offset);
+        }
+        self.tail_bytes += payload.len();
+        self.tail.push_back((offset, payload));
+        while self.tail_bytes > self.tail_bytes_max && self.tail.len() > 1 {
+            let (_, evicted) = self.tail.pop_front().expect("non-empty");
+            self.tail_bytes -= evicted.len();
+        }
+    }
+
+    /// Entries `from..` (at most `records_max`) if the tail cache holds `from`.
+    pub fn read_tail(&self, from: u64, records_max: usize) -> Option<Vec<(u64, Bytes)>> {
+        let first = self.tail.front()?.0;
+        if from < first {
+            return None;
+        }
+        let skip = (from - first) as usize;
+        Some(self.tail.iter().skip(skip).take(records_max).cloned().collect())
+    }
+
+    /// File positions of entries `from..until` (at most `records_max`), as (segment, offset, position).
+    pub fn locate(&self, from: u64, until: u64, records_max: usize) -> Vec<(u64, u64, u32)> {
+        let mut found = Vec::new();
+        let mut offset = from;
+        for run in &self.runs {
+            if offset >= until || found.len() >= records_max {
+                break;
+            }
+            if offset < run.first_offset || offset >= run.end_offset() {
+                continue;
+            }
+            let skip = (offset - run.first_offset) as usize;
+            for position in run.positions.iter().skip(skip) {
+                if offset >= until || found.len() >= records_max {
+                    break;
+                }
+                found.push((run.segment_id, offset, *position));
+                offset += 1;
+            }
+        }
+        found
+    }
+
+    /// Drops runs of segments `< segment_id_min` and advances `start_offset`.
+    pub fn forget_segments_below(&mut self, segment_id_min: u64) {
+        while self.runs.front().is_some_and(|run| run.segment_id < segment_id_min) {
+            let run = self.runs.pop_front().expect("non-empty");
+            self.start_offset = run.end_offset();
+        }
+        if self.runs.is_empty() {
+            self.start_offset = self.next_offset;
+        }
+    }
+
+    /// The end offset of this partition's entries in segments `< segment_id_min`.
+    pub fn end_below_segment(&self, segment_id_min: u64) -> u64 {
+        self.runs
+            .iter()
+            .take_while(|run| run.segment_id < segment_id_min)
+            .last()
+            .map_or(self.start_offset, SegmentRun::end_offset)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn locate_spans_runs_and_bounds() {
+        let state = PartitionState::new(0, 0, 0, 1024);
+        let mut index = state.index.lock();
+        for (segment, offset, pos) in [(1, 0, 0), (1, 1, 10), (2, 2, 0), (2, 3, 30)] {
+            index.record_position(segment, offset, pos);
+        }
+        assert_eq!(index.locate(1, 4, 10), vec![(1, 1, 10), (2, 2, 0), (2, 3, 30)]);
+        assert_eq!(index.locate(0, 4, 2), vec![(1, 0, 0), (1, 1, 10)]);
+        assert_eq!(index.locate(0, 1, 10), vec![(1, 0, 0)]);
+        index.next_offset = 4;
+        assert_eq!(index.end_below_segment(2), 2);
+        index.forget_segments_below(2);
+        assert_eq!(index.start_offset, 2);
+        assert_eq!(index.locate(2, 4, 10).len(), 2);
+    }
+
+    #[test]
+    fn tail_is_bounded_by_bytes() {
+        let state = PartitionState::new(0, 0, 0, 10);
+        let mut index = state.index.lock();
+        for offset in 0..5u64 {
+            index.push_tail(offset, Bytes::from_static(b"abcd"));
+        }
+        assert!(index.tail_bytes <= 10);
+        assert_eq!(index.read_tail(0, 10), None);
+        assert_eq!(index.read_tail(3, 10).unwrap().len(), 2);
+    }
+}

@@ -1,0 +1,117 @@
+//! Reading one partition of the embedded log: from the in-memory tail cache
+//! when the reader is near the end, otherwise from the segment files.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use tokio::sync::watch;
+
+use super::frame;
+use super::index::PartitionState;
+use super::segments::Segments;
+use crate::log::{LogError, LogReader, LogRecord, TopicPartition};
+
+/// Most bytes one batch read from disk returns (at least one entry is returned).
+const DISK_BATCH_BYTES_MAX: usize = 16 * 1024 * 1024;
+
+pub struct EmbeddedReader {
+    tp: TopicPartition,
+    partition: Arc<PartitionState>,
+    segments: Arc<Segments>,
+    end: watch::Receiver<u64>,
+    next: u64,
+}
+
+impl EmbeddedReader {
+    pub fn new(tp: TopicPartition, partition: Arc<PartitionState>, segments: Arc<Segments>, from: u64) -> Self {
+        let end = partition.durable_end.subscribe();
+        EmbeddedReader { tp, partition, segments, end, next: from }
+    }
+
+    async fn read_until(&mut self, end: u64, records_max: usize) -> Result<Vec<LogRecord>, LogError> {
+        let located = {
+            let partition = self.partition.clone();
+            let index = partition.index.lock();
+            if self.next < index.start_offset {
+                return Err(LogError::OffsetOutOfRange {
+                    tp: self.tp.to_string(),
+                    requested: self.next,
+                    start: index.start_offset,
+                });
+            }
+            if let Some(entries) = index.read_tail(self.next, records_max) {
+                let records: Vec<LogRecord> = entries
+                    .into_iter()
+                    .take_while(|(offset, _)| *offset < end)
+                    .map(|(offset, payload)| LogRecord { offset, payload })
+                    .collect();
+                drop(index);
+                return Ok(self.advance(records));
+            }
+            index.locate(self.next, end, records_max)
+        };
+        let segments = self.segments.clone();
+        let tp = self.tp.clone();
+        let records = tokio::task::spawn_blocking(move || read_frames(&segments, &tp, located))
+            .await
+            .map_err(|e| LogError::Unavailable(format!("log read task failed: {e}")))??;
+        Ok(self.advance(records))
+    }
+
+    fn advance(&mut self, records: Vec<LogRecord>) -> Vec<LogRecord> {
+        for record in &records {
+            assert_eq!(record.offset, self.next, "a reader yields dense offsets");
+            self.next += 1;
+        }
+        records
+    }
+}
+
+fn read_frames(segments: &Segments, tp: &TopicPartition, located: Vec<(u64, u64, u32)>) -> Result<Vec<LogRecord>, LogError> {
+    let mut records = Vec::with_capacity(located.len());
+    let mut bytes = 0;
+    for (segment_id, offset, position) in located {
+        let file = segments.get(segment_id).ok_or_else(|| LogError::OffsetOutOfRange {
+            tp: tp.to_string(),
+            requested: offset,
+            start: offset + 1,
+        })?;
+        let (header, payload) = frame::read_at(&file, u64::from(position))
+            .map_err(|e| LogError::Corrupt(format!("segment {segment_id}: {e}")))?;
+        if header.offset != offset || header.partition != tp.partition {
+            return Err(LogError::Corrupt(format!(
+                "segment {segment_id} byte {position}: expected offset {offset} of partition {}, found {} of {}",
+                tp.partition, header.offset, header.partition
+            )));
+        }
+        bytes += payload.len();
+        records.push(LogRecord { offset, payload });
+        if bytes >= DISK_BATCH_BYTES_MAX {
+            break;
+        }
+    }
+    Ok(records)
+}
+
+#[async_trait]
+impl LogReader for EmbeddedReader {
+    async fn next_batch(&mut self, records_max: usize, wait: Duration) -> Result<Vec<LogRecord>, LogError> {
+        let deadline = tokio::time::Instant::now() + wait;
+        loop {
+            let end = *self.end.borrow_and_update();
+            if self.next < end {
+                return self.read_until(end, records_max.max(1)).await;
+            }
+            match tokio::time::timeout_at(deadline, self.end.changed()).await {
+                Ok(Ok(())) => continue,
+                Ok(Err(_)) => return Err(LogError::Closed),
+                Err(_) => return Ok(Vec::new()),
+            }
+        }
+    }
+
+    fn position(&self) -> u64 {
+        self.next
+    }
+}

@@ -1,0 +1,120 @@
+//! The log: Tern's only write path.
+//!
+//! A log holds topics (one per namespace), each split into partitions; each
+//! partition is an append-only sequence of entries numbered by dense,
+//! monotonic offsets starting at 0. Everything above this interface is the
+//! same code whether the log is embedded (one machine) or Kafka/Redpanda.
+//!
+//! The contract every implementation keeps:
+//! - `append` returns an offset only once the entry is durable (embedded:
+//!   fsynced; Kafka: acknowledged by all in-sync replicas).
+//! - `end_offset` is the next offset to be written; every entry below it is
+//!   durable and readable. Readers never see an entry that is not durable,
+//!   so a store can never apply something the log could later lose.
+//! - A reader yields entries of one partition in offset order, from the offset
+//!   it was opened at, without gaps; if that offset is below the partition's
+//!   `start_offset` (deleted by retention) it fails with `OffsetOutOfRange`
+//!   rather than skipping.
+
+pub mod embedded;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+
+/// One partition of one topic.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct TopicPartition {
+    pub topic: Arc<str>,
+    pub partition: u32,
+}
+
+impl std::fmt::Display for TopicPartition {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.topic, self.partition)
+    }
+}
+
+/// One entry read back from the log.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogRecord {
+    pub offset: u64,
+    pub payload: Bytes,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TopicInfo {
+    pub name: String,
+    pub partitions: u32,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CreateOutcome {
+    Created,
+    AlreadyExists,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum LogError {
+    #[error("unknown topic or partition {0}")]
+    UnknownPartition(String),
+    #[error("topic {topic} already exists with {existing} partitions, not {requested}")]
+    PartitionCountMismatch { topic: String, existing: u32, requested: u32 },
+    #[error(
+        "offset {requested} of {tp} is no longer in the log (it starts at {start}): \
+         the entries were deleted by retention"
+    )]
+    OffsetOutOfRange { tp: String, requested: u64, start: u64 },
+    #[error("entry of {size_bytes} bytes is larger than the log accepts ({max_bytes} bytes)")]
+    EntryTooLarge { size_bytes: usize, max_bytes: usize },
+    #[error("the log is unavailable: {0}")]
+    Unavailable(String),
+    #[error("the log is closed")]
+    Closed,
+    #[error("the log is corrupt: {0}")]
+    Corrupt(String),
+    #[error("log i/o error: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+#[async_trait]
+pub trait Log: Send + Sync + 'static {
+    /// Creates a topic with `partitions` partitions, or says it exists (with
+    /// the same count; a different count is `PartitionCountMismatch`).
+    async fn create_topic(&self, name: &str, partitions: u32) -> Result<CreateOutcome, LogError>;
+
+    async fn list_topics(&self) -> Result<Vec<TopicInfo>, LogError>;
+
+    /// Appends one entry; returns its offset once it is durable.
+    async fn append(&self, tp: &TopicPartition, payload: Bytes) -> Result<u64, LogError>;
+
+    /// The next offset to be written (Kafka's high watermark).
+    async fn end_offset(&self, tp: &TopicPartition) -> Result<u64, LogError>;
+
+    /// The lowest offset still held (entries below were deleted by retention).
+    async fn start_offset(&self, tp: &TopicPartition) -> Result<u64, LogError>;
+
+    /// Opens a reader of `tp` positioned at `from`.
+    async fn reader(&self, tp: &TopicPartition, from: u64) -> Result<Box<dyn LogReader>, LogError>;
+
+    /// Tells the log that local consumers no longer need entries of `tp`
+    /// below `offset` (their state is durable past it). Retention never
+    /// deletes an entry at or above it.
+    fn release_below(&self, tp: &TopicPartition, offset: u64);
+
+    /// Flushes and stops. Appends after `close` fail with `Closed`.
+    async fn close(&self);
+}
+
+#[async_trait]
+pub trait LogReader: Send {
+    /// Returns up to `records_max` entries in offset order, starting where the
+    /// previous batch ended. Waits up to `wait` for the first one; returns an
+    /// empty batch if none arrived by then.
+    async fn next_batch(&mut self, records_max: usize, wait: Duration) -> Result<Vec<LogRecord>, LogError>;
+
+    /// The offset of the next entry this reader will return.
+    fn position(&self) -> u64;
+}

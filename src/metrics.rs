@@ -1,0 +1,111 @@
+//! Prometheus metrics, registered once in the default registry and served at
+//! `/metrics`. Names carry units last, as Prometheus wants.
+
+use std::sync::LazyLock;
+
+use prometheus::{
+    register_histogram, register_histogram_vec, register_int_counter_vec, register_int_gauge_vec, Histogram,
+    HistogramVec, IntCounterVec, IntGaugeVec,
+};
+
+/// Buckets from 25 µs to ~6.5 s: reads are microseconds, waits are seconds.
+fn latency_buckets() -> Vec<f64> {
+    prometheus::exponential_buckets(0.000_025, 2.0, 19).expect("valid buckets")
+}
+
+pub static HTTP_REQUEST_SECONDS: LazyLock<HistogramVec> = LazyLock::new(|| {
+    register_histogram_vec!(
+        "tern_http_request_duration_seconds",
+        "HTTP request latency by route and status class",
+        &["route", "status"],
+        latency_buckets()
+    )
+    .expect("metric registers")
+});
+
+pub static LOG_APPEND_SECONDS: LazyLock<Histogram> = LazyLock::new(|| {
+    register_histogram!("tern_log_append_seconds", "Latency of one append until durable in the log", latency_buckets())
+        .expect("metric registers")
+});
+
+pub static LOG_FSYNC_SECONDS: LazyLock<Histogram> = LazyLock::new(|| {
+    register_histogram!("tern_log_fsync_seconds", "Embedded log: write+fsync time of one group commit", latency_buckets())
+        .expect("metric registers")
+});
+
+pub static LOG_FSYNC_BATCH_ENTRIES: LazyLock<Histogram> = LazyLock::new(|| {
+    register_histogram!(
+        "tern_log_fsync_batch_entries",
+        "Embedded log: entries made durable by one fsync (group commit size)",
+        prometheus::exponential_buckets(1.0, 2.0, 13).expect("valid buckets")
+    )
+    .expect("metric registers")
+});
+
+pub static APPLY_BATCH_ENTRIES: LazyLock<Histogram> = LazyLock::new(|| {
+    register_histogram!(
+        "tern_apply_batch_entries",
+        "Log entries applied by one store transaction",
+        prometheus::exponential_buckets(1.0, 2.0, 11).expect("valid buckets")
+    )
+    .expect("metric registers")
+});
+
+pub static STORE_FSYNC_SECONDS: LazyLock<Histogram> = LazyLock::new(|| {
+    register_histogram!("tern_store_fsync_seconds", "Time of one durable store commit", latency_buckets())
+        .expect("metric registers")
+});
+
+pub static APPLY_SKIPPED_ENTRIES: LazyLock<IntCounterVec> = LazyLock::new(|| {
+    register_int_counter_vec!(
+        "tern_apply_skipped_entries_total",
+        "Malformed log entries skipped by the apply loop",
+        &["ns", "reason"]
+    )
+    .expect("metric registers")
+});
+
+pub static APPLY_CONDITION_FAILED: LazyLock<IntCounterVec> = LazyLock::new(|| {
+    register_int_counter_vec!(
+        "tern_apply_condition_failed_total",
+        "Mutations not applied because a condition failed",
+        &["ns"]
+    )
+    .expect("metric registers")
+});
+
+pub static PARTITION_APPLIED_OFFSET: LazyLock<IntGaugeVec> = LazyLock::new(|| {
+    register_int_gauge_vec!(
+        "tern_partition_applied_offset",
+        "Offset of the last applied log entry (-1: none)",
+        &["ns", "partition"]
+    )
+    .expect("metric registers")
+});
+
+pub static PARTITION_LOG_END_OFFSET: LazyLock<IntGaugeVec> = LazyLock::new(|| {
+    register_int_gauge_vec!("tern_partition_log_end_offset", "Next offset to be written to the log", &["ns", "partition"])
+        .expect("metric registers")
+});
+
+pub static PARTITION_LAG: LazyLock<IntGaugeVec> = LazyLock::new(|| {
+    register_int_gauge_vec!("tern_partition_lag", "Log entries not yet applied by this replica", &["ns", "partition"])
+        .expect("metric registers")
+});
+
+pub static PARTITION_REFUSED: LazyLock<IntGaugeVec> = LazyLock::new(|| {
+    register_int_gauge_vec!(
+        "tern_partition_refused",
+        "1 when this replica refuses to serve the partition (see /readyz for why)",
+        &["ns", "partition"]
+    )
+    .expect("metric registers")
+});
+
+/// Text exposition of every registered metric.
+pub fn render() -> String {
+    use prometheus::Encoder;
+    let mut out = Vec::new();
+    prometheus::TextEncoder::new().encode(&prometheus::gather(), &mut out).expect("text encoding cannot fail");
+    String::from_utf8(out).expect("prometheus text is UTF-8")
+}

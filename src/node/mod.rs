@@ -1,0 +1,210 @@
+//! The node: the namespaces this process holds, each partition's store and
+//! apply task, and the two paths through them — `write` (append to the log,
+//! optionally wait for the outcome) and `read` (local store, optionally after
+//! a bounded wait for a position).
+//!
+//! The node never writes a store itself; it only starts and stops apply loops.
+
+pub mod read;
+pub mod write;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::{Mutex, RwLock};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use crate::apply::{self, ApplyConfig, PartitionHandle, PartitionStatus};
+use crate::limits;
+use crate::log::{CreateOutcome, Log, LogError};
+use crate::partitioner::partition_of;
+use crate::position::Position;
+use crate::store::PartitionStore;
+
+#[derive(Debug, Clone)]
+pub struct NodeConfig {
+    pub node_id: String,
+    pub data_dir: PathBuf,
+    /// redb page cache per partition store.
+    pub store_cache_bytes: usize,
+    pub apply: ApplyConfig,
+}
+
+/// A namespace as this node holds it.
+pub struct Namespace {
+    pub name: Arc<str>,
+    pub partitions: u32,
+    pub handles: Vec<Arc<PartitionHandle>>,
+}
+
+impl Namespace {
+    pub fn partition_of(&self, pk: &str) -> u32 {
+        partition_of(pk, self.partitions)
+    }
+
+    pub fn handle(&self, partition: u32) -> &Arc<PartitionHandle> {
+        &self.handles[partition as usize]
+    }
+
+    /// The applied position of the given partitions, right now.
+    pub fn position_of(&self, partitions: impl IntoIterator<Item = u32>) -> Position {
+        let offsets: BTreeMap<u32, u64> = partitions.into_iter().map(|p| (p, self.handle(p).applied_next())).collect();
+        assert!(!offsets.is_empty(), "a position names at least one partition");
+        Position { namespace: self.name.to_string(), offsets }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum NamespaceError {
+    #[error("{}", .0.message)]
+    Invalid(limits::LimitError),
+    #[error("namespace {name} already exists with {existing} partitions; the partition count is fixed at creation")]
+    Mismatch { name: String, existing: u32 },
+    #[error("{0}")]
+    Log(LogError),
+    #[error("cannot open partition stores: {0}")]
+    Store(String),
+}
+
+pub struct Node {
+    pub config: NodeConfig,
+    pub log: Arc<dyn Log>,
+    namespaces: RwLock<BTreeMap<String, Arc<Namespace>>>,
+    /// Serializes namespace creation so two requests cannot open the same stores.
+    creating: tokio::sync::Mutex<()>,
+    shutdown: watch::Sender<bool>,
+    tasks: Mutex<Vec<JoinHandle<()>>>,
+}
+
+/// Bound on how long shutdown waits for apply loops to finish and flush.
+const SHUTDOWN_WAIT: Duration = Duration::from_secs(30);
+/// How often lag metrics are refreshed from the log's end offsets.
+const LAG_REFRESH: Duration = Duration::from_secs(1);
+
+impl Node {
+    /// Opens every namespace the log knows and starts their apply loops.
+    pub async fn start(config: NodeConfig, log: Arc<dyn Log>) -> anyhow::Result<Arc<Node>> {
+        let node = Arc::new(Node {
+            config,
+            log,
+            namespaces: RwLock::new(BTreeMap::new()),
+            creating: tokio::sync::Mutex::new(()),
+            shutdown: watch::Sender::new(false),
+            tasks: Mutex::new(Vec::new()),
+        });
+        for topic in node.log.list_topics().await? {
+            node.open_namespace(&topic.name, topic.partitions).await?;
+        }
+        let lag_node = Arc::downgrade(&node);
+        let mut shutdown = node.shutdown.subscribe();
+        node.tasks.lock().push(tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    _ = tokio::time::sleep(LAG_REFRESH) => {}
+                    _ = shutdown.changed() => return,
+                }
+                let Some(node) = lag_node.upgrade() else { return };
+                node.refresh_lag().await;
+            }
+        }));
+        Ok(node)
+    }
+
+    pub fn namespace(&self, name: &str) -> Option<Arc<Namespace>> {
+        self.namespaces.read().get(name).cloned()
+    }
+
+    pub fn namespaces(&self) -> Vec<Arc<Namespace>> {
+        self.namespaces.read().values().cloned().collect()
+    }
+
+    /// Creates a namespace (its log topic and partition stores). Returns true if created.
+    pub async fn create_namespace(&self, name: &str, partitions: u32) -> Result<bool, NamespaceError> {
+        limits::check_namespace_name(name).map_err(NamespaceError::Invalid)?;
+        limits::check_partitions(partitions).map_err(NamespaceError::Invalid)?;
+        let _guard = self.creating.lock().await;
+        if let Some(existing) = self.namespace(name) {
+            if existing.partitions != partitions {
+                return Err(NamespaceError::Mismatch { name: name.to_string(), existing: existing.partitions });
+            }
+            return Ok(false);
+        }
+        let created = match self.log.create_topic(name, partitions).await {
+            Ok(CreateOutcome::Created) => true,
+            Ok(CreateOutcome::AlreadyExists) => false,
+            Err(LogError::PartitionCountMismatch { existing, .. }) => {
+                return Err(NamespaceError::Mismatch { name: name.to_string(), existing })
+            }
+            Err(e) => return Err(NamespaceError::Log(e)),
+        };
+        self.open_namespace(name, partitions).await.map_err(|e| NamespaceError::Store(e.to_string()))?;
+        Ok(created)
+    }
+
+    async fn open_namespace(&self, name: &str, partitions: u32) -> anyhow::Result<()> {
+        let name: Arc<str> = Arc::from(name);
+        let mut handles = Vec::with_capacity(partitions as usize);
+        for partition in 0..partitions {
+            let path = self.config.data_dir.join("stores").join(name.as_ref()).join(format!("{partition:05}.redb"));
+            let cache_bytes = self.config.store_cache_bytes;
+            let store = tokio::task::spawn_blocking(move || PartitionStore::open(&path, partitions, cache_bytes)).await??;
+            let applied_next = store.read()?.applied_next()?;
+            handles.push(Arc::new(PartitionHandle::new(name.clone(), partition, partitions, Arc::new(store), applied_next)));
+        }
+        let mut tasks = Vec::with_capacity(handles.len());
+        for handle in &handles {
+            let run = apply::run(handle.clone(), self.log.clone(), self.config.apply.clone(), self.shutdown.subscribe());
+            tasks.push(tokio::spawn(run));
+        }
+        self.tasks.lock().extend(tasks);
+        let namespace = Arc::new(Namespace { name: name.clone(), partitions, handles });
+        self.namespaces.write().insert(name.to_string(), namespace);
+        tracing::info!(ns = %name, partitions, "namespace open");
+        Ok(())
+    }
+
+    async fn refresh_lag(&self) {
+        for namespace in self.namespaces() {
+            for handle in &namespace.handles {
+                if let Ok(end) = self.log.end_offset(&handle.tp).await {
+                    handle.log_end_gauge.set(end as i64);
+                    handle.lag_gauge.set(end.saturating_sub(handle.applied_next()) as i64);
+                }
+            }
+        }
+    }
+
+    /// Ready when every partition is caught up and none is refused.
+    pub fn readiness(&self) -> (bool, Vec<String>) {
+        let mut problems = Vec::new();
+        for namespace in self.namespaces() {
+            for handle in &namespace.handles {
+                match handle.status() {
+                    PartitionStatus::Serving => {}
+                    PartitionStatus::CatchingUp => {
+                        problems.push(format!("{}/{}: catching up", namespace.name, handle.partition))
+                    }
+                    PartitionStatus::Refused(reason) => {
+                        problems.push(format!("{}/{}: refused: {reason}", namespace.name, handle.partition))
+                    }
+                }
+            }
+        }
+        (problems.is_empty(), problems)
+    }
+
+    /// Stops apply loops (each flushes its store durably), then closes the log.
+    pub async fn shutdown(&self) {
+        self.shutdown.send_replace(true);
+        let tasks: Vec<JoinHandle<()>> = std::mem::take(&mut *self.tasks.lock());
+        let all = futures::future::join_all(tasks);
+        if tokio::time::timeout(SHUTDOWN_WAIT, all).await.is_err() {
+            tracing::error!("apply loops did not stop within {SHUTDOWN_WAIT:?}; stores replay from their last durable offset");
+        }
+        self.log.close().await;
+        tracing::info!("node stopped");
+    }
+}

@@ -1,0 +1,79 @@
+//! Read consistency: before a read touches the local store, wait (bounded)
+//! until this replica has applied what the caller asked for.
+//!
+//! - `Local`: no wait; whatever is applied.
+//! - `After(position)`: read-your-writes; wait until every named partition
+//!   that the read touches has applied up to the position.
+//! - `Strong`: linearizable; read the log's end offset now and wait for it.
+
+use std::time::Duration;
+
+use super::Namespace;
+use crate::apply::PartitionStatus;
+use crate::log::Log;
+use crate::position::Position;
+
+#[derive(Debug, Clone)]
+pub enum Consistency {
+    Local,
+    After(Position),
+    Strong,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ReadError {
+    #[error("partition {partition} is not served by this node: {reason}")]
+    Refused { partition: u32, reason: String },
+    #[error("the position is for namespace {position_ns:?}, not {ns:?}")]
+    WrongNamespace { position_ns: String, ns: String },
+    #[error("this replica did not reach the requested position within {timeout_ms} ms")]
+    NotCaughtUp { timeout_ms: u64, position: Position },
+    #[error("cannot read the log's end offset: {0}")]
+    Log(String),
+}
+
+/// Waits until `partitions` of `namespace` satisfy `consistency`.
+pub async fn await_consistency(
+    log: &dyn Log,
+    namespace: &Namespace,
+    partitions: &[u32],
+    consistency: &Consistency,
+    timeout: Duration,
+) -> Result<(), ReadError> {
+    for &p in partitions {
+        if let PartitionStatus::Refused(reason) = namespace.handle(p).status() {
+            return Err(ReadError::Refused { partition: p, reason });
+        }
+    }
+    let targets: Vec<(u32, u64)> = match consistency {
+        Consistency::Local => return Ok(()),
+        Consistency::After(position) => {
+            if position.namespace != *namespace.name {
+                return Err(ReadError::WrongNamespace {
+                    position_ns: position.namespace.clone(),
+                    ns: namespace.name.to_string(),
+                });
+            }
+            partitions.iter().filter_map(|p| position.offsets.get(p).map(|o| (*p, *o))).collect()
+        }
+        Consistency::Strong => {
+            let mut targets = Vec::with_capacity(partitions.len());
+            for &p in partitions {
+                let end = log.end_offset(&namespace.handle(p).tp).await.map_err(|e| ReadError::Log(e.to_string()))?;
+                targets.push((p, end));
+            }
+            targets
+        }
+    };
+    let deadline = tokio::time::Instant::now() + timeout;
+    for (p, target) in targets {
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        if !namespace.handle(p).wait_applied(target, left).await {
+            return Err(ReadError::NotCaughtUp {
+                timeout_ms: timeout.as_millis() as u64,
+                position: namespace.position_of(partitions.iter().copied()),
+            });
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,78 @@
+//! The write path: encode a mutation, append it to the partition's log, and —
+//! when the caller needs the outcome (a condition, or `wait=applied`) — wait
+//! for this node to apply it and report what the apply loop decided.
+
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+
+use super::Namespace;
+use crate::apply::outcome::Outcome;
+use crate::apply::PartitionStatus;
+use crate::codec::{self, Mutation};
+use crate::log::{Log, LogError};
+use crate::metrics;
+use crate::position::Position;
+
+#[derive(Debug)]
+pub struct WriteAck {
+    /// The log offset of the mutation: the version of every record it wrote.
+    pub version: u64,
+    pub position: Position,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum WriteError {
+    #[error("the log did not accept the write: {0}")]
+    Log(LogError),
+    #[error("partition {partition} is not served by this node: {reason}")]
+    Refused { partition: u32, reason: String },
+    #[error("condition failed on op {op_index}")]
+    ConditionFailed { op_index: usize, current_version: Option<u64>, position: Position },
+    #[error("the write is durable at version {version} but was not applied here within {timeout_ms} ms")]
+    NotApplied { version: u64, timeout_ms: u64, position: Position },
+    #[error("the write at version {version} was rejected when applied: {reason}")]
+    Rejected { version: u64, reason: String },
+    #[error("the write at version {version} was applied but its outcome is no longer remembered")]
+    OutcomeUnknown { version: u64 },
+}
+
+/// A random write id: 16 bytes, enough that two writes never share one.
+pub fn new_write_id() -> Bytes {
+    Bytes::copy_from_slice(&rand::random::<[u8; 16]>())
+}
+
+pub async fn write(
+    log: &dyn Log,
+    namespace: &Namespace,
+    partition: u32,
+    mutation: &Mutation,
+    wait_applied: bool,
+    timeout: Duration,
+) -> Result<WriteAck, WriteError> {
+    let handle = namespace.handle(partition);
+    if let PartitionStatus::Refused(reason) = handle.status() {
+        return Err(WriteError::Refused { partition, reason });
+    }
+    debug_assert!(mutation.ops.iter().all(|op| namespace.partition_of(&op.pk) == partition));
+    let payload = Bytes::from(codec::encode(mutation));
+    let started = Instant::now();
+    let version = log.append(&handle.tp, payload).await.map_err(WriteError::Log)?;
+    metrics::LOG_APPEND_SECONDS.observe(started.elapsed().as_secs_f64());
+    let position = Position::single(&namespace.name, partition, version + 1);
+    let conditional = mutation.ops.iter().any(|op| op.condition.is_some());
+    if !(wait_applied || conditional) {
+        return Ok(WriteAck { version, position });
+    }
+    if !handle.wait_applied(version + 1, timeout).await {
+        return Err(WriteError::NotApplied { version, timeout_ms: timeout.as_millis() as u64, position });
+    }
+    match handle.outcome(version) {
+        Some(Outcome::Applied) => Ok(WriteAck { version, position }),
+        Some(Outcome::ConditionFailed { op_index, current_version }) => {
+            Err(WriteError::ConditionFailed { op_index, current_version, position })
+        }
+        Some(Outcome::Skipped(reason)) => Err(WriteError::Rejected { version, reason: reason.to_string() }),
+        None => Err(WriteError::OutcomeUnknown { version }),
+    }
+}

@@ -1,0 +1,88 @@
+//! Running a node: open the log and node, serve the API, and on SIGTERM or
+//! Ctrl-C stop accepting, finish in-flight requests, stop the apply loops
+//! (each flushes its store) and close the log.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::apply::ApplyConfig;
+use crate::config::Settings;
+use crate::log::embedded::{EmbeddedLog, EmbeddedLogConfig};
+use crate::log::Log;
+use crate::node::{Node, NodeConfig};
+
+/// How often the embedded log's retention is enforced.
+const RETENTION_INTERVAL: Duration = Duration::from_secs(10);
+
+pub struct Options {
+    /// Namespaces to create at start if missing: (name, partitions).
+    pub ensure_namespaces: Vec<(String, u32)>,
+    /// Printed with the URL once serving.
+    pub banner: &'static str,
+}
+
+pub async fn run(settings: Settings, options: Options) -> anyhow::Result<()> {
+    settings.validate()?;
+    if let Some(url) = &settings.snapshots {
+        tracing::warn!(%url, "snapshots to object storage are not part of this build yet; the setting is ignored");
+    }
+    anyhow::ensure!(
+        settings.log == "embedded",
+        "the Kafka log is not part of this build yet; use --log embedded (got {:?})",
+        settings.log
+    );
+    let log_config = EmbeddedLogConfig {
+        segment_bytes_max: settings.log_segment_bytes,
+        retention_bytes: settings.log_retention_bytes,
+        retention_ms: settings.log_retention_ms,
+        ..EmbeddedLogConfig::new(settings.data_dir.join("log"))
+    };
+    let embedded = tokio::task::spawn_blocking(move || EmbeddedLog::open(log_config)).await??;
+    let log: Arc<dyn Log> = Arc::new(embedded.clone());
+    let node_config = NodeConfig {
+        node_id: settings.node_id.clone(),
+        data_dir: settings.data_dir.clone(),
+        store_cache_bytes: settings.store_cache_bytes,
+        apply: ApplyConfig {
+            batch_entries_max: settings.apply_batch_max,
+            fsync_interval: Duration::from_millis(settings.store_fsync_interval_ms),
+        },
+    };
+    let node = Node::start(node_config, log).await?;
+    for (name, partitions) in &options.ensure_namespaces {
+        node.create_namespace(name, *partitions).await?;
+    }
+    let retention = tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(RETENTION_INTERVAL).await;
+            let log = embedded.clone();
+            match tokio::task::spawn_blocking(move || log.enforce_retention()).await {
+                Ok(Err(e)) => tracing::error!(error = %e, "log retention failed"),
+                Err(e) => tracing::error!(error = %e, "log retention task failed"),
+                Ok(Ok(_)) => {}
+            }
+        }
+    });
+    let listener = tokio::net::TcpListener::bind(&settings.listen)
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", settings.listen))?;
+    let address = listener.local_addr()?;
+    println!("{} listening on http://{address}", options.banner);
+    tracing::info!(%address, node_id = %settings.node_id, data_dir = %settings.data_dir.display(), "serving");
+    let app = crate::api::router(node.clone());
+    axum::serve(listener, app).with_graceful_shutdown(shutdown_signal()).await?;
+    tracing::info!("stopped accepting requests; stopping the node");
+    retention.abort();
+    node.shutdown().await;
+    Ok(())
+}
+
+/// Resolves on SIGTERM or SIGINT.
+pub async fn shutdown_signal() {
+    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .expect("SIGTERM handler installs");
+    tokio::select! {
+        _ = terminate.recv() => tracing::info!("SIGTERM received"),
+        _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT received"),
+    }
+}

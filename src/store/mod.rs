@@ -1,0 +1,438 @@
+//! The partition store: one redb database per partition.
+//!
+//! It holds the partition's records, the offset it has applied up to, the
+//! state hash and counters, all changed in one write transaction per applied
+//! batch, so the data and the offset it reflects can never disagree
+//! (guarantee 3). Only the partition's apply loop writes (`apply`); readers
+//! take MVCC read transactions that never block it and always see one applied
+//! offset with exactly the records it reflects.
+//!
+//! Commits are not fsynced (the log is the source of truth) except every
+//! `flush_durable`; after a crash the store reopens at its last durable
+//! commit and the apply loop replays the log from there.
+
+pub mod hash;
+pub mod key;
+
+use std::path::{Path, PathBuf};
+
+use redb::{Database, Durability, ReadTransaction, ReadableDatabase, ReadableTable, Table, TableDefinition};
+
+use self::hash::StateHash;
+pub use self::key::SkRange;
+
+/// (pk, sk) key encoding → `[version: u64 LE][value JSON text]`.
+const RECORDS: TableDefinition<&[u8], &[u8]> = TableDefinition::new("records");
+/// Numeric metadata: see the `META_*` keys.
+const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
+/// The state hash, 32 bytes under key "state_hash".
+const META_BYTES: TableDefinition<&str, &[u8]> = TableDefinition::new("meta_bytes");
+
+/// Next log offset to apply: every entry below it is reflected here.
+const META_APPLIED_NEXT: &str = "applied_next";
+/// Entries applied (including skipped ones): equals `applied_next` on a dense log.
+const META_APPLIED_ENTRIES: &str = "applied_entries";
+const META_SKIPPED_ENTRIES: &str = "skipped_entries";
+const META_RECORD_COUNT: &str = "record_count";
+/// The partition count of the namespace this store belongs to.
+const META_PARTITIONS: &str = "partitions";
+const META_STATE_HASH: &str = "state_hash";
+
+#[derive(Debug, thiserror::Error)]
+#[error("store {path}: {message}")]
+pub struct StoreError {
+    pub path: String,
+    pub message: String,
+}
+
+/// One record as read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Record {
+    pub pk: String,
+    pub sk: String,
+    pub version: u64,
+    /// JSON text.
+    pub value: Vec<u8>,
+}
+
+/// Applied-state summary, from one read transaction.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoreState {
+    pub applied_next: u64,
+    pub applied_entries: u64,
+    pub skipped_entries: u64,
+    pub record_count: u64,
+    pub state_hash: StateHash,
+}
+
+pub struct PartitionStore {
+    db: Database,
+    path: PathBuf,
+}
+
+fn encode_value(version: u64, value: &[u8]) -> Vec<u8> {
+    let mut stored = Vec::with_capacity(8 + value.len());
+    stored.extend_from_slice(&version.to_le_bytes());
+    stored.extend_from_slice(value);
+    stored
+}
+
+fn decode_value(stored: &[u8]) -> (u64, &[u8]) {
+    assert!(stored.len() >= 8, "a stored value starts with its 8-byte version");
+    (u64::from_le_bytes(stored[..8].try_into().unwrap()), &stored[8..])
+}
+
+impl PartitionStore {
+    /// Opens or creates the store of a partition of a namespace of `partitions` partitions.
+    pub fn open(path: &Path, partitions: u32, cache_bytes: usize) -> Result<PartitionStore, StoreError> {
+        let err = |message: String| StoreError { path: path.display().to_string(), message };
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir).map_err(|e| err(e.to_string()))?;
+        }
+        let db = Database::builder().set_cache_size(cache_bytes).create(path).map_err(|e| err(e.to_string()))?;
+        let store = PartitionStore { db, path: path.to_path_buf() };
+        let txn = store.db.begin_write().map_err(|e| err(e.to_string()))?;
+        {
+            let mut meta = txn.open_table(META).map_err(|e| err(e.to_string()))?;
+            txn.open_table(RECORDS).map_err(|e| err(e.to_string()))?;
+            txn.open_table(META_BYTES).map_err(|e| err(e.to_string()))?;
+            let stored = meta.get(META_PARTITIONS).map_err(|e| err(e.to_string()))?.map(|g| g.value());
+            match stored {
+                None => {
+                    meta.insert(META_PARTITIONS, u64::from(partitions)).map_err(|e| err(e.to_string()))?;
+                }
+                Some(p) if p == u64::from(partitions) => {}
+                Some(p) => {
+                    return Err(err(format!(
+                        "belongs to a namespace of {p} partitions, not {partitions}; move it away to rebuild from the log"
+                    )))
+                }
+            }
+        }
+        txn.commit().map_err(|e| err(e.to_string()))?;
+        Ok(store)
+    }
+
+    fn error(&self, e: impl std::fmt::Display) -> StoreError {
+        StoreError { path: self.path.display().to_string(), message: e.to_string() }
+    }
+
+    /// A consistent read view.
+    pub fn read(&self) -> Result<StoreReader<'_>, StoreError> {
+        let txn = self.db.begin_read().map_err(|e| self.error(e))?;
+        Ok(StoreReader { txn, path: &self.path })
+    }
+
+    /// Applies one batch in one transaction. `f` sees the state as of the
+    /// previous batch plus its own changes; the transaction commits only if
+    /// `f` returns Ok. `durable` makes this commit (and all before it) survive
+    /// a crash.
+    pub fn apply<T>(&self, durable: bool, f: impl FnOnce(&mut ApplyTxn) -> Result<T, StoreError>) -> Result<T, StoreError> {
+        let mut txn = self.db.begin_write().map_err(|e| self.error(e))?;
+        let durability = if durable { Durability::Immediate } else { Durability::None };
+        txn.set_durability(durability).map_err(|e| self.error(e))?;
+        let result = {
+            let mut records = txn.open_table(RECORDS).map_err(|e| self.error(e))?;
+            let mut meta = txn.open_table(META).map_err(|e| self.error(e))?;
+            let mut meta_bytes = txn.open_table(META_BYTES).map_err(|e| self.error(e))?;
+            let state = read_state(&meta, &meta_bytes).map_err(|e| self.error(e))?;
+            let mut apply = ApplyTxn { records: &mut records, state, path: &self.path };
+            let result = f(&mut apply)?;
+            let state = apply.state.clone();
+            write_state(&mut meta, &mut meta_bytes, &state).map_err(|e| self.error(e))?;
+            result
+        };
+        txn.commit().map_err(|e| self.error(e))?;
+        Ok(result)
+    }
+
+    /// Makes every commit so far durable (one fsync).
+    pub fn flush_durable(&self) -> Result<(), StoreError> {
+        self.apply(true, |_| Ok(()))
+    }
+}
+
+fn read_state(
+    meta: &impl ReadableTable<&'static str, u64>,
+    meta_bytes: &impl ReadableTable<&'static str, &'static [u8]>,
+) -> Result<StoreState, redb::StorageError> {
+    let get = |key: &str| -> Result<u64, redb::StorageError> { Ok(meta.get(key)?.map_or(0, |g| g.value())) };
+    let state_hash = meta_bytes.get(META_STATE_HASH)?.map_or(StateHash::default(), |g| StateHash::from_bytes(g.value()));
+    Ok(StoreState {
+        applied_next: get(META_APPLIED_NEXT)?,
+        applied_entries: get(META_APPLIED_ENTRIES)?,
+        skipped_entries: get(META_SKIPPED_ENTRIES)?,
+        record_count: get(META_RECORD_COUNT)?,
+        state_hash,
+    })
+}
+
+fn write_state(
+    meta: &mut Table<&'static str, u64>,
+    meta_bytes: &mut Table<&'static str, &'static [u8]>,
+    state: &StoreState,
+) -> Result<(), redb::StorageError> {
+    meta.insert(META_APPLIED_NEXT, state.applied_next)?;
+    meta.insert(META_APPLIED_ENTRIES, state.applied_entries)?;
+    meta.insert(META_SKIPPED_ENTRIES, state.skipped_entries)?;
+    meta.insert(META_RECORD_COUNT, state.record_count)?;
+    meta_bytes.insert(META_STATE_HASH, state.state_hash.to_bytes().as_slice())?;
+    Ok(())
+}
+
+/// The write side of one apply transaction.
+pub struct ApplyTxn<'a, 't> {
+    records: &'a mut Table<'t, &'static [u8], &'static [u8]>,
+    state: StoreState,
+    path: &'a Path,
+}
+
+impl ApplyTxn<'_, '_> {
+    fn error(&self, e: impl std::fmt::Display) -> StoreError {
+        StoreError { path: self.path.display().to_string(), message: e.to_string() }
+    }
+
+    pub fn state(&self) -> &StoreState {
+        &self.state
+    }
+
+    /// The version of `(pk, sk)` as of this transaction, if it exists.
+    pub fn version_of(&self, pk: &str, sk: &str) -> Result<Option<u64>, StoreError> {
+        let key = key::encode(pk, sk);
+        let guard = self.records.get(key.as_slice()).map_err(|e| self.error(e))?;
+        Ok(guard.map(|g| decode_value(g.value()).0))
+    }
+
+    pub fn put(&mut self, pk: &str, sk: &str, version: u64, value: &[u8]) -> Result<(), StoreError> {
+        let key = key::encode(pk, sk);
+        let stored = encode_value(version, value);
+        let path = self.path;
+        let error = |e: redb::StorageError| StoreError { path: path.display().to_string(), message: e.to_string() };
+        let old = self.records.insert(key.as_slice(), stored.as_slice()).map_err(error)?;
+        let old_hash = old.map(|old| {
+            let (old_version, old_value) = decode_value(old.value());
+            StateHash::of_record(&key, old_version, old_value)
+        });
+        match old_hash {
+            Some(old_hash) => self.state.state_hash.remove(&old_hash),
+            None => self.state.record_count += 1,
+        }
+        self.state.state_hash.add(&StateHash::of_record(&key, version, value));
+        Ok(())
+    }
+
+    pub fn delete(&mut self, pk: &str, sk: &str) -> Result<(), StoreError> {
+        let key = key::encode(pk, sk);
+        let path = self.path;
+        let error = |e: redb::StorageError| StoreError { path: path.display().to_string(), message: e.to_string() };
+        let old = self.records.remove(key.as_slice()).map_err(error)?;
+        let old_hash = old.map(|old| {
+            let (old_version, old_value) = decode_value(old.value());
+            StateHash::of_record(&key, old_version, old_value)
+        });
+        if let Some(old_hash) = old_hash {
+            self.state.state_hash.remove(&old_hash);
+            self.state.record_count -= 1;
+        }
+        Ok(())
+    }
+
+    /// Marks log entry `offset` applied (or skipped). Offsets only move forward.
+    pub fn mark_applied(&mut self, offset: u64, skipped: bool) {
+        assert!(
+            offset >= self.state.applied_next,
+            "offset {offset} is below applied_next {}: it would be applied twice",
+            self.state.applied_next
+        );
+        self.state.applied_next = offset + 1;
+        self.state.applied_entries += 1;
+        if skipped {
+            self.state.skipped_entries += 1;
+        }
+    }
+}
+
+/// A consistent read view of one partition.
+pub struct StoreReader<'s> {
+    txn: ReadTransaction,
+    path: &'s Path,
+}
+
+impl StoreReader<'_> {
+    fn error(&self, e: impl std::fmt::Display) -> StoreError {
+        StoreError { path: self.path.display().to_string(), message: e.to_string() }
+    }
+
+    pub fn state(&self) -> Result<StoreState, StoreError> {
+        let meta = self.txn.open_table(META).map_err(|e| self.error(e))?;
+        let meta_bytes = self.txn.open_table(META_BYTES).map_err(|e| self.error(e))?;
+        read_state(&meta, &meta_bytes).map_err(|e| self.error(e))
+    }
+
+    pub fn applied_next(&self) -> Result<u64, StoreError> {
+        let meta = self.txn.open_table(META).map_err(|e| self.error(e))?;
+        let value = meta.get(META_APPLIED_NEXT).map_err(|e| self.error(e))?;
+        Ok(value.map_or(0, |g| g.value()))
+    }
+
+    pub fn get(&self, pk: &str, sk: &str) -> Result<Option<Record>, StoreError> {
+        let records = self.txn.open_table(RECORDS).map_err(|e| self.error(e))?;
+        let key = key::encode(pk, sk);
+        let guard = records.get(key.as_slice()).map_err(|e| self.error(e))?;
+        Ok(guard.map(|g| {
+            let (version, value) = decode_value(g.value());
+            Record { pk: pk.to_string(), sk: sk.to_string(), version, value: value.to_vec() }
+        }))
+    }
+
+    /// Up to `limit` records of `pk` within `range`, plus whether more follow.
+    pub fn list(&self, pk: &str, range: &SkRange, limit: usize) -> Result<(Vec<Record>, bool), StoreError> {
+        let records = self.txn.open_table(RECORDS).map_err(|e| self.error(e))?;
+        let (lower, upper) = key::bounds(pk, range);
+        if key::is_empty(&lower, &upper) {
+            return Ok((Vec::new(), false));
+        }
+        let bounds = (as_slice_bound(&lower), as_slice_bound(&upper));
+        let iter = records.range::<&[u8]>(bounds).map_err(|e| self.error(e))?;
+        let mut out = Vec::with_capacity(limit.min(1024));
+        let mut more = false;
+        let mut push = |entry: Result<(redb::AccessGuard<&[u8]>, redb::AccessGuard<&[u8]>), redb::StorageError>| {
+            let (k, v) = entry.map_err(|e| self.error(e))?;
+            if out.len() == limit {
+                more = true;
+                return Ok::<bool, StoreError>(false);
+            }
+            let (pk, sk) = key::decode(k.value());
+            let (version, value) = decode_value(v.value());
+            out.push(Record { pk, sk, version, value: value.to_vec() });
+            Ok(true)
+        };
+        if range.reverse {
+            for entry in iter.rev() {
+                if !push(entry)? {
+                    break;
+                }
+            }
+        } else {
+            for entry in iter {
+                if !push(entry)? {
+                    break;
+                }
+            }
+        }
+        Ok((out, more))
+    }
+
+    /// Every record in key order (for verification and, later, snapshots).
+    pub fn scan_all(&self, mut visit: impl FnMut(Record)) -> Result<(), StoreError> {
+        let records = self.txn.open_table(RECORDS).map_err(|e| self.error(e))?;
+        for entry in records.iter().map_err(|e| self.error(e))? {
+            let (k, v) = entry.map_err(|e| self.error(e))?;
+            let (pk, sk) = key::decode(k.value());
+            let (version, value) = decode_value(v.value());
+            visit(Record { pk, sk, version, value: value.to_vec() });
+        }
+        Ok(())
+    }
+}
+
+fn as_slice_bound(b: &std::ops::Bound<Vec<u8>>) -> std::ops::Bound<&[u8]> {
+    match b {
+        std::ops::Bound::Included(v) => std::ops::Bound::Included(v.as_slice()),
+        std::ops::Bound::Excluded(v) => std::ops::Bound::Excluded(v.as_slice()),
+        std::ops::Bound::Unbounded => std::ops::Bound::Unbounded,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn store() -> (tempfile::TempDir, PartitionStore) {
+        let dir = tempfile::tempdir().unwrap();
+        let store = PartitionStore::open(&dir.path().join("p0.redb"), 4, 1 << 20).unwrap();
+        (dir, store)
+    }
+
+    #[test]
+    fn apply_then_read_with_offset_and_hash() {
+        let (_dir, store) = store();
+        store
+            .apply(false, |tx| {
+                tx.put("u", "a", 0, b"1")?;
+                tx.mark_applied(0, false);
+                tx.put("u", "b", 1, b"2")?;
+                tx.mark_applied(1, false);
+                Ok(())
+            })
+            .unwrap();
+        let reader = store.read().unwrap();
+        let state = reader.state().unwrap();
+        assert_eq!((state.applied_next, state.applied_entries, state.record_count), (2, 2, 2));
+        assert_eq!(reader.get("u", "b").unwrap().unwrap().version, 1);
+        assert!(reader.get("u", "c").unwrap().is_none());
+        drop(reader);
+        store
+            .apply(true, |tx| {
+                tx.delete("u", "b")?;
+                tx.mark_applied(2, false);
+                Ok(())
+            })
+            .unwrap();
+        let state = store.read().unwrap().state().unwrap();
+        let mut expected = StateHash::default();
+        expected.add(&StateHash::of_record(&key::encode("u", "a"), 0, b"1"));
+        assert_eq!(state.state_hash, expected);
+        assert_eq!(state.record_count, 1);
+    }
+
+    #[test]
+    fn failed_apply_changes_nothing() {
+        let (_dir, store) = store();
+        let result: Result<(), StoreError> = store.apply(false, |tx| {
+            tx.put("u", "a", 0, b"1")?;
+            Err(StoreError { path: String::new(), message: "boom".into() })
+        });
+        assert!(result.is_err());
+        assert!(store.read().unwrap().get("u", "a").unwrap().is_none());
+    }
+
+    #[test]
+    fn list_pages_both_ways() {
+        let (_dir, store) = store();
+        store
+            .apply(false, |tx| {
+                for (i, sk) in ["a", "b1", "b2", "b3", "c"].iter().enumerate() {
+                    tx.put("p", sk, i as u64, b"0")?;
+                }
+                tx.put("q", "b1", 9, b"0")?;
+                Ok(())
+            })
+            .unwrap();
+        let reader = store.read().unwrap();
+        let sks = |range: SkRange, limit| {
+            let (items, more) = reader.list("p", &range, limit).unwrap();
+            (items.into_iter().map(|r| r.sk).collect::<Vec<_>>(), more)
+        };
+        assert_eq!(sks(SkRange::default(), 10).0, ["a", "b1", "b2", "b3", "c"]);
+        assert_eq!(sks(SkRange { prefix: Some("b".into()), ..Default::default() }, 2), (vec!["b1".into(), "b2".into()], true));
+        assert_eq!(
+            sks(SkRange { prefix: Some("b".into()), cursor: Some("b2".into()), ..Default::default() }, 2),
+            (vec!["b3".into()], false)
+        );
+        assert_eq!(sks(SkRange { reverse: true, ..Default::default() }, 2), (vec!["c".into(), "b3".into()], true));
+        assert_eq!(
+            sks(SkRange { start: Some("b2".into()), end: Some("c".into()), ..Default::default() }, 10).0,
+            ["b2", "b3"]
+        );
+    }
+
+    #[test]
+    fn partition_count_mismatch_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("p.redb");
+        drop(PartitionStore::open(&path, 4, 1 << 20).unwrap());
+        assert!(PartitionStore::open(&path, 8, 1 << 20).is_err());
+        assert!(PartitionStore::open(&path, 4, 1 << 20).is_ok());
+    }
+}
