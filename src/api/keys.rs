@@ -61,3 +61,19 @@ mod tests {
         assert_eq!(parse(&long).unwrap_err().code, "key_too_large");
     }
 }
+
+/// The `{ns}` segment of `/v1/ns/{ns}/...`, from the raw path, so that a bad
+/// segment gets Tern's JSON error rather than the router's plain text.
+pub struct NsName(pub String);
+
+impl<S: Send + Sync> axum::extract::FromRequestParts<S> for NsName {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut axum::http::request::Parts, _: &S) -> Result<Self, Self::Rejection> {
+        let segment = parts.uri.path().strip_prefix("/v1/ns/").and_then(|rest| rest.split('/').next()).unwrap_or("");
+        let name = percent_decode_str(segment).decode_utf8().map_err(|_| {
+            ApiError::bad_request("invalid_namespace", "the namespace name is not valid UTF-8 after percent-decoding")
+        })?;
+        Ok(NsName(name.into_owned()))
+    }
+}

@@ -1,7 +1,7 @@
 //! Namespace calls: create, list, describe (with per-partition state).
 
 use axum::body::Body;
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -9,6 +9,7 @@ use serde::Deserialize;
 use serde_json::json;
 
 use super::error::ApiError;
+use super::keys::NsName;
 use super::{body, AppState};
 use crate::apply::PartitionStatus;
 
@@ -22,7 +23,7 @@ struct CreateBody {
 const NAMESPACE_BODY_BYTES_MAX: usize = 4096;
 
 /// `PUT /v1/ns/{ns}`: 201 created, 200 same again, 409 different partition count.
-pub async fn create(State(state): State<AppState>, Path(ns): Path<String>, body: Body) -> Result<Response, ApiError> {
+pub async fn create(State(state): State<AppState>, NsName(ns): NsName, body: Body) -> Result<Response, ApiError> {
     let bytes = body::read(body, NAMESPACE_BODY_BYTES_MAX, "body_too_large", "the namespace body").await?;
     let request: CreateBody = body::json(&bytes)?;
     let created = state.node.create_namespace(&ns, request.partitions).await?;
@@ -38,7 +39,7 @@ pub async fn list(State(state): State<AppState>) -> Response {
 }
 
 /// `GET /v1/ns/{ns}`: the namespace as this node sees it.
-pub async fn describe(State(state): State<AppState>, Path(ns): Path<String>) -> Result<Response, ApiError> {
+pub async fn describe(State(state): State<AppState>, NsName(ns): NsName) -> Result<Response, ApiError> {
     let namespace = state.node.namespace(&ns).ok_or_else(|| ApiError::unknown_namespace(&ns))?;
     let mut partitions = Vec::with_capacity(namespace.handles.len());
     for handle in &namespace.handles {

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use axum::body::Body;
-use axum::extract::{Path, RawQuery, State};
+use axum::extract::{RawQuery, State};
 use axum::http::{header, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use base64::Engine;
@@ -13,6 +13,7 @@ use serde_json::json;
 
 use super::error::ApiError;
 use super::params::Params;
+use super::keys::NsName;
 use super::{body, keys, render, AppState};
 use crate::codec::{Condition, Mutation, Op, OpKind};
 use crate::limits;
@@ -48,7 +49,7 @@ fn condition(params: &Params) -> Result<Option<Condition>, ApiError> {
 /// `PUT|GET|DELETE /v1/ns/{ns}/kv/{pk}[/{sk}]`
 pub async fn kv(
     State(state): State<AppState>,
-    Path((ns, _rest)): Path<(String, String)>,
+    NsName(ns): NsName,
     method: axum::http::Method,
     uri: Uri,
     RawQuery(query): RawQuery,
@@ -184,7 +185,7 @@ struct KeyBody {
 /// `POST /v1/ns/{ns}/get`
 pub async fn multi_get(
     State(state): State<AppState>,
-    Path(ns): Path<String>,
+    NsName(ns): NsName,
     RawQuery(query): RawQuery,
     body: Body,
 ) -> Result<Response, ApiError> {
@@ -275,7 +276,7 @@ fn batch_op(index: usize, op: BatchOp) -> Result<Op, ApiError> {
 /// `POST /v1/ns/{ns}/batch`
 pub async fn batch(
     State(state): State<AppState>,
-    Path(ns): Path<String>,
+    NsName(ns): NsName,
     RawQuery(query): RawQuery,
     body: Body,
 ) -> Result<Response, ApiError> {

@@ -20,6 +20,8 @@ pub mod index;
 mod reader;
 pub mod segments;
 mod writer;
+#[cfg(test)]
+mod tests;
 
 use std::collections::HashMap;
 use std::io::{BufReader, Read};

@@ -1,0 +1,315 @@
+//! The v1 API against a real `tern dev` process: every record and namespace
+//! call, consistency options, and the CLI.
+
+mod common;
+
+use common::{cli, error_code, Tern};
+use serde_json::{json, Value};
+
+/// Two pks in the same partition of a 16-partition namespace.
+fn same_partition_pks() -> (String, String) {
+    let p = |pk: &str| tern::partitioner::partition_of(pk, 16);
+    let first = "order-0".to_string();
+    let second = (1..).map(|i| format!("order-{i}")).find(|pk| p(pk) == p(&first)).unwrap();
+    (first, second)
+}
+
+#[tokio::test]
+async fn records_put_get_delete_with_versions_and_positions() {
+    let dir = tempfile::tempdir().unwrap();
+    let t = Tern::dev(dir.path()).await;
+    let (status, put) = t.put("user/1", "profile", &json!({"name": "ada", "tags": ["x"]})).await;
+    assert_eq!(status, 200, "{put}");
+    let version = put["version"].as_u64().unwrap();
+    let position = put["position"].as_str().unwrap().to_string();
+    // Read-your-writes through the position.
+    let url = format!("{}?after={}", t.kv_url("default", "user/1", Some("profile")), position);
+    let (status, got) = t.send(t.client.get(url)).await;
+    assert_eq!(status, 200);
+    assert_eq!(got["value"], json!({"name": "ada", "tags": ["x"]}));
+    assert_eq!(got["version"].as_u64().unwrap(), version);
+    assert_eq!(got["pk"], "user/1");
+    assert!(got["position"].is_string());
+    // A second put of the same key gets a higher version.
+    let (_, put2) = t.put("user/1", "profile", &json!(2)).await;
+    assert!(put2["version"].as_u64().unwrap() > version);
+    // Delete, then 404 with a position.
+    let url = format!("{}?wait=applied", t.kv_url("default", "user/1", Some("profile")));
+    let (status, del) = t.send(t.client.delete(url)).await;
+    assert_eq!(status, 200, "{del}");
+    assert!(del["position"].is_string());
+    let (status, missing) = t.get("user/1", "profile").await;
+    assert_eq!(status, 404);
+    assert_eq!(error_code(&missing), "not_found");
+    assert!(missing["error"]["position"].is_string());
+}
+
+#[tokio::test]
+async fn empty_sort_key_and_odd_keys() {
+    let dir = tempfile::tempdir().unwrap();
+    let t = Tern::dev(dir.path()).await;
+    // PUT /kv/{pk} (no sk) is the empty sort key; GET /kv/{pk}/ reads it.
+    let url = format!("{}?wait=applied", t.kv_url("default", "flag", None));
+    let (status, _) = t.send(t.client.put(url).body("true")).await;
+    assert_eq!(status, 200);
+    let (status, got) = t.send(t.client.get(format!("{}/", t.kv_url("default", "flag", None)))).await;
+    assert_eq!(status, 200, "{got}");
+    assert_eq!((got["sk"].as_str(), got["value"].as_bool()), (Some(""), Some(true)));
+    for (pk, sk) in [("a/b/c", "d/e"), ("ünïcødé 🚀", "space and ?&=#"), ("%2F", "a..b")] {
+        let url = format!("{}?wait=applied", t.kv_url("default", pk, Some(sk)));
+        let (status, body) = t.send(t.client.put(url).body("\"v\"")).await;
+        assert_eq!(status, 200, "{pk:?} {sk:?}: {body}");
+        let (status, got) = t.get(pk, sk).await;
+        assert_eq!(status, 200);
+        assert_eq!((got["pk"].as_str().unwrap(), got["sk"].as_str().unwrap()), (pk, sk));
+    }
+}
+
+#[tokio::test]
+async fn list_with_prefix_range_cursor_and_reverse() {
+    let dir = tempfile::tempdir().unwrap();
+    let t = Tern::dev(dir.path()).await;
+    let sks: Vec<String> = (0..25).map(|i| format!("item-{i:02}")).chain(["other".to_string()]).collect();
+    let ops: Vec<Value> = sks.iter().map(|sk| json!({"op": "put", "pk": "cart", "sk": sk, "value": sk})).collect();
+    let (status, body) = t.send(t.client.post(format!("{}/v1/ns/default/batch?wait=applied", t.url)).json(&json!({"ops": ops}))).await;
+    assert_eq!(status, 200, "{body}");
+    let t = &t;
+    let list = |query: &str| {
+        let url = format!("{}?{query}", t.kv_url("default", "cart", None));
+        async move { t.send(t.client.get(url)).await }
+    };
+    // Page through with a cursor: every item exactly once, in order.
+    let mut seen = Vec::new();
+    let mut cursor: Option<String> = None;
+    loop {
+        let query = match &cursor {
+            Some(c) => format!("prefix=item-&limit=10&cursor={c}"),
+            None => "prefix=item-&limit=10".to_string(),
+        };
+        let (status, page) = list(&query).await;
+        assert_eq!(status, 200, "{page}");
+        seen.extend(page["items"].as_array().unwrap().iter().map(|i| i["sk"].as_str().unwrap().to_string()));
+        match page["next_cursor"].as_str() {
+            Some(c) => cursor = Some(c.to_string()),
+            None => break,
+        }
+    }
+    assert_eq!(seen, sks[..25].to_vec());
+    let (_, range) = list("start=item-05&end=item-08").await;
+    let got: Vec<&str> = range["items"].as_array().unwrap().iter().map(|i| i["sk"].as_str().unwrap()).collect();
+    assert_eq!(got, ["item-05", "item-06", "item-07"]);
+    let (_, rev) = list("reverse=true&limit=2").await;
+    let got: Vec<&str> = rev["items"].as_array().unwrap().iter().map(|i| i["sk"].as_str().unwrap()).collect();
+    assert_eq!(got, ["other", "item-24"]);
+    let cursor = rev["next_cursor"].as_str().unwrap().to_string();
+    let (_, rev2) = list(&format!("reverse=true&limit=2&cursor={cursor}")).await;
+    assert_eq!(rev2["items"][0]["sk"], "item-23");
+    let (_, empty) = list("prefix=zzz").await;
+    assert_eq!(empty["items"], json!([]));
+    assert_eq!(empty["next_cursor"], Value::Null);
+}
+
+#[tokio::test]
+async fn multi_get_keeps_request_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let t = Tern::dev(dir.path()).await;
+    for pk in ["a", "b", "c"] {
+        let url = format!("{}?wait=applied", t.kv_url("default", pk, Some("s")));
+        t.send(t.client.put(url).body(format!("\"{pk}\""))).await;
+    }
+    let body = json!({"keys": [{"pk": "c", "sk": "s"}, {"pk": "missing"}, {"pk": "a", "sk": "s"}]});
+    let (status, got) = t.send(t.client.post(format!("{}/v1/ns/default/get", t.url)).json(&body)).await;
+    assert_eq!(status, 200, "{got}");
+    assert_eq!(got["items"][0]["value"], "c");
+    assert_eq!(got["items"][1], Value::Null);
+    assert_eq!(got["items"][2]["value"], "a");
+    assert!(got["position"].as_str().unwrap().contains(','), "a vector position: {got}");
+}
+
+#[tokio::test]
+async fn conditional_writes_and_atomic_batches() {
+    let dir = tempfile::tempdir().unwrap();
+    let t = Tern::dev(dir.path()).await;
+    let url = |q: &str| format!("{}?{q}", t.kv_url("default", "lock", Some("owner")));
+    let (status, first) = t.send(t.client.put(url("if_absent=true")).body("\"a\"")).await;
+    assert_eq!(status, 200, "{first}");
+    let v = first["version"].as_u64().unwrap();
+    let (status, again) = t.send(t.client.put(url("if_absent=true")).body("\"b\"")).await;
+    assert_eq!(status, 409);
+    assert_eq!(error_code(&again), "condition_failed");
+    assert_eq!(again["error"]["current_version"], v);
+    let (status, cas) = t.send(t.client.put(url(&format!("if_version={v}"))).body("\"c\"")).await;
+    assert_eq!(status, 200, "{cas}");
+    let (status, stale) = t.send(t.client.put(url(&format!("if_version={v}"))).body("\"d\"")).await;
+    assert_eq!(status, 409);
+    assert_eq!(stale["error"]["current_version"], cas["version"]);
+    let (status, _) = t.send(t.client.delete(url(&format!("if_version={v}")))).await;
+    assert_eq!(status, 409, "a delete with a stale version fails");
+    let (_, now) = t.get("lock", "owner").await;
+    assert_eq!(now["value"], "c");
+
+    // A batch whose second condition fails applies nothing.
+    let (pk1, pk2) = same_partition_pks();
+    let batch = |ops: Value| t.client.post(format!("{}/v1/ns/default/batch", t.url)).json(&json!({ "ops": ops }));
+    let (status, failed) = t
+        .send(batch(json!([
+            {"op": "put", "pk": pk1, "sk": "x", "value": 1},
+            {"op": "put", "pk": pk2, "sk": "y", "value": 2, "if_version": 999_999},
+        ])))
+        .await;
+    assert_eq!(status, 409, "{failed}");
+    assert_eq!(failed["error"]["op_index"], 1);
+    let (status, _) = t.get(&pk1, "x").await;
+    assert_eq!(status, 404, "nothing of a failed batch applies");
+    let (status, ok) = t
+        .send(batch(json!([
+            {"op": "put", "pk": pk1, "sk": "x", "value": 1, "if_absent": true},
+            {"op": "put", "pk": pk2, "sk": "y", "value": 2},
+            {"op": "delete", "pk": pk2, "sk": "nothing-there"},
+        ])))
+        .await;
+    assert_eq!(status, 200, "{ok}");
+    let (_, x) = t.get(&pk1, "x").await;
+    let (_, y) = t.get(&pk2, "y").await;
+    assert_eq!(x["version"], ok["version"], "every record of a batch has the batch's version");
+    assert_eq!(y["version"], ok["version"]);
+    let (status, cross) = t.send(batch(json!([{"op": "put", "pk": "x", "value": 1}, {"op": "put", "pk": "y", "value": 2}]))).await;
+    assert_eq!(status, 400);
+    assert_eq!(error_code(&cross), "cross_partition");
+}
+
+#[tokio::test]
+async fn strong_and_after_reads_wait_for_the_write() {
+    let dir = tempfile::tempdir().unwrap();
+    let t = Tern::dev(dir.path()).await;
+    for i in 0..50 {
+        let (status, put) = t.put("counter", "c", &json!(i)).await;
+        assert_eq!(status, 200);
+        // Without waiting, a strong read must still see this write.
+        let url = format!("{}?consistency=strong", t.kv_url("default", "counter", Some("c")));
+        let (status, got) = t.send(t.client.get(url)).await;
+        assert_eq!(status, 200, "{got}");
+        assert_eq!(got["value"], i);
+        let position = put["position"].as_str().unwrap();
+        let url = format!("{}?after={position}", t.kv_url("default", "counter", None));
+        let (status, listed) = t.send(t.client.get(url)).await;
+        assert_eq!(status, 200);
+        assert_eq!(listed["items"][0]["value"], i);
+    }
+    // A position far in the future times out with 503 and the current position.
+    let url = format!("{}?after=default:0:999999&timeout_ms=100", t.kv_url("default", "counter", Some("c")));
+    let (status, body) = t.send(t.client.get(url)).await;
+    let partition = tern::partitioner::partition_of("counter", 16);
+    if partition == 0 {
+        assert_eq!(status, 503, "{body}");
+        assert_eq!(error_code(&body), "not_caught_up");
+    } else {
+        assert_eq!(status, 200, "a position of another partition does not apply to this read");
+    }
+    let url = format!("{}?after=default:{partition}:999999&timeout_ms=100", t.kv_url("default", "counter", Some("c")));
+    let (status, body) = t.send(t.client.get(url)).await;
+    assert_eq!(status, 503, "{body}");
+    assert_eq!(error_code(&body), "not_caught_up");
+    assert!(body["error"]["position"].is_string());
+}
+
+#[tokio::test]
+async fn namespaces_create_list_describe() {
+    let dir = tempfile::tempdir().unwrap();
+    let t = Tern::dev(dir.path()).await;
+    let create = |name: &str, body: Value| t.client.put(format!("{}/v1/ns/{name}", t.url)).json(&body);
+    let (status, _) = t.send(create("dns", json!({"partitions": 3}))).await;
+    assert_eq!(status, 201);
+    let (status, _) = t.send(create("dns", json!({"partitions": 3}))).await;
+    assert_eq!(status, 200);
+    let (status, body) = t.send(create("dns", json!({"partitions": 4}))).await;
+    assert_eq!(status, 409);
+    assert_eq!(error_code(&body), "namespace_exists");
+    let (_, list) = t.get_json("/v1/ns").await;
+    let names: Vec<&str> = list["namespaces"].as_array().unwrap().iter().map(|n| n["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["default", "dns"]);
+    let url = format!("{}?wait=applied", t.kv_url("dns", "example.com", Some("A")));
+    let (status, _) = t.send(t.client.put(url).body("[\"192.0.2.1\"]")).await;
+    assert_eq!(status, 200);
+    let (status, ns) = t.get_json("/v1/ns/dns").await;
+    assert_eq!(status, 200);
+    assert_eq!(ns["partitions"], 3);
+    let state = ns["state"].as_array().unwrap();
+    assert_eq!(state.len(), 3);
+    let written: Vec<&Value> = state.iter().filter(|p| p["applied_offset"] == 0).collect();
+    assert_eq!(written.len(), 1);
+    assert_eq!(written[0]["lag"], 0);
+    assert_eq!(written[0]["log_end_offset"], 1);
+    assert_ne!(written[0]["state_hash"], "0".repeat(64));
+    for p in state {
+        for field in ["partition", "held", "applied_offset", "log_end_offset", "lag", "state_hash"] {
+            assert!(p.get(field).is_some(), "{field} missing in {p}");
+        }
+    }
+    // Namespaces survive a restart.
+    drop(t);
+    let t = Tern::dev(dir.path()).await;
+    let (status, got) = t.send(t.client.get(t.kv_url("dns", "example.com", Some("A")))).await;
+    assert_eq!(status, 200, "{got}");
+}
+
+#[tokio::test]
+async fn operations_endpoints() {
+    let dir = tempfile::tempdir().unwrap();
+    let t = Tern::dev(dir.path()).await;
+    t.put("m", "", &json!(1)).await;
+    t.get("m", "").await;
+    let (status, health) = t.get_json("/healthz").await;
+    assert_eq!((status, health["status"].as_str()), (200, Some("ok")));
+    let (status, ready) = t.get_json("/readyz").await;
+    assert_eq!((status, ready["ready"].as_bool()), (200, Some(true)));
+    tokio::time::sleep(std::time::Duration::from_millis(1200)).await;
+    let metrics = t.client.get(format!("{}/metrics", t.url)).send().await.unwrap().text().await.unwrap();
+    for name in [
+        "tern_http_request_duration_seconds_bucket",
+        "tern_partition_applied_offset",
+        "tern_partition_lag",
+        "tern_partition_log_end_offset",
+        "tern_log_append_seconds",
+        "tern_log_fsync_batch_entries",
+        "tern_apply_batch_entries",
+    ] {
+        assert!(metrics.contains(name), "{name} missing from /metrics");
+    }
+    assert!(metrics.contains("route=\"PUT /v1/ns/{ns}/kv/{*rest}\""), "latency per route");
+}
+
+#[tokio::test]
+async fn cli_client_commands() {
+    let dir = tempfile::tempdir().unwrap();
+    let t = Tern::dev(dir.path()).await;
+    let (ok, out, err) = cli(&t.url, &["put", "svc/api", "config", "{\"replicas\": 3}", "--wait"]);
+    assert!(ok, "{err}");
+    assert!(out.starts_with("ok  version"), "{out}");
+    let (ok, out, _) = cli(&t.url, &["get", "svc/api", "config"]);
+    assert!(ok);
+    assert!(out.contains("\"replicas\": 3"), "{out}");
+    let (ok, out, _) = cli(&t.url, &["get", "svc/api", "config", "--json"]);
+    assert!(ok);
+    let v: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["value"]["replicas"], 3);
+    let (ok, _, _) = cli(&t.url, &["put", "svc/api", "flag", "true", "--wait"]);
+    assert!(ok);
+    let (ok, out, _) = cli(&t.url, &["ls", "svc/api"]);
+    assert!(ok);
+    assert!(out.contains("config") && out.contains("flag"), "{out}");
+    let (ok, _, err) = cli(&t.url, &["put", "k", "not json"]);
+    assert!(!ok);
+    assert!(err.contains("VALUE must be JSON"), "{err}");
+    let (ok, out, _) = cli(&t.url, &["ns", "create", "flags", "--partitions", "2"]);
+    assert!(ok, "{out}");
+    let (ok, out, _) = cli(&t.url, &["ns"]);
+    assert!(ok && out.contains("flags"), "{out}");
+    let (ok, out, _) = cli(&t.url, &["ns", "show", "default"]);
+    assert!(ok && out.contains("PARTITION"), "{out}");
+    let (ok, _, _) = cli(&t.url, &["del", "svc/api", "flag", "--wait"]);
+    assert!(ok);
+    let (ok, _, err) = cli(&t.url, &["get", "svc/api", "flag"]);
+    assert!(!ok);
+    assert!(err.contains("404 not_found"), "{err}");
+}

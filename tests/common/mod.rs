@@ -1,0 +1,166 @@
+//! Test harness: a real `tern` process on a free loopback port, driven over HTTP.
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_tern");
+
+pub struct Tern {
+    pub child: Option<Child>,
+    pub url: String,
+    pub data_dir: PathBuf,
+    pub client: reqwest::Client,
+}
+
+/// How long a node may take to start and report ready.
+const START_TIMEOUT: Duration = Duration::from_secs(60);
+
+impl Tern {
+    /// `tern dev` on a free port with `data_dir`.
+    pub async fn dev(data_dir: &Path) -> Tern {
+        Tern::spawn(&["dev", "--listen", "127.0.0.1:0", "--data-dir", data_dir.to_str().unwrap()], data_dir).await
+    }
+
+    pub async fn spawn(args: &[&str], data_dir: &Path) -> Tern {
+        let mut child = Command::new(BIN)
+            .args(args)
+            .env("TERN_LOG_LEVEL", "warn")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("tern starts");
+        let stdout = child.stdout.take().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut sent = false;
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if !sent {
+                    if let Some((_, addr)) = line.split_once("listening on ") {
+                        let _ = tx.send(addr.trim().to_string());
+                        sent = true;
+                    }
+                }
+            }
+        });
+        let url = rx.recv_timeout(START_TIMEOUT).expect("tern prints its address");
+        let tern = Tern { child: Some(child), url, data_dir: data_dir.to_path_buf(), client: reqwest::Client::new() };
+        tern.wait_ready().await;
+        tern
+    }
+
+    pub async fn wait_ready(&self) {
+        let deadline = Instant::now() + START_TIMEOUT;
+        loop {
+            if let Ok(r) = self.client.get(format!("{}/readyz", self.url)).send().await {
+                if r.status().is_success() {
+                    return;
+                }
+            }
+            assert!(Instant::now() < deadline, "tern did not become ready");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    pub fn kill9(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            child.kill().expect("SIGKILL");
+            child.wait().unwrap();
+        }
+    }
+
+    /// SIGTERM, then wait for a clean exit.
+    pub fn terminate(&mut self) -> std::process::ExitStatus {
+        let mut child = self.child.take().expect("running");
+        Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                return status;
+            }
+            assert!(Instant::now() < deadline, "tern did not stop after SIGTERM");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    pub fn kv_url(&self, ns: &str, pk: &str, sk: Option<&str>) -> String {
+        let enc = |s: &str| percent_encoding::utf8_percent_encode(s, percent_encoding::NON_ALPHANUMERIC).to_string();
+        match sk {
+            Some(sk) => format!("{}/v1/ns/{ns}/kv/{}/{}", self.url, enc(pk), enc(sk)),
+            None => format!("{}/v1/ns/{ns}/kv/{}", self.url, enc(pk)),
+        }
+    }
+
+    pub async fn put(&self, pk: &str, sk: &str, value: &Value) -> (u16, Value) {
+        let r = self.client.put(self.kv_url("default", pk, Some(sk))).json(value).send().await.unwrap();
+        (r.status().as_u16(), r.json().await.unwrap())
+    }
+
+    pub async fn get(&self, pk: &str, sk: &str) -> (u16, Value) {
+        let r = self.client.get(self.kv_url("default", pk, Some(sk))).send().await.unwrap();
+        (r.status().as_u16(), r.json().await.unwrap())
+    }
+
+    pub async fn get_json(&self, path: &str) -> (u16, Value) {
+        let r = self.client.get(format!("{}{path}", self.url)).send().await.unwrap();
+        (r.status().as_u16(), r.json().await.unwrap())
+    }
+
+    pub async fn send(&self, request: reqwest::RequestBuilder) -> (u16, Value) {
+        let r = request.send().await.unwrap();
+        let status = r.status().as_u16();
+        let text = r.text().await.unwrap();
+        (status, serde_json::from_str(&text).unwrap_or_else(|_| panic!("response is JSON: {text}")))
+    }
+
+    /// (applied_offset, state_hash, applied_entries) per partition of `ns`.
+    pub async fn partition_states(&self, ns: &str) -> Vec<(i64, String, u64)> {
+        let (status, body) = self.get_json(&format!("/v1/ns/{ns}")).await;
+        assert_eq!(status, 200, "{body}");
+        body["state"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| {
+                (
+                    p["applied_offset"].as_i64().unwrap(),
+                    p["state_hash"].as_str().unwrap().to_string(),
+                    p["applied_entries"].as_u64().unwrap(),
+                )
+            })
+            .collect()
+    }
+
+    /// Waits until every partition of `ns` has applied its whole log.
+    pub async fn wait_caught_up(&self, ns: &str) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let (_, body) = self.get_json(&format!("/v1/ns/{ns}")).await;
+            if body["state"].as_array().unwrap().iter().all(|p| p["lag"] == 0) {
+                return;
+            }
+            assert!(Instant::now() < deadline, "not caught up: {body}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+impl Drop for Tern {
+    fn drop(&mut self) {
+        self.kill9();
+    }
+}
+
+pub fn error_code(body: &Value) -> &str {
+    body["error"]["code"].as_str().unwrap_or_else(|| panic!("an error body: {body}"))
+}
+
+/// Runs the CLI; returns (success, stdout, stderr).
+pub fn cli(url: &str, args: &[&str]) -> (bool, String, String) {
+    let output = Command::new(BIN).args(args).env("TERN_URL", url).output().unwrap();
+    (output.status.success(), String::from_utf8_lossy(&output.stdout).into(), String::from_utf8_lossy(&output.stderr).into())
+}
