@@ -152,9 +152,8 @@ pub fn main() -> anyhow::Result<()> {
                 init_tracing("text");
                 let settings = Settings {
                     listen: args.listen,
-                    snapshots: Some(args.snapshots.unwrap_or_else(|| {
-                        format!("file://{}/snapshots", args.data_dir.display())
-                    })),
+                    // Only an explicit URL is passed on: snapshots are not part of this build yet.
+                    snapshots: args.snapshots,
                     data_dir: args.data_dir,
                     ..Settings::default()
                 };

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Installs what Tern needs on a fresh Debian machine. Idempotent and quick
+# when everything is present.
+#   scripts/setup.sh          build + test needs (protoc)
+#   scripts/setup.sh bench    also the benchmark peers (etcd-server) and matplotlib
+set -euo pipefail
+
+need_apt=()
+command -v protoc >/dev/null || need_apt+=(protobuf-compiler)
+command -v cc >/dev/null || need_apt+=(build-essential)
+if [[ "${1:-}" == "bench" ]]; then
+  command -v etcd >/dev/null || need_apt+=(etcd-server)
+fi
+if ((${#need_apt[@]})); then
+  echo "setup: installing ${need_apt[*]}" >&2
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq "${need_apt[@]}" >/dev/null
+fi
+if [[ "${1:-}" == "bench" ]] && ! python3 -c "import matplotlib" 2>/dev/null; then
+  echo "setup: installing matplotlib" >&2
+  python3 -m pip install -q matplotlib
+fi
+if ! command -v cargo >/dev/null; then
+  echo "setup: cargo (Rust stable, 1.85 or newer) is required and not installed" >&2
+  exit 1
+fi

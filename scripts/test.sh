@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# The full test suite: unit tests, integration tests against real `tern`
+# processes, crash tests. One release build serves tests and benchmarks.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup.sh
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/tern-target}"
+cargo build --release --all-targets
+set +e
+cargo test --release --all-targets 2>&1 | tee "${TMPDIR:-/tmp}/tern-test.log"
+status=${PIPESTATUS[0]}
+set -e
+# One closing line over every test binary.
+awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i } }
+     END { printf "%d passed, %d failed\n", p, f }' "${TMPDIR:-/tmp}/tern-test.log"
+exit "$status"
