@@ -32,6 +32,8 @@ pub struct Settings {
     pub store_fsync_interval_ms: u64,
     /// Most log entries applied per store transaction.
     pub apply_batch_max: usize,
+    /// Least time between two commits of a busy partition's store.
+    pub apply_linger_ms: u64,
     /// `text` or `json` logs.
     pub log_format: String,
 }
@@ -54,6 +56,7 @@ impl Default for Settings {
             store_cache_bytes: 32 * 1024 * 1024,
             store_fsync_interval_ms: 1000,
             apply_batch_max: 1000,
+            apply_linger_ms: 1,
             log_format: "text".into(),
         }
     }
@@ -71,6 +74,7 @@ impl Settings {
         anyhow::ensure!(self.log_segment_bytes >= 1024 * 1024, "log_segment_bytes must be at least 1 MiB");
         anyhow::ensure!(self.log_segment_bytes <= 1024 * 1024 * 1024, "log_segment_bytes must be at most 1 GiB");
         anyhow::ensure!((1..=10_000).contains(&self.apply_batch_max), "apply_batch_max must be 1..=10000");
+        anyhow::ensure!(self.apply_linger_ms <= 100, "apply_linger_ms must be at most 100");
         anyhow::ensure!(self.store_cache_bytes >= 1024 * 1024, "store_cache_bytes must be at least 1 MiB");
         anyhow::ensure!(
             (1..=60_000).contains(&self.store_fsync_interval_ms),

@@ -46,6 +46,7 @@ pub async fn run(settings: Settings, options: Options) -> anyhow::Result<()> {
         apply: ApplyConfig {
             batch_entries_max: settings.apply_batch_max,
             fsync_interval: Duration::from_millis(settings.store_fsync_interval_ms),
+            linger: Duration::from_millis(settings.apply_linger_ms),
         },
     };
     let node = Node::start(node_config, log).await?;

@@ -16,7 +16,9 @@ mod render;
 use std::sync::Arc;
 use std::time::Instant;
 
-use axum::extract::{MatchedPath, Request};
+use axum::extract::{Request, State};
+use axum::handler::Handler;
+use prometheus::Histogram;
 use axum::http::StatusCode;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
@@ -34,35 +36,58 @@ pub struct AppState {
 pub fn router(node: Arc<Node>) -> Router {
     let state = AppState { node };
     Router::new()
-        .route("/v1/ns", get(namespaces::list))
-        .route("/v1/ns/{ns}", put(namespaces::create).get(namespaces::describe))
-        .route("/v1/ns/{ns}/kv/{*rest}", get(records::kv).put(records::kv).delete(records::kv))
-        .route("/v1/ns/{ns}/get", post(records::multi_get))
-        .route("/v1/ns/{ns}/batch", post(records::batch))
+        .route("/v1/ns", get(timed("GET /v1/ns", namespaces::list)))
+        .route(
+            "/v1/ns/{ns}",
+            put(timed("PUT /v1/ns/{ns}", namespaces::create)).get(timed("GET /v1/ns/{ns}", namespaces::describe)),
+        )
+        .route(
+            "/v1/ns/{ns}/kv/{*rest}",
+            get(timed("GET /v1/ns/{ns}/kv/{*rest}", records::kv))
+                .put(timed("PUT /v1/ns/{ns}/kv/{*rest}", records::kv))
+                .delete(timed("DELETE /v1/ns/{ns}/kv/{*rest}", records::kv)),
+        )
+        .route("/v1/ns/{ns}/get", post(timed("POST /v1/ns/{ns}/get", records::multi_get)))
+        .route("/v1/ns/{ns}/batch", post(timed("POST /v1/ns/{ns}/batch", records::batch)))
         .route("/metrics", get(ops::metrics))
         .route("/healthz", get(ops::healthz))
         .route("/readyz", get(ops::readyz))
-        .route_layer(axum::middleware::from_fn(track_latency))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .with_state(state)
 }
 
-/// Records request latency per route and status class.
-async fn track_latency(request: Request, next: Next) -> Response {
-    let started = Instant::now();
-    let route = request.extensions().get::<MatchedPath>().map(|p| p.as_str().to_owned());
-    let method = request.method().clone();
-    let response = next.run(request).await;
-    if let Some(route) = route {
-        let label = format!("{method} {route}");
-        let status = match response.status().as_u16() {
-            200..=299 => "2xx",
-            400..=499 => "4xx",
-            _ => "5xx",
-        };
-        crate::metrics::HTTP_REQUEST_SECONDS.with_label_values(&[&label, status]).observe(started.elapsed().as_secs_f64());
+/// A route's latency histograms, one per status class, resolved once at
+/// start-up so the request path does no label lookup.
+struct RouteMetrics {
+    by_class: [Histogram; 3],
+}
+
+impl RouteMetrics {
+    fn new(route: &str) -> Arc<RouteMetrics> {
+        let h = |class: &str| crate::metrics::HTTP_REQUEST_SECONDS.with_label_values(&[route, class]);
+        Arc::new(RouteMetrics { by_class: [h("2xx"), h("4xx"), h("5xx")] })
     }
+}
+
+/// Wraps `handler` so its latency is recorded under `route`.
+fn timed<H, T>(route: &'static str, handler: H) -> impl Handler<T, AppState>
+where
+    H: Handler<T, AppState>,
+    T: 'static,
+{
+    handler.layer(axum::middleware::from_fn_with_state(RouteMetrics::new(route), track_latency))
+}
+
+async fn track_latency(State(metrics): State<Arc<RouteMetrics>>, request: Request, next: Next) -> Response {
+    let started = Instant::now();
+    let response = next.run(request).await;
+    let class = match response.status().as_u16() {
+        200..=399 => 0,
+        400..=499 => 1,
+        _ => 2,
+    };
+    metrics.by_class[class].observe(started.elapsed().as_secs_f64());
     response
 }
 

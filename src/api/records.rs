@@ -81,13 +81,19 @@ async fn get(state: &AppState, namespace: &Namespace, pk: String, sk: String, qu
     } else {
         await_consistency(state.node.log.as_ref(), namespace, &[partition], &Consistency::Local, Default::default()).await?;
     }
-    let reader = namespace.handle(partition).store().read()?;
-    let record = reader.get(&pk, &sk)?;
-    let position = crate::position::Position::single(&namespace.name, partition, reader.applied_next()?).to_string();
-    match record {
-        Some(record) => Ok(json_response(StatusCode::OK, render::record_with_position(&record, &position))),
-        None => Err(ApiError::new(StatusCode::NOT_FOUND, "not_found", format!("no record at pk {pk:?} sk {sk:?}"))
-            .with("position", position)),
+    let reader = namespace.handle(partition).reader()?;
+    let applied_next = reader.applied_next()?;
+    let mut body = None;
+    reader.get_with(&pk, &sk, |version, value| {
+        body = Some(render::get_response(&pk, &sk, version, value, &namespace.name, partition, applied_next));
+    })?;
+    match body {
+        Some(body) => Ok(json_response(StatusCode::OK, body)),
+        None => {
+            let position = crate::position::Position::single_string(&namespace.name, partition, applied_next);
+            Err(ApiError::new(StatusCode::NOT_FOUND, "not_found", format!("no record at pk {pk:?} sk {sk:?}"))
+                .with("position", position))
+        }
     }
 }
 
@@ -159,7 +165,7 @@ async fn list(state: &AppState, namespace: &Namespace, pk: String, query: Option
     }
     let partition = namespace.partition_of(&pk);
     await_consistency(state.node.log.as_ref(), namespace, &[partition], &params.consistency()?, params.timeout()?).await?;
-    let reader = namespace.handle(partition).store().read()?;
+    let reader = namespace.handle(partition).reader()?;
     let (records, more) = reader.list(&pk, &range, limit)?;
     let position = crate::position::Position::single(&namespace.name, partition, reader.applied_next()?).to_string();
     let next_cursor = if more { records.last().map(|r| encode_cursor(&r.sk)) } else { None };
@@ -211,7 +217,7 @@ pub async fn multi_get(
     let mut readers = std::collections::HashMap::with_capacity(partitions.len());
     let mut offsets = std::collections::BTreeMap::new();
     for &p in &partitions {
-        let reader = namespace.handle(p).store().read()?;
+        let reader = namespace.handle(p).reader()?;
         offsets.insert(p, reader.applied_next()?);
         readers.insert(p, reader);
     }

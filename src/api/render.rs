@@ -17,11 +17,7 @@ fn push_record_fields(out: &mut Vec<u8>, record: &Record) {
     out.extend_from_slice(b",\"value\":");
     out.extend_from_slice(&record.value);
     out.extend_from_slice(b",\"version\":");
-    out.extend_from_slice(itoa_u64(record.version).as_bytes());
-}
-
-fn itoa_u64(n: u64) -> String {
-    n.to_string()
+    out.extend_from_slice(itoa::Buffer::new().format(record.version).as_bytes());
 }
 
 pub fn record(out: &mut Vec<u8>, record: &Record) {
@@ -29,13 +25,26 @@ pub fn record(out: &mut Vec<u8>, record: &Record) {
     out.push(b'}');
 }
 
-/// One record plus its read position: the body of a single-key GET.
-pub fn record_with_position(record: &Record, position: &str) -> Vec<u8> {
-    let mut out = Vec::with_capacity(64 + record.pk.len() + record.sk.len() + record.value.len() + position.len());
-    push_record_fields(&mut out, record);
-    out.extend_from_slice(b",\"position\":");
-    push_str(&mut out, position);
-    out.push(b'}');
+/// The body of a single-key GET, rendered from borrowed parts.
+pub fn get_response(pk: &str, sk: &str, version: u64, value: &[u8], namespace: &str, partition: u32, applied_next: u64) -> Vec<u8> {
+    let mut out = Vec::with_capacity(96 + pk.len() + sk.len() + value.len() + namespace.len());
+    out.extend_from_slice(b"{\"pk\":");
+    push_str(&mut out, pk);
+    out.extend_from_slice(b",\"sk\":");
+    push_str(&mut out, sk);
+    out.extend_from_slice(b",\"value\":");
+    out.extend_from_slice(value);
+    out.extend_from_slice(b",\"version\":");
+    out.extend_from_slice(itoa::Buffer::new().format(version).as_bytes());
+    out.extend_from_slice(b",\"position\":\"");
+    // Namespace names are [A-Za-z0-9_-]: no escaping needed.
+    debug_assert!(namespace.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-'));
+    out.extend_from_slice(namespace.as_bytes());
+    out.push(b':');
+    out.extend_from_slice(itoa::Buffer::new().format(partition).as_bytes());
+    out.push(b':');
+    out.extend_from_slice(itoa::Buffer::new().format(applied_next).as_bytes());
+    out.extend_from_slice(b"\"}");
     out
 }
 
@@ -70,7 +79,7 @@ mod tests {
     #[test]
     fn renders_valid_json() {
         let r = Record { pk: "a\"b".into(), sk: "".into(), version: 7, value: br#"{"x":[1,2]}"#.to_vec() };
-        let body = record_with_position(&r, "default:1:8");
+        let body = get_response(&r.pk, &r.sk, r.version, &r.value, "default", 1, 8);
         let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
         assert_eq!(v["pk"], "a\"b");
         assert_eq!(v["value"]["x"][1], 2);

@@ -12,7 +12,14 @@ use tokio::sync::watch;
 use super::outcome::{Outcome, OutcomeRing};
 use crate::log::TopicPartition;
 use crate::metrics;
-use crate::store::PartitionStore;
+use crate::store::{PartitionStore, StoreError, StoreReader};
+
+/// A read snapshot shared by concurrent readers while the partition's
+/// applied offset does not move.
+struct Snapshot {
+    applied_next: u64,
+    reader: Arc<StoreReader>,
+}
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum PartitionStatus {
@@ -34,6 +41,8 @@ pub struct PartitionHandle {
     applied_next: watch::Sender<u64>,
     outcomes: Mutex<OutcomeRing>,
     status: RwLock<PartitionStatus>,
+    /// Dropped on every publish, so it never pins pages of old versions for long.
+    snapshot: RwLock<Option<Snapshot>>,
     pub(crate) applied_offset_gauge: IntGauge,
     pub(crate) log_end_gauge: IntGauge,
     pub(crate) lag_gauge: IntGauge,
@@ -55,6 +64,7 @@ impl PartitionHandle {
             applied_next: watch::Sender::new(applied_next),
             outcomes: Mutex::new(OutcomeRing::new(OUTCOMES_MAX)),
             status: RwLock::new(PartitionStatus::CatchingUp),
+            snapshot: RwLock::new(None),
             applied_offset_gauge: metrics::PARTITION_APPLIED_OFFSET.with_label_values(&labels),
             log_end_gauge: metrics::PARTITION_LOG_END_OFFSET.with_label_values(&labels),
             lag_gauge: metrics::PARTITION_LAG.with_label_values(&labels),
@@ -67,6 +77,24 @@ impl PartitionHandle {
 
     pub fn store(&self) -> &PartitionStore {
         &self.store
+    }
+
+    /// A consistent read view: shared with other readers while nothing new
+    /// has been applied (one redb read transaction serves many requests),
+    /// fresh otherwise. Its own `applied_next` is the position of what it shows.
+    pub fn reader(&self) -> Result<Arc<StoreReader>, StoreError> {
+        let published = self.applied_next();
+        if let Some(snapshot) = self.snapshot.read().as_ref() {
+            if snapshot.applied_next == published {
+                return Ok(snapshot.reader.clone());
+            }
+        }
+        let reader = Arc::new(self.store.read()?);
+        let applied_next = reader.applied_next()?;
+        if applied_next == published {
+            *self.snapshot.write() = Some(Snapshot { applied_next, reader: reader.clone() });
+        }
+        Ok(reader)
     }
 
     pub(crate) fn store_arc(&self) -> Arc<PartitionStore> {
@@ -101,6 +129,7 @@ impl PartitionHandle {
             }
         }
         self.applied_offset_gauge.set(applied_next as i64 - 1);
+        *self.snapshot.write() = None;
         self.applied_next.send_modify(|n| {
             assert!(applied_next >= *n, "applied offset never moves backwards");
             *n = applied_next;
@@ -117,5 +146,32 @@ impl PartitionHandle {
 
     pub fn outcome(&self, offset: u64) -> Option<Outcome> {
         self.outcomes.lock().get(offset)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shared_snapshot_is_replaced_when_the_applied_offset_moves() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(PartitionStore::open(&dir.path().join("p"), 1, 1 << 20).unwrap());
+        let handle = PartitionHandle::new(Arc::from("snapshot-test"), 0, 1, store.clone(), 0);
+        let first = handle.reader().unwrap();
+        assert!(Arc::ptr_eq(&first, &handle.reader().unwrap()), "unchanged state shares one snapshot");
+        store
+            .apply(false, |tx| {
+                tx.put("k", "", 0, b"1")?;
+                tx.mark_applied(0, false);
+                Ok(())
+            })
+            .unwrap();
+        handle.publish(vec![(0, Outcome::Applied)], 1);
+        let second = handle.reader().unwrap();
+        assert!(!Arc::ptr_eq(&first, &second), "a publish replaces the snapshot");
+        assert_eq!(second.applied_next().unwrap(), 1);
+        assert!(second.get("k", "").unwrap().is_some());
+        assert!(first.get("k", "").unwrap().is_none(), "an old snapshot keeps showing its own state");
     }
 }

@@ -88,14 +88,20 @@ async fn connection(url: Uri, spec: LoadSpec, index: usize, start: Instant) -> a
         if now >= end {
             break;
         }
+        // Latency is measured from the scheduled time when the connection is
+        // behind schedule (the server held it up: no coordinated omission),
+        // and from the wake-up when it slept (tokio timers have 1 ms
+        // granularity; their lateness is not the server's).
         let sent_at = match interval {
             Some(interval) => {
-                if scheduled > now {
-                    tokio::time::sleep_until(scheduled.into()).await;
-                }
                 let intended = scheduled;
                 scheduled += interval;
-                intended
+                if intended > now {
+                    tokio::time::sleep_until(intended.into()).await;
+                    Instant::now()
+                } else {
+                    intended
+                }
             }
             None => now,
         };

@@ -85,6 +85,8 @@ pub struct ServeArgs {
     pub store_fsync_interval_ms: Option<u64>,
     #[arg(long, env = "TERN_APPLY_BATCH_MAX")]
     pub apply_batch_max: Option<usize>,
+    #[arg(long, env = "TERN_APPLY_LINGER_MS")]
+    pub apply_linger_ms: Option<u64>,
     /// text or json
     #[arg(long, env = "TERN_LOG_FORMAT")]
     pub log_format: Option<String>,
@@ -103,7 +105,7 @@ impl ServeArgs {
             ($($field:ident),*) => { $( if let Some(v) = &self.$field { s.$field = v.clone(); } )* };
         }
         take!(node_id, listen, data_dir, log, region, group, seeds, log_segment_bytes, store_cache_bytes);
-        take!(store_fsync_interval_ms, apply_batch_max, log_format);
+        take!(store_fsync_interval_ms, apply_batch_max, apply_linger_ms, log_format);
         if self.gossip.is_some() {
             s.gossip = self.gossip.clone();
         }

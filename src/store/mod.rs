@@ -15,28 +15,35 @@ pub mod hash;
 pub mod key;
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use redb::{Database, Durability, ReadTransaction, ReadableDatabase, ReadableTable, Table, TableDefinition};
+
 
 use self::hash::StateHash;
 pub use self::key::SkRange;
 
-/// (pk, sk) key encoding → `[version: u64 LE][value JSON text]`.
+/// One table for records and metadata, so a read opens a single table.
+/// Records: (pk, sk) key encoding → `[version: u64 LE][value JSON text]`.
+/// Metadata: keys starting with `[0, 0]` (a pk of length 0, which no record
+/// has) → u64 LE, or 32 bytes for the state hash.
 const RECORDS: TableDefinition<&[u8], &[u8]> = TableDefinition::new("records");
-/// Numeric metadata: see the `META_*` keys.
-const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
-/// The state hash, 32 bytes under key "state_hash".
-const META_BYTES: TableDefinition<&str, &[u8]> = TableDefinition::new("meta_bytes");
 
 /// Next log offset to apply: every entry below it is reflected here.
-const META_APPLIED_NEXT: &str = "applied_next";
+const META_APPLIED_NEXT: &[u8] = b"\0\0applied_next";
 /// Entries applied (including skipped ones): equals `applied_next` on a dense log.
-const META_APPLIED_ENTRIES: &str = "applied_entries";
-const META_SKIPPED_ENTRIES: &str = "skipped_entries";
-const META_RECORD_COUNT: &str = "record_count";
+const META_APPLIED_ENTRIES: &[u8] = b"\0\0applied_entries";
+const META_SKIPPED_ENTRIES: &[u8] = b"\0\0skipped_entries";
+const META_RECORD_COUNT: &[u8] = b"\0\0record_count";
 /// The partition count of the namespace this store belongs to.
-const META_PARTITIONS: &str = "partitions";
-const META_STATE_HASH: &str = "state_hash";
+const META_PARTITIONS: &[u8] = b"\0\0partitions";
+const META_STATE_HASH: &[u8] = b"\0\0state_hash";
+/// Every metadata key starts with this; no record key does (pk is never empty).
+const META_PREFIX: [u8; 2] = [0, 0];
+
+fn meta_u64(table: &impl ReadableTable<&'static [u8], &'static [u8]>, key: &[u8]) -> Result<u64, redb::StorageError> {
+    Ok(table.get(key)?.map_or(0, |g| u64::from_le_bytes(g.value().try_into().expect("meta values are 8 bytes"))))
+}
 
 #[derive(Debug, thiserror::Error)]
 #[error("store {path}: {message}")]
@@ -67,7 +74,7 @@ pub struct StoreState {
 
 pub struct PartitionStore {
     db: Database,
-    path: PathBuf,
+    path: Arc<PathBuf>,
 }
 
 fn encode_value(version: u64, value: &[u8]) -> Vec<u8> {
@@ -90,16 +97,16 @@ impl PartitionStore {
             std::fs::create_dir_all(dir).map_err(|e| err(e.to_string()))?;
         }
         let db = Database::builder().set_cache_size(cache_bytes).create(path).map_err(|e| err(e.to_string()))?;
-        let store = PartitionStore { db, path: path.to_path_buf() };
+        let store = PartitionStore { db, path: Arc::new(path.to_path_buf()) };
         let txn = store.db.begin_write().map_err(|e| err(e.to_string()))?;
         {
-            let mut meta = txn.open_table(META).map_err(|e| err(e.to_string()))?;
-            txn.open_table(RECORDS).map_err(|e| err(e.to_string()))?;
-            txn.open_table(META_BYTES).map_err(|e| err(e.to_string()))?;
-            let stored = meta.get(META_PARTITIONS).map_err(|e| err(e.to_string()))?.map(|g| g.value());
+            let mut meta = txn.open_table(RECORDS).map_err(|e| err(e.to_string()))?;
+            let stored = meta_u64(&meta, META_PARTITIONS).map_err(|e| err(e.to_string()))?;
+            let stored = (stored != 0).then_some(stored);
             match stored {
                 None => {
-                    meta.insert(META_PARTITIONS, u64::from(partitions)).map_err(|e| err(e.to_string()))?;
+                    meta.insert(META_PARTITIONS, u64::from(partitions).to_le_bytes().as_slice())
+                        .map_err(|e| err(e.to_string()))?;
                 }
                 Some(p) if p == u64::from(partitions) => {}
                 Some(p) => {
@@ -118,9 +125,10 @@ impl PartitionStore {
     }
 
     /// A consistent read view.
-    pub fn read(&self) -> Result<StoreReader<'_>, StoreError> {
-        let txn = self.db.begin_read().map_err(|e| self.error(e))?;
-        Ok(StoreReader { txn, path: &self.path })
+    pub fn read(&self) -> Result<StoreReader, StoreError> {
+        let txn: ReadTransaction = self.db.begin_read().map_err(|e| self.error(e))?;
+        let table = txn.open_table(RECORDS).map_err(|e| self.error(e))?;
+        Ok(StoreReader { table, path: self.path.clone() })
     }
 
     /// Applies one batch in one transaction. `f` sees the state as of the
@@ -133,13 +141,11 @@ impl PartitionStore {
         txn.set_durability(durability).map_err(|e| self.error(e))?;
         let result = {
             let mut records = txn.open_table(RECORDS).map_err(|e| self.error(e))?;
-            let mut meta = txn.open_table(META).map_err(|e| self.error(e))?;
-            let mut meta_bytes = txn.open_table(META_BYTES).map_err(|e| self.error(e))?;
-            let state = read_state(&meta, &meta_bytes).map_err(|e| self.error(e))?;
-            let mut apply = ApplyTxn { records: &mut records, state, path: &self.path };
+            let state = read_state(&records).map_err(|e| self.error(e))?;
+            let mut apply = ApplyTxn { records: &mut records, state, path: self.path.as_path() };
             let result = f(&mut apply)?;
             let state = apply.state.clone();
-            write_state(&mut meta, &mut meta_bytes, &state).map_err(|e| self.error(e))?;
+            write_state(&mut records, &state).map_err(|e| self.error(e))?;
             result
         };
         txn.commit().map_err(|e| self.error(e))?;
@@ -152,12 +158,9 @@ impl PartitionStore {
     }
 }
 
-fn read_state(
-    meta: &impl ReadableTable<&'static str, u64>,
-    meta_bytes: &impl ReadableTable<&'static str, &'static [u8]>,
-) -> Result<StoreState, redb::StorageError> {
-    let get = |key: &str| -> Result<u64, redb::StorageError> { Ok(meta.get(key)?.map_or(0, |g| g.value())) };
-    let state_hash = meta_bytes.get(META_STATE_HASH)?.map_or(StateHash::default(), |g| StateHash::from_bytes(g.value()));
+fn read_state(table: &impl ReadableTable<&'static [u8], &'static [u8]>) -> Result<StoreState, redb::StorageError> {
+    let get = |key: &[u8]| meta_u64(table, key);
+    let state_hash = table.get(META_STATE_HASH)?.map_or(StateHash::default(), |g| StateHash::from_bytes(g.value()));
     Ok(StoreState {
         applied_next: get(META_APPLIED_NEXT)?,
         applied_entries: get(META_APPLIED_ENTRIES)?,
@@ -167,16 +170,12 @@ fn read_state(
     })
 }
 
-fn write_state(
-    meta: &mut Table<&'static str, u64>,
-    meta_bytes: &mut Table<&'static str, &'static [u8]>,
-    state: &StoreState,
-) -> Result<(), redb::StorageError> {
-    meta.insert(META_APPLIED_NEXT, state.applied_next)?;
-    meta.insert(META_APPLIED_ENTRIES, state.applied_entries)?;
-    meta.insert(META_SKIPPED_ENTRIES, state.skipped_entries)?;
-    meta.insert(META_RECORD_COUNT, state.record_count)?;
-    meta_bytes.insert(META_STATE_HASH, state.state_hash.to_bytes().as_slice())?;
+fn write_state(table: &mut Table<&'static [u8], &'static [u8]>, state: &StoreState) -> Result<(), redb::StorageError> {
+    table.insert(META_APPLIED_NEXT, state.applied_next.to_le_bytes().as_slice())?;
+    table.insert(META_APPLIED_ENTRIES, state.applied_entries.to_le_bytes().as_slice())?;
+    table.insert(META_SKIPPED_ENTRIES, state.skipped_entries.to_le_bytes().as_slice())?;
+    table.insert(META_RECORD_COUNT, state.record_count.to_le_bytes().as_slice())?;
+    table.insert(META_STATE_HASH, state.state_hash.to_bytes().as_slice())?;
     Ok(())
 }
 
@@ -253,47 +252,53 @@ impl ApplyTxn<'_, '_> {
 }
 
 /// A consistent read view of one partition.
-pub struct StoreReader<'s> {
-    txn: ReadTransaction,
-    path: &'s Path,
+pub struct StoreReader {
+    table: redb::ReadOnlyTable<&'static [u8], &'static [u8]>,
+    path: Arc<PathBuf>,
 }
 
-impl StoreReader<'_> {
+impl StoreReader {
     fn error(&self, e: impl std::fmt::Display) -> StoreError {
         StoreError { path: self.path.display().to_string(), message: e.to_string() }
     }
 
     pub fn state(&self) -> Result<StoreState, StoreError> {
-        let meta = self.txn.open_table(META).map_err(|e| self.error(e))?;
-        let meta_bytes = self.txn.open_table(META_BYTES).map_err(|e| self.error(e))?;
-        read_state(&meta, &meta_bytes).map_err(|e| self.error(e))
+        read_state(&self.table).map_err(|e| self.error(e))
     }
 
     pub fn applied_next(&self) -> Result<u64, StoreError> {
-        let meta = self.txn.open_table(META).map_err(|e| self.error(e))?;
-        let value = meta.get(META_APPLIED_NEXT).map_err(|e| self.error(e))?;
-        Ok(value.map_or(0, |g| g.value()))
+        meta_u64(&self.table, META_APPLIED_NEXT).map_err(|e| self.error(e))
     }
 
     pub fn get(&self, pk: &str, sk: &str) -> Result<Option<Record>, StoreError> {
-        let records = self.txn.open_table(RECORDS).map_err(|e| self.error(e))?;
         let key = key::encode(pk, sk);
-        let guard = records.get(key.as_slice()).map_err(|e| self.error(e))?;
+        let guard = self.table.get(key.as_slice()).map_err(|e| self.error(e))?;
         Ok(guard.map(|g| {
             let (version, value) = decode_value(g.value());
             Record { pk: pk.to_string(), sk: sk.to_string(), version, value: value.to_vec() }
         }))
     }
 
+    /// Calls `visit(version, value)` on the stored record without copying it
+    /// (the read hot path renders straight from the page). Returns false if absent.
+    pub fn get_with(&self, pk: &str, sk: &str, visit: impl FnOnce(u64, &[u8])) -> Result<bool, StoreError> {
+        let key = key::encode(pk, sk);
+        let guard = self.table.get(key.as_slice()).map_err(|e| self.error(e))?;
+        Ok(guard.map(|g| {
+            let (version, value) = decode_value(g.value());
+            visit(version, value);
+        })
+        .is_some())
+    }
+
     /// Up to `limit` records of `pk` within `range`, plus whether more follow.
     pub fn list(&self, pk: &str, range: &SkRange, limit: usize) -> Result<(Vec<Record>, bool), StoreError> {
-        let records = self.txn.open_table(RECORDS).map_err(|e| self.error(e))?;
         let (lower, upper) = key::bounds(pk, range);
         if key::is_empty(&lower, &upper) {
             return Ok((Vec::new(), false));
         }
         let bounds = (as_slice_bound(&lower), as_slice_bound(&upper));
-        let iter = records.range::<&[u8]>(bounds).map_err(|e| self.error(e))?;
+        let iter = self.table.range::<&[u8]>(bounds).map_err(|e| self.error(e))?;
         let mut out = Vec::with_capacity(limit.min(1024));
         let mut more = false;
         let mut push = |entry: Result<(redb::AccessGuard<&[u8]>, redb::AccessGuard<&[u8]>), redb::StorageError>| {
@@ -325,8 +330,8 @@ impl StoreReader<'_> {
 
     /// Every record in key order (for verification and, later, snapshots).
     pub fn scan_all(&self, mut visit: impl FnMut(Record)) -> Result<(), StoreError> {
-        let records = self.txn.open_table(RECORDS).map_err(|e| self.error(e))?;
-        for entry in records.iter().map_err(|e| self.error(e))? {
+        let first_record = key::prefix_successor(&META_PREFIX).expect("meta prefix has a successor");
+        for entry in self.table.range::<&[u8]>(first_record.as_slice()..).map_err(|e| self.error(e))? {
             let (k, v) = entry.map_err(|e| self.error(e))?;
             let (pk, sk) = key::decode(k.value());
             let (version, value) = decode_value(v.value());
