@@ -43,7 +43,7 @@ pub async fn describe(State(state): State<AppState>, NsName(ns): NsName) -> Resu
     let namespace = state.node.namespace(&ns).ok_or_else(|| ApiError::unknown_namespace(&ns))?;
     let mut partitions = Vec::with_capacity(namespace.handles.len());
     for handle in &namespace.handles {
-        let store_state = handle.reader()?.state()?;
+        let store_state = handle.read_view()?.reader.state()?;
         let log_end = state.node.log.end_offset(&handle.tp).await.ok();
         let (status, reason) = match handle.status() {
             PartitionStatus::Serving => ("serving", None),

@@ -81,10 +81,10 @@ async fn get(state: &AppState, namespace: &Namespace, pk: String, sk: String, qu
     } else {
         await_consistency(state.node.log.as_ref(), namespace, &[partition], &Consistency::Local, Default::default()).await?;
     }
-    let reader = namespace.handle(partition).reader()?;
-    let applied_next = reader.applied_next()?;
+    let view = namespace.handle(partition).read_view()?;
+    let applied_next = view.applied_next;
     let mut body = None;
-    reader.get_with(&pk, &sk, |version, value| {
+    view.reader.get_with(&pk, &sk, |version, value| {
         body = Some(render::get_response(&pk, &sk, version, value, &namespace.name, partition, applied_next));
     })?;
     match body {
@@ -165,9 +165,9 @@ async fn list(state: &AppState, namespace: &Namespace, pk: String, query: Option
     }
     let partition = namespace.partition_of(&pk);
     await_consistency(state.node.log.as_ref(), namespace, &[partition], &params.consistency()?, params.timeout()?).await?;
-    let reader = namespace.handle(partition).reader()?;
-    let (records, more) = reader.list(&pk, &range, limit)?;
-    let position = crate::position::Position::single(&namespace.name, partition, reader.applied_next()?).to_string();
+    let view = namespace.handle(partition).read_view()?;
+    let (records, more) = view.reader.list(&pk, &range, limit)?;
+    let position = crate::position::Position::single_string(&namespace.name, partition, view.applied_next);
     let next_cursor = if more { records.last().map(|r| encode_cursor(&r.sk)) } else { None };
     let records: Vec<Option<Record>> = records.into_iter().map(Some).collect();
     let body = render::items(&records, &[("next_cursor", json!(next_cursor)), ("position", json!(position))]);
@@ -217,14 +217,14 @@ pub async fn multi_get(
     let mut readers = std::collections::HashMap::with_capacity(partitions.len());
     let mut offsets = std::collections::BTreeMap::new();
     for &p in &partitions {
-        let reader = namespace.handle(p).reader()?;
-        offsets.insert(p, reader.applied_next()?);
-        readers.insert(p, reader);
+        let view = namespace.handle(p).read_view()?;
+        offsets.insert(p, view.applied_next);
+        readers.insert(p, view);
     }
     let mut items = Vec::with_capacity(request.keys.len());
     for key in &request.keys {
-        let reader = &readers[&namespace.partition_of(&key.pk)];
-        items.push(reader.get(&key.pk, &key.sk)?);
+        let view = &readers[&namespace.partition_of(&key.pk)];
+        items.push(view.reader.get(&key.pk, &key.sk)?);
     }
     let position = if offsets.is_empty() {
         serde_json::Value::Null

@@ -14,11 +14,12 @@ use crate::log::TopicPartition;
 use crate::metrics;
 use crate::store::{PartitionStore, StoreError, StoreReader};
 
-/// A read snapshot shared by concurrent readers while the partition's
-/// applied offset does not move.
-struct Snapshot {
-    applied_next: u64,
-    reader: Arc<StoreReader>,
+/// A consistent read view, shared by concurrent readers while the
+/// partition's applied offset does not move.
+pub struct ReadView {
+    /// The position of what `reader` shows (read from the snapshot itself).
+    pub applied_next: u64,
+    pub reader: StoreReader,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -42,7 +43,7 @@ pub struct PartitionHandle {
     outcomes: Mutex<OutcomeRing>,
     status: RwLock<PartitionStatus>,
     /// Dropped on every publish, so it never pins pages of old versions for long.
-    snapshot: RwLock<Option<Snapshot>>,
+    snapshot: RwLock<Option<Arc<ReadView>>>,
     pub(crate) applied_offset_gauge: IntGauge,
     pub(crate) log_end_gauge: IntGauge,
     pub(crate) lag_gauge: IntGauge,
@@ -81,20 +82,20 @@ impl PartitionHandle {
 
     /// A consistent read view: shared with other readers while nothing new
     /// has been applied (one redb read transaction serves many requests),
-    /// fresh otherwise. Its own `applied_next` is the position of what it shows.
-    pub fn reader(&self) -> Result<Arc<StoreReader>, StoreError> {
+    /// fresh otherwise.
+    pub fn read_view(&self) -> Result<Arc<ReadView>, StoreError> {
         let published = self.applied_next();
-        if let Some(snapshot) = self.snapshot.read().as_ref() {
-            if snapshot.applied_next == published {
-                return Ok(snapshot.reader.clone());
+        if let Some(view) = self.snapshot.read().as_ref() {
+            if view.applied_next == published {
+                return Ok(view.clone());
             }
         }
-        let reader = Arc::new(self.store.read()?);
-        let applied_next = reader.applied_next()?;
-        if applied_next == published {
-            *self.snapshot.write() = Some(Snapshot { applied_next, reader: reader.clone() });
+        let reader = self.store.read()?;
+        let view = Arc::new(ReadView { applied_next: reader.applied_next()?, reader });
+        if view.applied_next == published {
+            *self.snapshot.write() = Some(view.clone());
         }
-        Ok(reader)
+        Ok(view)
     }
 
     pub(crate) fn store_arc(&self) -> Arc<PartitionStore> {
@@ -158,8 +159,8 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store = Arc::new(PartitionStore::open(&dir.path().join("p"), 1, 1 << 20).unwrap());
         let handle = PartitionHandle::new(Arc::from("snapshot-test"), 0, 1, store.clone(), 0);
-        let first = handle.reader().unwrap();
-        assert!(Arc::ptr_eq(&first, &handle.reader().unwrap()), "unchanged state shares one snapshot");
+        let first = handle.read_view().unwrap();
+        assert!(Arc::ptr_eq(&first, &handle.read_view().unwrap()), "unchanged state shares one snapshot");
         store
             .apply(false, |tx| {
                 tx.put("k", "", 0, b"1")?;
@@ -168,10 +169,11 @@ mod tests {
             })
             .unwrap();
         handle.publish(vec![(0, Outcome::Applied)], 1);
-        let second = handle.reader().unwrap();
+        let second = handle.read_view().unwrap();
         assert!(!Arc::ptr_eq(&first, &second), "a publish replaces the snapshot");
-        assert_eq!(second.applied_next().unwrap(), 1);
-        assert!(second.get("k", "").unwrap().is_some());
-        assert!(first.get("k", "").unwrap().is_none(), "an old snapshot keeps showing its own state");
+        assert_eq!(second.applied_next, 1);
+        assert_eq!(second.reader.applied_next().unwrap(), 1);
+        assert!(second.reader.get("k", "").unwrap().is_some());
+        assert!(first.reader.get("k", "").unwrap().is_none(), "an old snapshot keeps showing its own state");
     }
 }

@@ -68,7 +68,10 @@ struct ConnectionResult {
     errors: u64,
 }
 
-async fn connection(url: Uri, spec: LoadSpec, index: usize, start: Instant) -> anyhow::Result<ConnectionResult> {
+/// Open loop: the scheduled send times of one connection, from the pacer.
+type Schedule = tokio::sync::mpsc::Receiver<Instant>;
+
+async fn connection(url: Uri, spec: LoadSpec, index: usize, start: Instant, mut schedule: Option<Schedule>) -> anyhow::Result<ConnectionResult> {
     let authority = url.authority().map(|a| a.to_string()).unwrap_or_default();
     let stream = tokio::net::TcpStream::connect(&authority).await?;
     stream.set_nodelay(true)?;
@@ -80,29 +83,19 @@ async fn connection(url: Uri, spec: LoadSpec, index: usize, start: Instant) -> a
     let value = value_of(spec.value_bytes);
     let measure_from = start + spec.warmup;
     let end = measure_from + spec.duration;
-    // Open loop: this connection's share of the rate, phase-shifted per connection.
-    let interval = spec.rate_per_s.map(|rate| Duration::from_secs_f64(spec.connections as f64 / rate.max(1) as f64));
-    let mut scheduled = start + interval.map_or(Duration::ZERO, |i| i.mul_f64(index as f64 / spec.connections as f64));
     loop {
         let now = Instant::now();
         if now >= end {
             break;
         }
-        // Latency is measured from the scheduled time when the connection is
-        // behind schedule (the server held it up: no coordinated omission),
-        // and from the wake-up when it slept (tokio timers have 1 ms
-        // granularity; their lateness is not the server's).
-        let sent_at = match interval {
-            Some(interval) => {
-                let intended = scheduled;
-                scheduled += interval;
-                if intended > now {
-                    tokio::time::sleep_until(intended.into()).await;
-                    Instant::now()
-                } else {
-                    intended
-                }
-            }
+        // Open loop: wait for the pacer's next scheduled time and measure from
+        // it, so time spent waiting behind a slow response counts (no
+        // coordinated omission). Closed loop: send now.
+        let sent_at = match schedule.as_mut() {
+            Some(schedule) => match schedule.recv().await {
+                Some(scheduled) => scheduled,
+                None => break,
+            },
             None => now,
         };
         let ok = match sender.send_request(request(&spec, &authority, &value, &mut rng)).await {
@@ -128,11 +121,50 @@ async fn connection(url: Uri, spec: LoadSpec, index: usize, start: Instant) -> a
     Ok(ConnectionResult { histogram, errors })
 }
 
+/// How often the pacer thread wakes to release due sends. tokio's timers tick
+/// every 1 ms, which would release every connection's send in one burst per
+/// tick; a thread sleeping 100 µs spreads arrivals as an open-loop load should.
+const PACER_TICK: Duration = Duration::from_micros(100);
+
+/// Releases sends at `rate` per second, evenly spaced from `start` to `end`,
+/// round-robin over the connections; each carries its scheduled time.
+fn pace(connections: Vec<tokio::sync::mpsc::Sender<Instant>>, rate: u64, start: Instant, end: Instant) {
+    let interval = Duration::from_secs_f64(1.0 / rate.max(1) as f64);
+    let mut next = start;
+    let mut i = 0usize;
+    while next < end {
+        let now = Instant::now();
+        while next <= now && next < end {
+            // A full channel means that connection fell a whole plan behind; its sends are late anyway.
+            let _ = connections[i % connections.len()].try_send(next);
+            i += 1;
+            next += interval;
+        }
+        std::thread::sleep(PACER_TICK.min(next.saturating_duration_since(Instant::now())));
+    }
+}
+
 /// Runs `spec` against `url` and returns the merged result.
 pub async fn run(url: &Uri, spec: &LoadSpec) -> anyhow::Result<BenchResult> {
     let start = Instant::now() + Duration::from_millis(200);
-    let tasks: Vec<_> =
-        (0..spec.connections).map(|i| tokio::spawn(connection(url.clone(), spec.clone(), i, start))).collect();
+    let mut schedules: Vec<Option<Schedule>> = (0..spec.connections).map(|_| None).collect();
+    if let Some(rate) = spec.rate_per_s {
+        let mut senders = Vec::with_capacity(spec.connections);
+        // Bounded by the plan: each connection's share of all scheduled sends.
+        let share = (rate as f64 * (spec.warmup + spec.duration).as_secs_f64() / spec.connections as f64) as usize + 2;
+        for slot in schedules.iter_mut() {
+            let (tx, rx) = tokio::sync::mpsc::channel(share);
+            senders.push(tx);
+            *slot = Some(rx);
+        }
+        let end = start + spec.warmup + spec.duration;
+        std::thread::Builder::new().name("bench-pacer".into()).spawn(move || pace(senders, rate, start, end))?;
+    }
+    let tasks: Vec<_> = schedules
+        .into_iter()
+        .enumerate()
+        .map(|(i, schedule)| tokio::spawn(connection(url.clone(), spec.clone(), i, start, schedule)))
+        .collect();
     let mut merged = Histogram::<u64>::new_with_bounds(1, LATENCY_US_MAX, 3)?;
     let mut errors = 0;
     for task in tasks {

@@ -2,9 +2,11 @@
 //!
 //! Starts, as separate processes on loopback: a `tern dev` node, the hello
 //! server (`tern bench hello`) and etcd (Debian's `etcd-server`), preloads
-//! the same keys and value size into Tern and etcd, then measures in turn:
-//! hello GET, Tern GET, etcd serializable get (closed loop), Tern GET open
-//! loop at half of Tern's closed-loop rate, and Tern PUT (closed loop).
+//! the same keys and value size into Tern and etcd, then runs `--rounds`
+//! rounds of: hello GET, Tern GET, etcd serializable get, Tern PUT (closed
+//! loop, each peer in turn, so a noisy moment hits all of them alike), and
+//! reports each one's median-throughput round; finally Tern GET open loop at
+//! half of Tern's median closed-loop rate.
 //! Writes `results.json`, `results.md` and `results.png` to `--out`.
 
 use std::path::PathBuf;
@@ -27,6 +29,10 @@ pub struct SuiteArgs {
     /// The etcd binary (Debian's etcd-server installs /usr/bin/etcd).
     #[arg(long, default_value = "etcd")]
     etcd: String,
+    /// Rounds; each round measures every closed-loop peer in turn, and the
+    /// median-throughput round of each is reported (this machine is noisy).
+    #[arg(long, default_value_t = 3)]
+    rounds: usize,
     #[command(flatten)]
     load: LoadArgs,
 }
@@ -123,22 +129,22 @@ pub async fn run(args: SuiteArgs) -> anyhow::Result<()> {
     load::preload_tern(&tern_url, &ns, args.load.keys, args.load.value_bytes, 64).await?;
     etcd::preload(&etcd_endpoint, args.load.keys, args.load.value_bytes).await?;
 
-    let mut results: Vec<BenchResult> = Vec::new();
     let closed = LoadArgs { rate: None, ..args.load.clone() };
-    let step = |name: &str| eprintln!("running: {name}");
-    step("hello GET");
-    results.push(load::run(&hello_url, &closed.spec("hello GET (axum ceiling)", Operation::Hello)).await?);
-    step("tern GET");
-    let tern_get = load::run(&tern_url, &closed.spec("tern GET", Operation::TernGet { ns: ns.clone() })).await?;
-    let half_rate = (tern_get.throughput_per_s / 2.0) as u64;
-    results.push(tern_get);
-    step("etcd serializable get");
-    results.push(etcd::run_gets(&etcd_endpoint, &closed.spec("etcd 3 serializable get", Operation::Hello)).await?);
-    step("tern GET open loop at half load");
+    let mut rounds: Vec<Vec<BenchResult>> = Vec::new();
+    for round in 1..=args.rounds.max(1) {
+        eprintln!("round {round}/{}: hello GET, tern GET, etcd get, tern PUT", args.rounds);
+        rounds.push(vec![
+            load::run(&hello_url, &closed.spec("hello GET (axum ceiling)", Operation::Hello)).await?,
+            load::run(&tern_url, &closed.spec("tern GET", Operation::TernGet { ns: ns.clone() })).await?,
+            etcd::run_gets(&etcd_endpoint, &closed.spec("etcd 3 serializable get", Operation::Hello)).await?,
+            load::run(&tern_url, &closed.spec("tern PUT (embedded log)", Operation::TernPut { ns: ns.clone() })).await?,
+        ]);
+    }
+    let mut results: Vec<BenchResult> = (0..rounds[0].len()).map(|i| median(rounds.iter().map(|r| r[i].clone()).collect())).collect();
+    let half_rate = (results[1].throughput_per_s / 2.0) as u64;
+    eprintln!("tern GET open loop at half of its median closed-loop rate: {half_rate}/s");
     let open = LoadArgs { rate: Some(half_rate), ..args.load.clone() };
-    results.push(load::run(&tern_url, &open.spec("tern GET at half load", Operation::TernGet { ns: ns.clone() })).await?);
-    step("tern PUT");
-    results.push(load::run(&tern_url, &closed.spec("tern PUT (embedded log)", Operation::TernPut { ns })).await?);
+    results.insert(2, load::run(&tern_url, &open.spec("tern GET at half load", Operation::TernGet { ns })).await?);
 
     for child in [&mut tern, &mut hello, &mut etcd_child] {
         let _ = child.start_kill();
@@ -152,6 +158,7 @@ pub async fn run(args: SuiteArgs) -> anyhow::Result<()> {
         "value_bytes": args.load.value_bytes,
         "results": results,
         "ratios": ratios,
+        "rounds": rounds,
     });
     let json_path = args.out.join("results.json");
     std::fs::write(&json_path, serde_json::to_vec_pretty(&report)?)?;
@@ -169,6 +176,13 @@ pub async fn run(args: SuiteArgs) -> anyhow::Result<()> {
         other => eprintln!("chart not drawn ({other:?}); run scripts/setup.sh to install matplotlib"),
     }
     Ok(())
+}
+
+/// The result with the median throughput of several rounds of one benchmark.
+fn median(mut of: Vec<BenchResult>) -> BenchResult {
+    assert!(!of.is_empty());
+    of.sort_by(|a, b| a.throughput_per_s.total_cmp(&b.throughput_per_s));
+    of.swap_remove(of.len() / 2)
 }
 
 fn ratios(results: &[BenchResult]) -> serde_json::Value {

@@ -27,8 +27,14 @@ impl Tern {
     }
 
     pub async fn spawn(args: &[&str], data_dir: &Path) -> Tern {
+        Tern::spawn_with_env(args, &[], data_dir).await
+    }
+
+    /// Like `spawn`, with extra environment variables for the child only.
+    pub async fn spawn_with_env(args: &[&str], env: &[(&str, &str)], data_dir: &Path) -> Tern {
         let mut child = Command::new(BIN)
             .args(args)
+            .envs(env.iter().copied())
             .env("TERN_LOG_LEVEL", "warn")
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
