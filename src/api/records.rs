@@ -35,15 +35,19 @@ fn json_response(status: StatusCode, body: Vec<u8>) -> Response {
     (status, [(header::CONTENT_TYPE, "application/json")], body).into_response()
 }
 
-fn condition(params: &Params) -> Result<Option<Condition>, ApiError> {
-    let if_version = params.u64("if_version")?;
-    let if_absent = params.bool("if_absent")?;
+/// The one rule for conditions, from query parameters or batch ops:
+/// at most one of `if_version` and `if_absent`. `code` names the error.
+fn condition_of(if_version: Option<u64>, if_absent: bool, code: &'static str) -> Result<Option<Condition>, ApiError> {
     match (if_version, if_absent) {
-        (Some(_), true) => Err(ApiError::bad_request("invalid_parameter", "use if_version or if_absent, not both")),
+        (Some(_), true) => Err(ApiError::bad_request(code, "use if_version or if_absent, not both")),
         (Some(v), false) => Ok(Some(Condition::IfVersion(v))),
         (None, true) => Ok(Some(Condition::IfAbsent)),
         (None, false) => Ok(None),
     }
+}
+
+fn condition(params: &Params) -> Result<Option<Condition>, ApiError> {
+    condition_of(params.u64("if_version")?, params.bool("if_absent")?, "invalid_parameter")
 }
 
 /// `PUT|GET|DELETE /v1/ns/{ns}/kv/{pk}[/{sk}]`
@@ -257,12 +261,7 @@ fn batch_op(index: usize, op: BatchOp) -> Result<Op, ApiError> {
     let at = |e: ApiError| ApiError { message: format!("op {index}: {}", e.message), ..e }.with("op_index", index);
     limits::check_pk(&op.pk).map_err(|e| at(e.into()))?;
     limits::check_sk(&op.sk).map_err(|e| at(e.into()))?;
-    let condition = match (op.if_version, op.if_absent) {
-        (Some(_), true) => return Err(at(ApiError::bad_request("invalid_op", "use if_version or if_absent, not both"))),
-        (Some(v), false) => Some(Condition::IfVersion(v)),
-        (None, true) => Some(Condition::IfAbsent),
-        (None, false) => None,
-    };
+    let condition = condition_of(op.if_version, op.if_absent, "invalid_op").map_err(at)?;
     let kind = match (op.op.as_str(), op.value) {
         ("put", Some(value)) => {
             let text = Bytes::from(value.get().to_string());

@@ -5,8 +5,8 @@
 //! the same keys and value size into Tern and etcd, then runs `--rounds`
 //! rounds of: hello GET, Tern GET, etcd serializable get, Tern PUT (closed
 //! loop, each peer in turn, so a noisy moment hits all of them alike), and
-//! reports each one's median-throughput round; finally Tern GET open loop at
-//! half of Tern's median closed-loop rate.
+//! reports each one's median-throughput round; finally Tern GET and hello GET
+//! open loop at 25%, 40% and 50% of Tern's median closed-loop rate.
 //! Writes `results.json`, `results.md` and `results.png` to `--out`.
 
 use std::path::PathBuf;
@@ -141,10 +141,21 @@ pub async fn run(args: SuiteArgs) -> anyhow::Result<()> {
         ]);
     }
     let mut results: Vec<BenchResult> = (0..rounds[0].len()).map(|i| median(rounds.iter().map(|r| r[i].clone()).collect())).collect();
-    let half_rate = (results[1].throughput_per_s / 2.0) as u64;
-    eprintln!("tern GET open loop at half of its median closed-loop rate: {half_rate}/s");
-    let open = LoadArgs { rate: Some(half_rate), ..args.load.clone() };
-    results.insert(2, load::run(&tern_url, &open.spec("tern GET at half load", Operation::TernGet { ns })).await?);
+    // Open loop: Tern at fractions of its median peak, and the hello server at
+    // the same rates, so the tail the machine itself adds is visible beside Tern's.
+    let peak = results[1].throughput_per_s;
+    let mut open_results = Vec::new();
+    for fraction in [0.25, 0.4, 0.5] {
+        let rate = (peak * fraction) as u64;
+        let percent = fraction * 100.0;
+        eprintln!("open loop at {percent:.0}% of Tern's median closed-loop GET rate: {rate}/s (tern, then hello)");
+        let open = LoadArgs { rate: Some(rate), ..args.load.clone() };
+        let tern_name = format!("tern GET at {percent:.0}% load");
+        open_results.push(load::run(&tern_url, &open.spec(&tern_name, Operation::TernGet { ns: ns.clone() })).await?);
+        let hello_name = format!("hello GET at the same rate ({percent:.0}%)");
+        open_results.push(load::run(&hello_url, &open.spec(&hello_name, Operation::Hello)).await?);
+    }
+    results.splice(2..2, open_results);
 
     for child in [&mut tern, &mut hello, &mut etcd_child] {
         let _ = child.start_kill();
