@@ -313,3 +313,22 @@ async fn cli_client_commands() {
     assert!(!ok);
     assert!(err.contains("404 not_found"), "{err}");
 }
+
+#[tokio::test]
+async fn http2_prior_knowledge_on_the_same_port() {
+    let dir = tempfile::tempdir().unwrap();
+    let t = Tern::dev(dir.path()).await;
+    let h2 = reqwest::Client::builder().http2_prior_knowledge().build().unwrap();
+    let url = format!("{}?wait=applied", t.kv_url("default", "h2", Some("k")));
+    let response = h2.put(url).body("{\"over\": \"h2\"}").send().await.unwrap();
+    assert_eq!(response.version(), reqwest::Version::HTTP_2);
+    assert_eq!(response.status(), 200);
+    // Many concurrent streams on one connection.
+    let gets: Vec<_> = (0..50).map(|_| h2.get(t.kv_url("default", "h2", Some("k"))).send()).collect();
+    for response in futures::future::join_all(gets).await {
+        let response = response.unwrap();
+        assert_eq!(response.version(), reqwest::Version::HTTP_2);
+        let body: Value = response.json().await.unwrap();
+        assert_eq!(body["value"]["over"], "h2");
+    }
+}
