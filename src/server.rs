@@ -70,7 +70,7 @@ pub async fn run(settings: Settings, options: Options) -> anyhow::Result<()> {
     let address = listener.local_addr()?;
     println!("{} listening on http://{address}", options.banner);
     tracing::info!(%address, node_id = %settings.node_id, data_dir = %settings.data_dir.display(), "serving");
-    let app = crate::api::router(node.clone());
+    let app = axum::ServiceExt::<axum::extract::Request>::into_make_service(crate::api::app(node.clone()));
     axum::serve(listener, app).with_graceful_shutdown(shutdown_signal()).await?;
     tracing::info!("stopped accepting requests; stopping the node");
     retention.abort();

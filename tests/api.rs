@@ -332,3 +332,26 @@ async fn http2_prior_knowledge_on_the_same_port() {
         assert_eq!(body["value"]["over"], "h2");
     }
 }
+
+#[tokio::test]
+async fn plain_get_fast_path_answers_exactly_like_the_router() {
+    let dir = tempfile::tempdir().unwrap();
+    let t = Tern::dev(dir.path()).await;
+    t.send(t.client.put(format!("{}?wait=applied", t.kv_url("default", "a/b", Some("c d")))).body("[1,{\"x\":null}]")).await;
+    t.send(t.client.put(format!("{}?wait=applied", t.kv_url("default", "e", None))).body("7")).await;
+    let base = t.url.clone();
+    for path in [
+        t.kv_url("default", "a/b", Some("c d")).replace(&base, ""),
+        t.kv_url("default", "missing", Some("x")).replace(&base, ""),
+        format!("{}/", t.kv_url("default", "e", None).replace(&base, "")),
+        "/v1/ns/default/kv/%FF/x".to_string(),
+        "/v1/ns/nope/kv/a/b".to_string(),
+        "/v1/ns/default/kv/a/b/c".to_string(),
+    ] {
+        let fast = t.client.get(format!("{base}{path}")).send().await.unwrap();
+        let routed = t.client.get(format!("{base}{path}?consistency=local")).send().await.unwrap();
+        assert_eq!(fast.status(), routed.status(), "{path}");
+        assert_eq!(fast.headers().get("content-type"), routed.headers().get("content-type"), "{path}");
+        assert_eq!(fast.text().await.unwrap(), routed.text().await.unwrap(), "{path}");
+    }
+}

@@ -76,6 +76,23 @@ pub async fn kv(
     }
 }
 
+/// The hot path: a plain `GET /v1/ns/{ns}/kv/{pk}/{sk}` (no query string),
+/// answered before the generic router and extractors run. `None` when the
+/// path is not exactly that shape, so the router handles it (and any error).
+pub async fn fast_get(state: &AppState, path: &str) -> Option<Response> {
+    let rest = path.strip_prefix("/v1/ns/")?;
+    let (ns, rest) = rest.split_once('/')?;
+    let keys = rest.strip_prefix("kv/")?;
+    let (pk, sk) = keys.split_once('/')?;
+    if ns.contains('%') || pk.is_empty() || sk.contains('/') {
+        return None;
+    }
+    let key = keys::parse(path).ok()?;
+    let namespace = state.node.namespace(ns)?;
+    let response = get(state, &namespace, key.pk, key.sk.unwrap_or_default(), None).await;
+    Some(response.unwrap_or_else(IntoResponse::into_response))
+}
+
 async fn get(state: &AppState, namespace: &Namespace, pk: String, sk: String, query: Option<&str>) -> Result<Response, ApiError> {
     let partition = namespace.partition_of(&pk);
     if query.is_some() {
