@@ -4,7 +4,9 @@
 //! server (`tern bench hello`) and etcd (Debian's `etcd-server`), preloads
 //! the same keys and value size into Tern and etcd, then runs `--rounds`
 //! rounds of: hello GET, Tern GET, etcd serializable get, Tern PUT (closed
-//! loop, each peer in turn, so a noisy moment hits all of them alike), and
+//! loop, each peer in turn, so a noisy moment hits all of them alike; after
+//! each Tern PUT run the node settles — caught up, stores flushed — so its
+//! write aftermath is not charged to the next measurement), and
 //! reports each one's median-throughput round; finally Tern GET and hello GET
 //! open loop at 25%, 40% and 50% of Tern's median closed-loop rate.
 //! Writes `results.json`, `results.md` and `results.png` to `--out`.
@@ -62,6 +64,28 @@ async fn spawn_listening(program: &std::path::Path, args: &[&str]) -> anyhow::Re
     .map_err(|_| anyhow::anyhow!("{} did not start within {START_TIMEOUT:?}", program.display()))??;
     tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
     Ok((child, address))
+}
+
+/// After a write burst the node applies the backlog and flushes its stores
+/// (fsync); that work would steal CPU from whatever is measured next. Wait
+/// until every partition has caught up, then for the stores' flush interval
+/// (1 s) and its fsyncs to pass.
+const SETTLE_AFTER_CAUGHT_UP: Duration = Duration::from_secs(3);
+
+async fn settle(tern_addr: &str) -> anyhow::Result<()> {
+    let url = format!("http://{tern_addr}/v1/ns/default");
+    let deadline = tokio::time::Instant::now() + START_TIMEOUT;
+    loop {
+        let body: serde_json::Value = reqwest::get(&url).await?.json().await?;
+        let caught_up = body["state"].as_array().is_some_and(|ps| ps.iter().all(|p| p["lag"] == 0));
+        if caught_up {
+            break;
+        }
+        anyhow::ensure!(tokio::time::Instant::now() < deadline, "tern did not catch up within {START_TIMEOUT:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    tokio::time::sleep(SETTLE_AFTER_CAUGHT_UP).await;
+    Ok(())
 }
 
 fn free_port() -> anyhow::Result<u16> {
@@ -128,6 +152,7 @@ pub async fn run(args: SuiteArgs) -> anyhow::Result<()> {
     eprintln!("preloading {} keys of {} bytes into tern and etcd", args.load.keys, args.load.value_bytes);
     load::preload_tern(&tern_url, &ns, args.load.keys, args.load.value_bytes, 64).await?;
     etcd::preload(&etcd_endpoint, args.load.keys, args.load.value_bytes).await?;
+    settle(&tern_addr).await?;
 
     let closed = LoadArgs { rate: None, ..args.load.clone() };
     let mut rounds: Vec<Vec<BenchResult>> = Vec::new();
@@ -139,6 +164,7 @@ pub async fn run(args: SuiteArgs) -> anyhow::Result<()> {
             etcd::run_gets(&etcd_endpoint, &closed.spec("etcd 3 serializable get", Operation::Hello)).await?,
             load::run(&tern_url, &closed.spec("tern PUT (embedded log)", Operation::TernPut { ns: ns.clone() })).await?,
         ]);
+        settle(&tern_addr).await?;
     }
     let mut results: Vec<BenchResult> = (0..rounds[0].len()).map(|i| median(rounds.iter().map(|r| r[i].clone()).collect())).collect();
     // Open loop: Tern at fractions of its median peak, and the hello server at
