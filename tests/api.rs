@@ -354,4 +354,26 @@ async fn plain_get_fast_path_answers_exactly_like_the_router() {
         assert_eq!(fast.headers().get("content-type"), routed.headers().get("content-type"), "{path}");
         assert_eq!(fast.text().await.unwrap(), routed.text().await.unwrap(), "{path}");
     }
+    // PUT: a plain put takes the fast path; `?timeout_ms=` (a no-op for an
+    // unconditional put) sends the same request through the router.
+    for (path, body) in [
+        ("/v1/ns/default/kv/p/s", "{\"ok\": true}"),
+        ("/v1/ns/default/kv/p/s", "{not json"),
+        ("/v1/ns/default/kv/%FF/s", "1"),
+        ("/v1/ns/nope/kv/p/s", "1"),
+        ("/v1/ns/default/kv/p/s/x", "1"),
+    ] {
+        let fast = t.client.put(format!("{base}{path}")).body(body).send().await.unwrap();
+        let routed = t.client.put(format!("{base}{path}?timeout_ms=5000")).body(body).send().await.unwrap();
+        assert_eq!(fast.status(), routed.status(), "PUT {path} {body}");
+        let (fast, routed): (Value, Value) = (fast.json().await.unwrap(), routed.json().await.unwrap());
+        if fast.get("error").is_some() {
+            assert_eq!(fast, routed, "PUT {path} {body}");
+        } else {
+            assert_eq!(routed["version"].as_u64().unwrap(), fast["version"].as_u64().unwrap() + 1, "consecutive versions");
+        }
+    }
+    let big = format!("\"{}\"", "x".repeat(1024 * 1024));
+    let response = t.client.put(format!("{base}/v1/ns/default/kv/p/s")).body(big).send().await.unwrap();
+    assert_eq!(response.status(), 413, "the fast path enforces the value limit too");
 }

@@ -76,10 +76,22 @@ pub async fn kv(
     }
 }
 
-/// The hot path: a plain `GET /v1/ns/{ns}/kv/{pk}/{sk}` (no query string),
-/// answered before the generic router and extractors run. `None` when the
-/// path is not exactly that shape, so the router handles it (and any error).
-pub async fn fast_get(state: &AppState, path: &str) -> Option<Response> {
+/// The hot paths: a plain `GET` or `PUT /v1/ns/{ns}/kv/{pk}/{sk}` (no query
+/// string), answered before the generic router and extractors run. Gives the
+/// request back when the path is not exactly that shape, so the router
+/// handles it (and any error).
+pub async fn fast_path(state: &AppState, request: axum::extract::Request) -> Result<Response, axum::extract::Request> {
+    let Some((namespace, pk, sk)) = fast_key(state, request.uri().path()) else { return Err(request) };
+    let response = match *request.method() {
+        axum::http::Method::GET => get(state, &namespace, pk, sk, None).await,
+        axum::http::Method::PUT => put(state, &namespace, pk, sk, None, request.into_body()).await,
+        _ => return Err(request),
+    };
+    Ok(response.unwrap_or_else(IntoResponse::into_response))
+}
+
+/// `(namespace, pk, sk)` of a well-formed `/v1/ns/{ns}/kv/{pk}/{sk}` path of an existing namespace.
+fn fast_key(state: &AppState, path: &str) -> Option<(Arc<Namespace>, String, String)> {
     let rest = path.strip_prefix("/v1/ns/")?;
     let (ns, rest) = rest.split_once('/')?;
     let keys = rest.strip_prefix("kv/")?;
@@ -89,8 +101,7 @@ pub async fn fast_get(state: &AppState, path: &str) -> Option<Response> {
     }
     let key = keys::parse(path).ok()?;
     let namespace = state.node.namespace(ns)?;
-    let response = get(state, &namespace, key.pk, key.sk.unwrap_or_default(), None).await;
-    Some(response.unwrap_or_else(IntoResponse::into_response))
+    Some((namespace, key.pk, key.sk.unwrap_or_default()))
 }
 
 async fn get(state: &AppState, namespace: &Namespace, pk: String, sk: String, query: Option<&str>) -> Result<Response, ApiError> {
