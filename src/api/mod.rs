@@ -41,18 +41,18 @@ pub fn app(
     node: Arc<Node>,
 ) -> impl tower::Service<Request, Response = Response, Error = std::convert::Infallible, Future: Send> + Clone + Send + 'static
 {
-    let fast = FastPath {
+    let fast = Arc::new(FastPath {
         app: AppState { node: node.clone() },
         get_metrics: RouteMetrics::new(GET_RECORD_ROUTE),
         put_metrics: RouteMetrics::new(PUT_RECORD_ROUTE),
-    };
+    });
     tower::Layer::layer(&axum::middleware::from_fn_with_state(fast, fast_path), router(node))
 }
 
 const GET_RECORD_ROUTE: &str = "GET /v1/ns/{ns}/kv/{*rest}";
 const PUT_RECORD_ROUTE: &str = "PUT /v1/ns/{ns}/kv/{*rest}";
 
-#[derive(Clone)]
+/// Shared by every request (axum clones the state per request: one `Arc`).
 struct FastPath {
     app: AppState,
     get_metrics: Arc<RouteMetrics>,
@@ -60,7 +60,7 @@ struct FastPath {
 }
 
 /// Answers plain single-key GETs and PUTs directly; everything else goes to the router.
-async fn fast_path(State(fast): State<FastPath>, request: Request, next: Next) -> Response {
+async fn fast_path(State(fast): State<Arc<FastPath>>, request: Request, next: Next) -> Response {
     let method = request.method().clone();
     let plain = request.uri().query().is_none();
     let metrics = match method {
