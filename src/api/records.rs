@@ -156,8 +156,7 @@ async fn write_one(state: &AppState, namespace: &Namespace, op: Op, params: &Par
     let partition = namespace.partition_of(&op.pk);
     let mutation = Mutation { write_id: new_write_id(), ops: vec![op] };
     let ack = write(state.node.log.as_ref(), namespace, partition, &mutation, params.wait_applied()?, params.timeout()?).await?;
-    let body = json!({ "version": ack.version, "position": ack.position.to_string() });
-    Ok(json_response(StatusCode::OK, serde_json::to_vec(&body).expect("serializes")))
+    Ok(json_response(StatusCode::OK, render::write_ack(ack.version, &namespace.name, partition)))
 }
 
 /// Cursors are opaque: base64url of the last sort key returned.
@@ -335,6 +334,5 @@ pub async fn batch(
         ));
     }
     let ack = write(state.node.log.as_ref(), &namespace, partition, &mutation, params.wait_applied()?, params.timeout()?).await?;
-    let body = json!({ "version": ack.version, "position": ack.position.to_string() });
-    Ok(json_response(StatusCode::OK, serde_json::to_vec(&body).expect("serializes")))
+    Ok(json_response(StatusCode::OK, render::write_ack(ack.version, &namespace.name, partition)))
 }

@@ -29,15 +29,13 @@ pub use self::key::SkRange;
 /// has) → u64 LE, or 32 bytes for the state hash.
 const RECORDS: TableDefinition<&[u8], &[u8]> = TableDefinition::new("records");
 
-/// Next log offset to apply: every entry below it is reflected here.
-const META_APPLIED_NEXT: &[u8] = b"\0\0applied_next";
-/// Entries applied (including skipped ones): equals `applied_next` on a dense log.
-const META_APPLIED_ENTRIES: &[u8] = b"\0\0applied_entries";
-const META_SKIPPED_ENTRIES: &[u8] = b"\0\0skipped_entries";
-const META_RECORD_COUNT: &[u8] = b"\0\0record_count";
+/// The applied state, one 64-byte value written by every apply transaction
+/// (one B-tree insert rather than five): `applied_next`, `applied_entries`,
+/// `skipped_entries`, `record_count` (u64 LE each), then the 32-byte state hash.
+const META_STATE: &[u8] = b"\0\0state";
+const META_STATE_BYTES: usize = 64;
 /// The partition count of the namespace this store belongs to.
 const META_PARTITIONS: &[u8] = b"\0\0partitions";
-const META_STATE_HASH: &[u8] = b"\0\0state_hash";
 /// Every metadata key starts with this; no record key does (pk is never empty).
 const META_PREFIX: [u8; 2] = [0, 0];
 
@@ -159,23 +157,35 @@ impl PartitionStore {
 }
 
 fn read_state(table: &impl ReadableTable<&'static [u8], &'static [u8]>) -> Result<StoreState, redb::StorageError> {
-    let get = |key: &[u8]| meta_u64(table, key);
-    let state_hash = table.get(META_STATE_HASH)?.map_or(StateHash::default(), |g| StateHash::from_bytes(g.value()));
+    let Some(guard) = table.get(META_STATE)? else {
+        return Ok(StoreState {
+            applied_next: 0,
+            applied_entries: 0,
+            skipped_entries: 0,
+            record_count: 0,
+            state_hash: StateHash::default(),
+        });
+    };
+    let bytes = guard.value();
+    assert_eq!(bytes.len(), META_STATE_BYTES, "the stored state is {META_STATE_BYTES} bytes");
+    let get = |i: usize| -> Result<u64, redb::StorageError> { Ok(u64::from_le_bytes(bytes[i * 8..i * 8 + 8].try_into().unwrap())) };
+    let state_hash = StateHash::from_bytes(&bytes[32..64]);
     Ok(StoreState {
-        applied_next: get(META_APPLIED_NEXT)?,
-        applied_entries: get(META_APPLIED_ENTRIES)?,
-        skipped_entries: get(META_SKIPPED_ENTRIES)?,
-        record_count: get(META_RECORD_COUNT)?,
+        applied_next: get(0)?,
+        applied_entries: get(1)?,
+        skipped_entries: get(2)?,
+        record_count: get(3)?,
         state_hash,
     })
 }
 
 fn write_state(table: &mut Table<&'static [u8], &'static [u8]>, state: &StoreState) -> Result<(), redb::StorageError> {
-    table.insert(META_APPLIED_NEXT, state.applied_next.to_le_bytes().as_slice())?;
-    table.insert(META_APPLIED_ENTRIES, state.applied_entries.to_le_bytes().as_slice())?;
-    table.insert(META_SKIPPED_ENTRIES, state.skipped_entries.to_le_bytes().as_slice())?;
-    table.insert(META_RECORD_COUNT, state.record_count.to_le_bytes().as_slice())?;
-    table.insert(META_STATE_HASH, state.state_hash.to_bytes().as_slice())?;
+    let mut bytes = [0u8; META_STATE_BYTES];
+    for (i, n) in [state.applied_next, state.applied_entries, state.skipped_entries, state.record_count].iter().enumerate() {
+        bytes[i * 8..i * 8 + 8].copy_from_slice(&n.to_le_bytes());
+    }
+    bytes[32..64].copy_from_slice(&state.state_hash.to_bytes());
+    table.insert(META_STATE, bytes.as_slice())?;
     Ok(())
 }
 
@@ -267,7 +277,8 @@ impl StoreReader {
     }
 
     pub fn applied_next(&self) -> Result<u64, StoreError> {
-        meta_u64(&self.table, META_APPLIED_NEXT).map_err(|e| self.error(e))
+        let guard = self.table.get(META_STATE).map_err(|e| self.error(e))?;
+        Ok(guard.map_or(0, |g| u64::from_le_bytes(g.value()[..8].try_into().expect("state is 64 bytes"))))
     }
 
     pub fn get(&self, pk: &str, sk: &str) -> Result<Option<Record>, StoreError> {
