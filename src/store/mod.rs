@@ -36,6 +36,9 @@ const META_STATE: &[u8] = b"\0\0state";
 const META_STATE_BYTES: usize = 64;
 /// The partition count of the namespace this store belongs to.
 const META_PARTITIONS: &[u8] = b"\0\0partitions";
+/// The layout of this store's keys and values; a store of another layout is refused.
+const META_FORMAT: &[u8] = b"\0\0format";
+const FORMAT_VERSION: u64 = 1;
 /// Every metadata key starts with this; no record key does (pk is never empty).
 const META_PREFIX: [u8; 2] = [0, 0];
 
@@ -99,6 +102,19 @@ impl PartitionStore {
         let txn = store.db.begin_write().map_err(|e| err(e.to_string()))?;
         {
             let mut meta = txn.open_table(RECORDS).map_err(|e| err(e.to_string()))?;
+            let format = meta_u64(&meta, META_FORMAT).map_err(|e| err(e.to_string()))?;
+            let is_empty = meta.first().map_err(|e| err(e.to_string()))?.is_none();
+            match (format, is_empty) {
+                (0, true) => {
+                    meta.insert(META_FORMAT, FORMAT_VERSION.to_le_bytes().as_slice()).map_err(|e| err(e.to_string()))?;
+                }
+                (FORMAT_VERSION, _) => {}
+                (other, _) => {
+                    return Err(err(format!(
+                        "has store format {other}, this build reads format {FORMAT_VERSION}; move it away to rebuild it from the log"
+                    )))
+                }
+            }
             let stored = meta_u64(&meta, META_PARTITIONS).map_err(|e| err(e.to_string()))?;
             let stored = (stored != 0).then_some(stored);
             match stored {
@@ -441,6 +457,20 @@ mod tests {
             sks(SkRange { start: Some("b2".into()), end: Some("c".into()), ..Default::default() }, 10).0,
             ["b2", "b3"]
         );
+    }
+
+    #[test]
+    fn unknown_store_format_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("p.redb");
+        {
+            let db = Database::create(&path).unwrap();
+            let txn = db.begin_write().unwrap();
+            txn.open_table(RECORDS).unwrap().insert(META_FORMAT, 99u64.to_le_bytes().as_slice()).unwrap();
+            txn.commit().unwrap();
+        }
+        let err = PartitionStore::open(&path, 4, 1 << 20).err().expect("refused");
+        assert!(err.message.contains("format 99"), "{err}");
     }
 
     #[test]
