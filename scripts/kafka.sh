@@ -1,0 +1,168 @@
+#!/usr/bin/env bash
+# Apache Kafka for Tern's tests and benchmarks: the broker's jars come from
+# Maven Central (scripts/kafka/pom.xml), nodes run in KRaft mode (each node is
+# broker and controller) on free loopback ports, data in a scratch directory.
+#
+#   scripts/kafka.sh start [--brokers N] [--dir DIR]   starts N nodes (default 1), waits until ready,
+#                                                      prints the bootstrap servers (also in DIR/bootstrap)
+#   scripts/kafka.sh stop [--dir DIR]                  stops them (SIGTERM, then SIGKILL after 20 s)
+#   scripts/kafka.sh status [--dir DIR]                lists the nodes and whether they run
+#   scripts/kafka.sh run CLASS [ARGS...]               runs a Kafka tool class with the jars on the classpath
+#
+# With N = 3 topics default to replication factor 3 and min.insync.replicas 2.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+KAFKA_VERSION=4.1.1
+CACHE="${TERN_KAFKA_CACHE:-$HOME/.cache/tern-kafka}/$KAFKA_VERSION"
+LIBS="$CACHE/libs"
+DIR="${TMPDIR:-/tmp}/tern-kafka"
+BROKERS=1
+READY_TIMEOUT_S=90
+STOP_TIMEOUT_S=20
+
+command="${1:-}"; shift || true
+while (($#)); do
+  case "$1" in
+    --brokers) BROKERS="$2"; shift 2 ;;
+    --dir) DIR="$2"; shift 2 ;;
+    *) break ;;
+  esac
+done
+
+fetch_jars() {
+  if [[ -f "$CACHE/.complete" ]]; then return; fi
+  command -v java >/dev/null || { echo "kafka.sh: java (17+) is required" >&2; exit 1; }
+  command -v mvn >/dev/null || { echo "kafka.sh: installing maven" >&2; apt-get update -qq && apt-get install -y -qq maven >/dev/null; }
+  echo "kafka.sh: fetching Apache Kafka $KAFKA_VERSION from Maven Central into $LIBS" >&2
+  mkdir -p "$LIBS"
+  mvn -q -f scripts/kafka/pom.xml dependency:copy-dependencies -DoutputDirectory="$LIBS" -DincludeScope=runtime >&2
+  touch "$CACHE/.complete"
+}
+
+kafka_java() { java -Xms256m -Xmx768m -cp "$LIBS/*" -Dlog4j2.configurationFile="$DIR/log4j2.properties" "$@"; }
+# The same, replacing the calling (sub)shell, so that `$!` of `kafka_exec ... &` is Java's pid.
+kafka_exec() { exec java -Xms256m -Xmx768m -cp "$LIBS/*" -Dlog4j2.configurationFile="$DIR/log4j2.properties" "$@"; }
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+
+write_configs() {
+  local voters="" i
+  for ((i = 1; i <= BROKERS; i++)); do
+    echo "$(free_port)" > "$DIR/node-$i.port"
+    echo "$(free_port)" > "$DIR/node-$i.controller-port"
+    voters+="${voters:+,}$i@127.0.0.1:$(cat "$DIR/node-$i.controller-port")"
+  done
+  local rf=$((BROKERS >= 3 ? 3 : 1)) min_isr=$((BROKERS >= 3 ? 2 : 1))
+  cat > "$DIR/log4j2.properties" <<LOG
+rootLogger.level = INFO
+rootLogger.appenderRef.file.ref = file
+appender.file.type = File
+appender.file.name = file
+appender.file.fileName = \${sys:kafka.node.log}
+appender.file.layout.type = PatternLayout
+appender.file.layout.pattern = [%d] %p %m (%c)%n
+LOG
+  for ((i = 1; i <= BROKERS; i++)); do
+    cat > "$DIR/node-$i.properties" <<PROPS
+process.roles=broker,controller
+node.id=$i
+controller.quorum.voters=$voters
+listeners=PLAINTEXT://127.0.0.1:$(cat "$DIR/node-$i.port"),CONTROLLER://127.0.0.1:$(cat "$DIR/node-$i.controller-port")
+advertised.listeners=PLAINTEXT://127.0.0.1:$(cat "$DIR/node-$i.port")
+controller.listener.names=CONTROLLER
+listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT
+inter.broker.listener.name=PLAINTEXT
+log.dirs=$DIR/data-$i
+num.partitions=1
+default.replication.factor=$rf
+min.insync.replicas=$min_isr
+offsets.topic.replication.factor=$rf
+transaction.state.log.replication.factor=$rf
+transaction.state.log.min.isr=$min_isr
+group.initial.rebalance.delay.ms=0
+auto.create.topics.enable=false
+PROPS
+  done
+}
+
+bootstrap() {
+  local servers="" i
+  for ((i = 1; i <= BROKERS; i++)); do servers+="${servers:+,}127.0.0.1:$(cat "$DIR/node-$i.port")"; done
+  echo "$servers"
+}
+
+start() {
+  fetch_jars
+  if [[ -f "$DIR/bootstrap" ]] && status >/dev/null 2>&1; then
+    echo "kafka.sh: already running in $DIR; stop it first" >&2; exit 1
+  fi
+  rm -rf "$DIR"; mkdir -p "$DIR"
+  echo "$BROKERS" > "$DIR/brokers"
+  write_configs
+  local cluster_id i
+  cluster_id=$(kafka_java kafka.tools.StorageTool random-uuid)
+  for ((i = 1; i <= BROKERS; i++)); do
+    kafka_java -Dkafka.node.log="$DIR/node-$i.log" kafka.tools.StorageTool format \
+      -t "$cluster_id" -c "$DIR/node-$i.properties" >/dev/null
+    kafka_exec -Dkafka.node.log="$DIR/node-$i.log" kafka.Kafka "$DIR/node-$i.properties" \
+      >"$DIR/node-$i.out" 2>&1 &
+    echo $! > "$DIR/node-$i.pid"
+  done
+  local servers deadline=$((SECONDS + READY_TIMEOUT_S))
+  servers=$(bootstrap)
+  until kafka_java -Dkafka.node.log="$DIR/tools.log" org.apache.kafka.tools.BrokerApiVersionsCommand \
+      --bootstrap-server "$servers" >/dev/null 2>&1 && ready_nodes "$servers"; do
+    if ((SECONDS > deadline)); then
+      echo "kafka.sh: not ready after ${READY_TIMEOUT_S}s; logs in $DIR/node-*.log" >&2; stop; exit 1
+    fi
+    sleep 1
+  done
+  echo "$servers" > "$DIR/bootstrap"
+  echo "$servers"
+}
+
+# True when every node answers as a broker.
+ready_nodes() {
+  local answered
+  answered=$(kafka_java -Dkafka.node.log="$DIR/tools.log" org.apache.kafka.tools.BrokerApiVersionsCommand \
+    --bootstrap-server "$1" 2>/dev/null | grep -c '(id: ' || true)
+  ((answered >= BROKERS))
+}
+
+stop() {
+  local pid_file pid
+  for pid_file in "$DIR"/node-*.pid; do
+    [[ -f "$pid_file" ]] || continue
+    pid=$(cat "$pid_file")
+    kill -TERM "$pid" 2>/dev/null || true
+  done
+  local deadline=$((SECONDS + STOP_TIMEOUT_S))
+  for pid_file in "$DIR"/node-*.pid; do
+    [[ -f "$pid_file" ]] || continue
+    pid=$(cat "$pid_file")
+    while kill -0 "$pid" 2>/dev/null && ((SECONDS < deadline)); do sleep 0.2; done
+    kill -KILL "$pid" 2>/dev/null || true
+    rm -f "$pid_file"
+  done
+  rm -f "$DIR/bootstrap"
+}
+
+status() {
+  local pid_file running=0 total=0
+  for pid_file in "$DIR"/node-*.pid; do
+    [[ -f "$pid_file" ]] || continue
+    total=$((total + 1))
+    if kill -0 "$(cat "$pid_file")" 2>/dev/null; then running=$((running + 1)); echo "$(basename "$pid_file" .pid): running"; else echo "$(basename "$pid_file" .pid): stopped"; fi
+  done
+  [[ -f "$DIR/bootstrap" ]] && echo "bootstrap: $(cat "$DIR/bootstrap")"
+  ((total > 0 && running == total))
+}
+
+case "$command" in
+  start) start ;;
+  stop) stop ;;
+  status) status ;;
+  run) fetch_jars; kafka_java -Dkafka.node.log="$DIR/tools.log" "$@" ;;
+  *) sed -n '2,13p' "$0" >&2; exit 2 ;;
+esac
