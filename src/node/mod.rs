@@ -198,13 +198,19 @@ impl Node {
 
     /// Stops apply loops (each flushes its store durably), then closes the log.
     pub async fn shutdown(&self) {
+        self.stop_apply().await;
+        self.log.close().await;
+        tracing::info!("node stopped");
+    }
+
+    /// Stops this node's apply loops (each flushes its store durably) and
+    /// leaves the log open, for a log shared with other consumers.
+    pub async fn stop_apply(&self) {
         self.shutdown.send_replace(true);
         let tasks: Vec<JoinHandle<()>> = std::mem::take(&mut *self.tasks.lock());
         let all = futures::future::join_all(tasks);
         if tokio::time::timeout(SHUTDOWN_WAIT, all).await.is_err() {
             tracing::error!("apply loops did not stop within {SHUTDOWN_WAIT:?}; stores replay from their last durable offset");
         }
-        self.log.close().await;
-        tracing::info!("node stopped");
     }
 }
