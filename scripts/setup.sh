@@ -8,6 +8,11 @@ set -euo pipefail
 need_apt=()
 command -v protoc >/dev/null || need_apt+=(protobuf-compiler)
 command -v cc >/dev/null || need_apt+=(build-essential)
+command -v cmake >/dev/null || need_apt+=(cmake)
+# librdkafka (built from source by the rdkafka crate) includes curl's headers.
+[[ -f /usr/include/x86_64-linux-gnu/curl/curl.h || -f /usr/include/curl/curl.h ]] || need_apt+=(libcurl4-openssl-dev)
+command -v java >/dev/null || need_apt+=(default-jre-headless)
+command -v mvn >/dev/null || need_apt+=(maven)
 if [[ "${1:-}" == "bench" ]]; then
   command -v etcd >/dev/null || need_apt+=(etcd-server)
 fi

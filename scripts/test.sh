@@ -6,6 +6,12 @@ cd "$(dirname "$0")/.."
 scripts/setup.sh
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/tern-target}"
 cargo build --release --all-targets
+# A real Kafka broker for the Kafka tests, on a free loopback port, stopped on exit.
+KAFKA_DIR="$(mktemp -d "${TMPDIR:-/tmp}/tern-test-kafka.XXXXXX")"
+trap 'scripts/kafka.sh stop --dir "$KAFKA_DIR" || true; rm -rf "$KAFKA_DIR"' EXIT
+TERN_TEST_KAFKA="$(scripts/kafka.sh start --dir "$KAFKA_DIR" | tail -1)"
+export TERN_TEST_KAFKA
+echo "test Kafka broker: $TERN_TEST_KAFKA"
 set +e
 cargo test --release --all-targets 2>&1 | tee "${TMPDIR:-/tmp}/tern-test.log"
 status=${PIPESTATUS[0]}

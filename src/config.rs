@@ -36,6 +36,12 @@ pub struct Settings {
     pub apply_linger_ms: u64,
     /// `text` or `json` logs.
     pub log_format: String,
+    /// Kafka log: topic of namespace N is `<prefix>N`.
+    pub kafka_topic_prefix: String,
+    /// Kafka log: replication factor of the topics Tern creates.
+    pub kafka_replication_factor: i32,
+    /// Kafka log: `min.insync.replicas` of the topics Tern creates.
+    pub kafka_min_insync_replicas: i32,
 }
 
 impl Default for Settings {
@@ -58,6 +64,9 @@ impl Default for Settings {
             apply_batch_max: 1000,
             apply_linger_ms: 1,
             log_format: "text".into(),
+            kafka_topic_prefix: "tern.".into(),
+            kafka_replication_factor: 1,
+            kafka_min_insync_replicas: 1,
         }
     }
 }
@@ -81,8 +90,13 @@ impl Settings {
             "store_fsync_interval_ms must be 1..=60000"
         );
         anyhow::ensure!(matches!(self.log_format.as_str(), "text" | "json"), "log_format must be text or json");
+        anyhow::ensure!((1..=16).contains(&self.kafka_replication_factor), "kafka_replication_factor must be 1..=16");
         anyhow::ensure!(
-            self.log == "embedded" || self.log.starts_with("kafka://"),
+            (1..=self.kafka_replication_factor).contains(&self.kafka_min_insync_replicas),
+            "kafka_min_insync_replicas must be 1..=kafka_replication_factor"
+        );
+        anyhow::ensure!(
+            self.log == "embedded" || self.log.strip_prefix("kafka://").is_some_and(|hosts| !hosts.is_empty()),
             "log must be `embedded` or kafka://HOST:PORT[,HOST:PORT], got {:?}",
             self.log
         );

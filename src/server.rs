@@ -8,6 +8,7 @@ use std::time::Duration;
 use crate::apply::ApplyConfig;
 use crate::config::Settings;
 use crate::log::embedded::{EmbeddedLog, EmbeddedLogConfig};
+use crate::log::kafka::{KafkaLog, KafkaLogConfig};
 use crate::log::Log;
 use crate::node::{Node, NodeConfig};
 
@@ -26,19 +27,7 @@ pub async fn run(settings: Settings, options: Options) -> anyhow::Result<()> {
     if let Some(url) = &settings.snapshots {
         tracing::warn!(%url, "snapshots to object storage are not part of this build yet; the setting is ignored");
     }
-    anyhow::ensure!(
-        settings.log == "embedded",
-        "the Kafka log is not part of this build yet; use --log embedded (got {:?})",
-        settings.log
-    );
-    let log_config = EmbeddedLogConfig {
-        segment_bytes_max: settings.log_segment_bytes,
-        retention_bytes: settings.log_retention_bytes,
-        retention_ms: settings.log_retention_ms,
-        ..EmbeddedLogConfig::new(settings.data_dir.join("log"))
-    };
-    let embedded = tokio::task::spawn_blocking(move || EmbeddedLog::open(log_config)).await??;
-    let log: Arc<dyn Log> = Arc::new(embedded.clone());
+    let (log, embedded) = open_log(&settings).await?;
     let node_config = NodeConfig {
         node_id: settings.node_id.clone(),
         data_dir: settings.data_dir.clone(),
@@ -54,6 +43,7 @@ pub async fn run(settings: Settings, options: Options) -> anyhow::Result<()> {
         node.create_namespace(name, *partitions).await?;
     }
     let retention = tokio::spawn(async move {
+        let Some(embedded) = embedded else { return };
         loop {
             tokio::time::sleep(RETENTION_INTERVAL).await;
             let log = embedded.clone();
@@ -76,6 +66,34 @@ pub async fn run(settings: Settings, options: Options) -> anyhow::Result<()> {
     retention.abort();
     node.shutdown().await;
     Ok(())
+}
+
+/// The log the settings name: the embedded log (returned twice: it also needs
+/// its retention enforced) or Kafka.
+async fn open_log(settings: &Settings) -> anyhow::Result<(Arc<dyn Log>, Option<EmbeddedLog>)> {
+    if let Some(servers) = settings.log.strip_prefix("kafka://") {
+        let config = KafkaLogConfig {
+            client_id: settings.node_id.clone(),
+            rack: settings.region.clone(),
+            topic_prefix: settings.kafka_topic_prefix.clone(),
+            replication_factor: settings.kafka_replication_factor,
+            min_insync_replicas: settings.kafka_min_insync_replicas,
+            ..KafkaLogConfig::new(servers)
+        };
+        let kafka = KafkaLog::connect(config)?;
+        // Fail fast, with the broker's address in the message, if it is unreachable.
+        kafka.list_topics().await.map_err(|e| anyhow::anyhow!("cannot reach Kafka at {servers}: {e}"))?;
+        tracing::info!(%servers, "kafka log connected");
+        return Ok((Arc::new(kafka), None));
+    }
+    let log_config = EmbeddedLogConfig {
+        segment_bytes_max: settings.log_segment_bytes,
+        retention_bytes: settings.log_retention_bytes,
+        retention_ms: settings.log_retention_ms,
+        ..EmbeddedLogConfig::new(settings.data_dir.join("log"))
+    };
+    let embedded = tokio::task::spawn_blocking(move || EmbeddedLog::open(log_config)).await??;
+    Ok((Arc::new(embedded.clone()), Some(embedded)))
 }
 
 /// Resolves on SIGTERM or SIGINT.

@@ -51,7 +51,7 @@ const RETRY_DELAY_MIN: Duration = Duration::from_millis(100);
 const RETRY_DELAY_MAX: Duration = Duration::from_secs(5);
 
 pub async fn run(handle: Arc<PartitionHandle>, log: Arc<dyn Log>, config: ApplyConfig, mut shutdown: watch::Receiver<bool>) {
-    let Some((mut reader, catch_up_to)) = open_reader(&handle, log.as_ref()).await else { return };
+    let Some((mut reader, catch_up_to)) = open_reader(&handle, log.as_ref(), &mut shutdown).await else { return };
     let mut last_durable = Instant::now();
     let mut dirty = false;
     let mut retry_delay = RETRY_DELAY_MIN;
@@ -122,37 +122,61 @@ pub async fn run(handle: Arc<PartitionHandle>, log: Arc<dyn Log>, config: ApplyC
 }
 
 /// Checks the store's offset against the log and opens a reader there.
-async fn open_reader(handle: &PartitionHandle, log: &dyn Log) -> Option<(Box<dyn LogReader>, u64)> {
-    let applied_next = handle.applied_next();
-    let refuse = |reason: String| handle.set_status(PartitionStatus::Refused(reason));
-    let (start, end) = match (log.start_offset(&handle.tp).await, log.end_offset(&handle.tp).await) {
-        (Ok(start), Ok(end)) => (start, end),
-        (Err(e), _) | (_, Err(e)) => {
-            refuse(format!("cannot read the log's offsets: {e}"));
-            return None;
+/// Transient log errors (a broker restarting, a new topic without leaders
+/// yet) are retried with backoff until shutdown; a gap or a store ahead of
+/// the log refuses the partition.
+async fn open_reader(
+    handle: &PartitionHandle,
+    log: &dyn Log,
+    shutdown: &mut watch::Receiver<bool>,
+) -> Option<(Box<dyn LogReader>, u64)> {
+    let mut retry_delay = RETRY_DELAY_MIN;
+    loop {
+        match try_open_reader(handle, log).await {
+            Ok(opened) => return Some(opened),
+            Err(OpenError::Refuse(reason)) => {
+                handle.set_status(PartitionStatus::Refused(reason));
+                return None;
+            }
+            Err(OpenError::Retry(e)) => {
+                tracing::warn!(tp = %handle.tp, error = %e, ?retry_delay, "cannot open the log yet; retrying");
+                tokio::select! {
+                    _ = tokio::time::sleep(retry_delay) => {}
+                    _ = shutdown.changed() => return None,
+                }
+                retry_delay = (retry_delay * 2).min(RETRY_DELAY_MAX);
+            }
         }
+    }
+}
+
+enum OpenError {
+    Refuse(String),
+    Retry(LogError),
+}
+
+async fn try_open_reader(handle: &PartitionHandle, log: &dyn Log) -> Result<(Box<dyn LogReader>, u64), OpenError> {
+    let applied_next = handle.applied_next();
+    let classify = |e: LogError| match e {
+        LogError::Corrupt(_) | LogError::OffsetOutOfRange { .. } => OpenError::Refuse(e.to_string()),
+        other => OpenError::Retry(other),
     };
+    let start = log.start_offset(&handle.tp).await.map_err(classify)?;
+    let end = log.end_offset(&handle.tp).await.map_err(classify)?;
     if applied_next > end {
-        refuse(format!(
+        return Err(OpenError::Refuse(format!(
             "the store has applied up to offset {applied_next} but the log ends at {end}: the log lost entries \
              this replica applied; rebuild this replica (move its store away) after checking the log"
-        ));
-        return None;
+        )));
     }
     if applied_next < start {
-        refuse(format!(
+        return Err(OpenError::Refuse(format!(
             "needs log offset {applied_next} but the log starts at {start} (older entries were deleted by \
              retention) and no snapshot covers the gap"
-        ));
-        return None;
+        )));
     }
-    match log.reader(&handle.tp, applied_next).await {
-        Ok(reader) => Some((reader, end)),
-        Err(e) => {
-            refuse(format!("cannot open a log reader: {e}"));
-            None
-        }
-    }
+    let reader = log.reader(&handle.tp, applied_next).await.map_err(classify)?;
+    Ok((reader, end))
 }
 
 /// Batches up to this many entries without fsync are applied inline on the

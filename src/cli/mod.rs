@@ -90,6 +90,12 @@ pub struct ServeArgs {
     /// text or json
     #[arg(long, env = "TERN_LOG_FORMAT")]
     pub log_format: Option<String>,
+    #[arg(long, env = "TERN_KAFKA_TOPIC_PREFIX")]
+    pub kafka_topic_prefix: Option<String>,
+    #[arg(long, env = "TERN_KAFKA_REPLICATION_FACTOR")]
+    pub kafka_replication_factor: Option<i32>,
+    #[arg(long, env = "TERN_KAFKA_MIN_INSYNC_REPLICAS")]
+    pub kafka_min_insync_replicas: Option<i32>,
     /// Create this namespace at start if missing, as NAME:PARTITIONS (repeatable).
     #[arg(long = "namespace", env = "TERN_NAMESPACES", value_delimiter = ',')]
     pub namespaces: Vec<String>,
@@ -106,6 +112,7 @@ impl ServeArgs {
         }
         take!(node_id, listen, data_dir, log, region, group, seeds, log_segment_bytes, store_cache_bytes);
         take!(store_fsync_interval_ms, apply_batch_max, apply_linger_ms, log_format);
+        take!(kafka_topic_prefix, kafka_replication_factor, kafka_min_insync_replicas);
         if self.gossip.is_some() {
             s.gossip = self.gossip.clone();
         }

@@ -17,6 +17,7 @@
 //!   rather than skipping.
 
 pub mod embedded;
+pub mod kafka;
 
 use std::sync::Arc;
 use std::time::Duration;

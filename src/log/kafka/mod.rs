@@ -1,0 +1,244 @@
+//! The Kafka log: Tern's `Log` on Apache Kafka or Redpanda, via librdkafka.
+//!
+//! - One topic per namespace, `<prefix><namespace>` (prefix `tern.` by
+//!   default), created through the admin API with the namespace's partition
+//!   count, a replication factor and `min.insync.replicas`.
+//! - Writes: one idempotent producer, `acks=all`, each record sent to an
+//!   explicit partition (Tern computed it from the pk exactly as Kafka's
+//!   default partitioner would). An offset is returned only after the broker
+//!   acknowledged the record.
+//! - Reads: one assign-mode consumer per node (no group management, offsets
+//!   only ever come from the stores; `auto.offset.reset=error`, so a missing
+//!   offset is an error, never a silent jump), split into one queue per
+//!   partition so each apply loop reads only its own partition.
+//! - Offsets: `end_offset` is the high watermark, `start_offset` the low one.
+
+mod reader;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{Consumer, StreamConsumer};
+use rdkafka::message::Message;
+use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
+use rdkafka::types::RDKafkaErrorCode;
+use rdkafka::util::Timeout;
+
+use super::{CreateOutcome, Log, LogError, LogReader, TopicInfo, TopicPartition};
+
+#[derive(Debug, Clone)]
+pub struct KafkaLogConfig {
+    /// `HOST:PORT[,HOST:PORT]`.
+    pub bootstrap_servers: String,
+    pub client_id: String,
+    /// Sets `client.rack`, so consumers may fetch from a same-region replica.
+    pub rack: String,
+    pub topic_prefix: String,
+    pub replication_factor: i32,
+    pub min_insync_replicas: i32,
+    /// Bound on admin and metadata calls.
+    pub request_timeout: Duration,
+    /// Bound on one produce, queueing and delivery included (`delivery.timeout.ms`).
+    pub delivery_timeout: Duration,
+}
+
+impl KafkaLogConfig {
+    pub fn new(bootstrap_servers: &str) -> KafkaLogConfig {
+        KafkaLogConfig {
+            bootstrap_servers: bootstrap_servers.to_string(),
+            client_id: "tern".into(),
+            rack: String::new(),
+            topic_prefix: "tern.".into(),
+            replication_factor: 1,
+            min_insync_replicas: 1,
+            request_timeout: Duration::from_secs(10),
+            delivery_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+struct Inner {
+    config: KafkaLogConfig,
+    producer: FutureProducer,
+    admin: AdminClient<DefaultClientContext>,
+    consumer: Arc<StreamConsumer>,
+}
+
+/// The Kafka log. Cheap to clone.
+#[derive(Clone)]
+pub struct KafkaLog {
+    inner: Arc<Inner>,
+}
+
+fn unavailable(e: impl std::fmt::Display) -> LogError {
+    LogError::Unavailable(format!("kafka: {e}"))
+}
+
+impl KafkaLog {
+    pub fn connect(config: KafkaLogConfig) -> Result<KafkaLog, LogError> {
+        let mut base = ClientConfig::new();
+        base.set("bootstrap.servers", &config.bootstrap_servers).set("client.id", &config.client_id);
+        if !config.rack.is_empty() {
+            base.set("client.rack", &config.rack);
+        }
+        let producer: FutureProducer = base
+            .clone()
+            .set("enable.idempotence", "true")
+            .set("acks", "all")
+            // Batch a little: up to 1 ms of linger amortizes requests across writers.
+            .set("linger.ms", "1")
+            .set("delivery.timeout.ms", config.delivery_timeout.as_millis().to_string())
+            .create()
+            .map_err(unavailable)?;
+        let consumer: StreamConsumer = base
+            .clone()
+            .set("group.id", format!("tern-{}", config.client_id))
+            .set("enable.auto.commit", "false")
+            .set("enable.auto.offset.store", "false")
+            .set("auto.offset.reset", "error")
+            .set("enable.partition.eof", "false")
+            .set("fetch.wait.max.ms", "100")
+            .create()
+            .map_err(unavailable)?;
+        let admin: AdminClient<DefaultClientContext> = base.create().map_err(unavailable)?;
+        let consumer = Arc::new(consumer);
+        // The main queue must be served for callbacks; every message goes to a
+        // partition queue, so anything arriving here is logged and dropped.
+        let main = consumer.clone();
+        tokio::spawn(async move {
+            loop {
+                match main.recv().await {
+                    Ok(m) => tracing::error!(topic = m.topic(), partition = m.partition(), "kafka message on the main queue"),
+                    Err(e) => tracing::warn!(error = %e, "kafka consumer error"),
+                }
+            }
+        });
+        Ok(KafkaLog { inner: Arc::new(Inner { config, producer, admin, consumer }) })
+    }
+
+    fn topic_name(&self, namespace: &str) -> String {
+        format!("{}{namespace}", self.inner.config.topic_prefix)
+    }
+
+    async fn partition_count(&self, topic: &str) -> Result<Option<u32>, LogError> {
+        let (consumer, topic, timeout) = (self.inner.consumer.clone(), topic.to_string(), self.inner.config.request_timeout);
+        tokio::task::spawn_blocking(move || {
+            let metadata = consumer.fetch_metadata(Some(&topic), timeout).map_err(unavailable)?;
+            Ok(metadata
+                .topics()
+                .iter()
+                .find(|t| t.name() == topic && t.error().is_none())
+                .map(|t| t.partitions().len() as u32)
+                .filter(|n| *n > 0))
+        })
+        .await
+        .map_err(unavailable)?
+    }
+
+    async fn watermarks(&self, tp: &TopicPartition) -> Result<(u64, u64), LogError> {
+        let (consumer, topic, timeout) = (self.inner.consumer.clone(), self.topic_name(&tp.topic), self.inner.config.request_timeout);
+        let partition = tp.partition as i32;
+        let (low, high) = tokio::task::spawn_blocking(move || consumer.fetch_watermarks(&topic, partition, timeout))
+            .await
+            .map_err(unavailable)?
+            .map_err(unavailable)?;
+        Ok((low.max(0) as u64, high.max(0) as u64))
+    }
+}
+
+#[async_trait]
+impl Log for KafkaLog {
+    async fn create_topic(&self, name: &str, partitions: u32) -> Result<CreateOutcome, LogError> {
+        let topic = self.topic_name(name);
+        let config = &self.inner.config;
+        let min_isr = config.min_insync_replicas.to_string();
+        let new_topic = NewTopic::new(&topic, partitions as i32, TopicReplication::Fixed(config.replication_factor))
+            .set("min.insync.replicas", &min_isr);
+        let options = AdminOptions::new().operation_timeout(Some(Timeout::After(config.request_timeout)));
+        let results = self.inner.admin.create_topics([&new_topic], &options).await.map_err(unavailable)?;
+        let created = match results.into_iter().next() {
+            Some(Ok(_)) => true,
+            Some(Err((_, RDKafkaErrorCode::TopicAlreadyExists))) => false,
+            Some(Err((_, code))) => return Err(unavailable(format!("creating topic {topic}: {code}"))),
+            None => return Err(unavailable(format!("creating topic {topic}: no result"))),
+        };
+        // Wait (bounded) until the topic's metadata shows its partitions.
+        let deadline = tokio::time::Instant::now() + config.request_timeout;
+        loop {
+            if let Some(existing) = self.partition_count(&topic).await? {
+                if existing != partitions {
+                    return Err(LogError::PartitionCountMismatch { topic: name.to_string(), existing, requested: partitions });
+                }
+                return Ok(if created { CreateOutcome::Created } else { CreateOutcome::AlreadyExists });
+            }
+            if tokio::time::Instant::now() > deadline {
+                return Err(unavailable(format!("topic {topic} did not appear within {:?}", config.request_timeout)));
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    async fn list_topics(&self) -> Result<Vec<TopicInfo>, LogError> {
+        let (consumer, timeout, prefix) =
+            (self.inner.consumer.clone(), self.inner.config.request_timeout, self.inner.config.topic_prefix.clone());
+        tokio::task::spawn_blocking(move || {
+            let metadata = consumer.fetch_metadata(None, timeout).map_err(unavailable)?;
+            let mut topics: Vec<TopicInfo> = metadata
+                .topics()
+                .iter()
+                .filter_map(|t| {
+                    let name = t.name().strip_prefix(&prefix)?;
+                    crate::limits::check_namespace_name(name).ok()?;
+                    Some(TopicInfo { name: name.to_string(), partitions: t.partitions().len() as u32 })
+                })
+                .collect();
+            topics.sort_by(|a, b| a.name.cmp(&b.name));
+            Ok(topics)
+        })
+        .await
+        .map_err(unavailable)?
+    }
+
+    async fn append(&self, tp: &TopicPartition, payload: Bytes) -> Result<u64, LogError> {
+        let topic = self.topic_name(&tp.topic);
+        let record: FutureRecord<'_, [u8], [u8]> = FutureRecord::to(&topic).partition(tp.partition as i32).payload(&payload);
+        match self.inner.producer.send(record, Timeout::After(self.inner.config.delivery_timeout)).await {
+            Ok(delivery) => {
+                debug_assert_eq!(delivery.partition, tp.partition as i32);
+                Ok(delivery.offset as u64)
+            }
+            Err((e, _)) => Err(unavailable(format!(
+                "produce to {topic}/{} failed ({e}); the write may or may not be in the log",
+                tp.partition
+            ))),
+        }
+    }
+
+    async fn end_offset(&self, tp: &TopicPartition) -> Result<u64, LogError> {
+        Ok(self.watermarks(tp).await?.1)
+    }
+
+    async fn start_offset(&self, tp: &TopicPartition) -> Result<u64, LogError> {
+        Ok(self.watermarks(tp).await?.0)
+    }
+
+    async fn reader(&self, tp: &TopicPartition, from: u64) -> Result<Box<dyn LogReader>, LogError> {
+        let topic = self.topic_name(&tp.topic);
+        Ok(Box::new(reader::KafkaReader::open(&self.inner.consumer, tp.clone(), &topic, from)?))
+    }
+
+    fn release_below(&self, _tp: &TopicPartition, _offset: u64) {
+        // Kafka's own retention deletes old entries; nothing to release locally.
+    }
+
+    async fn close(&self) {
+        let producer = self.inner.producer.clone();
+        let timeout = self.inner.config.delivery_timeout;
+        let _ = tokio::task::spawn_blocking(move || producer.flush(timeout)).await;
+    }
+}

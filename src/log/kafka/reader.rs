@@ -1,0 +1,92 @@
+//! Reading one partition of a Kafka topic from an offset the store chose.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use futures::FutureExt;
+use rdkafka::consumer::stream_consumer::StreamPartitionQueue;
+use rdkafka::consumer::{Consumer, StreamConsumer};
+use rdkafka::error::KafkaError;
+use rdkafka::message::Message;
+use rdkafka::types::RDKafkaErrorCode;
+use rdkafka::{Offset, TopicPartitionList};
+
+use crate::log::{LogError, LogReader, LogRecord, TopicPartition};
+
+pub struct KafkaReader {
+    tp: TopicPartition,
+    consumer: Arc<StreamConsumer>,
+    topic: String,
+    queue: StreamPartitionQueue<rdkafka::consumer::DefaultConsumerContext>,
+    next: u64,
+}
+
+impl KafkaReader {
+    /// Splits off the partition's queue, then assigns the partition at `from`
+    /// (in that order, so no message can land on the shared main queue).
+    pub fn open(consumer: &Arc<StreamConsumer>, tp: TopicPartition, topic: &str, from: u64) -> Result<KafkaReader, LogError> {
+        let queue = consumer
+            .split_partition_queue(topic, tp.partition as i32)
+            .ok_or_else(|| LogError::UnknownPartition(tp.to_string()))?;
+        let mut assignment = TopicPartitionList::new();
+        assignment
+            .add_partition_offset(topic, tp.partition as i32, Offset::Offset(from as i64))
+            .map_err(|e| LogError::Unavailable(format!("kafka: {e}")))?;
+        consumer.incremental_assign(&assignment).map_err(|e| LogError::Unavailable(format!("kafka: {e}")))?;
+        Ok(KafkaReader { tp, consumer: consumer.clone(), topic: topic.to_string(), queue, next: from })
+    }
+}
+
+#[async_trait]
+impl LogReader for KafkaReader {
+    async fn next_batch(&mut self, records_max: usize, wait: Duration) -> Result<Vec<LogRecord>, LogError> {
+        let first = match tokio::time::timeout(wait, self.queue.recv()).await {
+            Ok(message) => message.map(|m| m.detach()),
+            Err(_) => return Ok(Vec::new()),
+        };
+        let mut records = Vec::with_capacity(records_max.clamp(1, 1024));
+        records.push(self.to_owned_record(first)?);
+        while records.len() < records_max {
+            let Some(message) = self.queue.recv().now_or_never() else { break };
+            let message = message.map(|m| m.detach());
+            records.push(self.to_owned_record(message)?);
+        }
+        Ok(records)
+    }
+
+    fn position(&self) -> u64 {
+        self.next
+    }
+}
+
+impl KafkaReader {
+    fn to_owned_record(&mut self, message: Result<rdkafka::message::OwnedMessage, KafkaError>) -> Result<LogRecord, LogError> {
+        match message {
+            Ok(m) => {
+                let offset = m.offset() as u64;
+                assert!(offset >= self.next, "kafka delivered offset {offset} below the reader's position {}", self.next);
+                self.next = offset + 1;
+                Ok(LogRecord { offset, payload: Bytes::copy_from_slice(m.payload().unwrap_or_default()) })
+            }
+            Err(KafkaError::MessageConsumption(RDKafkaErrorCode::OffsetOutOfRange)) => Err(LogError::OffsetOutOfRange {
+                tp: self.tp.to_string(),
+                requested: self.next,
+                start: 0,
+            }),
+            Err(e) => Err(LogError::Unavailable(format!("kafka: {e}"))),
+        }
+    }
+}
+
+impl Drop for KafkaReader {
+    /// Stops fetching the partition when its apply loop goes away.
+    fn drop(&mut self) {
+        let mut assignment = TopicPartitionList::new();
+        assignment.add_partition(&self.topic, self.tp.partition as i32);
+        if let Err(e) = self.consumer.incremental_unassign(&assignment) {
+            tracing::warn!(tp = %self.tp, error = %e, "kafka unassign failed");
+        }
+    }
+}
