@@ -99,3 +99,83 @@ async fn foreign_producers_are_applied_and_garbage_is_skipped() {
     let metrics = t.client.get(format!("{}/metrics", t.url)).send().await.unwrap().text().await.unwrap();
     assert!(metrics.contains("tern_apply_skipped_entries_total{ns=\"default\",reason=\"undecodable\"} 1"), "counted in metrics");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_behind_the_retained_log_refuses_the_partition_and_says_why() {
+    use rdkafka::admin::{AdminClient, AdminOptions};
+    use rdkafka::client::DefaultClientContext;
+    use rdkafka::{Offset, TopicPartitionList};
+
+    let dir = tempfile::tempdir().unwrap();
+    let prefix = unique_prefix();
+    let mut t = serve(dir.path(), &prefix).await;
+    let pk = "retained";
+    let partition = tern::partitioner::partition_of(pk, 4);
+    let (status, _) = t.put(pk, "s", &json!("before the stop")).await;
+    assert_eq!(status, 200);
+    t.wait_caught_up("default").await;
+    assert!(t.terminate().success());
+
+    // While the node is stopped, more writes arrive and retention deletes
+    // everything below them (DeleteRecords is what retention does).
+    let producer: FutureProducer =
+        ClientConfig::new().set("bootstrap.servers", bootstrap()).set("partitioner", "murmur2_random").create().unwrap();
+    let topic = format!("{prefix}default");
+    for i in 0..5 {
+        let op = Op { pk: pk.into(), sk: "s".into(), kind: OpKind::Put(Bytes::from(format!("{i}"))), condition: None };
+        let payload = codec::encode(&Mutation { write_id: Bytes::from_static(b"w"), ops: vec![op] });
+        let record: FutureRecord<'_, str, [u8]> = FutureRecord::to(&topic).key(pk).payload(&payload);
+        producer.send(record, Duration::from_secs(10)).await.map_err(|(e, _)| e).unwrap();
+    }
+    let admin: AdminClient<DefaultClientContext> = ClientConfig::new().set("bootstrap.servers", bootstrap()).create().unwrap();
+    let mut below = TopicPartitionList::new();
+    below.add_partition_offset(&topic, partition as i32, Offset::Offset(4)).unwrap();
+    admin.delete_records(&below, &AdminOptions::new()).await.unwrap();
+
+    // On restart the node needs offset 1 but the log starts at 4: refused, loudly.
+    let data = dir.path().to_path_buf();
+    let log = format!("kafka://{}", bootstrap());
+    let args = [
+        "serve", "--node-id", "kafka-test", "--listen", "127.0.0.1:0", "--data-dir", data.to_str().unwrap(),
+        "--log", &log, "--kafka-topic-prefix", &prefix, "--namespace", "default:4",
+    ];
+    let t = spawn_not_ready(&args).await;
+    let (status, ready) = t.get_json("/readyz").await;
+    assert_eq!(status, 503, "{ready}");
+    let message = ready["error"]["message"].as_str().unwrap();
+    assert!(message.contains("refused") && message.contains("starts at 4"), "{message}");
+    let (_, ns) = t.get_json("/v1/ns/default").await;
+    let p = &ns["state"][partition as usize];
+    assert_eq!(p["status"], "refused", "{p}");
+    assert!(p["reason"].as_str().unwrap().contains("retention"), "{p}");
+    let (status, body) = t.get(pk, "s").await;
+    assert_eq!((status, body["error"]["code"].as_str()), (503, Some("partition_unavailable")), "reads are refused, not stale");
+    let metrics = t.client.get(format!("{}/metrics", t.url)).send().await.unwrap().text().await.unwrap();
+    let gauge = format!("tern_partition_refused{{ns=\"default\",partition=\"{partition}\"}} 1");
+    assert!(metrics.contains(&gauge), "refusal visible in metrics");
+}
+
+/// Starts a node that is expected never to become ready; waits for it to listen.
+async fn spawn_not_ready(args: &[&str]) -> Tern {
+    use std::io::{BufRead, BufReader};
+    let mut child = std::process::Command::new(common::BIN)
+        .args(args)
+        .env("TERN_LOG_LEVEL", "warn")
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let line = BufReader::new(stdout).lines().map_while(Result::ok).find(|l| l.contains("listening on ")).unwrap();
+    let url = line.split_once("listening on ").unwrap().1.trim().to_string();
+    let t = Tern { child: Some(child), url, data_dir: std::path::PathBuf::new(), client: reqwest::Client::new() };
+    // Give the apply loops a moment to check the log and refuse.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let (_, ns) = t.get_json("/v1/ns/default").await;
+        if ns["state"].as_array().is_some_and(|ps| ps.iter().any(|p| p["status"] == "refused")) {
+            return t;
+        }
+        assert!(std::time::Instant::now() < deadline, "no partition was refused: {ns}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
