@@ -8,6 +8,8 @@
 #   scripts/kafka.sh stop [--dir DIR]                  stops them (SIGTERM, then SIGKILL after 20 s)
 #   scripts/kafka.sh status [--dir DIR]                lists the nodes and whether they run
 #   scripts/kafka.sh run CLASS [ARGS...]               runs a Kafka tool class with the jars on the classpath
+#   scripts/kafka.sh stop-node I [--kill] [--dir DIR]  stops node I (SIGTERM, or SIGKILL), keeping its data
+#   scripts/kafka.sh start-node I [--dir DIR]          starts node I again with its data and ports
 #
 # With N = 3 topics default to replication factor 3 and min.insync.replicas 2.
 set -euo pipefail
@@ -105,9 +107,7 @@ start() {
   for ((i = 1; i <= BROKERS; i++)); do
     kafka_java -Dkafka.node.log="$DIR/node-$i.log" kafka.tools.StorageTool format \
       -t "$cluster_id" -c "$DIR/node-$i.properties" >/dev/null
-    kafka_exec -Dkafka.node.log="$DIR/node-$i.log" kafka.Kafka "$DIR/node-$i.properties" \
-      >"$DIR/node-$i.out" 2>&1 &
-    echo $! > "$DIR/node-$i.pid"
+    start_node "$i"
   done
   local servers deadline=$((SECONDS + READY_TIMEOUT_S))
   servers=$(bootstrap)
@@ -120,6 +120,22 @@ start() {
   done
   echo "$servers" > "$DIR/bootstrap"
   echo "$servers"
+}
+
+start_node() {
+  local i="$1"
+  kafka_exec -Dkafka.node.log="$DIR/node-$i.log" kafka.Kafka "$DIR/node-$i.properties" \
+    >>"$DIR/node-$i.out" 2>&1 &
+  echo $! > "$DIR/node-$i.pid"
+}
+
+stop_node() {
+  local i="$1" signal="$2" pid
+  pid=$(cat "$DIR/node-$i.pid")
+  kill "-$signal" "$pid" 2>/dev/null || true
+  local deadline=$((SECONDS + STOP_TIMEOUT_S))
+  while kill -0 "$pid" 2>/dev/null && ((SECONDS < deadline)); do sleep 0.2; done
+  kill -KILL "$pid" 2>/dev/null || true
 }
 
 # True when every node answers as a broker.
@@ -161,6 +177,14 @@ status() {
 
 case "$command" in
   start) start ;;
+  stop-node)
+    node="$1"; signal=TERM; shift
+    while (($#)); do case "$1" in --kill) signal=KILL; shift ;; --dir) DIR="$2"; shift 2 ;; *) shift ;; esac; done
+    stop_node "$node" "$signal" ;;
+  start-node)
+    node="$1"; shift
+    while (($#)); do case "$1" in --dir) DIR="$2"; shift 2 ;; *) shift ;; esac; done
+    start_node "$node" ;;
   stop) stop ;;
   status) status ;;
   run) fetch_jars; kafka_java -Dkafka.node.log="$DIR/tools.log" "$@" ;;

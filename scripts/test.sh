@@ -11,6 +11,7 @@ KAFKA_DIR="$(mktemp -d "${TMPDIR:-/tmp}/tern-test-kafka.XXXXXX")"
 trap 'scripts/kafka.sh stop --dir "$KAFKA_DIR" || true; rm -rf "$KAFKA_DIR"' EXIT
 TERN_TEST_KAFKA="$(scripts/kafka.sh start --dir "$KAFKA_DIR" | tail -1)"
 export TERN_TEST_KAFKA
+export TERN_TEST_KAFKA_DIR="$KAFKA_DIR"
 echo "test Kafka broker: $TERN_TEST_KAFKA"
 set +e
 cargo test --release --all-targets 2>&1 | tee "${TMPDIR:-/tmp}/tern-test.log"
