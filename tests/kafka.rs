@@ -179,3 +179,38 @@ async fn spawn_not_ready(args: &[&str]) -> Tern {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn applied_offsets_are_committed_to_the_consumer_group_for_monitoring() {
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    use rdkafka::{Offset, TopicPartitionList};
+
+    let dir = tempfile::tempdir().unwrap();
+    let prefix = unique_prefix();
+    let t = serve(dir.path(), &prefix).await;
+    let pk = "monitored";
+    let partition = tern::partitioner::partition_of(pk, 4) as i32;
+    for i in 0..10 {
+        let (status, _) = t.put(pk, "", &json!(i)).await;
+        assert_eq!(status, 200);
+    }
+    t.wait_caught_up("default").await;
+    // The node's group is tern-<node id>; ask Kafka what it committed.
+    let observer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap())
+        .set("group.id", "tern-kafka-test")
+        .create()
+        .unwrap();
+    let mut query = TopicPartitionList::new();
+    query.add_partition(&format!("{prefix}default"), partition);
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let committed = observer.committed_offsets(query.clone(), Duration::from_secs(10)).unwrap();
+        let offset = committed.elements()[0].offset();
+        if offset == Offset::Offset(10) {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "committed offset is {offset:?}, expected 10 (after the store flush)");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}

@@ -12,6 +12,8 @@
 //!   offset is an error, never a silent jump), split into one queue per
 //!   partition so each apply loop reads only its own partition.
 //! - Offsets: `end_offset` is the high watermark, `start_offset` the low one.
+//!   After each durable store flush the applied offset is committed to the
+//!   consumer group `tern-<node id>`, for lag monitoring only.
 
 mod reader;
 
@@ -23,11 +25,12 @@ use bytes::Bytes;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::config::ClientConfig;
-use rdkafka::consumer::{Consumer, StreamConsumer};
+use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};
 use rdkafka::message::Message;
 use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
 use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::util::Timeout;
+use rdkafka::{Offset, TopicPartitionList};
 
 use super::{CreateOutcome, Log, LogError, LogReader, TopicInfo, TopicPartition};
 
@@ -232,8 +235,20 @@ impl Log for KafkaLog {
         Ok(Box::new(reader::KafkaReader::open(&self.inner.consumer, tp.clone(), &topic, from)?))
     }
 
-    fn release_below(&self, _tp: &TopicPartition, _offset: u64) {
-        // Kafka's own retention deletes old entries; nothing to release locally.
+    /// Called after the partition's store became durable below `offset`:
+    /// commits it as the consumer group's offset, so standard Kafka tooling
+    /// (`kafka-consumer-groups`, lag exporters) sees how far this node is.
+    /// For monitoring only: Tern never reads its position back from Kafka.
+    fn release_below(&self, tp: &TopicPartition, offset: u64) {
+        let mut committed = TopicPartitionList::new();
+        let topic = self.topic_name(&tp.topic);
+        if let Err(e) = committed.add_partition_offset(&topic, tp.partition as i32, Offset::Offset(offset as i64)) {
+            tracing::warn!(%tp, error = %e, "cannot build the offset commit");
+            return;
+        }
+        if let Err(e) = self.inner.consumer.commit(&committed, CommitMode::Async) {
+            tracing::warn!(%tp, error = %e, "kafka offset commit (for lag monitoring) failed");
+        }
     }
 
     async fn close(&self) {
