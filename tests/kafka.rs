@@ -23,9 +23,13 @@ fn unique_prefix() -> String {
 }
 
 async fn serve(data: &std::path::Path, prefix: &str) -> Tern {
+    serve_as(data, prefix, "kafka-test").await
+}
+
+async fn serve_as(data: &std::path::Path, prefix: &str, node_id: &str) -> Tern {
     let log = format!("kafka://{}", bootstrap());
     let args = [
-        "serve", "--node-id", "kafka-test", "--listen", "127.0.0.1:0", "--data-dir", data.to_str().unwrap(),
+        "serve", "--node-id", node_id, "--listen", "127.0.0.1:0", "--data-dir", data.to_str().unwrap(),
         "--log", &log, "--kafka-topic-prefix", prefix, "--namespace", "default:4",
     ];
     Tern::spawn(&args, data).await
@@ -213,4 +217,33 @@ async fn applied_offsets_are_committed_to_the_consumer_group_for_monitoring() {
         assert!(std::time::Instant::now() < deadline, "committed offset is {offset:?}, expected 10 (after the store flush)");
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_replicas_on_one_topic_serve_each_others_writes_and_converge() {
+    let (dir_a, dir_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let prefix = unique_prefix();
+    let a = serve_as(dir_a.path(), &prefix, "replica-a").await;
+    let b = serve_as(dir_b.path(), &prefix, "replica-b").await;
+    for i in 0..40 {
+        let (writer, reader) = if i % 2 == 0 { (&a, &b) } else { (&b, &a) };
+        let pk = format!("key-{}", i % 13);
+        let (status, put) = writer.put(&pk, "s", &json!({ "i": i })).await;
+        assert_eq!(status, 200, "{put}");
+        // Read-your-writes through the other replica.
+        let url = format!("{}?after={}", reader.kv_url("default", &pk, Some("s")), put["position"].as_str().unwrap());
+        let (status, got) = reader.send(reader.client.get(url)).await;
+        assert_eq!(status, 200, "{got}");
+        assert_eq!(got["value"]["i"], i);
+        assert_eq!(got["version"], put["version"]);
+    }
+    // A conditional write decided by one replica is seen identically by the other.
+    let (_, current) = a.get("key-0", "s").await;
+    let stale = current["version"].as_u64().unwrap() - 1;
+    let (status, _) = b.send(b.client.put(format!("{}?if_version={stale}", b.kv_url("default", "key-0", Some("s")))).body("0")).await;
+    assert_eq!(status, 409);
+    a.wait_caught_up("default").await;
+    b.wait_caught_up("default").await;
+    let (state_a, state_b) = (a.partition_states("default").await, b.partition_states("default").await);
+    assert_eq!(state_a, state_b, "equal applied offsets, equal state hashes on both replicas");
 }
