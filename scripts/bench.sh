@@ -2,9 +2,15 @@
 # The benchmark suite: Tern, the hello server and etcd measured in one run.
 # Results: bench/results/latest/{results.json,results.md,results.png}.
 # Extra arguments go to `tern bench suite` (e.g. --seconds 20).
+#   scripts/bench.sh kafka [ARGS]   instead runs `tern bench kafka`: Tern on Apache Kafka next to
+#                                   Kafka's EndToEndLatency and ProducerPerformance (results: kafka.json/md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh bench
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/tern-target}"
 cargo build --release --quiet
+if [[ "${1:-}" == "kafka" ]]; then
+  shift
+  exec "$CARGO_TARGET_DIR/release/tern" bench kafka --out bench/results/latest "$@"
+fi
 exec "$CARGO_TARGET_DIR/release/tern" bench suite --out bench/results/latest "$@"

@@ -10,6 +10,7 @@
 
 mod etcd;
 mod hello;
+mod kafka;
 mod load;
 mod report;
 mod suite;
@@ -31,6 +32,8 @@ pub struct BenchArgs {
 enum BenchCommand {
     /// Everything, in one run: Tern GET/PUT, the hello server, etcd. Writes results to --out.
     Suite(suite::SuiteArgs),
+    /// Tern on Apache Kafka next to Kafka's own tools, in one run.
+    Kafka(kafka::KafkaArgs),
     /// Load one HTTP target.
     Http(HttpArgs),
     /// Serializable gets against etcd 3.
@@ -103,6 +106,7 @@ impl LoadArgs {
 pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
     match args.command {
         BenchCommand::Suite(args) => suite::run(args).await,
+        BenchCommand::Kafka(args) => kafka::run(args).await,
         BenchCommand::Hello { listen } => hello::serve(&listen).await,
         BenchCommand::Http(args) => {
             let operation = match args.op.as_str() {

@@ -43,7 +43,7 @@ pub struct SuiteArgs {
 const START_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Spawns `program args` and waits for a stdout line containing "listening on http://ADDR".
-async fn spawn_listening(program: &std::path::Path, args: &[&str]) -> anyhow::Result<(Child, String)> {
+pub(super) async fn spawn_listening(program: &std::path::Path, args: &[&str]) -> anyhow::Result<(Child, String)> {
     let mut child = Command::new(program)
         .args(args)
         .stdout(Stdio::piped())

@@ -1,0 +1,186 @@
+//! `tern bench kafka`: Tern on Apache Kafka, next to Kafka's own tools, in one run.
+//!
+//! Starts a KRaft broker (`scripts/kafka.sh`) and two `tern serve` nodes on it
+//! (each alone in its replica group, so each holds every partition), then:
+//! - put → visible on the other node: a client PUTs to node A and, as soon as
+//!   it is acknowledged, GETs it from node B with `after=<position>` (B
+//!   answers once it has applied the write); latency = PUT sent → B's answer.
+//!   Peer: Kafka's `EndToEndLatency` (produce → consume of one record, acks=all)
+//!   with the same record size.
+//! - writes through Kafka: closed-loop PUTs at 64 connections to node A.
+//!   Peer: Kafka's `ProducerPerformance` with the same record size and acks=all.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use clap::Args;
+use hdrhistogram::Histogram;
+use http_body_util::{BodyExt, Full};
+use hyper::{Method, Request};
+
+use super::load::{self, key_name, value_of, Operation};
+use super::report::{markdown, BenchResult};
+use super::LoadArgs;
+
+#[derive(Args)]
+pub struct KafkaArgs {
+    /// Directory for kafka.json and kafka.md.
+    #[arg(long, default_value = "bench/results/latest")]
+    out: PathBuf,
+    /// Concurrent put → visible clients.
+    #[arg(long, default_value_t = 16)]
+    visibility_clients: usize,
+    #[command(flatten)]
+    load: LoadArgs,
+}
+
+fn kafka_script() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/kafka.sh")
+}
+
+fn kafka(args: &[&str], dir: &Path) -> anyhow::Result<String> {
+    let output = std::process::Command::new(kafka_script()).args(args).arg("--dir").arg(dir).stderr(Stdio::inherit()).output()?;
+    anyhow::ensure!(output.status.success(), "scripts/kafka.sh {args:?} failed");
+    Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+}
+
+fn kafka_tool(dir: &Path, class: &str, args: &[&str]) -> anyhow::Result<String> {
+    let output = std::process::Command::new(kafka_script()).arg("run").arg("--dir").arg(dir).arg(class).args(args).output()?;
+    anyhow::ensure!(output.status.success(), "{class} failed: {}", String::from_utf8_lossy(&output.stderr));
+    Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+}
+
+/// Numbers following `label` in `text` (e.g. "99th = 3.1" → 3.1).
+fn number_after(text: &str, label: &str) -> Option<f64> {
+    let rest = &text[text.find(label)? + label.len()..];
+    let digits: String = rest.chars().skip_while(|c| !c.is_ascii_digit()).take_while(|c| c.is_ascii_digit() || *c == '.').collect();
+    digits.parse().ok()
+}
+
+async fn visibility(a: &str, b: &str, clients: usize, duration: Duration, value_bytes: usize) -> anyhow::Result<BenchResult> {
+    let value = value_of(value_bytes);
+    let mut tasks = Vec::new();
+    let start = Instant::now() + Duration::from_millis(200);
+    for c in 0..clients {
+        let (a, b, value) = (a.to_string(), b.to_string(), value.clone());
+        tasks.push(tokio::spawn(async move {
+            let connect = |addr: String| async move {
+                let stream = tokio::net::TcpStream::connect(&addr).await?;
+                stream.set_nodelay(true)?;
+                let (sender, conn) = hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream)).await?;
+                tokio::spawn(conn);
+                Ok::<_, anyhow::Error>(sender)
+            };
+            let (mut to_a, mut to_b) = (connect(a.clone()).await?, connect(b.clone()).await?);
+            let mut histogram = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3)?;
+            tokio::time::sleep_until(start.into()).await;
+            let end = start + duration;
+            let mut n = 0u64;
+            while Instant::now() < end {
+                let key = key_name(c as u64 * 1_000_000 + n);
+                n += 1;
+                let sent = Instant::now();
+                let put = Request::builder().method(Method::PUT).uri(format!("/v1/ns/default/kv/{key}/"))
+                    .header(hyper::header::HOST, &a).body(Full::new(value.clone()))?;
+                let response = to_a.send_request(put).await?;
+                anyhow::ensure!(response.status().is_success(), "put failed: {}", response.status());
+                let body: serde_json::Value = serde_json::from_slice(&response.into_body().collect().await?.to_bytes())?;
+                let position = body["position"].as_str().unwrap_or_default().to_string();
+                let get = Request::builder().method(Method::GET)
+                    .uri(format!("/v1/ns/default/kv/{key}/?after={position}&timeout_ms=10000"))
+                    .header(hyper::header::HOST, &b).body(Full::new(bytes::Bytes::new()))?;
+                let response = to_b.send_request(get).await?;
+                anyhow::ensure!(response.status().is_success(), "read on the other node failed: {}", response.status());
+                response.into_body().collect().await?;
+                histogram.saturating_record(sent.elapsed().as_micros() as u64);
+            }
+            Ok::<_, anyhow::Error>(histogram)
+        }));
+    }
+    let mut merged = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3)?;
+    for task in tasks {
+        merged.add(&task.await??)?;
+    }
+    Ok(BenchResult::from_histogram("tern put → visible on another node", clients, "closed".into(), duration.as_secs_f64(), 0, &merged))
+}
+
+pub async fn run(args: KafkaArgs) -> anyhow::Result<()> {
+    std::fs::create_dir_all(&args.out)?;
+    let scratch = tempfile::Builder::new().prefix("tern-bench-kafka-").tempdir()?;
+    let kafka_dir = scratch.path().join("kafka");
+    let bootstrap = kafka(&["start"], &kafka_dir)?.lines().last().unwrap_or_default().trim().to_string();
+    eprintln!("kafka {bootstrap}");
+    let result = measure(&args, scratch.path(), &kafka_dir, &bootstrap).await;
+    let _ = kafka(&["stop"], &kafka_dir);
+    result
+}
+
+async fn measure(args: &KafkaArgs, scratch: &Path, kafka_dir: &Path, bootstrap: &str) -> anyhow::Result<()> {
+    let exe = std::env::current_exe()?;
+    let log = format!("kafka://{bootstrap}");
+    let node = |id: &str| {
+        let data = scratch.join(id);
+        vec!["serve".to_string(), "--node-id".into(), id.into(), "--listen".into(), "127.0.0.1:0".into(),
+             "--data-dir".into(), data.display().to_string(), "--log".into(), log.clone(), "--namespace".into(), "default:16".into()]
+    };
+    let args_a = node("bench-a");
+    let (mut a, addr_a) = super::suite::spawn_listening(&exe, &args_a.iter().map(String::as_str).collect::<Vec<_>>()).await?;
+    let args_b = node("bench-b");
+    let (mut b, addr_b) = super::suite::spawn_listening(&exe, &args_b.iter().map(String::as_str).collect::<Vec<_>>()).await?;
+    eprintln!("tern A {addr_a}  tern B {addr_b}");
+    let seconds = Duration::from_secs(args.load.seconds);
+    let mut results = Vec::new();
+
+    eprintln!("put → visible on another node ({} clients)", args.visibility_clients);
+    let _warmup = visibility(&addr_a, &addr_b, args.visibility_clients, Duration::from_secs(2), args.load.value_bytes).await?;
+    results.push(visibility(&addr_a, &addr_b, args.visibility_clients, seconds, args.load.value_bytes).await?);
+
+    eprintln!("kafka EndToEndLatency (acks=all, {} B)", args.load.value_bytes);
+    kafka_tool(kafka_dir, "org.apache.kafka.tools.TopicCommand",
+        &["--bootstrap-server", bootstrap, "--create", "--topic", "e2e", "--partitions", "1"])?;
+    let size = args.load.value_bytes.to_string();
+    let e2e = kafka_tool(kafka_dir, "org.apache.kafka.tools.EndToEndLatency", &[bootstrap, "e2e", "10000", "all", &size])?;
+    let e2e_avg_ms = number_after(&e2e, "Avg latency:");
+    let e2e_p50_ms = number_after(&e2e, "50th =");
+    let e2e_p99_ms = number_after(&e2e, "99th =");
+
+    eprintln!("tern PUT via Kafka (64 connections)");
+    let url: hyper::Uri = format!("http://{addr_a}").parse()?;
+    let closed = LoadArgs { rate: None, ..args.load.clone() };
+    results.push(load::run(&url, &closed.spec("tern PUT via Kafka", Operation::TernPut { ns: "default".into() })).await?);
+
+    eprintln!("kafka ProducerPerformance (acks=all, {} B)", args.load.value_bytes);
+    kafka_tool(kafka_dir, "org.apache.kafka.tools.TopicCommand",
+        &["--bootstrap-server", bootstrap, "--create", "--topic", "perf", "--partitions", "16"])?;
+    let props = format!("bootstrap.servers={bootstrap}");
+    let perf = kafka_tool(kafka_dir, "org.apache.kafka.tools.ProducerPerformance",
+        &["--topic", "perf", "--num-records", "1000000", "--record-size", &size, "--throughput", "-1",
+          "--producer-props", &props, "acks=all"])?;
+    let perf_line = perf.lines().last().unwrap_or_default().to_string();
+    let perf_records_per_s = perf_line.split(" records sent, ").nth(1).and_then(|r| r.split(' ').next()).and_then(|n| n.parse::<f64>().ok());
+
+    for child in [&mut a, &mut b] {
+        let _ = child.start_kill();
+        let _ = child.wait().await;
+    }
+    let peers = serde_json::json!({
+        "kafka_end_to_end_latency": { "avg_ms": e2e_avg_ms, "p50_ms": e2e_p50_ms, "p99_ms": e2e_p99_ms, "output": e2e },
+        "kafka_producer_performance": { "records_per_s": perf_records_per_s, "output": perf_line },
+    });
+    let report = serde_json::json!({
+        "command": std::env::args().collect::<Vec<_>>().join(" "),
+        "value_bytes": args.load.value_bytes,
+        "results": results,
+        "peers": peers,
+    });
+    std::fs::write(args.out.join("kafka.json"), serde_json::to_vec_pretty(&report)?)?;
+    let mut md = markdown(&results);
+    md.push_str(&format!(
+        "\nKafka EndToEndLatency (acks=all, {size} B, 10,000 records): avg {e2e_avg_ms:?} ms, p50 {e2e_p50_ms:?} ms, p99 {e2e_p99_ms:?} ms\n\
+         Kafka ProducerPerformance (acks=all, {size} B, 1,000,000 records): {perf_records_per_s:?} records/s\n"
+    ));
+    std::fs::write(args.out.join("kafka.md"), &md)?;
+    print!("{md}");
+    Ok(())
+}
