@@ -11,6 +11,7 @@ command -v cc >/dev/null || need_apt+=(build-essential)
 command -v cmake >/dev/null || need_apt+=(cmake)
 # librdkafka (built from source by the rdkafka crate) includes curl's headers.
 [[ -f /usr/include/x86_64-linux-gnu/curl/curl.h || -f /usr/include/curl/curl.h ]] || need_apt+=(libcurl4-openssl-dev)
+[[ -f /usr/include/zlib.h ]] || need_apt+=(zlib1g-dev)
 command -v java >/dev/null || need_apt+=(default-jre-headless)
 command -v mvn >/dev/null || need_apt+=(maven)
 if [[ "${1:-}" == "bench" ]]; then
