@@ -29,7 +29,6 @@ pub async fn run(settings: Settings, options: Options) -> anyhow::Result<()> {
     }
     let (log, embedded) = open_log(&settings).await?;
     let node_config = NodeConfig {
-        node_id: settings.node_id.clone(),
         data_dir: settings.data_dir.clone(),
         store_cache_bytes: settings.store_cache_bytes,
         apply: ApplyConfig {

@@ -16,7 +16,6 @@ use tern::node::{Node, NodeConfig};
 
 fn node_config(dir: &std::path::Path, id: &str) -> NodeConfig {
     NodeConfig {
-        node_id: id.to_string(),
         data_dir: dir.join(id),
         store_cache_bytes: 1 << 20,
         apply: ApplyConfig { fsync_interval: Duration::from_millis(50), ..ApplyConfig::default() },
@@ -83,6 +82,23 @@ async fn replicas_skip_foreign_garbage_alike_and_converge() {
 
     for node in [a, b, c] {
         node.stop_apply().await;
+    }
+    log.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropping_a_node_without_shutdown_ends_its_apply_loops() {
+    let dir = tempfile::tempdir().unwrap();
+    let log: Arc<dyn Log> = Arc::new(EmbeddedLog::open(EmbeddedLogConfig::new(dir.path().join("log"))).unwrap());
+    let node = Node::start(node_config(dir.path(), "dropped"), log.clone()).await.unwrap();
+    node.create_namespace("ns", 2).await.unwrap();
+    let handles = node.namespace("ns").unwrap().handles.clone();
+    drop(node);
+    // Each apply loop held its handle; once every loop has ended only ours remain.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while handles.iter().any(|h| Arc::strong_count(h) > 1) {
+        assert!(std::time::Instant::now() < deadline, "apply loops kept running after their node was dropped");
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
     log.close().await;
 }

@@ -68,7 +68,11 @@ pub async fn run(handle: Arc<PartitionHandle>, log: Arc<dyn Log>, config: ApplyC
         }
         let batch = tokio::select! {
             batch = reader.next_batch(config.batch_entries_max, IDLE_POLL) => batch,
-            _ = shutdown.changed() => continue,
+            // Err: the node (the sender) is gone, which is a shutdown too.
+            changed = shutdown.changed() => match changed {
+                Ok(()) => continue,
+                Err(_) => break,
+            },
         };
         let entries = match batch {
             Ok(entries) => {

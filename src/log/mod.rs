@@ -115,7 +115,4 @@ pub trait LogReader: Send {
     /// previous batch ended. Waits up to `wait` for the first one; returns an
     /// empty batch if none arrived by then.
     async fn next_batch(&mut self, records_max: usize, wait: Duration) -> Result<Vec<LogRecord>, LogError>;
-
-    /// The offset of the next entry this reader will return.
-    fn position(&self) -> u64;
 }

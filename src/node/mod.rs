@@ -26,7 +26,6 @@ use crate::store::PartitionStore;
 
 #[derive(Debug, Clone)]
 pub struct NodeConfig {
-    pub node_id: String,
     pub data_dir: PathBuf,
     /// redb page cache per partition store.
     pub store_cache_bytes: usize,

@@ -14,11 +14,12 @@ use crate::log::{Log, LogError};
 use crate::metrics;
 use crate::position::Position;
 
+/// A durable write. Its position is `ns:partition:version+1`
+/// (`api::render::write_ack` renders it without building a `Position`).
 #[derive(Debug)]
 pub struct WriteAck {
     /// The log offset of the mutation: the version of every record it wrote.
     pub version: u64,
-    pub position: Position,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -59,18 +60,18 @@ pub async fn write(
     let started = Instant::now();
     let version = log.append(&handle.tp, payload).await.map_err(WriteError::Log)?;
     metrics::LOG_APPEND_SECONDS.observe(started.elapsed().as_secs_f64());
-    let position = Position::single(&namespace.name, partition, version + 1);
+    let position = || Position::single(&namespace.name, partition, version + 1);
     let conditional = mutation.ops.iter().any(|op| op.condition.is_some());
     if !(wait_applied || conditional) {
-        return Ok(WriteAck { version, position });
+        return Ok(WriteAck { version });
     }
     if !handle.wait_applied(version + 1, timeout).await {
-        return Err(WriteError::NotApplied { version, timeout_ms: timeout.as_millis() as u64, position });
+        return Err(WriteError::NotApplied { version, timeout_ms: timeout.as_millis() as u64, position: position() });
     }
     match handle.outcome(version) {
-        Some(Outcome::Applied) => Ok(WriteAck { version, position }),
+        Some(Outcome::Applied) => Ok(WriteAck { version }),
         Some(Outcome::ConditionFailed { op_index, current_version }) => {
-            Err(WriteError::ConditionFailed { op_index, current_version, position })
+            Err(WriteError::ConditionFailed { op_index, current_version, position: position() })
         }
         Some(Outcome::Skipped(reason)) => Err(WriteError::Rejected { version, reason: reason.to_string() }),
         None => Err(WriteError::OutcomeUnknown { version }),

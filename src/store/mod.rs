@@ -298,12 +298,11 @@ impl StoreReader {
     }
 
     pub fn get(&self, pk: &str, sk: &str) -> Result<Option<Record>, StoreError> {
-        let key = key::encode(pk, sk);
-        let guard = self.table.get(key.as_slice()).map_err(|e| self.error(e))?;
-        Ok(guard.map(|g| {
-            let (version, value) = decode_value(g.value());
-            Record { pk: pk.to_string(), sk: sk.to_string(), version, value: value.to_vec() }
-        }))
+        let mut record = None;
+        self.get_with(pk, sk, |version, value| {
+            record = Some(Record { pk: pk.to_string(), sk: sk.to_string(), version, value: value.to_vec() });
+        })?;
+        Ok(record)
     }
 
     /// Calls `visit(version, value)` on the stored record without copying it

@@ -110,8 +110,4 @@ impl LogReader for EmbeddedReader {
             }
         }
     }
-
-    fn position(&self) -> u64 {
-        self.next
-    }
 }

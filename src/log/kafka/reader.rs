@@ -43,39 +43,52 @@ impl KafkaReader {
 impl LogReader for KafkaReader {
     async fn next_batch(&mut self, records_max: usize, wait: Duration) -> Result<Vec<LogRecord>, LogError> {
         let first = match tokio::time::timeout(wait, self.queue.recv()).await {
-            Ok(message) => message.map(|m| m.detach()),
+            Ok(message) => Fetched::from(message),
             Err(_) => return Ok(Vec::new()),
         };
         let mut records = Vec::with_capacity(records_max.clamp(1, 1024));
-        records.push(self.to_owned_record(first)?);
+        records.push(self.accept(first)?);
         while records.len() < records_max {
             let Some(message) = self.queue.recv().now_or_never() else { break };
-            let message = message.map(|m| m.detach());
-            records.push(self.to_owned_record(message)?);
+            let fetched = Fetched::from(message);
+            records.push(self.accept(fetched)?);
         }
         Ok(records)
     }
+}
 
-    fn position(&self) -> u64 {
-        self.next
+/// One message taken off the partition queue: its payload copied once into
+/// `Bytes`, so the borrowed librdkafka message can be released at once.
+enum Fetched {
+    Record(u64, Bytes),
+    OffsetOutOfRange,
+    Failed(KafkaError),
+}
+
+impl From<Result<rdkafka::message::BorrowedMessage<'_>, KafkaError>> for Fetched {
+    fn from(message: Result<rdkafka::message::BorrowedMessage<'_>, KafkaError>) -> Fetched {
+        match message {
+            Ok(m) => Fetched::Record(m.offset() as u64, Bytes::copy_from_slice(m.payload().unwrap_or_default())),
+            Err(KafkaError::MessageConsumption(RDKafkaErrorCode::OffsetOutOfRange)) => Fetched::OffsetOutOfRange,
+            Err(e) => Fetched::Failed(e),
+        }
     }
 }
 
 impl KafkaReader {
-    fn to_owned_record(&mut self, message: Result<rdkafka::message::OwnedMessage, KafkaError>) -> Result<LogRecord, LogError> {
-        match message {
-            Ok(m) => {
-                let offset = m.offset() as u64;
+    /// Advances past a fetched record, or turns a fetch error into a log error.
+    fn accept(&mut self, fetched: Fetched) -> Result<LogRecord, LogError> {
+        match fetched {
+            Fetched::Record(offset, payload) => {
+                // Kafka offsets may skip (transaction markers), never go back.
                 assert!(offset >= self.next, "kafka delivered offset {offset} below the reader's position {}", self.next);
                 self.next = offset + 1;
-                Ok(LogRecord { offset, payload: Bytes::copy_from_slice(m.payload().unwrap_or_default()) })
+                Ok(LogRecord { offset, payload })
             }
-            Err(KafkaError::MessageConsumption(RDKafkaErrorCode::OffsetOutOfRange)) => Err(LogError::OffsetOutOfRange {
-                tp: self.tp.to_string(),
-                requested: self.next,
-                start: 0,
-            }),
-            Err(e) => Err(LogError::Unavailable(format!("kafka: {e}"))),
+            Fetched::OffsetOutOfRange => {
+                Err(LogError::OffsetOutOfRange { tp: self.tp.to_string(), requested: self.next, start: 0 })
+            }
+            Fetched::Failed(e) => Err(LogError::Unavailable(format!("kafka: {e}"))),
         }
     }
 }
