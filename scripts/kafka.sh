@@ -83,6 +83,10 @@ offsets.topic.replication.factor=$rf
 transaction.state.log.replication.factor=$rf
 transaction.state.log.min.isr=$min_isr
 group.initial.rebalance.delay.ms=0
+# Tests use short session timeouts (a killed member's partitions move sooner).
+group.min.session.timeout.ms=1000
+# Fewer offsets-topic partitions: the first group join creates them (50 by default).
+offsets.topic.num.partitions=4
 auto.create.topics.enable=false
 PROPS
   done

@@ -17,8 +17,12 @@ pub struct Settings {
     pub log: String,
     pub region: String,
     pub group: String,
+    /// UDP `IP:PORT` to gossip on; unset: this node is alone (no routing).
     pub gossip: Option<String>,
+    /// Gossip addresses of other nodes to join through.
     pub seeds: Vec<String>,
+    /// How often gossip rounds run.
+    pub gossip_interval_ms: u64,
     pub snapshots: Option<String>,
     /// Embedded log: roll segments at this size.
     pub log_segment_bytes: u64,
@@ -42,6 +46,13 @@ pub struct Settings {
     pub kafka_replication_factor: i32,
     /// Kafka log: `min.insync.replicas` of the topics Tern creates.
     pub kafka_min_insync_replicas: i32,
+    /// Kafka log: `group` (the replica group is a Kafka consumer group that
+    /// shares the partitions among its members; alone, a node gets them all)
+    /// or `assign` (hold every partition, no consumer group).
+    pub kafka_membership: String,
+    /// Kafka log, `group` membership: how long the group waits for a silent
+    /// member before moving its partitions to the others.
+    pub kafka_session_timeout_ms: u64,
 }
 
 impl Default for Settings {
@@ -55,6 +66,7 @@ impl Default for Settings {
             group: "default".into(),
             gossip: None,
             seeds: Vec::new(),
+            gossip_interval_ms: 200,
             snapshots: None,
             log_segment_bytes: 64 * 1024 * 1024,
             log_retention_bytes: None,
@@ -67,6 +79,8 @@ impl Default for Settings {
             kafka_topic_prefix: "tern.".into(),
             kafka_replication_factor: 1,
             kafka_min_insync_replicas: 1,
+            kafka_membership: "group".into(),
+            kafka_session_timeout_ms: 10_000,
         }
     }
 }
@@ -95,6 +109,17 @@ impl Settings {
             (1..=self.kafka_replication_factor).contains(&self.kafka_min_insync_replicas),
             "kafka_min_insync_replicas must be 1..=kafka_replication_factor"
         );
+        anyhow::ensure!(
+            matches!(self.kafka_membership.as_str(), "group" | "assign"),
+            "kafka_membership must be `group` or `assign`, got {:?}",
+            self.kafka_membership
+        );
+        anyhow::ensure!(
+            (1_000..=1_800_000).contains(&self.kafka_session_timeout_ms),
+            "kafka_session_timeout_ms must be 1000..=1800000"
+        );
+        anyhow::ensure!(!self.group.is_empty(), "group must not be empty");
+        anyhow::ensure!((10..=10_000).contains(&self.gossip_interval_ms), "gossip_interval_ms must be 10..=10000");
         anyhow::ensure!(
             self.log == "embedded" || self.log.strip_prefix("kafka://").is_some_and(|hosts| !hosts.is_empty()),
             "log must be `embedded` or kafka://HOST:PORT[,HOST:PORT], got {:?}",

@@ -1,6 +1,7 @@
 //! Tern: a replicated, realtime key-value database for read-heavy
 //! configuration data. See ARCHITECTURE.md for the map of this crate.
 
+pub mod cluster;
 pub mod codec;
 pub mod limits;
 pub mod log;

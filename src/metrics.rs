@@ -4,8 +4,8 @@
 use std::sync::LazyLock;
 
 use prometheus::{
-    register_histogram, register_histogram_vec, register_int_counter_vec, register_int_gauge_vec, Histogram,
-    HistogramVec, IntCounterVec, IntGaugeVec,
+    register_histogram, register_histogram_vec, register_int_counter, register_int_counter_vec, register_int_gauge_vec,
+    Histogram, HistogramVec, IntCounter, IntCounterVec, IntGaugeVec,
 };
 
 /// Buckets from 25 µs to ~6.5 s: reads are microseconds, waits are seconds.
@@ -21,6 +21,20 @@ pub static HTTP_REQUEST_SECONDS: LazyLock<HistogramVec> = LazyLock::new(|| {
         latency_buckets()
     )
     .expect("metric registers")
+});
+
+pub static FORWARD_SECONDS: LazyLock<Histogram> = LazyLock::new(|| {
+    register_histogram!(
+        "tern_forward_duration_seconds",
+        "Latency of one request forwarded to the node that holds its partition",
+        latency_buckets()
+    )
+    .expect("metric registers")
+});
+
+pub static FORWARD_FAILURES: LazyLock<IntCounter> = LazyLock::new(|| {
+    register_int_counter!("tern_forward_failures_total", "Forwarded requests that reached no holder")
+        .expect("metric registers")
 });
 
 pub static LOG_APPEND_SECONDS: LazyLock<Histogram> = LazyLock::new(|| {

@@ -6,9 +6,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::apply::ApplyConfig;
+use crate::cluster::{Cluster, GossipConfig, SelfInfo};
 use crate::config::Settings;
 use crate::log::embedded::{EmbeddedLog, EmbeddedLogConfig};
-use crate::log::kafka::{KafkaLog, KafkaLogConfig};
+use crate::log::kafka::{KafkaLog, KafkaLogConfig, Membership};
 use crate::log::Log;
 use crate::node::{Node, NodeConfig};
 
@@ -57,14 +58,38 @@ pub async fn run(settings: Settings, options: Options) -> anyhow::Result<()> {
         .await
         .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", settings.listen))?;
     let address = listener.local_addr()?;
+    let cluster = join_cluster(&settings, &node, address).await?;
     println!("{} listening on http://{address}", options.banner);
     tracing::info!(%address, node_id = %settings.node_id, data_dir = %settings.data_dir.display(), "serving");
-    let app = axum::ServiceExt::<axum::extract::Request>::into_make_service(crate::api::app(node.clone()));
+    let app = axum::ServiceExt::<axum::extract::Request>::into_make_service(crate::api::app(node.clone(), cluster.clone()));
     axum::serve(listener, app).with_graceful_shutdown(shutdown_signal()).await?;
     tracing::info!("stopped accepting requests; stopping the node");
     retention.abort();
+    cluster.shutdown().await;
     node.shutdown().await;
     Ok(())
+}
+
+/// Gossips with the cluster when `gossip` is set; otherwise this node is alone.
+async fn join_cluster(settings: &Settings, node: &Arc<Node>, api: std::net::SocketAddr) -> anyhow::Result<Arc<Cluster>> {
+    let me = SelfInfo {
+        id: settings.node_id.clone(),
+        region: settings.region.clone(),
+        group: settings.group.clone(),
+        api: api.to_string(),
+    };
+    let Some(gossip) = &settings.gossip else { return Ok(Cluster::alone(me, node.clone())) };
+    let listen: std::net::SocketAddr =
+        gossip.parse().map_err(|e| anyhow::anyhow!("gossip must be IP:PORT (UDP), got {gossip:?}: {e}"))?;
+    anyhow::ensure!(listen.port() != 0, "gossip needs a fixed port: peers reach this node there (got {gossip:?})");
+    let config = GossipConfig {
+        listen,
+        seeds: settings.seeds.clone(),
+        // Nodes of clusters that share seeds by mistake never merge.
+        cluster_id: format!("tern:{}", settings.kafka_topic_prefix),
+        interval: Duration::from_millis(settings.gossip_interval_ms),
+    };
+    Cluster::join(me, node.clone(), config).await
 }
 
 /// The log the settings name: the embedded log (returned twice: it also needs
@@ -77,6 +102,14 @@ async fn open_log(settings: &Settings) -> anyhow::Result<(Arc<dyn Log>, Option<E
             topic_prefix: settings.kafka_topic_prefix.clone(),
             replication_factor: settings.kafka_replication_factor,
             min_insync_replicas: settings.kafka_min_insync_replicas,
+            membership: match settings.kafka_membership.as_str() {
+                "assign" => Membership::AssignAll,
+                _ => Membership::Group {
+                    group: settings.group.clone(),
+                    instance_id: settings.node_id.clone(),
+                    session_timeout: Duration::from_millis(settings.kafka_session_timeout_ms),
+                },
+            },
             ..KafkaLogConfig::new(servers)
         };
         let kafka = KafkaLog::connect(config)?;

@@ -31,6 +31,8 @@ async fn serve_as(data: &std::path::Path, prefix: &str, node_id: &str) -> Tern {
     let args = [
         "serve", "--node-id", node_id, "--listen", "127.0.0.1:0", "--data-dir", data.to_str().unwrap(),
         "--log", &log, "--kafka-topic-prefix", prefix, "--namespace", "default:4",
+        // Each node alone in a replica group of its own: it holds every partition.
+        "--group", node_id,
     ];
     Tern::spawn(&args, data).await
 }
@@ -199,10 +201,10 @@ async fn applied_offsets_are_committed_to_the_consumer_group_for_monitoring() {
         assert_eq!(status, 200);
     }
     t.wait_caught_up("default").await;
-    // The node's group is tern-<node id>; ask Kafka what it committed.
+    // The node's replica group is a consumer group; ask Kafka what it committed.
     let observer: BaseConsumer = ClientConfig::new()
         .set("bootstrap.servers", bootstrap())
-        .set("group.id", "tern-kafka-test")
+        .set("group.id", tern::log::kafka::group_id(&prefix, "kafka-test"))
         .create()
         .unwrap();
     let mut query = TopicPartitionList::new();

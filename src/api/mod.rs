@@ -5,7 +5,9 @@
 //! never touch a store for writing.
 
 mod body;
+mod cluster;
 pub mod error;
+pub mod forward;
 mod keys;
 mod namespaces;
 mod ops;
@@ -26,11 +28,14 @@ use axum::routing::{get, post, put};
 use axum::Router;
 
 use self::error::ApiError;
+use crate::cluster::Cluster;
 use crate::node::Node;
 
 #[derive(Clone)]
 pub struct AppState {
     pub node: Arc<Node>,
+    pub cluster: Arc<Cluster>,
+    pub forwarder: forward::Forwarder,
 }
 
 /// The service to serve: the router, behind the fast path for plain
@@ -39,14 +44,16 @@ pub struct AppState {
 /// against ~9.3 µs for a bare hello server (BENCHMARKS.md).
 pub fn app(
     node: Arc<Node>,
+    cluster: Arc<Cluster>,
 ) -> impl tower::Service<Request, Response = Response, Error = std::convert::Infallible, Future: Send> + Clone + Send + 'static
 {
+    let state = AppState { node, cluster, forwarder: forward::Forwarder::new() };
     let fast = Arc::new(FastPath {
-        app: AppState { node: node.clone() },
+        app: state.clone(),
         get_metrics: RouteMetrics::new(GET_RECORD_ROUTE),
         put_metrics: RouteMetrics::new(PUT_RECORD_ROUTE),
     });
-    tower::Layer::layer(&axum::middleware::from_fn_with_state(fast, fast_path), router(node))
+    tower::Layer::layer(&axum::middleware::from_fn_with_state(fast, fast_path), router(state))
 }
 
 const GET_RECORD_ROUTE: &str = "GET /v1/ns/{ns}/kv/{*rest}";
@@ -78,8 +85,7 @@ async fn fast_path(State(fast): State<Arc<FastPath>>, request: Request, next: Ne
     }
 }
 
-pub fn router(node: Arc<Node>) -> Router {
-    let state = AppState { node };
+pub fn router(state: AppState) -> Router {
     Router::new()
         .route("/v1/ns", get(timed("GET /v1/ns", namespaces::list)))
         .route(
@@ -94,6 +100,7 @@ pub fn router(node: Arc<Node>) -> Router {
         )
         .route("/v1/ns/{ns}/get", post(timed("POST /v1/ns/{ns}/get", records::multi_get)))
         .route("/v1/ns/{ns}/batch", post(timed("POST /v1/ns/{ns}/batch", records::batch)))
+        .route("/v1/cluster", get(timed("GET /v1/cluster", cluster::show)))
         .route("/metrics", get(ops::metrics))
         .route("/healthz", get(ops::healthz))
         .route("/readyz", get(ops::readyz))

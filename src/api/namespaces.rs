@@ -49,10 +49,11 @@ pub async fn describe(State(state): State<AppState>, NsName(ns): NsName) -> Resu
             PartitionStatus::Serving => ("serving", None),
             PartitionStatus::CatchingUp => ("catching_up", None),
             PartitionStatus::Refused(reason) => ("refused", Some(reason)),
+            PartitionStatus::NotHeld => ("not_held", None),
         };
         partitions.push(json!({
             "partition": handle.partition,
-            "held": true,
+            "held": handle.is_held(),
             "applied_offset": store_state.applied_next as i64 - 1,
             "log_end_offset": log_end,
             "lag": log_end.map(|end| end.saturating_sub(store_state.applied_next)),

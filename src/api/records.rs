@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use axum::body::Body;
 use axum::extract::{RawQuery, State};
-use axum::http::{header, StatusCode, Uri};
+use axum::http::{header, HeaderMap, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use base64::Engine;
 use bytes::Bytes;
@@ -14,6 +14,7 @@ use serde_json::json;
 use super::error::ApiError;
 use super::params::Params;
 use super::keys::NsName;
+use super::forward::{self, Incoming};
 use super::{body, keys, render, AppState};
 use crate::codec::{Condition, Mutation, Op, OpKind};
 use crate::limits;
@@ -56,18 +57,21 @@ pub async fn kv(
     NsName(ns): NsName,
     method: axum::http::Method,
     uri: Uri,
+    headers: HeaderMap,
     RawQuery(query): RawQuery,
     body: Body,
 ) -> Result<Response, ApiError> {
     let key = keys::parse(uri.path())?;
     let namespace = namespace(&state, &ns)?;
+    let incoming = Incoming::new(method.clone(), &uri, &headers);
+    let query = query.as_deref();
     match method {
         axum::http::Method::GET => match key.sk {
-            Some(sk) => get(&state, &namespace, key.pk, sk, query.as_deref()).await,
-            None => list(&state, &namespace, key.pk, query.as_deref()).await,
+            Some(sk) => get(&state, &incoming, &namespace, key.pk, sk, query).await,
+            None => list(&state, &incoming, &namespace, key.pk, query).await,
         },
-        axum::http::Method::PUT => put(&state, &namespace, key.pk, key.sk.unwrap_or_default(), query.as_deref(), body).await,
-        axum::http::Method::DELETE => delete(&state, &namespace, key.pk, key.sk.unwrap_or_default(), query.as_deref()).await,
+        axum::http::Method::PUT => put(&state, &incoming, &namespace, key.pk, key.sk.unwrap_or_default(), query, body).await,
+        axum::http::Method::DELETE => delete(&state, &incoming, &namespace, key.pk, key.sk.unwrap_or_default(), query).await,
         other => Err(ApiError::new(
             StatusCode::METHOD_NOT_ALLOWED,
             "method_not_allowed",
@@ -82,10 +86,12 @@ pub async fn kv(
 /// handles it (and any error).
 pub async fn fast_path(state: &AppState, request: axum::extract::Request) -> Result<Response, axum::extract::Request> {
     let Some((namespace, pk, sk)) = fast_key(state, request.uri().path()) else { return Err(request) };
-    let response = match *request.method() {
-        axum::http::Method::GET => get(state, &namespace, pk, sk, None).await,
-        axum::http::Method::PUT => put(state, &namespace, pk, sk, None, request.into_body()).await,
-        _ => return Err(request),
+    let (parts, body) = request.into_parts();
+    let incoming = Incoming::new(parts.method.clone(), &parts.uri, &parts.headers);
+    let response = match parts.method {
+        axum::http::Method::GET => get(state, &incoming, &namespace, pk, sk, None).await,
+        axum::http::Method::PUT => put(state, &incoming, &namespace, pk, sk, None, body).await,
+        _ => return Err(axum::extract::Request::from_parts(parts, body)),
     };
     Ok(response.unwrap_or_else(IntoResponse::into_response))
 }
@@ -104,8 +110,18 @@ fn fast_key(state: &AppState, path: &str) -> Option<(Arc<Namespace>, String, Str
     Some((namespace, key.pk, key.sk.unwrap_or_default()))
 }
 
-async fn get(state: &AppState, namespace: &Namespace, pk: String, sk: String, query: Option<&str>) -> Result<Response, ApiError> {
+async fn get(
+    state: &AppState,
+    incoming: &Incoming<'_>,
+    namespace: &Namespace,
+    pk: String,
+    sk: String,
+    query: Option<&str>,
+) -> Result<Response, ApiError> {
     let partition = namespace.partition_of(&pk);
+    if !namespace.handle(partition).is_held() {
+        return forward::to_holder(state, incoming, &namespace.name, partition, Bytes::new()).await;
+    }
     if query.is_some() {
         let params = Params::parse(query, &["after", "consistency", "timeout_ms"])?;
         let consistency = params.consistency()?;
@@ -131,6 +147,7 @@ async fn get(state: &AppState, namespace: &Namespace, pk: String, sk: String, qu
 
 async fn put(
     state: &AppState,
+    incoming: &Incoming<'_>,
     namespace: &Namespace,
     pk: String,
     sk: String,
@@ -140,21 +157,45 @@ async fn put(
     let params = Params::parse(query, &["if_version", "if_absent", "wait", "timeout_ms"])?;
     let condition = condition(&params)?;
     let bytes = body::read(body, limits::VALUE_BYTES_MAX + 4096, "value_too_large", "the value").await?;
-    let value = body::json_value(bytes)?;
+    let value = body::json_value(bytes.clone())?;
     limits::check_value_len(value.len())?;
     let op = Op { pk, sk, kind: OpKind::Put(value), condition };
-    write_one(state, namespace, op, &params).await
+    write_one(state, incoming, namespace, op, &params, bytes).await
 }
 
-async fn delete(state: &AppState, namespace: &Namespace, pk: String, sk: String, query: Option<&str>) -> Result<Response, ApiError> {
+async fn delete(
+    state: &AppState,
+    incoming: &Incoming<'_>,
+    namespace: &Namespace,
+    pk: String,
+    sk: String,
+    query: Option<&str>,
+) -> Result<Response, ApiError> {
     let params = Params::parse(query, &["if_version", "if_absent", "wait", "timeout_ms"])?;
     let op = Op { pk, sk, kind: OpKind::Delete, condition: condition(&params)? };
-    write_one(state, namespace, op, &params).await
+    write_one(state, incoming, namespace, op, &params, Bytes::new()).await
 }
 
-async fn write_one(state: &AppState, namespace: &Namespace, op: Op, params: &Params) -> Result<Response, ApiError> {
+/// Any node appends any write to the log. Only a caller who needs the
+/// outcome (a condition, or `wait=applied`) needs a node that applies the
+/// partition: if this one does not, the whole request goes to a holder.
+fn needs_holder(namespace: &Namespace, partition: u32, mutation: &Mutation, wait_applied: bool) -> bool {
+    !namespace.handle(partition).is_held() && (wait_applied || mutation.ops.iter().any(|op| op.condition.is_some()))
+}
+
+async fn write_one(
+    state: &AppState,
+    incoming: &Incoming<'_>,
+    namespace: &Namespace,
+    op: Op,
+    params: &Params,
+    body: Bytes,
+) -> Result<Response, ApiError> {
     let partition = namespace.partition_of(&op.pk);
     let mutation = Mutation { write_id: new_write_id(), ops: vec![op] };
+    if needs_holder(namespace, partition, &mutation, params.wait_applied()?) {
+        return forward::to_holder(state, incoming, &namespace.name, partition, body).await;
+    }
     let ack = write(state.node.log.as_ref(), namespace, partition, &mutation, params.wait_applied()?, params.timeout()?).await?;
     Ok(json_response(StatusCode::OK, render::write_ack(ack.version, &namespace.name, partition)))
 }
@@ -172,7 +213,13 @@ fn decode_cursor(cursor: &str) -> Result<String, ApiError> {
     Ok(sk)
 }
 
-async fn list(state: &AppState, namespace: &Namespace, pk: String, query: Option<&str>) -> Result<Response, ApiError> {
+async fn list(
+    state: &AppState,
+    incoming: &Incoming<'_>,
+    namespace: &Namespace,
+    pk: String,
+    query: Option<&str>,
+) -> Result<Response, ApiError> {
     let params = Params::parse(
         query,
         &["prefix", "start", "end", "limit", "cursor", "reverse", "after", "consistency", "timeout_ms"],
@@ -195,6 +242,9 @@ async fn list(state: &AppState, namespace: &Namespace, pk: String, query: Option
         limits::check_sk(bound)?;
     }
     let partition = namespace.partition_of(&pk);
+    if !namespace.handle(partition).is_held() {
+        return forward::to_holder(state, incoming, &namespace.name, partition, Bytes::new()).await;
+    }
     await_consistency(state.node.log.as_ref(), namespace, &[partition], &params.consistency()?, params.timeout()?).await?;
     let view = namespace.handle(partition).read_view()?;
     let (records, more) = view.reader.list(&pk, &range, limit)?;
@@ -223,6 +273,8 @@ struct KeyBody {
 pub async fn multi_get(
     State(state): State<AppState>,
     NsName(ns): NsName,
+    uri: Uri,
+    headers: HeaderMap,
     RawQuery(query): RawQuery,
     body: Body,
 ) -> Result<Response, ApiError> {
@@ -244,25 +296,43 @@ pub async fn multi_get(
     let mut partitions: Vec<u32> = request.keys.iter().map(|k| namespace.partition_of(&k.pk)).collect();
     partitions.sort_unstable();
     partitions.dedup();
-    await_consistency(state.node.log.as_ref(), &namespace, &partitions, &params.consistency()?, params.timeout()?).await?;
-    let mut readers = std::collections::HashMap::with_capacity(partitions.len());
+    let (local, remote): (Vec<u32>, Vec<u32>) = partitions.iter().partition(|p| namespace.handle(**p).is_held());
+    // Each item rendered as JSON text: remote ones as the holder sent them.
+    let mut items: Vec<Option<Vec<u8>>> = vec![None; request.keys.len()];
     let mut offsets = std::collections::BTreeMap::new();
-    for &p in &partitions {
+    if !remote.is_empty() {
+        let incoming = Incoming::new(axum::http::Method::POST, &uri, &headers);
+        let keys: Vec<(&str, &str)> = request.keys.iter().map(|k| (k.pk.as_str(), k.sk.as_str())).collect();
+        let key_partitions: Vec<u32> = request.keys.iter().map(|k| namespace.partition_of(&k.pk)).collect();
+        let fetched =
+            forward::multi_get_remote(&state, &incoming, &namespace.name, &remote, &keys, &key_partitions, &mut items, &mut offsets)
+                .await;
+        if let Err(response) = fetched {
+            return Ok(response);
+        }
+    }
+    await_consistency(state.node.log.as_ref(), &namespace, &local, &params.consistency()?, params.timeout()?).await?;
+    let mut readers = std::collections::HashMap::with_capacity(local.len());
+    for &p in &local {
         let view = namespace.handle(p).read_view()?;
         offsets.insert(p, view.applied_next);
         readers.insert(p, view);
     }
-    let mut items = Vec::with_capacity(request.keys.len());
-    for key in &request.keys {
-        let view = &readers[&namespace.partition_of(&key.pk)];
-        items.push(view.reader.get(&key.pk, &key.sk)?);
+    for (key, item) in request.keys.iter().zip(items.iter_mut()) {
+        if let Some(view) = readers.get(&namespace.partition_of(&key.pk)) {
+            *item = view.reader.get(&key.pk, &key.sk)?.map(|record| {
+                let mut out = Vec::with_capacity(record.value.len() + 64);
+                render::record(&mut out, &record);
+                out
+            });
+        }
     }
     let position = if offsets.is_empty() {
         serde_json::Value::Null
     } else {
         json!(crate::position::Position { namespace: namespace.name.to_string(), offsets }.to_string())
     };
-    Ok(json_response(StatusCode::OK, render::items(&items, &[("position", position)])))
+    Ok(json_response(StatusCode::OK, render::rendered_items(&items, &[("position", position)])))
 }
 
 #[derive(Deserialize)]
@@ -309,6 +379,8 @@ fn batch_op(index: usize, op: BatchOp) -> Result<Op, ApiError> {
 pub async fn batch(
     State(state): State<AppState>,
     NsName(ns): NsName,
+    uri: Uri,
+    headers: HeaderMap,
     RawQuery(query): RawQuery,
     body: Body,
 ) -> Result<Response, ApiError> {
@@ -332,6 +404,10 @@ pub async fn batch(
                 mutation.ops[0].pk
             ),
         ));
+    }
+    if needs_holder(&namespace, partition, &mutation, params.wait_applied()?) {
+        let incoming = Incoming::new(axum::http::Method::POST, &uri, &headers);
+        return forward::to_holder(&state, &incoming, &namespace.name, partition, bytes).await;
     }
     let ack = write(state.node.log.as_ref(), &namespace, partition, &mutation, params.wait_applied()?, params.timeout()?).await?;
     Ok(json_response(StatusCode::OK, render::write_ack(ack.version, &namespace.name, partition)))

@@ -74,14 +74,34 @@ pub fn items(records: &[Option<Record>], tail: &[(&str, serde_json::Value)]) -> 
         }
     }
     out.push(b']');
+    push_tail(&mut out, tail);
+    out
+}
+
+/// Like `items`, from items already rendered as JSON text (`None` is null).
+pub fn rendered_items(rendered: &[Option<Vec<u8>>], tail: &[(&str, serde_json::Value)]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(64 + rendered.iter().flatten().map(|r| r.len() + 1).sum::<usize>());
+    out.extend_from_slice(b"{\"items\":[");
+    for (i, item) in rendered.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        out.extend_from_slice(item.as_deref().unwrap_or(b"null"));
+    }
+    out.push(b']');
+    push_tail(&mut out, tail);
+    out
+}
+
+/// `,"key":value...}`: the remaining members and the closing brace.
+fn push_tail(out: &mut Vec<u8>, tail: &[(&str, serde_json::Value)]) {
     for (key, value) in tail {
         out.push(b',');
-        push_str(&mut out, key);
+        push_str(out, key);
         out.push(b':');
-        serde_json::to_writer(&mut out, value).expect("writing to a Vec cannot fail");
+        serde_json::to_writer(&mut *out, value).expect("writing to a Vec cannot fail");
     }
     out.push(b'}');
-    out
 }
 
 #[cfg(test)]

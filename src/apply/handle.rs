@@ -30,6 +30,10 @@ pub enum PartitionStatus {
     Serving,
     /// Cannot serve: the reason says why and what to do.
     Refused(String),
+    /// Not this node's: another member of its replica group holds it (reads
+    /// are proxied to a holder). The local store is kept, and resumes from
+    /// its applied offset if the partition comes back.
+    NotHeld,
 }
 
 pub struct PartitionHandle {
@@ -110,14 +114,36 @@ impl PartitionHandle {
         self.status.read().clone()
     }
 
+    /// The apply loop's transitions. A partition the node let go of
+    /// (`NotHeld`) stays so: a loop that is still stopping cannot revive it.
     pub(crate) fn set_status(&self, status: PartitionStatus) {
-        if let PartitionStatus::Refused(reason) = &status {
+        let mut current = self.status.write();
+        if *current == PartitionStatus::NotHeld {
+            return;
+        }
+        self.record_status(&status);
+        *current = status;
+    }
+
+    /// The node's transitions: `true` when it starts holding the partition
+    /// (its apply loop starts: catching up), `false` when it lets it go.
+    pub(crate) fn set_held(&self, held: bool) {
+        let status = if held { PartitionStatus::CatchingUp } else { PartitionStatus::NotHeld };
+        self.record_status(&status);
+        *self.status.write() = status;
+    }
+
+    pub fn is_held(&self) -> bool {
+        *self.status.read() != PartitionStatus::NotHeld
+    }
+
+    fn record_status(&self, status: &PartitionStatus) {
+        if let PartitionStatus::Refused(reason) = status {
             tracing::error!(ns = %self.namespace, partition = self.partition, %reason, "partition refused");
             self.refused_gauge.set(1);
         } else {
             self.refused_gauge.set(0);
         }
-        *self.status.write() = status;
     }
 
     /// Called by the apply loop after a commit: outcomes first, then the offset,

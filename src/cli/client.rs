@@ -289,3 +289,38 @@ pub async fn ns(a: NsArgs) -> anyhow::Result<()> {
     }
     Ok(())
 }
+
+#[derive(Args)]
+pub struct ClusterArgs {
+    #[command(flatten)]
+    common: Common,
+}
+
+/// `tern cluster`: the nodes one node knows, one row per node, with the
+/// partitions each serves as `ns/partition@applied_offset`.
+pub async fn cluster(a: ClusterArgs) -> anyhow::Result<()> {
+    let base = a.common.url.trim_end_matches('/').to_string();
+    let body = send(reqwest::Client::new().get(format!("{base}/v1/cluster"))).await?;
+    print(&a.common, &body, |b| {
+        println!("{:<20} {:<12} {:<12} {:<22} {:<6} PARTITIONS", "NODE", "REGION", "GROUP", "ADDRESS", "STATE");
+        for n in b["nodes"].as_array().into_iter().flatten() {
+            let partitions: Vec<String> = n["partitions"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|p| format!("{}/{}@{}", p["ns"].as_str().unwrap_or(""), p["partition"], p["applied_offset"]))
+                .collect();
+            let id = format!("{}{}", n["id"].as_str().unwrap_or(""), if n["self"] == true { " *" } else { "" });
+            println!(
+                "{:<20} {:<12} {:<12} {:<22} {:<6} {}",
+                id,
+                n["region"].as_str().unwrap_or(""),
+                n["group"].as_str().unwrap_or(""),
+                n["address"].as_str().unwrap_or(""),
+                n["state"].as_str().unwrap_or(""),
+                if partitions.is_empty() { "-".to_string() } else { partitions.join(" ") }
+            );
+        }
+    });
+    Ok(())
+}

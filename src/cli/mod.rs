@@ -1,5 +1,5 @@
 //! The `tern` command line: `dev` and `serve` run a node; the client commands
-//! (`put`, `get`, `del`, `ls`, `ns`) talk to one over HTTP; `bench` runs the
+//! (`put`, `get`, `del`, `ls`, `ns`, `cluster`) talk to one over HTTP; `bench` runs the
 //! benchmark harness.
 
 mod client;
@@ -33,6 +33,8 @@ pub enum Command {
     Ls(client::LsArgs),
     /// List, create or describe namespaces.
     Ns(client::NsArgs),
+    /// The cluster as one node sees it: nodes, regions, groups, partitions held.
+    Cluster(client::ClusterArgs),
     /// Run the benchmark harness (see BENCHMARKS.md).
     Bench(crate::bench::BenchArgs),
 }
@@ -73,6 +75,8 @@ pub struct ServeArgs {
     pub seeds: Option<Vec<String>>,
     #[arg(long, env = "TERN_SNAPSHOTS")]
     pub snapshots: Option<String>,
+    #[arg(long, env = "TERN_GOSSIP_INTERVAL_MS")]
+    pub gossip_interval_ms: Option<u64>,
     #[arg(long, env = "TERN_LOG_SEGMENT_BYTES")]
     pub log_segment_bytes: Option<u64>,
     #[arg(long, env = "TERN_LOG_RETENTION_BYTES")]
@@ -96,6 +100,11 @@ pub struct ServeArgs {
     pub kafka_replication_factor: Option<i32>,
     #[arg(long, env = "TERN_KAFKA_MIN_INSYNC_REPLICAS")]
     pub kafka_min_insync_replicas: Option<i32>,
+    /// `group` (share partitions with the replica group) or `assign` (hold all)
+    #[arg(long, env = "TERN_KAFKA_MEMBERSHIP")]
+    pub kafka_membership: Option<String>,
+    #[arg(long, env = "TERN_KAFKA_SESSION_TIMEOUT_MS")]
+    pub kafka_session_timeout_ms: Option<u64>,
     /// Create this namespace at start if missing, as NAME:PARTITIONS (repeatable).
     #[arg(long = "namespace", env = "TERN_NAMESPACES", value_delimiter = ',')]
     pub namespaces: Vec<String>,
@@ -112,7 +121,8 @@ impl ServeArgs {
         }
         take!(node_id, listen, data_dir, log, region, group, seeds, log_segment_bytes, store_cache_bytes);
         take!(store_fsync_interval_ms, apply_batch_max, apply_linger_ms, log_format);
-        take!(kafka_topic_prefix, kafka_replication_factor, kafka_min_insync_replicas);
+        take!(kafka_topic_prefix, kafka_replication_factor, kafka_min_insync_replicas, kafka_membership);
+        take!(kafka_session_timeout_ms, gossip_interval_ms);
         if self.gossip.is_some() {
             s.gossip = self.gossip.clone();
         }
@@ -183,6 +193,7 @@ pub fn main() -> anyhow::Result<()> {
             Command::Del(args) => client::del(args).await,
             Command::Ls(args) => client::ls(args).await,
             Command::Ns(args) => client::ns(args).await,
+            Command::Cluster(args) => client::cluster(args).await,
             Command::Bench(args) => {
                 init_tracing("text");
                 crate::bench::run(args).await

@@ -19,6 +19,7 @@
 pub mod embedded;
 pub mod kafka;
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -43,6 +44,31 @@ impl std::fmt::Display for TopicPartition {
 pub struct LogRecord {
     pub offset: u64,
     pub payload: Bytes,
+}
+
+/// Which partitions this node should hold: apply, and serve reads of.
+///
+/// The log decides, because in Kafka mode the replica group *is* a Kafka
+/// consumer group: the group coordinator assigns each partition to one member.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Assignment {
+    /// Every partition of every topic: the embedded log, or a Kafka node in
+    /// `assign` mode (alone, holding everything without a consumer group).
+    All,
+    /// Not known yet: joining a Kafka consumer group. Holds nothing.
+    Pending,
+    /// Exactly these: a member of a Kafka consumer group.
+    Only(BTreeSet<TopicPartition>),
+}
+
+impl Assignment {
+    pub fn holds(&self, tp: &TopicPartition) -> bool {
+        match self {
+            Assignment::All => true,
+            Assignment::Pending => false,
+            Assignment::Only(held) => held.contains(tp),
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -104,6 +130,16 @@ pub trait Log: Send + Sync + 'static {
     /// below `offset` (their state is durable past it). Retention never
     /// deletes an entry at or above it.
     fn release_below(&self, tp: &TopicPartition, offset: u64);
+
+    /// Which partitions this node should hold, and every change to that.
+    /// Default: all of them, forever.
+    fn assignment(&self) -> tokio::sync::watch::Receiver<Assignment> {
+        tokio::sync::watch::channel(Assignment::All).1
+    }
+
+    /// Tells the log which namespaces this node knows, so a consumer group
+    /// can assign their partitions. Default: nothing to do.
+    fn follow_topics(&self, _namespaces: &[String]) {}
 
     /// Flushes and stops. Appends after `close` fail with `Closed`.
     async fn close(&self);

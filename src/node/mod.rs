@@ -3,12 +3,16 @@
 //! optionally wait for the outcome) and `read` (local store, optionally after
 //! a bounded wait for a position).
 //!
-//! The node never writes a store itself; it only starts and stops apply loops.
+//! The node never writes a store itself; it only starts and stops apply loops:
+//! one per partition the log assigns to it (`Log::assignment`: every
+//! partition, or this member's share of its replica group). Stores of every
+//! partition stay open; a partition the node lets go of keeps its store and
+//! resumes from its applied offset if it comes back.
 
 pub mod read;
 pub mod write;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -19,7 +23,7 @@ use tokio::task::JoinHandle;
 
 use crate::apply::{self, ApplyConfig, PartitionHandle, PartitionStatus};
 use crate::limits;
-use crate::log::{CreateOutcome, Log, LogError};
+use crate::log::{Assignment, CreateOutcome, Log, LogError, TopicPartition};
 use crate::partitioner::partition_of;
 use crate::position::Position;
 use crate::store::PartitionStore;
@@ -74,8 +78,19 @@ pub struct Node {
     namespaces: RwLock<BTreeMap<String, Arc<Namespace>>>,
     /// Serializes namespace creation so two requests cannot open the same stores.
     creating: tokio::sync::Mutex<()>,
+    /// Stops the node's own tasks (lag refresh, assignment follower).
     shutdown: watch::Sender<bool>,
     tasks: Mutex<Vec<JoinHandle<()>>>,
+    /// One apply loop per partition ever started, running or stopping.
+    loops: Mutex<HashMap<TopicPartition, ApplyLoop>>,
+}
+
+/// A partition's apply loop. `stop` is `None` once the loop was told to stop
+/// (it may still be flushing); a new loop for the partition first waits for
+/// this one to end, so a store never has two writers.
+struct ApplyLoop {
+    stop: Option<watch::Sender<bool>>,
+    task: JoinHandle<()>,
 }
 
 /// Bound on how long shutdown waits for apply loops to finish and flush.
@@ -93,11 +108,10 @@ impl Node {
             creating: tokio::sync::Mutex::new(()),
             shutdown: watch::Sender::new(false),
             tasks: Mutex::new(Vec::new()),
+            loops: Mutex::new(HashMap::new()),
         });
-        for topic in node.log.list_topics().await? {
-            node.open_namespace(&topic.name, topic.partitions).await?;
-        }
-        let lag_node = Arc::downgrade(&node);
+        node.discover_namespaces().await?;
+        let weak = Arc::downgrade(&node);
         let mut shutdown = node.shutdown.subscribe();
         node.tasks.lock().push(tokio::spawn(async move {
             loop {
@@ -105,11 +119,86 @@ impl Node {
                     _ = tokio::time::sleep(LAG_REFRESH) => {}
                     _ = shutdown.changed() => return,
                 }
-                let Some(node) = lag_node.upgrade() else { return };
+                let Some(node) = weak.upgrade() else { return };
+                if let Err(e) = node.discover_namespaces().await {
+                    tracing::debug!(error = %e, "namespace discovery failed; retrying");
+                }
                 node.refresh_lag().await;
             }
         }));
+        let weak = Arc::downgrade(&node);
+        let mut assignment = node.log.assignment();
+        let mut shutdown = node.shutdown.subscribe();
+        node.tasks.lock().push(tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    changed = assignment.changed() => if changed.is_err() { return },
+                    _ = shutdown.changed() => return,
+                }
+                let Some(node) = weak.upgrade() else { return };
+                let current = assignment.borrow_and_update().clone();
+                node.follow_assignment(&current);
+            }
+        }));
         Ok(node)
+    }
+
+    /// Opens namespaces created elsewhere (another node, or before a restart)
+    /// that this node does not know yet.
+    async fn discover_namespaces(&self) -> anyhow::Result<()> {
+        let topics = self.log.list_topics().await?;
+        if topics.iter().all(|t| self.namespace(&t.name).is_some()) {
+            return Ok(());
+        }
+        let _guard = self.creating.lock().await;
+        for topic in topics {
+            if self.namespace(&topic.name).is_none() {
+                self.open_namespace(&topic.name, topic.partitions).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Starts apply loops for partitions newly held and stops those let go.
+    fn follow_assignment(&self, assignment: &Assignment) {
+        for namespace in self.namespaces() {
+            for handle in &namespace.handles {
+                let held = assignment.holds(&handle.tp);
+                let running = self.loops.lock().get(&handle.tp).is_some_and(|l| l.stop.is_some());
+                match (held, running) {
+                    (true, false) => self.start_loop(handle),
+                    (false, true) => self.stop_loop(handle),
+                    _ => {}
+                }
+            }
+        }
+    }
+
+    fn start_loop(&self, handle: &Arc<PartitionHandle>) {
+        let mut loops = self.loops.lock();
+        let previous = loops.remove(&handle.tp);
+        assert!(previous.as_ref().is_none_or(|l| l.stop.is_none()), "a partition has at most one running apply loop");
+        let (stop, stopped) = watch::channel(false);
+        let run = apply::run(handle.clone(), self.log.clone(), self.config.apply.clone(), stopped);
+        let task_handle = handle.clone();
+        let task = tokio::spawn(async move {
+            if let Some(previous) = previous {
+                let _ = previous.task.await;
+            }
+            task_handle.set_held(true);
+            run.await;
+        });
+        loops.insert(handle.tp.clone(), ApplyLoop { stop: Some(stop), task });
+    }
+
+    fn stop_loop(&self, handle: &Arc<PartitionHandle>) {
+        handle.set_held(false);
+        if let Some(running) = self.loops.lock().get_mut(&handle.tp) {
+            if let Some(stop) = running.stop.take() {
+                stop.send_replace(true);
+            }
+        }
+        tracing::info!(tp = %handle.tp, "partition let go");
     }
 
     pub fn namespace(&self, name: &str) -> Option<Arc<Namespace>> {
@@ -153,14 +242,21 @@ impl Node {
             let applied_next = store.read()?.applied_next()?;
             handles.push(Arc::new(PartitionHandle::new(name.clone(), partition, partitions, Arc::new(store), applied_next)));
         }
-        let mut tasks = Vec::with_capacity(handles.len());
+        let assignment = self.log.assignment().borrow().clone();
         for handle in &handles {
-            let run = apply::run(handle.clone(), self.log.clone(), self.config.apply.clone(), self.shutdown.subscribe());
-            tasks.push(tokio::spawn(run));
+            if assignment.holds(&handle.tp) {
+                self.start_loop(handle);
+            } else {
+                handle.set_held(false);
+            }
         }
-        self.tasks.lock().extend(tasks);
         let namespace = Arc::new(Namespace { name: name.clone(), partitions, handles });
-        self.namespaces.write().insert(name.to_string(), namespace);
+        let names: Vec<String> = {
+            let mut namespaces = self.namespaces.write();
+            namespaces.insert(name.to_string(), namespace);
+            namespaces.keys().cloned().collect()
+        };
+        self.log.follow_topics(&names);
         tracing::info!(ns = %name, partitions, "namespace open");
         Ok(())
     }
@@ -176,13 +272,17 @@ impl Node {
         }
     }
 
-    /// Ready when every partition is caught up and none is refused.
+    /// Ready when the node knows which partitions it holds, and every one of
+    /// them is caught up and none is refused.
     pub fn readiness(&self) -> (bool, Vec<String>) {
         let mut problems = Vec::new();
+        if *self.log.assignment().borrow() == Assignment::Pending && !self.namespaces.read().is_empty() {
+            problems.push("joining the replica group: no partitions assigned yet".to_string());
+        }
         for namespace in self.namespaces() {
             for handle in &namespace.handles {
                 match handle.status() {
-                    PartitionStatus::Serving => {}
+                    PartitionStatus::Serving | PartitionStatus::NotHeld => {}
                     PartitionStatus::CatchingUp => {
                         problems.push(format!("{}/{}: catching up", namespace.name, handle.partition))
                     }
@@ -206,7 +306,13 @@ impl Node {
     /// leaves the log open, for a log shared with other consumers.
     pub async fn stop_apply(&self) {
         self.shutdown.send_replace(true);
-        let tasks: Vec<JoinHandle<()>> = std::mem::take(&mut *self.tasks.lock());
+        let mut tasks: Vec<JoinHandle<()>> = std::mem::take(&mut *self.tasks.lock());
+        for (_, running) in self.loops.lock().drain() {
+            if let Some(stop) = running.stop {
+                stop.send_replace(true);
+            }
+            tasks.push(running.task);
+        }
         let all = futures::future::join_all(tasks);
         if tokio::time::timeout(SHUTDOWN_WAIT, all).await.is_err() {
             tracing::error!("apply loops did not stop within {SHUTDOWN_WAIT:?}; stores replay from their last durable offset");

@@ -11,11 +11,18 @@
 //!   only ever come from the stores; `auto.offset.reset=error`, so a missing
 //!   offset is an error, never a silent jump), split into one queue per
 //!   partition so each apply loop reads only its own partition.
+//! - Ownership: with `Membership::Group` the node is a member of its replica
+//!   group's Kafka consumer group, which decides the partitions it holds
+//!   (`group.rs`); with `Membership::AssignAll` it holds every partition.
 //! - Offsets: `end_offset` is the high watermark, `start_offset` the low one.
 //!   After each durable store flush the applied offset is committed to the
-//!   consumer group `tern-<node id>`, for lag monitoring only.
+//!   consumer group (`tern.group.<group>`, or `tern.node.<node id>` in assign-all mode),
+//!   for lag monitoring only.
 
+mod group;
 mod reader;
+
+pub use group::{group_id, Membership};
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -32,7 +39,7 @@ use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::util::Timeout;
 use rdkafka::{Offset, TopicPartitionList};
 
-use super::{CreateOutcome, Log, LogError, LogReader, TopicInfo, TopicPartition};
+use super::{Assignment, CreateOutcome, Log, LogError, LogReader, TopicInfo, TopicPartition};
 
 #[derive(Debug, Clone)]
 pub struct KafkaLogConfig {
@@ -48,6 +55,7 @@ pub struct KafkaLogConfig {
     pub request_timeout: Duration,
     /// Bound on one produce, queueing and delivery included (`delivery.timeout.ms`).
     pub delivery_timeout: Duration,
+    pub membership: Membership,
 }
 
 impl KafkaLogConfig {
@@ -61,6 +69,7 @@ impl KafkaLogConfig {
             min_insync_replicas: 1,
             request_timeout: Duration::from_secs(10),
             delivery_timeout: Duration::from_secs(10),
+            membership: Membership::AssignAll,
         }
     }
 }
@@ -70,6 +79,8 @@ struct Inner {
     producer: FutureProducer,
     admin: AdminClient<DefaultClientContext>,
     consumer: Arc<StreamConsumer>,
+    /// Set with `Membership::Group`.
+    group: Option<group::GroupMember>,
 }
 
 /// The Kafka log. Cheap to clone.
@@ -100,7 +111,7 @@ impl KafkaLog {
             .map_err(unavailable)?;
         let consumer: StreamConsumer = base
             .clone()
-            .set("group.id", format!("tern-{}", config.client_id))
+            .set("group.id", format!("{}node.{}", config.topic_prefix, config.client_id))
             .set("enable.auto.commit", "false")
             .set("enable.auto.offset.store", "false")
             .set("auto.offset.reset", "error")
@@ -121,7 +132,13 @@ impl KafkaLog {
                 }
             }
         });
-        Ok(KafkaLog { inner: Arc::new(Inner { config, producer, admin, consumer }) })
+        let group = match &config.membership {
+            Membership::AssignAll => None,
+            Membership::Group { group, instance_id, session_timeout } => {
+                Some(group::GroupMember::start(&base, &config.topic_prefix, group, instance_id, *session_timeout)?)
+            }
+        };
+        Ok(KafkaLog { inner: Arc::new(Inner { config, producer, admin, consumer, group }) })
     }
 
     fn topic_name(&self, namespace: &str) -> String {
@@ -240,14 +257,31 @@ impl Log for KafkaLog {
     /// (`kafka-consumer-groups`, lag exporters) sees how far this node is.
     /// For monitoring only: Tern never reads its position back from Kafka.
     fn release_below(&self, tp: &TopicPartition, offset: u64) {
-        let mut committed = TopicPartitionList::new();
         let topic = self.topic_name(&tp.topic);
+        if let Some(group) = &self.inner.group {
+            group.commit(&topic, tp, offset);
+            return;
+        }
+        let mut committed = TopicPartitionList::new();
         if let Err(e) = committed.add_partition_offset(&topic, tp.partition as i32, Offset::Offset(offset as i64)) {
             tracing::warn!(%tp, error = %e, "cannot build the offset commit");
             return;
         }
         if let Err(e) = self.inner.consumer.commit(&committed, CommitMode::Async) {
             tracing::warn!(%tp, error = %e, "kafka offset commit (for lag monitoring) failed");
+        }
+    }
+
+    fn assignment(&self) -> tokio::sync::watch::Receiver<Assignment> {
+        match &self.inner.group {
+            Some(group) => group.assignment(),
+            None => tokio::sync::watch::channel(Assignment::All).1,
+        }
+    }
+
+    fn follow_topics(&self, namespaces: &[String]) {
+        if let Some(group) = &self.inner.group {
+            group.follow(namespaces);
         }
     }
 

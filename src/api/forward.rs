@@ -1,0 +1,253 @@
+//! Forwarding: any node answers any request. A read (or a write whose
+//! outcome the caller waits for) of a partition this node does not hold is
+//! sent on to the best holder the cluster knows (`Cluster::holders`: same
+//! region, then least lag), over pooled keep-alive connections, and its
+//! answer is relayed unchanged (status, body), with `x-tern-served-by`.
+//!
+//! One hop only: a forwarded request carries `x-tern-forwarded-by`, and a
+//! node that receives one for a partition it does not hold answers 503
+//! `not_held` instead of forwarding again (membership may be changing; the
+//! client retries).
+
+use std::time::Duration;
+
+use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
+use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+
+use super::error::ApiError;
+use super::AppState;
+use crate::cluster::Member;
+use crate::limits::WAIT_MS_MAX;
+
+pub const FORWARDED_BY: &str = "x-tern-forwarded-by";
+pub const SERVED_BY: &str = "x-tern-served-by";
+
+/// Bound on connecting to a holder; a dead one is skipped for the next.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+/// Bound on one forwarded request: the longest wait a request may ask for, plus slack.
+const FORWARD_TIMEOUT: Duration = Duration::from_millis(WAIT_MS_MAX + 5_000);
+/// Most holders tried for one request (each failed attempt is a connect error).
+const HOLDERS_TRIED_MAX: usize = 3;
+/// Largest answer relayed: a multi-get of the most keys with the largest values.
+const ANSWER_BYTES_MAX: usize = crate::limits::MULTI_GET_KEYS_MAX * (crate::limits::VALUE_BYTES_MAX + 8 * 1024);
+/// Idle keep-alive connections kept per holder.
+const IDLE_CONNECTIONS_PER_HOLDER_MAX: usize = 64;
+
+/// A pooled HTTP client to other nodes. Cheap to clone.
+#[derive(Clone)]
+pub struct Forwarder {
+    client: reqwest::Client,
+}
+
+impl Default for Forwarder {
+    fn default() -> Self {
+        Forwarder::new()
+    }
+}
+
+impl Forwarder {
+    pub fn new() -> Forwarder {
+        let client = reqwest::Client::builder()
+            .connect_timeout(CONNECT_TIMEOUT)
+            .timeout(FORWARD_TIMEOUT)
+            .pool_max_idle_per_host(IDLE_CONNECTIONS_PER_HOLDER_MAX)
+            .tcp_nodelay(true)
+            .no_proxy()
+            .build()
+            .expect("the HTTP client builds with static settings");
+        Forwarder { client }
+    }
+}
+
+/// How a request arrived, for passing it on.
+pub struct Incoming<'a> {
+    pub method: Method,
+    /// Path and query exactly as received (percent-encoding kept).
+    pub path_and_query: &'a str,
+    /// Set when another node forwarded this request here.
+    pub forwarded_by: Option<&'a str>,
+}
+
+impl<'a> Incoming<'a> {
+    pub fn new(method: Method, uri: &'a axum::http::Uri, headers: &'a HeaderMap) -> Incoming<'a> {
+        Incoming {
+            method,
+            path_and_query: uri.path_and_query().map_or(uri.path(), |pq| pq.as_str()),
+            forwarded_by: headers.get(FORWARDED_BY).and_then(|v| v.to_str().ok()),
+        }
+    }
+}
+
+/// Sends `incoming` with `body` to a holder of `partition` of `namespace`.
+pub async fn to_holder(state: &AppState, incoming: &Incoming<'_>, namespace: &str, partition: u32, body: Bytes) -> Result<Response, ApiError> {
+    if let Some(from) = incoming.forwarded_by {
+        return Err(not_held(state, namespace, partition, from));
+    }
+    let holders = state.cluster.holders(namespace, partition);
+    if holders.is_empty() {
+        return Err(no_holder(state, namespace, partition));
+    }
+    let mut failures = Vec::new();
+    for holder in holders.iter().take(HOLDERS_TRIED_MAX) {
+        match send(state, holder, incoming, body.clone()).await {
+            Ok(response) => return Ok(response),
+            Err(e) => {
+                tracing::warn!(holder = %holder.id, error = %e, "forwarding to a holder failed");
+                crate::metrics::FORWARD_FAILURES.inc();
+                failures.push(format!("{} ({}): {e}", holder.id, holder.api));
+                if !e.is_connect() {
+                    // The holder may have acted on it: do not send it twice.
+                    break;
+                }
+            }
+        }
+    }
+    Err(ApiError::new(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "holder_unreachable",
+        format!(
+            "partition {partition} of namespace {namespace:?} is held by other nodes, and forwarding failed: {}; retry",
+            failures.join("; ")
+        ),
+    ))
+}
+
+async fn send(state: &AppState, holder: &Member, incoming: &Incoming<'_>, body: Bytes) -> Result<Response, reqwest::Error> {
+    let url = format!("http://{}{}", holder.api, incoming.path_and_query);
+    let started = std::time::Instant::now();
+    let response = state
+        .forwarder
+        .client
+        .request(incoming.method.clone(), url)
+        .header(FORWARDED_BY, state.cluster.me().id.as_str())
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(body)
+        .send()
+        .await?;
+    let status = response.status();
+    let content_type = response.headers().get(header::CONTENT_TYPE).cloned();
+    let bytes = read_bounded(response).await?;
+    crate::metrics::FORWARD_SECONDS.observe(started.elapsed().as_secs_f64());
+    let mut relayed = (status, bytes).into_response();
+    if let Some(content_type) = content_type {
+        relayed.headers_mut().insert(header::CONTENT_TYPE, content_type);
+    }
+    if let Ok(id) = HeaderValue::from_str(&holder.id) {
+        relayed.headers_mut().insert(SERVED_BY, id);
+    }
+    Ok(relayed)
+}
+
+/// The answer's body, cut at `ANSWER_BYTES_MAX` (a holder never sends more;
+/// anything beyond is dropped rather than buffered without bound).
+async fn read_bounded(mut response: reqwest::Response) -> Result<Bytes, reqwest::Error> {
+    let mut body = bytes::BytesMut::new();
+    while let Some(chunk) = response.chunk().await? {
+        if body.len() + chunk.len() > ANSWER_BYTES_MAX {
+            tracing::error!(bytes_max = ANSWER_BYTES_MAX, "a holder's answer exceeds the largest possible answer; cut");
+            break;
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body.freeze())
+}
+
+fn no_holder(state: &AppState, namespace: &str, partition: u32) -> ApiError {
+    let known: Vec<String> = state.cluster.members().iter().map(|m| format!("{} ({})", m.id, m.state)).collect();
+    ApiError::new(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "no_holder",
+        format!(
+            "partition {partition} of namespace {namespace:?} is not held by this node ({}) and no live node that \
+             serves it is known (known nodes: {}); the partition may be moving between nodes: retry, and see GET /v1/cluster",
+            state.cluster.me().id,
+            known.join(", ")
+        ),
+    )
+}
+
+fn not_held(state: &AppState, namespace: &str, partition: u32, from: &str) -> ApiError {
+    ApiError::new(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "not_held",
+        format!(
+            "node {} no longer holds partition {partition} of namespace {namespace:?} (forwarded here by {from}); \
+             the partition is moving between nodes: retry",
+            state.cluster.me().id
+        ),
+    )
+}
+
+/// The answer of a holder to a forwarded multi-get.
+#[derive(serde::Deserialize)]
+struct RemoteItems {
+    items: Vec<Box<serde_json::value::RawValue>>,
+    position: Option<String>,
+}
+
+/// A multi-get's keys of partitions this node does not hold, sent as one
+/// multi-get per holder (concurrently). Fills `items[i]` (rendered JSON,
+/// `None` for null) for those keys and adds the holders' offsets of their
+/// partitions to `offsets`. Any holder's error is the whole request's answer
+/// (`Err`, relayed as the holder sent it).
+#[allow(clippy::too_many_arguments)]
+pub async fn multi_get_remote(
+    state: &AppState,
+    incoming: &Incoming<'_>,
+    namespace: &str,
+    remote: &[u32],
+    keys: &[(&str, &str)],
+    key_partitions: &[u32],
+    items: &mut [Option<Vec<u8>>],
+    offsets: &mut std::collections::BTreeMap<u32, u64>,
+) -> Result<(), Response> {
+    if let Some(from) = incoming.forwarded_by {
+        return Err(not_held(state, namespace, remote[0], from).into_response());
+    }
+    // Holder id -> (holder, indexes of the keys it answers).
+    let mut by_holder: std::collections::BTreeMap<String, (Member, Vec<usize>)> = std::collections::BTreeMap::new();
+    for &p in remote {
+        let Some(holder) = state.cluster.holders(namespace, p).into_iter().next() else {
+            return Err(no_holder(state, namespace, p).into_response());
+        };
+        let indexes: Vec<usize> = (0..keys.len()).filter(|&i| key_partitions[i] == p).collect();
+        by_holder.entry(holder.id.clone()).or_insert_with(|| (holder, Vec::new())).1.extend(indexes);
+    }
+    let requests = by_holder.into_values().map(|(holder, indexes)| async move {
+        let body = serde_json::json!({ "keys": indexes.iter().map(|&i| serde_json::json!({"pk": keys[i].0, "sk": keys[i].1})).collect::<Vec<_>>() });
+        let sub = Incoming { method: Method::POST, path_and_query: incoming.path_and_query, forwarded_by: None };
+        let response = send(state, &holder, &sub, Bytes::from(serde_json::to_vec(&body).expect("JSON serializes"))).await;
+        (holder, indexes, response)
+    });
+    for (holder, indexes, response) in futures::future::join_all(requests).await {
+        let holder_error = |message: String| ApiError::new(StatusCode::BAD_GATEWAY, "holder_error", message).into_response();
+        let response = response.map_err(|e| {
+            crate::metrics::FORWARD_FAILURES.inc();
+            ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "holder_unreachable",
+                format!("multi-get: forwarding keys of namespace {namespace:?} to {} ({}) failed: {e}; retry", holder.id, holder.api),
+            )
+            .into_response()
+        })?;
+        if response.status() != StatusCode::OK {
+            return Err(response);
+        }
+        let body = axum::body::to_bytes(response.into_body(), usize::MAX)
+            .await
+            .map_err(|e| holder_error(format!("reading {}'s answer: {e}", holder.id)))?;
+        let answer: RemoteItems = serde_json::from_slice(&body)
+            .map_err(|e| holder_error(format!("{} answered a multi-get with unexpected JSON: {e}", holder.id)))?;
+        if answer.items.len() != indexes.len() {
+            return Err(holder_error(format!("{} answered {} items for {} keys", holder.id, answer.items.len(), indexes.len())));
+        }
+        for (&i, item) in indexes.iter().zip(answer.items) {
+            items[i] = (item.get() != "null").then(|| item.get().as_bytes().to_vec());
+        }
+        if let Some(position) = answer.position.as_deref().and_then(|p| crate::position::Position::parse(p).ok()) {
+            offsets.extend(position.offsets);
+        }
+    }
+    Ok(())
+}

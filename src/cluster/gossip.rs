@@ -1,0 +1,212 @@
+//! Gossip with `chitchat`: publish this node's keys, read everyone else's.
+//!
+//! Two tasks, both ending on shutdown:
+//! - publish: every `PUBLISH_INTERVAL`, write this node's `held.<ns>` keys
+//!   (only when they changed, so idle nodes send no new versions);
+//! - observe: on every change of chitchat's live-node set or their keys,
+//!   rebuild the peer list the router reads (one write lock per change, no
+//!   lock on the request path beyond a read).
+
+use std::collections::{BTreeMap, HashSet};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use chitchat::transport::UdpTransport;
+use chitchat::{spawn_chitchat, ChitchatConfig, ChitchatHandle, ChitchatId, FailureDetectorConfig, NodeState};
+use parking_lot::RwLock;
+use tokio::sync::watch;
+
+use super::{held_partitions, Member, SelfInfo};
+use crate::node::Node;
+
+#[derive(Debug, Clone)]
+pub struct GossipConfig {
+    /// UDP address to gossip on (and advertised to peers).
+    pub listen: SocketAddr,
+    /// Other nodes' gossip addresses (`HOST:PORT`); any live one is enough to join.
+    pub seeds: Vec<String>,
+    /// Nodes gossip only with nodes of the same cluster id.
+    pub cluster_id: String,
+    pub interval: Duration,
+}
+
+/// How often this node's held partitions and offsets are republished.
+const PUBLISH_INTERVAL: Duration = Duration::from_millis(250);
+/// Key prefix of the per-namespace held-partitions keys.
+const HELD_PREFIX: &str = "held.";
+
+pub struct Gossip {
+    handle: tokio::sync::Mutex<Option<ChitchatHandle>>,
+    stop: watch::Sender<bool>,
+}
+
+impl Gossip {
+    pub async fn start(me: &SelfInfo, node: Arc<Node>, peers: Arc<RwLock<Vec<Member>>>, config: GossipConfig) -> anyhow::Result<Gossip> {
+        // A restarted node is a new generation, so peers drop its old state.
+        let generation = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?.as_millis() as u64;
+        let chitchat_config = ChitchatConfig {
+            chitchat_id: ChitchatId::new(me.id.clone(), generation, config.listen),
+            cluster_id: config.cluster_id.clone(),
+            gossip_interval: config.interval,
+            listen_addr: config.listen,
+            seed_nodes: config.seeds.clone(),
+            failure_detector_config: FailureDetectorConfig {
+                // With frequent gossip, a silent peer is suspected within ~1-3 s.
+                initial_interval: config.interval * 4,
+                dead_node_grace_period: Duration::from_secs(3600),
+                ..FailureDetectorConfig::default()
+            },
+            marked_for_deletion_grace_period: Duration::from_secs(3600),
+            catchup_callback: None,
+            extra_liveness_predicate: None,
+            protocol_version: chitchat::ProtocolVersion::V0,
+        };
+        let initial = vec![
+            ("region".to_string(), me.region.clone()),
+            ("group".to_string(), me.group.clone()),
+            ("api".to_string(), me.api.clone()),
+        ];
+        let handle = spawn_chitchat(chitchat_config, initial, &UdpTransport)
+            .await
+            .map_err(|e| anyhow::anyhow!("cannot gossip on {}: {e}", config.listen))?;
+        tracing::info!(listen = %config.listen, seeds = ?config.seeds, "gossip started");
+        let (stop, stopped) = watch::channel(false);
+        tokio::spawn(publish(handle.chitchat(), Arc::downgrade(&node), stopped.clone()));
+        let live = handle.chitchat().lock().await.live_nodes_watcher();
+        tokio::spawn(observe(live, me.id.clone(), peers, stopped));
+        Ok(Gossip { handle: tokio::sync::Mutex::new(Some(handle)), stop })
+    }
+
+    pub async fn shutdown(&self) {
+        self.stop.send_replace(true);
+        if let Some(handle) = self.handle.lock().await.take() {
+            if let Err(e) = handle.shutdown().await {
+                tracing::warn!(error = %e, "gossip did not stop cleanly");
+            }
+        }
+    }
+}
+
+type Chitchat = Arc<tokio::sync::Mutex<chitchat::Chitchat>>;
+
+/// Republishes this node's held partitions while they change.
+async fn publish(chitchat: Chitchat, node: std::sync::Weak<Node>, mut stop: watch::Receiver<bool>) {
+    let mut published: BTreeMap<String, String> = BTreeMap::new();
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(PUBLISH_INTERVAL) => {}
+            _ = stop.changed() => return,
+        }
+        let Some(node) = node.upgrade() else { return };
+        let mut current: BTreeMap<String, String> = held_partitions(&node)
+            .into_iter()
+            .map(|(ns, partitions)| (format!("{HELD_PREFIX}{ns}"), encode_held(&partitions)))
+            .collect();
+        // Namespaces no longer held become empty values (chitchat keys are not reused after delete).
+        for key in published.keys() {
+            current.entry(key.clone()).or_default();
+        }
+        if current == published {
+            continue;
+        }
+        let mut chitchat = chitchat.lock().await;
+        let state = chitchat.self_node_state();
+        for (key, value) in &current {
+            if published.get(key) != Some(value) {
+                state.set(key, value);
+            }
+        }
+        published = current;
+    }
+}
+
+/// Rebuilds the peer list on every change gossip reports.
+async fn observe(
+    mut live: watch::Receiver<BTreeMap<ChitchatId, NodeState>>,
+    self_id: String,
+    peers: Arc<RwLock<Vec<Member>>>,
+    mut stop: watch::Receiver<bool>,
+) {
+    let mut ever_seen: BTreeMap<String, Member> = BTreeMap::new();
+    loop {
+        let current: Vec<Member> = live
+            .borrow_and_update()
+            .iter()
+            .filter(|(id, _)| *id.node_id != *self_id)
+            .map(|(id, state)| member_of(id, state))
+            .collect();
+        let live_ids: HashSet<String> = current.iter().map(|m| m.id.clone()).collect();
+        for member in current {
+            ever_seen.insert(member.id.clone(), member);
+        }
+        let mut all: Vec<Member> = ever_seen.values().cloned().collect();
+        for member in &mut all {
+            if !live_ids.contains(&member.id) {
+                // A dead node holds nothing a request could be routed to.
+                member.state = "dead";
+                member.held.clear();
+            }
+        }
+        *peers.write() = all;
+        tokio::select! {
+            changed = live.changed() => if changed.is_err() { return },
+            _ = stop.changed() => return,
+        }
+    }
+}
+
+fn member_of(id: &ChitchatId, state: &NodeState) -> Member {
+    let held = state
+        .key_values()
+        .filter_map(|(key, value)| Some((key.strip_prefix(HELD_PREFIX)?.to_string(), decode_held(value))))
+        .filter(|(_, partitions)| !partitions.is_empty())
+        .collect();
+    Member {
+        id: id.node_id.to_string(),
+        region: state.get("region").unwrap_or_default().to_string(),
+        group: state.get("group").unwrap_or_default().to_string(),
+        api: state.get("api").unwrap_or_default().to_string(),
+        state: "live",
+        is_self: false,
+        held,
+    }
+}
+
+/// `0:17,3:5` = partition 0 at applied_next 17, partition 3 at 5.
+fn encode_held(partitions: &BTreeMap<u32, u64>) -> String {
+    let mut out = String::with_capacity(partitions.len() * 8);
+    for (p, offset) in partitions {
+        if !out.is_empty() {
+            out.push(',');
+        }
+        out.push_str(&format!("{p}:{offset}"));
+    }
+    out
+}
+
+/// The inverse of `encode_held`; malformed items (another version's format) are ignored.
+fn decode_held(value: &str) -> BTreeMap<u32, u64> {
+    value
+        .split(',')
+        .filter_map(|item| {
+            let (p, offset) = item.split_once(':')?;
+            Some((p.parse().ok()?, offset.parse().ok()?))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn held_partitions_round_trip() {
+        let held: BTreeMap<u32, u64> = [(0, 17), (3, 5), (15, 1 << 40)].into_iter().collect();
+        let encoded = encode_held(&held);
+        assert_eq!(encoded, "0:17,3:5,15:1099511627776");
+        assert_eq!(decode_held(&encoded), held);
+        assert!(decode_held("").is_empty());
+        assert_eq!(decode_held("1:2,garbage,3:x"), [(1, 2)].into_iter().collect());
+    }
+}

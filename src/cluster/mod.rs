@@ -1,0 +1,143 @@
+//! Cluster membership and routing: who the other nodes are, which partitions
+//! each serves at which applied offset, and which one a request for a
+//! partition this node does not hold should go to.
+//!
+//! Membership is gossiped with `chitchat` (Scuttlebutt reconciliation over
+//! UDP, phi-accrual failure detection; `gossip.rs`). Each node publishes:
+//!
+//! | key | value |
+//! |---|---|
+//! | `region`, `group` | its region and replica group |
+//! | `api` | its HTTP address |
+//! | `held.<namespace>` | `partition:applied_next,...` of the partitions it serves (caught up, not refused) |
+//!
+//! Routing (`best_holder`) prefers a holder in this node's region, then the
+//! one with the least lag (the highest applied offset). Forwarding the HTTP
+//! request itself is the API's job (`api::forward`). Without `--gossip` the
+//! cluster is this node alone.
+
+mod gossip;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use parking_lot::RwLock;
+
+use crate::apply::PartitionStatus;
+use crate::node::Node;
+
+pub use gossip::GossipConfig;
+
+/// One node as this node sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Member {
+    pub id: String,
+    pub region: String,
+    pub group: String,
+    /// `HOST:PORT` of its HTTP API.
+    pub api: String,
+    /// `live` (gossip hears it), or `dead` (gossip lost it; kept for display).
+    pub state: &'static str,
+    pub is_self: bool,
+    /// namespace -> partition -> applied_next, for partitions it serves.
+    pub held: BTreeMap<String, BTreeMap<u32, u64>>,
+}
+
+impl Member {
+    pub fn holds(&self, namespace: &str, partition: u32) -> Option<u64> {
+        self.held.get(namespace)?.get(&partition).copied()
+    }
+}
+
+/// This node's identity in the cluster.
+#[derive(Debug, Clone)]
+pub struct SelfInfo {
+    pub id: String,
+    pub region: String,
+    pub group: String,
+    pub api: String,
+}
+
+pub struct Cluster {
+    me: SelfInfo,
+    node: Arc<Node>,
+    /// Every other node gossip knows, refreshed by the gossip task.
+    peers: Arc<RwLock<Vec<Member>>>,
+    gossip: Option<gossip::Gossip>,
+}
+
+impl Cluster {
+    /// This node alone: no gossip, nothing to route to.
+    pub fn alone(me: SelfInfo, node: Arc<Node>) -> Arc<Cluster> {
+        Arc::new(Cluster { me, node, peers: Arc::new(RwLock::new(Vec::new())), gossip: None })
+    }
+
+    /// Joins the cluster through `config.seeds` and keeps gossiping until `shutdown`.
+    pub async fn join(me: SelfInfo, node: Arc<Node>, config: GossipConfig) -> anyhow::Result<Arc<Cluster>> {
+        let peers = Arc::new(RwLock::new(Vec::new()));
+        let gossip = gossip::Gossip::start(&me, node.clone(), peers.clone(), config).await?;
+        Ok(Arc::new(Cluster { me, node, peers, gossip: Some(gossip) }))
+    }
+
+    pub fn me(&self) -> &SelfInfo {
+        &self.me
+    }
+
+    /// Every known node, this one first.
+    pub fn members(&self) -> Vec<Member> {
+        let mut members = vec![self.self_member()];
+        members.extend(self.peers.read().iter().cloned());
+        members
+    }
+
+    /// This node, read from its own partition handles (not from gossip).
+    fn self_member(&self) -> Member {
+        Member {
+            id: self.me.id.clone(),
+            region: self.me.region.clone(),
+            group: self.me.group.clone(),
+            api: self.me.api.clone(),
+            state: "live",
+            is_self: true,
+            held: held_partitions(&self.node),
+        }
+    }
+
+    /// The live peers that serve `partition` of `namespace`, best first: same
+    /// region, then least lag. Empty when none is known.
+    pub fn holders(&self, namespace: &str, partition: u32) -> Vec<Member> {
+        let mut holders: Vec<(bool, u64, Member)> = self
+            .peers
+            .read()
+            .iter()
+            .filter(|m| m.state == "live")
+            .filter_map(|m| m.holds(namespace, partition).map(|offset| (m.region != self.me.region, offset, m.clone())))
+            .collect();
+        holders.sort_by(|a, b| a.0.cmp(&b.0).then(b.1.cmp(&a.1)).then(a.2.id.cmp(&b.2.id)));
+        holders.into_iter().map(|(_, _, m)| m).collect()
+    }
+
+    /// Leaves the cluster (peers see this node go at once, not after failure detection).
+    pub async fn shutdown(&self) {
+        if let Some(gossip) = &self.gossip {
+            gossip.shutdown().await;
+        }
+    }
+}
+
+/// The partitions this node serves right now: caught up and not refused.
+pub fn held_partitions(node: &Node) -> BTreeMap<String, BTreeMap<u32, u64>> {
+    let mut held = BTreeMap::new();
+    for namespace in node.namespaces() {
+        let partitions: BTreeMap<u32, u64> = namespace
+            .handles
+            .iter()
+            .filter(|h| h.status() == PartitionStatus::Serving)
+            .map(|h| (h.partition, h.applied_next()))
+            .collect();
+        if !partitions.is_empty() {
+            held.insert(namespace.name.to_string(), partitions);
+        }
+    }
+    held
+}
