@@ -79,6 +79,15 @@ pub static APPLY_SKIPPED_ENTRIES: LazyLock<IntCounterVec> = LazyLock::new(|| {
     .expect("metric registers")
 });
 
+pub static APPLY_DUPLICATES: LazyLock<IntCounterVec> = LazyLock::new(|| {
+    register_int_counter_vec!(
+        "tern_apply_duplicate_writes_total",
+        "Log entries not applied because their write id was applied within the window (retried writes)",
+        &["namespace"]
+    )
+    .expect("metric registers")
+});
+
 pub static APPLY_CONDITION_FAILED: LazyLock<IntCounterVec> = LazyLock::new(|| {
     register_int_counter_vec!(
         "tern_apply_condition_failed_total",

@@ -377,3 +377,59 @@ async fn plain_get_fast_path_answers_exactly_like_the_router() {
     let response = t.client.put(format!("{base}/v1/ns/default/kv/p/s")).body(big).send().await.unwrap();
     assert_eq!(response.status(), 413, "the fast path enforces the value limit too");
 }
+
+#[tokio::test]
+async fn idempotency_key_applies_a_retried_write_once_even_across_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut t = Tern::dev(dir.path()).await;
+    let put_with_key = |t: &Tern, key: &str, value: Value| {
+        t.client.put(t.kv_url("default", "retried", Some(""))).header("Idempotency-Key", key).json(&value)
+    };
+    let (status, first) = t.send(put_with_key(&t, "req-1", json!("first"))).await;
+    assert_eq!(status, 200, "{first}");
+    assert_eq!(first.get("duplicate"), None);
+    let version = first["version"].as_u64().unwrap();
+    // Another write in between, so the retry lands at a later offset.
+    let (status, _) = t.put("retried", "", &json!("second")).await;
+    assert_eq!(status, 200);
+    let (status, retry) = t.send(put_with_key(&t, "req-1", json!("retry body is ignored"))).await;
+    assert_eq!(status, 200, "{retry}");
+    assert_eq!((retry["version"].as_u64(), &retry["duplicate"]), (Some(version), &json!(true)), "{retry}");
+    let (_, got) = t.get("retried", "").await;
+    assert_eq!(got["value"], "second", "the retry applied nothing");
+
+    // A conditional write that failed fails again on retry, with the original's answer.
+    let conditional = |t: &Tern| {
+        t.client
+            .put(format!("{}?if_absent=true", t.kv_url("default", "retried", Some(""))))
+            .header("Idempotency-Key", "req-2")
+            .body("1")
+    };
+    let (status, failed) = t.send(conditional(&t)).await;
+    assert_eq!((status, error_code(&failed)), (409, "condition_failed"), "{failed}");
+    let (status, again) = t.send(conditional(&t)).await;
+    assert_eq!((status, &again["error"]["current_version"]), (409, &failed["error"]["current_version"]), "{again}");
+
+    // Batches carry the key too.
+    let batch = |t: &Tern| {
+        t.client
+            .post(format!("{}/v1/ns/default/batch", t.url))
+            .header("Idempotency-Key", "req-3")
+            .json(&json!({"ops": [{"op": "put", "pk": "counted", "value": 1}]}))
+    };
+    let (_, first_batch) = t.send(batch(&t)).await;
+    let (_, second_batch) = t.send(batch(&t)).await;
+    assert_eq!(first_batch["version"], second_batch["version"]);
+    assert_eq!(second_batch["duplicate"], true);
+
+    // The memory of write ids is stored with the data: it survives a restart.
+    assert!(t.terminate().success());
+    let t = Tern::dev(dir.path()).await;
+    let (status, after_restart) = t.send(put_with_key(&t, "req-1", json!("after restart"))).await;
+    assert_eq!(status, 200, "{after_restart}");
+    assert_eq!((after_restart["version"].as_u64(), &after_restart["duplicate"]), (Some(version), &json!(true)));
+    let (_, got) = t.get("retried", "").await;
+    assert_eq!(got["value"], "second");
+    let (_, metrics) = (0, t.client.get(format!("{}/metrics", t.url)).send().await.unwrap().text().await.unwrap());
+    assert!(metrics.contains("tern_apply_duplicate_writes_total{namespace=\"default\"} 1"), "one duplicate since the restart");
+}

@@ -192,6 +192,19 @@ async fn three_nodes_two_groups_serve_the_same_data_through_every_node() {
         assert_eq!(body["error"]["current_version"], version, "through {id}: {body}");
     }
 
+    // Retried writes with an Idempotency-Key apply once, whichever node
+    // takes them (keyed writes of partitions b1 does not hold go to a holder).
+    let b1 = &cluster.nodes["b1"];
+    let pks: Vec<String> = (0..PARTITIONS).map(|p| (0..).map(|i| format!("idem-{i}")).find(|pk| tern::partitioner::partition_of(pk, PARTITIONS) == p).unwrap()).collect();
+    for pk in &pks {
+        let keyed = |node: &Tern| node.client.put(node.kv_url("default", pk, Some(""))).header("Idempotency-Key", format!("key-{pk}")).body("1");
+        let (status, first) = b1.send(keyed(b1)).await;
+        assert_eq!(status, 200, "{first}");
+        let (status, retry) = cluster.nodes["b2"].send(keyed(&cluster.nodes["b2"])).await;
+        assert_eq!(status, 200, "{retry}");
+        assert_eq!((&retry["version"], &retry["duplicate"]), (&first["version"], &json!(true)), "{pk}: {retry}");
+    }
+
     // Reads through every node, read-your-writes (`after=`) and strong
     // included: the same data everywhere, whoever holds the partition.
     for id in ids {

@@ -22,6 +22,7 @@ use crate::limits::WAIT_MS_MAX;
 
 pub const FORWARDED_BY: &str = "x-tern-forwarded-by";
 pub const SERVED_BY: &str = "x-tern-served-by";
+pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
 
 /// Bound on connecting to a holder; a dead one is skipped for the next.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
@@ -67,6 +68,8 @@ pub struct Incoming<'a> {
     pub path_and_query: &'a str,
     /// Set when another node forwarded this request here.
     pub forwarded_by: Option<&'a str>,
+    /// The `Idempotency-Key` header, if any (raw bytes, checked by the caller).
+    pub idempotency_key: Option<&'a [u8]>,
 }
 
 impl<'a> Incoming<'a> {
@@ -75,6 +78,7 @@ impl<'a> Incoming<'a> {
             method,
             path_and_query: uri.path_and_query().map_or(uri.path(), |pq| pq.as_str()),
             forwarded_by: headers.get(FORWARDED_BY).and_then(|v| v.to_str().ok()),
+            idempotency_key: headers.get(IDEMPOTENCY_KEY).map(|v| v.as_bytes()),
         }
     }
 }
@@ -116,15 +120,17 @@ pub async fn to_holder(state: &AppState, incoming: &Incoming<'_>, namespace: &st
 async fn send(state: &AppState, holder: &Member, incoming: &Incoming<'_>, body: Bytes) -> Result<Response, reqwest::Error> {
     let url = format!("http://{}{}", holder.api, incoming.path_and_query);
     let started = std::time::Instant::now();
-    let response = state
+    let request = state
         .forwarder
         .client
         .request(incoming.method.clone(), url)
         .header(FORWARDED_BY, state.cluster.me().id.as_str())
-        .header(header::CONTENT_TYPE, "application/json")
-        .body(body)
-        .send()
-        .await?;
+        .header(header::CONTENT_TYPE, "application/json");
+    let request = match incoming.idempotency_key {
+        Some(key) => request.header(IDEMPOTENCY_KEY, key),
+        None => request,
+    };
+    let response = request.body(body).send().await?;
     let status = response.status();
     let content_type = response.headers().get(header::CONTENT_TYPE).cloned();
     let bytes = read_bounded(response).await?;
@@ -216,7 +222,7 @@ pub async fn multi_get_remote(
     }
     let requests = by_holder.into_values().map(|(holder, indexes)| async move {
         let body = serde_json::json!({ "keys": indexes.iter().map(|&i| serde_json::json!({"pk": keys[i].0, "sk": keys[i].1})).collect::<Vec<_>>() });
-        let sub = Incoming { method: Method::POST, path_and_query: incoming.path_and_query, forwarded_by: None };
+        let sub = Incoming { method: Method::POST, path_and_query: incoming.path_and_query, forwarded_by: None, idempotency_key: None };
         let response = send(state, &holder, &sub, Bytes::from(serde_json::to_vec(&body).expect("JSON serializes"))).await;
         (holder, indexes, response)
     });

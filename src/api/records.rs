@@ -19,7 +19,7 @@ use super::{body, keys, render, AppState};
 use crate::codec::{Condition, Mutation, Op, OpKind};
 use crate::limits;
 use crate::node::read::{await_consistency, Consistency};
-use crate::node::write::{new_write_id, write};
+use crate::node::write::write;
 use crate::node::Namespace;
 use crate::store::{Record, SkRange};
 
@@ -177,10 +177,29 @@ async fn delete(
 }
 
 /// Any node appends any write to the log. Only a caller who needs the
-/// outcome (a condition, or `wait=applied`) needs a node that applies the
-/// partition: if this one does not, the whole request goes to a holder.
+/// outcome (a condition, `wait=applied`, or a write id: a retry learns its
+/// original version) needs a node that applies the partition: if this one
+/// does not, the whole request goes to a holder.
 fn needs_holder(namespace: &Namespace, partition: u32, mutation: &Mutation, wait_applied: bool) -> bool {
-    !namespace.handle(partition).is_held() && (wait_applied || mutation.ops.iter().any(|op| op.condition.is_some()))
+    let needs_outcome = wait_applied || !mutation.write_id.is_empty() || mutation.ops.iter().any(|op| op.condition.is_some());
+    needs_outcome && !namespace.handle(partition).is_held()
+}
+
+/// The write id of a request: its `Idempotency-Key` (a retry with the same
+/// key within the window is applied once), or none.
+fn write_id(incoming: &Incoming<'_>) -> Result<Bytes, ApiError> {
+    let Some(key) = incoming.idempotency_key else { return Ok(Bytes::new()) };
+    if key.is_empty() || key.len() > limits::WRITE_ID_BYTES_MAX || !key.iter().all(|b| (0x21..=0x7e).contains(b)) {
+        return Err(ApiError::bad_request(
+            "invalid_idempotency_key",
+            format!(
+                "Idempotency-Key must be 1 to {} visible ASCII characters (no spaces), got {} bytes",
+                limits::WRITE_ID_BYTES_MAX,
+                key.len()
+            ),
+        ));
+    }
+    Ok(Bytes::copy_from_slice(key))
 }
 
 async fn write_one(
@@ -192,12 +211,12 @@ async fn write_one(
     body: Bytes,
 ) -> Result<Response, ApiError> {
     let partition = namespace.partition_of(&op.pk);
-    let mutation = Mutation { write_id: new_write_id(), ops: vec![op] };
+    let mutation = Mutation { write_id: write_id(incoming)?, ops: vec![op] };
     if needs_holder(namespace, partition, &mutation, params.wait_applied()?) {
         return forward::to_holder(state, incoming, &namespace.name, partition, body).await;
     }
     let ack = write(state.node.log.as_ref(), namespace, partition, &mutation, params.wait_applied()?, params.timeout()?).await?;
-    Ok(json_response(StatusCode::OK, render::write_ack(ack.version, &namespace.name, partition)))
+    Ok(json_response(StatusCode::OK, render::write_ack(ack.version, &namespace.name, partition, ack.duplicate)))
 }
 
 /// Cursors are opaque: base64url of the last sort key returned.
@@ -390,7 +409,8 @@ pub async fn batch(
     let request: BatchBody = body::json(&bytes)?;
     limits::check_ops_count(request.ops.len())?;
     let ops = request.ops.into_iter().enumerate().map(|(i, op)| batch_op(i, op)).collect::<Result<Vec<_>, _>>()?;
-    let mutation = Mutation { write_id: new_write_id(), ops };
+    let incoming = Incoming::new(axum::http::Method::POST, &uri, &headers);
+    let mutation = Mutation { write_id: write_id(&incoming)?, ops };
     limits::check_mutation_bytes(mutation.payload_bytes())?;
     let partition = namespace.partition_of(&mutation.ops[0].pk);
     if let Some((i, op)) = mutation.ops.iter().enumerate().find(|(_, op)| namespace.partition_of(&op.pk) != partition) {
@@ -406,9 +426,8 @@ pub async fn batch(
         ));
     }
     if needs_holder(&namespace, partition, &mutation, params.wait_applied()?) {
-        let incoming = Incoming::new(axum::http::Method::POST, &uri, &headers);
         return forward::to_holder(&state, &incoming, &namespace.name, partition, bytes).await;
     }
     let ack = write(state.node.log.as_ref(), &namespace, partition, &mutation, params.wait_applied()?, params.timeout()?).await?;
-    Ok(json_response(StatusCode::OK, render::write_ack(ack.version, &namespace.name, partition)))
+    Ok(json_response(StatusCode::OK, render::write_ack(ack.version, &namespace.name, partition, ack.duplicate)))
 }

@@ -49,13 +49,17 @@ pub fn get_response(pk: &str, sk: &str, version: u64, value: &[u8], namespace: &
 }
 
 /// `{"version", "position"}`: the answer to a write at offset `version`
-/// (its position is the offset after it).
-pub fn write_ack(version: u64, namespace: &str, partition: u32) -> Vec<u8> {
+/// (its position is the offset after it); `"duplicate": true` when it was a
+/// retry of a write applied before at `version`.
+pub fn write_ack(version: u64, namespace: &str, partition: u32, duplicate: bool) -> Vec<u8> {
     let mut out = Vec::with_capacity(64 + namespace.len());
     out.extend_from_slice(b"{\"version\":");
     out.extend_from_slice(itoa::Buffer::new().format(version).as_bytes());
     out.extend_from_slice(b",\"position\":");
     push_str(&mut out, &crate::position::Position::single_string(namespace, partition, version + 1));
+    if duplicate {
+        out.extend_from_slice(b",\"duplicate\":true");
+    }
     out.push(b'}');
     out
 }
@@ -117,8 +121,10 @@ mod tests {
         assert_eq!(v["value"]["x"][1], 2);
         assert_eq!(v["version"], 7);
         assert_eq!(v["position"], "default:1:8");
-        let ack: serde_json::Value = serde_json::from_slice(&write_ack(41, "default", 3)).unwrap();
+        let ack: serde_json::Value = serde_json::from_slice(&write_ack(41, "default", 3, false)).unwrap();
         assert_eq!(ack, serde_json::json!({"version": 41, "position": "default:3:42"}));
+        let ack: serde_json::Value = serde_json::from_slice(&write_ack(41, "default", 3, true)).unwrap();
+        assert_eq!(ack, serde_json::json!({"version": 41, "position": "default:3:42", "duplicate": true}));
         let list = items(&[Some(r), None], &[("next_cursor", serde_json::Value::Null)]);
         let v: serde_json::Value = serde_json::from_slice(&list).unwrap();
         assert_eq!(v["items"][1], serde_json::Value::Null);

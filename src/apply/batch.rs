@@ -9,12 +9,25 @@
 //! - every op's condition is evaluated against the state *before* the
 //!   mutation; if any fails, nothing is applied (`ConditionFailed` names the
 //!   first failing op and its current version);
-//! - otherwise ops apply in order (a later op on the same key wins).
+//! - otherwise ops apply in order (a later op on the same key wins);
+//! - a mutation with a non-empty write id that an entry less than
+//!   `WRITE_ID_WINDOW_OFFSETS` offsets earlier already carried is a
+//!   duplicate (a retried write): nothing is applied and its outcome is the
+//!   original's. The window counts offsets, not time, so every replica
+//!   decides alike; the ids are stored with the records, so the memory
+//!   survives restarts. Only writes that carry an id pay for it (Tern's API
+//!   sets one from the `Idempotency-Key` header).
 
 use super::outcome::Outcome;
 use crate::codec::{self, Condition, Mutation, OpKind};
 use crate::log::LogRecord;
 use crate::store::{ApplyTxn, StoreError};
+
+/// How far back (in offsets of one partition) a write id is remembered.
+pub const WRITE_ID_WINDOW_OFFSETS: u64 = 1_000_000;
+/// Most expired write ids forgotten per applied entry: eviction keeps pace
+/// with arrivals without ever making one batch long.
+const WRITE_IDS_FORGOTTEN_PER_ENTRY_MAX: usize = 2;
 
 /// Applies `entries` (in increasing offset order, starting at or after the
 /// store's `applied_next`) inside `tx`, returning each outcome. Offsets may
@@ -35,12 +48,30 @@ pub fn apply_entries(
         );
         let outcome = match codec::decode(entry.payload.clone(), partition, partitions) {
             Err(malformed) => Outcome::Skipped(malformed),
-            Ok(mutation) => apply_mutation(tx, &mutation, entry.offset)?,
+            Ok(mutation) if mutation.write_id.is_empty() => apply_mutation(tx, &mutation, entry.offset)?,
+            Ok(mutation) => apply_once(tx, &mutation, entry.offset)?,
         };
         tx.mark_applied(entry.offset, matches!(outcome, Outcome::Skipped(_)));
         outcomes.push((entry.offset, outcome));
     }
+    if let Some(horizon) = tx.state().applied_next.checked_sub(WRITE_ID_WINDOW_OFFSETS) {
+        tx.forget_write_ids_below(horizon, entries.len() * WRITE_IDS_FORGOTTEN_PER_ENTRY_MAX)?;
+    }
     Ok(outcomes)
+}
+
+/// Applies a mutation that carries a write id, unless that id was applied
+/// within the window (then reports the original outcome).
+fn apply_once(tx: &mut ApplyTxn, mutation: &Mutation, offset: u64) -> Result<Outcome, StoreError> {
+    if let Some((of, stored)) = tx.write_id_seen(&mutation.write_id)? {
+        if offset - of < WRITE_ID_WINDOW_OFFSETS {
+            let original = Outcome::decode_remembered(&stored).expect("write id outcomes are written by encode_remembered");
+            return Ok(Outcome::Duplicate { of, original: Box::new(original) });
+        }
+    }
+    let outcome = apply_mutation(tx, mutation, offset)?;
+    tx.remember_write_id(&mutation.write_id, offset, &outcome.encode_remembered())?;
+    Ok(outcome)
 }
 
 fn apply_mutation(tx: &mut ApplyTxn, mutation: &Mutation, offset: u64) -> Result<Outcome, StoreError> {
@@ -80,7 +111,44 @@ mod tests {
     }
 
     fn entry(offset: u64, ops: Vec<Op>) -> LogRecord {
-        LogRecord { offset, payload: Bytes::from(encode(&Mutation { write_id: Bytes::from_static(b"w"), ops })) }
+        entry_with_id(offset, b"", ops)
+    }
+
+    fn entry_with_id(offset: u64, write_id: &'static [u8], ops: Vec<Op>) -> LogRecord {
+        LogRecord { offset, payload: Bytes::from(encode(&Mutation { write_id: Bytes::from_static(write_id), ops })) }
+    }
+
+    #[test]
+    fn a_write_id_applies_once_within_the_window_and_reports_the_original_outcome() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = PartitionStore::open(&dir.path().join("p"), 1, 1 << 20).unwrap();
+        let window = WRITE_ID_WINDOW_OFFSETS;
+        let entries = vec![
+            entry_with_id(0, b"retry-me", vec![put("k", "", "1", None)]),
+            entry_with_id(1, b"retry-me", vec![put("k", "", "2", None)]),
+            entry_with_id(2, b"cas", vec![put("k", "", "3", Some(Condition::IfVersion(7)))]),
+            entry_with_id(3, b"cas", vec![put("k", "", "3", Some(Condition::IfVersion(0)))]),
+            // Same id, beyond the window: a new write.
+            entry_with_id(window, b"retry-me", vec![put("k", "", "4", None)]),
+            entry_with_id(window + 1, b"retry-me", vec![put("k", "", "5", None)]),
+        ];
+        let outcomes = store.apply(false, |tx| apply_entries(tx, &entries, 0, 1)).unwrap();
+        let failed = Outcome::ConditionFailed { op_index: 0, current_version: Some(0) };
+        assert_eq!(outcomes[0].1, Outcome::Applied);
+        assert_eq!(outcomes[1].1, Outcome::Duplicate { of: 0, original: Box::new(Outcome::Applied) });
+        assert_eq!(outcomes[2].1, failed);
+        assert_eq!(outcomes[3].1, Outcome::Duplicate { of: 2, original: Box::new(failed) });
+        assert_eq!(outcomes[4].1, Outcome::Applied);
+        assert_eq!(outcomes[5].1, Outcome::Duplicate { of: window, original: Box::new(Outcome::Applied) });
+        let record = store.read().unwrap().get("k", "").unwrap().unwrap();
+        assert_eq!((record.version, record.value.as_slice()), (window, &b"4"[..]));
+        // "cas" (offset 2) is still inside the window of offset window + 1.
+        let seen = |id: &'static [u8]| store.apply(false, |tx| Ok(tx.write_id_seen(id)?.map(|(at, _)| at))).unwrap();
+        assert_eq!((seen(b"cas"), seen(b"retry-me")), (Some(2), Some(window)));
+        // Once the partition moves a window past them, both are forgotten.
+        let later = vec![entry(2 * window + 10, vec![put("other", "", "1", None)])];
+        store.apply(false, |tx| apply_entries(tx, &later, 0, 1)).unwrap();
+        assert_eq!((seen(b"cas"), seen(b"retry-me")), (None, None));
     }
 
     #[test]

@@ -242,6 +242,10 @@ fn record_outcome_metrics(handle: &PartitionHandle, outcomes: &[(u64, outcome::O
             outcome::Outcome::ConditionFailed { .. } => {
                 metrics::APPLY_CONDITION_FAILED.with_label_values(&[&handle.namespace]).inc();
             }
+            outcome::Outcome::Duplicate { of, .. } => {
+                tracing::debug!(tp = %handle.tp, of, "dropped a retried write (its write id was applied before)");
+                metrics::APPLY_DUPLICATES.with_label_values(&[&handle.namespace]).inc();
+            }
             outcome::Outcome::Applied => {}
         }
     }

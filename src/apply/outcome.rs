@@ -13,6 +13,39 @@ pub enum Outcome {
     ConditionFailed { op_index: usize, current_version: Option<u64> },
     /// The entry was malformed and skipped.
     Skipped(Malformed),
+    /// Its write id was applied before, at offset `of`, with `original` as
+    /// outcome (never `Duplicate` or `Skipped`): nothing applied this time.
+    Duplicate { of: u64, original: Box<Outcome> },
+}
+
+impl Outcome {
+    /// The stored form of an outcome a write id remembers: `[0]` applied,
+    /// `[1][op_index u32 LE][current_version u64 LE, u64::MAX = none]`.
+    pub fn encode_remembered(&self) -> Vec<u8> {
+        match self {
+            Outcome::Applied => vec![0],
+            Outcome::ConditionFailed { op_index, current_version } => {
+                let mut out = vec![1];
+                out.extend_from_slice(&(*op_index as u32).to_le_bytes());
+                out.extend_from_slice(&current_version.unwrap_or(u64::MAX).to_le_bytes());
+                out
+            }
+            other => unreachable!("only applied and condition-failed outcomes are remembered, not {other:?}"),
+        }
+    }
+
+    /// The inverse of `encode_remembered`; `None` for bytes it never wrote.
+    pub fn decode_remembered(bytes: &[u8]) -> Option<Outcome> {
+        match bytes {
+            [0] => Some(Outcome::Applied),
+            [1, rest @ ..] if rest.len() == 12 => {
+                let op_index = u32::from_le_bytes(rest[..4].try_into().ok()?) as usize;
+                let version = u64::from_le_bytes(rest[4..].try_into().ok()?);
+                Some(Outcome::ConditionFailed { op_index, current_version: (version != u64::MAX).then_some(version) })
+            }
+            _ => None,
+        }
+    }
 }
 
 /// Outcomes of the newest applied offsets, oldest evicted first.
@@ -46,6 +79,19 @@ impl OutcomeRing {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn remembered_outcomes_round_trip() {
+        for outcome in [
+            Outcome::Applied,
+            Outcome::ConditionFailed { op_index: 3, current_version: Some(17) },
+            Outcome::ConditionFailed { op_index: 0, current_version: None },
+        ] {
+            assert_eq!(Outcome::decode_remembered(&outcome.encode_remembered()), Some(outcome));
+        }
+        assert_eq!(Outcome::decode_remembered(&[7]), None);
+        assert_eq!(Outcome::decode_remembered(&[1, 0]), None);
+    }
 
     #[test]
     fn bounded_and_searchable() {

@@ -20,6 +20,9 @@ use crate::position::Position;
 pub struct WriteAck {
     /// The log offset of the mutation: the version of every record it wrote.
     pub version: u64,
+    /// True when this was a retry of a write already applied (same write
+    /// id): `version` is then the original's offset.
+    pub duplicate: bool,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -38,10 +41,6 @@ pub enum WriteError {
     OutcomeUnknown { version: u64 },
 }
 
-/// A random write id: 16 bytes, enough that two writes never share one.
-pub fn new_write_id() -> Bytes {
-    Bytes::copy_from_slice(&rand::random::<[u8; 16]>())
-}
 
 pub async fn write(
     log: &dyn Log,
@@ -62,17 +61,24 @@ pub async fn write(
     metrics::LOG_APPEND_SECONDS.observe(started.elapsed().as_secs_f64());
     let position = || Position::single(&namespace.name, partition, version + 1);
     let conditional = mutation.ops.iter().any(|op| op.condition.is_some());
-    if !(wait_applied || conditional) {
-        return Ok(WriteAck { version });
+    // A write with an id may be a retry: only the apply loop knows its version.
+    if !(wait_applied || conditional || !mutation.write_id.is_empty()) {
+        return Ok(WriteAck { version, duplicate: false });
     }
     if !handle.wait_applied(version + 1, timeout).await {
         return Err(WriteError::NotApplied { version, timeout_ms: timeout.as_millis() as u64, position: position() });
     }
     match handle.outcome(version) {
-        Some(Outcome::Applied) => Ok(WriteAck { version }),
+        Some(Outcome::Applied) => Ok(WriteAck { version, duplicate: false }),
         Some(Outcome::ConditionFailed { op_index, current_version }) => {
             Err(WriteError::ConditionFailed { op_index, current_version, position: position() })
         }
+        Some(Outcome::Duplicate { of, original }) => match *original {
+            Outcome::ConditionFailed { op_index, current_version } => {
+                Err(WriteError::ConditionFailed { op_index, current_version, position: position() })
+            }
+            _ => Ok(WriteAck { version: of, duplicate: true }),
+        },
         Some(Outcome::Skipped(reason)) => Err(WriteError::Rejected { version, reason: reason.to_string() }),
         None => Err(WriteError::OutcomeUnknown { version }),
     }

@@ -41,6 +41,10 @@ const META_FORMAT: &[u8] = b"\0\0format";
 const FORMAT_VERSION: u64 = 1;
 /// Every metadata key starts with this; no record key does (pk is never empty).
 const META_PREFIX: [u8; 2] = [0, 0];
+/// `\0\0w<write id>` -> `[offset u64 LE][outcome]`: write ids applied recently.
+const META_WRITE_ID: &[u8] = b"\0\0w";
+/// `\0\0x<offset u64 BE><write id>` -> empty: the same, by offset, for eviction.
+const META_WRITE_ID_BY_OFFSET: &[u8] = b"\0\0x";
 
 fn meta_u64(table: &impl ReadableTable<&'static [u8], &'static [u8]>, key: &[u8]) -> Result<u64, redb::StorageError> {
     Ok(table.get(key)?.map_or(0, |g| u64::from_le_bytes(g.value().try_into().expect("meta values are 8 bytes"))))
@@ -205,6 +209,11 @@ fn write_state(table: &mut Table<&'static [u8], &'static [u8]>, state: &StoreSta
     Ok(())
 }
 
+/// Maps redb errors to store errors naming the database file.
+fn storage_error(path: &Path) -> impl Fn(redb::StorageError) -> StoreError + '_ {
+    move |e| StoreError { path: path.display().to_string(), message: e.to_string() }
+}
+
 /// The write side of one apply transaction.
 pub struct ApplyTxn<'a, 't> {
     records: &'a mut Table<'t, &'static [u8], &'static [u8]>,
@@ -233,7 +242,7 @@ impl ApplyTxn<'_, '_> {
         let stored = encode_value(version, value);
         let path = self.path;
         let error = |e: redb::StorageError| StoreError { path: path.display().to_string(), message: e.to_string() };
-        let old = self.records.insert(key.as_slice(), stored.as_slice()).map_err(error)?;
+        let old = self.records.insert(key.as_slice(), stored.as_slice()).map_err(&error)?;
         let old_hash = old.map(|old| {
             let (old_version, old_value) = decode_value(old.value());
             StateHash::of_record(&key, old_version, old_value)
@@ -250,7 +259,7 @@ impl ApplyTxn<'_, '_> {
         let key = key::encode(pk, sk);
         let path = self.path;
         let error = |e: redb::StorageError| StoreError { path: path.display().to_string(), message: e.to_string() };
-        let old = self.records.remove(key.as_slice()).map_err(error)?;
+        let old = self.records.remove(key.as_slice()).map_err(&error)?;
         let old_hash = old.map(|old| {
             let (old_version, old_value) = decode_value(old.value());
             StateHash::of_record(&key, old_version, old_value)
@@ -260,6 +269,54 @@ impl ApplyTxn<'_, '_> {
             self.state.record_count -= 1;
         }
         Ok(())
+    }
+
+    /// The offset and stored outcome of `write_id`, if it was remembered
+    /// (callers decide whether it is still inside their window).
+    pub fn write_id_seen(&self, write_id: &[u8]) -> Result<Option<(u64, Vec<u8>)>, StoreError> {
+        let key = [META_WRITE_ID, write_id].concat();
+        let guard = self.records.get(key.as_slice()).map_err(|e| self.error(e))?;
+        Ok(guard.map(|g| {
+            let value = g.value();
+            (u64::from_le_bytes(value[..8].try_into().expect("write id entries start with an offset")), value[8..].to_vec())
+        }))
+    }
+
+    /// Remembers that `write_id` was applied at `offset` with `outcome`.
+    pub fn remember_write_id(&mut self, write_id: &[u8], offset: u64, outcome: &[u8]) -> Result<(), StoreError> {
+        assert!(!write_id.is_empty(), "only non-empty write ids are remembered");
+        let error = storage_error(self.path);
+        let key = [META_WRITE_ID, write_id].concat();
+        let value = [&offset.to_le_bytes()[..], outcome].concat();
+        self.records.insert(key.as_slice(), value.as_slice()).map_err(&error)?;
+        let by_offset = [META_WRITE_ID_BY_OFFSET, &offset.to_be_bytes()[..], write_id].concat();
+        self.records.insert(by_offset.as_slice(), &[][..]).map_err(&error)?;
+        Ok(())
+    }
+
+    /// Forgets up to `count_max` write ids remembered at offsets below
+    /// `offset`, oldest first; returns how many. Bounded, so eviction spreads
+    /// over batches instead of stalling one.
+    pub fn forget_write_ids_below(&mut self, offset: u64, count_max: usize) -> Result<usize, StoreError> {
+        let error = storage_error(self.path);
+        let start = META_WRITE_ID_BY_OFFSET.to_vec();
+        let end = [META_WRITE_ID_BY_OFFSET, &offset.to_be_bytes()[..]].concat();
+        let mut expired: Vec<Vec<u8>> = Vec::new();
+        for entry in self.records.range::<&[u8]>(start.as_slice()..end.as_slice()).map_err(|e| self.error(e))?.take(count_max) {
+            expired.push(entry.map_err(|e| self.error(e))?.0.value().to_vec());
+        }
+        for by_offset in &expired {
+            let at = &by_offset[META_WRITE_ID_BY_OFFSET.len()..META_WRITE_ID_BY_OFFSET.len() + 8];
+            let write_id = &by_offset[META_WRITE_ID_BY_OFFSET.len() + 8..];
+            self.records.remove(by_offset.as_slice()).map_err(&error)?;
+            // The id may have been remembered again at a later offset: keep that.
+            let key = [META_WRITE_ID, write_id].concat();
+            let current_at = self.records.get(key.as_slice()).map_err(|e| self.error(e))?.map(|g| g.value()[..8].to_vec());
+            if current_at.is_some_and(|current| u64::from_le_bytes(current.try_into().unwrap()) == u64::from_be_bytes(at.try_into().unwrap())) {
+                self.records.remove(key.as_slice()).map_err(&error)?;
+            }
+        }
+        Ok(expired.len())
     }
 
     /// Marks log entry `offset` applied (or skipped). Offsets only move forward.

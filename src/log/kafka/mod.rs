@@ -233,7 +233,8 @@ impl Log for KafkaLog {
                 Ok(delivery.offset as u64)
             }
             Err((e, _)) => Err(unavailable(format!(
-                "produce to {topic}/{} failed ({e}); the write may or may not be in the log",
+                "produce to {topic}/{} failed ({e}); the write may or may not be in the log: retry it with the same \
+                 Idempotency-Key header to apply it exactly once",
                 tp.partition
             ))),
         }
