@@ -47,8 +47,10 @@ pub struct Settings {
     /// Kafka log: `min.insync.replicas` of the topics Tern creates.
     pub kafka_min_insync_replicas: i32,
     /// Kafka log: `group` (the replica group is a Kafka consumer group that
-    /// shares the partitions among its members; alone, a node gets them all)
-    /// or `assign` (hold every partition, no consumer group).
+    /// shares the partitions among its members; alone, a node gets them all),
+    /// `assign` (hold every partition, no consumer group), or `auto`: `group`
+    /// when the node gossips (it can forward requests for partitions others
+    /// hold), `assign` when it does not.
     pub kafka_membership: String,
     /// Kafka log, `group` membership: how long the group waits for a silent
     /// member before moving its partitions to the others.
@@ -79,13 +81,22 @@ impl Default for Settings {
             kafka_topic_prefix: "tern.".into(),
             kafka_replication_factor: 1,
             kafka_min_insync_replicas: 1,
-            kafka_membership: "group".into(),
+            kafka_membership: "auto".into(),
             kafka_session_timeout_ms: 10_000,
         }
     }
 }
 
 impl Settings {
+    /// Whether this node joins its replica group's Kafka consumer group.
+    pub fn kafka_group_membership(&self) -> bool {
+        match self.kafka_membership.as_str() {
+            "group" => true,
+            "assign" => false,
+            _ => self.gossip.is_some(),
+        }
+    }
+
     pub fn from_file(path: &Path) -> anyhow::Result<Settings> {
         let text = std::fs::read_to_string(path).map_err(|e| anyhow::anyhow!("cannot read config file {}: {e}", path.display()))?;
         toml::from_str(&text).map_err(|e| anyhow::anyhow!("config file {}: {e}", path.display()))
@@ -110,8 +121,8 @@ impl Settings {
             "kafka_min_insync_replicas must be 1..=kafka_replication_factor"
         );
         anyhow::ensure!(
-            matches!(self.kafka_membership.as_str(), "group" | "assign"),
-            "kafka_membership must be `group` or `assign`, got {:?}",
+            matches!(self.kafka_membership.as_str(), "auto" | "group" | "assign"),
+            "kafka_membership must be `auto`, `group` or `assign`, got {:?}",
             self.kafka_membership
         );
         anyhow::ensure!(
@@ -119,6 +130,11 @@ impl Settings {
             "kafka_session_timeout_ms must be 1000..=1800000"
         );
         anyhow::ensure!(!self.group.is_empty(), "group must not be empty");
+        anyhow::ensure!(
+            !(self.kafka_membership == "group" && self.gossip.is_none()),
+            "kafka_membership = group needs gossip: a node that shares partitions must be able to forward \
+             requests for the ones it does not hold (set gossip, or use kafka_membership = assign)"
+        );
         anyhow::ensure!((10..=10_000).contains(&self.gossip_interval_ms), "gossip_interval_ms must be 10..=10000");
         anyhow::ensure!(
             self.log == "embedded" || self.log.strip_prefix("kafka://").is_some_and(|hosts| !hosts.is_empty()),

@@ -37,6 +37,19 @@ pub static FORWARD_FAILURES: LazyLock<IntCounter> = LazyLock::new(|| {
         .expect("metric registers")
 });
 
+pub static GROUP_PARTITIONS_ASSIGNED: LazyLock<IntCounter> = LazyLock::new(|| {
+    register_int_counter!("tern_replica_group_assigned_partitions_total", "Partitions the replica group's consumer group assigned to this node")
+        .expect("metric registers")
+});
+
+pub static GROUP_PARTITIONS_REVOKED: LazyLock<IntCounter> = LazyLock::new(|| {
+    register_int_counter!(
+        "tern_replica_group_revoked_partitions_total",
+        "Partitions the replica group's consumer group revoked from this node (or this node lost)"
+    )
+    .expect("metric registers")
+});
+
 pub static LOG_APPEND_SECONDS: LazyLock<Histogram> = LazyLock::new(|| {
     register_histogram!("tern_log_append_seconds", "Latency of one append until durable in the log", latency_buckets())
         .expect("metric registers")

@@ -102,9 +102,9 @@ async fn open_log(settings: &Settings) -> anyhow::Result<(Arc<dyn Log>, Option<E
             topic_prefix: settings.kafka_topic_prefix.clone(),
             replication_factor: settings.kafka_replication_factor,
             min_insync_replicas: settings.kafka_min_insync_replicas,
-            membership: match settings.kafka_membership.as_str() {
-                "assign" => Membership::AssignAll,
-                _ => Membership::Group {
+            membership: match settings.kafka_group_membership() {
+                false => Membership::AssignAll,
+                true => Membership::Group {
                     group: settings.group.clone(),
                     instance_id: settings.node_id.clone(),
                     session_timeout: Duration::from_millis(settings.kafka_session_timeout_ms),

@@ -80,7 +80,8 @@ async fn foreign_producers_are_applied_and_garbage_is_skipped() {
         ClientConfig::new().set("bootstrap.servers", bootstrap()).set("partitioner", "murmur2_random").create().unwrap();
     let mutation = |pk: &str, value: &'static str| {
         let op = Op { pk: pk.into(), sk: "".into(), kind: OpKind::Put(Bytes::from_static(value.as_bytes())), condition: None };
-        codec::encode(&Mutation { write_id: Bytes::from_static(b"foreign"), ops: vec![op] })
+        // Each mutation's own write id (a repeated id would be dropped as a retry).
+        codec::encode(&Mutation { write_id: Bytes::copy_from_slice(pk.as_bytes()), ops: vec![op] })
     };
     // Keyed by pk, no partition: Kafka's own default partitioner must pick Tern's partition.
     for pk in ["alpha", "beta", "gamma", "delta", "epsilon"] {
@@ -129,7 +130,7 @@ async fn a_node_behind_the_retained_log_refuses_the_partition_and_says_why() {
     let topic = format!("{prefix}default");
     for i in 0..5 {
         let op = Op { pk: pk.into(), sk: "s".into(), kind: OpKind::Put(Bytes::from(format!("{i}"))), condition: None };
-        let payload = codec::encode(&Mutation { write_id: Bytes::from_static(b"w"), ops: vec![op] });
+        let payload = codec::encode(&Mutation { write_id: Bytes::new(), ops: vec![op] });
         let record: FutureRecord<'_, str, [u8]> = FutureRecord::to(&topic).key(pk).payload(&payload);
         producer.send(record, Duration::from_secs(10)).await.map_err(|(e, _)| e).unwrap();
     }
@@ -201,10 +202,11 @@ async fn applied_offsets_are_committed_to_the_consumer_group_for_monitoring() {
         assert_eq!(status, 200);
     }
     t.wait_caught_up("default").await;
-    // The node's replica group is a consumer group; ask Kafka what it committed.
+    // Ask Kafka what the node committed.
     let observer: BaseConsumer = ClientConfig::new()
         .set("bootstrap.servers", bootstrap())
-        .set("group.id", tern::log::kafka::group_id(&prefix, "kafka-test"))
+        // Without gossip a node holds every partition (no consumer group) and commits as itself.
+        .set("group.id", format!("{prefix}node.kafka-test"))
         .create()
         .unwrap();
     let mut query = TopicPartitionList::new();

@@ -24,7 +24,7 @@ fn node_config(dir: &std::path::Path, id: &str) -> NodeConfig {
 
 fn put(pk: &str, value: &'static str) -> Bytes {
     let op = Op { pk: pk.into(), sk: "s".into(), kind: OpKind::Put(Bytes::from_static(value.as_bytes())), condition: None };
-    Bytes::from(codec::encode(&Mutation { write_id: Bytes::from_static(b"w"), ops: vec![op] }))
+    Bytes::from(codec::encode(&Mutation { write_id: Bytes::new(), ops: vec![op] }))
 }
 
 async fn wait_applied(node: &Node, ns: &str, partition: u32, target: u64) {

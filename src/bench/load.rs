@@ -18,6 +18,10 @@ pub enum Operation {
     TernGet { ns: String },
     /// PUT a random key of the namespace.
     TernPut { ns: String },
+    /// GET a random key of this list (e.g. keys of the partitions one node holds).
+    TernGetOf { ns: String, keys: std::sync::Arc<Vec<String>> },
+    /// POST a batch of `ops` puts (one pk, distinct sks: one partition).
+    TernBatch { ns: String, ops: usize },
     /// GET /hello.
     Hello,
 }
@@ -52,6 +56,10 @@ fn request(spec: &LoadSpec, authority: &str, value: &Bytes, rng: &mut impl Rng) 
     let (method, path, body) = match &spec.operation {
         Operation::TernGet { ns } => (Method::GET, format!("/v1/ns/{ns}/kv/{}/", key_name(key)), Bytes::new()),
         Operation::TernPut { ns } => (Method::PUT, format!("/v1/ns/{ns}/kv/{}/", key_name(key)), value.clone()),
+        Operation::TernGetOf { ns, keys } => {
+            (Method::GET, format!("/v1/ns/{ns}/kv/{}/", keys[rng.random_range(0..keys.len())]), Bytes::new())
+        }
+        Operation::TernBatch { ns, ops } => (Method::POST, format!("/v1/ns/{ns}/batch"), batch_body(key, *ops, value)),
         Operation::Hello => (Method::GET, "/hello".to_string(), Bytes::new()),
     };
     Request::builder()
@@ -61,6 +69,14 @@ fn request(spec: &LoadSpec, authority: &str, value: &Bytes, rng: &mut impl Rng) 
         .header(hyper::header::CONTENT_TYPE, "application/json")
         .body(Full::new(body))
         .expect("valid request")
+}
+
+/// `{"ops": [...]}`: `ops` puts of `value` to pk `key_name(key)`, sks 0..ops.
+fn batch_body(key: u64, ops: usize, value: &Bytes) -> Bytes {
+    let value = std::str::from_utf8(value).expect("bench values are JSON text");
+    let pk = key_name(key);
+    let items: Vec<String> = (0..ops).map(|i| format!(r#"{{"op":"put","pk":"{pk}","sk":"{i:04}","value":{value}}}"#)).collect();
+    Bytes::from(format!(r#"{{"ops":[{}]}}"#, items.join(",")))
 }
 
 struct ConnectionResult {

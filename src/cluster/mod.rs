@@ -76,6 +76,7 @@ impl Cluster {
     pub async fn join(me: SelfInfo, node: Arc<Node>, config: GossipConfig) -> anyhow::Result<Arc<Cluster>> {
         let peers = Arc::new(RwLock::new(Vec::new()));
         let gossip = gossip::Gossip::start(&me, node.clone(), peers.clone(), config).await?;
+        node.set_served_elsewhere(served_in_group(peers.clone(), me.group.clone()));
         Ok(Arc::new(Cluster { me, node, peers, gossip: Some(gossip) }))
     }
 
@@ -125,14 +126,23 @@ impl Cluster {
     }
 }
 
-/// The partitions this node serves right now: caught up and not refused.
+/// Whether a live peer of replica group `group` serves a partition (gossip's view).
+fn served_in_group(peers: Arc<RwLock<Vec<Member>>>, group: String) -> crate::node::ServedElsewhere {
+    Arc::new(move |tp| {
+        peers.read().iter().any(|m| m.state == "live" && m.group == group && m.holds(&tp.topic, tp.partition).is_some())
+    })
+}
+
+/// The partitions this node serves right now and owns: caught up, not
+/// refused, and not revoked (a revoked partition being handed off is still
+/// served locally but not advertised, so other members never count on it).
 pub fn held_partitions(node: &Node) -> BTreeMap<String, BTreeMap<u32, u64>> {
     let mut held = BTreeMap::new();
     for namespace in node.namespaces() {
         let partitions: BTreeMap<u32, u64> = namespace
             .handles
             .iter()
-            .filter(|h| h.status() == PartitionStatus::Serving)
+            .filter(|h| h.status() == PartitionStatus::Serving && !node.is_handing_off(&h.tp))
             .map(|h| (h.partition, h.applied_next()))
             .collect();
         if !partitions.is_empty() {

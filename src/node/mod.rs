@@ -83,7 +83,18 @@ pub struct Node {
     tasks: Mutex<Vec<JoinHandle<()>>>,
     /// One apply loop per partition ever started, running or stopping.
     loops: Mutex<HashMap<TopicPartition, ApplyLoop>>,
+    /// Set by the cluster: whether another live node of this node's replica
+    /// group serves a partition. With it, a revoked partition is handed off.
+    served_elsewhere: RwLock<Option<ServedElsewhere>>,
+    /// Revoked partitions this node keeps serving until another member serves them.
+    handing_off: Mutex<std::collections::HashSet<TopicPartition>>,
 }
+
+/// Whether another live member of this node's replica group serves a partition.
+pub type ServedElsewhere = Arc<dyn Fn(&TopicPartition) -> bool + Send + Sync>;
+
+/// How often revoked partitions are checked for a completed hand-off.
+const HANDOFF_CHECK_INTERVAL: Duration = Duration::from_millis(250);
 
 /// A partition's apply loop. `stop` is `None` once the loop was told to stop
 /// (it may still be flushing); a new loop for the partition first waits for
@@ -109,6 +120,8 @@ impl Node {
             shutdown: watch::Sender::new(false),
             tasks: Mutex::new(Vec::new()),
             loops: Mutex::new(HashMap::new()),
+            served_elsewhere: RwLock::new(None),
+            handing_off: Mutex::new(std::collections::HashSet::new()),
         });
         node.discover_namespaces().await?;
         let weak = Arc::downgrade(&node);
@@ -130,9 +143,11 @@ impl Node {
         let mut assignment = node.log.assignment();
         let mut shutdown = node.shutdown.subscribe();
         node.tasks.lock().push(tokio::spawn(async move {
+            let mut assignment_open = true;
             loop {
                 tokio::select! {
-                    changed = assignment.changed() => if changed.is_err() { return },
+                    changed = assignment.changed(), if assignment_open => assignment_open = changed.is_ok(),
+                    _ = tokio::time::sleep(HANDOFF_CHECK_INTERVAL) => {}
                     _ = shutdown.changed() => return,
                 }
                 let Some(node) = weak.upgrade() else { return };
@@ -159,16 +174,49 @@ impl Node {
         Ok(())
     }
 
+    /// Lets the cluster tell the node whether another member of its replica
+    /// group serves a partition; from then on revoked partitions are handed
+    /// off instead of dropped.
+    pub fn set_served_elsewhere(&self, check: ServedElsewhere) {
+        *self.served_elsewhere.write() = Some(check);
+    }
+
+    /// Whether `tp` was revoked and is only served until another member serves it.
+    pub fn is_handing_off(&self, tp: &TopicPartition) -> bool {
+        self.handing_off.lock().contains(tp)
+    }
+
     /// Starts apply loops for partitions newly held and stops those let go.
+    ///
+    /// A revoked partition is handed off: this node keeps applying and
+    /// serving it until another live member of its replica group serves it
+    /// (caught up), so a rebalance never leaves a partition without a server,
+    /// and a group coordinator that is briefly unreachable (a Kafka broker
+    /// failing over) does not take reads down. Without a cluster view the
+    /// partition is let go at once.
     fn follow_assignment(&self, assignment: &Assignment) {
+        let served_elsewhere = self.served_elsewhere.read().clone();
         for namespace in self.namespaces() {
             for handle in &namespace.handles {
                 let held = assignment.holds(&handle.tp);
                 let running = self.loops.lock().get(&handle.tp).is_some_and(|l| l.stop.is_some());
                 match (held, running) {
                     (true, false) => self.start_loop(handle),
-                    (false, true) => self.stop_loop(handle),
-                    _ => {}
+                    (true, true) => {
+                        self.handing_off.lock().remove(&handle.tp);
+                    }
+                    (false, true) => match &served_elsewhere {
+                        Some(check) if !check(&handle.tp) => {
+                            if self.handing_off.lock().insert(handle.tp.clone()) {
+                                tracing::info!(tp = %handle.tp, "partition revoked; serving it until another member of the group does");
+                            }
+                        }
+                        _ => {
+                            self.handing_off.lock().remove(&handle.tp);
+                            self.stop_loop(handle);
+                        }
+                    },
+                    (false, false) => {}
                 }
             }
         }

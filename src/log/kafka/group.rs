@@ -73,6 +73,7 @@ impl ConsumerContext for GroupContext {
                     tracing::warn!(error = %e, "cannot pause newly assigned partitions (their messages are dropped)");
                 }
                 let added = self.partitions_of(tpl);
+                crate::metrics::GROUP_PARTITIONS_ASSIGNED.inc_by(added.len() as u64);
                 tracing::info!(partitions = ?added, "replica group assigned partitions");
                 self.assignment.send_modify(|a| match a {
                     Assignment::Only(held) => held.extend(added),
@@ -82,6 +83,7 @@ impl ConsumerContext for GroupContext {
             }
             Rebalance::Revoke(tpl) => {
                 let removed = self.partitions_of(tpl);
+                crate::metrics::GROUP_PARTITIONS_REVOKED.inc_by(removed.len() as u64);
                 let lost = consumer.assignment_lost();
                 tracing::info!(partitions = ?removed, lost, "replica group revoked partitions");
                 self.assignment.send_modify(|a| {
