@@ -52,6 +52,14 @@ pub struct Settings {
     /// when the node gossips (it can forward requests for partitions others
     /// hold), `assign` when it does not.
     pub kafka_membership: String,
+    /// Kafka log: how long the producer waits to batch writes (`linger.ms`).
+    pub kafka_linger_ms: u64,
+    /// Kafka log: the longest the broker holds a fetch for more data
+    /// (`fetch.wait.max.ms`): at most this much added visibility delay.
+    pub kafka_fetch_wait_max_ms: u64,
+    /// Kafka log: bytes the broker gathers before answering a fetch
+    /// (`fetch.min.bytes`); fewer fetches under load, more write throughput.
+    pub kafka_fetch_min_bytes: usize,
     /// Kafka log, `group` membership: how long the group waits for a silent
     /// member before moving its partitions to the others.
     pub kafka_session_timeout_ms: u64,
@@ -83,6 +91,9 @@ impl Default for Settings {
             kafka_min_insync_replicas: 1,
             kafka_membership: "auto".into(),
             kafka_session_timeout_ms: 10_000,
+            kafka_linger_ms: 1,
+            kafka_fetch_wait_max_ms: 2,
+            kafka_fetch_min_bytes: 16 * 1024,
         }
     }
 }
@@ -130,6 +141,12 @@ impl Settings {
             "kafka_session_timeout_ms must be 1000..=1800000"
         );
         anyhow::ensure!(!self.group.is_empty(), "group must not be empty");
+        anyhow::ensure!(self.kafka_linger_ms <= 1_000, "kafka_linger_ms must be at most 1000");
+        anyhow::ensure!((1..=1_000).contains(&self.kafka_fetch_wait_max_ms), "kafka_fetch_wait_max_ms must be 1..=1000");
+        anyhow::ensure!(
+            (1..=16 * 1024 * 1024).contains(&self.kafka_fetch_min_bytes),
+            "kafka_fetch_min_bytes must be 1..=16777216"
+        );
         anyhow::ensure!(
             !(self.kafka_membership == "group" && self.gossip.is_none()),
             "kafka_membership = group needs gossip: a node that shares partitions must be able to forward \

@@ -102,6 +102,9 @@ async fn open_log(settings: &Settings) -> anyhow::Result<(Arc<dyn Log>, Option<E
             topic_prefix: settings.kafka_topic_prefix.clone(),
             replication_factor: settings.kafka_replication_factor,
             min_insync_replicas: settings.kafka_min_insync_replicas,
+            linger: Duration::from_millis(settings.kafka_linger_ms),
+            fetch_wait_max: Duration::from_millis(settings.kafka_fetch_wait_max_ms),
+            fetch_min_bytes: settings.kafka_fetch_min_bytes,
             membership: match settings.kafka_group_membership() {
                 false => Membership::AssignAll,
                 true => Membership::Group {

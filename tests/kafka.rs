@@ -160,6 +160,10 @@ async fn a_node_behind_the_retained_log_refuses_the_partition_and_says_why() {
     let metrics = t.client.get(format!("{}/metrics", t.url)).send().await.unwrap().text().await.unwrap();
     let gauge = format!("tern_partition_refused{{ns=\"default\",partition=\"{partition}\"}} 1");
     assert!(metrics.contains(&gauge), "refusal visible in metrics");
+    let (_, cluster) = t.get_json("/v1/cluster").await;
+    let refused = &cluster["nodes"][0]["refused"];
+    assert_eq!(refused[0]["partition"], partition, "refusal visible in /v1/cluster: {cluster}");
+    assert!(refused[0]["reason"].as_str().unwrap().contains("retention"), "{cluster}");
 }
 
 /// Starts a node that is expected never to become ready; waits for it to listen.

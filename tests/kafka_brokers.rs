@@ -37,7 +37,8 @@ impl Brokers {
     /// The node id of the broker coordinating consumer group `group` (Kafka's own tool says).
     fn coordinator_of(&self, group: &str) -> String {
         let output = std::process::Command::new("scripts/kafka.sh")
-            .args(["run", "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand", "--bootstrap-server", &self.bootstrap])
+            .args(["run", "--dir", self.dir.path().to_str().unwrap()])
+            .args(["org.apache.kafka.tools.consumer.group.ConsumerGroupCommand", "--bootstrap-server", &self.bootstrap])
             .args(["--describe", "--state", "--group", group])
             .output()
             .unwrap();

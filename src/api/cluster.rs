@@ -1,5 +1,6 @@
 //! `GET /v1/cluster`: every node this one knows (itself first), with the
-//! partitions each serves and at which applied offset.
+//! partitions each serves and at which applied offset, and the partitions
+//! each refuses (with the reason, for this node).
 
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
@@ -23,6 +24,13 @@ pub async fn show(State(state): State<AppState>) -> Response {
                     })
                 })
                 .collect();
+            let refused: Vec<serde_json::Value> = m
+                .refused
+                .iter()
+                .flat_map(|(ns, refused)| {
+                    refused.iter().map(move |(p, reason)| json!({ "ns": ns, "partition": p, "reason": reason }))
+                })
+                .collect();
             json!({
                 "id": m.id,
                 "region": m.region,
@@ -31,6 +39,7 @@ pub async fn show(State(state): State<AppState>) -> Response {
                 "state": m.state,
                 "self": m.is_self,
                 "partitions": partitions,
+                "refused": refused,
             })
         })
         .collect();

@@ -23,6 +23,8 @@ use crate::limits::WAIT_MS_MAX;
 pub const FORWARDED_BY: &str = "x-tern-forwarded-by";
 pub const SERVED_BY: &str = "x-tern-served-by";
 pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
+/// Marks (internally) a relayed answer that said `not_held`.
+const NOT_HELD: &str = "x-tern-not-held";
 
 /// Bound on connecting to a holder; a dead one is skipped for the next.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
@@ -95,6 +97,11 @@ pub async fn to_holder(state: &AppState, incoming: &Incoming<'_>, namespace: &st
     let mut failures = Vec::new();
     for holder in holders.iter().take(HOLDERS_TRIED_MAX) {
         match send(state, holder, incoming, body.clone()).await {
+            // Gossip was behind: that node let the partition go. It did not act on
+            // the request, so the next holder may take it.
+            Ok(response) if is_not_held(&response) => {
+                failures.push(format!("{} ({}): no longer holds it", holder.id, holder.api));
+            }
             Ok(response) => return Ok(response),
             Err(e) => {
                 tracing::warn!(holder = %holder.id, error = %e, "forwarding to a holder failed");
@@ -135,7 +142,14 @@ async fn send(state: &AppState, holder: &Member, incoming: &Incoming<'_>, body: 
     let content_type = response.headers().get(header::CONTENT_TYPE).cloned();
     let bytes = read_bounded(response).await?;
     crate::metrics::FORWARD_SECONDS.observe(started.elapsed().as_secs_f64());
+    let not_held = status == StatusCode::SERVICE_UNAVAILABLE && {
+        const CODE: &[u8] = b"\"not_held\"";
+        bytes.windows(CODE.len()).any(|w| w == CODE)
+    };
     let mut relayed = (status, bytes).into_response();
+    if not_held {
+        relayed.headers_mut().insert(NOT_HELD, HeaderValue::from_static("1"));
+    }
     if let Some(content_type) = content_type {
         relayed.headers_mut().insert(header::CONTENT_TYPE, content_type);
     }
@@ -157,6 +171,11 @@ async fn read_bounded(mut response: reqwest::Response) -> Result<Bytes, reqwest:
         body.extend_from_slice(&chunk);
     }
     Ok(body.freeze())
+}
+
+/// Whether a holder answered that it no longer holds the partition (`not_held`).
+fn is_not_held(response: &Response) -> bool {
+    response.headers().get(NOT_HELD).is_some()
 }
 
 fn no_holder(state: &AppState, namespace: &str, partition: u32) -> ApiError {

@@ -7,8 +7,12 @@
 //!   answers once it has applied the write); latency = PUT sent → B's answer.
 //!   Peer: Kafka's `EndToEndLatency` (produce → consume of one record, acks=all)
 //!   with the same record size.
-//! - writes through Kafka: closed-loop PUTs at 64 connections to node A.
-//!   Peer: Kafka's `ProducerPerformance` with the same record size and acks=all.
+//! - writes through Kafka: closed-loop PUTs at 64 connections to node A, and
+//!   batch calls of 100 records. Peer: Kafka's `ProducerPerformance` with the
+//!   same record size and acks=all.
+//! - forwarded vs local GET: two nodes X and Y sharing one replica group
+//!   (gossiping); GETs of keys in Y's partitions sent to Y (local) and to X
+//!   (X forwards each to Y over a pooled connection).
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -105,6 +109,64 @@ async fn visibility(a: &str, b: &str, clients: usize, duration: Duration, value_
     Ok(BenchResult::from_histogram("tern put → visible on another node", clients, "closed".into(), duration.as_secs_f64(), 0, &merged))
 }
 
+/// Records per batch call, and connections making them.
+const BATCH_OPS: usize = 100;
+const BATCH_CONNECTIONS: usize = 64;
+
+/// X and Y share replica group `g`; GETs of keys Y serves, sent to Y and to X.
+async fn forwarded_vs_local(args: &KafkaArgs, scratch: &Path, exe: &Path, log: &str) -> anyhow::Result<Vec<BenchResult>> {
+    let gossip_port = |_: ()| std::net::UdpSocket::bind("127.0.0.1:0").and_then(|s| s.local_addr()).map(|a| a.port());
+    let (port_x, port_y) = (gossip_port(())?, gossip_port(())?);
+    let node = |id: &str, port: u16| {
+        let data = scratch.join(id).display().to_string();
+        vec!["serve".to_string(), "--node-id".into(), id.into(), "--group".into(), "g".into(), "--listen".into(),
+             "127.0.0.1:0".into(), "--data-dir".into(), data, "--log".into(), log.to_string(), "--namespace".into(),
+             "default:16".into(), "--gossip".into(), format!("127.0.0.1:{port}"), "--seeds".into(),
+             format!("127.0.0.1:{port_x}"), "--kafka-session-timeout-ms".into(), "3000".into()]
+    };
+    let args_x = node("bench-x", port_x);
+    let (mut x, addr_x) = super::suite::spawn_listening(exe, &args_x.iter().map(String::as_str).collect::<Vec<_>>()).await?;
+    let args_y = node("bench-y", port_y);
+    let (mut y, addr_y) = super::suite::spawn_listening(exe, &args_y.iter().map(String::as_str).collect::<Vec<_>>()).await?;
+    let client = reqwest::Client::new();
+    // Wait (bounded) until X sees Y serving some partitions and both are ready.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let y_partitions: Vec<u32> = loop {
+        let view: serde_json::Value = client.get(format!("http://{addr_x}/v1/cluster")).send().await?.json().await?;
+        let held: Vec<u32> = view["nodes"].as_array().into_iter().flatten()
+            .filter(|n| n["id"] == "bench-y")
+            .flat_map(|n| n["partitions"].as_array().cloned().unwrap_or_default())
+            .filter_map(|p| p["partition"].as_u64().map(|p| p as u32))
+            .collect();
+        let ready = client.get(format!("http://{addr_x}/readyz")).send().await?.status().is_success();
+        if !held.is_empty() && held.len() < 16 && ready {
+            break held;
+        }
+        anyhow::ensure!(Instant::now() < deadline, "the replica group did not split within 60 s: {view}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let keys: Vec<String> = (0..args.load.keys)
+        .map(key_name)
+        .filter(|k| y_partitions.contains(&crate::partitioner::partition_of(k, 16)))
+        .collect();
+    let url_y: hyper::Uri = format!("http://{addr_y}").parse()?;
+    load::preload_tern(&url_y, "default", args.load.keys, args.load.value_bytes, 16).await?;
+    // Every key applied on Y before measuring (a strong read of the last one per partition).
+    for key in keys.iter().rev().take(64) {
+        client.get(format!("http://{addr_y}/v1/ns/default/kv/{key}/?consistency=strong")).send().await?;
+    }
+    let keys = std::sync::Arc::new(keys);
+    let closed = LoadArgs { rate: None, ..args.load.clone() };
+    let local = load::run(&url_y, &closed.spec("tern GET local (on the holder)", Operation::TernGetOf { ns: "default".into(), keys: keys.clone() })).await?;
+    let url_x: hyper::Uri = format!("http://{addr_x}").parse()?;
+    let forwarded = load::run(&url_x, &closed.spec("tern GET forwarded (non-holder → holder)", Operation::TernGetOf { ns: "default".into(), keys })).await?;
+    for child in [&mut x, &mut y] {
+        let _ = child.start_kill();
+        let _ = child.wait().await;
+    }
+    Ok(vec![local, forwarded])
+}
+
 pub async fn run(args: KafkaArgs) -> anyhow::Result<()> {
     std::fs::create_dir_all(&args.out)?;
     let scratch = tempfile::Builder::new().prefix("tern-bench-kafka-").tempdir()?;
@@ -132,9 +194,13 @@ async fn measure(args: &KafkaArgs, scratch: &Path, kafka_dir: &Path, bootstrap: 
     let seconds = Duration::from_secs(args.load.seconds);
     let mut results = Vec::new();
 
-    eprintln!("put → visible on another node ({} clients)", args.visibility_clients);
+    // One client, one write at a time: the conditions of Kafka's EndToEndLatency.
+    // Then many clients at once, for the latency under load.
     let _warmup = visibility(&addr_a, &addr_b, args.visibility_clients, Duration::from_secs(2), args.load.value_bytes).await?;
-    results.push(visibility(&addr_a, &addr_b, args.visibility_clients, seconds, args.load.value_bytes).await?);
+    for clients in [1, args.visibility_clients] {
+        eprintln!("put → visible on another node ({clients} clients)");
+        results.push(visibility(&addr_a, &addr_b, clients, seconds, args.load.value_bytes).await?);
+    }
 
     eprintln!("kafka EndToEndLatency (acks=all, {} B)", args.load.value_bytes);
     kafka_tool(kafka_dir, "org.apache.kafka.tools.TopicCommand",
@@ -150,6 +216,20 @@ async fn measure(args: &KafkaArgs, scratch: &Path, kafka_dir: &Path, bootstrap: 
     let closed = LoadArgs { rate: None, ..args.load.clone() };
     results.push(load::run(&url, &closed.spec("tern PUT via Kafka", Operation::TernPut { ns: "default".into() })).await?);
 
+    eprintln!("tern batch PUT via Kafka ({BATCH_OPS} records per call)");
+    let batch_spec = LoadArgs { connections: BATCH_CONNECTIONS, ..closed.clone() }
+        .spec(&format!("tern batch of {BATCH_OPS} via Kafka (calls)"), Operation::TernBatch { ns: "default".into(), ops: BATCH_OPS });
+    let batch = load::run(&url, &batch_spec).await?;
+    let batch_records_per_s = batch.throughput_per_s * BATCH_OPS as f64;
+    results.push(batch);
+    for child in [&mut a, &mut b] {
+        let _ = child.start_kill();
+        let _ = child.wait().await;
+    }
+
+    eprintln!("forwarded vs local GET (two nodes sharing one replica group)");
+    results.extend(forwarded_vs_local(args, scratch, &exe, &log).await?);
+
     eprintln!("kafka ProducerPerformance (acks=all, {} B)", args.load.value_bytes);
     kafka_tool(kafka_dir, "org.apache.kafka.tools.TopicCommand",
         &["--bootstrap-server", bootstrap, "--create", "--topic", "perf", "--partitions", "16"])?;
@@ -160,13 +240,10 @@ async fn measure(args: &KafkaArgs, scratch: &Path, kafka_dir: &Path, bootstrap: 
     let perf_line = perf.lines().last().unwrap_or_default().to_string();
     let perf_records_per_s = perf_line.split(" records sent, ").nth(1).and_then(|r| r.split(' ').next()).and_then(|n| n.parse::<f64>().ok());
 
-    for child in [&mut a, &mut b] {
-        let _ = child.start_kill();
-        let _ = child.wait().await;
-    }
     let peers = serde_json::json!({
         "kafka_end_to_end_latency": { "avg_ms": e2e_avg_ms, "p50_ms": e2e_p50_ms, "p99_ms": e2e_p99_ms, "output": e2e },
         "kafka_producer_performance": { "records_per_s": perf_records_per_s, "output": perf_line },
+        "tern_batch_records_per_s": batch_records_per_s,
     });
     let report = serde_json::json!({
         "command": std::env::args().collect::<Vec<_>>().join(" "),
@@ -178,7 +255,8 @@ async fn measure(args: &KafkaArgs, scratch: &Path, kafka_dir: &Path, bootstrap: 
     let mut md = markdown(&results);
     md.push_str(&format!(
         "\nKafka EndToEndLatency (acks=all, {size} B, 10,000 records): avg {e2e_avg_ms:?} ms, p50 {e2e_p50_ms:?} ms, p99 {e2e_p99_ms:?} ms\n\
-         Kafka ProducerPerformance (acks=all, {size} B, 1,000,000 records): {perf_records_per_s:?} records/s\n"
+         Kafka ProducerPerformance (acks=all, {size} B, 1,000,000 records): {perf_records_per_s:?} records/s\n\
+         Tern batch calls of {BATCH_OPS}: {batch_records_per_s:.0} records/s\n"
     ));
     std::fs::write(args.out.join("kafka.md"), &md)?;
     print!("{md}");

@@ -309,6 +309,13 @@ pub async fn cluster(a: ClusterArgs) -> anyhow::Result<()> {
                 .into_iter()
                 .flatten()
                 .map(|p| format!("{}/{}@{}", p["ns"].as_str().unwrap_or(""), p["partition"], p["applied_offset"]))
+                .chain(
+                    n["refused"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .map(|p| format!("{}/{}:REFUSED", p["ns"].as_str().unwrap_or(""), p["partition"])),
+                )
                 .collect();
             let id = format!("{}{}", n["id"].as_str().unwrap_or(""), if n["self"] == true { " *" } else { "" });
             println!(

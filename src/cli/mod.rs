@@ -105,6 +105,12 @@ pub struct ServeArgs {
     pub kafka_membership: Option<String>,
     #[arg(long, env = "TERN_KAFKA_SESSION_TIMEOUT_MS")]
     pub kafka_session_timeout_ms: Option<u64>,
+    #[arg(long, env = "TERN_KAFKA_LINGER_MS")]
+    pub kafka_linger_ms: Option<u64>,
+    #[arg(long, env = "TERN_KAFKA_FETCH_WAIT_MAX_MS")]
+    pub kafka_fetch_wait_max_ms: Option<u64>,
+    #[arg(long, env = "TERN_KAFKA_FETCH_MIN_BYTES")]
+    pub kafka_fetch_min_bytes: Option<usize>,
     /// Create this namespace at start if missing, as NAME:PARTITIONS (repeatable).
     #[arg(long = "namespace", env = "TERN_NAMESPACES", value_delimiter = ',')]
     pub namespaces: Vec<String>,
@@ -122,7 +128,7 @@ impl ServeArgs {
         take!(node_id, listen, data_dir, log, region, group, seeds, log_segment_bytes, store_cache_bytes);
         take!(store_fsync_interval_ms, apply_batch_max, apply_linger_ms, log_format);
         take!(kafka_topic_prefix, kafka_replication_factor, kafka_min_insync_replicas, kafka_membership);
-        take!(kafka_session_timeout_ms, gossip_interval_ms);
+        take!(kafka_session_timeout_ms, gossip_interval_ms, kafka_linger_ms, kafka_fetch_wait_max_ms, kafka_fetch_min_bytes);
         if self.gossip.is_some() {
             s.gossip = self.gossip.clone();
         }

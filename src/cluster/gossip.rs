@@ -17,7 +17,7 @@ use chitchat::{spawn_chitchat, ChitchatConfig, ChitchatHandle, ChitchatId, Failu
 use parking_lot::RwLock;
 use tokio::sync::watch;
 
-use super::{held_partitions, Member, SelfInfo};
+use super::{held_partitions, refused_partitions, Member, SelfInfo};
 use crate::node::Node;
 
 #[derive(Debug, Clone)]
@@ -35,6 +35,8 @@ pub struct GossipConfig {
 const PUBLISH_INTERVAL: Duration = Duration::from_millis(250);
 /// Key prefix of the per-namespace held-partitions keys.
 const HELD_PREFIX: &str = "held.";
+/// Key prefix of the per-namespace refused-partitions keys.
+const REFUSED_PREFIX: &str = "refused.";
 
 pub struct Gossip {
     handle: tokio::sync::Mutex<Option<ChitchatHandle>>,
@@ -103,6 +105,10 @@ async fn publish(chitchat: Chitchat, node: std::sync::Weak<Node>, mut stop: watc
             .into_iter()
             .map(|(ns, partitions)| (format!("{HELD_PREFIX}{ns}"), encode_held(&partitions)))
             .collect();
+        for (ns, partitions) in refused_partitions(&node) {
+            let list: Vec<String> = partitions.keys().map(u32::to_string).collect();
+            current.insert(format!("{REFUSED_PREFIX}{ns}"), list.join(","));
+        }
         // Namespaces no longer held become empty values (chitchat keys are not reused after delete).
         for key in published.keys() {
             current.entry(key.clone()).or_default();
@@ -146,6 +152,7 @@ async fn observe(
                 // A dead node holds nothing a request could be routed to.
                 member.state = "dead";
                 member.held.clear();
+                member.refused.clear();
             }
         }
         *peers.write() = all;
@@ -162,6 +169,14 @@ fn member_of(id: &ChitchatId, state: &NodeState) -> Member {
         .filter_map(|(key, value)| Some((key.strip_prefix(HELD_PREFIX)?.to_string(), decode_held(value))))
         .filter(|(_, partitions)| !partitions.is_empty())
         .collect();
+    let refused = state
+        .key_values()
+        .filter_map(|(key, value)| {
+            let ns = key.strip_prefix(REFUSED_PREFIX)?;
+            let partitions: BTreeMap<u32, Option<String>> = value.split(',').filter_map(|p| p.parse().ok()).map(|p| (p, None)).collect();
+            (!partitions.is_empty()).then(|| (ns.to_string(), partitions))
+        })
+        .collect();
     Member {
         id: id.node_id.to_string(),
         region: state.get("region").unwrap_or_default().to_string(),
@@ -170,6 +185,7 @@ fn member_of(id: &ChitchatId, state: &NodeState) -> Member {
         state: "live",
         is_self: false,
         held,
+        refused,
     }
 }
 

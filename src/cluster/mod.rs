@@ -10,6 +10,7 @@
 //! | `region`, `group` | its region and replica group |
 //! | `api` | its HTTP address |
 //! | `held.<namespace>` | `partition:applied_next,...` of the partitions it serves (caught up, not refused) |
+//! | `refused.<namespace>` | `partition,...` of the partitions it refuses (a gap in the log; see its `/readyz`) |
 //!
 //! Routing (`best_holder`) prefers a holder in this node's region, then the
 //! one with the least lag (the highest applied offset). Forwarding the HTTP
@@ -41,6 +42,8 @@ pub struct Member {
     pub is_self: bool,
     /// namespace -> partition -> applied_next, for partitions it serves.
     pub held: BTreeMap<String, BTreeMap<u32, u64>>,
+    /// namespace -> partition -> why (the reason is known for this node only).
+    pub refused: BTreeMap<String, BTreeMap<u32, Option<String>>>,
 }
 
 impl Member {
@@ -101,6 +104,10 @@ impl Cluster {
             state: "live",
             is_self: true,
             held: held_partitions(&self.node),
+            refused: refused_partitions(&self.node)
+                .into_iter()
+                .map(|(ns, partitions)| (ns, partitions.into_iter().map(|(p, reason)| (p, Some(reason))).collect()))
+                .collect(),
         }
     }
 
@@ -124,6 +131,26 @@ impl Cluster {
             gossip.shutdown().await;
         }
     }
+}
+
+/// The partitions this node refuses (it needs offsets the log no longer has, or
+/// its store is ahead of the log), with the reason.
+pub fn refused_partitions(node: &Node) -> BTreeMap<String, BTreeMap<u32, String>> {
+    let mut refused = BTreeMap::new();
+    for namespace in node.namespaces() {
+        let partitions: BTreeMap<u32, String> = namespace
+            .handles
+            .iter()
+            .filter_map(|h| match h.status() {
+                PartitionStatus::Refused(reason) => Some((h.partition, reason)),
+                _ => None,
+            })
+            .collect();
+        if !partitions.is_empty() {
+            refused.insert(namespace.name.to_string(), partitions);
+        }
+    }
+    refused
 }
 
 /// Whether a live peer of replica group `group` serves a partition (gossip's view).
