@@ -28,6 +28,8 @@ fn free_udp_port() -> u16 {
 
 struct Cluster {
     nodes: BTreeMap<&'static str, Tern>,
+    /// The topic prefix of this cluster's namespaces (and consumer groups).
+    prefix: String,
     _dirs: Vec<tempfile::TempDir>,
 }
 
@@ -56,7 +58,7 @@ async fn start_cluster() -> Cluster {
         nodes.insert(id, tern);
         dirs.push(dir);
     }
-    let cluster = Cluster { nodes, _dirs: dirs };
+    let cluster = Cluster { nodes, prefix, _dirs: dirs };
     cluster.wait_until("all nodes live, group b split", |views| {
         views.values().all(|v| live_ids(v).len() == 3)
             && held_by(&views["b1"], "b1").len() + held_by(&views["b1"], "b2").len() == PARTITIONS as usize
@@ -247,6 +249,30 @@ async fn three_nodes_two_groups_serve_the_same_data_through_every_node() {
     let group_b = cluster.group_b_states().await;
     assert_eq!(group_a.len(), PARTITIONS as usize);
     assert_eq!(group_a, group_b, "group a and group b hold identical partitions");
+
+    // Each group's members commit their applied offsets to the group's
+    // consumer group (monitoring only): Kafka's tooling sees group b's lag.
+    let observer: rdkafka::consumer::BaseConsumer = rdkafka::config::ClientConfig::new()
+        .set("bootstrap.servers", bootstrap())
+        .set("group.id", tern::log::kafka::group_id(&cluster.prefix, "b"))
+        .create()
+        .unwrap();
+    let mut query = rdkafka::TopicPartitionList::new();
+    for p in 0..PARTITIONS {
+        query.add_partition(&format!("{}default", cluster.prefix), p as i32);
+    }
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        use rdkafka::consumer::Consumer;
+        let committed = observer.committed_offsets(query.clone(), Duration::from_secs(10)).unwrap();
+        let offsets: Vec<i64> = committed.elements().iter().map(|e| e.offset().to_raw().unwrap_or(-1)).collect();
+        let expected: Vec<i64> = group_b.values().map(|(applied_offset, _, _)| applied_offset + 1).collect();
+        if offsets == expected {
+            break;
+        }
+        assert!(Instant::now() < deadline, "group b committed {offsets:?}, applied {expected:?}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 
     // The CLI prints the map.
     let (ok, stdout, stderr) = common::cli(&cluster.nodes["b1"].url, &["cluster"]);

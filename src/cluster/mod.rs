@@ -75,6 +75,12 @@ impl Cluster {
         Arc::new(Cluster { me, node, peers: Arc::new(RwLock::new(Vec::new())), gossip: None })
     }
 
+    /// A fixed view of the other nodes, without gossip: for tests and tools
+    /// that need a given cluster map.
+    pub fn with_peers(me: SelfInfo, node: Arc<Node>, peers: Vec<Member>) -> Arc<Cluster> {
+        Arc::new(Cluster { me, node, peers: Arc::new(RwLock::new(peers)), gossip: None })
+    }
+
     /// Joins the cluster through `config.seeds` and keeps gossiping until `shutdown`.
     pub async fn join(me: SelfInfo, node: Arc<Node>, config: GossipConfig) -> anyhow::Result<Arc<Cluster>> {
         let peers = Arc::new(RwLock::new(Vec::new()));
