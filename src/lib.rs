@@ -16,3 +16,4 @@ pub mod bench;
 pub mod cli;
 pub mod config;
 pub mod server;
+pub mod snapshot;

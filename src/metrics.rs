@@ -50,6 +50,19 @@ pub static GROUP_PARTITIONS_REVOKED: LazyLock<IntCounter> = LazyLock::new(|| {
     .expect("metric registers")
 });
 
+pub static SNAPSHOT_BYTES_UPLOADED: LazyLock<IntCounter> = LazyLock::new(|| {
+    register_int_counter!(
+        "tern_snapshot_uploaded_bytes_total",
+        "Bytes snapshots uploaded to object storage (chunks not already stored, and manifests)"
+    )
+    .expect("metric registers")
+});
+
+pub static SNAPSHOT_REJECTED: LazyLock<IntCounter> = LazyLock::new(|| {
+    register_int_counter!("tern_snapshot_rejected_total", "Snapshots that failed verification on restore (an older one was tried)")
+        .expect("metric registers")
+});
+
 pub static LOG_APPEND_SECONDS: LazyLock<Histogram> = LazyLock::new(|| {
     register_histogram!("tern_log_append_seconds", "Latency of one append until durable in the log", latency_buckets())
         .expect("metric registers")

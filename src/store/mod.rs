@@ -209,6 +209,63 @@ fn write_state(table: &mut Table<&'static [u8], &'static [u8]>, state: &StoreSta
     Ok(())
 }
 
+/// The state a restored store starts from (a snapshot's manifest).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RestoredState {
+    pub applied_next: u64,
+    pub applied_entries: u64,
+    pub skipped_entries: u64,
+}
+
+impl PartitionStore {
+    /// Builds a new store at `path` from raw records (`scan_raw`'s form, in key
+    /// order) and the applied state they reflect, durably, then opens it.
+    /// Writes to `path.restoring` and renames it into place only when complete,
+    /// so a crash mid-restore leaves no half store at `path`. Returns the store
+    /// and the state hash recomputed from the records (the caller compares it
+    /// with the snapshot's).
+    pub fn restore(
+        path: &Path,
+        partitions: u32,
+        cache_bytes: usize,
+        state: &RestoredState,
+        records: impl IntoIterator<Item = (Vec<u8>, Vec<u8>)>,
+    ) -> Result<(PartitionStore, StateHash), StoreError> {
+        let err = |message: String| StoreError { path: path.display().to_string(), message };
+        assert!(!path.exists(), "restore never overwrites an existing store");
+        let staging = path.with_extension("restoring");
+        if staging.exists() {
+            std::fs::remove_file(&staging).map_err(|e| err(format!("removing a stale {}: {e}", staging.display())))?;
+        }
+        let hash = {
+            let store = PartitionStore::open(&staging, partitions, cache_bytes)?;
+            let restored = store.apply(true, |tx| {
+                let error = storage_error(tx.path);
+                let mut previous: Option<Vec<u8>> = None;
+                for (key, stored) in records {
+                    assert!(key.len() >= 2 && key[..2] != META_PREFIX, "restored keys are record keys");
+                    assert!(previous.as_ref().is_none_or(|p| *p < key), "restored records come in strictly increasing key order");
+                    let (version, value) = decode_value(&stored);
+                    tx.state.state_hash.add(&StateHash::of_record(&key, version, value));
+                    tx.state.record_count += 1;
+                    tx.records.insert(key.as_slice(), stored.as_slice()).map_err(&error)?;
+                    previous = Some(key);
+                }
+                tx.state.applied_next = state.applied_next;
+                tx.state.applied_entries = state.applied_entries;
+                tx.state.skipped_entries = state.skipped_entries;
+                Ok(tx.state.state_hash)
+            })?;
+            restored
+        };
+        std::fs::rename(&staging, path).map_err(|e| err(format!("moving the restored store into place: {e}")))?;
+        if let Some(dir) = path.parent() {
+            std::fs::File::open(dir).and_then(|d| d.sync_all()).map_err(|e| err(format!("syncing {}: {e}", dir.display())))?;
+        }
+        Ok((PartitionStore::open(path, partitions, cache_bytes)?, hash))
+    }
+}
+
 /// Maps redb errors to store errors naming the database file.
 fn storage_error(path: &Path) -> impl Fn(redb::StorageError) -> StoreError + '_ {
     move |e| StoreError { path: path.display().to_string(), message: e.to_string() }
@@ -409,6 +466,17 @@ impl StoreReader {
             }
         }
         Ok((out, more))
+    }
+
+    /// Every record in key order as stored: `(key encoding, [version][value])`.
+    /// Snapshots copy these bytes as they are.
+    pub fn scan_raw(&self, mut visit: impl FnMut(&[u8], &[u8]) -> Result<(), StoreError>) -> Result<(), StoreError> {
+        let first_record = key::prefix_successor(&META_PREFIX).expect("meta prefix has a successor");
+        for entry in self.table.range::<&[u8]>(first_record.as_slice()..).map_err(|e| self.error(e))? {
+            let (k, v) = entry.map_err(|e| self.error(e))?;
+            visit(k.value(), v.value())?;
+        }
+        Ok(())
     }
 
     /// Every record in key order (for verification and, later, snapshots).

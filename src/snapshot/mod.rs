@@ -1,0 +1,313 @@
+//! Partition snapshots in object storage (`object_store`: `file://`,
+//! `memory://`, and the crate's other backends), so a new or wiped replica
+//! restores a partition and catches up from the log instead of replaying it
+//! all.
+//!
+//! Layout under the store's root:
+//!
+//! ```text
+//! tern/<namespace>/<partition>/chunks/<blake3 hex>                 zstd chunk (format.rs)
+//! tern/<namespace>/<partition>/manifests/<applied_next:020>.json   sealed manifest, written last
+//! ```
+//!
+//! Taking a snapshot reads one MVCC view of the store (one applied offset),
+//! cuts it into content-defined chunks, uploads the chunks the store does not
+//! have yet (incremental: unchanged chunks are shared), then the manifest.
+//! Restoring takes the newest manifest that verifies, checks every chunk's
+//! hash, rebuilds the store and checks the recomputed state hash and record
+//! count against the manifest; any failure falls back to the next older
+//! snapshot.
+
+pub mod format;
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures::TryStreamExt;
+use object_store::path::Path as ObjectPath;
+use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
+
+use self::format::{ChunkRef, Chunker, Manifest, MANIFEST_FORMAT};
+use crate::store::{PartitionStore, RestoredState, StoreReader};
+
+/// Chunks in flight between the store scan and the uploader: bounds memory
+/// to a few chunks however large the partition.
+const CHUNKS_IN_FLIGHT_MAX: usize = 4;
+/// Largest manifest read (a 1,000,000-record partition has ~2,500 chunks).
+const MANIFEST_BYTES_MAX: usize = 64 * 1024 * 1024;
+
+#[derive(Debug, thiserror::Error)]
+pub enum SnapshotError {
+    #[error("object store: {0}")]
+    Store(String),
+    #[error("partition store: {0}")]
+    Partition(String),
+    #[error("snapshot {path} is invalid: {reason}")]
+    Invalid { path: String, reason: String },
+    #[error("no valid snapshot of {namespace}/{partition} (tried: {tried})")]
+    NoneValid { namespace: String, partition: u32, tried: String },
+}
+
+fn store_error(e: impl std::fmt::Display) -> SnapshotError {
+    SnapshotError::Store(e.to_string())
+}
+
+/// What taking one snapshot did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SnapshotReport {
+    pub manifest: String,
+    pub applied_next: u64,
+    pub record_count: u64,
+    pub chunks: usize,
+    pub chunks_uploaded: usize,
+    /// Compressed bytes uploaded by this snapshot (chunks not already stored, plus the manifest).
+    pub bytes_uploaded: u64,
+    /// Compressed bytes of all its chunks (what a full snapshot uploads).
+    pub bytes_total: u64,
+}
+
+/// The snapshots of one object store.
+#[derive(Clone)]
+pub struct Snapshots {
+    store: Arc<dyn ObjectStore>,
+    root: ObjectPath,
+}
+
+impl Snapshots {
+    /// Opens the object store a URL names (`file:///abs/dir`, `memory://`, ...).
+    pub fn open(url: &str) -> Result<Snapshots, SnapshotError> {
+        let parsed = url::Url::parse(url).map_err(|e| store_error(format!("{url:?} is not a URL: {e}")))?;
+        if parsed.scheme() == "file" {
+            // object_store's local store needs the directory to exist.
+            std::fs::create_dir_all(parsed.path()).map_err(|e| store_error(format!("creating {}: {e}", parsed.path())))?;
+        }
+        let (store, root) = object_store::parse_url(&parsed).map_err(store_error)?;
+        Ok(Snapshots { store: Arc::from(store), root })
+    }
+
+    fn partition_dir(&self, namespace: &str, partition: u32) -> ObjectPath {
+        self.root.clone().join("tern").join(namespace).join(partition.to_string())
+    }
+
+    fn chunk_path(&self, namespace: &str, partition: u32, hash: &str) -> ObjectPath {
+        self.partition_dir(namespace, partition).join("chunks").join(hash)
+    }
+
+    fn manifest_path(&self, namespace: &str, partition: u32, applied_next: u64) -> ObjectPath {
+        self.partition_dir(namespace, partition).join("manifests").join(format!("{applied_next:020}.json"))
+    }
+
+    /// Takes a snapshot of `reader` (one consistent view of a partition store).
+    pub async fn create(&self, namespace: &str, partition: u32, partitions: u32, reader: StoreReader) -> Result<SnapshotReport, SnapshotError> {
+        let state = reader.state().map_err(|e| SnapshotError::Partition(e.to_string()))?;
+        let (sender, mut receiver) = tokio::sync::mpsc::channel::<(ChunkRef, Bytes)>(CHUNKS_IN_FLIGHT_MAX);
+        let scan = tokio::task::spawn_blocking(move || scan_chunks(&reader, &sender));
+        let mut chunks = Vec::new();
+        let (mut uploaded, mut bytes_uploaded) = (0usize, 0u64);
+        while let Some((chunk, compressed)) = receiver.recv().await {
+            let path = self.chunk_path(namespace, partition, &chunk.hash);
+            if self.store.head(&path).await.is_err() {
+                bytes_uploaded += compressed.len() as u64;
+                uploaded += 1;
+                self.store.put(&path, PutPayload::from(compressed)).await.map_err(store_error)?;
+            }
+            chunks.push(chunk);
+        }
+        scan.await.map_err(|e| SnapshotError::Partition(format!("snapshot scan failed: {e}")))??;
+        let record_count: u64 = chunks.iter().map(|c| c.records).sum();
+        assert_eq!(record_count, state.record_count, "a snapshot holds every record of its view");
+        let manifest = Manifest {
+            format: MANIFEST_FORMAT,
+            namespace: namespace.to_string(),
+            partition,
+            partitions,
+            applied_next: state.applied_next,
+            applied_entries: state.applied_entries,
+            skipped_entries: state.skipped_entries,
+            record_count,
+            state_hash: state.state_hash.to_hex(),
+            created_unix_ms: std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or(Duration::ZERO).as_millis() as u64,
+            chunks,
+            checksum: String::new(),
+        };
+        let bytes_total = manifest.total_compressed_bytes();
+        let chunk_count = manifest.chunks.len();
+        let sealed = manifest.seal();
+        bytes_uploaded += sealed.len() as u64;
+        let path = self.manifest_path(namespace, partition, state.applied_next);
+        self.store.put(&path, PutPayload::from(sealed)).await.map_err(store_error)?;
+        crate::metrics::SNAPSHOT_BYTES_UPLOADED.inc_by(bytes_uploaded);
+        Ok(SnapshotReport {
+            manifest: path.to_string(),
+            applied_next: state.applied_next,
+            record_count,
+            chunks: chunk_count,
+            chunks_uploaded: uploaded,
+            bytes_uploaded,
+            bytes_total,
+        })
+    }
+
+    /// Manifests of a partition, newest (highest applied offset) first.
+    pub async fn list(&self, namespace: &str, partition: u32) -> Result<Vec<(u64, ObjectPath)>, SnapshotError> {
+        let dir = self.partition_dir(namespace, partition).join("manifests");
+        let objects: Vec<object_store::ObjectMeta> = self.store.list(Some(&dir)).try_collect().await.map_err(store_error)?;
+        let mut manifests: Vec<(u64, ObjectPath)> = objects
+            .into_iter()
+            .filter_map(|o| {
+                let name = o.location.filename()?.strip_suffix(".json")?.parse::<u64>().ok()?;
+                Some((name, o.location))
+            })
+            .collect();
+        manifests.sort_by(|a, b| b.0.cmp(&a.0));
+        Ok(manifests)
+    }
+
+    /// Restores the newest valid snapshot of a partition into a new store at
+    /// `path`. Invalid snapshots (bad checksum, missing or corrupt chunk,
+    /// wrong state hash) are skipped, loudly, for older ones.
+    pub async fn restore(
+        &self,
+        namespace: &str,
+        partition: u32,
+        partitions: u32,
+        path: &Path,
+        cache_bytes: usize,
+    ) -> Result<(PartitionStore, Manifest), SnapshotError> {
+        let mut tried = Vec::new();
+        for (_, manifest_path) in self.list(namespace, partition).await? {
+            match self.try_restore(&manifest_path, namespace, partition, partitions, path, cache_bytes).await {
+                Ok(restored) => return Ok(restored),
+                Err(e) => {
+                    tracing::error!(snapshot = %manifest_path, error = %e, "snapshot rejected; trying an older one");
+                    crate::metrics::SNAPSHOT_REJECTED.inc();
+                    tried.push(format!("{manifest_path}: {e}"));
+                }
+            }
+        }
+        let tried = if tried.is_empty() { "none exist".to_string() } else { tried.join("; ") };
+        Err(SnapshotError::NoneValid { namespace: namespace.to_string(), partition, tried })
+    }
+
+    async fn try_restore(
+        &self,
+        manifest_path: &ObjectPath,
+        namespace: &str,
+        partition: u32,
+        partitions: u32,
+        path: &Path,
+        cache_bytes: usize,
+    ) -> Result<(PartitionStore, Manifest), SnapshotError> {
+        let invalid = |reason: String| SnapshotError::Invalid { path: manifest_path.to_string(), reason };
+        let bytes = self.store.get(manifest_path).await.map_err(store_error)?.bytes().await.map_err(store_error)?;
+        if bytes.len() > MANIFEST_BYTES_MAX {
+            return Err(invalid(format!("manifest of {} bytes exceeds {MANIFEST_BYTES_MAX}", bytes.len())));
+        }
+        let manifest = Manifest::open(&bytes).map_err(invalid)?;
+        if (manifest.namespace.as_str(), manifest.partition, manifest.partitions) != (namespace, partition, partitions) {
+            return Err(invalid(format!(
+                "it is of {}/{} with {} partitions, not {namespace}/{partition} with {partitions}",
+                manifest.namespace, manifest.partition, manifest.partitions
+            )));
+        }
+        let mut compressed = Vec::with_capacity(manifest.chunks.len());
+        for chunk in &manifest.chunks {
+            let chunk_path = self.chunk_path(namespace, partition, &chunk.hash);
+            let bytes = match self.store.get(&chunk_path).await {
+                Ok(object) => object.bytes().await.map_err(store_error)?,
+                Err(object_store::Error::NotFound { .. }) => return Err(invalid(format!("chunk {} is missing", chunk.hash))),
+                Err(e) => return Err(store_error(e)),
+            };
+            let actual = blake3::hash(&bytes).to_hex().to_string();
+            if actual != chunk.hash || bytes.len() as u64 != chunk.compressed_bytes {
+                return Err(invalid(format!("chunk {} is corrupt (its bytes hash to {actual})", chunk.hash)));
+            }
+            compressed.push((chunk.clone(), bytes));
+        }
+        let state = RestoredState {
+            applied_next: manifest.applied_next,
+            applied_entries: manifest.applied_entries,
+            skipped_entries: manifest.skipped_entries,
+        };
+        let (path_owned, expected) = (path.to_path_buf(), manifest.clone());
+        let rebuilt = tokio::task::spawn_blocking(move || rebuild(&path_owned, partitions, cache_bytes, &state, compressed, &expected))
+            .await
+            .map_err(|e| SnapshotError::Partition(format!("restore task failed: {e}")))?;
+        match rebuilt {
+            Ok(store) => Ok((store, manifest)),
+            Err(reason) => {
+                let _ = std::fs::remove_file(path);
+                Err(invalid(reason))
+            }
+        }
+    }
+}
+
+/// Reads every record of `reader`, cuts, compresses and hashes chunks, and
+/// hands them to the uploader (blocking while `CHUNKS_IN_FLIGHT_MAX` wait).
+fn scan_chunks(reader: &StoreReader, sender: &tokio::sync::mpsc::Sender<(ChunkRef, Bytes)>) -> Result<(), SnapshotError> {
+    let send = |raw: format::RawChunk| -> Result<(), SnapshotError> {
+        let compressed = zstd::bulk::compress(&raw.raw, format::ZSTD_LEVEL).map_err(|e| SnapshotError::Partition(format!("zstd: {e}")))?;
+        let chunk = ChunkRef {
+            hash: blake3::hash(&compressed).to_hex().to_string(),
+            compressed_bytes: compressed.len() as u64,
+            raw_bytes: raw.raw.len() as u64,
+            records: raw.records,
+        };
+        sender.blocking_send((chunk, Bytes::from(compressed))).map_err(|_| SnapshotError::Store("the uploader stopped".into()))
+    };
+    let mut chunker = Chunker::default();
+    reader
+        .scan_raw(|key, value| {
+            if let Some(raw) = chunker.push(key, value) {
+                send(raw).map_err(|e| crate::store::StoreError { path: String::new(), message: e.to_string() })?;
+            }
+            Ok(())
+        })
+        .map_err(|e| SnapshotError::Partition(e.to_string()))?;
+    if let Some(raw) = chunker.finish() {
+        send(raw)?;
+    }
+    Ok(())
+}
+
+/// Decompresses verified chunks into a new store and checks what the manifest promised.
+fn rebuild(
+    path: &Path,
+    partitions: u32,
+    cache_bytes: usize,
+    state: &RestoredState,
+    chunks: Vec<(ChunkRef, Bytes)>,
+    manifest: &Manifest,
+) -> Result<PartitionStore, String> {
+    let mut failure: Option<String> = None;
+    let records = chunks.into_iter().flat_map(|(chunk, compressed)| {
+        let decoded = zstd::bulk::decompress(&compressed, chunk.raw_bytes as usize)
+            .map_err(|e| format!("chunk {}: zstd: {e}", chunk.hash))
+            .and_then(|raw| format::decode_chunk(&raw).map_err(|e| format!("chunk {}: {e}", chunk.hash)));
+        match decoded {
+            Ok(records) => records,
+            Err(e) => {
+                failure.get_or_insert(e);
+                Vec::new()
+            }
+        }
+    });
+    let (store, hash) = PartitionStore::restore(path, partitions, cache_bytes, state, records).map_err(|e| e.to_string())?;
+    if let Some(failure) = failure {
+        return Err(failure);
+    }
+    let restored = store.read().and_then(|r| r.state()).map_err(|e| e.to_string())?;
+    if hash.to_hex() != manifest.state_hash || restored.record_count != manifest.record_count {
+        return Err(format!(
+            "restored state hash {} with {} records, the manifest says {} with {}",
+            hash.to_hex(),
+            restored.record_count,
+            manifest.state_hash,
+            manifest.record_count
+        ));
+    }
+    Ok(store)
+}
