@@ -23,7 +23,16 @@ pub struct Settings {
     pub seeds: Vec<String>,
     /// How often gossip rounds run.
     pub gossip_interval_ms: u64,
+    /// Object store URL for partition snapshots (`file:///dir`, `s3://bucket/prefix`, ...).
     pub snapshots: Option<String>,
+    /// Whether this node writes snapshots (any node restores).
+    pub snapshot_writer: bool,
+    /// Longest time between two snapshots of a partition that changed.
+    pub snapshot_interval_ms: u64,
+    /// Snapshot a partition sooner once this many entries were applied since its last one.
+    pub snapshot_entries: u64,
+    /// Snapshots kept per partition.
+    pub snapshot_retain: usize,
     /// Embedded log: roll segments at this size.
     pub log_segment_bytes: u64,
     /// Embedded log: delete old segments past this total size (never ones still needed locally).
@@ -78,6 +87,10 @@ impl Default for Settings {
             seeds: Vec::new(),
             gossip_interval_ms: 200,
             snapshots: None,
+            snapshot_writer: true,
+            snapshot_interval_ms: 60_000,
+            snapshot_entries: 100_000,
+            snapshot_retain: 3,
             log_segment_bytes: 64 * 1024 * 1024,
             log_retention_bytes: None,
             log_retention_ms: None,
@@ -141,6 +154,9 @@ impl Settings {
             "kafka_session_timeout_ms must be 1000..=1800000"
         );
         anyhow::ensure!(!self.group.is_empty(), "group must not be empty");
+        anyhow::ensure!((1_000..=86_400_000).contains(&self.snapshot_interval_ms), "snapshot_interval_ms must be 1000..=86400000");
+        anyhow::ensure!(self.snapshot_entries >= 1, "snapshot_entries must be at least 1");
+        anyhow::ensure!((1..=1_000).contains(&self.snapshot_retain), "snapshot_retain must be 1..=1000");
         anyhow::ensure!(self.kafka_linger_ms <= 1_000, "kafka_linger_ms must be at most 1000");
         anyhow::ensure!((1..=1_000).contains(&self.kafka_fetch_wait_max_ms), "kafka_fetch_wait_max_ms must be 1..=1000");
         anyhow::ensure!(

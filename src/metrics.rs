@@ -58,6 +58,10 @@ pub static SNAPSHOT_BYTES_UPLOADED: LazyLock<IntCounter> = LazyLock::new(|| {
     .expect("metric registers")
 });
 
+pub static SNAPSHOT_RESTORES: LazyLock<IntCounter> = LazyLock::new(|| {
+    register_int_counter!("tern_snapshot_restores_total", "Partitions restored from a snapshot at start").expect("metric registers")
+});
+
 pub static SNAPSHOT_REJECTED: LazyLock<IntCounter> = LazyLock::new(|| {
     register_int_counter!("tern_snapshot_rejected_total", "Snapshots that failed verification on restore (an older one was tried)")
         .expect("metric registers")

@@ -12,6 +12,8 @@ use crate::log::embedded::{EmbeddedLog, EmbeddedLogConfig};
 use crate::log::kafka::{KafkaLog, KafkaLogConfig, Membership};
 use crate::log::Log;
 use crate::node::{Node, NodeConfig};
+use crate::snapshot::schedule::{self, SnapshotPolicy};
+use crate::snapshot::Snapshots;
 
 /// How often the embedded log's retention is enforced.
 const RETENTION_INTERVAL: Duration = Duration::from_secs(10);
@@ -25,9 +27,10 @@ pub struct Options {
 
 pub async fn run(settings: Settings, options: Options) -> anyhow::Result<()> {
     settings.validate()?;
-    if let Some(url) = &settings.snapshots {
-        tracing::warn!(%url, "snapshots to object storage are not part of this build yet; the setting is ignored");
-    }
+    let snapshots = match &settings.snapshots {
+        Some(url) => Some(Snapshots::open(url).map_err(|e| anyhow::anyhow!("snapshots at {url}: {e}"))?),
+        None => None,
+    };
     let (log, embedded) = open_log(&settings).await?;
     let node_config = NodeConfig {
         data_dir: settings.data_dir.clone(),
@@ -37,6 +40,8 @@ pub async fn run(settings: Settings, options: Options) -> anyhow::Result<()> {
             fsync_interval: Duration::from_millis(settings.store_fsync_interval_ms),
             linger: Duration::from_millis(settings.apply_linger_ms),
         },
+        snapshots: snapshots.clone(),
+        snapshot_retain: settings.snapshot_retain,
     };
     let node = Node::start(node_config, log).await?;
     for (name, partitions) in &options.ensure_namespaces {
@@ -54,6 +59,18 @@ pub async fn run(settings: Settings, options: Options) -> anyhow::Result<()> {
             }
         }
     });
+    let (stop_snapshots, snapshots_stopped) = tokio::sync::watch::channel(false);
+    let schedule = match (&snapshots, settings.snapshot_writer) {
+        (Some(snapshots), true) => {
+            let policy = SnapshotPolicy {
+                interval: Duration::from_millis(settings.snapshot_interval_ms),
+                entries: settings.snapshot_entries,
+                retain: settings.snapshot_retain,
+            };
+            Some(tokio::spawn(schedule::run(Arc::downgrade(&node), snapshots.clone(), policy, snapshots_stopped)))
+        }
+        _ => None,
+    };
     let listener = tokio::net::TcpListener::bind(&settings.listen)
         .await
         .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", settings.listen))?;
@@ -65,6 +82,10 @@ pub async fn run(settings: Settings, options: Options) -> anyhow::Result<()> {
     axum::serve(listener, app).with_graceful_shutdown(shutdown_signal()).await?;
     tracing::info!("stopped accepting requests; stopping the node");
     retention.abort();
+    stop_snapshots.send_replace(true);
+    if let Some(schedule) = schedule {
+        let _ = schedule.await;
+    }
     cluster.shutdown().await;
     node.shutdown().await;
     Ok(())

@@ -19,6 +19,8 @@ fn node_config(dir: &std::path::Path, id: &str) -> NodeConfig {
         data_dir: dir.join(id),
         store_cache_bytes: 1 << 20,
         apply: ApplyConfig { fsync_interval: Duration::from_millis(50), ..ApplyConfig::default() },
+        snapshots: None,
+        snapshot_retain: 3,
     }
 }
 

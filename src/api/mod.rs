@@ -4,6 +4,7 @@
 //! precise 4xx), call the node's write or read path, render the answer. They
 //! never touch a store for writing.
 
+mod admin;
 mod body;
 mod cluster;
 pub mod error;
@@ -101,6 +102,10 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/ns/{ns}/get", post(timed("POST /v1/ns/{ns}/get", records::multi_get)))
         .route("/v1/ns/{ns}/batch", post(timed("POST /v1/ns/{ns}/batch", records::batch)))
         .route("/v1/cluster", get(timed("GET /v1/cluster", cluster::show)))
+        .route(
+            "/v1/admin/snapshots",
+            post(timed("POST /v1/admin/snapshots", admin::create)).get(timed("GET /v1/admin/snapshots", admin::list)),
+        )
         .route("/metrics", get(ops::metrics))
         .route("/healthz", get(ops::healthz))
         .route("/readyz", get(ops::readyz))

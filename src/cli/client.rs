@@ -331,3 +331,63 @@ pub async fn cluster(a: ClusterArgs) -> anyhow::Result<()> {
     });
     Ok(())
 }
+
+#[derive(Args)]
+pub struct SnapshotArgs {
+    /// Base URL of a Tern node.
+    #[arg(long, env = "TERN_URL", default_value = "http://127.0.0.1:7070")]
+    url: String,
+    /// Print the API's JSON instead of human output.
+    #[arg(long)]
+    json: bool,
+    #[command(subcommand)]
+    action: SnapshotAction,
+}
+
+#[derive(Subcommand)]
+enum SnapshotAction {
+    /// Take snapshots now of the partitions the node serves.
+    Create {
+        /// Only this namespace.
+        #[arg(long)]
+        ns: Option<String>,
+        /// Only this partition (needs --ns).
+        #[arg(long, requires = "ns")]
+        partition: Option<u32>,
+    },
+    /// List the snapshots in the node's object store.
+    Ls,
+}
+
+/// `tern snapshot create|ls`.
+pub async fn snapshot(a: SnapshotArgs) -> anyhow::Result<()> {
+    let base = a.url.trim_end_matches('/').to_string();
+    let client = reqwest::Client::new();
+    let common = Common { url: a.url.clone(), ns: String::new(), json: a.json };
+    match a.action {
+        SnapshotAction::Create { ns, partition } => {
+            let body = serde_json::json!({ "ns": ns, "partition": partition });
+            let answer = send(client.post(format!("{base}/v1/admin/snapshots")).json(&body)).await?;
+            print(&common, &answer, |b| {
+                println!("{:<24} {:>9} {:>14} {:>10} {:>8} {:>12} {:>12}", "NAMESPACE", "PARTITION", "APPLIED", "RECORDS", "CHUNKS", "UPLOADED B", "TOTAL B");
+                for s in b["snapshots"].as_array().into_iter().flatten() {
+                    println!(
+                        "{:<24} {:>9} {:>14} {:>10} {:>8} {:>12} {:>12}",
+                        s["ns"].as_str().unwrap_or(""), s["partition"], s["applied_offset"], s["records"],
+                        s["chunks"], s["bytes_uploaded"], s["bytes_total"]
+                    );
+                }
+            });
+        }
+        SnapshotAction::Ls => {
+            let answer = send(client.get(format!("{base}/v1/admin/snapshots"))).await?;
+            print(&common, &answer, |b| {
+                println!("{:<24} {:>9} {:>14}  MANIFEST", "NAMESPACE", "PARTITION", "APPLIED");
+                for s in b["snapshots"].as_array().into_iter().flatten() {
+                    println!("{:<24} {:>9} {:>14}  {}", s["ns"].as_str().unwrap_or(""), s["partition"], s["applied_offset"], s["manifest"].as_str().unwrap_or(""));
+                }
+            });
+        }
+    }
+    Ok(())
+}

@@ -35,6 +35,8 @@ pub enum Command {
     Ns(client::NsArgs),
     /// The cluster as one node sees it: nodes, regions, groups, partitions held.
     Cluster(client::ClusterArgs),
+    /// Take (`create`) or list (`ls`) partition snapshots.
+    Snapshot(client::SnapshotArgs),
     /// Run the benchmark harness (see BENCHMARKS.md).
     Bench(crate::bench::BenchArgs),
 }
@@ -75,6 +77,14 @@ pub struct ServeArgs {
     pub seeds: Option<Vec<String>>,
     #[arg(long, env = "TERN_SNAPSHOTS")]
     pub snapshots: Option<String>,
+    #[arg(long, env = "TERN_SNAPSHOT_WRITER")]
+    pub snapshot_writer: Option<bool>,
+    #[arg(long, env = "TERN_SNAPSHOT_INTERVAL_MS")]
+    pub snapshot_interval_ms: Option<u64>,
+    #[arg(long, env = "TERN_SNAPSHOT_ENTRIES")]
+    pub snapshot_entries: Option<u64>,
+    #[arg(long, env = "TERN_SNAPSHOT_RETAIN")]
+    pub snapshot_retain: Option<usize>,
     #[arg(long, env = "TERN_GOSSIP_INTERVAL_MS")]
     pub gossip_interval_ms: Option<u64>,
     #[arg(long, env = "TERN_LOG_SEGMENT_BYTES")]
@@ -129,6 +139,7 @@ impl ServeArgs {
         take!(store_fsync_interval_ms, apply_batch_max, apply_linger_ms, log_format);
         take!(kafka_topic_prefix, kafka_replication_factor, kafka_min_insync_replicas, kafka_membership);
         take!(kafka_session_timeout_ms, gossip_interval_ms, kafka_linger_ms, kafka_fetch_wait_max_ms, kafka_fetch_min_bytes);
+        take!(snapshot_writer, snapshot_interval_ms, snapshot_entries, snapshot_retain);
         if self.gossip.is_some() {
             s.gossip = self.gossip.clone();
         }
@@ -175,10 +186,18 @@ pub fn main() -> anyhow::Result<()> {
         match cli.command {
             Command::Dev(args) => {
                 init_tracing("text");
+                let snapshots = match args.snapshots {
+                    Some(url) => url,
+                    None => {
+                        // file://<data-dir>/snapshots: object_store wants an absolute path.
+                        std::fs::create_dir_all(&args.data_dir)?;
+                        let dir = std::fs::canonicalize(&args.data_dir)?.join("snapshots");
+                        format!("file://{}", dir.display())
+                    }
+                };
                 let settings = Settings {
                     listen: args.listen,
-                    // Only an explicit URL is passed on: snapshots are not part of this build yet.
-                    snapshots: args.snapshots,
+                    snapshots: Some(snapshots),
                     data_dir: args.data_dir,
                     ..Settings::default()
                 };
@@ -200,6 +219,7 @@ pub fn main() -> anyhow::Result<()> {
             Command::Ls(args) => client::ls(args).await,
             Command::Ns(args) => client::ns(args).await,
             Command::Cluster(args) => client::cluster(args).await,
+            Command::Snapshot(args) => client::snapshot(args).await,
             Command::Bench(args) => {
                 init_tracing("text");
                 crate::bench::run(args).await

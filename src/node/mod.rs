@@ -34,6 +34,11 @@ pub struct NodeConfig {
     /// redb page cache per partition store.
     pub store_cache_bytes: usize,
     pub apply: ApplyConfig,
+    /// Where partition snapshots live; a partition without a local store is
+    /// restored from its newest valid snapshot before its log is replayed.
+    pub snapshots: Option<crate::snapshot::Snapshots>,
+    /// Snapshots kept per partition when this node takes one.
+    pub snapshot_retain: usize,
 }
 
 /// A namespace as this node holds it.
@@ -286,7 +291,10 @@ impl Node {
         for partition in 0..partitions {
             let path = self.config.data_dir.join("stores").join(name.as_ref()).join(format!("{partition:05}.redb"));
             let cache_bytes = self.config.store_cache_bytes;
-            let store = tokio::task::spawn_blocking(move || PartitionStore::open(&path, partitions, cache_bytes)).await??;
+            let store = match self.restore(&name, partition, partitions, &path).await {
+                Some(store) => store,
+                None => tokio::task::spawn_blocking(move || PartitionStore::open(&path, partitions, cache_bytes)).await??,
+            };
             let applied_next = store.read()?.applied_next()?;
             handles.push(Arc::new(PartitionHandle::new(name.clone(), partition, partitions, Arc::new(store), applied_next)));
         }
@@ -307,6 +315,38 @@ impl Node {
         self.log.follow_topics(&names);
         tracing::info!(ns = %name, partitions, "namespace open");
         Ok(())
+    }
+
+    /// A partition with no local store (a new node, a wiped disk) starts from
+    /// its newest valid snapshot, if there is one; its apply loop then replays
+    /// the log from the snapshot's offset. Without one it starts empty, and
+    /// the apply loop refuses it if the log no longer starts at 0.
+    async fn restore(&self, namespace: &str, partition: u32, partitions: u32, path: &std::path::Path) -> Option<PartitionStore> {
+        let snapshots = self.config.snapshots.as_ref()?;
+        if path.exists() {
+            return None;
+        }
+        if let Some(dir) = path.parent() {
+            if let Err(e) = std::fs::create_dir_all(dir) {
+                tracing::error!(dir = %dir.display(), error = %e, "cannot create the store directory");
+                return None;
+            }
+        }
+        let started = std::time::Instant::now();
+        match snapshots.restore(namespace, partition, partitions, path, self.config.store_cache_bytes).await {
+            Ok((store, manifest)) => {
+                tracing::info!(
+                    ns = namespace, partition, applied_next = manifest.applied_next, records = manifest.record_count,
+                    elapsed_ms = started.elapsed().as_millis() as u64, "partition restored from a snapshot"
+                );
+                crate::metrics::SNAPSHOT_RESTORES.inc();
+                Some(store)
+            }
+            Err(e) => {
+                tracing::warn!(ns = namespace, partition, error = %e, "no snapshot restored; the partition starts empty");
+                None
+            }
+        }
     }
 
     async fn refresh_lag(&self) {

@@ -19,6 +19,7 @@
 //! snapshot.
 
 pub mod format;
+pub mod schedule;
 
 use std::path::Path;
 use std::sync::Arc;
@@ -35,6 +36,8 @@ use crate::store::{PartitionStore, RestoredState, StoreReader};
 /// Chunks in flight between the store scan and the uploader: bounds memory
 /// to a few chunks however large the partition.
 const CHUNKS_IN_FLIGHT_MAX: usize = 4;
+/// Unreferenced chunks younger than this survive pruning (see `prune`).
+const CHUNK_GC_GRACE: chrono::TimeDelta = chrono::TimeDelta::hours(1);
 /// Largest manifest read (a 1,000,000-record partition has ~2,500 chunks).
 const MANIFEST_BYTES_MAX: usize = 64 * 1024 * 1024;
 
@@ -75,15 +78,26 @@ pub struct Snapshots {
     root: ObjectPath,
 }
 
+impl std::fmt::Debug for Snapshots {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Snapshots({} at {:?})", self.store, self.root.as_ref())
+    }
+}
+
 impl Snapshots {
-    /// Opens the object store a URL names (`file:///abs/dir`, `memory://`, ...).
+    /// Opens the object store a URL names: `file:///abs/dir`, `memory://`,
+    /// `s3://bucket/prefix` (endpoint, region and credentials from the
+    /// standard `AWS_*` environment variables, e.g. `AWS_ENDPOINT`,
+    /// `AWS_REGION`, `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`,
+    /// `AWS_ALLOW_HTTP=true` for a plain-HTTP endpoint), and the crate's others.
     pub fn open(url: &str) -> Result<Snapshots, SnapshotError> {
         let parsed = url::Url::parse(url).map_err(|e| store_error(format!("{url:?} is not a URL: {e}")))?;
         if parsed.scheme() == "file" {
             // object_store's local store needs the directory to exist.
             std::fs::create_dir_all(parsed.path()).map_err(|e| store_error(format!("creating {}: {e}", parsed.path())))?;
         }
-        let (store, root) = object_store::parse_url(&parsed).map_err(store_error)?;
+        let options: Vec<(String, String)> = std::env::vars().filter(|(k, _)| k.starts_with("AWS_")).collect();
+        let (store, root) = object_store::parse_url_opts(&parsed, options).map_err(store_error)?;
         Ok(Snapshots { store: Arc::from(store), root })
     }
 
@@ -163,6 +177,41 @@ impl Snapshots {
             .collect();
         manifests.sort_by(|a, b| b.0.cmp(&a.0));
         Ok(manifests)
+    }
+
+    /// Keeps the `retain` newest snapshots of a partition and deletes the
+    /// older manifests, then the chunks no remaining manifest names. A chunk
+    /// younger than `CHUNK_GC_GRACE` is kept even if unreferenced: another
+    /// writer may have uploaded it for a manifest it has not written yet.
+    pub async fn prune(&self, namespace: &str, partition: u32, retain: usize) -> Result<usize, SnapshotError> {
+        assert!(retain >= 1, "at least one snapshot is kept");
+        let manifests = self.list(namespace, partition).await?;
+        if manifests.len() <= retain {
+            return Ok(0);
+        }
+        let mut referenced = std::collections::HashSet::new();
+        for (_, path) in &manifests[..retain] {
+            let bytes = self.store.get(path).await.map_err(store_error)?.bytes().await.map_err(store_error)?;
+            // An unreadable kept manifest protects nothing; it is never restored either.
+            if let Ok(manifest) = Manifest::open(&bytes) {
+                referenced.extend(manifest.chunks.into_iter().map(|c| c.hash));
+            }
+        }
+        for (_, path) in &manifests[retain..] {
+            self.store.delete(path).await.map_err(store_error)?;
+        }
+        let chunks_dir = self.partition_dir(namespace, partition).join("chunks");
+        let chunks: Vec<object_store::ObjectMeta> = self.store.list(Some(&chunks_dir)).try_collect().await.map_err(store_error)?;
+        let grace_start = chrono::Utc::now() - CHUNK_GC_GRACE;
+        let mut deleted = 0;
+        for chunk in chunks {
+            let name = chunk.location.filename().unwrap_or_default().to_string();
+            if !referenced.contains(&name) && chunk.last_modified < grace_start {
+                self.store.delete(&chunk.location).await.map_err(store_error)?;
+                deleted += 1;
+            }
+        }
+        Ok(manifests.len() - retain + deleted)
     }
 
     /// Restores the newest valid snapshot of a partition into a new store at
