@@ -72,6 +72,12 @@ impl From<WriteError> for ApiError {
             WriteError::Refused { partition, .. } => {
                 ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "partition_unavailable", message).with("partition", partition)
             }
+            WriteError::NotHeld { partition } => ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "not_held",
+                format!("{message}; nothing was written: the partition is moving between nodes, retry"),
+            )
+            .with("partition", partition),
             WriteError::ConditionFailed { op_index, current_version, position } => ApiError::new(
                 StatusCode::CONFLICT,
                 "condition_failed",

@@ -19,7 +19,7 @@ use super::{body, keys, render, AppState};
 use crate::codec::{Condition, Mutation, Op, OpKind};
 use crate::limits;
 use crate::node::read::{await_consistency, Consistency};
-use crate::node::write::write;
+use crate::node::write::{write, WriteError};
 use crate::node::Namespace;
 use crate::store::{Record, SkRange};
 
@@ -215,8 +215,12 @@ async fn write_one(
     if needs_holder(namespace, partition, &mutation, params.wait_applied()?) {
         return forward::to_holder(state, incoming, &namespace.name, partition, body).await;
     }
-    let ack = write(state.node.log.as_ref(), namespace, partition, &mutation, params.wait_applied()?, params.timeout()?).await?;
-    Ok(json_response(StatusCode::OK, render::write_ack(ack.version, &namespace.name, partition, ack.duplicate)))
+    match write(state.node.log.as_ref(), namespace, partition, &mutation, params.wait_applied()?, params.timeout()?).await {
+        Ok(ack) => Ok(json_response(StatusCode::OK, render::write_ack(ack.version, &namespace.name, partition, ack.duplicate))),
+        // Let go between the check above and the write: nothing was appended; a holder takes it.
+        Err(WriteError::NotHeld { .. }) => forward::to_holder(state, incoming, &namespace.name, partition, body).await,
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// Cursors are opaque: base64url of the last sort key returned.
@@ -428,6 +432,9 @@ pub async fn batch(
     if needs_holder(&namespace, partition, &mutation, params.wait_applied()?) {
         return forward::to_holder(&state, &incoming, &namespace.name, partition, bytes).await;
     }
-    let ack = write(state.node.log.as_ref(), &namespace, partition, &mutation, params.wait_applied()?, params.timeout()?).await?;
-    Ok(json_response(StatusCode::OK, render::write_ack(ack.version, &namespace.name, partition, ack.duplicate)))
+    match write(state.node.log.as_ref(), &namespace, partition, &mutation, params.wait_applied()?, params.timeout()?).await {
+        Ok(ack) => Ok(json_response(StatusCode::OK, render::write_ack(ack.version, &namespace.name, partition, ack.duplicate))),
+        Err(WriteError::NotHeld { .. }) => forward::to_holder(&state, &incoming, &namespace.name, partition, bytes).await,
+        Err(e) => Err(e.into()),
+    }
 }

@@ -36,6 +36,18 @@ pub enum PartitionStatus {
     NotHeld,
 }
 
+/// Keeps a partition's apply loop running while a writer waits on it (`PartitionHandle::pin`).
+pub struct PinGuard {
+    handle: Arc<PartitionHandle>,
+}
+
+impl Drop for PinGuard {
+    fn drop(&mut self) {
+        let before = self.handle.pins.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+        assert!(before > 0, "pins are released once");
+    }
+}
+
 pub struct PartitionHandle {
     pub namespace: Arc<str>,
     pub partition: u32,
@@ -46,6 +58,8 @@ pub struct PartitionHandle {
     applied_next: watch::Sender<u64>,
     outcomes: Mutex<OutcomeRing>,
     status: RwLock<PartitionStatus>,
+    /// Writers waiting here for their outcome: the node does not let go meanwhile.
+    pins: std::sync::atomic::AtomicUsize,
     /// Dropped on every publish, so it never pins pages of old versions for long.
     snapshot: RwLock<Option<Arc<ReadView>>>,
     pub(crate) applied_offset_gauge: IntGauge,
@@ -69,6 +83,7 @@ impl PartitionHandle {
             applied_next: watch::Sender::new(applied_next),
             outcomes: Mutex::new(OutcomeRing::new(OUTCOMES_MAX)),
             status: RwLock::new(PartitionStatus::CatchingUp),
+            pins: std::sync::atomic::AtomicUsize::new(0),
             snapshot: RwLock::new(None),
             applied_offset_gauge: metrics::PARTITION_APPLIED_OFFSET.with_label_values(&labels),
             log_end_gauge: metrics::PARTITION_LOG_END_OFFSET.with_label_values(&labels),
@@ -137,6 +152,30 @@ impl PartitionHandle {
         *self.status.read() != PartitionStatus::NotHeld
     }
 
+    /// Keeps this node applying the partition while the guard lives (a
+    /// writer waiting for its outcome here); `None` if the node no longer
+    /// holds it. Serialized with `let_go_if_unpinned` by the status lock.
+    pub fn pin(self: &Arc<Self>) -> Option<PinGuard> {
+        let status = self.status.read();
+        if *status == PartitionStatus::NotHeld {
+            return None;
+        }
+        self.pins.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Some(PinGuard { handle: self.clone() })
+    }
+
+    /// Marks the partition not held unless a writer is waiting on it here;
+    /// returns whether it was let go (if not, the caller retries later).
+    pub(crate) fn let_go_if_unpinned(&self) -> bool {
+        let mut status = self.status.write();
+        if self.pins.load(std::sync::atomic::Ordering::SeqCst) > 0 {
+            return false;
+        }
+        self.record_status(&PartitionStatus::NotHeld);
+        *status = PartitionStatus::NotHeld;
+        true
+    }
+
     fn record_status(&self, status: &PartitionStatus) {
         if let PartitionStatus::Refused(reason) = status {
             tracing::error!(ns = %self.namespace, partition = self.partition, %reason, "partition refused");
@@ -179,6 +218,20 @@ impl PartitionHandle {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_pinned_partition_is_not_let_go_until_its_waiters_are_done() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(PartitionStore::open(&dir.path().join("p"), 1, 1 << 20).unwrap());
+        let handle = Arc::new(PartitionHandle::new(Arc::from("pin-test"), 0, 1, store, 0));
+        let pin = handle.pin().expect("a held partition can be pinned");
+        assert!(!handle.let_go_if_unpinned(), "a writer is waiting here");
+        assert!(handle.is_held());
+        drop(pin);
+        assert!(handle.let_go_if_unpinned());
+        assert!(!handle.is_held());
+        assert!(handle.pin().is_none(), "a partition let go cannot be pinned");
+    }
 
     #[test]
     fn shared_snapshot_is_replaced_when_the_applied_offset_moves() {

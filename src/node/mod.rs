@@ -216,10 +216,7 @@ impl Node {
                                 tracing::info!(tp = %handle.tp, "partition revoked; serving it until another member of the group does");
                             }
                         }
-                        _ => {
-                            self.handing_off.lock().remove(&handle.tp);
-                            self.stop_loop(handle);
-                        }
+                        _ => self.stop_loop(handle),
                     },
                     (false, false) => {}
                 }
@@ -244,8 +241,13 @@ impl Node {
         loops.insert(handle.tp.clone(), ApplyLoop { stop: Some(stop), task });
     }
 
+    /// Lets a partition go: marks it not held and stops its loop, unless a
+    /// writer is waiting here for an outcome (then the next check retries).
     fn stop_loop(&self, handle: &Arc<PartitionHandle>) {
-        handle.set_held(false);
+        if !handle.let_go_if_unpinned() {
+            return;
+        }
+        self.handing_off.lock().remove(&handle.tp);
         if let Some(running) = self.loops.lock().get_mut(&handle.tp) {
             if let Some(stop) = running.stop.take() {
                 stop.send_replace(true);

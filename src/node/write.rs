@@ -31,6 +31,10 @@ pub enum WriteError {
     Log(LogError),
     #[error("partition {partition} is not served by this node: {reason}")]
     Refused { partition: u32, reason: String },
+    /// This node let the partition go before the write was appended: nothing
+    /// was written; the caller may send it to a holder.
+    #[error("partition {partition} is no longer held by this node")]
+    NotHeld { partition: u32 },
     #[error("condition failed on op {op_index}")]
     ConditionFailed { op_index: usize, current_version: Option<u64>, position: Position },
     #[error("the write is durable at version {version} but was not applied here within {timeout_ms} ms")]
@@ -55,14 +59,20 @@ pub async fn write(
         return Err(WriteError::Refused { partition, reason });
     }
     debug_assert!(mutation.ops.iter().all(|op| namespace.partition_of(&op.pk) == partition));
+    let conditional = mutation.ops.iter().any(|op| op.condition.is_some());
+    let needs_outcome = wait_applied || conditional || !mutation.write_id.is_empty();
+    // A writer that waits for its outcome here keeps the partition here until it has it.
+    let _pin = match needs_outcome {
+        true => Some(handle.pin().ok_or(WriteError::NotHeld { partition })?),
+        false => None,
+    };
     let payload = Bytes::from(codec::encode(mutation));
     let started = Instant::now();
     let version = log.append(&handle.tp, payload).await.map_err(WriteError::Log)?;
     metrics::LOG_APPEND_SECONDS.observe(started.elapsed().as_secs_f64());
     let position = || Position::single(&namespace.name, partition, version + 1);
-    let conditional = mutation.ops.iter().any(|op| op.condition.is_some());
     // A write with an id may be a retry: only the apply loop knows its version.
-    if !(wait_applied || conditional || !mutation.write_id.is_empty()) {
+    if !needs_outcome {
         return Ok(WriteAck { version, duplicate: false });
     }
     if !handle.wait_applied(version + 1, timeout).await {

@@ -35,7 +35,7 @@ impl Tern {
         let mut child = Command::new(BIN)
             .args(args)
             .envs(env.iter().copied())
-            .env("TERN_LOG_LEVEL", "warn")
+            .env("TERN_LOG_LEVEL", std::env::var("TERN_TEST_LOG_LEVEL").unwrap_or_else(|_| "warn".into()))
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
