@@ -14,6 +14,9 @@ command -v cmake >/dev/null || need_apt+=(cmake)
 [[ -f /usr/include/zlib.h ]] || need_apt+=(zlib1g-dev)
 command -v java >/dev/null || need_apt+=(default-jre-headless)
 command -v mvn >/dev/null || need_apt+=(maven)
+# scripts/s3.sh: the S3 test server lives in a Python venv and is probed with curl.
+command -v curl >/dev/null || need_apt+=(curl)
+python3 -c "import venv, ensurepip" 2>/dev/null || need_apt+=(python3-venv)
 if [[ "${1:-}" == "bench" ]]; then
   command -v etcd >/dev/null || need_apt+=(etcd-server)
 fi

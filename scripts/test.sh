@@ -8,7 +8,12 @@ export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/tern-target}"
 cargo build --release --all-targets
 # A real Kafka broker for the Kafka tests, on a free loopback port, stopped on exit.
 KAFKA_DIR="$(mktemp -d "${TMPDIR:-/tmp}/tern-test-kafka.XXXXXX")"
-trap 'scripts/kafka.sh stop --dir "$KAFKA_DIR" || true; rm -rf "$KAFKA_DIR"' EXIT
+# A real S3-compatible server (moto) for the snapshot tests, likewise.
+S3_DIR="$(mktemp -d "${TMPDIR:-/tmp}/tern-test-s3.XXXXXX")"
+trap 'scripts/kafka.sh stop --dir "$KAFKA_DIR" || true; rm -rf "$KAFKA_DIR"; scripts/s3.sh stop --dir "$S3_DIR" || true; rm -rf "$S3_DIR"' EXIT
+TERN_TEST_S3="$(scripts/s3.sh start --dir "$S3_DIR" | tail -1)"
+export TERN_TEST_S3
+echo "test S3 server: $TERN_TEST_S3"
 TERN_TEST_KAFKA="$(scripts/kafka.sh start --dir "$KAFKA_DIR" | tail -1)"
 export TERN_TEST_KAFKA
 export TERN_TEST_KAFKA_DIR="$KAFKA_DIR"

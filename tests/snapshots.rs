@@ -5,6 +5,8 @@
 //! chunk) is rejected for the previous one.
 
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 use tern::snapshot::{SnapshotError, Snapshots};
 use tern::store::PartitionStore;
@@ -135,4 +137,121 @@ async fn a_corrupt_newest_snapshot_is_rejected_for_the_previous_one() {
     }
     let error = restored_offset(&snapshots, dir.path()).await.unwrap_err().to_string();
     assert!(error.contains("no valid snapshot of ns/0") && error.contains("is missing"), "{error}");
+}
+
+/// The S3 endpoint of the test server (`scripts/s3.sh`, started by scripts/test.sh).
+fn s3_endpoint() -> String {
+    std::env::var("TERN_TEST_S3").expect("TERN_TEST_S3 must name an S3 endpoint: run scripts/test.sh, or scripts/s3.sh start and export it")
+}
+
+/// A TCP proxy in front of the S3 server that can "stop" it: refuse new
+/// connections and cut the open ones, while the server keeps what it has.
+struct Proxy {
+    address: String,
+    down: Arc<AtomicBool>,
+    forwarded_bytes: Arc<AtomicU64>,
+    connections: Arc<Mutex<Vec<tokio::task::AbortHandle>>>,
+}
+
+impl Proxy {
+    async fn start(upstream: String) -> Proxy {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap().to_string();
+        let (down, forwarded_bytes) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicU64::new(0)));
+        let connections: Arc<Mutex<Vec<tokio::task::AbortHandle>>> = Arc::default();
+        let (d, f, c) = (down.clone(), forwarded_bytes.clone(), connections.clone());
+        tokio::spawn(async move {
+            loop {
+                let (mut client, _) = listener.accept().await.unwrap();
+                if d.load(Ordering::SeqCst) {
+                    continue; // dropped: the "server" is down
+                }
+                let (upstream, forwarded) = (upstream.clone(), f.clone());
+                let task = tokio::spawn(async move {
+                    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+                    let Ok(server) = tokio::net::TcpStream::connect(&upstream).await else { return };
+                    let (mut client_read, mut client_write) = client.split();
+                    let (mut server_read, mut server_write) = tokio::io::split(server);
+                    // Requests are counted as they pass, so the test can stop S3 mid-upload.
+                    let up = async {
+                        let mut buffer = vec![0u8; 64 * 1024];
+                        while let Ok(n @ 1..) = client_read.read(&mut buffer).await {
+                            forwarded.fetch_add(n as u64, Ordering::SeqCst);
+                            if server_write.write_all(&buffer[..n]).await.is_err() {
+                                break;
+                            }
+                        }
+                    };
+                    let down = tokio::io::copy(&mut server_read, &mut client_write);
+                    tokio::select! { _ = up => {}, _ = down => {} }
+                });
+                c.lock().unwrap().push(task.abort_handle());
+            }
+        });
+        Proxy { address, down, forwarded_bytes, connections }
+    }
+
+    fn stop(&self) {
+        self.down.store(true, Ordering::SeqCst);
+        for connection in self.connections.lock().unwrap().drain(..) {
+            connection.abort();
+        }
+    }
+
+    fn resume(&self) {
+        self.down.store(false, Ordering::SeqCst);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn snapshots_on_an_s3_server_restore_exactly_and_survive_the_server_stopping() {
+    let endpoint = s3_endpoint();
+    let bucket = format!("tern-{}", rand::random::<u32>());
+    let created = reqwest::Client::new().put(format!("{endpoint}/{bucket}")).send().await.unwrap();
+    assert!(created.status().is_success(), "create bucket: {}", created.status());
+    let proxy = Proxy::start(endpoint.trim_start_matches("http://").to_string()).await;
+    // SAFETY: set before any thread of this test binary reads the environment for S3.
+    unsafe {
+        std::env::set_var("AWS_ENDPOINT", format!("http://{}", proxy.address));
+        std::env::set_var("AWS_ALLOW_HTTP", "true");
+        std::env::set_var("AWS_REGION", "us-east-1");
+        std::env::set_var("AWS_ACCESS_KEY_ID", "test");
+        std::env::set_var("AWS_SECRET_ACCESS_KEY", "test");
+    }
+    let snapshots = Snapshots::open(&format!("s3://{bucket}/cluster-1")).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let store = PartitionStore::open(&dir.path().join("p.redb"), PARTITIONS, 8 << 20).unwrap();
+    write(&store, 0..20_000, 0, "v1");
+    let full = snapshots.create("ns", 1, PARTITIONS, store.read().unwrap()).await.unwrap();
+    write(&store, 5_000..5_200, 1, "v2");
+    let incremental = snapshots.create("ns", 1, PARTITIONS, store.read().unwrap()).await.unwrap();
+    assert!(incremental.chunks_uploaded < full.chunks_uploaded / 4, "{incremental:?} vs {full:?}");
+    let (restored, manifest) = snapshots.restore("ns", 1, PARTITIONS, &dir.path().join("r1.redb"), 8 << 20).await.unwrap();
+    assert_eq!(manifest.applied_next, 2);
+    assert_eq!(state_of(&restored), state_of(&store));
+
+    // Rewrite everything (every chunk changes), and stop S3 in the middle of the upload.
+    write(&store, 0..20_000, 2, "v3");
+    let before = proxy.forwarded_bytes.load(Ordering::SeqCst);
+    let upload = {
+        let (snapshots, reader) = (snapshots.clone(), store.read().unwrap());
+        tokio::spawn(async move { snapshots.create("ns", 1, PARTITIONS, reader).await })
+    };
+    while proxy.forwarded_bytes.load(Ordering::SeqCst) < before + full.bytes_total / 3 {
+        assert!(!upload.is_finished(), "the upload finished before S3 could be stopped mid-way");
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    proxy.stop();
+    let failed = upload.await.unwrap();
+    assert!(failed.is_err(), "the snapshot fails while S3 is down: {failed:?}");
+    proxy.resume();
+    // Its chunks are partly in S3, its manifest is not: it does not exist.
+    let (_, manifest) = snapshots.restore("ns", 1, PARTITIONS, &dir.path().join("r2.redb"), 8 << 20).await.unwrap();
+    assert_eq!(manifest.applied_next, 2, "the half snapshot is never used");
+    // The next attempt succeeds and is the one restored.
+    let retried = snapshots.create("ns", 1, PARTITIONS, store.read().unwrap()).await.unwrap();
+    assert_eq!(retried.applied_next, 3);
+    let (restored, manifest) = snapshots.restore("ns", 1, PARTITIONS, &dir.path().join("r3.redb"), 8 << 20).await.unwrap();
+    assert_eq!(manifest.applied_next, 3);
+    assert_eq!(state_of(&restored), state_of(&store));
 }

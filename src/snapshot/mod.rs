@@ -36,6 +36,11 @@ use crate::store::{PartitionStore, RestoredState, StoreReader};
 /// Chunks in flight between the store scan and the uploader: bounds memory
 /// to a few chunks however large the partition.
 const CHUNKS_IN_FLIGHT_MAX: usize = 4;
+/// S3 bounds: retries per request, total retry time, one request, one connect.
+const S3_RETRIES_MAX: usize = 3;
+const S3_RETRY_TIMEOUT: Duration = Duration::from_secs(20);
+const S3_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+const S3_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// Unreferenced chunks younger than this survive pruning (see `prune`).
 const CHUNK_GC_GRACE: chrono::TimeDelta = chrono::TimeDelta::hours(1);
 /// Largest manifest read (a 1,000,000-record partition has ~2,500 chunks).
@@ -95,6 +100,30 @@ impl Snapshots {
         if parsed.scheme() == "file" {
             // object_store's local store needs the directory to exist.
             std::fs::create_dir_all(parsed.path()).map_err(|e| store_error(format!("creating {}: {e}", parsed.path())))?;
+        }
+        if parsed.scheme() == "s3" {
+            // Every request and every retry is bounded: a stopped S3 fails a
+            // snapshot within seconds (the next attempt retries), never hangs it.
+            // (These client options replace the ones `from_env` read, so
+            // AWS_ALLOW_HTTP is carried over by hand.)
+            let allow_http = std::env::var("AWS_ALLOW_HTTP").is_ok_and(|v| v.eq_ignore_ascii_case("true"));
+            let store = object_store::aws::AmazonS3Builder::from_env()
+                .with_url(url)
+                .with_retry(object_store::RetryConfig {
+                    max_retries: S3_RETRIES_MAX,
+                    retry_timeout: S3_RETRY_TIMEOUT,
+                    ..Default::default()
+                })
+                .with_client_options(
+                    object_store::ClientOptions::new()
+                        .with_timeout(S3_REQUEST_TIMEOUT)
+                        .with_connect_timeout(S3_CONNECT_TIMEOUT)
+                        .with_allow_http(allow_http),
+                )
+                .build()
+                .map_err(store_error)?;
+            let root = ObjectPath::from(parsed.path().trim_start_matches('/'));
+            return Ok(Snapshots { store: Arc::new(store), root });
         }
         let options: Vec<(String, String)> = std::env::vars().filter(|(k, _)| k.starts_with("AWS_")).collect();
         let (store, root) = object_store::parse_url_opts(&parsed, options).map_err(store_error)?;
