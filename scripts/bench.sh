@@ -4,11 +4,17 @@
 # Extra arguments go to `tern bench suite` (e.g. --seconds 20).
 #   scripts/bench.sh kafka [ARGS]   instead runs `tern bench kafka`: Tern on Apache Kafka next to
 #                                   Kafka's EndToEndLatency and ProducerPerformance (results: kafka.json/md).
+#   scripts/bench.sh snapshot [ARGS] instead runs `tern bench snapshot`: snapshot and restore of one
+#                                   partition of 1,000,000 records, file:// and S3 (results: snapshot.json/md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh bench
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/tern-target}"
 cargo build --release --quiet
+if [[ "${1:-}" == "snapshot" ]]; then
+  shift
+  exec "$CARGO_TARGET_DIR/release/tern" bench snapshot --out bench/results/latest "$@"
+fi
 if [[ "${1:-}" == "kafka" ]]; then
   shift
   exec "$CARGO_TARGET_DIR/release/tern" bench kafka --out bench/results/latest "$@"

@@ -13,6 +13,7 @@ mod hello;
 mod kafka;
 mod load;
 mod report;
+mod snapshot;
 mod suite;
 
 use std::time::Duration;
@@ -34,6 +35,8 @@ enum BenchCommand {
     Suite(suite::SuiteArgs),
     /// Tern on Apache Kafka next to Kafka's own tools, in one run.
     Kafka(kafka::KafkaArgs),
+    /// Snapshot and restore of one large partition, to file:// and a local S3 server.
+    Snapshot(snapshot::SnapshotBenchArgs),
     /// Load one HTTP target.
     Http(HttpArgs),
     /// Serializable gets against etcd 3.
@@ -107,6 +110,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
     match args.command {
         BenchCommand::Suite(args) => suite::run(args).await,
         BenchCommand::Kafka(args) => kafka::run(args).await,
+        BenchCommand::Snapshot(args) => snapshot::run(args).await,
         BenchCommand::Hello { listen } => hello::serve(&listen).await,
         BenchCommand::Http(args) => {
             let operation = match args.op.as_str() {

@@ -26,7 +26,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use futures::TryStreamExt;
+use futures::{StreamExt, TryStreamExt};
 use object_store::path::Path as ObjectPath;
 use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
 
@@ -43,6 +43,8 @@ const S3_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 const S3_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// Unreferenced chunks younger than this survive pruning (see `prune`).
 const CHUNK_GC_GRACE: chrono::TimeDelta = chrono::TimeDelta::hours(1);
+/// Object store requests in flight per snapshot or restore.
+const REQUESTS_IN_FLIGHT_MAX: usize = 16;
 /// Largest manifest read (a 1,000,000-record partition has ~2,500 chunks).
 const MANIFEST_BYTES_MAX: usize = 64 * 1024 * 1024;
 
@@ -147,14 +149,29 @@ impl Snapshots {
         let state = reader.state().map_err(|e| SnapshotError::Partition(e.to_string()))?;
         let (sender, mut receiver) = tokio::sync::mpsc::channel::<(ChunkRef, Bytes)>(CHUNKS_IN_FLIGHT_MAX);
         let scan = tokio::task::spawn_blocking(move || scan_chunks(&reader, &sender));
+        // Chunks are uploaded `REQUESTS_IN_FLIGHT_MAX` at a time (object stores
+        // are latency-bound per request), and kept in order for the manifest.
+        let stream = futures::stream::poll_fn(|cx| receiver.poll_recv(cx));
+        let uploads = stream.map(|(chunk, compressed)| async move {
+            let path = self.chunk_path(namespace, partition, &chunk.hash);
+            let uploaded_bytes = match self.store.head(&path).await {
+                Ok(_) => 0,
+                Err(_) => {
+                    let bytes = compressed.len() as u64;
+                    self.store.put(&path, PutPayload::from(compressed)).await.map_err(store_error)?;
+                    bytes
+                }
+            };
+            Ok::<_, SnapshotError>((chunk, uploaded_bytes))
+        });
+        let mut uploads = std::pin::pin!(uploads.buffered(REQUESTS_IN_FLIGHT_MAX));
         let mut chunks = Vec::new();
         let (mut uploaded, mut bytes_uploaded) = (0usize, 0u64);
-        while let Some((chunk, compressed)) = receiver.recv().await {
-            let path = self.chunk_path(namespace, partition, &chunk.hash);
-            if self.store.head(&path).await.is_err() {
-                bytes_uploaded += compressed.len() as u64;
+        while let Some(result) = uploads.next().await {
+            let (chunk, uploaded_bytes) = result?;
+            if uploaded_bytes > 0 {
                 uploaded += 1;
-                self.store.put(&path, PutPayload::from(compressed)).await.map_err(store_error)?;
+                bytes_uploaded += uploaded_bytes;
             }
             chunks.push(chunk);
         }
@@ -290,8 +307,7 @@ impl Snapshots {
                 manifest.namespace, manifest.partition, manifest.partitions
             )));
         }
-        let mut compressed = Vec::with_capacity(manifest.chunks.len());
-        for chunk in &manifest.chunks {
+        let fetches = futures::stream::iter(manifest.chunks.iter().cloned()).map(|chunk| async move {
             let chunk_path = self.chunk_path(namespace, partition, &chunk.hash);
             let bytes = match self.store.get(&chunk_path).await {
                 Ok(object) => object.bytes().await.map_err(store_error)?,
@@ -302,8 +318,9 @@ impl Snapshots {
             if actual != chunk.hash || bytes.len() as u64 != chunk.compressed_bytes {
                 return Err(invalid(format!("chunk {} is corrupt (its bytes hash to {actual})", chunk.hash)));
             }
-            compressed.push((chunk.clone(), bytes));
-        }
+            Ok((chunk, bytes))
+        });
+        let compressed: Vec<(ChunkRef, Bytes)> = fetches.buffered(REQUESTS_IN_FLIGHT_MAX).try_collect().await?;
         let state = RestoredState {
             applied_next: manifest.applied_next,
             applied_entries: manifest.applied_entries,

@@ -1,0 +1,172 @@
+//! `tern bench snapshot`: snapshot and restore of one large partition, to
+//! `file://` and to a local S3-compatible server (`scripts/s3.sh`, started
+//! and stopped by the benchmark), in one run: time and size of a full
+//! snapshot, of a restore (download, verify, rebuild the store, check the
+//! state hash), and bytes of an incremental snapshot after a 1% change.
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use clap::Args;
+use serde_json::json;
+
+use crate::snapshot::Snapshots;
+use crate::store::PartitionStore;
+
+#[derive(Args)]
+pub struct SnapshotBenchArgs {
+    /// Directory for snapshot.json and snapshot.md.
+    #[arg(long, default_value = "bench/results/latest")]
+    out: PathBuf,
+    /// Records in the partition.
+    #[arg(long, default_value_t = 1_000_000)]
+    records: u32,
+    /// Bytes per value (JSON text).
+    #[arg(long, default_value_t = 100)]
+    value_bytes: usize,
+}
+
+/// Records written per store transaction while building the partition.
+const BUILD_BATCH_RECORDS: u32 = 50_000;
+
+/// A value of `bytes` bytes with the entropy of real configuration (a digest, hex).
+fn value(i: u32, round: u32, bytes: usize) -> Vec<u8> {
+    let mut text = String::with_capacity(bytes);
+    text.push('"');
+    let mut n = 0u32;
+    while text.len() + 1 < bytes {
+        text.push_str(blake3::hash(&[i.to_le_bytes(), round.to_le_bytes(), n.to_le_bytes()].concat()).to_hex().as_str());
+        n += 1;
+    }
+    text.truncate(bytes - 1);
+    text.push('"');
+    text.into_bytes()
+}
+
+fn write(store: &PartitionStore, keys: std::ops::Range<u32>, offset: u64, round: u32, value_bytes: usize) -> anyhow::Result<()> {
+    let mut start = keys.start;
+    let mut offset = offset;
+    while start < keys.end {
+        let end = (start + BUILD_BATCH_RECORDS).min(keys.end);
+        store.apply(false, |tx| {
+            for i in start..end {
+                tx.put(&format!("tenant-{:04}/flag-{i:08}", i / 1000), "", offset, &value(i, round, value_bytes))?;
+            }
+            tx.mark_applied(offset, false);
+            Ok(())
+        })?;
+        offset += 1;
+        start = end;
+    }
+    store.flush_durable()?;
+    Ok(())
+}
+
+/// One target's numbers.
+async fn measure(name: &str, snapshots: &Snapshots, store: &PartitionStore, scratch: &Path, args: &SnapshotBenchArgs) -> anyhow::Result<serde_json::Value> {
+    eprintln!("{name}: full snapshot");
+    let started = Instant::now();
+    let full = snapshots.create("bench", 0, 1, store.read()?).await?;
+    let full_s = started.elapsed().as_secs_f64();
+    eprintln!("{name}: restore");
+    let target = scratch.join(format!("restored-{name}.redb"));
+    let started = Instant::now();
+    let (restored, _) = snapshots.restore("bench", 0, 1, &target, 64 << 20).await?;
+    let restore_s = started.elapsed().as_secs_f64();
+    let (a, b) = (restored.read()?.state()?, store.read()?.state()?);
+    anyhow::ensure!(a == b, "restored state differs: {a:?} vs {b:?}");
+    drop(restored);
+    std::fs::remove_file(&target)?;
+    Ok(json!({
+        "target": name,
+        "full_snapshot_s": full_s,
+        "full_snapshot_bytes": full.bytes_uploaded,
+        "chunks": full.chunks,
+        "restore_s": restore_s,
+        "records": args.records,
+    }))
+}
+
+pub async fn run(args: SnapshotBenchArgs) -> anyhow::Result<()> {
+    std::fs::create_dir_all(&args.out)?;
+    let scratch = tempfile::Builder::new().prefix("tern-bench-snapshot-").tempdir()?;
+    eprintln!("building a partition of {} records of {} B", args.records, args.value_bytes);
+    let store = PartitionStore::open(&scratch.path().join("partition.redb"), 1, 64 << 20)?;
+    let started = Instant::now();
+    write(&store, 0..args.records, 0, 0, args.value_bytes)?;
+    eprintln!("built in {:.1} s", started.elapsed().as_secs_f64());
+    let store_bytes = std::fs::metadata(scratch.path().join("partition.redb"))?.len();
+
+    let mut results = Vec::new();
+    let file_dir = scratch.path().join("objects");
+    let file = Snapshots::open(&format!("file://{}", file_dir.display()))?;
+    results.push(measure("file", &file, &store, scratch.path(), &args).await?);
+
+    let s3_dir = scratch.path().join("s3");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/s3.sh");
+    let output = std::process::Command::new(&script).args(["start", "--dir"]).arg(&s3_dir).output()?;
+    anyhow::ensure!(output.status.success(), "scripts/s3.sh start failed: {}", String::from_utf8_lossy(&output.stderr));
+    let endpoint = String::from_utf8(output.stdout)?.lines().last().unwrap_or_default().trim().to_string();
+    let s3_result = async {
+        reqwest::Client::new().put(format!("{endpoint}/bench")).send().await?.error_for_status()?;
+        // SAFETY: the benchmark sets its S3 environment before opening the store, on this thread.
+        unsafe {
+            std::env::set_var("AWS_ENDPOINT", &endpoint);
+            std::env::set_var("AWS_ALLOW_HTTP", "true");
+            std::env::set_var("AWS_REGION", "us-east-1");
+            std::env::set_var("AWS_ACCESS_KEY_ID", "bench");
+            std::env::set_var("AWS_SECRET_ACCESS_KEY", "bench");
+        }
+        let s3 = Snapshots::open("s3://bench/tern")?;
+        measure("s3", &s3, &store, scratch.path(), &args).await
+    }
+    .await;
+    let _ = std::process::Command::new(&script).args(["stop", "--dir"]).arg(&s3_dir).status();
+    results.push(s3_result?);
+
+    eprintln!("incremental snapshot after a 1% change (file)");
+    let changed = args.records / 100;
+    let start = args.records / 2;
+    write(&store, start..start + changed, 1_000_000, 1, args.value_bytes)?;
+    let incremental = file.create("bench", 0, 1, store.read()?).await?;
+    let full_bytes = results[0]["full_snapshot_bytes"].as_u64().unwrap_or(1);
+    let fraction = incremental.bytes_uploaded as f64 / full_bytes as f64;
+
+    let report = json!({
+        "command": std::env::args().collect::<Vec<_>>().join(" "),
+        "records": args.records,
+        "value_bytes": args.value_bytes,
+        "store_bytes": store_bytes,
+        "targets": results,
+        "incremental_1pct": {
+            "records_changed": changed,
+            "bytes_uploaded": incremental.bytes_uploaded,
+            "chunks_uploaded": incremental.chunks_uploaded,
+            "chunks": incremental.chunks,
+            "fraction_of_full": fraction,
+        },
+    });
+    std::fs::write(args.out.join("snapshot.json"), serde_json::to_vec_pretty(&report)?)?;
+    let mut md = String::from("| target | full snapshot s | full snapshot MB | chunks | restore s |\n|---|---:|---:|---:|---:|\n");
+    for r in report["targets"].as_array().into_iter().flatten() {
+        md.push_str(&format!(
+            "| {} | {:.2} | {:.1} | {} | {:.2} |\n",
+            r["target"].as_str().unwrap_or(""),
+            r["full_snapshot_s"].as_f64().unwrap_or(0.0),
+            r["full_snapshot_bytes"].as_f64().unwrap_or(0.0) / 1e6,
+            r["chunks"],
+            r["restore_s"].as_f64().unwrap_or(0.0)
+        ));
+    }
+    md.push_str(&format!(
+        "\nstore {:.1} MB; incremental after changing {changed} records (1%): {} bytes in {}/{} chunks = {:.2}% of the full snapshot\n",
+        store_bytes as f64 / 1e6,
+        incremental.bytes_uploaded,
+        incremental.chunks_uploaded,
+        incremental.chunks,
+        fraction * 100.0
+    ));
+    std::fs::write(args.out.join("snapshot.md"), &md)?;
+    print!("{md}");
+    Ok(())
+}
