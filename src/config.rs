@@ -39,6 +39,8 @@ pub struct Settings {
     pub log_retention_bytes: Option<u64>,
     /// Embedded log: delete segments older than this (never ones still needed locally).
     pub log_retention_ms: Option<u64>,
+    /// Embedded log: how often retention runs.
+    pub log_retention_check_ms: u64,
     /// Per partition store: redb page cache.
     pub store_cache_bytes: usize,
     /// How often each store is made durable.
@@ -94,6 +96,7 @@ impl Default for Settings {
             log_segment_bytes: 64 * 1024 * 1024,
             log_retention_bytes: None,
             log_retention_ms: None,
+            log_retention_check_ms: 10_000,
             store_cache_bytes: 32 * 1024 * 1024,
             store_fsync_interval_ms: 1000,
             apply_batch_max: 1000,
@@ -155,6 +158,7 @@ impl Settings {
         );
         anyhow::ensure!(!self.group.is_empty(), "group must not be empty");
         anyhow::ensure!((1_000..=86_400_000).contains(&self.snapshot_interval_ms), "snapshot_interval_ms must be 1000..=86400000");
+        anyhow::ensure!((100..=3_600_000).contains(&self.log_retention_check_ms), "log_retention_check_ms must be 100..=3600000");
         anyhow::ensure!(self.snapshot_entries >= 1, "snapshot_entries must be at least 1");
         anyhow::ensure!((1..=1_000).contains(&self.snapshot_retain), "snapshot_retain must be 1..=1000");
         anyhow::ensure!(self.kafka_linger_ms <= 1_000, "kafka_linger_ms must be at most 1000");

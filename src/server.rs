@@ -15,8 +15,6 @@ use crate::node::{Node, NodeConfig};
 use crate::snapshot::schedule::{self, SnapshotPolicy};
 use crate::snapshot::Snapshots;
 
-/// How often the embedded log's retention is enforced.
-const RETENTION_INTERVAL: Duration = Duration::from_secs(10);
 
 pub struct Options {
     /// Namespaces to create at start if missing: (name, partitions).
@@ -47,10 +45,16 @@ pub async fn run(settings: Settings, options: Options) -> anyhow::Result<()> {
     for (name, partitions) in &options.ensure_namespaces {
         node.create_namespace(name, *partitions).await?;
     }
+    let retention_node = Arc::downgrade(&node);
+    let retention_snapshots = snapshots.clone();
+    let retention_interval = Duration::from_millis(settings.log_retention_check_ms);
     let retention = tokio::spawn(async move {
         let Some(embedded) = embedded else { return };
         loop {
-            tokio::time::sleep(RETENTION_INTERVAL).await;
+            tokio::time::sleep(retention_interval).await;
+            if let (Some(snapshots), Some(node)) = (&retention_snapshots, retention_node.upgrade()) {
+                set_snapshot_floors(&embedded, &node, snapshots).await;
+            }
             let log = embedded.clone();
             match tokio::task::spawn_blocking(move || log.enforce_retention()).await {
                 Ok(Err(e)) => tracing::error!(error = %e, "log retention failed"),
@@ -89,6 +93,24 @@ pub async fn run(settings: Settings, options: Options) -> anyhow::Result<()> {
     cluster.shutdown().await;
     node.shutdown().await;
     Ok(())
+}
+
+/// Tells the embedded log where each partition's oldest retained snapshot
+/// starts, so retention may delete what every snapshot covers. A partition
+/// whose snapshots cannot be listed keeps its floor (nothing more is deleted).
+async fn set_snapshot_floors(log: &EmbeddedLog, node: &Node, snapshots: &Snapshots) {
+    for ns in node.namespaces() {
+        for handle in &ns.handles {
+            match snapshots.list(&ns.name, handle.partition).await {
+                Ok(manifests) => {
+                    if let Some((oldest, _)) = manifests.last() {
+                        log.set_snapshot_floor(&handle.tp, *oldest);
+                    }
+                }
+                Err(e) => tracing::warn!(tp = %handle.tp, error = %e, "cannot list snapshots; log retention waits"),
+            }
+        }
+    }
 }
 
 /// Gossips with the cluster when `gossip` is set; otherwise this node is alone.

@@ -77,6 +77,8 @@ pub struct ServeArgs {
     pub seeds: Option<Vec<String>>,
     #[arg(long, env = "TERN_SNAPSHOTS")]
     pub snapshots: Option<String>,
+    #[arg(long, env = "TERN_LOG_RETENTION_CHECK_MS")]
+    pub log_retention_check_ms: Option<u64>,
     #[arg(long, env = "TERN_SNAPSHOT_WRITER")]
     pub snapshot_writer: Option<bool>,
     #[arg(long, env = "TERN_SNAPSHOT_INTERVAL_MS")]
@@ -139,7 +141,7 @@ impl ServeArgs {
         take!(store_fsync_interval_ms, apply_batch_max, apply_linger_ms, log_format);
         take!(kafka_topic_prefix, kafka_replication_factor, kafka_min_insync_replicas, kafka_membership);
         take!(kafka_session_timeout_ms, gossip_interval_ms, kafka_linger_ms, kafka_fetch_wait_max_ms, kafka_fetch_min_bytes);
-        take!(snapshot_writer, snapshot_interval_ms, snapshot_entries, snapshot_retain);
+        take!(snapshot_writer, snapshot_interval_ms, snapshot_entries, snapshot_retain, log_retention_check_ms);
         if self.gossip.is_some() {
             s.gossip = self.gossip.clone();
         }

@@ -38,6 +38,10 @@ pub struct PartitionIndex {
     pub tail_bytes_max: usize,
     /// Local consumers need nothing below this; retention stays below it.
     pub release_below: u64,
+    /// With snapshots: the oldest retained snapshot of this partition starts
+    /// here. Retention deletes what lies below it (and below `release_below`),
+    /// and never deletes above it. `None`: no snapshots in use.
+    pub snapshot_floor: Option<u64>,
 }
 
 pub struct PartitionState {
@@ -61,6 +65,7 @@ impl PartitionState {
                 tail_bytes: 0,
                 tail_bytes_max,
                 release_below: 0,
+                snapshot_floor: None,
             }),
             durable_end: watch::Sender::new(next_offset),
         }

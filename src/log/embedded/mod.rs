@@ -173,22 +173,34 @@ impl EmbeddedLog {
     /// consumer still needs. Returns how many were deleted.
     pub fn enforce_retention(&self) -> Result<usize, LogError> {
         let config = &self.inner.config;
-        if config.retention_bytes.is_none() && config.retention_ms.is_none() {
+        let partitions = self.all_partitions();
+        // With snapshots, a segment every partition's oldest retained snapshot
+        // covers is deleted whatever the size and age limits say.
+        let snapshots_in_use = partitions.iter().any(|p| p.index.lock().snapshot_floor.is_some());
+        if config.retention_bytes.is_none() && config.retention_ms.is_none() && !snapshots_in_use {
             return Ok(0);
         }
         let ids = self.inner.segments.ids();
         let Some((_active, closed)) = ids.split_last() else { return Ok(0) };
         let mut total_bytes: u64 = ids.iter().map(|id| self.inner.segments.size_bytes(*id)).sum();
-        let partitions = self.all_partitions();
         let mut deleted = 0;
         for id in closed {
             let over_size = config.retention_bytes.is_some_and(|max| total_bytes > max);
             let too_old = config.retention_ms.is_some_and(|max| self.inner.segments.age_ms(*id) > max);
+            // Never above what a local store still needs, nor above the oldest
+            // retained snapshot (a replica restoring it must find the rest here).
             let unneeded = partitions.iter().all(|p| {
                 let index = p.index.lock();
-                index.end_below_segment(id + 1) <= index.release_below
+                let floor = index.snapshot_floor.map_or(index.release_below, |f| f.min(index.release_below));
+                index.end_below_segment(id + 1) <= floor
             });
-            if !(over_size || too_old) || !unneeded {
+            // Every partition with entries in it has a snapshot (an empty one needs none).
+            let covered_by_snapshots = snapshots_in_use
+                && partitions.iter().all(|p| {
+                    let index = p.index.lock();
+                    index.snapshot_floor.is_some() || index.end_below_segment(id + 1) <= index.start_offset
+                });
+            if !(over_size || too_old || covered_by_snapshots) || !unneeded {
                 break;
             }
             self.record_start_offsets(&partitions, id + 1)?;
@@ -202,6 +214,15 @@ impl EmbeddedLog {
             tracing::info!(segment = id, size_bytes = size, "retention deleted a log segment");
         }
         Ok(deleted)
+    }
+
+    /// Tells retention where the oldest retained snapshot of `tp` starts
+    /// (its `applied_next`): entries below it may go once local stores are
+    /// durable past them too; entries at or above it stay.
+    pub fn set_snapshot_floor(&self, tp: &TopicPartition, offset: u64) {
+        if let Ok(partition) = self.partition(tp) {
+            partition.index.lock().snapshot_floor = Some(offset);
+        }
     }
 
     fn all_partitions(&self) -> Vec<Arc<PartitionState>> {
