@@ -58,6 +58,15 @@ pub static SNAPSHOT_BYTES_UPLOADED: LazyLock<IntCounter> = LazyLock::new(|| {
     .expect("metric registers")
 });
 
+pub static KAFKA_RETENTION_SHORT: LazyLock<IntGaugeVec> = LazyLock::new(|| {
+    register_int_gauge_vec!(
+        "tern_kafka_retention_shorter_than_snapshots",
+        "1 when the namespace's Kafka topic keeps entries for less than the snapshot interval",
+        &["ns"]
+    )
+    .expect("metric registers")
+});
+
 pub static SNAPSHOT_RESTORES: LazyLock<IntCounter> = LazyLock::new(|| {
     register_int_counter!("tern_snapshot_restores_total", "Partitions restored from a snapshot at start").expect("metric registers")
 });

@@ -29,7 +29,7 @@ pub async fn run(settings: Settings, options: Options) -> anyhow::Result<()> {
         Some(url) => Some(Snapshots::open(url).map_err(|e| anyhow::anyhow!("snapshots at {url}: {e}"))?),
         None => None,
     };
-    let (log, embedded) = open_log(&settings).await?;
+    let (log, embedded, kafka) = open_log(&settings).await?;
     let node_config = NodeConfig {
         data_dir: settings.data_dir.clone(),
         store_cache_bytes: settings.store_cache_bytes,
@@ -44,6 +44,9 @@ pub async fn run(settings: Settings, options: Options) -> anyhow::Result<()> {
     let node = Node::start(node_config, log).await?;
     for (name, partitions) in &options.ensure_namespaces {
         node.create_namespace(name, *partitions).await?;
+    }
+    if let (Some(kafka), true) = (&kafka, snapshots.is_some()) {
+        check_kafka_retention(kafka, &node, Duration::from_millis(settings.snapshot_interval_ms)).await;
     }
     let retention_node = Arc::downgrade(&node);
     let retention_snapshots = snapshots.clone();
@@ -135,9 +138,35 @@ async fn join_cluster(settings: &Settings, node: &Arc<Node>, api: std::net::Sock
     Cluster::join(me, node.clone(), config).await
 }
 
+/// With Kafka, the log's retention is Kafka's: a replica restoring the newest
+/// snapshot needs the topic to still hold everything after it. Warns (logs
+/// and `tern_kafka_retention_shorter_than_snapshots`) when a topic keeps
+/// entries for less than the snapshot interval.
+async fn check_kafka_retention(kafka: &KafkaLog, node: &Node, snapshot_interval: Duration) {
+    for ns in node.namespaces() {
+        let short = match kafka.topic_retention_ms(&ns.name).await {
+            Ok(Some(ms)) if u128::from(ms) < snapshot_interval.as_millis() => {
+                tracing::warn!(
+                    ns = %ns.name, retention_ms = ms, snapshot_interval_ms = snapshot_interval.as_millis() as u64,
+                    "the topic keeps entries for less than the snapshot interval: a replica restoring the newest \
+                     snapshot may find the entries after it deleted and refuse the partition; raise the topic's \
+                     retention.ms or lower snapshot_interval_ms"
+                );
+                1
+            }
+            Ok(_) => 0,
+            Err(e) => {
+                tracing::warn!(ns = %ns.name, error = %e, "cannot read the topic's retention");
+                0
+            }
+        };
+        crate::metrics::KAFKA_RETENTION_SHORT.with_label_values(&[&ns.name]).set(short);
+    }
+}
+
 /// The log the settings name: the embedded log (returned twice: it also needs
-/// its retention enforced) or Kafka.
-async fn open_log(settings: &Settings) -> anyhow::Result<(Arc<dyn Log>, Option<EmbeddedLog>)> {
+/// its retention enforced) or Kafka (also returned twice, for its retention check).
+async fn open_log(settings: &Settings) -> anyhow::Result<(Arc<dyn Log>, Option<EmbeddedLog>, Option<KafkaLog>)> {
     if let Some(servers) = settings.log.strip_prefix("kafka://") {
         let config = KafkaLogConfig {
             client_id: settings.node_id.clone(),
@@ -162,7 +191,7 @@ async fn open_log(settings: &Settings) -> anyhow::Result<(Arc<dyn Log>, Option<E
         // Fail fast, with the broker's address in the message, if it is unreachable.
         kafka.list_topics().await.map_err(|e| anyhow::anyhow!("cannot reach Kafka at {servers}: {e}"))?;
         tracing::info!(%servers, "kafka log connected");
-        return Ok((Arc::new(kafka), None));
+        return Ok((Arc::new(kafka.clone()), None, Some(kafka)));
     }
     let log_config = EmbeddedLogConfig {
         segment_bytes_max: settings.log_segment_bytes,
@@ -171,7 +200,7 @@ async fn open_log(settings: &Settings) -> anyhow::Result<(Arc<dyn Log>, Option<E
         ..EmbeddedLogConfig::new(settings.data_dir.join("log"))
     };
     let embedded = tokio::task::spawn_blocking(move || EmbeddedLog::open(log_config)).await??;
-    Ok((Arc::new(embedded.clone()), Some(embedded)))
+    Ok((Arc::new(embedded.clone()), Some(embedded), None))
 }
 
 /// Resolves on SIGTERM or SIGINT.

@@ -74,3 +74,27 @@ async fn a_wiped_node_and_a_new_node_restore_from_snapshots_and_catch_up() {
     assert_eq!(b.partition_states("default").await, before);
     tokio::time::sleep(Duration::from_millis(10)).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_topic_retention_shorter_than_the_snapshot_interval_is_reported() {
+    use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+    use rdkafka::client::DefaultClientContext;
+    let prefix = format!("r{}.", rand::random::<u32>());
+    let admin: AdminClient<DefaultClientContext> =
+        rdkafka::config::ClientConfig::new().set("bootstrap.servers", bootstrap()).create().unwrap();
+    let topic = format!("{prefix}short");
+    let short = NewTopic::new(&topic, 1, TopicReplication::Fixed(1)).set("retention.ms", "60000");
+    admin.create_topics([&short], &AdminOptions::new()).await.unwrap().remove(0).unwrap();
+    let (data, objects) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let log = format!("kafka://{}", bootstrap());
+    let snapshots = format!("file://{}", objects.path().display());
+    let args = [
+        "serve", "--node-id", "retention", "--listen", "127.0.0.1:0", "--data-dir", data.path().to_str().unwrap(),
+        "--log", &log, "--kafka-topic-prefix", &prefix, "--namespace", "short:1", "--namespace", "long:1",
+        "--snapshots", &snapshots, "--snapshot-interval-ms", "3600000",
+    ];
+    let t = Tern::spawn(&args, data.path()).await;
+    let metrics = t.client.get(format!("{}/metrics", t.url)).send().await.unwrap().text().await.unwrap();
+    assert!(metrics.contains("tern_kafka_retention_shorter_than_snapshots{ns=\"short\"} 1"), "{metrics}");
+    assert!(metrics.contains("tern_kafka_retention_shorter_than_snapshots{ns=\"long\"} 0"), "default retention (7 days) is longer");
+}

@@ -29,7 +29,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, ResourceSpecifier, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};
@@ -178,6 +178,21 @@ impl KafkaLog {
         })
         .await
         .map_err(unavailable)?
+    }
+
+    /// The topic's `retention.ms` (None: unlimited, -1).
+    pub async fn topic_retention_ms(&self, namespace: &str) -> Result<Option<u64>, LogError> {
+        let topic = self.topic_name(namespace);
+        let options = AdminOptions::new().request_timeout(Some(Timeout::After(self.inner.config.request_timeout)));
+        let results = self.inner.admin.describe_configs([&ResourceSpecifier::Topic(&topic)], &options).await.map_err(unavailable)?;
+        let resource = results
+            .into_iter()
+            .next()
+            .ok_or_else(|| unavailable(format!("no configuration returned for {topic}")))?
+            .map_err(|e| unavailable(format!("describing {topic}: {e}")))?;
+        let value = resource.get("retention.ms").and_then(|e| e.value.clone()).unwrap_or_else(|| "-1".into());
+        let ms: i64 = value.parse().map_err(|_| unavailable(format!("{topic} has retention.ms {value:?}")))?;
+        Ok((ms >= 0).then_some(ms as u64))
     }
 
     async fn watermarks(&self, tp: &TopicPartition) -> Result<(u64, u64), LogError> {
