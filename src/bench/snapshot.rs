@@ -3,6 +3,10 @@
 //! and stopped by the benchmark), in one run: time and size of a full
 //! snapshot, of a restore (download, verify, rebuild the store, check the
 //! state hash), and bytes of an incremental snapshot after a 1% change.
+//! Then end to end: a `tern serve` node (embedded log, `file://` snapshots)
+//! loaded with the same number of records through batch calls, snapshotted,
+//! written 1% more, stopped, its stores deleted, and restarted: the time from
+//! start to `/readyz` is restore + catch-up.
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -59,6 +63,89 @@ fn write(store: &PartitionStore, keys: std::ops::Range<u32>, offset: u64, round:
         start = end;
     }
     store.flush_durable()?;
+    Ok(())
+}
+
+/// Records per batch call while loading the node.
+const LOAD_BATCH_OPS: u32 = 500;
+
+/// Loads `keys` into the node at `url` through batch calls (one pk per call).
+async fn load_node(client: &reqwest::Client, url: &str, keys: std::ops::Range<u32>, round: u32, value_bytes: usize) -> anyhow::Result<()> {
+    let calls: Vec<u32> = keys.clone().step_by(LOAD_BATCH_OPS as usize).collect();
+    let requests = futures::stream::iter(calls).map(|start| {
+        let end = (start + LOAD_BATCH_OPS).min(keys.end);
+        let ops: Vec<serde_json::Value> = (start..end)
+            .map(|i| {
+                let value: serde_json::Value = serde_json::from_slice(&value(i, round, value_bytes)).expect("bench values are JSON");
+                json!({"op": "put", "pk": format!("tenant-{start:08}"), "sk": format!("flag-{i:08}"), "value": value})
+            })
+            .collect();
+        let request = client.post(format!("{url}/v1/ns/bench/batch")).json(&json!({ "ops": ops }));
+        async move { request.send().await?.error_for_status().map(|_| ()) }
+    });
+    use futures::StreamExt;
+    let results: Vec<Result<(), reqwest::Error>> = requests.buffer_unordered(16).collect().await;
+    results.into_iter().collect::<Result<Vec<()>, _>>()?;
+    Ok(())
+}
+
+/// Starts a node, loads it, snapshots, writes 1% more, stops it, deletes its
+/// stores, restarts it and times start → ready.
+async fn restore_and_catch_up(args: &SnapshotBenchArgs, scratch: &Path) -> anyhow::Result<serde_json::Value> {
+    let exe = std::env::current_exe()?;
+    let data = scratch.join("node");
+    let snapshots = format!("file://{}", scratch.join("node-snapshots").display());
+    let node_args = [
+        "serve", "--listen", "127.0.0.1:0", "--data-dir", data.to_str().unwrap_or_default(), "--namespace", "bench:4",
+        "--snapshots", &snapshots, "--snapshot-interval-ms", "86400000", "--snapshot-entries", "1000000000",
+    ];
+    let client = reqwest::Client::new();
+    let (mut node, address) = super::suite::spawn_listening(&exe, &node_args).await?;
+    let url = format!("http://{address}");
+    load_node(&client, &url, 0..args.records, 0, args.value_bytes).await?;
+    client.post(format!("{url}/v1/admin/snapshots")).send().await?.error_for_status()?;
+    let after = args.records / 100;
+    load_node(&client, &url, args.records..args.records + after, 0, args.value_bytes).await?;
+    let expected = caught_up(&client, &url).await?;
+    terminate(&mut node).await?;
+    std::fs::remove_dir_all(data.join("stores"))?;
+    let started = Instant::now();
+    let (mut node, address) = super::suite::spawn_listening(&exe, &node_args).await?;
+    let url = format!("http://{address}");
+    let deadline = Instant::now() + std::time::Duration::from_secs(600);
+    while !client.get(format!("{url}/readyz")).send().await?.status().is_success() {
+        anyhow::ensure!(Instant::now() < deadline, "the node did not become ready within 600 s");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    let restored: serde_json::Value = client.get(format!("{url}/v1/ns/bench")).send().await?.json().await?;
+    let hashes = |v: &serde_json::Value| -> Vec<serde_json::Value> {
+        v["state"].as_array().into_iter().flatten().map(|p| p["state_hash"].clone()).collect()
+    };
+    anyhow::ensure!(hashes(&restored) == hashes(&expected), "restored state differs: {restored} vs {expected}");
+    terminate(&mut node).await?;
+    Ok(json!({ "records": args.records, "written_after_snapshot": after, "restore_and_catch_up_s": elapsed }))
+}
+
+/// The namespace view once every partition has applied its whole log (bounded wait).
+async fn caught_up(client: &reqwest::Client, url: &str) -> anyhow::Result<serde_json::Value> {
+    let deadline = Instant::now() + std::time::Duration::from_secs(300);
+    loop {
+        let view: serde_json::Value = client.get(format!("{url}/v1/ns/bench")).send().await?.json().await?;
+        if view["state"].as_array().is_some_and(|ps| ps.iter().all(|p| p["lag"] == 0)) {
+            return Ok(view);
+        }
+        anyhow::ensure!(Instant::now() < deadline, "the node did not catch up within 300 s");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}
+
+/// SIGTERM (a clean stop: stores flushed), bounded.
+async fn terminate(node: &mut tokio::process::Child) -> anyhow::Result<()> {
+    if let Some(pid) = node.id() {
+        std::process::Command::new("kill").arg(pid.to_string()).status()?;
+    }
+    tokio::time::timeout(std::time::Duration::from_secs(60), node.wait()).await??;
     Ok(())
 }
 
@@ -146,6 +233,10 @@ pub async fn run(args: SnapshotBenchArgs) -> anyhow::Result<()> {
             "fraction_of_full": fraction,
         },
     });
+    eprintln!("end to end: restore + catch-up of a node");
+    let end_to_end = restore_and_catch_up(&args, scratch.path()).await?;
+    let mut report = report;
+    report["end_to_end"] = end_to_end.clone();
     std::fs::write(args.out.join("snapshot.json"), serde_json::to_vec_pretty(&report)?)?;
     let mut md = String::from("| target | full snapshot s | full snapshot MB | chunks | restore s |\n|---|---:|---:|---:|---:|\n");
     for r in report["targets"].as_array().into_iter().flatten() {
@@ -165,6 +256,11 @@ pub async fn run(args: SnapshotBenchArgs) -> anyhow::Result<()> {
         incremental.chunks_uploaded,
         incremental.chunks,
         fraction * 100.0
+    ));
+    md.push_str(&format!(
+        "\nend to end (tern serve, embedded log): {} records, snapshot, {} more written, stores deleted, restart: \
+         ready after {:.2} s (restore + catch-up)\n",
+        end_to_end["records"], end_to_end["written_after_snapshot"], end_to_end["restore_and_catch_up_s"].as_f64().unwrap_or(0.0)
     ));
     std::fs::write(args.out.join("snapshot.md"), &md)?;
     print!("{md}");
