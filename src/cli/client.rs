@@ -275,12 +275,12 @@ pub async fn ns(a: NsArgs) -> anyhow::Result<()> {
                 for p in b["state"].as_array().into_iter().flatten() {
                     println!(
                         "{:>9} {:>10} {:>14} {:>14} {:>8}  {:<16} {}",
-                        p["partition"],
+                        p["partition"].to_string(),
                         p["status"].as_str().unwrap_or(""),
-                        p["applied_offset"],
-                        p["log_end_offset"],
-                        p["lag"],
-                        p["records"],
+                        p["applied_offset"].to_string(),
+                        p["log_end_offset"].to_string(),
+                        p["lag"].to_string(),
+                        p["records"].to_string(),
                         &p["state_hash"].as_str().unwrap_or("")[..16.min(p["state_hash"].as_str().unwrap_or("").len())]
                     );
                 }
@@ -335,10 +335,10 @@ pub async fn cluster(a: ClusterArgs) -> anyhow::Result<()> {
 #[derive(Args)]
 pub struct SnapshotArgs {
     /// Base URL of a Tern node.
-    #[arg(long, env = "TERN_URL", default_value = "http://127.0.0.1:7070")]
+    #[arg(long, env = "TERN_URL", default_value = "http://127.0.0.1:7070", global = true)]
     url: String,
     /// Print the API's JSON instead of human output.
-    #[arg(long)]
+    #[arg(long, global = true)]
     json: bool,
     #[command(subcommand)]
     action: SnapshotAction,
@@ -373,8 +373,8 @@ pub async fn snapshot(a: SnapshotArgs) -> anyhow::Result<()> {
                 for s in b["snapshots"].as_array().into_iter().flatten() {
                     println!(
                         "{:<24} {:>9} {:>14} {:>10} {:>8} {:>12} {:>12}",
-                        s["ns"].as_str().unwrap_or(""), s["partition"], s["applied_offset"], s["records"],
-                        s["chunks"], s["bytes_uploaded"], s["bytes_total"]
+                        s["ns"].as_str().unwrap_or(""), s["partition"].to_string(), s["applied_offset"].to_string(),
+                        s["records"].to_string(), s["chunks"].to_string(), s["bytes_uploaded"].to_string(), s["bytes_total"].to_string()
                     );
                 }
             });
@@ -384,7 +384,8 @@ pub async fn snapshot(a: SnapshotArgs) -> anyhow::Result<()> {
             print(&common, &answer, |b| {
                 println!("{:<24} {:>9} {:>14}  MANIFEST", "NAMESPACE", "PARTITION", "APPLIED");
                 for s in b["snapshots"].as_array().into_iter().flatten() {
-                    println!("{:<24} {:>9} {:>14}  {}", s["ns"].as_str().unwrap_or(""), s["partition"], s["applied_offset"], s["manifest"].as_str().unwrap_or(""));
+                    let (partition, applied) = (s["partition"].to_string(), s["applied_offset"].to_string());
+                    println!("{:<24} {:>9} {:>14}  {}", s["ns"].as_str().unwrap_or(""), partition, applied, s["manifest"].as_str().unwrap_or(""));
                 }
             });
         }
