@@ -25,6 +25,10 @@ pub struct Settings {
     pub gossip_interval_ms: u64,
     /// Object store URL for partition snapshots (`file:///dir`, `s3://bucket/prefix`, ...).
     pub snapshots: Option<String>,
+    /// Object store settings (object_store config keys, e.g. `aws_endpoint`,
+    /// `aws_region`, `aws_access_key_id`, `aws_secret_access_key`,
+    /// `aws_allow_http`); they override the standard AWS_* environment.
+    pub snapshot_options: std::collections::BTreeMap<String, String>,
     /// Whether this node writes snapshots (any node restores).
     pub snapshot_writer: bool,
     /// Longest time between two snapshots of a partition that changed.
@@ -89,6 +93,7 @@ impl Default for Settings {
             seeds: Vec::new(),
             gossip_interval_ms: 200,
             snapshots: None,
+            snapshot_options: std::collections::BTreeMap::new(),
             snapshot_writer: true,
             snapshot_interval_ms: 60_000,
             snapshot_entries: 100_000,

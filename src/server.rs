@@ -26,7 +26,10 @@ pub struct Options {
 pub async fn run(settings: Settings, options: Options) -> anyhow::Result<()> {
     settings.validate()?;
     let snapshots = match &settings.snapshots {
-        Some(url) => Some(Snapshots::open(url).map_err(|e| anyhow::anyhow!("snapshots at {url}: {e}"))?),
+        Some(url) => {
+            let options: Vec<(String, String)> = settings.snapshot_options.clone().into_iter().collect();
+            Some(Snapshots::open_with(url, &options).map_err(|e| anyhow::anyhow!("snapshots at {url}: {e}"))?)
+        }
         None => None,
     };
     let (log, embedded, kafka) = open_log(&settings).await?;

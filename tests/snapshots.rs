@@ -210,15 +210,20 @@ async fn snapshots_on_an_s3_server_restore_exactly_and_survive_the_server_stoppi
     let created = reqwest::Client::new().put(format!("{endpoint}/{bucket}")).send().await.unwrap();
     assert!(created.status().is_success(), "create bucket: {}", created.status());
     let proxy = Proxy::start(endpoint.trim_start_matches("http://").to_string()).await;
-    // SAFETY: set before any thread of this test binary reads the environment for S3.
-    unsafe {
-        std::env::set_var("AWS_ENDPOINT", format!("http://{}", proxy.address));
-        std::env::set_var("AWS_ALLOW_HTTP", "true");
-        std::env::set_var("AWS_REGION", "us-east-1");
-        std::env::set_var("AWS_ACCESS_KEY_ID", "test");
-        std::env::set_var("AWS_SECRET_ACCESS_KEY", "test");
-    }
-    let snapshots = Snapshots::open(&format!("s3://{bucket}/cluster-1")).unwrap();
+    // Endpoint and credentials from configuration (the environment is not used).
+    let options: Vec<(String, String)> = [
+        ("aws_endpoint", format!("http://{}", proxy.address)),
+        ("AWS_ALLOW_HTTP", "true".to_string()),
+        ("aws_region", "us-east-1".to_string()),
+        ("aws_access_key_id", "test".to_string()),
+        ("aws_secret_access_key", "test".to_string()),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v))
+    .collect();
+    let unknown = Snapshots::open_with("s3://b/p", &[("aws_no_such_key".to_string(), "1".to_string())]);
+    assert!(unknown.unwrap_err().to_string().contains("aws_no_such_key"), "an unknown option is an error");
+    let snapshots = Snapshots::open_with(&format!("s3://{bucket}/cluster-1"), &options).unwrap();
     let dir = tempfile::tempdir().unwrap();
     let store = PartitionStore::open(&dir.path().join("p.redb"), PARTITIONS, 8 << 20).unwrap();
     write(&store, 0..20_000, 0, "v1");

@@ -79,6 +79,9 @@ pub struct ServeArgs {
     pub snapshots: Option<String>,
     #[arg(long, env = "TERN_LOG_RETENTION_CHECK_MS")]
     pub log_retention_check_ms: Option<u64>,
+    /// Object store setting KEY=VALUE (repeatable), e.g. aws_endpoint=http://127.0.0.1:9000
+    #[arg(long = "snapshot-option", env = "TERN_SNAPSHOT_OPTIONS", value_delimiter = ',')]
+    pub snapshot_options: Vec<String>,
     #[arg(long, env = "TERN_SNAPSHOT_WRITER")]
     pub snapshot_writer: Option<bool>,
     #[arg(long, env = "TERN_SNAPSHOT_INTERVAL_MS")]
@@ -142,6 +145,12 @@ impl ServeArgs {
         take!(kafka_topic_prefix, kafka_replication_factor, kafka_min_insync_replicas, kafka_membership);
         take!(kafka_session_timeout_ms, gossip_interval_ms, kafka_linger_ms, kafka_fetch_wait_max_ms, kafka_fetch_min_bytes);
         take!(snapshot_writer, snapshot_interval_ms, snapshot_entries, snapshot_retain, log_retention_check_ms);
+        for option in &self.snapshot_options {
+            let (key, value) = option
+                .split_once('=')
+                .ok_or_else(|| anyhow::anyhow!("--snapshot-option takes KEY=VALUE, got {option:?}"))?;
+            s.snapshot_options.insert(key.to_string(), value.to_string());
+        }
         if self.gossip.is_some() {
             s.gossip = self.gossip.clone();
         }

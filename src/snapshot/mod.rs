@@ -98,6 +98,14 @@ impl Snapshots {
     /// `AWS_REGION`, `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`,
     /// `AWS_ALLOW_HTTP=true` for a plain-HTTP endpoint), and the crate's others.
     pub fn open(url: &str) -> Result<Snapshots, SnapshotError> {
+        Snapshots::open_with(url, &[])
+    }
+
+    /// Like `open`, with backend settings from configuration that override
+    /// the environment: object_store's config keys, e.g. `aws_endpoint`,
+    /// `aws_region`, `aws_access_key_id`, `aws_secret_access_key`,
+    /// `aws_allow_http` (case-insensitive). An unknown key is an error.
+    pub fn open_with(url: &str, options: &[(String, String)]) -> Result<Snapshots, SnapshotError> {
         let parsed = url::Url::parse(url).map_err(|e| store_error(format!("{url:?} is not a URL: {e}")))?;
         if parsed.scheme() == "file" {
             // object_store's local store needs the directory to exist.
@@ -108,9 +116,20 @@ impl Snapshots {
             // snapshot within seconds (the next attempt retries), never hangs it.
             // (These client options replace the ones `from_env` read, so
             // AWS_ALLOW_HTTP is carried over by hand.)
-            let allow_http = std::env::var("AWS_ALLOW_HTTP").is_ok_and(|v| v.eq_ignore_ascii_case("true"));
-            let store = object_store::aws::AmazonS3Builder::from_env()
-                .with_url(url)
+            let configured_allow_http =
+                options.iter().find(|(k, _)| k.eq_ignore_ascii_case("aws_allow_http")).map(|(_, v)| v.clone());
+            let allow_http = configured_allow_http
+                .or_else(|| std::env::var("AWS_ALLOW_HTTP").ok())
+                .is_some_and(|v| v.eq_ignore_ascii_case("true"));
+            let mut builder = object_store::aws::AmazonS3Builder::from_env().with_url(url);
+            for (key, value) in options {
+                let key: object_store::aws::AmazonS3ConfigKey = key
+                    .to_ascii_lowercase()
+                    .parse()
+                    .map_err(|e| store_error(format!("snapshot option {key:?}: {e}")))?;
+                builder = builder.with_config(key, value);
+            }
+            let store = builder
                 .with_retry(object_store::RetryConfig {
                     max_retries: S3_RETRIES_MAX,
                     retry_timeout: S3_RETRY_TIMEOUT,
@@ -127,8 +146,9 @@ impl Snapshots {
             let root = ObjectPath::from(parsed.path().trim_start_matches('/'));
             return Ok(Snapshots { store: Arc::new(store), root });
         }
-        let options: Vec<(String, String)> = std::env::vars().filter(|(k, _)| k.starts_with("AWS_")).collect();
-        let (store, root) = object_store::parse_url_opts(&parsed, options).map_err(store_error)?;
+        let mut all: Vec<(String, String)> = std::env::vars().filter(|(k, _)| k.starts_with("AWS_")).collect();
+        all.extend(options.iter().cloned());
+        let (store, root) = object_store::parse_url_opts(&parsed, all).map_err(store_error)?;
         Ok(Snapshots { store: Arc::from(store), root })
     }
 
