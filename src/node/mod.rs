@@ -226,6 +226,11 @@ impl Node {
 
     fn start_loop(&self, handle: &Arc<PartitionHandle>) {
         let mut loops = self.loops.lock();
+        // `stop_apply` drains the loops under this lock after setting shutdown:
+        // a loop started past that point would never be stopped.
+        if *self.shutdown.borrow() {
+            return;
+        }
         let previous = loops.remove(&handle.tp);
         assert!(previous.as_ref().is_none_or(|l| l.stop.is_none()), "a partition has at most one running apply loop");
         let (stop, stopped) = watch::channel(false);
