@@ -249,6 +249,9 @@ async fn snapshots_on_an_s3_server_restore_exactly_and_survive_the_server_stoppi
     proxy.stop();
     let failed = upload.await.unwrap();
     assert!(failed.is_err(), "the snapshot fails while S3 is down: {failed:?}");
+    // A restore meanwhile says the store is unreachable (bounded retries), not that no snapshot is valid.
+    let down = snapshots.restore("ns", 1, PARTITIONS, &dir.path().join("r-down.redb"), 8 << 20).await;
+    assert!(matches!(down, Err(SnapshotError::Store(_))), "{:?}", down.map(|(_, m)| m.applied_next));
     proxy.resume();
     // Its chunks are partly in S3, its manifest is not: it does not exist.
     let (_, manifest) = snapshots.restore("ns", 1, PARTITIONS, &dir.path().join("r2.redb"), 8 << 20).await.unwrap();

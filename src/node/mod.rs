@@ -98,6 +98,11 @@ pub struct Node {
 /// Whether another live member of this node's replica group serves a partition.
 pub type ServedElsewhere = Arc<dyn Fn(&TopicPartition) -> bool + Send + Sync>;
 
+/// Restoring from an unreachable object store: 6 attempts, 0.5 s doubling to 8 s (~23 s in all).
+const RESTORE_ATTEMPTS_MAX: u32 = 6;
+const RESTORE_RETRY_DELAY_MIN: Duration = Duration::from_millis(500);
+const RESTORE_RETRY_DELAY_MAX: Duration = Duration::from_secs(8);
+
 /// How often revoked partitions are checked for a completed hand-off.
 const HANDOFF_CHECK_INTERVAL: Duration = Duration::from_millis(250);
 
@@ -340,7 +345,20 @@ impl Node {
             }
         }
         let started = std::time::Instant::now();
-        match snapshots.restore(namespace, partition, partitions, path, self.config.store_cache_bytes).await {
+        let mut retry_delay = RESTORE_RETRY_DELAY_MIN;
+        let mut attempts = 1;
+        let restored = loop {
+            match snapshots.restore(namespace, partition, partitions, path, self.config.store_cache_bytes).await {
+                Err(crate::snapshot::SnapshotError::Store(e)) if attempts < RESTORE_ATTEMPTS_MAX => {
+                    tracing::warn!(ns = namespace, partition, error = %e, ?retry_delay, "object store unavailable; retrying the restore");
+                    tokio::time::sleep(retry_delay).await;
+                    retry_delay = (retry_delay * 2).min(RESTORE_RETRY_DELAY_MAX);
+                    attempts += 1;
+                }
+                other => break other,
+            }
+        };
+        match restored {
             Ok((store, manifest)) => {
                 tracing::info!(
                     ns = namespace, partition, applied_next = manifest.applied_next, records = manifest.record_count,

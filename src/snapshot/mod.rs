@@ -295,6 +295,9 @@ impl Snapshots {
         for (_, manifest_path) in self.list(namespace, partition).await? {
             match self.try_restore(&manifest_path, namespace, partition, partitions, path, cache_bytes).await {
                 Ok(restored) => return Ok(restored),
+                // The object store itself failed (unreachable, timed out): an older
+                // snapshot would fail alike; the caller decides whether to retry.
+                Err(e @ SnapshotError::Store(_)) => return Err(e),
                 Err(e) => {
                     tracing::error!(snapshot = %manifest_path, error = %e, "snapshot rejected; trying an older one");
                     crate::metrics::SNAPSHOT_REJECTED.inc();
