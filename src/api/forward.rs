@@ -231,7 +231,7 @@ pub async fn multi_get_remote(
         return Err(not_held(state, namespace, remote[0], from).into_response());
     }
     // Holder id -> (holder, indexes of the keys it answers).
-    let mut by_holder: std::collections::BTreeMap<String, (Member, Vec<usize>)> = std::collections::BTreeMap::new();
+    let mut by_holder: std::collections::BTreeMap<String, (std::sync::Arc<Member>, Vec<usize>)> = std::collections::BTreeMap::new();
     for &p in remote {
         let Some(holder) = state.cluster.holders(namespace, p).into_iter().next() else {
             return Err(no_holder(state, namespace, p).into_response());

@@ -19,7 +19,7 @@ use super::{body, keys, render, AppState};
 use crate::codec::{Condition, Mutation, Op, OpKind};
 use crate::limits;
 use crate::node::read::{await_consistency, Consistency};
-use crate::node::write::{write, WriteError};
+use crate::node::write::{needs_outcome, write, WriteError};
 use crate::node::Namespace;
 use crate::store::{Record, SkRange};
 
@@ -181,8 +181,7 @@ async fn delete(
 /// original version) needs a node that applies the partition: if this one
 /// does not, the whole request goes to a holder.
 fn needs_holder(namespace: &Namespace, partition: u32, mutation: &Mutation, wait_applied: bool) -> bool {
-    let needs_outcome = wait_applied || !mutation.write_id.is_empty() || mutation.ops.iter().any(|op| op.condition.is_some());
-    needs_outcome && !namespace.handle(partition).is_held()
+    needs_outcome(mutation, wait_applied) && !namespace.handle(partition).is_held()
 }
 
 /// The write id of a request: its `Idempotency-Key` (a retry with the same

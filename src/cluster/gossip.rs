@@ -44,7 +44,7 @@ pub struct Gossip {
 }
 
 impl Gossip {
-    pub async fn start(me: &SelfInfo, node: Arc<Node>, peers: Arc<RwLock<Vec<Member>>>, config: GossipConfig) -> anyhow::Result<Gossip> {
+    pub async fn start(me: &SelfInfo, node: Arc<Node>, peers: Arc<RwLock<Vec<Arc<Member>>>>, config: GossipConfig) -> anyhow::Result<Gossip> {
         // A restarted node is a new generation, so peers drop its old state.
         let generation = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?.as_millis() as u64;
         let chitchat_config = ChitchatConfig {
@@ -131,7 +131,7 @@ async fn publish(chitchat: Chitchat, node: std::sync::Weak<Node>, mut stop: watc
 async fn observe(
     mut live: watch::Receiver<BTreeMap<ChitchatId, NodeState>>,
     self_id: String,
-    peers: Arc<RwLock<Vec<Member>>>,
+    peers: Arc<RwLock<Vec<Arc<Member>>>>,
     mut stop: watch::Receiver<bool>,
 ) {
     let mut ever_seen: BTreeMap<String, Member> = BTreeMap::new();
@@ -155,7 +155,7 @@ async fn observe(
                 member.refused.clear();
             }
         }
-        *peers.write() = all;
+        *peers.write() = all.into_iter().map(Arc::new).collect();
         tokio::select! {
             changed = live.changed() => if changed.is_err() { return },
             _ = stop.changed() => return,

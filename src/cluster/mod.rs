@@ -65,7 +65,8 @@ pub struct Cluster {
     me: SelfInfo,
     node: Arc<Node>,
     /// Every other node gossip knows, refreshed by the gossip task.
-    peers: Arc<RwLock<Vec<Member>>>,
+    /// Shared members: routing a request clones pointers, not partition maps.
+    peers: Arc<RwLock<Vec<Arc<Member>>>>,
     gossip: Option<gossip::Gossip>,
 }
 
@@ -78,6 +79,7 @@ impl Cluster {
     /// A fixed view of the other nodes, without gossip: for tests and tools
     /// that need a given cluster map.
     pub fn with_peers(me: SelfInfo, node: Arc<Node>, peers: Vec<Member>) -> Arc<Cluster> {
+        let peers = peers.into_iter().map(Arc::new).collect();
         Arc::new(Cluster { me, node, peers: Arc::new(RwLock::new(peers)), gossip: None })
     }
 
@@ -96,7 +98,7 @@ impl Cluster {
     /// Every known node, this one first.
     pub fn members(&self) -> Vec<Member> {
         let mut members = vec![self.self_member()];
-        members.extend(self.peers.read().iter().cloned());
+        members.extend(self.peers.read().iter().map(|m| Member::clone(m)));
         members
     }
 
@@ -119,8 +121,8 @@ impl Cluster {
 
     /// The live peers that serve `partition` of `namespace`, best first: same
     /// region, then least lag. Empty when none is known.
-    pub fn holders(&self, namespace: &str, partition: u32) -> Vec<Member> {
-        let mut holders: Vec<(bool, u64, Member)> = self
+    pub fn holders(&self, namespace: &str, partition: u32) -> Vec<Arc<Member>> {
+        let mut holders: Vec<(bool, u64, Arc<Member>)> = self
             .peers
             .read()
             .iter()
@@ -160,7 +162,7 @@ pub fn refused_partitions(node: &Node) -> BTreeMap<String, BTreeMap<u32, String>
 }
 
 /// Whether a live peer of replica group `group` serves a partition (gossip's view).
-fn served_in_group(peers: Arc<RwLock<Vec<Member>>>, group: String) -> crate::node::ServedElsewhere {
+fn served_in_group(peers: Arc<RwLock<Vec<Arc<Member>>>>, group: String) -> crate::node::ServedElsewhere {
     Arc::new(move |tp| {
         peers.read().iter().any(|m| m.state == "live" && m.group == group && m.holds(&tp.topic, tp.partition).is_some())
     })

@@ -46,6 +46,13 @@ pub enum WriteError {
 }
 
 
+/// Whether the caller must learn what applying `mutation` decided: a
+/// condition, `wait=applied`, or a write id (a retry learns the original's
+/// version). Only a node that applies the partition can tell.
+pub fn needs_outcome(mutation: &Mutation, wait_applied: bool) -> bool {
+    wait_applied || !mutation.write_id.is_empty() || mutation.ops.iter().any(|op| op.condition.is_some())
+}
+
 pub async fn write(
     log: &dyn Log,
     namespace: &Namespace,
@@ -59,8 +66,7 @@ pub async fn write(
         return Err(WriteError::Refused { partition, reason });
     }
     debug_assert!(mutation.ops.iter().all(|op| namespace.partition_of(&op.pk) == partition));
-    let conditional = mutation.ops.iter().any(|op| op.condition.is_some());
-    let needs_outcome = wait_applied || conditional || !mutation.write_id.is_empty();
+    let needs_outcome = needs_outcome(mutation, wait_applied);
     // A writer that waits for its outcome here keeps the partition here until it has it.
     let _pin = match needs_outcome {
         true => Some(handle.pin().ok_or(WriteError::NotHeld { partition })?),

@@ -60,6 +60,12 @@ pub enum SnapshotError {
     NoneValid { namespace: String, partition: u32, tried: String },
 }
 
+impl From<crate::store::StoreError> for SnapshotError {
+    fn from(e: crate::store::StoreError) -> SnapshotError {
+        SnapshotError::Partition(e.to_string())
+    }
+}
+
 fn store_error(e: impl std::fmt::Display) -> SnapshotError {
     SnapshotError::Store(e.to_string())
 }
@@ -377,14 +383,10 @@ fn scan_chunks(reader: &StoreReader, sender: &tokio::sync::mpsc::Sender<(ChunkRe
         sender.blocking_send((chunk, Bytes::from(compressed))).map_err(|_| SnapshotError::Store("the uploader stopped".into()))
     };
     let mut chunker = Chunker::default();
-    reader
-        .scan_raw(|key, value| {
-            if let Some(raw) = chunker.push(key, value) {
-                send(raw).map_err(|e| crate::store::StoreError { path: String::new(), message: e.to_string() })?;
-            }
-            Ok(())
-        })
-        .map_err(|e| SnapshotError::Partition(e.to_string()))?;
+    reader.scan_raw(|key, value| match chunker.push(key, value) {
+        Some(raw) => send(raw),
+        None => Ok(()),
+    })?;
     if let Some(raw) = chunker.finish() {
         send(raw)?;
     }

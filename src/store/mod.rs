@@ -297,8 +297,7 @@ impl ApplyTxn<'_, '_> {
     pub fn put(&mut self, pk: &str, sk: &str, version: u64, value: &[u8]) -> Result<(), StoreError> {
         let key = key::encode(pk, sk);
         let stored = encode_value(version, value);
-        let path = self.path;
-        let error = |e: redb::StorageError| StoreError { path: path.display().to_string(), message: e.to_string() };
+        let error = storage_error(self.path);
         let old = self.records.insert(key.as_slice(), stored.as_slice()).map_err(&error)?;
         let old_hash = old.map(|old| {
             let (old_version, old_value) = decode_value(old.value());
@@ -314,8 +313,7 @@ impl ApplyTxn<'_, '_> {
 
     pub fn delete(&mut self, pk: &str, sk: &str) -> Result<(), StoreError> {
         let key = key::encode(pk, sk);
-        let path = self.path;
-        let error = |e: redb::StorageError| StoreError { path: path.display().to_string(), message: e.to_string() };
+        let error = storage_error(self.path);
         let old = self.records.remove(key.as_slice()).map_err(&error)?;
         let old_hash = old.map(|old| {
             let (old_version, old_value) = decode_value(old.value());
@@ -470,7 +468,8 @@ impl StoreReader {
 
     /// Every record in key order as stored: `(key encoding, [version][value])`.
     /// Snapshots copy these bytes as they are.
-    pub fn scan_raw(&self, mut visit: impl FnMut(&[u8], &[u8]) -> Result<(), StoreError>) -> Result<(), StoreError> {
+    /// The visitor's own error type passes through (store errors convert into it).
+    pub fn scan_raw<E: From<StoreError>>(&self, mut visit: impl FnMut(&[u8], &[u8]) -> Result<(), E>) -> Result<(), E> {
         let first_record = key::prefix_successor(&META_PREFIX).expect("meta prefix has a successor");
         for entry in self.table.range::<&[u8]>(first_record.as_slice()..).map_err(|e| self.error(e))? {
             let (k, v) = entry.map_err(|e| self.error(e))?;
