@@ -192,6 +192,34 @@ mod tests {
     use super::*;
 
     #[test]
+    fn cluster_kafka_and_snapshot_settings_are_checked() {
+        let bad = |change: fn(&mut Settings), needle: &str| {
+            let mut s = Settings::default();
+            change(&mut s);
+            let error = s.validate().unwrap_err().to_string();
+            assert!(error.contains(needle), "{error}");
+        };
+        bad(|s| s.kafka_membership = "sometimes".into(), "kafka_membership must be");
+        bad(|s| s.kafka_membership = "group".into(), "needs gossip");
+        bad(|s| s.kafka_session_timeout_ms = 10, "kafka_session_timeout_ms");
+        bad(|s| s.kafka_linger_ms = 5_000, "kafka_linger_ms");
+        bad(|s| s.kafka_fetch_wait_max_ms = 0, "kafka_fetch_wait_max_ms");
+        bad(|s| s.kafka_fetch_min_bytes = 0, "kafka_fetch_min_bytes");
+        bad(|s| s.gossip_interval_ms = 1, "gossip_interval_ms");
+        bad(|s| s.group = String::new(), "group must not be empty");
+        bad(|s| s.snapshot_interval_ms = 10, "snapshot_interval_ms");
+        bad(|s| s.snapshot_entries = 0, "snapshot_entries");
+        bad(|s| s.snapshot_retain = 0, "snapshot_retain");
+        bad(|s| s.log_retention_check_ms = 1, "log_retention_check_ms");
+        let mut s = Settings::default();
+        assert!(!s.kafka_group_membership(), "auto without gossip: hold every partition");
+        s.gossip = Some("127.0.0.1:7946".into());
+        assert!(s.kafka_group_membership(), "auto with gossip: join the replica group");
+        s.kafka_membership = "group".into();
+        s.validate().unwrap();
+    }
+
+    #[test]
     fn file_overrides_defaults_and_rejects_unknown_keys() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("tern.toml");

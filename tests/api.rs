@@ -433,3 +433,28 @@ async fn idempotency_key_applies_a_retried_write_once_even_across_a_restart() {
     let (_, metrics) = (0, t.client.get(format!("{}/metrics", t.url)).send().await.unwrap().text().await.unwrap());
     assert!(metrics.contains("tern_apply_duplicate_writes_total{namespace=\"default\"} 1"), "one duplicate since the restart");
 }
+
+#[tokio::test]
+async fn snapshot_admin_calls_refuse_bad_requests_precisely() {
+    let dir = tempfile::tempdir().unwrap();
+    let t = Tern::dev(dir.path()).await;
+    let post = |body: Value| t.client.post(format!("{}/v1/admin/snapshots", t.url)).json(&body);
+    let (status, body) = t.send(post(json!({"ns": "default", "partition": 16}))).await;
+    assert_eq!((status, error_code(&body)), (400, "invalid_partition"), "{body}");
+    let (status, body) = t.send(post(json!({"partition": 1}))).await;
+    assert_eq!((status, error_code(&body)), (400, "invalid_request"), "{body}");
+    let (status, body) = t.send(post(json!({"ns": "nope"}))).await;
+    assert_eq!((status, error_code(&body)), (404, "namespace_not_found"), "{body}");
+    let (status, body) = t.send(post(json!({"ns": "default", "extra": 1}))).await;
+    assert_eq!((status, error_code(&body)), (400, "invalid_request"), "{body}");
+    let (status, body) = t.send(post(json!({"ns": "default", "partition": 3}))).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["snapshots"].as_array().unwrap().len(), 1, "only the partition asked for: {body}");
+
+    // A node without a snapshot store says so.
+    let plain = tempfile::tempdir().unwrap();
+    let args = ["serve", "--listen", "127.0.0.1:0", "--data-dir", plain.path().to_str().unwrap(), "--namespace", "default:2"];
+    let t = Tern::spawn(&args, plain.path()).await;
+    let (status, body) = t.send(t.client.get(format!("{}/v1/admin/snapshots", t.url))).await;
+    assert_eq!((status, error_code(&body)), (409, "snapshots_not_configured"), "{body}");
+}
