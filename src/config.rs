@@ -78,6 +78,17 @@ pub struct Settings {
     /// Kafka log, `group` membership: how long the group waits for a silent
     /// member before moving its partitions to the others.
     pub kafka_session_timeout_ms: u64,
+    /// Subscriptions: events one subscriber's queue holds before it is
+    /// conflated (`mode=state`) or cancelled (`mode=log`).
+    pub watch_queue_events_max: usize,
+    /// Subscriptions: bytes one subscriber's queue holds (same consequences).
+    pub watch_queue_bytes_max: usize,
+    /// Subscriptions: how often an idle subscriber gets its advanced position (`progress`).
+    pub watch_progress_ms: u64,
+    /// Subscriptions: how often a quiet subscription gets a `keep-alive` event.
+    pub watch_keep_alive_ms: u64,
+    /// Subscriptions: most a node serves at once.
+    pub watch_subscribers_max: usize,
 }
 
 impl Default for Settings {
@@ -115,6 +126,11 @@ impl Default for Settings {
             kafka_linger_ms: 1,
             kafka_fetch_wait_max_ms: 2,
             kafka_fetch_min_bytes: 16 * 1024,
+            watch_queue_events_max: 4096,
+            watch_queue_bytes_max: 8 * 1024 * 1024,
+            watch_progress_ms: 2_000,
+            watch_keep_alive_ms: 15_000,
+            watch_subscribers_max: 100_000,
         }
     }
 }
@@ -178,6 +194,14 @@ impl Settings {
              requests for the ones it does not hold (set gossip, or use kafka_membership = assign)"
         );
         anyhow::ensure!((10..=10_000).contains(&self.gossip_interval_ms), "gossip_interval_ms must be 10..=10000");
+        anyhow::ensure!((1..=1_000_000).contains(&self.watch_queue_events_max), "watch_queue_events_max must be 1..=1000000");
+        anyhow::ensure!(
+            (64 * 1024..=1024 * 1024 * 1024).contains(&self.watch_queue_bytes_max),
+            "watch_queue_bytes_max must be 65536..=1073741824"
+        );
+        anyhow::ensure!((10..=600_000).contains(&self.watch_progress_ms), "watch_progress_ms must be 10..=600000");
+        anyhow::ensure!((100..=600_000).contains(&self.watch_keep_alive_ms), "watch_keep_alive_ms must be 100..=600000");
+        anyhow::ensure!((1..=10_000_000).contains(&self.watch_subscribers_max), "watch_subscribers_max must be 1..=10000000");
         anyhow::ensure!(
             self.log == "embedded" || self.log.strip_prefix("kafka://").is_some_and(|hosts| !hosts.is_empty()),
             "log must be `embedded` or kafka://HOST:PORT[,HOST:PORT], got {:?}",
@@ -211,6 +235,11 @@ mod tests {
         bad(|s| s.snapshot_entries = 0, "snapshot_entries");
         bad(|s| s.snapshot_retain = 0, "snapshot_retain");
         bad(|s| s.log_retention_check_ms = 1, "log_retention_check_ms");
+        bad(|s| s.watch_queue_events_max = 0, "watch_queue_events_max");
+        bad(|s| s.watch_queue_bytes_max = 10, "watch_queue_bytes_max");
+        bad(|s| s.watch_progress_ms = 0, "watch_progress_ms");
+        bad(|s| s.watch_keep_alive_ms = 1, "watch_keep_alive_ms");
+        bad(|s| s.watch_subscribers_max = 0, "watch_subscribers_max");
         let mut s = Settings::default();
         assert!(!s.kafka_group_membership(), "auto without gossip: hold every partition");
         s.gossip = Some("127.0.0.1:7946".into());
@@ -231,5 +260,17 @@ mod tests {
         s.validate().unwrap();
         std::fs::write(&path, "node_idd = \"x\"\n").unwrap();
         assert!(Settings::from_file(&path).unwrap_err().to_string().contains("node_idd"));
+    }
+}
+
+impl Settings {
+    /// The subscription settings as the node uses them.
+    pub fn watch_config(&self) -> crate::subscriptions::WatchConfig {
+        crate::subscriptions::WatchConfig {
+            queue: crate::subscriptions::QueueLimits { events_max: self.watch_queue_events_max, bytes_max: self.watch_queue_bytes_max },
+            progress_interval: std::time::Duration::from_millis(self.watch_progress_ms),
+            keep_alive_interval: std::time::Duration::from_millis(self.watch_keep_alive_ms),
+            subscribers_max: self.watch_subscribers_max,
+        }
     }
 }

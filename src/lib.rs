@@ -17,3 +17,4 @@ pub mod cli;
 pub mod config;
 pub mod server;
 pub mod snapshot;
+pub mod subscriptions;

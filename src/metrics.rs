@@ -171,3 +171,40 @@ pub fn render() -> String {
     prometheus::TextEncoder::new().encode(&prometheus::gather(), &mut out).expect("text encoding cannot fail");
     String::from_utf8(out).expect("prometheus text is UTF-8")
 }
+
+pub static WATCH_SUBSCRIBERS: LazyLock<prometheus::IntGauge> = LazyLock::new(|| {
+    prometheus::register_int_gauge!("tern_watch_subscribers", "Subscriptions (SSE and WebSocket) this node serves now")
+        .expect("metric registers")
+});
+
+pub static WATCH_RESETS: LazyLock<IntCounterVec> = LazyLock::new(|| {
+    register_int_counter_vec!(
+        "tern_watch_resets_total",
+        "Subscribers sent a reset (the full state) instead of the changes they missed, by reason",
+        &["reason"]
+    )
+    .expect("metric registers")
+});
+
+pub static WATCH_CANCELLED: LazyLock<IntCounterVec> = LazyLock::new(|| {
+    register_int_counter_vec!("tern_watch_cancelled_total", "Subscriptions the node ended, by reason", &["reason"])
+        .expect("metric registers")
+});
+
+pub static WATCH_CONFLATED_EVENTS: LazyLock<IntCounter> = LazyLock::new(|| {
+    register_int_counter!("tern_watch_conflated_events_total", "Events sent conflated (latest value per key) to slow state-mode subscribers")
+        .expect("metric registers")
+});
+
+pub static WATCH_REPLAYED_EVENTS: LazyLock<IntCounter> = LazyLock::new(|| {
+    register_int_counter!("tern_watch_replayed_events_total", "Events sent to resuming subscribers from the ring or the log")
+        .expect("metric registers")
+});
+
+pub static WATCH_DISPATCH_LOST: LazyLock<IntCounter> = LazyLock::new(|| {
+    register_int_counter!(
+        "tern_watch_dispatch_fell_behind_total",
+        "Times a partition's dispatcher fell a whole ring behind (its subscribers resynchronized)"
+    )
+    .expect("metric registers")
+});

@@ -43,6 +43,7 @@ pub async fn run(settings: Settings, options: Options) -> anyhow::Result<()> {
         },
         snapshots: snapshots.clone(),
         snapshot_retain: settings.snapshot_retain,
+        watch: settings.watch_config(),
     };
     let node = Node::start(node_config, log).await?;
     for (name, partitions) in &options.ensure_namespaces {

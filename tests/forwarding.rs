@@ -60,7 +60,7 @@ async fn serve(dir: &std::path::Path, peers: Vec<Member>) -> (String, Arc<Node>)
         log: EmbeddedLog::open(EmbeddedLogConfig::new(dir.join("log"))).unwrap(),
         assignment: tokio::sync::watch::Sender::new(Assignment::Only(BTreeSet::new())),
     };
-    let config = NodeConfig { data_dir: dir.join("node"), store_cache_bytes: 1 << 20, apply: Default::default(), snapshots: None, snapshot_retain: 3 };
+    let config = NodeConfig { data_dir: dir.join("node"), store_cache_bytes: 1 << 20, apply: Default::default(), snapshots: None, snapshot_retain: 3, watch: Default::default() };
     let node = Node::start(config, Arc::new(log)).await.unwrap();
     node.create_namespace("ns", 2).await.unwrap();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();

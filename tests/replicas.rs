@@ -21,6 +21,7 @@ fn node_config(dir: &std::path::Path, id: &str) -> NodeConfig {
         apply: ApplyConfig { fsync_interval: Duration::from_millis(50), ..ApplyConfig::default() },
         snapshots: None,
         snapshot_retain: 3,
+        watch: Default::default(),
     }
 }
 

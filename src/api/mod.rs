@@ -15,6 +15,8 @@ mod ops;
 mod params;
 mod records;
 mod render;
+pub mod watch;
+pub mod ws;
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -101,6 +103,8 @@ pub fn router(state: AppState) -> Router {
         )
         .route("/v1/ns/{ns}/get", post(timed("POST /v1/ns/{ns}/get", records::multi_get)))
         .route("/v1/ns/{ns}/batch", post(timed("POST /v1/ns/{ns}/batch", records::batch)))
+        .route("/v1/ns/{ns}/watch", get(watch::sse))
+        .route("/v1/ws", get(ws::upgrade))
         .route("/v1/cluster", get(timed("GET /v1/cluster", cluster::show)))
         .route(
             "/v1/admin/snapshots",

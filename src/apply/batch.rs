@@ -32,11 +32,18 @@ const WRITE_IDS_FORGOTTEN_PER_ENTRY_MAX: usize = 2;
 /// Applies `entries` (in increasing offset order, starting at or after the
 /// store's `applied_next`) inside `tx`, returning each outcome. Offsets may
 /// skip (Kafka transaction markers occupy offsets) but never repeat.
+///
+/// `on_applied(offset, mutation)` sees every mutation that applied, in order
+/// (subscriptions encode their events from it: decoded once, here). A
+/// mutation that decoded but did not apply is journaled in the store
+/// (`record_not_applied`), so a subscriber replaying the log later skips it
+/// exactly as this loop did.
 pub fn apply_entries(
     tx: &mut ApplyTxn,
     entries: &[LogRecord],
     partition: u32,
     partitions: u32,
+    on_applied: &mut dyn FnMut(u64, &Mutation),
 ) -> Result<Vec<(u64, Outcome)>, StoreError> {
     let mut outcomes = Vec::with_capacity(entries.len());
     for entry in entries {
@@ -48,14 +55,25 @@ pub fn apply_entries(
         );
         let outcome = match codec::decode(entry.payload.clone(), partition, partitions) {
             Err(malformed) => Outcome::Skipped(malformed),
-            Ok(mutation) if mutation.write_id.is_empty() => apply_mutation(tx, &mutation, entry.offset)?,
-            Ok(mutation) => apply_once(tx, &mutation, entry.offset)?,
+            Ok(mutation) => {
+                let outcome = if mutation.write_id.is_empty() {
+                    apply_mutation(tx, &mutation, entry.offset)?
+                } else {
+                    apply_once(tx, &mutation, entry.offset)?
+                };
+                match outcome {
+                    Outcome::Applied => on_applied(entry.offset, &mutation),
+                    _ => tx.record_not_applied(entry.offset)?,
+                }
+                outcome
+            }
         };
         tx.mark_applied(entry.offset, matches!(outcome, Outcome::Skipped(_)));
         outcomes.push((entry.offset, outcome));
     }
     if let Some(horizon) = tx.state().applied_next.checked_sub(WRITE_ID_WINDOW_OFFSETS) {
         tx.forget_write_ids_below(horizon, entries.len() * WRITE_IDS_FORGOTTEN_PER_ENTRY_MAX)?;
+        tx.forget_not_applied_below(horizon, entries.len() * WRITE_IDS_FORGOTTEN_PER_ENTRY_MAX)?;
     }
     Ok(outcomes)
 }
@@ -132,7 +150,7 @@ mod tests {
             entry_with_id(window, b"retry-me", vec![put("k", "", "4", None)]),
             entry_with_id(window + 1, b"retry-me", vec![put("k", "", "5", None)]),
         ];
-        let outcomes = store.apply(false, |tx| apply_entries(tx, &entries, 0, 1)).unwrap();
+        let outcomes = store.apply(false, |tx| apply_entries(tx, &entries, 0, 1, &mut |_, _| {})).unwrap();
         let failed = Outcome::ConditionFailed { op_index: 0, current_version: Some(0) };
         assert_eq!(outcomes[0].1, Outcome::Applied);
         assert_eq!(outcomes[1].1, Outcome::Duplicate { of: 0, original: Box::new(Outcome::Applied) });
@@ -147,7 +165,7 @@ mod tests {
         assert_eq!((seen(b"cas"), seen(b"retry-me")), (Some(2), Some(window)));
         // Once the partition moves a window past them, both are forgotten.
         let later = vec![entry(2 * window + 10, vec![put("other", "", "1", None)])];
-        store.apply(false, |tx| apply_entries(tx, &later, 0, 1)).unwrap();
+        store.apply(false, |tx| apply_entries(tx, &later, 0, 1, &mut |_, _| {})).unwrap();
         assert_eq!((seen(b"cas"), seen(b"retry-me")), (None, None));
     }
 
@@ -172,7 +190,7 @@ mod tests {
             LogRecord { offset: 3, payload: Bytes::from_static(b"\xff\xff garbage") },
             entry(4, vec![Op { pk: "k".into(), sk: "a".into(), kind: OpKind::Delete, condition: Some(Condition::IfVersion(2)) }]),
         ];
-        let outcomes = store.apply(false, |tx| apply_entries(tx, &entries, 0, 1)).unwrap();
+        let outcomes = store.apply(false, |tx| apply_entries(tx, &entries, 0, 1, &mut |_, _| {})).unwrap();
         assert_eq!(outcomes[0].1, Outcome::Applied);
         assert_eq!(outcomes[1].1, Outcome::ConditionFailed { op_index: 1, current_version: Some(0) });
         assert_eq!(outcomes[2].1, Outcome::Applied);
@@ -194,7 +212,7 @@ mod tests {
             let store = PartitionStore::open(&dir.path().join("p"), 1, 1 << 20).unwrap();
             let mut start = 0;
             for &len in chunks {
-                store.apply(false, |tx| apply_entries(tx, &entries[start..start + len], 0, 1)).unwrap();
+                store.apply(false, |tx| apply_entries(tx, &entries[start..start + len], 0, 1, &mut |_, _| {})).unwrap();
                 start += len;
             }
             store.read().unwrap().state().unwrap().state_hash

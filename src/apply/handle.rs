@@ -66,6 +66,8 @@ pub struct PartitionHandle {
     pub(crate) log_end_gauge: IntGauge,
     pub(crate) lag_gauge: IntGauge,
     refused_gauge: IntGauge,
+    /// Recent events and the subscribers of this partition.
+    pub feed: Arc<crate::subscriptions::feed::PartitionFeed>,
 }
 
 /// How many recent outcomes each partition remembers for waiting writers.
@@ -89,6 +91,7 @@ impl PartitionHandle {
             log_end_gauge: metrics::PARTITION_LOG_END_OFFSET.with_label_values(&labels),
             lag_gauge: metrics::PARTITION_LAG.with_label_values(&labels),
             refused_gauge: metrics::PARTITION_REFUSED.with_label_values(&labels),
+            feed: Arc::new(crate::subscriptions::feed::PartitionFeed::new(partition, applied_next)),
         };
         handle.applied_offset_gauge.set(applied_next as i64 - 1);
         handle.refused_gauge.set(0);

@@ -201,10 +201,11 @@ async fn apply(handle: &Arc<PartitionHandle>, entries: Vec<crate::log::LogRecord
         Ok(commit_batch(handle, &entries, durable))
     };
     match result {
-        Ok(Ok((outcomes, applied_next))) => {
+        Ok(Ok((outcomes, applied_next, events))) => {
             metrics::APPLY_BATCH_ENTRIES.observe(count as f64);
             record_outcome_metrics(handle, &outcomes);
             handle.publish(outcomes, applied_next);
+            handle.feed.append(events, applied_next);
             true
         }
         Ok(Err(e)) => {
@@ -218,13 +219,19 @@ async fn apply(handle: &Arc<PartitionHandle>, entries: Vec<crate::log::LogRecord
     }
 }
 
-type Applied = (Vec<(u64, outcome::Outcome)>, u64);
+/// A committed batch: each entry's outcome, the applied offset reached, and
+/// the change events for subscribers (encoded once, here).
+type Applied = (Vec<(u64, outcome::Outcome)>, u64, Vec<Arc<crate::subscriptions::event::Event>>);
 
 fn commit_batch(handle: &PartitionHandle, entries: &[crate::log::LogRecord], durable: bool) -> Result<Applied, crate::store::StoreError> {
     let started = Instant::now();
     let result = handle.store().apply(durable, |tx| {
-        let outcomes = batch::apply_entries(tx, entries, handle.partition, handle.partitions)?;
-        Ok((outcomes, tx.state().applied_next))
+        let mut events = Vec::new();
+        let partition = handle.partition;
+        let outcomes = batch::apply_entries(tx, entries, partition, handle.partitions, &mut |offset, mutation| {
+            events.extend(crate::subscriptions::event::Event::of_mutation(partition, offset, mutation));
+        })?;
+        Ok((outcomes, tx.state().applied_next, events))
     });
     if durable {
         metrics::STORE_FSYNC_SECONDS.observe(started.elapsed().as_secs_f64());

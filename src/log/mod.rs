@@ -126,6 +126,13 @@ pub trait Log: Send + Sync + 'static {
     /// Opens a reader of `tp` positioned at `from`.
     async fn reader(&self, tp: &TopicPartition, from: u64) -> Result<Box<dyn LogReader>, LogError>;
 
+    /// Opens a reader of `tp` at `from` for a one-off look at history (a
+    /// subscriber resuming), independent of the apply loop's reader.
+    /// Default: `reader`, for logs whose readers are independent already.
+    async fn history_reader(&self, tp: &TopicPartition, from: u64) -> Result<Box<dyn LogReader>, LogError> {
+        self.reader(tp, from).await
+    }
+
     /// Tells the log that local consumers no longer need entries of `tp`
     /// below `offset` (their state is durable past it). Retention never
     /// deletes an entry at or above it.

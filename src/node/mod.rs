@@ -39,6 +39,8 @@ pub struct NodeConfig {
     pub snapshots: Option<crate::snapshot::Snapshots>,
     /// Snapshots kept per partition when this node takes one.
     pub snapshot_retain: usize,
+    /// Subscription bounds and intervals.
+    pub watch: crate::subscriptions::WatchConfig,
 }
 
 /// A namespace as this node holds it.
@@ -93,6 +95,8 @@ pub struct Node {
     served_elsewhere: RwLock<Option<ServedElsewhere>>,
     /// Revoked partitions this node keeps serving until another member serves them.
     handing_off: Mutex<std::collections::HashSet<TopicPartition>>,
+    /// Subscription ids and the bound on their number.
+    pub subscriptions: crate::subscriptions::Subscriptions,
 }
 
 /// Whether another live member of this node's replica group serves a partition.
@@ -132,6 +136,7 @@ impl Node {
             loops: Mutex::new(HashMap::new()),
             served_elsewhere: RwLock::new(None),
             handing_off: Mutex::new(std::collections::HashSet::new()),
+            subscriptions: Default::default(),
         });
         node.discover_namespaces().await?;
         let weak = Arc::downgrade(&node);

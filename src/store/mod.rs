@@ -45,6 +45,13 @@ const META_PREFIX: [u8; 2] = [0, 0];
 const META_WRITE_ID: &[u8] = b"\0\0w";
 /// `\0\0x<offset u64 BE><write id>` -> empty: the same, by offset, for eviction.
 const META_WRITE_ID_BY_OFFSET: &[u8] = b"\0\0x";
+/// `\0\0n<offset u64 BE>` -> empty: a mutation at this offset decoded but did
+/// not apply (a failed condition, a duplicate write id). Subscribers replaying
+/// the log read this to skip it exactly as the apply loop did.
+const META_NOT_APPLIED: &[u8] = b"\0\0n";
+/// The lowest offset the not-applied journal covers: where this store began
+/// applying (0, a restored snapshot's offset, or the offset at upgrade).
+const META_JOURNAL_FROM: &[u8] = b"\0\0journal_from";
 
 fn meta_u64(table: &impl ReadableTable<&'static [u8], &'static [u8]>, key: &[u8]) -> Result<u64, redb::StorageError> {
     Ok(table.get(key)?.map_or(0, |g| u64::from_le_bytes(g.value().try_into().expect("meta values are 8 bytes"))))
@@ -132,6 +139,10 @@ impl PartitionStore {
                         "belongs to a namespace of {p} partitions, not {partitions}; move it away to rebuild from the log"
                     )))
                 }
+            }
+            if meta.get(META_JOURNAL_FROM).map_err(|e| err(e.to_string()))?.is_none() {
+                let applied_next = read_state(&meta).map_err(|e| err(e.to_string()))?.applied_next;
+                meta.insert(META_JOURNAL_FROM, applied_next.to_le_bytes().as_slice()).map_err(|e| err(e.to_string()))?;
             }
         }
         txn.commit().map_err(|e| err(e.to_string()))?;
@@ -252,6 +263,8 @@ impl PartitionStore {
                     previous = Some(key);
                 }
                 tx.state.applied_next = state.applied_next;
+                // Outcomes below the snapshot are not known here.
+                tx.records.insert(META_JOURNAL_FROM, state.applied_next.to_le_bytes().as_slice()).map_err(&error)?;
                 tx.state.applied_entries = state.applied_entries;
                 tx.state.skipped_entries = state.skipped_entries;
                 Ok(tx.state.state_hash)
@@ -374,6 +387,27 @@ impl ApplyTxn<'_, '_> {
         Ok(expired.len())
     }
 
+    /// Journals that the mutation at `offset` decoded but did not apply.
+    pub fn record_not_applied(&mut self, offset: u64) -> Result<(), StoreError> {
+        let key = [META_NOT_APPLIED, &offset.to_be_bytes()[..]].concat();
+        self.records.insert(key.as_slice(), &[][..]).map_err(storage_error(self.path))?;
+        Ok(())
+    }
+
+    /// Forgets up to `count_max` not-applied marks below `offset`, oldest first.
+    pub fn forget_not_applied_below(&mut self, offset: u64, count_max: usize) -> Result<usize, StoreError> {
+        let start = META_NOT_APPLIED.to_vec();
+        let end = [META_NOT_APPLIED, &offset.to_be_bytes()[..]].concat();
+        let mut expired: Vec<Vec<u8>> = Vec::new();
+        for entry in self.records.range::<&[u8]>(start.as_slice()..end.as_slice()).map_err(|e| self.error(e))?.take(count_max) {
+            expired.push(entry.map_err(|e| self.error(e))?.0.value().to_vec());
+        }
+        for key in &expired {
+            self.records.remove(key.as_slice()).map_err(storage_error(self.path))?;
+        }
+        Ok(expired.len())
+    }
+
     /// Marks log entry `offset` applied (or skipped). Offsets only move forward.
     pub fn mark_applied(&mut self, offset: u64, skipped: bool) {
         assert!(
@@ -427,6 +461,48 @@ impl StoreReader {
             visit(version, value);
         })
         .is_some())
+    }
+
+    /// The lowest offset whose outcome the not-applied journal knows.
+    pub fn journal_from(&self) -> Result<u64, StoreError> {
+        meta_u64(&self.table, META_JOURNAL_FROM).map_err(|e| self.error(e))
+    }
+
+    /// Offsets in `[from, to)` whose mutations decoded but did not apply.
+    pub fn not_applied_in(&self, from: u64, to: u64) -> Result<std::collections::BTreeSet<u64>, StoreError> {
+        let start = [META_NOT_APPLIED, &from.to_be_bytes()[..]].concat();
+        let end = [META_NOT_APPLIED, &to.to_be_bytes()[..]].concat();
+        let mut out = std::collections::BTreeSet::new();
+        if from >= to {
+            return Ok(out);
+        }
+        for entry in self.table.range::<&[u8]>(start.as_slice()..end.as_slice()).map_err(|e| self.error(e))? {
+            let key = entry.map_err(|e| self.error(e))?.0.value().to_vec();
+            out.insert(u64::from_be_bytes(key[META_NOT_APPLIED.len()..].try_into().expect("journal keys end with an offset")));
+        }
+        Ok(out)
+    }
+
+    /// Up to `limit` records with keys after `after` (all records when
+    /// `None`), in key order, plus whether more follow: a namespace-wide
+    /// subscription's snapshot, page by page.
+    pub fn scan_page(&self, after: Option<&[u8]>, limit: usize) -> Result<(Vec<(Vec<u8>, Record)>, bool), StoreError> {
+        let first_record = key::prefix_successor(&META_PREFIX).expect("meta prefix has a successor");
+        let lower = match after {
+            Some(key) => std::ops::Bound::Excluded(key),
+            None => std::ops::Bound::Included(first_record.as_slice()),
+        };
+        let mut out = Vec::with_capacity(limit.min(1024));
+        for entry in self.table.range::<&[u8]>((lower, std::ops::Bound::Unbounded)).map_err(|e| self.error(e))? {
+            let (k, v) = entry.map_err(|e| self.error(e))?;
+            if out.len() == limit {
+                return Ok((out, true));
+            }
+            let (pk, sk) = key::decode(k.value());
+            let (version, value) = decode_value(v.value());
+            out.push((k.value().to_vec(), Record { pk, sk, version, value: value.to_vec() }));
+        }
+        Ok((out, false))
     }
 
     /// Up to `limit` records of `pk` within `range`, plus whether more follow.

@@ -90,7 +90,15 @@ struct Inner {
     consumer: Arc<StreamConsumer>,
     /// Set with `Membership::Group`.
     group: Option<group::GroupMember>,
+    /// The client settings every Kafka client of this node shares.
+    base: ClientConfig,
+    /// Bounds the short-lived consumers of `history_reader` (each is a
+    /// librdkafka client with threads of its own).
+    history_slots: Arc<tokio::sync::Semaphore>,
 }
+
+/// Most history readers (subscribers replaying the log) open at once.
+const HISTORY_READERS_MAX: usize = 4;
 
 /// The Kafka log. Cheap to clone.
 #[derive(Clone)]
@@ -158,7 +166,8 @@ impl KafkaLog {
                 Some(group::GroupMember::start(&base, &config.topic_prefix, group, instance_id, *session_timeout)?)
             }
         };
-        Ok(KafkaLog { inner: Arc::new(Inner { config, producer, admin, consumer, group }) })
+        let history_slots = Arc::new(tokio::sync::Semaphore::new(HISTORY_READERS_MAX));
+        Ok(KafkaLog { inner: Arc::new(Inner { config, producer, admin, consumer, group, base, history_slots }) })
     }
 
     fn topic_name(&self, namespace: &str) -> String {
@@ -286,6 +295,26 @@ impl Log for KafkaLog {
     async fn reader(&self, tp: &TopicPartition, from: u64) -> Result<Box<dyn LogReader>, LogError> {
         let topic = self.topic_name(&tp.topic);
         Ok(Box::new(reader::KafkaReader::open(&self.inner.consumer, tp.clone(), &topic, from)?))
+    }
+
+    /// A consumer of its own (assign mode, no commits) for one subscriber's
+    /// look at history, so the apply loop's reader is never disturbed.
+    async fn history_reader(&self, tp: &TopicPartition, from: u64) -> Result<Box<dyn LogReader>, LogError> {
+        let permit = self.inner.history_slots.clone().acquire_owned().await.map_err(|_| LogError::Closed)?;
+        let consumer: StreamConsumer = self
+            .inner
+            .base
+            .clone()
+            .set("group.id", format!("{}history.{}", self.inner.config.topic_prefix, self.inner.config.client_id))
+            .set("enable.auto.commit", "false")
+            .set("enable.auto.offset.store", "false")
+            .set("auto.offset.reset", "error")
+            .set("enable.partition.eof", "false")
+            .create()
+            .map_err(unavailable)?;
+        let topic = self.topic_name(&tp.topic);
+        let reader = reader::KafkaReader::open(&Arc::new(consumer), tp.clone(), &topic, from)?;
+        Ok(Box::new(reader::HistoryReader { reader, _permit: permit }))
     }
 
     /// Called after the partition's store became durable below `offset`:

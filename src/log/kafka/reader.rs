@@ -103,3 +103,17 @@ impl Drop for KafkaReader {
         }
     }
 }
+
+/// A reader on a consumer of its own, holding one of the log's bounded
+/// history slots while it lives.
+pub struct HistoryReader {
+    pub reader: KafkaReader,
+    pub _permit: tokio::sync::OwnedSemaphorePermit,
+}
+
+#[async_trait]
+impl LogReader for HistoryReader {
+    async fn next_batch(&mut self, records_max: usize, wait: Duration) -> Result<Vec<LogRecord>, LogError> {
+        self.reader.next_batch(records_max, wait).await
+    }
+}

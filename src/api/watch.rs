@@ -1,0 +1,173 @@
+//! Subscriptions over Server-Sent Events: `GET /v1/ns/{ns}/watch`.
+//!
+//! Query: `pk` (one pk; omit for the whole namespace), `prefix` (an sk
+//! prefix of that pk) or `sk` (one record), `from` (`now`, a position, or
+//! `snapshot`; default `now`), `mode` (`state`, default, or `log`). A
+//! `Last-Event-ID` header (what browsers send when they reconnect) takes the
+//! place of `from`.
+//!
+//! The stream (each event ends with a blank line):
+//! - `event: put` / `event: delete`, `id: <position after it>`,
+//!   `data: {"pk","sk","value","version"}` (`value` is null for a delete);
+//! - `event: snapshot` (asked for) or `event: reset` (history gone, or a
+//!   slow subscriber), `data: {"position","reason"}`: the full state of what
+//!   is watched follows as `put` events without ids, closed by
+//!   `event: synced` with `id:` and `data: {"position"}`;
+//! - `event: progress`, `id:`, `data: {"position"}`: nothing you watch
+//!   changed up to this position;
+//! - `event: keep-alive`, `data: null`;
+//! - `event: cancel`, `data: {"reason","position","message"}`: the server
+//!   ends the subscription (`slow_consumer` in `mode=log`); resume from
+//!   `position`.
+
+use std::convert::Infallible;
+
+use axum::extract::{Path, RawQuery, State};
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+
+use super::error::ApiError;
+use super::params::Params;
+use super::AppState;
+use crate::limits;
+use crate::subscriptions::{self, Cursor, Filter, Message, Mode, WatchError};
+
+/// What a watch asks for, from query parameters or a WebSocket `sub`.
+pub struct WatchRequest {
+    pub filter: Filter,
+    pub from: subscriptions::From,
+    pub mode: Mode,
+}
+
+impl WatchRequest {
+    pub fn parse(
+        pk: Option<&str>,
+        prefix: Option<&str>,
+        sk: Option<&str>,
+        from: Option<&str>,
+        mode: Option<&str>,
+    ) -> Result<WatchRequest, ApiError> {
+        let filter = match (pk, prefix, sk) {
+            (None, None, None) => Filter::Namespace,
+            (None, _, _) => {
+                return Err(ApiError::bad_request("invalid_parameter", "prefix and sk need pk: they select records of one pk"))
+            }
+            (Some(_), Some(_), Some(_)) => {
+                return Err(ApiError::bad_request("invalid_parameter", "give prefix or sk, not both"))
+            }
+            (Some(pk), prefix, sk) => {
+                limits::check_pk(pk)?;
+                match (prefix, sk) {
+                    (Some(prefix), None) => {
+                        limits::check_sk(prefix)?;
+                        Filter::Prefix { pk: pk.to_string(), prefix: prefix.to_string() }
+                    }
+                    (None, Some(sk)) => {
+                        limits::check_sk(sk)?;
+                        Filter::Record { pk: pk.to_string(), sk: sk.to_string() }
+                    }
+                    _ => Filter::Pk { pk: pk.to_string() },
+                }
+            }
+        };
+        let from = match from {
+            None | Some("now") => subscriptions::From::Now,
+            Some("snapshot") => subscriptions::From::Snapshot,
+            Some(position) => subscriptions::From::Cursor(
+                Cursor::parse(position).map_err(|e| ApiError::bad_request("invalid_position", e.to_string()))?,
+            ),
+        };
+        let mode = match mode {
+            None | Some("state") => Mode::State,
+            Some("log") => Mode::Log,
+            Some(other) => {
+                return Err(ApiError::bad_request("invalid_parameter", format!("mode must be state or log, got {other:?}")))
+            }
+        };
+        Ok(WatchRequest { filter, from, mode })
+    }
+}
+
+impl From<WatchError> for ApiError {
+    fn from(e: WatchError) -> ApiError {
+        let message = e.to_string();
+        match e {
+            WatchError::NamespaceNotFound(ns) => ApiError::unknown_namespace(&ns),
+            WatchError::InvalidPosition(_) => ApiError::bad_request("invalid_position", message),
+            WatchError::Unavailable(_) => ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "partition_unavailable", message),
+            WatchError::NotHeld { partition } => {
+                ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "not_held", message).with("partition", partition)
+            }
+            WatchError::TooMany { .. } => ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "too_many_subscribers", message),
+        }
+    }
+}
+
+pub async fn sse(
+    State(app): State<AppState>,
+    Path(ns): Path<String>,
+    RawQuery(query): RawQuery,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let params = Params::parse(query.as_deref(), &["pk", "prefix", "sk", "from", "mode"])?;
+    let last_event_id = match headers.get("last-event-id") {
+        Some(value) => Some(
+            value
+                .to_str()
+                .map_err(|_| ApiError::bad_request("invalid_position", "Last-Event-ID is not a position (not visible ASCII)"))?,
+        ),
+        None => None,
+    };
+    let from = last_event_id.filter(|id| !id.is_empty()).or(params.str("from"));
+    let request = WatchRequest::parse(params.str("pk"), params.str("prefix"), params.str("sk"), from, params.str("mode"))?;
+    let (session, start, mut messages) = subscriptions::open(&app.node, &ns, request.filter, request.from, request.mode)?;
+    tokio::spawn(session.run(start));
+    // The body ends when the session does (its sender drops); a client that
+    // goes away drops the body, which ends the session.
+    let first = futures::stream::once(async { Ok::<Bytes, Infallible>(Bytes::from_static(b"retry: 1000\n\n")) });
+    let rest = futures::stream::poll_fn(move |cx| messages.poll_recv(cx).map(|m| m.map(|m| Ok(sse_bytes(&m)))));
+    let body = axum::body::Body::from_stream(futures::StreamExt::chain(first, rest));
+    Ok((
+        [(header::CONTENT_TYPE, "text/event-stream"), (header::CACHE_CONTROL, "no-cache"), (header::HeaderName::from_static("x-accel-buffering"), "no")],
+        body,
+    )
+        .into_response())
+}
+
+/// One message in SSE form.
+pub fn sse_bytes(message: &Message) -> Bytes {
+    let mut out = Vec::with_capacity(128);
+    match message {
+        Message::Change { event, id } => {
+            out.extend_from_slice(b"event: ");
+            out.extend_from_slice(event.kind.name().as_bytes());
+            if let Some(id) = id {
+                out.extend_from_slice(b"\nid: ");
+                out.extend_from_slice(id.as_bytes());
+            }
+            out.extend_from_slice(b"\ndata: ");
+            out.extend_from_slice(&event.data);
+        }
+        Message::Begin { position, reason } => {
+            let name = if *reason == "snapshot" { "snapshot" } else { "reset" };
+            let data = serde_json::json!({ "position": position, "reason": reason });
+            out.extend_from_slice(format!("event: {name}\ndata: {data}").as_bytes());
+        }
+        Message::Synced { position } => {
+            let data = serde_json::json!({ "position": position });
+            out.extend_from_slice(format!("event: synced\nid: {position}\ndata: {data}").as_bytes());
+        }
+        Message::Progress { position } => {
+            let data = serde_json::json!({ "position": position });
+            out.extend_from_slice(format!("event: progress\nid: {position}\ndata: {data}").as_bytes());
+        }
+        Message::KeepAlive => out.extend_from_slice(b"event: keep-alive\ndata: null"),
+        Message::Cancel { reason, position, message } => {
+            let data = serde_json::json!({ "reason": reason, "position": position, "message": message });
+            out.extend_from_slice(format!("event: cancel\ndata: {data}").as_bytes());
+        }
+    }
+    out.extend_from_slice(b"\n\n");
+    Bytes::from(out)
+}

@@ -1,0 +1,196 @@
+//! Subscriptions over WebSocket: `GET /v1/ws`, many on one connection.
+//!
+//! Client messages (JSON text frames):
+//! - `{"type":"sub","id":"c1","ns":"default","pk"?,"prefix"?,"sk"?,"from"?,"mode"?}`
+//!   (the fields mean what the SSE query parameters mean; `id` is the
+//!   client's name for the subscription, 1-128 characters, unique on the
+//!   connection);
+//! - `{"type":"unsub","id":"c1"}`.
+//!
+//! Server messages, each naming the subscription in `id`:
+//! `subscribed`; `put` / `delete` (`pk, sk, value, version`, `position` =
+//! the cursor after it, absent inside a snapshot or conflated run);
+//! `snapshot` / `reset` (`position`, `reason`) then puts, then `synced`
+//! (`position`); `progress` (`position`); `keep-alive`; `cancel` (`reason`,
+//! `position`, `message`); `unsubscribed`; `error` (`error: {code, message}`:
+//! a bad request, the connection stays open).
+
+use std::collections::HashMap;
+
+use axum::extract::ws::{Message as WsMessage, Utf8Bytes, WebSocket, WebSocketUpgrade};
+use axum::extract::State;
+use axum::response::Response;
+use futures::{SinkExt, StreamExt};
+use serde::Deserialize;
+use serde_json::json;
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+
+use super::error::ApiError;
+use super::watch::WatchRequest;
+use super::AppState;
+use crate::subscriptions::{self, Message};
+
+/// Most subscriptions on one connection.
+pub const SUBSCRIPTIONS_PER_CONNECTION_MAX: usize = 1000;
+/// Largest client message: subscriptions are small.
+const CLIENT_MESSAGE_BYTES_MAX: usize = 64 * 1024;
+/// Messages waiting for the socket, all subscriptions together.
+const OUTBOUND_MESSAGES_MAX: usize = 256;
+const SUBSCRIPTION_ID_CHARS_MAX: usize = 128;
+
+pub async fn upgrade(State(app): State<AppState>, ws: WebSocketUpgrade) -> Response {
+    ws.max_message_size(CLIENT_MESSAGE_BYTES_MAX).on_upgrade(move |socket| serve(app, socket))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Sub {
+    id: String,
+    ns: String,
+    pk: Option<String>,
+    prefix: Option<String>,
+    sk: Option<String>,
+    from: Option<String>,
+    mode: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(tag = "type", rename_all = "lowercase")]
+enum ClientMessage {
+    Sub(Sub),
+    Unsub { id: String },
+}
+
+struct Running {
+    session: JoinHandle<()>,
+    forward: JoinHandle<()>,
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.session.abort();
+        self.forward.abort();
+    }
+}
+
+async fn serve(app: AppState, socket: WebSocket) {
+    let (mut sink, mut stream) = socket.split();
+    let (outbound, mut pending) = mpsc::channel::<Utf8Bytes>(OUTBOUND_MESSAGES_MAX);
+    let writer = tokio::spawn(async move {
+        while let Some(text) = pending.recv().await {
+            if sink.send(WsMessage::Text(text)).await.is_err() {
+                return;
+            }
+        }
+    });
+    let mut running: HashMap<String, Running> = HashMap::new();
+    while let Some(Ok(frame)) = stream.next().await {
+        let text = match frame {
+            WsMessage::Text(text) => text,
+            WsMessage::Close(_) => break,
+            WsMessage::Binary(_) => {
+                let _ = outbound.send(error_text(None, &ApiError::bad_request("invalid_message", "send JSON text frames"))).await;
+                continue;
+            }
+            _ => continue,
+        };
+        running.retain(|_, r| !r.forward.is_finished());
+        match serde_json::from_str::<ClientMessage>(&text) {
+            Err(e) => {
+                let error = ApiError::bad_request("invalid_message", format!("not a sub or unsub message: {e}"));
+                let _ = outbound.send(error_text(None, &error)).await;
+            }
+            Ok(ClientMessage::Unsub { id }) => {
+                let known = running.remove(&id).is_some();
+                let reply = if known {
+                    json!({"type": "unsubscribed", "id": id}).to_string().into()
+                } else {
+                    error_text(Some(&id), &ApiError::bad_request("unknown_subscription", format!("no subscription {id:?} on this connection")))
+                };
+                let _ = outbound.send(reply).await;
+            }
+            Ok(ClientMessage::Sub(sub)) => {
+                let id = sub.id.clone();
+                match start(&app, sub, &running, outbound.clone()) {
+                    Ok(started) => {
+                        let _ = outbound.send(json!({"type": "subscribed", "id": id}).to_string().into()).await;
+                        running.insert(id, started);
+                    }
+                    Err(error) => {
+                        let _ = outbound.send(error_text(Some(&id), &error)).await;
+                    }
+                }
+            }
+        }
+    }
+    drop(running);
+    drop(outbound);
+    let _ = writer.await;
+}
+
+fn start(app: &AppState, sub: Sub, running: &HashMap<String, Running>, outbound: mpsc::Sender<Utf8Bytes>) -> Result<Running, ApiError> {
+    if sub.id.is_empty() || sub.id.chars().count() > SUBSCRIPTION_ID_CHARS_MAX {
+        return Err(ApiError::bad_request("invalid_message", format!("id must be 1-{SUBSCRIPTION_ID_CHARS_MAX} characters")));
+    }
+    if running.contains_key(&sub.id) {
+        return Err(ApiError::bad_request("duplicate_subscription", format!("subscription {:?} exists on this connection; unsub it first", sub.id)));
+    }
+    if running.len() >= SUBSCRIPTIONS_PER_CONNECTION_MAX {
+        return Err(ApiError::bad_request(
+            "too_many_subscriptions",
+            format!("at most {SUBSCRIPTIONS_PER_CONNECTION_MAX} subscriptions per connection"),
+        ));
+    }
+    let request = WatchRequest::parse(sub.pk.as_deref(), sub.prefix.as_deref(), sub.sk.as_deref(), sub.from.as_deref(), sub.mode.as_deref())?;
+    let (session, start, mut messages) = subscriptions::open(&app.node, &sub.ns, request.filter, request.from, request.mode)?;
+    let session = tokio::spawn(session.run(start));
+    let id_json = serde_json::to_string(&sub.id).expect("a string serializes");
+    let forward = tokio::spawn(async move {
+        while let Some(message) = messages.recv().await {
+            if outbound.send(ws_text(&id_json, &message)).await.is_err() {
+                return;
+            }
+        }
+    });
+    Ok(Running { session, forward })
+}
+
+fn error_text(id: Option<&str>, error: &ApiError) -> Utf8Bytes {
+    json!({"type": "error", "id": id, "error": {"code": error.code, "message": error.message}}).to_string().into()
+}
+
+/// One message as a WebSocket text frame; `id_json` is the subscription id, JSON-encoded.
+pub fn ws_text(id_json: &str, message: &Message) -> Utf8Bytes {
+    let text = match message {
+        Message::Change { event, id } => {
+            let mut out = String::with_capacity(64 + event.data.len());
+            out.push_str("{\"type\":\"");
+            out.push_str(event.kind.name());
+            out.push_str("\",\"id\":");
+            out.push_str(id_json);
+            if let Some(position) = id {
+                out.push_str(",\"position\":\"");
+                out.push_str(position);
+                out.push('"');
+            }
+            out.push(',');
+            // `data` is a JSON object: splice its members in after ours.
+            out.push_str(std::str::from_utf8(&event.data[1..]).expect("event data is JSON text"));
+            out
+        }
+        Message::Begin { position, reason } => {
+            let kind = if *reason == "snapshot" { "snapshot" } else { "reset" };
+            format!("{{\"type\":\"{kind}\",\"id\":{id_json},\"position\":{},\"reason\":\"{reason}\"}}", json!(position))
+        }
+        Message::Synced { position } => format!("{{\"type\":\"synced\",\"id\":{id_json},\"position\":{}}}", json!(position)),
+        Message::Progress { position } => format!("{{\"type\":\"progress\",\"id\":{id_json},\"position\":{}}}", json!(position)),
+        Message::KeepAlive => format!("{{\"type\":\"keep-alive\",\"id\":{id_json}}}"),
+        Message::Cancel { reason, position, message } => format!(
+            "{{\"type\":\"cancel\",\"id\":{id_json},\"reason\":\"{reason}\",\"position\":{},\"message\":{}}}",
+            json!(position),
+            json!(message)
+        ),
+    };
+    text.into()
+}

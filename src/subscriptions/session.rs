@@ -1,0 +1,368 @@
+//! One subscription, from its start to its end: catch up (from the ring or
+//! the log) or send a snapshot, register with each watched partition's feed,
+//! then deliver what the dispatcher leaves in its queue, with periodic
+//! `progress` and `keep-alive` messages. The transport (SSE or WebSocket)
+//! only turns `Message`s into bytes.
+//!
+//! Every change it sends carries the cursor after it, and it never sends a
+//! change its cursor already covers: replayed history, dispatched events and
+//! a snapshot's position meet without a gap or a repeat.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use tokio::sync::mpsc;
+
+use super::cursor::Cursor;
+use super::event::{Event, Mark};
+use super::feed::Chunk;
+use super::filter::Filter;
+use super::history::{self, HistoryError};
+use super::queue::{Drained, Mode, Subscriber};
+use super::{Start, WatchConfig};
+use crate::apply::PartitionStatus;
+use crate::log::Log;
+use crate::node::Namespace;
+
+/// Events sent per catch-up step (then the cursor moves and the step repeats).
+const CATCH_UP_EVENTS_MAX: usize = 1024;
+/// Records read per snapshot page.
+const SNAPSHOT_PAGE_RECORDS: usize = 1000;
+
+/// What a subscription tells its client.
+#[derive(Debug)]
+pub enum Message {
+    /// A put or delete; `id` is the cursor after it (none inside a
+    /// conflated or snapshot run, whose end carries it).
+    Change { event: Arc<Event>, id: Option<String> },
+    /// The full state of what is watched follows (as puts), then `Synced`.
+    /// `reason` is `snapshot` when asked for (`from=snapshot`), otherwise
+    /// why the subscriber is reset (`history_gone`, `slow_consumer`).
+    Begin { position: String, reason: &'static str },
+    Synced { position: String },
+    Progress { position: String },
+    KeepAlive,
+    /// The subscription ends; it may resume from `position`.
+    Cancel { reason: &'static str, position: String, message: String },
+}
+
+/// Why a session stopped early.
+enum Stop {
+    /// The client went away.
+    Closed,
+    HistoryGone(String),
+    Cancel { reason: &'static str, message: String },
+}
+
+pub struct Session {
+    namespace: Arc<Namespace>,
+    log: Arc<dyn Log>,
+    subscriber: Arc<Subscriber>,
+    cursor: Cursor,
+    partitions: Vec<u32>,
+    registered: BTreeSet<u32>,
+    out: mpsc::Sender<Message>,
+    config: WatchConfig,
+    last_sent: String,
+    /// Keeps the node's subscriber count.
+    _slot: super::Slot,
+}
+
+impl Session {
+    pub(super) fn new(
+        namespace: Arc<Namespace>,
+        log: Arc<dyn Log>,
+        subscriber: Arc<Subscriber>,
+        cursor: Cursor,
+        out: mpsc::Sender<Message>,
+        config: WatchConfig,
+        slot: super::Slot,
+    ) -> Session {
+        let partitions = cursor.marks.keys().copied().collect();
+        Session { namespace, log, subscriber, cursor, partitions, registered: BTreeSet::new(), out, config, last_sent: String::new(), _slot: slot }
+    }
+
+    pub async fn run(mut self, start: Start) {
+        let started = match start {
+            Start::Now => {
+                for p in self.partitions.clone() {
+                    let mark = self.namespace.handle(p).feed.register_at_head(&self.subscriber);
+                    self.cursor.marks.insert(p, mark);
+                    self.registered.insert(p);
+                }
+                // The starting position, at once: a client holds a cursor
+                // to resume from before anything changes.
+                let position = self.cursor.to_string();
+                self.last_sent.clone_from(&position);
+                self.send(Message::Progress { position }).await
+            }
+            Start::Cursor => self.catch_up_all().await,
+            Start::Snapshot => self.snapshot("snapshot").await,
+        };
+        let mut result = started;
+        let stopped = loop {
+            let stop = match result {
+                Ok(()) => match self.live().await {
+                    Err(stop) => stop,
+                    Ok(never) => match never {},
+                },
+                Err(stop) => stop,
+            };
+            match stop {
+                Stop::HistoryGone(why) => {
+                    tracing::debug!(subscriber = self.subscriber.id, %why, "history gone; resetting the subscriber");
+                    crate::metrics::WATCH_RESETS.with_label_values(&["history_gone"]).inc();
+                    result = self.snapshot("history_gone").await;
+                }
+                other => break other,
+            }
+        };
+        if let Stop::Cancel { reason, message } = stopped {
+            let position = self.cursor.to_string();
+            let _ = self.out.send(Message::Cancel { reason, position, message }).await;
+        }
+    }
+
+    async fn catch_up_all(&mut self) -> Result<(), Stop> {
+        for p in self.partitions.clone() {
+            self.catch_up(p).await?;
+        }
+        Ok(())
+    }
+
+    /// Replays partition `p` from the cursor until the feed lets it register.
+    async fn catch_up(&mut self, p: u32) -> Result<(), Stop> {
+        let handle = self.namespace.handle(p).clone();
+        loop {
+            self.check_partition(p)?;
+            let mark = self.cursor.marks[&p];
+            let head = match handle.feed.register(&self.subscriber, mark) {
+                Ok(()) => {
+                    self.registered.insert(p);
+                    return Ok(());
+                }
+                Err(head) => head,
+            };
+            let chunk = match handle.feed.ring_chunk(mark, head, CATCH_UP_EVENTS_MAX) {
+                Some(chunk) => chunk,
+                None => match history::chunk_from_log(&handle, self.log.as_ref(), mark, head, CATCH_UP_EVENTS_MAX).await {
+                    Ok(chunk) => chunk,
+                    Err(HistoryError::Gone(why)) => return Err(Stop::HistoryGone(why)),
+                    Err(e) => return Err(Stop::Cancel { reason: "unavailable", message: e.to_string() }),
+                },
+            };
+            crate::metrics::WATCH_REPLAYED_EVENTS.inc_by(chunk.events.len() as u64);
+            self.deliver_chunk(p, chunk).await?;
+        }
+    }
+
+    async fn deliver_chunk(&mut self, p: u32, chunk: Chunk) -> Result<(), Stop> {
+        for event in chunk.events {
+            if self.subscriber.filter.matches(&event.pk, &event.sk) {
+                self.deliver(event).await?;
+            }
+        }
+        let mark = self.cursor.marks.get_mut(&p).expect("watched partition");
+        *mark = (*mark).max(Mark::at(chunk.reached));
+        Ok(())
+    }
+
+    fn check_partition(&self, p: u32) -> Result<(), Stop> {
+        match self.namespace.handle(p).status() {
+            PartitionStatus::Refused(reason) => {
+                Err(Stop::Cancel { reason: "partition_refused", message: format!("partition {p} is refused: {reason}") })
+            }
+            PartitionStatus::NotHeld => Err(Stop::Cancel {
+                reason: "not_held",
+                message: format!("partition {p} is no longer held by this node; resume through a node that holds it"),
+            }),
+            PartitionStatus::Serving | PartitionStatus::CatchingUp => Ok(()),
+        }
+    }
+
+    /// Sends one change unless the cursor already covers it.
+    async fn deliver(&mut self, event: Arc<Event>) -> Result<(), Stop> {
+        if self.cursor.covers(&event) {
+            return Ok(());
+        }
+        self.cursor.advance(&event);
+        let id = self.cursor.to_string();
+        self.last_sent.clone_from(&id);
+        self.send(Message::Change { event, id: Some(id) }).await
+    }
+
+    async fn send(&self, message: Message) -> Result<(), Stop> {
+        self.out.send(message).await.map_err(|_| Stop::Closed)
+    }
+
+    /// Sends the full state of what is watched, consistent with one position
+    /// per partition, then registers every partition from there.
+    async fn snapshot(&mut self, reason: &'static str) -> Result<(), Stop> {
+        // Anything queued is older than the views read below: the snapshot has it.
+        self.subscriber.clear();
+        let mut views = Vec::with_capacity(self.partitions.len());
+        for &p in &self.partitions {
+            self.check_partition(p)?;
+            let view = self.namespace.handle(p).read_view().map_err(|e| Stop::Cancel { reason: "unavailable", message: e.to_string() })?;
+            self.cursor.marks.insert(p, Mark::at(view.applied_next));
+            views.push((p, view));
+        }
+        let position = self.cursor.to_string();
+        self.send(Message::Begin { position: position.clone(), reason }).await?;
+        for (p, view) in views {
+            self.send_state(p, &view.reader).await?;
+        }
+        for p in self.partitions.clone() {
+            if !self.registered.contains(&p) {
+                self.catch_up(p).await?;
+            }
+        }
+        let position = self.cursor.to_string();
+        self.last_sent.clone_from(&position);
+        self.send(Message::Synced { position }).await
+    }
+
+    /// Every record of partition `p` the filter watches, page by page.
+    async fn send_state(&self, p: u32, reader: &crate::store::StoreReader) -> Result<(), Stop> {
+        let store_error = |e: crate::store::StoreError| Stop::Cancel { reason: "unavailable", message: e.to_string() };
+        match &self.subscriber.filter {
+            Filter::Record { pk, sk } => {
+                if let Some(record) = reader.get(pk, sk).map_err(store_error)? {
+                    self.send(Message::Change { event: Event::of_record(p, &record), id: None }).await?;
+                }
+            }
+            Filter::Pk { pk } | Filter::Prefix { pk, .. } => {
+                let prefix = match &self.subscriber.filter {
+                    Filter::Prefix { prefix, .. } => Some(prefix.clone()),
+                    _ => None,
+                };
+                let mut range = crate::store::SkRange { prefix, ..Default::default() };
+                loop {
+                    let (records, more) = reader.list(pk, &range, SNAPSHOT_PAGE_RECORDS).map_err(store_error)?;
+                    range.cursor = records.last().map(|r| r.sk.clone());
+                    for record in &records {
+                        self.send(Message::Change { event: Event::of_record(p, record), id: None }).await?;
+                    }
+                    if !more {
+                        break;
+                    }
+                }
+            }
+            Filter::Namespace => {
+                let mut after: Option<Vec<u8>> = None;
+                loop {
+                    let (records, more) = reader.scan_page(after.as_deref(), SNAPSHOT_PAGE_RECORDS).map_err(store_error)?;
+                    after = records.last().map(|(key, _)| key.clone());
+                    for (_, record) in &records {
+                        self.send(Message::Change { event: Event::of_record(p, record), id: None }).await?;
+                    }
+                    if !more {
+                        break;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Delivers what the dispatcher leaves, until the client goes or the
+    /// subscription must stop; resets itself when it falls behind in state mode.
+    async fn live(&mut self) -> Result<std::convert::Infallible, Stop> {
+        let mut progress = tokio::time::interval(self.config.progress_interval);
+        let mut keep_alive = tokio::time::interval(self.config.keep_alive_interval);
+        progress.reset();
+        keep_alive.reset();
+        enum Wake {
+            Queue,
+            Progress,
+            KeepAlive,
+            Closed,
+        }
+        loop {
+            let wake = tokio::select! {
+                _ = self.subscriber.notify.notified() => Wake::Queue,
+                _ = progress.tick() => Wake::Progress,
+                _ = keep_alive.tick() => Wake::KeepAlive,
+                _ = self.out.closed() => Wake::Closed,
+            };
+            match wake {
+                Wake::Queue => {}
+                Wake::Progress => {
+                    self.progress().await?;
+                    continue;
+                }
+                Wake::KeepAlive => {
+                    self.send(Message::KeepAlive).await?;
+                    continue;
+                }
+                Wake::Closed => return Err(Stop::Closed),
+            }
+            match self.subscriber.drain() {
+                Drained::Empty => {}
+                Drained::Batches(batches) => {
+                    for batch in batches {
+                        for event in batch.iter() {
+                            self.deliver(event.clone()).await?;
+                        }
+                    }
+                }
+                Drained::Conflated(events) => {
+                    crate::metrics::WATCH_CONFLATED_EVENTS.inc_by(events.len() as u64);
+                    for event in events {
+                        if !self.cursor.covers(&event) {
+                            self.cursor.advance(&event);
+                            self.send(Message::Change { event, id: None }).await?;
+                        }
+                    }
+                    // Everything dispatched is now reflected: the cursor can move to the head.
+                    self.progress().await?;
+                }
+                Drained::Overflowed => match self.subscriber.mode {
+                    Mode::Log => {
+                        crate::metrics::WATCH_CANCELLED.with_label_values(&["slow_consumer"]).inc();
+                        return Err(Stop::Cancel {
+                            reason: "slow_consumer",
+                            message: format!(
+                                "the subscriber fell more than {} events or {} bytes behind; resume from the position",
+                                self.config.queue.events_max, self.config.queue.bytes_max
+                            ),
+                        });
+                    }
+                    Mode::State => {
+                        crate::metrics::WATCH_RESETS.with_label_values(&["slow_consumer"]).inc();
+                        self.snapshot("slow_consumer").await?;
+                    }
+                },
+            }
+        }
+    }
+
+    /// Moves the cursor of every partition with nothing queued to what was
+    /// dispatched, and sends it if it changed: an idle or filtered
+    /// subscriber keeps a fresh position to resume from.
+    async fn progress(&mut self) -> Result<(), Stop> {
+        for &p in &self.registered {
+            // Read the head first: everything dispatched below it is in the
+            // queue by now, so an empty queue means none of it is pending.
+            let head = self.namespace.handle(p).feed.dispatched_next();
+            if self.subscriber.is_empty() {
+                let mark = self.cursor.marks.get_mut(&p).expect("watched partition");
+                *mark = (*mark).max(Mark::at(head));
+            }
+        }
+        let position = self.cursor.to_string();
+        if position != self.last_sent {
+            self.last_sent.clone_from(&position);
+            self.send(Message::Progress { position }).await?;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        for &p in &self.registered {
+            self.namespace.handle(p).feed.unregister(&self.subscriber);
+        }
+    }
+}
