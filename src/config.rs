@@ -89,6 +89,11 @@ pub struct Settings {
     pub watch_keep_alive_ms: u64,
     /// Subscriptions: most a node serves at once.
     pub watch_subscribers_max: usize,
+    /// Subscriptions: recent events each partition keeps in memory for
+    /// resuming subscribers (older history is read from the log).
+    pub watch_ring_events_max: usize,
+    /// Subscriptions: bytes of recent events each partition keeps.
+    pub watch_ring_bytes_max: usize,
 }
 
 impl Default for Settings {
@@ -131,6 +136,8 @@ impl Default for Settings {
             watch_progress_ms: 2_000,
             watch_keep_alive_ms: 15_000,
             watch_subscribers_max: 100_000,
+            watch_ring_events_max: 8192,
+            watch_ring_bytes_max: 4 * 1024 * 1024,
         }
     }
 }
@@ -202,6 +209,11 @@ impl Settings {
         anyhow::ensure!((10..=600_000).contains(&self.watch_progress_ms), "watch_progress_ms must be 10..=600000");
         anyhow::ensure!((100..=600_000).contains(&self.watch_keep_alive_ms), "watch_keep_alive_ms must be 100..=600000");
         anyhow::ensure!((1..=10_000_000).contains(&self.watch_subscribers_max), "watch_subscribers_max must be 1..=10000000");
+        anyhow::ensure!((1..=10_000_000).contains(&self.watch_ring_events_max), "watch_ring_events_max must be 1..=10000000");
+        anyhow::ensure!(
+            (1024..=1024 * 1024 * 1024).contains(&self.watch_ring_bytes_max),
+            "watch_ring_bytes_max must be 1024..=1073741824"
+        );
         anyhow::ensure!(
             self.log == "embedded" || self.log.strip_prefix("kafka://").is_some_and(|hosts| !hosts.is_empty()),
             "log must be `embedded` or kafka://HOST:PORT[,HOST:PORT], got {:?}",
@@ -240,6 +252,8 @@ mod tests {
         bad(|s| s.watch_progress_ms = 0, "watch_progress_ms");
         bad(|s| s.watch_keep_alive_ms = 1, "watch_keep_alive_ms");
         bad(|s| s.watch_subscribers_max = 0, "watch_subscribers_max");
+        bad(|s| s.watch_ring_events_max = 0, "watch_ring_events_max");
+        bad(|s| s.watch_ring_bytes_max = 0, "watch_ring_bytes_max");
         let mut s = Settings::default();
         assert!(!s.kafka_group_membership(), "auto without gossip: hold every partition");
         s.gossip = Some("127.0.0.1:7946".into());
@@ -271,6 +285,10 @@ impl Settings {
             progress_interval: std::time::Duration::from_millis(self.watch_progress_ms),
             keep_alive_interval: std::time::Duration::from_millis(self.watch_keep_alive_ms),
             subscribers_max: self.watch_subscribers_max,
+            ring: crate::subscriptions::feed::RingLimits {
+                events_max: self.watch_ring_events_max,
+                bytes_max: self.watch_ring_bytes_max,
+            },
         }
     }
 }

@@ -90,7 +90,14 @@ pub async fn run(settings: Settings, options: Options) -> anyhow::Result<()> {
     println!("{} listening on http://{address}", options.banner);
     tracing::info!(%address, node_id = %settings.node_id, data_dir = %settings.data_dir.display(), "serving");
     let app = axum::ServiceExt::<axum::extract::Request>::into_make_service(crate::api::app(node.clone(), cluster.clone()));
-    axum::serve(listener, app).with_graceful_shutdown(shutdown_signal()).await?;
+    let closing_node = node.clone();
+    let signal = async move {
+        shutdown_signal().await;
+        // Subscriptions never end by themselves: end them, so graceful
+        // shutdown is not kept waiting by their connections.
+        closing_node.subscriptions.close();
+    };
+    axum::serve(listener, app).with_graceful_shutdown(signal).await?;
     tracing::info!("stopped accepting requests; stopping the node");
     retention.abort();
     stop_snapshots.send_replace(true);

@@ -74,7 +74,14 @@ pub struct PartitionHandle {
 pub const OUTCOMES_MAX: usize = 65_536;
 
 impl PartitionHandle {
-    pub fn new(namespace: Arc<str>, partition: u32, partitions: u32, store: Arc<PartitionStore>, applied_next: u64) -> Self {
+    pub fn new(
+        namespace: Arc<str>,
+        partition: u32,
+        partitions: u32,
+        store: Arc<PartitionStore>,
+        applied_next: u64,
+        ring: crate::subscriptions::feed::RingLimits,
+    ) -> Self {
         let labels = [namespace.as_ref(), &partition.to_string()];
         let handle = PartitionHandle {
             tp: TopicPartition { topic: namespace.clone(), partition },
@@ -91,7 +98,7 @@ impl PartitionHandle {
             log_end_gauge: metrics::PARTITION_LOG_END_OFFSET.with_label_values(&labels),
             lag_gauge: metrics::PARTITION_LAG.with_label_values(&labels),
             refused_gauge: metrics::PARTITION_REFUSED.with_label_values(&labels),
-            feed: Arc::new(crate::subscriptions::feed::PartitionFeed::new(partition, applied_next)),
+            feed: Arc::new(crate::subscriptions::feed::PartitionFeed::new(partition, applied_next, ring)),
         };
         handle.applied_offset_gauge.set(applied_next as i64 - 1);
         handle.refused_gauge.set(0);
@@ -226,7 +233,7 @@ mod tests {
     fn a_pinned_partition_is_not_let_go_until_its_waiters_are_done() {
         let dir = tempfile::tempdir().unwrap();
         let store = Arc::new(PartitionStore::open(&dir.path().join("p"), 1, 1 << 20).unwrap());
-        let handle = Arc::new(PartitionHandle::new(Arc::from("pin-test"), 0, 1, store, 0));
+        let handle = Arc::new(PartitionHandle::new(Arc::from("pin-test"), 0, 1, store, 0, Default::default()));
         let pin = handle.pin().expect("a held partition can be pinned");
         assert!(!handle.let_go_if_unpinned(), "a writer is waiting here");
         assert!(handle.is_held());
@@ -240,7 +247,7 @@ mod tests {
     fn shared_snapshot_is_replaced_when_the_applied_offset_moves() {
         let dir = tempfile::tempdir().unwrap();
         let store = Arc::new(PartitionStore::open(&dir.path().join("p"), 1, 1 << 20).unwrap());
-        let handle = PartitionHandle::new(Arc::from("snapshot-test"), 0, 1, store.clone(), 0);
+        let handle = PartitionHandle::new(Arc::from("snapshot-test"), 0, 1, store.clone(), 0, Default::default());
         let first = handle.read_view().unwrap();
         assert!(Arc::ptr_eq(&first, &handle.read_view().unwrap()), "unchanged state shares one snapshot");
         store

@@ -136,6 +136,10 @@ pub struct ServeArgs {
     pub watch_keep_alive_ms: Option<u64>,
     #[arg(long, env = "TERN_WATCH_SUBSCRIBERS_MAX")]
     pub watch_subscribers_max: Option<usize>,
+    #[arg(long, env = "TERN_WATCH_RING_EVENTS_MAX")]
+    pub watch_ring_events_max: Option<usize>,
+    #[arg(long, env = "TERN_WATCH_RING_BYTES_MAX")]
+    pub watch_ring_bytes_max: Option<usize>,
     /// Create this namespace at start if missing, as NAME:PARTITIONS (repeatable).
     #[arg(long = "namespace", env = "TERN_NAMESPACES", value_delimiter = ',')]
     pub namespaces: Vec<String>,
@@ -156,6 +160,7 @@ impl ServeArgs {
         take!(kafka_session_timeout_ms, gossip_interval_ms, kafka_linger_ms, kafka_fetch_wait_max_ms, kafka_fetch_min_bytes);
         take!(snapshot_writer, snapshot_interval_ms, snapshot_entries, snapshot_retain, log_retention_check_ms);
         take!(watch_queue_events_max, watch_queue_bytes_max, watch_progress_ms, watch_keep_alive_ms, watch_subscribers_max);
+        take!(watch_ring_events_max, watch_ring_bytes_max);
         for option in &self.snapshot_options {
             let (key, value) = option
                 .split_once('=')

@@ -313,7 +313,8 @@ impl Node {
                 None => tokio::task::spawn_blocking(move || PartitionStore::open(&path, partitions, cache_bytes)).await??,
             };
             let applied_next = store.read()?.applied_next()?;
-            handles.push(Arc::new(PartitionHandle::new(name.clone(), partition, partitions, Arc::new(store), applied_next)));
+            let ring = self.config.watch.ring;
+            handles.push(Arc::new(PartitionHandle::new(name.clone(), partition, partitions, Arc::new(store), applied_next, ring)));
         }
         let assignment = self.log.assignment().borrow().clone();
         for handle in &handles {

@@ -27,13 +27,28 @@ use super::queue::{Batch, Subscriber};
 
 /// Most events a partition's ring keeps, and most bytes: history beyond it
 /// is read back from the log.
-pub const RING_EVENTS_MAX: usize = 8192;
-pub const RING_BYTES_MAX: usize = 4 * 1024 * 1024;
+#[derive(Debug, Clone, Copy)]
+pub struct RingLimits {
+    pub events_max: usize,
+    pub bytes_max: usize,
+}
+
+impl Default for RingLimits {
+    fn default() -> Self {
+        RingLimits { events_max: 8192, bytes_max: 4 * 1024 * 1024 }
+    }
+}
+/// Beyond its limits the ring still keeps events not yet dispatched, up to
+/// this much more: the dispatcher is only ever behind by a scheduling delay,
+/// and dropping what it has not sent would force every subscriber to resync.
+const UNDISPATCHED_EVENTS_MAX: usize = 65_536;
+const UNDISPATCHED_BYTES_MAX: usize = 64 * 1024 * 1024;
 /// The dispatcher re-checks this often even without a wake-up.
 const DISPATCH_IDLE_CHECK: Duration = Duration::from_secs(1);
 
 pub struct PartitionFeed {
     pub partition: u32,
+    limits: RingLimits,
     ring: Mutex<Ring>,
     index: RwLock<Index>,
     wake: Notify,
@@ -59,9 +74,11 @@ pub struct Chunk {
 }
 
 impl PartitionFeed {
-    pub fn new(partition: u32, applied_next: u64) -> PartitionFeed {
+    pub fn new(partition: u32, applied_next: u64, limits: RingLimits) -> PartitionFeed {
+        assert!(limits.events_max > 0 && limits.bytes_max > 0);
         PartitionFeed {
             partition,
+            limits,
             ring: Mutex::new(Ring {
                 events: VecDeque::new(),
                 bytes: 0,
@@ -88,18 +105,31 @@ impl PartitionFeed {
                 ring.events.push_back(event);
             }
             ring.next = applied_next;
-            while ring.events.len() > RING_EVENTS_MAX || ring.bytes > RING_BYTES_MAX {
-                let old = ring.events.pop_front().expect("a ring over its bound is not empty");
-                ring.bytes -= old.size_bytes();
-                ring.start = ring.start.max(old.offset + 1);
-            }
             if ring.subscribers == 0 {
                 ring.dispatched_next = ring.next;
             }
+            self.trim(&mut ring);
             ring.subscribers > 0
         };
         if wake {
             self.wake.notify_one();
+        }
+    }
+
+    /// Evicts the oldest events past the limits, sparing undispatched ones
+    /// up to the hard bound.
+    fn trim(&self, ring: &mut Ring) {
+        let hard_events_max = self.limits.events_max + UNDISPATCHED_EVENTS_MAX;
+        let hard_bytes_max = self.limits.bytes_max + UNDISPATCHED_BYTES_MAX;
+        while ring.events.len() > self.limits.events_max || ring.bytes > self.limits.bytes_max {
+            let front = ring.events.front().expect("a ring over its bound is not empty");
+            let over_hard = ring.events.len() > hard_events_max || ring.bytes > hard_bytes_max;
+            if front.offset >= ring.dispatched_next && !over_hard {
+                break;
+            }
+            let old = ring.events.pop_front().expect("checked above");
+            ring.bytes -= old.size_bytes();
+            ring.start = ring.start.max(old.offset + 1);
         }
     }
 
@@ -208,6 +238,7 @@ impl PartitionFeed {
         let mut ring = self.ring.lock();
         assert!(upto >= ring.dispatched_next);
         ring.dispatched_next = upto;
+        self.trim(&mut ring);
     }
 }
 
@@ -280,7 +311,7 @@ mod tests {
 
     #[tokio::test]
     async fn dispatch_reaches_only_matching_subscribers_and_registration_needs_a_current_mark() {
-        let feed = Arc::new(PartitionFeed::new(0, 0));
+        let feed = Arc::new(PartitionFeed::new(0, 0, RingLimits::default()));
         feed.append(events(0, "a", &["x"]), 1);
         let everything = subscriber(1, Filter::Namespace);
         let prefix = subscriber(2, Filter::Prefix { pk: "a".into(), prefix: "y".into() });
@@ -309,12 +340,12 @@ mod tests {
 
     #[test]
     fn the_ring_is_bounded_and_says_when_history_is_older_than_it() {
-        let feed = PartitionFeed::new(0, 0);
-        for offset in 0..(RING_EVENTS_MAX as u64 + 10) {
+        let feed = PartitionFeed::new(0, 0, RingLimits::default());
+        for offset in 0..(RingLimits::default().events_max as u64 + 10) {
             feed.append(events(offset, "a", &["x"]), offset + 1);
         }
         assert!(feed.ring_chunk(Mark::at(0), 5, 100).is_none(), "evicted: read the log instead");
-        let chunk = feed.ring_chunk(Mark::at(20), RING_EVENTS_MAX as u64, 100).unwrap();
+        let chunk = feed.ring_chunk(Mark::at(20), RingLimits::default().events_max as u64, 100).unwrap();
         assert_eq!(chunk.events.len(), 100);
         assert_eq!(chunk.reached, 120, "cut at a mutation boundary");
     }

@@ -51,6 +51,8 @@ pub struct WatchConfig {
     pub keep_alive_interval: Duration,
     /// Most subscriptions one node serves at once.
     pub subscribers_max: usize,
+    /// Recent events each partition keeps in memory for resuming subscribers.
+    pub ring: feed::RingLimits,
 }
 
 impl Default for WatchConfig {
@@ -60,6 +62,7 @@ impl Default for WatchConfig {
             progress_interval: Duration::from_millis(2000),
             keep_alive_interval: Duration::from_millis(15_000),
             subscribers_max: 100_000,
+            ring: feed::RingLimits::default(),
         }
     }
 }
@@ -82,11 +85,18 @@ pub enum Start {
     Snapshot,
 }
 
-/// The node's subscription book-keeping: ids and the bound on their number.
-#[derive(Default)]
+/// The node's subscription book-keeping: ids, the bound on their number,
+/// and the signal that ends them all when the node stops.
 pub struct Subscriptions {
     next_id: AtomicU64,
     active: Arc<AtomicUsize>,
+    closing: tokio::sync::watch::Sender<bool>,
+}
+
+impl Default for Subscriptions {
+    fn default() -> Self {
+        Subscriptions { next_id: AtomicU64::new(0), active: Arc::new(AtomicUsize::new(0)), closing: tokio::sync::watch::Sender::new(false) }
+    }
 }
 
 /// One counted subscription; the count drops with it.
@@ -104,6 +114,12 @@ impl Drop for Slot {
 impl Subscriptions {
     pub fn active(&self) -> usize {
         self.active.load(Ordering::SeqCst)
+    }
+
+    /// Ends every subscription (each is sent `cancel` with `shutting_down`)
+    /// and refuses new ones.
+    pub fn close(&self) {
+        self.closing.send_replace(true);
     }
 
     fn take_slot(&self, max: usize) -> Option<Slot> {
@@ -171,6 +187,9 @@ pub fn open(node: &Node, namespace: &str, filter: Filter, from: From, mode: Mode
     for &p in &partitions {
         cursor.marks.entry(p).or_insert(event::Mark::at(0));
     }
+    if *node.subscriptions.closing.borrow() {
+        return Err(WatchError::Unavailable("the node is shutting down".into()));
+    }
     let config = node.config.watch.clone();
     let slot = node.subscriptions.take_slot(config.subscribers_max).ok_or(WatchError::TooMany { max: config.subscribers_max })?;
     let id = node.subscriptions.next_id.fetch_add(1, Ordering::SeqCst);
@@ -178,5 +197,6 @@ pub fn open(node: &Node, namespace: &str, filter: Filter, from: From, mode: Mode
     // A few messages of slack between the session and the socket; beyond
     // that the session waits for the client (its queue keeps the bound).
     let (tx, rx) = mpsc::channel(64);
-    Ok((Session::new(ns, node.log.clone(), subscriber, cursor, tx, config, slot), start, rx))
+    let closing = node.subscriptions.closing.subscribe();
+    Ok((Session::new(ns, node.log.clone(), subscriber, cursor, tx, config, slot, closing), start, rx))
 }

@@ -66,6 +66,8 @@ pub struct Session {
     last_sent: String,
     /// Keeps the node's subscriber count.
     _slot: super::Slot,
+    /// True once the node stops.
+    closing: tokio::sync::watch::Receiver<bool>,
 }
 
 impl Session {
@@ -77,9 +79,10 @@ impl Session {
         out: mpsc::Sender<Message>,
         config: WatchConfig,
         slot: super::Slot,
+        closing: tokio::sync::watch::Receiver<bool>,
     ) -> Session {
         let partitions = cursor.marks.keys().copied().collect();
-        Session { namespace, log, subscriber, cursor, partitions, registered: BTreeSet::new(), out, config, last_sent: String::new(), _slot: slot }
+        Session { namespace, log, subscriber, cursor, partitions, registered: BTreeSet::new(), out, config, last_sent: String::new(), _slot: slot, closing }
     }
 
     pub async fn run(mut self, start: Start) {
@@ -277,6 +280,7 @@ impl Session {
             Progress,
             KeepAlive,
             Closed,
+            NodeStopping,
         }
         loop {
             let wake = tokio::select! {
@@ -284,6 +288,7 @@ impl Session {
                 _ = progress.tick() => Wake::Progress,
                 _ = keep_alive.tick() => Wake::KeepAlive,
                 _ = self.out.closed() => Wake::Closed,
+                _ = self.closing.wait_for(|closing| *closing) => Wake::NodeStopping,
             };
             match wake {
                 Wake::Queue => {}
@@ -296,6 +301,12 @@ impl Session {
                     continue;
                 }
                 Wake::Closed => return Err(Stop::Closed),
+                Wake::NodeStopping => {
+                    return Err(Stop::Cancel {
+                        reason: "shutting_down",
+                        message: "the node is stopping; resume from the position on another node or after it restarts".into(),
+                    })
+                }
             }
             match self.subscriber.drain() {
                 Drained::Empty => {}

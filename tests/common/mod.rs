@@ -1,6 +1,8 @@
 //! Test harness: a real `tern` process on a free loopback port, driven over HTTP.
 #![allow(dead_code)]
 
+pub mod watch;
+
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
