@@ -159,10 +159,12 @@ async fn no_loss_no_duplicates(t: Tern) {
     done.store(true, std::sync::atomic::Ordering::SeqCst);
     let filters: [Box<dyn Fn(&str, &str) -> bool>; 3] =
         [Box::new(|_, _| true), Box::new(|pk, _| pk == "p3"), Box::new(|pk, sk| pk == "p5" && sk.starts_with('b'))];
+    let mut total_reconnects = 0;
     for ((reader, filter), (query, _)) in readers.into_iter().zip(filters).zip(subscribers) {
         let (received, reconnects) = tokio::time::timeout(Duration::from_secs(120), reader).await.expect("subscriber finishes").unwrap();
         let expected = truth.lock().expected(filter);
-        assert!(reconnects > 3, "{query}: the subscriber reconnected {reconnects} times");
+        assert!(reconnects >= 2, "{query}: the subscriber resumed {reconnects} times");
+        total_reconnects += reconnects;
         for (p, want) in &expected {
             let got = received.get(p).cloned().unwrap_or_default();
             assert_eq!(got.len(), want.len(), "{query}: partition {p}: received {} changes, the log has {}", got.len(), want.len());
@@ -170,6 +172,7 @@ async fn no_loss_no_duplicates(t: Tern) {
         }
         assert_eq!(received.keys().collect::<Vec<_>>(), expected.keys().collect::<Vec<_>>(), "{query}");
     }
+    assert!(total_reconnects > 20, "subscribers resumed {total_reconnects} times in all");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
