@@ -17,6 +17,9 @@ command -v mvn >/dev/null || need_apt+=(maven)
 # scripts/s3.sh: the S3 test server lives in a Python venv and is probed with curl.
 command -v curl >/dev/null || need_apt+=(curl)
 python3 -c "import venv, ensurepip" 2>/dev/null || need_apt+=(python3-venv)
+# The TypeScript client's tests (Node 20+) and its browser test (Debian's chromium).
+command -v node >/dev/null || need_apt+=(nodejs npm)
+command -v chromium >/dev/null || need_apt+=(chromium)
 if [[ "${1:-}" == "bench" ]]; then
   command -v etcd >/dev/null || need_apt+=(etcd-server)
 fi
@@ -29,6 +32,10 @@ fi
 if [[ "${1:-}" == "bench" ]] && ! python3 -c "import matplotlib" 2>/dev/null; then
   echo "setup: installing matplotlib" >&2
   python3 -m pip install -q matplotlib
+fi
+if ! node -e 'process.exit(+process.versions.node.split(".")[0] >= 20 ? 0 : 1)'; then
+  echo "setup: Node.js 20 or newer is required for clients/typescript (found $(node --version))" >&2
+  exit 1
 fi
 if ! command -v cargo >/dev/null; then
   echo "setup: cargo (Rust stable, 1.85 or newer) is required and not installed" >&2

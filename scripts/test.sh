@@ -18,11 +18,27 @@ TERN_TEST_KAFKA="$(scripts/kafka.sh start --dir "$KAFKA_DIR" | tail -1)"
 export TERN_TEST_KAFKA
 export TERN_TEST_KAFKA_DIR="$KAFKA_DIR"
 echo "test Kafka broker: $TERN_TEST_KAFKA"
+LOG="${TMPDIR:-/tmp}/tern-test.log"
 set +e
-cargo test --release --all-targets 2>&1 | tee "${TMPDIR:-/tmp}/tern-test.log"
+cargo test --release --all-targets 2>&1 | tee "$LOG"
 status=${PIPESTATUS[0]}
+# The TypeScript client against a real `tern`, then the demo page in Debian's
+# chromium (playwright-core drives it; the screenshot lands in test-artifacts/).
+# Its compiled dist/ is embedded in the binary: it must match its sources.
+export TERN_BIN="$CARGO_TARGET_DIR/release/tern"
+(
+  set -e
+  cd clients/typescript
+  npm ci --no-audit --no-fund --loglevel=error
+  npm run --silent build
+  git diff --exit-code -- dist || { echo "clients/typescript/dist is stale: run npm run build there and commit it"; exit 1; }
+  node --test --test-concurrency=1 --test-reporter=tap test/*.test.mjs test/demo.browser.mjs
+) 2>&1 | tee -a "$LOG"
+ts_status=${PIPESTATUS[0]}
 set -e
-# One closing line over every test binary.
+# One closing line over every test binary and the client's tests.
 awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i } }
-     END { printf "%d passed, %d failed\n", p, f }' "${TMPDIR:-/tmp}/tern-test.log"
-exit "$status"
+     /^# pass / { p += $3 } /^# fail / { f += $3 }
+     END { printf "%d passed, %d failed\n", p, f }' "$LOG"
+if ((status != 0)); then exit "$status"; fi
+exit "$ts_status"

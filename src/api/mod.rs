@@ -7,6 +7,7 @@
 mod admin;
 mod body;
 mod cluster;
+mod demo;
 pub mod error;
 pub mod forward;
 mod keys;
@@ -110,6 +111,8 @@ pub fn router(state: AppState) -> Router {
             "/v1/admin/snapshots",
             post(timed("POST /v1/admin/snapshots", admin::create)).get(timed("GET /v1/admin/snapshots", admin::list)),
         )
+        .route("/demo", get(demo::page))
+        .route("/demo/client/{file}", get(demo::client_file))
         .route("/metrics", get(ops::metrics))
         .route("/healthz", get(ops::healthz))
         .route("/readyz", get(ops::readyz))

@@ -1,8 +1,9 @@
 //! The `tern` command line: `dev` and `serve` run a node; the client commands
-//! (`put`, `get`, `del`, `ls`, `ns`, `cluster`) talk to one over HTTP; `bench` runs the
+//! (`put`, `get`, `del`, `ls`, `watch`, `ns`, `cluster`, `snapshot`) talk to one over HTTP; `bench` runs the
 //! benchmark harness.
 
 mod client;
+mod watch;
 
 use std::path::PathBuf;
 
@@ -31,6 +32,8 @@ pub enum Command {
     Del(client::DelArgs),
     /// List a pk's records in sort-key order.
     Ls(client::LsArgs),
+    /// Print changes as they happen: `tern watch [PK] [--prefix P | --sk S] [--from now|snapshot|POSITION]`.
+    Watch(watch::WatchArgs),
     /// List, create or describe namespaces.
     Ns(client::NsArgs),
     /// The cluster as one node sees it: nodes, regions, groups, partitions held.
@@ -245,6 +248,7 @@ pub fn main() -> anyhow::Result<()> {
             Command::Del(args) => client::del(args).await,
             Command::Ls(args) => client::ls(args).await,
             Command::Ns(args) => client::ns(args).await,
+            Command::Watch(args) => watch::watch(args).await,
             Command::Cluster(args) => client::cluster(args).await,
             Command::Snapshot(args) => client::snapshot(args).await,
             Command::Bench(args) => {

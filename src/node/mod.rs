@@ -373,6 +373,11 @@ impl Node {
                 crate::metrics::SNAPSHOT_RESTORES.inc();
                 Some(store)
             }
+            Err(crate::snapshot::SnapshotError::NoneValid { tried, .. }) if tried == "none exist" => {
+                // A new namespace, or a new store: nothing to restore, nothing wrong.
+                tracing::info!(ns = namespace, partition, "no snapshot exists; the partition starts empty");
+                None
+            }
             Err(e) => {
                 tracing::warn!(ns = namespace, partition, error = %e, "no snapshot restored; the partition starts empty");
                 None

@@ -1,0 +1,31 @@
+//! The live demo page, `GET /demo`: a table of a namespace's records kept
+//! live by the TypeScript client's `watch` (served from `/demo/client/`,
+//! the client's compiled `dist/`, embedded in the binary).
+
+use axum::extract::Path;
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+
+const PAGE: &str = include_str!("demo/index.html");
+
+/// The compiled client, file by file (`clients/typescript/dist`, kept
+/// current by the client's build; CI checks it matches its sources).
+const CLIENT_FILES: [(&str, &str); 6] = [
+    ("index.js", include_str!("../../clients/typescript/dist/index.js")),
+    ("client.js", include_str!("../../clients/typescript/dist/client.js")),
+    ("errors.js", include_str!("../../clients/typescript/dist/errors.js")),
+    ("sse.js", include_str!("../../clients/typescript/dist/sse.js")),
+    ("types.js", include_str!("../../clients/typescript/dist/types.js")),
+    ("watch.js", include_str!("../../clients/typescript/dist/watch.js")),
+];
+
+pub async fn page() -> Response {
+    ([(header::CONTENT_TYPE, "text/html; charset=utf-8")], PAGE).into_response()
+}
+
+pub async fn client_file(Path(file): Path<String>) -> Response {
+    match CLIENT_FILES.iter().find(|(name, _)| *name == file) {
+        Some((_, text)) => ([(header::CONTENT_TYPE, "text/javascript; charset=utf-8")], *text).into_response(),
+        None => super::error::ApiError::new(StatusCode::NOT_FOUND, "not_found", format!("no demo file {file:?}")).into_response(),
+    }
+}
