@@ -607,3 +607,25 @@ async fn websocket_multiplexes_subscriptions_with_the_same_events_and_positions(
     let m = recv(&mut ws).await;
     assert_eq!((m["type"].as_str(), m["id"].as_str()), (Some("delete"), Some("a")), "only the remaining subscription: {m}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_prints_changes_and_stops_after_count() {
+    let dir = tempfile::tempdir().unwrap();
+    let t = serve(dir.path(), &[]).await;
+    t.send(t.client.put(t.kv_url("w", "cfg", Some("a"))).json(&json!(1))).await;
+    let url = t.url.clone();
+    let watcher = tokio::task::spawn_blocking(move || {
+        common::cli(&url, &["watch", "--ns", "w", "cfg", "--from", "snapshot", "--count", "3", "--json"])
+    });
+    // The snapshot's put counts as one; two more changes end it.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    t.send(t.client.put(t.kv_url("w", "cfg", Some("b"))).json(&json!(2))).await;
+    t.send(t.client.delete(t.kv_url("w", "cfg", Some("a")))).await;
+    let (ok, stdout, stderr) = tokio::time::timeout(WAIT, watcher).await.unwrap().unwrap();
+    assert!(ok, "{stderr}");
+    let events: Vec<Value> = stdout.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let kinds: Vec<&str> = events.iter().map(|e| e["event"].as_str().unwrap()).filter(|k| *k != "progress").collect();
+    assert_eq!(kinds, vec!["snapshot", "put", "synced", "put", "delete"], "{stdout}");
+    let (ok, _, stderr) = common::cli(&t.url, &["watch", "--ns", "nope"]);
+    assert!(!ok && stderr.contains("namespace_not_found"), "{stderr}");
+}
