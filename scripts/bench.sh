@@ -4,6 +4,8 @@
 # Extra arguments go to `tern bench suite` (e.g. --seconds 20).
 #   scripts/bench.sh kafka [ARGS]   instead runs `tern bench kafka`: Tern on Apache Kafka next to
 #                                   Kafka's EndToEndLatency and ProducerPerformance (results: kafka.json/md).
+#   scripts/bench.sh watch [ARGS]   instead runs `tern bench watch`: put → event latency at 1,000 and
+#                                   10,000 subscribers (SSE, WebSocket) next to etcd's watch (results: watch.json/md).
 #   scripts/bench.sh snapshot [ARGS] instead runs `tern bench snapshot`: snapshot and restore of one
 #                                   partition of 1,000,000 records, file:// and S3 (results: snapshot.json/md).
 set -euo pipefail
@@ -14,6 +16,10 @@ cargo build --release --quiet
 if [[ "${1:-}" == "snapshot" ]]; then
   shift
   exec "$CARGO_TARGET_DIR/release/tern" bench snapshot --out bench/results/latest "$@"
+fi
+if [[ "${1:-}" == "watch" ]]; then
+  shift
+  exec "$CARGO_TARGET_DIR/release/tern" bench watch --out bench/results/latest "$@"
 fi
 if [[ "${1:-}" == "kafka" ]]; then
   shift

@@ -15,6 +15,7 @@ mod load;
 mod report;
 mod snapshot;
 mod suite;
+mod watch;
 
 use std::time::Duration;
 
@@ -37,6 +38,8 @@ enum BenchCommand {
     Kafka(kafka::KafkaArgs),
     /// Snapshot and restore of one large partition, to file:// and a local S3 server.
     Snapshot(snapshot::SnapshotBenchArgs),
+    /// Put → event latency at many subscribers (SSE, WebSocket) next to etcd's watch.
+    Watch(watch::WatchBenchArgs),
     /// Load one HTTP target.
     Http(HttpArgs),
     /// Serializable gets against etcd 3.
@@ -111,6 +114,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
         BenchCommand::Suite(args) => suite::run(args).await,
         BenchCommand::Kafka(args) => kafka::run(args).await,
         BenchCommand::Snapshot(args) => snapshot::run(args).await,
+        BenchCommand::Watch(args) => watch::run(args).await,
         BenchCommand::Hello { listen } => hello::serve(&listen).await,
         BenchCommand::Http(args) => {
             let operation = match args.op.as_str() {

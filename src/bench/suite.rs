@@ -92,7 +92,7 @@ fn free_port() -> anyhow::Result<u16> {
     Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
 
-async fn spawn_etcd(binary: &str, dir: &std::path::Path) -> anyhow::Result<(Child, String)> {
+pub(super) async fn spawn_etcd(binary: &str, dir: &std::path::Path) -> anyhow::Result<(Child, String)> {
     let (client_port, peer_port) = (free_port()?, free_port()?);
     let client_url = format!("http://127.0.0.1:{client_port}");
     let peer_url = format!("http://127.0.0.1:{peer_port}");

@@ -352,6 +352,11 @@ impl Session {
     /// dispatched, and sends it if it changed: an idle or filtered
     /// subscriber keeps a fresh position to resume from.
     async fn progress(&mut self) -> Result<(), Stop> {
+        // A partition this node let go of (or refused) sends nothing more:
+        // say so rather than fall silent.
+        for &p in &self.registered {
+            self.check_partition(p)?;
+        }
         for &p in &self.registered {
             // Read the head first: everything dispatched below it is in the
             // queue by now, so an empty queue means none of it is pending.

@@ -1,0 +1,372 @@
+//! `tern bench watch`: put → event latency at many subscribers of one node,
+//! over SSE and over WebSocket, next to etcd's watch with as many watchers,
+//! in one run on this machine.
+//!
+//! Every subscriber watches the same pk (every put reaches all of them: the
+//! fan-out worst case). One writer puts `--puts` records at `--rate` per
+//! second (open loop); each value carries its sequence number, and each
+//! subscriber records when it saw each one. Latency = arrival − the moment
+//! the put was sent, per (subscriber, put), on one clock (this process).
+//! Memory per subscriber = the server's resident memory grown while the
+//! subscribers connected, divided by their number. etcd: the same key,
+//! value size and rate, `--subscribers` watchers spread over 100 gRPC
+//! connections (`etcd-client`).
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use clap::Args;
+use futures::{SinkExt, StreamExt};
+use hdrhistogram::Histogram;
+use serde::Serialize;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::sync::Barrier;
+
+use super::suite::{spawn_etcd, spawn_listening};
+
+#[derive(Args)]
+pub struct WatchBenchArgs {
+    /// Directory for watch.json and watch.md.
+    #[arg(long, default_value = "bench/results/latest")]
+    out: PathBuf,
+    /// Subscriber counts to measure (each over SSE, WebSocket and etcd).
+    #[arg(long, value_delimiter = ',', default_value = "1000,10000")]
+    subscribers: Vec<usize>,
+    /// Puts per run.
+    #[arg(long, default_value_t = 200)]
+    puts: u64,
+    /// Puts per second.
+    #[arg(long, default_value_t = 20)]
+    rate: u64,
+    /// Bytes of padding in each value.
+    #[arg(long, default_value_t = 100)]
+    value_bytes: usize,
+    /// The etcd binary (Debian's etcd-server).
+    #[arg(long, default_value = "etcd")]
+    etcd: String,
+}
+
+#[derive(Debug, Serialize)]
+pub struct WatchResult {
+    pub peer: String,
+    pub subscribers: usize,
+    pub puts: u64,
+    pub rate_per_s: u64,
+    /// Events every subscriber should have received, and how many arrived.
+    pub events_expected: u64,
+    pub events_received: u64,
+    pub p50_ms: f64,
+    pub p99_ms: f64,
+    pub max_ms: f64,
+    /// Server resident memory grown per connected subscriber (Tern only).
+    pub server_bytes_per_subscriber: Option<u64>,
+}
+
+/// How long after the last put the subscribers may still receive it.
+const DRAIN: Duration = Duration::from_secs(10);
+/// Subscribers opened at once (the listen backlog is finite).
+const CONNECT_CONCURRENCY: usize = 200;
+
+pub async fn run(args: WatchBenchArgs) -> anyhow::Result<()> {
+    std::fs::create_dir_all(&args.out)?;
+    let mut results = Vec::new();
+    for &n in &args.subscribers {
+        for transport in [Transport::Sse, Transport::WebSocket] {
+            results.push(run_tern(&args, n, transport).await?);
+            eprintln!("{:?}", results.last().unwrap());
+        }
+        results.push(run_etcd(&args, n).await?);
+        eprintln!("{:?}", results.last().unwrap());
+    }
+    std::fs::write(args.out.join("watch.json"), serde_json::to_string_pretty(&results)?)?;
+    let table = markdown(&results);
+    std::fs::write(args.out.join("watch.md"), &table)?;
+    println!("{table}");
+    Ok(())
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Transport {
+    Sse,
+    WebSocket,
+}
+
+/// When each subscriber saw each sequence number.
+type Arrivals = Vec<(u64, Instant)>;
+
+async fn run_tern(args: &WatchBenchArgs, n: usize, transport: Transport) -> anyhow::Result<WatchResult> {
+    let scratch = tempfile::Builder::new().prefix("tern-bench-watch-").tempdir()?;
+    let data_dir = scratch.path().join("data");
+    let exe = std::env::current_exe()?;
+    let (child, addr) = spawn_listening(&exe, &["dev", "--listen", "127.0.0.1:0", "--data-dir", data_dir.to_str().unwrap()]).await?;
+    let pid = child.id().expect("running");
+    let client = reqwest::Client::new();
+    let url = |path: &str| format!("http://{addr}{path}");
+    // Warm the write path once, so the first measured put is not the first ever.
+    client.put(url("/v1/ns/default/kv/warm/up")).body("1").send().await?.error_for_status()?;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let rss_before = rss_bytes(pid)?;
+    let ready = Arc::new(Barrier::new(n + 1));
+    let deadline = Arc::new(std::sync::OnceLock::<Instant>::new());
+    let semaphore = Arc::new(tokio::sync::Semaphore::new(CONNECT_CONCURRENCY));
+    let mut subscribers = Vec::with_capacity(n);
+    for _ in 0..n {
+        let (addr, ready, deadline, semaphore) = (addr.clone(), ready.clone(), deadline.clone(), semaphore.clone());
+        let puts = args.puts;
+        subscribers.push(tokio::spawn(async move {
+            let permit = semaphore.acquire_owned().await.expect("open");
+            match transport {
+                Transport::Sse => sse_subscriber(&addr, puts, ready, deadline, permit).await,
+                Transport::WebSocket => ws_subscriber(&addr, puts, ready, deadline, permit).await,
+            }
+        }));
+    }
+    ready.wait().await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let rss_after = rss_bytes(pid)?;
+    let sent = write(&client, &url("/v1/ns/default/kv/bench/k"), args).await?;
+    let _ = deadline.set(Instant::now() + DRAIN);
+    let mut arrivals = Vec::with_capacity(n);
+    for s in subscribers {
+        arrivals.push(s.await??);
+    }
+    drop(child);
+    let name = match transport {
+        Transport::Sse => "Tern SSE",
+        Transport::WebSocket => "Tern WebSocket",
+    };
+    let mut result = summarize(name, n, args, &sent, &arrivals)?;
+    result.server_bytes_per_subscriber = Some(rss_after.saturating_sub(rss_before) / n as u64);
+    Ok(result)
+}
+
+/// Puts `args.puts` values at `args.rate`; returns when each was sent.
+async fn write(client: &reqwest::Client, url: &str, args: &WatchBenchArgs) -> anyhow::Result<Vec<Instant>> {
+    let pad = "x".repeat(args.value_bytes);
+    let interval = Duration::from_secs_f64(1.0 / args.rate as f64);
+    let start = Instant::now();
+    let mut sent = Vec::with_capacity(args.puts as usize);
+    for seq in 0..args.puts {
+        tokio::time::sleep_until((start + interval * seq as u32).into()).await;
+        let body = format!("{{\"seq\":{seq},\"pad\":\"{pad}\"}}");
+        sent.push(Instant::now());
+        client.put(url).body(body).send().await?.error_for_status()?;
+    }
+    Ok(sent)
+}
+
+/// Finds every `"seq":N` in `bytes` (events carry the value as JSON).
+fn scan_seqs(carry: &mut Vec<u8>, bytes: &[u8], at: Instant, out: &mut Arrivals) {
+    carry.extend_from_slice(bytes);
+    const MARK: &[u8] = b"\"seq\":";
+    let mut i = 0;
+    let mut consumed = 0;
+    while let Some(found) = carry[i..].windows(MARK.len()).position(|w| w == MARK) {
+        let start = i + found + MARK.len();
+        let digits = carry[start..].iter().take_while(|b| b.is_ascii_digit()).count();
+        if start + digits >= carry.len() {
+            break; // the number may continue in the next read
+        }
+        let seq: u64 = std::str::from_utf8(&carry[start..start + digits]).unwrap_or("0").parse().unwrap_or(u64::MAX);
+        out.push((seq, at));
+        i = start + digits;
+        consumed = i;
+    }
+    // Keep only a tail that may hold a split mark.
+    let keep_from = consumed.max(carry.len().saturating_sub(MARK.len() + 20));
+    carry.drain(..keep_from);
+}
+
+async fn sse_subscriber(
+    addr: &str,
+    puts: u64,
+    ready: Arc<Barrier>,
+    deadline: Arc<std::sync::OnceLock<Instant>>,
+    permit: tokio::sync::OwnedSemaphorePermit,
+) -> anyhow::Result<Arrivals> {
+    let mut stream = tokio::net::TcpStream::connect(addr).await?;
+    stream.set_nodelay(true)?;
+    let request = format!("GET /v1/ns/default/watch?pk=bench HTTP/1.1\r\nHost: {addr}\r\nAccept: text/event-stream\r\n\r\n");
+    stream.write_all(request.as_bytes()).await?;
+    let mut buf = vec![0u8; 16 * 1024];
+    // Connected once the first event (the starting position) arrived.
+    let mut head = Vec::new();
+    while !head.windows(15).any(|w| w == b"event: progress") {
+        let read = stream.read(&mut buf).await?;
+        anyhow::ensure!(read > 0, "the subscription closed before it started");
+        head.extend_from_slice(&buf[..read]);
+    }
+    drop(permit);
+    ready.wait().await;
+    let mut arrivals = Vec::with_capacity(puts as usize);
+    let mut carry = Vec::new();
+    while (arrivals.len() as u64) < puts {
+        let wait = deadline.get().map_or(Duration::from_secs(3600), |d| d.saturating_duration_since(Instant::now()));
+        let Ok(read) = tokio::time::timeout(wait, stream.read(&mut buf)).await else { break };
+        let read = read?;
+        if read == 0 {
+            break;
+        }
+        scan_seqs(&mut carry, &buf[..read], Instant::now(), &mut arrivals);
+    }
+    Ok(arrivals)
+}
+
+async fn ws_subscriber(
+    addr: &str,
+    puts: u64,
+    ready: Arc<Barrier>,
+    deadline: Arc<std::sync::OnceLock<Instant>>,
+    permit: tokio::sync::OwnedSemaphorePermit,
+) -> anyhow::Result<Arrivals> {
+    use tokio_tungstenite::tungstenite::Message;
+    let (mut ws, _) = tokio_tungstenite::connect_async(format!("ws://{addr}/v1/ws")).await?;
+    ws.send(Message::Text(r#"{"type":"sub","id":"b","ns":"default","pk":"bench"}"#.into())).await?;
+    loop {
+        match ws.next().await {
+            Some(Ok(Message::Text(text))) if text.contains("\"progress\"") => break,
+            Some(Ok(_)) => continue,
+            Some(Err(e)) => return Err(e.into()),
+            None => anyhow::bail!("the WebSocket closed before the subscription started"),
+        }
+    }
+    drop(permit);
+    ready.wait().await;
+    let mut arrivals = Vec::with_capacity(puts as usize);
+    let mut carry = Vec::new();
+    while (arrivals.len() as u64) < puts {
+        let wait = deadline.get().map_or(Duration::from_secs(3600), |d| d.saturating_duration_since(Instant::now()));
+        let Ok(Some(message)) = tokio::time::timeout(wait, ws.next()).await else { break };
+        if let Message::Text(text) = message? {
+            scan_seqs(&mut carry, text.as_bytes(), Instant::now(), &mut arrivals);
+        }
+    }
+    Ok(arrivals)
+}
+
+/// etcd connections the watchers share.
+const ETCD_CONNECTIONS: usize = 100;
+
+async fn run_etcd(args: &WatchBenchArgs, n: usize) -> anyhow::Result<WatchResult> {
+    let scratch = tempfile::Builder::new().prefix("tern-bench-etcd-").tempdir()?;
+    let (child, endpoint) = spawn_etcd(&args.etcd, scratch.path()).await?;
+    let ready = Arc::new(Barrier::new(n + 1));
+    let deadline = Arc::new(std::sync::OnceLock::<Instant>::new());
+    let mut clients = Vec::new();
+    for _ in 0..ETCD_CONNECTIONS.min(n) {
+        clients.push(etcd_client::Client::connect([endpoint.as_str()], None).await?);
+    }
+    let mut watchers = Vec::with_capacity(n);
+    for i in 0..n {
+        let mut client = clients[i % clients.len()].clone();
+        let (ready, deadline, puts) = (ready.clone(), deadline.clone(), args.puts);
+        watchers.push(tokio::spawn(async move {
+            let mut stream = client.watch_client().watch("bench", None).await?;
+            let _ = stream.message().await?; // the creation response
+            ready.wait().await;
+            let mut arrivals: Arrivals = Vec::with_capacity(puts as usize);
+            let mut carry = Vec::new();
+            while (arrivals.len() as u64) < puts {
+                let wait = deadline.get().map_or(Duration::from_secs(3600), |d| d.saturating_duration_since(Instant::now()));
+                let Ok(message) = tokio::time::timeout(wait, stream.message()).await else { break };
+                let Some(response) = message? else { break };
+                let at = Instant::now();
+                for event in response.events() {
+                    if let Some(kv) = event.kv() {
+                        scan_seqs(&mut carry, kv.value(), at, &mut arrivals);
+                    }
+                }
+            }
+            Ok::<_, anyhow::Error>(arrivals)
+        }));
+    }
+    ready.wait().await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let mut writer = etcd_client::Client::connect([endpoint.as_str()], None).await?;
+    let pad = "x".repeat(args.value_bytes);
+    let interval = Duration::from_secs_f64(1.0 / args.rate as f64);
+    let start = Instant::now();
+    let mut sent = Vec::with_capacity(args.puts as usize);
+    for seq in 0..args.puts {
+        tokio::time::sleep_until((start + interval * seq as u32).into()).await;
+        sent.push(Instant::now());
+        writer.put("bench", format!("{{\"seq\":{seq},\"pad\":\"{pad}\"}}"), None).await?;
+    }
+    let _ = deadline.set(Instant::now() + DRAIN);
+    let mut arrivals = Vec::with_capacity(n);
+    for w in watchers {
+        arrivals.push(w.await??);
+    }
+    drop(child);
+    summarize("etcd watch", n, args, &sent, &arrivals)
+}
+
+fn summarize(peer: &str, n: usize, args: &WatchBenchArgs, sent: &[Instant], arrivals: &[Arrivals]) -> anyhow::Result<WatchResult> {
+    let mut histogram = Histogram::<u64>::new_with_bounds(1, 600_000_000, 3)?;
+    let mut received = 0u64;
+    for subscriber in arrivals {
+        for &(seq, at) in subscriber {
+            if let Some(sent_at) = sent.get(seq as usize) {
+                histogram.saturating_record(at.saturating_duration_since(*sent_at).as_micros().max(1) as u64);
+                received += 1;
+            }
+        }
+    }
+    let ms = |us: u64| us as f64 / 1000.0;
+    Ok(WatchResult {
+        peer: peer.to_string(),
+        subscribers: n,
+        puts: args.puts,
+        rate_per_s: args.rate,
+        events_expected: args.puts * n as u64,
+        events_received: received,
+        p50_ms: ms(histogram.value_at_quantile(0.50)),
+        p99_ms: ms(histogram.value_at_quantile(0.99)),
+        max_ms: ms(histogram.max()),
+        server_bytes_per_subscriber: None,
+    })
+}
+
+fn rss_bytes(pid: u32) -> anyhow::Result<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    let kb: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next())
+        .ok_or_else(|| anyhow::anyhow!("no VmRSS for pid {pid}"))?
+        .parse()?;
+    Ok(kb * 1024)
+}
+
+fn markdown(results: &[WatchResult]) -> String {
+    let mut out = String::from(
+        "| peer | subscribers | puts (rate/s) | events received / expected | p50 ms | p99 ms | max ms | server memory per subscriber |\n\
+         |---|---:|---:|---:|---:|---:|---:|---:|\n",
+    );
+    for r in results {
+        let memory = r.server_bytes_per_subscriber.map_or("—".to_string(), |b| format!("{:.1} KiB", b as f64 / 1024.0));
+        out.push_str(&format!(
+            "| {} | {} | {} ({}) | {} / {} | {:.2} | {:.2} | {:.2} | {} |\n",
+            r.peer, r.subscribers, r.puts, r.rate_per_s, r.events_received, r.events_expected, r.p50_ms, r.p99_ms, r.max_ms, memory
+        ));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sequence_numbers_are_found_across_reads() {
+        let at = Instant::now();
+        let mut carry = Vec::new();
+        let mut out = Vec::new();
+        scan_seqs(&mut carry, b"data: {\"pk\":\"bench\",\"value\":{\"seq\":1", at, &mut out);
+        assert!(out.is_empty(), "the number may go on");
+        scan_seqs(&mut carry, b"2,\"pad\":\"x\"}}\n\ndata: {\"value\":{\"se", at, &mut out);
+        scan_seqs(&mut carry, b"q\":13,\"pad\"", at, &mut out);
+        assert_eq!(out.iter().map(|(s, _)| *s).collect::<Vec<_>>(), vec![12, 13]);
+    }
+}
