@@ -104,6 +104,9 @@ impl From<WatchError> for ApiError {
     }
 }
 
+/// Messages joined into one body chunk at most.
+const MESSAGES_PER_CHUNK_MAX: usize = 64;
+
 pub async fn sse(
     State(app): State<AppState>,
     Path(ns): Path<String>,
@@ -121,12 +124,22 @@ pub async fn sse(
     };
     let from = last_event_id.filter(|id| !id.is_empty()).or(params.str("from"));
     let request = WatchRequest::parse(params.str("pk"), params.str("prefix"), params.str("sk"), from, params.str("mode"))?;
-    let (session, start, mut messages) = subscriptions::open(&app.node, &ns, request.filter, request.from, request.mode)?;
+    let (session, start, messages) = subscriptions::open(&app.node, &ns, request.filter, request.from, request.mode)?;
     tokio::spawn(session.run(start));
     // The body ends when the session does (its sender drops); a client that
     // goes away drops the body, which ends the session.
     let first = futures::stream::once(async { Ok::<Bytes, Infallible>(Bytes::from_static(b"retry: 1000\n\n")) });
-    let rest = futures::stream::poll_fn(move |cx| messages.poll_recv(cx).map(|m| m.map(|m| Ok(sse_bytes(&m)))));
+    // Whatever is queued goes out as one chunk: one write for a burst.
+    let rest = futures::stream::unfold((messages, Vec::with_capacity(MESSAGES_PER_CHUNK_MAX)), |(mut messages, mut batch)| async move {
+        if messages.recv_many(&mut batch, MESSAGES_PER_CHUNK_MAX).await == 0 {
+            return None;
+        }
+        let mut chunk = Vec::new();
+        for message in batch.drain(..) {
+            chunk.extend_from_slice(&sse_bytes(&message));
+        }
+        Some((Ok::<Bytes, Infallible>(Bytes::from(chunk)), (messages, batch)))
+    });
     let body = axum::body::Body::from_stream(futures::StreamExt::chain(first, rest));
     Ok((
         [(header::CONTENT_TYPE, "text/event-stream"), (header::CACHE_CONTROL, "no-cache"), (header::HeaderName::from_static("x-accel-buffering"), "no")],

@@ -9,8 +9,11 @@
 //! the put was sent, per (subscriber, put), on one clock (this process).
 //! Memory per subscriber = the server's resident memory grown while the
 //! subscribers connected, divided by their number. etcd: the same key,
-//! value size and rate, `--subscribers` watchers spread over 100 gRPC
-//! connections (`etcd-client`).
+//! value size and rate, `--subscribers` watchers (`etcd-client`).
+//!
+//! Each is measured with one subscriber per connection (browsers, devices)
+//! and multiplexed, `--multiplex` subscriptions per connection (services):
+//! Tern over WebSocket, etcd over gRPC streams on shared HTTP/2 connections.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -42,6 +45,9 @@ pub struct WatchBenchArgs {
     /// Bytes of padding in each value.
     #[arg(long, default_value_t = 100)]
     value_bytes: usize,
+    /// Subscriptions per connection for the multiplexed runs (WebSocket, etcd).
+    #[arg(long, default_value_t = 100)]
+    multiplex: usize,
     /// The etcd binary (Debian's etcd-server).
     #[arg(long, default_value = "etcd")]
     etcd: String,
@@ -51,6 +57,7 @@ pub struct WatchBenchArgs {
 pub struct WatchResult {
     pub peer: String,
     pub subscribers: usize,
+    pub subscribers_per_connection: usize,
     pub puts: u64,
     pub rate_per_s: u64,
     /// Events every subscriber should have received, and how many arrived.
@@ -72,12 +79,14 @@ pub async fn run(args: WatchBenchArgs) -> anyhow::Result<()> {
     std::fs::create_dir_all(&args.out)?;
     let mut results = Vec::new();
     for &n in &args.subscribers {
-        for transport in [Transport::Sse, Transport::WebSocket] {
-            results.push(run_tern(&args, n, transport).await?);
+        for (transport, per_connection) in [(Transport::Sse, 1), (Transport::WebSocket, 1), (Transport::WebSocket, args.multiplex)] {
+            results.push(run_tern(&args, n, transport, per_connection).await?);
             eprintln!("{:?}", results.last().unwrap());
         }
-        results.push(run_etcd(&args, n).await?);
-        eprintln!("{:?}", results.last().unwrap());
+        for per_connection in [1, args.multiplex] {
+            results.push(run_etcd(&args, n, per_connection).await?);
+            eprintln!("{:?}", results.last().unwrap());
+        }
     }
     std::fs::write(args.out.join("watch.json"), serde_json::to_string_pretty(&results)?)?;
     let table = markdown(&results);
@@ -95,7 +104,9 @@ enum Transport {
 /// When each subscriber saw each sequence number.
 type Arrivals = Vec<(u64, Instant)>;
 
-async fn run_tern(args: &WatchBenchArgs, n: usize, transport: Transport) -> anyhow::Result<WatchResult> {
+async fn run_tern(args: &WatchBenchArgs, n: usize, transport: Transport, per_connection: usize) -> anyhow::Result<WatchResult> {
+    assert!(per_connection >= 1 && n % per_connection == 0, "--subscribers must be multiples of --multiplex");
+    let connections = n / per_connection;
     let scratch = tempfile::Builder::new().prefix("tern-bench-watch-").tempdir()?;
     let data_dir = scratch.path().join("data");
     let exe = std::env::current_exe()?;
@@ -107,18 +118,18 @@ async fn run_tern(args: &WatchBenchArgs, n: usize, transport: Transport) -> anyh
     client.put(url("/v1/ns/default/kv/warm/up")).body("1").send().await?.error_for_status()?;
     tokio::time::sleep(Duration::from_millis(500)).await;
     let rss_before = rss_bytes(pid)?;
-    let ready = Arc::new(Barrier::new(n + 1));
+    let ready = Arc::new(Barrier::new(connections + 1));
     let deadline = Arc::new(std::sync::OnceLock::<Instant>::new());
     let semaphore = Arc::new(tokio::sync::Semaphore::new(CONNECT_CONCURRENCY));
-    let mut subscribers = Vec::with_capacity(n);
-    for _ in 0..n {
+    let mut subscribers = Vec::with_capacity(connections);
+    for _ in 0..connections {
         let (addr, ready, deadline, semaphore) = (addr.clone(), ready.clone(), deadline.clone(), semaphore.clone());
         let puts = args.puts;
         subscribers.push(tokio::spawn(async move {
             let permit = semaphore.acquire_owned().await.expect("open");
             match transport {
                 Transport::Sse => sse_subscriber(&addr, puts, ready, deadline, permit).await,
-                Transport::WebSocket => ws_subscriber(&addr, puts, ready, deadline, permit).await,
+                Transport::WebSocket => ws_subscriber(&addr, puts, per_connection, ready, deadline, permit).await,
             }
         }));
     }
@@ -127,7 +138,7 @@ async fn run_tern(args: &WatchBenchArgs, n: usize, transport: Transport) -> anyh
     let rss_after = rss_bytes(pid)?;
     let sent = write(&client, &url("/v1/ns/default/kv/bench/k"), args).await?;
     let _ = deadline.set(Instant::now() + DRAIN);
-    let mut arrivals = Vec::with_capacity(n);
+    let mut arrivals = Vec::with_capacity(connections);
     for s in subscribers {
         arrivals.push(s.await??);
     }
@@ -136,7 +147,7 @@ async fn run_tern(args: &WatchBenchArgs, n: usize, transport: Transport) -> anyh
         Transport::Sse => "Tern SSE",
         Transport::WebSocket => "Tern WebSocket",
     };
-    let mut result = summarize(name, n, args, &sent, &arrivals)?;
+    let mut result = summarize(name, n, per_connection, args, &sent, &arrivals)?;
     result.server_bytes_per_subscriber = Some(rss_after.saturating_sub(rss_before) / n as u64);
     Ok(result)
 }
@@ -216,16 +227,20 @@ async fn sse_subscriber(
 async fn ws_subscriber(
     addr: &str,
     puts: u64,
+    subscriptions: usize,
     ready: Arc<Barrier>,
     deadline: Arc<std::sync::OnceLock<Instant>>,
     permit: tokio::sync::OwnedSemaphorePermit,
 ) -> anyhow::Result<Arrivals> {
     use tokio_tungstenite::tungstenite::Message;
     let (mut ws, _) = tokio_tungstenite::connect_async(format!("ws://{addr}/v1/ws")).await?;
-    ws.send(Message::Text(r#"{"type":"sub","id":"b","ns":"default","pk":"bench"}"#.into())).await?;
-    loop {
+    for i in 0..subscriptions {
+        ws.send(Message::Text(format!(r#"{{"type":"sub","id":"b{i}","ns":"default","pk":"bench"}}"#).into())).await?;
+    }
+    let mut started = 0;
+    while started < subscriptions {
         match ws.next().await {
-            Some(Ok(Message::Text(text))) if text.contains("\"progress\"") => break,
+            Some(Ok(Message::Text(text))) if text.contains("\"progress\"") => started += 1,
             Some(Ok(_)) => continue,
             Some(Err(e)) => return Err(e.into()),
             None => anyhow::bail!("the WebSocket closed before the subscription started"),
@@ -233,9 +248,10 @@ async fn ws_subscriber(
     }
     drop(permit);
     ready.wait().await;
-    let mut arrivals = Vec::with_capacity(puts as usize);
+    let expected = puts * subscriptions as u64;
+    let mut arrivals = Vec::with_capacity(expected as usize);
     let mut carry = Vec::new();
-    while (arrivals.len() as u64) < puts {
+    while (arrivals.len() as u64) < expected {
         let wait = deadline.get().map_or(Duration::from_secs(3600), |d| d.saturating_duration_since(Instant::now()));
         let Ok(Some(message)) = tokio::time::timeout(wait, ws.next()).await else { break };
         if let Message::Text(text) = message? {
@@ -245,21 +261,18 @@ async fn ws_subscriber(
     Ok(arrivals)
 }
 
-/// etcd connections the watchers share.
-const ETCD_CONNECTIONS: usize = 100;
-
-async fn run_etcd(args: &WatchBenchArgs, n: usize) -> anyhow::Result<WatchResult> {
+async fn run_etcd(args: &WatchBenchArgs, n: usize, per_connection: usize) -> anyhow::Result<WatchResult> {
     let scratch = tempfile::Builder::new().prefix("tern-bench-etcd-").tempdir()?;
     let (child, endpoint) = spawn_etcd(&args.etcd, scratch.path()).await?;
     let ready = Arc::new(Barrier::new(n + 1));
     let deadline = Arc::new(std::sync::OnceLock::<Instant>::new());
     let mut clients = Vec::new();
-    for _ in 0..ETCD_CONNECTIONS.min(n) {
+    for _ in 0..n.div_ceil(per_connection) {
         clients.push(etcd_client::Client::connect([endpoint.as_str()], None).await?);
     }
     let mut watchers = Vec::with_capacity(n);
     for i in 0..n {
-        let mut client = clients[i % clients.len()].clone();
+        let client = clients[i % clients.len()].clone();
         let (ready, deadline, puts) = (ready.clone(), deadline.clone(), args.puts);
         watchers.push(tokio::spawn(async move {
             let mut stream = client.watch_client().watch("bench", None).await?;
@@ -299,10 +312,17 @@ async fn run_etcd(args: &WatchBenchArgs, n: usize) -> anyhow::Result<WatchResult
         arrivals.push(w.await??);
     }
     drop(child);
-    summarize("etcd watch", n, args, &sent, &arrivals)
+    summarize("etcd watch", n, per_connection, args, &sent, &arrivals)
 }
 
-fn summarize(peer: &str, n: usize, args: &WatchBenchArgs, sent: &[Instant], arrivals: &[Arrivals]) -> anyhow::Result<WatchResult> {
+fn summarize(
+    peer: &str,
+    n: usize,
+    per_connection: usize,
+    args: &WatchBenchArgs,
+    sent: &[Instant],
+    arrivals: &[Arrivals],
+) -> anyhow::Result<WatchResult> {
     let mut histogram = Histogram::<u64>::new_with_bounds(1, 600_000_000, 3)?;
     let mut received = 0u64;
     for subscriber in arrivals {
@@ -317,6 +337,7 @@ fn summarize(peer: &str, n: usize, args: &WatchBenchArgs, sent: &[Instant], arri
     Ok(WatchResult {
         peer: peer.to_string(),
         subscribers: n,
+        subscribers_per_connection: per_connection,
         puts: args.puts,
         rate_per_s: args.rate,
         events_expected: args.puts * n as u64,
@@ -341,14 +362,14 @@ fn rss_bytes(pid: u32) -> anyhow::Result<u64> {
 
 fn markdown(results: &[WatchResult]) -> String {
     let mut out = String::from(
-        "| peer | subscribers | puts (rate/s) | events received / expected | p50 ms | p99 ms | max ms | server memory per subscriber |\n\
-         |---|---:|---:|---:|---:|---:|---:|---:|\n",
+        "| peer | subscribers | per connection | puts (rate/s) | events received / expected | p50 ms | p99 ms | max ms | server memory per subscriber |\n\
+         |---|---:|---:|---:|---:|---:|---:|---:|---:|\n",
     );
     for r in results {
         let memory = r.server_bytes_per_subscriber.map_or("—".to_string(), |b| format!("{:.1} KiB", b as f64 / 1024.0));
         out.push_str(&format!(
-            "| {} | {} | {} ({}) | {} / {} | {:.2} | {:.2} | {:.2} | {} |\n",
-            r.peer, r.subscribers, r.puts, r.rate_per_s, r.events_received, r.events_expected, r.p50_ms, r.p99_ms, r.max_ms, memory
+            "| {} | {} | {} | {} ({}) | {} / {} | {:.2} | {:.2} | {:.2} | {} |\n",
+            r.peer, r.subscribers, r.subscribers_per_connection, r.puts, r.rate_per_s, r.events_received, r.events_expected, r.p50_ms, r.p99_ms, r.max_ms, memory
         ));
     }
     out
