@@ -31,7 +31,7 @@ use super::error::ApiError;
 use super::params::Params;
 use super::AppState;
 use crate::limits;
-use crate::subscriptions::{self, Cursor, Filter, Message, Mode, WatchError};
+use crate::subscriptions::{self, Cursor, Filter, Message, Mode, Tagged, WatchError};
 
 /// What a watch asks for, from query parameters or a WebSocket `sub`.
 pub struct WatchRequest {
@@ -106,6 +106,8 @@ impl From<WatchError> for ApiError {
 
 /// Messages joined into one body chunk at most.
 const MESSAGES_PER_CHUNK_MAX: usize = 64;
+/// Messages waiting between a session and its SSE body.
+const SSE_MESSAGES_PENDING_MAX: usize = 64;
 
 pub async fn sse(
     State(app): State<AppState>,
@@ -124,7 +126,11 @@ pub async fn sse(
     };
     let from = last_event_id.filter(|id| !id.is_empty()).or(params.str("from"));
     let request = WatchRequest::parse(params.str("pk"), params.str("prefix"), params.str("sk"), from, params.str("mode"))?;
-    let (session, start, messages) = subscriptions::open(&app.node, &ns, request.filter, request.from, request.mode)?;
+    // A few messages of slack between the session and the socket; beyond
+    // that the session waits for the client (its queue keeps the bound).
+    let (tx, messages) = tokio::sync::mpsc::channel::<Tagged>(SSE_MESSAGES_PENDING_MAX);
+    let outbox = subscriptions::Outbox { tx, tag: None };
+    let (session, start) = subscriptions::open(&app.node, &ns, request.filter, request.from, request.mode, outbox)?;
     tokio::spawn(session.run(start));
     // The body ends when the session does (its sender drops); a client that
     // goes away drops the body, which ends the session.
@@ -135,8 +141,8 @@ pub async fn sse(
             return None;
         }
         let mut chunk = Vec::new();
-        for message in batch.drain(..) {
-            chunk.extend_from_slice(&sse_bytes(&message));
+        for tagged in batch.drain(..) {
+            chunk.extend_from_slice(&sse_bytes(&tagged.message));
         }
         Some((Ok::<Bytes, Infallible>(Bytes::from(chunk)), (messages, batch)))
     });
@@ -176,6 +182,7 @@ pub fn sse_bytes(message: &Message) -> Bytes {
             out.extend_from_slice(format!("event: progress\nid: {position}\ndata: {data}").as_bytes());
         }
         Message::KeepAlive => out.extend_from_slice(b"event: keep-alive\ndata: null"),
+        Message::Reply(text) => unreachable!("SSE sessions send no transport replies: {text}"),
         Message::Cancel { reason, position, message } => {
             let data = serde_json::json!({ "reason": reason, "position": position, "message": message });
             out.extend_from_slice(format!("event: cancel\ndata: {data}").as_bytes());

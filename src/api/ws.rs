@@ -16,6 +16,7 @@
 //! a bad request, the connection stays open).
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use axum::extract::ws::{Message as WsMessage, Utf8Bytes, WebSocket, WebSocketUpgrade};
 use axum::extract::State;
@@ -29,7 +30,7 @@ use tokio::task::JoinHandle;
 use super::error::ApiError;
 use super::watch::WatchRequest;
 use super::AppState;
-use crate::subscriptions::{self, Message};
+use crate::subscriptions::{self, Message, Tagged};
 
 /// Most subscriptions on one connection.
 pub const SUBSCRIPTIONS_PER_CONNECTION_MAX: usize = 1000;
@@ -72,27 +73,32 @@ enum ClientMessage {
     Unsub { id: String },
 }
 
+/// A running subscription: its session task, ended when this is dropped.
 struct Running {
     session: JoinHandle<()>,
-    forward: JoinHandle<()>,
 }
 
 impl Drop for Running {
     fn drop(&mut self) {
         self.session.abort();
-        self.forward.abort();
     }
 }
 
 async fn serve(app: AppState, socket: WebSocket) {
     let (mut sink, mut stream) = socket.split();
-    let (outbound, mut pending) = mpsc::channel::<Utf8Bytes>(OUTBOUND_MESSAGES_MAX);
+    // Sessions and this loop's own replies share one channel to the writer,
+    // which encodes each message (tagged with its subscription's id).
+    let (outbound, mut pending) = mpsc::channel::<Tagged>(OUTBOUND_MESSAGES_MAX);
     let writer = tokio::spawn(async move {
         let mut batch = Vec::with_capacity(FRAMES_PER_FLUSH_MAX);
         // Everything queued goes out in one flush: a put that reaches many
         // subscriptions of this connection costs one write, not one each.
         while pending.recv_many(&mut batch, FRAMES_PER_FLUSH_MAX).await > 0 {
-            for text in batch.drain(..) {
+            for tagged in batch.drain(..) {
+                let text = match tagged.message {
+                    Message::Reply(text) => text.into(),
+                    message => ws_text(tagged.tag.as_deref().unwrap_or("null"), &message),
+                };
                 if sink.feed(WsMessage::Text(text)).await.is_err() {
                     return;
                 }
@@ -102,41 +108,43 @@ async fn serve(app: AppState, socket: WebSocket) {
             }
         }
     });
+    let reply = |text: String| Tagged { tag: None, message: Message::Reply(text) };
     let mut running: HashMap<String, Running> = HashMap::new();
     while let Some(Ok(frame)) = stream.next().await {
         let text = match frame {
             WsMessage::Text(text) => text,
             WsMessage::Close(_) => break,
             WsMessage::Binary(_) => {
-                let _ = outbound.send(error_text(None, &ApiError::bad_request("invalid_message", "send JSON text frames"))).await;
+                let _ = outbound.send(reply(error_text(None, &ApiError::bad_request("invalid_message", "send JSON text frames")))).await;
                 continue;
             }
             _ => continue,
         };
-        running.retain(|_, r| !r.forward.is_finished());
+        running.retain(|_, r| !r.session.is_finished());
         match serde_json::from_str::<ClientMessage>(&text) {
             Err(e) => {
                 let error = ApiError::bad_request("invalid_message", format!("not a sub or unsub message: {e}"));
-                let _ = outbound.send(error_text(None, &error)).await;
+                let _ = outbound.send(reply(error_text(None, &error))).await;
             }
             Ok(ClientMessage::Unsub { id }) => {
                 let known = running.remove(&id).is_some();
-                let reply = if known {
-                    json!({"type": "unsubscribed", "id": id}).to_string().into()
+                let text = if known {
+                    json!({"type": "unsubscribed", "id": id}).to_string()
                 } else {
                     error_text(Some(&id), &ApiError::bad_request("unknown_subscription", format!("no subscription {id:?} on this connection")))
                 };
-                let _ = outbound.send(reply).await;
+                let _ = outbound.send(reply(text)).await;
             }
             Ok(ClientMessage::Sub(sub)) => {
                 let id = sub.id.clone();
-                match start(&app, sub, &running, outbound.clone()) {
-                    Ok(started) => {
-                        let _ = outbound.send(json!({"type": "subscribed", "id": id}).to_string().into()).await;
-                        running.insert(id, started);
+                match open(&app, sub, &running, outbound.clone()) {
+                    Ok((session, start)) => {
+                        // The reply goes ahead of the session's first message.
+                        let _ = outbound.send(reply(json!({"type": "subscribed", "id": id}).to_string())).await;
+                        running.insert(id, Running { session: tokio::spawn(session.run(start)) });
                     }
                     Err(error) => {
-                        let _ = outbound.send(error_text(Some(&id), &error)).await;
+                        let _ = outbound.send(reply(error_text(Some(&id), &error))).await;
                     }
                 }
             }
@@ -147,7 +155,13 @@ async fn serve(app: AppState, socket: WebSocket) {
     let _ = writer.await;
 }
 
-fn start(app: &AppState, sub: Sub, running: &HashMap<String, Running>, outbound: mpsc::Sender<Utf8Bytes>) -> Result<Running, ApiError> {
+/// Validates a `sub` and sets up its session (not yet running).
+fn open(
+    app: &AppState,
+    sub: Sub,
+    running: &HashMap<String, Running>,
+    outbound: mpsc::Sender<Tagged>,
+) -> Result<(subscriptions::Session, subscriptions::Start), ApiError> {
     if sub.id.is_empty() || sub.id.chars().count() > SUBSCRIPTION_ID_CHARS_MAX {
         return Err(ApiError::bad_request("invalid_message", format!("id must be 1-{SUBSCRIPTION_ID_CHARS_MAX} characters")));
     }
@@ -161,21 +175,13 @@ fn start(app: &AppState, sub: Sub, running: &HashMap<String, Running>, outbound:
         ));
     }
     let request = WatchRequest::parse(sub.pk.as_deref(), sub.prefix.as_deref(), sub.sk.as_deref(), sub.from.as_deref(), sub.mode.as_deref())?;
-    let (session, start, mut messages) = subscriptions::open(&app.node, &sub.ns, request.filter, request.from, request.mode)?;
-    let session = tokio::spawn(session.run(start));
-    let id_json = serde_json::to_string(&sub.id).expect("a string serializes");
-    let forward = tokio::spawn(async move {
-        while let Some(message) = messages.recv().await {
-            if outbound.send(ws_text(&id_json, &message)).await.is_err() {
-                return;
-            }
-        }
-    });
-    Ok(Running { session, forward })
+    let id_json: Arc<str> = serde_json::to_string(&sub.id).expect("a string serializes").into();
+    let outbox = subscriptions::Outbox { tx: outbound, tag: Some(id_json) };
+    Ok(subscriptions::open(&app.node, &sub.ns, request.filter, request.from, request.mode, outbox)?)
 }
 
-fn error_text(id: Option<&str>, error: &ApiError) -> Utf8Bytes {
-    json!({"type": "error", "id": id, "error": {"code": error.code, "message": error.message}}).to_string().into()
+fn error_text(id: Option<&str>, error: &ApiError) -> String {
+    json!({"type": "error", "id": id, "error": {"code": error.code, "message": error.message}}).to_string()
 }
 
 /// One message as a WebSocket text frame; `id_json` is the subscription id, JSON-encoded.
@@ -204,6 +210,7 @@ pub fn ws_text(id_json: &str, message: &Message) -> Utf8Bytes {
         Message::Synced { position } => format!("{{\"type\":\"synced\",\"id\":{id_json},\"position\":{}}}", json!(position)),
         Message::Progress { position } => format!("{{\"type\":\"progress\",\"id\":{id_json},\"position\":{}}}", json!(position)),
         Message::KeepAlive => format!("{{\"type\":\"keep-alive\",\"id\":{id_json}}}"),
+        Message::Reply(text) => text.clone(),
         Message::Cancel { reason, position, message } => format!(
             "{{\"type\":\"cancel\",\"id\":{id_json},\"reason\":\"{reason}\",\"position\":{},\"message\":{}}}",
             json!(position),

@@ -22,7 +22,7 @@ use parking_lot::{Mutex, RwLock};
 use tokio::sync::Notify;
 
 use super::event::{Event, Mark};
-use super::filter::Index;
+use super::filter::{Filter, Index};
 use super::queue::{Batch, Subscriber};
 
 /// Most events a partition's ring keeps, and most bytes: history beyond it
@@ -252,17 +252,28 @@ fn fan_out(index: &Index, events: Vec<Arc<Event>>) {
     if index.by_pk.is_empty() {
         return;
     }
-    let mut per_subscriber: HashMap<u64, (&Arc<Subscriber>, Vec<Arc<Event>>)> = HashMap::new();
+    // Events per watched pk, in order; then one batch shared by every
+    // subscriber of the whole pk, and a filtered one for each narrower one.
+    let mut by_pk: HashMap<&str, Vec<Arc<Event>>> = HashMap::new();
     for event in &events {
-        let Some(subscribers) = index.by_pk.get(&event.pk) else { continue };
-        for subscriber in subscribers {
-            if subscriber.filter.matches(&event.pk, &event.sk) {
-                per_subscriber.entry(subscriber.id).or_insert_with(|| (subscriber, Vec::new())).1.push(event.clone());
-            }
+        if index.by_pk.contains_key(&event.pk) {
+            by_pk.entry(&event.pk).or_default().push(event.clone());
         }
     }
-    for (_, (subscriber, events)) in per_subscriber {
-        subscriber.push(events.into());
+    for (pk, pk_events) in by_pk {
+        let subscribers = &index.by_pk[pk];
+        let shared: Batch = pk_events.iter().cloned().collect();
+        for subscriber in subscribers {
+            match &subscriber.filter {
+                Filter::Pk { .. } => subscriber.push(shared.clone()),
+                narrower => {
+                    let matching: Vec<Arc<Event>> = pk_events.iter().filter(|e| narrower.matches(&e.pk, &e.sk)).cloned().collect();
+                    if !matching.is_empty() {
+                        subscriber.push(matching.into());
+                    }
+                }
+            }
+        }
     }
 }
 
@@ -286,7 +297,6 @@ async fn dispatch_loop(feed: Weak<PartitionFeed>) {
 mod tests {
     use super::*;
     use crate::codec::{Mutation, Op, OpKind};
-    use crate::subscriptions::filter::Filter;
     use crate::subscriptions::queue::{Drained, Mode, QueueLimits};
 
     fn events(offset: u64, pk: &str, sks: &[&str]) -> Vec<Arc<Event>> {

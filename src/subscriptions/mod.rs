@@ -32,12 +32,11 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::mpsc;
 
 pub use self::cursor::Cursor;
 pub use self::filter::Filter;
 pub use self::queue::{Mode, QueueLimits};
-pub use self::session::{Message, Session};
+pub use self::session::{Message, Outbox, Session, Tagged};
 use crate::apply::PartitionStatus;
 use crate::node::Node;
 
@@ -145,11 +144,11 @@ pub enum WatchError {
     TooMany { max: usize },
 }
 
-/// Validates a watch request and sets up its session; the caller spawns
-/// `session.run(start)` and reads `Message`s from the returned receiver.
+/// Validates a watch request and sets up its session, which sends to
+/// `outbox`; the caller spawns `session.run(start)`.
 /// Errors are found here, before anything is streamed, so the transport
 /// can answer them with a status code.
-pub fn open(node: &Node, namespace: &str, filter: Filter, from: From, mode: Mode) -> Result<(Session, Start, mpsc::Receiver<Message>), WatchError> {
+pub fn open(node: &Node, namespace: &str, filter: Filter, from: From, mode: Mode, outbox: Outbox) -> Result<(Session, Start), WatchError> {
     let ns = node.namespace(namespace).ok_or_else(|| WatchError::NamespaceNotFound(namespace.to_string()))?;
     let partitions = filter.partitions(ns.partitions);
     for &p in &partitions {
@@ -194,9 +193,6 @@ pub fn open(node: &Node, namespace: &str, filter: Filter, from: From, mode: Mode
     let slot = node.subscriptions.take_slot(config.subscribers_max).ok_or(WatchError::TooMany { max: config.subscribers_max })?;
     let id = node.subscriptions.next_id.fetch_add(1, Ordering::SeqCst);
     let subscriber = Arc::new(queue::Subscriber::new(id, filter, mode, config.queue));
-    // A few messages of slack between the session and the socket; beyond
-    // that the session waits for the client (its queue keeps the bound).
-    let (tx, rx) = mpsc::channel(64);
     let closing = node.subscriptions.closing.subscribe();
-    Ok((Session::new(ns, node.log.clone(), subscriber, cursor, tx, config, slot, closing), start, rx))
+    Ok((Session::new(ns, node.log.clone(), subscriber, cursor, outbox, config, slot, closing), start))
 }

@@ -44,6 +44,31 @@ pub enum Message {
     KeepAlive,
     /// The subscription ends; it may resume from `position`.
     Cancel { reason: &'static str, position: String, message: String },
+    /// Encoded by the transport itself (a WebSocket reply to a client
+    /// message), passed through in order with the subscriptions' messages.
+    Reply(String),
+}
+
+/// A message on its way to the transport; `tag` names the subscription on
+/// a connection that carries several (WebSocket: the client's id, as JSON).
+#[derive(Debug)]
+pub struct Tagged {
+    pub tag: Option<Arc<str>>,
+    pub message: Message,
+}
+
+/// Where a session's messages go: a channel to the transport (SSE body,
+/// or a WebSocket connection's writer shared by its subscriptions). Bounded:
+/// a session waits when its client reads slowly (its queue keeps the bound).
+pub struct Outbox {
+    pub tx: mpsc::Sender<Tagged>,
+    pub tag: Option<Arc<str>>,
+}
+
+impl Outbox {
+    async fn send(&self, message: Message) -> Result<(), Stop> {
+        self.tx.send(Tagged { tag: self.tag.clone(), message }).await.map_err(|_| Stop::Closed)
+    }
 }
 
 /// Why a session stopped early.
@@ -61,7 +86,7 @@ pub struct Session {
     cursor: Cursor,
     partitions: Vec<u32>,
     registered: BTreeSet<u32>,
-    out: mpsc::Sender<Message>,
+    out: Outbox,
     config: WatchConfig,
     last_sent: String,
     /// Keeps the node's subscriber count.
@@ -76,7 +101,7 @@ impl Session {
         log: Arc<dyn Log>,
         subscriber: Arc<Subscriber>,
         cursor: Cursor,
-        out: mpsc::Sender<Message>,
+        out: Outbox,
         config: WatchConfig,
         slot: super::Slot,
         closing: tokio::sync::watch::Receiver<bool>,
@@ -195,7 +220,7 @@ impl Session {
     }
 
     async fn send(&self, message: Message) -> Result<(), Stop> {
-        self.out.send(message).await.map_err(|_| Stop::Closed)
+        self.out.send(message).await
     }
 
     /// Sends the full state of what is watched, consistent with one position
@@ -271,10 +296,11 @@ impl Session {
     /// Delivers what the dispatcher leaves, until the client goes or the
     /// subscription must stop; resets itself when it falls behind in state mode.
     async fn live(&mut self) -> Result<std::convert::Infallible, Stop> {
-        let mut progress = tokio::time::interval(self.config.progress_interval);
-        let mut keep_alive = tokio::time::interval(self.config.keep_alive_interval);
-        progress.reset();
-        keep_alive.reset();
+        // Two timers registered once and re-armed when they fire (not per
+        // wake-up: a busy subscription wakes once per event).
+        let progress = tokio::time::sleep(self.config.progress_interval);
+        let keep_alive = tokio::time::sleep(self.config.keep_alive_interval);
+        tokio::pin!(progress, keep_alive);
         enum Wake {
             Queue,
             Progress,
@@ -285,18 +311,20 @@ impl Session {
         loop {
             let wake = tokio::select! {
                 _ = self.subscriber.notify.notified() => Wake::Queue,
-                _ = progress.tick() => Wake::Progress,
-                _ = keep_alive.tick() => Wake::KeepAlive,
-                _ = self.out.closed() => Wake::Closed,
+                _ = &mut progress => Wake::Progress,
+                _ = &mut keep_alive => Wake::KeepAlive,
+                _ = self.out.tx.closed() => Wake::Closed,
                 _ = self.closing.wait_for(|closing| *closing) => Wake::NodeStopping,
             };
             match wake {
                 Wake::Queue => {}
                 Wake::Progress => {
+                    progress.as_mut().reset(tokio::time::Instant::now() + self.config.progress_interval);
                     self.progress().await?;
                     continue;
                 }
                 Wake::KeepAlive => {
+                    keep_alive.as_mut().reset(tokio::time::Instant::now() + self.config.keep_alive_interval);
                     self.send(Message::KeepAlive).await?;
                     continue;
                 }
