@@ -37,10 +37,10 @@ pub struct WatchBenchArgs {
     #[arg(long, value_delimiter = ',', default_value = "1000,10000")]
     subscribers: Vec<usize>,
     /// Puts per run.
-    #[arg(long, default_value_t = 200)]
+    #[arg(long, default_value_t = 100)]
     puts: u64,
-    /// Puts per second.
-    #[arg(long, default_value_t = 20)]
+    /// Puts per second (at 10,000 subscribers each put is 10,000 deliveries).
+    #[arg(long, default_value_t = 10)]
     rate: u64,
     /// Bytes of padding in each value.
     #[arg(long, default_value_t = 100)]
