@@ -300,7 +300,18 @@ impl Session {
         // wake-up: a busy subscription wakes once per event).
         let progress = tokio::time::sleep(self.config.progress_interval);
         let keep_alive = tokio::time::sleep(self.config.keep_alive_interval);
-        tokio::pin!(progress, keep_alive);
+        // The client leaving and the node stopping, likewise registered once.
+        let client_gone = {
+            let tx = self.out.tx.clone();
+            async move { tx.closed().await }
+        };
+        let node_stopping = {
+            let mut closing = self.closing.clone();
+            async move {
+                let _ = closing.wait_for(|closing| *closing).await;
+            }
+        };
+        tokio::pin!(progress, keep_alive, client_gone, node_stopping);
         enum Wake {
             Queue,
             Progress,
@@ -313,8 +324,8 @@ impl Session {
                 _ = self.subscriber.notify.notified() => Wake::Queue,
                 _ = &mut progress => Wake::Progress,
                 _ = &mut keep_alive => Wake::KeepAlive,
-                _ = self.out.tx.closed() => Wake::Closed,
-                _ = self.closing.wait_for(|closing| *closing) => Wake::NodeStopping,
+                _ = &mut client_gone => Wake::Closed,
+                _ = &mut node_stopping => Wake::NodeStopping,
             };
             match wake {
                 Wake::Queue => {}
