@@ -170,6 +170,30 @@ mod tests {
     }
 
     #[test]
+    fn mutations_that_did_not_apply_are_journaled_for_replay_and_forgotten_past_the_window() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = PartitionStore::open(&dir.path().join("p"), 1, 1 << 20).unwrap();
+        let entries = vec![
+            entry(0, vec![put("k", "", "1", None)]),
+            entry(1, vec![put("k", "", "2", Some(Condition::IfAbsent))]),
+            entry_with_id(2, b"once", vec![put("k", "", "3", None)]),
+            entry_with_id(3, b"once", vec![put("k", "", "4", None)]),
+            LogRecord { offset: 4, payload: Bytes::from_static(b"garbage") },
+        ];
+        let mut applied = Vec::new();
+        store.apply(false, |tx| apply_entries(tx, &entries, 0, 1, &mut |offset, _| applied.push(offset))).unwrap();
+        assert_eq!(applied, vec![0, 2], "only what applied reaches subscribers");
+        let reader = store.read().unwrap();
+        assert_eq!(reader.journal_from().unwrap(), 0);
+        // The failed condition and the duplicate; the malformed entry decodes alike on replay.
+        assert_eq!(reader.not_applied_in(0, 10).unwrap().into_iter().collect::<Vec<_>>(), vec![1, 3]);
+        assert_eq!(reader.not_applied_in(2, 3).unwrap().len(), 0);
+        let later = vec![entry(WRITE_ID_WINDOW_OFFSETS + 10, vec![put("other", "", "1", None)])];
+        store.apply(false, |tx| apply_entries(tx, &later, 0, 1, &mut |_, _| {})).unwrap();
+        assert!(store.read().unwrap().not_applied_in(0, 10).unwrap().is_empty(), "forgotten past the window");
+    }
+
+    #[test]
     fn conditions_decide_deterministically() {
         assert!(condition_holds(Condition::IfAbsent, None));
         assert!(!condition_holds(Condition::IfAbsent, Some(0)));

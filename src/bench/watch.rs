@@ -152,17 +152,31 @@ async fn run_tern(args: &WatchBenchArgs, n: usize, transport: Transport, per_con
     Ok(result)
 }
 
+/// How long a subscriber still waits: until the deadline the writer sets
+/// after its last put, or (before that) an hour.
+fn remaining(deadline: &std::sync::OnceLock<Instant>) -> Duration {
+    deadline.get().map_or(Duration::from_secs(3600), |d| d.saturating_duration_since(Instant::now()))
+}
+
+/// The value of put `seq`: its sequence number, then padding.
+fn value(seq: u64, pad: &str) -> String {
+    format!("{{\"seq\":{seq},\"pad\":\"{pad}\"}}")
+}
+
+/// When put `seq` is due: open loop at `args.rate` from `start`.
+fn due(start: Instant, seq: u64, args: &WatchBenchArgs) -> tokio::time::Instant {
+    (start + Duration::from_secs_f64(seq as f64 / args.rate as f64)).into()
+}
+
 /// Puts `args.puts` values at `args.rate`; returns when each was sent.
 async fn write(client: &reqwest::Client, url: &str, args: &WatchBenchArgs) -> anyhow::Result<Vec<Instant>> {
     let pad = "x".repeat(args.value_bytes);
-    let interval = Duration::from_secs_f64(1.0 / args.rate as f64);
     let start = Instant::now();
     let mut sent = Vec::with_capacity(args.puts as usize);
     for seq in 0..args.puts {
-        tokio::time::sleep_until((start + interval * seq as u32).into()).await;
-        let body = format!("{{\"seq\":{seq},\"pad\":\"{pad}\"}}");
+        tokio::time::sleep_until(due(start, seq, args)).await;
         sent.push(Instant::now());
-        client.put(url).body(body).send().await?.error_for_status()?;
+        client.put(url).body(value(seq, &pad)).send().await?.error_for_status()?;
     }
     Ok(sent)
 }
@@ -213,7 +227,7 @@ async fn sse_subscriber(
     let mut arrivals = Vec::with_capacity(puts as usize);
     let mut carry = Vec::new();
     while (arrivals.len() as u64) < puts {
-        let wait = deadline.get().map_or(Duration::from_secs(3600), |d| d.saturating_duration_since(Instant::now()));
+        let wait = remaining(&deadline);
         let Ok(read) = tokio::time::timeout(wait, stream.read(&mut buf)).await else { break };
         let read = read?;
         if read == 0 {
@@ -252,7 +266,7 @@ async fn ws_subscriber(
     let mut arrivals = Vec::with_capacity(expected as usize);
     let mut carry = Vec::new();
     while (arrivals.len() as u64) < expected {
-        let wait = deadline.get().map_or(Duration::from_secs(3600), |d| d.saturating_duration_since(Instant::now()));
+        let wait = remaining(&deadline);
         let Ok(Some(message)) = tokio::time::timeout(wait, ws.next()).await else { break };
         if let Message::Text(text) = message? {
             scan_seqs(&mut carry, text.as_bytes(), Instant::now(), &mut arrivals);
@@ -281,7 +295,7 @@ async fn run_etcd(args: &WatchBenchArgs, n: usize, per_connection: usize) -> any
             let mut arrivals: Arrivals = Vec::with_capacity(puts as usize);
             let mut carry = Vec::new();
             while (arrivals.len() as u64) < puts {
-                let wait = deadline.get().map_or(Duration::from_secs(3600), |d| d.saturating_duration_since(Instant::now()));
+                let wait = remaining(&deadline);
                 let Ok(message) = tokio::time::timeout(wait, stream.message()).await else { break };
                 let Some(response) = message? else { break };
                 let at = Instant::now();
@@ -298,13 +312,12 @@ async fn run_etcd(args: &WatchBenchArgs, n: usize, per_connection: usize) -> any
     tokio::time::sleep(Duration::from_millis(500)).await;
     let mut writer = etcd_client::Client::connect([endpoint.as_str()], None).await?;
     let pad = "x".repeat(args.value_bytes);
-    let interval = Duration::from_secs_f64(1.0 / args.rate as f64);
     let start = Instant::now();
     let mut sent = Vec::with_capacity(args.puts as usize);
     for seq in 0..args.puts {
-        tokio::time::sleep_until((start + interval * seq as u32).into()).await;
+        tokio::time::sleep_until(due(start, seq, args)).await;
         sent.push(Instant::now());
-        writer.put("bench", format!("{{\"seq\":{seq},\"pad\":\"{pad}\"}}"), None).await?;
+        writer.put("bench", value(seq, &pad), None).await?;
     }
     let _ = deadline.set(Instant::now() + DRAIN);
     let mut arrivals = Vec::with_capacity(n);

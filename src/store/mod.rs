@@ -367,12 +367,7 @@ impl ApplyTxn<'_, '_> {
     /// over batches instead of stalling one.
     pub fn forget_write_ids_below(&mut self, offset: u64, count_max: usize) -> Result<usize, StoreError> {
         let error = storage_error(self.path);
-        let start = META_WRITE_ID_BY_OFFSET.to_vec();
-        let end = [META_WRITE_ID_BY_OFFSET, &offset.to_be_bytes()[..]].concat();
-        let mut expired: Vec<Vec<u8>> = Vec::new();
-        for entry in self.records.range::<&[u8]>(start.as_slice()..end.as_slice()).map_err(|e| self.error(e))?.take(count_max) {
-            expired.push(entry.map_err(|e| self.error(e))?.0.value().to_vec());
-        }
+        let expired = self.keys_below(META_WRITE_ID_BY_OFFSET, offset, count_max)?;
         for by_offset in &expired {
             let at = &by_offset[META_WRITE_ID_BY_OFFSET.len()..META_WRITE_ID_BY_OFFSET.len() + 8];
             let write_id = &by_offset[META_WRITE_ID_BY_OFFSET.len() + 8..];
@@ -387,6 +382,17 @@ impl ApplyTxn<'_, '_> {
         Ok(expired.len())
     }
 
+    /// Up to `count_max` keys `<prefix><offset u64 BE>...` with offsets
+    /// below `offset`, oldest first (for bounded eviction).
+    fn keys_below(&self, prefix: &[u8], offset: u64, count_max: usize) -> Result<Vec<Vec<u8>>, StoreError> {
+        let end = [prefix, &offset.to_be_bytes()[..]].concat();
+        let mut keys = Vec::new();
+        for entry in self.records.range::<&[u8]>(prefix..end.as_slice()).map_err(|e| self.error(e))?.take(count_max) {
+            keys.push(entry.map_err(|e| self.error(e))?.0.value().to_vec());
+        }
+        Ok(keys)
+    }
+
     /// Journals that the mutation at `offset` decoded but did not apply.
     pub fn record_not_applied(&mut self, offset: u64) -> Result<(), StoreError> {
         let key = [META_NOT_APPLIED, &offset.to_be_bytes()[..]].concat();
@@ -396,12 +402,7 @@ impl ApplyTxn<'_, '_> {
 
     /// Forgets up to `count_max` not-applied marks below `offset`, oldest first.
     pub fn forget_not_applied_below(&mut self, offset: u64, count_max: usize) -> Result<usize, StoreError> {
-        let start = META_NOT_APPLIED.to_vec();
-        let end = [META_NOT_APPLIED, &offset.to_be_bytes()[..]].concat();
-        let mut expired: Vec<Vec<u8>> = Vec::new();
-        for entry in self.records.range::<&[u8]>(start.as_slice()..end.as_slice()).map_err(|e| self.error(e))?.take(count_max) {
-            expired.push(entry.map_err(|e| self.error(e))?.0.value().to_vec());
-        }
+        let expired = self.keys_below(META_NOT_APPLIED, offset, count_max)?;
         for key in &expired {
             self.records.remove(key.as_slice()).map_err(storage_error(self.path))?;
         }
@@ -656,6 +657,17 @@ mod tests {
             sks(SkRange { start: Some("b2".into()), end: Some("c".into()), ..Default::default() }, 10).0,
             ["b2", "b3"]
         );
+    }
+
+    #[test]
+    fn a_restored_store_knows_outcomes_only_from_its_snapshot_on() {
+        let dir = tempfile::tempdir().unwrap();
+        let fresh = PartitionStore::open(&dir.path().join("fresh"), 1, 1 << 20).unwrap();
+        assert_eq!(fresh.read().unwrap().journal_from().unwrap(), 0);
+        let state = RestoredState { applied_next: 42, applied_entries: 42, skipped_entries: 0 };
+        let (restored, _) = PartitionStore::restore(&dir.path().join("restored"), 1, 1 << 20, &state, Vec::new()).unwrap();
+        let reader = restored.read().unwrap();
+        assert_eq!((reader.applied_next().unwrap(), reader.journal_from().unwrap()), (42, 42));
     }
 
     #[test]
