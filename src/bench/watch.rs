@@ -79,7 +79,8 @@ pub async fn run(args: WatchBenchArgs) -> anyhow::Result<()> {
     std::fs::create_dir_all(&args.out)?;
     let mut results = Vec::new();
     for &n in &args.subscribers {
-        for (transport, per_connection) in [(Transport::Sse, 1), (Transport::WebSocket, 1), (Transport::WebSocket, args.multiplex)] {
+        let runs = [(Transport::Sse, 1), (Transport::Sse, args.multiplex), (Transport::WebSocket, 1), (Transport::WebSocket, args.multiplex)];
+        for (transport, per_connection) in runs {
             results.push(run_tern(&args, n, transport, per_connection).await?);
             eprintln!("{:?}", results.last().unwrap());
         }
@@ -128,7 +129,8 @@ async fn run_tern(args: &WatchBenchArgs, n: usize, transport: Transport, per_con
         subscribers.push(tokio::spawn(async move {
             let permit = semaphore.acquire_owned().await.expect("open");
             match transport {
-                Transport::Sse => sse_subscriber(&addr, puts, ready, deadline, permit).await,
+                Transport::Sse if per_connection == 1 => sse_subscriber(&addr, puts, ready, deadline, permit).await,
+                Transport::Sse => sse_h2_subscribers(&addr, puts, per_connection, ready, deadline, permit).await,
                 Transport::WebSocket => ws_subscriber(&addr, puts, per_connection, ready, deadline, permit).await,
             }
         }));
@@ -144,7 +146,8 @@ async fn run_tern(args: &WatchBenchArgs, n: usize, transport: Transport, per_con
     }
     drop(child);
     let name = match transport {
-        Transport::Sse => "Tern SSE",
+        Transport::Sse if per_connection == 1 => "Tern SSE",
+        Transport::Sse => "Tern SSE (HTTP/2)",
         Transport::WebSocket => "Tern WebSocket",
     };
     let mut result = summarize(name, n, per_connection, args, &sent, &arrivals)?;
@@ -236,6 +239,51 @@ async fn sse_subscriber(
         scan_seqs(&mut carry, &buf[..read], Instant::now(), &mut arrivals);
     }
     Ok(arrivals)
+}
+
+/// `streams` SSE subscriptions multiplexed on one HTTP/2 connection (h2c,
+/// prior knowledge), as a browser does for SSE over HTTP/2.
+async fn sse_h2_subscribers(
+    addr: &str,
+    puts: u64,
+    streams: usize,
+    ready: Arc<Barrier>,
+    deadline: Arc<std::sync::OnceLock<Instant>>,
+    permit: tokio::sync::OwnedSemaphorePermit,
+) -> anyhow::Result<Arrivals> {
+    let client = reqwest::Client::builder().http2_prior_knowledge().build()?;
+    let url = format!("http://{addr}/v1/ns/default/watch?pk=bench");
+    let mut responses = Vec::with_capacity(streams);
+    for _ in 0..streams {
+        let mut response = client.get(&url).send().await?.error_for_status()?;
+        // Started once the first event (the starting position) arrived.
+        let mut head = Vec::new();
+        while !head.windows(15).any(|w| w == b"event: progress") {
+            let chunk = response.chunk().await?.ok_or_else(|| anyhow::anyhow!("the subscription closed before it started"))?;
+            head.extend_from_slice(&chunk);
+        }
+        responses.push(response);
+    }
+    drop(permit);
+    ready.wait().await;
+    let readers = responses.into_iter().map(|mut response| {
+        let deadline = deadline.clone();
+        async move {
+            let mut arrivals = Vec::with_capacity(puts as usize);
+            let mut carry = Vec::new();
+            while (arrivals.len() as u64) < puts {
+                let Ok(chunk) = tokio::time::timeout(remaining(&deadline), response.chunk()).await else { break };
+                let Some(chunk) = chunk? else { break };
+                scan_seqs(&mut carry, &chunk, Instant::now(), &mut arrivals);
+            }
+            Ok::<Arrivals, anyhow::Error>(arrivals)
+        }
+    });
+    let mut all = Vec::new();
+    for arrivals in futures::future::join_all(readers).await {
+        all.extend(arrivals?);
+    }
+    Ok(all)
 }
 
 async fn ws_subscriber(
