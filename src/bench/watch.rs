@@ -295,7 +295,10 @@ async fn ws_subscriber(
     permit: tokio::sync::OwnedSemaphorePermit,
 ) -> anyhow::Result<Arrivals> {
     use tokio_tungstenite::tungstenite::Message;
-    let (mut ws, _) = tokio_tungstenite::connect_async(format!("ws://{addr}/v1/ws")).await?;
+    // Small buffers, as the server's: tungstenite's 128 KiB defaults would
+    // cost the harness ~1.3 GB at 10,000 connections and slow it, not Tern.
+    let config = tokio_tungstenite::tungstenite::protocol::WebSocketConfig::default().read_buffer_size(4096).write_buffer_size(4096);
+    let (mut ws, _) = tokio_tungstenite::connect_async_with_config(format!("ws://{addr}/v1/ws"), Some(config), false).await?;
     for i in 0..subscriptions {
         ws.send(Message::Text(format!(r#"{{"type":"sub","id":"b{i}","ns":"default","pk":"bench"}}"#).into())).await?;
     }
