@@ -415,7 +415,10 @@ async fn write_burst(t: &Tern, batches: usize) -> Truth {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn slow_consumers_are_conflated_or_cancelled_and_never_slow_the_others() {
     let dir = tempfile::tempdir().unwrap();
-    let t = serve(dir.path(), &["--watch-queue-events-max", "200", "--watch-progress-ms", "100"]).await;
+    // 2,000 events of slack: 20 batch calls, so a reader that keeps reading
+    // is never cut even on a loaded machine; one that reads nothing is
+    // (its socket buffers hold ~1,000 more).
+    let t = serve(dir.path(), &["--watch-queue-events-max", "2000", "--watch-progress-ms", "100"]).await;
     let mut fast = Sse::connect(&t.client, &watch_url(&t, "mode=log"), None).await;
     let fast_start = fast.next(WAIT).await.unwrap().id.unwrap();
     let mut slow_log = Sse::connect(&t.client, &watch_url(&t, "mode=log"), None).await;

@@ -240,14 +240,16 @@ impl Session {
         for (p, view) in views {
             self.send_state(p, &view.reader).await?;
         }
+        // The state is complete as of `position`; every change after it
+        // follows `synced` (a client swaps its view in at `synced`).
+        self.last_sent.clone_from(&position);
+        self.send(Message::Synced { position }).await?;
         for p in self.partitions.clone() {
             if !self.registered.contains(&p) {
                 self.catch_up(p).await?;
             }
         }
-        let position = self.cursor.to_string();
-        self.last_sent.clone_from(&position);
-        self.send(Message::Synced { position }).await
+        Ok(())
     }
 
     /// Every record of partition `p` the filter watches, page by page.
