@@ -200,7 +200,9 @@ export class Watch implements AsyncIterable<WatchEvent> {
       case "delete": {
         const record: Record = { pk: String(data.pk), sk: String(data.sk), value: data.value ?? null, version: Number(data.version) };
         const key = record.pk + KEY_SEPARATOR + record.sk;
-        const target = message.id === undefined && this.pending ? this.pending : this.view;
+        // While a snapshot or reset is being received, everything goes into
+        // the view that replaces the current one at `synced`.
+        const target = this.pending ?? this.view;
         if (message.event === "put") target.set(key, record);
         else target.delete(key);
         if (message.id !== undefined) this.position = message.id;
