@@ -95,10 +95,7 @@ async fn serve(app: AppState, socket: WebSocket) {
         // subscriptions of this connection costs one write, not one each.
         while pending.recv_many(&mut batch, FRAMES_PER_FLUSH_MAX).await > 0 {
             for tagged in batch.drain(..) {
-                let text = match tagged.message {
-                    Message::Reply(text) => text.into(),
-                    message => ws_text(tagged.tag.as_deref().unwrap_or("null"), &message),
-                };
+                let text = ws_text(tagged.tag.as_deref().unwrap_or("null"), &tagged.message);
                 if sink.feed(WsMessage::Text(text)).await.is_err() {
                     return;
                 }

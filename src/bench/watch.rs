@@ -138,7 +138,15 @@ async fn run_tern(args: &WatchBenchArgs, n: usize, transport: Transport, per_con
     ready.wait().await;
     tokio::time::sleep(Duration::from_millis(500)).await;
     let rss_after = rss_bytes(pid)?;
-    let sent = write(&client, &url("/v1/ns/default/kv/bench/k"), args).await?;
+    let put_url = url("/v1/ns/default/kv/bench/k");
+    let sent = write(args, |value| {
+        let request = client.put(&put_url).body(value);
+        async move {
+            request.send().await?.error_for_status()?;
+            Ok(())
+        }
+    })
+    .await?;
     let _ = deadline.set(Instant::now() + DRAIN);
     let mut arrivals = Vec::with_capacity(connections);
     for s in subscribers {
@@ -171,15 +179,19 @@ fn due(start: Instant, seq: u64, args: &WatchBenchArgs) -> tokio::time::Instant 
     (start + Duration::from_secs_f64(seq as f64 / args.rate as f64)).into()
 }
 
-/// Puts `args.puts` values at `args.rate`; returns when each was sent.
-async fn write(client: &reqwest::Client, url: &str, args: &WatchBenchArgs) -> anyhow::Result<Vec<Instant>> {
+/// Puts `args.puts` values at `args.rate` through `put`; returns when each was sent.
+async fn write<F, Fut>(args: &WatchBenchArgs, mut put: F) -> anyhow::Result<Vec<Instant>>
+where
+    F: FnMut(String) -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<()>>,
+{
     let pad = "x".repeat(args.value_bytes);
     let start = Instant::now();
     let mut sent = Vec::with_capacity(args.puts as usize);
     for seq in 0..args.puts {
         tokio::time::sleep_until(due(start, seq, args)).await;
         sent.push(Instant::now());
-        client.put(url).body(value(seq, &pad)).send().await?.error_for_status()?;
+        put(value(seq, &pad)).await?;
     }
     Ok(sent)
 }
@@ -361,15 +373,15 @@ async fn run_etcd(args: &WatchBenchArgs, n: usize, per_connection: usize) -> any
     }
     ready.wait().await;
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let mut writer = etcd_client::Client::connect([endpoint.as_str()], None).await?;
-    let pad = "x".repeat(args.value_bytes);
-    let start = Instant::now();
-    let mut sent = Vec::with_capacity(args.puts as usize);
-    for seq in 0..args.puts {
-        tokio::time::sleep_until(due(start, seq, args)).await;
-        sent.push(Instant::now());
-        writer.put("bench", value(seq, &pad), None).await?;
-    }
+    let writer = etcd_client::Client::connect([endpoint.as_str()], None).await?;
+    let sent = write(args, |value| {
+        let mut writer = writer.clone();
+        async move {
+            writer.put("bench", value, None).await?;
+            Ok(())
+        }
+    })
+    .await?;
     let _ = deadline.set(Instant::now() + DRAIN);
     let mut arrivals = Vec::with_capacity(n);
     for w in watchers {

@@ -60,10 +60,6 @@ impl Index {
         self.count
     }
 
-    pub fn is_empty(&self) -> bool {
-        self.count == 0
-    }
-
     pub fn insert(&mut self, subscriber: Arc<Subscriber>) {
         match subscriber.filter.pk() {
             None => self.everything.push(subscriber),

@@ -32,13 +32,6 @@ pub enum HistoryError {
     Store(String),
 }
 
-/// The lowest offset this replica can replay from.
-pub async fn floor(handle: &PartitionHandle, log: &dyn Log) -> Result<u64, HistoryError> {
-    let log_start = log.start_offset(&handle.tp).await.map_err(|e| HistoryError::Unavailable(e.to_string()))?;
-    let journal_from = handle.store().read().and_then(|r| r.journal_from()).map_err(|e| HistoryError::Store(e.to_string()))?;
-    let window_start = handle.applied_next().saturating_sub(WRITE_ID_WINDOW_OFFSETS);
-    Ok(log_start.max(journal_from).max(window_start))
-}
 
 /// The events of `[from, to)` (at most about `events_max`, cut at an entry
 /// boundary), read from the log. `to` must not pass the applied offset.
@@ -50,18 +43,21 @@ pub async fn chunk_from_log(
     events_max: usize,
 ) -> Result<Chunk, HistoryError> {
     assert!(to <= handle.applied_next(), "history is read only below the applied offset");
-    let floor = floor(handle, log).await?;
+    let store_error = |e: crate::store::StoreError| HistoryError::Store(e.to_string());
+    let reader = handle.store().read().map_err(store_error)?;
+    // The lowest offset this replica can replay from: what the log still
+    // holds, what the journal covers, and the journal's window.
+    let log_start = log.start_offset(&handle.tp).await.map_err(|e| HistoryError::Unavailable(e.to_string()))?;
+    let window_start = handle.applied_next().saturating_sub(WRITE_ID_WINDOW_OFFSETS);
+    let floor = log_start.max(reader.journal_from().map_err(store_error)?).max(window_start);
     if from.offset < floor {
         return Err(HistoryError::Gone(format!(
             "partition {} can replay from offset {floor}, the subscriber stands at {}",
             handle.partition, from.offset
         )));
     }
-    let not_applied = handle
-        .store()
-        .read()
-        .and_then(|r| r.not_applied_in(from.offset, to))
-        .map_err(|e| HistoryError::Store(e.to_string()))?;
+    let not_applied = reader.not_applied_in(from.offset, to).map_err(store_error)?;
+    drop(reader);
     let mut reader = log.history_reader(&handle.tp, from.offset).await.map_err(gone_or_unavailable)?;
     let mut events: Vec<Arc<Event>> = Vec::new();
     let mut reached = from.offset;

@@ -111,10 +111,6 @@ impl Drop for Slot {
 }
 
 impl Subscriptions {
-    pub fn active(&self) -> usize {
-        self.active.load(Ordering::SeqCst)
-    }
-
     /// Ends every subscription (each is sent `cancel` with `shutting_down`)
     /// and refuses new ones.
     pub fn close(&self) {

@@ -84,7 +84,6 @@ pub struct Session {
     log: Arc<dyn Log>,
     subscriber: Arc<Subscriber>,
     cursor: Cursor,
-    partitions: Vec<u32>,
     registered: BTreeSet<u32>,
     out: Outbox,
     config: WatchConfig,
@@ -106,14 +105,13 @@ impl Session {
         slot: super::Slot,
         closing: tokio::sync::watch::Receiver<bool>,
     ) -> Session {
-        let partitions = cursor.marks.keys().copied().collect();
-        Session { namespace, log, subscriber, cursor, partitions, registered: BTreeSet::new(), out, config, last_sent: String::new(), _slot: slot, closing }
+        Session { namespace, log, subscriber, cursor, registered: BTreeSet::new(), out, config, last_sent: String::new(), _slot: slot, closing }
     }
 
     pub async fn run(mut self, start: Start) {
         let started = match start {
             Start::Now => {
-                for p in self.partitions.clone() {
+                for p in self.partitions() {
                     let mark = self.namespace.handle(p).feed.register_at_head(&self.subscriber);
                     self.cursor.marks.insert(p, mark);
                     self.registered.insert(p);
@@ -151,8 +149,13 @@ impl Session {
         }
     }
 
+    /// The watched partitions: the cursor names each of them (from `open`).
+    fn partitions(&self) -> Vec<u32> {
+        self.cursor.marks.keys().copied().collect()
+    }
+
     async fn catch_up_all(&mut self) -> Result<(), Stop> {
-        for p in self.partitions.clone() {
+        for p in self.partitions() {
             self.catch_up(p).await?;
         }
         Ok(())
@@ -228,8 +231,8 @@ impl Session {
     async fn snapshot(&mut self, reason: &'static str) -> Result<(), Stop> {
         // Anything queued is older than the views read below: the snapshot has it.
         self.subscriber.clear();
-        let mut views = Vec::with_capacity(self.partitions.len());
-        for &p in &self.partitions {
+        let mut views = Vec::new();
+        for p in self.partitions() {
             self.check_partition(p)?;
             let view = self.namespace.handle(p).read_view().map_err(|e| Stop::Cancel { reason: "unavailable", message: e.to_string() })?;
             self.cursor.marks.insert(p, Mark::at(view.applied_next));
@@ -244,7 +247,7 @@ impl Session {
         // follows `synced` (a client swaps its view in at `synced`).
         self.last_sent.clone_from(&position);
         self.send(Message::Synced { position }).await?;
-        for p in self.partitions.clone() {
+        for p in self.partitions() {
             if !self.registered.contains(&p) {
                 self.catch_up(p).await?;
             }
