@@ -256,7 +256,7 @@ fn urlencode(s: &str) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_watch_requests_get_precise_errors() {
     let dir = tempfile::tempdir().unwrap();
-    let t = serve(dir.path(), &[]).await;
+    let t = serve(dir.path(), &["--watch-subscribers-max", "1"]).await;
     let long_pk = "k".repeat(1025);
     let cases: Vec<(String, u16, &str)> = vec![
         ("/v1/ns/nope/watch".into(), 404, "namespace_not_found"),
@@ -276,6 +276,59 @@ async fn bad_watch_requests_get_precise_errors() {
     }
     let (status, body) = t.send(t.client.get(watch_url(&t, "")).header("Last-Event-ID", "garbage")).await;
     assert_eq!((status, common::error_code(&body)), (400, "invalid_position"));
+    // The node's bound on subscriptions: the second one is refused, and a
+    // slot frees when its subscriber leaves.
+    let first = Sse::connect(&t.client, &watch_url(&t, ""), None).await;
+    let (status, body) = t.get_json("/v1/ns/w/watch").await;
+    assert_eq!((status, common::error_code(&body)), (503, "too_many_subscribers"), "{body}");
+    drop(first);
+    let deadline = std::time::Instant::now() + WAIT;
+    loop {
+        let response = t.client.get(watch_url(&t, "")).send().await.unwrap();
+        if response.status() == 200 {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "the slot was never freed");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_websocket_messages_get_precise_errors_and_the_connection_stays() {
+    use tokio_tungstenite::tungstenite::Message as Ws;
+    let dir = tempfile::tempdir().unwrap();
+    let t = serve(dir.path(), &[]).await;
+    let (mut ws, _) = tokio_tungstenite::connect_async(format!("{}/v1/ws", t.url.replace("http://", "ws://"))).await.unwrap();
+    async fn next_error(ws: &mut (impl futures::Stream<Item = Result<Ws, tokio_tungstenite::tungstenite::Error>> + Unpin)) -> Value {
+        loop {
+            if let Ws::Text(text) = tokio::time::timeout(WAIT, ws.next()).await.expect("a reply").unwrap().unwrap() {
+                let v: Value = serde_json::from_str(&text).unwrap();
+                if v["type"] == "error" {
+                    return v;
+                }
+            }
+        }
+    }
+    let long_id = "i".repeat(129);
+    for (message, code) in [
+        (json!({"type": "sub", "id": "", "ns": "w"}), "invalid_message"),
+        (json!({"type": "sub", "id": long_id, "ns": "w"}), "invalid_message"),
+        (json!({"type": "sub", "id": "a", "ns": "w", "mode": "fast"}), "invalid_parameter"),
+        (json!({"type": "sub", "id": "a", "ns": "w", "colour": "red"}), "invalid_message"),
+        (json!({"type": "unsub", "id": "never"}), "unknown_subscription"),
+    ] {
+        ws.send(Ws::Text(message.to_string().into())).await.unwrap();
+        assert_eq!(next_error(&mut ws).await["error"]["code"], code, "{message}");
+    }
+    ws.send(Ws::Binary(vec![1, 2, 3].into())).await.unwrap();
+    assert_eq!(next_error(&mut ws).await["error"]["code"], "invalid_message");
+    // At most 1,000 subscriptions on one connection.
+    for i in 0..1000 {
+        ws.send(Ws::Text(json!({"type": "sub", "id": format!("s{i}"), "ns": "w", "pk": format!("k{i}")}).to_string().into())).await.unwrap();
+    }
+    ws.send(Ws::Text(json!({"type": "sub", "id": "one-too-many", "ns": "w"}).to_string().into())).await.unwrap();
+    let error = next_error(&mut ws).await;
+    assert_eq!((error["id"].as_str(), error["error"]["code"].as_str()), (Some("one-too-many"), Some("too_many_subscriptions")));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
