@@ -662,6 +662,20 @@ async fn websocket_multiplexes_subscriptions_with_the_same_events_and_positions(
     t.send(t.client.delete(t.kv_url("w", "a", Some("k")))).await;
     let m = recv(&mut ws).await;
     assert_eq!((m["type"].as_str(), m["id"].as_str()), (Some("delete"), Some("a")), "only the remaining subscription: {m}");
+
+    // The connection's sessions live as long as it does: closing it frees
+    // every slot it held (the SSE subscriber above keeps its own).
+    ws.close(None).await.unwrap();
+    let gauge_reads = |n: usize| {
+        let (client, url) = (t.client.clone(), format!("{}/metrics", t.url));
+        async move { client.get(url).send().await.unwrap().text().await.unwrap().contains(&format!("tern_watch_subscribers {n}\n")) }
+    };
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while !gauge_reads(1).await {
+        assert!(tokio::time::Instant::now() < deadline, "the closed connection's subscriptions were not released");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    drop(sse);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

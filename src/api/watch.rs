@@ -21,6 +21,9 @@
 //!   `position`.
 
 use std::convert::Infallible;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::Poll;
 
 use axum::extract::{Path, RawQuery, State};
 use axum::http::{header, HeaderMap, StatusCode};
@@ -131,27 +134,46 @@ pub async fn sse(
     let (tx, messages) = tokio::sync::mpsc::channel::<Tagged>(SSE_MESSAGES_PENDING_MAX);
     let outbox = subscriptions::Outbox { tx, tag: None };
     let (session, start) = subscriptions::open(&app.node, &ns, request.filter, request.from, request.mode, outbox)?;
-    tokio::spawn(session.run(start));
-    // The body ends when the session does (its sender drops); a client that
-    // goes away drops the body, which ends the session.
     let first = futures::stream::once(async { Ok::<Bytes, Infallible>(Bytes::from_static(b"retry: 1000\n\n")) });
-    // Whatever is queued goes out as one chunk: one write for a burst.
-    let rest = futures::stream::unfold((messages, Vec::with_capacity(MESSAGES_PER_CHUNK_MAX)), |(mut messages, mut batch)| async move {
-        if messages.recv_many(&mut batch, MESSAGES_PER_CHUNK_MAX).await == 0 {
-            return None;
-        }
-        let mut chunk = Vec::new();
-        for tagged in batch.drain(..) {
-            chunk.extend_from_slice(&sse_bytes(&tagged.message));
-        }
-        Some((Ok::<Bytes, Infallible>(Bytes::from(chunk)), (messages, batch)))
-    });
+    let rest = driven(Box::pin(session.run(start)), messages);
     let body = axum::body::Body::from_stream(futures::StreamExt::chain(first, rest));
     Ok((
         [(header::CONTENT_TYPE, "text/event-stream"), (header::CACHE_CONTROL, "no-cache"), (header::HeaderName::from_static("x-accel-buffering"), "no")],
         body,
     )
         .into_response())
+}
+
+/// The session's messages as body chunks, from a stream that also runs the
+/// session: the connection's task (HTTP/1.1) or the stream's (HTTP/2) does
+/// both, so a delivery wakes one task, not two. Whatever is queued goes out
+/// as one chunk: one write for a burst. The body ends when the session does
+/// (its sender drops); a client that goes away drops the body, and the
+/// session with it.
+fn driven(
+    session: Pin<Box<dyn Future<Output = ()> + Send>>,
+    mut messages: tokio::sync::mpsc::Receiver<Tagged>,
+) -> impl futures::Stream<Item = Result<Bytes, Infallible>> {
+    let mut session = Some(session);
+    let mut batch = Vec::with_capacity(MESSAGES_PER_CHUNK_MAX);
+    futures::stream::poll_fn(move |cx| {
+        if let Some(running) = session.as_mut() {
+            if running.as_mut().poll(cx).is_ready() {
+                session = None;
+            }
+        }
+        match messages.poll_recv_many(cx, &mut batch, MESSAGES_PER_CHUNK_MAX) {
+            Poll::Ready(0) => Poll::Ready(None),
+            Poll::Ready(_) => {
+                let mut chunk = Vec::new();
+                for tagged in batch.drain(..) {
+                    chunk.extend_from_slice(&sse_bytes(&tagged.message));
+                }
+                Poll::Ready(Some(Ok(Bytes::from(chunk))))
+            }
+            Poll::Pending => Poll::Pending,
+        }
+    })
 }
 
 /// One message in SSE form.

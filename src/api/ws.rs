@@ -16,11 +16,15 @@
 //! a bad request, the connection stays open).
 
 use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 
 use axum::extract::ws::{Message as WsMessage, Utf8Bytes, WebSocket, WebSocketUpgrade};
 use axum::extract::State;
 use axum::response::Response;
+use futures::future::{AbortHandle, Abortable};
+use futures::stream::{FuturesUnordered, SplitSink, SplitStream};
 use futures::{SinkExt, StreamExt};
 use serde::Deserialize;
 use serde_json::json;
@@ -36,6 +40,9 @@ use crate::subscriptions::{self, Message, Tagged};
 pub const SUBSCRIPTIONS_PER_CONNECTION_MAX: usize = 1000;
 /// Largest client message: subscriptions are small.
 const CLIENT_MESSAGE_BYTES_MAX: usize = 64 * 1024;
+/// Client messages read but not yet acted on (then the reader waits, and
+/// TCP pushes back on the client).
+const CLIENT_MESSAGES_PENDING_MAX: usize = 16;
 /// Messages waiting for the socket, all subscriptions together.
 const OUTBOUND_MESSAGES_MAX: usize = 256;
 const SUBSCRIPTION_ID_CHARS_MAX: usize = 128;
@@ -73,83 +80,132 @@ enum ClientMessage {
     Unsub { id: String },
 }
 
-/// A running subscription: its session task, ended when this is dropped.
+/// A running subscription: its session, polled by the connection's task,
+/// ended when this is dropped.
 struct Running {
-    session: JoinHandle<()>,
+    abort: AbortHandle,
 }
 
 impl Drop for Running {
     fn drop(&mut self) {
-        self.session.abort();
+        self.abort.abort();
     }
 }
 
+/// One task serves the whole connection's subscriptions: it runs every
+/// session, writes what they send, and acts on the client's messages. A put
+/// that reaches many subscriptions of the connection wakes this task once
+/// and costs one flush, not a task wake-up and a write per subscription.
+/// The client's frames are read by a small task of their own, so a delivery
+/// never polls the read side of the socket.
 async fn serve(app: AppState, socket: WebSocket) {
-    let (mut sink, mut stream) = socket.split();
-    // Sessions and this loop's own replies share one channel to the writer,
-    // which encodes each message (tagged with its subscription's id).
+    let (mut sink, stream) = socket.split();
+    let (frames_tx, mut frames) = mpsc::channel::<WsMessage>(CLIENT_MESSAGES_PENDING_MAX);
+    let reader = AbortOnDrop(tokio::spawn(read_frames(stream, frames_tx)));
+    // Sessions leave their messages here; this task encodes each (tagged
+    // with its subscription's id) and writes them out.
     let (outbound, mut pending) = mpsc::channel::<Tagged>(OUTBOUND_MESSAGES_MAX);
-    let writer = tokio::spawn(async move {
-        let mut batch = Vec::with_capacity(FRAMES_PER_FLUSH_MAX);
-        // Everything queued goes out in one flush: a put that reaches many
-        // subscriptions of this connection costs one write, not one each.
-        while pending.recv_many(&mut batch, FRAMES_PER_FLUSH_MAX).await > 0 {
-            for tagged in batch.drain(..) {
-                let text = ws_text(tagged.tag.as_deref().unwrap_or("null"), &tagged.message);
-                if sink.feed(WsMessage::Text(text)).await.is_err() {
-                    return;
+    let mut batch = Vec::with_capacity(FRAMES_PER_FLUSH_MAX);
+    let mut running: HashMap<String, Running> = HashMap::new();
+    let mut sessions = FuturesUnordered::new();
+    loop {
+        tokio::select! {
+            // Sessions first (a finished one frees its id before the next
+            // client message is acted on), then what they sent, then the client.
+            biased;
+            Some(finished) = sessions.next(), if !sessions.is_empty() => {
+                if let Ok(id) = finished {
+                    running.remove(&id);
                 }
             }
-            if sink.flush().await.is_err() {
-                return;
+            _ = pending.recv_many(&mut batch, FRAMES_PER_FLUSH_MAX) => {
+                if write_frames(&mut sink, &mut batch).await.is_err() {
+                    break;
+                }
             }
-        }
-    });
-    let reply = |text: String| Tagged { tag: None, message: Message::Reply(text) };
-    let mut running: HashMap<String, Running> = HashMap::new();
-    while let Some(Ok(frame)) = stream.next().await {
-        let text = match frame {
-            WsMessage::Text(text) => text,
-            WsMessage::Close(_) => break,
-            WsMessage::Binary(_) => {
-                let _ = outbound.send(reply(error_text(None, &ApiError::bad_request("invalid_message", "send JSON text frames")))).await;
-                continue;
-            }
-            _ => continue,
-        };
-        running.retain(|_, r| !r.session.is_finished());
-        match serde_json::from_str::<ClientMessage>(&text) {
-            Err(e) => {
-                let error = ApiError::bad_request("invalid_message", format!("not a sub or unsub message: {e}"));
-                let _ = outbound.send(reply(error_text(None, &error))).await;
-            }
-            Ok(ClientMessage::Unsub { id }) => {
-                let known = running.remove(&id).is_some();
-                let text = if known {
-                    json!({"type": "unsubscribed", "id": id}).to_string()
-                } else {
-                    error_text(Some(&id), &ApiError::bad_request("unknown_subscription", format!("no subscription {id:?} on this connection")))
+            frame = frames.recv() => {
+                let reply = match frame {
+                    Some(WsMessage::Text(text)) => handle(&app, &text, &mut running, &mut sessions, &outbound),
+                    Some(WsMessage::Binary(_)) => error_text(None, &ApiError::bad_request("invalid_message", "send JSON text frames")),
+                    Some(WsMessage::Close(_)) | None => break,
+                    Some(_) => continue,
                 };
-                let _ = outbound.send(reply(text)).await;
-            }
-            Ok(ClientMessage::Sub(sub)) => {
-                let id = sub.id.clone();
-                match open(&app, sub, &running, outbound.clone()) {
-                    Ok((session, start)) => {
-                        // The reply goes ahead of the session's first message.
-                        let _ = outbound.send(reply(json!({"type": "subscribed", "id": id}).to_string())).await;
-                        running.insert(id, Running { session: tokio::spawn(session.run(start)) });
-                    }
-                    Err(error) => {
-                        let _ = outbound.send(reply(error_text(Some(&id), &error))).await;
-                    }
+                // What sessions sent before this reply goes out before it.
+                while let Ok(tagged) = pending.try_recv() {
+                    batch.push(tagged);
+                }
+                batch.push(Tagged { tag: None, message: Message::Reply(reply) });
+                if write_frames(&mut sink, &mut batch).await.is_err() {
+                    break;
                 }
             }
         }
     }
-    drop(running);
-    drop(outbound);
-    let _ = writer.await;
+    drop(reader);
+}
+
+/// Passes the client's frames on until it closes or the connection ends.
+async fn read_frames(mut stream: SplitStream<WebSocket>, frames: mpsc::Sender<WsMessage>) {
+    while let Some(Ok(frame)) = stream.next().await {
+        let close = matches!(frame, WsMessage::Close(_));
+        if frames.send(frame).await.is_err() || close {
+            return;
+        }
+    }
+}
+
+struct AbortOnDrop(JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+type SessionFuture = Abortable<Pin<Box<dyn Future<Output = String> + Send>>>;
+
+/// Acts on one client message; returns the reply. A new subscription's
+/// session starts after its `subscribed` reply was written, so it follows
+/// the reply.
+fn handle(
+    app: &AppState,
+    text: &str,
+    running: &mut HashMap<String, Running>,
+    sessions: &mut FuturesUnordered<SessionFuture>,
+    outbound: &mpsc::Sender<Tagged>,
+) -> String {
+    match serde_json::from_str::<ClientMessage>(text) {
+        Err(e) => error_text(None, &ApiError::bad_request("invalid_message", format!("not a sub or unsub message: {e}"))),
+        Ok(ClientMessage::Unsub { id }) => match running.remove(&id) {
+            Some(_) => json!({"type": "unsubscribed", "id": id}).to_string(),
+            None => error_text(Some(&id), &ApiError::bad_request("unknown_subscription", format!("no subscription {id:?} on this connection"))),
+        },
+        Ok(ClientMessage::Sub(sub)) => {
+            let id = sub.id.clone();
+            match open(app, sub, running, outbound.clone()) {
+                Ok((session, start)) => {
+                    let (abort, registration) = AbortHandle::new_pair();
+                    let finished_id = id.clone();
+                    let run: Pin<Box<dyn Future<Output = String> + Send>> = Box::pin(async move {
+                        session.run(start).await;
+                        finished_id
+                    });
+                    sessions.push(Abortable::new(run, registration));
+                    running.insert(id.clone(), Running { abort });
+                    json!({"type": "subscribed", "id": id}).to_string()
+                }
+                Err(error) => error_text(Some(&id), &error),
+            }
+        }
+    }
+}
+
+/// Writes `batch` (emptied) as text frames with one flush.
+async fn write_frames(sink: &mut SplitSink<WebSocket, WsMessage>, batch: &mut Vec<Tagged>) -> Result<(), axum::Error> {
+    for tagged in batch.drain(..) {
+        sink.feed(WsMessage::Text(ws_text(tagged.tag.as_deref().unwrap_or("null"), &tagged.message))).await?;
+    }
+    sink.flush().await
 }
 
 /// Validates a `sub` and sets up its session (not yet running).

@@ -51,6 +51,26 @@ pub struct WatchBenchArgs {
     /// The etcd binary (Debian's etcd-server).
     #[arg(long, default_value = "etcd")]
     etcd: String,
+    /// Which configurations to measure (all by default; a subset helps profiling).
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "sse,sse-h2,ws,ws-mux,etcd,etcd-mux")]
+    runs: Vec<Run>,
+}
+
+/// One measured configuration: a peer and how its subscribers share connections.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Run {
+    /// Tern SSE, one HTTP/1.1 connection per subscriber.
+    Sse,
+    /// Tern SSE over HTTP/2, `--multiplex` streams per connection.
+    SseH2,
+    /// Tern WebSocket, one connection per subscriber.
+    Ws,
+    /// Tern WebSocket, `--multiplex` subscriptions per connection.
+    WsMux,
+    /// etcd watch, one gRPC connection per watcher.
+    Etcd,
+    /// etcd watch, `--multiplex` watchers per gRPC connection.
+    EtcdMux,
 }
 
 #[derive(Debug, Serialize)]
@@ -79,14 +99,17 @@ pub async fn run(args: WatchBenchArgs) -> anyhow::Result<()> {
     std::fs::create_dir_all(&args.out)?;
     let mut results = Vec::new();
     for &n in &args.subscribers {
-        let runs = [(Transport::Sse, 1), (Transport::Sse, args.multiplex), (Transport::WebSocket, 1), (Transport::WebSocket, args.multiplex)];
-        for (transport, per_connection) in runs {
-            results.push(run_tern(&args, n, transport, per_connection).await?);
-            eprintln!("{:?}", results.last().unwrap());
-        }
-        for per_connection in [1, args.multiplex] {
-            results.push(run_etcd(&args, n, per_connection).await?);
-            eprintln!("{:?}", results.last().unwrap());
+        for &run in &args.runs {
+            let result = match run {
+                Run::Sse => run_tern(&args, n, Transport::Sse, 1).await?,
+                Run::SseH2 => run_tern(&args, n, Transport::Sse, args.multiplex).await?,
+                Run::Ws => run_tern(&args, n, Transport::WebSocket, 1).await?,
+                Run::WsMux => run_tern(&args, n, Transport::WebSocket, args.multiplex).await?,
+                Run::Etcd => run_etcd(&args, n, 1).await?,
+                Run::EtcdMux => run_etcd(&args, n, args.multiplex).await?,
+            };
+            eprintln!("{result:?}");
+            results.push(result);
         }
     }
     std::fs::write(args.out.join("watch.json"), serde_json::to_string_pretty(&results)?)?;
@@ -152,7 +175,7 @@ async fn run_tern(args: &WatchBenchArgs, n: usize, transport: Transport, per_con
     for s in subscribers {
         arrivals.push(s.await??);
     }
-    drop(child);
+    stop(child).await?;
     let name = match transport {
         Transport::Sse if per_connection == 1 => "Tern SSE",
         Transport::Sse => "Tern SSE (HTTP/2)",
@@ -161,6 +184,18 @@ async fn run_tern(args: &WatchBenchArgs, n: usize, transport: Transport, per_con
     let mut result = summarize(name, n, per_connection, args, &sent, &arrivals)?;
     result.server_bytes_per_subscriber = Some(rss_after.saturating_sub(rss_before) / n as u64);
     Ok(result)
+}
+
+/// Time for the kernel and this process to tear down the last run's
+/// thousands of connections.
+const SETTLE_AFTER_STOP: Duration = Duration::from_secs(3);
+
+/// Kills a measured server and waits until it is gone and the kernel has
+/// released its sockets, so it takes nothing from the next run.
+async fn stop(mut child: tokio::process::Child) -> anyhow::Result<()> {
+    child.kill().await?;
+    tokio::time::sleep(SETTLE_AFTER_STOP).await;
+    Ok(())
 }
 
 /// How long a subscriber still waits: until the deadline the writer sets
@@ -387,7 +422,7 @@ async fn run_etcd(args: &WatchBenchArgs, n: usize, per_connection: usize) -> any
     for w in watchers {
         arrivals.push(w.await??);
     }
-    drop(child);
+    stop(child).await?;
     summarize("etcd watch", n, per_connection, args, &sent, &arrivals)
 }
 

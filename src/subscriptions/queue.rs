@@ -16,8 +16,12 @@
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::task::Poll;
+
+use futures::task::AtomicWaker;
 use parking_lot::Mutex;
-use tokio::sync::Notify;
 
 use super::event::Event;
 use super::filter::Filter;
@@ -45,7 +49,40 @@ pub struct Subscriber {
     pub mode: Mode,
     limits: QueueLimits,
     state: Mutex<QueueState>,
-    pub notify: Notify,
+    pub signal: Signal,
+}
+
+/// Tells the subscriber's session that its queue changed: a flag and the
+/// waker of the one task that waits. Cheaper than a `Notify` (no waiter
+/// list, no lock): at 10,000 subscribers it is paid 10,000 times a put.
+#[derive(Default)]
+pub struct Signal {
+    raised: AtomicBool,
+    waker: AtomicWaker,
+}
+
+impl Signal {
+    fn raise(&self) {
+        self.raised.store(true, Ordering::Release);
+        self.waker.wake();
+    }
+
+    /// Resolves once the signal was raised since it last resolved (a raise
+    /// while nobody waits is kept, like one stored permit).
+    pub fn raised(&self) -> impl Future<Output = ()> + '_ {
+        std::future::poll_fn(move |cx| {
+            if self.raised.swap(false, Ordering::AcqRel) {
+                return Poll::Ready(());
+            }
+            self.waker.register(cx.waker());
+            // A raise between the check and the registration woke nobody.
+            if self.raised.swap(false, Ordering::AcqRel) {
+                Poll::Ready(())
+            } else {
+                Poll::Pending
+            }
+        })
+    }
 }
 
 #[derive(Default)]
@@ -72,7 +109,7 @@ pub enum Drained {
 impl Subscriber {
     pub fn new(id: u64, filter: Filter, mode: Mode, limits: QueueLimits) -> Subscriber {
         assert!(limits.events_max > 0 && limits.bytes_max > 0);
-        Subscriber { id, filter, mode, limits, state: Mutex::new(QueueState::default()), notify: Notify::new() }
+        Subscriber { id, filter, mode, limits, state: Mutex::new(QueueState::default()), signal: Signal::default() }
     }
 
     /// Leaves a batch for the subscriber. Never waits.
@@ -105,13 +142,13 @@ impl Subscriber {
                 }
             }
         }
-        self.notify.notify_one();
+        self.signal.raise();
     }
 
     /// Marks the queue overflowed: the dispatcher lost events this subscriber needed.
     pub fn overflow(&self) {
         self.state.lock().overflow();
-        self.notify.notify_one();
+        self.signal.raise();
     }
 
     pub fn drain(&self) -> Drained {

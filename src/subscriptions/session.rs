@@ -326,7 +326,15 @@ impl Session {
         }
         loop {
             let wake = tokio::select! {
-                _ = self.subscriber.notify.notified() => Wake::Queue,
+                // The queue first: a busy subscription polls nothing else
+                // per wake-up. It still sees the node stop (checked below),
+                // and the client leave (its sends fail); timers only matter
+                // to a quiet one.
+                biased;
+                _ = self.subscriber.signal.raised() => match self.closing.has_changed() {
+                    Ok(false) => Wake::Queue,
+                    Ok(true) | Err(_) => Wake::NodeStopping,
+                },
                 _ = &mut progress => Wake::Progress,
                 _ = &mut keep_alive => Wake::KeepAlive,
                 _ = &mut client_gone => Wake::Closed,
