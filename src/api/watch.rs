@@ -34,7 +34,7 @@ use super::error::ApiError;
 use super::params::Params;
 use super::AppState;
 use crate::limits;
-use crate::subscriptions::{self, Cursor, Filter, Message, Mode, Tagged, WatchError};
+use crate::subscriptions::{self, Cursor, Filter, Message, Mode, WatchError};
 
 /// What a watch asks for, from query parameters or a WebSocket `sub`.
 pub struct WatchRequest {
@@ -131,8 +131,7 @@ pub async fn sse(
     let request = WatchRequest::parse(params.str("pk"), params.str("prefix"), params.str("sk"), from, params.str("mode"))?;
     // A few messages of slack between the session and the socket; beyond
     // that the session waits for the client (its queue keeps the bound).
-    let (tx, messages) = tokio::sync::mpsc::channel::<Tagged>(SSE_MESSAGES_PENDING_MAX);
-    let outbox = subscriptions::Outbox { tx, tag: None };
+    let (outbox, messages) = subscriptions::Outbox::new(SSE_MESSAGES_PENDING_MAX);
     let (session, start) = subscriptions::open(&app.node, &ns, request.filter, request.from, request.mode, outbox)?;
     let first = futures::stream::once(async { Ok::<Bytes, Infallible>(Bytes::from_static(b"retry: 1000\n\n")) });
     let rest = driven(Box::pin(session.run(start)), messages);
@@ -147,12 +146,12 @@ pub async fn sse(
 /// The session's messages as body chunks, from a stream that also runs the
 /// session: the connection's task (HTTP/1.1) or the stream's (HTTP/2) does
 /// both, so a delivery wakes one task, not two. Whatever is queued goes out
-/// as one chunk: one write for a burst. The body ends when the session does
-/// (its sender drops); a client that goes away drops the body, and the
-/// session with it.
+/// as one chunk: one write for a burst. The body ends when the session has
+/// ended and everything it sent went out; a client that goes away drops the
+/// body, and the session with it.
 fn driven(
     session: Pin<Box<dyn Future<Output = ()> + Send>>,
-    mut messages: tokio::sync::mpsc::Receiver<Tagged>,
+    messages: subscriptions::OutboxReader,
 ) -> impl futures::Stream<Item = Result<Bytes, Infallible>> {
     let mut session = Some(session);
     let mut batch = Vec::with_capacity(MESSAGES_PER_CHUNK_MAX);
@@ -162,16 +161,18 @@ fn driven(
                 session = None;
             }
         }
-        match messages.poll_recv_many(cx, &mut batch, MESSAGES_PER_CHUNK_MAX) {
-            Poll::Ready(0) => Poll::Ready(None),
-            Poll::Ready(_) => {
-                let mut chunk = Vec::new();
-                for tagged in batch.drain(..) {
-                    chunk.extend_from_slice(&sse_bytes(&tagged.message));
-                }
-                Poll::Ready(Some(Ok(Bytes::from(chunk))))
+        if messages.take(&mut batch, MESSAGES_PER_CHUNK_MAX) > 0 {
+            let mut chunk = Vec::new();
+            for tagged in batch.drain(..) {
+                chunk.extend_from_slice(&sse_bytes(&tagged.message));
             }
-            Poll::Pending => Poll::Pending,
+            Poll::Ready(Some(Ok(Bytes::from(chunk))))
+        } else if session.is_none() {
+            Poll::Ready(None)
+        } else {
+            // The session waits for its queue, a timer or room in the
+            // outbox; each wakes this task.
+            Poll::Pending
         }
     })
 }

@@ -19,6 +19,7 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::task::Poll;
 
 use axum::extract::ws::{Message as WsMessage, Utf8Bytes, WebSocket, WebSocketUpgrade};
 use axum::extract::State;
@@ -34,7 +35,7 @@ use tokio::task::JoinHandle;
 use super::error::ApiError;
 use super::watch::WatchRequest;
 use super::AppState;
-use crate::subscriptions::{self, Message, Tagged};
+use crate::subscriptions::{self, Message, Outbox, OutboxReader, Tagged};
 
 /// Most subscriptions on one connection.
 pub const SUBSCRIPTIONS_PER_CONNECTION_MAX: usize = 1000;
@@ -104,44 +105,58 @@ async fn serve(app: AppState, socket: WebSocket) {
     let reader = AbortOnDrop(tokio::spawn(read_frames(stream, frames_tx)));
     // Sessions leave their messages here; this task encodes each (tagged
     // with its subscription's id) and writes them out.
-    let (outbound, mut pending) = mpsc::channel::<Tagged>(OUTBOUND_MESSAGES_MAX);
+    let (_untagged, outbox) = Outbox::new(OUTBOUND_MESSAGES_MAX);
     let mut batch = Vec::with_capacity(FRAMES_PER_FLUSH_MAX);
     let mut running: HashMap<String, Running> = HashMap::new();
     let mut sessions = FuturesUnordered::new();
     loop {
-        tokio::select! {
-            // Sessions first (a finished one frees its id before the next
-            // client message is acted on), then what they sent, then the client.
-            biased;
-            Some(finished) = sessions.next(), if !sessions.is_empty() => {
+        let step = std::future::poll_fn(|cx| {
+            // Sessions first (only the woken ones are polled; a finished one
+            // frees its id before the next client message is acted on),
+            // then what they sent, then the client.
+            while let Poll::Ready(Some(finished)) = sessions.poll_next_unpin(cx) {
                 if let Ok(id) = finished {
                     running.remove(&id);
                 }
             }
-            _ = pending.recv_many(&mut batch, FRAMES_PER_FLUSH_MAX) => {
+            if !outbox.is_empty() {
+                return Poll::Ready(Step::Write);
+            }
+            frames.poll_recv(cx).map(Step::Frame)
+        })
+        .await;
+        let frame = match step {
+            Step::Write => {
+                outbox.take(&mut batch, FRAMES_PER_FLUSH_MAX);
                 if write_frames(&mut sink, &mut batch).await.is_err() {
                     break;
                 }
+                continue;
             }
-            frame = frames.recv() => {
-                let reply = match frame {
-                    Some(WsMessage::Text(text)) => handle(&app, &text, &mut running, &mut sessions, &outbound),
-                    Some(WsMessage::Binary(_)) => error_text(None, &ApiError::bad_request("invalid_message", "send JSON text frames")),
-                    Some(WsMessage::Close(_)) | None => break,
-                    Some(_) => continue,
-                };
-                // What sessions sent before this reply goes out before it.
-                while let Ok(tagged) = pending.try_recv() {
-                    batch.push(tagged);
-                }
-                batch.push(Tagged { tag: None, message: Message::Reply(reply) });
-                if write_frames(&mut sink, &mut batch).await.is_err() {
-                    break;
-                }
-            }
+            Step::Frame(frame) => frame,
+        };
+        let reply = match frame {
+            Some(WsMessage::Text(text)) => handle(&app, &text, &mut running, &mut sessions, &outbox),
+            Some(WsMessage::Binary(_)) => error_text(None, &ApiError::bad_request("invalid_message", "send JSON text frames")),
+            Some(WsMessage::Close(_)) | None => break,
+            Some(_) => continue,
+        };
+        // What sessions sent before this reply goes out before it.
+        outbox.take(&mut batch, OUTBOUND_MESSAGES_MAX);
+        batch.push(Tagged { tag: None, message: Message::Reply(reply) });
+        if write_frames(&mut sink, &mut batch).await.is_err() {
+            break;
         }
     }
     drop(reader);
+}
+
+/// What the connection's task does next.
+enum Step {
+    /// Write what the sessions left in the outbox.
+    Write,
+    /// Act on a client frame (none: the client is gone).
+    Frame(Option<WsMessage>),
 }
 
 /// Passes the client's frames on until it closes or the connection ends.
@@ -172,7 +187,7 @@ fn handle(
     text: &str,
     running: &mut HashMap<String, Running>,
     sessions: &mut FuturesUnordered<SessionFuture>,
-    outbound: &mpsc::Sender<Tagged>,
+    outbox: &OutboxReader,
 ) -> String {
     match serde_json::from_str::<ClientMessage>(text) {
         Err(e) => error_text(None, &ApiError::bad_request("invalid_message", format!("not a sub or unsub message: {e}"))),
@@ -182,7 +197,7 @@ fn handle(
         },
         Ok(ClientMessage::Sub(sub)) => {
             let id = sub.id.clone();
-            match open(app, sub, running, outbound.clone()) {
+            match open(app, sub, running, outbox) {
                 Ok((session, start)) => {
                     let (abort, registration) = AbortHandle::new_pair();
                     let finished_id = id.clone();
@@ -213,7 +228,7 @@ fn open(
     app: &AppState,
     sub: Sub,
     running: &HashMap<String, Running>,
-    outbound: mpsc::Sender<Tagged>,
+    outbox: &OutboxReader,
 ) -> Result<(subscriptions::Session, subscriptions::Start), ApiError> {
     if sub.id.is_empty() || sub.id.chars().count() > SUBSCRIPTION_ID_CHARS_MAX {
         return Err(ApiError::bad_request("invalid_message", format!("id must be 1-{SUBSCRIPTION_ID_CHARS_MAX} characters")));
@@ -229,7 +244,7 @@ fn open(
     }
     let request = WatchRequest::parse(sub.pk.as_deref(), sub.prefix.as_deref(), sub.sk.as_deref(), sub.from.as_deref(), sub.mode.as_deref())?;
     let id_json: Arc<str> = serde_json::to_string(&sub.id).expect("a string serializes").into();
-    let outbox = subscriptions::Outbox { tx: outbound, tag: Some(id_json) };
+    let outbox = Outbox::tagged(outbox, id_json);
     Ok(subscriptions::open(&app.node, &sub.ns, request.filter, request.from, request.mode, outbox)?)
 }
 

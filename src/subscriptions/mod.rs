@@ -11,9 +11,11 @@
 //!    batches in bounded queues (`queue.rs`). It never waits on a
 //!    subscriber; a queue that overflows conflates (`mode=state`) or cancels
 //!    (`mode=log`).
-//! 3. Each subscription's task (`session.rs`) sends what its queue holds,
-//!    with the cursor after each event (`cursor.rs`), to the transport (SSE
-//!    or WebSocket, in `api/`).
+//! 3. Each subscription's session (`session.rs`) sends what its queue
+//!    holds, with the cursor after each event (`cursor.rs`), to its outbox
+//!    (`outbox.rs`). Sessions have no task of their own: the transport (SSE
+//!    or WebSocket, in `api/`) polls them in its own task and writes what
+//!    they left in the outbox.
 //!
 //! Resuming: a subscriber that stands below what was dispatched catches up
 //! first, from the ring or, older, from the log (`history.rs`). When that
@@ -25,6 +27,7 @@ pub mod event;
 pub mod feed;
 pub mod filter;
 pub mod history;
+pub mod outbox;
 pub mod queue;
 pub mod session;
 
@@ -36,7 +39,8 @@ use std::time::Duration;
 pub use self::cursor::Cursor;
 pub use self::filter::Filter;
 pub use self::queue::{Mode, QueueLimits};
-pub use self::session::{Message, Outbox, Session, Tagged};
+pub use self::outbox::{Outbox, OutboxReader, Tagged};
+pub use self::session::{Message, Session};
 use crate::apply::PartitionStatus;
 use crate::node::Node;
 

@@ -11,13 +11,12 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use tokio::sync::mpsc;
-
 use super::cursor::Cursor;
 use super::event::{Event, Mark};
 use super::feed::Chunk;
 use super::filter::Filter;
 use super::history::{self, HistoryError};
+use super::outbox::Outbox;
 use super::queue::{Drained, Mode, Subscriber};
 use super::{Start, WatchConfig};
 use crate::apply::PartitionStatus;
@@ -49,32 +48,8 @@ pub enum Message {
     Reply(String),
 }
 
-/// A message on its way to the transport; `tag` names the subscription on
-/// a connection that carries several (WebSocket: the client's id, as JSON).
-#[derive(Debug)]
-pub struct Tagged {
-    pub tag: Option<Arc<str>>,
-    pub message: Message,
-}
-
-/// Where a session's messages go: a channel to the transport (SSE body,
-/// or a WebSocket connection's writer shared by its subscriptions). Bounded:
-/// a session waits when its client reads slowly (its queue keeps the bound).
-pub struct Outbox {
-    pub tx: mpsc::Sender<Tagged>,
-    pub tag: Option<Arc<str>>,
-}
-
-impl Outbox {
-    async fn send(&self, message: Message) -> Result<(), Stop> {
-        self.tx.send(Tagged { tag: self.tag.clone(), message }).await.map_err(|_| Stop::Closed)
-    }
-}
-
 /// Why a session stopped early.
 enum Stop {
-    /// The client went away.
-    Closed,
     HistoryGone(String),
     Cancel { reason: &'static str, message: String },
 }
@@ -145,7 +120,7 @@ impl Session {
         };
         if let Stop::Cancel { reason, message } = stopped {
             let position = self.cursor.to_string();
-            let _ = self.out.send(Message::Cancel { reason, position, message }).await;
+            self.out.send(Message::Cancel { reason, position, message }).await;
         }
     }
 
@@ -223,7 +198,8 @@ impl Session {
     }
 
     async fn send(&self, message: Message) -> Result<(), Stop> {
-        self.out.send(message).await
+        self.out.send(message).await;
+        Ok(())
     }
 
     /// Sends the full state of what is watched, consistent with one position
@@ -305,31 +281,26 @@ impl Session {
         // wake-up: a busy subscription wakes once per event).
         let progress = tokio::time::sleep(self.config.progress_interval);
         let keep_alive = tokio::time::sleep(self.config.keep_alive_interval);
-        // The client leaving and the node stopping, likewise registered once.
-        let client_gone = {
-            let tx = self.out.tx.clone();
-            async move { tx.closed().await }
-        };
+        // The node stopping, likewise registered once. (The client leaving
+        // needs no wait: the transport that drives this session drops it.)
         let node_stopping = {
             let mut closing = self.closing.clone();
             async move {
                 let _ = closing.wait_for(|closing| *closing).await;
             }
         };
-        tokio::pin!(progress, keep_alive, client_gone, node_stopping);
+        tokio::pin!(progress, keep_alive, node_stopping);
         enum Wake {
             Queue,
             Progress,
             KeepAlive,
-            Closed,
             NodeStopping,
         }
         loop {
             let wake = tokio::select! {
                 // The queue first: a busy subscription polls nothing else
-                // per wake-up. It still sees the node stop (checked below),
-                // and the client leave (its sends fail); timers only matter
-                // to a quiet one.
+                // per wake-up. It still sees the node stop (checked below);
+                // timers only matter to a quiet one.
                 biased;
                 _ = self.subscriber.signal.raised() => match self.closing.has_changed() {
                     Ok(false) => Wake::Queue,
@@ -337,7 +308,6 @@ impl Session {
                 },
                 _ = &mut progress => Wake::Progress,
                 _ = &mut keep_alive => Wake::KeepAlive,
-                _ = &mut client_gone => Wake::Closed,
                 _ = &mut node_stopping => Wake::NodeStopping,
             };
             match wake {
@@ -352,7 +322,6 @@ impl Session {
                     self.send(Message::KeepAlive).await?;
                     continue;
                 }
-                Wake::Closed => return Err(Stop::Closed),
                 Wake::NodeStopping => {
                     return Err(Stop::Cancel {
                         reason: "shutting_down",
