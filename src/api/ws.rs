@@ -105,7 +105,7 @@ async fn serve(app: AppState, socket: WebSocket) {
     let reader = AbortOnDrop(tokio::spawn(read_frames(stream, frames_tx)));
     // Sessions leave their messages here; this task encodes each (tagged
     // with its subscription's id) and writes them out.
-    let (_untagged, outbox) = Outbox::new(OUTBOUND_MESSAGES_MAX);
+    let outbox = OutboxReader::new(OUTBOUND_MESSAGES_MAX);
     let mut batch = Vec::with_capacity(FRAMES_PER_FLUSH_MAX);
     let mut running: HashMap<String, Running> = HashMap::new();
     let mut sessions = FuturesUnordered::new();

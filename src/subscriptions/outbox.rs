@@ -48,14 +48,11 @@ struct Shared {
 }
 
 impl Outbox {
-    /// An outbox holding at most `messages_max` messages, for untagged
-    /// sessions (one subscription per transport).
+    /// An outbox holding at most `messages_max` messages, for one untagged
+    /// session (one subscription per transport).
     pub fn new(messages_max: usize) -> (Outbox, OutboxReader) {
-        assert!(messages_max > 0);
-        // Grown on demand: most of the time an outbox holds a message or two,
-        // and there is one per connection.
-        let shared = Arc::new(Mutex::new(Shared { messages: VecDeque::new(), messages_max, waiting: Vec::new() }));
-        (Outbox { shared: shared.clone(), tag: None }, OutboxReader { shared })
+        let reader = OutboxReader::new(messages_max);
+        (Outbox { shared: reader.shared.clone(), tag: None }, reader)
     }
 
     /// Another session's end of the same outbox, its messages tagged `tag`.
@@ -82,6 +79,15 @@ impl Outbox {
 }
 
 impl OutboxReader {
+    /// An outbox holding at most `messages_max` messages; sessions get
+    /// their ends with `Outbox::tagged`.
+    pub fn new(messages_max: usize) -> OutboxReader {
+        assert!(messages_max > 0);
+        // Grown on demand: most of the time an outbox holds a message or two,
+        // and there is one per connection.
+        OutboxReader { shared: Arc::new(Mutex::new(Shared { messages: VecDeque::new(), messages_max, waiting: Vec::new() })) }
+    }
+
     /// Moves up to `max` messages into `out` (in the order they were left)
     /// and wakes the sessions that waited for room; returns how many moved.
     pub fn take(&self, out: &mut Vec<Tagged>, max: usize) -> usize {
