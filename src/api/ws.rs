@@ -119,7 +119,7 @@ async fn serve(app: AppState, socket: WebSocket) {
                     running.remove(&id);
                 }
             }
-            if !outbox.is_empty() {
+            if outbox.take(&mut batch, FRAMES_PER_FLUSH_MAX) > 0 {
                 return Poll::Ready(Step::Write);
             }
             frames.poll_recv(cx).map(Step::Frame)
@@ -127,7 +127,6 @@ async fn serve(app: AppState, socket: WebSocket) {
         .await;
         let frame = match step {
             Step::Write => {
-                outbox.take(&mut batch, FRAMES_PER_FLUSH_MAX);
                 if write_frames(&mut sink, &mut batch).await.is_err() {
                     break;
                 }
@@ -153,7 +152,7 @@ async fn serve(app: AppState, socket: WebSocket) {
 
 /// What the connection's task does next.
 enum Step {
-    /// Write what the sessions left in the outbox.
+    /// Write what was taken from the outbox (in `batch`).
     Write,
     /// Act on a client frame (none: the client is gone).
     Frame(Option<WsMessage>),

@@ -162,20 +162,14 @@ async fn run_tern(args: &WatchBenchArgs, n: usize, transport: Transport, per_con
     tokio::time::sleep(Duration::from_millis(500)).await;
     let rss_after = rss_bytes(pid)?;
     let put_url = url("/v1/ns/default/kv/bench/k");
-    let sent = write(args, |value| {
+    let put = |value| {
         let request = client.put(&put_url).body(value);
         async move {
             request.send().await?.error_for_status()?;
             Ok(())
         }
-    })
-    .await?;
-    let _ = deadline.set(Instant::now() + DRAIN);
-    let mut arrivals = Vec::with_capacity(connections);
-    for s in subscribers {
-        arrivals.push(s.await??);
-    }
-    stop(child).await?;
+    };
+    let (sent, arrivals) = measure(args, put, &deadline, subscribers, child).await?;
     let name = match transport {
         Transport::Sse if per_connection == 1 => "Tern SSE",
         Transport::Sse => "Tern SSE (HTTP/2)",
@@ -184,6 +178,30 @@ async fn run_tern(args: &WatchBenchArgs, n: usize, transport: Transport, per_con
     let mut result = summarize(name, n, per_connection, args, &sent, &arrivals)?;
     result.server_bytes_per_subscriber = Some(rss_after.saturating_sub(rss_before) / n as u64);
     Ok(result)
+}
+
+/// The measured part of a row: the writer's puts, then every subscriber's
+/// arrivals (each waits until `DRAIN` after the last put), then the server
+/// stopped. Returns when each put was sent, and the arrivals.
+async fn measure<F, Fut>(
+    args: &WatchBenchArgs,
+    put: F,
+    deadline: &std::sync::OnceLock<Instant>,
+    subscribers: Vec<tokio::task::JoinHandle<anyhow::Result<Arrivals>>>,
+    server: tokio::process::Child,
+) -> anyhow::Result<(Vec<Instant>, Vec<Arrivals>)>
+where
+    F: FnMut(String) -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<()>>,
+{
+    let sent = write(args, put).await?;
+    let _ = deadline.set(Instant::now() + DRAIN);
+    let mut arrivals = Vec::with_capacity(subscribers.len());
+    for s in subscribers {
+        arrivals.push(s.await??);
+    }
+    stop(server).await?;
+    Ok((sent, arrivals))
 }
 
 /// Time for the kernel and this process to tear down the last run's
@@ -409,20 +427,14 @@ async fn run_etcd(args: &WatchBenchArgs, n: usize, per_connection: usize) -> any
     ready.wait().await;
     tokio::time::sleep(Duration::from_millis(500)).await;
     let writer = etcd_client::Client::connect([endpoint.as_str()], None).await?;
-    let sent = write(args, |value| {
+    let put = |value| {
         let mut writer = writer.clone();
         async move {
             writer.put("bench", value, None).await?;
             Ok(())
         }
-    })
-    .await?;
-    let _ = deadline.set(Instant::now() + DRAIN);
-    let mut arrivals = Vec::with_capacity(n);
-    for w in watchers {
-        arrivals.push(w.await??);
-    }
-    stop(child).await?;
+    };
+    let (sent, arrivals) = measure(args, put, &deadline, watchers, child).await?;
     summarize("etcd watch", n, per_connection, args, &sent, &arrivals)
 }
 

@@ -95,7 +95,8 @@ impl Session {
                 // to resume from before anything changes.
                 let position = self.cursor.to_string();
                 self.last_sent.clone_from(&position);
-                self.send(Message::Progress { position }).await
+                self.send(Message::Progress { position }).await;
+                Ok(())
             }
             Start::Cursor => self.catch_up_all().await,
             Start::Snapshot => self.snapshot("snapshot").await,
@@ -158,19 +159,18 @@ impl Session {
                 },
             };
             crate::metrics::WATCH_REPLAYED_EVENTS.inc_by(chunk.events.len() as u64);
-            self.deliver_chunk(p, chunk).await?;
+            self.deliver_chunk(p, chunk).await;
         }
     }
 
-    async fn deliver_chunk(&mut self, p: u32, chunk: Chunk) -> Result<(), Stop> {
+    async fn deliver_chunk(&mut self, p: u32, chunk: Chunk) {
         for event in chunk.events {
             if self.subscriber.filter.matches(&event.pk, &event.sk) {
-                self.deliver(event).await?;
+                self.deliver(event).await;
             }
         }
         let mark = self.cursor.marks.get_mut(&p).expect("watched partition");
         *mark = (*mark).max(Mark::at(chunk.reached));
-        Ok(())
     }
 
     fn check_partition(&self, p: u32) -> Result<(), Stop> {
@@ -187,19 +187,20 @@ impl Session {
     }
 
     /// Sends one change unless the cursor already covers it.
-    async fn deliver(&mut self, event: Arc<Event>) -> Result<(), Stop> {
+    async fn deliver(&mut self, event: Arc<Event>) {
         if self.cursor.covers(&event) {
-            return Ok(());
+            return;
         }
         self.cursor.advance(&event);
         let id = self.cursor.to_string();
         self.last_sent.clone_from(&id);
-        self.send(Message::Change { event, id: Some(id) }).await
+        self.send(Message::Change { event, id: Some(id) }).await;
     }
 
-    async fn send(&self, message: Message) -> Result<(), Stop> {
-        self.out.send(message).await;
-        Ok(())
+    /// Waits only for room in the outbox: a send never fails (the
+    /// transport that drives the session drops it when the client goes).
+    async fn send(&self, message: Message) {
+        self.out.send(message).await
     }
 
     /// Sends the full state of what is watched, consistent with one position
@@ -215,14 +216,14 @@ impl Session {
             views.push((p, view));
         }
         let position = self.cursor.to_string();
-        self.send(Message::Begin { position: position.clone(), reason }).await?;
+        self.send(Message::Begin { position: position.clone(), reason }).await;
         for (p, view) in views {
             self.send_state(p, &view.reader).await?;
         }
         // The state is complete as of `position`; every change after it
         // follows `synced` (a client swaps its view in at `synced`).
         self.last_sent.clone_from(&position);
-        self.send(Message::Synced { position }).await?;
+        self.send(Message::Synced { position }).await;
         for p in self.partitions() {
             if !self.registered.contains(&p) {
                 self.catch_up(p).await?;
@@ -237,7 +238,7 @@ impl Session {
         match &self.subscriber.filter {
             Filter::Record { pk, sk } => {
                 if let Some(record) = reader.get(pk, sk).map_err(store_error)? {
-                    self.send(Message::Change { event: Event::of_record(p, &record), id: None }).await?;
+                    self.send(Message::Change { event: Event::of_record(p, &record), id: None }).await;
                 }
             }
             Filter::Pk { pk } | Filter::Prefix { pk, .. } => {
@@ -250,7 +251,7 @@ impl Session {
                     let (records, more) = reader.list(pk, &range, SNAPSHOT_PAGE_RECORDS).map_err(store_error)?;
                     range.cursor = records.last().map(|r| r.sk.clone());
                     for record in &records {
-                        self.send(Message::Change { event: Event::of_record(p, record), id: None }).await?;
+                        self.send(Message::Change { event: Event::of_record(p, record), id: None }).await;
                     }
                     if !more {
                         break;
@@ -263,7 +264,7 @@ impl Session {
                     let (records, more) = reader.scan_page(after.as_deref(), SNAPSHOT_PAGE_RECORDS).map_err(store_error)?;
                     after = records.last().map(|(key, _)| key.clone());
                     for (_, record) in &records {
-                        self.send(Message::Change { event: Event::of_record(p, record), id: None }).await?;
+                        self.send(Message::Change { event: Event::of_record(p, record), id: None }).await;
                     }
                     if !more {
                         break;
@@ -319,7 +320,7 @@ impl Session {
                 }
                 Wake::KeepAlive => {
                     keep_alive.as_mut().reset(tokio::time::Instant::now() + self.config.keep_alive_interval);
-                    self.send(Message::KeepAlive).await?;
+                    self.send(Message::KeepAlive).await;
                     continue;
                 }
                 Wake::NodeStopping => {
@@ -334,7 +335,7 @@ impl Session {
                 Drained::Batches(batches) => {
                     for batch in batches {
                         for event in batch.iter() {
-                            self.deliver(event.clone()).await?;
+                            self.deliver(event.clone()).await;
                         }
                     }
                 }
@@ -343,7 +344,7 @@ impl Session {
                     for event in events {
                         if !self.cursor.covers(&event) {
                             self.cursor.advance(&event);
-                            self.send(Message::Change { event, id: None }).await?;
+                            self.send(Message::Change { event, id: None }).await;
                         }
                     }
                     // Everything dispatched is now reflected: the cursor can move to the head.
@@ -390,7 +391,7 @@ impl Session {
         let position = self.cursor.to_string();
         if position != self.last_sent {
             self.last_sent.clone_from(&position);
-            self.send(Message::Progress { position }).await?;
+            self.send(Message::Progress { position }).await;
         }
         Ok(())
     }
