@@ -62,7 +62,7 @@ fn number_after(text: &str, label: &str) -> Option<f64> {
     digits.parse().ok()
 }
 
-async fn visibility(a: &str, b: &str, clients: usize, duration: Duration, value_bytes: usize) -> anyhow::Result<BenchResult> {
+async fn visibility(name: &str, a: &str, b: &str, clients: usize, duration: Duration, value_bytes: usize) -> anyhow::Result<BenchResult> {
     let value = value_of(value_bytes);
     let mut tasks = Vec::new();
     let start = Instant::now() + Duration::from_millis(200);
@@ -106,7 +106,144 @@ async fn visibility(a: &str, b: &str, clients: usize, duration: Duration, value_
     for task in tasks {
         merged.add(&task.await??)?;
     }
-    Ok(BenchResult::from_histogram("tern put → visible on another node", clients, "closed".into(), duration.as_secs_f64(), 0, &merged))
+    Ok(BenchResult::from_histogram(name, clients, "closed".into(), duration.as_secs_f64(), 0, &merged))
+}
+
+/// Waits (at most `READY_WAIT`) until every node answers `/readyz` with
+/// success: each holds its partitions and has caught up. A partition whose
+/// reader opened late (its topic was new) would otherwise stall the first
+/// measured reads.
+async fn wait_ready(addrs: &[&str]) -> anyhow::Result<()> {
+    const READY_WAIT: Duration = Duration::from_secs(60);
+    let client = reqwest::Client::new();
+    let deadline = Instant::now() + READY_WAIT;
+    for addr in addrs {
+        while !client.get(format!("http://{addr}/readyz")).send().await?.status().is_success() {
+            anyhow::ensure!(Instant::now() < deadline, "{addr} was not ready within {READY_WAIT:?}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    Ok(())
+}
+
+/// Put → visible between two fresh nodes C and D running with the batching
+/// settings of Kafka's `EndToEndLatency` (it sets the producer's `linger.ms`
+/// and its consumer's `fetch.max.wait.ms` to 0): `--kafka-linger-ms 0` and
+/// `--kafka-fetch-min-bytes 1` (the broker answers a fetch at the first byte,
+/// so the fetch wait only bounds an idle fetch). Their own topic prefix keeps
+/// them from replaying A's writes.
+async fn visibility_as_kafka_tool(exe: &Path, scratch: &Path, log: &str, duration: Duration, value_bytes: usize) -> anyhow::Result<BenchResult> {
+    let node = |id: &str| {
+        let data = scratch.join(id).display().to_string();
+        vec!["serve".to_string(), "--node-id".into(), id.into(), "--listen".into(), "127.0.0.1:0".into(), "--data-dir".into(), data,
+             "--log".into(), log.to_string(), "--namespace".into(), "default:16".into(), "--kafka-topic-prefix".into(), "e2e-settings.".into(),
+             "--kafka-linger-ms".into(), "0".into(), "--kafka-fetch-min-bytes".into(), "1".into()]
+    };
+    let args_c = node("bench-c");
+    let (mut c, addr_c) = super::suite::spawn_listening(exe, &args_c.iter().map(String::as_str).collect::<Vec<_>>()).await?;
+    let args_d = node("bench-d");
+    let (mut d, addr_d) = super::suite::spawn_listening(exe, &args_d.iter().map(String::as_str).collect::<Vec<_>>()).await?;
+    let name = "tern put → visible on another node (EndToEndLatency's settings)";
+    let result = async {
+        wait_ready(&[&addr_c, &addr_d]).await?;
+        let _warmup = visibility(name, &addr_c, &addr_d, 1, Duration::from_secs(2), value_bytes).await?;
+        visibility(name, &addr_c, &addr_d, 1, duration, value_bytes).await
+    }
+    .await;
+    for child in [&mut c, &mut d] {
+        let _ = child.start_kill();
+        let _ = child.wait().await;
+    }
+    result
+}
+
+/// The floor under Tern's single-record writes: the same `Log` (librdkafka,
+/// the same producer settings) appending from `writers` tasks, one record at
+/// a time each, to the partitions Tern would pick for the same keys — no
+/// HTTP, no apply loop, no consumer. Tern's PUT throughput cannot exceed it.
+async fn librdkafka_floor(bootstrap: &str, writers: usize, warmup: Duration, duration: Duration, value_bytes: usize) -> anyhow::Result<BenchResult> {
+    use crate::log::{kafka::{KafkaLog, KafkaLogConfig}, Log, TopicPartition};
+    const PARTITIONS: u32 = 16;
+    let mut config = KafkaLogConfig::new(bootstrap);
+    config.topic_prefix = "floor.".into();
+    config.client_id = "tern-bench-floor".into();
+    let log = KafkaLog::connect(config)?;
+    log.create_topic("default", PARTITIONS).await?;
+    // About the size of Tern's encoded put of the same value (key, version, framing).
+    let payload = bytes::Bytes::from(vec![b'x'; value_bytes + 40]);
+    let topic: std::sync::Arc<str> = "default".into();
+    let start = Instant::now() + warmup;
+    let end = start + duration;
+    let mut tasks = Vec::with_capacity(writers);
+    for w in 0..writers {
+        let (log, payload, topic) = (log.clone(), payload.clone(), topic.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut histogram = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3)?;
+            let mut n = 0u64;
+            loop {
+                let sent = Instant::now();
+                if sent >= end {
+                    break;
+                }
+                let partition = crate::partitioner::partition_of(&key_name(w as u64 * 1_000_000 + n), PARTITIONS);
+                n += 1;
+                log.append(&TopicPartition { topic: topic.clone(), partition }, payload.clone()).await?;
+                if sent >= start {
+                    histogram.saturating_record(sent.elapsed().as_micros() as u64);
+                }
+            }
+            Ok::<_, anyhow::Error>(histogram)
+        }));
+    }
+    let mut merged = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3)?;
+    for task in tasks {
+        merged.add(&task.await??)?;
+    }
+    log.close().await;
+    Ok(BenchResult::from_histogram("librdkafka alone: single-record appends (floor of Tern's PUT)", writers, "closed".into(), duration.as_secs_f64(), 0, &merged))
+}
+
+/// CPU time of processes over a measured row, from `/proc/<pid>/stat`
+/// (utime + stime), so a row can say where the machine's cores went.
+struct CpuMeter {
+    /// (label, pid, CPU seconds at the start).
+    processes: Vec<(&'static str, u32, f64)>,
+}
+
+/// Kernel clock ticks per second (`getconf CLK_TCK`; 100 on Linux for x86-64).
+const CLOCK_TICKS_PER_S: f64 = 100.0;
+
+fn cpu_seconds(pid: u32) -> anyhow::Result<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    // The command name (field 2) may hold spaces; fields after its ')' are fixed.
+    let after_name = &stat[stat.rfind(')').ok_or_else(|| anyhow::anyhow!("bad /proc/{pid}/stat"))? + 2..];
+    let fields: Vec<&str> = after_name.split_whitespace().collect();
+    // utime and stime are fields 14 and 15 of the whole line: 12 and 13 after the name.
+    let ticks: u64 = fields[11].parse::<u64>()? + fields[12].parse::<u64>()?;
+    Ok(ticks as f64 / CLOCK_TICKS_PER_S)
+}
+
+impl CpuMeter {
+    fn start(processes: &[(&'static str, u32)]) -> anyhow::Result<CpuMeter> {
+        let processes = processes.iter().map(|&(label, pid)| Ok((label, pid, cpu_seconds(pid)?))).collect::<anyhow::Result<_>>()?;
+        Ok(CpuMeter { processes })
+    }
+
+    /// CPU µs each process spent per operation since `start`.
+    fn per_op_us(&self, ops: f64) -> anyhow::Result<serde_json::Map<String, serde_json::Value>> {
+        let mut out = serde_json::Map::new();
+        for &(label, pid, at_start) in &self.processes {
+            let us = (cpu_seconds(pid)? - at_start) * 1e6 / ops.max(1.0);
+            out.insert(label.to_string(), serde_json::json!((us * 10.0).round() / 10.0));
+        }
+        Ok(out)
+    }
+}
+
+fn render_cpu(row: &str, cpu: &serde_json::Map<String, serde_json::Value>) -> String {
+    let parts: Vec<String> = cpu.iter().map(|(k, v)| format!("{k} {v} µs")).collect();
+    let total: f64 = cpu.values().filter_map(|v| v.as_f64()).sum();
+    format!("CPU per record, {row}: {} (total {total:.0} µs)\n", parts.join(", "))
 }
 
 /// Records per batch call, and connections making them.
@@ -191,16 +328,23 @@ async fn measure(args: &KafkaArgs, scratch: &Path, kafka_dir: &Path, bootstrap: 
     let args_b = node("bench-b");
     let (mut b, addr_b) = super::suite::spawn_listening(&exe, &args_b.iter().map(String::as_str).collect::<Vec<_>>()).await?;
     eprintln!("tern A {addr_a}  tern B {addr_b}");
+    wait_ready(&[&addr_a, &addr_b]).await?;
     let seconds = Duration::from_secs(args.load.seconds);
     let mut results = Vec::new();
 
     // One client, one write at a time: the conditions of Kafka's EndToEndLatency.
     // Then many clients at once, for the latency under load.
-    let _warmup = visibility(&addr_a, &addr_b, args.visibility_clients, Duration::from_secs(2), args.load.value_bytes).await?;
+    const VISIBLE: &str = "tern put → visible on another node";
+    let _warmup = visibility(VISIBLE, &addr_a, &addr_b, args.visibility_clients, Duration::from_secs(2), args.load.value_bytes).await?;
     for clients in [1, args.visibility_clients] {
         eprintln!("put → visible on another node ({clients} clients)");
-        results.push(visibility(&addr_a, &addr_b, clients, seconds, args.load.value_bytes).await?);
+        results.push(visibility(VISIBLE, &addr_a, &addr_b, clients, seconds, args.load.value_bytes).await?);
     }
+    // The same, with the batching settings Kafka's EndToEndLatency uses
+    // (producer linger.ms=0; its consumer's fetch answered at the first byte):
+    // like for like with the peer, at the cost of write throughput.
+    eprintln!("put → visible on another node, EndToEndLatency's settings (1 client)");
+    results.push(visibility_as_kafka_tool(&exe, scratch, &log, seconds, args.load.value_bytes).await?);
 
     eprintln!("kafka EndToEndLatency (acks=all, {} B)", args.load.value_bytes);
     kafka_tool(kafka_dir, "org.apache.kafka.tools.TopicCommand",
@@ -214,7 +358,22 @@ async fn measure(args: &KafkaArgs, scratch: &Path, kafka_dir: &Path, bootstrap: 
     eprintln!("tern PUT via Kafka (64 connections)");
     let url: hyper::Uri = format!("http://{addr_a}").parse()?;
     let closed = LoadArgs { rate: None, ..args.load.clone() };
-    results.push(load::run(&url, &closed.spec("tern PUT via Kafka", Operation::TernPut { ns: "default".into() })).await?);
+    let broker_pid: u32 = std::fs::read_to_string(kafka_dir.join("node-1.pid"))?.trim().parse()?;
+    let processes = [("tern A", a.id().unwrap_or_default()), ("tern B", b.id().unwrap_or_default()),
+                     ("broker", broker_pid), ("load generator", std::process::id())];
+    // Warm-up included in the CPU time but not in the count: divide by all requests made.
+    let meter = CpuMeter::start(&processes)?;
+    let put = load::run(&url, &closed.spec("tern PUT via Kafka", Operation::TernPut { ns: "default".into() })).await?;
+    let put_ops = put.throughput_per_s * (put.seconds + args.load.warmup_seconds as f64);
+    let put_cpu = meter.per_op_us(put_ops)?;
+    results.push(put);
+
+    eprintln!("librdkafka alone: single-record appends from {} writers", closed.connections);
+    let warmup = Duration::from_secs(args.load.warmup_seconds);
+    let meter = CpuMeter::start(&[("broker", broker_pid), ("librdkafka writers", std::process::id())])?;
+    let floor = librdkafka_floor(bootstrap, closed.connections, warmup, seconds, args.load.value_bytes).await?;
+    let floor_cpu = meter.per_op_us(floor.throughput_per_s * (floor.seconds + warmup.as_secs_f64()))?;
+    results.push(floor);
 
     eprintln!("tern batch PUT via Kafka ({BATCH_OPS} records per call)");
     let batch_spec = LoadArgs { connections: BATCH_CONNECTIONS, ..closed.clone() }
@@ -244,6 +403,7 @@ async fn measure(args: &KafkaArgs, scratch: &Path, kafka_dir: &Path, bootstrap: 
         "kafka_end_to_end_latency": { "avg_ms": e2e_avg_ms, "p50_ms": e2e_p50_ms, "p99_ms": e2e_p99_ms, "output": e2e },
         "kafka_producer_performance": { "records_per_s": perf_records_per_s, "output": perf_line },
         "tern_batch_records_per_s": batch_records_per_s,
+        "cpu_us_per_record": { "tern_put": put_cpu, "librdkafka_alone": floor_cpu },
     });
     let report = serde_json::json!({
         "command": std::env::args().collect::<Vec<_>>().join(" "),
@@ -258,6 +418,8 @@ async fn measure(args: &KafkaArgs, scratch: &Path, kafka_dir: &Path, bootstrap: 
          Kafka ProducerPerformance (acks=all, {size} B, 1,000,000 records): {perf_records_per_s:?} records/s\n\
          Tern batch calls of {BATCH_OPS}: {batch_records_per_s:.0} records/s\n"
     ));
+    md.push_str(&render_cpu("tern PUT via Kafka", &put_cpu));
+    md.push_str(&render_cpu("librdkafka alone", &floor_cpu));
     std::fs::write(args.out.join("kafka.md"), &md)?;
     print!("{md}");
     Ok(())

@@ -9,6 +9,7 @@
 //! scheduled time, so a stalled server is not hidden by coordinated omission).
 
 mod etcd;
+mod fanout;
 mod hello;
 mod kafka;
 mod load;
@@ -44,6 +45,12 @@ enum BenchCommand {
     Http(HttpArgs),
     /// Serializable gets against etcd 3.
     Etcd(EtcdArgs),
+    /// Serve the SSE fan-out floor (raw sockets; for `bench watch --runs sse-floor`).
+    #[command(hide = true)]
+    FanoutFloor {
+        #[arg(long, default_value = "127.0.0.1:0")]
+        listen: String,
+    },
     /// Serve the bare hello server.
     Hello {
         #[arg(long, default_value = "127.0.0.1:0")]
@@ -116,6 +123,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
         BenchCommand::Snapshot(args) => snapshot::run(args).await,
         BenchCommand::Watch(args) => watch::run(args).await,
         BenchCommand::Hello { listen } => hello::serve(&listen).await,
+        BenchCommand::FanoutFloor { listen } => fanout::serve(&listen).await,
         BenchCommand::Http(args) => {
             let operation = match args.op.as_str() {
                 "get" => Operation::TernGet { ns: args.ns },

@@ -52,7 +52,7 @@ pub struct WatchBenchArgs {
     #[arg(long, default_value = "etcd")]
     etcd: String,
     /// Which configurations to measure (all by default; a subset helps profiling).
-    #[arg(long, value_enum, value_delimiter = ',', default_value = "sse,sse-h2,ws,ws-mux,etcd,etcd-mux")]
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "sse,sse-h2,ws,ws-mux,etcd,etcd-mux,sse-floor")]
     runs: Vec<Run>,
 }
 
@@ -63,6 +63,9 @@ enum Run {
     Sse,
     /// Tern SSE over HTTP/2, `--multiplex` streams per connection.
     SseH2,
+    /// Not Tern: the SSE fan-out floor (`fanout.rs`), one HTTP/1.1 connection
+    /// per subscriber, the same subscribers and writer as `sse`.
+    SseFloor,
     /// Tern WebSocket, one connection per subscriber.
     Ws,
     /// Tern WebSocket, `--multiplex` subscriptions per connection.
@@ -103,6 +106,7 @@ pub async fn run(args: WatchBenchArgs) -> anyhow::Result<()> {
             let result = match run {
                 Run::Sse => run_tern(&args, n, Transport::Sse, 1).await?,
                 Run::SseH2 => run_tern(&args, n, Transport::Sse, args.multiplex).await?,
+                Run::SseFloor => run_tern(&args, n, Transport::SseFloor, 1).await?,
                 Run::Ws => run_tern(&args, n, Transport::WebSocket, 1).await?,
                 Run::WsMux => run_tern(&args, n, Transport::WebSocket, args.multiplex).await?,
                 Run::Etcd => run_etcd(&args, n, 1).await?,
@@ -123,6 +127,8 @@ pub async fn run(args: WatchBenchArgs) -> anyhow::Result<()> {
 enum Transport {
     Sse,
     WebSocket,
+    /// SSE subscribers of the fan-out floor instead of Tern.
+    SseFloor,
 }
 
 /// When each subscriber saw each sequence number.
@@ -134,7 +140,11 @@ async fn run_tern(args: &WatchBenchArgs, n: usize, transport: Transport, per_con
     let scratch = tempfile::Builder::new().prefix("tern-bench-watch-").tempdir()?;
     let data_dir = scratch.path().join("data");
     let exe = std::env::current_exe()?;
-    let (child, addr) = spawn_listening(&exe, &["dev", "--listen", "127.0.0.1:0", "--data-dir", data_dir.to_str().unwrap()]).await?;
+    let server: &[&str] = match transport {
+        Transport::SseFloor => &["bench", "fanout-floor", "--listen", "127.0.0.1:0"],
+        _ => &["dev", "--listen", "127.0.0.1:0", "--data-dir", data_dir.to_str().unwrap()],
+    };
+    let (child, addr) = spawn_listening(&exe, server).await?;
     let pid = child.id().expect("running");
     let client = reqwest::Client::new();
     let url = |path: &str| format!("http://{addr}{path}");
@@ -152,8 +162,8 @@ async fn run_tern(args: &WatchBenchArgs, n: usize, transport: Transport, per_con
         subscribers.push(tokio::spawn(async move {
             let permit = semaphore.acquire_owned().await.expect("open");
             match transport {
-                Transport::Sse if per_connection == 1 => sse_subscriber(&addr, puts, ready, deadline, permit).await,
-                Transport::Sse => sse_h2_subscribers(&addr, puts, per_connection, ready, deadline, permit).await,
+                Transport::Sse | Transport::SseFloor if per_connection == 1 => sse_subscriber(&addr, puts, ready, deadline, permit).await,
+                Transport::Sse | Transport::SseFloor => sse_h2_subscribers(&addr, puts, per_connection, ready, deadline, permit).await,
                 Transport::WebSocket => ws_subscriber(&addr, puts, per_connection, ready, deadline, permit).await,
             }
         }));
@@ -174,6 +184,7 @@ async fn run_tern(args: &WatchBenchArgs, n: usize, transport: Transport, per_con
         Transport::Sse if per_connection == 1 => "Tern SSE",
         Transport::Sse => "Tern SSE (HTTP/2)",
         Transport::WebSocket => "Tern WebSocket",
+        Transport::SseFloor => "SSE fan-out floor (raw sockets, not Tern)",
     };
     let mut result = summarize(name, n, per_connection, args, &sent, &arrivals)?;
     result.server_bytes_per_subscriber = Some(rss_after.saturating_sub(rss_before) / n as u64);

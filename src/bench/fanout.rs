@@ -1,0 +1,185 @@
+//! The SSE fan-out floor: the least work any server can do to push one event
+//! to N subscribers that each hold their own HTTP/1.1 connection.
+//!
+//! It is not Tern and not an HTTP framework. It answers any `GET` with an
+//! SSE response head and one `progress` event and keeps the socket; it
+//! answers any `PUT` by writing `event: put` with the request body as data
+//! straight to every kept socket (one non-blocking `write` each, from the
+//! task that read the `PUT`, split in two halves across the two runtime
+//! workers), then `200`. No queue, no task wake-up per subscriber, no
+//! framing beyond the bytes. `tern bench watch --runs sse-floor` measures it
+//! with the same subscribers and writer as Tern's SSE row, so the gap between
+//! the two rows is what Tern's subscription path costs, and this row alone
+//! is what the kernel and the harness cost on this machine.
+
+use std::sync::{Arc, Mutex};
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+/// Longest request head or body read (the writer's values are ~130 bytes).
+const REQUEST_BYTES_MAX: usize = 64 * 1024;
+/// Most subscribers kept (the benchmark opens at most 10,000).
+const SUBSCRIBERS_MAX: usize = 100_000;
+
+/// Kept as std sockets (still non-blocking): a write is then one `write`
+/// system call, with no readiness bookkeeping in between.
+type Subscribers = Arc<Mutex<Vec<std::net::TcpStream>>>;
+
+pub async fn serve(listen: &str) -> anyhow::Result<()> {
+    let listener = TcpListener::bind(listen).await?;
+    println!("fan-out floor listening on http://{}", listener.local_addr()?);
+    serve_on(listener).await
+}
+
+async fn serve_on(listener: TcpListener) -> anyhow::Result<()> {
+    let subscribers: Subscribers = Arc::default();
+    loop {
+        let (stream, _) = listener.accept().await?;
+        stream.set_nodelay(true)?;
+        let subscribers = subscribers.clone();
+        tokio::spawn(async move {
+            if let Err(e) = connection(stream, subscribers).await {
+                eprintln!("fan-out floor: connection ended: {e}");
+            }
+        });
+    }
+}
+
+/// Reads requests on one connection: a `GET` turns it into a subscriber
+/// (and ends the task), each `PUT` is fanned out and answered.
+async fn connection(mut stream: TcpStream, subscribers: Subscribers) -> anyhow::Result<()> {
+    let mut buf = Vec::with_capacity(4096);
+    loop {
+        let (head_len, body_len) = read_head(&mut stream, &mut buf).await?;
+        if buf.starts_with(b"GET ") {
+            stream
+                .write_all(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncache-control: no-cache\r\n\r\nevent: progress\ndata: null\n\n")
+                .await?;
+            let mut kept = subscribers.lock().expect("not poisoned");
+            anyhow::ensure!(kept.len() < SUBSCRIBERS_MAX, "more than {SUBSCRIBERS_MAX} subscribers");
+            kept.push(stream.into_std()?);
+            return Ok(());
+        }
+        while buf.len() < head_len + body_len {
+            read_more(&mut stream, &mut buf).await?;
+        }
+        let body = &buf[head_len..head_len + body_len];
+        let mut event = Vec::with_capacity(body.len() + 24);
+        event.extend_from_slice(b"event: put\ndata: ");
+        event.extend_from_slice(body);
+        event.extend_from_slice(b"\n\n");
+        fan_out(&subscribers, &event);
+        stream.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n").await?;
+        buf.drain(..head_len + body_len);
+    }
+}
+
+/// Writes `event` to every subscriber: half from this thread, half from a
+/// second one, so both cores write. A socket whose buffer is full is skipped
+/// (the floor never waits; the benchmark would count the missing event).
+fn fan_out(subscribers: &Subscribers, event: &[u8]) {
+    let all = subscribers.lock().expect("not poisoned");
+    let (first, second) = all.split_at(all.len() / 2);
+    std::thread::scope(|scope| {
+        scope.spawn(|| write_each(second, event));
+        write_each(first, event);
+    });
+}
+
+fn write_each(sockets: &[std::net::TcpStream], event: &[u8]) {
+    use std::io::Write;
+    for mut socket in sockets {
+        let _ = socket.write(event);
+    }
+}
+
+/// Reads until `buf` holds a whole request head; returns its length and the
+/// body's (`content-length`, 0 without one).
+async fn read_head(stream: &mut TcpStream, buf: &mut Vec<u8>) -> anyhow::Result<(usize, usize)> {
+    loop {
+        if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = std::str::from_utf8(&buf[..end])?;
+            let body_len = head
+                .lines()
+                .find_map(|l| l.split_once(':').filter(|(k, _)| k.eq_ignore_ascii_case("content-length")))
+                .map(|(_, v)| v.trim().parse::<usize>())
+                .transpose()?
+                .unwrap_or(0);
+            anyhow::ensure!(body_len <= REQUEST_BYTES_MAX, "body of {body_len} bytes");
+            return Ok((end + 4, body_len));
+        }
+        read_more(stream, buf).await?;
+    }
+}
+
+async fn read_more(stream: &mut TcpStream, buf: &mut Vec<u8>) -> anyhow::Result<()> {
+    anyhow::ensure!(buf.len() <= 2 * REQUEST_BYTES_MAX, "request larger than {} bytes", 2 * REQUEST_BYTES_MAX);
+    let mut chunk = [0u8; 4096];
+    let read = stream.read(&mut chunk).await?;
+    anyhow::ensure!(read > 0, "closed");
+    buf.extend_from_slice(&chunk[..read]);
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Bounds every read of these tests, so a missing byte fails them instead of hanging.
+    const READ_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
+    async fn read_until(stream: &mut TcpStream, needle: &[u8]) -> Vec<u8> {
+        tokio::time::timeout(READ_WAIT, read_until_unbounded(stream, needle)).await.expect("read in time")
+    }
+
+    async fn read_until_unbounded(stream: &mut TcpStream, needle: &[u8]) -> Vec<u8> {
+        let mut got = Vec::new();
+        let mut chunk = [0u8; 1024];
+        while !got.windows(needle.len()).any(|w| w == needle) {
+            let read = stream.read(&mut chunk).await.unwrap();
+            assert!(read > 0, "closed before {:?}; got {:?}", String::from_utf8_lossy(needle), String::from_utf8_lossy(&got));
+            got.extend_from_slice(&chunk[..read]);
+        }
+        got
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_put_reaches_every_subscriber_and_is_answered() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(serve_on(listener));
+        let mut subscribers = Vec::new();
+        for _ in 0..3 {
+            let mut s = TcpStream::connect(addr).await.unwrap();
+            s.write_all(b"GET /watch HTTP/1.1\r\nhost: x\r\n\r\n").await.unwrap();
+            let head = read_until(&mut s, b"event: progress\ndata: null\n\n").await;
+            assert!(head.starts_with(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream"));
+            subscribers.push(s);
+        }
+        let mut writer = TcpStream::connect(addr).await.unwrap();
+        // Two requests on one connection, the second split across writes.
+        writer.write_all(b"PUT /k HTTP/1.1\r\ncontent-length: 9\r\n\r\n{\"seq\":1}").await.unwrap();
+        read_until(&mut writer, b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n").await;
+        writer.write_all(b"PUT /k HTTP/1.1\r\nContent-Length: 9\r\n\r\n{\"se").await.unwrap();
+        writer.write_all(b"q\":2}").await.unwrap();
+        read_until(&mut writer, b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n").await;
+        for s in &mut subscribers {
+            let events = read_until(s, b"event: put\ndata: {\"seq\":2}\n\n").await;
+            assert_eq!(events, b"event: put\ndata: {\"seq\":1}\n\nevent: put\ndata: {\"seq\":2}\n\n");
+        }
+    }
+
+    #[tokio::test]
+    async fn an_oversized_body_is_refused() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (mut client, server) = tokio::join!(TcpStream::connect(addr), listener.accept());
+        let (mut server, _) = server.unwrap();
+        let head = format!("PUT /k HTTP/1.1\r\ncontent-length: {}\r\n\r\n", REQUEST_BYTES_MAX + 1);
+        client.as_mut().unwrap().write_all(head.as_bytes()).await.unwrap();
+        let mut buf = Vec::new();
+        let error = read_head(&mut server, &mut buf).await.unwrap_err();
+        assert_eq!(error.to_string(), format!("body of {} bytes", REQUEST_BYTES_MAX + 1));
+    }
+}
