@@ -1,18 +1,27 @@
 //! The SSE fan-out floor: the least work any server can do to push one event
-//! to N subscribers that each hold their own HTTP/1.1 connection.
+//! to N subscribers, over one HTTP/1.1 connection each or multiplexed over
+//! HTTP/2.
 //!
-//! It is not Tern and not an HTTP framework. It answers any `GET` with an
-//! SSE response head and one `progress` event and keeps the socket; it
-//! answers any `PUT` by writing `event: put` with the request body as data
-//! straight to every kept socket (one non-blocking `write` each, from the
-//! task that read the `PUT`, split in two halves across the two runtime
-//! workers), then `200`. No queue, no task wake-up per subscriber, no
-//! framing beyond the bytes. `tern bench watch --runs sse-floor` measures it
-//! with the same subscribers and writer as Tern's SSE row, so the gap between
-//! the two rows is what Tern's subscription path costs, and this row alone
-//! is what the kernel and the harness cost on this machine.
+//! It is not Tern and not an HTTP framework. Over HTTP/1.1 it answers any
+//! `GET` with an SSE response head and one `progress` event and keeps the
+//! socket; it answers any `PUT` by writing `event: put` with the request
+//! body as data straight to every kept socket (one non-blocking `write`
+//! each, split in two halves across two threads), then `200`. A connection
+//! that opens with the HTTP/2 preface (h2c, prior knowledge) is served by
+//! the `h2` crate in one task: every request on it becomes an SSE stream,
+//! and each event is sent on all of that connection's streams in one
+//! wake-up, flushed together — what hyper's server, with a task per stream,
+//! does not do. No queue, no task wake-up per subscriber.
+//!
+//! `tern bench watch --runs sse-floor,sse-h2-floor` measures it with the
+//! same subscribers and writer as Tern's SSE rows, so the gap between the
+//! rows is what Tern's subscription path costs, and the floor alone is what
+//! the kernel, the protocol and the harness cost on this machine.
 
 use std::sync::{Arc, Mutex};
+
+use bytes::Bytes;
+use tokio::sync::broadcast;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -21,6 +30,12 @@ use tokio::net::{TcpListener, TcpStream};
 const REQUEST_BYTES_MAX: usize = 64 * 1024;
 /// Most subscribers kept (the benchmark opens at most 10,000).
 const SUBSCRIBERS_MAX: usize = 100_000;
+/// Events an HTTP/2 connection may fall behind by (the benchmark sends 100).
+const H2_EVENTS_BEHIND_MAX: usize = 1024;
+/// Most SSE streams on one HTTP/2 connection (the benchmark opens 100).
+const H2_STREAMS_MAX: usize = 10_000;
+/// The HTTP/2 connection preface's first bytes.
+const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0";
 
 /// Kept as std sockets (still non-blocking): a write is then one `write`
 /// system call, with no readiness bookkeeping in between.
@@ -32,23 +47,72 @@ pub async fn serve(listen: &str) -> anyhow::Result<()> {
     serve_on(listener).await
 }
 
+/// Where a `PUT`'s event goes: HTTP/1.1 subscribers' sockets, and the
+/// HTTP/2 connections' tasks.
+#[derive(Clone)]
+struct Fanout {
+    subscribers: Subscribers,
+    h2_events: broadcast::Sender<Bytes>,
+}
+
 async fn serve_on(listener: TcpListener) -> anyhow::Result<()> {
-    let subscribers: Subscribers = Arc::default();
+    let fanout = Fanout { subscribers: Arc::default(), h2_events: broadcast::channel(H2_EVENTS_BEHIND_MAX).0 };
     loop {
         let (stream, _) = listener.accept().await?;
         stream.set_nodelay(true)?;
-        let subscribers = subscribers.clone();
+        let fanout = fanout.clone();
         tokio::spawn(async move {
-            if let Err(e) = connection(stream, subscribers).await {
+            let mut first = [0u8; H2_PREFACE.len()];
+            let result = match stream.peek(&mut first).await {
+                Ok(n) if first[..n] == H2_PREFACE[..n] && n == H2_PREFACE.len() => {
+                    h2_connection(stream, fanout.h2_events.subscribe()).await
+                }
+                Ok(_) => connection(stream, fanout).await,
+                Err(e) => Err(e.into()),
+            };
+            if let Err(e) = result {
                 eprintln!("fan-out floor: connection ended: {e}");
             }
         });
     }
 }
 
+/// One HTTP/2 connection: every request becomes an SSE stream; each event
+/// is sent on all of them, then the connection (polled by this same task)
+/// writes them out together.
+async fn h2_connection(stream: TcpStream, mut events: broadcast::Receiver<Bytes>) -> anyhow::Result<()> {
+    let mut connection = h2::server::handshake(stream).await?;
+    let mut streams: Vec<h2::SendStream<Bytes>> = Vec::new();
+    loop {
+        tokio::select! {
+            accepted = connection.accept() => match accepted {
+                Some(Ok((_request, mut respond))) => {
+                    anyhow::ensure!(streams.len() < H2_STREAMS_MAX, "more than {H2_STREAMS_MAX} streams");
+                    let head = http::Response::builder().header("content-type", "text/event-stream").body(())?;
+                    let mut send = respond.send_response(head, false)?;
+                    send.send_data(Bytes::from_static(b"event: progress\ndata: null\n\n"), false)?;
+                    streams.push(send);
+                }
+                Some(Err(e)) => return Err(e.into()),
+                None => return Ok(()),
+            },
+            event = events.recv() => match event {
+                Ok(event) => {
+                    for stream in &mut streams {
+                        // A stream the client reset is simply skipped.
+                        let _ = stream.send_data(event.clone(), false);
+                    }
+                }
+                Err(broadcast::error::RecvError::Lagged(missed)) => anyhow::bail!("fell {missed} events behind"),
+                Err(broadcast::error::RecvError::Closed) => return Ok(()),
+            },
+        }
+    }
+}
+
 /// Reads requests on one connection: a `GET` turns it into a subscriber
 /// (and ends the task), each `PUT` is fanned out and answered.
-async fn connection(mut stream: TcpStream, subscribers: Subscribers) -> anyhow::Result<()> {
+async fn connection(mut stream: TcpStream, fanout: Fanout) -> anyhow::Result<()> {
     let mut buf = Vec::with_capacity(4096);
     loop {
         let (head_len, body_len) = read_head(&mut stream, &mut buf).await?;
@@ -56,7 +120,7 @@ async fn connection(mut stream: TcpStream, subscribers: Subscribers) -> anyhow::
             stream
                 .write_all(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncache-control: no-cache\r\n\r\nevent: progress\ndata: null\n\n")
                 .await?;
-            let mut kept = subscribers.lock().expect("not poisoned");
+            let mut kept = fanout.subscribers.lock().expect("not poisoned");
             anyhow::ensure!(kept.len() < SUBSCRIBERS_MAX, "more than {SUBSCRIBERS_MAX} subscribers");
             kept.push(stream.into_std()?);
             return Ok(());
@@ -69,7 +133,9 @@ async fn connection(mut stream: TcpStream, subscribers: Subscribers) -> anyhow::
         event.extend_from_slice(b"event: put\ndata: ");
         event.extend_from_slice(body);
         event.extend_from_slice(b"\n\n");
-        fan_out(&subscribers, &event);
+        fan_out(&fanout.subscribers, &event);
+        // No HTTP/2 connection yet is not an error.
+        let _ = fanout.h2_events.send(Bytes::from(event));
         stream.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n").await?;
         buf.drain(..head_len + body_len);
     }
@@ -167,6 +233,31 @@ mod tests {
         for s in &mut subscribers {
             let events = read_until(s, b"event: put\ndata: {\"seq\":2}\n\n").await;
             assert_eq!(events, b"event: put\ndata: {\"seq\":1}\n\nevent: put\ndata: {\"seq\":2}\n\n");
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_put_reaches_every_http2_stream() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(serve_on(listener));
+        let (mut client, connection) = h2::client::handshake(TcpStream::connect(addr).await.unwrap()).await.unwrap();
+        tokio::spawn(connection);
+        let mut bodies = Vec::new();
+        for _ in 0..2 {
+            let request = http::Request::get(format!("http://{addr}/watch")).body(()).unwrap();
+            let (response, _) = client.send_request(request, true).unwrap();
+            let mut body = response.await.unwrap().into_body();
+            let first = tokio::time::timeout(READ_WAIT, body.data()).await.unwrap().unwrap().unwrap();
+            assert_eq!(&first[..], b"event: progress\ndata: null\n\n");
+            bodies.push(body);
+        }
+        let mut writer = TcpStream::connect(addr).await.unwrap();
+        writer.write_all(b"PUT /k HTTP/1.1\r\ncontent-length: 9\r\n\r\n{\"seq\":7}").await.unwrap();
+        read_until(&mut writer, b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n").await;
+        for body in &mut bodies {
+            let event = tokio::time::timeout(READ_WAIT, body.data()).await.unwrap().unwrap().unwrap();
+            assert_eq!(&event[..], b"event: put\ndata: {\"seq\":7}\n\n");
         }
     }
 

@@ -52,7 +52,7 @@ pub struct WatchBenchArgs {
     #[arg(long, default_value = "etcd")]
     etcd: String,
     /// Which configurations to measure (all by default; a subset helps profiling).
-    #[arg(long, value_enum, value_delimiter = ',', default_value = "sse,sse-h2,ws,ws-mux,etcd,etcd-mux,sse-floor")]
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "sse,sse-h2,ws,ws-mux,etcd,etcd-mux,sse-floor,sse-h2-floor")]
     runs: Vec<Run>,
 }
 
@@ -66,6 +66,9 @@ enum Run {
     /// Not Tern: the SSE fan-out floor (`fanout.rs`), one HTTP/1.1 connection
     /// per subscriber, the same subscribers and writer as `sse`.
     SseFloor,
+    /// Not Tern: the SSE fan-out floor over HTTP/2, `--multiplex` streams per
+    /// connection, the same subscribers and writer as `sse-h2`.
+    SseH2Floor,
     /// Tern WebSocket, one connection per subscriber.
     Ws,
     /// Tern WebSocket, `--multiplex` subscriptions per connection.
@@ -107,6 +110,7 @@ pub async fn run(args: WatchBenchArgs) -> anyhow::Result<()> {
                 Run::Sse => run_tern(&args, n, Transport::Sse, 1).await?,
                 Run::SseH2 => run_tern(&args, n, Transport::Sse, args.multiplex).await?,
                 Run::SseFloor => run_tern(&args, n, Transport::SseFloor, 1).await?,
+                Run::SseH2Floor => run_tern(&args, n, Transport::SseFloor, args.multiplex).await?,
                 Run::Ws => run_tern(&args, n, Transport::WebSocket, 1).await?,
                 Run::WsMux => run_tern(&args, n, Transport::WebSocket, args.multiplex).await?,
                 Run::Etcd => run_etcd(&args, n, 1).await?,
@@ -184,7 +188,8 @@ async fn run_tern(args: &WatchBenchArgs, n: usize, transport: Transport, per_con
         Transport::Sse if per_connection == 1 => "Tern SSE",
         Transport::Sse => "Tern SSE (HTTP/2)",
         Transport::WebSocket => "Tern WebSocket",
-        Transport::SseFloor => "SSE fan-out floor (raw sockets, not Tern)",
+        Transport::SseFloor if per_connection == 1 => "SSE fan-out floor (raw sockets, not Tern)",
+        Transport::SseFloor => "SSE fan-out floor (HTTP/2, h2 crate, not Tern)",
     };
     let mut result = summarize(name, n, per_connection, args, &sent, &arrivals)?;
     result.server_bytes_per_subscriber = Some(rss_after.saturating_sub(rss_before) / n as u64);
