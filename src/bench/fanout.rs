@@ -21,10 +21,9 @@
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
-use tokio::sync::broadcast;
-
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::broadcast;
 
 /// Longest request head or body read (the writer's values are ~130 bytes).
 const REQUEST_BYTES_MAX: usize = 64 * 1024;
@@ -62,6 +61,7 @@ async fn serve_on(listener: TcpListener) -> anyhow::Result<()> {
         stream.set_nodelay(true)?;
         let fanout = fanout.clone();
         tokio::spawn(async move {
+            // An h2c client writes the whole preface at once; anything else is HTTP/1.1.
             let mut first = [0u8; H2_PREFACE.len()];
             let result = match stream.peek(&mut first).await {
                 Ok(n) if first[..n] == H2_PREFACE[..n] && n == H2_PREFACE.len() => {

@@ -219,7 +219,8 @@ fn cpu_seconds(pid: u32) -> anyhow::Result<f64> {
     let after_name = &stat[stat.rfind(')').ok_or_else(|| anyhow::anyhow!("bad /proc/{pid}/stat"))? + 2..];
     let fields: Vec<&str> = after_name.split_whitespace().collect();
     // utime and stime are fields 14 and 15 of the whole line: 12 and 13 after the name.
-    let ticks: u64 = fields[11].parse::<u64>()? + fields[12].parse::<u64>()?;
+    let field = |i: usize| fields.get(i).ok_or_else(|| anyhow::anyhow!("/proc/{pid}/stat has {} fields", fields.len() + 2));
+    let ticks: u64 = field(11)?.parse::<u64>()? + field(12)?.parse::<u64>()?;
     Ok(ticks as f64 / CLOCK_TICKS_PER_S)
 }
 
