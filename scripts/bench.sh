@@ -5,7 +5,7 @@
 #   scripts/bench.sh kafka [ARGS]   instead runs `tern bench kafka`: Tern on Apache Kafka next to
 #                                   Kafka's EndToEndLatency and ProducerPerformance (results: kafka.json/md).
 #   scripts/bench.sh watch [ARGS]   instead runs `tern bench watch`: put → event latency at 1,000 and
-#                                   10,000 subscribers (SSE, WebSocket) next to etcd's watch (results: watch.json/md).
+#                                   10,000 subscribers (SSE, WebSocket) next to etcd's watch and two SSE fan-out floors (results: watch.json/md).
 #   scripts/bench.sh snapshot [ARGS] instead runs `tern bench snapshot`: snapshot and restore of one
 #                                   partition of 1,000,000 records, file:// and S3 (results: snapshot.json/md).
 set -euo pipefail
