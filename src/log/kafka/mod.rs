@@ -95,6 +95,16 @@ struct Inner {
     /// Bounds the short-lived consumers of `history_reader` (each is a
     /// librdkafka client with threads of its own).
     history_slots: Arc<tokio::sync::Semaphore>,
+    /// The task serving the consumer's main queue. It holds a clone of the
+    /// consumer, so it is stopped when the log is dropped; otherwise the
+    /// consumer (its threads and broker connections) would outlive the log.
+    main_queue: tokio::task::AbortHandle,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        self.main_queue.abort();
+    }
 }
 
 /// Most history readers (subscribers replaying the log) open at once.
@@ -152,14 +162,15 @@ impl KafkaLog {
         // The main queue must be served for callbacks; every message goes to a
         // partition queue, so anything arriving here is logged and dropped.
         let main = consumer.clone();
-        tokio::spawn(async move {
+        let main_queue = tokio::spawn(async move {
             loop {
                 match main.recv().await {
                     Ok(m) => tracing::error!(topic = m.topic(), partition = m.partition(), "kafka message on the main queue"),
                     Err(e) => tracing::warn!(error = %e, "kafka consumer error"),
                 }
             }
-        });
+        })
+        .abort_handle();
         let group = match &config.membership {
             Membership::AssignAll => None,
             Membership::Group { group, instance_id, session_timeout } => {
@@ -167,7 +178,7 @@ impl KafkaLog {
             }
         };
         let history_slots = Arc::new(tokio::sync::Semaphore::new(HISTORY_READERS_MAX));
-        Ok(KafkaLog { inner: Arc::new(Inner { config, producer, admin, consumer, group, base, history_slots }) })
+        Ok(KafkaLog { inner: Arc::new(Inner { config, producer, admin, consumer, group, base, history_slots, main_queue }) })
     }
 
     fn topic_name(&self, namespace: &str) -> String {
