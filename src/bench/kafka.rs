@@ -109,6 +109,24 @@ async fn visibility(name: &str, a: &str, b: &str, clients: usize, duration: Dura
     Ok(BenchResult::from_histogram(name, clients, "closed".into(), duration.as_secs_f64(), 0, &merged))
 }
 
+/// Starts `tern serve` as node `id` on the Kafka log `log` (namespace
+/// `default` with 16 partitions, data under `scratch/id`) with `extra`
+/// arguments; returns the process and its HTTP address.
+async fn spawn_node(exe: &Path, scratch: &Path, log: &str, id: &str, extra: &[&str]) -> anyhow::Result<(tokio::process::Child, String)> {
+    let data = scratch.join(id).display().to_string();
+    let mut args = vec!["serve", "--node-id", id, "--listen", "127.0.0.1:0", "--data-dir", &data, "--log", log, "--namespace", "default:16"];
+    args.extend_from_slice(extra);
+    super::suite::spawn_listening(exe, &args).await
+}
+
+/// Kills the nodes and waits until they are gone.
+async fn stop_nodes(nodes: [&mut tokio::process::Child; 2]) {
+    for node in nodes {
+        let _ = node.start_kill();
+        let _ = node.wait().await;
+    }
+}
+
 /// Waits (at most `READY_WAIT`) until every node answers `/readyz` with
 /// success: each holds its partitions and has caught up. A partition whose
 /// reader opened late (its topic was new) would otherwise stall the first
@@ -133,16 +151,9 @@ async fn wait_ready(addrs: &[&str]) -> anyhow::Result<()> {
 /// so the fetch wait only bounds an idle fetch). Their own topic prefix keeps
 /// them from replaying A's writes.
 async fn visibility_as_kafka_tool(exe: &Path, scratch: &Path, log: &str, duration: Duration, value_bytes: usize) -> anyhow::Result<BenchResult> {
-    let node = |id: &str| {
-        let data = scratch.join(id).display().to_string();
-        vec!["serve".to_string(), "--node-id".into(), id.into(), "--listen".into(), "127.0.0.1:0".into(), "--data-dir".into(), data,
-             "--log".into(), log.to_string(), "--namespace".into(), "default:16".into(), "--kafka-topic-prefix".into(), "e2e-settings.".into(),
-             "--kafka-linger-ms".into(), "0".into(), "--kafka-fetch-min-bytes".into(), "1".into()]
-    };
-    let args_c = node("bench-c");
-    let (mut c, addr_c) = super::suite::spawn_listening(exe, &args_c.iter().map(String::as_str).collect::<Vec<_>>()).await?;
-    let args_d = node("bench-d");
-    let (mut d, addr_d) = super::suite::spawn_listening(exe, &args_d.iter().map(String::as_str).collect::<Vec<_>>()).await?;
+    let like_the_tool = ["--kafka-topic-prefix", "e2e-settings.", "--kafka-linger-ms", "0", "--kafka-fetch-min-bytes", "1"];
+    let (mut c, addr_c) = spawn_node(exe, scratch, log, "bench-c", &like_the_tool).await?;
+    let (mut d, addr_d) = spawn_node(exe, scratch, log, "bench-d", &like_the_tool).await?;
     let name = "tern put → visible on another node (EndToEndLatency's settings)";
     let result = async {
         wait_ready(&[&addr_c, &addr_d]).await?;
@@ -150,10 +161,7 @@ async fn visibility_as_kafka_tool(exe: &Path, scratch: &Path, log: &str, duratio
         visibility(name, &addr_c, &addr_d, 1, duration, value_bytes).await
     }
     .await;
-    for child in [&mut c, &mut d] {
-        let _ = child.start_kill();
-        let _ = child.wait().await;
-    }
+    stop_nodes([&mut c, &mut d]).await;
     result
 }
 
@@ -251,21 +259,18 @@ fn render_cpu(row: &str, cpu: &serde_json::Map<String, serde_json::Value>) -> St
 const BATCH_OPS: usize = 100;
 const BATCH_CONNECTIONS: usize = 64;
 
+/// A member of replica group `g` gossiping on `gossip`, joining through `seeds`.
+fn group_member<'a>(gossip: &'a str, seeds: &'a str) -> [&'a str; 8] {
+    ["--group", "g", "--gossip", gossip, "--seeds", seeds, "--kafka-session-timeout-ms", "3000"]
+}
+
 /// X and Y share replica group `g`; GETs of keys Y serves, sent to Y and to X.
 async fn forwarded_vs_local(args: &KafkaArgs, scratch: &Path, exe: &Path, log: &str) -> anyhow::Result<Vec<BenchResult>> {
     let gossip_port = |_: ()| std::net::UdpSocket::bind("127.0.0.1:0").and_then(|s| s.local_addr()).map(|a| a.port());
     let (port_x, port_y) = (gossip_port(())?, gossip_port(())?);
-    let node = |id: &str, port: u16| {
-        let data = scratch.join(id).display().to_string();
-        vec!["serve".to_string(), "--node-id".into(), id.into(), "--group".into(), "g".into(), "--listen".into(),
-             "127.0.0.1:0".into(), "--data-dir".into(), data, "--log".into(), log.to_string(), "--namespace".into(),
-             "default:16".into(), "--gossip".into(), format!("127.0.0.1:{port}"), "--seeds".into(),
-             format!("127.0.0.1:{port_x}"), "--kafka-session-timeout-ms".into(), "3000".into()]
-    };
-    let args_x = node("bench-x", port_x);
-    let (mut x, addr_x) = super::suite::spawn_listening(exe, &args_x.iter().map(String::as_str).collect::<Vec<_>>()).await?;
-    let args_y = node("bench-y", port_y);
-    let (mut y, addr_y) = super::suite::spawn_listening(exe, &args_y.iter().map(String::as_str).collect::<Vec<_>>()).await?;
+    let (gossip_x, gossip_y) = (format!("127.0.0.1:{port_x}"), format!("127.0.0.1:{port_y}"));
+    let (mut x, addr_x) = spawn_node(exe, scratch, log, "bench-x", &group_member(&gossip_x, &gossip_x)).await?;
+    let (mut y, addr_y) = spawn_node(exe, scratch, log, "bench-y", &group_member(&gossip_y, &gossip_x)).await?;
     let client = reqwest::Client::new();
     // Wait (bounded) until X sees Y serving some partitions and both are ready.
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -298,10 +303,7 @@ async fn forwarded_vs_local(args: &KafkaArgs, scratch: &Path, exe: &Path, log: &
     let local = load::run(&url_y, &closed.spec("tern GET local (on the holder)", Operation::TernGetOf { ns: "default".into(), keys: keys.clone() })).await?;
     let url_x: hyper::Uri = format!("http://{addr_x}").parse()?;
     let forwarded = load::run(&url_x, &closed.spec("tern GET forwarded (non-holder → holder)", Operation::TernGetOf { ns: "default".into(), keys })).await?;
-    for child in [&mut x, &mut y] {
-        let _ = child.start_kill();
-        let _ = child.wait().await;
-    }
+    stop_nodes([&mut x, &mut y]).await;
     Ok(vec![local, forwarded])
 }
 
@@ -319,15 +321,8 @@ pub async fn run(args: KafkaArgs) -> anyhow::Result<()> {
 async fn measure(args: &KafkaArgs, scratch: &Path, kafka_dir: &Path, bootstrap: &str) -> anyhow::Result<()> {
     let exe = std::env::current_exe()?;
     let log = format!("kafka://{bootstrap}");
-    let node = |id: &str| {
-        let data = scratch.join(id);
-        vec!["serve".to_string(), "--node-id".into(), id.into(), "--listen".into(), "127.0.0.1:0".into(),
-             "--data-dir".into(), data.display().to_string(), "--log".into(), log.clone(), "--namespace".into(), "default:16".into()]
-    };
-    let args_a = node("bench-a");
-    let (mut a, addr_a) = super::suite::spawn_listening(&exe, &args_a.iter().map(String::as_str).collect::<Vec<_>>()).await?;
-    let args_b = node("bench-b");
-    let (mut b, addr_b) = super::suite::spawn_listening(&exe, &args_b.iter().map(String::as_str).collect::<Vec<_>>()).await?;
+    let (mut a, addr_a) = spawn_node(&exe, scratch, &log, "bench-a", &[]).await?;
+    let (mut b, addr_b) = spawn_node(&exe, scratch, &log, "bench-b", &[]).await?;
     eprintln!("tern A {addr_a}  tern B {addr_b}");
     wait_ready(&[&addr_a, &addr_b]).await?;
     let seconds = Duration::from_secs(args.load.seconds);
@@ -382,10 +377,7 @@ async fn measure(args: &KafkaArgs, scratch: &Path, kafka_dir: &Path, bootstrap: 
     let batch = load::run(&url, &batch_spec).await?;
     let batch_records_per_s = batch.throughput_per_s * BATCH_OPS as f64;
     results.push(batch);
-    for child in [&mut a, &mut b] {
-        let _ = child.start_kill();
-        let _ = child.wait().await;
-    }
+    stop_nodes([&mut a, &mut b]).await;
 
     eprintln!("forwarded vs local GET (two nodes sharing one replica group)");
     results.extend(forwarded_vs_local(args, scratch, &exe, &log).await?);

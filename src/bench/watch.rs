@@ -107,12 +107,12 @@ pub async fn run(args: WatchBenchArgs) -> anyhow::Result<()> {
     for &n in &args.subscribers {
         for &run in &args.runs {
             let result = match run {
-                Run::Sse => run_tern(&args, n, Transport::Sse, 1).await?,
-                Run::SseH2 => run_tern(&args, n, Transport::Sse, args.multiplex).await?,
-                Run::SseFloor => run_tern(&args, n, Transport::SseFloor, 1).await?,
-                Run::SseH2Floor => run_tern(&args, n, Transport::SseFloor, args.multiplex).await?,
-                Run::Ws => run_tern(&args, n, Transport::WebSocket, 1).await?,
-                Run::WsMux => run_tern(&args, n, Transport::WebSocket, args.multiplex).await?,
+                Run::Sse => run_subscribers(&args, n, Transport::Sse, 1).await?,
+                Run::SseH2 => run_subscribers(&args, n, Transport::Sse, args.multiplex).await?,
+                Run::SseFloor => run_subscribers(&args, n, Transport::SseFloor, 1).await?,
+                Run::SseH2Floor => run_subscribers(&args, n, Transport::SseFloor, args.multiplex).await?,
+                Run::Ws => run_subscribers(&args, n, Transport::WebSocket, 1).await?,
+                Run::WsMux => run_subscribers(&args, n, Transport::WebSocket, args.multiplex).await?,
                 Run::Etcd => run_etcd(&args, n, 1).await?,
                 Run::EtcdMux => run_etcd(&args, n, args.multiplex).await?,
             };
@@ -138,7 +138,10 @@ enum Transport {
 /// When each subscriber saw each sequence number.
 type Arrivals = Vec<(u64, Instant)>;
 
-async fn run_tern(args: &WatchBenchArgs, n: usize, transport: Transport, per_connection: usize) -> anyhow::Result<WatchResult> {
+/// One row over HTTP: starts the server (`tern dev`, or the fan-out floor for
+/// `Transport::SseFloor`), connects `n` subscribers `per_connection` to a
+/// connection, and measures put → event.
+async fn run_subscribers(args: &WatchBenchArgs, n: usize, transport: Transport, per_connection: usize) -> anyhow::Result<WatchResult> {
     assert!(per_connection >= 1 && n % per_connection == 0, "--subscribers must be multiples of --multiplex");
     let connections = n / per_connection;
     let scratch = tempfile::Builder::new().prefix("tern-bench-watch-").tempdir()?;
