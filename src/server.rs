@@ -89,7 +89,8 @@ pub async fn run(settings: Settings, options: Options) -> anyhow::Result<()> {
     let cluster = join_cluster(&settings, &node, address).await?;
     println!("{} listening on http://{address}", options.banner);
     tracing::info!(%address, node_id = %settings.node_id, data_dir = %settings.data_dir.display(), "serving");
-    let app = axum::ServiceExt::<axum::extract::Request>::into_make_service(crate::api::app(node.clone(), cluster.clone()));
+    let state = crate::api::state(node.clone(), cluster.clone());
+    let service = crate::api::service(state.clone());
     let closing_node = node.clone();
     let signal = async move {
         shutdown_signal().await;
@@ -97,7 +98,7 @@ pub async fn run(settings: Settings, options: Options) -> anyhow::Result<()> {
         // shutdown is not kept waiting by their connections.
         closing_node.subscriptions.close();
     };
-    axum::serve(listener, app).with_graceful_shutdown(signal).await?;
+    crate::api::listener::serve(listener, state, service, signal).await;
     tracing::info!("stopped accepting requests; stopping the node");
     retention.abort();
     stop_snapshots.send_replace(true);

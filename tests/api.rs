@@ -331,6 +331,23 @@ async fn http2_prior_knowledge_on_the_same_port() {
         let body: Value = response.json().await.unwrap();
         assert_eq!(body["value"]["over"], "h2");
     }
+    // Bodies larger than HTTP/2's initial 64 KiB windows, both ways.
+    let big = "x".repeat(600 * 1024);
+    let url = format!("{}?wait=applied", t.kv_url("default", "h2", Some("big")));
+    let response = h2.put(url).json(&big).send().await.unwrap();
+    assert_eq!(response.status(), 200, "{:?}", response.text().await);
+    let response = h2.get(t.kv_url("default", "h2", Some("big"))).send().await.unwrap();
+    assert_eq!(response.version(), reqwest::Version::HTTP_2);
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["value"].as_str().map(str::len), Some(big.len()));
+    // Errors come with their status and body, as over HTTP/1.1.
+    let too_big = "x".repeat(tern::limits::VALUE_BYTES_MAX + 1);
+    let response = h2.put(t.kv_url("default", "h2", Some("huge"))).json(&too_big).send().await.unwrap();
+    assert_eq!(response.status(), 413);
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(error_code(&body), "value_too_large", "{body}");
+    let response = h2.get(format!("{}/v1/nowhere", t.url)).send().await.unwrap();
+    assert_eq!(response.status(), 404);
 }
 
 #[tokio::test]

@@ -78,6 +78,7 @@ async fn random_write(t: &Tern, truth: &Mutex<Truth>, n: u64) {
 /// `done`). Returns the changes received, per partition, in arrival order.
 async fn flaky_subscriber(
     t: &Tern,
+    client: &reqwest::Client,
     query: &str,
     start: String,
     done: Arc<std::sync::atomic::AtomicBool>,
@@ -87,7 +88,7 @@ async fn flaky_subscriber(
     let mut last_id = start;
     let mut reconnects = 0;
     loop {
-        let mut sse = Sse::connect(&t.client, &watch_url(t, query), Some(&last_id)).await;
+        let mut sse = Sse::connect(client, &watch_url(t, query), Some(&last_id)).await;
         reconnects += 1;
         // Drop the connection after a random number of events (progress included).
         let budget = rand::rng().random_range(1..40);
@@ -128,7 +129,9 @@ async fn flaky_subscriber(
     }
 }
 
-async fn no_loss_no_duplicates(t: Tern) {
+/// `client` carries the subscriptions: HTTP/1.1 (a connection each, closed
+/// to disconnect) or HTTP/2 (streams of one connection, reset to disconnect).
+async fn no_loss_no_duplicates(t: Tern, client: reqwest::Client) {
     let truth = Arc::new(Mutex::new(Truth::default()));
     let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let t = Arc::new(t);
@@ -141,8 +144,8 @@ async fn no_loss_no_duplicates(t: Tern) {
     ];
     let mut readers = Vec::new();
     for (query, start) in subscribers.clone() {
-        let (t, done, truth) = (t.clone(), done.clone(), truth.clone());
-        readers.push(tokio::spawn(async move { flaky_subscriber(&t, &query, start, done, truth).await }));
+        let (t, client, done, truth) = (t.clone(), client.clone(), done.clone(), truth.clone());
+        readers.push(tokio::spawn(async move { flaky_subscriber(&t, &client, &query, start, done, truth).await }));
     }
     let mut writers = Vec::new();
     for w in 0..4u64 {
@@ -173,6 +176,25 @@ async fn no_loss_no_duplicates(t: Tern) {
         assert_eq!(received.keys().collect::<Vec<_>>(), expected.keys().collect::<Vec<_>>(), "{query}");
     }
     assert!(total_reconnects > 20, "subscribers resumed {total_reconnects} times in all");
+    // Every subscription a subscriber left has ended on the node.
+    let deadline = std::time::Instant::now() + WAIT;
+    while watch_subscribers(&t).await != 0 {
+        assert!(std::time::Instant::now() < deadline, "{} subscriptions still open", watch_subscribers(&t).await);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// The node's `tern_watch_subscribers` gauge.
+async fn watch_subscribers(t: &Tern) -> u64 {
+    let text = t.client.get(format!("{}/metrics", t.url)).send().await.unwrap().text().await.unwrap();
+    let line = text.lines().find(|l| l.starts_with("tern_watch_subscribers ")).expect("the gauge is exported");
+    line["tern_watch_subscribers ".len()..].trim().parse().unwrap()
+}
+
+/// A client that speaks HTTP/2 with prior knowledge (h2c), as a proxy or a
+/// gRPC-style client would; browsers reach the same path through TLS + ALPN.
+fn h2_client() -> reqwest::Client {
+    reqwest::Client::builder().http2_prior_knowledge().build().unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -180,7 +202,65 @@ async fn resumed_subscribers_get_exactly_the_log_replayed_from_ring_and_log() {
     let dir = tempfile::tempdir().unwrap();
     // A tiny ring: most resumes read history back from the log.
     let t = serve(dir.path(), &["--watch-ring-events-max", "16", "--watch-progress-ms", "50"]).await;
-    no_loss_no_duplicates(t).await;
+    let client = t.client.clone();
+    no_loss_no_duplicates(t, client).await;
+}
+
+/// The same over HTTP/2: every subscription a stream of one connection,
+/// reset by the client to disconnect (the path `api/h2c.rs` serves).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resumed_subscribers_over_http2_get_exactly_the_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let t = serve(dir.path(), &["--watch-ring-events-max", "16", "--watch-progress-ms", "50"]).await;
+    no_loss_no_duplicates(t, h2_client()).await;
+}
+
+/// Over HTTP/2 a watch is a stream of the client's connection: errors are
+/// answered on it with their status, events arrive on every stream, a
+/// stream the client resets ends its subscription then (not at its next
+/// message), and a stopping node cancels the rest with `shutting_down`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watches_are_streams_of_an_http2_connection() {
+    let dir = tempfile::tempdir().unwrap();
+    // Quiet subscriptions send nothing for ten minutes: only the reset can end one.
+    let mut t = serve(dir.path(), &["--watch-progress-ms", "600000", "--watch-keep-alive-ms", "600000"]).await;
+    let h2 = h2_client();
+    for (path, status, code) in
+        [("/v1/ns/w/watch?mode=fast", 400, "invalid_parameter"), ("/v1/ns/nope/watch", 404, "namespace_not_found")]
+    {
+        let response = h2.get(format!("{}{path}", t.url)).send().await.unwrap();
+        assert_eq!((response.version(), response.status().as_u16()), (reqwest::Version::HTTP_2, status), "{path}");
+        let body: Value = response.json().await.unwrap();
+        assert_eq!(common::error_code(&body), code, "{path}: {body}");
+    }
+    // Three watches on one connection; the namespace percent-encoded in one.
+    let mut one_pk = Sse::connect(&h2, &watch_url(&t, "pk=a"), None).await;
+    let mut everything = Sse::connect(&h2, &watch_url(&t, ""), None).await;
+    let mut encoded = Sse::connect(&h2, &format!("{}/v1/ns/%77/watch?pk=a&sk=x", t.url), None).await;
+    for sse in [&mut one_pk, &mut everything, &mut encoded] {
+        assert_eq!(sse.next(WAIT).await.unwrap().event, "progress", "from=now starts with the position");
+    }
+    assert_eq!(watch_subscribers(&t).await, 3);
+    let (status, put) = t.send(t.client.put(t.kv_url("w", "a", Some("x"))).json(&json!({"v": 1}))).await;
+    assert_eq!(status, 200, "{put}");
+    for sse in [&mut one_pk, &mut everything, &mut encoded] {
+        let event = sse.next_change(WAIT).await.unwrap();
+        assert_eq!((event.event.as_str(), event.json()), ("put", json!({"pk": "a", "sk": "x", "value": {"v": 1}, "version": put["version"]})));
+    }
+    // Dropping a response resets its stream; the connection and the other watches stay.
+    drop(one_pk);
+    let deadline = std::time::Instant::now() + WAIT;
+    while watch_subscribers(&t).await != 2 {
+        assert!(std::time::Instant::now() < deadline, "the reset stream's subscription did not end");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // The node stops: the open watches are cancelled, with a position to resume from.
+    assert!(t.terminate().success());
+    for sse in [&mut everything, &mut encoded] {
+        let cancel = sse.next(WAIT).await.expect("a cancel before the stream ends");
+        assert_eq!((cancel.event.as_str(), cancel.json()["reason"].as_str()), ("cancel", Some("shutting_down")), "{cancel:?}");
+        assert!(cancel.json()["position"].as_str().is_some(), "{cancel:?}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -196,7 +276,8 @@ async fn resumed_subscribers_get_exactly_the_log_on_kafka() {
         "--watch-progress-ms", "50",
     ];
     let t = serve(dir.path(), &args).await;
-    no_loss_no_duplicates(t).await;
+    let client = t.client.clone();
+    no_loss_no_duplicates(t, client).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -9,7 +9,9 @@ mod body;
 mod cluster;
 mod demo;
 pub mod error;
+pub mod listener;
 pub mod forward;
+mod h2c;
 mod keys;
 mod namespaces;
 mod ops;
@@ -51,7 +53,19 @@ pub fn app(
     cluster: Arc<Cluster>,
 ) -> impl tower::Service<Request, Response = Response, Error = std::convert::Infallible, Future: Send> + Clone + Send + 'static
 {
-    let state = AppState { node, cluster, forwarder: forward::Forwarder::new() };
+    service(state(node, cluster))
+}
+
+/// What every handler shares.
+pub fn state(node: Arc<Node>, cluster: Arc<Cluster>) -> AppState {
+    AppState { node, cluster, forwarder: forward::Forwarder::new() }
+}
+
+/// The service to serve for `state` (see `app`).
+pub fn service(
+    state: AppState,
+) -> impl tower::Service<Request, Response = Response, Error = std::convert::Infallible, Future: Send> + Clone + Send + 'static
+{
     let fast = Arc::new(FastPath {
         app: state.clone(),
         get_metrics: RouteMetrics::new(GET_RECORD_ROUTE),

@@ -26,11 +26,13 @@ use std::pin::Pin;
 use std::task::Poll;
 
 use axum::extract::{Path, RawQuery, State};
+use axum::Extension;
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 
 use super::error::ApiError;
+use super::listener::ConnectionId;
 use super::params::Params;
 use super::AppState;
 use crate::limits;
@@ -112,13 +114,47 @@ const MESSAGES_PER_CHUNK_MAX: usize = 64;
 /// Messages waiting between a session and its SSE body.
 const SSE_MESSAGES_PENDING_MAX: usize = 64;
 
+/// What every SSE response starts with: how long a browser waits before it
+/// reconnects.
+pub const SSE_PREAMBLE: &[u8] = b"retry: 1000\n\n";
+
+/// The SSE response's headers.
+pub const SSE_HEADERS: [(header::HeaderName, &str); 3] = [
+    (header::CONTENT_TYPE, "text/event-stream"),
+    (header::CACHE_CONTROL, "no-cache"),
+    (header::HeaderName::from_static("x-accel-buffering"), "no"),
+];
+
+/// A watch set up from its request, not yet running: the session, and
+/// where it leaves its messages for the transport.
+pub struct SseWatch {
+    pub session: Pin<Box<dyn Future<Output = ()> + Send>>,
+    pub messages: subscriptions::OutboxReader,
+}
+
+/// HTTP/1.1 (and HTTP/2 served by hyper, in tests that serve the router
+/// alone): the session runs in the response body (`driven`). The API's
+/// own HTTP/2 connections run watches in the connection's task instead
+/// (`h2c.rs`), set up by the same `open_sse`.
 pub async fn sse(
     State(app): State<AppState>,
     Path(ns): Path<String>,
     RawQuery(query): RawQuery,
+    connection: Option<Extension<ConnectionId>>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    let params = Params::parse(query.as_deref(), &["pk", "prefix", "sk", "from", "mode"])?;
+    let connection = connection.map_or(0, |Extension(ConnectionId(id))| id);
+    let watch = open_sse(&app, &ns, query.as_deref(), &headers, connection)?;
+    let first = futures::stream::once(async { Ok::<Bytes, Infallible>(Bytes::from_static(SSE_PREAMBLE)) });
+    let rest = driven(watch.session, watch.messages);
+    let body = axum::body::Body::from_stream(futures::StreamExt::chain(first, rest));
+    Ok((SSE_HEADERS, body).into_response())
+}
+
+/// Validates a watch request (query and `Last-Event-ID`) and sets up its
+/// session; errors come before anything is streamed, so they get a status.
+pub fn open_sse(app: &AppState, ns: &str, query: Option<&str>, headers: &HeaderMap, connection: u64) -> Result<SseWatch, ApiError> {
+    let params = Params::parse(query, &["pk", "prefix", "sk", "from", "mode"])?;
     let last_event_id = match headers.get("last-event-id") {
         Some(value) => Some(
             value
@@ -132,20 +168,13 @@ pub async fn sse(
     // A few messages of slack between the session and the socket; beyond
     // that the session waits for the client (its queue keeps the bound).
     let (outbox, messages) = subscriptions::Outbox::new(SSE_MESSAGES_PENDING_MAX);
-    let (session, start) = subscriptions::open(&app.node, &ns, request.filter, request.from, request.mode, outbox)?;
-    let first = futures::stream::once(async { Ok::<Bytes, Infallible>(Bytes::from_static(b"retry: 1000\n\n")) });
-    let rest = driven(Box::pin(session.run(start)), messages);
-    let body = axum::body::Body::from_stream(futures::StreamExt::chain(first, rest));
-    Ok((
-        [(header::CONTENT_TYPE, "text/event-stream"), (header::CACHE_CONTROL, "no-cache"), (header::HeaderName::from_static("x-accel-buffering"), "no")],
-        body,
-    )
-        .into_response())
+    let (session, start) = subscriptions::open(&app.node, ns, request.filter, request.from, request.mode, outbox, connection)?;
+    Ok(SseWatch { session: Box::pin(session.run(start)), messages })
 }
 
 /// The session's messages as body chunks, from a stream that also runs the
-/// session: the connection's task (HTTP/1.1) or the stream's (HTTP/2) does
-/// both, so a delivery wakes one task, not two. Whatever is queued goes out
+/// session: the connection's task (HTTP/1.1) does both, so a delivery wakes
+/// one task, not two. Whatever is queued goes out
 /// as one chunk: one write for a burst. The body ends when the session has
 /// ended and everything it sent went out; a client that goes away drops the
 /// body, and the session with it.
@@ -161,12 +190,8 @@ fn driven(
                 session = None;
             }
         }
-        if messages.take(&mut batch, MESSAGES_PER_CHUNK_MAX) > 0 {
-            let mut chunk = Vec::new();
-            for tagged in batch.drain(..) {
-                chunk.extend_from_slice(&sse_bytes(&tagged.message));
-            }
-            Poll::Ready(Some(Ok(Bytes::from(chunk))))
+        if let Some(chunk) = take_chunk(&messages, &mut batch) {
+            Poll::Ready(Some(Ok(chunk)))
         } else if session.is_none() {
             Poll::Ready(None)
         } else {
@@ -175,6 +200,23 @@ fn driven(
             Poll::Pending
         }
     })
+}
+
+/// What the session left, up to `MESSAGES_PER_CHUNK_MAX` messages, as one
+/// body chunk (one write for a burst); none if it left nothing.
+pub fn take_chunk(messages: &subscriptions::OutboxReader, batch: &mut Vec<subscriptions::Tagged>) -> Option<Bytes> {
+    match messages.take(batch, MESSAGES_PER_CHUNK_MAX) {
+        0 => None,
+        // The common case (one event): no second copy.
+        1 => batch.pop().map(|tagged| sse_bytes(&tagged.message)),
+        _ => {
+            let mut chunk = Vec::new();
+            for tagged in batch.drain(..) {
+                chunk.extend_from_slice(&sse_bytes(&tagged.message));
+            }
+            Some(Bytes::from(chunk))
+        }
+    }
 }
 
 /// One message in SSE form.

@@ -23,6 +23,7 @@ use std::task::Poll;
 
 use axum::extract::ws::{Message as WsMessage, Utf8Bytes, WebSocket, WebSocketUpgrade};
 use axum::extract::State;
+use axum::Extension;
 use axum::response::Response;
 use futures::future::{AbortHandle, Abortable};
 use futures::stream::{FuturesUnordered, SplitSink, SplitStream};
@@ -33,6 +34,7 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
 use super::error::ApiError;
+use super::listener::ConnectionId;
 use super::watch::WatchRequest;
 use super::AppState;
 use crate::subscriptions::{self, Message, Outbox, OutboxReader, Tagged};
@@ -55,11 +57,12 @@ const WRITE_BUFFER_BYTES: usize = 16 * 1024;
 /// Frames fed to the socket before one flush (one write for a burst).
 const FRAMES_PER_FLUSH_MAX: usize = 256;
 
-pub async fn upgrade(State(app): State<AppState>, ws: WebSocketUpgrade) -> Response {
+pub async fn upgrade(State(app): State<AppState>, connection: Option<Extension<ConnectionId>>, ws: WebSocketUpgrade) -> Response {
+    let connection = connection.map_or(0, |Extension(ConnectionId(id))| id);
     ws.max_message_size(CLIENT_MESSAGE_BYTES_MAX)
         .read_buffer_size(READ_BUFFER_BYTES)
         .write_buffer_size(WRITE_BUFFER_BYTES)
-        .on_upgrade(move |socket| serve(app, socket))
+        .on_upgrade(move |socket| serve(app, socket, connection))
 }
 
 #[derive(Deserialize)]
@@ -99,7 +102,7 @@ impl Drop for Running {
 /// and costs one flush, not a task wake-up and a write per subscription.
 /// The client's frames are read by a small task of their own, so a delivery
 /// never polls the read side of the socket.
-async fn serve(app: AppState, socket: WebSocket) {
+async fn serve(app: AppState, socket: WebSocket, connection: u64) {
     let (mut sink, stream) = socket.split();
     let (frames_tx, mut frames) = mpsc::channel::<WsMessage>(CLIENT_MESSAGES_PENDING_MAX);
     let reader = AbortOnDrop(tokio::spawn(read_frames(stream, frames_tx)));
@@ -135,7 +138,7 @@ async fn serve(app: AppState, socket: WebSocket) {
             Step::Frame(frame) => frame,
         };
         let reply = match frame {
-            Some(WsMessage::Text(text)) => handle(&app, &text, &mut running, &mut sessions, &outbox),
+            Some(WsMessage::Text(text)) => handle(&app, connection, &text, &mut running, &mut sessions, &outbox),
             Some(WsMessage::Binary(_)) => error_text(None, &ApiError::bad_request("invalid_message", "send JSON text frames")),
             Some(WsMessage::Close(_)) | None => break,
             Some(_) => continue,
@@ -183,6 +186,7 @@ type SessionFuture = Abortable<Pin<Box<dyn Future<Output = String> + Send>>>;
 /// the reply.
 fn handle(
     app: &AppState,
+    connection: u64,
     text: &str,
     running: &mut HashMap<String, Running>,
     sessions: &mut FuturesUnordered<SessionFuture>,
@@ -196,7 +200,7 @@ fn handle(
         },
         Ok(ClientMessage::Sub(sub)) => {
             let id = sub.id.clone();
-            match open(app, sub, running, outbox) {
+            match open(app, connection, sub, running, outbox) {
                 Ok((session, start)) => {
                     let (abort, registration) = AbortHandle::new_pair();
                     let finished_id = id.clone();
@@ -225,6 +229,7 @@ async fn write_frames(sink: &mut SplitSink<WebSocket, WsMessage>, batch: &mut Ve
 /// Validates a `sub` and sets up its session (not yet running).
 fn open(
     app: &AppState,
+    connection: u64,
     sub: Sub,
     running: &HashMap<String, Running>,
     outbox: &OutboxReader,
@@ -244,7 +249,7 @@ fn open(
     let request = WatchRequest::parse(sub.pk.as_deref(), sub.prefix.as_deref(), sub.sk.as_deref(), sub.from.as_deref(), sub.mode.as_deref())?;
     let id_json: Arc<str> = serde_json::to_string(&sub.id).expect("a string serializes").into();
     let outbox = Outbox::tagged(outbox, id_json);
-    Ok(subscriptions::open(&app.node, &sub.ns, request.filter, request.from, request.mode, outbox)?)
+    Ok(subscriptions::open(&app.node, &sub.ns, request.filter, request.from, request.mode, outbox, connection)?)
 }
 
 fn error_text(id: Option<&str>, error: &ApiError) -> String {

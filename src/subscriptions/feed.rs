@@ -308,7 +308,7 @@ mod tests {
     }
 
     fn subscriber(id: u64, filter: Filter) -> Arc<Subscriber> {
-        Arc::new(Subscriber::new(id, filter, Mode::Log, QueueLimits { events_max: 100, bytes_max: 1 << 20 }))
+        Arc::new(Subscriber::new(id, id % 3, filter, Mode::Log, QueueLimits { events_max: 100, bytes_max: 1 << 20 }))
     }
 
     fn drained(s: &Subscriber) -> Vec<(u64, String, String)> {

@@ -60,11 +60,17 @@ impl Index {
         self.count
     }
 
+    /// Lists stay sorted by (connection, id): a dispatch round wakes one
+    /// connection's subscribers one after the other, so its task runs once
+    /// for all of them instead of once each while the round goes on.
     pub fn insert(&mut self, subscriber: Arc<Subscriber>) {
-        match subscriber.filter.pk() {
-            None => self.everything.push(subscriber),
-            Some(pk) => self.by_pk.entry(pk.into()).or_default().push(subscriber),
-        }
+        let list = match subscriber.filter.pk() {
+            None => &mut self.everything,
+            Some(pk) => self.by_pk.entry(pk.into()).or_default(),
+        };
+        let at = list.partition_point(|s| order(s) < order(&subscriber));
+        assert!(list.get(at).is_none_or(|s| s.id != subscriber.id), "subscriber {} indexed twice", subscriber.id);
+        list.insert(at, subscriber);
         self.count += 1;
     }
 
@@ -77,8 +83,8 @@ impl Index {
                 None => return false,
             },
         };
-        let Some(i) = list.iter().position(|s| s.id == subscriber.id) else { return false };
-        list.swap_remove(i);
+        let Ok(i) = list.binary_search_by_key(&order(subscriber), |s| order(s)) else { return false };
+        list.remove(i);
         if list.is_empty() {
             if let Some(pk) = subscriber.filter.pk() {
                 self.by_pk.remove(pk);
@@ -87,6 +93,11 @@ impl Index {
         self.count -= 1;
         true
     }
+}
+
+/// Where a subscriber sits in its index list.
+fn order(subscriber: &Subscriber) -> (u64, u64) {
+    (subscriber.group, subscriber.id)
 }
 
 #[cfg(test)]
@@ -104,5 +115,28 @@ mod tests {
         assert!(Filter::Pk { pk: "a".into() }.matches("a", "anything"));
         assert_eq!(Filter::Namespace.partitions(4), vec![0, 1, 2, 3]);
         assert_eq!(Filter::Pk { pk: "a".into() }.partitions(4).len(), 1);
+    }
+
+    #[test]
+    fn the_index_keeps_each_connections_subscribers_together() {
+        use crate::subscriptions::queue::{Mode, QueueLimits};
+        let limits = QueueLimits { events_max: 10, bytes_max: 1 << 20 };
+        let subscriber = |id: u64, group: u64, filter: Filter| Arc::new(Subscriber::new(id, group, filter, Mode::Log, limits));
+        let mut index = Index::default();
+        // Subscriptions of connections 1, 2 and 3 opened interleaved.
+        for (id, group) in [(1, 3), (2, 1), (3, 2), (4, 3), (5, 1), (6, 2)] {
+            index.insert(subscriber(id, group, Filter::Pk { pk: "a".into() }));
+            index.insert(subscriber(100 + id, group, Filter::Namespace));
+        }
+        let order = |list: &[Arc<Subscriber>]| list.iter().map(|s| (s.group, s.id % 100)).collect::<Vec<_>>();
+        let grouped = vec![(1, 2), (1, 5), (2, 3), (2, 6), (3, 1), (3, 4)];
+        assert_eq!(order(&index.by_pk["a"]), grouped);
+        assert_eq!(order(&index.everything), grouped);
+        assert_eq!(index.len(), 12);
+        assert!(index.remove(&subscriber(5, 1, Filter::Pk { pk: "a".into() })));
+        assert!(!index.remove(&subscriber(5, 1, Filter::Pk { pk: "a".into() })), "removed once");
+        assert!(!index.remove(&subscriber(6, 1, Filter::Pk { pk: "a".into() })), "not in that connection");
+        assert_eq!(order(&index.by_pk["a"]), vec![(1, 2), (2, 3), (2, 6), (3, 1), (3, 4)]);
+        assert_eq!(index.len(), 11);
     }
 }

@@ -145,10 +145,20 @@ pub enum WatchError {
 }
 
 /// Validates a watch request and sets up its session, which sends to
-/// `outbox`; the caller spawns `session.run(start)`.
+/// `outbox`; the caller runs `session.run(start)`. `connection` names the
+/// connection the session is delivered on (0: unknown), so the sessions of
+/// one connection are woken together (`queue::Subscriber::group`).
 /// Errors are found here, before anything is streamed, so the transport
 /// can answer them with a status code.
-pub fn open(node: &Node, namespace: &str, filter: Filter, from: From, mode: Mode, outbox: Outbox) -> Result<(Session, Start), WatchError> {
+pub fn open(
+    node: &Node,
+    namespace: &str,
+    filter: Filter,
+    from: From,
+    mode: Mode,
+    outbox: Outbox,
+    connection: u64,
+) -> Result<(Session, Start), WatchError> {
     let ns = node.namespace(namespace).ok_or_else(|| WatchError::NamespaceNotFound(namespace.to_string()))?;
     let partitions = filter.partitions(ns.partitions);
     for &p in &partitions {
@@ -192,7 +202,7 @@ pub fn open(node: &Node, namespace: &str, filter: Filter, from: From, mode: Mode
     let config = node.config.watch.clone();
     let slot = node.subscriptions.take_slot(config.subscribers_max).ok_or(WatchError::TooMany { max: config.subscribers_max })?;
     let id = node.subscriptions.next_id.fetch_add(1, Ordering::SeqCst);
-    let subscriber = Arc::new(queue::Subscriber::new(id, filter, mode, config.queue));
+    let subscriber = Arc::new(queue::Subscriber::new(id, connection, filter, mode, config.queue));
     let closing = node.subscriptions.closing.subscribe();
     Ok((Session::new(ns, node.log.clone(), subscriber, cursor, outbox, config, slot, closing), start))
 }

@@ -45,6 +45,10 @@ pub type Batch = Arc<[Arc<Event>]>;
 
 pub struct Subscriber {
     pub id: u64,
+    /// The connection it is delivered on (0: unknown). The index keeps one
+    /// connection's subscribers together, so an event wakes the task that
+    /// drives them once, not once per subscriber.
+    pub group: u64,
     pub filter: Filter,
     pub mode: Mode,
     limits: QueueLimits,
@@ -107,9 +111,9 @@ pub enum Drained {
 }
 
 impl Subscriber {
-    pub fn new(id: u64, filter: Filter, mode: Mode, limits: QueueLimits) -> Subscriber {
+    pub fn new(id: u64, group: u64, filter: Filter, mode: Mode, limits: QueueLimits) -> Subscriber {
         assert!(limits.events_max > 0 && limits.bytes_max > 0);
-        Subscriber { id, filter, mode, limits, state: Mutex::new(QueueState::default()), signal: Signal::default() }
+        Subscriber { id, group, filter, mode, limits, state: Mutex::new(QueueState::default()), signal: Signal::default() }
     }
 
     /// Leaves a batch for the subscriber. Never waits.
@@ -218,7 +222,7 @@ mod tests {
 
     #[test]
     fn state_mode_conflates_to_the_latest_event_per_key_then_resets_past_the_bound() {
-        let sub = Subscriber::new(1, Filter::Namespace, Mode::State, QueueLimits { events_max: 3, bytes_max: 1 << 20 });
+        let sub = Subscriber::new(1, 0, Filter::Namespace, Mode::State, QueueLimits { events_max: 3, bytes_max: 1 << 20 });
         sub.push(batch(0, &["a", "b"]));
         sub.push(batch(1, &["a"]));
         sub.push(batch(2, &["a", "b"])); // 5 events > 3: conflated to a@2, b@2
@@ -239,7 +243,7 @@ mod tests {
 
     #[test]
     fn log_mode_overflows_instead_of_conflating() {
-        let sub = Subscriber::new(1, Filter::Namespace, Mode::Log, QueueLimits { events_max: 2, bytes_max: 1 << 20 });
+        let sub = Subscriber::new(1, 0, Filter::Namespace, Mode::Log, QueueLimits { events_max: 2, bytes_max: 1 << 20 });
         sub.push(batch(0, &["a", "b"]));
         match sub.drain() {
             Drained::Batches(b) => assert_eq!(b.len(), 1),

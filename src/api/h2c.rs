@@ -1,0 +1,433 @@
+//! The API over HTTP/2 with prior knowledge (h2c), served with the `h2`
+//! crate: one task per connection, which also runs the connection's watches.
+//!
+//! Why not hyper's HTTP/2 server: it runs every stream in a task of its own
+//! and pipes each response body through generic layers, two polls per
+//! chunk. At 10,000 SSE subscribers on 100 connections a put then woke
+//! 10,000 tasks and wrote each event with a system call of its own (22,000
+//! `writev`/s for 1,000 connection-puts/s); put → event read 28–34 ms p50.
+//! Here (BENCHMARKS.md has the numbers after):
+//!
+//! - A watch (`GET /v1/ns/{ns}/watch`) is a `WatchStream` polled by the
+//!   connection's task: a put wakes that task once, it polls just the woken
+//!   watches (each writes its events into h2's buffers), then the connection
+//!   writes them all, a system call per 16 KiB of events.
+//! - Every other request is handed to the router in a task of its own (a
+//!   slow one never holds up the connection), its body streamed from h2 and
+//!   its response streamed back with h2's flow control.
+//!
+//! Bounds: `STREAMS_PER_CONNECTION_MAX` concurrent streams; per stream, h2
+//! buffers at most one chunk beyond what the client's window lets through
+//! (a watch takes its next messages only once the stream has send
+//! capacity; until then its session waits and its queue conflates or
+//! cancels as its mode says).
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::pin::{pin, Pin};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::extract::Request;
+use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+use futures::stream::FuturesUnordered;
+use futures::StreamExt;
+use h2::server::SendResponse;
+use h2::{RecvStream, SendStream};
+use hyper::body::Body as _;
+use tokio::net::TcpStream;
+
+use super::listener::ConnectionId;
+use super::watch::{self, SseWatch};
+use super::AppState;
+use crate::subscriptions::{OutboxReader, Tagged};
+
+/// Concurrent streams a client may open on one connection (a browser opens
+/// one per `EventSource`; hyper's default too).
+pub const STREAMS_PER_CONNECTION_MAX: u32 = 200;
+/// Flow-control windows for request bodies (hyper's defaults).
+const STREAM_WINDOW_BYTES: u32 = 1024 * 1024;
+const CONNECTION_WINDOW_BYTES: u32 = 1024 * 1024;
+/// Largest request head (hyper's default).
+const HEADER_LIST_BYTES_MAX: u32 = 16 * 1024;
+/// Response bytes h2 may hold per stream waiting for the client's window.
+const SEND_BUFFER_BYTES_MAX: usize = 400 * 1024;
+/// How long a client has to finish the HTTP/2 handshake.
+const HANDSHAKE_WAIT_MAX: Duration = Duration::from_secs(10);
+/// Rounds over a connection's woken watches before it writes (see `poll_woken`).
+const WATCH_ROUNDS_PER_POLL_MAX: usize = 64;
+
+/// Serves one h2c connection until the client closes it, or until `stopping`
+/// turns true and its streams have finished (GOAWAY, then the open streams
+/// run to their end; watches end as the node closes their subscriptions).
+pub async fn serve<S>(
+    stream: TcpStream,
+    app: AppState,
+    service: S,
+    connection: ConnectionId,
+    mut stopping: tokio::sync::watch::Receiver<bool>,
+) -> Result<(), h2::Error>
+where
+    S: tower::Service<Request, Response = Response, Error = Infallible> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+{
+    let handshake = builder().handshake::<_, Bytes>(Flattened(stream));
+    let Ok(handshake) = tokio::time::timeout(HANDSHAKE_WAIT_MAX, handshake).await else {
+        tracing::debug!("HTTP/2 handshake timed out");
+        return Ok(());
+    };
+    let mut h2 = handshake?;
+    let mut watches = Watches::default();
+    let mut stop = pin!(async move {
+        let _ = stopping.wait_for(|stopping| *stopping).await;
+    });
+    let mut stop_sent = false;
+    loop {
+        let next = std::future::poll_fn(|cx| {
+            // Watches first: what they send, the connection then writes.
+            watches.poll_woken(cx);
+            if !stop_sent && stop.as_mut().poll(cx).is_ready() {
+                return Poll::Ready(Next::Stop);
+            }
+            h2.poll_accept(cx).map(Next::Accepted)
+        })
+        .await;
+        let (mut request, respond) = match next {
+            Next::Stop => {
+                stop_sent = true;
+                h2.graceful_shutdown();
+                continue;
+            }
+            Next::Accepted(Some(accepted)) => accepted?,
+            Next::Accepted(None) => return Ok(()),
+        };
+        request.extensions_mut().insert(connection);
+        match watch_namespace(&request) {
+            Some(ns) => {
+                let query = request.uri().query();
+                match watch::open_sse(&app, &ns, query, request.headers(), connection.0) {
+                    Ok(opened) => {
+                        if let Some(stream) = WatchStream::start(respond, opened) {
+                            watches.push(stream);
+                        }
+                    }
+                    Err(error) => {
+                        tokio::spawn(send_response(respond, error.into_response()));
+                    }
+                }
+            }
+            None => {
+                tokio::spawn(call(service.clone(), request, respond));
+            }
+        }
+    }
+}
+
+enum Next {
+    Stop,
+    Accepted(Option<Result<(http::Request<RecvStream>, SendResponse<Bytes>), h2::Error>>),
+}
+
+fn builder() -> h2::server::Builder {
+    let mut builder = h2::server::Builder::new();
+    builder
+        .max_concurrent_streams(STREAMS_PER_CONNECTION_MAX)
+        .initial_window_size(STREAM_WINDOW_BYTES)
+        .initial_connection_window_size(CONNECTION_WINDOW_BYTES)
+        .max_header_list_size(HEADER_LIST_BYTES_MAX)
+        .max_send_buffer_size(SEND_BUFFER_BYTES_MAX);
+    builder
+}
+
+/// The namespace of a watch request (`GET /v1/ns/{ns}/watch`), decoded as
+/// the router decodes path parameters; none for any other request.
+fn watch_namespace<B>(request: &http::Request<B>) -> Option<String> {
+    if request.method() != http::Method::GET {
+        return None;
+    }
+    let ns = request.uri().path().strip_prefix("/v1/ns/")?.strip_suffix("/watch")?;
+    if ns.is_empty() || ns.contains('/') {
+        return None;
+    }
+    percent_encoding::percent_decode_str(ns).decode_utf8().ok().map(|ns| ns.into_owned())
+}
+
+/// A connection's watches, polled by its task: only the woken ones.
+#[derive(Default)]
+struct Watches {
+    running: FuturesUnordered<Counted<WatchStream>>,
+    /// Polls of any of them (see `poll_woken`).
+    polls: Arc<AtomicU64>,
+}
+
+impl Watches {
+    fn push(&mut self, stream: WatchStream) {
+        self.running.push(Counted { inner: stream, polls: self.polls.clone() });
+    }
+
+    /// Polls every woken watch. `FuturesUnordered` alone ends a round early
+    /// once two of them woke themselves while polled (h2 wakes a stream when
+    /// it assigns it send capacity, which most deliveries do); the
+    /// connection would then write after every second watch. Rounds go on
+    /// until one polls nothing, at most `WATCH_ROUNDS_PER_POLL_MAX` (then the
+    /// task yields: `FuturesUnordered` has woken it).
+    fn poll_woken(&mut self, cx: &mut Context<'_>) {
+        for _ in 0..WATCH_ROUNDS_PER_POLL_MAX {
+            let before = self.polls.load(Ordering::Relaxed);
+            match self.running.poll_next_unpin(cx) {
+                Poll::Ready(Some(())) => continue,
+                Poll::Ready(None) => return,
+                Poll::Pending if self.polls.load(Ordering::Relaxed) == before => return,
+                Poll::Pending => continue,
+            }
+        }
+    }
+}
+
+/// A future that counts its polls.
+struct Counted<F> {
+    inner: F,
+    polls: Arc<AtomicU64>,
+}
+
+impl<F: Future + Unpin> Future for Counted<F> {
+    type Output = F::Output;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        self.polls.fetch_add(1, Ordering::Relaxed);
+        Pin::new(&mut self.inner).poll(cx)
+    }
+}
+
+/// One SSE response on an HTTP/2 stream: runs the session and sends what
+/// it leaves, as the client's window allows. Ends when the session has ended
+/// and all it sent is out, or when the client resets the stream (closes its
+/// `EventSource`), which drops the session.
+struct WatchStream {
+    session: Option<Pin<Box<dyn Future<Output = ()> + Send>>>,
+    messages: OutboxReader,
+    send: SendStream<Bytes>,
+    batch: Vec<Tagged>,
+}
+
+impl WatchStream {
+    /// Sends the response head and preamble; none if the client already
+    /// reset the stream.
+    fn start(mut respond: SendResponse<Bytes>, opened: SseWatch) -> Option<WatchStream> {
+        let mut head = http::Response::builder();
+        for (name, value) in watch::SSE_HEADERS {
+            head = head.header(name, value);
+        }
+        let head = head.body(()).expect("static headers are valid");
+        let mut send = respond.send_response(head, false).ok()?;
+        send.send_data(Bytes::from_static(watch::SSE_PREAMBLE), false).ok()?;
+        Some(WatchStream { session: Some(opened.session), messages: opened.messages, send, batch: Vec::new() })
+    }
+}
+
+impl Future for WatchStream {
+    type Output = ();
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let this = &mut *self;
+        // Only a look: h2 wakes the waker registered here on every change of
+        // send capacity, which each chunk sent below makes. The stream's own
+        // waker is registered for resets when this poll ends, idle.
+        if this.send.poll_reset(&mut Context::from_waker(std::task::Waker::noop())).is_ready() {
+            return Poll::Ready(());
+        }
+        if let Some(session) = this.session.as_mut() {
+            if session.as_mut().poll(cx).is_ready() {
+                this.session = None;
+            }
+        }
+        loop {
+            // Take the next messages only once the stream may send: h2 then
+            // holds at most this one chunk beyond the client's window.
+            if this.send.capacity() == 0 {
+                this.send.reserve_capacity(1);
+                while this.send.capacity() == 0 {
+                    match this.send.poll_capacity(cx) {
+                        Poll::Pending => return Poll::Pending,
+                        Poll::Ready(Some(Ok(_))) => {}
+                        Poll::Ready(None | Some(Err(_))) => return Poll::Ready(()),
+                    }
+                }
+            }
+            let Some(chunk) = watch::take_chunk(&this.messages, &mut this.batch) else {
+                if this.session.is_none() {
+                    let _ = this.send.send_data(Bytes::new(), true);
+                    return Poll::Ready(());
+                }
+                // The session waits for its queue, a timer or room in the
+                // outbox; each wakes this stream. So does a reset.
+                return match this.send.poll_reset(cx) {
+                    Poll::Ready(_) => Poll::Ready(()),
+                    Poll::Pending => Poll::Pending,
+                };
+            };
+            if this.send.send_data(chunk, false).is_err() {
+                return Poll::Ready(());
+            }
+            // Capacity for the next chunk, asked for now, while no waker is
+            // registered: once the chunk is out, the byte left makes the
+            // next one go without a wait (and without a wake-up).
+            this.send.reserve_capacity(1);
+        }
+    }
+}
+
+/// Any request but a watch: the router answers it, in a task of its own.
+async fn call<S>(mut service: S, request: http::Request<RecvStream>, respond: SendResponse<Bytes>)
+where
+    S: tower::Service<Request, Response = Response, Error = Infallible>,
+{
+    let request = request.map(|body| Body::new(RequestBody { recv: body, data_done: false }));
+    let Ok(()) = std::future::poll_fn(|cx| service.poll_ready(cx)).await;
+    let Ok(response) = service.call(request).await;
+    send_response(respond, response).await;
+}
+
+/// Streams `response` to the client, within its flow-control window.
+async fn send_response(mut respond: SendResponse<Bytes>, response: Response) {
+    let (mut parts, body) = response.into_parts();
+    strip_connection_headers(&mut parts.headers);
+    let end = body.is_end_stream();
+    let head = http::Response::from_parts(parts, ());
+    let Ok(mut send) = respond.send_response(head, end) else { return };
+    if end {
+        return;
+    }
+    let mut body = pin!(body);
+    loop {
+        let frame = match std::future::poll_fn(|cx| body.as_mut().poll_frame(cx)).await {
+            None => {
+                let _ = send.send_data(Bytes::new(), true);
+                return;
+            }
+            Some(Err(e)) => {
+                tracing::warn!(error = %e, "response body failed; resetting the stream");
+                send.send_reset(h2::Reason::INTERNAL_ERROR);
+                return;
+            }
+            Some(Ok(frame)) => frame,
+        };
+        match frame.into_data() {
+            Ok(mut data) => {
+                while !data.is_empty() {
+                    send.reserve_capacity(data.len());
+                    let Some(capacity) = std::future::poll_fn(|cx| capacity(&mut send, cx)).await else { return };
+                    if send.send_data(data.split_to(capacity.min(data.len())), false).is_err() {
+                        return;
+                    }
+                }
+            }
+            Err(frame) => {
+                if let Ok(trailers) = frame.into_trailers() {
+                    let _ = send.send_trailers(trailers);
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// Resolves with the stream's send capacity once it has some; none once
+/// the stream is gone.
+fn capacity(send: &mut SendStream<Bytes>, cx: &mut Context<'_>) -> Poll<Option<usize>> {
+    loop {
+        let available = send.capacity();
+        if available > 0 {
+            return Poll::Ready(Some(available));
+        }
+        match send.poll_capacity(cx) {
+            Poll::Pending => return Poll::Pending,
+            Poll::Ready(Some(Ok(_))) => continue,
+            Poll::Ready(None | Some(Err(_))) => return Poll::Ready(None),
+        }
+    }
+}
+
+/// HTTP/2 forbids connection-specific headers (RFC 9113 §8.2.2); a
+/// forwarded response may carry them from HTTP/1.1.
+fn strip_connection_headers(headers: &mut http::HeaderMap) {
+    for name in ["connection", "keep-alive", "proxy-connection", "transfer-encoding", "upgrade"] {
+        headers.remove(name);
+    }
+    if headers.get(http::header::TE).is_some_and(|te| te != "trailers") {
+        headers.remove(http::header::TE);
+    }
+}
+
+/// A request body read from its h2 stream, returning the window to the
+/// client as the router consumes it (so the window bounds what is buffered).
+struct RequestBody {
+    recv: RecvStream,
+    data_done: bool,
+}
+
+impl hyper::body::Body for RequestBody {
+    type Data = Bytes;
+    type Error = h2::Error;
+
+    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<hyper::body::Frame<Bytes>, h2::Error>>> {
+        let this = &mut *self;
+        if !this.data_done {
+            match this.recv.poll_data(cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(Some(Ok(data))) => {
+                    let _ = this.recv.flow_control().release_capacity(data.len());
+                    return Poll::Ready(Some(Ok(hyper::body::Frame::data(data))));
+                }
+                Poll::Ready(Some(Err(e))) => return Poll::Ready(Some(Err(e))),
+                Poll::Ready(None) => this.data_done = true,
+            }
+        }
+        match this.recv.poll_trailers(cx) {
+            Poll::Pending => Poll::Pending,
+            Poll::Ready(Ok(Some(trailers))) => Poll::Ready(Some(Ok(hyper::body::Frame::trailers(trailers)))),
+            Poll::Ready(Ok(None)) => Poll::Ready(None),
+            Poll::Ready(Err(e)) => Poll::Ready(Some(Err(e))),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.recv.is_end_stream()
+    }
+}
+
+/// The TCP stream, saying it has no vectored writes, so that h2 copies
+/// every DATA frame of up to 1 KiB into its 16 KiB write buffer. With
+/// vectored writes h2 chains any payload over 256 bytes, one frame per
+/// `writev`: a put reaching the 100 watches of a connection would cost 100
+/// system calls instead of one or two.
+struct Flattened(TcpStream);
+
+impl tokio::io::AsyncRead for Flattened {
+    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut tokio::io::ReadBuf<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.0).poll_read(cx, buf)
+    }
+}
+
+impl tokio::io::AsyncWrite for Flattened {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.0).poll_write(cx, buf)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.0).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.0).poll_shutdown(cx)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        false
+    }
+}
+
