@@ -350,6 +350,25 @@ async fn http2_prior_knowledge_on_the_same_port() {
     assert_eq!(response.status(), 404);
 }
 
+/// A client whose HTTP/2 preface arrives in two pieces is still served
+/// HTTP/2 (the listener waits for the rest rather than guess HTTP/1.1).
+#[tokio::test]
+async fn an_http2_preface_split_across_writes_is_served_http2() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let dir = tempfile::tempdir().unwrap();
+    let t = Tern::dev(dir.path()).await;
+    let mut stream = tokio::net::TcpStream::connect(t.url.trim_start_matches("http://")).await.unwrap();
+    let preface = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+    stream.write_all(&preface[..8]).await.unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    stream.write_all(&preface[8..]).await.unwrap();
+    // An empty SETTINGS frame: length 0, type 4, no flags, stream 0.
+    stream.write_all(&[0, 0, 0, 4, 0, 0, 0, 0, 0]).await.unwrap();
+    let mut head = [0u8; 9];
+    tokio::time::timeout(std::time::Duration::from_secs(20), stream.read_exact(&mut head)).await.expect("an answer").unwrap();
+    assert_eq!(head[3], 4, "the server's first frame is its SETTINGS, as HTTP/2 says: {head:?}");
+}
+
 #[tokio::test]
 async fn plain_get_fast_path_answers_exactly_like_the_router() {
     let dir = tempfile::tempdir().unwrap();
