@@ -36,7 +36,8 @@ use super::listener::ConnectionId;
 use super::params::Params;
 use super::AppState;
 use crate::limits;
-use crate::subscriptions::{self, Cursor, Filter, Message, Mode, WatchError};
+use crate::subscriptions::event::Event;
+use crate::subscriptions::{self, ChangeId, Cursor, Filter, Message, Mode, WatchError};
 
 /// What a watch asks for, from query parameters or a WebSocket `sub`.
 pub struct WatchRequest {
@@ -223,16 +224,12 @@ pub fn take_chunk(messages: &subscriptions::OutboxReader, batch: &mut Vec<subscr
 pub fn sse_bytes(message: &Message) -> Bytes {
     let mut out = Vec::with_capacity(128);
     match message {
-        Message::Change { event, id } => {
-            out.extend_from_slice(b"event: ");
-            out.extend_from_slice(event.kind.name().as_bytes());
-            if let Some(id) = id {
-                out.extend_from_slice(b"\nid: ");
-                out.extend_from_slice(id.as_bytes());
-            }
-            out.extend_from_slice(b"\ndata: ");
-            out.extend_from_slice(&event.data);
+        Message::Change { event, id: id @ ChangeId::Event } => {
+            // The same frame for every subscriber of the event's partition:
+            // encoded by the first, shared (not copied) by the rest.
+            return event.sse_frame(|| change_frame(event, id.text(event)));
         }
+        Message::Change { event, id } => return change_frame(event, id.text(event)),
         Message::Begin { position, reason } => {
             let name = if *reason == "snapshot" { "snapshot" } else { "reset" };
             let data = serde_json::json!({ "position": position, "reason": reason });
@@ -253,6 +250,21 @@ pub fn sse_bytes(message: &Message) -> Bytes {
             out.extend_from_slice(format!("event: cancel\ndata: {data}").as_bytes());
         }
     }
+    out.extend_from_slice(b"\n\n");
+    Bytes::from(out)
+}
+
+/// A `put` or `delete` event, with its `id` if it has one.
+fn change_frame(event: &Event, id: Option<&str>) -> Bytes {
+    let mut out = Vec::with_capacity(32 + id.map_or(0, str::len) + event.data.len());
+    out.extend_from_slice(b"event: ");
+    out.extend_from_slice(event.kind.name().as_bytes());
+    if let Some(id) = id {
+        out.extend_from_slice(b"\nid: ");
+        out.extend_from_slice(id.as_bytes());
+    }
+    out.extend_from_slice(b"\ndata: ");
+    out.extend_from_slice(&event.data);
     out.extend_from_slice(b"\n\n");
     Bytes::from(out)
 }

@@ -265,7 +265,7 @@ pub fn ws_text(id_json: &str, message: &Message) -> Utf8Bytes {
             out.push_str(event.kind.name());
             out.push_str("\",\"id\":");
             out.push_str(id_json);
-            if let Some(position) = id {
+            if let Some(position) = id.text(event) {
                 out.push_str(",\"position\":\"");
                 out.push_str(position);
                 out.push('"');

@@ -1,7 +1,12 @@
 //! A change event: one applied op of one mutation, decoded and encoded once
 //! by the apply loop and then shared (`Arc`) by every subscriber it reaches.
+//!
+//! What is the same for all of them is also encoded once, lazily, by the
+//! first subscriber that needs it: the position after the event (every
+//! subscriber of one partition stands there once it has the event) and the
+//! SSE frame that carries it.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use bytes::Bytes;
 
@@ -38,6 +43,11 @@ pub struct Event {
     /// `{"pk","sk","value","version"}` on one line (the value's JSON
     /// whitespace newlines became spaces): the payload of every wire form.
     pub data: Bytes,
+    /// `ns:partition:offset[.ops_done]` after this event (`position_after`).
+    position_after: OnceLock<Box<str>>,
+    /// The event as an SSE frame with `id:` = `position_after`, built by the
+    /// SSE transport for its first subscriber (`sse_frame`).
+    sse_frame: OnceLock<Bytes>,
 }
 
 impl Event {
@@ -53,6 +63,38 @@ impl Event {
         } else {
             Mark { offset: self.offset, ops_done: self.op_index + 1 }
         }
+    }
+
+    /// The position after this event of a subscriber that watches only its
+    /// partition: `namespace:partition:mark` (the cursor's wire form, see
+    /// `cursor.rs`). Formatted once; every such subscriber shares it.
+    pub fn position_after(&self, namespace: &str) -> &str {
+        let text = self.position_after.get_or_init(|| {
+            let mark = self.mark_after();
+            let mut text = format!("{namespace}:{}:{}", self.partition, mark.offset);
+            if mark.ops_done > 0 {
+                text.push_str(&format!(".{}", mark.ops_done));
+            }
+            text.into()
+        });
+        // An event belongs to one namespace: every caller names the same.
+        assert!(
+            text.len() > namespace.len() && text.starts_with(namespace) && text.as_bytes()[namespace.len()] == b':',
+            "position {text:?} asked for as of namespace {namespace:?}"
+        );
+        text
+    }
+
+    /// `position_after`, once a subscriber had it formatted (a change sent
+    /// with `ChangeId::Event` was).
+    pub fn formatted_position_after(&self) -> Option<&str> {
+        self.position_after.get().map(|text| &**text)
+    }
+
+    /// The event as an SSE frame whose `id` is `position_after`: `encode`
+    /// runs for the first subscriber only, the others share its bytes.
+    pub fn sse_frame(&self, encode: impl FnOnce() -> Bytes) -> Bytes {
+        self.sse_frame.get_or_init(encode).clone()
     }
 
     /// The events of one applied mutation, in op order.
@@ -76,6 +118,8 @@ impl Event {
                     data: encode_data(&op.pk, &op.sk, value, offset),
                     pk: op.pk.as_str().into(),
                     sk: op.sk.as_str().into(),
+                    position_after: OnceLock::new(),
+                    sse_frame: OnceLock::new(),
                 })
             })
             .collect()
@@ -92,6 +136,8 @@ impl Event {
             data: encode_data(&record.pk, &record.sk, &record.value, record.version),
             pk: record.pk.as_str().into(),
             sk: record.sk.as_str().into(),
+            position_after: OnceLock::new(),
+            sse_frame: OnceLock::new(),
         })
     }
 }
@@ -157,5 +203,19 @@ mod tests {
         assert!(events[0].mark_after().covers(&events[0]));
         assert!(!events[0].mark_after().covers(&events[1]));
         assert!(Mark::at(42).covers(&events[1]));
+        assert_eq!(events[0].position_after("ns"), "ns:3:41.1");
+        assert_eq!(events[1].position_after("ns"), "ns:3:42");
+        let cursor = crate::subscriptions::Cursor::parse(events[0].position_after("ns")).unwrap();
+        assert_eq!(cursor.marks[&3], events[0].mark_after(), "the shared position is the cursor's wire form");
+        assert_eq!(cursor.to_string(), events[0].position_after("ns"));
+    }
+
+    #[test]
+    #[should_panic(expected = "asked for as of namespace")]
+    fn an_events_position_belongs_to_one_namespace() {
+        let record = crate::store::Record { pk: "p".into(), sk: "s".into(), value: b"1".to_vec(), version: 7 };
+        let event = Event::of_record(0, &record);
+        assert_eq!(event.position_after("ns"), "ns:0:8");
+        event.position_after("n");
     }
 }

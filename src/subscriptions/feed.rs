@@ -312,8 +312,9 @@ mod tests {
     }
 
     fn drained(s: &Subscriber) -> Vec<(u64, String, String)> {
-        match s.drain() {
-            Drained::Batches(b) => b.iter().flat_map(|b| b.iter().map(|e| (e.offset, e.pk.to_string(), e.sk.to_string()))).collect(),
+        let mut batches = Vec::new();
+        match s.drain(&mut batches) {
+            Drained::Batches => batches.iter().flat_map(|b| b.iter().map(|e| (e.offset, e.pk.to_string(), e.sk.to_string()))).collect(),
             Drained::Empty => vec![],
             _ => panic!("unexpected overflow"),
         }

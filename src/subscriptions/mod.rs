@@ -40,7 +40,7 @@ pub use self::cursor::Cursor;
 pub use self::filter::Filter;
 pub use self::queue::{Mode, QueueLimits};
 pub use self::outbox::{Outbox, OutboxReader, Tagged};
-pub use self::session::{Message, Session};
+pub use self::session::{ChangeId, Message, Session};
 use crate::apply::PartitionStatus;
 use crate::node::Node;
 

@@ -103,7 +103,8 @@ struct QueueState {
 /// What the subscriber's task finds when it looks.
 pub enum Drained {
     Empty,
-    Batches(Vec<Batch>),
+    /// The queued batches, moved into the caller's vector.
+    Batches,
     /// Latest event per key, in log order per partition.
     Conflated(Vec<Arc<Event>>),
     /// Too far behind: cancel (log mode) or reset (state mode).
@@ -155,7 +156,9 @@ impl Subscriber {
         self.signal.raise();
     }
 
-    pub fn drain(&self) -> Drained {
+    /// Takes what is queued; batches go into `batches` (a vector the
+    /// caller keeps, so a busy subscriber allocates nothing per drain).
+    pub fn drain(&self, batches: &mut Vec<Batch>) -> Drained {
         let mut state = self.state.lock();
         if state.overflowed {
             return Drained::Overflowed;
@@ -171,7 +174,8 @@ impl Subscriber {
         }
         state.events = 0;
         state.bytes = 0;
-        Drained::Batches(state.batches.drain(..).collect())
+        batches.extend(state.batches.drain(..));
+        Drained::Batches
     }
 
     /// Nothing waits here: every event dispatched so far was taken.
@@ -226,7 +230,8 @@ mod tests {
         sub.push(batch(0, &["a", "b"]));
         sub.push(batch(1, &["a"]));
         sub.push(batch(2, &["a", "b"])); // 5 events > 3: conflated to a@2, b@2
-        match sub.drain() {
+        let mut batches = Vec::new();
+        match sub.drain(&mut batches) {
             Drained::Conflated(events) => {
                 let got: Vec<(u64, &str)> = events.iter().map(|e| (e.offset, &*e.sk)).collect();
                 assert_eq!(got, vec![(2, "a"), (2, "b")]);
@@ -236,7 +241,8 @@ mod tests {
         assert!(sub.is_empty());
         sub.push(batch(3, &["a", "b", "c"]));
         sub.push(batch(4, &["d"])); // conflated map of 4 keys > 3: overflowed
-        assert!(matches!(sub.drain(), Drained::Overflowed));
+        assert!(matches!(sub.drain(&mut batches), Drained::Overflowed));
+        assert!(batches.is_empty());
         sub.clear();
         assert!(sub.is_empty());
     }
@@ -245,14 +251,15 @@ mod tests {
     fn log_mode_overflows_instead_of_conflating() {
         let sub = Subscriber::new(1, 0, Filter::Namespace, Mode::Log, QueueLimits { events_max: 2, bytes_max: 1 << 20 });
         sub.push(batch(0, &["a", "b"]));
-        match sub.drain() {
-            Drained::Batches(b) => assert_eq!(b.len(), 1),
-            _ => panic!("expected the batch"),
-        }
+        let mut batches = Vec::new();
+        assert!(matches!(sub.drain(&mut batches), Drained::Batches));
+        assert_eq!(batches.len(), 1);
+        batches.clear();
         sub.push(batch(1, &["a", "b"]));
         sub.push(batch(2, &["c"]));
-        assert!(matches!(sub.drain(), Drained::Overflowed));
+        assert!(matches!(sub.drain(&mut batches), Drained::Overflowed));
         sub.push(batch(3, &["a"]));
-        assert!(matches!(sub.drain(), Drained::Overflowed), "stays overflowed until the subscriber deals with it");
+        assert!(matches!(sub.drain(&mut batches), Drained::Overflowed), "stays overflowed until the subscriber deals with it");
+        assert!(batches.is_empty());
     }
 }

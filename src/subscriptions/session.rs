@@ -33,7 +33,7 @@ const SNAPSHOT_PAGE_RECORDS: usize = 1000;
 pub enum Message {
     /// A put or delete; `id` is the cursor after it (none inside a
     /// conflated or snapshot run, whose end carries it).
-    Change { event: Arc<Event>, id: Option<String> },
+    Change { event: Arc<Event>, id: ChangeId },
     /// The full state of what is watched follows (as puts), then `Synced`.
     /// `reason` is `snapshot` when asked for (`from=snapshot`), otherwise
     /// why the subscriber is reset (`history_gone`, `slow_consumer`).
@@ -46,6 +46,31 @@ pub enum Message {
     /// Encoded by the transport itself (a WebSocket reply to a client
     /// message), passed through in order with the subscriptions' messages.
     Reply(String),
+}
+
+/// The `id` a change carries: the subscriber's cursor after it.
+#[derive(Debug)]
+pub enum ChangeId {
+    /// None inside a snapshot or conflated run (its end carries the position).
+    None,
+    /// The event's own position (`Event::position_after`, formatted before
+    /// the change is sent): the subscriber watches only the event's
+    /// partition, so its cursor after the event is what every such
+    /// subscriber's is, and the transport may share the encoded event too.
+    Event,
+    /// The subscriber's whole cursor (it watches several partitions).
+    Cursor(String),
+}
+
+impl ChangeId {
+    /// The id as text, if the change has one.
+    pub fn text<'a>(&'a self, event: &'a Event) -> Option<&'a str> {
+        match self {
+            ChangeId::None => None,
+            ChangeId::Event => Some(event.formatted_position_after().expect("formatted before the change was sent")),
+            ChangeId::Cursor(text) => Some(text),
+        }
+    }
 }
 
 /// Why a session stopped early.
@@ -62,7 +87,10 @@ pub struct Session {
     registered: BTreeSet<u32>,
     out: Outbox,
     config: WatchConfig,
-    last_sent: String,
+    /// The cursor's marks when a position last went out (a change's id,
+    /// `progress`, `synced`): `progress` is sent only once they moved.
+    /// Compared, not formatted: a busy subscription never formats its cursor.
+    sent: Vec<(u32, Mark)>,
     /// Keeps the node's subscriber count.
     _slot: super::Slot,
     /// True once the node stops.
@@ -80,7 +108,7 @@ impl Session {
         slot: super::Slot,
         closing: tokio::sync::watch::Receiver<bool>,
     ) -> Session {
-        Session { namespace, log, subscriber, cursor, registered: BTreeSet::new(), out, config, last_sent: String::new(), _slot: slot, closing }
+        Session { namespace, log, subscriber, cursor, registered: BTreeSet::new(), out, config, sent: Vec::new(), _slot: slot, closing }
     }
 
     pub async fn run(mut self, start: Start) {
@@ -93,8 +121,8 @@ impl Session {
                 }
                 // The starting position, at once: a client holds a cursor
                 // to resume from before anything changes.
+                self.mark_sent();
                 let position = self.cursor.to_string();
-                self.last_sent.clone_from(&position);
                 self.send(Message::Progress { position }).await;
                 Ok(())
             }
@@ -192,9 +220,17 @@ impl Session {
             return;
         }
         self.cursor.advance(&event);
-        let id = self.cursor.to_string();
-        self.last_sent.clone_from(&id);
-        self.send(Message::Change { event, id: Some(id) }).await;
+        self.mark_sent();
+        let id = if self.cursor.marks.len() == 1 {
+            // The event's own position is this cursor: formatted once for
+            // every subscriber of the partition, not once each.
+            let shared = event.position_after(&self.cursor.namespace);
+            debug_assert_eq!(shared, self.cursor.to_string());
+            ChangeId::Event
+        } else {
+            ChangeId::Cursor(self.cursor.to_string())
+        };
+        self.send(Message::Change { event, id }).await;
     }
 
     /// Waits only for room in the outbox: a send never fails (the
@@ -222,7 +258,7 @@ impl Session {
         }
         // The state is complete as of `position`; every change after it
         // follows `synced` (a client swaps its view in at `synced`).
-        self.last_sent.clone_from(&position);
+        self.mark_sent();
         self.send(Message::Synced { position }).await;
         for p in self.partitions() {
             if !self.registered.contains(&p) {
@@ -238,7 +274,7 @@ impl Session {
         match &self.subscriber.filter {
             Filter::Record { pk, sk } => {
                 if let Some(record) = reader.get(pk, sk).map_err(store_error)? {
-                    self.send(Message::Change { event: Event::of_record(p, &record), id: None }).await;
+                    self.send(Message::Change { event: Event::of_record(p, &record), id: ChangeId::None }).await;
                 }
             }
             Filter::Pk { pk } | Filter::Prefix { pk, .. } => {
@@ -251,7 +287,7 @@ impl Session {
                     let (records, more) = reader.list(pk, &range, SNAPSHOT_PAGE_RECORDS).map_err(store_error)?;
                     range.cursor = records.last().map(|r| r.sk.clone());
                     for record in &records {
-                        self.send(Message::Change { event: Event::of_record(p, record), id: None }).await;
+                        self.send(Message::Change { event: Event::of_record(p, record), id: ChangeId::None }).await;
                     }
                     if !more {
                         break;
@@ -264,7 +300,7 @@ impl Session {
                     let (records, more) = reader.scan_page(after.as_deref(), SNAPSHOT_PAGE_RECORDS).map_err(store_error)?;
                     after = records.last().map(|(key, _)| key.clone());
                     for (_, record) in &records {
-                        self.send(Message::Change { event: Event::of_record(p, record), id: None }).await;
+                        self.send(Message::Change { event: Event::of_record(p, record), id: ChangeId::None }).await;
                     }
                     if !more {
                         break;
@@ -291,6 +327,8 @@ impl Session {
             }
         };
         tokio::pin!(progress, keep_alive, node_stopping);
+        // Reused by every drain of the queue.
+        let mut batches = Vec::new();
         enum Wake {
             Queue,
             Progress,
@@ -330,10 +368,10 @@ impl Session {
                     })
                 }
             }
-            match self.subscriber.drain() {
+            match self.subscriber.drain(&mut batches) {
                 Drained::Empty => {}
-                Drained::Batches(batches) => {
-                    for batch in batches {
+                Drained::Batches => {
+                    for batch in batches.drain(..) {
                         for event in batch.iter() {
                             self.deliver(event.clone()).await;
                         }
@@ -344,7 +382,7 @@ impl Session {
                     for event in events {
                         if !self.cursor.covers(&event) {
                             self.cursor.advance(&event);
-                            self.send(Message::Change { event, id: None }).await;
+                            self.send(Message::Change { event, id: ChangeId::None }).await;
                         }
                     }
                     // Everything dispatched is now reflected: the cursor can move to the head.
@@ -388,12 +426,23 @@ impl Session {
                 *mark = (*mark).max(Mark::at(head));
             }
         }
-        let position = self.cursor.to_string();
-        if position != self.last_sent {
-            self.last_sent.clone_from(&position);
+        if !self.cursor_was_sent() {
+            self.mark_sent();
+            let position = self.cursor.to_string();
             self.send(Message::Progress { position }).await;
         }
         Ok(())
+    }
+
+    /// Notes that the cursor as it stands goes out now.
+    fn mark_sent(&mut self) {
+        self.sent.clear();
+        self.sent.extend(self.cursor.marks.iter().map(|(&p, &mark)| (p, mark)));
+    }
+
+    /// Whether the cursor is where it was when a position last went out.
+    fn cursor_was_sent(&self) -> bool {
+        self.sent.iter().copied().eq(self.cursor.marks.iter().map(|(&p, &mark)| (p, mark)))
     }
 }
 
