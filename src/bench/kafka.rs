@@ -23,6 +23,7 @@ use hdrhistogram::Histogram;
 use http_body_util::{BodyExt, Full};
 use hyper::{Method, Request};
 
+use super::cpu::CpuMeter;
 use super::load::{self, key_name, value_of, Operation};
 use super::report::{markdown, BenchResult};
 use super::LoadArgs;
@@ -209,44 +210,6 @@ async fn librdkafka_floor(bootstrap: &str, writers: usize, warmup: Duration, dur
     }
     log.close().await;
     Ok(BenchResult::from_histogram("librdkafka alone: single-record appends (floor of Tern's PUT)", writers, "closed".into(), duration.as_secs_f64(), 0, &merged))
-}
-
-/// CPU time of processes over a measured row, from `/proc/<pid>/stat`
-/// (utime + stime), so a row can say where the machine's cores went.
-struct CpuMeter {
-    /// (label, pid, CPU seconds at the start).
-    processes: Vec<(&'static str, u32, f64)>,
-}
-
-/// Kernel clock ticks per second (`getconf CLK_TCK`; 100 on Linux for x86-64).
-const CLOCK_TICKS_PER_S: f64 = 100.0;
-
-fn cpu_seconds(pid: u32) -> anyhow::Result<f64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
-    // The command name (field 2) may hold spaces; fields after its ')' are fixed.
-    let after_name = &stat[stat.rfind(')').ok_or_else(|| anyhow::anyhow!("bad /proc/{pid}/stat"))? + 2..];
-    let fields: Vec<&str> = after_name.split_whitespace().collect();
-    // utime and stime are fields 14 and 15 of the whole line: 12 and 13 after the name.
-    let field = |i: usize| fields.get(i).ok_or_else(|| anyhow::anyhow!("/proc/{pid}/stat has {} fields", fields.len() + 2));
-    let ticks: u64 = field(11)?.parse::<u64>()? + field(12)?.parse::<u64>()?;
-    Ok(ticks as f64 / CLOCK_TICKS_PER_S)
-}
-
-impl CpuMeter {
-    fn start(processes: &[(&'static str, u32)]) -> anyhow::Result<CpuMeter> {
-        let processes = processes.iter().map(|&(label, pid)| Ok((label, pid, cpu_seconds(pid)?))).collect::<anyhow::Result<_>>()?;
-        Ok(CpuMeter { processes })
-    }
-
-    /// CPU µs each process spent per operation since `start`.
-    fn per_op_us(&self, ops: f64) -> anyhow::Result<serde_json::Map<String, serde_json::Value>> {
-        let mut out = serde_json::Map::new();
-        for &(label, pid, at_start) in &self.processes {
-            let us = (cpu_seconds(pid)? - at_start) * 1e6 / ops.max(1.0);
-            out.insert(label.to_string(), serde_json::json!((us * 10.0).round() / 10.0));
-        }
-        Ok(out)
-    }
 }
 
 fn render_cpu(row: &str, cpu: &serde_json::Map<String, serde_json::Value>) -> String {

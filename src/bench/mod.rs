@@ -8,6 +8,7 @@
 //! requests are scheduled at a fixed rate and latency is measured from the
 //! scheduled time, so a stalled server is not hidden by coordinated omission).
 
+mod cpu;
 mod etcd;
 mod fanout;
 mod hello;

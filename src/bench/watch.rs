@@ -8,7 +8,10 @@
 //! subscriber records when it saw each one. Latency = arrival − the moment
 //! the put was sent, per (subscriber, put), on one clock (this process).
 //! Memory per subscriber = the server's resident memory grown while the
-//! subscribers connected, divided by their number. etcd: the same key,
+//! subscribers connected, divided by their number. CPU per event = the CPU
+//! time the server, and this harness, spent from the first put until the
+//! last event arrived, divided by the events received: on a small machine
+//! the two share the cores, so both show in the latency. etcd: the same key,
 //! value size and rate, `--subscribers` watchers (`etcd-client`).
 //!
 //! Each is measured with one subscriber per connection (browsers, devices)
@@ -16,7 +19,9 @@
 //! Tern over WebSocket, etcd over gRPC streams on shared HTTP/2 connections.
 
 use std::path::PathBuf;
+use std::future::Future;
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use clap::Args;
@@ -26,6 +31,7 @@ use serde::Serialize;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::Barrier;
 
+use super::cpu::CpuMeter;
 use super::suite::{spawn_etcd, spawn_listening};
 
 #[derive(Args)]
@@ -94,6 +100,12 @@ pub struct WatchResult {
     pub max_ms: f64,
     /// Server resident memory grown per connected subscriber (Tern only).
     pub server_bytes_per_subscriber: Option<u64>,
+    /// CPU the server, and this harness (writer and subscribers), spent
+    /// per event received, from the first put until the last event
+    /// arrived: on a 2-core machine both share the cores, so the harness's
+    /// cost shows in every row's latency too.
+    pub server_cpu_us_per_event: f64,
+    pub harness_cpu_us_per_event: f64,
 }
 
 /// How long after the last put the subscribers may still receive it.
@@ -186,7 +198,7 @@ async fn run_subscribers(args: &WatchBenchArgs, n: usize, transport: Transport, 
             Ok(())
         }
     };
-    let (sent, arrivals) = measure(args, put, &deadline, subscribers, child).await?;
+    let measured = measure(args, put, &deadline, subscribers, child).await?;
     let name = match transport {
         Transport::Sse if per_connection == 1 => "Tern SSE",
         Transport::Sse => "Tern SSE (HTTP/2)",
@@ -194,33 +206,45 @@ async fn run_subscribers(args: &WatchBenchArgs, n: usize, transport: Transport, 
         Transport::SseFloor if per_connection == 1 => "SSE fan-out floor (raw sockets, not Tern)",
         Transport::SseFloor => "SSE fan-out floor (HTTP/2, h2 crate, not Tern)",
     };
-    let mut result = summarize(name, n, per_connection, args, &sent, &arrivals)?;
+    let mut result = summarize(name, n, per_connection, args, &measured)?;
     result.server_bytes_per_subscriber = Some(rss_after.saturating_sub(rss_before) / n as u64);
     Ok(result)
 }
 
+/// What a row measured: when each put was sent, every subscriber's
+/// arrivals, and the CPU µs per event received of the server and the harness.
+struct Measured {
+    sent: Vec<Instant>,
+    arrivals: Vec<Arrivals>,
+    cpu_us_per_event: [f64; 2],
+}
+
 /// The measured part of a row: the writer's puts, then every subscriber's
 /// arrivals (each waits until `DRAIN` after the last put), then the server
-/// stopped. Returns when each put was sent, and the arrivals.
+/// stopped.
 async fn measure<F, Fut>(
     args: &WatchBenchArgs,
     put: F,
     deadline: &std::sync::OnceLock<Instant>,
     subscribers: Vec<tokio::task::JoinHandle<anyhow::Result<Arrivals>>>,
     server: tokio::process::Child,
-) -> anyhow::Result<(Vec<Instant>, Vec<Arrivals>)>
+) -> anyhow::Result<Measured>
 where
     F: FnMut(String) -> Fut,
     Fut: std::future::Future<Output = anyhow::Result<()>>,
 {
+    let server_pid = server.id().ok_or_else(|| anyhow::anyhow!("the server exited before the puts"))?;
+    let meter = CpuMeter::start(&[("server", server_pid), ("harness", std::process::id())])?;
     let sent = write(args, put).await?;
     let _ = deadline.set(Instant::now() + DRAIN);
     let mut arrivals = Vec::with_capacity(subscribers.len());
     for s in subscribers {
         arrivals.push(s.await??);
     }
+    let received: usize = arrivals.iter().map(Vec::len).sum();
+    let cpu = meter.per_op_us_each(received as f64)?;
     stop(server).await?;
-    Ok((sent, arrivals))
+    Ok(Measured { sent, arrivals, cpu_us_per_event: [cpu[0], cpu[1]] })
 }
 
 /// Time for the kernel and this process to tear down the last run's
@@ -270,11 +294,11 @@ where
 
 /// Finds every `"seq":N` in `bytes` (events carry the value as JSON).
 fn scan_seqs(carry: &mut Vec<u8>, bytes: &[u8], at: Instant, out: &mut Arrivals) {
-    carry.extend_from_slice(bytes);
     const MARK: &[u8] = b"\"seq\":";
+    carry.extend_from_slice(bytes);
     let mut i = 0;
     let mut consumed = 0;
-    while let Some(found) = carry[i..].windows(MARK.len()).position(|w| w == MARK) {
+    while let Some(found) = memchr::memmem::find(&carry[i..], MARK) {
         let start = i + found + MARK.len();
         let digits = carry[start..].iter().take_while(|b| b.is_ascii_digit()).count();
         if start + digits >= carry.len() {
@@ -325,8 +349,21 @@ async fn sse_subscriber(
     Ok(arrivals)
 }
 
+/// Flow-control windows of the harness's HTTP/2 client (hyper's client
+/// defaults; browsers open larger ones).
+const H2_CLIENT_STREAM_WINDOW_BYTES: u32 = 2 * 1024 * 1024;
+const H2_CLIENT_CONNECTION_WINDOW_BYTES: u32 = 5 * 1024 * 1024;
+/// How often a waiting HTTP/2 subscriber looks at the deadline.
+const DEADLINE_CHECK_INTERVAL: Duration = Duration::from_millis(100);
+
 /// `streams` SSE subscriptions multiplexed on one HTTP/2 connection (h2c,
-/// prior knowledge), as a browser does for SSE over HTTP/2.
+/// prior knowledge), as a browser does for SSE over HTTP/2. Read with the
+/// `h2` crate in this one task, which also drives the connection (as the
+/// WebSocket subscribers read with tungstenite in one task each): the
+/// harness shares the machine's cores with the server, so what it spends
+/// per event shows in every row's latency. (Through `reqwest`, which reads
+/// each stream in a future of its own beside hyper's connection task, it
+/// cost 1.8-2.0 µs of CPU per event; this way 1.3-1.7.)
 async fn sse_h2_subscribers(
     addr: &str,
     puts: u64,
@@ -335,39 +372,111 @@ async fn sse_h2_subscribers(
     deadline: Arc<std::sync::OnceLock<Instant>>,
     permit: tokio::sync::OwnedSemaphorePermit,
 ) -> anyhow::Result<Arrivals> {
-    let client = reqwest::Client::builder().http2_prior_knowledge().build()?;
-    let url = format!("http://{addr}/v1/ns/default/watch?pk=bench");
-    let mut responses = Vec::with_capacity(streams);
+    let tcp = tokio::net::TcpStream::connect(addr).await?;
+    tcp.set_nodelay(true)?;
+    let (client, connection) = h2::client::Builder::new()
+        .initial_window_size(H2_CLIENT_STREAM_WINDOW_BYTES)
+        .initial_connection_window_size(H2_CLIENT_CONNECTION_WINDOW_BYTES)
+        .handshake::<_, bytes::Bytes>(tcp)
+        .await?;
+    let mut connection = std::pin::pin!(connection);
+    let uri = format!("http://{addr}/v1/ns/default/watch?pk=bench");
+    let mut bodies = Vec::with_capacity(streams);
     for _ in 0..streams {
-        let mut response = client.get(&url).send().await?.error_for_status()?;
-        // Started once the first event (the starting position) arrived.
-        let mut head = Vec::new();
-        while !head.windows(15).any(|w| w == b"event: progress") {
-            let chunk = response.chunk().await?.ok_or_else(|| anyhow::anyhow!("the subscription closed before it started"))?;
-            head.extend_from_slice(&chunk);
-        }
-        responses.push(response);
+        let opened = open_h2_watch(client.clone(), &uri);
+        bodies.push(while_driving(connection.as_mut(), opened).await?);
     }
     drop(permit);
-    ready.wait().await;
-    let readers = responses.into_iter().map(|mut response| {
-        let deadline = deadline.clone();
-        async move {
-            let mut arrivals = Vec::with_capacity(puts as usize);
-            let mut carry = Vec::new();
-            while (arrivals.len() as u64) < puts {
-                let Ok(chunk) = tokio::time::timeout(remaining(&deadline), response.chunk()).await else { break };
-                let Some(chunk) = chunk? else { break };
-                scan_seqs(&mut carry, &chunk, Instant::now(), &mut arrivals);
+    while_driving(connection.as_mut(), async {
+        ready.wait().await;
+        Ok(())
+    })
+    .await?;
+    let mut deadline_check = tokio::time::interval(DEADLINE_CHECK_INTERVAL);
+    let mut carries = vec![Vec::new(); streams];
+    let mut received = vec![0u64; streams];
+    let mut arrivals = Vec::with_capacity(puts as usize * streams);
+    loop {
+        // Every stream is read until it has nothing, then the connection
+        // reads the socket: a put reaches all of this connection's streams
+        // at once, so one wake-up finds data on most of them.
+        let next = std::future::poll_fn(|cx| {
+            let mut failed = None;
+            for (i, body) in bodies.iter_mut().enumerate() {
+                while let Poll::Ready(Some(chunk)) = body.poll_data(cx) {
+                    let chunk = match chunk {
+                        Ok(chunk) => chunk,
+                        Err(e) => {
+                            failed = Some(e);
+                            break;
+                        }
+                    };
+                    let _ = body.flow_control().release_capacity(chunk.len());
+                    let before = arrivals.len();
+                    scan_seqs(&mut carries[i], &chunk, Instant::now(), &mut arrivals);
+                    received[i] += (arrivals.len() - before) as u64;
+                }
             }
-            Ok::<Arrivals, anyhow::Error>(arrivals)
+            if let Some(e) = failed {
+                return Poll::Ready(H2Next::Failed(e));
+            }
+            if received.iter().all(|&n| n >= puts) {
+                return Poll::Ready(H2Next::Complete);
+            }
+            if let Poll::Ready(ended) = connection.as_mut().poll(cx) {
+                return Poll::Ready(H2Next::ConnectionEnded(ended));
+            }
+            deadline_check.poll_tick(cx).map(|_| H2Next::DeadlineCheck)
+        })
+        .await;
+        match next {
+            H2Next::Complete => break,
+            H2Next::Failed(e) => return Err(e.into()),
+            H2Next::ConnectionEnded(ended) => anyhow::bail!("the HTTP/2 connection ended: {ended:?}"),
+            H2Next::DeadlineCheck if remaining(&deadline).is_zero() => break,
+            H2Next::DeadlineCheck => {}
         }
-    });
-    let mut all = Vec::new();
-    for arrivals in futures::future::join_all(readers).await {
-        all.extend(arrivals?);
     }
-    Ok(all)
+    Ok(arrivals)
+}
+
+/// What an HTTP/2 subscriber's task does next.
+enum H2Next {
+    /// Every stream received every put.
+    Complete,
+    Failed(h2::Error),
+    ConnectionEnded(Result<(), h2::Error>),
+    DeadlineCheck,
+}
+
+/// Opens one SSE watch; returns its body once the first event (the starting
+/// position) arrived.
+async fn open_h2_watch(client: h2::client::SendRequest<bytes::Bytes>, uri: &str) -> anyhow::Result<h2::RecvStream> {
+    let mut client = client.ready().await?;
+    let request = http::Request::get(uri).header("accept", "text/event-stream").body(())?;
+    let (response, _) = client.send_request(request, true)?;
+    let response = response.await?;
+    anyhow::ensure!(response.status().is_success(), "watch answered {}", response.status());
+    let mut body = response.into_body();
+    let mut head = Vec::new();
+    while !head.windows(15).any(|w| w == b"event: progress") {
+        let chunk = body.data().await.ok_or_else(|| anyhow::anyhow!("the subscription closed before it started"))??;
+        let _ = body.flow_control().release_capacity(chunk.len());
+        head.extend_from_slice(&chunk);
+    }
+    Ok(body)
+}
+
+/// Runs `work` while driving the HTTP/2 connection it needs.
+async fn while_driving<T>(
+    connection: std::pin::Pin<&mut h2::client::Connection<tokio::net::TcpStream, bytes::Bytes>>,
+    work: impl std::future::Future<Output = anyhow::Result<T>>,
+) -> anyhow::Result<T> {
+    tokio::select! {
+        biased;
+        result = work => result,
+        ended = connection => Err(anyhow::anyhow!("the HTTP/2 connection ended: {ended:?}")),
+    }
 }
 
 async fn ws_subscriber(
@@ -453,8 +562,8 @@ async fn run_etcd(args: &WatchBenchArgs, n: usize, per_connection: usize) -> any
             Ok(())
         }
     };
-    let (sent, arrivals) = measure(args, put, &deadline, watchers, child).await?;
-    summarize("etcd watch", n, per_connection, args, &sent, &arrivals)
+    let measured = measure(args, put, &deadline, watchers, child).await?;
+    summarize("etcd watch", n, per_connection, args, &measured)
 }
 
 fn summarize(
@@ -462,14 +571,13 @@ fn summarize(
     n: usize,
     per_connection: usize,
     args: &WatchBenchArgs,
-    sent: &[Instant],
-    arrivals: &[Arrivals],
+    measured: &Measured,
 ) -> anyhow::Result<WatchResult> {
     let mut histogram = Histogram::<u64>::new_with_bounds(1, 600_000_000, 3)?;
     let mut received = 0u64;
-    for subscriber in arrivals {
+    for subscriber in &measured.arrivals {
         for &(seq, at) in subscriber {
-            if let Some(sent_at) = sent.get(seq as usize) {
+            if let Some(sent_at) = measured.sent.get(seq as usize) {
                 histogram.saturating_record(at.saturating_duration_since(*sent_at).as_micros().max(1) as u64);
                 received += 1;
             }
@@ -488,7 +596,13 @@ fn summarize(
         p99_ms: ms(histogram.value_at_quantile(0.99)),
         max_ms: ms(histogram.max()),
         server_bytes_per_subscriber: None,
+        server_cpu_us_per_event: round_tenth(measured.cpu_us_per_event[0]),
+        harness_cpu_us_per_event: round_tenth(measured.cpu_us_per_event[1]),
     })
+}
+
+fn round_tenth(x: f64) -> f64 {
+    (x * 10.0).round() / 10.0
 }
 
 fn rss_bytes(pid: u32) -> anyhow::Result<u64> {
@@ -504,14 +618,26 @@ fn rss_bytes(pid: u32) -> anyhow::Result<u64> {
 
 fn markdown(results: &[WatchResult]) -> String {
     let mut out = String::from(
-        "| peer | subscribers | per connection | puts (rate/s) | events received / expected | p50 ms | p99 ms | max ms | server memory per subscriber |\n\
-         |---|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+        "| peer | subscribers | per connection | puts (rate/s) | events received / expected | p50 ms | p99 ms | max ms | server memory per subscriber | CPU µs per event: server / harness |\n\
+         |---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
     );
     for r in results {
         let memory = r.server_bytes_per_subscriber.map_or("—".to_string(), |b| format!("{:.1} KiB", b as f64 / 1024.0));
         out.push_str(&format!(
-            "| {} | {} | {} | {} ({}) | {} / {} | {:.2} | {:.2} | {:.2} | {} |\n",
-            r.peer, r.subscribers, r.subscribers_per_connection, r.puts, r.rate_per_s, r.events_received, r.events_expected, r.p50_ms, r.p99_ms, r.max_ms, memory
+            "| {} | {} | {} | {} ({}) | {} / {} | {:.2} | {:.2} | {:.2} | {} | {:.1} / {:.1} |\n",
+            r.peer,
+            r.subscribers,
+            r.subscribers_per_connection,
+            r.puts,
+            r.rate_per_s,
+            r.events_received,
+            r.events_expected,
+            r.p50_ms,
+            r.p99_ms,
+            r.max_ms,
+            memory,
+            r.server_cpu_us_per_event,
+            r.harness_cpu_us_per_event
         ));
     }
     out
