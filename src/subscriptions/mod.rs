@@ -13,7 +13,7 @@
 //!    (`mode=log`).
 //! 3. Each subscription's session (`session.rs`) sends what its queue
 //!    holds, with the cursor after each event (`cursor.rs`), to its outbox
-//!    (`outbox.rs`). Sessions have no task of their own: the transport (SSE
+//!    (`outbox.rs`); what wakes a live one is `wakes.rs`. Sessions have no task of their own: the transport (SSE
 //!    or WebSocket, in `api/`) polls them in its own task and writes what
 //!    they left in the outbox.
 //!
@@ -30,6 +30,7 @@ pub mod history;
 pub mod outbox;
 pub mod queue;
 pub mod session;
+pub mod wakes;
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;

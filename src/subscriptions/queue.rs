@@ -16,9 +16,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 
-use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::task::Poll;
 
 use futures::task::AtomicWaker;
 use parking_lot::Mutex;
@@ -66,26 +64,21 @@ pub struct Signal {
 }
 
 impl Signal {
-    fn raise(&self) {
+    pub(super) fn raise(&self) {
         self.raised.store(true, Ordering::Release);
         self.waker.wake();
     }
 
-    /// Resolves once the signal was raised since it last resolved (a raise
-    /// while nobody waits is kept, like one stored permit).
-    pub fn raised(&self) -> impl Future<Output = ()> + '_ {
-        std::future::poll_fn(move |cx| {
-            if self.raised.swap(false, Ordering::AcqRel) {
-                return Poll::Ready(());
-            }
-            self.waker.register(cx.waker());
-            // A raise between the check and the registration woke nobody.
-            if self.raised.swap(false, Ordering::AcqRel) {
-                Poll::Ready(())
-            } else {
-                Poll::Pending
-            }
-        })
+    /// Takes the signal: true if it was raised since it was last taken.
+    pub fn take(&self) -> bool {
+        self.raised.swap(false, Ordering::AcqRel)
+    }
+
+    /// Has `waker` woken by the next raise; true (and the signal taken) if
+    /// one came in meanwhile, which woke nobody.
+    pub fn register(&self, waker: &std::task::Waker) -> bool {
+        self.waker.register(waker);
+        self.take()
     }
 }
 

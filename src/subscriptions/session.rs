@@ -18,6 +18,7 @@ use super::filter::Filter;
 use super::history::{self, HistoryError};
 use super::outbox::Outbox;
 use super::queue::{Drained, Mode, Subscriber};
+use super::wakes::{LiveWakes, Wake};
 use super::{Start, WatchConfig};
 use crate::apply::PartitionStatus;
 use crate::log::Log;
@@ -314,50 +315,20 @@ impl Session {
     /// Delivers what the dispatcher leaves, until the client goes or the
     /// subscription must stop; resets itself when it falls behind in state mode.
     async fn live(&mut self) -> Result<std::convert::Infallible, Stop> {
-        // Two timers registered once and re-armed when they fire (not per
-        // wake-up: a busy subscription wakes once per event).
-        let progress = tokio::time::sleep(self.config.progress_interval);
-        let keep_alive = tokio::time::sleep(self.config.keep_alive_interval);
-        // The node stopping, likewise registered once. (The client leaving
-        // needs no wait: the transport that drives this session drops it.)
-        let node_stopping = {
-            let mut closing = self.closing.clone();
-            async move {
-                let _ = closing.wait_for(|closing| *closing).await;
-            }
-        };
-        tokio::pin!(progress, keep_alive, node_stopping);
+        let mut wakes = LiveWakes::new(self.config.progress_interval, self.config.keep_alive_interval, self.closing.clone());
+        let subscriber = self.subscriber.clone();
         // Reused by every drain of the queue.
         let mut batches = Vec::new();
-        enum Wake {
-            Queue,
-            Progress,
-            KeepAlive,
-            NodeStopping,
-        }
         loop {
-            let wake = tokio::select! {
-                // The queue first: a busy subscription polls nothing else
-                // per wake-up. It still sees the node stop (checked below);
-                // timers only matter to a quiet one.
-                biased;
-                _ = self.subscriber.signal.raised() => match self.closing.has_changed() {
-                    Ok(false) => Wake::Queue,
-                    Ok(true) | Err(_) => Wake::NodeStopping,
-                },
-                _ = &mut progress => Wake::Progress,
-                _ = &mut keep_alive => Wake::KeepAlive,
-                _ = &mut node_stopping => Wake::NodeStopping,
-            };
-            match wake {
+            match wakes.next(&subscriber.signal).await {
                 Wake::Queue => {}
                 Wake::Progress => {
-                    progress.as_mut().reset(tokio::time::Instant::now() + self.config.progress_interval);
+                    wakes.rearm_progress();
                     self.progress().await?;
                     continue;
                 }
                 Wake::KeepAlive => {
-                    keep_alive.as_mut().reset(tokio::time::Instant::now() + self.config.keep_alive_interval);
+                    wakes.rearm_keep_alive();
                     self.send(Message::KeepAlive).await;
                     continue;
                 }
