@@ -11,11 +11,11 @@
 //!    batches in bounded queues (`queue.rs`). It never waits on a
 //!    subscriber; a queue that overflows conflates (`mode=state`) or cancels
 //!    (`mode=log`).
-//! 3. Each subscription's session (`session.rs`) sends what its queue
-//!    holds, with the cursor after each event (`cursor.rs`), to its outbox
-//!    (`outbox.rs`); what wakes a live one is `wakes.rs`. Sessions have no task of their own: the transport (SSE
-//!    or WebSocket, in `api/`) polls them in its own task and writes what
-//!    they left in the outbox.
+//! 3. Each subscription's session (`session.rs`, woken as `wakes.rs` says)
+//!    sends what its queue holds, with the cursor after each event
+//!    (`cursor.rs`), to its outbox (`outbox.rs`). Sessions have no task of
+//!    their own: the transport (SSE or WebSocket, in `api/`) polls them in
+//!    its own task and writes what they left in the outbox.
 //!
 //! Resuming: a subscriber that stands below what was dispatched catches up
 //! first, from the ring or, older, from the log (`history.rs`). When that
