@@ -494,3 +494,98 @@ async fn snapshot_admin_calls_refuse_bad_requests_precisely() {
     let (status, body) = t.send(t.client.get(format!("{}/v1/admin/snapshots", t.url))).await;
     assert_eq!((status, error_code(&body)), (409, "snapshots_not_configured"), "{body}");
 }
+
+/// Bounds every wait of the HTTP/2 limit tests below, so a missing answer
+/// fails them instead of hanging.
+const H2_TEST_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// A client that starts the HTTP/2 preface and never finishes it is closed
+/// once the handshake wait (10 s) is over; the node keeps serving.
+#[tokio::test]
+async fn an_http2_handshake_that_never_finishes_is_closed() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let dir = tempfile::tempdir().unwrap();
+    let t = Tern::dev(dir.path()).await;
+    let mut stream = tokio::net::TcpStream::connect(t.url.trim_start_matches("http://")).await.unwrap();
+    // The preface's first line (so the listener hands it to HTTP/2), not the rest.
+    stream.write_all(b"PRI * HTTP/2.0\r\n").await.unwrap();
+    let mut received = Vec::new();
+    let early = tokio::time::timeout(std::time::Duration::from_secs(2), stream.read_to_end(&mut received)).await;
+    assert!(early.is_err(), "still open while the handshake may go on: {received:?}");
+    tokio::time::timeout(H2_TEST_WAIT, stream.read_to_end(&mut received))
+        .await
+        .expect("closed once the handshake wait is over")
+        .ok();
+    let (status, _) = t.send(t.client.get(t.kv_url("default", "a", Some("b")))).await;
+    assert_eq!(status, 404, "the node still serves");
+}
+
+/// A preface that stops partway is waited for (5 s), then the connection is
+/// taken for HTTP/1.1: the rest of the preface, sent later, is not served
+/// as HTTP/2 (without the bound the listener would wait for it forever).
+#[tokio::test]
+async fn a_partial_http2_preface_is_waited_for_only_so_long() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let dir = tempfile::tempdir().unwrap();
+    let t = Tern::dev(dir.path()).await;
+    let mut stream = tokio::net::TcpStream::connect(t.url.trim_start_matches("http://")).await.unwrap();
+    let preface = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+    stream.write_all(&preface[..8]).await.unwrap();
+    tokio::time::sleep(std::time::Duration::from_secs(6)).await;
+    stream.write_all(&preface[8..]).await.unwrap();
+    // An empty SETTINGS frame, as in the split-preface test above.
+    stream.write_all(&[0, 0, 0, 4, 0, 0, 0, 0, 0]).await.unwrap();
+    let mut received = Vec::new();
+    // HTTP/1.1 cannot parse the rest and closes; were it HTTP/2, the
+    // connection would stay open: look at what came either way.
+    let _ = tokio::time::timeout(H2_TEST_WAIT, stream.read_to_end(&mut received)).await;
+    let settings_frame = received.len() >= 9 && received[3] == 4;
+    assert!(!settings_frame, "served HTTP/2 after the preface wait: {received:?}");
+    assert!(received.is_empty() || received.starts_with(b"HTTP/1.1 "), "HTTP/1.1 or a close: {:?}", String::from_utf8_lossy(&received));
+}
+
+/// One HTTP/2 connection carries at most 200 streams at once: the node says
+/// so in its SETTINGS, 200 watches run, and a client's 201st waits until
+/// one of them ends.
+#[tokio::test]
+async fn an_http2_connection_carries_at_most_200_streams() {
+    const STREAMS_MAX: usize = 200;
+    let dir = tempfile::tempdir().unwrap();
+    let t = Tern::dev(dir.path()).await;
+    let tcp = tokio::net::TcpStream::connect(t.url.trim_start_matches("http://")).await.unwrap();
+    let (client, connection) = h2::client::handshake(tcp).await.unwrap();
+    let driver = tokio::spawn(async move {
+        let _ = connection.await;
+    });
+    let uri = format!("{}/v1/ns/default/watch?pk=limits", t.url);
+    let mut watches = Vec::new();
+    for i in 0..STREAMS_MAX {
+        let mut ready = tokio::time::timeout(H2_TEST_WAIT, client.clone().ready()).await.expect("a stream slot").unwrap();
+        let request = http::Request::get(&uri).body(()).unwrap();
+        let (response, _) = ready.send_request(request, true).unwrap();
+        let response = tokio::time::timeout(H2_TEST_WAIT, response).await.expect("an answer").unwrap();
+        assert_eq!(response.status(), 200, "watch {i}");
+        // Read up to the starting position, as a client does (h2 counts
+        // small DATA frames nobody reads against the connection).
+        let mut body = response.into_body();
+        let mut head = Vec::new();
+        while !String::from_utf8_lossy(&head).contains("event: progress") {
+            let chunk = tokio::time::timeout(H2_TEST_WAIT, body.data()).await.expect("the first event").unwrap().unwrap();
+            body.flow_control().release_capacity(chunk.len()).unwrap();
+            head.extend_from_slice(&chunk);
+        }
+        watches.push(body);
+    }
+    assert_eq!(client.current_max_send_streams(), STREAMS_MAX, "the node's SETTINGS_MAX_CONCURRENT_STREAMS");
+    // The 201st request waits (h2 holds it until the node allows another
+    // stream), and is answered once one watch ends.
+    let mut ready = tokio::time::timeout(H2_TEST_WAIT, client.clone().ready()).await.unwrap().unwrap();
+    let (response, _) = ready.send_request(http::Request::get(&uri).body(()).unwrap(), true).unwrap();
+    let mut response = std::pin::pin!(response);
+    let early = tokio::time::timeout(std::time::Duration::from_secs(1), response.as_mut()).await;
+    assert!(early.is_err(), "no 201st stream while 200 are open");
+    drop(watches.swap_remove(0)); // resets the stream
+    let response = tokio::time::timeout(H2_TEST_WAIT, response).await.expect("a stream once one ended").unwrap();
+    assert_eq!(response.status(), 200);
+    driver.abort();
+}
