@@ -78,6 +78,12 @@ pub struct Settings {
     /// Kafka log, `group` membership: how long the group waits for a silent
     /// member before moving its partitions to the others.
     pub kafka_session_timeout_ms: u64,
+    /// API: a connection with no request in flight is closed after this long
+    /// without a byte of a request (HTTP/1.1 between requests and within a
+    /// request's head; any connection before its first byte). Longer than
+    /// clients keep idle connections open (reqwest: 90 s), so they close
+    /// first and a request never races the close.
+    pub http_idle_ms: u64,
     /// Subscriptions: events one subscriber's queue holds before it is
     /// conflated (`mode=state`) or cancelled (`mode=log`).
     pub watch_queue_events_max: usize,
@@ -119,6 +125,7 @@ impl Default for Settings {
             log_retention_ms: None,
             log_retention_check_ms: 10_000,
             store_cache_bytes: 32 * 1024 * 1024,
+            http_idle_ms: 120_000,
             store_fsync_interval_ms: 1000,
             apply_batch_max: 1000,
             apply_linger_ms: 1,
@@ -164,6 +171,7 @@ impl Settings {
         anyhow::ensure!(self.log_segment_bytes <= 1024 * 1024 * 1024, "log_segment_bytes must be at most 1 GiB");
         anyhow::ensure!((1..=10_000).contains(&self.apply_batch_max), "apply_batch_max must be 1..=10000");
         anyhow::ensure!(self.apply_linger_ms <= 100, "apply_linger_ms must be at most 100");
+        anyhow::ensure!((1_000..=3_600_000).contains(&self.http_idle_ms), "http_idle_ms must be 1000..=3600000");
         anyhow::ensure!(self.store_cache_bytes >= 1024 * 1024, "store_cache_bytes must be at least 1 MiB");
         anyhow::ensure!(
             (1..=60_000).contains(&self.store_fsync_interval_ms),

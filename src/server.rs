@@ -98,7 +98,8 @@ pub async fn run(settings: Settings, options: Options) -> anyhow::Result<()> {
         // shutdown is not kept waiting by their connections.
         closing_node.subscriptions.close();
     };
-    crate::api::listener::serve(listener, state, service, signal).await;
+    let idle = Duration::from_millis(settings.http_idle_ms);
+    crate::api::listener::serve(listener, state, service, idle, signal).await;
     tracing::info!("stopped accepting requests; stopping the node");
     retention.abort();
     stop_snapshots.send_replace(true);

@@ -589,3 +589,61 @@ async fn an_http2_connection_carries_at_most_200_streams() {
     assert_eq!(response.status(), 200);
     driver.abort();
 }
+
+/// Connections that send nothing are closed after the idle wait
+/// (`http_idle_ms`): before their first byte, between HTTP/1.1 requests,
+/// and within a request head that never ends. Streams in flight (SSE over
+/// HTTP/1.1, WebSocket) are not idle and outlive it.
+#[tokio::test]
+async fn idle_connections_are_closed_after_the_idle_wait_and_streams_are_not() {
+    use futures::{SinkExt, StreamExt};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio_tungstenite::tungstenite::Message as Ws;
+    const IDLE_MS: u64 = 1000;
+    let dir = tempfile::tempdir().unwrap();
+    let idle = IDLE_MS.to_string();
+    let args = ["serve", "--listen", "127.0.0.1:0", "--data-dir", dir.path().to_str().unwrap(), "--namespace", "default:2", "--http-idle-ms", &idle];
+    let t = Tern::spawn(&args, dir.path()).await;
+    let addr = t.url.trim_start_matches("http://").to_string();
+    let closed = |mut stream: tokio::net::TcpStream| async move {
+        let mut received = Vec::new();
+        tokio::time::timeout(H2_TEST_WAIT, stream.read_to_end(&mut received)).await.expect("closed after the idle wait").ok();
+        received
+    };
+    // Nothing at all.
+    let silent = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    assert!(closed(silent).await.is_empty());
+    // A request, then nothing: answered, then closed.
+    let mut kept = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    kept.write_all(format!("GET /healthz HTTP/1.1\r\nHost: {addr}\r\n\r\n").as_bytes()).await.unwrap();
+    let answered = closed(kept).await;
+    assert!(answered.starts_with(b"HTTP/1.1 200"), "{:?}", String::from_utf8_lossy(&answered));
+    // A head that never ends.
+    let mut partial = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    partial.write_all(b"GET /healthz HTTP/1.1\r\nHo").await.unwrap();
+    let answered = closed(partial).await;
+    assert!(answered.is_empty() || answered.starts_with(b"HTTP/1.1 408"), "{:?}", String::from_utf8_lossy(&answered));
+
+    // An SSE stream over HTTP/1.1 and a WebSocket, quiet for twice the idle
+    // wait, still get the next change.
+    let mut sse = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    sse.write_all(format!("GET /v1/ns/default/watch?pk=idle HTTP/1.1\r\nHost: {addr}\r\n\r\n").as_bytes()).await.unwrap();
+    let (mut ws, _) = tokio_tungstenite::connect_async(format!("ws://{addr}/v1/ws")).await.unwrap();
+    ws.send(Ws::Text(r#"{"type":"sub","id":"i","ns":"default","pk":"idle"}"#.into())).await.unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(2 * IDLE_MS)).await;
+    let (status, _) = t.put("idle", "k", &json!("after the wait")).await;
+    assert_eq!(status, 200);
+    let mut seen = Vec::new();
+    while !String::from_utf8_lossy(&seen).contains("after the wait") {
+        let mut buf = [0u8; 4096];
+        let n = tokio::time::timeout(H2_TEST_WAIT, sse.read(&mut buf)).await.expect("the SSE stream gets the change").unwrap();
+        assert!(n > 0, "the SSE stream was closed: {:?}", String::from_utf8_lossy(&seen));
+        seen.extend_from_slice(&buf[..n]);
+    }
+    loop {
+        let message = tokio::time::timeout(H2_TEST_WAIT, ws.next()).await.expect("the WebSocket gets the change").expect("open").unwrap();
+        if message.to_text().unwrap_or("").contains("after the wait") {
+            break;
+        }
+    }
+}

@@ -52,4 +52,10 @@ fn bad_settings_are_refused_clearly() {
         .unwrap();
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("apply_batch_max"), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = Command::new(BIN)
+        .args(["serve", "--data-dir", dir.path().to_str().unwrap(), "--http-idle-ms", "10"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("http_idle_ms must be 1000..=3600000"), "{}", String::from_utf8_lossy(&out.stderr));
 }

@@ -5,6 +5,11 @@
 //! preface `PRI * HTTP/2.0`), served by `h2c.rs`, which runs the
 //! connection's watches in its own task.
 //!
+//! Idle connections are bounded: one that sends nothing for the idle wait
+//! (`http_idle_ms`) before its first byte, between HTTP/1.1 requests or
+//! within a request's head is closed. (A response in flight, an SSE stream
+//! or a WebSocket is not idle.)
+//!
 //! Stopping: the listener closes, every connection is told to finish
 //! (HTTP/1.1 after its request in flight, HTTP/2 with GOAWAY), and the stop
 //! waits for them, at most `SHUTDOWN_WAIT_MAX`. Subscriptions never end by
@@ -20,7 +25,7 @@ use axum::body::Body;
 use axum::extract::Request;
 use axum::response::Response;
 use hyper::body::Incoming;
-use hyper_util::rt::TokioIo;
+use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
@@ -54,8 +59,8 @@ impl ConnectionId {
 
 /// Serves `service` (with `app`, whose watches HTTP/2 connections run
 /// themselves) on every connection `listener` accepts until `shutdown`
-/// resolves, then stops gracefully.
-pub async fn serve<S>(listener: TcpListener, app: AppState, service: S, shutdown: impl Future<Output = ()>)
+/// resolves, then stops gracefully. `idle`: see the module doc.
+pub async fn serve<S>(listener: TcpListener, app: AppState, service: S, idle: Duration, shutdown: impl Future<Output = ()>)
 where
     S: tower::Service<Request, Response = Response, Error = Infallible> + Clone + Send + 'static,
     S::Future: Send + 'static,
@@ -82,7 +87,7 @@ where
         if let Err(e) = stream.set_nodelay(true) {
             tracing::debug!(error = %e, "cannot set TCP_NODELAY");
         }
-        tokio::spawn(serve_connection(stream, app.clone(), service.clone(), stopping.subscribe()));
+        tokio::spawn(serve_connection(stream, app.clone(), service.clone(), idle, stopping.subscribe()));
     }
     drop(listener);
     stopping.send_replace(true);
@@ -98,7 +103,7 @@ fn is_connection_error(e: &std::io::Error) -> bool {
 }
 
 /// One connection, served to its end; `stopping` tells it to finish.
-async fn serve_connection<S>(stream: TcpStream, app: AppState, service: S, mut stopping: watch::Receiver<bool>)
+async fn serve_connection<S>(stream: TcpStream, app: AppState, service: S, idle: Duration, mut stopping: watch::Receiver<bool>)
 where
     S: tower::Service<Request, Response = Response, Error = Infallible> + Clone + Send + 'static,
     S::Future: Send + 'static,
@@ -107,10 +112,14 @@ where
     let is_h2 = tokio::select! {
         is_h2 = starts_with_h2_preface(&stream) => is_h2,
         _ = stopping.wait_for(|stopping| *stopping) => return,
+        () = tokio::time::sleep(idle) => {
+            tracing::debug!("connection sent nothing within the idle wait; closing it");
+            return;
+        }
     };
     let result = match is_h2 {
         Ok(true) => h2c::serve(stream, app, service, connection, stopping).await.map_err(|e| e.to_string()),
-        Ok(false) => serve_http1(stream, service, connection, stopping).await.map_err(|e| e.to_string()),
+        Ok(false) => serve_http1(stream, service, connection, idle, stopping).await.map_err(|e| e.to_string()),
         Err(e) => Err(e.to_string()),
     };
     if let Err(e) = result {
@@ -141,7 +150,13 @@ async fn starts_with_h2_preface(stream: &TcpStream) -> std::io::Result<bool> {
 }
 
 /// HTTP/1.1 by hyper, upgrades (WebSocket) included.
-async fn serve_http1<S>(stream: TcpStream, service: S, connection: ConnectionId, mut stopping: watch::Receiver<bool>) -> hyper::Result<()>
+async fn serve_http1<S>(
+    stream: TcpStream,
+    service: S,
+    connection: ConnectionId,
+    idle: Duration,
+    mut stopping: watch::Receiver<bool>,
+) -> hyper::Result<()>
 where
     S: tower::Service<Request, Response = Response, Error = Infallible> + Clone + Send + 'static,
     S::Future: Send + 'static,
@@ -152,7 +167,11 @@ where
         request.extensions_mut().insert(connection);
         hyper::service::Service::call(&tower, request)
     });
-    let mut served = pin!(hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), service).with_upgrades());
+    // hyper's header read timeout runs while it waits for a request's head,
+    // between requests too: the idle wait.
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    builder.timer(TokioTimer::new()).header_read_timeout(idle);
+    let mut served = pin!(builder.serve_connection(TokioIo::new(stream), service).with_upgrades());
     let mut stop_sent = false;
     loop {
         tokio::select! {

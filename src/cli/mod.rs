@@ -137,6 +137,8 @@ pub struct ServeArgs {
     pub watch_progress_ms: Option<u64>,
     #[arg(long, env = "TERN_WATCH_KEEP_ALIVE_MS")]
     pub watch_keep_alive_ms: Option<u64>,
+    #[arg(long, env = "TERN_HTTP_IDLE_MS")]
+    pub http_idle_ms: Option<u64>,
     #[arg(long, env = "TERN_WATCH_SUBSCRIBERS_MAX")]
     pub watch_subscribers_max: Option<usize>,
     #[arg(long, env = "TERN_WATCH_RING_EVENTS_MAX")]
@@ -163,7 +165,7 @@ impl ServeArgs {
         take!(kafka_session_timeout_ms, gossip_interval_ms, kafka_linger_ms, kafka_fetch_wait_max_ms, kafka_fetch_min_bytes);
         take!(snapshot_writer, snapshot_interval_ms, snapshot_entries, snapshot_retain, log_retention_check_ms);
         take!(watch_queue_events_max, watch_queue_bytes_max, watch_progress_ms, watch_keep_alive_ms, watch_subscribers_max);
-        take!(watch_ring_events_max, watch_ring_bytes_max);
+        take!(watch_ring_events_max, watch_ring_bytes_max, http_idle_ms);
         for option in &self.snapshot_options {
             let (key, value) = option
                 .split_once('=')
