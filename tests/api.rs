@@ -647,3 +647,38 @@ async fn idle_connections_are_closed_after_the_idle_wait_and_streams_are_not() {
         }
     }
 }
+
+/// An HTTP/2 connection without a stream through a whole idle wait is sent
+/// GOAWAY and closed; one that carries a watch is kept.
+#[tokio::test]
+async fn an_http2_connection_without_streams_is_closed_after_the_idle_wait() {
+    const IDLE_MS: u64 = 1000;
+    let dir = tempfile::tempdir().unwrap();
+    let idle = IDLE_MS.to_string();
+    let args = ["serve", "--listen", "127.0.0.1:0", "--data-dir", dir.path().to_str().unwrap(), "--namespace", "default:2", "--http-idle-ms", &idle];
+    let t = Tern::spawn(&args, dir.path()).await;
+    let addr = t.url.trim_start_matches("http://").to_string();
+    // Without streams: the connection ends.
+    let tcp = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    let (_client, connection) = h2::client::handshake(tcp).await.unwrap();
+    tokio::time::timeout(H2_TEST_WAIT, connection).await.expect("closed after the idle wait").ok();
+    // With a watch: still open after three idle waits, and it gets the change.
+    let tcp = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    let (client, connection) = h2::client::handshake(tcp).await.unwrap();
+    let driver = tokio::spawn(connection);
+    let mut ready = client.ready().await.unwrap();
+    let request = http::Request::get(format!("{}/v1/ns/default/watch?pk=idle", t.url)).body(()).unwrap();
+    let (response, _) = ready.send_request(request, true).unwrap();
+    let mut body = tokio::time::timeout(H2_TEST_WAIT, response).await.unwrap().unwrap().into_body();
+    tokio::time::sleep(std::time::Duration::from_millis(3 * IDLE_MS)).await;
+    assert!(!driver.is_finished(), "a connection with a watch is not idle");
+    let (status, _) = t.put("idle", "k", &json!("after the wait")).await;
+    assert_eq!(status, 200);
+    let mut seen = Vec::new();
+    while !String::from_utf8_lossy(&seen).contains("after the wait") {
+        let chunk = tokio::time::timeout(H2_TEST_WAIT, body.data()).await.expect("the change").expect("open").unwrap();
+        body.flow_control().release_capacity(chunk.len()).unwrap();
+        seen.extend_from_slice(&chunk);
+    }
+    driver.abort();
+}

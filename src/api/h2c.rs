@@ -61,14 +61,17 @@ const HANDSHAKE_WAIT_MAX: Duration = Duration::from_secs(10);
 /// Rounds over a connection's woken watches before it writes (see `poll_woken`).
 const WATCH_ROUNDS_PER_POLL_MAX: usize = 64;
 
-/// Serves one h2c connection until the client closes it, or until `stopping`
-/// turns true and its streams have finished (GOAWAY, then the open streams
-/// run to their end; watches end as the node closes their subscriptions).
+/// Serves one h2c connection until the client closes it, until it had no
+/// open stream through a whole `idle` wait (checked every `idle`: closed
+/// within twice that), or until `stopping` turns true and its streams have
+/// finished. Either end is GOAWAY, then the open streams run to their end
+/// (watches end as the node closes their subscriptions).
 pub async fn serve<S>(
     stream: TcpStream,
     app: AppState,
     service: S,
     connection: ConnectionId,
+    idle: Duration,
     mut stopping: tokio::sync::watch::Receiver<bool>,
 ) -> Result<(), h2::Error>
 where
@@ -82,29 +85,49 @@ where
     };
     let mut h2 = handshake?;
     let mut watches = Watches::default();
+    // Other requests in flight: each one's task holds a clone.
+    let requests = Arc::new(());
     let mut stop = pin!(async move {
         let _ = stopping.wait_for(|stopping| *stopping).await;
     });
-    let mut stop_sent = false;
+    let mut idle_check = pin!(tokio::time::sleep(idle));
+    let mut opened_since_check = false;
+    let mut goaway_sent = false;
     loop {
         let next = std::future::poll_fn(|cx| {
             // Watches first: what they send, the connection then writes.
             watches.poll_woken(cx);
-            if !stop_sent && stop.as_mut().poll(cx).is_ready() {
+            if !goaway_sent && stop.as_mut().poll(cx).is_ready() {
                 return Poll::Ready(Next::Stop);
+            }
+            if !goaway_sent && idle_check.as_mut().poll(cx).is_ready() {
+                return Poll::Ready(Next::IdleCheck);
             }
             h2.poll_accept(cx).map(Next::Accepted)
         })
         .await;
         let (mut request, respond) = match next {
             Next::Stop => {
-                stop_sent = true;
+                goaway_sent = true;
                 h2.graceful_shutdown();
+                continue;
+            }
+            Next::IdleCheck => {
+                let open = watches.len() + Arc::strong_count(&requests) - 1;
+                if open == 0 && !opened_since_check {
+                    tracing::debug!(idle_ms = idle.as_millis() as u64, "HTTP/2 connection without streams; closing it");
+                    goaway_sent = true;
+                    h2.graceful_shutdown();
+                    continue;
+                }
+                opened_since_check = false;
+                idle_check.as_mut().reset(tokio::time::Instant::now() + idle);
                 continue;
             }
             Next::Accepted(Some(accepted)) => accepted?,
             Next::Accepted(None) => return Ok(()),
         };
+        opened_since_check = true;
         request.extensions_mut().insert(connection);
         match watch_namespace(&request) {
             Some(ns) => {
@@ -121,7 +144,11 @@ where
                 }
             }
             None => {
-                tokio::spawn(call(service.clone(), request, respond));
+                let (service, in_flight) = (service.clone(), requests.clone());
+                tokio::spawn(async move {
+                    call(service, request, respond).await;
+                    drop(in_flight);
+                });
             }
         }
     }
@@ -129,6 +156,8 @@ where
 
 enum Next {
     Stop,
+    /// Time to look whether the connection was idle since the last look.
+    IdleCheck,
     Accepted(Option<Result<(http::Request<RecvStream>, SendResponse<Bytes>), h2::Error>>),
 }
 
@@ -165,6 +194,10 @@ struct Watches {
 }
 
 impl Watches {
+    fn len(&self) -> usize {
+        self.running.len()
+    }
+
     fn push(&mut self, stream: WatchStream) {
         self.running.push(Counted { inner: stream, polls: self.polls.clone() });
     }

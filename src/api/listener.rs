@@ -7,8 +7,9 @@
 //!
 //! Idle connections are bounded: one that sends nothing for the idle wait
 //! (`http_idle_ms`) before its first byte, between HTTP/1.1 requests or
-//! within a request's head is closed. (A response in flight, an SSE stream
-//! or a WebSocket is not idle.)
+//! within a request's head is closed, and so is an HTTP/2 connection without
+//! a stream through a whole idle wait (`h2c.rs`). (A response in flight, an
+//! SSE stream or a WebSocket is not idle.)
 //!
 //! Stopping: the listener closes, every connection is told to finish
 //! (HTTP/1.1 after its request in flight, HTTP/2 with GOAWAY), and the stop
@@ -118,7 +119,7 @@ where
         }
     };
     let result = match is_h2 {
-        Ok(true) => h2c::serve(stream, app, service, connection, stopping).await.map_err(|e| e.to_string()),
+        Ok(true) => h2c::serve(stream, app, service, connection, idle, stopping).await.map_err(|e| e.to_string()),
         Ok(false) => serve_http1(stream, service, connection, idle, stopping).await.map_err(|e| e.to_string()),
         Err(e) => Err(e.to_string()),
     };
