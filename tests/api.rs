@@ -350,20 +350,27 @@ async fn http2_prior_knowledge_on_the_same_port() {
     assert_eq!(response.status(), 404);
 }
 
+/// Connects and sends the HTTP/2 preface in two writes `pause` apart, then
+/// an empty SETTINGS frame (length 0, type 4, no flags, stream 0).
+async fn preface_in_two_writes(t: &Tern, pause: std::time::Duration) -> tokio::net::TcpStream {
+    use tokio::io::AsyncWriteExt;
+    let mut stream = tokio::net::TcpStream::connect(t.url.trim_start_matches("http://")).await.unwrap();
+    let preface = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+    stream.write_all(&preface[..8]).await.unwrap();
+    tokio::time::sleep(pause).await;
+    stream.write_all(&preface[8..]).await.unwrap();
+    stream.write_all(&[0, 0, 0, 4, 0, 0, 0, 0, 0]).await.unwrap();
+    stream
+}
+
 /// A client whose HTTP/2 preface arrives in two pieces is still served
 /// HTTP/2 (the listener waits for the rest rather than guess HTTP/1.1).
 #[tokio::test]
 async fn an_http2_preface_split_across_writes_is_served_http2() {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::io::AsyncReadExt;
     let dir = tempfile::tempdir().unwrap();
     let t = Tern::dev(dir.path()).await;
-    let mut stream = tokio::net::TcpStream::connect(t.url.trim_start_matches("http://")).await.unwrap();
-    let preface = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
-    stream.write_all(&preface[..8]).await.unwrap();
-    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    stream.write_all(&preface[8..]).await.unwrap();
-    // An empty SETTINGS frame: length 0, type 4, no flags, stream 0.
-    stream.write_all(&[0, 0, 0, 4, 0, 0, 0, 0, 0]).await.unwrap();
+    let mut stream = preface_in_two_writes(&t, std::time::Duration::from_millis(50)).await;
     let mut head = [0u8; 9];
     tokio::time::timeout(std::time::Duration::from_secs(20), stream.read_exact(&mut head)).await.expect("an answer").unwrap();
     assert_eq!(head[3], 4, "the server's first frame is its SETTINGS, as HTTP/2 says: {head:?}");
@@ -525,16 +532,10 @@ async fn an_http2_handshake_that_never_finishes_is_closed() {
 /// as HTTP/2 (without the bound the listener would wait for it forever).
 #[tokio::test]
 async fn a_partial_http2_preface_is_waited_for_only_so_long() {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::io::AsyncReadExt;
     let dir = tempfile::tempdir().unwrap();
     let t = Tern::dev(dir.path()).await;
-    let mut stream = tokio::net::TcpStream::connect(t.url.trim_start_matches("http://")).await.unwrap();
-    let preface = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
-    stream.write_all(&preface[..8]).await.unwrap();
-    tokio::time::sleep(std::time::Duration::from_secs(6)).await;
-    stream.write_all(&preface[8..]).await.unwrap();
-    // An empty SETTINGS frame, as in the split-preface test above.
-    stream.write_all(&[0, 0, 0, 4, 0, 0, 0, 0, 0]).await.unwrap();
+    let mut stream = preface_in_two_writes(&t, std::time::Duration::from_secs(6)).await;
     let mut received = Vec::new();
     // HTTP/1.1 cannot parse the rest and closes; were it HTTP/2, the
     // connection would stay open: look at what came either way.

@@ -34,28 +34,22 @@ async fn config_file_env_and_flags_are_merged() {
 #[test]
 fn bad_settings_are_refused_clearly() {
     let dir = tempfile::tempdir().unwrap();
+    let data_dir = dir.path().to_str().unwrap();
     let config = dir.path().join("tern.toml");
     std::fs::write(&config, "no_such_key = 1\n").unwrap();
-    let out = Command::new(BIN).args(["serve", "--config", config.to_str().unwrap()]).output().unwrap();
-    assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("no_such_key"), "{}", String::from_utf8_lossy(&out.stderr));
-    let out = Command::new(BIN)
-        .args(["serve", "--data-dir", dir.path().to_str().unwrap(), "--log", "zookeeper://x"])
-        .output()
-        .unwrap();
-    assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("log must be"), "{}", String::from_utf8_lossy(&out.stderr));
-    let out = Command::new(BIN)
-        .env("TERN_APPLY_BATCH_MAX", "0")
-        .args(["serve", "--data-dir", dir.path().to_str().unwrap()])
-        .output()
-        .unwrap();
-    assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("apply_batch_max"), "{}", String::from_utf8_lossy(&out.stderr));
-    let out = Command::new(BIN)
-        .args(["serve", "--data-dir", dir.path().to_str().unwrap(), "--http-idle-ms", "10"])
-        .output()
-        .unwrap();
-    assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("http_idle_ms must be 1000..=3600000"), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_refused(Command::new(BIN).args(["serve", "--config", config.to_str().unwrap()]), "no_such_key");
+    assert_refused(Command::new(BIN).args(["serve", "--data-dir", data_dir, "--log", "zookeeper://x"]), "log must be");
+    assert_refused(Command::new(BIN).env("TERN_APPLY_BATCH_MAX", "0").args(["serve", "--data-dir", data_dir]), "apply_batch_max");
+    assert_refused(
+        Command::new(BIN).args(["serve", "--data-dir", data_dir, "--http-idle-ms", "10"]),
+        "http_idle_ms must be 1000..=3600000",
+    );
+}
+
+/// Runs `command`: it must fail, saying `message` on stderr.
+fn assert_refused(command: &mut Command, message: &str) {
+    let out = command.output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "accepted; stderr: {stderr}");
+    assert!(stderr.contains(message), "{stderr}");
 }

@@ -27,20 +27,22 @@ impl CpuMeter {
         Ok(CpuMeter { processes })
     }
 
-    /// CPU µs each process spent per operation since `start`.
+    /// CPU µs each process spent per operation since `start`, by label.
     pub fn per_op_us(&self, ops: f64) -> anyhow::Result<serde_json::Map<String, serde_json::Value>> {
-        let mut out = serde_json::Map::new();
-        for &(label, pid, at_start) in &self.processes {
-            let us = (cpu_seconds(pid)? - at_start) * 1e6 / ops.max(1.0);
-            out.insert(label.to_string(), serde_json::json!((us * 10.0).round() / 10.0));
-        }
-        Ok(out)
+        let each = self.per_op_us_each(ops)?;
+        Ok(self.processes.iter().zip(each).map(|(&(label, _, _), us)| (label.to_string(), serde_json::json!(us))).collect())
     }
 
-    /// CPU µs each process spent per operation since `start`, in the order
-    /// they were given.
+    /// CPU µs each process spent per operation since `start` (to a tenth),
+    /// in the order they were given.
     pub fn per_op_us_each(&self, ops: f64) -> anyhow::Result<Vec<f64>> {
-        self.processes.iter().map(|&(_, pid, at_start)| Ok((cpu_seconds(pid)? - at_start) * 1e6 / ops.max(1.0))).collect()
+        self.processes
+            .iter()
+            .map(|&(_, pid, at_start)| {
+                let us = (cpu_seconds(pid)? - at_start) * 1e6 / ops.max(1.0);
+                Ok((us * 10.0).round() / 10.0)
+            })
+            .collect()
     }
 }
 

@@ -596,13 +596,9 @@ fn summarize(
         p99_ms: ms(histogram.value_at_quantile(0.99)),
         max_ms: ms(histogram.max()),
         server_bytes_per_subscriber: None,
-        server_cpu_us_per_event: round_tenth(measured.cpu_us_per_event[0]),
-        harness_cpu_us_per_event: round_tenth(measured.cpu_us_per_event[1]),
+        server_cpu_us_per_event: measured.cpu_us_per_event[0],
+        harness_cpu_us_per_event: measured.cpu_us_per_event[1],
     })
-}
-
-fn round_tenth(x: f64) -> f64 {
-    (x * 10.0).round() / 10.0
 }
 
 fn rss_bytes(pid: u32) -> anyhow::Result<u64> {

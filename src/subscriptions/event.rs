@@ -70,12 +70,9 @@ impl Event {
     /// `cursor.rs`). Formatted once; every such subscriber shares it.
     pub fn position_after(&self, namespace: &str) -> &str {
         let text = self.position_after.get_or_init(|| {
-            let mark = self.mark_after();
-            let mut text = format!("{namespace}:{}:{}", self.partition, mark.offset);
-            if mark.ops_done > 0 {
-                text.push_str(&format!(".{}", mark.ops_done));
-            }
-            text.into()
+            // The one-partition cursor's own wire form, not a second copy of it.
+            let cursor = super::cursor::Cursor { namespace: namespace.to_string(), marks: [(self.partition, self.mark_after())].into() };
+            cursor.to_string().into()
         });
         // An event belongs to one namespace: every caller names the same.
         assert!(
