@@ -548,16 +548,30 @@ async fn write_burst(t: &Tern, batches: usize) -> Truth {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn slow_consumers_are_conflated_or_cancelled_and_never_slow_the_others() {
+    slow_consumers(|t| t.client.clone()).await;
+}
+
+/// The same over one HTTP/2 connection: the slow streams' windows shut
+/// (hyper's client opens 2 MiB per stream and reads a stream only as its
+/// body is read), their sessions are held back, and the fast stream on the
+/// same connection still gets everything.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_streams_of_an_http2_connection_are_conflated_or_cancelled_and_never_slow_the_others() {
+    slow_consumers(|_| h2_client()).await;
+}
+
+async fn slow_consumers(client_for: impl Fn(&Tern) -> reqwest::Client) {
     let dir = tempfile::tempdir().unwrap();
     // 2,000 events of slack: 20 batch calls, so a reader that keeps reading
     // is never cut even on a loaded machine; one that reads nothing is
-    // (its socket buffers hold ~1,000 more).
+    // (its socket buffers or its stream's window hold several thousand more).
     let t = serve(dir.path(), &["--watch-queue-events-max", "2000", "--watch-progress-ms", "100"]).await;
-    let mut fast = Sse::connect(&t.client, &watch_url(&t, "mode=log"), None).await;
+    let client = client_for(&t);
+    let mut fast = Sse::connect(&client, &watch_url(&t, "mode=log"), None).await;
     let fast_start = fast.next(WAIT).await.unwrap().id.unwrap();
-    let mut slow_log = Sse::connect(&t.client, &watch_url(&t, "mode=log"), None).await;
+    let mut slow_log = Sse::connect(&client, &watch_url(&t, "mode=log"), None).await;
     let slow_log_start = slow_log.next(WAIT).await.unwrap().id.unwrap();
-    let mut slow_state = Sse::connect(&t.client, &watch_url(&t, "mode=state"), None).await;
+    let mut slow_state = Sse::connect(&client, &watch_url(&t, "mode=state"), None).await;
     slow_state.next(WAIT).await.unwrap();
     // The fast subscriber reads everything while the slow ones read nothing.
     let fast_reader = tokio::spawn(async move {
@@ -578,7 +592,10 @@ async fn slow_consumers_are_conflated_or_cancelled_and_never_slow_the_others() {
     let cancel_position = loop {
         let e = slow_log.next(WAIT).await.expect("the slow log subscriber is cancelled");
         match e.event.as_str() {
-            "put" => received.push(Change::from_event(&e)),
+            "put" => {
+                received.push(Change::from_event(&e));
+                assert!(received.len() < 40_000, "the slow log subscriber got every event: it was never cut");
+            }
             "cancel" => {
                 assert_eq!(e.json()["reason"], "slow_consumer");
                 break e.json()["position"].as_str().unwrap().to_string();
@@ -589,7 +606,7 @@ async fn slow_consumers_are_conflated_or_cancelled_and_never_slow_the_others() {
     };
     assert!(received.len() < 40_000, "it was cut before the end");
     assert_ne!(cancel_position, slow_log_start);
-    let mut resumed = Sse::connect(&t.client, &watch_url(&t, "mode=log"), Some(&cancel_position)).await;
+    let mut resumed = Sse::connect(&client, &watch_url(&t, "mode=log"), Some(&cancel_position)).await;
     while received.len() < 40_000 {
         let e = resumed.next_change(WAIT).await.expect("the rest is replayed");
         received.push(Change::from_event(&e));

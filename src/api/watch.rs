@@ -126,17 +126,14 @@ pub const SSE_HEADERS: [(header::HeaderName, &str); 3] = [
     (header::HeaderName::from_static("x-accel-buffering"), "no"),
 ];
 
-/// A watch set up from its request, not yet running: the session, and
-/// where it leaves its messages for the transport.
-pub struct SseWatch {
-    pub session: Pin<Box<dyn Future<Output = ()> + Send>>,
-    pub messages: subscriptions::OutboxReader,
-}
+/// A watch's session, set up and not yet running: the transport that
+/// drives it polls it.
+pub type SessionFuture = Pin<Box<dyn Future<Output = ()> + Send>>;
 
 /// HTTP/1.1 (and HTTP/2 served by hyper, in tests that serve the router
 /// alone): the session runs in the response body (`driven`). The API's
 /// own HTTP/2 connections run watches in the connection's task instead
-/// (`h2c.rs`), set up by the same `open_sse`.
+/// (`h2c/watches.rs`), set up by the same `open_sse`.
 pub async fn sse(
     State(app): State<AppState>,
     Path(ns): Path<String>,
@@ -145,16 +142,27 @@ pub async fn sse(
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let connection = connection.map_or(0, |Extension(ConnectionId(id))| id);
-    let watch = open_sse(&app, &ns, query.as_deref(), &headers, connection)?;
+    // A few messages of slack between the session and the socket; beyond
+    // that the session waits for the client (its queue keeps the bound).
+    let (outbox, messages) = subscriptions::Outbox::new(SSE_MESSAGES_PENDING_MAX);
+    let session = open_sse(&app, &ns, query.as_deref(), &headers, connection, outbox)?;
     let first = futures::stream::once(async { Ok::<Bytes, Infallible>(Bytes::from_static(SSE_PREAMBLE)) });
-    let rest = driven(watch.session, watch.messages);
+    let rest = driven(session, messages);
     let body = axum::body::Body::from_stream(futures::StreamExt::chain(first, rest));
     Ok((SSE_HEADERS, body).into_response())
 }
 
 /// Validates a watch request (query and `Last-Event-ID`) and sets up its
-/// session; errors come before anything is streamed, so they get a status.
-pub fn open_sse(app: &AppState, ns: &str, query: Option<&str>, headers: &HeaderMap, connection: u64) -> Result<SseWatch, ApiError> {
+/// session, which leaves its messages in `outbox`; errors come before
+/// anything is streamed, so they get a status.
+pub fn open_sse(
+    app: &AppState,
+    ns: &str,
+    query: Option<&str>,
+    headers: &HeaderMap,
+    connection: u64,
+    outbox: subscriptions::Outbox,
+) -> Result<SessionFuture, ApiError> {
     let params = Params::parse(query, &["pk", "prefix", "sk", "from", "mode"])?;
     let last_event_id = match headers.get("last-event-id") {
         Some(value) => Some(
@@ -166,11 +174,8 @@ pub fn open_sse(app: &AppState, ns: &str, query: Option<&str>, headers: &HeaderM
     };
     let from = last_event_id.filter(|id| !id.is_empty()).or(params.str("from"));
     let request = WatchRequest::parse(params.str("pk"), params.str("prefix"), params.str("sk"), from, params.str("mode"))?;
-    // A few messages of slack between the session and the socket; beyond
-    // that the session waits for the client (its queue keeps the bound).
-    let (outbox, messages) = subscriptions::Outbox::new(SSE_MESSAGES_PENDING_MAX);
     let (session, start) = subscriptions::open(&app.node, ns, request.filter, request.from, request.mode, outbox, connection)?;
-    Ok(SseWatch { session: Box::pin(session.run(start)), messages })
+    Ok(Box::pin(session.run(start)))
 }
 
 /// The session's messages as body chunks, from a stream that also runs the
@@ -180,7 +185,7 @@ pub fn open_sse(app: &AppState, ns: &str, query: Option<&str>, headers: &HeaderM
 /// ended and everything it sent went out; a client that goes away drops the
 /// body, and the session with it.
 fn driven(
-    session: Pin<Box<dyn Future<Output = ()> + Send>>,
+    session: SessionFuture,
     messages: subscriptions::OutboxReader,
 ) -> impl futures::Stream<Item = Result<Bytes, Infallible>> {
     let mut session = Some(session);
@@ -205,7 +210,7 @@ fn driven(
 
 /// What the session left, up to `MESSAGES_PER_CHUNK_MAX` messages, as one
 /// body chunk (one write for a burst); none if it left nothing.
-pub fn take_chunk(messages: &subscriptions::OutboxReader, batch: &mut Vec<subscriptions::Tagged>) -> Option<Bytes> {
+fn take_chunk(messages: &subscriptions::OutboxReader, batch: &mut Vec<subscriptions::Tagged>) -> Option<Bytes> {
     match messages.take(batch, MESSAGES_PER_CHUNK_MAX) {
         0 => None,
         // The common case (one event): no second copy.

@@ -37,7 +37,7 @@ use super::error::ApiError;
 use super::listener::ConnectionId;
 use super::watch::WatchRequest;
 use super::AppState;
-use crate::subscriptions::{self, Message, Outbox, OutboxReader, Tagged};
+use crate::subscriptions::{self, Message, Outbox, OutboxReader, Tag, Tagged};
 
 /// Most subscriptions on one connection.
 pub const SUBSCRIPTIONS_PER_CONNECTION_MAX: usize = 1000;
@@ -145,7 +145,7 @@ async fn serve(app: AppState, socket: WebSocket, connection: u64) {
         };
         // What sessions sent before this reply goes out before it.
         outbox.take(&mut batch, OUTBOUND_MESSAGES_MAX);
-        batch.push(Tagged { tag: None, message: Message::Reply(reply) });
+        batch.push(Tagged { tag: Tag::Only, message: Message::Reply(reply) });
         if write_frames(&mut sink, &mut batch).await.is_err() {
             break;
         }
@@ -221,7 +221,11 @@ fn handle(
 /// Writes `batch` (emptied) as text frames with one flush.
 async fn write_frames(sink: &mut SplitSink<WebSocket, WsMessage>, batch: &mut Vec<Tagged>) -> Result<(), axum::Error> {
     for tagged in batch.drain(..) {
-        sink.feed(WsMessage::Text(ws_text(tagged.tag.as_deref().unwrap_or("null"), &tagged.message))).await?;
+        let id_json = match &tagged.tag {
+            Tag::Id(id_json) => id_json,
+            Tag::Only | Tag::Stream(_) => "null",
+        };
+        sink.feed(WsMessage::Text(ws_text(id_json, &tagged.message))).await?;
     }
     sink.flush().await
 }
@@ -248,7 +252,7 @@ fn open(
     }
     let request = WatchRequest::parse(sub.pk.as_deref(), sub.prefix.as_deref(), sub.sk.as_deref(), sub.from.as_deref(), sub.mode.as_deref())?;
     let id_json: Arc<str> = serde_json::to_string(&sub.id).expect("a string serializes").into();
-    let outbox = Outbox::tagged(outbox, id_json);
+    let outbox = Outbox::tagged(outbox, Tag::Id(id_json));
     Ok(subscriptions::open(&app.node, &sub.ns, request.filter, request.from, request.mode, outbox, connection)?)
 }
 

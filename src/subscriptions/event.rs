@@ -71,7 +71,7 @@ impl Event {
     pub fn position_after(&self, namespace: &str) -> &str {
         let text = self.position_after.get_or_init(|| {
             // The one-partition cursor's own wire form, not a second copy of it.
-            let cursor = super::cursor::Cursor { namespace: namespace.to_string(), marks: [(self.partition, self.mark_after())].into() };
+            let cursor = super::cursor::Cursor { namespace: namespace.to_string(), marks: [(self.partition, self.mark_after())].into_iter().collect() };
             cursor.to_string().into()
         });
         // An event belongs to one namespace: every caller names the same.
@@ -203,7 +203,7 @@ mod tests {
         assert_eq!(events[0].position_after("ns"), "ns:3:41.1");
         assert_eq!(events[1].position_after("ns"), "ns:3:42");
         let cursor = crate::subscriptions::Cursor::parse(events[0].position_after("ns")).unwrap();
-        assert_eq!(cursor.marks[&3], events[0].mark_after(), "the shared position is the cursor's wire form");
+        assert_eq!(cursor.marks[3], events[0].mark_after(), "the shared position is the cursor's wire form");
         assert_eq!(cursor.to_string(), events[0].position_after("ns"));
     }
 

@@ -40,7 +40,7 @@ use std::time::Duration;
 pub use self::cursor::Cursor;
 pub use self::filter::Filter;
 pub use self::queue::{Mode, QueueLimits};
-pub use self::outbox::{Outbox, OutboxReader, Tagged};
+pub use self::outbox::{Outbox, OutboxReader, Tag, Tagged};
 pub use self::session::{ChangeId, Message, Session};
 use crate::apply::PartitionStatus;
 use crate::node::Node;
@@ -183,19 +183,19 @@ pub fn open(
                 )));
             }
             for &p in &partitions {
-                let mark = given.marks.get(&p).ok_or_else(|| {
+                let mark = given.marks.get(p).ok_or_else(|| {
                     WatchError::InvalidPosition(format!(
                         "the position does not name partition {p}, which this subscription watches; \
                          pass a position a subscription of the same filter returned, or from=now / from=snapshot"
                     ))
                 })?;
-                cursor.marks.insert(p, *mark);
+                cursor.marks.insert(p, mark);
             }
             Start::Cursor
         }
     };
     for &p in &partitions {
-        cursor.marks.entry(p).or_insert(event::Mark::at(0));
+        cursor.marks.insert_if_absent(p, event::Mark::at(0));
     }
     if *node.subscriptions.closing.borrow() {
         return Err(WatchError::Unavailable("the node is shutting down".into()));

@@ -1,12 +1,18 @@
 //! Where sessions leave their messages for the transport that drives them.
 //!
 //! A session has no task of its own: the transport's task (an SSE body, a
-//! WebSocket connection) polls its sessions, then takes what they left here
-//! and writes it. So leaving a message wakes nobody: the driver looks here
-//! after every poll of its sessions (a channel would wake the driver's own
-//! task, which is already running, and cost it a wasted second poll per
-//! delivery). Only a session that finds the outbox full waits; the driver
-//! wakes it when it takes messages out.
+//! WebSocket connection, an HTTP/2 connection) polls its sessions, then
+//! takes what they left here and writes it. So leaving a message wakes
+//! nobody: the driver looks here after every poll of its sessions (a
+//! channel would wake the driver's own task, which is already running, and
+//! cost it a wasted second poll per delivery). Only a session that finds
+//! the outbox full, or its own sender shut, waits; the driver wakes it when
+//! it takes messages out, or opens the sender again.
+//!
+//! A driver that writes several subscriptions to separate flow-controlled
+//! streams (HTTP/2) shuts the sender of one whose stream cannot take more
+//! (`shut`), so one slow stream holds back its own session only, never the
+//! outbox the others share.
 //!
 //! The outbox lives exactly as long as the sessions that send to it (the
 //! driver owns both), so a send never fails.
@@ -20,18 +26,28 @@ use parking_lot::Mutex;
 
 use super::session::Message;
 
-/// A message on its way to the transport; `tag` names the subscription on
-/// a connection that carries several (WebSocket: the client's id, as JSON).
+/// Which subscription on its transport a message belongs to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Tag {
+    /// The transport carries one subscription (an HTTP/1.1 SSE body).
+    Only,
+    /// A WebSocket subscription: the client's id for it, JSON-encoded.
+    Id(Arc<str>),
+    /// An HTTP/2 watch: the connection's key for its stream.
+    Stream(usize),
+}
+
+/// A message on its way to the transport.
 #[derive(Debug)]
 pub struct Tagged {
-    pub tag: Option<Arc<str>>,
+    pub tag: Tag,
     pub message: Message,
 }
 
 /// A session's end of the outbox.
 pub struct Outbox {
     shared: Arc<Mutex<Shared>>,
-    tag: Option<Arc<str>>,
+    tag: Tag,
 }
 
 /// The driver's end: it takes the messages out.
@@ -45,26 +61,36 @@ struct Shared {
     /// Sessions waiting for room, each once (at most one per session the
     /// driver runs).
     waiting: Vec<Waker>,
+    /// Senders the driver shut, each with the waker of its session if it
+    /// waits (at most one entry per session the driver runs; nearly always
+    /// empty, so a send looks at it only when it is not).
+    shut: Vec<(Tag, Option<Waker>)>,
 }
 
 impl Outbox {
-    /// An outbox holding at most `messages_max` messages, for one untagged
-    /// session (one subscription per transport).
+    /// An outbox holding at most `messages_max` messages, for one session
+    /// (one subscription per transport).
     pub fn new(messages_max: usize) -> (Outbox, OutboxReader) {
         let reader = OutboxReader::new(messages_max);
-        (Outbox { shared: reader.shared.clone(), tag: None }, reader)
+        (Outbox { shared: reader.shared.clone(), tag: Tag::Only }, reader)
     }
 
     /// Another session's end of the same outbox, its messages tagged `tag`.
-    pub fn tagged(reader: &OutboxReader, tag: Arc<str>) -> Outbox {
-        Outbox { shared: reader.shared.clone(), tag: Some(tag) }
+    pub fn tagged(reader: &OutboxReader, tag: Tag) -> Outbox {
+        Outbox { shared: reader.shared.clone(), tag }
     }
 
-    /// Leaves `message`, once there is room.
+    /// Leaves `message`, once there is room and this sender is not shut.
     pub fn send(&self, message: Message) -> impl Future<Output = ()> + '_ {
         let mut message = Some(message);
         std::future::poll_fn(move |cx| {
             let mut shared = self.shared.lock();
+            if !shared.shut.is_empty() {
+                if let Some((_, waiting)) = shared.shut.iter_mut().find(|(tag, _)| *tag == self.tag) {
+                    *waiting = Some(cx.waker().clone());
+                    return Poll::Pending;
+                }
+            }
             if shared.messages.len() < shared.messages_max {
                 let message = message.take().expect("a send completes once");
                 shared.messages.push_back(Tagged { tag: self.tag.clone(), message });
@@ -85,7 +111,13 @@ impl OutboxReader {
         assert!(messages_max > 0);
         // Grown on demand: most of the time an outbox holds a message or two,
         // and there is one per connection.
-        OutboxReader { shared: Arc::new(Mutex::new(Shared { messages: VecDeque::new(), messages_max, waiting: Vec::new() })) }
+        let shared = Shared { messages: VecDeque::new(), messages_max, waiting: Vec::new(), shut: Vec::new() };
+        OutboxReader { shared: Arc::new(Mutex::new(shared)) }
+    }
+
+    /// The most messages the outbox holds: a `take` of this many empties it.
+    pub fn messages_max(&self) -> usize {
+        self.shared.lock().messages_max
     }
 
     /// Moves up to `max` messages into `out` (in the order they were left)
@@ -101,6 +133,28 @@ impl OutboxReader {
         waiting.into_iter().for_each(Waker::wake);
         moved
     }
+
+    /// Holds back the sender tagged `tag`: its next send waits until `open`.
+    /// What it left before stays in the outbox, in order.
+    pub fn shut(&self, tag: Tag) {
+        let mut shared = self.shared.lock();
+        if !shared.shut.iter().any(|(shut, _)| *shut == tag) {
+            shared.shut.push((tag, None));
+        }
+    }
+
+    /// Lets the sender tagged `tag` send again (and wakes it if it waits);
+    /// nothing if it was not shut.
+    pub fn open(&self, tag: &Tag) {
+        let waiting = {
+            let mut shared = self.shared.lock();
+            let Some(i) = shared.shut.iter().position(|(shut, _)| shut == tag) else { return };
+            shared.shut.swap_remove(i).1
+        };
+        if let Some(waker) = waiting {
+            waker.wake();
+        }
+    }
 }
 
 #[cfg(test)]
@@ -111,7 +165,7 @@ mod tests {
     #[test]
     fn a_full_outbox_holds_the_sender_until_the_reader_takes_and_keeps_the_order() {
         let (outbox, reader) = Outbox::new(2);
-        let tagged = Outbox::tagged(&reader, "\"b\"".into());
+        let tagged = Outbox::tagged(&reader, Tag::Id("\"b\"".into()));
         assert!(outbox.send(Message::KeepAlive).now_or_never().is_some());
         assert!(tagged.send(Message::KeepAlive).now_or_never().is_some());
         let mut third = Box::pin(outbox.send(Message::Progress { position: "p".into() }));
@@ -123,10 +177,35 @@ mod tests {
         assert!(woken.load(std::sync::atomic::Ordering::SeqCst), "taking wakes the waiting sender");
         assert!(third.as_mut().poll(&mut cx).is_ready());
         assert_eq!(reader.take(&mut out, 10), 2);
-        let tags: Vec<Option<&str>> = out.iter().map(|t| t.tag.as_deref()).collect();
-        assert_eq!(tags, vec![None, Some("\"b\""), None]);
+        let tags: Vec<Tag> = out.iter().map(|t| t.tag.clone()).collect();
+        assert_eq!(tags, vec![Tag::Only, Tag::Id("\"b\"".into()), Tag::Only]);
         assert!(matches!(out[2].message, Message::Progress { .. }));
         assert_eq!(reader.take(&mut out, 10), 0, "all taken");
+    }
+
+    #[test]
+    fn a_shut_sender_waits_with_room_to_spare_and_the_others_do_not() {
+        let reader = OutboxReader::new(8);
+        let (one, two) = (Outbox::tagged(&reader, Tag::Stream(1)), Outbox::tagged(&reader, Tag::Stream(2)));
+        assert!(one.send(Message::KeepAlive).now_or_never().is_some());
+        reader.shut(Tag::Stream(1));
+        reader.shut(Tag::Stream(1));
+        let mut held = Box::pin(one.send(Message::Progress { position: "p".into() }));
+        let (waker, woken) = futures_test_waker();
+        let mut cx = std::task::Context::from_waker(&waker);
+        assert!(held.as_mut().poll(&mut cx).is_pending(), "shut: the sender waits although there is room");
+        assert!(two.send(Message::KeepAlive).now_or_never().is_some(), "another sender is not held");
+        let mut out = Vec::new();
+        assert_eq!(reader.take(&mut out, 8), 2, "what the shut sender left before stays");
+        assert!(held.as_mut().poll(&mut cx).is_pending(), "taking does not open a shut sender");
+        reader.open(&Tag::Stream(2));
+        assert!(!woken.load(std::sync::atomic::Ordering::SeqCst), "opening another sender wakes nobody");
+        reader.open(&Tag::Stream(1));
+        assert!(woken.load(std::sync::atomic::Ordering::SeqCst), "opening wakes the waiting sender");
+        assert!(held.as_mut().poll(&mut cx).is_ready());
+        assert_eq!(reader.take(&mut out, 8), 1);
+        let tags: Vec<Tag> = out.iter().map(|t| t.tag.clone()).collect();
+        assert_eq!(tags, vec![Tag::Stream(1), Tag::Stream(2), Tag::Stream(1)]);
     }
 
     fn futures_test_waker() -> (Waker, Arc<std::sync::atomic::AtomicBool>) {

@@ -11,7 +11,7 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use super::cursor::Cursor;
+use super::cursor::{Cursor, Marks};
 use super::event::{Event, Mark};
 use super::feed::Chunk;
 use super::filter::Filter;
@@ -91,7 +91,7 @@ pub struct Session {
     /// The cursor's marks when a position last went out (a change's id,
     /// `progress`, `synced`): `progress` is sent only once they moved.
     /// Compared, not formatted: a busy subscription never formats its cursor.
-    sent: Vec<(u32, Mark)>,
+    sent: Marks,
     /// Keeps the node's subscriber count.
     _slot: super::Slot,
     /// True once the node stops.
@@ -109,7 +109,7 @@ impl Session {
         slot: super::Slot,
         closing: tokio::sync::watch::Receiver<bool>,
     ) -> Session {
-        Session { namespace, log, subscriber, cursor, registered: BTreeSet::new(), out, config, sent: Vec::new(), _slot: slot, closing }
+        Session { namespace, log, subscriber, cursor, registered: BTreeSet::new(), out, config, sent: Marks::default(), _slot: slot, closing }
     }
 
     pub async fn run(mut self, start: Start) {
@@ -156,7 +156,7 @@ impl Session {
 
     /// The watched partitions: the cursor names each of them (from `open`).
     fn partitions(&self) -> Vec<u32> {
-        self.cursor.marks.keys().copied().collect()
+        self.cursor.marks.partitions().collect()
     }
 
     async fn catch_up_all(&mut self) -> Result<(), Stop> {
@@ -171,7 +171,7 @@ impl Session {
         let handle = self.namespace.handle(p).clone();
         loop {
             self.check_partition(p)?;
-            let mark = self.cursor.marks[&p];
+            let mark = self.cursor.marks[p];
             let head = match handle.feed.register(&self.subscriber, mark) {
                 Ok(()) => {
                     self.registered.insert(p);
@@ -198,7 +198,7 @@ impl Session {
                 self.deliver(event).await;
             }
         }
-        let mark = self.cursor.marks.get_mut(&p).expect("watched partition");
+        let mark = self.cursor.marks.get_mut(p).expect("watched partition");
         *mark = (*mark).max(Mark::at(chunk.reached));
     }
 
@@ -225,7 +225,8 @@ impl Session {
         let id = if self.cursor.marks.len() == 1 {
             // The event's own position is this cursor: formatted once for
             // every subscriber of the partition, not once each.
-            let shared = event.position_after(&self.cursor.namespace);
+            // The namespace's own name: shared by every session, so hot in cache.
+            let shared = event.position_after(&self.namespace.name);
             debug_assert_eq!(shared, self.cursor.to_string());
             ChangeId::Event
         } else {
@@ -393,7 +394,7 @@ impl Session {
             // queue by now, so an empty queue means none of it is pending.
             let head = self.namespace.handle(p).feed.dispatched_next();
             if self.subscriber.is_empty() {
-                let mark = self.cursor.marks.get_mut(&p).expect("watched partition");
+                let mark = self.cursor.marks.get_mut(p).expect("watched partition");
                 *mark = (*mark).max(Mark::at(head));
             }
         }
@@ -407,13 +408,12 @@ impl Session {
 
     /// Notes that the cursor as it stands goes out now.
     fn mark_sent(&mut self) {
-        self.sent.clear();
-        self.sent.extend(self.cursor.marks.iter().map(|(&p, &mark)| (p, mark)));
+        self.sent.copy_from(&self.cursor.marks);
     }
 
     /// Whether the cursor is where it was when a position last went out.
     fn cursor_was_sent(&self) -> bool {
-        self.sent.iter().copied().eq(self.cursor.marks.iter().map(|(&p, &mark)| (p, mark)))
+        self.sent == self.cursor.marks
     }
 }
 

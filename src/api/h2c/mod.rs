@@ -8,24 +8,23 @@
 //! `writev`/s for 1,000 connection-puts/s); put → event read 28–34 ms p50.
 //! Here (BENCHMARKS.md has the numbers after):
 //!
-//! - A watch (`GET /v1/ns/{ns}/watch`) is a `WatchStream` polled by the
-//!   connection's task: a put wakes that task once, it polls just the woken
-//!   watches (each writes its events into h2's buffers), then the connection
-//!   writes them all, a system call per 16 KiB of events.
+//! - The watches (`GET /v1/ns/{ns}/watch`) are run by the connection's task
+//!   (`watches.rs`): a put wakes that task once, it polls just the woken
+//!   sessions, hands each stream its events, then the connection writes
+//!   them all, a system call per 16 KiB of events.
 //! - Every other request is handed to the router in a task of its own (a
 //!   slow one never holds up the connection), its body streamed from h2 and
 //!   its response streamed back with h2's flow control.
 //!
-//! Bounds: `STREAMS_PER_CONNECTION_MAX` concurrent streams; per stream, h2
-//! buffers at most one chunk beyond what the client's window lets through
-//! (a watch takes its next messages only once the stream has send
-//! capacity; until then its session waits and its queue conflates or
-//! cancels as its mode says).
+//! Bounds: `STREAMS_PER_CONNECTION_MAX` concurrent streams; per watch
+//! stream, what `watches.rs` says (a stream whose window shuts holds its
+//! session back; its queue conflates or cancels as its mode says).
+
+mod watches;
 
 use std::convert::Infallible;
 use std::future::Future;
 use std::pin::{pin, Pin};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -34,17 +33,15 @@ use axum::body::Body;
 use axum::extract::Request;
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
-use futures::stream::FuturesUnordered;
-use futures::StreamExt;
 use h2::server::SendResponse;
 use h2::{RecvStream, SendStream};
 use hyper::body::Body as _;
 use tokio::net::TcpStream;
 
+use self::watches::Watches;
 use super::listener::ConnectionId;
-use super::watch::{self, SseWatch};
+use super::watch;
 use super::AppState;
-use crate::subscriptions::{OutboxReader, Tagged};
 
 /// Concurrent streams a client may open on one connection (a browser opens
 /// one per `EventSource`; hyper's default too).
@@ -58,8 +55,6 @@ const HEADER_LIST_BYTES_MAX: u32 = 16 * 1024;
 const SEND_BUFFER_BYTES_MAX: usize = 400 * 1024;
 /// How long a client has to finish the HTTP/2 handshake.
 const HANDSHAKE_WAIT_MAX: Duration = Duration::from_secs(10);
-/// Rounds over a connection's woken watches before it writes (see `poll_woken`).
-const WATCH_ROUNDS_PER_POLL_MAX: usize = 64;
 
 /// Serves one h2c connection until the client closes it, until it had no
 /// open stream through a whole `idle` wait (checked every `idle`: closed
@@ -84,7 +79,7 @@ where
         return Ok(());
     };
     let mut h2 = handshake?;
-    let mut watches = Watches::default();
+    let mut watches = Watches::new();
     // Other requests in flight: each one's task holds a clone.
     let requests = Arc::new(());
     let mut stop = pin!(async move {
@@ -96,7 +91,7 @@ where
     loop {
         let next = std::future::poll_fn(|cx| {
             // Watches first: what they send, the connection then writes.
-            watches.poll_woken(cx);
+            watches.poll_round(cx);
             if !goaway_sent && stop.as_mut().poll(cx).is_ready() {
                 return Poll::Ready(Next::Stop);
             }
@@ -132,12 +127,8 @@ where
         match watch_namespace(&request) {
             Some(ns) => {
                 let query = request.uri().query();
-                match watch::open_sse(&app, &ns, query, request.headers(), connection.0) {
-                    Ok(opened) => {
-                        if let Some(stream) = WatchStream::start(respond, opened) {
-                            watches.push(stream);
-                        }
-                    }
+                match watch::open_sse(&app, &ns, query, request.headers(), connection.0, watches.next_outbox()) {
+                    Ok(session) => watches.start(respond, session),
                     Err(error) => {
                         tokio::spawn(send_response(respond, error.into_response()));
                     }
@@ -183,135 +174,6 @@ fn watch_namespace<B>(request: &http::Request<B>) -> Option<String> {
         return None;
     }
     percent_encoding::percent_decode_str(ns).decode_utf8().ok().map(|ns| ns.into_owned())
-}
-
-/// A connection's watches, polled by its task: only the woken ones.
-#[derive(Default)]
-struct Watches {
-    running: FuturesUnordered<Counted<WatchStream>>,
-    /// Polls of any of them (see `poll_woken`).
-    polls: Arc<AtomicU64>,
-}
-
-impl Watches {
-    fn len(&self) -> usize {
-        self.running.len()
-    }
-
-    fn push(&mut self, stream: WatchStream) {
-        self.running.push(Counted { inner: stream, polls: self.polls.clone() });
-    }
-
-    /// Polls every woken watch. `FuturesUnordered` alone ends a round early
-    /// once two of them woke themselves while polled (h2 wakes a stream when
-    /// it assigns it send capacity, which most deliveries do); the
-    /// connection would then write after every second watch. Rounds go on
-    /// until one polls nothing, at most `WATCH_ROUNDS_PER_POLL_MAX` (then the
-    /// task yields: `FuturesUnordered` has woken it).
-    fn poll_woken(&mut self, cx: &mut Context<'_>) {
-        for _ in 0..WATCH_ROUNDS_PER_POLL_MAX {
-            let before = self.polls.load(Ordering::Relaxed);
-            match self.running.poll_next_unpin(cx) {
-                Poll::Ready(Some(())) => continue,
-                Poll::Ready(None) => return,
-                Poll::Pending if self.polls.load(Ordering::Relaxed) == before => return,
-                Poll::Pending => continue,
-            }
-        }
-    }
-}
-
-/// A future that counts its polls.
-struct Counted<F> {
-    inner: F,
-    polls: Arc<AtomicU64>,
-}
-
-impl<F: Future + Unpin> Future for Counted<F> {
-    type Output = F::Output;
-
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
-        self.polls.fetch_add(1, Ordering::Relaxed);
-        Pin::new(&mut self.inner).poll(cx)
-    }
-}
-
-/// One SSE response on an HTTP/2 stream: runs the session and sends what
-/// it leaves, as the client's window allows. Ends when the session has ended
-/// and all it sent is out, or when the client resets the stream (closes its
-/// `EventSource`), which drops the session.
-struct WatchStream {
-    session: Option<Pin<Box<dyn Future<Output = ()> + Send>>>,
-    messages: OutboxReader,
-    send: SendStream<Bytes>,
-    batch: Vec<Tagged>,
-}
-
-impl WatchStream {
-    /// Sends the response head and preamble; none if the client already
-    /// reset the stream.
-    fn start(mut respond: SendResponse<Bytes>, opened: SseWatch) -> Option<WatchStream> {
-        let mut head = http::Response::builder();
-        for (name, value) in watch::SSE_HEADERS {
-            head = head.header(name, value);
-        }
-        let head = head.body(()).expect("static headers are valid");
-        let mut send = respond.send_response(head, false).ok()?;
-        send.send_data(Bytes::from_static(watch::SSE_PREAMBLE), false).ok()?;
-        Some(WatchStream { session: Some(opened.session), messages: opened.messages, send, batch: Vec::new() })
-    }
-}
-
-impl Future for WatchStream {
-    type Output = ();
-
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
-        let this = &mut *self;
-        // Only a look: h2 wakes the waker registered here on every change of
-        // send capacity, which each chunk sent below makes. The stream's own
-        // waker is registered for resets when this poll ends, idle.
-        if this.send.poll_reset(&mut Context::from_waker(std::task::Waker::noop())).is_ready() {
-            return Poll::Ready(());
-        }
-        if let Some(session) = this.session.as_mut() {
-            if session.as_mut().poll(cx).is_ready() {
-                this.session = None;
-            }
-        }
-        loop {
-            // Take the next messages only once the stream may send: h2 then
-            // holds at most this one chunk beyond the client's window.
-            if this.send.capacity() == 0 {
-                this.send.reserve_capacity(1);
-                while this.send.capacity() == 0 {
-                    match this.send.poll_capacity(cx) {
-                        Poll::Pending => return Poll::Pending,
-                        Poll::Ready(Some(Ok(_))) => {}
-                        Poll::Ready(None | Some(Err(_))) => return Poll::Ready(()),
-                    }
-                }
-            }
-            let Some(chunk) = watch::take_chunk(&this.messages, &mut this.batch) else {
-                if this.session.is_none() {
-                    let _ = this.send.send_data(Bytes::new(), true);
-                    return Poll::Ready(());
-                }
-                // The session waits for its queue, a timer or room in the
-                // outbox; each wakes this stream. So does a reset.
-                return match this.send.poll_reset(cx) {
-                    Poll::Ready(_) => Poll::Ready(()),
-                    Poll::Pending => Poll::Pending,
-                };
-            };
-            if this.send.send_data(chunk, false).is_err() {
-                return Poll::Ready(());
-            }
-            // Capacity for the next chunk, asked for now, while no waker is
-            // registered: once the chunk is out, the byte left makes the
-            // next one go without a wait (and without a wake-up).
-            this.send.reserve_capacity(1);
-        }
-    }
 }
 
 /// Any request but a watch: the router answers it, in a task of its own.

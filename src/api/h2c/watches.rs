@@ -1,0 +1,368 @@
+//! An HTTP/2 connection's watch streams (`GET /v1/ns/{ns}/watch`), run by
+//! the connection's own task the way a WebSocket connection runs its
+//! subscriptions:
+//!
+//! - every session leaves its messages in one outbox the connection's
+//!   sessions share, tagged with its stream's key;
+//! - a wake-up of the task polls just the woken sessions, takes all they
+//!   left at once, and hands each stream what it got in that round as one
+//!   chunk (`send_data`); the connection then writes every stream's chunk
+//!   together, a system call per 16 KiB;
+//! - h2 is asked nothing else per delivery. Each stream has a waker of its
+//!   own, which h2 holds: it tells the task that the client reset the
+//!   stream or that the stream's window opened again, and only then is that
+//!   stream looked at.
+//!
+//! Flow control: `send_data` never refuses; h2 buffers what the client's
+//! window does not let through yet. So after every `WINDOW_CHECK_BYTES` a
+//! stream sends, it checks that its windows take everything it buffered. If
+//! not, its session's sender is shut (`OutboxReader::shut`): that session
+//! waits, and its queue conflates or cancels as its mode says, while the
+//! connection's other streams go on. The stream's waker opens it again when
+//! h2 assigns the stream capacity. A stream thus holds at most
+//! `WINDOW_CHECK_BYTES` plus one round of its messages beyond what the
+//! client lets through.
+//!
+//! A stream's key (its `Slab` index) is reused only after its session ended
+//! and the outbox was emptied: no message left for one stream can reach
+//! another.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll, Wake, Waker};
+
+use bytes::{Bytes, BytesMut};
+use futures::future::{AbortHandle, Abortable};
+use futures::stream::FuturesUnordered;
+use futures::task::AtomicWaker;
+use futures::StreamExt;
+use h2::server::SendResponse;
+use h2::SendStream;
+use parking_lot::Mutex;
+use slab::Slab;
+
+use crate::api::watch::{self, SessionFuture};
+use crate::subscriptions::{Outbox, OutboxReader, Tag, Tagged};
+
+/// Messages the connection's sessions may leave before the task takes them
+/// (a session that finds the outbox full waits for the next round).
+const OUTBOX_MESSAGES_MAX: usize = 256;
+/// Bytes a stream sends between two looks at its window.
+const WINDOW_CHECK_BYTES: usize = 16 * 1024;
+
+/// The watch streams of one connection.
+pub struct Watches {
+    streams: Slab<WatchStream>,
+    /// Each stream's session, polled only when woken; yields the stream's
+    /// key when the session ends (by itself, or aborted after a reset).
+    sessions: FuturesUnordered<Run>,
+    /// Where every session leaves its messages.
+    outbox: OutboxReader,
+    /// Streams whose waker h2 woke since the last round.
+    woken: Arc<Woken>,
+    /// Reused by every round: messages taken, streams that got some,
+    /// sessions that ended, streams to look at.
+    taken: Vec<Tagged>,
+    touched: Vec<usize>,
+    ended: Vec<usize>,
+    attend: Vec<usize>,
+}
+
+impl Watches {
+    pub fn new() -> Watches {
+        Watches {
+            streams: Slab::new(),
+            sessions: FuturesUnordered::new(),
+            outbox: OutboxReader::new(OUTBOX_MESSAGES_MAX),
+            woken: Arc::new(Woken { keys: Mutex::new(Vec::new()), task: AtomicWaker::new() }),
+            taken: Vec::new(),
+            touched: Vec::new(),
+            ended: Vec::new(),
+            attend: Vec::new(),
+        }
+    }
+
+    /// Open watch streams.
+    pub fn len(&self) -> usize {
+        self.streams.len()
+    }
+
+    /// The outbox end for the next watch's session (tagged with the key its
+    /// stream gets in `start`).
+    pub fn next_outbox(&self) -> Outbox {
+        Outbox::tagged(&self.outbox, Tag::Stream(self.streams.vacant_key()))
+    }
+
+    /// Answers a watch request with the SSE head and starts running its
+    /// session, set up with `next_outbox` (no other stream started since).
+    /// Nothing runs if the client already reset the stream.
+    pub fn start(&mut self, mut respond: SendResponse<Bytes>, session: SessionFuture) {
+        let mut head = http::Response::builder();
+        for (name, value) in watch::SSE_HEADERS {
+            head = head.header(name, value);
+        }
+        let head = head.body(()).expect("static headers are valid");
+        let Ok(send) = respond.send_response(head, false) else { return };
+        let key = self.streams.vacant_key();
+        let (abort, registration) = AbortHandle::new_pair();
+        let waker = Waker::from(Arc::new(StreamWaker { key, woken: self.woken.clone() }));
+        // The preamble goes out with what the session sends first.
+        let stream = WatchStream { send, abort, waker, pending: Pending::One(Bytes::from_static(watch::SSE_PREAMBLE)), unchecked_bytes: 0, shut: false, reset: false };
+        assert_eq!(self.streams.insert(stream), key, "the session's outbox is tagged with this key");
+        self.touched.push(key);
+        // Registers the stream's waker with h2, for a reset.
+        self.streams[key].attend(key, &self.outbox);
+        self.sessions.push(Run { key, session: Abortable::new(session, registration) });
+    }
+
+    /// One round: the streams h2 woke, then the sessions woken, then what
+    /// they left goes to their streams, then the streams whose sessions
+    /// ended are closed. The connection writes it all when the task polls it.
+    pub fn poll_round(&mut self, cx: &mut Context<'_>) {
+        self.woken.task.register(cx.waker());
+        self.attend_woken();
+        while let Poll::Ready(Some(key)) = self.sessions.poll_next_unpin(cx) {
+            self.ended.push(key);
+        }
+        self.send_taken();
+        self.close_ended();
+    }
+
+    fn attend_woken(&mut self) {
+        std::mem::swap(&mut self.attend, &mut *self.woken.keys.lock());
+        for key in self.attend.drain(..) {
+            // A key whose stream is gone (or reused) costs a look, nothing more.
+            if let Some(stream) = self.streams.get_mut(key) {
+                stream.attend(key, &self.outbox);
+            }
+        }
+    }
+
+    /// Takes everything the sessions left (a take of the outbox's size
+    /// empties it) and hands each stream its part as one chunk.
+    fn send_taken(&mut self) {
+        self.outbox.take(&mut self.taken, OUTBOX_MESSAGES_MAX);
+        for tagged in self.taken.drain(..) {
+            let Tag::Stream(key) = tagged.tag else { unreachable!("h2c sessions are tagged with their stream") };
+            let stream = self.streams.get_mut(key).expect("a stream outlives its session's messages");
+            if stream.pending.is_empty() {
+                self.touched.push(key);
+            }
+            stream.pending.push(watch::sse_bytes(&tagged.message));
+        }
+        for key in self.touched.drain(..) {
+            if let Some(stream) = self.streams.get_mut(key) {
+                stream.flush(key, &self.outbox);
+            }
+        }
+    }
+
+    /// Ends the streams whose sessions ended: all they sent is out of the
+    /// outbox by now (`send_taken` ran after they ended).
+    fn close_ended(&mut self) {
+        for key in self.ended.drain(..) {
+            let mut stream = self.streams.remove(key);
+            debug_assert!(stream.pending.is_empty(), "flushed before the stream ends");
+            self.outbox.open(&Tag::Stream(key));
+            if !stream.reset {
+                let _ = stream.send.send_data(Bytes::new(), true);
+            }
+        }
+    }
+}
+
+/// One watch's HTTP/2 stream.
+struct WatchStream {
+    send: SendStream<Bytes>,
+    /// Ends the session (the client reset the stream).
+    abort: AbortHandle,
+    /// This stream's waker, registered with h2 (see `StreamWaker`).
+    waker: Waker,
+    /// What the stream got in this round, sent as one chunk.
+    pending: Pending,
+    /// Sent since the window was last seen to take everything buffered.
+    unchecked_bytes: usize,
+    /// The session's sender is shut until the window opens.
+    shut: bool,
+    /// The client reset the stream: its session is aborted, nothing more is sent.
+    reset: bool,
+}
+
+impl WatchStream {
+    /// Sends the round's chunk, then looks at the window if enough went
+    /// out since the last look.
+    fn flush(&mut self, key: usize, outbox: &OutboxReader) {
+        let chunk = self.pending.take();
+        if self.reset || chunk.is_empty() {
+            return;
+        }
+        let len = chunk.len();
+        if self.send.send_data(chunk, false).is_err() {
+            self.end_by_client(key, outbox);
+            return;
+        }
+        self.unchecked_bytes += len;
+        if self.unchecked_bytes >= WINDOW_CHECK_BYTES {
+            self.check_window(key, outbox);
+        }
+    }
+
+    /// Asks for one byte beyond what is buffered: h2 grants it only if the
+    /// stream's and the connection's windows take all of it (and the
+    /// buffer is under `max_send_buffer_size`). Without it, the session's
+    /// sender is shut until h2 assigns capacity (which wakes this stream).
+    fn check_window(&mut self, key: usize, outbox: &OutboxReader) {
+        self.send.reserve_capacity(1);
+        if self.send.capacity() > 0 {
+            self.unchecked_bytes = 0;
+            return;
+        }
+        self.shut = true;
+        outbox.shut(Tag::Stream(key));
+        self.poll_window(key, outbox);
+    }
+
+    /// Looks at what h2 woke this stream for: a reset, or a window that opened.
+    fn attend(&mut self, key: usize, outbox: &OutboxReader) {
+        if self.reset {
+            return;
+        }
+        if self.send.poll_reset(&mut Context::from_waker(&self.waker)).is_ready() {
+            self.end_by_client(key, outbox);
+            return;
+        }
+        if self.shut {
+            self.poll_window(key, outbox);
+        }
+    }
+
+    /// Opens the session's sender if the window takes what is buffered;
+    /// otherwise h2 wakes this stream when it assigns capacity.
+    fn poll_window(&mut self, key: usize, outbox: &OutboxReader) {
+        loop {
+            if self.send.capacity() > 0 {
+                self.shut = false;
+                self.unchecked_bytes = 0;
+                outbox.open(&Tag::Stream(key));
+                return;
+            }
+            match self.send.poll_capacity(&mut Context::from_waker(&self.waker)) {
+                Poll::Pending => return,
+                Poll::Ready(Some(Ok(_))) => continue,
+                Poll::Ready(None | Some(Err(_))) => {
+                    self.end_by_client(key, outbox);
+                    return;
+                }
+            }
+        }
+    }
+
+    /// The client reset the stream (closed its `EventSource`): the session
+    /// is aborted; the stream is dropped when it has ended.
+    fn end_by_client(&mut self, key: usize, outbox: &OutboxReader) {
+        self.reset = true;
+        self.pending = Pending::None;
+        self.abort.abort();
+        outbox.open(&Tag::Stream(key));
+    }
+}
+
+/// A stream's bytes of one round: one message needs no copy.
+enum Pending {
+    None,
+    One(Bytes),
+    Many(BytesMut),
+}
+
+impl Pending {
+    fn is_empty(&self) -> bool {
+        matches!(self, Pending::None)
+    }
+
+    fn push(&mut self, bytes: Bytes) {
+        *self = match std::mem::replace(self, Pending::None) {
+            Pending::None => Pending::One(bytes),
+            Pending::One(first) => {
+                let mut joined = BytesMut::with_capacity(first.len() + bytes.len());
+                joined.extend_from_slice(&first);
+                joined.extend_from_slice(&bytes);
+                Pending::Many(joined)
+            }
+            Pending::Many(mut joined) => {
+                joined.extend_from_slice(&bytes);
+                Pending::Many(joined)
+            }
+        };
+    }
+
+    fn take(&mut self) -> Bytes {
+        match std::mem::replace(self, Pending::None) {
+            Pending::None => Bytes::new(),
+            Pending::One(bytes) => bytes,
+            Pending::Many(joined) => joined.freeze(),
+        }
+    }
+}
+
+/// A session, running until it ends or is aborted; yields its stream's key.
+struct Run {
+    key: usize,
+    session: Abortable<SessionFuture>,
+}
+
+impl Future for Run {
+    type Output = usize;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<usize> {
+        let this = self.get_mut();
+        Pin::new(&mut this.session).poll(cx).map(|_| this.key)
+    }
+}
+
+/// The streams h2 woke, and the connection's task to wake for them. At most
+/// one key per stream waits here: h2 holds one waker per stream and gives
+/// it up when it wakes it, and a stream registers again only when attended.
+struct Woken {
+    keys: Mutex<Vec<usize>>,
+    task: AtomicWaker,
+}
+
+/// A stream's waker: h2 wakes it when the client resets the stream or when
+/// it assigns the stream send capacity.
+struct StreamWaker {
+    key: usize,
+    woken: Arc<Woken>,
+}
+
+impl Wake for StreamWaker {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.woken.keys.lock().push(self.key);
+        self.woken.task.wake();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_round_of_one_message_is_sent_without_a_copy_and_more_are_joined_in_order() {
+        let mut pending = Pending::None;
+        assert!(pending.is_empty());
+        let one = Bytes::from_static(b"event: put\n\n");
+        pending.push(one.clone());
+        let taken = pending.take();
+        assert_eq!(taken.as_ptr(), one.as_ptr(), "one message goes out as it is");
+        assert!(pending.is_empty());
+        for part in [&b"a"[..], b"bc", b"def"] {
+            pending.push(Bytes::copy_from_slice(part));
+        }
+        assert_eq!(&pending.take()[..], b"abcdef");
+        assert!(pending.take().is_empty());
+    }
+}
