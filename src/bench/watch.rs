@@ -292,26 +292,57 @@ where
     Ok(sent)
 }
 
-/// Finds every `"seq":N` in `bytes` (events carry the value as JSON).
+/// What precedes each sequence number in an event (the value is JSON).
+const SEQ_MARK: &[u8] = b"\"seq\":";
+
+/// Built once: building a finder costs more than a search of one read.
+static SEQ_FINDER: std::sync::LazyLock<memchr::memmem::Finder<'static>> =
+    std::sync::LazyLock::new(|| memchr::memmem::Finder::new(SEQ_MARK));
+
+/// Finds every `"seq":N` in `bytes`, `carry` being what the last read left
+/// unfinished (a mark or a number cut by the read's end). Reads are scanned
+/// where they are: only an unfinished tail (a few bytes) is copied.
 fn scan_seqs(carry: &mut Vec<u8>, bytes: &[u8], at: Instant, out: &mut Arrivals) {
-    const MARK: &[u8] = b"\"seq\":";
-    carry.extend_from_slice(bytes);
+    if carry.is_empty() {
+        let rest = scan_complete(bytes, at, out);
+        keep_unfinished(carry, &bytes[rest..]);
+    } else {
+        let mut joined = std::mem::take(carry);
+        joined.extend_from_slice(bytes);
+        let rest = scan_complete(&joined, at, out);
+        keep_unfinished(carry, &joined[rest..]);
+    }
+}
+
+/// Pushes each `"seq":N` whose number ends within `bytes`; returns where
+/// the unscanned rest starts (at a mark whose number may go on, or after
+/// the last number).
+fn scan_complete(bytes: &[u8], at: Instant, out: &mut Arrivals) -> usize {
     let mut i = 0;
-    let mut consumed = 0;
-    while let Some(found) = memchr::memmem::find(&carry[i..], MARK) {
-        let start = i + found + MARK.len();
-        let digits = carry[start..].iter().take_while(|b| b.is_ascii_digit()).count();
-        if start + digits >= carry.len() {
-            break; // the number may continue in the next read
+    while let Some(found) = SEQ_FINDER.find(&bytes[i..]) {
+        let mark_at = i + found;
+        let start = mark_at + SEQ_MARK.len();
+        let digits = bytes[start..].iter().take_while(|b| b.is_ascii_digit()).count();
+        if start + digits >= bytes.len() {
+            return mark_at; // the number may continue in the next read
         }
-        let seq: u64 = std::str::from_utf8(&carry[start..start + digits]).unwrap_or("0").parse().unwrap_or(u64::MAX);
+        let seq: u64 = std::str::from_utf8(&bytes[start..start + digits]).unwrap_or("0").parse().unwrap_or(u64::MAX);
         out.push((seq, at));
         i = start + digits;
-        consumed = i;
     }
-    // Keep only a tail that may hold a split mark.
-    let keep_from = consumed.max(carry.len().saturating_sub(MARK.len() + 20));
-    carry.drain(..keep_from);
+    i
+}
+
+/// Keeps of `rest` only what the next read may finish: a mark with its
+/// number so far, or the end of `rest` if it is the start of a mark.
+fn keep_unfinished(carry: &mut Vec<u8>, rest: &[u8]) {
+    carry.clear();
+    if rest.starts_with(SEQ_MARK) {
+        carry.extend_from_slice(rest);
+        return;
+    }
+    let longest = (1..SEQ_MARK.len()).rev().find(|&n| rest.ends_with(&SEQ_MARK[..n])).unwrap_or(0);
+    carry.extend_from_slice(&rest[rest.len() - longest..]);
 }
 
 async fn sse_subscriber(
@@ -653,5 +684,14 @@ mod tests {
         scan_seqs(&mut carry, b"2,\"pad\":\"x\"}}\n\ndata: {\"value\":{\"se", at, &mut out);
         scan_seqs(&mut carry, b"q\":13,\"pad\"", at, &mut out);
         assert_eq!(out.iter().map(|(s, _)| *s).collect::<Vec<_>>(), vec![12, 13]);
+        assert_eq!(carry, b"\"", "of a finished read only what may start a mark is kept");
+        scan_seqs(&mut carry, b"}\n\n", at, &mut out);
+        assert!(carry.is_empty(), "nothing unfinished is kept");
+        scan_seqs(&mut carry, b"{\"seq\":14}{\"", at, &mut out);
+        assert_eq!(carry, b"\"", "only a possible start of a mark is kept");
+        scan_seqs(&mut carry, b"seq\":15}", at, &mut out);
+        scan_seqs(&mut carry, b"\"seq\":", at, &mut out);
+        scan_seqs(&mut carry, b"16,", at, &mut out);
+        assert_eq!(out.iter().map(|(s, _)| *s).collect::<Vec<_>>(), vec![12, 13, 14, 15, 16]);
     }
 }
