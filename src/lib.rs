@@ -8,6 +8,7 @@ pub mod log;
 pub mod metrics;
 pub mod partitioner;
 pub mod position;
+pub mod prefetch;
 pub mod store;
 pub mod apply;
 pub mod node;

@@ -45,6 +45,10 @@ const UNDISPATCHED_EVENTS_MAX: usize = 65_536;
 const UNDISPATCHED_BYTES_MAX: usize = 64 * 1024 * 1024;
 /// The dispatcher re-checks this often even without a wake-up.
 const DISPATCH_IDLE_CHECK: Duration = Duration::from_secs(1);
+/// How many subscribers ahead a push asks for a subscriber's memory, and
+/// how much of it (the `Subscriber`: filter, queue state, signal).
+const PREFETCH_AHEAD: usize = 4;
+const SUBSCRIBER_PREFETCH_LINES: usize = 4;
 
 pub struct PartitionFeed {
     pub partition: u32,
@@ -263,7 +267,12 @@ fn fan_out(index: &Index, events: Vec<Arc<Event>>) {
     for (pk, pk_events) in by_pk {
         let subscribers = &index.by_pk[pk];
         let shared: Batch = pk_events.iter().cloned().collect();
-        for subscriber in subscribers {
+        for (i, subscriber) in subscribers.iter().enumerate() {
+            // Each subscriber's queue is memory of its own: asked for a few
+            // subscribers ahead, its loads overlap with this one's push.
+            if let Some(ahead) = subscribers.get(i + PREFETCH_AHEAD) {
+                crate::prefetch::prefetch(Arc::as_ptr(ahead), SUBSCRIBER_PREFETCH_LINES);
+            }
             match &subscriber.filter {
                 Filter::Pk { .. } => subscriber.push(shared.clone()),
                 narrower => {

@@ -52,6 +52,10 @@ use crate::subscriptions::{Outbox, OutboxReader, Tag, Tagged};
 const OUTBOX_MESSAGES_MAX: usize = 256;
 /// Bytes a stream sends between two looks at its window.
 const WINDOW_CHECK_BYTES: usize = 16 * 1024;
+/// How many polls ahead a session's memory is asked for, and how much of it
+/// (its state machine's first lines: what a delivery touches).
+const PREFETCH_AHEAD: usize = 4;
+const SESSION_PREFETCH_LINES: usize = 4;
 
 /// The watch streams of one connection.
 pub struct Watches {
@@ -152,11 +156,18 @@ impl Watches {
     /// task), so a round is bounded by the number of streams.
     fn run_ready(&mut self) {
         std::mem::swap(&mut self.ready, &mut *self.woken.sessions.lock());
-        for key in self.ready.drain(..) {
+        for i in 0..self.ready.len() {
+            // The sessions' memory, asked for a few polls ahead: each lies in
+            // an allocation of its own, and its first touch waits for DRAM.
+            if let Some(stream) = self.ready.get(i + PREFETCH_AHEAD).and_then(|&ahead| self.streams.get(ahead)) {
+                stream.prefetch_session();
+            }
+            let key = self.ready[i];
             if let Some(stream) = self.streams.get_mut(key) {
                 stream.run_session(key, &mut self.ended);
             }
         }
+        self.ready.clear();
     }
 
     /// Takes everything the sessions left (a take of the outbox's size
@@ -213,6 +224,12 @@ struct WatchStream {
 }
 
 impl WatchStream {
+    fn prefetch_session(&self) {
+        if let Some(session) = &self.session {
+            crate::prefetch::prefetch(session.as_ref().get_ref() as *const _, SESSION_PREFETCH_LINES);
+        }
+    }
+
     /// Polls the session once; a session that ended is noted in `ended`.
     fn run_session(&mut self, key: usize, ended: &mut Vec<usize>) {
         // Cleared before the poll: a wake-up during it queues the session again.
