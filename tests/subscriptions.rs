@@ -495,11 +495,15 @@ async fn history_gone_resets_with_the_full_state() {
     ];
     let t = serve(dir.path(), &args).await;
     let big = "x".repeat(100 * 1024);
+    // `wait=applied`: a plain write answers once the log has it, and the
+    // reset below must find every write applied (on a loaded machine an
+    // apply loop can lag the retention wait).
+    let applied = |pk: &str| format!("{}?wait=applied", t.kv_url("w", pk, Some("v")));
     for i in 0..30 {
-        let (status, body) = t.send(t.client.put(t.kv_url("w", &format!("k{i}"), Some("v"))).json(&json!({ "i": i, "pad": big }))).await;
+        let (status, body) = t.send(t.client.put(applied(&format!("k{i}"))).json(&json!({ "i": i, "pad": big }))).await;
         assert_eq!(status, 200, "{body}");
     }
-    let (status, _) = t.send(t.client.delete(t.kv_url("w", "k0", Some("v")))).await;
+    let (status, _) = t.send(t.client.delete(applied("k0"))).await;
     assert_eq!(status, 200);
     let first_segment = dir.path().join("log").join("wal").join(format!("{:020}.seg", 0));
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
