@@ -249,7 +249,8 @@ impl PartitionFeed {
 fn fan_out(index: &Index, events: Vec<Arc<Event>>) {
     if !index.everything.is_empty() {
         let shared: Batch = events.iter().cloned().collect();
-        for subscriber in &index.everything {
+        for (i, subscriber) in index.everything.iter().enumerate() {
+            prefetch_ahead(&index.everything, i);
             subscriber.push(shared.clone());
         }
     }
@@ -268,11 +269,7 @@ fn fan_out(index: &Index, events: Vec<Arc<Event>>) {
         let subscribers = &index.by_pk[pk];
         let shared: Batch = pk_events.iter().cloned().collect();
         for (i, subscriber) in subscribers.iter().enumerate() {
-            // Each subscriber's queue is memory of its own: asked for a few
-            // subscribers ahead, its loads overlap with this one's push.
-            if let Some(ahead) = subscribers.get(i + PREFETCH_AHEAD) {
-                crate::prefetch::prefetch(Arc::as_ptr(ahead), SUBSCRIBER_PREFETCH_LINES);
-            }
+            prefetch_ahead(subscribers, i);
             match &subscriber.filter {
                 Filter::Pk { .. } => subscriber.push(shared.clone()),
                 narrower => {
@@ -283,6 +280,14 @@ fn fan_out(index: &Index, events: Vec<Arc<Event>>) {
                 }
             }
         }
+    }
+}
+
+/// Each subscriber's queue is memory of its own: asked for a few
+/// subscribers ahead of the `i`th, its loads overlap with the pushes between.
+fn prefetch_ahead(subscribers: &[Arc<Subscriber>], i: usize) {
+    if let Some(ahead) = subscribers.get(i + PREFETCH_AHEAD) {
+        crate::prefetch::prefetch(Arc::as_ptr(ahead), SUBSCRIBER_PREFETCH_LINES);
     }
 }
 

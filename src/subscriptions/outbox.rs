@@ -115,11 +115,6 @@ impl OutboxReader {
         OutboxReader { shared: Arc::new(Mutex::new(shared)) }
     }
 
-    /// The most messages the outbox holds: a `take` of this many empties it.
-    pub fn messages_max(&self) -> usize {
-        self.shared.lock().messages_max
-    }
-
     /// Moves up to `max` messages into `out` (in the order they were left)
     /// and wakes the sessions that waited for room; returns how many moved.
     pub fn take(&self, out: &mut Vec<Tagged>, max: usize) -> usize {

@@ -51,7 +51,8 @@ const STREAM_WINDOW_BYTES: u32 = 1024 * 1024;
 const CONNECTION_WINDOW_BYTES: u32 = 1024 * 1024;
 /// Largest request head (hyper's default).
 const HEADER_LIST_BYTES_MAX: u32 = 16 * 1024;
-/// Response bytes h2 may hold per stream waiting for the client's window.
+/// Response bytes h2 buffers per stream before it reports no send capacity
+/// (a watch stream that reaches it is held back: `watches.rs`).
 const SEND_BUFFER_BYTES_MAX: usize = 400 * 1024;
 /// How long a client has to finish the HTTP/2 handshake.
 const HANDSHAKE_WAIT_MAX: Duration = Duration::from_secs(10);
