@@ -6,6 +6,12 @@
 //! `fsync_interval` makes the store durable and tells the log that entries
 //! below the durable offset are no longer needed locally.
 //!
+//! A batch's own commit is never durable: the log is the write-ahead log,
+//! so the store's fsync is only a checkpoint. It runs after the batch was
+//! published and its events dispatched, so no write's answer
+//! (`wait=applied`) and no subscriber's event waits for it (it takes
+//! milliseconds; at 10 writes a second it used to delay one write in ten).
+//!
 //! It never skips: if the log no longer holds the offset it needs, or the
 //! store is ahead of the log, the partition is refused, loudly.
 
@@ -103,13 +109,16 @@ pub async fn run(handle: Arc<PartitionHandle>, log: Arc<dyn Log>, config: ApplyC
             continue;
         }
         let full = entries.len() >= config.batch_entries_max;
-        if !apply(&handle, entries, durable_due).await {
+        if !apply(&handle, entries).await {
             return;
         }
         // A full batch means a backlog: read on at once. Otherwise linger.
         last_commit = if full { None } else { Some(Instant::now()) };
+        // Published and dispatched first: the checkpoint delays no one.
         if durable_due {
-            log.release_below(&handle.tp, handle.applied_next());
+            if !flush(&handle, log.as_ref()).await {
+                return;
+            }
             last_durable = Instant::now();
             dirty = false;
         } else {
@@ -183,22 +192,23 @@ async fn try_open_reader(handle: &PartitionHandle, log: &dyn Log) -> Result<(Box
     Ok((reader, end))
 }
 
-/// Batches up to this many entries without fsync are applied inline on the
-/// async worker: a non-durable redb commit of a small batch takes tens of
-/// microseconds, less than handing it to the blocking pool and back. Durable
-/// commits (fsync) and large catch-up batches go to the blocking pool.
+/// Batches up to this many entries are applied inline on the async worker:
+/// a non-durable redb commit of a small batch takes tens of microseconds,
+/// less than handing it to the blocking pool and back. Large catch-up
+/// batches (and every fsync, in `flush`) go to the blocking pool.
 const INLINE_BATCH_ENTRIES_MAX: usize = 64;
 
-/// Applies one batch in one store transaction; false if the partition was refused.
-async fn apply(handle: &Arc<PartitionHandle>, entries: Vec<crate::log::LogRecord>, durable: bool) -> bool {
+/// Applies one batch in one non-durable store transaction, then publishes
+/// its outcomes and dispatches its events; false if the partition was refused.
+async fn apply(handle: &Arc<PartitionHandle>, entries: Vec<crate::log::LogRecord>) -> bool {
     let count = entries.len();
-    let result = if durable || count > INLINE_BATCH_ENTRIES_MAX {
+    let result = if count > INLINE_BATCH_ENTRIES_MAX {
         let task_handle = handle.clone();
-        tokio::task::spawn_blocking(move || commit_batch(&task_handle, &entries, durable))
+        tokio::task::spawn_blocking(move || commit_batch(&task_handle, &entries))
             .await
             .map_err(|e| format!("apply task panicked: {e}"))
     } else {
-        Ok(commit_batch(handle, &entries, durable))
+        Ok(commit_batch(handle, &entries))
     };
     match result {
         Ok(Ok((outcomes, applied_next, events))) => {
@@ -223,20 +233,15 @@ async fn apply(handle: &Arc<PartitionHandle>, entries: Vec<crate::log::LogRecord
 /// the change events for subscribers (encoded once, here).
 type Applied = (Vec<(u64, outcome::Outcome)>, u64, Vec<Arc<crate::subscriptions::event::Event>>);
 
-fn commit_batch(handle: &PartitionHandle, entries: &[crate::log::LogRecord], durable: bool) -> Result<Applied, crate::store::StoreError> {
-    let started = Instant::now();
-    let result = handle.store().apply(durable, |tx| {
+fn commit_batch(handle: &PartitionHandle, entries: &[crate::log::LogRecord]) -> Result<Applied, crate::store::StoreError> {
+    handle.store().apply(false, |tx| {
         let mut events = Vec::new();
         let partition = handle.partition;
         let outcomes = batch::apply_entries(tx, entries, partition, handle.partitions, &mut |offset, mutation| {
             events.extend(crate::subscriptions::event::Event::of_mutation(partition, offset, mutation));
         })?;
         Ok((outcomes, tx.state().applied_next, events))
-    });
-    if durable {
-        metrics::STORE_FSYNC_SECONDS.observe(started.elapsed().as_secs_f64());
-    }
-    result
+    })
 }
 
 fn record_outcome_metrics(handle: &PartitionHandle, outcomes: &[(u64, outcome::Outcome)]) {
