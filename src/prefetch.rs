@@ -10,9 +10,9 @@
 //! architectures it does nothing.
 
 /// Bytes in a cache line on the CPUs Tern runs on.
-const CACHE_LINE_BYTES: usize = 64;
+pub const CACHE_LINE_BYTES: usize = 64;
 /// Most lines one call asks for.
-pub const LINES_MAX: usize = 8;
+pub const LINES_MAX: usize = 24;
 
 /// Asks for the first `lines` cache lines (at most `LINES_MAX`) at `ptr`.
 #[inline]

@@ -22,7 +22,7 @@ use parking_lot::{Mutex, RwLock};
 use tokio::sync::Notify;
 
 use super::event::{Event, Mark};
-use super::filter::{Filter, Index};
+use super::filter::Index;
 use super::queue::{Batch, Subscriber};
 
 /// Most events a partition's ring keeps, and most bytes: history beyond it
@@ -46,9 +46,9 @@ const UNDISPATCHED_BYTES_MAX: usize = 64 * 1024 * 1024;
 /// The dispatcher re-checks this often even without a wake-up.
 const DISPATCH_IDLE_CHECK: Duration = Duration::from_secs(1);
 /// How many subscribers ahead a push asks for a subscriber's memory, and
-/// how much of it (the `Subscriber`: filter, queue state, signal).
+/// how much of it (the `Subscriber`'s first two lines: queue, signal, limits).
 const PREFETCH_AHEAD: usize = 4;
-const SUBSCRIBER_PREFETCH_LINES: usize = 4;
+const SUBSCRIBER_PREFETCH_LINES: usize = 2;
 
 pub struct PartitionFeed {
     pub partition: u32,
@@ -270,13 +270,13 @@ fn fan_out(index: &Index, events: Vec<Arc<Event>>) {
         let shared: Batch = pk_events.iter().cloned().collect();
         for (i, subscriber) in subscribers.iter().enumerate() {
             prefetch_ahead(subscribers, i);
-            match &subscriber.filter {
-                Filter::Pk { .. } => subscriber.push(shared.clone()),
-                narrower => {
-                    let matching: Vec<Arc<Event>> = pk_events.iter().filter(|e| narrower.matches(&e.pk, &e.sk)).cloned().collect();
-                    if !matching.is_empty() {
-                        subscriber.push(matching.into());
-                    }
+            if subscriber.watches_whole_pk() {
+                subscriber.push(shared.clone());
+            } else {
+                let narrower = &subscriber.filter;
+                let matching: Vec<Arc<Event>> = pk_events.iter().filter(|e| narrower.matches(&e.pk, &e.sk)).cloned().collect();
+                if !matching.is_empty() {
+                    subscriber.push(matching.into());
                 }
             }
         }
@@ -311,6 +311,7 @@ async fn dispatch_loop(feed: Weak<PartitionFeed>) {
 mod tests {
     use super::*;
     use crate::codec::{Mutation, Op, OpKind};
+    use crate::subscriptions::filter::Filter;
     use crate::subscriptions::queue::{Drained, Mode, QueueLimits};
 
     fn events(offset: u64, pk: &str, sks: &[&str]) -> Vec<Arc<Event>> {

@@ -80,6 +80,17 @@ impl Outbox {
         Outbox { shared: reader.shared.clone(), tag }
     }
 
+    /// Leaves `message` if there is room and this sender is not shut;
+    /// gives it back otherwise (then `send` waits for both).
+    pub fn try_send(&self, message: Message) -> Result<(), Message> {
+        let mut shared = self.shared.lock();
+        if shared.is_shut(&self.tag) || shared.is_full() {
+            return Err(message);
+        }
+        shared.messages.push_back(Tagged { tag: self.tag.clone(), message });
+        Ok(())
+    }
+
     /// Leaves `message`, once there is room and this sender is not shut.
     pub fn send(&self, message: Message) -> impl Future<Output = ()> + '_ {
         let mut message = Some(message);
@@ -91,7 +102,7 @@ impl Outbox {
                     return Poll::Pending;
                 }
             }
-            if shared.messages.len() < shared.messages_max {
+            if !shared.is_full() {
                 let message = message.take().expect("a send completes once");
                 shared.messages.push_back(Tagged { tag: self.tag.clone(), message });
                 return Poll::Ready(());
@@ -101,6 +112,17 @@ impl Outbox {
             }
             Poll::Pending
         })
+    }
+}
+
+impl Shared {
+    fn is_full(&self) -> bool {
+        self.messages.len() >= self.messages_max
+    }
+
+    /// Nearly always empty: looked through only when it is not.
+    fn is_shut(&self, tag: &Tag) -> bool {
+        !self.shut.is_empty() && self.shut.iter().any(|(shut, _)| shut == tag)
     }
 }
 
@@ -201,6 +223,27 @@ mod tests {
         assert_eq!(reader.take(&mut out, 8), 1);
         let tags: Vec<Tag> = out.iter().map(|t| t.tag.clone()).collect();
         assert_eq!(tags, vec![Tag::Stream(1), Tag::Stream(2), Tag::Stream(1)]);
+    }
+
+    #[test]
+    fn try_send_leaves_the_message_only_with_room_and_an_open_sender() {
+        let reader = OutboxReader::new(2);
+        let (one, two) = (Outbox::tagged(&reader, Tag::Stream(1)), Outbox::tagged(&reader, Tag::Stream(2)));
+        assert!(one.try_send(Message::KeepAlive).is_ok());
+        reader.shut(Tag::Stream(1));
+        let back = one.try_send(Message::Progress { position: "p".into() });
+        assert!(matches!(back, Err(Message::Progress { ref position }) if position == "p"), "shut: given back as it was");
+        assert!(two.try_send(Message::KeepAlive).is_ok(), "another sender is not held");
+        assert!(matches!(two.try_send(Message::KeepAlive), Err(Message::KeepAlive)), "full: given back");
+        reader.open(&Tag::Stream(1));
+        assert!(one.try_send(Message::KeepAlive).is_err(), "open, but still full");
+        let mut out = Vec::new();
+        assert_eq!(reader.take(&mut out, 1), 1);
+        assert!(one.try_send(Message::Progress { position: "q".into() }).is_ok());
+        assert_eq!(reader.take(&mut out, 8), 2);
+        let tags: Vec<Tag> = out.iter().map(|t| t.tag.clone()).collect();
+        assert_eq!(tags, vec![Tag::Stream(1), Tag::Stream(2), Tag::Stream(1)], "in the order left");
+        assert!(matches!(out[2].message, Message::Progress { ref position } if position == "q"));
     }
 
     fn futures_test_waker() -> (Waker, Arc<std::sync::atomic::AtomicBool>) {

@@ -10,6 +10,9 @@
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use smallvec::SmallVec;
 
 use super::cursor::{Cursor, Marks};
 use super::event::{Event, Mark};
@@ -17,7 +20,7 @@ use super::feed::Chunk;
 use super::filter::Filter;
 use super::history::{self, HistoryError};
 use super::outbox::Outbox;
-use super::queue::{Drained, Mode, Subscriber};
+use super::queue::{Batch, Drained, Mode, Subscriber};
 use super::wakes::{LiveWakes, Wake};
 use super::{Start, WatchConfig};
 use crate::apply::PartitionStatus;
@@ -74,6 +77,27 @@ impl ChangeId {
     }
 }
 
+/// A live session's state besides the session itself.
+struct Live {
+    wakes: LiveWakes,
+    subscriber: Arc<Subscriber>,
+    /// Drained from the queue and not all delivered yet (a live subscriber
+    /// finds one batch at a time: inline, no buffer of its own)...
+    batches: SmallVec<[Batch; 1]>,
+    /// ...from this event of the first batch on.
+    next_event: usize,
+}
+
+/// What `poll_live` hands back to the session's async loop.
+enum Step {
+    /// A change the outbox has no room for: send it (waiting), then go on.
+    Wait(Message),
+    /// Not the queue: a timer or the node stopping.
+    Woke(Wake),
+    Conflated(Vec<Arc<Event>>),
+    Overflowed,
+}
+
 /// Why a session stopped early.
 enum Stop {
     HistoryGone(String),
@@ -127,8 +151,10 @@ impl Session {
                 self.send(Message::Progress { position }).await;
                 Ok(())
             }
-            Start::Cursor => self.catch_up_all().await,
-            Start::Snapshot => self.snapshot("snapshot").await,
+            // Boxed: the cold paths' state (log reads, store pages) then
+            // takes no room in the future a live delivery polls (see `live`).
+            Start::Cursor => Box::pin(self.catch_up_all()).await,
+            Start::Snapshot => Box::pin(self.snapshot("snapshot")).await,
         };
         let mut result = started;
         let stopped = loop {
@@ -143,7 +169,7 @@ impl Session {
                 Stop::HistoryGone(why) => {
                     tracing::debug!(subscriber = self.subscriber.id, %why, "history gone; resetting the subscriber");
                     crate::metrics::WATCH_RESETS.with_label_values(&["history_gone"]).inc();
-                    result = self.snapshot("history_gone").await;
+                    result = Box::pin(self.snapshot("history_gone")).await;
                 }
                 other => break other,
             }
@@ -195,7 +221,7 @@ impl Session {
     async fn deliver_chunk(&mut self, p: u32, chunk: Chunk) {
         for event in chunk.events {
             if self.subscriber.filter.matches(&event.pk, &event.sk) {
-                self.deliver(event).await;
+                self.deliver(&event).await;
             }
         }
         let mark = self.cursor.marks.get_mut(p).expect("watched partition");
@@ -216,11 +242,19 @@ impl Session {
     }
 
     /// Sends one change unless the cursor already covers it.
-    async fn deliver(&mut self, event: Arc<Event>) {
-        if self.cursor.covers(&event) {
-            return;
+    async fn deliver(&mut self, event: &Arc<Event>) {
+        if let Some(change) = self.change(event) {
+            self.send(change).await;
         }
-        self.cursor.advance(&event);
+    }
+
+    /// The message for one change, and the cursor moved past it; none if
+    /// the cursor already covers it.
+    fn change(&mut self, event: &Arc<Event>) -> Option<Message> {
+        if self.cursor.covers(event) {
+            return None;
+        }
+        self.cursor.advance(event);
         self.mark_sent();
         let id = if self.cursor.marks.len() == 1 {
             // The event's own position is this cursor: formatted once for
@@ -232,7 +266,7 @@ impl Session {
         } else {
             ChangeId::Cursor(self.cursor.to_string())
         };
-        self.send(Message::Change { event, id }).await;
+        Some(Message::Change { event: event.clone(), id })
     }
 
     /// Waits only for room in the outbox: a send never fails (the
@@ -316,40 +350,31 @@ impl Session {
     /// Delivers what the dispatcher leaves, until the client goes or the
     /// subscription must stop; resets itself when it falls behind in state mode.
     async fn live(&mut self) -> Result<std::convert::Infallible, Stop> {
-        let mut wakes = LiveWakes::new(self.config.progress_interval, self.config.keep_alive_interval, self.closing.clone());
-        let subscriber = self.subscriber.clone();
-        // Reused by every drain of the queue.
-        let mut batches = Vec::new();
+        let mut live = Live {
+            wakes: LiveWakes::new(self.config.progress_interval, self.config.keep_alive_interval, self.closing.clone()),
+            subscriber: self.subscriber.clone(),
+            batches: SmallVec::new(),
+            next_event: 0,
+        };
         loop {
-            match wakes.next(&subscriber.signal).await {
-                Wake::Queue => {}
-                Wake::Progress => {
-                    wakes.rearm_progress();
+            match std::future::poll_fn(|cx| self.poll_live(&mut live, cx)).await {
+                Step::Wait(change) => self.send(change).await,
+                Step::Woke(Wake::Progress) => {
+                    live.wakes.rearm_progress();
                     self.progress().await?;
-                    continue;
                 }
-                Wake::KeepAlive => {
-                    wakes.rearm_keep_alive();
+                Step::Woke(Wake::KeepAlive) => {
+                    live.wakes.rearm_keep_alive();
                     self.send(Message::KeepAlive).await;
-                    continue;
                 }
-                Wake::NodeStopping => {
+                Step::Woke(Wake::NodeStopping) => {
                     return Err(Stop::Cancel {
                         reason: "shutting_down",
                         message: "the node is stopping; resume from the position on another node or after it restarts".into(),
                     })
                 }
-            }
-            match self.subscriber.drain(&mut batches) {
-                Drained::Empty => {}
-                Drained::Batches => {
-                    for batch in batches.drain(..) {
-                        for event in batch.iter() {
-                            self.deliver(event.clone()).await;
-                        }
-                    }
-                }
-                Drained::Conflated(events) => {
+                Step::Woke(Wake::Queue) => unreachable!("poll_live drains the queue itself"),
+                Step::Conflated(events) => {
                     crate::metrics::WATCH_CONFLATED_EVENTS.inc_by(events.len() as u64);
                     for event in events {
                         if !self.cursor.covers(&event) {
@@ -360,7 +385,7 @@ impl Session {
                     // Everything dispatched is now reflected: the cursor can move to the head.
                     self.progress().await?;
                 }
-                Drained::Overflowed => match self.subscriber.mode {
+                Step::Overflowed => match self.subscriber.mode {
                     Mode::Log => {
                         crate::metrics::WATCH_CANCELLED.with_label_values(&["slow_consumer"]).inc();
                         return Err(Stop::Cancel {
@@ -373,11 +398,55 @@ impl Session {
                     }
                     Mode::State => {
                         crate::metrics::WATCH_RESETS.with_label_values(&["slow_consumer"]).inc();
-                        self.snapshot("slow_consumer").await?;
+                        Box::pin(self.snapshot("slow_consumer")).await?;
                     }
                 },
             }
         }
+    }
+
+    /// The live path of nearly every wake-up, with no await in it: takes
+    /// what the queue holds and leaves each change in the outbox, then
+    /// waits for the next wake-up. It returns for anything else: a change
+    /// the outbox has no room for (or whose sender is shut), a timer, the
+    /// node stopping, a conflated or overflowed queue. So a delivery
+    /// touches only this session's cursor, `Live` and the subscriber, not
+    /// the state of a waiting send or of a nested future (at 10,000
+    /// subscribers each line of a session's memory is a wait for DRAM).
+    fn poll_live(&mut self, live: &mut Live, cx: &mut Context<'_>) -> Poll<Step> {
+        loop {
+            if let Some(change) = self.deliver_drained(live) {
+                return Poll::Ready(Step::Wait(change));
+            }
+            match live.wakes.poll_next(&live.subscriber.signal, cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(Wake::Queue) => {}
+                Poll::Ready(other) => return Poll::Ready(Step::Woke(other)),
+            }
+            match live.subscriber.drain(&mut live.batches) {
+                Drained::Empty | Drained::Batches => {}
+                Drained::Conflated(events) => return Poll::Ready(Step::Conflated(events)),
+                Drained::Overflowed => return Poll::Ready(Step::Overflowed),
+            }
+        }
+    }
+
+    /// Leaves every drained change in the outbox, in order; stops at the
+    /// first one it has no room for and returns it (the cursor is past it:
+    /// it must be sent before anything else).
+    fn deliver_drained(&mut self, live: &mut Live) -> Option<Message> {
+        while let Some(batch) = live.batches.first() {
+            while let Some(event) = batch.get(live.next_event) {
+                live.next_event += 1;
+                let Some(change) = self.change(event) else { continue };
+                if let Err(change) = self.out.try_send(change) {
+                    return Some(change);
+                }
+            }
+            live.batches.remove(0);
+            live.next_event = 0;
+        }
+        None
     }
 
     /// Moves the cursor of every partition with nothing queued to what was

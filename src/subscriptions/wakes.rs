@@ -78,7 +78,8 @@ impl LiveWakes {
         std::future::poll_fn(move |cx| self.poll_next(signal, cx))
     }
 
-    fn poll_next(&mut self, signal: &Signal, cx: &mut Context<'_>) -> Poll<Wake> {
+    /// `next`, as a poll (for a caller that is itself a poll function).
+    pub fn poll_next(&mut self, signal: &Signal, cx: &mut Context<'_>) -> Poll<Wake> {
         if let Some(wake) = self.look(signal) {
             return Poll::Ready(wake);
         }

@@ -52,10 +52,15 @@ use crate::subscriptions::{Outbox, OutboxReader, Tag, Tagged};
 const OUTBOX_MESSAGES_MAX: usize = 256;
 /// Bytes a stream sends between two looks at its window.
 const WINDOW_CHECK_BYTES: usize = 16 * 1024;
-/// How many polls ahead a session's memory is asked for, and how much of it
-/// (its state machine's first lines: what a delivery touches).
+/// How many polls ahead a session's memory is asked for, and at most how
+/// much of it. All of it, as long as it is within the bound: a delivery
+/// touches a few lines of the state machine, and which ones depends on how
+/// the compiler lays the `async fn` out (the state's tag sat 585 bytes in,
+/// past the first four lines the prefetch used to cover). The session's
+/// future is ~1.1 KiB (18 lines); asking for all of it cut the server's CPU
+/// per event at 10,000 subscribers from 1.7-1.8 to 1.5-1.6 µs.
 const PREFETCH_AHEAD: usize = 4;
-const SESSION_PREFETCH_LINES: usize = 4;
+const SESSION_PREFETCH_LINES_MAX: usize = 20;
 
 /// The watch streams of one connection.
 pub struct Watches {
@@ -226,7 +231,9 @@ struct WatchStream {
 impl WatchStream {
     fn prefetch_session(&self) {
         if let Some(session) = &self.session {
-            crate::prefetch::prefetch(session.as_ref().get_ref() as *const _, SESSION_PREFETCH_LINES);
+            let future = session.as_ref().get_ref();
+            let lines = std::mem::size_of_val(future).div_ceil(crate::prefetch::CACHE_LINE_BYTES);
+            crate::prefetch::prefetch(future as *const _, lines.min(SESSION_PREFETCH_LINES_MAX));
         }
     }
 
