@@ -72,13 +72,8 @@ impl LiveWakes {
         }
     }
 
-    /// Resolves with the next reason to wake; the queue first (a busy
+    /// The next reason to wake, once there is one; the queue first (a busy
     /// subscription looks at nothing else), but never past the node stopping.
-    pub fn next<'a>(&'a mut self, signal: &'a Signal) -> impl Future<Output = Wake> + 'a {
-        std::future::poll_fn(move |cx| self.poll_next(signal, cx))
-    }
-
-    /// `next`, as a poll (for a caller that is itself a poll function).
     pub fn poll_next(&mut self, signal: &Signal, cx: &mut Context<'_>) -> Poll<Wake> {
         if let Some(wake) = self.look(signal) {
             return Poll::Ready(wake);
