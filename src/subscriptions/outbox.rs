@@ -155,7 +155,7 @@ impl OutboxReader {
     /// What it left before stays in the outbox, in order.
     pub fn shut(&self, tag: Tag) {
         let mut shared = self.shared.lock();
-        if !shared.shut.iter().any(|(shut, _)| *shut == tag) {
+        if !shared.is_shut(&tag) {
             shared.shut.push((tag, None));
         }
     }

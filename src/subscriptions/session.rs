@@ -80,7 +80,6 @@ impl ChangeId {
 /// A live session's state besides the session itself.
 struct Live {
     wakes: LiveWakes,
-    subscriber: Arc<Subscriber>,
     /// Drained from the queue and not all delivered yet (a live subscriber
     /// finds one batch at a time: inline, no buffer of its own)...
     batches: SmallVec<[Batch; 1]>,
@@ -352,7 +351,6 @@ impl Session {
     async fn live(&mut self) -> Result<std::convert::Infallible, Stop> {
         let mut live = Live {
             wakes: LiveWakes::new(self.config.progress_interval, self.config.keep_alive_interval, self.closing.clone()),
-            subscriber: self.subscriber.clone(),
             batches: SmallVec::new(),
             next_event: 0,
         };
@@ -418,12 +416,12 @@ impl Session {
             if let Some(change) = self.deliver_drained(live) {
                 return Poll::Ready(Step::Wait(change));
             }
-            match live.wakes.poll_next(&live.subscriber.signal, cx) {
+            match live.wakes.poll_next(&self.subscriber.signal, cx) {
                 Poll::Pending => return Poll::Pending,
                 Poll::Ready(Wake::Queue) => {}
                 Poll::Ready(other) => return Poll::Ready(Step::Woke(other)),
             }
-            match live.subscriber.drain(&mut live.batches) {
+            match self.subscriber.drain(&mut live.batches) {
                 Drained::Empty | Drained::Batches => {}
                 Drained::Conflated(events) => return Poll::Ready(Step::Conflated(events)),
                 Drained::Overflowed => return Poll::Ready(Step::Overflowed),
