@@ -1,28 +1,26 @@
 #!/usr/bin/env bash
-# The benchmark suite: Tern, the hello server and etcd measured in one run.
+# The benchmark suite, run by `tern-bench` (bench/, a program of its own):
+# Tern, the hello server and etcd measured in one run.
 # Results: bench/results/latest/{results.json,results.md,results.png}.
-# Extra arguments go to `tern bench suite` (e.g. --seconds 20).
-#   scripts/bench.sh kafka [ARGS]   instead runs `tern bench kafka`: Tern on Apache Kafka next to
-#                                   Kafka's EndToEndLatency and ProducerPerformance (results: kafka.json/md).
-#   scripts/bench.sh watch [ARGS]   instead runs `tern bench watch`: put → event latency at 1,000 and
-#                                   10,000 subscribers (SSE, WebSocket) next to etcd's watch and two SSE fan-out floors (results: watch.json/md).
-#   scripts/bench.sh snapshot [ARGS] instead runs `tern bench snapshot`: snapshot and restore of one
-#                                   partition of 1,000,000 records, file:// and S3 (results: snapshot.json/md).
+# Extra arguments go to `tern-bench suite` (e.g. --seconds 20).
+#   scripts/bench.sh kafka [ARGS]    instead runs `tern-bench kafka`: Tern on Apache Kafka next to
+#                                    Kafka's EndToEndLatency and ProducerPerformance (results: kafka.json/md).
+#   scripts/bench.sh watch [ARGS]    instead runs `tern-bench watch`: put → event latency at 1,000 and
+#                                    10,000 subscribers (SSE, WebSocket) next to etcd's watch and two SSE fan-out floors (results: watch.json/md).
+#   scripts/bench.sh snapshot [ARGS] instead runs `tern-bench snapshot`: snapshot and restore of one
+#                                    partition of 1,000,000 records, file:// and S3 (results: snapshot.json/md).
+# `--tern PATH` measures another `tern` binary (e.g. an older build, for alternating runs).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh bench
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/tern-target}"
-cargo build --release --quiet
-if [[ "${1:-}" == "snapshot" ]]; then
-  shift
-  exec "$CARGO_TARGET_DIR/release/tern" bench snapshot --out bench/results/latest "$@"
-fi
-if [[ "${1:-}" == "watch" ]]; then
-  shift
-  exec "$CARGO_TARGET_DIR/release/tern" bench watch --out bench/results/latest "$@"
-fi
-if [[ "${1:-}" == "kafka" ]]; then
-  shift
-  exec "$CARGO_TARGET_DIR/release/tern" bench kafka --out bench/results/latest "$@"
-fi
-exec "$CARGO_TARGET_DIR/release/tern" bench suite --out bench/results/latest "$@"
+cargo build --release --quiet --workspace
+BENCH="$CARGO_TARGET_DIR/release/tern-bench"
+case "${1:-}" in
+  snapshot | watch | kafka)
+    suite="$1"
+    shift
+    exec "$BENCH" "$suite" --out bench/results/latest "$@"
+    ;;
+esac
+exec "$BENCH" suite --out bench/results/latest "$@"

@@ -5,5 +5,5 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/tern-target}"
-cargo build --release --quiet
+cargo build --release --quiet --workspace
 exec "$CARGO_TARGET_DIR/release/tern" dev "$@"

@@ -5,7 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/tern-target}"
-cargo build --release --all-targets
+cargo build --release --workspace --all-targets
 # A real Kafka broker for the Kafka tests, on a free loopback port, stopped on exit.
 KAFKA_DIR="$(mktemp -d "${TMPDIR:-/tmp}/tern-test-kafka.XXXXXX")"
 # A real S3-compatible server (moto) for the snapshot tests, likewise.
@@ -20,7 +20,7 @@ export TERN_TEST_KAFKA_DIR="$KAFKA_DIR"
 echo "test Kafka broker: $TERN_TEST_KAFKA"
 LOG="${TMPDIR:-/tmp}/tern-test.log"
 set +e
-cargo test --release --all-targets 2>&1 | tee "$LOG"
+cargo test --release --workspace --all-targets 2>&1 | tee "$LOG"
 status=${PIPESTATUS[0]}
 # The TypeScript client against a real `tern`, then the demo page in Debian's
 # chromium (playwright-core drives it; the screenshot lands in test-artifacts/).

@@ -5,26 +5,20 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::apply::ApplyConfig;
 use crate::cluster::{Cluster, GossipConfig, SelfInfo};
-use crate::config::Settings;
-use crate::log::embedded::{EmbeddedLog, EmbeddedLogConfig};
-use crate::log::kafka::{KafkaLog, KafkaLogConfig, Membership};
+use crate::log::embedded::EmbeddedLog;
+use crate::log::kafka::KafkaLog;
 use crate::log::Log;
-use crate::node::{Node, NodeConfig};
-use crate::snapshot::schedule::{self, SnapshotPolicy};
+use crate::node::snapshots as schedule;
+use crate::node::Node;
+use crate::settings::Settings;
 use crate::snapshot::Snapshots;
 
-
-pub struct Options {
-    /// Namespaces to create at start if missing: (name, partitions).
-    pub ensure_namespaces: Vec<(String, u32)>,
-    /// Printed with the URL once serving.
-    pub banner: &'static str,
-}
-
-pub async fn run(settings: Settings, options: Options) -> anyhow::Result<()> {
+/// Runs a node with `settings` until SIGTERM or Ctrl-C; `banner` is printed
+/// with the URL once it serves (the test harness and scripts wait for it).
+pub async fn run(settings: Settings, banner: &'static str) -> anyhow::Result<()> {
     settings.validate()?;
+    let ensure_namespaces = settings.namespaces_to_create()?;
     let snapshots = match &settings.snapshots {
         Some(url) => {
             let options: Vec<(String, String)> = settings.snapshot_options.clone().into_iter().collect();
@@ -33,20 +27,8 @@ pub async fn run(settings: Settings, options: Options) -> anyhow::Result<()> {
         None => None,
     };
     let (log, embedded, kafka) = open_log(&settings).await?;
-    let node_config = NodeConfig {
-        data_dir: settings.data_dir.clone(),
-        store_cache_bytes: settings.store_cache_bytes,
-        apply: ApplyConfig {
-            batch_entries_max: settings.apply_batch_max,
-            fsync_interval: Duration::from_millis(settings.store_fsync_interval_ms),
-            linger: Duration::from_millis(settings.apply_linger_ms),
-        },
-        snapshots: snapshots.clone(),
-        snapshot_retain: settings.snapshot_retain,
-        watch: settings.watch_config(),
-    };
-    let node = Node::start(node_config, log).await?;
-    for (name, partitions) in &options.ensure_namespaces {
+    let node = Node::start(settings.node_config(snapshots.clone()), log).await?;
+    for (name, partitions) in &ensure_namespaces {
         node.create_namespace(name, *partitions).await?;
     }
     if let (Some(kafka), true) = (&kafka, snapshots.is_some()) {
@@ -73,11 +55,7 @@ pub async fn run(settings: Settings, options: Options) -> anyhow::Result<()> {
     let (stop_snapshots, snapshots_stopped) = tokio::sync::watch::channel(false);
     let schedule = match (&snapshots, settings.snapshot_writer) {
         (Some(snapshots), true) => {
-            let policy = SnapshotPolicy {
-                interval: Duration::from_millis(settings.snapshot_interval_ms),
-                entries: settings.snapshot_entries,
-                retain: settings.snapshot_retain,
-            };
+            let policy = settings.snapshot_policy();
             Some(tokio::spawn(schedule::run(Arc::downgrade(&node), snapshots.clone(), policy, snapshots_stopped)))
         }
         _ => None,
@@ -87,7 +65,7 @@ pub async fn run(settings: Settings, options: Options) -> anyhow::Result<()> {
         .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", settings.listen))?;
     let address = listener.local_addr()?;
     let cluster = join_cluster(&settings, &node, address).await?;
-    println!("{} listening on http://{address}", options.banner);
+    println!("{banner} listening on http://{address}");
     tracing::info!(%address, node_id = %settings.node_id, data_dir = %settings.data_dir.display(), "serving");
     let state = crate::api::state(node.clone(), cluster.clone());
     let service = crate::api::service(state.clone());
@@ -96,10 +74,10 @@ pub async fn run(settings: Settings, options: Options) -> anyhow::Result<()> {
         shutdown_signal().await;
         // Subscriptions never end by themselves: end them, so graceful
         // shutdown is not kept waiting by their connections.
-        closing_node.subscriptions.close();
+        closing_node.watches.close();
     };
     let idle = Duration::from_millis(settings.http_idle_ms);
-    crate::api::listener::serve(listener, state, service, idle, signal).await;
+    crate::api::http::serve(listener, state, service, idle, signal).await;
     tracing::info!("stopped accepting requests; stopping the node");
     retention.abort();
     stop_snapshots.send_replace(true);
@@ -181,37 +159,13 @@ async fn check_kafka_retention(kafka: &KafkaLog, node: &Node, snapshot_interval:
 /// its retention enforced) or Kafka (also returned twice, for its retention check).
 async fn open_log(settings: &Settings) -> anyhow::Result<(Arc<dyn Log>, Option<EmbeddedLog>, Option<KafkaLog>)> {
     if let Some(servers) = settings.log.strip_prefix("kafka://") {
-        let config = KafkaLogConfig {
-            client_id: settings.node_id.clone(),
-            rack: settings.region.clone(),
-            topic_prefix: settings.kafka_topic_prefix.clone(),
-            replication_factor: settings.kafka_replication_factor,
-            min_insync_replicas: settings.kafka_min_insync_replicas,
-            linger: Duration::from_millis(settings.kafka_linger_ms),
-            fetch_wait_max: Duration::from_millis(settings.kafka_fetch_wait_max_ms),
-            fetch_min_bytes: settings.kafka_fetch_min_bytes,
-            membership: match settings.kafka_group_membership() {
-                false => Membership::AssignAll,
-                true => Membership::Group {
-                    group: settings.group.clone(),
-                    instance_id: settings.node_id.clone(),
-                    session_timeout: Duration::from_millis(settings.kafka_session_timeout_ms),
-                },
-            },
-            ..KafkaLogConfig::new(servers)
-        };
-        let kafka = KafkaLog::connect(config)?;
+        let kafka = KafkaLog::connect(settings.kafka_log_config(servers))?;
         // Fail fast, with the broker's address in the message, if it is unreachable.
         kafka.list_topics().await.map_err(|e| anyhow::anyhow!("cannot reach Kafka at {servers}: {e}"))?;
         tracing::info!(%servers, "kafka log connected");
         return Ok((Arc::new(kafka.clone()), None, Some(kafka)));
     }
-    let log_config = EmbeddedLogConfig {
-        segment_bytes_max: settings.log_segment_bytes,
-        retention_bytes: settings.log_retention_bytes,
-        retention_ms: settings.log_retention_ms,
-        ..EmbeddedLogConfig::new(settings.data_dir.join("log"))
-    };
+    let log_config = settings.embedded_log_config();
     let embedded = tokio::task::spawn_blocking(move || EmbeddedLog::open(log_config)).await??;
     Ok((Arc::new(embedded.clone()), Some(embedded), None))
 }

@@ -13,7 +13,7 @@ use serde_json::json;
 
 use super::error::ApiError;
 use super::{body, AppState};
-use crate::snapshot::schedule::take_now;
+use crate::node::snapshots::take_now;
 use crate::snapshot::Snapshots;
 
 #[derive(Deserialize, Default)]

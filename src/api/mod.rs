@@ -4,22 +4,26 @@
 //! precise 4xx), call the node's write or read path, render the answer. They
 //! never touch a store for writing.
 
+// The transport (above the handlers: it hands them requests).
+pub mod http;
+
+// Handlers, one concern per file.
 mod admin;
-mod body;
 mod cluster;
 mod demo;
-pub mod error;
-pub mod listener;
-pub mod forward;
-mod h2c;
-mod keys;
 mod namespaces;
 mod ops;
-mod params;
 mod records;
+mod sse;
+mod ws;
+
+// What handlers share: request parsing and limits, errors, rendering, forwarding.
+mod body;
+mod error;
+mod forward;
+mod keys;
+mod params;
 mod render;
-pub mod watch;
-pub mod ws;
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -118,7 +122,7 @@ pub fn router(state: AppState) -> Router {
         )
         .route("/v1/ns/{ns}/get", post(timed("POST /v1/ns/{ns}/get", records::multi_get)))
         .route("/v1/ns/{ns}/batch", post(timed("POST /v1/ns/{ns}/batch", records::batch)))
-        .route("/v1/ns/{ns}/watch", get(watch::sse))
+        .route("/v1/ns/{ns}/watch", get(sse::sse))
         .route("/v1/ws", get(ws::upgrade))
         .route("/v1/cluster", get(timed("GET /v1/cluster", cluster::show)))
         .route(

@@ -11,7 +11,7 @@ use serde_json::json;
 use super::error::ApiError;
 use super::keys::NsName;
 use super::{body, AppState};
-use crate::apply::PartitionStatus;
+use crate::partition::PartitionStatus;
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -20,7 +20,7 @@ use crate::codec::{Condition, Mutation, Op, OpKind};
 use crate::limits;
 use crate::node::read::{await_consistency, Consistency};
 use crate::node::write::{needs_outcome, write, WriteError};
-use crate::node::Namespace;
+use crate::partition::Namespace;
 use crate::store::{Record, SkRange};
 
 /// Slack above 4 MiB of keys and values for the JSON framing of a batch body.

@@ -34,10 +34,9 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
 use super::error::ApiError;
-use super::listener::ConnectionId;
-use super::watch::WatchRequest;
+use super::sse::WatchRequest;
 use super::AppState;
-use crate::subscriptions::{self, Message, Outbox, OutboxReader, Tag, Tagged};
+use crate::watch::{self, ConnectionId, Message, Outbox, OutboxReader, Tag, Tagged};
 
 /// Most subscriptions on one connection.
 pub const SUBSCRIPTIONS_PER_CONNECTION_MAX: usize = 1000;
@@ -58,7 +57,7 @@ const WRITE_BUFFER_BYTES: usize = 16 * 1024;
 const FRAMES_PER_FLUSH_MAX: usize = 256;
 
 pub async fn upgrade(State(app): State<AppState>, connection: Option<Extension<ConnectionId>>, ws: WebSocketUpgrade) -> Response {
-    let connection = connection.map_or(0, |Extension(ConnectionId(id))| id);
+    let connection = connection.map_or(ConnectionId(0), |Extension(id)| id);
     ws.max_message_size(CLIENT_MESSAGE_BYTES_MAX)
         .read_buffer_size(READ_BUFFER_BYTES)
         .write_buffer_size(WRITE_BUFFER_BYTES)
@@ -102,7 +101,7 @@ impl Drop for Running {
 /// and costs one flush, not a task wake-up and a write per subscription.
 /// The client's frames are read by a small task of their own, so a delivery
 /// never polls the read side of the socket.
-async fn serve(app: AppState, socket: WebSocket, connection: u64) {
+async fn serve(app: AppState, socket: WebSocket, connection: ConnectionId) {
     let (mut sink, stream) = socket.split();
     let (frames_tx, mut frames) = mpsc::channel::<WsMessage>(CLIENT_MESSAGES_PENDING_MAX);
     let reader = AbortOnDrop(tokio::spawn(read_frames(stream, frames_tx)));
@@ -186,7 +185,7 @@ type SessionFuture = Abortable<Pin<Box<dyn Future<Output = String> + Send>>>;
 /// the reply.
 fn handle(
     app: &AppState,
-    connection: u64,
+    connection: ConnectionId,
     text: &str,
     running: &mut HashMap<String, Running>,
     sessions: &mut FuturesUnordered<SessionFuture>,
@@ -233,11 +232,11 @@ async fn write_frames(sink: &mut SplitSink<WebSocket, WsMessage>, batch: &mut Ve
 /// Validates a `sub` and sets up its session (not yet running).
 fn open(
     app: &AppState,
-    connection: u64,
+    connection: ConnectionId,
     sub: Sub,
     running: &HashMap<String, Running>,
     outbox: &OutboxReader,
-) -> Result<(subscriptions::Session, subscriptions::Start), ApiError> {
+) -> Result<(watch::Session, watch::Start), ApiError> {
     if sub.id.is_empty() || sub.id.chars().count() > SUBSCRIPTION_ID_CHARS_MAX {
         return Err(ApiError::bad_request("invalid_message", format!("id must be 1-{SUBSCRIPTION_ID_CHARS_MAX} characters")));
     }
@@ -253,7 +252,7 @@ fn open(
     let request = WatchRequest::parse(sub.pk.as_deref(), sub.prefix.as_deref(), sub.sk.as_deref(), sub.from.as_deref(), sub.mode.as_deref())?;
     let id_json: Arc<str> = serde_json::to_string(&sub.id).expect("a string serializes").into();
     let outbox = Outbox::tagged(outbox, Tag::Id(id_json));
-    Ok(subscriptions::open(&app.node, &sub.ns, request.filter, request.from, request.mode, outbox, connection)?)
+    Ok(app.node.open_watch(&sub.ns, request.filter, request.from, request.mode, outbox, connection)?)
 }
 
 fn error_text(id: Option<&str>, error: &ApiError) -> String {

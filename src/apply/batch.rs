@@ -18,7 +18,7 @@
 //!   survives restarts. Only writes that carry an id pay for it (Tern's API
 //!   sets one from the `Idempotency-Key` header).
 
-use super::outcome::Outcome;
+use crate::partition::Outcome;
 use crate::codec::{self, Condition, Mutation, OpKind};
 use crate::log::LogRecord;
 use crate::store::{ApplyTxn, StoreError};

@@ -15,18 +15,18 @@
 //! It never skips: if the log no longer holds the offset it needs, or the
 //! store is ahead of the log, the partition is refused, loudly.
 
-pub mod batch;
-pub mod handle;
-pub mod outcome;
+pub(crate) mod batch;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
 
-pub use self::handle::{PartitionHandle, PartitionStatus};
+use crate::fanout::Event;
 use crate::log::{Log, LogError, LogReader};
 use crate::metrics;
+use crate::partition::Outcome;
+use crate::partition::{PartitionHandle, PartitionStatus};
 
 #[derive(Debug, Clone)]
 pub struct ApplyConfig {
@@ -38,16 +38,6 @@ pub struct ApplyConfig {
     /// entries arriving meanwhile share one transaction (redb's cost is per
     /// transaction). An idle partition still applies its first entry at once.
     pub linger: Duration,
-}
-
-impl Default for ApplyConfig {
-    fn default() -> Self {
-        ApplyConfig {
-            batch_entries_max: 1000,
-            fsync_interval: Duration::from_millis(1000),
-            linger: Duration::from_millis(1),
-        }
-    }
 }
 
 /// Longest the loop waits for new entries before checking for shutdown and fsync.
@@ -231,34 +221,34 @@ async fn apply(handle: &Arc<PartitionHandle>, entries: Vec<crate::log::LogRecord
 
 /// A committed batch: each entry's outcome, the applied offset reached, and
 /// the change events for subscribers (encoded once, here).
-type Applied = (Vec<(u64, outcome::Outcome)>, u64, Vec<Arc<crate::subscriptions::event::Event>>);
+type Applied = (Vec<(u64, Outcome)>, u64, Vec<Arc<Event>>);
 
 fn commit_batch(handle: &PartitionHandle, entries: &[crate::log::LogRecord]) -> Result<Applied, crate::store::StoreError> {
     handle.store().apply(false, |tx| {
         let mut events = Vec::new();
         let partition = handle.partition;
         let outcomes = batch::apply_entries(tx, entries, partition, handle.partitions, &mut |offset, mutation| {
-            events.extend(crate::subscriptions::event::Event::of_mutation(partition, offset, mutation));
+            events.extend(Event::of_mutation(partition, offset, mutation));
         })?;
         Ok((outcomes, tx.state().applied_next, events))
     })
 }
 
-fn record_outcome_metrics(handle: &PartitionHandle, outcomes: &[(u64, outcome::Outcome)]) {
+fn record_outcome_metrics(handle: &PartitionHandle, outcomes: &[(u64, Outcome)]) {
     for (_, outcome) in outcomes {
         match outcome {
-            outcome::Outcome::Skipped(reason) => {
+            Outcome::Skipped(reason) => {
                 tracing::warn!(tp = %handle.tp, %reason, "skipped a malformed log entry");
                 metrics::APPLY_SKIPPED_ENTRIES.with_label_values(&[&handle.namespace, reason.label()]).inc();
             }
-            outcome::Outcome::ConditionFailed { .. } => {
+            Outcome::ConditionFailed { .. } => {
                 metrics::APPLY_CONDITION_FAILED.with_label_values(&[&handle.namespace]).inc();
             }
-            outcome::Outcome::Duplicate { of, .. } => {
+            Outcome::Duplicate { of, .. } => {
                 tracing::debug!(tp = %handle.tp, of, "dropped a retried write (its write id was applied before)");
                 metrics::APPLY_DUPLICATES.with_label_values(&[&handle.namespace]).inc();
             }
-            outcome::Outcome::Applied => {}
+            Outcome::Applied => {}
         }
     }
 }

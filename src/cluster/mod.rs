@@ -24,7 +24,7 @@ use std::sync::Arc;
 
 use parking_lot::RwLock;
 
-use crate::apply::PartitionStatus;
+use crate::partition::PartitionStatus;
 use crate::node::Node;
 
 pub use gossip::GossipConfig;

@@ -10,6 +10,7 @@
 //! resumes from its applied offset if it comes back.
 
 pub mod read;
+pub mod snapshots;
 pub mod write;
 
 use std::collections::{BTreeMap, HashMap};
@@ -21,11 +22,10 @@ use parking_lot::{Mutex, RwLock};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use crate::apply::{self, ApplyConfig, PartitionHandle, PartitionStatus};
+use crate::apply::{self, ApplyConfig};
+use crate::partition::{Namespace, PartitionHandle, PartitionStatus};
 use crate::limits;
 use crate::log::{Assignment, CreateOutcome, Log, LogError, TopicPartition};
-use crate::partitioner::partition_of;
-use crate::position::Position;
 use crate::store::PartitionStore;
 
 #[derive(Debug, Clone)]
@@ -40,31 +40,7 @@ pub struct NodeConfig {
     /// Snapshots kept per partition when this node takes one.
     pub snapshot_retain: usize,
     /// Subscription bounds and intervals.
-    pub watch: crate::subscriptions::WatchConfig,
-}
-
-/// A namespace as this node holds it.
-pub struct Namespace {
-    pub name: Arc<str>,
-    pub partitions: u32,
-    pub handles: Vec<Arc<PartitionHandle>>,
-}
-
-impl Namespace {
-    pub fn partition_of(&self, pk: &str) -> u32 {
-        partition_of(pk, self.partitions)
-    }
-
-    pub fn handle(&self, partition: u32) -> &Arc<PartitionHandle> {
-        &self.handles[partition as usize]
-    }
-
-    /// The applied position of the given partitions, right now.
-    pub fn position_of(&self, partitions: impl IntoIterator<Item = u32>) -> Position {
-        let offsets: BTreeMap<u32, u64> = partitions.into_iter().map(|p| (p, self.handle(p).applied_next())).collect();
-        assert!(!offsets.is_empty(), "a position names at least one partition");
-        Position { namespace: self.name.to_string(), offsets }
-    }
+    pub watch: crate::watch::WatchConfig,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -95,8 +71,8 @@ pub struct Node {
     served_elsewhere: RwLock<Option<ServedElsewhere>>,
     /// Revoked partitions this node keeps serving until another member serves them.
     handing_off: Mutex<std::collections::HashSet<TopicPartition>>,
-    /// Subscription ids and the bound on their number.
-    pub subscriptions: crate::subscriptions::Subscriptions,
+    /// The watches this node serves: their settings, ids and bound.
+    pub watches: crate::watch::Watches,
 }
 
 /// Whether another live member of this node's replica group serves a partition.
@@ -127,6 +103,7 @@ impl Node {
     /// Opens every namespace the log knows and starts their apply loops.
     pub async fn start(config: NodeConfig, log: Arc<dyn Log>) -> anyhow::Result<Arc<Node>> {
         let node = Arc::new(Node {
+            watches: crate::watch::Watches::new(config.watch.clone(), log.clone()),
             config,
             log,
             namespaces: RwLock::new(BTreeMap::new()),
@@ -136,7 +113,6 @@ impl Node {
             loops: Mutex::new(HashMap::new()),
             served_elsewhere: RwLock::new(None),
             handing_off: Mutex::new(std::collections::HashSet::new()),
-            subscriptions: Default::default(),
         });
         node.discover_namespaces().await?;
         let weak = Arc::downgrade(&node);
@@ -275,6 +251,20 @@ impl Node {
         self.namespaces.read().get(name).cloned()
     }
 
+    /// Opens a watch on namespace `name` (see `Watches::open`).
+    pub fn open_watch(
+        &self,
+        name: &str,
+        filter: crate::fanout::Filter,
+        from: crate::watch::From,
+        mode: crate::fanout::Mode,
+        outbox: crate::watch::Outbox,
+        connection: crate::watch::ConnectionId,
+    ) -> Result<(crate::watch::Session, crate::watch::Start), crate::watch::WatchError> {
+        let ns = self.namespace(name).ok_or_else(|| crate::watch::WatchError::NamespaceNotFound(name.to_string()))?;
+        self.watches.open(ns, filter, from, mode, outbox, connection)
+    }
+
     pub fn namespaces(&self) -> Vec<Arc<Namespace>> {
         self.namespaces.read().values().cloned().collect()
     }
@@ -373,7 +363,7 @@ impl Node {
                 crate::metrics::SNAPSHOT_RESTORES.inc();
                 Some(store)
             }
-            Err(crate::snapshot::SnapshotError::NoneValid { tried, .. }) if tried == "none exist" => {
+            Err(crate::snapshot::SnapshotError::NoneExist { .. }) => {
                 // A new namespace, or a new store: nothing to restore, nothing wrong.
                 tracing::info!(ns = namespace, partition, "no snapshot exists; the partition starts empty");
                 None

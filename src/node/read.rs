@@ -9,7 +9,7 @@
 use std::time::Duration;
 
 use super::Namespace;
-use crate::apply::PartitionStatus;
+use crate::partition::PartitionStatus;
 use crate::log::Log;
 use crate::position::Position;
 

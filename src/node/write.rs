@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 
 use super::Namespace;
-use crate::apply::outcome::Outcome;
-use crate::apply::PartitionStatus;
+use crate::partition::outcome::Outcome;
+use crate::partition::PartitionStatus;
 use crate::codec::{self, Mutation};
 use crate::log::{Log, LogError};
 use crate::metrics;

@@ -19,7 +19,6 @@
 //! snapshot.
 
 pub mod format;
-pub mod schedule;
 
 use std::path::Path;
 use std::sync::Arc;
@@ -56,6 +55,11 @@ pub enum SnapshotError {
     Partition(String),
     #[error("snapshot {path} is invalid: {reason}")]
     Invalid { path: String, reason: String },
+    /// Nothing to restore: no snapshot of the partition exists (a new
+    /// namespace, or one never snapshotted). Not an error for a new store.
+    #[error("no snapshot of {namespace}/{partition} exists")]
+    NoneExist { namespace: String, partition: u32 },
+    /// Snapshots exist and every one failed to verify.
     #[error("no valid snapshot of {namespace}/{partition} (tried: {tried})")]
     NoneValid { namespace: String, partition: u32, tried: String },
 }
@@ -311,8 +315,10 @@ impl Snapshots {
                 }
             }
         }
-        let tried = if tried.is_empty() { "none exist".to_string() } else { tried.join("; ") };
-        Err(SnapshotError::NoneValid { namespace: namespace.to_string(), partition, tried })
+        if tried.is_empty() {
+            return Err(SnapshotError::NoneExist { namespace: namespace.to_string(), partition });
+        }
+        Err(SnapshotError::NoneValid { namespace: namespace.to_string(), partition, tried: tried.join("; ") })
     }
 
     async fn try_restore(

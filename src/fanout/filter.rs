@@ -1,0 +1,142 @@
+//! What a subscription watches, and the index that finds the subscribers an
+//! event concerns without looking at the others.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use super::queue::Subscriber;
+use crate::partitioner::partition_of;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Filter {
+    /// Every record of the namespace (every partition).
+    Namespace,
+    /// Every record of one pk.
+    Pk { pk: String },
+    /// The records of one pk whose sk starts with `prefix`.
+    Prefix { pk: String, prefix: String },
+    /// One record.
+    Record { pk: String, sk: String },
+}
+
+impl Filter {
+    pub fn pk(&self) -> Option<&str> {
+        match self {
+            Filter::Namespace => None,
+            Filter::Pk { pk } | Filter::Prefix { pk, .. } | Filter::Record { pk, .. } => Some(pk),
+        }
+    }
+
+    pub fn matches(&self, pk: &str, sk: &str) -> bool {
+        match self {
+            Filter::Namespace => true,
+            Filter::Pk { pk: want } => want == pk,
+            Filter::Prefix { pk: want, prefix } => want == pk && sk.starts_with(prefix.as_str()),
+            Filter::Record { pk: want, sk: want_sk } => want == pk && want_sk == sk,
+        }
+    }
+
+    /// The partitions this filter can see events of.
+    pub fn partitions(&self, partitions: u32) -> Vec<u32> {
+        match self.pk() {
+            None => (0..partitions).collect(),
+            Some(pk) => vec![partition_of(pk, partitions)],
+        }
+    }
+}
+
+/// The subscribers of one partition: those that watch everything, and the
+/// others by the pk they watch. An event costs one hash lookup plus one
+/// check per subscriber of its own pk, whatever the number of subscribers.
+#[derive(Default)]
+pub struct Index {
+    pub everything: Vec<Arc<Subscriber>>,
+    pub by_pk: HashMap<Box<str>, Vec<Arc<Subscriber>>>,
+    count: usize,
+}
+
+impl Index {
+    pub fn len(&self) -> usize {
+        self.count
+    }
+
+    /// Lists stay sorted by (connection, id): a dispatch round wakes one
+    /// connection's subscribers one after the other, so its task runs once
+    /// for all of them instead of once each while the round goes on.
+    pub fn insert(&mut self, subscriber: Arc<Subscriber>) {
+        let list = match subscriber.filter.pk() {
+            None => &mut self.everything,
+            Some(pk) => self.by_pk.entry(pk.into()).or_default(),
+        };
+        let at = list.partition_point(|s| order(s) < order(&subscriber));
+        assert!(list.get(at).is_none_or(|s| s.id != subscriber.id), "subscriber {} indexed twice", subscriber.id);
+        list.insert(at, subscriber);
+        self.count += 1;
+    }
+
+    /// Removes the subscriber with this id; returns whether it was there.
+    pub fn remove(&mut self, subscriber: &Subscriber) -> bool {
+        let list = match subscriber.filter.pk() {
+            None => &mut self.everything,
+            Some(pk) => match self.by_pk.get_mut(pk) {
+                Some(list) => list,
+                None => return false,
+            },
+        };
+        let Ok(i) = list.binary_search_by_key(&order(subscriber), |s| order(s)) else { return false };
+        list.remove(i);
+        if list.is_empty() {
+            if let Some(pk) = subscriber.filter.pk() {
+                self.by_pk.remove(pk);
+            }
+        }
+        self.count -= 1;
+        true
+    }
+}
+
+/// Where a subscriber sits in its index list.
+fn order(subscriber: &Subscriber) -> (u64, u64) {
+    (subscriber.group, subscriber.id)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn filters_match_what_they_name() {
+        let prefix = Filter::Prefix { pk: "dns".into(), prefix: "www.".into() };
+        assert!(prefix.matches("dns", "www.example"));
+        assert!(!prefix.matches("dns", "mail.example"));
+        assert!(!prefix.matches("dnsx", "www.example"));
+        let record = Filter::Record { pk: "a".into(), sk: "".into() };
+        assert!(record.matches("a", "") && !record.matches("a", "b"));
+        assert!(Filter::Pk { pk: "a".into() }.matches("a", "anything"));
+        assert_eq!(Filter::Namespace.partitions(4), vec![0, 1, 2, 3]);
+        assert_eq!(Filter::Pk { pk: "a".into() }.partitions(4).len(), 1);
+    }
+
+    #[test]
+    fn the_index_keeps_each_connections_subscribers_together() {
+        use crate::fanout::queue::{Mode, QueueLimits};
+        let limits = QueueLimits { events_max: 10, bytes_max: 1 << 20 };
+        let subscriber = |id: u64, group: u64, filter: Filter| Arc::new(Subscriber::new(id, group, filter, Mode::Log, limits));
+        let mut index = Index::default();
+        // Subscriptions of connections 1, 2 and 3 opened interleaved.
+        for (id, group) in [(1, 3), (2, 1), (3, 2), (4, 3), (5, 1), (6, 2)] {
+            index.insert(subscriber(id, group, Filter::Pk { pk: "a".into() }));
+            index.insert(subscriber(100 + id, group, Filter::Namespace));
+        }
+        let order = |list: &[Arc<Subscriber>]| list.iter().map(|s| (s.group, s.id % 100)).collect::<Vec<_>>();
+        let grouped = vec![(1, 2), (1, 5), (2, 3), (2, 6), (3, 1), (3, 4)];
+        assert_eq!(order(&index.by_pk["a"]), grouped);
+        assert_eq!(order(&index.everything), grouped);
+        assert_eq!(index.len(), 12);
+        assert!(index.remove(&subscriber(5, 1, Filter::Pk { pk: "a".into() })));
+        assert!(!index.remove(&subscriber(5, 1, Filter::Pk { pk: "a".into() })), "removed once");
+        assert!(!index.remove(&subscriber(6, 1, Filter::Pk { pk: "a".into() })), "not in that connection");
+        assert_eq!(order(&index.by_pk["a"]), vec![(1, 2), (2, 3), (2, 6), (3, 1), (3, 4)]);
+        assert_eq!(index.len(), 11);
+    }
+}

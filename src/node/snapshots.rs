@@ -1,0 +1,108 @@
+//! When snapshots are taken: on a schedule (every `interval`, or sooner once
+//! `entries` log entries were applied since the last one) and on demand,
+//! for the partitions this node serves. Only a node configured as a snapshot
+//! writer runs the schedule; any node can restore.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use tokio::sync::watch;
+
+use crate::snapshot::{SnapshotError, SnapshotReport, Snapshots};
+use crate::partition::PartitionStatus;
+use crate::log::TopicPartition;
+use super::Node;
+
+#[derive(Debug, Clone)]
+pub struct SnapshotPolicy {
+    /// Longest time between two snapshots of a partition that changed.
+    pub interval: Duration,
+    /// Snapshot sooner once this many entries were applied since the last one.
+    pub entries: u64,
+    /// Snapshots kept per partition (older ones are pruned).
+    pub retain: usize,
+}
+
+/// How often the schedule looks at the partitions.
+const CHECK_INTERVAL: Duration = Duration::from_secs(1);
+
+/// Takes snapshots of the partitions `node` serves (optionally only one
+/// namespace / partition), now, then prunes old ones. One result per partition.
+pub async fn take_now(
+    node: &Node,
+    snapshots: &Snapshots,
+    namespace: Option<&str>,
+    partition: Option<u32>,
+    retain: usize,
+) -> Vec<(TopicPartition, Result<SnapshotReport, SnapshotError>)> {
+    let mut results = Vec::new();
+    for ns in node.namespaces() {
+        if namespace.is_some_and(|n| n != &*ns.name) {
+            continue;
+        }
+        for handle in &ns.handles {
+            if partition.is_some_and(|p| p != handle.partition) || handle.status() != PartitionStatus::Serving {
+                continue;
+            }
+            let result = match handle.store().read() {
+                Ok(reader) => snapshots.create(&ns.name, handle.partition, ns.partitions, reader).await,
+                Err(e) => Err(SnapshotError::Partition(e.to_string())),
+            };
+            match &result {
+                Ok(report) => {
+                    tracing::info!(tp = %handle.tp, applied_next = report.applied_next, bytes_uploaded = report.bytes_uploaded, "snapshot taken");
+                    if let Err(e) = snapshots.prune(&ns.name, handle.partition, retain).await {
+                        tracing::warn!(tp = %handle.tp, error = %e, "pruning old snapshots failed");
+                    }
+                }
+                Err(e) => tracing::error!(tp = %handle.tp, error = %e, "snapshot failed; the next attempt retries"),
+            }
+            results.push((handle.tp.clone(), result));
+        }
+    }
+    results
+}
+
+/// Runs the schedule until `shutdown`.
+pub async fn run(node: std::sync::Weak<Node>, snapshots: Snapshots, policy: SnapshotPolicy, mut shutdown: watch::Receiver<bool>) {
+    // Per partition: the applied offset of its last snapshot and when it was taken.
+    let mut last: HashMap<TopicPartition, (u64, Instant)> = HashMap::new();
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(CHECK_INTERVAL) => {}
+            _ = shutdown.changed() => return,
+        }
+        let Some(node) = node.upgrade() else { return };
+        for ns in node.namespaces() {
+            for handle in &ns.handles {
+                if handle.status() != PartitionStatus::Serving {
+                    continue;
+                }
+                let applied_next = handle.applied_next();
+                let (last_offset, last_at) = match last.get(&handle.tp) {
+                    Some(known) => *known,
+                    None => {
+                        // First look: what the object store already has.
+                        let newest = snapshots.list(&ns.name, handle.partition).await.ok().and_then(|m| m.first().map(|(o, _)| *o));
+                        let known = (newest.unwrap_or(0), Instant::now());
+                        last.insert(handle.tp.clone(), known);
+                        known
+                    }
+                };
+                let changed = applied_next.saturating_sub(last_offset);
+                let due = changed >= policy.entries || (changed > 0 && last_at.elapsed() >= policy.interval);
+                if !due {
+                    continue;
+                }
+                let results = take_now(&node, &snapshots, Some(&ns.name), Some(handle.partition), policy.retain).await;
+                if let Some((_, Ok(report))) = results.first() {
+                    last.insert(handle.tp.clone(), (report.applied_next, Instant::now()));
+                } else {
+                    // Failed (e.g. the object store is down): the interval restarts, the entry
+                    // count does not, so a busy partition retries at the next check.
+                    last.insert(handle.tp.clone(), (last_offset, Instant::now()));
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,269 @@
+//! `PartitionHandle`: everything the rest of the node may know about one
+//! partition it holds. Readers use `store()` directly (never the apply task);
+//! writers wait on `wait_applied` and read their outcome.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::{Mutex, RwLock};
+use prometheus::IntGauge;
+use tokio::sync::watch;
+
+use super::outcome::{Outcome, OutcomeRing};
+use crate::log::TopicPartition;
+use crate::metrics;
+use crate::store::{PartitionStore, StoreError, StoreReader};
+
+/// A consistent read view, shared by concurrent readers while the
+/// partition's applied offset does not move.
+pub struct ReadView {
+    /// The position of what `reader` shows (read from the view itself).
+    pub applied_next: u64,
+    pub reader: StoreReader,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PartitionStatus {
+    /// Replaying the log up to the end offset seen at start.
+    CatchingUp,
+    /// Applying as entries arrive.
+    Serving,
+    /// Cannot serve: the reason says why and what to do.
+    Refused(String),
+    /// Not this node's: another member of its replica group holds it (reads
+    /// are proxied to a holder). The local store is kept, and resumes from
+    /// its applied offset if the partition comes back.
+    NotHeld,
+}
+
+/// Keeps a partition's apply loop running while a writer waits on it (`PartitionHandle::pin`).
+pub struct PinGuard {
+    handle: Arc<PartitionHandle>,
+}
+
+impl Drop for PinGuard {
+    fn drop(&mut self) {
+        let before = self.handle.pins.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+        assert!(before > 0, "pins are released once");
+    }
+}
+
+pub struct PartitionHandle {
+    pub namespace: Arc<str>,
+    pub partition: u32,
+    pub partitions: u32,
+    pub tp: TopicPartition,
+    store: Arc<PartitionStore>,
+    /// Next offset to apply, published after each commit.
+    applied_next: watch::Sender<u64>,
+    outcomes: Mutex<OutcomeRing>,
+    status: RwLock<PartitionStatus>,
+    /// Writers waiting here for their outcome: the node does not let go meanwhile.
+    pins: std::sync::atomic::AtomicUsize,
+    /// The read view shared by readers while the applied offset stands still;
+    /// dropped on every publish, so it never pins pages of old versions for long.
+    view: RwLock<Option<Arc<ReadView>>>,
+    pub(crate) applied_offset_gauge: IntGauge,
+    pub(crate) log_end_gauge: IntGauge,
+    pub(crate) lag_gauge: IntGauge,
+    refused_gauge: IntGauge,
+    /// Recent events and the subscribers of this partition.
+    pub feed: Arc<crate::fanout::PartitionFeed>,
+}
+
+/// How many recent outcomes each partition remembers for waiting writers.
+pub const OUTCOMES_MAX: usize = 65_536;
+
+impl PartitionHandle {
+    pub fn new(
+        namespace: Arc<str>,
+        partition: u32,
+        partitions: u32,
+        store: Arc<PartitionStore>,
+        applied_next: u64,
+        ring: crate::fanout::RingLimits,
+    ) -> Self {
+        let labels = [namespace.as_ref(), &partition.to_string()];
+        let handle = PartitionHandle {
+            tp: TopicPartition { topic: namespace.clone(), partition },
+            namespace: namespace.clone(),
+            partition,
+            partitions,
+            store,
+            applied_next: watch::Sender::new(applied_next),
+            outcomes: Mutex::new(OutcomeRing::new(OUTCOMES_MAX)),
+            status: RwLock::new(PartitionStatus::CatchingUp),
+            pins: std::sync::atomic::AtomicUsize::new(0),
+            view: RwLock::new(None),
+            applied_offset_gauge: metrics::PARTITION_APPLIED_OFFSET.with_label_values(&labels),
+            log_end_gauge: metrics::PARTITION_LOG_END_OFFSET.with_label_values(&labels),
+            lag_gauge: metrics::PARTITION_LAG.with_label_values(&labels),
+            refused_gauge: metrics::PARTITION_REFUSED.with_label_values(&labels),
+            feed: Arc::new(crate::fanout::PartitionFeed::new(partition, applied_next, ring)),
+        };
+        handle.applied_offset_gauge.set(applied_next as i64 - 1);
+        handle.refused_gauge.set(0);
+        handle
+    }
+
+    pub fn store(&self) -> &PartitionStore {
+        &self.store
+    }
+
+    /// A consistent read view: shared with other readers while nothing new
+    /// has been applied (one redb read transaction serves many requests),
+    /// fresh otherwise.
+    pub fn read_view(&self) -> Result<Arc<ReadView>, StoreError> {
+        let published = self.applied_next();
+        if let Some(view) = self.view.read().as_ref() {
+            if view.applied_next == published {
+                return Ok(view.clone());
+            }
+        }
+        let reader = self.store.read()?;
+        let view = Arc::new(ReadView { applied_next: reader.applied_next()?, reader });
+        if view.applied_next == published {
+            *self.view.write() = Some(view.clone());
+        }
+        Ok(view)
+    }
+
+    pub(crate) fn store_arc(&self) -> Arc<PartitionStore> {
+        self.store.clone()
+    }
+
+    pub fn applied_next(&self) -> u64 {
+        *self.applied_next.borrow()
+    }
+
+    pub fn status(&self) -> PartitionStatus {
+        self.status.read().clone()
+    }
+
+    /// The apply loop's transitions. A partition the node let go of
+    /// (`NotHeld`) stays so: a loop that is still stopping cannot revive it.
+    pub(crate) fn set_status(&self, status: PartitionStatus) {
+        let mut current = self.status.write();
+        if *current == PartitionStatus::NotHeld {
+            return;
+        }
+        self.record_status(&status);
+        *current = status;
+    }
+
+    /// The node's transitions: `true` when it starts holding the partition
+    /// (its apply loop starts: catching up), `false` when it lets it go.
+    pub(crate) fn set_held(&self, held: bool) {
+        let status = if held { PartitionStatus::CatchingUp } else { PartitionStatus::NotHeld };
+        self.record_status(&status);
+        *self.status.write() = status;
+    }
+
+    pub fn is_held(&self) -> bool {
+        *self.status.read() != PartitionStatus::NotHeld
+    }
+
+    /// Keeps this node applying the partition while the guard lives (a
+    /// writer waiting for its outcome here); `None` if the node no longer
+    /// holds it. Serialized with `let_go_if_unpinned` by the status lock.
+    pub fn pin(self: &Arc<Self>) -> Option<PinGuard> {
+        let status = self.status.read();
+        if *status == PartitionStatus::NotHeld {
+            return None;
+        }
+        self.pins.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Some(PinGuard { handle: self.clone() })
+    }
+
+    /// Marks the partition not held unless a writer is waiting on it here;
+    /// returns whether it was let go (if not, the caller retries later).
+    pub(crate) fn let_go_if_unpinned(&self) -> bool {
+        let mut status = self.status.write();
+        if self.pins.load(std::sync::atomic::Ordering::SeqCst) > 0 {
+            return false;
+        }
+        self.record_status(&PartitionStatus::NotHeld);
+        *status = PartitionStatus::NotHeld;
+        true
+    }
+
+    fn record_status(&self, status: &PartitionStatus) {
+        if let PartitionStatus::Refused(reason) = status {
+            tracing::error!(ns = %self.namespace, partition = self.partition, %reason, "partition refused");
+            self.refused_gauge.set(1);
+        } else {
+            self.refused_gauge.set(0);
+        }
+    }
+
+    /// Called by the apply loop after a commit: outcomes first, then the offset,
+    /// so a waiter woken by the offset always finds its outcome.
+    pub(crate) fn publish(&self, outcomes: Vec<(u64, Outcome)>, applied_next: u64) {
+        {
+            let mut ring = self.outcomes.lock();
+            for (offset, outcome) in outcomes {
+                ring.push(offset, outcome);
+            }
+        }
+        self.applied_offset_gauge.set(applied_next as i64 - 1);
+        *self.view.write() = None;
+        self.applied_next.send_modify(|n| {
+            assert!(applied_next >= *n, "applied offset never moves backwards");
+            *n = applied_next;
+        });
+    }
+
+    /// Waits until this replica has applied everything below `target`.
+    /// Returns false if `timeout` passed first.
+    pub async fn wait_applied(&self, target: u64, timeout: Duration) -> bool {
+        let mut rx = self.applied_next.subscribe();
+        let reached = matches!(tokio::time::timeout(timeout, rx.wait_for(|n| *n >= target)).await, Ok(Ok(_)));
+        reached
+    }
+
+    pub fn outcome(&self, offset: u64) -> Option<Outcome> {
+        self.outcomes.lock().get(offset)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_pinned_partition_is_not_let_go_until_its_waiters_are_done() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(PartitionStore::open(&dir.path().join("p"), 1, 1 << 20).unwrap());
+        let handle = Arc::new(PartitionHandle::new(Arc::from("pin-test"), 0, 1, store, 0, crate::fanout::RingLimits::TEST));
+        let pin = handle.pin().expect("a held partition can be pinned");
+        assert!(!handle.let_go_if_unpinned(), "a writer is waiting here");
+        assert!(handle.is_held());
+        drop(pin);
+        assert!(handle.let_go_if_unpinned());
+        assert!(!handle.is_held());
+        assert!(handle.pin().is_none(), "a partition let go cannot be pinned");
+    }
+
+    #[test]
+    fn shared_read_view_is_replaced_when_the_applied_offset_moves() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(PartitionStore::open(&dir.path().join("p"), 1, 1 << 20).unwrap());
+        let handle = PartitionHandle::new(Arc::from("view-test"), 0, 1, store.clone(), 0, crate::fanout::RingLimits::TEST);
+        let first = handle.read_view().unwrap();
+        assert!(Arc::ptr_eq(&first, &handle.read_view().unwrap()), "unchanged state shares one read view");
+        store
+            .apply(false, |tx| {
+                tx.put("k", "", 0, b"1")?;
+                tx.mark_applied(0, false);
+                Ok(())
+            })
+            .unwrap();
+        handle.publish(vec![(0, Outcome::Applied)], 1);
+        let second = handle.read_view().unwrap();
+        assert!(!Arc::ptr_eq(&first, &second), "a publish replaces the read view");
+        assert_eq!(second.applied_next, 1);
+        assert_eq!(second.reader.applied_next().unwrap(), 1);
+        assert!(second.reader.get("k", "").unwrap().is_some());
+        assert!(first.reader.get("k", "").unwrap().is_none(), "an old read view keeps showing its own state");
+    }
+}

@@ -1,0 +1,14 @@
+//! A partition as the node holds it: its `PartitionHandle` (the store, the
+//! applied offset and the waits on it, the status, the outcomes of recent
+//! writes, the shared read view, the fan-out feed) and the `Namespace` that
+//! groups a topic's handles. This is what every floor above shares about a
+//! partition; only the apply loop changes it (`publish`, `set_status`), and
+//! only the node starts and stops holding it (`set_held`).
+
+pub(crate) mod handle;
+pub(crate) mod namespace;
+pub(crate) mod outcome;
+
+pub use self::handle::{PartitionHandle, PartitionStatus, PinGuard, ReadView};
+pub use self::namespace::Namespace;
+pub use self::outcome::Outcome;

@@ -1,0 +1,535 @@
+//! Node settings, from one source: the `settings!` table below. Each entry
+//! is one setting: its doc, its name (the config-file key; the flag is
+//! `--name-with-dashes`, the environment variable `TERN_NAME`), its type,
+//! its default and its bound. From the table come the `Settings` struct (read
+//! from a TOML file by serde), its defaults, the checks of every bound, the
+//! `tern serve` flags and environment variables (`Overrides`, so
+//! `tern serve --help` lists them all), and the table in `docs/settings.md`
+//! (a test fails when that file is stale). No default is written anywhere
+//! else: the subsystems' configs are built from `Settings` here.
+//!
+//! Layering: defaults, overridden by the config file (`--config`), overridden
+//! by `TERN_*` variables and flags (clap merges those two, flags winning).
+
+mod value;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+
+pub use self::value::{Bound, Value};
+
+/// One setting as the docs, the flags and the checks see it.
+pub struct Setting {
+    /// The config-file key.
+    pub name: &'static str,
+    /// The flag without its dashes, when it is not the name with dashes.
+    flag: Option<&'static str>,
+    /// The doc comment, one line per source line.
+    doc: &'static str,
+    pub bound: Bound,
+    /// Whether the flag takes several values.
+    list: bool,
+}
+
+impl Setting {
+    /// `--flag-name`, without the dashes.
+    pub fn flag(&self) -> String {
+        self.flag.map_or_else(|| self.name.replace('_', "-"), str::to_string)
+    }
+
+    /// `TERN_NAME`.
+    pub fn env(&self) -> String {
+        format!("TERN_{}", self.name.to_ascii_uppercase())
+    }
+
+    /// The doc as one paragraph.
+    pub fn doc(&self) -> String {
+        self.doc.lines().map(str::trim).filter(|l| !l.is_empty()).collect::<Vec<_>>().join(" ")
+    }
+
+    /// The default, as shown.
+    pub fn default_text(&self) -> String {
+        Settings::default().show(self.name)
+    }
+}
+
+/// Declares the settings: the struct, its defaults, the table, and the
+/// per-name operations the flags need. See the module doc.
+macro_rules! settings {
+    ($(
+        $(#[doc = $doc:literal])+
+        $name:ident $(($flag:literal))? : $ty:ty = $default:expr, $bound:expr;
+    )*) => {
+        /// Every setting of a node (see the module doc and `docs/settings.md`).
+        #[derive(Debug, Clone, Deserialize)]
+        #[serde(deny_unknown_fields, default)]
+        pub struct Settings {
+            $( $(#[doc = $doc])+ pub $name: $ty, )*
+        }
+
+        impl Default for Settings {
+            fn default() -> Self {
+                Settings { $( $name: $default, )* }
+            }
+        }
+
+        /// Every setting, in the table's order.
+        pub const SETTINGS: &[Setting] = &[
+            $( Setting {
+                name: stringify!($name),
+                flag: settings!(@flag $($flag)?),
+                doc: concat!($($doc, "\n"),+),
+                bound: $bound,
+                list: <$ty as Value>::LIST,
+            }, )*
+        ];
+
+        impl Settings {
+            /// Sets the setting `name` from a flag's or variable's values.
+            fn set(&mut self, name: &str, values: Vec<String>) -> Result<(), String> {
+                match name {
+                    $( stringify!($name) => self.$name = <$ty as Value>::parse(values)?, )*
+                    other => unreachable!("{other} is not a setting"),
+                }
+                Ok(())
+            }
+
+            /// The setting `name`'s value, as shown.
+            fn show(&self, name: &str) -> String {
+                match name {
+                    $( stringify!($name) => Value::show(&self.$name), )*
+                    other => unreachable!("{other} is not a setting"),
+                }
+            }
+
+            /// Checks every setting against its own bound.
+            fn check_bounds(&self) -> Result<(), String> {
+                $( Value::check(&self.$name, stringify!($name), &$bound)?; )*
+                Ok(())
+            }
+        }
+    };
+    (@flag $flag:literal) => { Some($flag) };
+    (@flag) => { None };
+}
+
+const MIB: u64 = 1024 * 1024;
+
+settings! {
+    /// This node's id (unique in the cluster; Kafka's `client.id` and static group member id).
+    node_id: String = "node-1".into(), Bound::NonEmpty;
+    /// HTTP address (HTTP/1.1 and h2c).
+    listen: String = "127.0.0.1:7070".into(), Bound::Any;
+    /// Where the embedded log (`log/`) and the partition stores (`stores/`) live.
+    data_dir: PathBuf = "./tern-data".into(), Bound::Any;
+    /// The log: `embedded`, or `kafka://HOST:PORT[,HOST:PORT]` (Apache Kafka / Redpanda).
+    log: String = "embedded".into(), Bound::Any;
+    /// Namespaces to create at start if missing, as `NAME:PARTITIONS`.
+    namespaces ("namespace"): Vec<String> = Vec::new(), Bound::Any;
+    /// Readers prefer holders in their own region; Kafka's `client.rack`.
+    region: String = "local".into(), Bound::NonEmpty;
+    /// Replica group; on Kafka the consumer group `<prefix>group.<group>` shares the partitions among its members.
+    group: String = "default".into(), Bound::NonEmpty;
+    /// UDP `IP:PORT` to gossip on (a fixed port); unset: this node is alone (no cluster view, no forwarding).
+    gossip: Option<String> = None, Bound::Any;
+    /// Gossip addresses of nodes to join through.
+    seeds: Vec<String> = Vec::new(), Bound::Any;
+    /// Gossip round interval.
+    gossip_interval_ms: u64 = 200, Bound::Range(10, 10_000);
+    /// Object store URL for partition snapshots: `file:///dir`, `s3://bucket/prefix` (endpoint, region and
+    /// credentials from `AWS_ENDPOINT`, `AWS_REGION`, `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`,
+    /// `AWS_ALLOW_HTTP`), `memory://`. A partition with no local store is restored from its newest valid
+    /// snapshot at start. `tern dev`: `file://<data-dir>/snapshots`.
+    snapshots: Option<String> = None, Bound::Any;
+    /// Object store settings as `KEY=VALUE`, overriding the environment: `aws_endpoint`, `aws_region`,
+    /// `aws_access_key_id`, `aws_secret_access_key`, `aws_allow_http` (an unknown key is an error).
+    snapshot_options ("snapshot-option"): BTreeMap<String, String> = BTreeMap::new(), Bound::Any;
+    /// Whether this node takes snapshots (any node restores).
+    snapshot_writer: bool = true, Bound::Any;
+    /// Snapshot a changed partition at least this often.
+    snapshot_interval_ms: u64 = 60_000, Bound::Range(1_000, 86_400_000);
+    /// Snapshot a partition sooner once this many entries were applied since its last one.
+    snapshot_entries: u64 = 100_000, Bound::Min(1);
+    /// Snapshots kept per partition (older ones and unreferenced chunks are deleted).
+    snapshot_retain: usize = 3, Bound::Range(1, 1_000);
+    /// Embedded log: roll segments at this size.
+    log_segment_bytes: u64 = 64 * MIB, Bound::Range(MIB as i128, 1024 * MIB as i128);
+    /// Embedded log: delete the oldest segments past this total size (never entries a local store has
+    /// not made durable, nor any above the oldest retained snapshot).
+    log_retention_bytes: Option<u64> = None, Bound::Any;
+    /// Embedded log: delete segments older than this (same exceptions).
+    log_retention_ms: Option<u64> = None, Bound::Any;
+    /// Embedded log: how often retention runs. On Kafka retention is the topic's: keep `retention.ms`
+    /// longer than `snapshot_interval_ms` (Tern warns at start otherwise).
+    log_retention_check_ms: u64 = 10_000, Bound::Range(100, 3_600_000);
+    /// redb page cache, per partition store.
+    store_cache_bytes: usize = 32 * MIB as usize, Bound::Min(MIB as i128);
+    /// How often each store is made durable (the log is the write-ahead log; a crash replays from here).
+    store_fsync_interval_ms: u64 = 1000, Bound::Range(1, 60_000);
+    /// Most log entries applied per store transaction.
+    apply_batch_max: usize = 1000, Bound::Range(1, 10_000);
+    /// Least time between two commits of a busy partition's store (entries arriving meanwhile share one).
+    apply_linger_ms: u64 = 1, Bound::Range(0, 100);
+    /// Structured log format (level: `TERN_LOG_LEVEL`).
+    log_format: String = "text".into(), Bound::OneOf(&["text", "json"]);
+    /// Kafka: the topic of namespace N is `<prefix>N`.
+    kafka_topic_prefix: String = "tern.".into(), Bound::Any;
+    /// Kafka: replication factor of the topics Tern creates (use 3 in production).
+    kafka_replication_factor: i32 = 1, Bound::Range(1, 16);
+    /// Kafka: `min.insync.replicas` of the topics Tern creates (use 2 in production; at most the replication factor).
+    kafka_min_insync_replicas: i32 = 1, Bound::Range(1, 16);
+    /// Kafka: `group` (the replica group is a Kafka consumer group sharing the partitions; needs `gossip`),
+    /// `assign` (hold every partition, no consumer group), or `auto`: `group` with gossip, `assign` without.
+    kafka_membership: String = "auto".into(), Bound::OneOf(&["auto", "group", "assign"]);
+    /// Kafka, group membership: a silent member's partitions move after this (static membership: a restart
+    /// within it keeps them).
+    kafka_session_timeout_ms: u64 = 10_000, Bound::Range(1_000, 1_800_000);
+    /// Kafka: how long the producer waits to batch writes (`linger.ms`).
+    kafka_linger_ms: u64 = 1, Bound::Range(0, 1_000);
+    /// Kafka: the longest the broker holds a fetch for more data (`fetch.wait.max.ms`): at most this much
+    /// added visibility delay.
+    kafka_fetch_wait_max_ms: u64 = 2, Bound::Range(1, 1_000);
+    /// Kafka: bytes the broker gathers before answering a fetch (`fetch.min.bytes`): fewer fetches under
+    /// load, more write throughput.
+    kafka_fetch_min_bytes: usize = 16 * 1024, Bound::Range(1, 16 * MIB as i128);
+    /// A connection that sends nothing for this long before its first byte, between HTTP/1.1 requests or
+    /// within a request head is closed, and an HTTP/2 connection without a stream through a whole wait gets
+    /// GOAWAY (streams in flight are not idle). Longer than clients keep idle connections (reqwest: 90 s).
+    http_idle_ms: u64 = 120_000, Bound::Range(1_000, 3_600_000);
+    /// Watches: events one watch's queue holds before it is conflated (`mode=state`) or cut off (`mode=log`).
+    watch_queue_events_max: usize = 4096, Bound::Range(1, 1_000_000);
+    /// Watches: bytes one watch's queue holds (same consequences).
+    watch_queue_bytes_max: usize = 8 * MIB as usize, Bound::Range(64 * 1024, 1024 * MIB as i128);
+    /// Watches: how often an idle watch is sent its advanced position (`progress`).
+    watch_progress_ms: u64 = 2_000, Bound::Range(10, 600_000);
+    /// Watches: how often a quiet watch gets a `keep-alive` event.
+    watch_keep_alive_ms: u64 = 15_000, Bound::Range(100, 600_000);
+    /// Watches: most a node serves at once.
+    watch_subscribers_max: usize = 100_000, Bound::Range(1, 10_000_000);
+    /// Watches: recent events each partition keeps in memory for resuming watches (older history is read
+    /// from the log).
+    watch_ring_events_max: usize = 8192, Bound::Range(1, 10_000_000);
+    /// Watches: bytes of recent events each partition keeps.
+    watch_ring_bytes_max: usize = 4 * MIB as usize, Bound::Range(1024, 1024 * MIB as i128);
+}
+
+impl Settings {
+    /// Defaults, overridden by the config file at `file` (if any), overridden
+    /// by `overrides` (flags and `TERN_*` variables).
+    pub fn load(file: Option<&Path>, overrides: Overrides) -> anyhow::Result<Settings> {
+        let mut settings = match file {
+            Some(path) => Settings::from_file(path)?,
+            None => Settings::default(),
+        };
+        for (name, values) in overrides.0 {
+            let setting = SETTINGS.iter().find(|s| s.name == name).expect("overrides name settings");
+            settings.set(name, values).map_err(|e| anyhow::anyhow!("--{} / {}: {e}", setting.flag(), setting.env()))?;
+        }
+        Ok(settings)
+    }
+
+    pub fn from_file(path: &Path) -> anyhow::Result<Settings> {
+        let text = std::fs::read_to_string(path).map_err(|e| anyhow::anyhow!("cannot read config file {}: {e}", path.display()))?;
+        toml::from_str(&text).map_err(|e| anyhow::anyhow!("config file {}: {e}", path.display()))
+    }
+
+    /// Checks every bound, then what no single setting can say.
+    pub fn validate(&self) -> anyhow::Result<()> {
+        self.check_bounds().map_err(anyhow::Error::msg)?;
+        anyhow::ensure!(
+            self.kafka_min_insync_replicas <= self.kafka_replication_factor,
+            "kafka_min_insync_replicas must be at most kafka_replication_factor ({})",
+            self.kafka_replication_factor
+        );
+        anyhow::ensure!(
+            !(self.kafka_membership == "group" && self.gossip.is_none()),
+            "kafka_membership = group needs gossip: a node that shares partitions must be able to forward \
+             requests for the ones it does not hold (set gossip, or use kafka_membership = assign)"
+        );
+        anyhow::ensure!(
+            self.log == "embedded" || self.log.strip_prefix("kafka://").is_some_and(|hosts| !hosts.is_empty()),
+            "log must be `embedded` or kafka://HOST:PORT[,HOST:PORT], got {:?}",
+            self.log
+        );
+        self.namespaces_to_create()?;
+        Ok(())
+    }
+
+    /// `namespaces`, parsed: (name, partitions).
+    pub fn namespaces_to_create(&self) -> anyhow::Result<Vec<(String, u32)>> {
+        self.namespaces
+            .iter()
+            .map(|spec| {
+                let (name, partitions) =
+                    spec.split_once(':').ok_or_else(|| anyhow::anyhow!("namespaces: each is NAME:PARTITIONS, got {spec:?}"))?;
+                let partitions = partitions.parse().map_err(|_| anyhow::anyhow!("namespaces: bad partition count in {spec:?}"))?;
+                Ok((name.to_string(), partitions))
+            })
+            .collect()
+    }
+
+    /// Whether this node joins its replica group's Kafka consumer group.
+    pub fn kafka_group_membership(&self) -> bool {
+        match self.kafka_membership.as_str() {
+            "group" => true,
+            "assign" => false,
+            _ => self.gossip.is_some(),
+        }
+    }
+
+    /// The apply loops' settings.
+    pub fn apply_config(&self) -> crate::apply::ApplyConfig {
+        crate::apply::ApplyConfig {
+            batch_entries_max: self.apply_batch_max,
+            fsync_interval: Duration::from_millis(self.store_fsync_interval_ms),
+            linger: Duration::from_millis(self.apply_linger_ms),
+        }
+    }
+
+    /// The watches' settings.
+    pub fn watch_config(&self) -> crate::watch::WatchConfig {
+        crate::watch::WatchConfig {
+            queue: crate::fanout::QueueLimits { events_max: self.watch_queue_events_max, bytes_max: self.watch_queue_bytes_max },
+            progress_interval: Duration::from_millis(self.watch_progress_ms),
+            keep_alive_interval: Duration::from_millis(self.watch_keep_alive_ms),
+            subscribers_max: self.watch_subscribers_max,
+            ring: crate::fanout::RingLimits { events_max: self.watch_ring_events_max, bytes_max: self.watch_ring_bytes_max },
+        }
+    }
+
+    /// The node's settings, with the snapshot store it restores from (if any).
+    pub fn node_config(&self, snapshots: Option<crate::snapshot::Snapshots>) -> crate::node::NodeConfig {
+        crate::node::NodeConfig {
+            data_dir: self.data_dir.clone(),
+            store_cache_bytes: self.store_cache_bytes,
+            apply: self.apply_config(),
+            snapshots,
+            snapshot_retain: self.snapshot_retain,
+            watch: self.watch_config(),
+        }
+    }
+
+    /// When this node takes snapshots.
+    pub fn snapshot_policy(&self) -> crate::node::snapshots::SnapshotPolicy {
+        crate::node::snapshots::SnapshotPolicy {
+            interval: Duration::from_millis(self.snapshot_interval_ms),
+            entries: self.snapshot_entries,
+            retain: self.snapshot_retain,
+        }
+    }
+
+    /// The embedded log's settings.
+    pub fn embedded_log_config(&self) -> crate::log::embedded::EmbeddedLogConfig {
+        crate::log::embedded::EmbeddedLogConfig {
+            segment_bytes_max: self.log_segment_bytes,
+            retention_bytes: self.log_retention_bytes,
+            retention_ms: self.log_retention_ms,
+            ..crate::log::embedded::EmbeddedLogConfig::new(self.data_dir.join("log"))
+        }
+    }
+
+    /// The Kafka log's settings, for the brokers `servers`.
+    pub fn kafka_log_config(&self, servers: &str) -> crate::log::kafka::KafkaLogConfig {
+        use crate::log::kafka::{KafkaLogConfig, Membership};
+        KafkaLogConfig {
+            client_id: self.node_id.clone(),
+            rack: self.region.clone(),
+            topic_prefix: self.kafka_topic_prefix.clone(),
+            replication_factor: self.kafka_replication_factor,
+            min_insync_replicas: self.kafka_min_insync_replicas,
+            linger: Duration::from_millis(self.kafka_linger_ms),
+            fetch_wait_max: Duration::from_millis(self.kafka_fetch_wait_max_ms),
+            fetch_min_bytes: self.kafka_fetch_min_bytes,
+            membership: match self.kafka_group_membership() {
+                false => Membership::AssignAll,
+                true => Membership::Group {
+                    group: self.group.clone(),
+                    instance_id: self.node_id.clone(),
+                    session_timeout: Duration::from_millis(self.kafka_session_timeout_ms),
+                },
+            },
+            ..KafkaLogConfig::new(servers)
+        }
+    }
+
+    /// The settings as a Markdown table (`docs/settings.md` is this, generated).
+    pub fn markdown_table() -> String {
+        let mut out = String::from("| key (file) | flag | environment | default | bound | meaning |\n|---|---|---|---|---|---|\n");
+        for s in SETTINGS {
+            let cell = |text: String| text.replace('|', "\\|");
+            let flag = if s.list { format!("`--{} V[,V]`", s.flag()) } else { format!("`--{}`", s.flag()) };
+            out.push_str(&format!(
+                "| `{}` | {flag} | `{}` | `{}` | {} | {} |\n",
+                s.name,
+                s.env(),
+                cell(s.default_text()),
+                cell(s.bound.describe()),
+                cell(s.doc())
+            ));
+        }
+        out
+    }
+}
+
+/// The settings given as flags or `TERN_*` environment variables (clap reads
+/// both; a flag wins over its variable): `(name, values)` in table order.
+/// `tern serve` flattens it into its arguments.
+#[derive(Debug, Clone, Default)]
+pub struct Overrides(Vec<(&'static str, Vec<String>)>);
+
+impl clap::FromArgMatches for Overrides {
+    fn from_arg_matches(matches: &clap::ArgMatches) -> Result<Self, clap::Error> {
+        let given = SETTINGS
+            .iter()
+            .filter_map(|s| matches.get_many::<String>(s.name).map(|values| (s.name, values.cloned().collect())))
+            .collect();
+        Ok(Overrides(given))
+    }
+
+    fn update_from_arg_matches(&mut self, matches: &clap::ArgMatches) -> Result<(), clap::Error> {
+        *self = Overrides::from_arg_matches(matches)?;
+        Ok(())
+    }
+}
+
+impl clap::Args for Overrides {
+    fn augment_args(command: clap::Command) -> clap::Command {
+        SETTINGS.iter().fold(command, |command, s| command.arg(argument(s)))
+    }
+
+    fn augment_args_for_update(command: clap::Command) -> clap::Command {
+        Overrides::augment_args(command)
+    }
+}
+
+/// The flag of one setting, with its variable, doc, default and bound in `--help`.
+fn argument(s: &Setting) -> clap::Arg {
+    let default = s.default_text();
+    let bound = s.bound.describe();
+    let mut long_help = format!("{}\n[default: {default}]", s.doc());
+    if !bound.is_empty() {
+        long_help.push_str(&format!(" [bound: {bound}]"));
+    }
+    let arg = clap::Arg::new(s.name)
+        .long(s.flag())
+        .env(s.env())
+        .value_name("VALUE")
+        .help(format!("{} [default: {default}]", s.doc()))
+        .long_help(long_help);
+    match s.list {
+        true => arg.action(clap::ArgAction::Append).value_delimiter(','),
+        false => arg.action(clap::ArgAction::Set),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_bound_and_cross_check_is_enforced() {
+        let bad = |change: fn(&mut Settings), needle: &str| {
+            let mut s = Settings::default();
+            change(&mut s);
+            let error = s.validate().unwrap_err().to_string();
+            assert!(error.contains(needle), "{error}");
+        };
+        bad(|s| s.kafka_membership = "sometimes".into(), "kafka_membership must be");
+        bad(|s| s.kafka_membership = "group".into(), "needs gossip");
+        bad(|s| s.kafka_session_timeout_ms = 10, "kafka_session_timeout_ms");
+        bad(|s| s.kafka_linger_ms = 5_000, "kafka_linger_ms");
+        bad(|s| s.kafka_fetch_wait_max_ms = 0, "kafka_fetch_wait_max_ms");
+        bad(|s| s.kafka_fetch_min_bytes = 0, "kafka_fetch_min_bytes");
+        bad(|s| s.kafka_min_insync_replicas = 2, "kafka_min_insync_replicas must be at most kafka_replication_factor");
+        bad(|s| s.gossip_interval_ms = 1, "gossip_interval_ms");
+        bad(|s| s.group = String::new(), "group must not be empty");
+        bad(|s| s.node_id = String::new(), "node_id must not be empty");
+        bad(|s| s.snapshot_interval_ms = 10, "snapshot_interval_ms");
+        bad(|s| s.snapshot_entries = 0, "snapshot_entries");
+        bad(|s| s.snapshot_retain = 0, "snapshot_retain");
+        bad(|s| s.log_retention_check_ms = 1, "log_retention_check_ms");
+        bad(|s| s.log_segment_bytes = 1, "log_segment_bytes");
+        bad(|s| s.store_cache_bytes = 1, "store_cache_bytes");
+        bad(|s| s.apply_batch_max = 0, "apply_batch_max");
+        bad(|s| s.apply_linger_ms = 101, "apply_linger_ms");
+        bad(|s| s.log_format = "xml".into(), "log_format");
+        bad(|s| s.log = "zookeeper://x".into(), "log must be");
+        bad(|s| s.namespaces = vec!["nocount".into()], "NAME:PARTITIONS");
+        bad(|s| s.watch_queue_events_max = 0, "watch_queue_events_max");
+        bad(|s| s.watch_queue_bytes_max = 10, "watch_queue_bytes_max");
+        bad(|s| s.watch_progress_ms = 0, "watch_progress_ms");
+        bad(|s| s.watch_keep_alive_ms = 1, "watch_keep_alive_ms");
+        bad(|s| s.watch_subscribers_max = 0, "watch_subscribers_max");
+        bad(|s| s.watch_ring_events_max = 0, "watch_ring_events_max");
+        bad(|s| s.watch_ring_bytes_max = 0, "watch_ring_bytes_max");
+        bad(|s| s.http_idle_ms = 0, "http_idle_ms must be 1000..=3600000");
+        Settings::default().validate().unwrap();
+        let mut s = Settings::default();
+        assert!(!s.kafka_group_membership(), "auto without gossip: hold every partition");
+        s.gossip = Some("127.0.0.1:7946".into());
+        assert!(s.kafka_group_membership(), "auto with gossip: join the replica group");
+        s.kafka_membership = "group".into();
+        s.validate().unwrap();
+    }
+
+    #[test]
+    fn file_then_flags_override_defaults_and_unknown_keys_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("tern.toml");
+        std::fs::write(&path, "node_id = \"n7\"\nstore_fsync_interval_ms = 250\nnamespaces = [\"a:2\"]\n").unwrap();
+        let s = Settings::load(Some(&path), Overrides::default()).unwrap();
+        assert_eq!(s.node_id, "n7");
+        assert_eq!(s.store_fsync_interval_ms, 250);
+        assert_eq!(s.listen, "127.0.0.1:7070");
+        assert_eq!(s.namespaces_to_create().unwrap(), [("a".to_string(), 2)]);
+        s.validate().unwrap();
+        let flags = Overrides(vec![("node_id", vec!["n8".into()]), ("seeds", vec!["a:1".into(), "b:2".into()])]);
+        let s = Settings::load(Some(&path), flags).unwrap();
+        assert_eq!((s.node_id.as_str(), s.seeds.len(), s.store_fsync_interval_ms), ("n8", 2, 250), "flags win, the file stays below");
+        let flags = Overrides(vec![("apply_batch_max", vec!["many".into()])]);
+        let error = Settings::load(None, flags).unwrap_err().to_string();
+        assert!(error.contains("--apply-batch-max / TERN_APPLY_BATCH_MAX") && error.contains("not a number"), "{error}");
+        std::fs::write(&path, "node_idd = \"x\"\n").unwrap();
+        assert!(Settings::from_file(&path).unwrap_err().to_string().contains("node_idd"));
+    }
+
+    #[test]
+    fn flags_and_variables_come_from_the_table() {
+        use clap::{Args, FromArgMatches};
+        let command = Overrides::augment_args(clap::Command::new("t"));
+        let matches = command
+            .try_get_matches_from(["t", "--snapshot-option", "aws_region=x", "--snapshot-option", "aws_endpoint=y", "--seeds", "a,b"])
+            .unwrap();
+        let overrides = Overrides::from_arg_matches(&matches).unwrap();
+        let s = Settings::load(None, overrides).unwrap();
+        assert_eq!(s.snapshot_options.len(), 2);
+        assert_eq!(s.seeds, ["a", "b"]);
+        for setting in SETTINGS {
+            assert!(!setting.doc().is_empty(), "{} has a doc", setting.name);
+            assert_eq!(setting.env(), format!("TERN_{}", setting.name.to_uppercase()));
+        }
+    }
+
+    /// `docs/settings.md` is generated from the table; set
+    /// `TERN_UPDATE_DOCS=1` to rewrite it.
+    #[test]
+    fn the_settings_doc_is_generated_from_the_table() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/docs/settings.md");
+        let expected = format!(
+            "# Settings\n\n<!-- Generated from src/settings/mod.rs by its tests: TERN_UPDATE_DOCS=1 cargo test --release settings. Do not edit. -->\n\n\
+             Every setting of `tern serve` is a config-file key (TOML, `--config FILE`), a flag and a `TERN_*`\n\
+             environment variable. Flags win over the environment, which wins over the file. List settings take\n\
+             several values: repeat the flag, or separate them with commas (in the flag or the variable).\n\
+             `tern dev` takes `--listen`, `--data-dir` and `--snapshots`.\n\n{}",
+            Settings::markdown_table()
+        );
+        if std::env::var_os("TERN_UPDATE_DOCS").is_some() {
+            std::fs::write(path, &expected).unwrap();
+        }
+        let actual = std::fs::read_to_string(path).unwrap_or_default();
+        assert!(actual == expected, "docs/settings.md is stale: run TERN_UPDATE_DOCS=1 cargo test --release settings");
+    }
+}

@@ -1,0 +1,144 @@
+//! Forwarding's failure answers, in process with a fixed cluster map: a node
+//! that holds no partition of a namespace (its log assigns it none) answers
+//! reads through a holder, and says precisely why when it cannot:
+//! `no_holder` (none known), `holder_unreachable` (known, not answering),
+//! `not_held` (a forwarded request for a partition it does not hold). Plain
+//! writes are still accepted (any node appends any write); writes that need
+//! an outcome are not appended when no holder can report it.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use tern::cluster::{Cluster, Member, SelfInfo};
+use tern::log::embedded::{EmbeddedLog, EmbeddedLogConfig};
+use tern::log::{Assignment, CreateOutcome, Log, LogError, LogReader, TopicInfo, TopicPartition};
+use tern::node::Node;
+
+/// The embedded log, except that this node is assigned no partition (as a
+/// replica-group member whose peers hold them all).
+struct HoldsNothing {
+    log: EmbeddedLog,
+    assignment: tokio::sync::watch::Sender<Assignment>,
+}
+
+#[async_trait]
+impl Log for HoldsNothing {
+    async fn create_topic(&self, name: &str, partitions: u32) -> Result<CreateOutcome, LogError> {
+        self.log.create_topic(name, partitions).await
+    }
+    async fn list_topics(&self) -> Result<Vec<TopicInfo>, LogError> {
+        self.log.list_topics().await
+    }
+    async fn append(&self, tp: &TopicPartition, payload: Bytes) -> Result<u64, LogError> {
+        self.log.append(tp, payload).await
+    }
+    async fn end_offset(&self, tp: &TopicPartition) -> Result<u64, LogError> {
+        self.log.end_offset(tp).await
+    }
+    async fn start_offset(&self, tp: &TopicPartition) -> Result<u64, LogError> {
+        self.log.start_offset(tp).await
+    }
+    async fn reader(&self, tp: &TopicPartition, from: u64) -> Result<Box<dyn LogReader>, LogError> {
+        self.log.reader(tp, from).await
+    }
+    fn release_below(&self, tp: &TopicPartition, offset: u64) {
+        self.log.release_below(tp, offset)
+    }
+    fn assignment(&self) -> tokio::sync::watch::Receiver<Assignment> {
+        self.assignment.subscribe()
+    }
+    async fn close(&self) {
+        self.log.close().await
+    }
+}
+
+/// Serves the API of a node that holds nothing, with `peers` as its cluster map.
+async fn serve(dir: &std::path::Path, peers: Vec<Member>) -> (String, Arc<Node>) {
+    let log = HoldsNothing {
+        log: EmbeddedLog::open(EmbeddedLogConfig::new(dir.join("log"))).unwrap(),
+        assignment: tokio::sync::watch::Sender::new(Assignment::Only(BTreeSet::new())),
+    };
+    let settings = tern::settings::Settings { data_dir: dir.join("node"), store_cache_bytes: 1 << 20, ..Default::default() };
+    let config = settings.node_config(None);
+    let node = Node::start(config, Arc::new(log)).await.unwrap();
+    node.create_namespace("ns", 2).await.unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap().to_string();
+    let me = SelfInfo { id: "edge".into(), region: "r1".into(), group: "g".into(), api: address.clone() };
+    let app = tern::api::app(node.clone(), Cluster::with_peers(me, node.clone(), peers));
+    tokio::spawn(async move {
+        axum::serve(listener, axum::ServiceExt::<axum::extract::Request>::into_make_service(app)).await.unwrap();
+    });
+    (format!("http://{address}"), node)
+}
+
+async fn send(request: reqwest::RequestBuilder) -> (u16, serde_json::Value) {
+    let response = request.send().await.unwrap();
+    let status = response.status().as_u16();
+    (status, response.json().await.unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_that_holds_nothing_says_why_it_cannot_answer() {
+    let dir = tempfile::tempdir().unwrap();
+    let (url, node) = serve(dir.path(), Vec::new()).await;
+    let client = reqwest::Client::new();
+
+    let (status, body) = send(client.get(format!("{url}/v1/ns/ns/kv/k/"))).await;
+    assert_eq!((status, body["error"]["code"].as_str()), (503, Some("no_holder")), "{body}");
+    let message = body["error"]["message"].as_str().unwrap();
+    assert!(message.contains("not held by this node (edge)") && message.contains("/v1/cluster"), "{message}");
+
+    // A plain write is appended here; one that needs its outcome is not (no holder to report it).
+    let tp = TopicPartition { topic: Arc::from("ns"), partition: tern::partitioner::partition_of("k", 2) };
+    let (status, body) = send(client.put(format!("{url}/v1/ns/ns/kv/k/")).body("1")).await;
+    assert_eq!(status, 200, "any node accepts a plain write: {body}");
+    let end = node.log.end_offset(&tp).await.unwrap();
+    let (status, body) = send(client.put(format!("{url}/v1/ns/ns/kv/k/?wait=applied")).body("2")).await;
+    assert_eq!((status, body["error"]["code"].as_str()), (503, Some("no_holder")), "{body}");
+    let (status, body) = send(client.put(format!("{url}/v1/ns/ns/kv/k/")).header("Idempotency-Key", "x").body("2")).await;
+    assert_eq!((status, body["error"]["code"].as_str()), (503, Some("no_holder")), "{body}");
+    assert_eq!(node.log.end_offset(&tp).await.unwrap(), end, "nothing appended for writes that could not learn their outcome");
+
+    // Requests forwarded here are never forwarded again.
+    let (status, body) = send(client.get(format!("{url}/v1/ns/ns/kv/k/")).header("x-tern-forwarded-by", "other")).await;
+    assert_eq!((status, body["error"]["code"].as_str()), (503, Some("not_held")), "{body}");
+
+    // The namespace view says which partitions this node does not hold.
+    let (_, ns) = send(client.get(format!("{url}/v1/ns/ns"))).await;
+    for p in ns["state"].as_array().unwrap() {
+        assert_eq!((&p["held"], &p["status"]), (&serde_json::json!(false), &serde_json::json!("not_held")), "{p}");
+    }
+    let (status, _) = send(client.get(format!("{url}/readyz"))).await;
+    assert_eq!(status, 200, "holding nothing is ready: there is nothing to catch up");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreachable_holder_is_a_clear_503() {
+    // A port nothing listens on: bound, read, released.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let held: BTreeMap<u32, u64> = [(0, 5), (1, 5)].into_iter().collect();
+    let gone = Member {
+        id: "gone".into(),
+        region: "r1".into(),
+        group: "g".into(),
+        api: closed.to_string(),
+        state: "live",
+        is_self: false,
+        held: [("ns".to_string(), held)].into_iter().collect(),
+        refused: BTreeMap::new(),
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let (url, _node) = serve(dir.path(), vec![gone]).await;
+    let client = reqwest::Client::new();
+    let (status, body) = send(client.get(format!("{url}/v1/ns/ns/kv/k/"))).await;
+    assert_eq!((status, body["error"]["code"].as_str()), (503, Some("holder_unreachable")), "{body}");
+    assert!(body["error"]["message"].as_str().unwrap().contains("gone"), "names the holder: {body}");
+    let (status, body) = send(client.post(format!("{url}/v1/ns/ns/get")).json(&serde_json::json!({"keys": [{"pk": "k"}]}))).await;
+    assert_eq!((status, body["error"]["code"].as_str()), (503, Some("holder_unreachable")), "{body}");
+    let (_, cluster) = send(client.get(format!("{url}/v1/cluster"))).await;
+    assert_eq!(cluster["nodes"][1]["id"], "gone", "{cluster}");
+    assert_eq!(cluster["nodes"][1]["partitions"].as_array().unwrap().len(), 2, "{cluster}");
+}

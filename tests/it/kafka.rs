@@ -1,0 +1,257 @@
+//! Tern on a real Kafka broker (started by scripts/test.sh, address in
+//! TERN_TEST_KAFKA): the API, restart from stored offsets, foreign producers.
+
+use crate::common;
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use common::Tern;
+use rdkafka::config::ClientConfig;
+use rdkafka::producer::{FutureProducer, FutureRecord};
+use serde_json::{json, Value};
+use tern::codec::{self, Mutation, Op, OpKind};
+
+fn bootstrap() -> String {
+    std::env::var("TERN_TEST_KAFKA")
+        .expect("TERN_TEST_KAFKA must name a Kafka broker: run scripts/test.sh, or scripts/kafka.sh start and export it")
+}
+
+/// A topic prefix of its own, so tests share the broker without sharing topics.
+fn unique_prefix() -> String {
+    format!("t{}.", rand::random::<u32>())
+}
+
+async fn serve(data: &std::path::Path, prefix: &str) -> Tern {
+    serve_as(data, prefix, "kafka-test").await
+}
+
+async fn serve_as(data: &std::path::Path, prefix: &str, node_id: &str) -> Tern {
+    let log = format!("kafka://{}", bootstrap());
+    let args = [
+        "serve", "--node-id", node_id, "--listen", "127.0.0.1:0", "--data-dir", data.to_str().unwrap(),
+        "--log", &log, "--kafka-topic-prefix", prefix, "--namespace", "default:4",
+        // Each node alone in a replica group of its own: it holds every partition.
+        "--group", node_id,
+    ];
+    Tern::spawn(&args, data).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn api_on_kafka_and_restart_resumes_from_stored_offsets() {
+    let dir = tempfile::tempdir().unwrap();
+    let prefix = unique_prefix();
+    let mut t = serve(dir.path(), &prefix).await;
+    let mut last = Value::Null;
+    for i in 0..50 {
+        let (status, body) = t.put(&format!("k{}", i % 10), "s", &json!(i)).await;
+        assert_eq!(status, 200, "{body}");
+        last = body;
+    }
+    let url = format!("{}?after={}", t.kv_url("default", "k9", Some("s")), last["position"].as_str().unwrap());
+    let (status, got) = t.send(t.client.get(url)).await;
+    assert_eq!((status, got["value"].clone()), (200, json!(49)));
+    let (status, cas) = t.send(t.client.put(format!("{}?if_version=0", t.kv_url("default", "k9", Some("s")))).body("1")).await;
+    assert_eq!(status, 409, "{cas}");
+    t.wait_caught_up("default").await;
+    let before = t.partition_states("default").await;
+    assert_eq!(before.iter().map(|p| p.2).sum::<u64>(), 51, "every entry applied once");
+    assert!(t.terminate().success());
+
+    let t = serve(dir.path(), &prefix).await;
+    t.wait_caught_up("default").await;
+    assert_eq!(t.partition_states("default").await, before, "a restart resumes from the stored offsets: nothing re-applied");
+    for i in 0..10 {
+        let (status, got) = t.get(&format!("k{i}"), "s").await;
+        assert_eq!(status, 200);
+        assert_eq!(got["value"], json!(40 + i));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn foreign_producers_are_applied_and_garbage_is_skipped() {
+    let dir = tempfile::tempdir().unwrap();
+    let prefix = unique_prefix();
+    let t = serve(dir.path(), &prefix).await;
+    let topic = format!("{prefix}default");
+    // librdkafka's default partitioner is CRC32-based; murmur2_random is the
+    // Java client's default, the one Tern's partition function reproduces.
+    let producer: FutureProducer =
+        ClientConfig::new().set("bootstrap.servers", bootstrap()).set("partitioner", "murmur2_random").create().unwrap();
+    let mutation = |pk: &str, value: &'static str| {
+        let op = Op { pk: pk.into(), sk: "".into(), kind: OpKind::Put(Bytes::from_static(value.as_bytes())), condition: None };
+        // Each mutation's own write id (a repeated id would be dropped as a retry).
+        codec::encode(&Mutation { write_id: Bytes::copy_from_slice(pk.as_bytes()), ops: vec![op] })
+    };
+    // Keyed by pk, no partition: Kafka's own default partitioner must pick Tern's partition.
+    for pk in ["alpha", "beta", "gamma", "delta", "epsilon"] {
+        let payload = mutation(pk, "\"from kafka\"");
+        let record: FutureRecord<'_, str, [u8]> = FutureRecord::to(&topic).key(pk).payload(&payload);
+        producer.send(record, Duration::from_secs(10)).await.map_err(|(e, _)| e).unwrap();
+    }
+    // Garbage into partition 2.
+    let record: FutureRecord<'_, str, [u8]> = FutureRecord::to(&topic).partition(2).payload(b"\xffnot a mutation");
+    producer.send(record, Duration::from_secs(10)).await.map_err(|(e, _)| e).unwrap();
+
+    t.wait_caught_up("default").await;
+    for pk in ["alpha", "beta", "gamma", "delta", "epsilon"] {
+        let url = format!("{}?consistency=strong", t.kv_url("default", pk, Some("")));
+        let (status, got) = t.send(t.client.get(url)).await;
+        assert_eq!(status, 200, "{pk}: {got}");
+        assert_eq!(got["value"], "from kafka");
+    }
+    let (_, ns) = t.get_json("/v1/ns/default").await;
+    let skipped: Vec<u64> = ns["state"].as_array().unwrap().iter().map(|p| p["skipped_entries"].as_u64().unwrap()).collect();
+    assert_eq!(skipped, [0, 0, 1, 0], "the garbage entry was skipped (and counted) in partition 2 only");
+    let metrics = t.client.get(format!("{}/metrics", t.url)).send().await.unwrap().text().await.unwrap();
+    assert!(metrics.contains("tern_apply_skipped_entries_total{ns=\"default\",reason=\"undecodable\"} 1"), "counted in metrics");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_behind_the_retained_log_refuses_the_partition_and_says_why() {
+    use rdkafka::admin::{AdminClient, AdminOptions};
+    use rdkafka::client::DefaultClientContext;
+    use rdkafka::{Offset, TopicPartitionList};
+
+    let dir = tempfile::tempdir().unwrap();
+    let prefix = unique_prefix();
+    let mut t = serve(dir.path(), &prefix).await;
+    let pk = "retained";
+    let partition = tern::partitioner::partition_of(pk, 4);
+    let (status, _) = t.put(pk, "s", &json!("before the stop")).await;
+    assert_eq!(status, 200);
+    t.wait_caught_up("default").await;
+    assert!(t.terminate().success());
+
+    // While the node is stopped, more writes arrive and retention deletes
+    // everything below them (DeleteRecords is what retention does).
+    let producer: FutureProducer =
+        ClientConfig::new().set("bootstrap.servers", bootstrap()).set("partitioner", "murmur2_random").create().unwrap();
+    let topic = format!("{prefix}default");
+    for i in 0..5 {
+        let op = Op { pk: pk.into(), sk: "s".into(), kind: OpKind::Put(Bytes::from(format!("{i}"))), condition: None };
+        let payload = codec::encode(&Mutation { write_id: Bytes::new(), ops: vec![op] });
+        let record: FutureRecord<'_, str, [u8]> = FutureRecord::to(&topic).key(pk).payload(&payload);
+        producer.send(record, Duration::from_secs(10)).await.map_err(|(e, _)| e).unwrap();
+    }
+    let admin: AdminClient<DefaultClientContext> = ClientConfig::new().set("bootstrap.servers", bootstrap()).create().unwrap();
+    let mut below = TopicPartitionList::new();
+    below.add_partition_offset(&topic, partition as i32, Offset::Offset(4)).unwrap();
+    admin.delete_records(&below, &AdminOptions::new()).await.unwrap();
+
+    // On restart the node needs offset 1 but the log starts at 4: refused, loudly.
+    let data = dir.path().to_path_buf();
+    let log = format!("kafka://{}", bootstrap());
+    let args = [
+        "serve", "--node-id", "kafka-test", "--listen", "127.0.0.1:0", "--data-dir", data.to_str().unwrap(),
+        "--log", &log, "--kafka-topic-prefix", &prefix, "--namespace", "default:4",
+    ];
+    let t = spawn_not_ready(&args).await;
+    let (status, ready) = t.get_json("/readyz").await;
+    assert_eq!(status, 503, "{ready}");
+    let message = ready["error"]["message"].as_str().unwrap();
+    assert!(message.contains("refused") && message.contains("starts at 4"), "{message}");
+    let (_, ns) = t.get_json("/v1/ns/default").await;
+    let p = &ns["state"][partition as usize];
+    assert_eq!(p["status"], "refused", "{p}");
+    assert!(p["reason"].as_str().unwrap().contains("retention"), "{p}");
+    let (status, body) = t.get(pk, "s").await;
+    assert_eq!((status, body["error"]["code"].as_str()), (503, Some("partition_unavailable")), "reads are refused, not stale");
+    let metrics = t.client.get(format!("{}/metrics", t.url)).send().await.unwrap().text().await.unwrap();
+    let gauge = format!("tern_partition_refused{{ns=\"default\",partition=\"{partition}\"}} 1");
+    assert!(metrics.contains(&gauge), "refusal visible in metrics");
+    let (_, cluster) = t.get_json("/v1/cluster").await;
+    let refused = &cluster["nodes"][0]["refused"];
+    assert_eq!(refused[0]["partition"], partition, "refusal visible in /v1/cluster: {cluster}");
+    assert!(refused[0]["reason"].as_str().unwrap().contains("retention"), "{cluster}");
+}
+
+/// Starts a node that is expected never to become ready; waits for it to listen.
+async fn spawn_not_ready(args: &[&str]) -> Tern {
+    use std::io::{BufRead, BufReader};
+    let mut child = std::process::Command::new(common::BIN)
+        .args(args)
+        .env("TERN_LOG_LEVEL", "warn")
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let line = BufReader::new(stdout).lines().map_while(Result::ok).find(|l| l.contains("listening on ")).unwrap();
+    let url = line.split_once("listening on ").unwrap().1.trim().to_string();
+    let t = Tern { child: Some(child), url, data_dir: std::path::PathBuf::new(), client: reqwest::Client::new() };
+    // Give the apply loops a moment to check the log and refuse.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let (_, ns) = t.get_json("/v1/ns/default").await;
+        if ns["state"].as_array().is_some_and(|ps| ps.iter().any(|p| p["status"] == "refused")) {
+            return t;
+        }
+        assert!(std::time::Instant::now() < deadline, "no partition was refused: {ns}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn applied_offsets_are_committed_to_the_consumer_group_for_monitoring() {
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    use rdkafka::{Offset, TopicPartitionList};
+
+    let dir = tempfile::tempdir().unwrap();
+    let prefix = unique_prefix();
+    let t = serve(dir.path(), &prefix).await;
+    let pk = "monitored";
+    let partition = tern::partitioner::partition_of(pk, 4) as i32;
+    for i in 0..10 {
+        let (status, _) = t.put(pk, "", &json!(i)).await;
+        assert_eq!(status, 200);
+    }
+    t.wait_caught_up("default").await;
+    // Ask Kafka what the node committed.
+    let observer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap())
+        // Without gossip a node holds every partition (no consumer group) and commits as itself.
+        .set("group.id", format!("{prefix}node.kafka-test"))
+        .create()
+        .unwrap();
+    let mut query = TopicPartitionList::new();
+    query.add_partition(&format!("{prefix}default"), partition);
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let committed = observer.committed_offsets(query.clone(), Duration::from_secs(10)).unwrap();
+        let offset = committed.elements()[0].offset();
+        if offset == Offset::Offset(10) {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "committed offset is {offset:?}, expected 10 (after the store flush)");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_replicas_on_one_topic_serve_each_others_writes_and_converge() {
+    let (dir_a, dir_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let prefix = unique_prefix();
+    let a = serve_as(dir_a.path(), &prefix, "replica-a").await;
+    let b = serve_as(dir_b.path(), &prefix, "replica-b").await;
+    for i in 0..40 {
+        let (writer, reader) = if i % 2 == 0 { (&a, &b) } else { (&b, &a) };
+        let pk = format!("key-{}", i % 13);
+        let (status, put) = writer.put(&pk, "s", &json!({ "i": i })).await;
+        assert_eq!(status, 200, "{put}");
+        // Read-your-writes through the other replica.
+        let url = format!("{}?after={}", reader.kv_url("default", &pk, Some("s")), put["position"].as_str().unwrap());
+        let (status, got) = reader.send(reader.client.get(url)).await;
+        assert_eq!(status, 200, "{got}");
+        assert_eq!(got["value"]["i"], i);
+        assert_eq!(got["version"], put["version"]);
+    }
+    // A conditional write decided by one replica is seen identically by the other.
+    let (_, current) = a.get("key-0", "s").await;
+    let stale = current["version"].as_u64().unwrap() - 1;
+    let (status, _) = b.send(b.client.put(format!("{}?if_version={stale}", b.kv_url("default", "key-0", Some("s")))).body("0")).await;
+    assert_eq!(status, 409);
+    a.wait_caught_up("default").await;
+    b.wait_caught_up("default").await;
+    let (state_a, state_b) = (a.partition_states("default").await, b.partition_states("default").await);
+    assert_eq!(state_a, state_b, "equal applied offsets, equal state hashes on both replicas");
+}

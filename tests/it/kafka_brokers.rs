@@ -1,0 +1,171 @@
+//! Three Kafka brokers (replication factor 3, min.insync.replicas 2), started
+//! by the test itself with `scripts/kafka.sh start --brokers 3`: `kill -9` of
+//! one broker under write load loses no acknowledged write, and writes go on
+//! (leaders move to the surviving replicas), and a replica-group member keeps
+//! serving reads while its group coordinator fails over. Its own test binary, so its
+//! brokers never compete with other tests for the machine's two cores.
+
+use crate::common;
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::Tern;
+use serde_json::{json, Value};
+
+const WRITERS: usize = 8;
+
+/// Stops the test's brokers however the test ends.
+struct Brokers {
+    dir: tempfile::TempDir,
+    bootstrap: String,
+}
+
+impl Brokers {
+    fn start() -> Brokers {
+        let dir = tempfile::tempdir().unwrap();
+        let output = std::process::Command::new("scripts/kafka.sh")
+            .args(["start", "--brokers", "3", "--dir", dir.path().to_str().unwrap()])
+            .output()
+            .unwrap();
+        assert!(output.status.success(), "kafka.sh start --brokers 3: {}", String::from_utf8_lossy(&output.stderr));
+        let bootstrap = String::from_utf8(output.stdout).unwrap().lines().last().unwrap().trim().to_string();
+        Brokers { dir, bootstrap }
+    }
+
+    /// The node id of the broker coordinating consumer group `group` (Kafka's own tool says).
+    fn coordinator_of(&self, group: &str) -> String {
+        let output = std::process::Command::new("scripts/kafka.sh")
+            .args(["run", "--dir", self.dir.path().to_str().unwrap()])
+            .args(["org.apache.kafka.tools.consumer.group.ConsumerGroupCommand", "--bootstrap-server", &self.bootstrap])
+            .args(["--describe", "--state", "--group", group])
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&output.stdout).to_string();
+        // GROUP  COORDINATOR (ID)  ...: "tern.group.g 127.0.0.1:40007  (2) ..."
+        let line = text.lines().find(|l| l.starts_with(group)).unwrap_or_else(|| panic!("no coordinator line in {text}"));
+        let id = line.split('(').nth(1).and_then(|rest| rest.split(')').next()).unwrap_or_else(|| panic!("{line}"));
+        id.trim().to_string()
+    }
+
+    fn kafka(&self, args: &[&str]) {
+        let status = std::process::Command::new("scripts/kafka.sh")
+            .args(args)
+            .args(["--dir", self.dir.path().to_str().unwrap()])
+            .status()
+            .unwrap();
+        assert!(status.success(), "kafka.sh {args:?}");
+    }
+}
+
+impl Drop for Brokers {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("scripts/kafka.sh").args(["stop", "--dir", self.dir.path().to_str().unwrap()]).status();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killing_one_of_three_brokers_loses_no_acknowledged_write() {
+    let brokers = Brokers::start();
+    let dir = tempfile::tempdir().unwrap();
+    let log = format!("kafka://{}", brokers.bootstrap);
+    let args = [
+        "serve", "--node-id", "rf3", "--listen", "127.0.0.1:0", "--data-dir", dir.path().to_str().unwrap(),
+        "--log", &log, "--namespace", "default:4", "--kafka-replication-factor", "3", "--kafka-min-insync-replicas", "2",
+    ];
+    let t = Tern::spawn(&args, dir.path()).await;
+    // A second node, a member of its replica group's consumer group (it gossips).
+    let member_dir = tempfile::tempdir().unwrap();
+    let gossip = format!("127.0.0.1:{}", std::net::UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port());
+    let member_args = [
+        "serve", "--node-id", "member", "--group", "g", "--listen", "127.0.0.1:0", "--data-dir",
+        member_dir.path().to_str().unwrap(), "--log", &log, "--gossip", &gossip, "--kafka-session-timeout-ms", "3000",
+    ];
+    let member = Tern::spawn(&member_args, member_dir.path()).await;
+    let (status, put) = t.put("config", "", &json!("v1")).await;
+    assert_eq!(status, 200, "{put}");
+    let url = format!("{}?after={}", member.kv_url("default", "config", Some("")), put["position"].as_str().unwrap());
+    let (status, got) = member.send(member.client.get(url)).await;
+    assert_eq!(status, 200, "{got}");
+    let stop = Arc::new(AtomicBool::new(false));
+    // Reads on the member never fail while the brokers (and the group coordinator) fail over.
+    let reader = {
+        let (client, url, stop) = (member.client.clone(), member.kv_url("default", "config", Some("")), stop.clone());
+        tokio::spawn(async move {
+            let (mut ok, mut failed) = (0usize, Vec::new());
+            while !stop.load(Ordering::Relaxed) {
+                let response = client.get(&url).send().await.unwrap();
+                if response.status() == 200 {
+                    ok += 1;
+                } else {
+                    failed.push(response.text().await.unwrap());
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            (ok, failed)
+        })
+    };
+    let killed = Arc::new(AtomicBool::new(false));
+    let acked_after_kill = Arc::new(AtomicUsize::new(0));
+    let writers: Vec<_> = (0..WRITERS)
+        .map(|w| {
+            let (client, url) = (t.client.clone(), t.url.clone());
+            let (stop, killed, acked_after_kill) = (stop.clone(), killed.clone(), acked_after_kill.clone());
+            tokio::spawn(async move {
+                let mut acked: Vec<(String, u64)> = Vec::new();
+                let mut n = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    let pk = format!("w{w}-{n}");
+                    n += 1;
+                    let response = client.put(format!("{url}/v1/ns/default/kv/{pk}/")).json(&json!(n)).send().await.unwrap();
+                    let status = response.status().as_u16();
+                    let body: Value = response.json().await.unwrap();
+                    if status == 200 {
+                        acked.push((pk, body["version"].as_u64().unwrap()));
+                        if killed.load(Ordering::Relaxed) {
+                            acked_after_kill.fetch_add(1, Ordering::Relaxed);
+                        }
+                    } else {
+                        // While leadership moves a write may fail; it must say so, never succeed falsely.
+                        assert_eq!(status, 503, "{body}");
+                        assert_eq!(body["error"]["code"], "log_unavailable", "{body}");
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                    }
+                }
+                acked
+            })
+        })
+        .collect();
+    // Kill the broker that coordinates the member's consumer group: the
+    // member's session times out and its partitions are revoked meanwhile.
+    let coordinator = brokers.coordinator_of(&tern::log::kafka::group_id("tern.", "g"));
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    brokers.kafka(&["stop-node", &coordinator, "--kill"]);
+    killed.store(true, Ordering::Relaxed);
+    tokio::time::sleep(Duration::from_secs(12)).await;
+    stop.store(true, Ordering::Relaxed);
+    let mut acked = Vec::new();
+    for writer in writers {
+        acked.extend(writer.await.unwrap());
+    }
+    assert!(acked_after_kill.load(Ordering::Relaxed) > 0, "writes go on with two of three brokers");
+    let (reads_ok, reads_failed) = reader.await.unwrap();
+    let metrics = member.client.get(format!("{}/metrics", member.url)).send().await.unwrap().text().await.unwrap();
+    let revoked = metrics.lines().find(|l| l.starts_with("tern_replica_group_revoked_partitions_total")).unwrap().to_string();
+    assert_ne!(revoked, "tern_replica_group_revoked_partitions_total 0", "the coordinator's death revoked the member's partitions");
+    assert!(reads_ok > 100, "{reads_ok} reads");
+    assert!(reads_failed.is_empty(), "reads failed on the group member during the failover: {reads_failed:?}");
+
+    t.wait_caught_up("default").await;
+    for (pk, version) in &acked {
+        let (status, got) = t.get(pk, "").await;
+        assert_eq!(status, 200, "acknowledged write {pk} is missing: {got}");
+        assert_eq!(got["version"].as_u64(), Some(*version), "{pk}");
+    }
+    let (_, ns) = t.get_json("/v1/ns/default").await;
+    for p in ns["state"].as_array().unwrap() {
+        assert_eq!(p["status"], "serving", "{p}");
+        assert_eq!(p["skipped_entries"], 0, "{p}");
+    }
+}

@@ -1,0 +1,26 @@
+//! The integration tests, in one binary (each test file of old was a binary
+//! of its own that linked the whole crate: build time in CI). Most drive
+//! real `tern` processes over HTTP, SSE and WebSocket (`common/`), against
+//! a real Kafka broker and a real S3 server where they need one
+//! (`scripts/test.sh` starts both); a few run nodes in this process.
+//!
+//! Only a test that needs a process of its own lives beside this folder:
+//! `tests/kafka_log_drop.rs` counts this process's librdkafka threads.
+
+mod common;
+
+mod api;
+mod bad_input;
+mod cluster;
+mod crash;
+mod forwarding;
+mod kafka;
+mod kafka_brokers;
+mod kafka_outage;
+mod layers;
+mod replicas;
+mod retention;
+mod serve;
+mod snapshot_restore;
+mod snapshots;
+mod watches;

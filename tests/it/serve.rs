@@ -1,0 +1,55 @@
+//! `tern serve`: settings from a config file, overridden by TERN_* variables,
+//! overridden by flags; bad settings are refused with a clear message.
+
+use crate::common;
+
+use std::process::Command;
+
+use common::{Tern, BIN};
+
+#[tokio::test]
+async fn config_file_env_and_flags_are_merged() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("tern.toml");
+    let data_dir = dir.path().join("data");
+    std::fs::write(
+        &config,
+        format!(
+            "node_id = \"from-file\"\nlisten = \"127.0.0.1:1\"\ndata_dir = \"{}\"\nstore_fsync_interval_ms = 200\n",
+            data_dir.display()
+        ),
+    )
+    .unwrap();
+    // The file's listen address (port 1) is overridden by the flag; the
+    // namespace list comes from the environment.
+    let args = ["serve", "--config", config.to_str().unwrap(), "--listen", "127.0.0.1:0"];
+    let t = Tern::spawn_with_env(&args, &[("TERN_NAMESPACES", "flags:2,dns:3")], &data_dir).await;
+    let (status, list) = t.get_json("/v1/ns").await;
+    assert_eq!(status, 200);
+    let names: Vec<&str> = list["namespaces"].as_array().unwrap().iter().map(|n| n["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["dns", "flags"]);
+    assert!(data_dir.join("log").join("log-meta.json").exists(), "data_dir came from the file");
+}
+
+#[test]
+fn bad_settings_are_refused_clearly() {
+    let dir = tempfile::tempdir().unwrap();
+    let data_dir = dir.path().to_str().unwrap();
+    let config = dir.path().join("tern.toml");
+    std::fs::write(&config, "no_such_key = 1\n").unwrap();
+    assert_refused(Command::new(BIN).args(["serve", "--config", config.to_str().unwrap()]), "no_such_key");
+    assert_refused(Command::new(BIN).args(["serve", "--data-dir", data_dir, "--log", "zookeeper://x"]), "log must be");
+    assert_refused(Command::new(BIN).env("TERN_APPLY_BATCH_MAX", "0").args(["serve", "--data-dir", data_dir]), "apply_batch_max");
+    assert_refused(
+        Command::new(BIN).args(["serve", "--data-dir", data_dir, "--http-idle-ms", "10"]),
+        "http_idle_ms must be 1000..=3600000",
+    );
+}
+
+/// Runs `command`: it must fail, saying `message` on stderr.
+fn assert_refused(command: &mut Command, message: &str) {
+    let out = command.output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "accepted; stderr: {stderr}");
+    assert!(stderr.contains(message), "{stderr}");
+}
