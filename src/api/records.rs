@@ -222,14 +222,15 @@ async fn write_one(
     }
 }
 
-/// Cursors are opaque: base64url of the last sort key returned.
-fn encode_cursor(sk: &str) -> String {
+/// Page tokens (`cursor` / `next_cursor` on the wire) are opaque: base64url
+/// of the last sort key returned.
+fn encode_page_token(sk: &str) -> String {
     base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(sk.as_bytes())
 }
 
-fn decode_cursor(cursor: &str) -> Result<String, ApiError> {
+fn decode_page_token(token: &str) -> Result<String, ApiError> {
     let invalid = || ApiError::bad_request("invalid_cursor", "cursor is not one this server returned; pass next_cursor exactly");
-    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(cursor).map_err(|_| invalid())?;
+    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(token).map_err(|_| invalid())?;
     let sk = String::from_utf8(bytes).map_err(|_| invalid())?;
     limits::check_sk(&sk).map_err(|_| invalid())?;
     Ok(sk)
@@ -257,7 +258,7 @@ async fn list(
         prefix: params.str("prefix").map(str::to_string),
         start: params.str("start").map(str::to_string),
         end: params.str("end").map(str::to_string),
-        cursor: params.str("cursor").map(decode_cursor).transpose()?,
+        page_after: params.str("cursor").map(decode_page_token).transpose()?,
         reverse: params.bool("reverse")?,
     };
     for bound in [&range.prefix, &range.start, &range.end].into_iter().flatten() {
@@ -271,7 +272,7 @@ async fn list(
     let view = namespace.handle(partition).read_view()?;
     let (records, more) = view.reader.list(&pk, &range, limit)?;
     let position = crate::position::Position::single_string(&namespace.name, partition, view.applied_next);
-    let next_cursor = if more { records.last().map(|r| encode_cursor(&r.sk)) } else { None };
+    let next_cursor = if more { records.last().map(|r| encode_page_token(&r.sk)) } else { None };
     let records: Vec<Option<Record>> = records.into_iter().map(Some).collect();
     let body = render::items(&records, &[("next_cursor", json!(next_cursor)), ("position", json!(position))]);
     Ok(json_response(StatusCode::OK, body))

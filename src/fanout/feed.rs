@@ -23,7 +23,7 @@ use tokio::sync::Notify;
 
 use super::event::{Event, Mark};
 use super::filter::Index;
-use super::queue::{Batch, Subscriber};
+use super::queue::{Batch, WatchQueue};
 
 /// Most events a partition's ring keeps, and most bytes: history beyond it
 /// is read back from the log.
@@ -46,7 +46,7 @@ const UNDISPATCHED_BYTES_MAX: usize = 64 * 1024 * 1024;
 /// The dispatcher re-checks this often even without a wake-up.
 const DISPATCH_IDLE_CHECK: Duration = Duration::from_secs(1);
 /// How many subscribers ahead a push asks for a subscriber's memory, and
-/// how much of it (the `Subscriber`'s first two lines: queue, signal, limits).
+/// how much of it (the `WatchQueue`'s first two lines: queue, signal, limits).
 const PREFETCH_AHEAD: usize = 4;
 const SUBSCRIBER_PREFETCH_LINES: usize = 2;
 
@@ -148,7 +148,7 @@ impl PartitionFeed {
     /// Registers `subscriber` standing at `mark`, if nothing it still needs
     /// was dispatched already; otherwise returns `dispatched_next` (catch up
     /// to it first, then try again).
-    pub fn register(self: &Arc<Self>, subscriber: &Arc<Subscriber>, mark: Mark) -> Result<(), u64> {
+    pub fn register(self: &Arc<Self>, subscriber: &Arc<WatchQueue>, mark: Mark) -> Result<(), u64> {
         {
             let mut index = self.index.write();
             let mut ring = self.ring.lock();
@@ -164,7 +164,7 @@ impl PartitionFeed {
     }
 
     /// Registers `subscriber` at the current head; returns its mark there.
-    pub fn register_at_head(self: &Arc<Self>, subscriber: &Arc<Subscriber>) -> Mark {
+    pub fn register_at_head(self: &Arc<Self>, subscriber: &Arc<WatchQueue>) -> Mark {
         loop {
             let head = Mark::at(self.dispatched_next());
             if self.register(subscriber, head).is_ok() {
@@ -173,7 +173,7 @@ impl PartitionFeed {
         }
     }
 
-    pub fn unregister(&self, subscriber: &Subscriber) {
+    pub fn unregister(&self, subscriber: &WatchQueue) {
         let mut index = self.index.write();
         if index.remove(subscriber) {
             let mut ring = self.ring.lock();
@@ -285,7 +285,7 @@ fn fan_out(index: &Index, events: Vec<Arc<Event>>) {
 
 /// Each subscriber's queue is memory of its own: asked for a few
 /// subscribers ahead of the `i`th, its loads overlap with the pushes between.
-fn prefetch_ahead(subscribers: &[Arc<Subscriber>], i: usize) {
+fn prefetch_ahead(subscribers: &[Arc<WatchQueue>], i: usize) {
     if let Some(ahead) = subscribers.get(i + PREFETCH_AHEAD) {
         crate::prefetch::prefetch(Arc::as_ptr(ahead), SUBSCRIBER_PREFETCH_LINES);
     }
@@ -322,11 +322,11 @@ mod tests {
         Event::of_mutation(0, offset, &Mutation { write_id: bytes::Bytes::new(), ops })
     }
 
-    fn subscriber(id: u64, filter: Filter) -> Arc<Subscriber> {
-        Arc::new(Subscriber::new(id, id % 3, filter, Mode::Log, QueueLimits { events_max: 100, bytes_max: 1 << 20 }))
+    fn subscriber(id: u64, filter: Filter) -> Arc<WatchQueue> {
+        Arc::new(WatchQueue::new(id, id % 3, filter, Mode::Log, QueueLimits { events_max: 100, bytes_max: 1 << 20 }))
     }
 
-    fn drained(s: &Subscriber) -> Vec<(u64, String, String)> {
+    fn drained(s: &WatchQueue) -> Vec<(u64, String, String)> {
         let mut batches = Vec::new();
         match s.drain(&mut batches) {
             Drained::Batches => batches.iter().flat_map(|b| b.iter().map(|e| (e.offset, e.pk.to_string(), e.sk.to_string()))).collect(),

@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use super::queue::Subscriber;
+use super::queue::WatchQueue;
 use crate::partitioner::partition_of;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -50,8 +50,8 @@ impl Filter {
 /// check per subscriber of its own pk, whatever the number of subscribers.
 #[derive(Default)]
 pub struct Index {
-    pub everything: Vec<Arc<Subscriber>>,
-    pub by_pk: HashMap<Box<str>, Vec<Arc<Subscriber>>>,
+    pub everything: Vec<Arc<WatchQueue>>,
+    pub by_pk: HashMap<Box<str>, Vec<Arc<WatchQueue>>>,
     count: usize,
 }
 
@@ -63,7 +63,7 @@ impl Index {
     /// Lists stay sorted by (connection, id): a dispatch round wakes one
     /// connection's subscribers one after the other, so its task runs once
     /// for all of them instead of once each while the round goes on.
-    pub fn insert(&mut self, subscriber: Arc<Subscriber>) {
+    pub fn insert(&mut self, subscriber: Arc<WatchQueue>) {
         let list = match subscriber.filter.pk() {
             None => &mut self.everything,
             Some(pk) => self.by_pk.entry(pk.into()).or_default(),
@@ -75,7 +75,7 @@ impl Index {
     }
 
     /// Removes the subscriber with this id; returns whether it was there.
-    pub fn remove(&mut self, subscriber: &Subscriber) -> bool {
+    pub fn remove(&mut self, subscriber: &WatchQueue) -> bool {
         let list = match subscriber.filter.pk() {
             None => &mut self.everything,
             Some(pk) => match self.by_pk.get_mut(pk) {
@@ -96,7 +96,7 @@ impl Index {
 }
 
 /// Where a subscriber sits in its index list.
-fn order(subscriber: &Subscriber) -> (u64, u64) {
+fn order(subscriber: &WatchQueue) -> (u64, u64) {
     (subscriber.group, subscriber.id)
 }
 
@@ -121,14 +121,14 @@ mod tests {
     fn the_index_keeps_each_connections_subscribers_together() {
         use crate::fanout::queue::{Mode, QueueLimits};
         let limits = QueueLimits { events_max: 10, bytes_max: 1 << 20 };
-        let subscriber = |id: u64, group: u64, filter: Filter| Arc::new(Subscriber::new(id, group, filter, Mode::Log, limits));
+        let subscriber = |id: u64, group: u64, filter: Filter| Arc::new(WatchQueue::new(id, group, filter, Mode::Log, limits));
         let mut index = Index::default();
         // Subscriptions of connections 1, 2 and 3 opened interleaved.
         for (id, group) in [(1, 3), (2, 1), (3, 2), (4, 3), (5, 1), (6, 2)] {
             index.insert(subscriber(id, group, Filter::Pk { pk: "a".into() }));
             index.insert(subscriber(100 + id, group, Filter::Namespace));
         }
-        let order = |list: &[Arc<Subscriber>]| list.iter().map(|s| (s.group, s.id % 100)).collect::<Vec<_>>();
+        let order = |list: &[Arc<WatchQueue>]| list.iter().map(|s| (s.group, s.id % 100)).collect::<Vec<_>>();
         let grouped = vec![(1, 2), (1, 5), (2, 3), (2, 6), (3, 1), (3, 4)];
         assert_eq!(order(&index.by_pk["a"]), grouped);
         assert_eq!(order(&index.everything), grouped);

@@ -1,17 +1,17 @@
-//! A subscriber's bounded queue: where the dispatcher leaves events and the
-//! subscriber's own task picks them up.
+//! A watch's bounded queue: where the dispatcher leaves events and the
+//! watch's session picks them up.
 //!
 //! Pushing never waits. When a push would pass the bound (events or bytes):
 //! - `Mode::State` folds the queue into the latest event per key
-//!   (conflation): the subscriber later receives each changed key once, with
+//!   (conflation): the watch later receives each changed key once, with
 //!   its newest value, and exact positions. If even that passes the bound
-//!   the queue is dropped and marked overflowed: the subscriber gets a
+//!   the queue is dropped and marked overflowed: the watch gets a
 //!   `reset` with the current state.
-//! - `Mode::Log` marks the queue overflowed: the subscriber is cancelled
+//! - `Mode::Log` marks the queue overflowed: the watch is cancelled
 //!   with `slow_consumer` and the position it reached, from which it can
 //!   resume (replayed from the log).
 //!
-//! Either way one slow subscriber costs the others nothing.
+//! Either way one slow watch costs the others nothing.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -39,12 +39,13 @@ pub struct QueueLimits {
     pub bytes_max: usize,
 }
 
-/// Events dispatched to one subscriber in one round (one partition).
+/// Events dispatched to one watch in one round (one partition).
 pub type Batch = Arc<[Arc<Event>]>;
 
-/// A subscriber: its filter and its queue.
+/// The fan-out's side of one watch: its filter, its bounded queue and the
+/// signal that wakes its session.
 ///
-/// Laid out for the fan-out: at 10,000 subscribers a put touches 10,000 of
+/// Laid out for the fan-out: at 10,000 watches a put touches 10,000 of
 /// these, from the dispatcher and again from each session, and each line
 /// not in cache is a wait for memory (the delivery's main cost). So what
 /// both touch per event sits in the first two cache lines: the queue's
@@ -53,7 +54,7 @@ pub type Batch = Arc<[Arc<Event>]>;
 /// mode in the second. The rest is only read when a session starts or
 /// catches up.
 #[repr(C, align(64))]
-pub struct Subscriber {
+pub struct WatchQueue {
     state: Mutex<QueueState>,
     pub signal: Signal,
     limits: QueueLimits,
@@ -68,11 +69,11 @@ pub struct Subscriber {
     pub filter: Filter,
 }
 
-/// The lines the fan-out touches (see `Subscriber`).
+/// The lines the fan-out touches (see `WatchQueue`).
 const CACHE_LINE_BYTES: usize = 64;
 const _: () = assert!(std::mem::size_of::<Mutex<QueueState>>() + 1 <= CACHE_LINE_BYTES, "the queue and the signal's flag share a line");
-const _: () = assert!(std::mem::offset_of!(Subscriber, signal) + std::mem::offset_of!(Signal, raised) < CACHE_LINE_BYTES);
-const _: () = assert!(std::mem::offset_of!(Subscriber, whole_pk) < 2 * CACHE_LINE_BYTES);
+const _: () = assert!(std::mem::offset_of!(WatchQueue, signal) + std::mem::offset_of!(Signal, raised) < CACHE_LINE_BYTES);
+const _: () = assert!(std::mem::offset_of!(WatchQueue, whole_pk) < 2 * CACHE_LINE_BYTES);
 
 /// Tells the subscriber's session that its queue changed: a flag and the
 /// waker of the one task that waits. Cheaper than a `Notify` (no waiter
@@ -105,7 +106,7 @@ impl Signal {
     }
 }
 
-/// The queue. Small on purpose (see `Subscriber`): counts as `u32` (the
+/// The queue. Small on purpose (see `WatchQueue`): counts as `u32` (the
 /// limits are checked to fit), the conflation map boxed (only a subscriber
 /// that fell behind in state mode has one).
 #[derive(Default)]
@@ -137,12 +138,12 @@ pub enum Drained {
     Overflowed,
 }
 
-impl Subscriber {
-    pub fn new(id: u64, group: u64, filter: Filter, mode: Mode, limits: QueueLimits) -> Subscriber {
+impl WatchQueue {
+    pub fn new(id: u64, group: u64, filter: Filter, mode: Mode, limits: QueueLimits) -> WatchQueue {
         assert!(limits.events_max > 0 && limits.bytes_max > 0);
         assert!(u32::try_from(limits.events_max).is_ok() && u32::try_from(limits.bytes_max).is_ok(), "queue counts are u32");
         let whole_pk = matches!(filter, Filter::Pk { .. });
-        Subscriber { state: Mutex::new(QueueState::default()), signal: Signal::default(), limits, mode, whole_pk, id, group, filter }
+        WatchQueue { state: Mutex::new(QueueState::default()), signal: Signal::default(), limits, mode, whole_pk, id, group, filter }
     }
 
     /// Whether every event of the watched pk matches (no narrower filter to apply).
@@ -262,7 +263,7 @@ mod tests {
 
     #[test]
     fn state_mode_conflates_to_the_latest_event_per_key_then_resets_past_the_bound() {
-        let sub = Subscriber::new(1, 0, Filter::Namespace, Mode::State, QueueLimits { events_max: 3, bytes_max: 1 << 20 });
+        let sub = WatchQueue::new(1, 0, Filter::Namespace, Mode::State, QueueLimits { events_max: 3, bytes_max: 1 << 20 });
         sub.push(batch(0, &["a", "b"]));
         sub.push(batch(1, &["a"]));
         sub.push(batch(2, &["a", "b"])); // 5 events > 3: conflated to a@2, b@2
@@ -285,7 +286,7 @@ mod tests {
 
     #[test]
     fn log_mode_overflows_instead_of_conflating() {
-        let sub = Subscriber::new(1, 0, Filter::Namespace, Mode::Log, QueueLimits { events_max: 2, bytes_max: 1 << 20 });
+        let sub = WatchQueue::new(1, 0, Filter::Namespace, Mode::Log, QueueLimits { events_max: 2, bytes_max: 1 << 20 });
         sub.push(batch(0, &["a", "b"]));
         let mut batches = Vec::new();
         assert!(matches!(sub.drain(&mut batches), Drained::Batches));

@@ -2,7 +2,7 @@
 //!
 //! `[pk length: u16 big-endian][pk bytes][sk bytes]`. All records of one pk
 //! share a prefix and sort by sk bytes within it, so listing a pk (with sk
-//! prefix, range, cursor, either direction) is one B-tree range scan.
+//! prefix, range, page token, either direction) is one B-tree range scan.
 
 use std::ops::Bound;
 
@@ -51,8 +51,9 @@ pub struct SkRange {
     pub start: Option<String>,
     /// Exclusive upper bound on sk.
     pub end: Option<String>,
-    /// Resume strictly after (forward) or strictly before (reverse) this sk.
-    pub cursor: Option<String>,
+    /// The page token: resume strictly after (forward) or strictly before
+    /// (reverse) this sk (`cursor` / `next_cursor` on the wire).
+    pub page_after: Option<String>,
     pub reverse: bool,
 }
 
@@ -76,8 +77,8 @@ pub fn bounds(pk: &str, range: &SkRange) -> (Bound<Vec<u8>>, Bound<Vec<u8>>) {
     if let Some(start) = &range.start {
         raise(Bound::Included(with(start)));
     }
-    if let (Some(cursor), false) = (&range.cursor, range.reverse) {
-        raise(Bound::Excluded(with(cursor)));
+    if let (Some(after), false) = (&range.page_after, range.reverse) {
+        raise(Bound::Excluded(with(after)));
     }
     let mut lower_upper = |candidate: Bound<Vec<u8>>| upper = min_upper(std::mem::replace(&mut upper, Bound::Unbounded), candidate);
     if let Some(prefix) = &range.prefix {
@@ -88,8 +89,8 @@ pub fn bounds(pk: &str, range: &SkRange) -> (Bound<Vec<u8>>, Bound<Vec<u8>>) {
     if let Some(end) = &range.end {
         lower_upper(Bound::Excluded(with(end)));
     }
-    if let (Some(cursor), true) = (&range.cursor, range.reverse) {
-        lower_upper(Bound::Excluded(with(cursor)));
+    if let (Some(after), true) = (&range.page_after, range.reverse) {
+        lower_upper(Bound::Excluded(with(after)));
     }
     (lower, upper)
 }
@@ -146,12 +147,12 @@ mod tests {
     }
 
     #[test]
-    fn bounds_combine_prefix_range_and_cursor() {
-        let r = SkRange { prefix: Some("b".into()), start: Some("a".into()), cursor: Some("b1".into()), ..Default::default() };
+    fn bounds_combine_prefix_range_and_page_token() {
+        let r = SkRange { prefix: Some("b".into()), start: Some("a".into()), page_after: Some("b1".into()), ..Default::default() };
         let (lo, hi) = bounds("p", &r);
         assert_eq!(lo, Bound::Excluded(encode("p", "b1")));
         assert_eq!(hi, Bound::Excluded(encode("p", "c")));
-        let r = SkRange { end: Some("m".into()), cursor: Some("k".into()), reverse: true, ..Default::default() };
+        let r = SkRange { end: Some("m".into()), page_after: Some("k".into()), reverse: true, ..Default::default() };
         let (lo, hi) = bounds("p", &r);
         assert_eq!(lo, Bound::Included(pk_prefix("p")));
         assert_eq!(hi, Bound::Excluded(encode("p", "k")));

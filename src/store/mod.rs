@@ -3,59 +3,41 @@
 //! It holds the partition's records, the offset it has applied up to, the
 //! state hash and counters, all changed in one write transaction per applied
 //! batch, so the data and the offset it reflects can never disagree
-//! (guarantee 3). Only the partition's apply loop writes (`apply`); readers
+//! (invariant "offset with data", ARCHITECTURE.md). Only the partition's
+//! apply loop writes (`apply`); readers
 //! take MVCC read transactions that never block it and always see one applied
 //! offset with exactly the records it reflects.
 //!
 //! Commits are not fsynced (the log is the source of truth) except every
 //! `flush_durable`; after a crash the store reopens at its last durable
 //! commit and the apply loop replays the log from there.
+//!
+//! Files: `layout.rs` (keys and values in the one table), `txn.rs` (the
+//! apply transaction), `write_ids.rs` and `journal.rs` (what it remembers
+//! besides records), `reader.rs` (read views), `key.rs` (key encoding),
+//! `hash.rs` (the incremental state hash).
 
 pub mod hash;
 pub mod key;
+mod journal;
+mod layout;
+mod reader;
+mod txn;
+mod write_ids;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use redb::{Database, Durability, ReadTransaction, ReadableDatabase, ReadableTable, Table, TableDefinition};
-
+use redb::{Database, Durability, ReadTransaction, ReadableDatabase, ReadableTable};
 
 use self::hash::StateHash;
 pub use self::key::SkRange;
-
-/// One table for records and metadata, so a read opens a single table.
-/// Records: (pk, sk) key encoding → `[version: u64 LE][value JSON text]`.
-/// Metadata: keys starting with `[0, 0]` (a pk of length 0, which no record
-/// has) → u64 LE, or 32 bytes for the state hash.
-const RECORDS: TableDefinition<&[u8], &[u8]> = TableDefinition::new("records");
-
-/// The applied state, one 64-byte value written by every apply transaction
-/// (one B-tree insert rather than five): `applied_next`, `applied_entries`,
-/// `skipped_entries`, `record_count` (u64 LE each), then the 32-byte state hash.
-const META_STATE: &[u8] = b"\0\0state";
-const META_STATE_BYTES: usize = 64;
-/// The partition count of the namespace this store belongs to.
-const META_PARTITIONS: &[u8] = b"\0\0partitions";
-/// The layout of this store's keys and values; a store of another layout is refused.
-const META_FORMAT: &[u8] = b"\0\0format";
-const FORMAT_VERSION: u64 = 1;
-/// Every metadata key starts with this; no record key does (pk is never empty).
-const META_PREFIX: [u8; 2] = [0, 0];
-/// `\0\0w<write id>` -> `[offset u64 LE][outcome]`: write ids applied recently.
-const META_WRITE_ID: &[u8] = b"\0\0w";
-/// `\0\0x<offset u64 BE><write id>` -> empty: the same, by offset, for eviction.
-const META_WRITE_ID_BY_OFFSET: &[u8] = b"\0\0x";
-/// `\0\0n<offset u64 BE>` -> empty: a mutation at this offset decoded but did
-/// not apply (a failed condition, a duplicate write id). Subscribers replaying
-/// the log read this to skip it exactly as the apply loop did.
-const META_NOT_APPLIED: &[u8] = b"\0\0n";
-/// The lowest offset the not-applied journal covers: where this store began
-/// applying (0, a restored snapshot's offset, or the offset at upgrade).
-const META_JOURNAL_FROM: &[u8] = b"\0\0journal_from";
-
-fn meta_u64(table: &impl ReadableTable<&'static [u8], &'static [u8]>, key: &[u8]) -> Result<u64, redb::StorageError> {
-    Ok(table.get(key)?.map_or(0, |g| u64::from_le_bytes(g.value().try_into().expect("meta values are 8 bytes"))))
-}
+use self::layout::{
+    decode_value, meta_u64, read_state, storage_error, write_state, FORMAT_VERSION, META_FORMAT, META_JOURNAL_FROM,
+    META_PARTITIONS, META_PREFIX, RECORDS,
+};
+pub use self::reader::StoreReader;
+pub use self::txn::ApplyTxn;
 
 #[derive(Debug, thiserror::Error)]
 #[error("store {path}: {message}")]
@@ -87,18 +69,6 @@ pub struct StoreState {
 pub struct PartitionStore {
     db: Database,
     path: Arc<PathBuf>,
-}
-
-fn encode_value(version: u64, value: &[u8]) -> Vec<u8> {
-    let mut stored = Vec::with_capacity(8 + value.len());
-    stored.extend_from_slice(&version.to_le_bytes());
-    stored.extend_from_slice(value);
-    stored
-}
-
-fn decode_value(stored: &[u8]) -> (u64, &[u8]) {
-    assert!(stored.len() >= 8, "a stored value starts with its 8-byte version");
-    (u64::from_le_bytes(stored[..8].try_into().unwrap()), &stored[8..])
 }
 
 impl PartitionStore {
@@ -187,39 +157,6 @@ impl PartitionStore {
     }
 }
 
-fn read_state(table: &impl ReadableTable<&'static [u8], &'static [u8]>) -> Result<StoreState, redb::StorageError> {
-    let Some(guard) = table.get(META_STATE)? else {
-        return Ok(StoreState {
-            applied_next: 0,
-            applied_entries: 0,
-            skipped_entries: 0,
-            record_count: 0,
-            state_hash: StateHash::default(),
-        });
-    };
-    let bytes = guard.value();
-    assert_eq!(bytes.len(), META_STATE_BYTES, "the stored state is {META_STATE_BYTES} bytes");
-    let get = |i: usize| -> Result<u64, redb::StorageError> { Ok(u64::from_le_bytes(bytes[i * 8..i * 8 + 8].try_into().unwrap())) };
-    let state_hash = StateHash::from_bytes(&bytes[32..64]);
-    Ok(StoreState {
-        applied_next: get(0)?,
-        applied_entries: get(1)?,
-        skipped_entries: get(2)?,
-        record_count: get(3)?,
-        state_hash,
-    })
-}
-
-fn write_state(table: &mut Table<&'static [u8], &'static [u8]>, state: &StoreState) -> Result<(), redb::StorageError> {
-    let mut bytes = [0u8; META_STATE_BYTES];
-    for (i, n) in [state.applied_next, state.applied_entries, state.skipped_entries, state.record_count].iter().enumerate() {
-        bytes[i * 8..i * 8 + 8].copy_from_slice(&n.to_le_bytes());
-    }
-    bytes[32..64].copy_from_slice(&state.state_hash.to_bytes());
-    table.insert(META_STATE, bytes.as_slice())?;
-    Ok(())
-}
-
 /// The state a restored store starts from (a snapshot's manifest).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RestoredState {
@@ -276,303 +213,6 @@ impl PartitionStore {
             std::fs::File::open(dir).and_then(|d| d.sync_all()).map_err(|e| err(format!("syncing {}: {e}", dir.display())))?;
         }
         Ok((PartitionStore::open(path, partitions, cache_bytes)?, hash))
-    }
-}
-
-/// Maps redb errors to store errors naming the database file.
-fn storage_error(path: &Path) -> impl Fn(redb::StorageError) -> StoreError + '_ {
-    move |e| StoreError { path: path.display().to_string(), message: e.to_string() }
-}
-
-/// The write side of one apply transaction.
-pub struct ApplyTxn<'a, 't> {
-    records: &'a mut Table<'t, &'static [u8], &'static [u8]>,
-    state: StoreState,
-    path: &'a Path,
-}
-
-impl ApplyTxn<'_, '_> {
-    fn error(&self, e: impl std::fmt::Display) -> StoreError {
-        StoreError { path: self.path.display().to_string(), message: e.to_string() }
-    }
-
-    pub fn state(&self) -> &StoreState {
-        &self.state
-    }
-
-    /// The version of `(pk, sk)` as of this transaction, if it exists.
-    pub fn version_of(&self, pk: &str, sk: &str) -> Result<Option<u64>, StoreError> {
-        let key = key::encode(pk, sk);
-        let guard = self.records.get(key.as_slice()).map_err(|e| self.error(e))?;
-        Ok(guard.map(|g| decode_value(g.value()).0))
-    }
-
-    pub fn put(&mut self, pk: &str, sk: &str, version: u64, value: &[u8]) -> Result<(), StoreError> {
-        let key = key::encode(pk, sk);
-        let stored = encode_value(version, value);
-        let error = storage_error(self.path);
-        let old = self.records.insert(key.as_slice(), stored.as_slice()).map_err(&error)?;
-        let old_hash = old.map(|old| {
-            let (old_version, old_value) = decode_value(old.value());
-            StateHash::of_record(&key, old_version, old_value)
-        });
-        match old_hash {
-            Some(old_hash) => self.state.state_hash.remove(&old_hash),
-            None => self.state.record_count += 1,
-        }
-        self.state.state_hash.add(&StateHash::of_record(&key, version, value));
-        Ok(())
-    }
-
-    pub fn delete(&mut self, pk: &str, sk: &str) -> Result<(), StoreError> {
-        let key = key::encode(pk, sk);
-        let error = storage_error(self.path);
-        let old = self.records.remove(key.as_slice()).map_err(&error)?;
-        let old_hash = old.map(|old| {
-            let (old_version, old_value) = decode_value(old.value());
-            StateHash::of_record(&key, old_version, old_value)
-        });
-        if let Some(old_hash) = old_hash {
-            self.state.state_hash.remove(&old_hash);
-            self.state.record_count -= 1;
-        }
-        Ok(())
-    }
-
-    /// The offset and stored outcome of `write_id`, if it was remembered
-    /// (callers decide whether it is still inside their window).
-    pub fn write_id_seen(&self, write_id: &[u8]) -> Result<Option<(u64, Vec<u8>)>, StoreError> {
-        let key = [META_WRITE_ID, write_id].concat();
-        let guard = self.records.get(key.as_slice()).map_err(|e| self.error(e))?;
-        Ok(guard.map(|g| {
-            let value = g.value();
-            (u64::from_le_bytes(value[..8].try_into().expect("write id entries start with an offset")), value[8..].to_vec())
-        }))
-    }
-
-    /// Remembers that `write_id` was applied at `offset` with `outcome`.
-    pub fn remember_write_id(&mut self, write_id: &[u8], offset: u64, outcome: &[u8]) -> Result<(), StoreError> {
-        assert!(!write_id.is_empty(), "only non-empty write ids are remembered");
-        let error = storage_error(self.path);
-        let key = [META_WRITE_ID, write_id].concat();
-        let value = [&offset.to_le_bytes()[..], outcome].concat();
-        self.records.insert(key.as_slice(), value.as_slice()).map_err(&error)?;
-        let by_offset = [META_WRITE_ID_BY_OFFSET, &offset.to_be_bytes()[..], write_id].concat();
-        self.records.insert(by_offset.as_slice(), &[][..]).map_err(&error)?;
-        Ok(())
-    }
-
-    /// Forgets up to `count_max` write ids remembered at offsets below
-    /// `offset`, oldest first; returns how many. Bounded, so eviction spreads
-    /// over batches instead of stalling one.
-    pub fn forget_write_ids_below(&mut self, offset: u64, count_max: usize) -> Result<usize, StoreError> {
-        let error = storage_error(self.path);
-        let expired = self.keys_below(META_WRITE_ID_BY_OFFSET, offset, count_max)?;
-        for by_offset in &expired {
-            let at = &by_offset[META_WRITE_ID_BY_OFFSET.len()..META_WRITE_ID_BY_OFFSET.len() + 8];
-            let write_id = &by_offset[META_WRITE_ID_BY_OFFSET.len() + 8..];
-            self.records.remove(by_offset.as_slice()).map_err(&error)?;
-            // The id may have been remembered again at a later offset: keep that.
-            let key = [META_WRITE_ID, write_id].concat();
-            let current_at = self.records.get(key.as_slice()).map_err(|e| self.error(e))?.map(|g| g.value()[..8].to_vec());
-            if current_at.is_some_and(|current| u64::from_le_bytes(current.try_into().unwrap()) == u64::from_be_bytes(at.try_into().unwrap())) {
-                self.records.remove(key.as_slice()).map_err(&error)?;
-            }
-        }
-        Ok(expired.len())
-    }
-
-    /// Up to `count_max` keys `<prefix><offset u64 BE>...` with offsets
-    /// below `offset`, oldest first (for bounded eviction).
-    fn keys_below(&self, prefix: &[u8], offset: u64, count_max: usize) -> Result<Vec<Vec<u8>>, StoreError> {
-        let end = [prefix, &offset.to_be_bytes()[..]].concat();
-        let mut keys = Vec::new();
-        for entry in self.records.range::<&[u8]>(prefix..end.as_slice()).map_err(|e| self.error(e))?.take(count_max) {
-            keys.push(entry.map_err(|e| self.error(e))?.0.value().to_vec());
-        }
-        Ok(keys)
-    }
-
-    /// Journals that the mutation at `offset` decoded but did not apply.
-    pub fn record_not_applied(&mut self, offset: u64) -> Result<(), StoreError> {
-        let key = [META_NOT_APPLIED, &offset.to_be_bytes()[..]].concat();
-        self.records.insert(key.as_slice(), &[][..]).map_err(storage_error(self.path))?;
-        Ok(())
-    }
-
-    /// Forgets up to `count_max` not-applied marks below `offset`, oldest first.
-    pub fn forget_not_applied_below(&mut self, offset: u64, count_max: usize) -> Result<usize, StoreError> {
-        let expired = self.keys_below(META_NOT_APPLIED, offset, count_max)?;
-        for key in &expired {
-            self.records.remove(key.as_slice()).map_err(storage_error(self.path))?;
-        }
-        Ok(expired.len())
-    }
-
-    /// Marks log entry `offset` applied (or skipped). Offsets only move forward.
-    pub fn mark_applied(&mut self, offset: u64, skipped: bool) {
-        assert!(
-            offset >= self.state.applied_next,
-            "offset {offset} is below applied_next {}: it would be applied twice",
-            self.state.applied_next
-        );
-        self.state.applied_next = offset + 1;
-        self.state.applied_entries += 1;
-        if skipped {
-            self.state.skipped_entries += 1;
-        }
-    }
-}
-
-/// A consistent read view of one partition.
-pub struct StoreReader {
-    table: redb::ReadOnlyTable<&'static [u8], &'static [u8]>,
-    path: Arc<PathBuf>,
-}
-
-impl StoreReader {
-    fn error(&self, e: impl std::fmt::Display) -> StoreError {
-        StoreError { path: self.path.display().to_string(), message: e.to_string() }
-    }
-
-    pub fn state(&self) -> Result<StoreState, StoreError> {
-        read_state(&self.table).map_err(|e| self.error(e))
-    }
-
-    pub fn applied_next(&self) -> Result<u64, StoreError> {
-        let guard = self.table.get(META_STATE).map_err(|e| self.error(e))?;
-        Ok(guard.map_or(0, |g| u64::from_le_bytes(g.value()[..8].try_into().expect("state is 64 bytes"))))
-    }
-
-    pub fn get(&self, pk: &str, sk: &str) -> Result<Option<Record>, StoreError> {
-        let mut record = None;
-        self.get_with(pk, sk, |version, value| {
-            record = Some(Record { pk: pk.to_string(), sk: sk.to_string(), version, value: value.to_vec() });
-        })?;
-        Ok(record)
-    }
-
-    /// Calls `visit(version, value)` on the stored record without copying it
-    /// (the read hot path renders straight from the page). Returns false if absent.
-    pub fn get_with(&self, pk: &str, sk: &str, visit: impl FnOnce(u64, &[u8])) -> Result<bool, StoreError> {
-        let key = key::encode(pk, sk);
-        let guard = self.table.get(key.as_slice()).map_err(|e| self.error(e))?;
-        Ok(guard.map(|g| {
-            let (version, value) = decode_value(g.value());
-            visit(version, value);
-        })
-        .is_some())
-    }
-
-    /// The lowest offset whose outcome the not-applied journal knows.
-    pub fn journal_from(&self) -> Result<u64, StoreError> {
-        meta_u64(&self.table, META_JOURNAL_FROM).map_err(|e| self.error(e))
-    }
-
-    /// Offsets in `[from, to)` whose mutations decoded but did not apply.
-    pub fn not_applied_in(&self, from: u64, to: u64) -> Result<std::collections::BTreeSet<u64>, StoreError> {
-        let start = [META_NOT_APPLIED, &from.to_be_bytes()[..]].concat();
-        let end = [META_NOT_APPLIED, &to.to_be_bytes()[..]].concat();
-        let mut out = std::collections::BTreeSet::new();
-        if from >= to {
-            return Ok(out);
-        }
-        for entry in self.table.range::<&[u8]>(start.as_slice()..end.as_slice()).map_err(|e| self.error(e))? {
-            let key = entry.map_err(|e| self.error(e))?.0.value().to_vec();
-            out.insert(u64::from_be_bytes(key[META_NOT_APPLIED.len()..].try_into().expect("journal keys end with an offset")));
-        }
-        Ok(out)
-    }
-
-    /// Up to `limit` records with keys after `after` (all records when
-    /// `None`), in key order, plus whether more follow: a namespace-wide
-    /// subscription's snapshot, page by page.
-    pub fn scan_page(&self, after: Option<&[u8]>, limit: usize) -> Result<(Vec<(Vec<u8>, Record)>, bool), StoreError> {
-        let first_record = key::prefix_successor(&META_PREFIX).expect("meta prefix has a successor");
-        let lower = match after {
-            Some(key) => std::ops::Bound::Excluded(key),
-            None => std::ops::Bound::Included(first_record.as_slice()),
-        };
-        let mut out = Vec::with_capacity(limit.min(1024));
-        for entry in self.table.range::<&[u8]>((lower, std::ops::Bound::Unbounded)).map_err(|e| self.error(e))? {
-            let (k, v) = entry.map_err(|e| self.error(e))?;
-            if out.len() == limit {
-                return Ok((out, true));
-            }
-            let (pk, sk) = key::decode(k.value());
-            let (version, value) = decode_value(v.value());
-            out.push((k.value().to_vec(), Record { pk, sk, version, value: value.to_vec() }));
-        }
-        Ok((out, false))
-    }
-
-    /// Up to `limit` records of `pk` within `range`, plus whether more follow.
-    pub fn list(&self, pk: &str, range: &SkRange, limit: usize) -> Result<(Vec<Record>, bool), StoreError> {
-        let (lower, upper) = key::bounds(pk, range);
-        if key::is_empty(&lower, &upper) {
-            return Ok((Vec::new(), false));
-        }
-        let bounds = (as_slice_bound(&lower), as_slice_bound(&upper));
-        let iter = self.table.range::<&[u8]>(bounds).map_err(|e| self.error(e))?;
-        let mut out = Vec::with_capacity(limit.min(1024));
-        let mut more = false;
-        let mut push = |entry: Result<(redb::AccessGuard<&[u8]>, redb::AccessGuard<&[u8]>), redb::StorageError>| {
-            let (k, v) = entry.map_err(|e| self.error(e))?;
-            if out.len() == limit {
-                more = true;
-                return Ok::<bool, StoreError>(false);
-            }
-            let (pk, sk) = key::decode(k.value());
-            let (version, value) = decode_value(v.value());
-            out.push(Record { pk, sk, version, value: value.to_vec() });
-            Ok(true)
-        };
-        if range.reverse {
-            for entry in iter.rev() {
-                if !push(entry)? {
-                    break;
-                }
-            }
-        } else {
-            for entry in iter {
-                if !push(entry)? {
-                    break;
-                }
-            }
-        }
-        Ok((out, more))
-    }
-
-    /// Every record in key order as stored: `(key encoding, [version][value])`.
-    /// Snapshots copy these bytes as they are.
-    /// The visitor's own error type passes through (store errors convert into it).
-    pub fn scan_raw<E: From<StoreError>>(&self, mut visit: impl FnMut(&[u8], &[u8]) -> Result<(), E>) -> Result<(), E> {
-        let first_record = key::prefix_successor(&META_PREFIX).expect("meta prefix has a successor");
-        for entry in self.table.range::<&[u8]>(first_record.as_slice()..).map_err(|e| self.error(e))? {
-            let (k, v) = entry.map_err(|e| self.error(e))?;
-            visit(k.value(), v.value())?;
-        }
-        Ok(())
-    }
-
-    /// Every record in key order (for verification and, later, snapshots).
-    pub fn scan_all(&self, mut visit: impl FnMut(Record)) -> Result<(), StoreError> {
-        let first_record = key::prefix_successor(&META_PREFIX).expect("meta prefix has a successor");
-        for entry in self.table.range::<&[u8]>(first_record.as_slice()..).map_err(|e| self.error(e))? {
-            let (k, v) = entry.map_err(|e| self.error(e))?;
-            let (pk, sk) = key::decode(k.value());
-            let (version, value) = decode_value(v.value());
-            visit(Record { pk, sk, version, value: value.to_vec() });
-        }
-        Ok(())
-    }
-}
-
-fn as_slice_bound(b: &std::ops::Bound<Vec<u8>>) -> std::ops::Bound<&[u8]> {
-    match b {
-        std::ops::Bound::Included(v) => std::ops::Bound::Included(v.as_slice()),
-        std::ops::Bound::Excluded(v) => std::ops::Bound::Excluded(v.as_slice()),
-        std::ops::Bound::Unbounded => std::ops::Bound::Unbounded,
     }
 }
 
@@ -649,7 +289,7 @@ mod tests {
         assert_eq!(sks(SkRange::default(), 10).0, ["a", "b1", "b2", "b3", "c"]);
         assert_eq!(sks(SkRange { prefix: Some("b".into()), ..Default::default() }, 2), (vec!["b1".into(), "b2".into()], true));
         assert_eq!(
-            sks(SkRange { prefix: Some("b".into()), cursor: Some("b2".into()), ..Default::default() }, 2),
+            sks(SkRange { prefix: Some("b".into()), page_after: Some("b2".into()), ..Default::default() }, 2),
             (vec!["b3".into()], false)
         );
         assert_eq!(sks(SkRange { reverse: true, ..Default::default() }, 2), (vec!["c".into(), "b3".into()], true));

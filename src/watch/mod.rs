@@ -156,7 +156,7 @@ impl Watches {
     /// sends to `outbox`; the caller runs `session.run(start)`.
     /// `connection` names the connection the session is delivered on, so
     /// the sessions of one connection are woken together
-    /// (`queue::Subscriber::group`). Errors are found here, before anything
+    /// (`queue::WatchQueue::group`). Errors are found here, before anything
     /// is streamed, so the transport can answer them with a status code.
     pub fn open(
         &self,
@@ -210,7 +210,7 @@ impl Watches {
         let max = self.config.subscribers_max;
         let slot = self.take_slot(max).ok_or(WatchError::TooMany { max })?;
         let id = self.next_id.fetch_add(1, Ordering::SeqCst);
-        let subscriber = Arc::new(queue::Subscriber::new(id, connection.0, filter, mode, self.config.queue));
+        let subscriber = Arc::new(queue::WatchQueue::new(id, connection.0, filter, mode, self.config.queue));
         let closing = self.closing.subscribe();
         Ok((Session::new(ns, self.log.clone(), subscriber, cursor, outbox, self.config.clone(), slot, closing), start))
     }

@@ -20,7 +20,7 @@ use crate::fanout::feed::Chunk;
 use crate::fanout::filter::Filter;
 use super::history::{self, HistoryError};
 use super::outbox::Outbox;
-use crate::fanout::queue::{Batch, Drained, Mode, Subscriber};
+use crate::fanout::queue::{Batch, Drained, Mode, WatchQueue};
 use super::wakes::{LiveWakes, Wake};
 use super::{Start, WatchConfig};
 use crate::partition::PartitionStatus;
@@ -106,7 +106,7 @@ enum Stop {
 pub struct Session {
     namespace: Arc<Namespace>,
     log: Arc<dyn Log>,
-    subscriber: Arc<Subscriber>,
+    subscriber: Arc<WatchQueue>,
     cursor: Cursor,
     registered: BTreeSet<u32>,
     out: Outbox,
@@ -125,7 +125,7 @@ impl Session {
     pub(super) fn new(
         namespace: Arc<Namespace>,
         log: Arc<dyn Log>,
-        subscriber: Arc<Subscriber>,
+        subscriber: Arc<WatchQueue>,
         cursor: Cursor,
         out: Outbox,
         config: WatchConfig,
@@ -320,7 +320,7 @@ impl Session {
                 let mut range = crate::store::SkRange { prefix, ..Default::default() };
                 loop {
                     let (records, more) = reader.list(pk, &range, STATE_PAGE_RECORDS).map_err(store_error)?;
-                    range.cursor = records.last().map(|r| r.sk.clone());
+                    range.page_after = records.last().map(|r| r.sk.clone());
                     for record in &records {
                         self.send(Message::Change { event: Event::of_record(p, record), id: ChangeId::None }).await;
                     }

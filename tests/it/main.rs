@@ -11,6 +11,7 @@ mod common;
 
 mod api;
 mod bad_input;
+mod bounds;
 mod cluster;
 mod crash;
 mod forwarding;

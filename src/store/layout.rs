@@ -1,0 +1,95 @@
+//! How a partition's store lays out its one redb table: record keys and
+//! values, and the metadata keys beside them (applied state, format,
+//! partition count, write ids, the not-applied journal).
+
+use std::path::Path;
+
+use redb::{ReadableTable, Table, TableDefinition};
+
+use super::hash::StateHash;
+use super::{StoreError, StoreState};
+
+/// One table for records and metadata, so a read opens a single table.
+/// Records: (pk, sk) key encoding → `[version: u64 LE][value JSON text]`.
+/// Metadata: keys starting with `[0, 0]` (a pk of length 0, which no record
+/// has) → u64 LE, or 32 bytes for the state hash.
+pub(super) const RECORDS: TableDefinition<&[u8], &[u8]> = TableDefinition::new("records");
+
+/// The applied state, one 64-byte value written by every apply transaction
+/// (one B-tree insert rather than five): `applied_next`, `applied_entries`,
+/// `skipped_entries`, `record_count` (u64 LE each), then the 32-byte state hash.
+pub(super) const META_STATE: &[u8] = b"\0\0state";
+pub(super) const META_STATE_BYTES: usize = 64;
+/// The partition count of the namespace this store belongs to.
+pub(super) const META_PARTITIONS: &[u8] = b"\0\0partitions";
+/// The layout of this store's keys and values; a store of another layout is refused.
+pub(super) const META_FORMAT: &[u8] = b"\0\0format";
+pub(super) const FORMAT_VERSION: u64 = 1;
+/// Every metadata key starts with this; no record key does (pk is never empty).
+pub(super) const META_PREFIX: [u8; 2] = [0, 0];
+/// `\0\0w<write id>` -> `[offset u64 LE][outcome]`: write ids applied recently.
+pub(super) const META_WRITE_ID: &[u8] = b"\0\0w";
+/// `\0\0x<offset u64 BE><write id>` -> empty: the same, by offset, for eviction.
+pub(super) const META_WRITE_ID_BY_OFFSET: &[u8] = b"\0\0x";
+/// `\0\0n<offset u64 BE>` -> empty: a mutation at this offset decoded but did
+/// not apply (a failed condition, a duplicate write id). Subscribers replaying
+/// the log read this to skip it exactly as the apply loop did.
+pub(super) const META_NOT_APPLIED: &[u8] = b"\0\0n";
+/// The lowest offset the not-applied journal covers: where this store began
+/// applying (0, a restored snapshot's offset, or the offset at upgrade).
+pub(super) const META_JOURNAL_FROM: &[u8] = b"\0\0journal_from";
+
+pub(super) fn meta_u64(table: &impl ReadableTable<&'static [u8], &'static [u8]>, key: &[u8]) -> Result<u64, redb::StorageError> {
+    Ok(table.get(key)?.map_or(0, |g| u64::from_le_bytes(g.value().try_into().expect("meta values are 8 bytes"))))
+}
+
+pub(super) fn encode_value(version: u64, value: &[u8]) -> Vec<u8> {
+    let mut stored = Vec::with_capacity(8 + value.len());
+    stored.extend_from_slice(&version.to_le_bytes());
+    stored.extend_from_slice(value);
+    stored
+}
+
+pub(super) fn decode_value(stored: &[u8]) -> (u64, &[u8]) {
+    assert!(stored.len() >= 8, "a stored value starts with its 8-byte version");
+    (u64::from_le_bytes(stored[..8].try_into().unwrap()), &stored[8..])
+}
+
+pub(super) fn read_state(table: &impl ReadableTable<&'static [u8], &'static [u8]>) -> Result<StoreState, redb::StorageError> {
+    let Some(guard) = table.get(META_STATE)? else {
+        return Ok(StoreState {
+            applied_next: 0,
+            applied_entries: 0,
+            skipped_entries: 0,
+            record_count: 0,
+            state_hash: StateHash::default(),
+        });
+    };
+    let bytes = guard.value();
+    assert_eq!(bytes.len(), META_STATE_BYTES, "the stored state is {META_STATE_BYTES} bytes");
+    let get = |i: usize| -> Result<u64, redb::StorageError> { Ok(u64::from_le_bytes(bytes[i * 8..i * 8 + 8].try_into().unwrap())) };
+    let state_hash = StateHash::from_bytes(&bytes[32..64]);
+    Ok(StoreState {
+        applied_next: get(0)?,
+        applied_entries: get(1)?,
+        skipped_entries: get(2)?,
+        record_count: get(3)?,
+        state_hash,
+    })
+}
+
+pub(super) fn write_state(table: &mut Table<&'static [u8], &'static [u8]>, state: &StoreState) -> Result<(), redb::StorageError> {
+    let mut bytes = [0u8; META_STATE_BYTES];
+    for (i, n) in [state.applied_next, state.applied_entries, state.skipped_entries, state.record_count].iter().enumerate() {
+        bytes[i * 8..i * 8 + 8].copy_from_slice(&n.to_le_bytes());
+    }
+    bytes[32..64].copy_from_slice(&state.state_hash.to_bytes());
+    table.insert(META_STATE, bytes.as_slice())?;
+    Ok(())
+}
+
+/// Maps redb errors to store errors naming the database file.
+pub(super) fn storage_error(path: &Path) -> impl Fn(redb::StorageError) -> StoreError + '_ {
+    move |e| StoreError { path: path.display().to_string(), message: e.to_string() }
+}
+

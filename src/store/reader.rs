@@ -1,0 +1,144 @@
+//! A consistent read view of one partition (an MVCC read transaction that
+//! never blocks the apply loop): single records without copying, one pk's
+//! records in sk order, and the whole store page by page or raw.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+
+use super::key::{self, SkRange};
+use super::layout::{decode_value, read_state, META_PREFIX, META_STATE};
+use super::{Record, StoreError, StoreState};
+
+/// A consistent read view of one partition.
+pub struct StoreReader {
+    pub(super) table: redb::ReadOnlyTable<&'static [u8], &'static [u8]>,
+    pub(super) path: Arc<PathBuf>,
+}
+
+impl StoreReader {
+    pub(super) fn error(&self, e: impl std::fmt::Display) -> StoreError {
+        StoreError { path: self.path.display().to_string(), message: e.to_string() }
+    }
+
+    pub fn state(&self) -> Result<StoreState, StoreError> {
+        read_state(&self.table).map_err(|e| self.error(e))
+    }
+
+    pub fn applied_next(&self) -> Result<u64, StoreError> {
+        let guard = self.table.get(META_STATE).map_err(|e| self.error(e))?;
+        Ok(guard.map_or(0, |g| u64::from_le_bytes(g.value()[..8].try_into().expect("state is 64 bytes"))))
+    }
+
+    pub fn get(&self, pk: &str, sk: &str) -> Result<Option<Record>, StoreError> {
+        let mut record = None;
+        self.get_with(pk, sk, |version, value| {
+            record = Some(Record { pk: pk.to_string(), sk: sk.to_string(), version, value: value.to_vec() });
+        })?;
+        Ok(record)
+    }
+
+    /// Calls `visit(version, value)` on the stored record without copying it
+    /// (the read hot path renders straight from the page). Returns false if absent.
+    pub fn get_with(&self, pk: &str, sk: &str, visit: impl FnOnce(u64, &[u8])) -> Result<bool, StoreError> {
+        let key = key::encode(pk, sk);
+        let guard = self.table.get(key.as_slice()).map_err(|e| self.error(e))?;
+        Ok(guard.map(|g| {
+            let (version, value) = decode_value(g.value());
+            visit(version, value);
+        })
+        .is_some())
+    }
+
+    /// Up to `limit` records with keys after `after` (all records when
+    /// `None`), in key order, plus whether more follow: a namespace-wide
+    /// subscription's snapshot, page by page.
+    pub fn scan_page(&self, after: Option<&[u8]>, limit: usize) -> Result<(Vec<(Vec<u8>, Record)>, bool), StoreError> {
+        let first_record = key::prefix_successor(&META_PREFIX).expect("meta prefix has a successor");
+        let lower = match after {
+            Some(key) => std::ops::Bound::Excluded(key),
+            None => std::ops::Bound::Included(first_record.as_slice()),
+        };
+        let mut out = Vec::with_capacity(limit.min(1024));
+        for entry in self.table.range::<&[u8]>((lower, std::ops::Bound::Unbounded)).map_err(|e| self.error(e))? {
+            let (k, v) = entry.map_err(|e| self.error(e))?;
+            if out.len() == limit {
+                return Ok((out, true));
+            }
+            let (pk, sk) = key::decode(k.value());
+            let (version, value) = decode_value(v.value());
+            out.push((k.value().to_vec(), Record { pk, sk, version, value: value.to_vec() }));
+        }
+        Ok((out, false))
+    }
+
+    /// Up to `limit` records of `pk` within `range`, plus whether more follow.
+    pub fn list(&self, pk: &str, range: &SkRange, limit: usize) -> Result<(Vec<Record>, bool), StoreError> {
+        let (lower, upper) = key::bounds(pk, range);
+        if key::is_empty(&lower, &upper) {
+            return Ok((Vec::new(), false));
+        }
+        let bounds = (as_slice_bound(&lower), as_slice_bound(&upper));
+        let iter = self.table.range::<&[u8]>(bounds).map_err(|e| self.error(e))?;
+        let mut out = Vec::with_capacity(limit.min(1024));
+        let mut more = false;
+        let mut push = |entry: Result<(redb::AccessGuard<&[u8]>, redb::AccessGuard<&[u8]>), redb::StorageError>| {
+            let (k, v) = entry.map_err(|e| self.error(e))?;
+            if out.len() == limit {
+                more = true;
+                return Ok::<bool, StoreError>(false);
+            }
+            let (pk, sk) = key::decode(k.value());
+            let (version, value) = decode_value(v.value());
+            out.push(Record { pk, sk, version, value: value.to_vec() });
+            Ok(true)
+        };
+        if range.reverse {
+            for entry in iter.rev() {
+                if !push(entry)? {
+                    break;
+                }
+            }
+        } else {
+            for entry in iter {
+                if !push(entry)? {
+                    break;
+                }
+            }
+        }
+        Ok((out, more))
+    }
+
+    /// Every record in key order as stored: `(key encoding, [version][value])`.
+    /// Snapshots copy these bytes as they are.
+    /// The visitor's own error type passes through (store errors convert into it).
+    pub fn scan_raw<E: From<StoreError>>(&self, mut visit: impl FnMut(&[u8], &[u8]) -> Result<(), E>) -> Result<(), E> {
+        let first_record = key::prefix_successor(&META_PREFIX).expect("meta prefix has a successor");
+        for entry in self.table.range::<&[u8]>(first_record.as_slice()..).map_err(|e| self.error(e))? {
+            let (k, v) = entry.map_err(|e| self.error(e))?;
+            visit(k.value(), v.value())?;
+        }
+        Ok(())
+    }
+
+    /// Every record in key order (for verification and, later, snapshots).
+    pub fn scan_all(&self, mut visit: impl FnMut(Record)) -> Result<(), StoreError> {
+        let first_record = key::prefix_successor(&META_PREFIX).expect("meta prefix has a successor");
+        for entry in self.table.range::<&[u8]>(first_record.as_slice()..).map_err(|e| self.error(e))? {
+            let (k, v) = entry.map_err(|e| self.error(e))?;
+            let (pk, sk) = key::decode(k.value());
+            let (version, value) = decode_value(v.value());
+            visit(Record { pk, sk, version, value: value.to_vec() });
+        }
+        Ok(())
+    }
+}
+
+fn as_slice_bound(b: &std::ops::Bound<Vec<u8>>) -> std::ops::Bound<&[u8]> {
+    match b {
+        std::ops::Bound::Included(v) => std::ops::Bound::Included(v.as_slice()),
+        std::ops::Bound::Excluded(v) => std::ops::Bound::Excluded(v.as_slice()),
+        std::ops::Bound::Unbounded => std::ops::Bound::Unbounded,
+    }
+}
+

@@ -1,0 +1,95 @@
+//! The write side of one apply transaction: records put and deleted (the
+//! state hash and record count kept with them) and the applied offset
+//! moved, all committed together by `PartitionStore::apply`. Write ids
+//! (`write_ids.rs`) and the not-applied journal (`journal.rs`) extend it.
+
+use std::path::Path;
+
+use redb::{ReadableTable, Table};
+
+use super::hash::StateHash;
+use super::key;
+use super::layout::{decode_value, encode_value, storage_error};
+use super::{StoreError, StoreState};
+
+/// The write side of one apply transaction.
+pub struct ApplyTxn<'a, 't> {
+    pub(super) records: &'a mut Table<'t, &'static [u8], &'static [u8]>,
+    pub(super) state: StoreState,
+    pub(super) path: &'a Path,
+}
+
+impl ApplyTxn<'_, '_> {
+    pub(super) fn error(&self, e: impl std::fmt::Display) -> StoreError {
+        StoreError { path: self.path.display().to_string(), message: e.to_string() }
+    }
+
+    pub fn state(&self) -> &StoreState {
+        &self.state
+    }
+
+    /// The version of `(pk, sk)` as of this transaction, if it exists.
+    pub fn version_of(&self, pk: &str, sk: &str) -> Result<Option<u64>, StoreError> {
+        let key = key::encode(pk, sk);
+        let guard = self.records.get(key.as_slice()).map_err(|e| self.error(e))?;
+        Ok(guard.map(|g| decode_value(g.value()).0))
+    }
+
+    pub fn put(&mut self, pk: &str, sk: &str, version: u64, value: &[u8]) -> Result<(), StoreError> {
+        let key = key::encode(pk, sk);
+        let stored = encode_value(version, value);
+        let error = storage_error(self.path);
+        let old = self.records.insert(key.as_slice(), stored.as_slice()).map_err(&error)?;
+        let old_hash = old.map(|old| {
+            let (old_version, old_value) = decode_value(old.value());
+            StateHash::of_record(&key, old_version, old_value)
+        });
+        match old_hash {
+            Some(old_hash) => self.state.state_hash.remove(&old_hash),
+            None => self.state.record_count += 1,
+        }
+        self.state.state_hash.add(&StateHash::of_record(&key, version, value));
+        Ok(())
+    }
+
+    pub fn delete(&mut self, pk: &str, sk: &str) -> Result<(), StoreError> {
+        let key = key::encode(pk, sk);
+        let error = storage_error(self.path);
+        let old = self.records.remove(key.as_slice()).map_err(&error)?;
+        let old_hash = old.map(|old| {
+            let (old_version, old_value) = decode_value(old.value());
+            StateHash::of_record(&key, old_version, old_value)
+        });
+        if let Some(old_hash) = old_hash {
+            self.state.state_hash.remove(&old_hash);
+            self.state.record_count -= 1;
+        }
+        Ok(())
+    }
+
+    /// Up to `count_max` keys `<prefix><offset u64 BE>...` with offsets
+    /// below `offset`, oldest first (for bounded eviction).
+    pub(super) fn keys_below(&self, prefix: &[u8], offset: u64, count_max: usize) -> Result<Vec<Vec<u8>>, StoreError> {
+        let end = [prefix, &offset.to_be_bytes()[..]].concat();
+        let mut keys = Vec::new();
+        for entry in self.records.range::<&[u8]>(prefix..end.as_slice()).map_err(|e| self.error(e))?.take(count_max) {
+            keys.push(entry.map_err(|e| self.error(e))?.0.value().to_vec());
+        }
+        Ok(keys)
+    }
+
+    /// Marks log entry `offset` applied (or skipped). Offsets only move forward.
+    pub fn mark_applied(&mut self, offset: u64, skipped: bool) {
+        assert!(
+            offset >= self.state.applied_next,
+            "offset {offset} is below applied_next {}: it would be applied twice",
+            self.state.applied_next
+        );
+        self.state.applied_next = offset + 1;
+        self.state.applied_entries += 1;
+        if skipped {
+            self.state.skipped_entries += 1;
+        }
+    }
+}
+

@@ -1,0 +1,115 @@
+//! `docs/bounds.md`: every bound written in the code (a numeric or duration
+//! `const` outside tests), generated from the sources so it cannot drift;
+//! the settings' bounds are in `docs/settings.md`, generated likewise.
+//! `TERN_UPDATE_DOCS=1 cargo test --release --test it bounds` rewrites it.
+
+use std::path::Path;
+
+/// The types a bound has.
+const BOUND_TYPES: &[&str] = &["usize", "u64", "u32", "u16", "i32", "i64", "Duration", "std::time::Duration", "chrono::TimeDelta"];
+
+/// One bound: where, its name, its value as written, the first sentence of its doc.
+#[derive(Debug, PartialEq)]
+struct BoundConst {
+    file: String,
+    name: String,
+    value: String,
+    doc: String,
+}
+
+/// The bounds declared in one source file (`relative` to `src/`).
+fn bounds_in(relative: &str, source: &str) -> Vec<BoundConst> {
+    let mut found = Vec::new();
+    let mut doc: Vec<&str> = Vec::new();
+    let mut in_test_block = false;
+    for line in source.lines() {
+        if line.starts_with("#[cfg(test)]") {
+            in_test_block = true;
+        } else if line == "}" {
+            in_test_block = false;
+        }
+        let trimmed = line.trim();
+        if let Some(text) = trimmed.strip_prefix("///") {
+            doc.push(text.trim());
+            continue;
+        }
+        let declaration = trimmed.strip_prefix("pub(crate) ").or_else(|| trimmed.strip_prefix("pub ")).unwrap_or(trimmed);
+        if let (false, Some(rest)) = (in_test_block, declaration.strip_prefix("const ")) {
+            if let Some((name, rest)) = rest.split_once(':') {
+                if let Some((ty, value)) = rest.split_once('=') {
+                    let value = value.trim().trim_end_matches(';').trim();
+                    if BOUND_TYPES.contains(&ty.trim()) && !value.is_empty() && trimmed.ends_with(';') {
+                        let text = doc.join(" ");
+                        let sentence = text.split_inclusive(". ").next().unwrap_or("").trim().to_string();
+                        found.push(BoundConst { file: relative.to_string(), name: name.trim().to_string(), value: value.to_string(), doc: sentence });
+                    }
+                }
+            }
+        }
+        if !trimmed.starts_with("#[") {
+            doc.clear();
+        }
+    }
+    found
+}
+
+fn markdown(bounds: &[BoundConst]) -> String {
+    let mut out = String::from(
+        "# Bounds\n\n<!-- Generated from the sources by tests/it/bounds.rs: TERN_UPDATE_DOCS=1 cargo test --release --test it bounds. Do not edit. -->\n\n\
+         Every bound written in Tern's code: queues, batches, retries, waits, sizes. The settings (each with its own\n\
+         bound) are in [settings.md](settings.md); the limits a client meets are in [api.md](api.md).\n\n\
+         | where | constant | value | what |\n|---|---|---|---|\n",
+    );
+    for b in bounds {
+        let cell = |text: &str| text.replace('|', "\\|");
+        out.push_str(&format!("| `{}` | `{}` | `{}` | {} |\n", b.file, b.name, cell(&b.value), cell(&b.doc)));
+    }
+    out
+}
+
+fn rust_files(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
+    for entry in std::fs::read_dir(dir).expect("src/ is readable") {
+        let path = entry.expect("a directory entry").path();
+        if path.is_dir() {
+            rust_files(&path, out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
+}
+
+#[test]
+fn the_bounds_doc_is_generated_from_the_sources() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let src = root.join("src");
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    files.sort();
+    let mut bounds = Vec::new();
+    for file in &files {
+        let relative = file.strip_prefix(&src).expect("under src/").display().to_string();
+        bounds.extend(bounds_in(&relative, &std::fs::read_to_string(file).expect("readable")));
+    }
+    assert!(bounds.len() > 40, "found the bounds ({})", bounds.len());
+    let expected = markdown(&bounds);
+    let path = root.join("docs/bounds.md");
+    if std::env::var_os("TERN_UPDATE_DOCS").is_some() {
+        std::fs::write(&path, &expected).expect("docs/bounds.md is writable");
+    }
+    let actual = std::fs::read_to_string(&path).unwrap_or_default();
+    assert!(actual == expected, "docs/bounds.md is stale: run TERN_UPDATE_DOCS=1 cargo test --release --test it bounds");
+}
+
+#[test]
+fn bounds_are_found_with_their_docs_and_test_consts_are_not() {
+    let source = "/// Most things. More words.\n#[allow(x)]\npub(crate) const THINGS_MAX: usize = 4 * 1024;\nconst NAME: &str = \"x\";\n\
+                  const WAIT: Duration = Duration::from_secs(1);\n#[cfg(test)]\nmod tests {\n    const T_MAX: usize = 1;\n}\n";
+    let found = bounds_in("a.rs", source);
+    assert_eq!(
+        found,
+        [
+            BoundConst { file: "a.rs".into(), name: "THINGS_MAX".into(), value: "4 * 1024".into(), doc: "Most things.".into() },
+            BoundConst { file: "a.rs".into(), name: "WAIT".into(), value: "Duration::from_secs(1)".into(), doc: String::new() },
+        ]
+    );
+}
