@@ -18,7 +18,7 @@
 /// The `tern` command: `dev`, `serve` and the client commands.
 pub mod cli;
 /// A node process: open the log and the node, serve, stop cleanly.
-pub mod server;
+pub(crate) mod server;
 
 // ── Interfaces and settings ───────────────────────────────────────────────
 /// The HTTP API: handlers (`api/*.rs`) under the transport (`api/http/`).
@@ -40,9 +40,9 @@ pub(crate) mod watch;
 
 // ── The apply engine ──────────────────────────────────────────────────────
 /// The apply loop: one task per partition, the only writer of its store.
-pub mod apply;
+pub(crate) mod apply;
 /// A held partition's handle (store, applied offset, status, outcomes) and its namespace.
-pub mod partition;
+pub(crate) mod partition;
 
 // ── Data planes beside each other ─────────────────────────────────────────
 /// Change events, the per-partition feed and dispatcher, watch queues, cursors.
@@ -60,7 +60,7 @@ pub mod codec;
 
 // ── Foundations ───────────────────────────────────────────────────────────
 /// Position tokens (`ns:partition:offset`).
-pub mod position;
+pub(crate) mod position;
 /// Every size limit and its check.
 pub mod limits;
 /// pk → partition: Kafka's murmur2 partitioner.

@@ -67,28 +67,12 @@ fn markdown(bounds: &[BoundConst]) -> String {
     out
 }
 
-fn rust_files(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
-    for entry in std::fs::read_dir(dir).expect("src/ is readable") {
-        let path = entry.expect("a directory entry").path();
-        if path.is_dir() {
-            rust_files(&path, out);
-        } else if path.extension().is_some_and(|e| e == "rs") {
-            out.push(path);
-        }
-    }
-}
-
 #[test]
 fn the_bounds_doc_is_generated_from_the_sources() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let src = root.join("src");
-    let mut files = Vec::new();
-    rust_files(&src, &mut files);
-    files.sort();
     let mut bounds = Vec::new();
-    for file in &files {
-        let relative = file.strip_prefix(&src).expect("under src/").display().to_string();
-        bounds.extend(bounds_in(&relative, &std::fs::read_to_string(file).expect("readable")));
+    for (relative, text) in crate::common::rust_sources() {
+        bounds.extend(bounds_in(&relative.display().to_string(), &text));
     }
     assert!(bounds.len() > 40, "found the bounds ({})", bounds.len());
     let expected = markdown(&bounds);

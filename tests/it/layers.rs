@@ -158,32 +158,17 @@ fn violations(relative: &Path, source: &str) -> Vec<String> {
     found
 }
 
-fn rust_files(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
-    for entry in std::fs::read_dir(dir).expect("src/ is readable") {
-        let path = entry.expect("a directory entry").path();
-        if path.is_dir() {
-            rust_files(&path, out);
-        } else if path.extension().is_some_and(|e| e == "rs") {
-            out.push(path);
-        }
-    }
-}
-
 #[test]
 fn imports_only_point_down() {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-    let mut files = Vec::new();
-    rust_files(&src, &mut files);
-    files.sort();
+    let sources = crate::common::rust_sources();
     let mut found = Vec::new();
-    for file in &files {
-        let relative = file.strip_prefix(&src).expect("under src/");
+    for (relative, text) in &sources {
         if relative == Path::new("lib.rs") || relative == Path::new("main.rs") {
             continue;
         }
-        found.extend(violations(relative, &std::fs::read_to_string(file).expect("readable")));
+        found.extend(violations(relative, text));
     }
-    assert!(files.len() > 50, "read the sources ({} files)", files.len());
+    assert!(sources.len() > 50, "read the sources ({} files)", sources.len());
     assert!(found.is_empty(), "imports that do not point down ({}):\n{}", found.len(), found.join("\n"));
 }
 

@@ -172,3 +172,29 @@ pub fn cli(url: &str, args: &[&str]) -> (bool, String, String) {
     let output = Command::new(BIN).args(args).env("TERN_URL", url).output().unwrap();
     (output.status.success(), String::from_utf8_lossy(&output.stdout).into(), String::from_utf8_lossy(&output.stderr).into())
 }
+
+/// Every `.rs` file under the crate's `src/`, as (path relative to `src/`,
+/// text), in path order: what the source checks (`layers.rs`, `bounds.rs`) read.
+pub fn rust_sources() -> Vec<(PathBuf, String)> {
+    fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
+        for entry in std::fs::read_dir(dir).expect("src/ is readable") {
+            let path = entry.expect("a directory entry").path();
+            if path.is_dir() {
+                walk(&path, out);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                out.push(path);
+            }
+        }
+    }
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    walk(&src, &mut files);
+    files.sort();
+    files
+        .into_iter()
+        .map(|file| {
+            let text = std::fs::read_to_string(&file).expect("a readable source file");
+            (file.strip_prefix(&src).expect("under src/").to_path_buf(), text)
+        })
+        .collect()
+}
