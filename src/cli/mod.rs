@@ -87,24 +87,23 @@ pub fn main() -> anyhow::Result<()> {
         match cli.command {
             Command::Dev(args) => {
                 init_tracing("text");
-                let data_dir = args.data_dir.unwrap_or_else(|| Settings::default().data_dir);
-                let snapshots = match args.snapshots {
+                // The defaults, but for what `tern dev` sets itself.
+                let mut settings = Settings { namespaces: vec![format!("default:{DEV_DEFAULT_PARTITIONS}")], ..Settings::default() };
+                if let Some(listen) = args.listen {
+                    settings.listen = listen;
+                }
+                if let Some(data_dir) = args.data_dir {
+                    settings.data_dir = data_dir;
+                }
+                settings.snapshots = Some(match args.snapshots {
                     Some(url) => url,
                     None => {
                         // file://<data-dir>/snapshots: object_store wants an absolute path.
-                        std::fs::create_dir_all(&data_dir)?;
-                        let dir = std::fs::canonicalize(&data_dir)?.join("snapshots");
+                        std::fs::create_dir_all(&settings.data_dir)?;
+                        let dir = std::fs::canonicalize(&settings.data_dir)?.join("snapshots");
                         format!("file://{}", dir.display())
                     }
-                };
-                let defaults = Settings::default();
-                let settings = Settings {
-                    listen: args.listen.unwrap_or(defaults.listen),
-                    snapshots: Some(snapshots),
-                    data_dir,
-                    namespaces: vec![format!("default:{DEV_DEFAULT_PARTITIONS}")],
-                    ..Settings::default()
-                };
+                });
                 crate::server::run(settings, "tern dev:").await
             }
             Command::Serve(args) => {
