@@ -17,10 +17,14 @@ pub struct KeyPath {
     pub sk: Option<String>,
 }
 
+/// Parses by segments: `/v1/ns/`, the namespace segment, `kv/`, then the
+/// keys. Never by searching for `/kv/`: a namespace (or key) named `kv` is
+/// an ordinary name.
 pub fn parse(raw_path: &str) -> Result<KeyPath, ApiError> {
     let rest = raw_path
-        .split_once("/kv/")
-        .map(|(_, rest)| rest)
+        .strip_prefix("/v1/ns/")
+        .and_then(|rest| rest.split_once('/'))
+        .and_then(|(_namespace, rest)| rest.strip_prefix("kv/"))
         .ok_or_else(|| ApiError::bad_request("invalid_key", "the path must be /v1/ns/{ns}/kv/{pk}[/{sk}]"))?;
     let mut segments = rest.split('/');
     let pk = decode(segments.next().unwrap_or(""), "pk")?;
@@ -57,6 +61,16 @@ mod tests {
         assert_eq!(parse("/v1/ns/d/kv/a/b/c").unwrap_err().code, "invalid_key");
         assert_eq!(parse("/v1/ns/d/kv/%FF").unwrap_err().code, "invalid_key");
         assert_eq!(parse("/v1/ns/d/kv//x").unwrap_err().code, "invalid_key");
+        // Route words are ordinary names in every position.
+        for word in ["kv", "watch", "get", "batch", "ns", "v1"] {
+            assert_eq!(parse(&format!("/v1/ns/{word}/kv/user")).unwrap(), KeyPath { pk: "user".into(), sk: None });
+            assert_eq!(
+                parse(&format!("/v1/ns/{word}/kv/{word}/{word}")).unwrap(),
+                KeyPath { pk: word.into(), sk: Some(word.into()) }
+            );
+            assert_eq!(parse(&format!("/v1/ns/d/kv/{word}")).unwrap(), KeyPath { pk: word.into(), sk: None });
+        }
+        assert_eq!(parse("/v1/ns/kv/kv").unwrap_err().code, "invalid_key");
         let long = format!("/v1/ns/d/kv/{}", "k".repeat(1025));
         assert_eq!(parse(&long).unwrap_err().code, "key_too_large");
     }

@@ -683,3 +683,66 @@ async fn an_http2_connection_without_streams_is_closed_after_the_idle_wait() {
     }
     driver.abort();
 }
+
+/// Route words (`kv`, `watch`, `get`, `batch`) are ordinary names as the
+/// namespace, the pk and the sk, on every route: a path is parsed by
+/// segments, never by searching for a word. (Before the fix,
+/// `PUT /v1/ns/kv/kv/user` wrote pk `kv`, sk `user`.)
+#[tokio::test]
+async fn route_words_are_ordinary_names_on_every_route() {
+    use futures::StreamExt;
+    let dir = tempfile::tempdir().unwrap();
+    let t = Tern::dev(dir.path()).await;
+    for word in ["kv", "watch", "get", "batch"] {
+        let (status, body) = t.send(t.client.put(format!("{}/v1/ns/{word}", t.url)).json(&json!({"partitions": 1}))).await;
+        assert!(status == 200 || status == 201, "create {word}: {status} {body}");
+        // The namespace is `word`; pk `user`, no sk (the empty sk).
+        let (status, body) = t.send(t.client.put(format!("{}/v1/ns/{word}/kv/user?wait=applied", t.url)).body("1")).await;
+        assert_eq!(status, 200, "{word}: {body}");
+        let (status, got) = t.send(t.client.get(format!("{}/v1/ns/{word}/kv/user/", t.url))).await;
+        assert_eq!((status, got["pk"].as_str(), got["sk"].as_str(), got["value"].as_i64()), (200, Some("user"), Some(""), Some(1)), "{word}");
+        // pk and sk equal to the word.
+        let url = t.kv_url(word, word, Some(word));
+        let (status, body) = t.send(t.client.put(format!("{url}?wait=applied")).body("2")).await;
+        assert_eq!(status, 200, "{word}: {body}");
+        let (status, got) = t.send(t.client.get(&url)).await;
+        assert_eq!((status, got["pk"].as_str(), got["sk"].as_str(), got["value"].as_i64()), (200, Some(word), Some(word), Some(2)), "{word}");
+        let (status, listed) = t.send(t.client.get(t.kv_url(word, word, None))).await;
+        assert_eq!(status, 200, "{listed}");
+        assert_eq!(listed["items"].as_array().unwrap().len(), 1, "{word}: {listed}");
+        assert_eq!(listed["items"][0]["sk"], word);
+        // No record landed in another namespace or under another key.
+        let (status, _) = t.send(t.client.get(t.kv_url("default", word, Some(word)))).await;
+        assert_eq!(status, 404, "{word}");
+        let (status, _) = t.send(t.client.get(t.kv_url(word, "user", Some(word)))).await;
+        assert_eq!(status, 404, "{word}");
+        let keys = json!({"keys": [{"pk": word, "sk": word}, {"pk": "user"}]});
+        let (status, got) = t.send(t.client.post(format!("{}/v1/ns/{word}/get", t.url)).json(&keys)).await;
+        assert_eq!(status, 200, "{got}");
+        assert_eq!((got["items"][0]["value"].as_i64(), got["items"][1]["value"].as_i64()), (Some(2), Some(1)), "{word}");
+        let ops = json!({"ops": [{"op": "put", "pk": word, "sk": word, "value": 3}, {"op": "delete", "pk": "user"}]});
+        let (status, body) = t.send(t.client.post(format!("{}/v1/ns/{word}/batch?wait=applied", t.url)).json(&ops)).await;
+        assert_eq!(status, 200, "{word}: {body}");
+        let (_, got) = t.send(t.client.get(&url)).await;
+        assert_eq!(got["value"].as_i64(), Some(3), "{word}");
+        // A watch of pk `word` in namespace `word` sees the current state.
+        let response = t
+            .client
+            .get(format!("{}/v1/ns/{word}/watch?pk={word}&from=snapshot", t.url))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 200, "{word}");
+        let mut stream = response.bytes_stream();
+        let mut seen = String::new();
+        while !seen.contains("event: synced") {
+            let chunk = tokio::time::timeout(std::time::Duration::from_secs(10), stream.next()).await.expect("events").unwrap().unwrap();
+            seen.push_str(&String::from_utf8_lossy(&chunk));
+        }
+        assert!(seen.contains(&format!("\"pk\":\"{word}\"")) && seen.contains("\"value\":3"), "{word}: {seen}");
+        let (status, body) = t.send(t.client.delete(format!("{url}?wait=applied"))).await;
+        assert_eq!(status, 200, "{word}: {body}");
+        let (status, _) = t.send(t.client.get(&url)).await;
+        assert_eq!(status, 404, "{word}");
+    }
+}
