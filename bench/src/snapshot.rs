@@ -153,12 +153,12 @@ async fn terminate(node: &mut tokio::process::Child) -> anyhow::Result<()> {
 async fn measure(name: &str, snapshots: &Snapshots, store: &PartitionStore, scratch: &Path, args: &SnapshotBenchArgs) -> anyhow::Result<serde_json::Value> {
     eprintln!("{name}: full snapshot");
     let started = Instant::now();
-    let full = snapshots.create("bench", 0, 1, store.read()?).await?;
+    let full = snapshots.create("bench", 0, 1, store.read()?, "bench-log").await?;
     let full_s = started.elapsed().as_secs_f64();
     eprintln!("{name}: restore");
     let target = scratch.join(format!("restored-{name}.redb"));
     let started = Instant::now();
-    let (restored, _) = snapshots.restore("bench", 0, 1, &target, 64 << 20).await?;
+    let (restored, _) = snapshots.restore(&tern::snapshot::RestoreTarget::new("bench", 0, 1, &target, 64 << 20)).await?;
     let restore_s = started.elapsed().as_secs_f64();
     let (a, b) = (restored.read()?.state()?, store.read()?.state()?);
     anyhow::ensure!(a == b, "restored state differs: {a:?} vs {b:?}");
@@ -218,7 +218,7 @@ pub async fn run(args: SnapshotBenchArgs) -> anyhow::Result<()> {
     let changed = args.records / 100;
     let start = args.records / 2;
     write(&store, start..start + changed, 1_000_000, 1, args.value_bytes)?;
-    let incremental = file.create("bench", 0, 1, store.read()?).await?;
+    let incremental = file.create("bench", 0, 1, store.read()?, "bench-log").await?;
     let full_bytes = results[0]["full_snapshot_bytes"].as_u64().unwrap_or(1);
     let fraction = incremental.bytes_uploaded as f64 / full_bytes as f64;
 

@@ -41,10 +41,11 @@ pub async fn list(State(state): State<AppState>) -> Response {
 /// `GET /v1/ns/{ns}`: the namespace as this node sees it.
 pub async fn describe(State(state): State<AppState>, NsName(ns): NsName) -> Result<Response, ApiError> {
     let namespace = state.node.namespace(&ns).ok_or_else(|| ApiError::unknown_namespace(&ns))?;
+    let tps = namespace.handles.iter().map(|h| h.tp.clone()).collect();
+    let log_offsets = log_offsets(state.node.log.clone(), tps).await;
     let mut partitions = Vec::with_capacity(namespace.handles.len());
-    for handle in &namespace.handles {
+    for (handle, (log_start, log_end)) in namespace.handles.iter().zip(log_offsets) {
         let store_state = handle.read_view()?.reader.state()?;
-        let log_end = state.node.log.end_offset(&handle.tp).await.ok();
         let (status, reason) = match handle.status() {
             PartitionStatus::Serving => ("serving", None),
             PartitionStatus::CatchingUp => ("catching_up", None),
@@ -55,6 +56,7 @@ pub async fn describe(State(state): State<AppState>, NsName(ns): NsName) -> Resu
             "partition": handle.partition,
             "held": handle.is_held(),
             "applied_offset": store_state.applied_next as i64 - 1,
+            "log_start_offset": log_start,
             "log_end_offset": log_end,
             "lag": log_end.map(|end| end.saturating_sub(store_state.applied_next)),
             "state_hash": store_state.state_hash.to_hex(),
@@ -66,4 +68,31 @@ pub async fn describe(State(state): State<AppState>, NsName(ns): NsName) -> Resu
         }));
     }
     Ok(Json(json!({ "name": &*namespace.name, "partitions": namespace.partitions, "state": partitions })).into_response())
+}
+
+/// The whole describe waits at most this long for the log's offsets; a
+/// partition whose offsets did not come by then shows `null` (the log is
+/// unavailable) instead of holding the answer for partitions × timeouts.
+const LOG_OFFSETS_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+/// Offset requests in flight at once (each may be a broker round trip).
+const LOG_OFFSET_REQUESTS_MAX: usize = 32;
+
+/// `(start, end)` of each partition's log, asked concurrently, all within `LOG_OFFSETS_WAIT`.
+async fn log_offsets(
+    log: std::sync::Arc<dyn crate::log::Log>,
+    tps: Vec<crate::log::TopicPartition>,
+) -> Vec<(Option<u64>, Option<u64>)> {
+    use futures::StreamExt;
+    let deadline = tokio::time::Instant::now() + LOG_OFFSETS_WAIT;
+    futures::stream::iter(tps)
+        .map(move |tp| {
+            let log = log.clone();
+            async move {
+                let both = async { (log.start_offset(&tp).await.ok(), log.end_offset(&tp).await.ok()) };
+                tokio::time::timeout_at(deadline, both).await.unwrap_or((None, None))
+            }
+        })
+        .buffered(LOG_OFFSET_REQUESTS_MAX)
+        .collect()
+        .await
 }

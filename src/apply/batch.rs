@@ -69,13 +69,23 @@ pub fn apply_entries(
             }
         };
         tx.mark_applied(entry.offset, matches!(outcome, Outcome::Skipped(_)));
+        forget_expired(tx)?;
         outcomes.push((entry.offset, outcome));
     }
-    if let Some(horizon) = tx.state().applied_next.checked_sub(WRITE_ID_WINDOW_OFFSETS) {
-        tx.forget_write_ids_below(horizon, entries.len() * WRITE_IDS_FORGOTTEN_PER_ENTRY_MAX)?;
-        tx.forget_not_applied_below(horizon, entries.len() * WRITE_IDS_FORGOTTEN_PER_ENTRY_MAX)?;
-    }
     Ok(outcomes)
+}
+
+/// Forgets a bounded number of write ids and not-applied marks that fell out
+/// of the window, after every entry: per entry, not per batch, so what a
+/// store remembers at an offset depends only on the entries up to it (never
+/// on how they were batched) and the state hash, which covers it, is equal
+/// on every replica at equal offsets.
+fn forget_expired(tx: &mut ApplyTxn) -> Result<(), StoreError> {
+    if let Some(horizon) = tx.state().applied_next.checked_sub(WRITE_ID_WINDOW_OFFSETS) {
+        tx.forget_write_ids_below(horizon, WRITE_IDS_FORGOTTEN_PER_ENTRY_MAX)?;
+        tx.forget_not_applied_below(horizon, WRITE_IDS_FORGOTTEN_PER_ENTRY_MAX)?;
+    }
+    Ok(())
 }
 
 /// Applies a mutation that carries a write id, unless that id was applied
@@ -242,5 +252,42 @@ mod tests {
             store.read().unwrap().state().unwrap().state_hash
         };
         assert_eq!(hash_after(&[50]), hash_after(&[1, 10, 39]));
+    }
+
+    /// The state hash covers what decides later outcomes (write ids, the
+    /// not-applied journal), and it is the same however the entries were
+    /// batched, also while expired write ids are being forgotten.
+    #[test]
+    fn write_ids_are_state_hashed_alike_however_entries_are_batched() {
+        let window = WRITE_ID_WINDOW_OFFSETS;
+        let ids: Vec<&'static [u8]> = vec![b"a", b"b", b"c", b"d", b"e", b"f"];
+        let mut entries: Vec<LogRecord> = ids.iter().enumerate().map(|(i, id)| entry_with_id(i as u64, id, vec![put("k", "", "1", None)])).collect();
+        // Past the window: each entry forgets at most two expired ids.
+        entries.extend((0..4).map(|i| entry(window + 10 + i, vec![put("k", "", "2", None)])));
+        let state_after = |chunks: &[usize]| {
+            let dir = tempfile::tempdir().unwrap();
+            let store = PartitionStore::open(&dir.path().join("p"), 1, 1 << 20).unwrap();
+            let mut start = 0;
+            for &len in chunks {
+                store.apply(false, |tx| apply_entries(tx, &entries[start..start + len], 0, 1, &mut |_, _| {})).unwrap();
+                start += len;
+            }
+            let remembered = store.apply(false, |tx| Ok(ids.iter().filter(|id| tx.write_id_seen(id).unwrap().is_some()).count())).unwrap();
+            (store.read().unwrap().state().unwrap().state_hash, remembered)
+        };
+        let (one_batch, remembered) = state_after(&[10]);
+        assert_eq!(remembered, 0, "four entries past the window forget up to eight ids");
+        assert_eq!(state_after(&[7, 1, 2]), (one_batch, 0));
+        assert_eq!(state_after(&[6, 1]).1, 4, "one entry past the window forgets two");
+        // Batched with the ids it expires or not, the entry forgets the same two.
+        assert_eq!(state_after(&[7]), state_after(&[6, 1]));
+        // Two stores with the same records but different remembered ids differ.
+        let with_id = |id: &'static [u8]| {
+            let dir = tempfile::tempdir().unwrap();
+            let store = PartitionStore::open(&dir.path().join("p"), 1, 1 << 20).unwrap();
+            store.apply(false, |tx| apply_entries(tx, &[entry_with_id(0, id, vec![put("k", "", "1", None)])], 0, 1, &mut |_, _| {})).unwrap();
+            store.read().unwrap().state().unwrap().state_hash
+        };
+        assert_ne!(with_id(b"x"), with_id(b"y"));
     }
 }

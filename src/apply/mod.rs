@@ -12,10 +12,15 @@
 //! (`wait=applied`) and no subscriber's event waits for it (it takes
 //! milliseconds; at 10 writes a second it used to delay one write in ten).
 //!
-//! It never skips: if the log no longer holds the offset it needs, or the
-//! store is ahead of the log, the partition is refused, loudly.
+//! It never skips: where it starts (and what it recovers first: a restore
+//! from a snapshot, `--restore` into a new log) is `open.rs`; if the log no
+//! longer holds the offset it needs and no snapshot covers it, or the store
+//! is ahead of the log, the partition is refused, loudly.
 
 pub(crate) mod batch;
+mod open;
+
+pub use self::open::Recovery;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -23,7 +28,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
 use crate::fanout::Event;
-use crate::log::{Log, LogError, LogReader};
+use crate::log::{Log, LogError};
 use crate::metrics;
 use crate::partition::Outcome;
 use crate::partition::{PartitionHandle, PartitionStatus};
@@ -38,6 +43,8 @@ pub struct ApplyConfig {
     /// entries arriving meanwhile share one transaction (redb's cost is per
     /// transaction). An idle partition still applies its first entry at once.
     pub linger: Duration,
+    /// Snapshots to restore from before reading the log (`open.rs`).
+    pub recovery: Recovery,
 }
 
 /// Longest the loop waits for new entries before checking for shutdown and fsync.
@@ -47,7 +54,7 @@ const RETRY_DELAY_MIN: Duration = Duration::from_millis(100);
 const RETRY_DELAY_MAX: Duration = Duration::from_secs(5);
 
 pub async fn run(handle: Arc<PartitionHandle>, log: Arc<dyn Log>, config: ApplyConfig, mut shutdown: watch::Receiver<bool>) {
-    let Some((mut reader, catch_up_to)) = open_reader(&handle, log.as_ref(), &mut shutdown).await else { return };
+    let Some((mut reader, catch_up_to)) = open::open_reader(&handle, log.as_ref(), &config, &mut shutdown).await else { return };
     let mut last_durable = Instant::now();
     let mut dirty = false;
     let mut retry_delay = RETRY_DELAY_MIN;
@@ -124,64 +131,6 @@ pub async fn run(handle: Arc<PartitionHandle>, log: Arc<dyn Log>, config: ApplyC
     }
 }
 
-/// Checks the store's offset against the log and opens a reader there.
-/// Transient log errors (a broker restarting, a new topic without leaders
-/// yet) are retried with backoff until shutdown; a gap or a store ahead of
-/// the log refuses the partition.
-async fn open_reader(
-    handle: &PartitionHandle,
-    log: &dyn Log,
-    shutdown: &mut watch::Receiver<bool>,
-) -> Option<(Box<dyn LogReader>, u64)> {
-    let mut retry_delay = RETRY_DELAY_MIN;
-    loop {
-        match try_open_reader(handle, log).await {
-            Ok(opened) => return Some(opened),
-            Err(OpenError::Refuse(reason)) => {
-                handle.set_status(PartitionStatus::Refused(reason));
-                return None;
-            }
-            Err(OpenError::Retry(e)) => {
-                tracing::warn!(tp = %handle.tp, error = %e, ?retry_delay, "cannot open the log yet; retrying");
-                tokio::select! {
-                    _ = tokio::time::sleep(retry_delay) => {}
-                    _ = shutdown.changed() => return None,
-                }
-                retry_delay = (retry_delay * 2).min(RETRY_DELAY_MAX);
-            }
-        }
-    }
-}
-
-enum OpenError {
-    Refuse(String),
-    Retry(LogError),
-}
-
-async fn try_open_reader(handle: &PartitionHandle, log: &dyn Log) -> Result<(Box<dyn LogReader>, u64), OpenError> {
-    let applied_next = handle.applied_next();
-    let classify = |e: LogError| match e {
-        LogError::Corrupt(_) | LogError::OffsetOutOfRange { .. } => OpenError::Refuse(e.to_string()),
-        other => OpenError::Retry(other),
-    };
-    let start = log.start_offset(&handle.tp).await.map_err(classify)?;
-    let end = log.end_offset(&handle.tp).await.map_err(classify)?;
-    if applied_next > end {
-        return Err(OpenError::Refuse(format!(
-            "the store has applied up to offset {applied_next} but the log ends at {end}: the log lost entries \
-             this replica applied; rebuild this replica (move its store away) after checking the log"
-        )));
-    }
-    if applied_next < start {
-        return Err(OpenError::Refuse(format!(
-            "needs log offset {applied_next} but the log starts at {start} (older entries were deleted by \
-             retention) and no snapshot covers the gap"
-        )));
-    }
-    let reader = log.reader(&handle.tp, applied_next).await.map_err(classify)?;
-    Ok((reader, end))
-}
-
 /// Batches up to this many entries are applied inline on the async worker:
 /// a non-durable redb commit of a small batch takes tens of microseconds,
 /// less than handing it to the blocking pool and back. Large catch-up
@@ -255,7 +204,7 @@ fn record_outcome_metrics(handle: &PartitionHandle, outcomes: &[(u64, Outcome)])
 
 /// Makes the store durable and releases the log below it; false if refused.
 async fn flush(handle: &Arc<PartitionHandle>, log: &dyn Log) -> bool {
-    let store = handle.store_arc();
+    let store = handle.store();
     let started = Instant::now();
     match tokio::task::spawn_blocking(move || store.flush_durable()).await {
         Ok(Ok(())) => {

@@ -53,6 +53,10 @@ pub struct DevArgs {
     /// Object store URL for snapshots (default file://<data-dir>/snapshots).
     #[arg(long)]
     pub snapshots: Option<String>,
+    /// Disaster recovery: the log was lost; restore from the snapshots and
+    /// continue after them (writes acknowledged after them are lost).
+    #[arg(long)]
+    pub restore: bool,
 }
 
 /// A node of a cluster: every setting is a flag, a `TERN_*` variable and a
@@ -95,6 +99,7 @@ pub fn main() -> anyhow::Result<()> {
                 if let Some(data_dir) = args.data_dir {
                     settings.data_dir = data_dir;
                 }
+                settings.restore = args.restore;
                 settings.snapshots = Some(match args.snapshots {
                     Some(url) => url,
                     None => {

@@ -120,6 +120,22 @@ impl PartitionFeed {
         }
     }
 
+    /// The partition's state jumped to `applied_next` without events (a
+    /// restore from a snapshot): the ring restarts there, and every
+    /// subscriber is marked overflowed, so its session resets it (sends the
+    /// current state) instead of skipping what it cannot be told.
+    pub fn jump(&self, applied_next: u64) {
+        let index = self.index.read();
+        let mut ring = self.ring.lock();
+        assert!(applied_next >= ring.next, "the applied offset never moves backwards");
+        ring.events.clear();
+        ring.bytes = 0;
+        (ring.start, ring.next, ring.dispatched_next) = (applied_next, applied_next, applied_next);
+        for subscriber in index.everything.iter().chain(index.by_pk.values().flatten()) {
+            subscriber.overflow();
+        }
+    }
+
     /// Evicts the oldest events past the limits, sparing undispatched ones
     /// up to the hard bound.
     fn trim(&self, ring: &mut Ring) {

@@ -123,6 +123,22 @@ pub trait Log: Send + Sync + 'static {
     /// The lowest offset still held (entries below were deleted by retention).
     async fn start_offset(&self, tp: &TopicPartition) -> Result<u64, LogError>;
 
+    /// Names this log's copy of `topic`, for snapshots: equal only for the
+    /// same topic of the same log. Embedded: the log directory's id and the
+    /// topic's; Kafka: the cluster id and the topic id (a topic deleted and
+    /// re-created under the same name has a new one).
+    async fn identity(&self, topic: &str) -> Result<String, LogError>;
+
+    /// Moves an empty partition (start = end) to start at `offset`, so its
+    /// next entry gets that offset: a node restored from snapshots into a new
+    /// log (`--restore`) continues with versions above the restored ones.
+    /// Default: not possible (a Kafka partition's offsets cannot be moved).
+    async fn rebase_empty(&self, tp: &TopicPartition, offset: u64) -> Result<(), LogError> {
+        Err(LogError::Unavailable(format!(
+            "{tp}: this log cannot move a partition's offsets to {offset}; restore into the log the snapshots were taken of"
+        )))
+    }
+
     /// Opens a reader of `tp` positioned at `from`.
     async fn reader(&self, tp: &TopicPartition, from: u64) -> Result<Box<dyn LogReader>, LogError>;
 

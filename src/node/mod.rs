@@ -34,8 +34,8 @@ pub struct NodeConfig {
     /// redb page cache per partition store.
     pub store_cache_bytes: usize,
     pub apply: ApplyConfig,
-    /// Where partition snapshots live; a partition without a local store is
-    /// restored from its newest valid snapshot before its log is replayed.
+    /// Where partition snapshots live (the apply loop restores from them:
+    /// `apply.recovery`); this node's snapshot schedule writes there.
     pub snapshots: Option<crate::snapshot::Snapshots>,
     /// Snapshots kept per partition when this node takes one.
     pub snapshot_retain: usize,
@@ -77,11 +77,6 @@ pub struct Node {
 
 /// Whether another live member of this node's replica group serves a partition.
 pub type ServedElsewhere = Arc<dyn Fn(&TopicPartition) -> bool + Send + Sync>;
-
-/// Restoring from an unreachable object store: 6 attempts, 0.5 s doubling to 8 s (~23 s in all).
-const RESTORE_ATTEMPTS_MAX: u32 = 6;
-const RESTORE_RETRY_DELAY_MIN: Duration = Duration::from_millis(500);
-const RESTORE_RETRY_DELAY_MAX: Duration = Duration::from_secs(8);
 
 /// How often revoked partitions are checked for a completed hand-off.
 const HANDOFF_CHECK_INTERVAL: Duration = Duration::from_millis(250);
@@ -298,10 +293,8 @@ impl Node {
         for partition in 0..partitions {
             let path = self.config.data_dir.join("stores").join(name.as_ref()).join(format!("{partition:05}.redb"));
             let cache_bytes = self.config.store_cache_bytes;
-            let store = match self.restore(&name, partition, partitions, &path).await {
-                Some(store) => store,
-                None => tokio::task::spawn_blocking(move || PartitionStore::open(&path, partitions, cache_bytes)).await??,
-            };
+            // A new store starts empty; its apply loop restores it from a snapshot (apply/open.rs).
+            let store = tokio::task::spawn_blocking(move || PartitionStore::open(&path, partitions, cache_bytes)).await??;
             let applied_next = store.read()?.applied_next()?;
             let ring = self.config.watch.ring;
             handles.push(Arc::new(PartitionHandle::new(name.clone(), partition, partitions, Arc::new(store), applied_next, ring)));
@@ -323,56 +316,6 @@ impl Node {
         self.log.follow_topics(&names);
         tracing::info!(ns = %name, partitions, "namespace open");
         Ok(())
-    }
-
-    /// A partition with no local store (a new node, a wiped disk) starts from
-    /// its newest valid snapshot, if there is one; its apply loop then replays
-    /// the log from the snapshot's offset. Without one it starts empty, and
-    /// the apply loop refuses it if the log no longer starts at 0.
-    async fn restore(&self, namespace: &str, partition: u32, partitions: u32, path: &std::path::Path) -> Option<PartitionStore> {
-        let snapshots = self.config.snapshots.as_ref()?;
-        if path.exists() {
-            return None;
-        }
-        if let Some(dir) = path.parent() {
-            if let Err(e) = std::fs::create_dir_all(dir) {
-                tracing::error!(dir = %dir.display(), error = %e, "cannot create the store directory");
-                return None;
-            }
-        }
-        let started = std::time::Instant::now();
-        let mut retry_delay = RESTORE_RETRY_DELAY_MIN;
-        let mut attempts = 1;
-        let restored = loop {
-            match snapshots.restore(namespace, partition, partitions, path, self.config.store_cache_bytes).await {
-                Err(crate::snapshot::SnapshotError::Store(e)) if attempts < RESTORE_ATTEMPTS_MAX => {
-                    tracing::warn!(ns = namespace, partition, error = %e, ?retry_delay, "object store unavailable; retrying the restore");
-                    tokio::time::sleep(retry_delay).await;
-                    retry_delay = (retry_delay * 2).min(RESTORE_RETRY_DELAY_MAX);
-                    attempts += 1;
-                }
-                other => break other,
-            }
-        };
-        match restored {
-            Ok((store, manifest)) => {
-                tracing::info!(
-                    ns = namespace, partition, applied_next = manifest.applied_next, records = manifest.record_count,
-                    elapsed_ms = started.elapsed().as_millis() as u64, "partition restored from a snapshot"
-                );
-                crate::metrics::SNAPSHOT_RESTORES.inc();
-                Some(store)
-            }
-            Err(crate::snapshot::SnapshotError::NoneExist { .. }) => {
-                // A new namespace, or a new store: nothing to restore, nothing wrong.
-                tracing::info!(ns = namespace, partition, "no snapshot exists; the partition starts empty");
-                None
-            }
-            Err(e) => {
-                tracing::warn!(ns = namespace, partition, error = %e, "no snapshot restored; the partition starts empty");
-                None
-            }
-        }
     }
 
     async fn refresh_lag(&self) {

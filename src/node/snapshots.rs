@@ -44,9 +44,10 @@ pub async fn take_now(
             if partition.is_some_and(|p| p != handle.partition) || handle.status() != PartitionStatus::Serving {
                 continue;
             }
-            let result = match handle.store().read() {
-                Ok(reader) => snapshots.create(&ns.name, handle.partition, ns.partitions, reader).await,
-                Err(e) => Err(SnapshotError::Partition(e.to_string())),
+            let result = match (handle.store().read(), node.log.identity(&ns.name).await) {
+                (Ok(reader), Ok(log)) => snapshots.create(&ns.name, handle.partition, ns.partitions, reader, &log).await,
+                (Err(e), _) => Err(SnapshotError::Partition(e.to_string())),
+                (_, Err(e)) => Err(SnapshotError::Store(format!("naming the log: {e}"))),
             };
             match &result {
                 Ok(report) => {

@@ -53,7 +53,8 @@ pub struct PartitionHandle {
     pub partition: u32,
     pub partitions: u32,
     pub tp: TopicPartition,
-    store: Arc<PartitionStore>,
+    /// Replaced only by the apply loop, before it reads the log (a restore).
+    store: RwLock<Arc<PartitionStore>>,
     /// Next offset to apply, published after each commit.
     applied_next: watch::Sender<u64>,
     outcomes: Mutex<OutcomeRing>,
@@ -89,7 +90,7 @@ impl PartitionHandle {
             namespace: namespace.clone(),
             partition,
             partitions,
-            store,
+            store: RwLock::new(store),
             applied_next: watch::Sender::new(applied_next),
             outcomes: Mutex::new(OutcomeRing::new(OUTCOMES_MAX)),
             status: RwLock::new(PartitionStatus::CatchingUp),
@@ -106,8 +107,22 @@ impl PartitionHandle {
         handle
     }
 
-    pub fn store(&self) -> &PartitionStore {
-        &self.store
+    /// The partition's store (the current one: a restore may replace it).
+    pub fn store(&self) -> Arc<PartitionStore> {
+        self.store.read().clone()
+    }
+
+    /// Replaces the store with a restored one that is ahead of it (the apply
+    /// loop, before it reads the log): readers see the new store from their
+    /// next read view, waiters see the offset jump, and watches that were at
+    /// the old offset are reset (the events in between are not known here).
+    pub(crate) fn replace_store(&self, store: Arc<PartitionStore>) -> Result<(), StoreError> {
+        let applied_next = store.read()?.applied_next()?;
+        assert!(applied_next >= self.applied_next(), "a restored store is never behind the one it replaces");
+        *self.store.write() = store;
+        self.feed.jump(applied_next);
+        self.publish(Vec::new(), applied_next);
+        Ok(())
     }
 
     /// A consistent read view: shared with other readers while nothing new
@@ -120,16 +135,12 @@ impl PartitionHandle {
                 return Ok(view.clone());
             }
         }
-        let reader = self.store.read()?;
+        let reader = self.store().read()?;
         let view = Arc::new(ReadView { applied_next: reader.applied_next()?, reader });
         if view.applied_next == published {
             *self.view.write() = Some(view.clone());
         }
         Ok(view)
-    }
-
-    pub(crate) fn store_arc(&self) -> Arc<PartitionStore> {
-        self.store.clone()
     }
 
     pub fn applied_next(&self) -> u64 {

@@ -147,6 +147,11 @@ settings! {
     /// Object store settings as `KEY=VALUE`, overriding the environment: `aws_endpoint`, `aws_region`,
     /// `aws_access_key_id`, `aws_secret_access_key`, `aws_allow_http` (an unknown key is an error).
     snapshot_options ("snapshot-option"): BTreeMap<String, String> = BTreeMap::new(), Bound::Any;
+    /// Disaster recovery: restore partitions from snapshots of another log (the lost one's) and continue
+    /// each empty log partition after its snapshot; writes acknowledged after the snapshots are lost.
+    /// Give it once, to start a node whose log was lost from its snapshots (README, "Recovering from a
+    /// lost log").
+    restore: bool = false, Bound::Any;
     /// Whether this node takes snapshots (any node restores).
     snapshot_writer: bool = true, Bound::Any;
     /// Snapshot a changed partition at least this often.
@@ -286,6 +291,7 @@ impl Settings {
             batch_entries_max: self.apply_batch_max,
             fsync_interval: Duration::from_millis(self.store_fsync_interval_ms),
             linger: Duration::from_millis(self.apply_linger_ms),
+            recovery: crate::apply::Recovery::default(),
         }
     }
 
@@ -302,10 +308,15 @@ impl Settings {
 
     /// The node's settings, with the snapshot store it restores from (if any).
     pub fn node_config(&self, snapshots: Option<crate::snapshot::Snapshots>) -> crate::node::NodeConfig {
+        let recovery = crate::apply::Recovery {
+            snapshots: snapshots.clone(),
+            into_new_log: self.restore,
+            store_cache_bytes: self.store_cache_bytes,
+        };
         crate::node::NodeConfig {
             data_dir: self.data_dir.clone(),
             store_cache_bytes: self.store_cache_bytes,
-            apply: self.apply_config(),
+            apply: crate::apply::ApplyConfig { recovery, ..self.apply_config() },
             snapshots,
             snapshot_retain: self.snapshot_retain,
             watch: self.watch_config(),

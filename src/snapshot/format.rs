@@ -26,8 +26,12 @@ pub const CHUNK_RAW_BYTES_MIN: usize = 4 * 1024;
 pub const CHUNK_RAW_BYTES_MAX: usize = 1024 * 1024;
 /// zstd level: fast, with most of the ratio.
 pub const ZSTD_LEVEL: i32 = 3;
-/// The manifest format this code writes and reads.
-pub const MANIFEST_FORMAT: u32 = 1;
+/// The manifest format this code writes and reads. 2: chunks carry the
+/// outcome metadata (write ids, the not-applied journal) before the records,
+/// and the manifest names the log its offsets belong to. A format-1 snapshot
+/// would restore a store that forgets which retries it already applied, so
+/// it is refused (take a new snapshot).
+pub const MANIFEST_FORMAT: u32 = 2;
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -36,7 +40,8 @@ pub struct ChunkRef {
     pub hash: String,
     pub compressed_bytes: u64,
     pub raw_bytes: u64,
-    pub records: u64,
+    /// Entries in the chunk: outcome metadata and records.
+    pub entries: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -46,12 +51,21 @@ pub struct Manifest {
     pub namespace: String,
     pub partition: u32,
     pub partitions: u32,
+    /// The log whose offsets these are (`Log::identity`): a snapshot of
+    /// another cluster sharing the bucket, or of a topic since deleted and
+    /// re-created, is never restored as if it were this log's.
+    pub log: String,
     /// The snapshot holds exactly the effect of log offsets below this.
     pub applied_next: u64,
     pub applied_entries: u64,
     pub skipped_entries: u64,
     pub record_count: u64,
-    /// The partition's state hash at `applied_next` (hex), checked on restore.
+    /// Outcome metadata entries (remembered write ids, not-applied marks).
+    pub meta_entries: u64,
+    /// The lowest offset whose outcome the not-applied journal knows.
+    pub journal_from: u64,
+    /// The partition's state hash at `applied_next` (hex), checked on restore:
+    /// it covers the records and the outcome metadata.
     pub state_hash: String,
     pub created_unix_ms: u64,
     pub chunks: Vec<ChunkRef>,
@@ -70,10 +84,19 @@ impl Manifest {
 
     /// Parses and verifies a sealed manifest.
     pub fn open(bytes: &[u8]) -> Result<Manifest, String> {
-        let manifest: Manifest = serde_json::from_slice(bytes).map_err(|e| format!("manifest is not valid: {e}"))?;
-        if manifest.format != MANIFEST_FORMAT {
-            return Err(format!("manifest format {} is not {MANIFEST_FORMAT}", manifest.format));
+        #[derive(Deserialize)]
+        struct Format {
+            format: u32,
         }
+        let format: Format = serde_json::from_slice(bytes).map_err(|e| format!("manifest is not valid: {e}"))?;
+        if format.format != MANIFEST_FORMAT {
+            return Err(format!(
+                "manifest format {} is not {MANIFEST_FORMAT} (format 1 carries no write ids: restoring it could apply a \
+                 retried write twice; take a new snapshot with this build)",
+                format.format
+            ));
+        }
+        let manifest: Manifest = serde_json::from_slice(bytes).map_err(|e| format!("manifest is not valid: {e}"))?;
         let claimed = manifest.checksum.clone();
         let unsealed = serde_json::to_vec(&Manifest { checksum: String::new(), ..manifest.clone() }).expect("a manifest serializes");
         let actual = blake3::hash(&unsealed).to_hex().to_string();
@@ -88,17 +111,17 @@ impl Manifest {
     }
 }
 
-/// Cuts records into chunks at content-defined boundaries.
+/// Cuts entries into chunks at content-defined boundaries.
 #[derive(Default)]
 pub struct Chunker {
     raw: Vec<u8>,
-    records: u64,
+    entries: u64,
 }
 
 /// One finished chunk, uncompressed.
 pub struct RawChunk {
     pub raw: Vec<u8>,
-    pub records: u64,
+    pub entries: u64,
 }
 
 impl Chunker {
@@ -108,7 +131,7 @@ impl Chunker {
         self.raw.extend_from_slice(key);
         self.raw.extend_from_slice(&(value.len() as u32).to_le_bytes());
         self.raw.extend_from_slice(value);
-        self.records += 1;
+        self.entries += 1;
         let boundary = u32::from_le_bytes(blake3::hash(key).as_bytes()[..4].try_into().unwrap()) % CHUNK_BOUNDARY_MODULUS == 0;
         let full = self.raw.len() >= CHUNK_RAW_BYTES_MAX;
         if full || (boundary && self.raw.len() >= CHUNK_RAW_BYTES_MIN) {
@@ -123,7 +146,7 @@ impl Chunker {
     }
 
     fn take(&mut self) -> Option<RawChunk> {
-        (self.records > 0).then(|| RawChunk { raw: std::mem::take(&mut self.raw), records: std::mem::take(&mut self.records) })
+        (self.entries > 0).then(|| RawChunk { raw: std::mem::take(&mut self.raw), entries: std::mem::take(&mut self.entries) })
     }
 }
 
@@ -141,7 +164,8 @@ pub fn decode_chunk(raw: &[u8]) -> Result<Vec<(Vec<u8>, Vec<u8>)>, String> {
     while at < raw.len() {
         let key = field(&mut at)?;
         let value = field(&mut at)?;
-        if value.len() < 8 {
+        // Records carry their version first; outcome metadata (`\0\0` keys) may be empty.
+        if !key.starts_with(&[0, 0]) && value.len() < 8 {
             return Err("a stored value is shorter than its version".into());
         }
         records.push((key, value));
@@ -159,13 +183,16 @@ mod tests {
             namespace: "ns".into(),
             partition: 3,
             partitions: 16,
+            log: "embedded:test/ns#1".into(),
             applied_next: 42,
             applied_entries: 42,
             skipped_entries: 1,
             record_count: 7,
+            meta_entries: 0,
+            journal_from: 0,
             state_hash: "ab".repeat(32),
             created_unix_ms: 1,
-            chunks: vec![ChunkRef { hash: "cd".repeat(32), compressed_bytes: 10, raw_bytes: 20, records: 7 }],
+            chunks: vec![ChunkRef { hash: "cd".repeat(32), compressed_bytes: 10, raw_bytes: 20, entries: 7 }],
             checksum: String::new(),
         }
     }
@@ -179,6 +206,8 @@ mod tests {
         assert_ne!(tampered.as_bytes(), sealed.as_slice());
         assert!(Manifest::open(tampered.as_bytes()).unwrap_err().contains("checksum"));
         assert!(Manifest::open(&sealed[..sealed.len() / 2]).unwrap_err().contains("not valid"));
+        let old = String::from_utf8(sealed).unwrap().replace("\"format\":2", "\"format\":1");
+        assert!(Manifest::open(old.as_bytes()).unwrap_err().contains("format 1 carries no write ids"));
     }
 
     #[test]

@@ -54,14 +54,26 @@ pub enum SnapshotError {
     #[error("partition store: {0}")]
     Partition(String),
     #[error("snapshot {path} is invalid: {reason}")]
-    Invalid { path: String, reason: String },
+    Invalid {
+        path: String,
+        reason: String,
+        /// Valid, but a snapshot of another log.
+        other_log: bool,
+    },
     /// Nothing to restore: no snapshot of the partition exists (a new
-    /// namespace, or one never snapshotted). Not an error for a new store.
+    /// namespace, or one never snapshotted), or none as new as asked for
+    /// (`RestoreTarget::applied_next_min`). Not an error for a new store.
     #[error("no snapshot of {namespace}/{partition} exists")]
     NoneExist { namespace: String, partition: u32 },
     /// Snapshots exist and every one failed to verify.
     #[error("no valid snapshot of {namespace}/{partition} (tried: {tried})")]
-    NoneValid { namespace: String, partition: u32, tried: String },
+    NoneValid {
+        namespace: String,
+        partition: u32,
+        tried: String,
+        /// Some were rejected only for being of another log (`RestoreTarget::log`).
+        other_log: bool,
+    },
 }
 
 impl From<crate::store::StoreError> for SnapshotError {
@@ -72,6 +84,31 @@ impl From<crate::store::StoreError> for SnapshotError {
 
 fn store_error(e: impl std::fmt::Display) -> SnapshotError {
     SnapshotError::Store(e.to_string())
+}
+
+/// Which snapshot a restore may use, and where it goes.
+#[derive(Debug, Clone, Copy)]
+pub struct RestoreTarget<'a> {
+    pub namespace: &'a str,
+    pub partition: u32,
+    pub partitions: u32,
+    pub path: &'a Path,
+    pub cache_bytes: usize,
+    /// The identity of the log the restored store will follow (`Log::identity`);
+    /// `None` accepts a snapshot of any log (an explicit `--restore` into a new log).
+    pub log: Option<&'a str>,
+    /// Only a snapshot at or past this offset will do (a stale store needs one
+    /// that reaches the log's start).
+    pub applied_next_min: u64,
+    /// Replace an existing store at `path` (atomically, once the new one verifies).
+    pub replace: bool,
+}
+
+impl<'a> RestoreTarget<'a> {
+    /// A new store at `path` from the newest valid snapshot, of any log.
+    pub fn new(namespace: &'a str, partition: u32, partitions: u32, path: &'a Path, cache_bytes: usize) -> RestoreTarget<'a> {
+        RestoreTarget { namespace, partition, partitions, path, cache_bytes, log: None, applied_next_min: 0, replace: false }
+    }
 }
 
 /// What taking one snapshot did.
@@ -174,9 +211,18 @@ impl Snapshots {
         self.partition_dir(namespace, partition).join("manifests").join(format!("{applied_next:020}.json"))
     }
 
-    /// Takes a snapshot of `reader` (one consistent view of a partition store).
-    pub async fn create(&self, namespace: &str, partition: u32, partitions: u32, reader: StoreReader) -> Result<SnapshotReport, SnapshotError> {
+    /// Takes a snapshot of `reader` (one consistent view of a partition
+    /// store whose offsets are positions in the log `log`: `Log::identity`).
+    pub async fn create(
+        &self,
+        namespace: &str,
+        partition: u32,
+        partitions: u32,
+        reader: StoreReader,
+        log: &str,
+    ) -> Result<SnapshotReport, SnapshotError> {
         let state = reader.state().map_err(|e| SnapshotError::Partition(e.to_string()))?;
+        let journal_from = reader.journal_from().map_err(|e| SnapshotError::Partition(e.to_string()))?;
         let (sender, mut receiver) = tokio::sync::mpsc::channel::<(ChunkRef, Bytes)>(CHUNKS_IN_FLIGHT_MAX);
         let scan = tokio::task::spawn_blocking(move || scan_chunks(&reader, &sender));
         // Chunks are uploaded `REQUESTS_IN_FLIGHT_MAX` at a time (object stores
@@ -205,18 +251,22 @@ impl Snapshots {
             }
             chunks.push(chunk);
         }
-        scan.await.map_err(|e| SnapshotError::Partition(format!("snapshot scan failed: {e}")))??;
-        let record_count: u64 = chunks.iter().map(|c| c.records).sum();
+        let (meta_entries, record_count) =
+            scan.await.map_err(|e| SnapshotError::Partition(format!("snapshot scan failed: {e}")))??;
         assert_eq!(record_count, state.record_count, "a snapshot holds every record of its view");
+        assert_eq!(chunks.iter().map(|c| c.entries).sum::<u64>(), meta_entries + record_count, "every scanned entry is in a chunk");
         let manifest = Manifest {
             format: MANIFEST_FORMAT,
             namespace: namespace.to_string(),
             partition,
             partitions,
+            log: log.to_string(),
             applied_next: state.applied_next,
             applied_entries: state.applied_entries,
             skipped_entries: state.skipped_entries,
             record_count,
+            meta_entries,
+            journal_from,
             state_hash: state.state_hash.to_hex(),
             created_unix_ms: std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or(Duration::ZERO).as_millis() as u64,
             chunks,
@@ -290,25 +340,26 @@ impl Snapshots {
         Ok(manifests.len() - retain + deleted)
     }
 
-    /// Restores the newest valid snapshot of a partition into a new store at
-    /// `path`. Invalid snapshots (bad checksum, missing or corrupt chunk,
-    /// wrong state hash) are skipped, loudly, for older ones.
-    pub async fn restore(
-        &self,
-        namespace: &str,
-        partition: u32,
-        partitions: u32,
-        path: &Path,
-        cache_bytes: usize,
-    ) -> Result<(PartitionStore, Manifest), SnapshotError> {
+    /// Restores the newest valid snapshot of a partition that `target`
+    /// accepts into a store at `target.path`. Invalid snapshots (bad checksum,
+    /// missing or corrupt chunk, wrong state hash, another log's, too old) are
+    /// skipped, loudly, for older ones.
+    pub async fn restore(&self, target: &RestoreTarget<'_>) -> Result<(PartitionStore, Manifest), SnapshotError> {
+        let (namespace, partition) = (target.namespace, target.partition);
         let mut tried = Vec::new();
-        for (_, manifest_path) in self.list(namespace, partition).await? {
-            match self.try_restore(&manifest_path, namespace, partition, partitions, path, cache_bytes).await {
+        let mut other_log = false;
+        for (applied_next, manifest_path) in self.list(namespace, partition).await? {
+            // Newest first: the rest are older still. Too old counts as none.
+            if applied_next < target.applied_next_min {
+                break;
+            }
+            match self.try_restore(&manifest_path, target).await {
                 Ok(restored) => return Ok(restored),
                 // The object store itself failed (unreachable, timed out): an older
                 // snapshot would fail alike; the caller decides whether to retry.
                 Err(e @ SnapshotError::Store(_)) => return Err(e),
                 Err(e) => {
+                    other_log |= matches!(&e, SnapshotError::Invalid { other_log: true, .. });
                     tracing::error!(snapshot = %manifest_path, error = %e, "snapshot rejected; trying an older one");
                     crate::metrics::SNAPSHOT_REJECTED.inc();
                     tried.push(format!("{manifest_path}: {e}"));
@@ -318,19 +369,12 @@ impl Snapshots {
         if tried.is_empty() {
             return Err(SnapshotError::NoneExist { namespace: namespace.to_string(), partition });
         }
-        Err(SnapshotError::NoneValid { namespace: namespace.to_string(), partition, tried: tried.join("; ") })
+        Err(SnapshotError::NoneValid { namespace: namespace.to_string(), partition, tried: tried.join("; "), other_log })
     }
 
-    async fn try_restore(
-        &self,
-        manifest_path: &ObjectPath,
-        namespace: &str,
-        partition: u32,
-        partitions: u32,
-        path: &Path,
-        cache_bytes: usize,
-    ) -> Result<(PartitionStore, Manifest), SnapshotError> {
-        let invalid = |reason: String| SnapshotError::Invalid { path: manifest_path.to_string(), reason };
+    async fn try_restore(&self, manifest_path: &ObjectPath, target: &RestoreTarget<'_>) -> Result<(PartitionStore, Manifest), SnapshotError> {
+        let RestoreTarget { namespace, partition, partitions, path, cache_bytes, .. } = *target;
+        let invalid = |reason: String| SnapshotError::Invalid { path: manifest_path.to_string(), reason, other_log: false };
         let bytes = self.store.get(manifest_path).await.map_err(store_error)?.bytes().await.map_err(store_error)?;
         if bytes.len() > MANIFEST_BYTES_MAX {
             return Err(invalid(format!("manifest of {} bytes exceeds {MANIFEST_BYTES_MAX}", bytes.len())));
@@ -341,6 +385,16 @@ impl Snapshots {
                 "it is of {}/{} with {} partitions, not {namespace}/{partition} with {partitions}",
                 manifest.namespace, manifest.partition, manifest.partitions
             )));
+        }
+        if let Some(log) = target.log {
+            if manifest.log != log {
+                return Err(SnapshotError::Invalid { path: manifest_path.to_string(), other_log: true, reason: format!(
+                    "it is of the log {:?}, this node's log is {log:?} (another cluster sharing the bucket, or a topic \
+                     deleted and re-created): its offsets are not this log's; restore it into this log only with \
+                     --restore",
+                    manifest.log
+                ) });
+            }
         }
         let fetches = futures::stream::iter(manifest.chunks.iter().cloned()).map(|chunk| async move {
             let chunk_path = self.chunk_path(namespace, partition, &chunk.hash);
@@ -360,15 +414,20 @@ impl Snapshots {
             applied_next: manifest.applied_next,
             applied_entries: manifest.applied_entries,
             skipped_entries: manifest.skipped_entries,
+            journal_from: manifest.journal_from,
         };
-        let (path_owned, expected) = (path.to_path_buf(), manifest.clone());
-        let rebuilt = tokio::task::spawn_blocking(move || rebuild(&path_owned, partitions, cache_bytes, &state, compressed, &expected))
+        let (path_owned, expected, replace) = (path.to_path_buf(), manifest.clone(), target.replace);
+        let rebuilt =
+            tokio::task::spawn_blocking(move || rebuild(&path_owned, partitions, cache_bytes, &state, compressed, &expected, replace))
             .await
             .map_err(|e| SnapshotError::Partition(format!("restore task failed: {e}")))?;
         match rebuilt {
             Ok(store) => Ok((store, manifest)),
             Err(reason) => {
-                let _ = std::fs::remove_file(path);
+                // A replaced store is only ever replaced by a verified one.
+                if !target.replace {
+                    let _ = std::fs::remove_file(path);
+                }
                 Err(invalid(reason))
             }
         }
@@ -377,26 +436,27 @@ impl Snapshots {
 
 /// Reads every record of `reader`, cuts, compresses and hashes chunks, and
 /// hands them to the uploader (blocking while `CHUNKS_IN_FLIGHT_MAX` wait).
-fn scan_chunks(reader: &StoreReader, sender: &tokio::sync::mpsc::Sender<(ChunkRef, Bytes)>) -> Result<(), SnapshotError> {
+/// Returns `(outcome metadata entries, records)` scanned.
+fn scan_chunks(reader: &StoreReader, sender: &tokio::sync::mpsc::Sender<(ChunkRef, Bytes)>) -> Result<(u64, u64), SnapshotError> {
     let send = |raw: format::RawChunk| -> Result<(), SnapshotError> {
         let compressed = zstd::bulk::compress(&raw.raw, format::ZSTD_LEVEL).map_err(|e| SnapshotError::Partition(format!("zstd: {e}")))?;
         let chunk = ChunkRef {
             hash: blake3::hash(&compressed).to_hex().to_string(),
             compressed_bytes: compressed.len() as u64,
             raw_bytes: raw.raw.len() as u64,
-            records: raw.records,
+            entries: raw.entries,
         };
         sender.blocking_send((chunk, Bytes::from(compressed))).map_err(|_| SnapshotError::Store("the uploader stopped".into()))
     };
     let mut chunker = Chunker::default();
-    reader.scan_raw(|key, value| match chunker.push(key, value) {
+    let counts = reader.scan_snapshot(|key, value| match chunker.push(key, value) {
         Some(raw) => send(raw),
         None => Ok(()),
     })?;
     if let Some(raw) = chunker.finish() {
         send(raw)?;
     }
-    Ok(())
+    Ok(counts)
 }
 
 /// Decompresses verified chunks into a new store and checks what the manifest promised.
@@ -407,6 +467,7 @@ fn rebuild(
     state: &RestoredState,
     chunks: Vec<(ChunkRef, Bytes)>,
     manifest: &Manifest,
+    replace: bool,
 ) -> Result<PartitionStore, String> {
     let mut failure: Option<String> = None;
     let records = chunks.into_iter().flat_map(|(chunk, compressed)| {
@@ -421,7 +482,7 @@ fn rebuild(
             }
         }
     });
-    let (store, hash) = PartitionStore::restore(path, partitions, cache_bytes, state, records).map_err(|e| e.to_string())?;
+    let (store, hash) = PartitionStore::restore(path, partitions, cache_bytes, state, records, replace).map_err(|e| e.to_string())?;
     if let Some(failure) = failure {
         return Err(failure);
     }
@@ -455,9 +516,20 @@ mod tests {
                 Ok(())
             })
             .unwrap();
-        let report = snapshots.create("ns", 0, 1, store.read().unwrap()).await.unwrap();
+        let report = snapshots.create("ns", 0, 1, store.read().unwrap(), "test-log").await.unwrap();
         assert_eq!((report.applied_next, report.record_count), (1, 1));
-        let (restored, _) = snapshots.restore("ns", 0, 1, &dir.path().join("r"), 1 << 20).await.unwrap();
+        let path = dir.path().join("r");
+        let target = RestoreTarget {
+            namespace: "ns",
+            partition: 0,
+            partitions: 1,
+            path: &path,
+            cache_bytes: 1 << 20,
+            log: Some("test-log"),
+            applied_next_min: 0,
+            replace: false,
+        };
+        let (restored, _) = snapshots.restore(&target).await.unwrap();
         assert_eq!(restored.read().unwrap().state().unwrap(), store.read().unwrap().state().unwrap());
         // Cloud backends are compiled in: their URLs parse (no request is made until used).
         for url in ["gs://bucket/prefix", "az://container/prefix", "https://example.invalid/prefix"] {

@@ -6,6 +6,10 @@
 //! hash is maintained in O(1) per op inside the same transaction as the data,
 //! and it depends only on the set of records, never on the order they were
 //! written: two replicas holding the same records have the same hash.
+//!
+//! It also covers the outcome metadata (remembered write ids and the
+//! not-applied journal, `of_meta`): everything that decides how a later
+//! entry applies. Equal hashes at equal offsets mean equal futures.
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct StateHash([u64; 4]);
@@ -39,6 +43,19 @@ impl StateHash {
         for (lane, x) in self.0.iter_mut().zip(record.0) {
             *lane = lane.wrapping_sub(x);
         }
+    }
+
+    /// The hash of one entry of outcome metadata (a remembered write id, a
+    /// not-applied mark): what decides future outcomes is state too, so two
+    /// replicas that would decide a retry differently never hash alike.
+    /// Domain-separated from records (whose keys never start with `\0\0`).
+    pub fn of_meta(key: &[u8], value: &[u8]) -> StateHash {
+        let mut hasher = blake3::Hasher::new();
+        hasher.update(b"tern outcome meta\0");
+        hasher.update(&(key.len() as u32).to_le_bytes());
+        hasher.update(key);
+        hasher.update(value);
+        StateHash::from_bytes(hasher.finalize().as_bytes())
     }
 
     /// The hash of one record, given its stored key encoding.

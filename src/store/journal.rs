@@ -5,22 +5,21 @@
 //! snapshot's offset).
 
 
-use super::layout::{meta_u64, storage_error, META_JOURNAL_FROM, META_NOT_APPLIED};
+use super::layout::{meta_u64, META_JOURNAL_FROM, META_NOT_APPLIED};
 use super::{ApplyTxn, StoreError, StoreReader};
 
 impl ApplyTxn<'_, '_> {
     /// Journals that the mutation at `offset` decoded but did not apply.
     pub fn record_not_applied(&mut self, offset: u64) -> Result<(), StoreError> {
         let key = [META_NOT_APPLIED, &offset.to_be_bytes()[..]].concat();
-        self.records.insert(key.as_slice(), &[][..]).map_err(storage_error(self.path))?;
-        Ok(())
+        self.put_meta(&key, &[])
     }
 
     /// Forgets up to `count_max` not-applied marks below `offset`, oldest first.
     pub fn forget_not_applied_below(&mut self, offset: u64, count_max: usize) -> Result<usize, StoreError> {
         let expired = self.keys_below(META_NOT_APPLIED, offset, count_max)?;
         for key in &expired {
-            self.records.remove(key.as_slice()).map_err(storage_error(self.path))?;
+            self.remove_meta(key)?;
         }
         Ok(expired.len())
     }

@@ -24,7 +24,9 @@ pub(super) const META_STATE_BYTES: usize = 64;
 pub(super) const META_PARTITIONS: &[u8] = b"\0\0partitions";
 /// The layout of this store's keys and values; a store of another layout is refused.
 pub(super) const META_FORMAT: &[u8] = b"\0\0format";
-pub(super) const FORMAT_VERSION: u64 = 1;
+/// 2: the state hash covers the outcome metadata (`is_outcome_meta`).
+/// A format-1 store is upgraded in place when opened (`PartitionStore::open`).
+pub(super) const FORMAT_VERSION: u64 = 2;
 /// Every metadata key starts with this; no record key does (pk is never empty).
 pub(super) const META_PREFIX: [u8; 2] = [0, 0];
 /// `\0\0w<write id>` -> `[offset u64 LE][outcome]`: write ids applied recently.
@@ -38,6 +40,14 @@ pub(super) const META_NOT_APPLIED: &[u8] = b"\0\0n";
 /// The lowest offset the not-applied journal covers: where this store began
 /// applying (0, a restored snapshot's offset, or the offset at upgrade).
 pub(super) const META_JOURNAL_FROM: &[u8] = b"\0\0journal_from";
+
+/// Metadata that decides how later entries apply (remembered write ids, by
+/// id and by offset; the not-applied journal): it is covered by the state
+/// hash and travels in snapshots with the records. The rest of the metadata
+/// (state, format, partition count, `journal_from`) describes this store.
+pub(crate) fn is_outcome_meta(key: &[u8]) -> bool {
+    [META_WRITE_ID, META_WRITE_ID_BY_OFFSET, META_NOT_APPLIED].iter().any(|prefix| key.starts_with(prefix))
+}
 
 pub(super) fn meta_u64(table: &impl ReadableTable<&'static [u8], &'static [u8]>, key: &[u8]) -> Result<u64, redb::StorageError> {
     Ok(table.get(key)?.map_or(0, |g| u64::from_le_bytes(g.value().try_into().expect("meta values are 8 bytes"))))

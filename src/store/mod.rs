@@ -32,6 +32,7 @@ use redb::{Database, Durability, ReadTransaction, ReadableDatabase, ReadableTabl
 
 use self::hash::StateHash;
 pub use self::key::SkRange;
+pub(crate) use self::layout::is_outcome_meta;
 use self::layout::{
     decode_value, meta_u64, read_state, storage_error, write_state, FORMAT_VERSION, META_FORMAT, META_JOURNAL_FROM,
     META_PARTITIONS, META_PREFIX, RECORDS,
@@ -90,6 +91,7 @@ impl PartitionStore {
                     meta.insert(META_FORMAT, FORMAT_VERSION.to_le_bytes().as_slice()).map_err(|e| err(e.to_string()))?;
                 }
                 (FORMAT_VERSION, _) => {}
+                (1, _) => upgrade_from_format_1(&mut meta).map_err(|e| err(e.to_string()))?,
                 (other, _) => {
                     return Err(err(format!(
                         "has store format {other}, this build reads format {FORMAT_VERSION}; move it away to rebuild it from the log"
@@ -121,6 +123,11 @@ impl PartitionStore {
 
     fn error(&self, e: impl std::fmt::Display) -> StoreError {
         StoreError { path: self.path.display().to_string(), message: e.to_string() }
+    }
+
+    /// The store's file.
+    pub fn path(&self) -> &Path {
+        &self.path
     }
 
     /// A consistent read view.
@@ -157,30 +164,55 @@ impl PartitionStore {
     }
 }
 
+/// Format 1 → 2: the state hash starts covering the outcome metadata (write
+/// ids, the not-applied journal), so it is added once here, in the same
+/// transaction that records the new format.
+fn upgrade_from_format_1(table: &mut redb::Table<&'static [u8], &'static [u8]>) -> Result<(), redb::StorageError> {
+    let mut state = read_state(table)?;
+    let first_record = key::prefix_successor(&META_PREFIX).expect("meta prefix has a successor");
+    let mut added = 0u64;
+    for entry in table.range::<&[u8]>(&META_PREFIX[..]..first_record.as_slice())? {
+        let (k, v) = entry?;
+        if is_outcome_meta(k.value()) {
+            state.state_hash.add(&StateHash::of_meta(k.value(), v.value()));
+            added += 1;
+        }
+    }
+    write_state(table, &state)?;
+    table.insert(META_FORMAT, FORMAT_VERSION.to_le_bytes().as_slice())?;
+    tracing::info!(outcome_meta_entries = added, "store upgraded from format 1 to {FORMAT_VERSION}");
+    Ok(())
+}
+
 /// The state a restored store starts from (a snapshot's manifest).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RestoredState {
     pub applied_next: u64,
     pub applied_entries: u64,
     pub skipped_entries: u64,
+    /// The lowest offset whose outcome the snapshot's not-applied journal knows.
+    pub journal_from: u64,
 }
 
 impl PartitionStore {
-    /// Builds a new store at `path` from raw records (`scan_raw`'s form, in key
-    /// order) and the applied state they reflect, durably, then opens it.
-    /// Writes to `path.restoring` and renames it into place only when complete,
-    /// so a crash mid-restore leaves no half store at `path`. Returns the store
-    /// and the state hash recomputed from the records (the caller compares it
-    /// with the snapshot's).
+    /// Builds a new store at `path` from raw entries (`scan_snapshot`'s form:
+    /// outcome metadata and records, in key order) and the applied state they
+    /// reflect, durably, then opens it. Writes to `path.restoring` and renames
+    /// it into place only when complete, so a crash mid-restore leaves no half
+    /// store at `path`; an existing store at `path` is replaced only by the
+    /// rename (`replace`: a stale store the log has moved past). Returns the
+    /// store and the state hash recomputed from the entries (the caller
+    /// compares it with the snapshot's).
     pub fn restore(
         path: &Path,
         partitions: u32,
         cache_bytes: usize,
         state: &RestoredState,
-        records: impl IntoIterator<Item = (Vec<u8>, Vec<u8>)>,
+        entries: impl IntoIterator<Item = (Vec<u8>, Vec<u8>)>,
+        replace: bool,
     ) -> Result<(PartitionStore, StateHash), StoreError> {
         let err = |message: String| StoreError { path: path.display().to_string(), message };
-        assert!(!path.exists(), "restore never overwrites an existing store");
+        assert!(replace || !path.exists(), "restore replaces an existing store only when asked to");
         let staging = path.with_extension("restoring");
         if staging.exists() {
             std::fs::remove_file(&staging).map_err(|e| err(format!("removing a stale {}: {e}", staging.display())))?;
@@ -190,18 +222,22 @@ impl PartitionStore {
             let restored = store.apply(true, |tx| {
                 let error = storage_error(tx.path);
                 let mut previous: Option<Vec<u8>> = None;
-                for (key, stored) in records {
-                    assert!(key.len() >= 2 && key[..2] != META_PREFIX, "restored keys are record keys");
-                    assert!(previous.as_ref().is_none_or(|p| *p < key), "restored records come in strictly increasing key order");
-                    let (version, value) = decode_value(&stored);
-                    tx.state.state_hash.add(&StateHash::of_record(&key, version, value));
-                    tx.state.record_count += 1;
-                    tx.records.insert(key.as_slice(), stored.as_slice()).map_err(&error)?;
+                for (key, stored) in entries {
+                    assert!(previous.as_ref().is_none_or(|p| *p < key), "restored entries come in strictly increasing key order");
+                    if is_outcome_meta(&key) {
+                        tx.put_meta(&key, &stored)?;
+                    } else {
+                        assert!(key.len() >= 2 && key[..2] != META_PREFIX, "restored keys are outcome metadata or record keys");
+                        let (version, value) = decode_value(&stored);
+                        tx.state.state_hash.add(&StateHash::of_record(&key, version, value));
+                        tx.state.record_count += 1;
+                        tx.records.insert(key.as_slice(), stored.as_slice()).map_err(&error)?;
+                    }
                     previous = Some(key);
                 }
                 tx.state.applied_next = state.applied_next;
-                // Outcomes below the snapshot are not known here.
-                tx.records.insert(META_JOURNAL_FROM, state.applied_next.to_le_bytes().as_slice()).map_err(&error)?;
+                assert!(state.journal_from <= state.applied_next, "the journal starts at or below the applied offset");
+                tx.records.insert(META_JOURNAL_FROM, state.journal_from.to_le_bytes().as_slice()).map_err(&error)?;
                 tx.state.applied_entries = state.applied_entries;
                 tx.state.skipped_entries = state.skipped_entries;
                 Ok(tx.state.state_hash)
@@ -300,14 +336,14 @@ mod tests {
     }
 
     #[test]
-    fn a_restored_store_knows_outcomes_only_from_its_snapshot_on() {
+    fn a_restored_store_knows_outcomes_from_its_snapshots_journal_on() {
         let dir = tempfile::tempdir().unwrap();
         let fresh = PartitionStore::open(&dir.path().join("fresh"), 1, 1 << 20).unwrap();
         assert_eq!(fresh.read().unwrap().journal_from().unwrap(), 0);
-        let state = RestoredState { applied_next: 42, applied_entries: 42, skipped_entries: 0 };
-        let (restored, _) = PartitionStore::restore(&dir.path().join("restored"), 1, 1 << 20, &state, Vec::new()).unwrap();
+        let state = RestoredState { applied_next: 42, applied_entries: 42, skipped_entries: 0, journal_from: 7 };
+        let (restored, _) = PartitionStore::restore(&dir.path().join("restored"), 1, 1 << 20, &state, Vec::new(), false).unwrap();
         let reader = restored.read().unwrap();
-        assert_eq!((reader.applied_next().unwrap(), reader.journal_from().unwrap()), (42, 42));
+        assert_eq!((reader.applied_next().unwrap(), reader.journal_from().unwrap()), (42, 7));
     }
 
     #[test]

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 
 use super::key::{self, SkRange};
-use super::layout::{decode_value, read_state, META_PREFIX, META_STATE};
+use super::layout::{decode_value, is_outcome_meta, read_state, META_PREFIX, META_STATE};
 use super::{Record, StoreError, StoreState};
 
 /// A consistent read view of one partition.
@@ -109,16 +109,27 @@ impl StoreReader {
         Ok((out, more))
     }
 
-    /// Every record in key order as stored: `(key encoding, [version][value])`.
-    /// Snapshots copy these bytes as they are.
+    /// What a snapshot holds, in key order as stored: the outcome metadata
+    /// (write ids, the not-applied journal: `is_outcome_meta`) and then every
+    /// record `(key encoding, [version][value])`. Snapshots copy these bytes
+    /// as they are. Returns `(outcome metadata entries, records)` visited.
     /// The visitor's own error type passes through (store errors convert into it).
-    pub fn scan_raw<E: From<StoreError>>(&self, mut visit: impl FnMut(&[u8], &[u8]) -> Result<(), E>) -> Result<(), E> {
-        let first_record = key::prefix_successor(&META_PREFIX).expect("meta prefix has a successor");
-        for entry in self.table.range::<&[u8]>(first_record.as_slice()..).map_err(|e| self.error(e))? {
+    pub fn scan_snapshot<E: From<StoreError>>(&self, mut visit: impl FnMut(&[u8], &[u8]) -> Result<(), E>) -> Result<(u64, u64), E> {
+        let (mut meta, mut records) = (0u64, 0u64);
+        for entry in self.table.range::<&[u8]>(&META_PREFIX[..]..).map_err(|e| self.error(e))? {
             let (k, v) = entry.map_err(|e| self.error(e))?;
-            visit(k.value(), v.value())?;
+            let key = k.value();
+            if key.starts_with(&META_PREFIX) {
+                if !is_outcome_meta(key) {
+                    continue;
+                }
+                meta += 1;
+            } else {
+                records += 1;
+            }
+            visit(key, v.value())?;
         }
-        Ok(())
+        Ok((meta, records))
     }
 
     /// Every record in key order (for verification and, later, snapshots).

@@ -67,6 +67,28 @@ impl ApplyTxn<'_, '_> {
         Ok(())
     }
 
+    /// Writes one entry of outcome metadata, keeping the state hash.
+    pub(super) fn put_meta(&mut self, key: &[u8], value: &[u8]) -> Result<(), StoreError> {
+        debug_assert!(super::layout::is_outcome_meta(key), "only outcome metadata is hashed");
+        let old = self.records.insert(key, value).map_err(storage_error(self.path))?;
+        let old_hash = old.map(|old| StateHash::of_meta(key, old.value()));
+        if let Some(old_hash) = old_hash {
+            self.state.state_hash.remove(&old_hash);
+        }
+        self.state.state_hash.add(&StateHash::of_meta(key, value));
+        Ok(())
+    }
+
+    /// Removes one entry of outcome metadata, keeping the state hash.
+    pub(super) fn remove_meta(&mut self, key: &[u8]) -> Result<(), StoreError> {
+        let old = self.records.remove(key).map_err(storage_error(self.path))?;
+        let old_hash = old.map(|old| StateHash::of_meta(key, old.value()));
+        if let Some(old_hash) = old_hash {
+            self.state.state_hash.remove(&old_hash);
+        }
+        Ok(())
+    }
+
     /// Up to `count_max` keys `<prefix><offset u64 BE>...` with offsets
     /// below `offset`, oldest first (for bounded eviction).
     pub(super) fn keys_below(&self, prefix: &[u8], offset: u64, count_max: usize) -> Result<Vec<Vec<u8>>, StoreError> {

@@ -5,7 +5,7 @@
 
 use redb::ReadableTable;
 
-use super::layout::{storage_error, META_WRITE_ID, META_WRITE_ID_BY_OFFSET};
+use super::layout::{META_WRITE_ID, META_WRITE_ID_BY_OFFSET};
 use super::{ApplyTxn, StoreError};
 
 impl ApplyTxn<'_, '_> {
@@ -23,12 +23,11 @@ impl ApplyTxn<'_, '_> {
     /// Remembers that `write_id` was applied at `offset` with `outcome`.
     pub fn remember_write_id(&mut self, write_id: &[u8], offset: u64, outcome: &[u8]) -> Result<(), StoreError> {
         assert!(!write_id.is_empty(), "only non-empty write ids are remembered");
-        let error = storage_error(self.path);
         let key = [META_WRITE_ID, write_id].concat();
         let value = [&offset.to_le_bytes()[..], outcome].concat();
-        self.records.insert(key.as_slice(), value.as_slice()).map_err(&error)?;
+        self.put_meta(&key, &value)?;
         let by_offset = [META_WRITE_ID_BY_OFFSET, &offset.to_be_bytes()[..], write_id].concat();
-        self.records.insert(by_offset.as_slice(), &[][..]).map_err(&error)?;
+        self.put_meta(&by_offset, &[])?;
         Ok(())
     }
 
@@ -36,17 +35,16 @@ impl ApplyTxn<'_, '_> {
     /// `offset`, oldest first; returns how many. Bounded, so eviction spreads
     /// over batches instead of stalling one.
     pub fn forget_write_ids_below(&mut self, offset: u64, count_max: usize) -> Result<usize, StoreError> {
-        let error = storage_error(self.path);
         let expired = self.keys_below(META_WRITE_ID_BY_OFFSET, offset, count_max)?;
         for by_offset in &expired {
             let at = &by_offset[META_WRITE_ID_BY_OFFSET.len()..META_WRITE_ID_BY_OFFSET.len() + 8];
             let write_id = &by_offset[META_WRITE_ID_BY_OFFSET.len() + 8..];
-            self.records.remove(by_offset.as_slice()).map_err(&error)?;
+            self.remove_meta(by_offset)?;
             // The id may have been remembered again at a later offset: keep that.
             let key = [META_WRITE_ID, write_id].concat();
             let current_at = self.records.get(key.as_slice()).map_err(|e| self.error(e))?.map(|g| g.value()[..8].to_vec());
             if current_at.is_some_and(|current| u64::from_le_bytes(current.try_into().unwrap()) == u64::from_be_bytes(at.try_into().unwrap())) {
-                self.records.remove(key.as_slice()).map_err(&error)?;
+                self.remove_meta(&key)?;
             }
         }
         Ok(expired.len())

@@ -34,6 +34,9 @@ impl Log for HoldsNothing {
     async fn append(&self, tp: &TopicPartition, payload: Bytes) -> Result<u64, LogError> {
         self.log.append(tp, payload).await
     }
+    async fn identity(&self, topic: &str) -> Result<String, LogError> {
+        self.log.identity(topic).await
+    }
     async fn end_offset(&self, tp: &TopicPartition) -> Result<u64, LogError> {
         self.log.end_offset(tp).await
     }

@@ -169,7 +169,7 @@ async fn a_node_behind_the_retained_log_refuses_the_partition_and_says_why() {
 /// Starts a node that is expected never to become ready; waits for it to listen.
 async fn spawn_not_ready(args: &[&str]) -> Tern {
     use std::io::{BufRead, BufReader};
-    let mut child = std::process::Command::new(common::BIN)
+    let mut child = std::process::Command::new(common::bin())
         .args(args)
         .env("TERN_LOG_LEVEL", "warn")
         .stdout(std::process::Stdio::piped())

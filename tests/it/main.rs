@@ -19,6 +19,7 @@ mod kafka;
 mod kafka_brokers;
 mod kafka_outage;
 mod layers;
+mod recovery;
 mod replicas;
 mod retention;
 mod serve;

@@ -5,7 +5,7 @@ use crate::common;
 
 use std::process::Command;
 
-use common::{Tern, BIN};
+use common::{bin, Tern};
 
 #[tokio::test]
 async fn config_file_env_and_flags_are_merged() {
@@ -37,11 +37,11 @@ fn bad_settings_are_refused_clearly() {
     let data_dir = dir.path().to_str().unwrap();
     let config = dir.path().join("tern.toml");
     std::fs::write(&config, "no_such_key = 1\n").unwrap();
-    assert_refused(Command::new(BIN).args(["serve", "--config", config.to_str().unwrap()]), "no_such_key");
-    assert_refused(Command::new(BIN).args(["serve", "--data-dir", data_dir, "--log", "zookeeper://x"]), "log must be");
-    assert_refused(Command::new(BIN).env("TERN_APPLY_BATCH_MAX", "0").args(["serve", "--data-dir", data_dir]), "apply_batch_max");
+    assert_refused(Command::new(bin()).args(["serve", "--config", config.to_str().unwrap()]), "no_such_key");
+    assert_refused(Command::new(bin()).args(["serve", "--data-dir", data_dir, "--log", "zookeeper://x"]), "log must be");
+    assert_refused(Command::new(bin()).env("TERN_APPLY_BATCH_MAX", "0").args(["serve", "--data-dir", data_dir]), "apply_batch_max");
     assert_refused(
-        Command::new(BIN).args(["serve", "--data-dir", data_dir, "--http-idle-ms", "10"]),
+        Command::new(bin()).args(["serve", "--data-dir", data_dir, "--http-idle-ms", "10"]),
         "http_idle_ms must be 1000..=3600000",
     );
 }

@@ -44,14 +44,14 @@ async fn restore_is_exact_and_incremental_snapshots_upload_only_what_changed() {
     let store = PartitionStore::open(&dir.path().join("p.redb"), PARTITIONS, 8 << 20).unwrap();
     write(&store, 0..100_000, 0, "v1");
     let snapshots = snapshots(dir.path());
-    let full = snapshots.create("ns", 3, PARTITIONS, store.read().unwrap()).await.unwrap();
+    let full = snapshots.create("ns", 3, PARTITIONS, store.read().unwrap(), "test-log").await.unwrap();
     assert_eq!((full.applied_next, full.record_count), (1, 100_000));
     assert_eq!(full.chunks, full.chunks_uploaded, "the first snapshot uploads every chunk");
     assert!(full.chunks > 20, "{full:?}");
 
     // Restore into a new store: identical applied offset, records and state hash.
     let restored_path = dir.path().join("restored.redb");
-    let (restored, manifest) = snapshots.restore("ns", 3, PARTITIONS, &restored_path, 8 << 20).await.unwrap();
+    let (restored, manifest) = snapshots.restore(&tern::snapshot::RestoreTarget::new("ns", 3, PARTITIONS, &restored_path, 8 << 20)).await.unwrap();
     assert_eq!(manifest.applied_next, 1);
     assert_eq!(state_of(&restored), state_of(&store));
     let record = restored.read().unwrap().get("tenant/012345", "config").unwrap().unwrap();
@@ -59,7 +59,7 @@ async fn restore_is_exact_and_incremental_snapshots_upload_only_what_changed() {
 
     // Change 1% of the records (one tenant range) and snapshot again.
     write(&store, 40_000..41_000, 1, "v2");
-    let incremental = snapshots.create("ns", 3, PARTITIONS, store.read().unwrap()).await.unwrap();
+    let incremental = snapshots.create("ns", 3, PARTITIONS, store.read().unwrap(), "test-log").await.unwrap();
     assert_eq!(incremental.applied_next, 2);
     // Bytes uploaded, manifests included, against the full snapshot's upload.
     let fraction = incremental.bytes_uploaded as f64 / full.bytes_uploaded as f64;
@@ -67,7 +67,7 @@ async fn restore_is_exact_and_incremental_snapshots_upload_only_what_changed() {
     assert!(incremental.chunks_uploaded < incremental.chunks / 10, "{incremental:?}");
     drop(restored);
     std::fs::remove_file(&restored_path).unwrap();
-    let (restored, manifest) = snapshots.restore("ns", 3, PARTITIONS, &restored_path, 8 << 20).await.unwrap();
+    let (restored, manifest) = snapshots.restore(&tern::snapshot::RestoreTarget::new("ns", 3, PARTITIONS, &restored_path, 8 << 20)).await.unwrap();
     assert_eq!(manifest.applied_next, 2, "the newest snapshot is restored");
     assert_eq!(state_of(&restored), state_of(&store));
 }
@@ -77,9 +77,9 @@ async fn two_snapshots(dir: &Path) -> (Snapshots, std::path::PathBuf) {
     let store = PartitionStore::open(&dir.join("p.redb"), PARTITIONS, 8 << 20).unwrap();
     write(&store, 0..5_000, 0, "old");
     let snapshots = snapshots(dir);
-    snapshots.create("ns", 0, PARTITIONS, store.read().unwrap()).await.unwrap();
+    snapshots.create("ns", 0, PARTITIONS, store.read().unwrap(), "test-log").await.unwrap();
     write(&store, 0..5_000, 1, "new");
-    snapshots.create("ns", 0, PARTITIONS, store.read().unwrap()).await.unwrap();
+    snapshots.create("ns", 0, PARTITIONS, store.read().unwrap(), "test-log").await.unwrap();
     (snapshots, dir.join("objects/tern/ns/0"))
 }
 
@@ -97,7 +97,7 @@ fn newest_only_chunks(partition_dir: &Path) -> Vec<std::path::PathBuf> {
 
 async fn restored_offset(snapshots: &Snapshots, dir: &Path) -> Result<u64, SnapshotError> {
     let path = dir.join(format!("restore-{}.redb", rand::random::<u32>()));
-    let restored = snapshots.restore("ns", 0, PARTITIONS, &path, 1 << 20).await.map(|(_, manifest)| manifest.applied_next);
+    let restored = snapshots.restore(&tern::snapshot::RestoreTarget::new("ns", 0, PARTITIONS, &path, 1 << 20)).await.map(|(_, manifest)| manifest.applied_next);
     if restored.is_err() {
         assert!(!path.exists() && !path.with_extension("restoring").exists(), "no half-restored store is left behind");
     }
@@ -227,11 +227,11 @@ async fn snapshots_on_an_s3_server_restore_exactly_and_survive_the_server_stoppi
     let dir = tempfile::tempdir().unwrap();
     let store = PartitionStore::open(&dir.path().join("p.redb"), PARTITIONS, 8 << 20).unwrap();
     write(&store, 0..20_000, 0, "v1");
-    let full = snapshots.create("ns", 1, PARTITIONS, store.read().unwrap()).await.unwrap();
+    let full = snapshots.create("ns", 1, PARTITIONS, store.read().unwrap(), "test-log").await.unwrap();
     write(&store, 5_000..5_200, 1, "v2");
-    let incremental = snapshots.create("ns", 1, PARTITIONS, store.read().unwrap()).await.unwrap();
+    let incremental = snapshots.create("ns", 1, PARTITIONS, store.read().unwrap(), "test-log").await.unwrap();
     assert!(incremental.chunks_uploaded < full.chunks_uploaded / 4, "{incremental:?} vs {full:?}");
-    let (restored, manifest) = snapshots.restore("ns", 1, PARTITIONS, &dir.path().join("r1.redb"), 8 << 20).await.unwrap();
+    let (restored, manifest) = snapshots.restore(&tern::snapshot::RestoreTarget::new("ns", 1, PARTITIONS, &dir.path().join("r1.redb"), 8 << 20)).await.unwrap();
     assert_eq!(manifest.applied_next, 2);
     assert_eq!(state_of(&restored), state_of(&store));
 
@@ -240,7 +240,7 @@ async fn snapshots_on_an_s3_server_restore_exactly_and_survive_the_server_stoppi
     let before = proxy.forwarded_bytes.load(Ordering::SeqCst);
     let upload = {
         let (snapshots, reader) = (snapshots.clone(), store.read().unwrap());
-        tokio::spawn(async move { snapshots.create("ns", 1, PARTITIONS, reader).await })
+        tokio::spawn(async move { snapshots.create("ns", 1, PARTITIONS, reader, "test-log").await })
     };
     while proxy.forwarded_bytes.load(Ordering::SeqCst) < before + full.bytes_total / 3 {
         assert!(!upload.is_finished(), "the upload finished before S3 could be stopped mid-way");
@@ -250,16 +250,16 @@ async fn snapshots_on_an_s3_server_restore_exactly_and_survive_the_server_stoppi
     let failed = upload.await.unwrap();
     assert!(failed.is_err(), "the snapshot fails while S3 is down: {failed:?}");
     // A restore meanwhile says the store is unreachable (bounded retries), not that no snapshot is valid.
-    let down = snapshots.restore("ns", 1, PARTITIONS, &dir.path().join("r-down.redb"), 8 << 20).await;
+    let down = snapshots.restore(&tern::snapshot::RestoreTarget::new("ns", 1, PARTITIONS, &dir.path().join("r-down.redb"), 8 << 20)).await;
     assert!(matches!(down, Err(SnapshotError::Store(_))), "{:?}", down.map(|(_, m)| m.applied_next));
     proxy.resume();
     // Its chunks are partly in S3, its manifest is not: it does not exist.
-    let (_, manifest) = snapshots.restore("ns", 1, PARTITIONS, &dir.path().join("r2.redb"), 8 << 20).await.unwrap();
+    let (_, manifest) = snapshots.restore(&tern::snapshot::RestoreTarget::new("ns", 1, PARTITIONS, &dir.path().join("r2.redb"), 8 << 20)).await.unwrap();
     assert_eq!(manifest.applied_next, 2, "the half snapshot is never used");
     // The next attempt succeeds and is the one restored.
-    let retried = snapshots.create("ns", 1, PARTITIONS, store.read().unwrap()).await.unwrap();
+    let retried = snapshots.create("ns", 1, PARTITIONS, store.read().unwrap(), "test-log").await.unwrap();
     assert_eq!(retried.applied_next, 3);
-    let (restored, manifest) = snapshots.restore("ns", 1, PARTITIONS, &dir.path().join("r3.redb"), 8 << 20).await.unwrap();
+    let (restored, manifest) = snapshots.restore(&tern::snapshot::RestoreTarget::new("ns", 1, PARTITIONS, &dir.path().join("r3.redb"), 8 << 20)).await.unwrap();
     assert_eq!(manifest.applied_next, 3);
     assert_eq!(state_of(&restored), state_of(&store));
 }

@@ -141,12 +141,12 @@ impl PartitionIndex {
 
     /// Drops runs of segments `< segment_id_min` and advances `start_offset`.
     pub fn forget_segments_below(&mut self, segment_id_min: u64) {
+        // Only indexed (durable, published) entries move the start: an append
+        // in flight has taken `next_offset` but is not indexed yet, and must
+        // stay above the start (it is acknowledged once its fsync returns).
         while self.runs.front().is_some_and(|run| run.segment_id < segment_id_min) {
             let run = self.runs.pop_front().expect("non-empty");
             self.start_offset = run.end_offset();
-        }
-        if self.runs.is_empty() {
-            self.start_offset = self.next_offset;
         }
     }
 

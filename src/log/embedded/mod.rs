@@ -69,6 +69,10 @@ impl EmbeddedLogConfig {
 
 #[derive(Debug, Default, Clone, Serialize, Deserialize)]
 struct LogMeta {
+    /// Random, made when the log is created (or first opened by a build that
+    /// names logs): the log part of `Log::identity`.
+    #[serde(default)]
+    log_id: String,
     topics: Vec<TopicMeta>,
     /// "topic_id:partition" → first retained offset, written before deletions.
     #[serde(default)]
@@ -80,6 +84,15 @@ struct TopicMeta {
     name: String,
     id: u32,
     partitions: u32,
+    /// Random, made when the topic is created: a topic deleted and created
+    /// again under its name is another topic.
+    #[serde(default)]
+    uid: String,
+}
+
+/// 128 random bits, hex: the ids the embedded log names itself and its topics by.
+fn random_id() -> String {
+    format!("{:032x}", rand::random::<u128>())
 }
 
 struct Topic {
@@ -105,7 +118,14 @@ impl EmbeddedLog {
     /// Opens (recovering) or creates the log in `config.dir`.
     pub fn open(config: EmbeddedLogConfig) -> Result<EmbeddedLog, LogError> {
         std::fs::create_dir_all(&config.dir)?;
-        let meta = read_meta(&config.dir)?;
+        let mut meta = read_meta(&config.dir)?;
+        if meta.log_id.is_empty() || meta.topics.iter().any(|t| t.uid.is_empty()) {
+            meta.log_id = if meta.log_id.is_empty() { random_id() } else { meta.log_id };
+            for topic in meta.topics.iter_mut().filter(|t| t.uid.is_empty()) {
+                topic.uid = random_id();
+            }
+            write_meta(&config.dir, &meta)?;
+        }
         let (segments, ids) = Segments::open(&config.dir.join("wal"))?;
         let segments = Arc::new(segments);
         let mut by_id: HashMap<u32, (Arc<str>, Vec<Arc<PartitionState>>)> = HashMap::new();
@@ -234,11 +254,9 @@ impl EmbeddedLog {
         let mut meta = self.inner.meta.lock();
         for p in partitions {
             let index = p.index.lock();
-            let start = if index.runs.iter().all(|r| r.segment_id < segment_id_min) {
-                index.next_offset
-            } else {
-                index.end_below_segment(segment_id_min)
-            };
+            // The end of what is indexed below the cut, never `next_offset`:
+            // an append in flight has taken its offset but is not indexed yet.
+            let start = index.end_below_segment(segment_id_min);
             meta.start_offsets.insert(format!("{}:{}", p.topic_id, p.partition), start);
         }
         write_meta(&self.inner.config.dir, &meta)
@@ -301,6 +319,12 @@ fn recover_segment(
                 ))
             })?;
         let mut index = partition.index.lock();
+        if header.offset < index.start_offset && index.runs.is_empty() {
+            // Below the recorded start: retention wrote the new start and
+            // crashed before deleting this segment. Deleted in effect; skipped.
+            position += (frame::HEADER_BYTES + payload.len()) as u64;
+            continue;
+        }
         if header.offset != index.next_offset {
             return Err(LogError::Corrupt(format!(
                 "{}: frame at byte {position} has offset {} but partition {}:{} expects {}",
@@ -347,7 +371,7 @@ impl Log for EmbeddedLog {
         }
         let id = meta.topics.iter().map(|t| t.id + 1).max().unwrap_or(0);
         let mut next = meta.clone();
-        next.topics.push(TopicMeta { name: name.to_string(), id, partitions });
+        next.topics.push(TopicMeta { name: name.to_string(), id, partitions, uid: random_id() });
         write_meta(&self.inner.config.dir, &next)?;
         *meta = next;
         let states = (0..partitions)
@@ -371,6 +395,37 @@ impl Log for EmbeddedLog {
         let (reply, answer) = oneshot::channel();
         queue.send(AppendRequest { partition, payload, reply }).await.map_err(|_| LogError::Closed)?;
         answer.await.map_err(|_| LogError::Closed)?
+    }
+
+    async fn identity(&self, topic: &str) -> Result<String, LogError> {
+        let meta = self.inner.meta.lock();
+        let uid = meta.topics.iter().find(|t| t.name == topic).map(|t| t.uid.clone());
+        let uid = uid.ok_or_else(|| LogError::UnknownPartition(topic.to_string()))?;
+        Ok(format!("embedded:{}/{topic}#{uid}", meta.log_id))
+    }
+
+    async fn rebase_empty(&self, tp: &TopicPartition, offset: u64) -> Result<(), LogError> {
+        let partition = self.partition(tp)?;
+        let mut meta = self.inner.meta.lock();
+        // Held throughout, so no append takes an offset meanwhile.
+        let mut index = partition.index.lock();
+        if index.start_offset != index.next_offset || partition.durable_end() != index.next_offset {
+            return Err(LogError::Unavailable(format!(
+                "{tp} holds entries {}..{}: only an empty partition is moved",
+                index.start_offset, index.next_offset
+            )));
+        }
+        if offset <= index.next_offset {
+            return Ok(());
+        }
+        // Recorded first: after a crash the partition reopens at the new start.
+        meta.start_offsets.insert(format!("{}:{}", partition.topic_id, partition.partition), offset);
+        write_meta(&self.inner.config.dir, &meta)?;
+        index.start_offset = offset;
+        index.next_offset = offset;
+        partition.durable_end.send_replace(offset);
+        tracing::warn!(%tp, offset, "empty log partition moved to start at a restored snapshot's offset");
+        Ok(())
     }
 
     async fn end_offset(&self, tp: &TopicPartition) -> Result<u64, LogError> {

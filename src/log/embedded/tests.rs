@@ -179,3 +179,55 @@ async fn topics_are_created_once_with_a_fixed_partition_count() {
     assert!(matches!(log.create_topic("t", 3).await, Err(LogError::PartitionCountMismatch { existing: 2, .. })));
     assert!(matches!(log.append(&tp(5), Bytes::new()).await, Err(LogError::UnknownPartition(_))));
 }
+
+/// Retention racing an append in flight: the writer takes the offset
+/// (`next_offset`) before the fsync and indexes it after. The start offset
+/// retention records must stay at what is indexed, or the acknowledged entry
+/// lands below the start (never applied; the log refuses to reopen).
+/// Failed before the fix: the start became `next_offset` (4, not 3).
+#[tokio::test]
+async fn retention_never_moves_the_start_past_an_append_in_flight() {
+    let dir = tempfile::tempdir().unwrap();
+    let small = EmbeddedLogConfig { segment_bytes_max: 1, retention_bytes: Some(0), ..config(dir.path()) };
+    let log = EmbeddedLog::open(small.clone()).unwrap();
+    log.create_topic("t", 2).await.unwrap();
+    for i in 0..3u32 {
+        log.append(&tp(0), Bytes::from(format!("e{i}"))).await.unwrap();
+    }
+    // The active segment holds another partition's entry: all of p0's are in closed segments.
+    log.append(&tp(1), Bytes::from("other")).await.unwrap();
+    log.release_below(&tp(0), 3);
+    let partition = log.partition(&tp(0)).unwrap();
+    // An append in flight: its offset is taken, its frame not yet indexed.
+    partition.index.lock().next_offset += 1;
+    assert!(log.enforce_retention().unwrap() >= 1);
+    assert_eq!(log.start_offset(&tp(0)).await.unwrap(), 3, "the start stays at the indexed end");
+    let meta = super::read_meta(dir.path()).unwrap();
+    assert_eq!(meta.start_offsets.get("0:0"), Some(&3));
+}
+
+/// A crash after retention recorded the new start offsets but before it
+/// deleted the segments: the log still opens, at the recorded start.
+/// Failed before the fix: "frame ... has offset 0 but partition expects 2".
+#[tokio::test]
+async fn a_crash_between_recording_the_start_and_deleting_segments_still_opens() {
+    let dir = tempfile::tempdir().unwrap();
+    let small = EmbeddedLogConfig { segment_bytes_max: 1, retention_bytes: Some(0), ..config(dir.path()) };
+    let log = EmbeddedLog::open(small.clone()).unwrap();
+    log.create_topic("t", 2).await.unwrap();
+    for i in 0..6u32 {
+        log.append(&tp(i % 2), Bytes::from(format!("e{i}"))).await.unwrap();
+    }
+    let partitions = log.all_partitions();
+    let ids = log.inner.segments.ids();
+    // Retention's first step only: the starts as if segments 0..=2 were gone.
+    log.record_start_offsets(&partitions, ids[3]).unwrap();
+    log.close().await;
+    drop(log);
+    let log = EmbeddedLog::open(small).unwrap();
+    assert_eq!(log.start_offset(&tp(0)).await.unwrap(), 2);
+    assert_eq!(log.start_offset(&tp(1)).await.unwrap(), 1);
+    assert_eq!(read_all(&log, 0, 2).await.unwrap(), vec![(2, Bytes::from("e4"))]);
+    assert_eq!(log.end_offset(&tp(1)).await.unwrap(), 3);
+    assert_eq!(log.append(&tp(0), Bytes::from("next")).await.unwrap(), 3);
+}

@@ -21,6 +21,7 @@
 
 mod group;
 mod reader;
+mod topic_id;
 
 pub use group::{group_id, Membership};
 
@@ -293,6 +294,18 @@ impl Log for KafkaLog {
                 tp.partition
             ))),
         }
+    }
+
+    async fn identity(&self, topic: &str) -> Result<String, LogError> {
+        let (consumer, topic, timeout) = (self.inner.consumer.clone(), self.topic_name(topic), self.inner.config.request_timeout);
+        tokio::task::spawn_blocking(move || {
+            let cluster = consumer.client().fetch_cluster_id(timeout).ok_or_else(|| unavailable("the cluster id is unknown"))?;
+            // SAFETY: the consumer (and so its librdkafka handle) lives for the call.
+            let id = unsafe { topic_id::describe(consumer.client().native_ptr(), &topic, timeout) }.map_err(unavailable)?;
+            Ok(format!("kafka:{cluster}/{topic}#{id}"))
+        })
+        .await
+        .map_err(unavailable)?
     }
 
     async fn end_offset(&self, tp: &TopicPartition) -> Result<u64, LogError> {

@@ -10,7 +10,11 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-pub const BIN: &str = env!("CARGO_BIN_EXE_tern");
+/// The `tern` under test: this build's, or `TERN_TEST_BIN` (to show that a
+/// regression test fails on an older build).
+pub fn bin() -> String {
+    std::env::var("TERN_TEST_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_tern").to_string())
+}
 
 pub struct Tern {
     pub child: Option<Child>,
@@ -34,7 +38,14 @@ impl Tern {
 
     /// Like `spawn`, with extra environment variables for the child only.
     pub async fn spawn_with_env(args: &[&str], env: &[(&str, &str)], data_dir: &Path) -> Tern {
-        let mut child = Command::new(BIN)
+        let tern = Tern::spawn_listening(args, env, data_dir);
+        tern.wait_ready().await;
+        tern
+    }
+
+    /// Starts `tern` and returns once it listens, ready or not.
+    pub fn spawn_listening(args: &[&str], env: &[(&str, &str)], data_dir: &Path) -> Tern {
+        let mut child = Command::new(bin())
             .args(args)
             .envs(env.iter().copied())
             .env("TERN_LOG_LEVEL", std::env::var("TERN_TEST_LOG_LEVEL").unwrap_or_else(|_| "warn".into()))
@@ -56,9 +67,20 @@ impl Tern {
             }
         });
         let url = rx.recv_timeout(START_TIMEOUT).expect("tern prints its address");
-        let tern = Tern { child: Some(child), url, data_dir: data_dir.to_path_buf(), client: reqwest::Client::new() };
-        tern.wait_ready().await;
-        tern
+        Tern { child: Some(child), url, data_dir: data_dir.to_path_buf(), client: reqwest::Client::new() }
+    }
+
+    /// Waits until `/readyz` names a problem containing `text`; returns the answer.
+    pub async fn wait_unready_with(&self, text: &str) -> Value {
+        let deadline = Instant::now() + START_TIMEOUT;
+        loop {
+            let (status, body) = self.get_json("/readyz").await;
+            if status == 503 && body.to_string().contains(text) {
+                return body;
+            }
+            assert!(Instant::now() < deadline, "readyz never said {text:?}: {status} {body}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
     }
 
     pub async fn wait_ready(&self) {
@@ -169,7 +191,7 @@ pub fn error_code(body: &Value) -> &str {
 
 /// Runs the CLI; returns (success, stdout, stderr).
 pub fn cli(url: &str, args: &[&str]) -> (bool, String, String) {
-    let output = Command::new(BIN).args(args).env("TERN_URL", url).output().unwrap();
+    let output = Command::new(bin()).args(args).env("TERN_URL", url).output().unwrap();
     (output.status.success(), String::from_utf8_lossy(&output.stdout).into(), String::from_utf8_lossy(&output.stderr).into())
 }
 

@@ -1,0 +1,233 @@
+//! Where a partition's apply loop starts reading, and the recoveries it may
+//! make first. Before the first entry is read, the store's `applied_next` is
+//! checked against the log's `[start, end)`:
+//!
+//! - a store that never applied anything is restored from the newest
+//!   snapshot of this log, if one exists (faster than replaying, and the only
+//!   way once retention deleted the log's first entries). Checked on every
+//!   start, not only when no store file exists: a first start that found the
+//!   object store unreachable does not leave the partition unrestorable;
+//! - `applied_next < start` (retention deleted entries this store still
+//!   needs): restored from a snapshot that reaches `start`, replacing the
+//!   stale store, or refused when none does;
+//! - `applied_next > end` (the store is ahead of the log): with `--restore`
+//!   and an empty log partition (disaster recovery into a new log), the log
+//!   partition is moved to start at `applied_next`, so new writes get
+//!   versions above the restored ones; otherwise refused, saying what to do.
+//!
+//! Transient failures (the log or the object store unreachable) are retried
+//! with backoff until shutdown; the partition stays `CatchingUp` meanwhile
+//! and `/readyz` says so. It never skips an offset silently.
+
+use std::sync::Arc;
+
+use tokio::sync::watch;
+
+use super::{ApplyConfig, RETRY_DELAY_MAX, RETRY_DELAY_MIN};
+use crate::log::{Log, LogError, LogReader};
+use crate::partition::{PartitionHandle, PartitionStatus};
+use crate::snapshot::{RestoreTarget, SnapshotError, Snapshots};
+
+/// What the apply loop needs to recover a partition before reading its log.
+#[derive(Debug, Clone, Default)]
+pub struct Recovery {
+    /// Where snapshots live; `None`: no restores (the log must hold everything).
+    pub snapshots: Option<Snapshots>,
+    /// `--restore`: restore snapshots of another log (a lost log's) and move
+    /// empty log partitions to continue after them. Disaster recovery only.
+    pub into_new_log: bool,
+    /// The page cache of a restored store (as for every store).
+    pub store_cache_bytes: usize,
+}
+
+/// Checks the store's offset against the log, recovers if it can, and opens
+/// a reader at `applied_next`. Returns the reader and the log end seen (the
+/// loop serves once it reached it), or `None` if refused or shut down.
+pub(super) async fn open_reader(
+    handle: &Arc<PartitionHandle>,
+    log: &dyn Log,
+    config: &ApplyConfig,
+    shutdown: &mut watch::Receiver<bool>,
+) -> Option<(Box<dyn LogReader>, u64)> {
+    let mut retry_delay = RETRY_DELAY_MIN;
+    loop {
+        match try_open(handle, log, &config.recovery).await {
+            Ok(opened) => return Some(opened),
+            Err(Step::Refuse(reason)) => {
+                handle.set_status(PartitionStatus::Refused(reason));
+                return None;
+            }
+            Err(Step::Again) => retry_delay = RETRY_DELAY_MIN,
+            Err(Step::Retry(why)) => {
+                tracing::warn!(tp = %handle.tp, %why, ?retry_delay, "cannot open the partition yet; retrying");
+                tokio::select! {
+                    _ = tokio::time::sleep(retry_delay) => {}
+                    _ = shutdown.changed() => return None,
+                }
+                retry_delay = (retry_delay * 2).min(RETRY_DELAY_MAX);
+            }
+        }
+        if *shutdown.borrow() {
+            return None;
+        }
+    }
+}
+
+enum Step {
+    /// Cannot serve this partition: the reason says why and what to do.
+    Refuse(String),
+    /// A transient failure: wait and try again.
+    Retry(String),
+    /// Recovered (restored or rebased): check again at once.
+    Again,
+}
+
+fn classify(e: LogError) -> Step {
+    match e {
+        LogError::Corrupt(_) | LogError::OffsetOutOfRange { .. } => Step::Refuse(e.to_string()),
+        other => Step::Retry(other.to_string()),
+    }
+}
+
+async fn try_open(handle: &Arc<PartitionHandle>, log: &dyn Log, recovery: &Recovery) -> Result<(Box<dyn LogReader>, u64), Step> {
+    let applied_next = handle.applied_next();
+    let start = log.start_offset(&handle.tp).await.map_err(classify)?;
+    let end = log.end_offset(&handle.tp).await.map_err(classify)?;
+    if applied_next == 0 {
+        if let Some(snapshots) = &recovery.snapshots {
+            // Only a snapshot with something in it: one at 0 is an empty store.
+            match restore(handle, log, snapshots, recovery, 1).await {
+                Ok(()) => return Err(Step::Again),
+                // Nothing to restore: the log decides below.
+                Err(Restore::NoneExist(_)) => {}
+                // Snapshots exist, none usable, and the log holds everything from 0: replaying is complete.
+                Err(Restore::Invalid(why)) if start == 0 && end > 0 => {
+                    tracing::warn!(tp = %handle.tp, %why, "no usable snapshot; replaying the log from 0")
+                }
+                // ...but an empty log would silently lose what they hold.
+                Err(Restore::Invalid(why)) if start == 0 => {
+                    return Err(Step::Refuse(format!(
+                        "snapshots of this partition exist but none could be restored, and the log is empty: \
+                         starting empty would lose their data. {why}"
+                    )))
+                }
+                Err(Restore::Invalid(_)) => {}
+                Err(Restore::OtherLog(why)) => return Err(Step::Refuse(why)),
+                // The log still starts at 0: replaying it is complete too.
+                Err(Restore::Unavailable(why)) if start == 0 && end > 0 => {
+                    tracing::warn!(tp = %handle.tp, %why, "object store unavailable; replaying the log from 0 instead")
+                }
+                Err(Restore::Unavailable(why)) => return Err(Step::Retry(why)),
+            }
+        }
+    }
+    if applied_next < start {
+        let needs = format!(
+            "needs log offset {applied_next} but the log starts at {start} (older entries were deleted by retention)"
+        );
+        let Some(snapshots) = &recovery.snapshots else {
+            return Err(Step::Refuse(format!("{needs} and no snapshot store is configured (--snapshots)")));
+        };
+        return match restore(handle, log, snapshots, recovery, start).await {
+            Ok(()) => Err(Step::Again),
+            Err(Restore::Unavailable(why)) => Err(Step::Retry(format!("{needs}; restoring a snapshot: {why}"))),
+            Err(Restore::NoneExist(why) | Restore::Invalid(why) | Restore::OtherLog(why)) => {
+                Err(Step::Refuse(format!("{needs} and no snapshot reaches offset {start}: {why}")))
+            }
+        };
+    }
+    if applied_next > end {
+        if recovery.into_new_log && start == end {
+            log.rebase_empty(&handle.tp, applied_next).await.map_err(|e| Step::Refuse(e.to_string()))?;
+            tracing::warn!(
+                tp = %handle.tp, applied_next,
+                "--restore: the empty log partition continues at the restored offset; writes acknowledged after \
+                 the snapshot (offsets {applied_next} and up, in the lost log) are lost"
+            );
+            return Err(Step::Again);
+        }
+        return Err(Step::Refuse(ahead_reason(applied_next, start, end, recovery)));
+    }
+    let reader = log.reader(&handle.tp, applied_next).await.map_err(classify)?;
+    Ok((reader, end))
+}
+
+/// Why a store ahead of its log is refused, and what to do about it.
+fn ahead_reason(applied_next: u64, start: u64, end: u64, recovery: &Recovery) -> String {
+    let head = format!("the store has applied up to offset {applied_next} but the log ends at {end}");
+    if start == end && recovery.snapshots.is_some() {
+        format!(
+            "{head} and is empty: the log was lost (or this is another log). To recover from the snapshots, restart \
+             with --restore: the log continues at offset {applied_next}, and writes acknowledged after the snapshot \
+             are lost. Otherwise point the node at the log its stores came from"
+        )
+    } else if start == end {
+        format!(
+            "{head} and is empty: the log was lost (or this is another log). Point the node at the log its stores \
+             came from, or move `stores/` away to start empty"
+        )
+    } else {
+        format!(
+            "{head}: the log lost entries this replica applied (an unclean broker election, or another log). \
+             Check the log; then move this replica's store away to rebuild it from the log and snapshots"
+        )
+    }
+}
+
+enum Restore {
+    /// No snapshot (with anything in it) exists.
+    NoneExist(String),
+    /// Snapshots exist, none usable: the reason lists what was tried.
+    Invalid(String),
+    /// Snapshots exist but are of another log: never restored silently.
+    OtherLog(String),
+    /// The log or the object store could not be asked.
+    Unavailable(String),
+}
+
+/// Restores the newest valid snapshot at or past `applied_next_min` of this
+/// log, replacing the partition's store.
+async fn restore(
+    handle: &Arc<PartitionHandle>,
+    log: &dyn Log,
+    snapshots: &Snapshots,
+    recovery: &Recovery,
+    applied_next_min: u64,
+) -> Result<(), Restore> {
+    let identity = log.identity(&handle.namespace).await.map_err(|e| Restore::Unavailable(e.to_string()))?;
+    let store = handle.store();
+    let path = store.path().to_path_buf();
+    drop(store);
+    let target = RestoreTarget {
+        namespace: &handle.namespace,
+        partition: handle.partition,
+        partitions: handle.partitions,
+        path: &path,
+        cache_bytes: recovery.store_cache_bytes,
+        log: (!recovery.into_new_log).then_some(identity.as_str()),
+        applied_next_min,
+        replace: true,
+    };
+    let started = std::time::Instant::now();
+    match snapshots.restore(&target).await {
+        Ok((store, manifest)) => {
+            tracing::info!(
+                tp = %handle.tp, applied_next = manifest.applied_next, records = manifest.record_count,
+                snapshot_log = %manifest.log, elapsed_ms = started.elapsed().as_millis() as u64,
+                "partition restored from a snapshot"
+            );
+            crate::metrics::SNAPSHOT_RESTORES.inc();
+            handle.replace_store(Arc::new(store)).map_err(|e| Restore::Unavailable(e.to_string()))?;
+            Ok(())
+        }
+        Err(SnapshotError::Store(e)) => Err(Restore::Unavailable(format!("object store: {e}"))),
+        Err(e @ SnapshotError::NoneExist { .. }) => Err(Restore::NoneExist(e.to_string())),
+        Err(SnapshotError::NoneValid { tried, other_log: true, .. }) => Err(Restore::OtherLog(format!(
+            "snapshots of {}/{} exist but are of another log than this node's ({identity}); restart with --restore \
+             to restore them into this log (disaster recovery), or give this cluster a snapshot store of its own. \
+             Tried: {tried}",
+            handle.namespace, handle.partition
+        ))),
+        Err(e) => Err(Restore::Invalid(e.to_string())),
+    }
+}
