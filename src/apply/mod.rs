@@ -54,7 +54,7 @@ const RETRY_DELAY_MIN: Duration = Duration::from_millis(100);
 const RETRY_DELAY_MAX: Duration = Duration::from_secs(5);
 
 pub async fn run(handle: Arc<PartitionHandle>, log: Arc<dyn Log>, config: ApplyConfig, mut shutdown: watch::Receiver<bool>) {
-    let Some((mut reader, catch_up_to)) = open::open_reader(&handle, log.as_ref(), &config, &mut shutdown).await else { return };
+    let Some((mut reader, mut catch_up_to)) = open::open_reader(&handle, log.as_ref(), &config, &mut shutdown).await else { return };
     let mut last_durable = Instant::now();
     let mut dirty = false;
     let mut retry_delay = RETRY_DELAY_MIN;
@@ -83,7 +83,24 @@ pub async fn run(handle: Arc<PartitionHandle>, log: Arc<dyn Log>, config: ApplyC
                 entries
             }
             Err(LogError::Closed) => break,
-            Err(e @ (LogError::OffsetOutOfRange { .. } | LogError::Corrupt(_))) => {
+            Err(LogError::OffsetOutOfRange { .. }) => {
+                // Retention overtook the reader: open again, which restores from
+                // a snapshot that reaches the log's start, or refuses, loudly.
+                tracing::warn!(tp = %handle.tp, applied_next = handle.applied_next(), "the log no longer holds the next entry; recovering");
+                if dirty && !flush(&handle, log.as_ref()).await {
+                    return;
+                }
+                dirty = false;
+                handle.set_status(PartitionStatus::CatchingUp);
+                drop(reader);
+                let Some((reopened, end)) = open::open_reader(&handle, log.as_ref(), &config, &mut shutdown).await else { return };
+                (reader, catch_up_to) = (reopened, end);
+                if handle.applied_next() >= catch_up_to {
+                    handle.set_status(PartitionStatus::Serving);
+                }
+                continue;
+            }
+            Err(e @ LogError::Corrupt(_)) => {
                 handle.set_status(PartitionStatus::Refused(e.to_string()));
                 return;
             }
@@ -96,6 +113,15 @@ pub async fn run(handle: Arc<PartitionHandle>, log: Arc<dyn Log>, config: ApplyC
         };
         let durable_due = last_durable.elapsed() >= config.fsync_interval;
         if entries.is_empty() {
+            if let Some(position) = reader.position().filter(|p| *p > handle.applied_next()) {
+                if !skip_to(&handle, position) {
+                    return;
+                }
+                dirty = true;
+                if handle.status() == PartitionStatus::CatchingUp && position >= catch_up_to {
+                    handle.set_status(PartitionStatus::Serving);
+                }
+            }
             if dirty && durable_due {
                 if !flush(&handle, log.as_ref()).await {
                     return;
@@ -198,6 +224,25 @@ fn record_outcome_metrics(handle: &PartitionHandle, outcomes: &[(u64, Outcome)])
                 metrics::APPLY_DUPLICATES.with_label_values(&[&handle.namespace]).inc();
             }
             Outcome::Applied => {}
+        }
+    }
+}
+
+/// Moves the applied offset over log offsets without entries (the reader's
+/// `position`); false if the partition was refused.
+fn skip_to(handle: &Arc<PartitionHandle>, position: u64) -> bool {
+    match handle.store().apply(false, |tx| {
+        tx.skip_to(position);
+        Ok(())
+    }) {
+        Ok(()) => {
+            handle.publish(Vec::new(), position);
+            handle.feed.append(Vec::new(), position);
+            true
+        }
+        Err(e) => {
+            handle.set_status(PartitionStatus::Refused(format!("store write failed: {e}")));
+            false
         }
     }
 }

@@ -174,4 +174,13 @@ pub trait LogReader: Send {
     /// previous batch ended. Waits up to `wait` for the first one; returns an
     /// empty batch if none arrived by then.
     async fn next_batch(&mut self, records_max: usize, wait: Duration) -> Result<Vec<LogRecord>, LogError>;
+
+    /// The lowest offset the next entry can have: past the last entry
+    /// returned and past offsets the log used without entries (Kafka's
+    /// transaction markers, which no consumer sees). The apply loop moves
+    /// its applied offset there when idle, or a partition whose log ends
+    /// with a marker would never reach the end. Default: nothing skipped.
+    fn position(&self) -> Option<u64> {
+        None
+    }
 }

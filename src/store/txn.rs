@@ -100,6 +100,13 @@ impl ApplyTxn<'_, '_> {
         Ok(keys)
     }
 
+    /// Moves the applied offset to `offset` over log offsets that hold no
+    /// entry (Kafka transaction markers): no entry is counted.
+    pub fn skip_to(&mut self, offset: u64) {
+        assert!(offset >= self.state.applied_next, "offsets only move forward");
+        self.state.applied_next = offset;
+    }
+
     /// Marks log entry `offset` applied (or skipped). Offsets only move forward.
     pub fn mark_applied(&mut self, offset: u64, skipped: bool) {
         assert!(

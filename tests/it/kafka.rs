@@ -166,6 +166,105 @@ async fn a_node_behind_the_retained_log_refuses_the_partition_and_says_why() {
     assert!(refused[0]["reason"].as_str().unwrap().contains("retention"), "{cluster}");
 }
 
+/// Retention overtaking a running reader (the node paused while more
+/// writes came and DeleteRecords moved the start past its position):
+/// librdkafka reports `AUTO_OFFSET_RESET` (auto.offset.reset=error), which
+/// must refuse the partition loudly, not be retried as "log unavailable"
+/// forever while the node answers ready with stale reads. Before the fix
+/// `/readyz` stayed 200 and the partition never left `serving`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retention_overtaking_a_running_reader_refuses_the_partition_loudly() {
+    use rdkafka::admin::{AdminClient, AdminOptions};
+    use rdkafka::client::DefaultClientContext;
+    use rdkafka::{Offset, TopicPartitionList};
+
+    let dir = tempfile::tempdir().unwrap();
+    let prefix = unique_prefix();
+    let t = serve(dir.path(), &prefix).await;
+    let pk = "overtaken";
+    let partition = tern::partitioner::partition_of(pk, 4);
+    let (status, _) = t.put(pk, "s", &json!("before the pause")).await;
+    assert_eq!(status, 200);
+    t.wait_caught_up("default").await;
+    let pid = t.child.as_ref().unwrap().id().to_string();
+    assert!(std::process::Command::new("kill").args(["-STOP", &pid]).status().unwrap().success());
+    let producer: FutureProducer =
+        ClientConfig::new().set("bootstrap.servers", bootstrap()).set("partitioner", "murmur2_random").create().unwrap();
+    let topic = format!("{prefix}default");
+    for i in 0..5 {
+        let op = Op { pk: pk.into(), sk: "s".into(), kind: OpKind::Put(Bytes::from(format!("{i}"))), condition: None };
+        let payload = codec::encode(&Mutation { write_id: Bytes::new(), ops: vec![op] });
+        let record: FutureRecord<'_, str, [u8]> = FutureRecord::to(&topic).key(pk).payload(&payload);
+        producer.send(record, Duration::from_secs(10)).await.map_err(|(e, _)| e).unwrap();
+    }
+    let admin: AdminClient<DefaultClientContext> = ClientConfig::new().set("bootstrap.servers", bootstrap()).create().unwrap();
+    let mut below = TopicPartitionList::new();
+    below.add_partition_offset(&topic, partition as i32, Offset::Offset(4)).unwrap();
+    admin.delete_records(&below, &AdminOptions::new()).await.unwrap();
+    assert!(std::process::Command::new("kill").args(["-CONT", &pid]).status().unwrap().success());
+
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let (_, ns) = t.get_json("/v1/ns/default").await;
+        let p = &ns["state"][partition as usize];
+        if p["status"] == "refused" {
+            assert!(p["reason"].as_str().unwrap().contains("starts at 4"), "{p}");
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "the overtaken partition was never refused: {p}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let (status, ready) = t.get_json("/readyz").await;
+    assert_eq!(status, 503, "{ready}");
+    let (status, body) = t.get(pk, "s").await;
+    assert_eq!((status, body["error"]["code"].as_str()), (503, Some("partition_unavailable")), "reads are refused, not stale");
+}
+
+/// A transactional foreign producer leaves a control record (the commit
+/// marker) after its data: Kafka's end offset counts it, no consumer ever
+/// sees it. The partition must still reach the end (lag 0, ready, strong
+/// reads answer). Before the fix `applied_offset` stayed one below the end
+/// forever: never ready, strong reads timed out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn transaction_markers_do_not_keep_a_partition_behind() {
+    use rdkafka::producer::Producer;
+    let dir = tempfile::tempdir().unwrap();
+    let prefix = unique_prefix();
+    let t = serve(dir.path(), &prefix).await;
+    let pk = "transactional";
+    let partition = tern::partitioner::partition_of(pk, 4);
+    let producer: FutureProducer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap())
+        .set("partitioner", "murmur2_random")
+        .set("transactional.id", format!("{prefix}tx"))
+        .create()
+        .unwrap();
+    producer.init_transactions(Duration::from_secs(30)).unwrap();
+    producer.begin_transaction().unwrap();
+    let topic = format!("{prefix}default");
+    let op = Op { pk: pk.into(), sk: "s".into(), kind: OpKind::Put(Bytes::from_static(b"\"committed\"")), condition: None };
+    let payload = codec::encode(&Mutation { write_id: Bytes::new(), ops: vec![op] });
+    let record: FutureRecord<'_, str, [u8]> = FutureRecord::to(&topic).key(pk).payload(&payload);
+    producer.send(record, Duration::from_secs(10)).await.map_err(|(e, _)| e).unwrap();
+    producer.commit_transaction(Duration::from_secs(30)).unwrap();
+
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let (_, ns) = t.get_json("/v1/ns/default").await;
+        let p = &ns["state"][partition as usize];
+        if p["lag"] == 0 && p["log_end_offset"] == 2 {
+            assert_eq!(p["applied_offset"], 1, "the marker's offset counts as applied: {p}");
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "the partition never reached the end: {p}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    t.wait_ready().await;
+    let url = format!("{}?consistency=strong&timeout_ms=5000", t.kv_url("default", pk, Some("s")));
+    let (status, got) = t.send(t.client.get(url)).await;
+    assert_eq!((status, got["value"].as_str()), (200, Some("committed")), "{got}");
+}
+
 /// Starts a node that is expected never to become ready; waits for it to listen.
 async fn spawn_not_ready(args: &[&str]) -> Tern {
     use std::io::{BufRead, BufReader};

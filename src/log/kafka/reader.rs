@@ -44,7 +44,10 @@ impl LogReader for KafkaReader {
     async fn next_batch(&mut self, records_max: usize, wait: Duration) -> Result<Vec<LogRecord>, LogError> {
         let first = match tokio::time::timeout(wait, self.queue.recv()).await {
             Ok(message) => Fetched::from(message),
-            Err(_) => return Ok(Vec::new()),
+            Err(_) => {
+                self.skip_markers();
+                return Ok(Vec::new());
+            }
         };
         let mut records = Vec::with_capacity(records_max.clamp(1, 1024));
         records.push(self.accept(first)?);
@@ -54,6 +57,10 @@ impl LogReader for KafkaReader {
             records.push(self.accept(fetched)?);
         }
         Ok(records)
+    }
+
+    fn position(&self) -> Option<u64> {
+        Some(self.next)
     }
 }
 
@@ -69,13 +76,33 @@ impl From<Result<rdkafka::message::BorrowedMessage<'_>, KafkaError>> for Fetched
     fn from(message: Result<rdkafka::message::BorrowedMessage<'_>, KafkaError>) -> Fetched {
         match message {
             Ok(m) => Fetched::Record(m.offset() as u64, Bytes::copy_from_slice(m.payload().unwrap_or_default())),
-            Err(KafkaError::MessageConsumption(RDKafkaErrorCode::OffsetOutOfRange)) => Fetched::OffsetOutOfRange,
+            // With auto.offset.reset=error, librdkafka reports an out-of-range
+            // fetch position as AUTO_OFFSET_RESET and stops fetching the
+            // partition: retention overtook this reader. Never "unavailable".
+            Err(KafkaError::MessageConsumption(
+                RDKafkaErrorCode::OffsetOutOfRange | RDKafkaErrorCode::AutoOffsetReset,
+            )) => Fetched::OffsetOutOfRange,
             Err(e) => Fetched::Failed(e),
         }
     }
 }
 
 impl KafkaReader {
+    /// When idle: librdkafka's position for the partition moves past control
+    /// records (transaction markers) it consumed without delivering; take it
+    /// (never backwards, and only what it has consumed: entries are never skipped).
+    fn skip_markers(&mut self) {
+        let Ok(positions) = self.consumer.position() else { return };
+        let position = positions.find_partition(&self.topic, self.tp.partition as i32).and_then(|p| match p.offset() {
+            rdkafka::Offset::Offset(o) if o >= 0 => Some(o as u64),
+            _ => None,
+        });
+        if let Some(position) = position.filter(|p| *p > self.next) {
+            tracing::debug!(tp = %self.tp, from = self.next, to = position, "past offsets without entries (transaction markers)");
+            self.next = position;
+        }
+    }
+
     /// Advances past a fetched record, or turns a fetch error into a log error.
     fn accept(&mut self, fetched: Fetched) -> Result<LogRecord, LogError> {
         match fetched {
@@ -115,5 +142,9 @@ pub struct HistoryReader {
 impl LogReader for HistoryReader {
     async fn next_batch(&mut self, records_max: usize, wait: Duration) -> Result<Vec<LogRecord>, LogError> {
         self.reader.next_batch(records_max, wait).await
+    }
+
+    fn position(&self) -> Option<u64> {
+        self.reader.position()
     }
 }
