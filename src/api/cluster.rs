@@ -24,6 +24,15 @@ pub async fn show(State(state): State<AppState>) -> Response {
                     })
                 })
                 .collect();
+            let handing_off: Vec<serde_json::Value> = m
+                .handing_off
+                .iter()
+                .flat_map(|(ns, held)| {
+                    held.iter().map(move |(p, applied_next)| {
+                        json!({ "ns": ns, "partition": p, "applied_offset": *applied_next as i64 - 1 })
+                    })
+                })
+                .collect();
             let refused: Vec<serde_json::Value> = m
                 .refused
                 .iter()
@@ -39,6 +48,7 @@ pub async fn show(State(state): State<AppState>) -> Response {
                 "state": m.state,
                 "self": m.is_self,
                 "partitions": partitions,
+                "handing_off": handing_off,
                 "refused": refused,
             })
         })

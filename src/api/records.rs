@@ -20,7 +20,7 @@ use crate::codec::{Condition, Mutation, Op, OpKind};
 use crate::limits;
 use crate::node::read::{await_consistency, Consistency};
 use crate::node::write::{needs_outcome, write, WriteError};
-use crate::partition::Namespace;
+use crate::partition::{Namespace, PartitionStatus};
 use crate::store::{Record, SkRange};
 
 /// Slack above 4 MiB of keys and values for the JSON framing of a batch body.
@@ -80,6 +80,20 @@ pub async fn kv(
     }
 }
 
+/// Whether this node answers a read of `partition` itself: it holds it, and
+/// either serves it caught up or no other member is advertised serving it.
+/// During a hand-off the new owner catches up while the old one still
+/// serves: the old one's answers are current, a store still replaying is not.
+fn reads_here(state: &AppState, incoming: &Incoming<'_>, namespace: &Namespace, partition: u32) -> bool {
+    let handle = namespace.handle(partition);
+    match handle.status() {
+        PartitionStatus::CatchingUp => {
+            incoming.forwarded_by.is_some() || state.cluster.holders(&namespace.name, partition).is_empty()
+        }
+        _ => handle.is_held(),
+    }
+}
+
 /// The hot paths: a plain `GET` or `PUT /v1/ns/{ns}/kv/{pk}/{sk}` (no query
 /// string), answered before the generic router and extractors run. Gives the
 /// request back when the path is not exactly that shape, so the router
@@ -119,7 +133,7 @@ async fn get(
     query: Option<&str>,
 ) -> Result<Response, ApiError> {
     let partition = namespace.partition_of(&pk);
-    if !namespace.handle(partition).is_held() {
+    if !reads_here(state, incoming, namespace, partition) {
         return forward::to_holder(state, incoming, &namespace.name, partition, Bytes::new()).await;
     }
     if query.is_some() {
@@ -265,7 +279,7 @@ async fn list(
         limits::check_sk(bound)?;
     }
     let partition = namespace.partition_of(&pk);
-    if !namespace.handle(partition).is_held() {
+    if !reads_here(state, incoming, namespace, partition) {
         return forward::to_holder(state, incoming, &namespace.name, partition, Bytes::new()).await;
     }
     await_consistency(state.node.log.as_ref(), namespace, &[partition], &params.consistency()?, params.timeout()?).await?;

@@ -67,7 +67,9 @@ pub async fn run(handle: Arc<PartitionHandle>, log: Arc<dyn Log>, config: ApplyC
             break;
         }
         if let Some(wait) = last_commit.and_then(|at| config.linger.checked_sub(at.elapsed())) {
-            tokio::time::sleep(wait).await;
+            if sleep_or_stop(wait, &mut shutdown).await {
+                break;
+            }
         }
         let batch = tokio::select! {
             batch = reader.next_batch(config.batch_entries_max, IDLE_POLL) => batch,
@@ -106,7 +108,9 @@ pub async fn run(handle: Arc<PartitionHandle>, log: Arc<dyn Log>, config: ApplyC
             }
             Err(e) => {
                 tracing::warn!(tp = %handle.tp, error = %e, ?retry_delay, "log read failed; retrying");
-                tokio::time::sleep(retry_delay).await;
+                if sleep_or_stop(retry_delay, &mut shutdown).await {
+                    break;
+                }
                 retry_delay = (retry_delay * 2).min(RETRY_DELAY_MAX);
                 continue;
             }
@@ -154,6 +158,15 @@ pub async fn run(handle: Arc<PartitionHandle>, log: Arc<dyn Log>, config: ApplyC
     }
     if dirty {
         flush(&handle, log.as_ref()).await;
+    }
+}
+
+/// Sleeps `wait` unless told to stop first; true if told to stop (or the
+/// node, the sender, is gone). Every wait of the loop is cancellable.
+async fn sleep_or_stop(wait: Duration, shutdown: &mut watch::Receiver<bool>) -> bool {
+    tokio::select! {
+        _ = tokio::time::sleep(wait) => *shutdown.borrow(),
+        changed = shutdown.changed() => changed.is_err() || *shutdown.borrow(),
     }
 }
 

@@ -17,7 +17,7 @@ use chitchat::{spawn_chitchat, ChitchatConfig, ChitchatHandle, ChitchatId, Failu
 use parking_lot::RwLock;
 use tokio::sync::watch;
 
-use super::{held_partitions, refused_partitions, Member, SelfInfo};
+use super::{handing_off_partitions, held_partitions, refused_partitions, Member, SelfInfo};
 use crate::node::Node;
 
 #[derive(Debug, Clone)]
@@ -37,6 +37,8 @@ const PUBLISH_INTERVAL: Duration = Duration::from_millis(250);
 const HELD_PREFIX: &str = "held.";
 /// Key prefix of the per-namespace refused-partitions keys.
 const REFUSED_PREFIX: &str = "refused.";
+/// Key prefix of the per-namespace handing-off keys (same encoding as held).
+const HANDOFF_PREFIX: &str = "handoff.";
 
 pub struct Gossip {
     handle: tokio::sync::Mutex<Option<ChitchatHandle>>,
@@ -105,6 +107,9 @@ async fn publish(chitchat: Chitchat, node: std::sync::Weak<Node>, mut stop: watc
             .into_iter()
             .map(|(ns, partitions)| (format!("{HELD_PREFIX}{ns}"), encode_held(&partitions)))
             .collect();
+        for (ns, partitions) in handing_off_partitions(&node) {
+            current.insert(format!("{HANDOFF_PREFIX}{ns}"), encode_held(&partitions));
+        }
         for (ns, partitions) in refused_partitions(&node) {
             let list: Vec<String> = partitions.keys().map(u32::to_string).collect();
             current.insert(format!("{REFUSED_PREFIX}{ns}"), list.join(","));
@@ -152,6 +157,7 @@ async fn observe(
                 // A dead node holds nothing a request could be routed to.
                 member.state = "dead";
                 member.held.clear();
+                member.handing_off.clear();
                 member.refused.clear();
             }
         }
@@ -167,6 +173,11 @@ fn member_of(id: &ChitchatId, state: &NodeState) -> Member {
     let held = state
         .key_values()
         .filter_map(|(key, value)| Some((key.strip_prefix(HELD_PREFIX)?.to_string(), decode_held(value))))
+        .filter(|(_, partitions)| !partitions.is_empty())
+        .collect();
+    let handing_off = state
+        .key_values()
+        .filter_map(|(key, value)| Some((key.strip_prefix(HANDOFF_PREFIX)?.to_string(), decode_held(value))))
         .filter(|(_, partitions)| !partitions.is_empty())
         .collect();
     let refused = state
@@ -185,6 +196,7 @@ fn member_of(id: &ChitchatId, state: &NodeState) -> Member {
         state: "live",
         is_self: false,
         held,
+        handing_off,
         refused,
     }
 }

@@ -44,11 +44,21 @@ pub struct Member {
     pub held: BTreeMap<String, BTreeMap<u32, u64>>,
     /// namespace -> partition -> why (the reason is known for this node only).
     pub refused: BTreeMap<String, BTreeMap<u32, Option<String>>>,
+    /// namespace -> partition -> applied_next, for revoked partitions it still
+    /// serves until their new owner does: a fallback for routing (so a
+    /// hand-off never leaves a partition without an advertised server),
+    /// never counted as "served elsewhere" by another member letting go.
+    pub handing_off: BTreeMap<String, BTreeMap<u32, u64>>,
 }
 
 impl Member {
     pub fn holds(&self, namespace: &str, partition: u32) -> Option<u64> {
         self.held.get(namespace)?.get(&partition).copied()
+    }
+
+    /// Serves a revoked partition until its new owner does.
+    pub fn hands_off(&self, namespace: &str, partition: u32) -> Option<u64> {
+        self.handing_off.get(namespace)?.get(&partition).copied()
     }
 }
 
@@ -112,6 +122,7 @@ impl Cluster {
             state: "live",
             is_self: true,
             held: held_partitions(&self.node),
+            handing_off: handing_off_partitions(&self.node),
             refused: refused_partitions(&self.node)
                 .into_iter()
                 .map(|(ns, partitions)| (ns, partitions.into_iter().map(|(p, reason)| (p, Some(reason))).collect()))
@@ -119,18 +130,24 @@ impl Cluster {
         }
     }
 
-    /// The live peers that serve `partition` of `namespace`, best first: same
-    /// region, then least lag. Empty when none is known.
+    /// The live peers that serve `partition` of `namespace`, best first:
+    /// owners before members handing it off (the new owner may still be
+    /// catching up: the old one serves meanwhile), then same region, then
+    /// least lag. Empty when none is known.
     pub fn holders(&self, namespace: &str, partition: u32) -> Vec<Arc<Member>> {
-        let mut holders: Vec<(bool, u64, Arc<Member>)> = self
+        let mut holders: Vec<(bool, bool, u64, Arc<Member>)> = self
             .peers
             .read()
             .iter()
             .filter(|m| m.state == "live")
-            .filter_map(|m| m.holds(namespace, partition).map(|offset| (m.region != self.me.region, offset, m.clone())))
+            .filter_map(|m| {
+                let owned = m.holds(namespace, partition).map(|offset| (false, offset));
+                let (handing_off, offset) = owned.or_else(|| m.hands_off(namespace, partition).map(|offset| (true, offset)))?;
+                Some((handing_off, m.region != self.me.region, offset, m.clone()))
+            })
             .collect();
-        holders.sort_by(|a, b| a.0.cmp(&b.0).then(b.1.cmp(&a.1)).then(a.2.id.cmp(&b.2.id)));
-        holders.into_iter().map(|(_, _, m)| m).collect()
+        holders.sort_by(|a, b| a.0.cmp(&b.0).then(a.1.cmp(&b.1)).then(b.2.cmp(&a.2)).then(a.3.id.cmp(&b.3.id)));
+        holders.into_iter().map(|(_, _, _, m)| m).collect()
     }
 
     /// Leaves the cluster (peers see this node go at once, not after failure detection).
@@ -166,6 +183,24 @@ fn served_in_group(peers: Arc<RwLock<Vec<Arc<Member>>>>, group: String) -> crate
     Arc::new(move |tp| {
         peers.read().iter().any(|m| m.state == "live" && m.group == group && m.holds(&tp.topic, tp.partition).is_some())
     })
+}
+
+/// Revoked partitions this node still serves (caught up) until another
+/// member of its group does: advertised apart from `held_partitions`.
+pub fn handing_off_partitions(node: &Node) -> BTreeMap<String, BTreeMap<u32, u64>> {
+    let mut handing_off = BTreeMap::new();
+    for namespace in node.namespaces() {
+        let partitions: BTreeMap<u32, u64> = namespace
+            .handles
+            .iter()
+            .filter(|h| h.status() == PartitionStatus::Serving && node.is_handing_off(&h.tp))
+            .map(|h| (h.partition, h.applied_next()))
+            .collect();
+        if !partitions.is_empty() {
+            handing_off.insert(namespace.name.to_string(), partitions);
+        }
+    }
+    handing_off
 }
 
 /// The partitions this node serves right now and owns: caught up, not

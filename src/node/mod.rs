@@ -215,14 +215,17 @@ impl Node {
         let previous = loops.remove(&handle.tp);
         assert!(previous.as_ref().is_none_or(|l| l.stop.is_none()), "a partition has at most one running apply loop");
         let (stop, stopped) = watch::channel(false);
-        let run = apply::run(handle.clone(), self.log.clone(), self.config.apply.clone(), stopped);
+        let run = apply::run(handle.clone(), self.log.clone(), self.config.apply.clone(), stopped.clone());
         let task_handle = handle.clone();
+        let stop_seen = stopped.clone();
         let task = tokio::spawn(async move {
             if let Some(previous) = previous {
                 let _ = previous.task.await;
             }
-            task_handle.set_held(true);
-            run.await;
+            // Told to stop while the previous loop was stopping: never starts.
+            if task_handle.hold_unless_stopped(|| *stop_seen.borrow()) {
+                run.await;
+            }
         });
         loops.insert(handle.tp.clone(), ApplyLoop { stop: Some(stop), task });
     }
@@ -230,15 +233,17 @@ impl Node {
     /// Lets a partition go: marks it not held and stops its loop, unless a
     /// writer is waiting here for an outcome (then the next check retries).
     fn stop_loop(&self, handle: &Arc<PartitionHandle>) {
-        if !handle.let_go_if_unpinned() {
+        let stop = || {
+            if let Some(running) = self.loops.lock().get_mut(&handle.tp) {
+                if let Some(stop) = running.stop.take() {
+                    stop.send_replace(true);
+                }
+            }
+        };
+        if !handle.let_go_if_unpinned(stop) {
             return;
         }
         self.handing_off.lock().remove(&handle.tp);
-        if let Some(running) = self.loops.lock().get_mut(&handle.tp) {
-            if let Some(stop) = running.stop.take() {
-                stop.send_replace(true);
-            }
-        }
         tracing::info!(tp = %handle.tp, "partition let go");
     }
 
@@ -304,7 +309,7 @@ impl Node {
             if assignment.holds(&handle.tp) {
                 self.start_loop(handle);
             } else {
-                handle.set_held(false);
+                handle.set_not_held();
             }
         }
         let namespace = Arc::new(Namespace { name: name.clone(), partitions, handles });

@@ -162,12 +162,10 @@ impl PartitionHandle {
         *current = status;
     }
 
-    /// The node's transitions: `true` when it starts holding the partition
-    /// (its apply loop starts: catching up), `false` when it lets it go.
-    pub(crate) fn set_held(&self, held: bool) {
-        let status = if held { PartitionStatus::CatchingUp } else { PartitionStatus::NotHeld };
-        self.record_status(&status);
-        *self.status.write() = status;
+    /// The node opened a partition it does not hold.
+    pub(crate) fn set_not_held(&self) {
+        self.record_status(&PartitionStatus::NotHeld);
+        *self.status.write() = PartitionStatus::NotHeld;
     }
 
     pub fn is_held(&self) -> bool {
@@ -186,15 +184,32 @@ impl PartitionHandle {
         Some(PinGuard { handle: self.clone() })
     }
 
-    /// Marks the partition not held unless a writer is waiting on it here;
-    /// returns whether it was let go (if not, the caller retries later).
-    pub(crate) fn let_go_if_unpinned(&self) -> bool {
+    /// Marks the partition not held unless a writer is waiting on it here,
+    /// and runs `stop` (telling its apply loop to stop) under the same lock,
+    /// so `hold_unless_stopped` sees either both or neither; returns whether
+    /// it was let go (if not, the caller retries later).
+    pub(crate) fn let_go_if_unpinned(&self, stop: impl FnOnce()) -> bool {
         let mut status = self.status.write();
         if self.pins.load(std::sync::atomic::Ordering::SeqCst) > 0 {
             return false;
         }
         self.record_status(&PartitionStatus::NotHeld);
         *status = PartitionStatus::NotHeld;
+        stop();
+        true
+    }
+
+    /// A new apply loop, about to run (its predecessor has ended), starts
+    /// holding the partition (catching up) unless it was told to stop
+    /// meanwhile: a revoke → assign → revoke while the old loop was stopping
+    /// must leave the partition not held, never serving without a loop.
+    pub(crate) fn hold_unless_stopped(&self, stopped: impl FnOnce() -> bool) -> bool {
+        let mut status = self.status.write();
+        if stopped() {
+            return false;
+        }
+        self.record_status(&PartitionStatus::CatchingUp);
+        *status = PartitionStatus::CatchingUp;
         true
     }
 
@@ -247,10 +262,12 @@ mod tests {
         let store = Arc::new(PartitionStore::open(&dir.path().join("p"), 1, 1 << 20).unwrap());
         let handle = Arc::new(PartitionHandle::new(Arc::from("pin-test"), 0, 1, store, 0, crate::fanout::RingLimits::TEST));
         let pin = handle.pin().expect("a held partition can be pinned");
-        assert!(!handle.let_go_if_unpinned(), "a writer is waiting here");
+        assert!(!handle.let_go_if_unpinned(|| unreachable!("not stopped while pinned")), "a writer is waiting here");
         assert!(handle.is_held());
         drop(pin);
-        assert!(handle.let_go_if_unpinned());
+        let mut stopped = false;
+        assert!(handle.let_go_if_unpinned(|| stopped = true));
+        assert!(stopped);
         assert!(!handle.is_held());
         assert!(handle.pin().is_none(), "a partition let go cannot be pinned");
     }

@@ -3,7 +3,7 @@
 //! writes, the shared read view, the fan-out feed) and the `Namespace` that
 //! groups a topic's handles. This is what every floor above shares about a
 //! partition; only the apply loop changes it (`publish`, `set_status`), and
-//! only the node starts and stops holding it (`set_held`).
+//! only the node starts and stops holding it (`hold_unless_stopped`, `let_go_if_unpinned`).
 
 pub(crate) mod handle;
 pub(crate) mod namespace;

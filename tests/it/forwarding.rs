@@ -131,6 +131,7 @@ async fn an_unreachable_holder_is_a_clear_503() {
         state: "live",
         is_self: false,
         held: [("ns".to_string(), held)].into_iter().collect(),
+        handing_off: BTreeMap::new(),
         refused: BTreeMap::new(),
     };
     let dir = tempfile::tempdir().unwrap();
@@ -144,4 +145,39 @@ async fn an_unreachable_holder_is_a_clear_503() {
     let (_, cluster) = send(client.get(format!("{url}/v1/cluster"))).await;
     assert_eq!(cluster["nodes"][1]["id"], "gone", "{cluster}");
     assert_eq!(cluster["nodes"][1]["partitions"].as_array().unwrap().len(), 2, "{cluster}");
+}
+
+/// A hand-off in progress: the new owner is still catching up (it serves
+/// nothing yet) and the old one still serves the partition it was revoked.
+/// The old one is advertised as handing off, and requests go there instead
+/// of failing. Before the fix a handing-off partition was not advertised at
+/// all, so the group answered 503 `no_holder` for the whole catch-up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partition_being_handed_off_is_served_by_its_old_owner() {
+    let dev_dir = tempfile::tempdir().unwrap();
+    let old_owner = crate::common::Tern::dev(dev_dir.path()).await;
+    let (status, _) = old_owner.send(old_owner.client.put(format!("{}/v1/ns/ns", old_owner.url)).json(&serde_json::json!({"partitions": 2}))).await;
+    assert_eq!(status, 201);
+    let (status, _) = old_owner.send(old_owner.client.put(format!("{}/v1/ns/ns/kv/k/?wait=applied", old_owner.url)).body("7")).await;
+    assert_eq!(status, 200);
+    let handing_off: BTreeMap<u32, u64> = [(0, 1), (1, 1)].into_iter().collect();
+    let old = Member {
+        id: "old-owner".into(),
+        region: "r1".into(),
+        group: "g".into(),
+        api: old_owner.url.trim_start_matches("http://").to_string(),
+        state: "live",
+        is_self: false,
+        held: BTreeMap::new(),
+        handing_off: [("ns".to_string(), handing_off)].into_iter().collect(),
+        refused: BTreeMap::new(),
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let (url, _node) = serve(dir.path(), vec![old]).await;
+    let client = reqwest::Client::new();
+    let (status, body) = send(client.get(format!("{url}/v1/ns/ns/kv/k/"))).await;
+    assert_eq!((status, body["value"].as_i64()), (200, Some(7)), "served by the member handing it off: {body}");
+    let (_, cluster) = send(client.get(format!("{url}/v1/cluster"))).await;
+    let shown = &cluster["nodes"][1]["handing_off"];
+    assert_eq!(shown.as_array().map(Vec::len), Some(2), "{cluster}");
 }

@@ -15,6 +15,7 @@ mod bounds;
 mod cluster;
 mod crash;
 mod forwarding;
+mod handoff;
 mod kafka;
 mod kafka_brokers;
 mod kafka_outage;
