@@ -108,7 +108,11 @@ pub async fn to_holder(state: &AppState, incoming: &Incoming<'_>, namespace: &st
                 crate::metrics::FORWARD_FAILURES.inc();
                 failures.push(format!("{} ({}): {e}", holder.id, holder.api));
                 if !e.is_connect() {
-                    // The holder may have acted on it: do not send it twice.
+                    // The holder may have acted on it: do not send it twice,
+                    // and do not tell the client a retry is safe.
+                    if incoming.method != Method::GET {
+                        return Err(outcome_unknown(incoming, namespace, partition, &failures));
+                    }
                     break;
                 }
             }
@@ -176,6 +180,28 @@ async fn read_bounded(mut response: reqwest::Response) -> Result<Bytes, reqwest:
 /// Whether a holder answered that it no longer holds the partition (`not_held`).
 fn is_not_held(response: &Response) -> bool {
     response.headers().get(NOT_HELD).is_some()
+}
+
+/// A write was sent to a holder and the exchange failed after that (a reset,
+/// a timeout): the holder may have applied it. A blind retry could apply it
+/// twice; one with the same `Idempotency-Key` applies at most once.
+fn outcome_unknown(incoming: &Incoming<'_>, namespace: &str, partition: u32, failures: &[String]) -> ApiError {
+    let advice = match incoming.idempotency_key {
+        Some(_) => "retry with the same Idempotency-Key: it is applied at most once",
+        None => {
+            "do not retry blindly: read the record to see whether it applied, or send writes with an Idempotency-Key \
+             header, which makes a retry safe"
+        }
+    };
+    ApiError::new(
+        StatusCode::BAD_GATEWAY,
+        "outcome_unknown",
+        format!(
+            "partition {partition} of namespace {namespace:?} is held by another node; the write was sent there and \
+             the exchange failed before an answer ({}): it may or may not have been applied; {advice}",
+            failures.join("; ")
+        ),
+    )
 }
 
 fn no_holder(state: &AppState, namespace: &str, partition: u32) -> ApiError {

@@ -385,10 +385,18 @@ struct BatchOp {
     pk: String,
     #[serde(default)]
     sk: String,
+    /// `Some` whenever the key is present, `"value": null` too (a put of
+    /// JSON null, as a single PUT accepts); `None` only when absent.
+    #[serde(default, deserialize_with = "present")]
     value: Option<Box<serde_json::value::RawValue>>,
     if_version: Option<u64>,
     #[serde(default)]
     if_absent: bool,
+}
+
+/// A present field, `null` included (serde's `Option` reads `null` as absent).
+fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Box<serde_json::value::RawValue>>, D::Error> {
+    Box::<serde_json::value::RawValue>::deserialize(d).map(Some)
 }
 
 fn batch_op(index: usize, op: BatchOp) -> Result<Op, ApiError> {
@@ -404,6 +412,8 @@ fn batch_op(index: usize, op: BatchOp) -> Result<Op, ApiError> {
         }
         ("put", None) => return Err(at(ApiError::bad_request("invalid_op", "a put needs a value"))),
         ("delete", None) => OpKind::Delete,
+        // A uniform op shape may carry `"value": null` on a delete: nothing to put.
+        ("delete", Some(value)) if value.get() == "null" => OpKind::Delete,
         ("delete", Some(_)) => return Err(at(ApiError::bad_request("invalid_op", "a delete takes no value"))),
         (other, _) => {
             return Err(at(ApiError::bad_request("invalid_op", format!("op must be \"put\" or \"delete\", got {other:?}"))))

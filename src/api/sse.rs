@@ -144,7 +144,7 @@ pub async fn sse(
     // A few messages of slack between the session and the socket; beyond
     // that the session waits for the client (its queue keeps the bound).
     let (outbox, messages) = Outbox::new(SSE_MESSAGES_PENDING_MAX);
-    let session = open_sse(&app, &ns, query.as_deref(), &headers, connection, outbox)?;
+    let session = open_sse(&app, &ns, query.as_deref(), &headers, connection, outbox).await?;
     let first = futures::stream::once(async { Ok::<Bytes, Infallible>(Bytes::from_static(SSE_PREAMBLE)) });
     let rest = driven(session, messages);
     let body = axum::body::Body::from_stream(futures::StreamExt::chain(first, rest));
@@ -154,7 +154,7 @@ pub async fn sse(
 /// Validates a watch request (query and `Last-Event-ID`) and sets up its
 /// session, which leaves its messages in `outbox`; errors come before
 /// anything is streamed, so they get a status.
-pub fn open_sse(
+pub async fn open_sse(
     app: &AppState,
     ns: &str,
     query: Option<&str>,
@@ -173,7 +173,7 @@ pub fn open_sse(
     };
     let from = last_event_id.filter(|id| !id.is_empty()).or(params.str("from"));
     let request = WatchRequest::parse(params.str("pk"), params.str("prefix"), params.str("sk"), from, params.str("mode"))?;
-    let (session, start) = app.node.open_watch(ns, request.filter, request.from, request.mode, outbox, connection)?;
+    let (session, start) = app.node.open_watch(ns, request.filter, request.from, request.mode, outbox, connection).await?;
     Ok(Box::pin(session.run(start)))
 }
 

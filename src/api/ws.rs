@@ -137,7 +137,7 @@ async fn serve(app: AppState, socket: WebSocket, connection: ConnectionId) {
             Step::Frame(frame) => frame,
         };
         let reply = match frame {
-            Some(WsMessage::Text(text)) => handle(&app, connection, &text, &mut running, &mut sessions, &outbox),
+            Some(WsMessage::Text(text)) => handle(&app, connection, &text, &mut running, &mut sessions, &outbox).await,
             Some(WsMessage::Binary(_)) => error_text(None, &ApiError::bad_request("invalid_message", "send JSON text frames")),
             Some(WsMessage::Close(_)) | None => break,
             Some(_) => continue,
@@ -183,7 +183,7 @@ type SessionFuture = Abortable<Pin<Box<dyn Future<Output = String> + Send>>>;
 /// Acts on one client message; returns the reply. A new subscription's
 /// session starts after its `subscribed` reply was written, so it follows
 /// the reply.
-fn handle(
+async fn handle(
     app: &AppState,
     connection: ConnectionId,
     text: &str,
@@ -199,7 +199,7 @@ fn handle(
         },
         Ok(ClientMessage::Sub(sub)) => {
             let id = sub.id.clone();
-            match open(app, connection, sub, running, outbox) {
+            match open(app, connection, sub, running, outbox).await {
                 Ok((session, start)) => {
                     let (abort, registration) = AbortHandle::new_pair();
                     let finished_id = id.clone();
@@ -230,7 +230,7 @@ async fn write_frames(sink: &mut SplitSink<WebSocket, WsMessage>, batch: &mut Ve
 }
 
 /// Validates a `sub` and sets up its session (not yet running).
-fn open(
+async fn open(
     app: &AppState,
     connection: ConnectionId,
     sub: Sub,
@@ -252,7 +252,7 @@ fn open(
     let request = WatchRequest::parse(sub.pk.as_deref(), sub.prefix.as_deref(), sub.sk.as_deref(), sub.from.as_deref(), sub.mode.as_deref())?;
     let id_json: Arc<str> = serde_json::to_string(&sub.id).expect("a string serializes").into();
     let outbox = Outbox::tagged(outbox, Tag::Id(id_json));
-    Ok(app.node.open_watch(&sub.ns, request.filter, request.from, request.mode, outbox, connection)?)
+    Ok(app.node.open_watch(&sub.ns, request.filter, request.from, request.mode, outbox, connection).await?)
 }
 
 fn error_text(id: Option<&str>, error: &ApiError) -> String {

@@ -91,6 +91,8 @@ struct ApplyLoop {
 
 /// Bound on how long shutdown waits for apply loops to finish and flush.
 const SHUTDOWN_WAIT: Duration = Duration::from_secs(30);
+/// Longest a watch's opening waits for the log's end offset.
+const LOG_END_WAIT: Duration = Duration::from_secs(2);
 /// How often lag metrics are refreshed from the log's end offsets.
 const LAG_REFRESH: Duration = Duration::from_secs(1);
 
@@ -224,7 +226,18 @@ impl Node {
             }
             // Told to stop while the previous loop was stopping: never starts.
             if task_handle.hold_unless_stopped(|| *stop_seen.borrow()) {
-                run.await;
+                // A panic anywhere in the loop (a broken invariant) refuses the
+                // partition, loudly, instead of leaving it "serving" with no loop.
+                if let Err(panic) = futures::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(run)).await {
+                    let what = panic
+                        .downcast_ref::<String>()
+                        .map(String::as_str)
+                        .or_else(|| panic.downcast_ref::<&str>().copied())
+                        .unwrap_or("(no message)");
+                    task_handle.set_status(crate::partition::PartitionStatus::Refused(format!(
+                        "the apply loop stopped on a broken invariant: {what}; nothing after it was applied"
+                    )));
+                }
             }
         });
         loops.insert(handle.tp.clone(), ApplyLoop { stop: Some(stop), task });
@@ -251,8 +264,10 @@ impl Node {
         self.namespaces.read().get(name).cloned()
     }
 
-    /// Opens a watch on namespace `name` (see `Watches::open`).
-    pub fn open_watch(
+    /// Opens a watch on namespace `name` (see `Watches::open`). A position
+    /// beyond the log's end (another cluster's, or a lost log's) is refused:
+    /// resuming there would silently skip every event up to it.
+    pub async fn open_watch(
         &self,
         name: &str,
         filter: crate::fanout::Filter,
@@ -262,7 +277,35 @@ impl Node {
         connection: crate::watch::ConnectionId,
     ) -> Result<(crate::watch::Session, crate::watch::Start), crate::watch::WatchError> {
         let ns = self.namespace(name).ok_or_else(|| crate::watch::WatchError::NamespaceNotFound(name.to_string()))?;
+        if let crate::watch::From::Cursor(cursor) = &from {
+            self.check_position_not_ahead(&ns, cursor).await?;
+        }
         self.watches.open(ns, filter, from, mode, outbox, connection)
+    }
+
+    /// Refuses a cursor with a mark past the log's end. Only marks past this
+    /// replica's applied offset ask the log (once each, bounded).
+    async fn check_position_not_ahead(&self, ns: &Namespace, cursor: &crate::fanout::Cursor) -> Result<(), crate::watch::WatchError> {
+        use crate::watch::WatchError;
+        for (partition, mark) in cursor.marks.iter() {
+            let Some(handle) = ns.handles.get(partition as usize) else { continue };
+            if mark.offset <= handle.applied_next() {
+                continue;
+            }
+            let end = match tokio::time::timeout(LOG_END_WAIT, self.log.end_offset(&handle.tp)).await {
+                Ok(Ok(end)) => end,
+                Ok(Err(e)) => return Err(WatchError::Unavailable(format!("cannot check the position against the log: {e}"))),
+                Err(_) => return Err(WatchError::Unavailable(format!("the log did not say where it ends within {LOG_END_WAIT:?}"))),
+            };
+            if mark.offset > end {
+                return Err(WatchError::InvalidPosition(format!(
+                    "the position is at offset {} of partition {partition}, beyond the log's end ({end}): it is not a \
+                     position of this log (another cluster's, or a log since lost); resume with from=now or from=snapshot",
+                    mark.offset
+                )));
+            }
+        }
+        Ok(())
     }
 
     pub fn namespaces(&self) -> Vec<Arc<Namespace>> {

@@ -181,3 +181,49 @@ async fn a_partition_being_handed_off_is_served_by_its_old_owner() {
     let shown = &cluster["nodes"][1]["handing_off"];
     assert_eq!(shown.as_array().map(Vec::len), Some(2), "{cluster}");
 }
+
+/// A holder that takes a forwarded write and drops the connection before
+/// answering may have applied it: the client is told the outcome is
+/// unknown (and how to retry safely), never "retry". Before the fix it was
+/// told `holder_unreachable ... retry`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_lost_in_forwarding_is_reported_as_outcome_unknown() {
+    use tokio::io::AsyncReadExt;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap().to_string();
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut socket, _)) = listener.accept().await else { return };
+            tokio::spawn(async move {
+                // Reads the request, then goes away without an answer.
+                let mut buf = [0u8; 4096];
+                let _ = tokio::time::timeout(std::time::Duration::from_millis(300), socket.read(&mut buf)).await;
+                drop(socket);
+            });
+        }
+    });
+    let held: BTreeMap<u32, u64> = [(0, 5), (1, 5)].into_iter().collect();
+    let flaky = Member {
+        id: "flaky".into(),
+        region: "r1".into(),
+        group: "g".into(),
+        api: address,
+        state: "live",
+        is_self: false,
+        held: [("ns".to_string(), held)].into_iter().collect(),
+        handing_off: BTreeMap::new(),
+        refused: BTreeMap::new(),
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let (url, _node) = serve(dir.path(), vec![flaky]).await;
+    let client = reqwest::Client::new();
+    let (status, body) = send(client.put(format!("{url}/v1/ns/ns/kv/k/?wait=applied")).body("1")).await;
+    assert_eq!((status, body["error"]["code"].as_str()), (502, Some("outcome_unknown")), "{body}");
+    assert!(body["error"]["message"].as_str().unwrap().contains("Idempotency-Key"), "{body}");
+    let (status, body) = send(client.put(format!("{url}/v1/ns/ns/kv/k/")).header("Idempotency-Key", "w1").body("1")).await;
+    assert_eq!((status, body["error"]["code"].as_str()), (502, Some("outcome_unknown")), "{body}");
+    assert!(body["error"]["message"].as_str().unwrap().contains("same Idempotency-Key"), "{body}");
+    // A read is safe to retry: it says so.
+    let (status, body) = send(client.get(format!("{url}/v1/ns/ns/kv/k/"))).await;
+    assert_eq!((status, body["error"]["code"].as_str()), (503, Some("holder_unreachable")), "{body}");
+}

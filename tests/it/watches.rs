@@ -349,10 +349,15 @@ async fn bad_watch_requests_get_precise_errors() {
         ("/v1/ns/w/watch?from=w:0:1".into(), 400, "invalid_position"),
         ("/v1/ns/w/watch?from=w:0:1.0,1:0,2:0,3:0".into(), 400, "invalid_position"),
         ("/v1/ns/w/watch?colour=red".into(), 400, "invalid_parameter"),
+        // A position from the future (beyond the log's end) would silently skip
+        // every event up to it. Accepted before the fix.
+        ("/v1/ns/w/watch?from=w:0:1000000,1:0,2:0,3:0".into(), 400, "invalid_position"),
+        ("/v1/ns/w/watch?pk=a&from=w:0:99999,1:99999,2:99999,3:99999".into(), 400, "invalid_position"),
         (format!("/v1/ns/w/watch?pk={long_pk}"), 413, "key_too_large"),
     ];
     for (path, status, code) in cases {
-        let (got, body) = t.get_json(&path).await;
+        // An accepted watch would be a stream that never ends: bounded.
+        let (got, body) = tokio::time::timeout(WAIT, t.get_json(&path)).await.unwrap_or_else(|_| panic!("{path}: accepted, not refused"));
         assert_eq!((got, common::error_code(&body)), (status, code), "{path}: {body}");
     }
     let (status, body) = t.send(t.client.get(watch_url(&t, "")).header("Last-Event-ID", "garbage")).await;

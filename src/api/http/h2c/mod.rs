@@ -127,7 +127,7 @@ where
         match watch_namespace(&request) {
             Some(ns) => {
                 let query = request.uri().query();
-                match sse::open_sse(&app, &ns, query, request.headers(), connection, watches.next_outbox()) {
+                match sse::open_sse(&app, &ns, query, request.headers(), connection, watches.next_outbox()).await {
                     Ok(session) => watches.start(respond, session),
                     Err(error) => {
                         tokio::spawn(send_response(respond, error.into_response()));
