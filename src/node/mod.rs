@@ -367,9 +367,11 @@ impl Node {
     }
 
     async fn refresh_lag(&self) {
+        let deadline = tokio::time::Instant::now() + LOG_END_WAIT;
         for namespace in self.namespaces() {
             for handle in &namespace.handles {
-                if let Ok(end) = self.log.end_offset(&handle.tp).await {
+                // One bound for the whole refresh: a stalled log delays it, never forever.
+                if let Ok(Ok(end)) = tokio::time::timeout_at(deadline, self.log.end_offset(&handle.tp)).await {
                     handle.log_end_gauge.set(end as i64);
                     handle.lag_gauge.set(end.saturating_sub(handle.applied_next()) as i64);
                 }

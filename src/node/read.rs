@@ -45,6 +45,7 @@ pub async fn await_consistency(
             return Err(ReadError::Refused { partition: p, reason });
         }
     }
+    let deadline = tokio::time::Instant::now() + timeout;
     let targets: Vec<(u32, u64)> = match consistency {
         Consistency::Local => return Ok(()),
         Consistency::After(position) => {
@@ -57,15 +58,22 @@ pub async fn await_consistency(
             partitions.iter().filter_map(|p| position.offsets.get(p).map(|o| (*p, *o))).collect()
         }
         Consistency::Strong => {
-            let mut targets = Vec::with_capacity(partitions.len());
-            for &p in partitions {
+            // The end offsets are asked within the read's own timeout, all at once.
+            let ends = futures::future::try_join_all(partitions.iter().map(|&p| async move {
                 let end = log.end_offset(&namespace.handle(p).tp).await.map_err(|e| ReadError::Log(e.to_string()))?;
-                targets.push((p, end));
+                Ok::<_, ReadError>((p, end))
+            }));
+            match tokio::time::timeout_at(deadline, ends).await {
+                Ok(ends) => ends?,
+                Err(_) => {
+                    return Err(ReadError::Log(format!(
+                        "the log did not say where it ends within timeout_ms={}",
+                        timeout.as_millis()
+                    )))
+                }
             }
-            targets
         }
     };
-    let deadline = tokio::time::Instant::now() + timeout;
     for (p, target) in targets {
         let left = deadline.saturating_duration_since(tokio::time::Instant::now());
         if !namespace.handle(p).wait_applied(target, left).await {

@@ -182,10 +182,12 @@ settings! {
     log_format: String = "text".into(), Bound::OneOf(&["text", "json"]);
     /// Kafka: the topic of namespace N is `<prefix>N`.
     kafka_topic_prefix: String = "tern.".into(), Bound::Any;
-    /// Kafka: replication factor of the topics Tern creates (use 3 in production).
-    kafka_replication_factor: i32 = 1, Bound::Range(1, 16);
-    /// Kafka: `min.insync.replicas` of the topics Tern creates (use 2 in production; at most the replication factor).
-    kafka_min_insync_replicas: i32 = 1, Bound::Range(1, 16);
+    /// Kafka: replication factor of the topics Tern creates. Default (none): 3 when the cluster has at least 3
+    /// brokers, else the broker count, with a loud warning (a lost broker then loses acknowledged writes).
+    kafka_replication_factor: Option<i32> = None, Bound::Range(1, 16);
+    /// Kafka: `min.insync.replicas` of the topics Tern creates (at most the replication factor). Default
+    /// (none): 2 with a replication factor of 3 or more, else 1.
+    kafka_min_insync_replicas: Option<i32> = None, Bound::Range(1, 16);
     /// Kafka: `group` (the replica group is a Kafka consumer group sharing the partitions; needs `gossip`),
     /// `assign` (hold every partition, no consumer group), or `auto`: `group` with gossip, `assign` without.
     kafka_membership: String = "auto".into(), Bound::OneOf(&["auto", "group", "assign"]);
@@ -244,11 +246,12 @@ impl Settings {
     /// Checks every bound, then what no single setting can say.
     pub fn validate(&self) -> anyhow::Result<()> {
         self.check_bounds().map_err(anyhow::Error::msg)?;
-        anyhow::ensure!(
-            self.kafka_min_insync_replicas <= self.kafka_replication_factor,
-            "kafka_min_insync_replicas must be at most kafka_replication_factor ({})",
-            self.kafka_replication_factor
-        );
+        if let (Some(min_isr), Some(factor)) = (self.kafka_min_insync_replicas, self.kafka_replication_factor) {
+            anyhow::ensure!(
+                min_isr <= factor,
+                "kafka_min_insync_replicas must be at most kafka_replication_factor ({factor})"
+            );
+        }
         anyhow::ensure!(
             !(self.kafka_membership == "group" && self.gossip.is_none()),
             "kafka_membership = group needs gossip: a node that shares partitions must be able to forward \
@@ -454,7 +457,10 @@ mod tests {
         bad(|s| s.kafka_linger_ms = 5_000, "kafka_linger_ms");
         bad(|s| s.kafka_fetch_wait_max_ms = 0, "kafka_fetch_wait_max_ms");
         bad(|s| s.kafka_fetch_min_bytes = 0, "kafka_fetch_min_bytes");
-        bad(|s| s.kafka_min_insync_replicas = 2, "kafka_min_insync_replicas must be at most kafka_replication_factor");
+        bad(
+            |s| (s.kafka_replication_factor, s.kafka_min_insync_replicas) = (Some(1), Some(2)),
+            "kafka_min_insync_replicas must be at most kafka_replication_factor",
+        );
         bad(|s| s.gossip_interval_ms = 1, "gossip_interval_ms");
         bad(|s| s.group = String::new(), "group must not be empty");
         bad(|s| s.node_id = String::new(), "node_id must not be empty");

@@ -59,6 +59,20 @@ impl Brokers {
     }
 }
 
+/// A topic's replication factor (replicas of partition 0) and `min.insync.replicas`.
+async fn topic_replication(bootstrap: &str, topic: &str) -> (usize, String) {
+    use rdkafka::admin::{AdminClient, AdminOptions, ResourceSpecifier};
+    use rdkafka::client::DefaultClientContext;
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    let consumer: BaseConsumer = rdkafka::ClientConfig::new().set("bootstrap.servers", bootstrap).create().unwrap();
+    let metadata = consumer.fetch_metadata(Some(topic), Duration::from_secs(10)).unwrap();
+    let replicas = metadata.topics()[0].partitions()[0].replicas().len();
+    let admin: AdminClient<DefaultClientContext> = rdkafka::ClientConfig::new().set("bootstrap.servers", bootstrap).create().unwrap();
+    let configs = admin.describe_configs([&ResourceSpecifier::Topic(topic)], &AdminOptions::new()).await.unwrap();
+    let config = configs.into_iter().next().unwrap().unwrap();
+    (replicas, config.get("min.insync.replicas").and_then(|e| e.value.clone()).unwrap_or_default())
+}
+
 impl Drop for Brokers {
     fn drop(&mut self) {
         let _ = std::process::Command::new("scripts/kafka.sh").args(["stop", "--dir", self.dir.path().to_str().unwrap()]).status();
@@ -72,9 +86,11 @@ async fn killing_one_of_three_brokers_loses_no_acknowledged_write() {
     let log = format!("kafka://{}", brokers.bootstrap);
     let args = [
         "serve", "--node-id", "rf3", "--listen", "127.0.0.1:0", "--data-dir", dir.path().to_str().unwrap(),
-        "--log", &log, "--namespace", "default:4", "--kafka-replication-factor", "3", "--kafka-min-insync-replicas", "2",
+        // No replication flags: with 3 brokers the defaults are 3 and 2.
+        "--log", &log, "--namespace", "default:4",
     ];
     let t = Tern::spawn(&args, dir.path()).await;
+    assert_eq!(topic_replication(&brokers.bootstrap, "tern.default").await, (3, "2".to_string()), "safe defaults on 3 brokers");
     // A second node, a member of its replica group's consumer group (it gossips).
     let member_dir = tempfile::tempdir().unwrap();
     let gossip = format!("127.0.0.1:{}", std::net::UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port());

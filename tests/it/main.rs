@@ -26,4 +26,5 @@ mod retention;
 mod serve;
 mod snapshot_restore;
 mod snapshots;
+mod waits;
 mod watches;

@@ -39,6 +39,9 @@ use self::segments::{write_atomically, Segments};
 use self::writer::{AppendRequest, Writer};
 use super::{CreateOutcome, Log, LogError, LogReader, TopicInfo, TopicPartition};
 
+/// Longest an append waits for the writer to make its entry durable.
+const APPEND_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
+
 #[derive(Debug, Clone)]
 pub struct EmbeddedLogConfig {
     pub dir: PathBuf,
@@ -393,8 +396,19 @@ impl Log for EmbeddedLog {
         let partition = self.partition(tp)?;
         let queue = self.inner.queue.read().clone().ok_or(LogError::Closed)?;
         let (reply, answer) = oneshot::channel();
-        queue.send(AppendRequest { partition, payload, reply }).await.map_err(|_| LogError::Closed)?;
-        answer.await.map_err(|_| LogError::Closed)?
+        let appended = async {
+            queue.send(AppendRequest { partition, payload, reply }).await.map_err(|_| LogError::Closed)?;
+            answer.await.map_err(|_| LogError::Closed)?
+        };
+        // Bounded even if the disk hangs in fsync: the caller learns the outcome
+        // is unknown (the entry may still become durable) instead of waiting forever.
+        match tokio::time::timeout(APPEND_WAIT, appended).await {
+            Ok(result) => result,
+            Err(_) => Err(LogError::Unavailable(format!(
+                "{tp}: the entry was not made durable within {APPEND_WAIT:?} (the disk is stalled?); it may still be \
+                 appended: its outcome is unknown"
+            ))),
+        }
     }
 
     async fn identity(&self, topic: &str) -> Result<String, LogError> {

@@ -231,3 +231,27 @@ async fn a_crash_between_recording_the_start_and_deleting_segments_still_opens()
     assert_eq!(log.end_offset(&tp(1)).await.unwrap(), 3);
     assert_eq!(log.append(&tp(0), Bytes::from("next")).await.unwrap(), 3);
 }
+
+/// An append whose entry the writer never makes durable (a disk stalled in
+/// fsync) fails after a bound, saying the outcome is unknown; before the
+/// fix it waited forever. (Paused time: the bound passes at once.)
+#[tokio::test(start_paused = true)]
+async fn an_append_the_writer_never_answers_is_bounded() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = EmbeddedLog::open(config(dir.path())).unwrap();
+    log.create_topic("t", 1).await.unwrap();
+    // The writer's queue now leads nowhere: requests are taken, never answered.
+    let (stalled, mut taken) = tokio::sync::mpsc::channel(16);
+    let real = log.inner.queue.write().replace(stalled);
+    let holder = tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Some(request) = taken.recv().await {
+            held.push(request);
+        }
+    });
+    let err = log.append(&tp(0), Bytes::from("x")).await.unwrap_err();
+    assert!(err.to_string().contains("outcome is unknown"), "{err}");
+    *log.inner.queue.write() = real;
+    holder.abort();
+    log.close().await;
+}

@@ -50,8 +50,10 @@ pub struct KafkaLogConfig {
     /// Sets `client.rack`, so consumers may fetch from a same-region replica.
     pub rack: String,
     pub topic_prefix: String,
-    pub replication_factor: i32,
-    pub min_insync_replicas: i32,
+    /// `None`: chosen from the cluster's broker count (`replication`).
+    pub replication_factor: Option<i32>,
+    /// `None`: 2 with a replication factor of 3 or more, else 1.
+    pub min_insync_replicas: Option<i32>,
     /// Bound on admin and metadata calls.
     pub request_timeout: Duration,
     /// Bound on one produce, queueing and delivery included (`delivery.timeout.ms`).
@@ -72,8 +74,8 @@ impl KafkaLogConfig {
             client_id: "tern".into(),
             rack: String::new(),
             topic_prefix: "tern.".into(),
-            replication_factor: 1,
-            min_insync_replicas: 1,
+            replication_factor: None,
+            min_insync_replicas: None,
             request_timeout: Duration::from_secs(10),
             delivery_timeout: Duration::from_secs(10),
             linger: Duration::from_millis(1),
@@ -83,6 +85,11 @@ impl KafkaLogConfig {
         }
     }
 }
+
+/// Replicas per partition when the cluster has enough brokers: with
+/// `min.insync.replicas` 2 and `acks=all`, one broker can be lost with no
+/// acknowledged write lost and writes going on.
+const SAFE_REPLICATION_FACTOR: i32 = 3;
 
 struct Inner {
     config: KafkaLogConfig,
@@ -201,6 +208,36 @@ impl KafkaLog {
         .map_err(unavailable)?
     }
 
+    /// The replication factor and `min.insync.replicas` of a new topic: as
+    /// configured, else safe for production (3 and 2) when the cluster has
+    /// at least 3 brokers, else the broker count and 1, loudly: with fewer
+    /// than 3 replicas a lost broker can lose acknowledged writes.
+    async fn replication(&self) -> Result<(i32, i32), LogError> {
+        let config = &self.inner.config;
+        let factor = match config.replication_factor {
+            Some(factor) => factor,
+            None => {
+                let (consumer, timeout) = (self.inner.consumer.clone(), config.request_timeout);
+                let brokers = tokio::task::spawn_blocking(move || consumer.fetch_metadata(None, timeout).map(|m| m.brokers().len()))
+                    .await
+                    .map_err(unavailable)?
+                    .map_err(unavailable)?;
+                let factor = brokers.clamp(1, SAFE_REPLICATION_FACTOR as usize) as i32;
+                if factor < SAFE_REPLICATION_FACTOR {
+                    tracing::warn!(
+                        brokers, replication_factor = factor,
+                        "the Kafka cluster has fewer than {SAFE_REPLICATION_FACTOR} brokers: new topics get a replication \
+                         factor of {factor}, so losing a broker can lose acknowledged writes. Fine for development; in \
+                         production run 3 or more brokers (or set kafka_replication_factor explicitly)"
+                    );
+                }
+                factor
+            }
+        };
+        let min_isr = config.min_insync_replicas.unwrap_or(if factor >= SAFE_REPLICATION_FACTOR { 2 } else { 1 });
+        Ok((factor, min_isr))
+    }
+
     /// The topic's `retention.ms` (None: unlimited, -1).
     pub async fn topic_retention_ms(&self, namespace: &str) -> Result<Option<u64>, LogError> {
         let topic = self.topic_name(namespace);
@@ -232,9 +269,10 @@ impl Log for KafkaLog {
     async fn create_topic(&self, name: &str, partitions: u32) -> Result<CreateOutcome, LogError> {
         let topic = self.topic_name(name);
         let config = &self.inner.config;
-        let min_isr = config.min_insync_replicas.to_string();
-        let new_topic = NewTopic::new(&topic, partitions as i32, TopicReplication::Fixed(config.replication_factor))
-            .set("min.insync.replicas", &min_isr);
+        let (factor, min_isr) = self.replication().await?;
+        let min_isr = min_isr.to_string();
+        let new_topic =
+            NewTopic::new(&topic, partitions as i32, TopicReplication::Fixed(factor)).set("min.insync.replicas", &min_isr);
         let options = AdminOptions::new().operation_timeout(Some(Timeout::After(config.request_timeout)));
         let results = self.inner.admin.create_topics([&new_topic], &options).await.map_err(unavailable)?;
         let created = match results.into_iter().next() {
