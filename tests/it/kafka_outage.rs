@@ -94,10 +94,21 @@ async fn broker_restart_under_load_loses_no_acknowledged_write() {
         assert_eq!(status, 200, "acknowledged write {pk} is missing: {got}");
         assert_eq!(got["version"].as_u64(), Some(*version), "{pk}");
     }
-    // Each partition applied each offset once: its records all have distinct versions.
+    // None applied or appended twice. Every write went to a pk of its own and
+    // nothing was deleted, so: each partition applied each of its log entries
+    // exactly once (applied entries = log entries), and no write reached the
+    // log twice (a producer retry duplicating one would leave fewer records
+    // than entries: two entries, one pk).
     let (_, ns) = t.get_json("/v1/ns/default").await;
+    let (mut records, mut entries) = (0u64, 0u64);
     for p in ns["state"].as_array().unwrap() {
         assert_eq!(p["status"], "serving", "{p}");
         assert_eq!(p["skipped_entries"], 0, "{p}");
+        let (applied, end) = (p["applied_entries"].as_u64().unwrap(), p["log_end_offset"].as_u64().unwrap());
+        assert_eq!(applied, end, "every log entry applied once: {p}");
+        records += p["records"].as_u64().unwrap();
+        entries += end;
     }
+    assert_eq!(records, entries, "as many records as log entries: no write was appended twice");
+    assert!(records >= all.acked.len() as u64, "every acknowledged write is a record");
 }
