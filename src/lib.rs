@@ -14,6 +14,12 @@
 //! `tern` binary, the integration tests, `tern-bench`); everything else is
 //! `pub(crate)`.
 
+// ── The simulation (tests only) ───────────────────────────────────────────
+/// A deterministic, seeded simulation of a replica set over the apply
+/// engine's own functions, with fault injection (`scripts/sim.sh`).
+#[cfg(test)]
+mod sim;
+
 // ── The process ───────────────────────────────────────────────────────────
 /// The `tern` command: `dev`, `serve` and the client commands.
 pub mod cli;

@@ -18,7 +18,7 @@
 //! is ahead of the log, the partition is refused, loudly.
 
 pub(crate) mod batch;
-mod open;
+pub(crate) mod open;
 
 pub use self::open::Recovery;
 
@@ -178,7 +178,7 @@ const INLINE_BATCH_ENTRIES_MAX: usize = 64;
 
 /// Applies one batch in one non-durable store transaction, then publishes
 /// its outcomes and dispatches its events; false if the partition was refused.
-async fn apply(handle: &Arc<PartitionHandle>, entries: Vec<crate::log::LogRecord>) -> bool {
+pub(crate) async fn apply(handle: &Arc<PartitionHandle>, entries: Vec<crate::log::LogRecord>) -> bool {
     let count = entries.len();
     let result = if count > INLINE_BATCH_ENTRIES_MAX {
         let task_handle = handle.clone();
@@ -243,7 +243,7 @@ fn record_outcome_metrics(handle: &PartitionHandle, outcomes: &[(u64, Outcome)])
 
 /// Moves the applied offset over log offsets without entries (the reader's
 /// `position`); false if the partition was refused.
-fn skip_to(handle: &Arc<PartitionHandle>, position: u64) -> bool {
+pub(crate) fn skip_to(handle: &Arc<PartitionHandle>, position: u64) -> bool {
     match handle.store().apply(false, |tx| {
         tx.skip_to(position);
         Ok(())
@@ -261,7 +261,7 @@ fn skip_to(handle: &Arc<PartitionHandle>, position: u64) -> bool {
 }
 
 /// Makes the store durable and releases the log below it; false if refused.
-async fn flush(handle: &Arc<PartitionHandle>, log: &dyn Log) -> bool {
+pub(crate) async fn flush(handle: &Arc<PartitionHandle>, log: &dyn Log) -> bool {
     let store = handle.store();
     let started = Instant::now();
     match tokio::task::spawn_blocking(move || store.flush_durable()).await {

@@ -73,7 +73,7 @@ pub(super) async fn open_reader(
     }
 }
 
-enum Step {
+pub(crate) enum Step {
     /// Cannot serve this partition: the reason says why and what to do.
     Refuse(String),
     /// A transient failure: wait and try again.
@@ -89,7 +89,7 @@ fn classify(e: LogError) -> Step {
     }
 }
 
-async fn try_open(handle: &Arc<PartitionHandle>, log: &dyn Log, recovery: &Recovery) -> Result<(Box<dyn LogReader>, u64), Step> {
+pub(crate) async fn try_open(handle: &Arc<PartitionHandle>, log: &dyn Log, recovery: &Recovery) -> Result<(Box<dyn LogReader>, u64), Step> {
     let applied_next = handle.applied_next();
     let start = log.start_offset(&handle.tp).await.map_err(classify)?;
     let end = log.end_offset(&handle.tp).await.map_err(classify)?;
@@ -112,7 +112,14 @@ async fn try_open(handle: &Arc<PartitionHandle>, log: &dyn Log, recovery: &Recov
                     )))
                 }
                 Err(Restore::Invalid(_)) => {}
-                Err(Restore::OtherLog(why)) => return Err(Step::Refuse(why)),
+                // Only another log's snapshots, and this log is empty: the signature
+                // of a lost log (restore with --restore), never restored silently.
+                Err(Restore::OtherLog(why)) if end == 0 => return Err(Step::Refuse(why)),
+                // This log holds data: another cluster's snapshots in the bucket are
+                // not this partition's; the log decides below.
+                Err(Restore::OtherLog(why)) => {
+                    tracing::warn!(tp = %handle.tp, %why, "ignoring snapshots of another log")
+                }
                 // The log still starts at 0: replaying it is complete too.
                 Err(Restore::Unavailable(why)) if start == 0 && end > 0 => {
                     tracing::warn!(tp = %handle.tp, %why, "object store unavailable; replaying the log from 0 instead")

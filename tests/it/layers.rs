@@ -14,6 +14,7 @@ use std::path::Path;
 
 /// Top to bottom. A module's floor is its index here.
 const FLOORS: &[&[&str]] = &[
+    &["sim"],
     &["cli"],
     &["server"],
     &["api", "settings"],
