@@ -98,3 +98,57 @@ async fn a_topic_retention_shorter_than_the_snapshot_interval_is_reported() {
     assert!(metrics.contains("tern_kafka_retention_shorter_than_snapshots{ns=\"short\"} 1"), "{metrics}");
     assert!(metrics.contains("tern_kafka_retention_shorter_than_snapshots{ns=\"long\"} 0"), "default retention (7 days) is longer");
 }
+
+/// Bug 10 on Kafka: a topic deleted and created again under its name is
+/// another log (a new topic id). A wiped node must not restore the old
+/// topic's snapshot (it would skip the new topic's first offsets and hold
+/// the old data); it replays the new topic. Before the fix snapshots named
+/// no log, and the old snapshot (at offset 30) was restored over the new
+/// topic's 40 entries: offsets 0..30 of the new topic skipped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_recreated_topic_never_restores_the_old_topics_snapshot() {
+    use rdkafka::admin::{AdminClient, AdminOptions};
+    use rdkafka::client::DefaultClientContext;
+    let (data, objects) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let snapshots = format!("file://{}", objects.path().display());
+    let prefix = format!("c{}.", rand::random::<u32>());
+    let mut t = serve("recreate", data.path(), &prefix, &snapshots).await;
+    for i in 0..30 {
+        assert_eq!(t.put(&format!("old{i}"), "", &json!(i)).await.0, 200);
+    }
+    t.wait_caught_up("default").await;
+    let (status, taken) = t.send(t.client.post(format!("{}/v1/admin/snapshots", t.url)).json(&json!({}))).await;
+    assert_eq!(status, 200, "{taken}");
+    assert!(t.terminate().success());
+
+    // The topic is deleted and created again (same name, same partitions), and written anew.
+    let admin: AdminClient<DefaultClientContext> =
+        rdkafka::config::ClientConfig::new().set("bootstrap.servers", bootstrap()).create().unwrap();
+    let topic = format!("{prefix}default");
+    admin.delete_topics(&[&topic], &AdminOptions::new()).await.unwrap().remove(0).unwrap();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    std::fs::remove_dir_all(data.path()).unwrap();
+    std::fs::create_dir_all(data.path()).unwrap();
+    let other = tempfile::tempdir().unwrap();
+    // A node without snapshots creates the new topic and writes 40 entries to it.
+    let log = format!("kafka://{}", bootstrap());
+    let args = [
+        "serve", "--node-id", "writer", "--group", "writer", "--listen", "127.0.0.1:0", "--data-dir",
+        other.path().to_str().unwrap(), "--log", &log, "--kafka-topic-prefix", &prefix, "--namespace", "default:4",
+    ];
+    let mut writer = Tern::spawn(&args, other.path()).await;
+    for i in 0..40 {
+        assert_eq!(writer.put(&format!("new{i}"), "", &json!(i)).await.0, 200);
+    }
+    writer.wait_caught_up("default").await;
+    let expected = writer.partition_states("default").await;
+    assert!(writer.terminate().success());
+
+    // The wiped node, same snapshot store: it replays the new topic.
+    let t = serve("recreate", data.path(), &prefix, &snapshots).await;
+    t.wait_caught_up("default").await;
+    assert_eq!(restores(&t).await, 0, "the old topic's snapshots are not this topic's");
+    assert_eq!(t.partition_states("default").await, expected, "exactly the new topic's state");
+    let (status, _) = t.get("old0", "").await;
+    assert_eq!(status, 404, "nothing of the old topic");
+}
