@@ -54,9 +54,12 @@ const NAMESPACE: &str = "sim";
 /// The log's identity; `OTHER_LOG` is a cluster sharing the snapshot bucket.
 pub(crate) const LOG_IDENTITY: &str = "sim:log";
 const OTHER_LOG: &str = "sim:other-log";
-/// Replicas per run, steps per run, steps to quiesce after healing.
+/// Replicas of the one partition in each run.
 const REPLICAS: usize = 3;
+/// Random steps per run (writes, applies, faults, snapshots).
 const STEPS: usize = 160;
+/// Rounds (one apply step per replica each) to reach the log's end after
+/// healing; a replica still behind then is stuck.
 const QUIESCE_ROUNDS_MAX: usize = 200;
 /// Keys are drawn from a small space, so writes collide and conditions matter.
 const KEYS: usize = 6;
