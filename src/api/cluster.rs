@@ -15,24 +15,7 @@ pub async fn show(State(state): State<AppState>) -> Response {
         .members()
         .into_iter()
         .map(|m| {
-            let partitions: Vec<serde_json::Value> = m
-                .held
-                .iter()
-                .flat_map(|(ns, held)| {
-                    held.iter().map(move |(p, applied_next)| {
-                        json!({ "ns": ns, "partition": p, "applied_offset": *applied_next as i64 - 1 })
-                    })
-                })
-                .collect();
-            let handing_off: Vec<serde_json::Value> = m
-                .handing_off
-                .iter()
-                .flat_map(|(ns, held)| {
-                    held.iter().map(move |(p, applied_next)| {
-                        json!({ "ns": ns, "partition": p, "applied_offset": *applied_next as i64 - 1 })
-                    })
-                })
-                .collect();
+            let (partitions, handing_off) = (offsets_json(&m.held), offsets_json(&m.handing_off));
             let refused: Vec<serde_json::Value> = m
                 .refused
                 .iter()
@@ -54,4 +37,14 @@ pub async fn show(State(state): State<AppState>) -> Response {
         })
         .collect();
     Json(json!({ "self": state.cluster.me().id, "nodes": nodes })).into_response()
+}
+
+/// `[{ns, partition, applied_offset}]` of a namespace -> partition -> applied_next map.
+fn offsets_json(partitions: &std::collections::BTreeMap<String, std::collections::BTreeMap<u32, u64>>) -> Vec<serde_json::Value> {
+    partitions
+        .iter()
+        .flat_map(|(ns, held)| {
+            held.iter().map(move |(p, applied_next)| json!({ "ns": ns, "partition": p, "applied_offset": *applied_next as i64 - 1 }))
+        })
+        .collect()
 }

@@ -188,36 +188,31 @@ fn served_in_group(peers: Arc<RwLock<Vec<Arc<Member>>>>, group: String) -> crate
 /// Revoked partitions this node still serves (caught up) until another
 /// member of its group does: advertised apart from `held_partitions`.
 pub fn handing_off_partitions(node: &Node) -> BTreeMap<String, BTreeMap<u32, u64>> {
-    let mut handing_off = BTreeMap::new();
-    for namespace in node.namespaces() {
-        let partitions: BTreeMap<u32, u64> = namespace
-            .handles
-            .iter()
-            .filter(|h| h.status() == PartitionStatus::Serving && node.is_handing_off(&h.tp))
-            .map(|h| (h.partition, h.applied_next()))
-            .collect();
-        if !partitions.is_empty() {
-            handing_off.insert(namespace.name.to_string(), partitions);
-        }
-    }
-    handing_off
+    serving_partitions(node, true)
 }
 
 /// The partitions this node serves right now and owns: caught up, not
-/// refused, and not revoked (a revoked partition being handed off is still
-/// served locally but not advertised, so other members never count on it).
+/// refused, and not revoked (a revoked partition being handed off is
+/// advertised apart, `handing_off_partitions`: other members route to it but
+/// never count on it to let go of theirs).
 pub fn held_partitions(node: &Node) -> BTreeMap<String, BTreeMap<u32, u64>> {
-    let mut held = BTreeMap::new();
+    serving_partitions(node, false)
+}
+
+/// namespace -> partition -> applied_next of the partitions this node
+/// serves caught up, either those it is handing off or those it owns.
+fn serving_partitions(node: &Node, handing_off: bool) -> BTreeMap<String, BTreeMap<u32, u64>> {
+    let mut serving = BTreeMap::new();
     for namespace in node.namespaces() {
         let partitions: BTreeMap<u32, u64> = namespace
             .handles
             .iter()
-            .filter(|h| h.status() == PartitionStatus::Serving && !node.is_handing_off(&h.tp))
+            .filter(|h| h.status() == PartitionStatus::Serving && node.is_handing_off(&h.tp) == handing_off)
             .map(|h| (h.partition, h.applied_next()))
             .collect();
         if !partitions.is_empty() {
-            held.insert(namespace.name.to_string(), partitions);
+            serving.insert(namespace.name.to_string(), partitions);
         }
     }
-    held
+    serving
 }

@@ -9,60 +9,17 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use async_trait::async_trait;
-use bytes::Bytes;
 use tern::cluster::{Cluster, Member, SelfInfo};
-use tern::log::embedded::{EmbeddedLog, EmbeddedLogConfig};
-use tern::log::{Assignment, CreateOutcome, Log, LogError, LogReader, TopicInfo, TopicPartition};
+use tern::log::{Assignment, TopicPartition};
 use tern::node::Node;
 
-/// The embedded log, except that this node is assigned no partition (as a
-/// replica-group member whose peers hold them all).
-struct HoldsNothing {
-    log: EmbeddedLog,
-    assignment: tokio::sync::watch::Sender<Assignment>,
-}
-
-#[async_trait]
-impl Log for HoldsNothing {
-    async fn create_topic(&self, name: &str, partitions: u32) -> Result<CreateOutcome, LogError> {
-        self.log.create_topic(name, partitions).await
-    }
-    async fn list_topics(&self) -> Result<Vec<TopicInfo>, LogError> {
-        self.log.list_topics().await
-    }
-    async fn append(&self, tp: &TopicPartition, payload: Bytes) -> Result<u64, LogError> {
-        self.log.append(tp, payload).await
-    }
-    async fn identity(&self, topic: &str) -> Result<String, LogError> {
-        self.log.identity(topic).await
-    }
-    async fn end_offset(&self, tp: &TopicPartition) -> Result<u64, LogError> {
-        self.log.end_offset(tp).await
-    }
-    async fn start_offset(&self, tp: &TopicPartition) -> Result<u64, LogError> {
-        self.log.start_offset(tp).await
-    }
-    async fn reader(&self, tp: &TopicPartition, from: u64) -> Result<Box<dyn LogReader>, LogError> {
-        self.log.reader(tp, from).await
-    }
-    fn release_below(&self, tp: &TopicPartition, offset: u64) {
-        self.log.release_below(tp, offset)
-    }
-    fn assignment(&self) -> tokio::sync::watch::Receiver<Assignment> {
-        self.assignment.subscribe()
-    }
-    async fn close(&self) {
-        self.log.close().await
-    }
-}
+use crate::common::steered_log::SteeredLog;
 
 /// Serves the API of a node that holds nothing, with `peers` as its cluster map.
 async fn serve(dir: &std::path::Path, peers: Vec<Member>) -> (String, Arc<Node>) {
-    let log = HoldsNothing {
-        log: EmbeddedLog::open(EmbeddedLogConfig::new(dir.join("log"))).unwrap(),
-        assignment: tokio::sync::watch::Sender::new(Assignment::Only(BTreeSet::new())),
-    };
+    // Assigned no partition: a replica-group member whose peers hold them all.
+    let log = SteeredLog::new(&dir.join("log"));
+    log.assignment.send_replace(Assignment::Only(BTreeSet::new()));
     let settings = tern::settings::Settings { data_dir: dir.join("node"), store_cache_bytes: 1 << 20, ..Default::default() };
     let config = settings.node_config(None);
     let node = Node::start(config, Arc::new(log)).await.unwrap();

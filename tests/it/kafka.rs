@@ -109,10 +109,6 @@ async fn foreign_producers_are_applied_and_garbage_is_skipped() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_behind_the_retained_log_refuses_the_partition_and_says_why() {
-    use rdkafka::admin::{AdminClient, AdminOptions};
-    use rdkafka::client::DefaultClientContext;
-    use rdkafka::{Offset, TopicPartitionList};
-
     let dir = tempfile::tempdir().unwrap();
     let prefix = unique_prefix();
     let mut t = serve(dir.path(), &prefix).await;
@@ -125,19 +121,7 @@ async fn a_node_behind_the_retained_log_refuses_the_partition_and_says_why() {
 
     // While the node is stopped, more writes arrive and retention deletes
     // everything below them (DeleteRecords is what retention does).
-    let producer: FutureProducer =
-        ClientConfig::new().set("bootstrap.servers", bootstrap()).set("partitioner", "murmur2_random").create().unwrap();
-    let topic = format!("{prefix}default");
-    for i in 0..5 {
-        let op = Op { pk: pk.into(), sk: "s".into(), kind: OpKind::Put(Bytes::from(format!("{i}"))), condition: None };
-        let payload = codec::encode(&Mutation { write_id: Bytes::new(), ops: vec![op] });
-        let record: FutureRecord<'_, str, [u8]> = FutureRecord::to(&topic).key(pk).payload(&payload);
-        producer.send(record, Duration::from_secs(10)).await.map_err(|(e, _)| e).unwrap();
-    }
-    let admin: AdminClient<DefaultClientContext> = ClientConfig::new().set("bootstrap.servers", bootstrap()).create().unwrap();
-    let mut below = TopicPartitionList::new();
-    below.add_partition_offset(&topic, partition as i32, Offset::Offset(4)).unwrap();
-    admin.delete_records(&below, &AdminOptions::new()).await.unwrap();
+    five_more_writes_then_retention_to_4(&prefix, pk, partition).await;
 
     // On restart the node needs offset 1 but the log starts at 4: refused, loudly.
     let data = dir.path().to_path_buf();
@@ -174,10 +158,6 @@ async fn a_node_behind_the_retained_log_refuses_the_partition_and_says_why() {
 /// `/readyz` stayed 200 and the partition never left `serving`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn retention_overtaking_a_running_reader_refuses_the_partition_loudly() {
-    use rdkafka::admin::{AdminClient, AdminOptions};
-    use rdkafka::client::DefaultClientContext;
-    use rdkafka::{Offset, TopicPartitionList};
-
     let dir = tempfile::tempdir().unwrap();
     let prefix = unique_prefix();
     let t = serve(dir.path(), &prefix).await;
@@ -188,19 +168,7 @@ async fn retention_overtaking_a_running_reader_refuses_the_partition_loudly() {
     t.wait_caught_up("default").await;
     let pid = t.child.as_ref().unwrap().id().to_string();
     assert!(std::process::Command::new("kill").args(["-STOP", &pid]).status().unwrap().success());
-    let producer: FutureProducer =
-        ClientConfig::new().set("bootstrap.servers", bootstrap()).set("partitioner", "murmur2_random").create().unwrap();
-    let topic = format!("{prefix}default");
-    for i in 0..5 {
-        let op = Op { pk: pk.into(), sk: "s".into(), kind: OpKind::Put(Bytes::from(format!("{i}"))), condition: None };
-        let payload = codec::encode(&Mutation { write_id: Bytes::new(), ops: vec![op] });
-        let record: FutureRecord<'_, str, [u8]> = FutureRecord::to(&topic).key(pk).payload(&payload);
-        producer.send(record, Duration::from_secs(10)).await.map_err(|(e, _)| e).unwrap();
-    }
-    let admin: AdminClient<DefaultClientContext> = ClientConfig::new().set("bootstrap.servers", bootstrap()).create().unwrap();
-    let mut below = TopicPartitionList::new();
-    below.add_partition_offset(&topic, partition as i32, Offset::Offset(4)).unwrap();
-    admin.delete_records(&below, &AdminOptions::new()).await.unwrap();
+    five_more_writes_then_retention_to_4(&prefix, pk, partition).await;
     assert!(std::process::Command::new("kill").args(["-CONT", &pid]).status().unwrap().success());
 
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
@@ -263,6 +231,27 @@ async fn transaction_markers_do_not_keep_a_partition_behind() {
     let url = format!("{}?consistency=strong&timeout_ms=5000", t.kv_url("default", pk, Some("s")));
     let (status, got) = t.send(t.client.get(url)).await;
     assert_eq!((status, got["value"].as_str()), (200, Some("committed")), "{got}");
+}
+
+/// Five more writes of `pk` by a foreign producer, then what retention does
+/// (DeleteRecords): partition `partition` of the namespace's topic starts at 4.
+async fn five_more_writes_then_retention_to_4(prefix: &str, pk: &str, partition: u32) {
+    use rdkafka::admin::{AdminClient, AdminOptions};
+    use rdkafka::client::DefaultClientContext;
+    use rdkafka::{Offset, TopicPartitionList};
+    let producer: FutureProducer =
+        ClientConfig::new().set("bootstrap.servers", bootstrap()).set("partitioner", "murmur2_random").create().unwrap();
+    let topic = format!("{prefix}default");
+    for i in 0..5 {
+        let op = Op { pk: pk.into(), sk: "s".into(), kind: OpKind::Put(Bytes::from(format!("{i}"))), condition: None };
+        let payload = codec::encode(&Mutation { write_id: Bytes::new(), ops: vec![op] });
+        let record: FutureRecord<'_, str, [u8]> = FutureRecord::to(&topic).key(pk).payload(&payload);
+        producer.send(record, Duration::from_secs(10)).await.map_err(|(e, _)| e).unwrap();
+    }
+    let admin: AdminClient<DefaultClientContext> = ClientConfig::new().set("bootstrap.servers", bootstrap()).create().unwrap();
+    let mut below = TopicPartitionList::new();
+    below.add_partition_offset(&topic, partition as i32, Offset::Offset(4)).unwrap();
+    admin.delete_records(&below, &AdminOptions::new()).await.unwrap();
 }
 
 /// Starts a node that is expected never to become ready; waits for it to listen.

@@ -4,58 +4,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use async_trait::async_trait;
-use bytes::Bytes;
 use tern::cluster::{Cluster, SelfInfo};
-use tern::log::embedded::{EmbeddedLog, EmbeddedLogConfig};
-use tern::log::{CreateOutcome, Log, LogError, LogReader, TopicInfo, TopicPartition};
 use tern::node::Node;
 
-/// The embedded log, whose offsets stop answering once `stalled` is set.
-struct Stalling {
-    log: EmbeddedLog,
-    stalled: tokio::sync::watch::Sender<bool>,
-}
-
-impl Stalling {
-    async fn hang_if_stalled(&self) {
-        let mut stalled = self.stalled.subscribe();
-        let _ = stalled.wait_for(|stalled| !*stalled).await;
-    }
-}
-
-#[async_trait]
-impl Log for Stalling {
-    async fn create_topic(&self, name: &str, partitions: u32) -> Result<CreateOutcome, LogError> {
-        self.log.create_topic(name, partitions).await
-    }
-    async fn list_topics(&self) -> Result<Vec<TopicInfo>, LogError> {
-        self.log.list_topics().await
-    }
-    async fn append(&self, tp: &TopicPartition, payload: Bytes) -> Result<u64, LogError> {
-        self.log.append(tp, payload).await
-    }
-    async fn identity(&self, topic: &str) -> Result<String, LogError> {
-        self.log.identity(topic).await
-    }
-    async fn end_offset(&self, tp: &TopicPartition) -> Result<u64, LogError> {
-        self.hang_if_stalled().await;
-        self.log.end_offset(tp).await
-    }
-    async fn start_offset(&self, tp: &TopicPartition) -> Result<u64, LogError> {
-        self.hang_if_stalled().await;
-        self.log.start_offset(tp).await
-    }
-    async fn reader(&self, tp: &TopicPartition, from: u64) -> Result<Box<dyn LogReader>, LogError> {
-        self.log.reader(tp, from).await
-    }
-    fn release_below(&self, tp: &TopicPartition, offset: u64) {
-        self.log.release_below(tp, offset)
-    }
-    async fn close(&self) {
-        self.log.close().await
-    }
-}
+use crate::common::steered_log::SteeredLog;
 
 /// Generous: only a hang (the bug) exceeds it.
 const HANG: Duration = Duration::from_secs(20);
@@ -68,10 +20,7 @@ const HANG: Duration = Duration::from_secs(20);
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stalled_log_bounds_strong_reads_and_namespace_views() {
     let dir = tempfile::tempdir().unwrap();
-    let log = Arc::new(Stalling {
-        log: EmbeddedLog::open(EmbeddedLogConfig::new(dir.path().join("log"))).unwrap(),
-        stalled: tokio::sync::watch::Sender::new(false),
-    });
+    let log = Arc::new(SteeredLog::new(&dir.path().join("log")));
     let settings = tern::settings::Settings { data_dir: dir.path().join("node"), store_cache_bytes: 1 << 20, ..Default::default() };
     let node = Node::start(settings.node_config(None), log.clone()).await.unwrap();
     node.create_namespace("ns", 16).await.unwrap();
@@ -87,7 +36,7 @@ async fn a_stalled_log_bounds_strong_reads_and_namespace_views() {
     let response = client.put(format!("{url}/v1/ns/ns/kv/k/?wait=applied")).body("1").send().await.unwrap();
     assert_eq!(response.status(), 200);
 
-    log.stalled.send_replace(true);
+    log.offsets_open.send_replace(false);
     let strong = client.get(format!("{url}/v1/ns/ns/kv/k/?consistency=strong&timeout_ms=300")).send();
     let response = tokio::time::timeout(HANG, strong).await.expect("a strong read answers within its timeout").unwrap();
     assert_eq!(response.status(), 503);
@@ -104,6 +53,6 @@ async fn a_stalled_log_bounds_strong_reads_and_namespace_views() {
     // A local read needs no log: answered as ever.
     let local = client.get(format!("{url}/v1/ns/ns/kv/k/")).send().await.unwrap();
     assert_eq!(local.status(), 200);
-    log.stalled.send_replace(false);
+    log.offsets_open.send_replace(true);
     node.stop_apply().await;
 }

@@ -1,0 +1,95 @@
+//! `SteeredLog`: the embedded log with the test's hand on it, for
+//! in-process tests of the node: which partitions the node is assigned, a
+//! gate that holds the log's offsets (where apply loops open, strong reads,
+//! lag) until opened, and readers that deliver every batch twice.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use tern::log::embedded::{EmbeddedLog, EmbeddedLogConfig};
+use tern::log::{Assignment, CreateOutcome, Log, LogError, LogReader, LogRecord, TopicInfo, TopicPartition};
+
+pub struct SteeredLog {
+    pub log: EmbeddedLog,
+    /// What the node is assigned (`Log::assignment`).
+    pub assignment: tokio::sync::watch::Sender<Assignment>,
+    /// While false, `start_offset` and `end_offset` wait.
+    pub offsets_open: tokio::sync::watch::Sender<bool>,
+    /// Readers deliver every batch twice (a log that redelivers).
+    pub redeliver: bool,
+}
+
+impl SteeredLog {
+    /// An embedded log in `dir`: everything assigned, offsets answering.
+    pub fn new(dir: &std::path::Path) -> SteeredLog {
+        SteeredLog {
+            log: EmbeddedLog::open(EmbeddedLogConfig::new(dir)).unwrap(),
+            assignment: tokio::sync::watch::Sender::new(Assignment::All),
+            offsets_open: tokio::sync::watch::Sender::new(true),
+            redeliver: false,
+        }
+    }
+
+    async fn offsets_gate(&self) {
+        let mut open = self.offsets_open.subscribe();
+        let _ = open.wait_for(|open| *open).await;
+    }
+}
+
+#[async_trait]
+impl Log for SteeredLog {
+    async fn create_topic(&self, name: &str, partitions: u32) -> Result<CreateOutcome, LogError> {
+        self.log.create_topic(name, partitions).await
+    }
+    async fn list_topics(&self) -> Result<Vec<TopicInfo>, LogError> {
+        self.log.list_topics().await
+    }
+    async fn append(&self, tp: &TopicPartition, payload: Bytes) -> Result<u64, LogError> {
+        self.log.append(tp, payload).await
+    }
+    async fn identity(&self, topic: &str) -> Result<String, LogError> {
+        self.log.identity(topic).await
+    }
+    async fn end_offset(&self, tp: &TopicPartition) -> Result<u64, LogError> {
+        self.offsets_gate().await;
+        self.log.end_offset(tp).await
+    }
+    async fn start_offset(&self, tp: &TopicPartition) -> Result<u64, LogError> {
+        self.offsets_gate().await;
+        self.log.start_offset(tp).await
+    }
+    async fn reader(&self, tp: &TopicPartition, from: u64) -> Result<Box<dyn LogReader>, LogError> {
+        let inner = self.log.reader(tp, from).await?;
+        Ok(if self.redeliver { Box::new(TwiceReader { inner, again: None }) } else { inner })
+    }
+    fn release_below(&self, tp: &TopicPartition, offset: u64) {
+        self.log.release_below(tp, offset)
+    }
+    fn assignment(&self) -> tokio::sync::watch::Receiver<Assignment> {
+        self.assignment.subscribe()
+    }
+    async fn close(&self) {
+        self.log.close().await
+    }
+}
+
+/// Delivers every batch twice: the second time, offsets already applied.
+struct TwiceReader {
+    inner: Box<dyn LogReader>,
+    again: Option<Vec<LogRecord>>,
+}
+
+#[async_trait]
+impl LogReader for TwiceReader {
+    async fn next_batch(&mut self, records_max: usize, wait: Duration) -> Result<Vec<LogRecord>, LogError> {
+        if let Some(again) = self.again.take() {
+            return Ok(again);
+        }
+        let batch = self.inner.next_batch(records_max, wait).await?;
+        if !batch.is_empty() {
+            self.again = Some(batch.clone());
+        }
+        Ok(batch)
+    }
+}
