@@ -469,7 +469,8 @@ fn rebuild(
     manifest: &Manifest,
     replace: bool,
 ) -> Result<PartitionStore, String> {
-    let mut failure: Option<String> = None;
+    // Set by the chunk decoder, read by the check (both borrow it).
+    let failure: std::cell::RefCell<Option<String>> = std::cell::RefCell::new(None);
     let records = chunks.into_iter().flat_map(|(chunk, compressed)| {
         let decoded = zstd::bulk::decompress(&compressed, chunk.raw_bytes as usize)
             .map_err(|e| format!("chunk {}: zstd: {e}", chunk.hash))
@@ -477,25 +478,27 @@ fn rebuild(
         match decoded {
             Ok(records) => records,
             Err(e) => {
-                failure.get_or_insert(e);
+                failure.borrow_mut().get_or_insert(e);
                 Vec::new()
             }
         }
     });
-    let (store, hash) = PartitionStore::restore(path, partitions, cache_bytes, state, records, replace).map_err(|e| e.to_string())?;
-    if let Some(failure) = failure {
-        return Err(failure);
-    }
-    let restored = store.read().and_then(|r| r.state()).map_err(|e| e.to_string())?;
-    if hash.to_hex() != manifest.state_hash || restored.record_count != manifest.record_count {
-        return Err(format!(
-            "restored state hash {} with {} records, the manifest says {} with {}",
-            hash.to_hex(),
-            restored.record_count,
-            manifest.state_hash,
-            manifest.record_count
-        ));
-    }
+    let expected = (manifest.state_hash.clone(), manifest.record_count);
+    let verify = |hash: crate::store::hash::StateHash, record_count: u64| {
+        if let Some(failure) = failure.borrow_mut().take() {
+            return Err(failure);
+        }
+        if hash.to_hex() != expected.0 || record_count != expected.1 {
+            return Err(format!(
+                "restored state hash {} with {record_count} records, the manifest says {} with {}",
+                hash.to_hex(),
+                expected.0,
+                expected.1
+            ));
+        }
+        Ok(())
+    };
+    let (store, _) = PartitionStore::restore(path, partitions, cache_bytes, state, records, replace, verify).map_err(|e| e.to_string())?;
     Ok(store)
 }
 

@@ -210,6 +210,7 @@ impl PartitionStore {
         state: &RestoredState,
         entries: impl IntoIterator<Item = (Vec<u8>, Vec<u8>)>,
         replace: bool,
+        verify: impl FnOnce(StateHash, u64) -> Result<(), String>,
     ) -> Result<(PartitionStore, StateHash), StoreError> {
         let err = |message: String| StoreError { path: path.display().to_string(), message };
         assert!(replace || !path.exists(), "restore replaces an existing store only when asked to");
@@ -240,10 +241,17 @@ impl PartitionStore {
                 tx.records.insert(META_JOURNAL_FROM, state.journal_from.to_le_bytes().as_slice()).map_err(&error)?;
                 tx.state.applied_entries = state.applied_entries;
                 tx.state.skipped_entries = state.skipped_entries;
-                Ok(tx.state.state_hash)
+                Ok((tx.state.state_hash, tx.state.record_count))
             })?;
             restored
         };
+        let (hash, record_count) = hash;
+        // Checked before it takes the store's place: a store is only ever
+        // replaced by one that verified.
+        if let Err(reason) = verify(hash, record_count) {
+            let _ = std::fs::remove_file(&staging);
+            return Err(err(reason));
+        }
         std::fs::rename(&staging, path).map_err(|e| err(format!("moving the restored store into place: {e}")))?;
         if let Some(dir) = path.parent() {
             std::fs::File::open(dir).and_then(|d| d.sync_all()).map_err(|e| err(format!("syncing {}: {e}", dir.display())))?;
@@ -341,7 +349,8 @@ mod tests {
         let fresh = PartitionStore::open(&dir.path().join("fresh"), 1, 1 << 20).unwrap();
         assert_eq!(fresh.read().unwrap().journal_from().unwrap(), 0);
         let state = RestoredState { applied_next: 42, applied_entries: 42, skipped_entries: 0, journal_from: 7 };
-        let (restored, _) = PartitionStore::restore(&dir.path().join("restored"), 1, 1 << 20, &state, Vec::new(), false).unwrap();
+        let (restored, _) =
+            PartitionStore::restore(&dir.path().join("restored"), 1, 1 << 20, &state, Vec::new(), false, |_, _| Ok(())).unwrap();
         let reader = restored.read().unwrap();
         assert_eq!((reader.applied_next().unwrap(), reader.journal_from().unwrap()), (42, 7));
     }

@@ -263,3 +263,39 @@ async fn snapshots_on_an_s3_server_restore_exactly_and_survive_the_server_stoppi
     assert_eq!(manifest.applied_next, 3);
     assert_eq!(state_of(&restored), state_of(&store));
 }
+
+/// A snapshot that fails verification (its manifest is well formed and
+/// sealed, but the state hash it promises is not what its chunks hold)
+/// never takes the place of an existing store: the store is replaced only
+/// by one that verified. Before the fix the rebuilt store was renamed over
+/// the stale one first and checked after, so a bad snapshot destroyed it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_snapshot_that_fails_verification_never_replaces_a_store() {
+    let dir = tempfile::tempdir().unwrap();
+    let snapshots = snapshots(dir.path());
+    let source = PartitionStore::open(&dir.path().join("source.redb"), PARTITIONS, 1 << 20).unwrap();
+    write(&source, 0..100, 7, "new");
+    let report = snapshots.create("ns", 2, PARTITIONS, source.read().unwrap(), "test-log").await.unwrap();
+    // The manifest now promises another state hash; resealed, so only the content check can tell.
+    // A file:// store names objects by their absolute path, without the leading slash.
+    let manifest_path = std::path::Path::new("/").join(report.manifest.as_str());
+    let mut manifest: tern::snapshot::format::Manifest = serde_json::from_slice(&std::fs::read(&manifest_path).unwrap()).unwrap();
+    manifest.state_hash = "00".repeat(32);
+    std::fs::write(&manifest_path, manifest.seal()).unwrap();
+
+    let stale_path = dir.path().join("stale.redb");
+    let stale = PartitionStore::open(&stale_path, PARTITIONS, 1 << 20).unwrap();
+    write(&stale, 0..3, 0, "old");
+    let before = state_of(&stale);
+    drop(stale);
+    let target = tern::snapshot::RestoreTarget {
+        replace: true,
+        applied_next_min: 1,
+        ..tern::snapshot::RestoreTarget::new("ns", 2, PARTITIONS, &stale_path, 1 << 20)
+    };
+    let err = snapshots.restore(&target).await.err().expect("the snapshot does not verify");
+    assert!(err.to_string().contains("state hash"), "{err}");
+    let reopened = PartitionStore::open(&stale_path, PARTITIONS, 1 << 20).unwrap();
+    assert_eq!(state_of(&reopened), before, "the stale store is still there, untouched");
+    assert!(!stale_path.with_extension("restoring").exists(), "nothing half-built is left");
+}
