@@ -324,6 +324,17 @@ impl Log for KafkaLog {
         match self.inner.producer.send(record, Timeout::After(self.inner.config.delivery_timeout)).await {
             Ok(delivery) => {
                 debug_assert_eq!(delivery.partition, tp.partition as i32);
+                // A retried idempotent send the broker already had (a leader
+                // moving mid-send) is reported delivered with no offset
+                // (-1001): in the log, position unknown. Never a version.
+                if delivery.offset < 0 {
+                    return Err(unavailable(format!(
+                        "the write to {topic}/{} is in the log but the broker did not say at which offset (a retried \
+                         send it already had); its outcome is unknown here: read the record, or retry with the same \
+                         Idempotency-Key header, which applies it at most once",
+                        tp.partition
+                    )));
+                }
                 Ok(delivery.offset as u64)
             }
             Err((e, _)) => Err(unavailable(format!(
