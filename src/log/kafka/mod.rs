@@ -86,6 +86,10 @@ impl KafkaLogConfig {
     }
 }
 
+/// Watermark requests (a partition's start and end offsets) in flight at
+/// once; each is a broker round trip on a blocking thread.
+const WATERMARK_REQUESTS_MAX: usize = 16;
+
 /// Replicas per partition when the cluster has enough brokers: with
 /// `min.insync.replicas` 2 and `acks=all`, one broker can be lost with no
 /// acknowledged write lost and writes going on.
@@ -103,6 +107,8 @@ struct Inner {
     /// Bounds the short-lived consumers of `history_reader` (each is a
     /// librdkafka client with threads of its own).
     history_slots: Arc<tokio::sync::Semaphore>,
+    /// Bounds the watermark (start/end offset) requests in flight.
+    watermark_slots: Arc<tokio::sync::Semaphore>,
     /// The task serving the consumer's main queue. It holds a clone of the
     /// consumer, so it is stopped when the log is dropped; otherwise the
     /// consumer (its threads and broker connections) would outlive the log.
@@ -186,7 +192,10 @@ impl KafkaLog {
             }
         };
         let history_slots = Arc::new(tokio::sync::Semaphore::new(HISTORY_READERS_MAX));
-        Ok(KafkaLog { inner: Arc::new(Inner { config, producer, admin, consumer, group, base, history_slots, main_queue }) })
+        let watermark_slots = Arc::new(tokio::sync::Semaphore::new(WATERMARK_REQUESTS_MAX));
+        Ok(KafkaLog {
+            inner: Arc::new(Inner { config, producer, admin, consumer, group, base, history_slots, watermark_slots, main_queue }),
+        })
     }
 
     fn topic_name(&self, namespace: &str) -> String {
@@ -256,8 +265,17 @@ impl KafkaLog {
     async fn watermarks(&self, tp: &TopicPartition) -> Result<(u64, u64), LogError> {
         let (consumer, topic, timeout) = (self.inner.consumer.clone(), self.topic_name(&tp.topic), self.inner.config.request_timeout);
         let partition = tp.partition as i32;
-        let (low, high) = tokio::task::spawn_blocking(move || consumer.fetch_watermarks(&topic, partition, timeout))
-            .await
+        // The permit travels into the blocking call and is released when the
+        // call ends, even if the caller stopped waiting (a bounded describe, a
+        // strong read's timeout): broker round trips in flight stay bounded
+        // however many callers give up on them.
+        let permit = self.inner.watermark_slots.clone().acquire_owned().await.map_err(|_| LogError::Closed)?;
+        let (low, high) = tokio::task::spawn_blocking(move || {
+            let answer = consumer.fetch_watermarks(&topic, partition, timeout);
+            drop(permit);
+            answer
+        })
+        .await
             .map_err(unavailable)?
             .map_err(unavailable)?;
         Ok((low.max(0) as u64, high.max(0) as u64))
