@@ -59,9 +59,7 @@ pub async fn run(handle: Arc<PartitionHandle>, log: Arc<dyn Log>, config: ApplyC
     let mut dirty = false;
     let mut retry_delay = RETRY_DELAY_MIN;
     let mut last_commit: Option<Instant> = None;
-    if handle.applied_next() >= catch_up_to {
-        handle.set_status(PartitionStatus::Serving);
-    }
+    serve_if_caught_up(&handle, catch_up_to);
     loop {
         if *shutdown.borrow() {
             break;
@@ -97,9 +95,7 @@ pub async fn run(handle: Arc<PartitionHandle>, log: Arc<dyn Log>, config: ApplyC
                 drop(reader);
                 let Some((reopened, end)) = open::open_reader(&handle, log.as_ref(), &config, &mut shutdown).await else { return };
                 (reader, catch_up_to) = (reopened, end);
-                if handle.applied_next() >= catch_up_to {
-                    handle.set_status(PartitionStatus::Serving);
-                }
+                serve_if_caught_up(&handle, catch_up_to);
                 continue;
             }
             Err(e @ LogError::Corrupt(_)) => {
@@ -122,9 +118,7 @@ pub async fn run(handle: Arc<PartitionHandle>, log: Arc<dyn Log>, config: ApplyC
                     return;
                 }
                 dirty = true;
-                if handle.status() == PartitionStatus::CatchingUp && position >= catch_up_to {
-                    handle.set_status(PartitionStatus::Serving);
-                }
+                serve_if_caught_up(&handle, catch_up_to);
             }
             if dirty && durable_due {
                 if !flush(&handle, log.as_ref()).await {
@@ -151,13 +145,19 @@ pub async fn run(handle: Arc<PartitionHandle>, log: Arc<dyn Log>, config: ApplyC
         } else {
             dirty = true;
         }
-        if handle.status() == PartitionStatus::CatchingUp && handle.applied_next() >= catch_up_to {
-            tracing::info!(tp = %handle.tp, applied_next = handle.applied_next(), "partition caught up");
-            handle.set_status(PartitionStatus::Serving);
-        }
+        serve_if_caught_up(&handle, catch_up_to);
     }
     if dirty {
         flush(&handle, log.as_ref()).await;
+    }
+}
+
+/// A catching-up partition serves once it has applied up to the log end it
+/// saw when it opened (`catch_up_to`).
+fn serve_if_caught_up(handle: &PartitionHandle, catch_up_to: u64) {
+    if handle.status() == PartitionStatus::CatchingUp && handle.applied_next() >= catch_up_to {
+        tracing::info!(tp = %handle.tp, applied_next = handle.applied_next(), "partition caught up");
+        handle.set_status(PartitionStatus::Serving);
     }
 }
 

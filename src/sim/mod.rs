@@ -182,7 +182,7 @@ struct World {
     versions: BTreeMap<String, u64>,
     next_write_id: u64,
     step: usize,
-    _root: tempfile::TempDir,
+    root: tempfile::TempDir,
 }
 
 /// Runs one seed; `Err` says what broke and how to replay it.
@@ -216,7 +216,7 @@ impl World {
             versions: BTreeMap::new(),
             next_write_id: 0,
             step: 0,
-            _root: root,
+            root: root,
         }
     }
 
@@ -265,7 +265,7 @@ impl World {
 
     /// A snapshot of another log in the same bucket, far ahead: never restored.
     async fn plant_another_logs_snapshot(&mut self) -> Result<(), String> {
-        let dir = self._root.path().join("other");
+        let dir = self.root.path().join("other");
         let store = PartitionStore::open(&dir.join("o.redb"), 1, 1 << 20).map_err(|e| e.to_string())?;
         store
             .apply(true, |tx| {

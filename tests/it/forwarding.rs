@@ -34,6 +34,26 @@ async fn serve(dir: &std::path::Path, peers: Vec<Member>) -> (String, Arc<Node>)
     (format!("http://{address}"), node)
 }
 
+/// A live peer in region r1, group g, at `api`, with what it serves.
+fn peer(
+    id: &str,
+    api: impl Into<String>,
+    held: BTreeMap<String, BTreeMap<u32, u64>>,
+    handing_off: BTreeMap<String, BTreeMap<u32, u64>>,
+) -> Member {
+    Member {
+        id: id.into(),
+        region: "r1".into(),
+        group: "g".into(),
+        api: api.into(),
+        state: "live",
+        is_self: false,
+        held,
+        handing_off,
+        refused: BTreeMap::new(),
+    }
+}
+
 async fn send(request: reqwest::RequestBuilder) -> (u16, serde_json::Value) {
     let response = request.send().await.unwrap();
     let status = response.status().as_u16();
@@ -80,17 +100,7 @@ async fn an_unreachable_holder_is_a_clear_503() {
     // A port nothing listens on: bound, read, released.
     let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
     let held: BTreeMap<u32, u64> = [(0, 5), (1, 5)].into_iter().collect();
-    let gone = Member {
-        id: "gone".into(),
-        region: "r1".into(),
-        group: "g".into(),
-        api: closed.to_string(),
-        state: "live",
-        is_self: false,
-        held: [("ns".to_string(), held)].into_iter().collect(),
-        handing_off: BTreeMap::new(),
-        refused: BTreeMap::new(),
-    };
+    let gone = peer("gone", closed.to_string(), [("ns".to_string(), held)].into_iter().collect(), BTreeMap::new());
     let dir = tempfile::tempdir().unwrap();
     let (url, _node) = serve(dir.path(), vec![gone]).await;
     let client = reqwest::Client::new();
@@ -118,17 +128,7 @@ async fn a_partition_being_handed_off_is_served_by_its_old_owner() {
     let (status, _) = old_owner.send(old_owner.client.put(format!("{}/v1/ns/ns/kv/k/?wait=applied", old_owner.url)).body("7")).await;
     assert_eq!(status, 200);
     let handing_off: BTreeMap<u32, u64> = [(0, 1), (1, 1)].into_iter().collect();
-    let old = Member {
-        id: "old-owner".into(),
-        region: "r1".into(),
-        group: "g".into(),
-        api: old_owner.url.trim_start_matches("http://").to_string(),
-        state: "live",
-        is_self: false,
-        held: BTreeMap::new(),
-        handing_off: [("ns".to_string(), handing_off)].into_iter().collect(),
-        refused: BTreeMap::new(),
-    };
+    let old = peer("old-owner", old_owner.url.trim_start_matches("http://"), BTreeMap::new(), [("ns".to_string(), handing_off)].into_iter().collect());
     let dir = tempfile::tempdir().unwrap();
     let (url, _node) = serve(dir.path(), vec![old]).await;
     let client = reqwest::Client::new();
@@ -160,17 +160,7 @@ async fn a_write_lost_in_forwarding_is_reported_as_outcome_unknown() {
         }
     });
     let held: BTreeMap<u32, u64> = [(0, 5), (1, 5)].into_iter().collect();
-    let flaky = Member {
-        id: "flaky".into(),
-        region: "r1".into(),
-        group: "g".into(),
-        api: address,
-        state: "live",
-        is_self: false,
-        held: [("ns".to_string(), held)].into_iter().collect(),
-        handing_off: BTreeMap::new(),
-        refused: BTreeMap::new(),
-    };
+    let flaky = peer("flaky", address, [("ns".to_string(), held)].into_iter().collect(), BTreeMap::new());
     let dir = tempfile::tempdir().unwrap();
     let (url, _node) = serve(dir.path(), vec![flaky]).await;
     let client = reqwest::Client::new();
