@@ -27,6 +27,8 @@ pub enum Condition {
     IfVersion(u64),
     /// The record must not exist.
     IfAbsent,
+    /// Tree ops: the value at the op's path hashes to this (`tree::etag`).
+    IfTreeHash([u8; 32]),
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -34,6 +36,20 @@ pub enum OpKind {
     /// Put this JSON text (validated, at most 1 MiB).
     Put(Bytes),
     Delete,
+    /// A JSON-tree write at path `sk` of tree `pk` (`tree.rs`).
+    Tree(TreeOp),
+}
+
+/// A write into a JSON tree (the Firebase model): applied by `tree::apply`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TreeOp {
+    /// False: set the value at the path (null deletes). True: `value` is an
+    /// object of relative paths, each set so, all at once.
+    pub merge: bool,
+    /// JSON text, validated by `tree::validate_write`.
+    pub value: Bytes,
+    /// The writer's clock (ms since the epoch): server timestamps.
+    pub time_ms: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -63,6 +79,8 @@ pub enum Malformed {
     NoKind,
     #[error("put value is not valid JSON")]
     InvalidJson,
+    #[error("tree op: {0}")]
+    Tree(String),
     #[error("op pk belongs to partition {actual}, not {expected}")]
     WrongPartition { expected: u32, actual: u32 },
 }
@@ -76,6 +94,7 @@ impl Malformed {
             Malformed::NoKind => "no_kind",
             Malformed::InvalidJson => "invalid_json",
             Malformed::WrongPartition { .. } => "wrong_partition",
+            Malformed::Tree(_) => "tree",
         }
     }
 }
@@ -92,6 +111,7 @@ impl Op {
         let value = match &self.kind {
             OpKind::Put(v) => v.len(),
             OpKind::Delete => 0,
+            OpKind::Tree(t) => t.value.len(),
         };
         self.pk.len() + self.sk.len() + value
     }
@@ -107,17 +127,20 @@ pub fn encode(mutation: &Mutation) -> Vec<u8> {
 }
 
 fn encode_op(op: &Op) -> proto::Op {
-    let (kind, value) = match &op.kind {
-        OpKind::Put(v) => (proto::op::Kind::Put, v.clone()),
-        OpKind::Delete => (proto::op::Kind::Delete, Bytes::new()),
+    let (kind, value, time_ms) = match &op.kind {
+        OpKind::Put(v) => (proto::op::Kind::Put, v.clone(), 0),
+        OpKind::Delete => (proto::op::Kind::Delete, Bytes::new(), 0),
+        OpKind::Tree(t) if t.merge => (proto::op::Kind::TreeMerge, t.value.clone(), t.time_ms),
+        OpKind::Tree(t) => (proto::op::Kind::TreeSet, t.value.clone(), t.time_ms),
     };
     let condition = op.condition.map(|c| proto::Condition {
         check: Some(match c {
             Condition::IfVersion(v) => proto::condition::Check::IfVersion(v),
             Condition::IfAbsent => proto::condition::Check::IfAbsent(true),
+            Condition::IfTreeHash(h) => proto::condition::Check::IfTreeHash(Bytes::copy_from_slice(&h)),
         }),
     });
-    proto::Op { kind: kind as i32, pk: op.pk.clone(), sk: op.sk.clone(), value, condition }
+    proto::Op { kind: kind as i32, pk: op.pk.clone(), sk: op.sk.clone(), value, condition, time_ms }
 }
 
 /// Decodes and fully validates one log entry of `partition` (of `partitions`).
@@ -155,13 +178,23 @@ fn decode_op(op: proto::Op, partition: u32, partitions: u32) -> Result<Op, Malfo
             OpKind::Put(op.value)
         }
         Ok(proto::op::Kind::Delete) => OpKind::Delete,
+        Ok(kind @ (proto::op::Kind::TreeSet | proto::op::Kind::TreeMerge)) => {
+            let merge = kind == proto::op::Kind::TreeMerge;
+            crate::tree::validate_write(&op.sk, &op.value, merge).map_err(Malformed::Tree)?;
+            OpKind::Tree(TreeOp { merge, value: op.value, time_ms: op.time_ms })
+        }
         Ok(proto::op::Kind::Unspecified) | Err(_) => return Err(Malformed::NoKind),
     };
+    let tree = matches!(kind, OpKind::Tree(_));
     let condition = match op.condition.and_then(|c| c.check) {
         None => None,
-        Some(proto::condition::Check::IfVersion(v)) => Some(Condition::IfVersion(v)),
-        Some(proto::condition::Check::IfAbsent(true)) => Some(Condition::IfAbsent),
+        Some(proto::condition::Check::IfVersion(v)) if !tree => Some(Condition::IfVersion(v)),
+        Some(proto::condition::Check::IfAbsent(true)) if !tree => Some(Condition::IfAbsent),
         Some(proto::condition::Check::IfAbsent(false)) => None,
+        Some(proto::condition::Check::IfTreeHash(h)) if tree => {
+            Some(Condition::IfTreeHash(h[..].try_into().map_err(|_| Malformed::Tree("if_tree_hash is not 32 bytes".into()))?))
+        }
+        Some(_) => return Err(Malformed::Tree("a tree op takes only if_tree_hash, a record op never".into())),
     };
     Ok(Op { pk: op.pk, sk: op.sk, kind, condition })
 }
@@ -223,6 +256,7 @@ mod tests {
             sk: String::new(),
             value: Bytes::from_static(value),
             condition: None,
+            time_ms: 0,
         };
         raw.ops = vec![op(proto::op::Kind::Put, b"{not json")];
         assert_eq!(decode(Bytes::from(raw.encode_to_vec()), 0, 1).unwrap_err(), Malformed::InvalidJson);
@@ -230,6 +264,32 @@ mod tests {
         assert_eq!(decode(Bytes::from(raw.encode_to_vec()), 0, 1).unwrap_err(), Malformed::NoKind);
         raw.ops = vec![op(proto::op::Kind::Put, b" \"ok\" ")];
         assert!(decode(Bytes::from(raw.encode_to_vec()), 0, 1).is_ok());
+    }
+
+    #[test]
+    fn tree_ops_round_trip_and_bad_ones_are_malformed() {
+        let tree = |sk: &str, value: &'static str, merge: bool, condition| Mutation {
+            write_id: Bytes::new(),
+            ops: vec![Op {
+                pk: ".tree".into(),
+                sk: sk.into(),
+                kind: OpKind::Tree(TreeOp { merge, value: Bytes::from_static(value.as_bytes()), time_ms: 7 }),
+                condition,
+            }],
+        };
+        let p = partition_of(".tree", 4);
+        let good = tree("a/b", r#"{"c": {".sv": "timestamp"}}"#, false, Some(Condition::IfTreeHash([3; 32])));
+        assert_eq!(decode(Bytes::from(encode(&good)), p, 4).unwrap(), good);
+        let merge = tree("", r#"{"a/b": 1, "c": null}"#, true, None);
+        assert_eq!(decode(Bytes::from(encode(&merge)), p, 4).unwrap(), merge);
+        for bad in [
+            tree("a.b", "1", false, None),
+            tree("a", r#"{"$x": 1}"#, false, None),
+            tree("a", r#"{"a": 1, "a/b": 2}"#, true, None),
+            tree("a", "1", false, Some(Condition::IfVersion(1))),
+        ] {
+            assert_eq!(decode(Bytes::from(encode(&bad)), p, 4).unwrap_err().label(), "tree", "{bad:?}");
+        }
     }
 
     #[test]

@@ -32,6 +32,10 @@ pub mod api;
 /// Every setting, from one table: flags, variables, file keys, docs.
 pub mod settings;
 
+// ── Firebase rules ────────────────────────────────────────────────────────
+/// Firebase security rules: parsed once, evaluated per request.
+pub mod rules;
+
 // ── The cluster ───────────────────────────────────────────────────────────
 /// Membership by gossip, the cluster view and routing to holders.
 pub mod cluster;
@@ -63,6 +67,10 @@ pub mod log;
 pub mod store;
 /// The versioned protobuf log entry format.
 pub mod codec;
+
+// ── Models ────────────────────────────────────────────────────────────────
+/// The JSON tree (the Firebase model): paths, leaves, server values, queries.
+pub mod tree;
 
 // ── Foundations ───────────────────────────────────────────────────────────
 /// Position tokens (`ns:partition:offset`).

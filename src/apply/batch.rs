@@ -56,13 +56,14 @@ pub fn apply_entries(
         let outcome = match codec::decode(entry.payload.clone(), partition, partitions) {
             Err(malformed) => Outcome::Skipped(malformed),
             Ok(mutation) => {
-                let outcome = if mutation.write_id.is_empty() {
+                let (outcome, resolved) = if mutation.write_id.is_empty() {
                     apply_mutation(tx, &mutation, entry.offset)?
                 } else {
                     apply_once(tx, &mutation, entry.offset)?
                 };
                 match outcome {
-                    Outcome::Applied => on_applied(entry.offset, &mutation),
+                    // Subscribers see tree ops as applied: server values resolved.
+                    Outcome::Applied => on_applied(entry.offset, resolved.as_ref().unwrap_or(&mutation)),
                     _ => tx.record_not_applied(entry.offset)?,
                 }
                 outcome
@@ -90,39 +91,63 @@ fn forget_expired(tx: &mut ApplyTxn) -> Result<(), StoreError> {
 
 /// Applies a mutation that carries a write id, unless that id was applied
 /// within the window (then reports the original outcome).
-fn apply_once(tx: &mut ApplyTxn, mutation: &Mutation, offset: u64) -> Result<Outcome, StoreError> {
+fn apply_once(tx: &mut ApplyTxn, mutation: &Mutation, offset: u64) -> Result<(Outcome, Option<Mutation>), StoreError> {
     if let Some((of, stored)) = tx.write_id_seen(&mutation.write_id)? {
         if offset - of < WRITE_ID_WINDOW_OFFSETS {
             let original = Outcome::decode_remembered(&stored).expect("write id outcomes are written by encode_remembered");
-            return Ok(Outcome::Duplicate { of, original: Box::new(original) });
+            return Ok((Outcome::Duplicate { of, original: Box::new(original) }, None));
         }
     }
-    let outcome = apply_mutation(tx, mutation, offset)?;
+    let (outcome, resolved) = apply_mutation(tx, mutation, offset)?;
     tx.remember_write_id(&mutation.write_id, offset, &outcome.encode_remembered())?;
-    Ok(outcome)
+    Ok((outcome, resolved))
 }
 
-fn apply_mutation(tx: &mut ApplyTxn, mutation: &Mutation, offset: u64) -> Result<Outcome, StoreError> {
+/// Applies one mutation: all conditions first, then every op. Returns the
+/// outcome and, when it has tree ops, the mutation as applied (server
+/// values resolved) for subscribers.
+fn apply_mutation(tx: &mut ApplyTxn, mutation: &Mutation, offset: u64) -> Result<(Outcome, Option<Mutation>), StoreError> {
     for (op_index, op) in mutation.ops.iter().enumerate() {
         let Some(condition) = op.condition else { continue };
-        let current_version = tx.version_of(&op.pk, &op.sk)?;
-        if !condition_holds(condition, current_version) {
-            return Ok(Outcome::ConditionFailed { op_index, current_version });
+        let holds = match condition {
+            Condition::IfTreeHash(hash) => super::tree::hash_matches(tx, &op.pk, &op.sk, &hash)?,
+            _ => {
+                let current_version = tx.version_of(&op.pk, &op.sk)?;
+                if !condition_holds(condition, current_version) {
+                    return Ok((Outcome::ConditionFailed { op_index, current_version }, None));
+                }
+                true
+            }
+        };
+        if !holds {
+            return Ok((Outcome::ConditionFailed { op_index, current_version: None }, None));
         }
     }
-    for op in &mutation.ops {
+    let mut resolved: Option<Mutation> = None;
+    for (i, op) in mutation.ops.iter().enumerate() {
         match &op.kind {
             OpKind::Put(value) => tx.put(&op.pk, &op.sk, offset, value)?,
             OpKind::Delete => tx.delete(&op.pk, &op.sk)?,
+            OpKind::Tree(tree_op) => {
+                let applied = super::tree::apply_op(tx, &op.pk, &op.sk, tree_op, offset)?;
+                let copy = resolved.get_or_insert_with(|| mutation.clone());
+                copy.ops[i].kind = OpKind::Tree(crate::codec::TreeOp {
+                    merge: tree_op.merge,
+                    value: bytes::Bytes::from(applied.to_string()),
+                    time_ms: tree_op.time_ms,
+                });
+            }
         }
     }
-    Ok(Outcome::Applied)
+    Ok((Outcome::Applied, resolved))
 }
 
+/// Whether a record condition holds (tree conditions: `tree::hash_matches`).
 pub fn condition_holds(condition: Condition, current_version: Option<u64>) -> bool {
     match condition {
         Condition::IfVersion(expected) => current_version == Some(expected),
         Condition::IfAbsent => current_version.is_none(),
+        Condition::IfTreeHash(_) => unreachable!("tree conditions are checked by hash_matches"),
     }
 }
 

@@ -19,6 +19,8 @@
 
 pub(crate) mod batch;
 pub(crate) mod open;
+/// Tree ops (the Firebase model) applied as leaf records.
+pub(crate) mod tree;
 
 pub use self::open::Recovery;
 

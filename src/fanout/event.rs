@@ -16,6 +16,10 @@ use crate::codec::{Mutation, OpKind};
 pub enum Kind {
     Put,
     Delete,
+    /// A JSON-tree set at path `sk` (`value`: what was written, resolved).
+    TreeSet,
+    /// A JSON-tree update at path `sk` (`value`: relative paths to values).
+    TreeMerge,
 }
 
 impl Kind {
@@ -23,6 +27,8 @@ impl Kind {
         match self {
             Kind::Put => "put",
             Kind::Delete => "delete",
+            Kind::TreeSet => "tree_set",
+            Kind::TreeMerge => "tree_merge",
         }
     }
 }
@@ -105,6 +111,8 @@ impl Event {
                 let (kind, value) = match &op.kind {
                     OpKind::Put(value) => (Kind::Put, &value[..]),
                     OpKind::Delete => (Kind::Delete, &b"null"[..]),
+                    OpKind::Tree(t) if t.merge => (Kind::TreeMerge, &t.value[..]),
+                    OpKind::Tree(t) => (Kind::TreeSet, &t.value[..]),
                 };
                 Arc::new(Event {
                     partition,

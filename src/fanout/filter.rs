@@ -17,13 +17,16 @@ pub enum Filter {
     Prefix { pk: String, prefix: String },
     /// One record.
     Record { pk: String, sk: String },
+    /// A location in the JSON tree of `pk` (`crate::tree`): tree ops at the
+    /// path, above it or below it, and the leaves below it.
+    Tree { pk: String, path: String },
 }
 
 impl Filter {
     pub fn pk(&self) -> Option<&str> {
         match self {
             Filter::Namespace => None,
-            Filter::Pk { pk } | Filter::Prefix { pk, .. } | Filter::Record { pk, .. } => Some(pk),
+            Filter::Pk { pk } | Filter::Prefix { pk, .. } | Filter::Record { pk, .. } | Filter::Tree { pk, .. } => Some(pk),
         }
     }
 
@@ -33,6 +36,9 @@ impl Filter {
             Filter::Pk { pk: want } => want == pk,
             Filter::Prefix { pk: want, prefix } => want == pk && sk.starts_with(prefix.as_str()),
             Filter::Record { pk: want, sk: want_sk } => want == pk && want_sk == sk,
+            Filter::Tree { pk: want, path } => {
+                want == pk && crate::tree::path::relation(path, sk) != crate::tree::path::Relation::Unrelated
+            }
         }
     }
 

@@ -32,6 +32,7 @@ pub fn apply_all(history: &[Option<Bytes>]) -> BTreeMap<String, (u64, Vec<u8>)> 
             None => true,
             Some(Condition::IfAbsent) => !records.contains_key(&op.pk),
             Some(Condition::IfVersion(v)) => records.get(&op.pk).is_some_and(|(version, _)| *version == v),
+            Some(Condition::IfTreeHash(_)) => unreachable!("the simulation writes records, not trees"),
         });
         if !holds {
             continue;
@@ -44,6 +45,7 @@ pub fn apply_all(history: &[Option<Bytes>]) -> BTreeMap<String, (u64, Vec<u8>)> 
                 OpKind::Delete => {
                     records.remove(&op.pk);
                 }
+                OpKind::Tree(_) => unreachable!("the simulation writes records, not trees"),
             }
         }
     }

@@ -43,6 +43,21 @@ pub fn prefix_successor(prefix: &[u8]) -> Option<Vec<u8>> {
     None
 }
 
+/// The key bounds of `pk`'s records whose sk starts with `prefix`, from sk
+/// `from` (inclusive) when it is past the prefix.
+pub fn prefix_bounds(pk: &str, prefix: &str, from: Option<&str>) -> (Bound<Vec<u8>>, Bound<Vec<u8>>) {
+    let start = encode(pk, prefix);
+    let upper = match prefix_successor(&start) {
+        Some(end) => Bound::Excluded(end),
+        None => Bound::Unbounded,
+    };
+    let lower = match from {
+        Some(from) if from > prefix => Bound::Included(encode(pk, from)),
+        _ => Bound::Included(start),
+    };
+    (lower, upper)
+}
+
 /// Which sort keys of one pk a list call covers.
 #[derive(Debug, Clone, Default)]
 pub struct SkRange {

@@ -23,6 +23,8 @@ mod journal;
 mod layout;
 mod reader;
 mod txn;
+/// Reading JSON trees (`crate::tree`) from their leaf records.
+pub mod tree;
 mod write_ids;
 
 use std::path::{Path, PathBuf};

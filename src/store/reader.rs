@@ -109,6 +109,29 @@ impl StoreReader {
         Ok((out, more))
     }
 
+    /// Visits `(sk, value)` of `pk`'s records whose sk starts with `prefix`,
+    /// from `from` (inclusive, at least the prefix) on, in sk order, while
+    /// `visit` returns true: the JSON tree's subtree reads (`tree::read`).
+    pub fn scan_prefix(
+        &self,
+        pk: &str,
+        prefix: &str,
+        from: Option<&str>,
+        visit: &mut dyn FnMut(&str, &[u8]) -> bool,
+    ) -> Result<(), StoreError> {
+        let (lower, upper) = key::prefix_bounds(pk, prefix, from);
+        let iter = self.table.range::<&[u8]>((as_slice_bound(&lower), as_slice_bound(&upper))).map_err(|e| self.error(e))?;
+        let skip = key::pk_prefix(pk).len();
+        for entry in iter {
+            let (k, v) = entry.map_err(|e| self.error(e))?;
+            let sk = std::str::from_utf8(&k.value()[skip..]).expect("stored keys are UTF-8");
+            if !visit(sk, decode_value(v.value()).1) {
+                break;
+            }
+        }
+        Ok(())
+    }
+
     /// What a snapshot holds, in key order as stored: the outcome metadata
     /// (write ids, the not-applied journal: `is_outcome_meta`) and then every
     /// record `(key encoding, [version][value])`. Snapshots copy these bytes

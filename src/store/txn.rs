@@ -67,6 +67,36 @@ impl ApplyTxn<'_, '_> {
         Ok(())
     }
 
+    /// Visits `(sk, value)` of `pk`'s records whose sk starts with `prefix`,
+    /// from `from` on, while `visit` returns true (as `StoreReader::scan_prefix`,
+    /// but seeing this transaction's own writes).
+    pub fn scan_prefix(
+        &self,
+        pk: &str,
+        prefix: &str,
+        from: Option<&str>,
+        visit: &mut dyn FnMut(&str, &[u8]) -> bool,
+    ) -> Result<(), StoreError> {
+        let (lower, upper) = key::prefix_bounds(pk, prefix, from);
+        let bounds = (slice_bound(&lower), slice_bound(&upper));
+        let skip = key::pk_prefix(pk).len();
+        for entry in self.records.range::<&[u8]>(bounds).map_err(|e| self.error(e))? {
+            let (k, v) = entry.map_err(|e| self.error(e))?;
+            let sk = std::str::from_utf8(&k.value()[skip..]).expect("stored keys are UTF-8");
+            if !visit(sk, decode_value(v.value()).1) {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    /// The value of `(pk, sk)` as of this transaction.
+    pub fn value_of(&self, pk: &str, sk: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        let key = key::encode(pk, sk);
+        let guard = self.records.get(key.as_slice()).map_err(|e| self.error(e))?;
+        Ok(guard.map(|g| decode_value(g.value()).1.to_vec()))
+    }
+
     /// Writes one entry of outcome metadata, keeping the state hash.
     pub(super) fn put_meta(&mut self, key: &[u8], value: &[u8]) -> Result<(), StoreError> {
         debug_assert!(super::layout::is_outcome_meta(key), "only outcome metadata is hashed");
@@ -122,3 +152,11 @@ impl ApplyTxn<'_, '_> {
     }
 }
 
+
+fn slice_bound(b: &std::ops::Bound<Vec<u8>>) -> std::ops::Bound<&[u8]> {
+    match b {
+        std::ops::Bound::Included(v) => std::ops::Bound::Included(v.as_slice()),
+        std::ops::Bound::Excluded(v) => std::ops::Bound::Excluded(v.as_slice()),
+        std::ops::Bound::Unbounded => std::ops::Bound::Unbounded,
+    }
+}

@@ -312,9 +312,18 @@ impl Session {
                     self.send(Message::Change { event: Event::of_record(p, &record), id: ChangeId::None }).await;
                 }
             }
-            Filter::Pk { pk } | Filter::Prefix { pk, .. } => {
+            Filter::Pk { pk } | Filter::Prefix { pk, .. } | Filter::Tree { pk, .. } => {
                 let prefix = match &self.subscriber.filter {
                     Filter::Prefix { prefix, .. } => Some(prefix.clone()),
+                    // A tree location's leaves: its own, then those below it.
+                    Filter::Tree { path, .. } => {
+                        if !path.is_empty() {
+                            if let Some(record) = reader.get(pk, path).map_err(store_error)? {
+                                self.send(Message::Change { event: Event::of_record(p, &record), id: ChangeId::None }).await;
+                            }
+                        }
+                        Some(crate::tree::path::descendants_prefix(path))
+                    }
                     _ => None,
                 };
                 let mut range = crate::store::SkRange { prefix, ..Default::default() };

@@ -18,6 +18,7 @@ const FLOORS: &[&[&str]] = &[
     &["cli"],
     &["server"],
     &["api", "settings"],
+    &["rules"],
     &["cluster"],
     &["node"],
     &["watch"],
@@ -25,6 +26,7 @@ const FLOORS: &[&[&str]] = &[
     &["partition"],
     &["fanout", "snapshot"],
     &["log", "store", "codec"],
+    &["tree"],
     &["position"],
     &["limits", "partitioner", "metrics", "prefetch"],
 ];
