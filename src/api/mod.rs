@@ -11,6 +11,7 @@ pub mod http;
 mod admin;
 mod cluster;
 mod demo;
+mod firebase;
 mod namespaces;
 mod ops;
 mod records;
@@ -46,7 +47,11 @@ pub struct AppState {
     pub node: Arc<Node>,
     pub cluster: Arc<Cluster>,
     pub forwarder: forward::Forwarder,
+    /// How this node speaks Firebase (`api/firebase/`).
+    pub firebase: firebase::FirebaseConfig,
 }
+
+pub use self::firebase::FirebaseConfig;
 
 /// The service to serve: the router, behind the fast path for plain
 /// single-key GETs and PUTs (the product's hottest calls), which skips
@@ -62,7 +67,7 @@ pub fn app(
 
 /// What every handler shares.
 pub fn state(node: Arc<Node>, cluster: Arc<Cluster>) -> AppState {
-    AppState { node, cluster, forwarder: forward::Forwarder::new() }
+    AppState { node, cluster, forwarder: forward::Forwarder::new(), firebase: FirebaseConfig::default() }
 }
 
 /// The service to serve for `state` (see `app`).
@@ -134,7 +139,7 @@ pub fn router(state: AppState) -> Router {
         .route("/metrics", get(ops::metrics))
         .route("/healthz", get(ops::healthz))
         .route("/readyz", get(ops::readyz))
-        .fallback(not_found)
+        .fallback(fallback)
         .method_not_allowed_fallback(method_not_allowed)
         .with_state(state)
 }
@@ -179,8 +184,13 @@ async fn track_latency(State(metrics): State<Arc<RouteMetrics>>, request: Reques
     response
 }
 
-async fn not_found(uri: axum::http::Uri) -> Response {
-    ApiError::new(StatusCode::NOT_FOUND, "not_found", format!("no route for {}; see docs/api.md", uri.path())).into_response()
+/// Paths no route names: Firebase's `/{path}.json` (any path, so it cannot
+/// be a route pattern), or nothing.
+async fn fallback(State(state): State<AppState>, request: Request) -> Response {
+    if request.uri().path().ends_with(".json") {
+        return firebase::handle(state, request).await;
+    }
+    ApiError::new(StatusCode::NOT_FOUND, "not_found", format!("no route for {}; see docs/api.md", request.uri().path())).into_response()
 }
 
 async fn method_not_allowed(method: axum::http::Method, uri: axum::http::Uri) -> Response {

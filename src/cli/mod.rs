@@ -100,6 +100,9 @@ pub fn main() -> anyhow::Result<()> {
                     settings.data_dir = data_dir;
                 }
                 settings.restore = args.restore;
+                // The Firebase emulator's conventions (docs/firebase.md).
+                settings.firebase_owner_token = Some("owner".into());
+                settings.firebase_emulator = true;
                 settings.snapshots = Some(match args.snapshots {
                     Some(url) => url,
                     None => {

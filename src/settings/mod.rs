@@ -206,6 +206,13 @@ settings! {
     /// within a request head is closed, and an HTTP/2 connection without a stream through a whole wait gets
     /// GOAWAY (streams in flight are not idle). Longer than clients keep idle connections (reqwest: 90 s).
     http_idle_ms: u64 = 120_000, Bound::Range(1_000, 3_600_000);
+    /// Firebase: the bearer token that is the database owner (admin: rules do not apply), as
+    /// `Authorization: Bearer <token>` or `?auth=<token>`. `tern dev`: `owner`, the emulator's. Unset: no owner.
+    firebase_owner_token: Option<String> = None, Bound::Any;
+    /// Firebase: the emulator's conventions (`tern dev`: true): databases are created on first use, a
+    /// database without rules is open (else only the owner may read or write), and an unsigned ID token's
+    /// claims are taken as `auth`. Never on a shared network.
+    firebase_emulator: bool = false, Bound::Any;
     /// Watches: events one watch's queue holds before it is conflated (`mode=state`) or cut off (`mode=log`).
     watch_queue_events_max: usize = 4096, Bound::Range(1, 1_000_000);
     /// Watches: bytes one watch's queue holds (same consequences).

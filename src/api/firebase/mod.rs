@@ -1,0 +1,356 @@
+//! Firebase Realtime Database compatibility: the REST API (`/{path}.json`),
+//! its streaming form (`Accept: text/event-stream`) and the rules endpoint
+//! (`/.settings/rules.json`), on the same listener as `/v1`.
+//!
+//! The database is the namespace named by the `ns` query parameter (the
+//! emulator's convention; `default` without one), its tree the pk
+//! `tree::TREE_PK` (`crate::tree`). Errors are Firebase's:
+//! `{"error": "<message>"}` with its statuses.
+//!
+//! Who is asking (`Caller`) is decided in one place, `caller`: the owner
+//! token is the admin (rules do not apply; `auth_variable_override` sets
+//! the `auth` rules see), in emulator mode an unsigned ID token's claims
+//! become `auth`, and anyone else is `auth = null`. Tern's own tokens (the
+//! security issue) plug in there.
+
+mod rest;
+mod rules_file;
+mod stream;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use axum::extract::Request;
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use parking_lot::Mutex;
+use serde_json::Value;
+
+use super::AppState;
+use crate::partition::Namespace;
+use crate::rules::Rules;
+use crate::store::tree::{value_at, READ_BYTES_MAX};
+use crate::tree::TREE_PK;
+
+/// The pk and sk of a database's rules (a record written through the log,
+/// so every replica has them).
+pub const RULES_PK: &str = ".settings";
+pub const RULES_SK: &str = "rules";
+/// Partitions of a database created on first use (a tree is one partition).
+const CREATED_PARTITIONS: u32 = 1;
+/// Bytes of a request body: a write's JSON is bounded by the mutation limit.
+const BODY_BYTES_MAX: usize = crate::limits::MUTATION_BYTES_MAX;
+
+/// How this node speaks Firebase.
+#[derive(Clone, Default)]
+pub struct FirebaseConfig {
+    /// The bearer token that is the admin (`owner` in `tern dev`, the emulator's).
+    pub owner_token: Option<String>,
+    /// Emulator conventions: databases created on first use, open rules
+    /// until some are set, unsigned ID tokens' claims taken as `auth`.
+    pub emulator: bool,
+    /// Parsed rules per namespace, by the version of their record.
+    rules: Arc<Mutex<HashMap<String, (u64, Arc<Rules>)>>>,
+    /// The last push id's time and random part (ids made in one
+    /// millisecond increment it, so they stay ordered).
+    push: Arc<Mutex<(u64, [u8; 12])>>,
+}
+
+impl FirebaseConfig {
+    pub fn new(owner_token: Option<String>, emulator: bool) -> FirebaseConfig {
+        FirebaseConfig { owner_token, emulator, ..Default::default() }
+    }
+}
+
+/// A Firebase error: `{"error": message}` with a status.
+#[derive(Debug)]
+pub struct FbError {
+    pub status: StatusCode,
+    pub message: String,
+}
+
+impl FbError {
+    pub fn new(status: StatusCode, message: impl Into<String>) -> FbError {
+        FbError { status, message: message.into() }
+    }
+    pub fn bad(message: impl Into<String>) -> FbError {
+        FbError::new(StatusCode::BAD_REQUEST, message)
+    }
+    pub fn denied() -> FbError {
+        FbError::new(StatusCode::UNAUTHORIZED, "Permission denied")
+    }
+}
+
+impl IntoResponse for FbError {
+    fn into_response(self) -> Response {
+        let body = serde_json::json!({ "error": self.message }).to_string();
+        (self.status, [(header::CONTENT_TYPE, "application/json; charset=utf-8")], body).into_response()
+    }
+}
+
+impl From<crate::store::StoreError> for FbError {
+    fn from(e: crate::store::StoreError) -> FbError {
+        FbError::new(StatusCode::SERVICE_UNAVAILABLE, format!("the store cannot be read: {e}"))
+    }
+}
+
+impl From<crate::store::tree::TreeError> for FbError {
+    fn from(e: crate::store::tree::TreeError) -> FbError {
+        match e {
+            too_large @ crate::store::tree::TreeError::TooLarge { .. } => FbError::new(StatusCode::PAYLOAD_TOO_LARGE, too_large.to_string()),
+            crate::store::tree::TreeError::Store(e) => e.into(),
+        }
+    }
+}
+
+/// Who is asking.
+#[derive(Debug, Clone)]
+pub enum Caller {
+    /// The owner: rules do not apply, unless it asked to be seen as `auth`
+    /// (`auth_variable_override`).
+    Admin { as_auth: Option<Value> },
+    /// Anyone else: rules apply with this `auth` (null: signed out).
+    User { auth: Value },
+}
+
+impl Caller {
+    /// The `auth` rules see, or None when rules do not apply.
+    pub fn rules_auth(&self) -> Option<&Value> {
+        match self {
+            Caller::Admin { as_auth: None } => None,
+            Caller::Admin { as_auth: Some(auth) } | Caller::User { auth } => Some(auth),
+        }
+    }
+}
+
+/// The query parameters of one request (URL-decoded; the last of a name wins).
+pub struct Query(HashMap<String, String>);
+
+impl Query {
+    fn parse(raw: Option<&str>) -> Query {
+        Query(form_urlencoded::parse(raw.unwrap_or("").as_bytes()).into_owned().collect())
+    }
+    pub fn get(&self, name: &str) -> Option<&str> {
+        self.0.get(name).map(String::as_str)
+    }
+}
+
+/// `/{path}.json` and `/.settings/rules.json`: every Firebase request.
+pub async fn handle(state: AppState, request: Request) -> Response {
+    match dispatch(state, request).await {
+        Ok(response) => response,
+        Err(e) => e.into_response(),
+    }
+}
+
+async fn dispatch(state: AppState, request: Request) -> Result<Response, FbError> {
+    let (parts, body) = request.into_parts();
+    let query = Query::parse(parts.uri.query());
+    let method = method_of(&parts.method, &parts.headers, &query)?;
+    let namespace = database(&state, &query).await?;
+    let caller = caller(&state.firebase, &parts.headers, &query)?;
+    let path = parts.uri.path().strip_suffix(".json").expect("routed here for .json paths");
+    if path == "/.settings/rules" {
+        let body = read_body(body).await?;
+        return rules_file::handle(&state, &namespace, &caller, &method, &query, body).await;
+    }
+    let keys = crate::tree::path::parse_url_path(path).map_err(FbError::bad)?;
+    let sk = crate::tree::path::sk_of(&keys);
+    let wants_stream = parts.headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()).is_some_and(|v| v.contains("text/event-stream"));
+    if method == axum::http::Method::GET && wants_stream {
+        return stream::open(&state, namespace, caller, sk, &query, &parts.headers).await;
+    }
+    let body = read_body(body).await?;
+    rest::handle(&state, &namespace, &caller, &method, sk, &query, &parts.headers, &parts.uri, body).await
+}
+
+/// The method, after `X-HTTP-Method-Override` (header or `x-http-method-override` parameter) on a POST.
+fn method_of(method: &axum::http::Method, headers: &HeaderMap, query: &Query) -> Result<axum::http::Method, FbError> {
+    let over = headers.get("x-http-method-override").and_then(|v| v.to_str().ok()).or(query.get("x-http-method-override"));
+    match over {
+        Some(name) if *method == axum::http::Method::POST => match name.to_ascii_uppercase().as_str() {
+            m @ ("GET" | "PUT" | "PATCH" | "DELETE" | "POST") => Ok(m.parse().expect("a known method")),
+            other => Err(FbError::bad(format!("X-HTTP-Method-Override must be GET, PUT, PATCH, DELETE or POST, got {other:?}"))),
+        },
+        _ => Ok(method.clone()),
+    }
+}
+
+async fn read_body(body: axum::body::Body) -> Result<bytes::Bytes, FbError> {
+    axum::body::to_bytes(body, BODY_BYTES_MAX).await.map_err(|_| {
+        FbError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!("Data to write exceeds the maximum size that can be modified with a single request ({BODY_BYTES_MAX} bytes in Tern: the mutation limit)"),
+        )
+    })
+}
+
+/// The database of a request: its namespace, created on first use in
+/// emulator mode.
+async fn database(state: &AppState, query: &Query) -> Result<Arc<Namespace>, FbError> {
+    let name = query.get("ns").unwrap_or("default");
+    if let Some(ns) = state.node.namespace(name) {
+        return Ok(ns);
+    }
+    if !state.firebase.emulator {
+        return Err(FbError::new(
+            StatusCode::NOT_FOUND,
+            format!("Database {name:?} does not exist: create it first (tern ns create {name} --partitions 1, or PUT /v1/ns/{name})"),
+        ));
+    }
+    crate::limits::check_namespace_name(name).map_err(|e| FbError::bad(e.message))?;
+    state.node.create_namespace(name, CREATED_PARTITIONS).await.map_err(|e| FbError::new(StatusCode::SERVICE_UNAVAILABLE, e.to_string()))?;
+    state.node.namespace(name).ok_or_else(|| FbError::new(StatusCode::SERVICE_UNAVAILABLE, "the database was created but is not open yet; retry"))
+}
+
+/// Who is asking: `Authorization: Bearer <token>` or `?auth=<token>`.
+fn caller(config: &FirebaseConfig, headers: &HeaderMap, query: &Query) -> Result<Caller, FbError> {
+    let bearer = headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).and_then(|v| v.strip_prefix("Bearer ").map(str::trim));
+    let Some(token) = bearer.or(query.get("auth")).or(query.get("access_token")) else {
+        return Ok(Caller::User { auth: Value::Null });
+    };
+    if config.owner_token.as_deref() == Some(token) {
+        let as_auth = match query.get("auth_variable_override") {
+            None => None,
+            Some(text) => Some(serde_json::from_str::<Value>(text).map_err(|_| FbError::bad("auth_variable_override must be a JSON object or null"))?),
+        };
+        return Ok(Caller::Admin { as_auth });
+    }
+    if config.emulator {
+        if let Some(auth) = unsigned_id_token_auth(token) {
+            return Ok(Caller::User { auth });
+        }
+    }
+    Err(FbError::new(StatusCode::UNAUTHORIZED, "Could not parse auth token."))
+}
+
+/// The emulator's convention: an ID token's claims are taken as they are,
+/// signature unchecked (emulator mode only: anyone can mint one).
+fn unsigned_id_token_auth(token: &str) -> Option<Value> {
+    use base64::Engine;
+    let payload = token.split('.').nth(1)?;
+    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(payload.trim_end_matches('=')).ok()?;
+    let claims: Value = serde_json::from_slice(&bytes).ok()?;
+    let uid = claims.get("user_id").or(claims.get("sub")).or(claims.get("uid"))?.as_str()?.to_string();
+    let provider = claims.pointer("/firebase/sign_in_provider").and_then(Value::as_str).unwrap_or("custom").to_string();
+    Some(serde_json::json!({ "uid": uid, "provider": provider, "token": claims }))
+}
+
+/// The rules of `namespace` as this node has applied them.
+pub fn rules_of(state: &AppState, namespace: &Namespace) -> Result<Arc<Rules>, FbError> {
+    let handle = namespace.handle(namespace.partition_of(RULES_PK));
+    let record = handle.store().read()?.get(RULES_PK, RULES_SK)?;
+    let mut cache = state.firebase.rules.lock();
+    let version = record.as_ref().map_or(u64::MAX, |r| r.version);
+    if let Some((cached, rules)) = cache.get(&*namespace.name) {
+        if *cached == version {
+            return Ok(rules.clone());
+        }
+    }
+    let text = match &record {
+        Some(r) => serde_json::from_slice::<String>(&r.value).unwrap_or_default(),
+        None if state.firebase.emulator => crate::rules::OPEN.to_string(),
+        None => crate::rules::LOCKED.to_string(),
+    };
+    // Saved rules were checked when saved; a record a foreign writer broke locks the database.
+    let rules = Arc::new(Rules::parse(&text).unwrap_or_else(|_| Rules::parse(crate::rules::LOCKED).expect("fixed rules parse")));
+    cache.insert(namespace.name.to_string(), (version, rules.clone()));
+    Ok(rules)
+}
+
+/// The tree as this node has applied it, for rules to read.
+pub struct TreeData {
+    pub reader: crate::store::StoreReader,
+}
+
+impl crate::rules::eval::Data for TreeData {
+    fn current(&self, sk: &str) -> Value {
+        value_at(&self.reader, TREE_PK, sk, false, READ_BYTES_MAX).unwrap_or(Value::Null)
+    }
+}
+
+pub fn tree_reader(namespace: &Namespace) -> Result<crate::store::StoreReader, FbError> {
+    Ok(namespace.handle(namespace.partition_of(TREE_PK)).store().read()?)
+}
+
+pub fn now_ms() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
+}
+
+/// Firebase's push id: 8 characters of milliseconds, then 12 random ones,
+/// in an alphabet that sorts like the numbers; ids made in the same
+/// millisecond increment the random part, so they sort as they were made.
+pub fn push_id(config: &FirebaseConfig) -> String {
+    const ALPHABET: &[u8; 64] = b"-0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ_abcdefghijklmnopqrstuvwxyz";
+    let mut last = config.push.lock();
+    let now = now_ms().max(last.0);
+    if now == last.0 {
+        for digit in last.1.iter_mut().rev() {
+            if *digit < 63 {
+                *digit += 1;
+                break;
+            }
+            *digit = 0;
+        }
+    } else {
+        last.0 = now;
+        for digit in last.1.iter_mut() {
+            *digit = rand::random_range(0..64);
+        }
+    }
+    let mut id = [0u8; 20];
+    let mut time = now;
+    for slot in id[..8].iter_mut().rev() {
+        *slot = ALPHABET[(time % 64) as usize];
+        time /= 64;
+    }
+    for (slot, digit) in id[8..].iter_mut().zip(last.1) {
+        *slot = ALPHABET[digit as usize];
+    }
+    String::from_utf8(id.to_vec()).expect("the alphabet is ASCII")
+}
+
+/// A JSON response, pretty when asked (`print=pretty`), empty when asked (`print=silent` → 204).
+pub fn json_response(status: StatusCode, value: &Value, query: &Query, extra: Vec<(header::HeaderName, String)>) -> Result<Response, FbError> {
+    let mut response = match query.get("print") {
+        Some("silent") => StatusCode::NO_CONTENT.into_response(),
+        Some("pretty") => {
+            let body = serde_json::to_string_pretty(value).expect("a Value serializes");
+            (status, [(header::CONTENT_TYPE, "application/json; charset=utf-8")], body).into_response()
+        }
+        None => (status, [(header::CONTENT_TYPE, "application/json; charset=utf-8")], value.to_string()).into_response(),
+        Some(other) => return Err(FbError::bad(format!("print must be pretty or silent, got {other:?}"))),
+    };
+    for (name, value) in extra {
+        if let Ok(value) = value.parse() {
+            response.headers_mut().insert(name, value);
+        }
+    }
+    Ok(response)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn push_ids_are_twenty_characters_and_sort_as_made() {
+        let config = FirebaseConfig::default();
+        let ids: Vec<String> = (0..2000).map(|_| push_id(&config)).collect();
+        assert!(ids.iter().all(|id| id.len() == 20));
+        let mut sorted = ids.clone();
+        sorted.sort();
+        assert_eq!(sorted, ids, "later ids sort after earlier ones, also within a millisecond");
+        assert!(ids.windows(2).all(|w| w[0] != w[1]));
+    }
+
+    #[test]
+    fn unsigned_id_tokens_carry_their_claims_in_emulator_mode() {
+        use base64::Engine;
+        let claims = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(br#"{"sub":"alice","email":"a@x"}"#);
+        let auth = unsigned_id_token_auth(&format!("eyJhbGciOiJub25lIn0.{claims}.")).unwrap();
+        assert_eq!(auth["uid"], "alice");
+        assert_eq!(auth["token"]["email"], "a@x");
+        assert!(unsigned_id_token_auth("owner").is_none());
+    }
+}

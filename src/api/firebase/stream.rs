@@ -1,0 +1,285 @@
+//! Streaming (`GET /{path}.json` with `Accept: text/event-stream`): a Tern
+//! watch of the tree location, its messages turned into Firebase's events.
+//!
+//! The watch (`fanout::Filter::Tree`) starts from the current state, or
+//! from `Last-Event-ID` (a Tern position) to resume. Firebase's stream:
+//! - `event: put` with `data: {"path": "/", "data": <whole value>}` first
+//!   (and after a reset), then `put` and `patch` with `path` relative to
+//!   the listened location, each with `id:` = its Tern position, so a
+//!   client that reconnects with `Last-Event-ID` gets exactly what it
+//!   missed (or a fresh whole `put` when history is gone);
+//! - `event: keep-alive` with `data: null`;
+//! - `event: cancel` with `data: "Permission denied"` when the rules stop
+//!   allowing the read (checked at each keep-alive and progress tick), and
+//!   the stream ends.
+//!
+//! A stream with a query holds the location's value (bounded by the tree
+//! read bound) and sends the query's whole result as a `put` at `/` each
+//! time an event changes it.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::task::Poll;
+
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+use serde_json::{json, Value};
+
+use super::{now_ms, rules_of, tree_reader, Caller, FbError, Query, TreeData};
+use crate::api::sse::{SessionFuture, SSE_HEADERS};
+use crate::api::AppState;
+use crate::fanout::event::Kind;
+use crate::fanout::{Cursor, Event, Filter, Mode};
+use crate::partition::Namespace;
+use crate::tree::path::{self, Relation};
+use crate::tree::query::{self as tree_query};
+use crate::tree::value::{into_arrays, strip_priorities, Builder};
+use crate::tree::TREE_PK;
+use crate::watch::{self, ConnectionId, Message, Outbox, OutboxReader, Tagged};
+
+/// Messages waiting between the session and the body.
+const MESSAGES_PENDING_MAX: usize = 64;
+/// Messages turned into one body chunk at most.
+const MESSAGES_PER_CHUNK_MAX: usize = 64;
+/// Bytes of state one stream gathers for a whole-value `put`.
+const STATE_BYTES_MAX: usize = crate::store::tree::READ_BYTES_MAX;
+
+pub async fn open(state: &AppState, namespace: Arc<Namespace>, caller: Caller, sk: String, query: &Query, headers: &HeaderMap) -> Result<Response, FbError> {
+    let parsed = super::rest::parse_query(state, &namespace, &sk, query)?;
+    if !allowed(state, &namespace, &caller, &sk)? {
+        return Err(FbError::denied());
+    }
+    let from = match headers.get("last-event-id").and_then(|v| v.to_str().ok()).filter(|v| !v.is_empty()) {
+        Some(id) => watch::From::Cursor(Cursor::parse(id).map_err(|e| FbError::bad(format!("Last-Event-ID is not a Tern position: {e}")))?),
+        None => watch::From::CurrentState,
+    };
+    let (outbox, messages) = Outbox::new(MESSAGES_PENDING_MAX);
+    let filter = Filter::Tree { pk: TREE_PK.into(), path: sk.clone() };
+    let (session, start) = state
+        .node
+        .open_watch(&namespace.name, filter, from, Mode::State, outbox, ConnectionId(0))
+        .await
+        .map_err(|e| FbError::new(StatusCode::SERVICE_UNAVAILABLE, e.to_string()))?;
+    let session: SessionFuture = Box::pin(session.run(start));
+    let translator = Translator { state: state.clone(), namespace, caller, sk, query: parsed, gathering: None, value: None, last_result: None, ended: false };
+    let body = axum::body::Body::from_stream(driven(session, messages, translator));
+    Ok((SSE_HEADERS, body).into_response())
+}
+
+fn allowed(state: &AppState, namespace: &Namespace, caller: &Caller, sk: &str) -> Result<bool, FbError> {
+    let Some(auth) = caller.rules_auth() else { return Ok(true) };
+    let rules = rules_of(state, namespace)?;
+    Ok(rules.can_read(sk, auth, now_ms(), &TreeData { reader: tree_reader(namespace)? }))
+}
+
+/// Turns a watch's messages into Firebase events.
+struct Translator {
+    state: AppState,
+    namespace: Arc<Namespace>,
+    caller: Caller,
+    sk: String,
+    query: Option<tree_query::Query>,
+    /// Leaves of a whole-state run (after `Begin`, until `Synced`).
+    gathering: Option<Builder>,
+    /// The location's value (query streams only).
+    value: Option<Value>,
+    last_result: Option<Value>,
+    ended: bool,
+}
+
+impl Translator {
+    fn translate(&mut self, message: &Message, out: &mut Vec<u8>) {
+        if self.ended {
+            return;
+        }
+        match message {
+            Message::Begin { .. } => self.gathering = Some(Builder::default()),
+            Message::Synced { position } => {
+                let builder = self.gathering.take().unwrap_or_default();
+                let mut value = builder.finish(self.query.as_ref().is_some_and(|q| q.order_by == tree_query::OrderBy::Priority));
+                into_arrays(&mut value);
+                self.whole(value, Some(position), out);
+            }
+            Message::Change { event, id } => {
+                let event_value = value_of(event);
+                if let Some(builder) = self.gathering.as_mut() {
+                    if builder.bytes <= STATE_BYTES_MAX {
+                        builder.add(path::relative(&self.sk, &event.sk), event_value.to_string().as_bytes());
+                    }
+                    return;
+                }
+                let id = id.text(event).map(str::to_string);
+                self.change(event, event_value, id.as_deref(), out);
+            }
+            Message::KeepAlive | Message::Progress { .. } => {
+                if !allowed(&self.state, &self.namespace, &self.caller, &self.sk).unwrap_or(false) {
+                    frame(out, "cancel", None, &json!("Permission denied"));
+                    self.ended = true;
+                } else if matches!(message, Message::KeepAlive) {
+                    out.extend_from_slice(b"event: keep-alive\ndata: null\n\n");
+                }
+            }
+            Message::Cancel { message, .. } => {
+                frame(out, "cancel", None, &json!(message));
+                self.ended = true;
+            }
+            Message::Reply(_) => {}
+        }
+    }
+
+    /// The whole value at the location.
+    fn whole(&mut self, value: Value, id: Option<&str>, out: &mut Vec<u8>) {
+        match &self.query {
+            None => frame(out, "put", id, &json!({ "path": "/", "data": value })),
+            Some(_) => {
+                self.value = Some(value);
+                self.send_query_result(id, out, true);
+            }
+        }
+    }
+
+    /// One applied change, as the events it makes at this location.
+    fn change(&mut self, event: &Event, value: Value, id: Option<&str>, out: &mut Vec<u8>) {
+        let mut puts: Vec<(String, Value)> = Vec::new();
+        let mut patch: Option<(String, serde_json::Map<String, Value>)> = None;
+        match event.kind {
+            Kind::TreeSet | Kind::Put | Kind::Delete => {
+                let mut value = if event.kind == Kind::Delete { Value::Null } else { value };
+                strip_priorities(&mut value);
+                match path::relation(&self.sk, &event.sk) {
+                    Relation::Same | Relation::Descendant => puts.push((path::relative(&self.sk, &event.sk).to_string(), value)),
+                    Relation::Ancestor => puts.push((String::new(), sub_value(&value, path::relative(&event.sk, &self.sk)))),
+                    Relation::Unrelated => {}
+                }
+            }
+            Kind::TreeMerge => {
+                let Value::Object(update) = value else { return };
+                let at_or_below = matches!(path::relation(&self.sk, &event.sk), Relation::Same | Relation::Descendant);
+                let mut children = serde_json::Map::new();
+                for (relative, mut child) in update {
+                    strip_priorities(&mut child);
+                    let keys = path::parse_relative(&relative).unwrap_or_default();
+                    let target = path::join(&event.sk, &path::sk_of(&keys));
+                    if at_or_below && keys.len() == 1 {
+                        children.insert(keys[0].clone(), child);
+                        continue;
+                    }
+                    match path::relation(&self.sk, &target) {
+                        Relation::Same | Relation::Descendant => puts.push((path::relative(&self.sk, &target).to_string(), child)),
+                        Relation::Ancestor => puts.push((String::new(), sub_value(&child, path::relative(&target, &self.sk)))),
+                        Relation::Unrelated => {}
+                    }
+                }
+                if !children.is_empty() {
+                    patch = Some((path::relative(&self.sk, &event.sk).to_string(), children));
+                }
+            }
+        }
+        if self.query.is_some() {
+            let Some(current) = self.value.as_mut() else { return };
+            for (relative, value) in puts {
+                set_sub_value(current, &relative, value);
+            }
+            if let Some((relative, children)) = patch {
+                for (key, value) in children {
+                    set_sub_value(current, &path::join(&relative, &key), value);
+                }
+            }
+            self.send_query_result(id, out, false);
+            return;
+        }
+        let count = puts.len() + usize::from(patch.is_some());
+        let mut sent = 0;
+        let id_for = |sent: usize| if sent + 1 == count { id } else { None };
+        if let Some((relative, children)) = patch {
+            frame(out, "patch", id_for(sent), &json!({ "path": format!("/{relative}"), "data": children }));
+            sent += 1;
+        }
+        for (relative, value) in puts {
+            frame(out, "put", id_for(sent), &json!({ "path": format!("/{relative}"), "data": value }));
+            sent += 1;
+        }
+    }
+
+    fn send_query_result(&mut self, id: Option<&str>, out: &mut Vec<u8>, always: bool) {
+        let (Some(query), Some(value)) = (&self.query, &self.value) else { return };
+        let result = tree_query::as_object(tree_query::run(query, value.clone()));
+        if always || self.last_result.as_ref() != Some(&result) {
+            frame(out, "put", id, &json!({ "path": "/", "data": result }));
+            self.last_result = Some(result);
+        }
+    }
+}
+
+fn value_of(event: &Event) -> Value {
+    serde_json::from_slice::<Value>(&event.data).ok().and_then(|mut v| v.get_mut("value").map(Value::take)).unwrap_or(Value::Null)
+}
+
+fn sub_value(value: &Value, relative: &str) -> Value {
+    let mut at = value;
+    for key in path::keys_of(relative) {
+        match at.get(key) {
+            Some(next) => at = next,
+            None => return Value::Null,
+        }
+    }
+    at.clone()
+}
+
+fn set_sub_value(base: &mut Value, relative: &str, value: Value) {
+    let mut at = base;
+    for key in path::keys_of(relative) {
+        if !at.is_object() {
+            *at = Value::Object(Default::default());
+        }
+        at = at.as_object_mut().expect("made an object").entry(key.to_string()).or_insert(Value::Null);
+    }
+    *at = value;
+}
+
+fn frame(out: &mut Vec<u8>, name: &str, id: Option<&str>, data: &Value) {
+    out.extend_from_slice(b"event: ");
+    out.extend_from_slice(name.as_bytes());
+    if let Some(id) = id {
+        out.extend_from_slice(b"\nid: ");
+        out.extend_from_slice(id.as_bytes());
+    }
+    out.extend_from_slice(b"\ndata: ");
+    out.extend_from_slice(data.to_string().as_bytes());
+    out.extend_from_slice(b"\n\n");
+}
+
+/// The session's messages as body chunks (as `api::sse`), translated; the
+/// body ends when the session ends or the translator ended the stream.
+fn driven(session: SessionFuture, messages: OutboxReader, mut translator: Translator) -> impl futures::Stream<Item = Result<Bytes, Infallible>> {
+    let mut session = Some(session);
+    let mut batch: Vec<Tagged> = Vec::with_capacity(MESSAGES_PER_CHUNK_MAX);
+    let mut preamble = true;
+    futures::stream::poll_fn(move |cx| {
+        if preamble {
+            preamble = false;
+            return Poll::Ready(Some(Ok(Bytes::from_static(crate::api::sse::SSE_PREAMBLE))));
+        }
+        loop {
+            if translator.ended {
+                return Poll::Ready(None);
+            }
+            if let Some(running) = session.as_mut() {
+                if running.as_mut().poll(cx).is_ready() {
+                    session = None;
+                }
+            }
+            if messages.take(&mut batch, MESSAGES_PER_CHUNK_MAX) == 0 {
+                return if session.is_none() { Poll::Ready(None) } else { Poll::Pending };
+            }
+            let mut out = Vec::new();
+            for tagged in batch.drain(..) {
+                translator.translate(&tagged.message, &mut out);
+            }
+            if !out.is_empty() {
+                return Poll::Ready(Some(Ok(Bytes::from(out))));
+            }
+        }
+    })
+}
