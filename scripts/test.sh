@@ -35,10 +35,25 @@ export TERN_BIN="$CARGO_TARGET_DIR/release/tern"
   node --test --test-concurrency=1 --test-reporter=tap test/*.test.mjs test/demo.browser.mjs
 ) 2>&1 | tee -a "$LOG"
 ts_status=${PIPESTATUS[0]}
+# The official Firebase Admin SDK for Python against a real `tern dev`
+# (docs/firebase.md), from a venv kept beside the shared target directory.
+FIREBASE_VENV="${TERN_FIREBASE_VENV:-$HOME/.cache/tern-firebase-venv}"
+FIREBASE_ADMIN_VERSION=6.9.0
+(
+  set -e
+  if ! "$FIREBASE_VENV/bin/python" -c "import firebase_admin, pytest; assert firebase_admin.__version__ == '$FIREBASE_ADMIN_VERSION'" 2>/dev/null; then
+    python3 -m venv "$FIREBASE_VENV"
+    "$FIREBASE_VENV/bin/pip" install -q "firebase-admin==$FIREBASE_ADMIN_VERSION" pytest
+  fi
+  "$FIREBASE_VENV/bin/python" -m pytest tests/firebase -q -p no:cacheprovider
+) 2>&1 | tee -a "$LOG"
+py_status=${PIPESTATUS[0]}
 set -e
 # One closing line over every test binary and the client's tests.
 awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i } }
      /^# pass / { p += $3 } /^# fail / { f += $3 }
+     !/^test result:/ && / in [0-9.]+s( \([0-9:]+\))?$/ && /(passed|failed)/ { for (i = 1; i < NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i } }
      END { printf "%d passed, %d failed\n", p, f }' "$LOG"
 if ((status != 0)); then exit "$status"; fi
-exit "$ts_status"
+if ((ts_status != 0)); then exit "$ts_status"; fi
+exit "$py_status"

@@ -87,7 +87,9 @@ pub fn shallow(src: &dyn Leaves, pk: &str, sk: &str, children_max: usize) -> Res
                 return true; // the root's own leaf (root only)
             }
             let (child, deeper) = match rest.split_once('/') {
-                Some((child, deeper)) => (child, !deeper.is_empty() && deeper != PRIORITY_KEY),
+                // A child's priority says nothing of its value: look on.
+                Some((_, PRIORITY_KEY)) => return true,
+                Some((child, _)) => (child, true),
                 None => (rest, false),
             };
             if child == PRIORITY_KEY {
@@ -122,7 +124,7 @@ mod tests {
         store
             .apply(false, |tx| {
                 let mut leaves = Vec::new();
-                crate::tree::value::leaves("", &json!({"a": {"x": 1, "y": {"z": 2}}, "b": 3, "a0": "s"}), &mut leaves);
+                crate::tree::value::leaves("", &json!({"a": {"x": 1, "y": {"z": 2}}, "b": 3, "a0": "s", "p": {"q": 1, ".priority": 2}}), &mut leaves);
                 for (sk, json) in leaves {
                     tx.put("t", &sk, 0, &json)?;
                 }
@@ -130,7 +132,7 @@ mod tests {
             })
             .unwrap();
         let reader = store.read().unwrap();
-        assert_eq!(shallow(&reader, "t", "", 100).unwrap(), json!({"a": true, "a0": "s", "b": 3}));
+        assert_eq!(shallow(&reader, "t", "", 100).unwrap(), json!({"a": true, "a0": "s", "b": 3, "p": true}), "a priority is not a child's value");
         assert_eq!(shallow(&reader, "t", "a", 100).unwrap(), json!({"x": 1, "y": true}));
         assert_eq!(shallow(&reader, "t", "b", 100).unwrap(), json!(3));
         assert_eq!(shallow(&reader, "t", "nope", 100).unwrap(), Value::Null);

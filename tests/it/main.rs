@@ -14,6 +14,7 @@ mod bad_input;
 mod bounds;
 mod cluster;
 mod crash;
+mod firebase;
 mod forwarding;
 mod handoff;
 mod kafka;

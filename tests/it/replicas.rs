@@ -49,7 +49,7 @@ async fn replicas_skip_foreign_garbage_alike_and_converge() {
     let wrong_kind = proto::Mutation {
         format: 1,
         write_id: Bytes::new(),
-        ops: vec![proto::Op { kind: 0, pk: "k".into(), sk: String::new(), value: Bytes::new(), condition: None }],
+        ops: vec![proto::Op { kind: 0, pk: "k".into(), sk: String::new(), value: Bytes::new(), condition: None, time_ms: 0 }],
     };
     let entries = [
         put("k1", "1"),

@@ -255,12 +255,9 @@ fn frame(out: &mut Vec<u8>, name: &str, id: Option<&str>, data: &Value) {
 fn driven(session: SessionFuture, messages: OutboxReader, mut translator: Translator) -> impl futures::Stream<Item = Result<Bytes, Infallible>> {
     let mut session = Some(session);
     let mut batch: Vec<Tagged> = Vec::with_capacity(MESSAGES_PER_CHUNK_MAX);
-    let mut preamble = true;
+    // No `retry:` preamble: the SDKs take every frame without a null
+    // `data` for an event (the Python Admin SDK fails on one without data).
     futures::stream::poll_fn(move |cx| {
-        if preamble {
-            preamble = false;
-            return Poll::Ready(Some(Ok(Bytes::from_static(crate::api::sse::SSE_PREAMBLE))));
-        }
         loop {
             if translator.ended {
                 return Poll::Ready(None);

@@ -1,0 +1,220 @@
+//! The Firebase REST and streaming API over HTTP against a real `tern dev`:
+//! every error and limit with Firebase's status and text, writing nothing;
+//! streams that resume from `Last-Event-ID` with exactly what they missed;
+//! the tree surviving a crash. (The official Admin SDK's own suite is
+//! `tests/firebase/`.)
+
+use std::time::Duration;
+
+use crate::common::Tern;
+use serde_json::{json, Value};
+
+/// `/{path}.json?ns=fbtest` (`""` is the root, `/.json`).
+fn fb(t: &Tern, path: &str, query: &str) -> String {
+    let path = if path.is_empty() { "/" } else { path };
+    format!("{}{path}.json?ns=fbtest{query}", t.url)
+}
+
+async fn text(response: reqwest::Response) -> (u16, String, reqwest::header::HeaderMap) {
+    let status = response.status().as_u16();
+    let headers = response.headers().clone();
+    (status, response.text().await.unwrap(), headers)
+}
+
+#[tokio::test]
+async fn errors_and_limits_are_firebases_and_write_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let t = Tern::dev(dir.path()).await;
+    let c = &t.client;
+    let (status, _, _) = text(c.put(fb(&t, "/app", "")).body(r#"{"a": {"b": 1}, "n": 1}"#).send().await.unwrap()).await;
+    assert_eq!(status, 200);
+    let rules = r#"{"rules": {".read": true, ".write": true, "app": {".indexOn": "n"}}}"#;
+    let (status, _, _) = text(c.put(fb(&t, "/.settings/rules", "")).bearer_auth("owner").body(rules).send().await.unwrap()).await;
+    assert_eq!(status, 200);
+    let deep = format!("/{}", vec!["k"; 33].join("/"));
+    let long_path = format!("/{}", vec!["x".repeat(200); 6].join("/"));
+    let too_big = format!("\"{}\"", "x".repeat(4 * 1024 * 1024 + 1));
+    // (what, request, status, error text it contains)
+    let cases: Vec<(&str, reqwest::RequestBuilder, u16, &str)> = vec![
+        ("a key with a dot", c.put(fb(&t, "/a.b", "")).body("1"), 400, "Invalid key"),
+        ("a key with $", c.put(fb(&t, "/x", "")).body(r#"{"$a": 1}"#), 400, "Invalid key"),
+        ("a key over 768 bytes", c.put(fb(&t, &format!("/{}", "k".repeat(769)), "")).body("1"), 400, "at most 768"),
+        ("a path 33 keys deep", c.put(fb(&t, &deep, "")).body("1"), 400, "deeper than 32"),
+        ("a path over 1 KiB", c.put(fb(&t, &long_path, "")).body("1"), 400, "at most 1024 bytes"),
+        ("data 33 levels deep", c.put(fb(&t, "/x", "")).body(deep_value(33)), 400, "deeper than 32"),
+        ("a body over 4 MiB", c.put(fb(&t, "/x", "")).body(too_big), 413, "exceeds the maximum size"),
+        ("invalid JSON", c.put(fb(&t, "/x", "")).body("{"), 400, "couldn't parse JSON"),
+        ("an unknown server value", c.put(fb(&t, "/x", "")).body(r#"{".sv": "now"}"#), 400, "unknown server value"),
+        ("an update that is not an object", c.patch(fb(&t, "/x", "")).body("[1]"), 400, "must be a JSON object"),
+        ("overlapping update paths", c.patch(fb(&t, "/x", "")).body(r#"{"a": 1, "a/b": 2}"#), 400, "ancestor"),
+        ("a query without orderBy", c.get(fb(&t, "/app", "&limitToFirst=1")), 400, "orderBy must be defined when other query parameters are defined"),
+        ("orderBy not JSON", c.get(fb(&t, "/app", "&orderBy=n")), 400, "orderBy must be a valid JSON encoded path"),
+        ("an order without .indexOn", c.get(fb(&t, "/app", "&orderBy=%22zz%22")), 400, "Index not defined, add \".indexOn\": \"zz\", for path \"/app\", to the rules"),
+        ("both limits", c.get(fb(&t, "/app", "&orderBy=%22n%22&limitToFirst=1&limitToLast=1")), 400, "cannot both be defined"),
+        ("a zero limit", c.get(fb(&t, "/app", "&orderBy=%22n%22&limitToFirst=0")), 400, "positive integer"),
+        ("shallow with a query", c.get(fb(&t, "/app", "&shallow=true&orderBy=%22$key%22")), 400, "Mixing 'shallow' and querying parameters"),
+        ("a $key bound that is not a string", c.get(fb(&t, "/app", "&orderBy=%22$key%22&startAt=1")), 400, "must be strings"),
+        ("print=ugly", c.get(fb(&t, "/app", "&print=ugly")), 400, "print must be"),
+        ("a bad timeout", c.get(fb(&t, "/app", "&timeout=soon")), 400, "timeout must be"),
+        ("a bad writeSizeLimit", c.put(fb(&t, "/x", "&writeSizeLimit=huge")).body("1"), 400, "writeSizeLimit"),
+        ("an unknown method override", c.post(fb(&t, "/x", "")).header("X-HTTP-Method-Override", "BREW").body("1"), 400, "X-HTTP-Method-Override"),
+        ("a token that is not one", c.get(fb(&t, "/app", "&auth=nonsense")), 401, "Could not parse auth token."),
+        ("rules without the owner", c.get(fb(&t, "/.settings/rules", "")), 401, "only the owner"),
+        ("rules that do not parse", c.put(fb(&t, "/.settings/rules", "")).bearer_auth("owner").body(r#"{"rules": {".write": "auth.uid =="}}"#), 400, "Error parsing rule /rules/.write"),
+        ("rules with an unknown key", c.put(fb(&t, "/.settings/rules", "")).bearer_auth("owner").body(r#"{"rules": {".wirte": true}}"#), 400, "unknown rule /rules/.wirte"),
+        ("a bad database name", c.get(format!("{}/x.json?ns=no%20spaces", t.url)), 400, ""),
+    ];
+    for (what, request, status, needle) in cases {
+        let (got, body, _) = text(request.send().await.unwrap()).await;
+        assert_eq!(got, status, "{what}: {body}");
+        let error: Value = serde_json::from_str(&body).unwrap_or_else(|_| panic!("{what}: not JSON: {body}"));
+        assert!(error["error"].as_str().is_some_and(|e| e.contains(needle)), "{what}: {body}");
+    }
+    // Nothing above wrote anything.
+    let (_, body, _) = text(c.get(fb(&t, "", "")).send().await.unwrap()).await;
+    assert_eq!(serde_json::from_str::<Value>(&body).unwrap(), json!({"app": {"a": {"b": 1}, "n": 1}}));
+    let (_, rules_now, _) = text(c.get(fb(&t, "/.settings/rules", "")).bearer_auth("owner").send().await.unwrap()).await;
+    assert_eq!(rules_now, rules);
+
+    // ETags: 412 with the current tag and value; 304 when unchanged.
+    let (_, _, headers) = text(c.get(fb(&t, "/app/n", "")).header("X-Firebase-ETag", "true").send().await.unwrap()).await;
+    let tag = headers["etag"].to_str().unwrap().to_string();
+    let (status, body, headers) = text(c.put(fb(&t, "/app/n", "")).header("if-match", "stale").body("2").send().await.unwrap()).await;
+    assert_eq!((status, body.as_str(), headers["etag"].to_str().unwrap()), (412, "1", tag.as_str()));
+    let (status, _, _) = text(c.get(fb(&t, "/app/n", "")).header("if-none-match", &tag).send().await.unwrap()).await;
+    assert_eq!(status, 304);
+    let (status, _, _) = text(c.put(fb(&t, "/app/n", "")).header("if-match", &tag).body("2").send().await.unwrap()).await;
+    assert_eq!(status, 200);
+    // Method override, print=silent, export with priorities, shallow.
+    let (status, body, _) = text(c.post(fb(&t, "/app/a", "&print=silent")).header("X-HTTP-Method-Override", "DELETE").send().await.unwrap()).await;
+    assert_eq!((status, body.as_str()), (204, ""));
+    c.put(fb(&t, "/p", "")).body(r#"{"x": {".value": 1, ".priority": 5}, ".priority": "top"}"#).send().await.unwrap();
+    let (_, body, _) = text(c.get(fb(&t, "/p", "&format=export")).send().await.unwrap()).await;
+    assert_eq!(serde_json::from_str::<Value>(&body).unwrap(), json!({"x": {".value": 1, ".priority": 5}, ".priority": "top"}));
+    let (_, body, _) = text(c.get(fb(&t, "", "&shallow=true")).send().await.unwrap()).await;
+    assert_eq!(serde_json::from_str::<Value>(&body).unwrap(), json!({"app": true, "p": true}));
+    // Unicode keys and values.
+    c.put(fb(&t, "/ünï/çødé 🚀", "")).body(r#""✓""#).send().await.unwrap();
+    let (_, body, _) = text(c.get(fb(&t, "/ünï", "")).send().await.unwrap()).await;
+    assert_eq!(serde_json::from_str::<Value>(&body).unwrap(), json!({"çødé 🚀": "✓"}));
+}
+
+fn deep_value(levels: usize) -> String {
+    let mut v = json!(1);
+    for _ in 0..levels {
+        v = json!({ "k": v });
+    }
+    v.to_string()
+}
+
+/// Reads SSE events (name, id, data) from `response` until `count` arrived.
+async fn events(response: &mut reqwest::Response, buffer: &mut String, count: usize) -> Vec<(String, Option<String>, Value)> {
+    let mut out = Vec::new();
+    while out.len() < count {
+        while let Some(end) = buffer.find("\n\n") {
+            let frame: String = buffer.drain(..end + 2).collect();
+            let (mut name, mut id, mut data) = (String::new(), None, Value::Null);
+            for line in frame.lines() {
+                if let Some(v) = line.strip_prefix("event: ") {
+                    name = v.to_string();
+                } else if let Some(v) = line.strip_prefix("id: ") {
+                    id = Some(v.to_string());
+                } else if let Some(v) = line.strip_prefix("data: ") {
+                    data = serde_json::from_str(v).unwrap();
+                }
+            }
+            if name != "keep-alive" {
+                out.push((name, id, data));
+            }
+        }
+        if out.len() >= count {
+            break;
+        }
+        let chunk = tokio::time::timeout(Duration::from_secs(10), response.chunk()).await.expect("an event within 10 s").unwrap().expect("the stream is open");
+        buffer.push_str(std::str::from_utf8(&chunk).unwrap());
+    }
+    out
+}
+
+#[tokio::test]
+async fn a_stream_resumes_from_last_event_id_with_exactly_what_it_missed() {
+    let dir = tempfile::tempdir().unwrap();
+    let t = Tern::dev(dir.path()).await;
+    let c = &t.client;
+    c.put(fb(&t, "/room", "")).body(r#"{"a": 1}"#).send().await.unwrap();
+    let mut stream = c.get(fb(&t, "/room", "")).header("Accept", "text/event-stream").send().await.unwrap();
+    let mut buffer = String::new();
+    let first = events(&mut stream, &mut buffer, 1).await;
+    assert_eq!((first[0].0.as_str(), &first[0].2), ("put", &json!({"path": "/", "data": {"a": 1}})));
+    c.put(fb(&t, "/room/b", "")).body("2").send().await.unwrap();
+    c.patch(fb(&t, "/room", "")).body(r#"{"a": 5, "c": 3}"#).send().await.unwrap();
+    c.put(fb(&t, "/other", "")).body("0").send().await.unwrap();
+    c.put(fb(&t, "", "")).body(r#"{"room": {"z": 1}}"#).send().await.unwrap();
+    let seen = events(&mut stream, &mut buffer, 3).await;
+    assert_eq!(seen[0].2, json!({"path": "/b", "data": 2}));
+    assert_eq!((seen[1].0.as_str(), &seen[1].2), ("patch", &json!({"path": "/", "data": {"a": 5, "c": 3}})));
+    assert_eq!(seen[2].2, json!({"path": "/", "data": {"z": 1}}), "a write above the location: its part at the location");
+    drop(stream);
+    // Missed while away: two changes. Resume after the first one seen.
+    c.put(fb(&t, "/room/y", "")).body("7").send().await.unwrap();
+    c.delete(fb(&t, "/room/z", "")).send().await.unwrap();
+    let after_first = seen[0].1.clone().expect("events carry their position");
+    let mut resumed = c.get(fb(&t, "/room", "")).header("Accept", "text/event-stream").header("Last-Event-ID", after_first).send().await.unwrap();
+    let mut buffer = String::new();
+    let replay = events(&mut resumed, &mut buffer, 4).await;
+    let data: Vec<&Value> = replay.iter().map(|e| &e.2).collect();
+    assert_eq!(
+        data,
+        vec![
+            &json!({"path": "/", "data": {"a": 5, "c": 3}}),
+            &json!({"path": "/", "data": {"z": 1}}),
+            &json!({"path": "/y", "data": 7}),
+            &json!({"path": "/z", "data": null}),
+        ],
+        "exactly the missed changes, in order, none twice"
+    );
+    // A position from the future is refused, not waited on.
+    let status = c.get(fb(&t, "/room", "")).header("Accept", "text/event-stream").header("Last-Event-ID", "fbtest:0:999999").send().await.unwrap().status();
+    assert!(status.is_client_error() || status.is_server_error());
+    // A query stream: the query's whole result each time it changes.
+    c.put(fb(&t, "/.settings/rules", "")).bearer_auth("owner").body(r#"{"rules": {".read": true, ".write": true, "s": {".indexOn": ".value"}}}"#).send().await.unwrap();
+    c.put(fb(&t, "/s", "")).body(r#"{"a": 3, "b": 1, "c": 2}"#).send().await.unwrap();
+    let mut top = c.get(fb(&t, "/s", "&orderBy=%22$value%22&limitToLast=2")).header("Accept", "text/event-stream").send().await.unwrap();
+    let mut buffer = String::new();
+    assert_eq!(events(&mut top, &mut buffer, 1).await[0].2, json!({"path": "/", "data": {"a": 3, "c": 2}}));
+    c.put(fb(&t, "/s/d", "")).body("9").send().await.unwrap();
+    assert_eq!(events(&mut top, &mut buffer, 1).await[0].2, json!({"path": "/", "data": {"a": 3, "d": 9}}));
+}
+
+#[tokio::test]
+async fn rules_deny_reads_and_writes_and_cancel_a_stream_they_stop_allowing() {
+    let dir = tempfile::tempdir().unwrap();
+    let t = Tern::dev(dir.path()).await;
+    let c = &t.client;
+    let rules = |read: bool| format!(r#"{{"rules": {{"open": {{".read": {read}, ".write": true}}}}}}"#);
+    c.put(fb(&t, "/.settings/rules", "")).bearer_auth("owner").body(rules(true)).send().await.unwrap();
+    let (status, body, _) = text(c.put(fb(&t, "/closed", "")).body("1").send().await.unwrap()).await;
+    assert_eq!((status, body.as_str()), (401, r#"{"error":"Permission denied"}"#));
+    let mut stream = c.get(fb(&t, "/open", "")).header("Accept", "text/event-stream").send().await.unwrap();
+    let mut buffer = String::new();
+    assert_eq!(events(&mut stream, &mut buffer, 1).await[0].0, "put");
+    c.put(fb(&t, "/.settings/rules", "")).bearer_auth("owner").body(rules(false)).send().await.unwrap();
+    let cancel = events(&mut stream, &mut buffer, 1).await;
+    assert_eq!((cancel[0].0.as_str(), &cancel[0].2), ("cancel", &json!("Permission denied")));
+}
+
+#[tokio::test]
+async fn the_tree_survives_a_crash() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut t = Tern::dev(dir.path()).await;
+    let big: serde_json::Map<String, Value> = (0..2000).map(|i| (format!("k{i}"), json!({"v": i, "s": "x".repeat(100)}))).collect();
+    let status = t.client.put(fb(&t, "/big", "")).json(&big).send().await.unwrap().status();
+    assert_eq!(status, 200);
+    t.client.patch(fb(&t, "/big", "")).body(r#"{"k1/v": {".sv": {"increment": 10}}}"#).send().await.unwrap();
+    t.kill9();
+    let t = Tern::dev(dir.path()).await;
+    let (_, body, _) = text(t.client.get(fb(&t, "/big/k1", "")).send().await.unwrap()).await;
+    assert_eq!(serde_json::from_str::<Value>(&body).unwrap(), json!({"v": 11, "s": "x".repeat(100)}));
+    let (_, body, _) = text(t.client.get(fb(&t, "/big", "&shallow=true")).send().await.unwrap()).await;
+    assert_eq!(serde_json::from_str::<Value>(&body).unwrap().as_object().unwrap().len(), 2000);
+}
