@@ -34,7 +34,8 @@ use crate::fanout::{Cursor, Event, Filter, Mode};
 use crate::partition::Namespace;
 use crate::tree::path::{self, Relation};
 use crate::tree::query::{self as tree_query};
-use crate::tree::value::{into_arrays, strip_priorities, Builder};
+use crate::store::tree::value_at;
+use crate::tree::value::{has_server_values, into_arrays, strip_priorities, Builder};
 use crate::tree::TREE_PK;
 use crate::watch::{self, ConnectionId, Message, Outbox, OutboxReader, Tagged};
 
@@ -141,6 +142,15 @@ impl Translator {
 
     /// One applied change, as the events it makes at this location.
     fn change(&mut self, event: &Event, value: Value, id: Option<&str>, out: &mut Vec<u8>) {
+        // Live events carry server values resolved by the apply loop; one
+        // replayed from the log still has them: send the location as it
+        // reads now instead (later, never wrong for long).
+        if has_server_values(&value) {
+            if let Ok(now) = tree_reader(&self.namespace).and_then(|r| Ok(value_at(&r, TREE_PK, &self.sk, false, STATE_BYTES_MAX)?)) {
+                self.whole(now, id, out);
+            }
+            return;
+        }
         let mut puts: Vec<(String, Value)> = Vec::new();
         let mut patch: Option<(String, serde_json::Map<String, Value>)> = None;
         match event.kind {
