@@ -12,6 +12,7 @@ use serde_json::Value;
 
 use super::expr::{Expr, Op};
 use crate::tree::path;
+use crate::tree::value::{at_path, set_at_path};
 
 /// Steps (expression nodes evaluated) one request may spend on rules.
 pub const STEPS_MAX: u32 = 100_000;
@@ -35,39 +36,17 @@ impl Pending<'_> {
     fn new_value(&self, sk: &str, current: &dyn Fn(&str) -> Value) -> Value {
         for (at, value) in self.writes {
             if at == sk || path::is_under(sk, at) {
-                return sub_value(value, path::relative(at, sk));
+                return at_path(value, path::relative(at, sk));
             }
         }
         let mut base = current(sk);
         for (at, value) in self.writes {
             if path::is_under(at, sk) {
-                set_sub_value(&mut base, path::relative(sk, at), value.clone());
+                set_at_path(&mut base, path::relative(sk, at), value.clone());
             }
         }
         base
     }
-}
-
-fn sub_value(value: &Value, relative: &str) -> Value {
-    let mut at = value;
-    for key in path::keys_of(relative) {
-        match at.get(key) {
-            Some(next) => at = next,
-            None => return Value::Null,
-        }
-    }
-    at.clone()
-}
-
-fn set_sub_value(base: &mut Value, relative: &str, value: Value) {
-    let mut at = base;
-    for key in path::keys_of(relative) {
-        if !at.is_object() {
-            *at = Value::Object(Default::default());
-        }
-        at = at.as_object_mut().expect("made an object").entry(key.to_string()).or_insert(Value::Null);
-    }
-    *at = value;
 }
 
 /// What an expression can see, for one request.
@@ -315,7 +294,7 @@ fn call(receiver: Val, method: &str, args: Vec<Val>, env: &Env) -> Result<Val, S
                             let mut all = value.is_object() || value.is_array();
                             for name in names {
                                 let Val::Str(name) = name else { return Err("hasChildren needs a list of strings".into()) };
-                                all = all && !sub_value(&value, name).is_null();
+                                all = all && !at_path(&value, name).is_null();
                             }
                             Val::Bool(all)
                         }

@@ -103,3 +103,34 @@ pub(super) fn storage_error(path: &Path) -> impl Fn(redb::StorageError) -> Store
     move |e| StoreError { path: path.display().to_string(), message: e.to_string() }
 }
 
+
+/// A key bound as a borrowed slice bound (what redb's `range` takes).
+pub(super) fn slice_bound(b: &std::ops::Bound<Vec<u8>>) -> std::ops::Bound<&[u8]> {
+    match b {
+        std::ops::Bound::Included(v) => std::ops::Bound::Included(v.as_slice()),
+        std::ops::Bound::Excluded(v) => std::ops::Bound::Excluded(v.as_slice()),
+        std::ops::Bound::Unbounded => std::ops::Bound::Unbounded,
+    }
+}
+
+/// Visits `(sk, value)` of `pk`'s records in `table` whose sk starts with
+/// `prefix`, from `from` on, in sk order, while `visit` returns true: one
+/// walk for read views and apply transactions alike (`scan_prefix`).
+pub(super) fn scan_prefix(
+    table: &impl ReadableTable<&'static [u8], &'static [u8]>,
+    pk: &str,
+    prefix: &str,
+    from: Option<&str>,
+    visit: &mut dyn FnMut(&str, &[u8]) -> bool,
+) -> Result<(), redb::StorageError> {
+    let (lower, upper) = super::key::prefix_bounds(pk, prefix, from);
+    let skip = super::key::pk_prefix(pk).len();
+    for entry in table.range::<&[u8]>((slice_bound(&lower), slice_bound(&upper)))? {
+        let (k, v) = entry?;
+        let sk = std::str::from_utf8(&k.value()[skip..]).expect("stored keys are UTF-8");
+        if !visit(sk, decode_value(v.value()).1) {
+            break;
+        }
+    }
+    Ok(())
+}

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 
 use super::key::{self, SkRange};
-use super::layout::{decode_value, is_outcome_meta, read_state, META_PREFIX, META_STATE};
+use super::layout::{self, decode_value, is_outcome_meta, read_state, slice_bound, META_PREFIX, META_STATE};
 use super::{Record, StoreError, StoreState};
 
 /// A consistent read view of one partition.
@@ -78,7 +78,7 @@ impl StoreReader {
         if key::is_empty(&lower, &upper) {
             return Ok((Vec::new(), false));
         }
-        let bounds = (as_slice_bound(&lower), as_slice_bound(&upper));
+        let bounds = (slice_bound(&lower), slice_bound(&upper));
         let iter = self.table.range::<&[u8]>(bounds).map_err(|e| self.error(e))?;
         let mut out = Vec::with_capacity(limit.min(1024));
         let mut more = false;
@@ -111,7 +111,7 @@ impl StoreReader {
 
     /// Visits `(sk, value)` of `pk`'s records whose sk starts with `prefix`,
     /// from `from` (inclusive, at least the prefix) on, in sk order, while
-    /// `visit` returns true: the JSON tree's subtree reads (`tree::read`).
+    /// `visit` returns true: the JSON tree's subtree reads (`store/tree.rs`).
     pub fn scan_prefix(
         &self,
         pk: &str,
@@ -119,17 +119,7 @@ impl StoreReader {
         from: Option<&str>,
         visit: &mut dyn FnMut(&str, &[u8]) -> bool,
     ) -> Result<(), StoreError> {
-        let (lower, upper) = key::prefix_bounds(pk, prefix, from);
-        let iter = self.table.range::<&[u8]>((as_slice_bound(&lower), as_slice_bound(&upper))).map_err(|e| self.error(e))?;
-        let skip = key::pk_prefix(pk).len();
-        for entry in iter {
-            let (k, v) = entry.map_err(|e| self.error(e))?;
-            let sk = std::str::from_utf8(&k.value()[skip..]).expect("stored keys are UTF-8");
-            if !visit(sk, decode_value(v.value()).1) {
-                break;
-            }
-        }
-        Ok(())
+        layout::scan_prefix(&self.table, pk, prefix, from, visit).map_err(|e| self.error(e))
     }
 
     /// What a snapshot holds, in key order as stored: the outcome metadata
@@ -167,12 +157,3 @@ impl StoreReader {
         Ok(())
     }
 }
-
-fn as_slice_bound(b: &std::ops::Bound<Vec<u8>>) -> std::ops::Bound<&[u8]> {
-    match b {
-        std::ops::Bound::Included(v) => std::ops::Bound::Included(v.as_slice()),
-        std::ops::Bound::Excluded(v) => std::ops::Bound::Excluded(v.as_slice()),
-        std::ops::Bound::Unbounded => std::ops::Bound::Unbounded,
-    }
-}
-

@@ -77,17 +77,7 @@ impl ApplyTxn<'_, '_> {
         from: Option<&str>,
         visit: &mut dyn FnMut(&str, &[u8]) -> bool,
     ) -> Result<(), StoreError> {
-        let (lower, upper) = key::prefix_bounds(pk, prefix, from);
-        let bounds = (slice_bound(&lower), slice_bound(&upper));
-        let skip = key::pk_prefix(pk).len();
-        for entry in self.records.range::<&[u8]>(bounds).map_err(|e| self.error(e))? {
-            let (k, v) = entry.map_err(|e| self.error(e))?;
-            let sk = std::str::from_utf8(&k.value()[skip..]).expect("stored keys are UTF-8");
-            if !visit(sk, decode_value(v.value()).1) {
-                break;
-            }
-        }
-        Ok(())
+        super::layout::scan_prefix(&*self.records, pk, prefix, from, visit).map_err(|e| self.error(e))
     }
 
     /// The value of `(pk, sk)` as of this transaction.
@@ -149,14 +139,5 @@ impl ApplyTxn<'_, '_> {
         if skipped {
             self.state.skipped_entries += 1;
         }
-    }
-}
-
-
-fn slice_bound(b: &std::ops::Bound<Vec<u8>>) -> std::ops::Bound<&[u8]> {
-    match b {
-        std::ops::Bound::Included(v) => std::ops::Bound::Included(v.as_slice()),
-        std::ops::Bound::Excluded(v) => std::ops::Bound::Excluded(v.as_slice()),
-        std::ops::Bound::Unbounded => std::ops::Bound::Unbounded,
     }
 }

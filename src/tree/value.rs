@@ -278,6 +278,32 @@ fn normalize(value: &mut Value, export: bool) {
     }
 }
 
+/// The part of `value` at `relative` (keys joined by `/`; "" is all of it),
+/// null where it has none.
+pub fn at_path(value: &Value, relative: &str) -> Value {
+    let mut at = value;
+    for key in path::keys_of(relative) {
+        match at.get(key) {
+            Some(next) => at = next,
+            None => return Value::Null,
+        }
+    }
+    at.clone()
+}
+
+/// Sets the part of `base` at `relative` to `value`, making objects on the
+/// way (a primitive in the way becomes one, as a tree write does).
+pub fn set_at_path(base: &mut Value, relative: &str, value: Value) {
+    let mut at = base;
+    for key in path::keys_of(relative) {
+        if !at.is_object() {
+            *at = Value::Object(Map::new());
+        }
+        at = at.as_object_mut().expect("made an object").entry(key.to_string()).or_insert(Value::Null);
+    }
+    *at = value;
+}
+
 /// A value read with priorities (`export`) as it reads without them.
 pub fn strip_priorities(value: &mut Value) {
     normalize(value, false);
@@ -400,6 +426,17 @@ mod tests {
         let mut overflow = json!({".sv": {"increment": 1}});
         resolve_server_values("x", &mut overflow, 0, &mut |_| Some(json!(i64::MAX)));
         assert!(overflow.is_f64(), "integer overflow becomes a double");
+    }
+
+    #[test]
+    fn parts_of_a_value_are_read_and_set_by_path() {
+        let mut v = json!({"a": {"b": 1}, "p": 5});
+        assert_eq!(at_path(&v, "a/b"), json!(1));
+        assert_eq!(at_path(&v, ""), v);
+        assert_eq!(at_path(&v, "a/x"), Value::Null);
+        set_at_path(&mut v, "p/q", json!(2));
+        set_at_path(&mut v, "a/b", Value::Null);
+        assert_eq!(v, json!({"a": {"b": null}, "p": {"q": 2}}));
     }
 
     #[test]

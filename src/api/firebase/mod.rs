@@ -88,6 +88,13 @@ impl IntoResponse for FbError {
     }
 }
 
+/// A Tern error (a write's outcome, a forward) in Firebase's form.
+impl From<crate::api::error::ApiError> for FbError {
+    fn from(e: crate::api::error::ApiError) -> FbError {
+        FbError::new(e.status, e.message)
+    }
+}
+
 impl From<crate::store::StoreError> for FbError {
     fn from(e: crate::store::StoreError) -> FbError {
         FbError::new(StatusCode::SERVICE_UNAVAILABLE, format!("the store cannot be read: {e}"))

@@ -47,7 +47,7 @@ pub async fn handle(
     let incoming = Incoming::new(method.clone(), uri, headers);
     let partition = namespace.partition_of(TREE_PK);
     if !namespace.handle(partition).is_held() {
-        return forward::to_holder(state, &incoming, &namespace.name, partition, body).await.map_err(from_api_error);
+        return forward::to_holder(state, &incoming, &namespace.name, partition, body).await.map_err(FbError::from);
     }
     match *method {
         Method::GET => get(state, namespace, caller, &sk, query, headers),
@@ -65,10 +65,6 @@ pub async fn handle(
         Method::DELETE => set(state, namespace, caller, sk, query, headers, &incoming, Bytes::from_static(b"null"), false).await,
         ref other => Err(FbError::new(StatusCode::METHOD_NOT_ALLOWED, format!("{other} is not supported; use GET, PUT, PATCH, POST or DELETE"))),
     }
-}
-
-fn from_api_error(e: crate::api::error::ApiError) -> FbError {
-    FbError::new(e.status, e.message)
 }
 
 fn query_params(query: &Query) -> QueryParams<'_> {
@@ -223,12 +219,9 @@ async fn set(
             return Ok(response);
         }
         Err(WriteError::NotHeld { .. }) => {
-            return forward::to_holder(state, incoming, &namespace.name, partition, Bytes::new()).await.map_err(from_api_error)
+            return forward::to_holder(state, incoming, &namespace.name, partition, Bytes::new()).await.map_err(FbError::from)
         }
-        Err(e) => {
-            let api: crate::api::error::ApiError = e.into();
-            return Err(FbError::new(api.status, api.message));
-        }
+        Err(e) => return Err(crate::api::error::ApiError::from(e).into()),
     }
     // What was written, as it now reads (server values resolved), and its ETag when asked.
     let wants_etag = headers.get("x-firebase-etag").is_some_and(|v| v == "true");

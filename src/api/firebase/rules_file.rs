@@ -41,10 +41,9 @@ pub async fn handle(state: &AppState, namespace: &Namespace, caller: &Caller, me
                 ops: vec![Op { pk: RULES_PK.into(), sk: RULES_SK.into(), kind: OpKind::Put(Bytes::from(value)), condition: None }],
             };
             let timeout = std::time::Duration::from_millis(crate::limits::WAIT_MS_DEFAULT);
-            write(state.node.log.as_ref(), namespace, partition, &mutation, true, timeout).await.map_err(|e| {
-                let api: crate::api::error::ApiError = e.into();
-                FbError::new(api.status, api.message)
-            })?;
+            write(state.node.log.as_ref(), namespace, partition, &mutation, true, timeout)
+                .await
+                .map_err(|e| FbError::from(crate::api::error::ApiError::from(e)))?;
             Ok(([(header::CONTENT_TYPE, "application/json; charset=utf-8")], r#"{"status":"ok"}"#).into_response())
         }
         ref other => Err(FbError::new(StatusCode::METHOD_NOT_ALLOWED, format!("{other} is not supported on rules; use GET or PUT"))),

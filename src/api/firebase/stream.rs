@@ -35,7 +35,7 @@ use crate::partition::Namespace;
 use crate::tree::path::{self, Relation};
 use crate::tree::query::{self as tree_query};
 use crate::store::tree::value_at;
-use crate::tree::value::{has_server_values, into_arrays, strip_priorities, Builder};
+use crate::tree::value::{at_path, has_server_values, into_arrays, set_at_path, strip_priorities, Builder};
 use crate::tree::TREE_PK;
 use crate::watch::{self, ConnectionId, Message, Outbox, OutboxReader, Tagged};
 
@@ -159,7 +159,7 @@ impl Translator {
                 strip_priorities(&mut value);
                 match path::relation(&self.sk, &event.sk) {
                     Relation::Same | Relation::Descendant => puts.push((path::relative(&self.sk, &event.sk).to_string(), value)),
-                    Relation::Ancestor => puts.push((String::new(), sub_value(&value, path::relative(&event.sk, &self.sk)))),
+                    Relation::Ancestor => puts.push((String::new(), at_path(&value, path::relative(&event.sk, &self.sk)))),
                     Relation::Unrelated => {}
                 }
             }
@@ -177,7 +177,7 @@ impl Translator {
                     }
                     match path::relation(&self.sk, &target) {
                         Relation::Same | Relation::Descendant => puts.push((path::relative(&self.sk, &target).to_string(), child)),
-                        Relation::Ancestor => puts.push((String::new(), sub_value(&child, path::relative(&target, &self.sk)))),
+                        Relation::Ancestor => puts.push((String::new(), at_path(&child, path::relative(&target, &self.sk)))),
                         Relation::Unrelated => {}
                     }
                 }
@@ -189,11 +189,11 @@ impl Translator {
         if self.query.is_some() {
             let Some(current) = self.value.as_mut() else { return };
             for (relative, value) in puts {
-                set_sub_value(current, &relative, value);
+                set_at_path(current, &relative, value);
             }
             if let Some((relative, children)) = patch {
                 for (key, value) in children {
-                    set_sub_value(current, &path::join(&relative, &key), value);
+                    set_at_path(current, &path::join(&relative, &key), value);
                 }
             }
             self.send_query_result(id, out, false);
@@ -224,28 +224,6 @@ impl Translator {
 
 fn value_of(event: &Event) -> Value {
     serde_json::from_slice::<Value>(&event.data).ok().and_then(|mut v| v.get_mut("value").map(Value::take)).unwrap_or(Value::Null)
-}
-
-fn sub_value(value: &Value, relative: &str) -> Value {
-    let mut at = value;
-    for key in path::keys_of(relative) {
-        match at.get(key) {
-            Some(next) => at = next,
-            None => return Value::Null,
-        }
-    }
-    at.clone()
-}
-
-fn set_sub_value(base: &mut Value, relative: &str, value: Value) {
-    let mut at = base;
-    for key in path::keys_of(relative) {
-        if !at.is_object() {
-            *at = Value::Object(Default::default());
-        }
-        at = at.as_object_mut().expect("made an object").entry(key.to_string()).or_insert(Value::Null);
-    }
-    *at = value;
 }
 
 fn frame(out: &mut Vec<u8>, name: &str, id: Option<&str>, data: &Value) {
