@@ -68,7 +68,7 @@ pub async fn run(settings: Settings, banner: &'static str) -> anyhow::Result<()>
     println!("{banner} listening on http://{address}");
     tracing::info!(%address, node_id = %settings.node_id, data_dir = %settings.data_dir.display(), "serving");
     let mut state = crate::api::state(node.clone(), cluster.clone());
-    state.firebase = crate::api::FirebaseConfig::new(settings.firebase_owner_token.clone(), settings.firebase_emulator);
+    state.firebase = Arc::new(crate::api::FirebaseConfig::new(settings.firebase_owner_token.clone(), settings.firebase_emulator));
     let service = crate::api::service(state.clone());
     let closing_node = node.clone();
     let signal = async move {

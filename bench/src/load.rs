@@ -22,6 +22,9 @@ pub enum Operation {
     TernGetOf { ns: String, keys: std::sync::Arc<Vec<String>> },
     /// POST a batch of `ops` puts (one pk, distinct sks: one partition).
     TernBatch { ns: String, ops: usize },
+    /// GET a random existing child of `/bench` through the Firebase REST
+    /// API (`/bench/{key}.json?ns={ns}`): the same keys and values as `TernGet`.
+    FirebaseGet { ns: String },
     /// GET /hello.
     Hello,
 }
@@ -60,6 +63,7 @@ fn request(spec: &LoadSpec, authority: &str, value: &Bytes, rng: &mut impl Rng) 
             (Method::GET, format!("/v1/ns/{ns}/kv/{}/", keys[rng.random_range(0..keys.len())]), Bytes::new())
         }
         Operation::TernBatch { ns, ops } => (Method::POST, format!("/v1/ns/{ns}/batch"), batch_body(key, *ops, value)),
+        Operation::FirebaseGet { ns } => (Method::GET, format!("/bench/{}.json?ns={ns}", key_name(key)), Bytes::new()),
         Operation::Hello => (Method::GET, "/hello".to_string(), Bytes::new()),
     };
     Request::builder()

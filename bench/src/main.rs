@@ -13,6 +13,7 @@
 mod cpu;
 mod etcd;
 mod fanout;
+mod firebase;
 mod hello;
 mod kafka;
 mod load;
@@ -55,8 +56,10 @@ enum BenchCommand {
     Kafka(kafka::KafkaArgs),
     /// Snapshot and restore of one large partition, to file:// and a local S3 server.
     Snapshot(snapshot::SnapshotBenchArgs),
-    /// Put → event latency at many subscribers (SSE, WebSocket) next to etcd's watch.
+    /// Put → event latency at many subscribers (SSE, WebSocket, Firebase streaming) next to etcd's watch.
     Watch(watch::WatchBenchArgs),
+    /// Tern's Firebase REST API next to `/v1` and hello: a small node's GET, a 10 MB tree.
+    Firebase(firebase::FirebaseBenchArgs),
     /// Load one HTTP target.
     Http(HttpArgs),
     /// Serializable gets against etcd 3.
@@ -100,7 +103,7 @@ pub struct LoadArgs {
 struct HttpArgs {
     #[arg(long, default_value = "http://127.0.0.1:7070")]
     url: String,
-    /// get, put or hello.
+    /// get, put, firebase-get or hello.
     #[arg(long, default_value = "get")]
     op: String,
     #[arg(long, default_value = "default")]
@@ -164,14 +167,16 @@ async fn run(args: BenchArgs) -> anyhow::Result<()> {
         BenchCommand::Kafka(args) => kafka::run(args).await,
         BenchCommand::Snapshot(args) => snapshot::run(args).await,
         BenchCommand::Watch(args) => watch::run(args).await,
+        BenchCommand::Firebase(args) => firebase::run(args).await,
         BenchCommand::Hello { listen } => hello::serve(&listen).await,
         BenchCommand::FanoutFloor { listen } => fanout::serve(&listen).await,
         BenchCommand::Http(args) => {
             let operation = match args.op.as_str() {
                 "get" => Operation::TernGet { ns: args.ns },
                 "put" => Operation::TernPut { ns: args.ns },
+                "firebase-get" => Operation::FirebaseGet { ns: args.ns },
                 "hello" => Operation::Hello,
-                other => anyhow::bail!("--op must be get, put or hello, got {other:?}"),
+                other => anyhow::bail!("--op must be get, put, firebase-get or hello, got {other:?}"),
             };
             let url: hyper::Uri = args.url.parse()?;
             let result = load::run(&url, &args.load.spec(&args.op, operation)).await?;

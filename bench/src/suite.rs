@@ -215,7 +215,7 @@ pub async fn run(args: SuiteArgs) -> anyhow::Result<()> {
 }
 
 /// The result with the median throughput of several rounds of one benchmark.
-fn median(mut of: Vec<BenchResult>) -> BenchResult {
+pub(super) fn median(mut of: Vec<BenchResult>) -> BenchResult {
     assert!(!of.is_empty());
     of.sort_by(|a, b| a.throughput_per_s.total_cmp(&b.throughput_per_s));
     of.swap_remove(of.len() / 2)

@@ -17,6 +17,12 @@
 //! Each is measured with one subscriber per connection (browsers, devices)
 //! and multiplexed, `--multiplex` subscriptions per connection (services):
 //! Tern over WebSocket, etcd over gRPC streams on shared HTTP/2 connections.
+//!
+//! Firebase streaming (`fb-sse`, `fb-sse-h2`): the same subscribers and
+//! writer through Tern's Firebase REST API — each listener streams
+//! `GET /bench.json` (`Accept: text/event-stream`), the writer `PUT`s
+//! `/bench.json` — so the rows beside Tern's own SSE show what the Firebase
+//! translation costs.
 
 use std::path::PathBuf;
 use std::future::Future;
@@ -58,7 +64,7 @@ pub struct WatchBenchArgs {
     #[arg(long, default_value = "etcd")]
     etcd: String,
     /// Which configurations to measure (all by default; a subset helps profiling).
-    #[arg(long, value_enum, value_delimiter = ',', default_value = "sse,sse-h2,ws,ws-mux,etcd,etcd-mux,sse-floor,sse-h2-floor")]
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "sse,sse-h2,ws,ws-mux,etcd,etcd-mux,sse-floor,sse-h2-floor,fb-sse,fb-sse-h2")]
     runs: Vec<Run>,
 }
 
@@ -83,6 +89,10 @@ enum Run {
     Etcd,
     /// etcd watch, `--multiplex` watchers per gRPC connection.
     EtcdMux,
+    /// Tern's Firebase streaming, one HTTP/1.1 connection per listener.
+    FbSse,
+    /// Tern's Firebase streaming over HTTP/2, `--multiplex` streams per connection.
+    FbSseH2,
 }
 
 #[derive(Debug, Serialize)]
@@ -127,6 +137,8 @@ pub async fn run(args: WatchBenchArgs) -> anyhow::Result<()> {
                 Run::WsMux => run_subscribers(&args, n, Transport::WebSocket, args.multiplex).await?,
                 Run::Etcd => run_etcd(&args, n, 1).await?,
                 Run::EtcdMux => run_etcd(&args, n, args.multiplex).await?,
+                Run::FbSse => run_subscribers(&args, n, Transport::Firebase, 1).await?,
+                Run::FbSseH2 => run_subscribers(&args, n, Transport::Firebase, args.multiplex).await?,
             };
             eprintln!("{result:?}");
             results.push(result);
@@ -145,6 +157,35 @@ enum Transport {
     WebSocket,
     /// SSE subscribers of the fan-out floor instead of Tern.
     SseFloor,
+    /// Firebase streaming listeners of Tern's Firebase REST API.
+    Firebase,
+}
+
+impl Transport {
+    /// The path an SSE subscriber streams.
+    fn sse_path(self) -> &'static str {
+        match self {
+            Transport::Firebase => "/bench.json",
+            _ => "/v1/ns/default/watch?pk=bench",
+        }
+    }
+
+    /// The event that tells a subscriber it is connected: Tern's starting
+    /// position, Firebase's first whole-value `put`.
+    fn started_mark(self) -> &'static [u8] {
+        match self {
+            Transport::Firebase => b"event: put",
+            _ => b"event: progress",
+        }
+    }
+
+    /// Where the writer puts, and where it warms the write path up.
+    fn put_paths(self) -> (&'static str, &'static str) {
+        match self {
+            Transport::Firebase => ("/bench.json", "/warm.json"),
+            _ => ("/v1/ns/default/kv/bench/k", "/v1/ns/default/kv/warm/up"),
+        }
+    }
 }
 
 /// When each subscriber saw each sequence number.
@@ -166,8 +207,9 @@ async fn run_subscribers(args: &WatchBenchArgs, n: usize, transport: Transport, 
     let pid = child.id().expect("running");
     let client = reqwest::Client::new();
     let url = |path: &str| format!("http://{addr}{path}");
+    let (put_path, warm_path) = transport.put_paths();
     // Warm the write path once, so the first measured put is not the first ever.
-    client.put(url("/v1/ns/default/kv/warm/up")).body("1").send().await?.error_for_status()?;
+    client.put(url(warm_path)).body("1").send().await?.error_for_status()?;
     tokio::time::sleep(Duration::from_millis(500)).await;
     let rss_before = rss_bytes(pid)?;
     let ready = Arc::new(Barrier::new(connections + 1));
@@ -180,8 +222,12 @@ async fn run_subscribers(args: &WatchBenchArgs, n: usize, transport: Transport, 
         subscribers.push(tokio::spawn(async move {
             let permit = semaphore.acquire_owned().await.expect("open");
             match transport {
-                Transport::Sse | Transport::SseFloor if per_connection == 1 => sse_subscriber(&addr, puts, ready, deadline, permit).await,
-                Transport::Sse | Transport::SseFloor => sse_h2_subscribers(&addr, puts, per_connection, ready, deadline, permit).await,
+                Transport::Sse | Transport::SseFloor | Transport::Firebase if per_connection == 1 => {
+                    sse_subscriber(&addr, transport, puts, ready, deadline, permit).await
+                }
+                Transport::Sse | Transport::SseFloor | Transport::Firebase => {
+                    sse_h2_subscribers(&addr, transport, puts, per_connection, ready, deadline, permit).await
+                }
                 Transport::WebSocket => ws_subscriber(&addr, puts, per_connection, ready, deadline, permit).await,
             }
         }));
@@ -189,7 +235,7 @@ async fn run_subscribers(args: &WatchBenchArgs, n: usize, transport: Transport, 
     ready.wait().await;
     tokio::time::sleep(Duration::from_millis(500)).await;
     let rss_after = rss_bytes(pid)?;
-    let put_url = url("/v1/ns/default/kv/bench/k");
+    let put_url = url(put_path);
     let put = |value| {
         let request = client.put(&put_url).body(value);
         async move {
@@ -204,6 +250,8 @@ async fn run_subscribers(args: &WatchBenchArgs, n: usize, transport: Transport, 
         Transport::WebSocket => "Tern WebSocket",
         Transport::SseFloor if per_connection == 1 => "SSE fan-out floor (raw sockets, not Tern)",
         Transport::SseFloor => "SSE fan-out floor (HTTP/2, h2 crate, not Tern)",
+        Transport::Firebase if per_connection == 1 => "Tern Firebase streaming",
+        Transport::Firebase => "Tern Firebase streaming (HTTP/2)",
     };
     let mut result = summarize(name, n, per_connection, args, &measured)?;
     result.server_bytes_per_subscriber = Some(rss_after.saturating_sub(rss_before) / n as u64);
@@ -346,6 +394,7 @@ fn keep_unfinished(carry: &mut Vec<u8>, rest: &[u8]) {
 
 async fn sse_subscriber(
     addr: &str,
+    transport: Transport,
     puts: u64,
     ready: Arc<Barrier>,
     deadline: Arc<std::sync::OnceLock<Instant>>,
@@ -353,12 +402,13 @@ async fn sse_subscriber(
 ) -> anyhow::Result<Arrivals> {
     let mut stream = tokio::net::TcpStream::connect(addr).await?;
     stream.set_nodelay(true)?;
-    let request = format!("GET /v1/ns/default/watch?pk=bench HTTP/1.1\r\nHost: {addr}\r\nAccept: text/event-stream\r\n\r\n");
+    let request = format!("GET {} HTTP/1.1\r\nHost: {addr}\r\nAccept: text/event-stream\r\n\r\n", transport.sse_path());
     stream.write_all(request.as_bytes()).await?;
     let mut buf = vec![0u8; 16 * 1024];
     // Connected once the first event (the starting position) arrived.
     let mut head = Vec::new();
-    while !head.windows(15).any(|w| w == b"event: progress") {
+    let mark = transport.started_mark();
+    while !head.windows(mark.len()).any(|w| w == mark) {
         let read = stream.read(&mut buf).await?;
         anyhow::ensure!(read > 0, "the subscription closed before it started");
         head.extend_from_slice(&buf[..read]);
@@ -396,6 +446,7 @@ const DEADLINE_CHECK_INTERVAL: Duration = Duration::from_millis(100);
 /// cost 1.8-2.0 µs of CPU per event; this way 1.3-1.7.)
 async fn sse_h2_subscribers(
     addr: &str,
+    transport: Transport,
     puts: u64,
     streams: usize,
     ready: Arc<Barrier>,
@@ -410,10 +461,10 @@ async fn sse_h2_subscribers(
         .handshake::<_, bytes::Bytes>(tcp)
         .await?;
     let mut connection = std::pin::pin!(connection);
-    let uri = format!("http://{addr}/v1/ns/default/watch?pk=bench");
+    let uri = format!("http://{addr}{}", transport.sse_path());
     let mut bodies = Vec::with_capacity(streams);
     for _ in 0..streams {
-        let opened = open_h2_watch(client.clone(), &uri);
+        let opened = open_h2_watch(client.clone(), &uri, transport.started_mark());
         bodies.push(while_driving(connection.as_mut(), opened).await?);
     }
     drop(permit);
@@ -481,7 +532,7 @@ enum H2Next {
 
 /// Opens one SSE watch; returns its body once the first event (the starting
 /// position) arrived.
-async fn open_h2_watch(client: h2::client::SendRequest<bytes::Bytes>, uri: &str) -> anyhow::Result<h2::RecvStream> {
+async fn open_h2_watch(client: h2::client::SendRequest<bytes::Bytes>, uri: &str, mark: &[u8]) -> anyhow::Result<h2::RecvStream> {
     let mut client = client.ready().await?;
     let request = http::Request::get(uri).header("accept", "text/event-stream").body(())?;
     let (response, _) = client.send_request(request, true)?;
@@ -489,7 +540,7 @@ async fn open_h2_watch(client: h2::client::SendRequest<bytes::Bytes>, uri: &str)
     anyhow::ensure!(response.status().is_success(), "watch answered {}", response.status());
     let mut body = response.into_body();
     let mut head = Vec::new();
-    while !head.windows(15).any(|w| w == b"event: progress") {
+    while !head.windows(mark.len()).any(|w| w == mark) {
         let chunk = body.data().await.ok_or_else(|| anyhow::anyhow!("the subscription closed before it started"))??;
         let _ = body.flow_control().release_capacity(chunk.len());
         head.extend_from_slice(&chunk);

@@ -47,8 +47,9 @@ pub struct AppState {
     pub node: Arc<Node>,
     pub cluster: Arc<Cluster>,
     pub forwarder: forward::Forwarder,
-    /// How this node speaks Firebase (`api/firebase/`).
-    pub firebase: firebase::FirebaseConfig,
+    /// How this node speaks Firebase (`api/firebase/`); shared, so a
+    /// request's clone of the state is reference counts only.
+    pub firebase: Arc<firebase::FirebaseConfig>,
 }
 
 pub use self::firebase::FirebaseConfig;
@@ -67,7 +68,7 @@ pub fn app(
 
 /// What every handler shares.
 pub fn state(node: Arc<Node>, cluster: Arc<Cluster>) -> AppState {
-    AppState { node, cluster, forwarder: forward::Forwarder::new(), firebase: FirebaseConfig::default() }
+    AppState { node, cluster, forwarder: forward::Forwarder::new(), firebase: Arc::new(FirebaseConfig::default()) }
 }
 
 /// The service to serve for `state` (see `app`).
@@ -79,22 +80,34 @@ pub fn service(
         app: state.clone(),
         get_metrics: RouteMetrics::new(GET_RECORD_ROUTE),
         put_metrics: RouteMetrics::new(PUT_RECORD_ROUTE),
+        firebase_metrics: RouteMetrics::new(FIREBASE_ROUTE),
     });
     tower::Layer::layer(&axum::middleware::from_fn_with_state(fast, fast_path), router(state))
 }
 
 const GET_RECORD_ROUTE: &str = "GET /v1/ns/{ns}/kv/{*rest}";
 const PUT_RECORD_ROUTE: &str = "PUT /v1/ns/{ns}/kv/{*rest}";
+/// Every Firebase request (`/{path}.json`, any method), in one histogram.
+const FIREBASE_ROUTE: &str = "/{path}.json";
 
 /// Shared by every request (axum clones the state per request: one `Arc`).
 struct FastPath {
     app: AppState,
     get_metrics: Arc<RouteMetrics>,
     put_metrics: Arc<RouteMetrics>,
+    firebase_metrics: Arc<RouteMetrics>,
 }
 
-/// Answers plain single-key GETs and PUTs directly; everything else goes to the router.
+/// Answers plain single-key GETs and PUTs directly, and Firebase's
+/// `/{path}.json` (no route pattern can name any path: the router would
+/// try every route before its fallback); everything else goes to the router.
 async fn fast_path(State(fast): State<Arc<FastPath>>, request: Request, next: Next) -> Response {
+    if is_firebase_path(request.uri().path()) {
+        let started = Instant::now();
+        let response = firebase::handle(fast.app.clone(), request).await;
+        fast.firebase_metrics.observe(response.status(), started);
+        return response;
+    }
     let method = request.method().clone();
     let plain = request.uri().query().is_none();
     let metrics = match method {
@@ -184,8 +197,15 @@ async fn track_latency(State(metrics): State<Arc<RouteMetrics>>, request: Reques
     response
 }
 
-/// Paths no route names: Firebase's `/{path}.json` (any path, so it cannot
-/// be a route pattern), or nothing.
+/// A Firebase path (`/{path}.json`) that no route of Tern's own could
+/// match: those live under `/v1/` and `/demo/`, and a `.json` path there
+/// that no route takes still reaches Firebase through `fallback`.
+fn is_firebase_path(path: &str) -> bool {
+    path.ends_with(".json") && !path.starts_with("/v1/") && !path.starts_with("/demo/")
+}
+
+/// Paths no route names: Firebase's `/{path}.json` under `/v1/` or
+/// `/demo/` (any other is taken before the router, `fast_path`), or nothing.
 async fn fallback(State(state): State<AppState>, request: Request) -> Response {
     if request.uri().path().ends_with(".json") {
         return firebase::handle(state, request).await;
@@ -196,4 +216,21 @@ async fn fallback(State(state): State<AppState>, request: Request) -> Response {
 async fn method_not_allowed(method: axum::http::Method, uri: axum::http::Uri) -> Response {
     ApiError::new(StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed", format!("{method} is not allowed on {}", uri.path()))
         .into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_firebase_path;
+
+    #[test]
+    fn firebase_paths_skip_the_router_but_never_take_a_route_of_tern() {
+        assert!(is_firebase_path("/.json"));
+        assert!(is_firebase_path("/users/alice.json"));
+        assert!(is_firebase_path("/.settings/rules.json"));
+        assert!(is_firebase_path("/v1.json"), "a tree location named v1 is not a route");
+        // A record whose key ends in .json is still a record.
+        assert!(!is_firebase_path("/v1/ns/default/kv/config.json"));
+        assert!(!is_firebase_path("/demo/client/package.json"));
+        assert!(!is_firebase_path("/metrics"));
+    }
 }

@@ -9,6 +9,6 @@ pub(crate) mod handle;
 pub(crate) mod namespace;
 pub(crate) mod outcome;
 
-pub use self::handle::{PartitionHandle, PartitionStatus};
+pub use self::handle::{PartitionHandle, PartitionStatus, ReadView};
 pub use self::namespace::Namespace;
 pub use self::outcome::Outcome;

@@ -97,6 +97,17 @@ async fn errors_and_limits_are_firebases_and_write_nothing() {
     c.put(fb(&t, "/ünï/çødé 🚀", "")).body(r#""✓""#).send().await.unwrap();
     let (_, body, _) = text(c.get(fb(&t, "/ünï", "")).send().await.unwrap()).await;
     assert_eq!(serde_json::from_str::<Value>(&body).unwrap(), json!({"çødé 🚀": "✓"}));
+    // Route words: a /v1 record whose key ends in .json stays a record, a
+    // tree location named v1 or metrics stays the tree's.
+    let record = format!("{}/v1/ns/fbtest/kv/cfg/config.json", t.url);
+    assert_eq!(c.put(format!("{record}?wait=applied")).body(r#""rec""#).send().await.unwrap().status(), 200);
+    let (status, body, _) = text(c.get(&record).send().await.unwrap()).await;
+    assert!(status == 200 && body.contains(r#""value":"rec""#), "{status} {body}");
+    for location in ["/v1", "/metrics", "/demo"] {
+        c.put(fb(&t, location, "")).body(r#""tree""#).send().await.unwrap();
+        let (_, body, _) = text(c.get(fb(&t, location, "")).send().await.unwrap()).await;
+        assert_eq!(body, r#""tree""#, "{location}");
+    }
 }
 
 fn deep_value(levels: usize) -> String {

@@ -28,6 +28,7 @@ use serde_json::Value;
 
 use super::AppState;
 use crate::partition::Namespace;
+use crate::partition::ReadView;
 use crate::rules::Rules;
 use crate::store::tree::{value_at, READ_BYTES_MAX};
 use crate::tree::TREE_PK;
@@ -49,8 +50,8 @@ pub struct FirebaseConfig {
     /// Emulator conventions: databases created on first use, open rules
     /// until some are set, unsigned ID tokens' claims taken as `auth`.
     pub emulator: bool,
-    /// Parsed rules per namespace, by the version of their record.
-    rules: Arc<Mutex<HashMap<String, (u64, Arc<Rules>)>>>,
+    /// Parsed rules per namespace (`rules_of`).
+    rules: Arc<Mutex<HashMap<String, CachedRules>>>,
     /// The last push id's time and random part (ids made in one
     /// millisecond increment it, so they stay ordered).
     push: Arc<Mutex<(u64, [u8; 12])>>,
@@ -131,14 +132,16 @@ impl Caller {
 }
 
 /// The query parameters of one request (URL-decoded; the last of a name wins).
-pub struct Query(HashMap<String, String>);
+pub struct Query(Vec<(String, String)>);
 
 impl Query {
+    /// A request's few parameters, in order (a list: no hashing per request).
     fn parse(raw: Option<&str>) -> Query {
         Query(form_urlencoded::parse(raw.unwrap_or("").as_bytes()).into_owned().collect())
     }
+    /// The parameter's value; the last one when it is given more than once.
     pub fn get(&self, name: &str) -> Option<&str> {
-        self.0.get(name).map(String::as_str)
+        self.0.iter().rev().find(|(n, _)| n == name).map(|(_, v)| v.as_str())
     }
 }
 
@@ -244,14 +247,26 @@ fn unsigned_id_token_auth(token: &str) -> Option<Value> {
 }
 
 /// The rules of `namespace` as this node has applied them.
+///
+/// Parsed once per version of their record, and read from the store only
+/// when the rules' partition applied something since the last read: the
+/// partition's applied position is taken *before* the record is read, so
+/// a cached entry is never older than the position it is kept under.
 pub fn rules_of(state: &AppState, namespace: &Namespace) -> Result<Arc<Rules>, FbError> {
     let handle = namespace.handle(namespace.partition_of(RULES_PK));
+    let applied_next = handle.applied_next();
+    if let Some(cached) = state.firebase.rules.lock().get(&*namespace.name) {
+        if cached.applied_next == applied_next {
+            return Ok(cached.rules.clone());
+        }
+    }
     let record = handle.store().read()?.get(RULES_PK, RULES_SK)?;
-    let mut cache = state.firebase.rules.lock();
     let version = record.as_ref().map_or(u64::MAX, |r| r.version);
-    if let Some((cached, rules)) = cache.get(&*namespace.name) {
-        if *cached == version {
-            return Ok(rules.clone());
+    let mut cache = state.firebase.rules.lock();
+    if let Some(cached) = cache.get_mut(&*namespace.name) {
+        if cached.version == version {
+            cached.applied_next = cached.applied_next.max(applied_next);
+            return Ok(cached.rules.clone());
         }
     }
     let text = match &record {
@@ -261,23 +276,36 @@ pub fn rules_of(state: &AppState, namespace: &Namespace) -> Result<Arc<Rules>, F
     };
     // Saved rules were checked when saved; a record a foreign writer broke locks the database.
     let rules = Arc::new(Rules::parse(&text).unwrap_or_else(|_| Rules::parse(crate::rules::LOCKED).expect("fixed rules parse")));
-    cache.insert(namespace.name.to_string(), (version, rules.clone()));
+    cache.insert(namespace.name.to_string(), CachedRules { applied_next, version, rules: rules.clone() });
     Ok(rules)
+}
+
+/// A database's parsed rules, as of a position of their partition.
+struct CachedRules {
+    /// The partition's applied position when the record was read (or
+    /// later seen unchanged).
+    applied_next: u64,
+    /// The record's version (`u64::MAX`: no record, the default rules).
+    version: u64,
+    rules: Arc<Rules>,
 }
 
 /// The tree as this node has applied it, for rules to read.
 pub struct TreeData {
-    pub reader: crate::store::StoreReader,
+    pub view: Arc<ReadView>,
 }
 
 impl crate::rules::eval::Data for TreeData {
     fn current(&self, sk: &str) -> Value {
-        value_at(&self.reader, TREE_PK, sk, false, READ_BYTES_MAX).unwrap_or(Value::Null)
+        value_at(&self.view.reader, TREE_PK, sk, false, READ_BYTES_MAX).unwrap_or(Value::Null)
     }
 }
 
-pub fn tree_reader(namespace: &Namespace) -> Result<crate::store::StoreReader, FbError> {
-    Ok(namespace.handle(namespace.partition_of(TREE_PK)).store().read()?)
+/// A read view of the tree's partition: the one its other readers share
+/// while nothing new was applied (`Handle::read_view`), so a read after
+/// this node applied a write sees it.
+pub fn tree_view(namespace: &Namespace) -> Result<Arc<ReadView>, FbError> {
+    Ok(namespace.handle(namespace.partition_of(TREE_PK)).read_view()?)
 }
 
 pub fn now_ms() -> u64 {

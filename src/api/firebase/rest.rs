@@ -10,6 +10,7 @@
 //!   read here sees it). `if-match: <ETag>` makes it conditional, decided
 //!   at apply: 412 with the current `ETag` and value when it fails.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::http::{header, HeaderMap, Method, StatusCode, Uri};
@@ -17,12 +18,12 @@ use axum::response::Response;
 use bytes::Bytes;
 use serde_json::Value;
 
-use super::{json_response, now_ms, push_id, rules_of, tree_reader, Caller, FbError, Query, TreeData};
+use super::{json_response, now_ms, push_id, rules_of, tree_view, Caller, FbError, Query, TreeData};
 use crate::api::forward::{self, Incoming};
 use crate::api::AppState;
 use crate::codec::{Condition, Mutation, Op, OpKind, TreeOp};
 use crate::node::write::{write, WriteError};
-use crate::partition::Namespace;
+use crate::partition::{Namespace, ReadView};
 use crate::store::tree::{shallow, value_at, READ_BYTES_MAX};
 use crate::tree::path;
 use crate::tree::query::{self, QueryParams};
@@ -94,39 +95,47 @@ pub fn parse_query(state: &AppState, namespace: &Namespace, sk: &str, query: &Qu
     Ok(Some(parsed))
 }
 
-fn check_read(state: &AppState, namespace: &Namespace, caller: &Caller, sk: &str, reader: crate::store::StoreReader) -> Result<crate::store::StoreReader, FbError> {
-    let Some(auth) = caller.rules_auth() else { return Ok(reader) };
+fn check_read(state: &AppState, namespace: &Namespace, caller: &Caller, sk: &str, view: Arc<ReadView>) -> Result<Arc<ReadView>, FbError> {
+    let Some(auth) = caller.rules_auth() else { return Ok(view) };
     let rules = rules_of(state, namespace)?;
-    let data = TreeData { reader };
+    let data = TreeData { view };
     if !rules.can_read(sk, auth, now_ms(), &data) {
         return Err(FbError::denied());
     }
-    Ok(data.reader)
+    Ok(data.view)
 }
 
 fn get(state: &AppState, namespace: &Namespace, caller: &Caller, sk: &str, query: &Query, headers: &HeaderMap) -> Result<Response, FbError> {
     let parsed = parse_query(state, namespace, sk, query)?;
-    let reader = check_read(state, namespace, caller, sk, tree_reader(namespace)?)?;
+    let view = check_read(state, namespace, caller, sk, tree_view(namespace)?)?;
+    let reader = &view.reader;
     let value = match (query.get("shallow"), query.get("format")) {
         (Some("true"), _) if parsed.is_some() => return Err(FbError::bad("Mixing 'shallow' and querying parameters is not supported")),
-        (Some("true"), _) => shallow(&reader, TREE_PK, sk, SHALLOW_CHILDREN_MAX)?,
+        (Some("true"), _) => shallow(reader, TREE_PK, sk, SHALLOW_CHILDREN_MAX)?,
         (Some(other), _) if other != "false" => return Err(FbError::bad(format!("shallow must be true or false, got {other:?}"))),
-        (_, Some("export")) if parsed.is_none() => value_at(&reader, TREE_PK, sk, true, READ_BYTES_MAX)?,
+        (_, Some("export")) if parsed.is_none() => value_at(reader, TREE_PK, sk, true, READ_BYTES_MAX)?,
         (_, Some(other)) if other != "export" => return Err(FbError::bad(format!("format must be export, got {other:?}"))),
         _ => match &parsed {
-            Some(q) => query::as_object(query::run(q, value_at(&reader, TREE_PK, sk, true, READ_BYTES_MAX)?)),
-            None => value_at(&reader, TREE_PK, sk, false, READ_BYTES_MAX)?,
+            Some(q) => query::as_object(query::run(q, value_at(reader, TREE_PK, sk, true, READ_BYTES_MAX)?)),
+            None => value_at(reader, TREE_PK, sk, false, READ_BYTES_MAX)?,
         },
     };
     check_timeout(query)?;
     let wants_etag = headers.get("x-firebase-etag").is_some_and(|v| v == "true");
-    let tag = etag_text(&etag(&value));
-    if headers.get(header::IF_NONE_MATCH).and_then(|v| v.to_str().ok()).is_some_and(|v| v.trim_matches('"') == tag) {
-        let mut response = StatusCode::NOT_MODIFIED.into_response_with_etag(&tag);
-        response.headers_mut().insert(header::CONTENT_LENGTH, 0.into());
-        return Ok(response);
+    let if_none_match = headers.get(header::IF_NONE_MATCH).and_then(|v| v.to_str().ok());
+    // The tag hashes the whole value: only when the request uses it.
+    let tag = (wants_etag || if_none_match.is_some()).then(|| etag_text(&etag(&value)));
+    if let (Some(tag), Some(asked)) = (&tag, if_none_match) {
+        if asked.trim_matches('"') == tag {
+            let mut response = StatusCode::NOT_MODIFIED.into_response_with_etag(tag);
+            response.headers_mut().insert(header::CONTENT_LENGTH, 0.into());
+            return Ok(response);
+        }
     }
-    let extra = if wants_etag { vec![(header::ETAG, tag)] } else { Vec::new() };
+    let extra = match tag {
+        Some(tag) if wants_etag => vec![(header::ETAG, tag)],
+        _ => Vec::new(),
+    };
     json_response(StatusCode::OK, &value, query, extra)
 }
 
@@ -187,7 +196,7 @@ async fn set(
     let time_ms = now_ms();
     if let Some(auth) = caller.rules_auth() {
         let rules = rules_of(state, namespace)?;
-        let data = TreeData { reader: tree_reader(namespace)? };
+        let data = TreeData { view: tree_view(namespace)? };
         let writes = writes_for_rules(&sk, &written, merge, time_ms, &data);
         if !rules.can_write(&writes, auth, time_ms, &data) {
             return Err(FbError::denied());
@@ -209,7 +218,7 @@ async fn set(
     match write(state.node.log.as_ref(), namespace, partition, &mutation, true, timeout).await {
         Ok(_) => {}
         Err(WriteError::ConditionFailed { .. }) => {
-            let current = value_at(&tree_reader(namespace)?, TREE_PK, &sk, false, READ_BYTES_MAX)?;
+            let current = value_at(&tree_view(namespace)?.reader, TREE_PK, &sk, false, READ_BYTES_MAX)?;
             let tag = etag_text(&etag(&current));
             let body = serde_json::to_string(&current).expect("a Value serializes");
             let mut response = axum::response::IntoResponse::into_response((StatusCode::PRECONDITION_FAILED, [(header::CONTENT_TYPE, "application/json; charset=utf-8")], body));
@@ -226,16 +235,17 @@ async fn set(
     // What was written, as it now reads (server values resolved), and its ETag when asked.
     let wants_etag = headers.get("x-firebase-etag").is_some_and(|v| v == "true");
     let answer = if has_server_values(&written) || wants_etag {
-        let reader = tree_reader(namespace)?;
+        let view = tree_view(namespace)?;
+        let reader = &view.reader;
         if merge {
             let mut out = serde_json::Map::new();
             for key in written.as_object().expect("validated").keys() {
                 let at = path::join(&sk, &path::sk_of(&path::parse_relative(key).expect("validated")));
-                out.insert(key.clone(), value_at(&reader, TREE_PK, &at, false, READ_BYTES_MAX)?);
+                out.insert(key.clone(), value_at(reader, TREE_PK, &at, false, READ_BYTES_MAX)?);
             }
             Value::Object(out)
         } else {
-            value_at(&reader, TREE_PK, &sk, false, READ_BYTES_MAX)?
+            value_at(reader, TREE_PK, &sk, false, READ_BYTES_MAX)?
         }
     } else {
         let mut plain = written;

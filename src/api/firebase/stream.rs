@@ -26,7 +26,7 @@ use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use serde_json::{json, Value};
 
-use super::{now_ms, rules_of, tree_reader, Caller, FbError, Query, TreeData};
+use super::{now_ms, rules_of, tree_view, Caller, FbError, Query, TreeData};
 use crate::api::sse::{SessionFuture, SSE_HEADERS};
 use crate::api::AppState;
 use crate::fanout::event::Kind;
@@ -71,7 +71,7 @@ pub async fn open(state: &AppState, namespace: Arc<Namespace>, caller: Caller, s
 fn allowed(state: &AppState, namespace: &Namespace, caller: &Caller, sk: &str) -> Result<bool, FbError> {
     let Some(auth) = caller.rules_auth() else { return Ok(true) };
     let rules = rules_of(state, namespace)?;
-    Ok(rules.can_read(sk, auth, now_ms(), &TreeData { reader: tree_reader(namespace)? }))
+    Ok(rules.can_read(sk, auth, now_ms(), &TreeData { view: tree_view(namespace)? }))
 }
 
 /// Turns a watch's messages into Firebase events.
@@ -146,7 +146,7 @@ impl Translator {
         // replayed from the log still has them: send the location as it
         // reads now instead (later, never wrong for long).
         if has_server_values(&value) {
-            if let Ok(now) = tree_reader(&self.namespace).and_then(|r| Ok(value_at(&r, TREE_PK, &self.sk, false, STATE_BYTES_MAX)?)) {
+            if let Ok(now) = tree_view(&self.namespace).and_then(|v| Ok(value_at(&v.reader, TREE_PK, &self.sk, false, STATE_BYTES_MAX)?)) {
                 self.whole(now, id, out);
             }
             return;
