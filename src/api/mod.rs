@@ -200,7 +200,7 @@ async fn track_latency(State(metrics): State<Arc<RouteMetrics>>, request: Reques
 /// A Firebase path (`/{path}.json`) that no route of Tern's own could
 /// match: those live under `/v1/` and `/demo/`, and a `.json` path there
 /// that no route takes still reaches Firebase through `fallback`.
-fn is_firebase_path(path: &str) -> bool {
+pub(crate) fn is_firebase_path(path: &str) -> bool {
     path.ends_with(".json") && !path.starts_with("/v1/") && !path.starts_with("/demo/")
 }
 

@@ -125,6 +125,17 @@ pub const SSE_HEADERS: [(header::HeaderName, &str); 3] = [
     (header::HeaderName::from_static("x-accel-buffering"), "no"),
 ];
 
+/// How a watch stream's messages become its bytes when they are not
+/// Tern's own SSE frames (`sse_bytes`): Firebase's streaming events
+/// (`api/firebase/stream.rs`). A transport that runs watch sessions asks
+/// it for each message's bytes, and ends the stream once it `ended`.
+pub trait Encoder: Send + 'static {
+    /// The bytes to send for `message`; none when it sends nothing.
+    fn encode(&mut self, message: &Message) -> Option<Bytes>;
+    /// The stream is over: its last event was encoded (e.g. a `cancel`).
+    fn ended(&self) -> bool;
+}
+
 /// A watch's session, set up and not yet running: the transport that
 /// drives it polls it.
 pub type SessionFuture = Pin<Box<dyn Future<Output = ()> + Send>>;

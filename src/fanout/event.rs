@@ -54,6 +54,10 @@ pub struct Event {
     /// The event as an SSE frame with `id:` = `position_after`, built by the
     /// SSE transport for its first subscriber (`sse_frame`).
     sse_frame: OnceLock<Bytes>,
+    /// The event as another protocol's frame for subscribers that share a
+    /// key (a Firebase listener's location), built for the first of them
+    /// (`keyed_frame`). Boxed: most events never need one.
+    keyed_frame: OnceLock<Box<(Box<str>, Bytes)>>,
 }
 
 impl Event {
@@ -100,6 +104,22 @@ impl Event {
         self.sse_frame.get_or_init(encode).clone()
     }
 
+    /// The event encoded for subscribers that share `key`: `encode` runs
+    /// for the first subscriber of the first key asked for, the others of
+    /// that key share its bytes; a subscriber with another key encodes its
+    /// own (one slot: the common case is many subscribers at one key).
+    pub fn keyed_frame(&self, key: &str, encode: impl FnOnce() -> Bytes) -> Bytes {
+        let mut encode = Some(encode);
+        let slot = self.keyed_frame.get_or_init(|| Box::new((key.into(), (encode.take().expect("not run yet"))())));
+        if &*slot.0 == key {
+            return slot.1.clone();
+        }
+        match encode {
+            Some(encode) => encode(),
+            None => unreachable!("the slot was just filled with this key"),
+        }
+    }
+
     /// The events of one applied mutation, in op order.
     pub fn of_mutation(partition: u32, offset: u64, mutation: &Mutation) -> Vec<Arc<Event>> {
         let op_count = u32::try_from(mutation.ops.len()).expect("ops per mutation are limited to 1,000");
@@ -125,6 +145,7 @@ impl Event {
                     sk: op.sk.as_str().into(),
                     position_after: OnceLock::new(),
                     sse_frame: OnceLock::new(),
+                    keyed_frame: OnceLock::new(),
                 })
             })
             .collect()
@@ -143,6 +164,7 @@ impl Event {
             sk: record.sk.as_str().into(),
             position_after: OnceLock::new(),
             sse_frame: OnceLock::new(),
+            keyed_frame: OnceLock::new(),
         })
     }
 }
@@ -186,6 +208,27 @@ fn encode_data(pk: &str, sk: &str, value: &[u8], version: u64) -> Bytes {
 mod tests {
     use super::*;
     use crate::codec::Op;
+
+    #[test]
+    fn a_keyed_frame_is_encoded_once_per_event_for_its_key_and_never_given_to_another_key() {
+        let mutation = Mutation {
+            write_id: Bytes::new(),
+            ops: vec![Op { pk: "p".into(), sk: "s".into(), kind: OpKind::Put(Bytes::from_static(b"1")), condition: None }],
+        };
+        let event = &Event::of_mutation(0, 7, &mutation)[0];
+        let mut encoded = 0;
+        let mut encode = |text: &'static str| {
+            encoded += 1;
+            Bytes::from_static(text.as_bytes())
+        };
+        let first = event.keyed_frame("room", || encode("at room"));
+        let again = event.keyed_frame("room", || encode("at room, again"));
+        assert_eq!((&first[..], &again[..]), (&b"at room"[..], &b"at room"[..]));
+        assert_eq!(first.as_ptr(), again.as_ptr(), "shared, not copied");
+        let other = event.keyed_frame("room/b", || encode("at room/b"));
+        assert_eq!(&other[..], b"at room/b", "another key encodes its own");
+        assert_eq!(encoded, 2);
+    }
 
     #[test]
     fn events_carry_one_line_json_and_marks_inside_a_mutation() {

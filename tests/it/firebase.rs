@@ -197,6 +197,67 @@ async fn a_stream_resumes_from_last_event_id_with_exactly_what_it_missed() {
     assert_eq!(events(&mut top, &mut buffer, 1).await[0].2, json!({"path": "/", "data": {"a": 3, "d": 9}}));
 }
 
+/// Over HTTP/2 (h2c), streams run in the connection's task, and every
+/// listener of one location shares one translation of each change: the
+/// same frames must reach listeners at the same location, and listeners
+/// above and below it must each get theirs.
+#[tokio::test]
+async fn streams_over_http2_share_a_connection_and_each_get_their_locations_events() {
+    let dir = tempfile::tempdir().unwrap();
+    let t = Tern::dev(dir.path()).await;
+    let c = &t.client;
+    let h2 = reqwest::Client::builder().http2_prior_knowledge().build().unwrap();
+    c.put(fb(&t, "/room", "")).body(r#"{"a": 1, "b": {"x": 1}}"#).send().await.unwrap();
+    let mut streams = Vec::new();
+    for location in ["/room", "/room", "/room/b", ""] {
+        let mut response = h2.get(fb(&t, location, "")).header("Accept", "text/event-stream").send().await.unwrap();
+        assert_eq!(response.version(), reqwest::Version::HTTP_2);
+        assert_eq!(response.status(), 200);
+        let mut buffer = String::new();
+        let first = events(&mut response, &mut buffer, 1).await;
+        assert_eq!(first[0].0, "put", "{location}: the whole value first");
+        streams.push((location, response, buffer));
+    }
+    c.put(fb(&t, "/room/b/x", "")).body("2").send().await.unwrap();
+    c.patch(fb(&t, "/room", "")).body(r#"{"a": 5, "b/y": 3}"#).send().await.unwrap();
+    // The update at /room is a patch of its direct child `a` and a put below it.
+    let expected = |location: &str| -> Vec<(&str, Value)> {
+        match location {
+            "/room" => vec![("put", json!({"path": "/b/x", "data": 2})), ("patch", json!({"path": "/", "data": {"a": 5}})), ("put", json!({"path": "/b/y", "data": 3}))],
+            "/room/b" => vec![("put", json!({"path": "/x", "data": 2})), ("put", json!({"path": "/y", "data": 3}))],
+            _ => vec![("put", json!({"path": "/room/b/x", "data": 2})), ("patch", json!({"path": "/room", "data": {"a": 5}})), ("put", json!({"path": "/room/b/y", "data": 3}))],
+        }
+    };
+    let mut ids = Vec::new();
+    for (location, response, buffer) in streams.iter_mut() {
+        let want = expected(location);
+        let seen = events(response, buffer, want.len()).await;
+        let got: Vec<(&str, Value)> = seen.iter().map(|e| (e.0.as_str(), e.2.clone())).collect();
+        assert_eq!(got, want, "{location}");
+        ids.push(seen.last().unwrap().1.clone().expect("the last frame of a change carries its position"));
+    }
+    assert!(ids.windows(2).all(|w| w[0] == w[1]), "every listener is at the same position: {ids:?}");
+    // Rules that stop allowing the read cancel every stream, which then ends.
+    let locked = r#"{"rules": {".read": false, ".write": true}}"#;
+    c.put(fb(&t, "/.settings/rules", "")).bearer_auth("owner").body(locked).send().await.unwrap();
+    for (location, response, buffer) in streams.iter_mut() {
+        let cancel = events(response, buffer, 1).await;
+        assert_eq!((cancel[0].0.as_str(), &cancel[0].2), ("cancel", &json!("Permission denied")), "{location}");
+        assert!(buffer.is_empty(), "{location}: nothing after the cancel: {buffer:?}");
+        // The stream ends (an empty closing DATA frame may come first).
+        loop {
+            let chunk = tokio::time::timeout(Duration::from_secs(10), response.chunk()).await.expect("the stream ends").unwrap();
+            match chunk {
+                None => break,
+                Some(bytes) => assert!(bytes.is_empty(), "{location}: nothing after the cancel: {bytes:?}"),
+            }
+        }
+    }
+    // A denied stream over HTTP/2 is refused before it starts.
+    let status = h2.get(fb(&t, "/room", "")).header("Accept", "text/event-stream").send().await.unwrap().status();
+    assert_eq!(status, 401);
+}
+
 #[tokio::test]
 async fn rules_deny_reads_and_writes_and_cancel_a_stream_they_stop_allowing() {
     let dir = tempfile::tempdir().unwrap();

@@ -28,7 +28,9 @@ use serde_json::Value;
 
 use super::AppState;
 use crate::partition::Namespace;
+use crate::api::sse::{Encoder, SessionFuture};
 use crate::partition::ReadView;
+use crate::watch::ConnectionId;
 use crate::rules::Rules;
 use crate::store::tree::{value_at, READ_BYTES_MAX};
 use crate::tree::TREE_PK;
@@ -155,6 +157,7 @@ pub async fn handle(state: AppState, request: Request) -> Response {
 
 async fn dispatch(state: AppState, request: Request) -> Result<Response, FbError> {
     let (parts, body) = request.into_parts();
+    let connection = parts.extensions.get::<ConnectionId>().copied().unwrap_or(ConnectionId(0));
     let query = Query::parse(parts.uri.query());
     let method = method_of(&parts.method, &parts.headers, &query)?;
     let namespace = database(&state, &query).await?;
@@ -166,12 +169,52 @@ async fn dispatch(state: AppState, request: Request) -> Result<Response, FbError
     }
     let keys = crate::tree::path::parse_url_path(path).map_err(FbError::bad)?;
     let sk = crate::tree::path::sk_of(&keys);
-    let wants_stream = parts.headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()).is_some_and(|v| v.contains("text/event-stream"));
-    if method == axum::http::Method::GET && wants_stream {
-        return stream::open(&state, namespace, caller, sk, &query, &parts.headers).await;
+    if method == axum::http::Method::GET && wants_stream(&parts.headers) {
+        return stream::open(&state, namespace, caller, sk, &query, &parts.headers, connection).await;
     }
     let body = read_body(body).await?;
     rest::handle(&state, &namespace, &caller, &method, sk, &query, &parts.headers, &parts.uri, body).await
+}
+
+/// A streaming request (`GET /{path}.json`, `Accept: text/event-stream`),
+/// which the API's own HTTP/2 connections run beside their other watches
+/// (`open_h2c_stream`).
+pub fn is_stream_request<B>(request: &http::Request<B>) -> bool {
+    let path = request.uri().path();
+    request.method() == axum::http::Method::GET
+        && crate::api::is_firebase_path(path)
+        && path != "/.settings/rules.json"
+        && wants_stream(request.headers())
+}
+
+fn wants_stream(headers: &HeaderMap) -> bool {
+    headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()).is_some_and(|v| v.contains("text/event-stream"))
+}
+
+/// Sets up a streaming request of an HTTP/2 connection (`is_stream_request`)
+/// as `dispatch` would: its session leaves its messages in `outbox`, the
+/// returned encoder turns them into Firebase's events; an error is the
+/// response to send instead.
+pub async fn open_h2c_stream(
+    state: &AppState,
+    uri: &axum::http::Uri,
+    headers: &HeaderMap,
+    connection: ConnectionId,
+    outbox: crate::watch::Outbox,
+) -> Result<(SessionFuture, Box<dyn Encoder>), Response> {
+    let opened = async {
+        let query = Query::parse(uri.query());
+        let namespace = database(state, &query).await?;
+        let caller = caller(&state.firebase, headers, &query)?;
+        let path = uri.path().strip_suffix(".json").expect("a Firebase path");
+        let keys = crate::tree::path::parse_url_path(path).map_err(FbError::bad)?;
+        let sk = crate::tree::path::sk_of(&keys);
+        stream::open_session(state, namespace, caller, sk, &query, headers, connection, outbox).await
+    };
+    match opened.await {
+        Ok((session, translator)) => Ok((session, Box::new(translator))),
+        Err(e) => Err(e.into_response()),
+    }
 }
 
 /// The method, after `X-HTTP-Method-Override` (header or `x-http-method-override` parameter) on a POST.

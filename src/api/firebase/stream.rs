@@ -16,6 +16,14 @@
 //! A stream with a query holds the location's value (bounded by the tree
 //! read bound) and sends the query's whole result as a `put` at `/` each
 //! time an event changes it.
+//!
+//! Two transports run the same `Translator` (an `sse::Encoder`): over
+//! HTTP/1.1 the response body runs the session (`open`); on the API's own
+//! HTTP/2 connections the connection's task runs it beside its other
+//! watches (`open_session`, `api/http/h2c/watches.rs`). A live change is
+//! translated once per location and shared by every listener there
+//! (`Event::keyed_frame`): at 10,000 listeners of one location a put is
+//! one translation, not 10,000.
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -27,7 +35,7 @@ use bytes::Bytes;
 use serde_json::{json, Value};
 
 use super::{now_ms, rules_of, tree_view, Caller, FbError, Query, TreeData};
-use crate::api::sse::{SessionFuture, SSE_HEADERS};
+use crate::api::sse::{Encoder, SessionFuture, SSE_HEADERS};
 use crate::api::AppState;
 use crate::fanout::event::Kind;
 use crate::fanout::{Cursor, Event, Filter, Mode};
@@ -37,7 +45,7 @@ use crate::tree::query::{self as tree_query};
 use crate::store::tree::value_at;
 use crate::tree::value::{at_path, has_server_values, into_arrays, set_at_path, strip_priorities, Builder};
 use crate::tree::TREE_PK;
-use crate::watch::{self, ConnectionId, Message, Outbox, OutboxReader, Tagged};
+use crate::watch::{self, ChangeId, ConnectionId, Message, Outbox, OutboxReader, Tagged};
 
 /// Messages waiting between the session and the body.
 const MESSAGES_PENDING_MAX: usize = 64;
@@ -46,7 +54,28 @@ const MESSAGES_PER_CHUNK_MAX: usize = 64;
 /// Bytes of state one stream gathers for a whole-value `put`.
 const STATE_BYTES_MAX: usize = crate::store::tree::READ_BYTES_MAX;
 
-pub async fn open(state: &AppState, namespace: Arc<Namespace>, caller: Caller, sk: String, query: &Query, headers: &HeaderMap) -> Result<Response, FbError> {
+/// A streaming request over HTTP/1.1: the response body runs the session.
+pub async fn open(state: &AppState, namespace: Arc<Namespace>, caller: Caller, sk: String, query: &Query, headers: &HeaderMap, connection: ConnectionId) -> Result<Response, FbError> {
+    let (outbox, messages) = Outbox::new(MESSAGES_PENDING_MAX);
+    let (session, translator) = open_session(state, namespace, caller, sk, query, headers, connection, outbox).await?;
+    let body = axum::body::Body::from_stream(driven(session, messages, translator));
+    Ok((SSE_HEADERS, body).into_response())
+}
+
+/// Checks a streaming request (its query, the rules, `Last-Event-ID`) and
+/// sets up its session, which leaves its messages in `outbox`, and the
+/// translator of those messages; errors come before anything is streamed.
+#[allow(clippy::too_many_arguments)]
+pub async fn open_session(
+    state: &AppState,
+    namespace: Arc<Namespace>,
+    caller: Caller,
+    sk: String,
+    query: &Query,
+    headers: &HeaderMap,
+    connection: ConnectionId,
+    outbox: Outbox,
+) -> Result<(SessionFuture, Translator), FbError> {
     let parsed = super::rest::parse_query(state, &namespace, &sk, query)?;
     if !allowed(state, &namespace, &caller, &sk)? {
         return Err(FbError::denied());
@@ -55,17 +84,15 @@ pub async fn open(state: &AppState, namespace: Arc<Namespace>, caller: Caller, s
         Some(id) => watch::From::Cursor(Cursor::parse(id).map_err(|e| FbError::bad(format!("Last-Event-ID is not a Tern position: {e}")))?),
         None => watch::From::CurrentState,
     };
-    let (outbox, messages) = Outbox::new(MESSAGES_PENDING_MAX);
     let filter = Filter::Tree { pk: TREE_PK.into(), path: sk.clone() };
     let (session, start) = state
         .node
-        .open_watch(&namespace.name, filter, from, Mode::State, outbox, ConnectionId(0))
+        .open_watch(&namespace.name, filter, from, Mode::State, outbox, connection)
         .await
         .map_err(|e| FbError::new(StatusCode::SERVICE_UNAVAILABLE, e.to_string()))?;
     let session: SessionFuture = Box::pin(session.run(start));
     let translator = Translator { state: state.clone(), namespace, caller, sk, query: parsed, gathering: None, value: None, last_result: None, ended: false };
-    let body = axum::body::Body::from_stream(driven(session, messages, translator));
-    Ok((SSE_HEADERS, body).into_response())
+    Ok((session, translator))
 }
 
 fn allowed(state: &AppState, namespace: &Namespace, caller: &Caller, sk: &str) -> Result<bool, FbError> {
@@ -75,7 +102,7 @@ fn allowed(state: &AppState, namespace: &Namespace, caller: &Caller, sk: &str) -
 }
 
 /// Turns a watch's messages into Firebase events.
-struct Translator {
+pub struct Translator {
     state: AppState,
     namespace: Arc<Namespace>,
     caller: Caller,
@@ -87,6 +114,30 @@ struct Translator {
     value: Option<Value>,
     last_result: Option<Value>,
     ended: bool,
+}
+
+impl Encoder for Translator {
+    fn encode(&mut self, message: &Message) -> Option<Bytes> {
+        if let Message::Change { event, id: ChangeId::Event } = message {
+            if self.query.is_none() && self.gathering.is_none() && !self.ended {
+                // Every listener of this location sends the same frames.
+                let (sk, namespace) = (&self.sk, &self.namespace);
+                let frame = event.keyed_frame(sk, || {
+                    let mut out = Vec::new();
+                    live_frames(namespace, sk, event, value_of(event), ChangeId::Event.text(event), &mut out);
+                    Bytes::from(out)
+                });
+                return (!frame.is_empty()).then_some(frame);
+            }
+        }
+        let mut out = Vec::new();
+        self.translate(message, &mut out);
+        (!out.is_empty()).then(|| Bytes::from(out))
+    }
+
+    fn ended(&self) -> bool {
+        self.ended
+    }
 }
 
 impl Translator {
@@ -142,74 +193,27 @@ impl Translator {
 
     /// One applied change, as the events it makes at this location.
     fn change(&mut self, event: &Event, value: Value, id: Option<&str>, out: &mut Vec<u8>) {
-        // Live events carry server values resolved by the apply loop; one
-        // replayed from the log still has them: send the location as it
-        // reads now instead (later, never wrong for long).
+        if self.query.is_none() {
+            live_frames(&self.namespace, &self.sk, event, value, id, out);
+            return;
+        }
         if has_server_values(&value) {
-            if let Ok(now) = tree_view(&self.namespace).and_then(|v| Ok(value_at(&v.reader, TREE_PK, &self.sk, false, STATE_BYTES_MAX)?)) {
+            if let Some(now) = current_value(&self.namespace, &self.sk) {
                 self.whole(now, id, out);
             }
             return;
         }
-        let mut puts: Vec<(String, Value)> = Vec::new();
-        let mut patch: Option<(String, serde_json::Map<String, Value>)> = None;
-        match event.kind {
-            Kind::TreeSet | Kind::Put | Kind::Delete => {
-                let mut value = if event.kind == Kind::Delete { Value::Null } else { value };
-                strip_priorities(&mut value);
-                match path::relation(&self.sk, &event.sk) {
-                    Relation::Same | Relation::Descendant => puts.push((path::relative(&self.sk, &event.sk).to_string(), value)),
-                    Relation::Ancestor => puts.push((String::new(), at_path(&value, path::relative(&event.sk, &self.sk)))),
-                    Relation::Unrelated => {}
-                }
-            }
-            Kind::TreeMerge => {
-                let Value::Object(update) = value else { return };
-                let at_or_below = matches!(path::relation(&self.sk, &event.sk), Relation::Same | Relation::Descendant);
-                let mut children = serde_json::Map::new();
-                for (relative, mut child) in update {
-                    strip_priorities(&mut child);
-                    let keys = path::parse_relative(&relative).unwrap_or_default();
-                    let target = path::join(&event.sk, &path::sk_of(&keys));
-                    if at_or_below && keys.len() == 1 {
-                        children.insert(keys[0].clone(), child);
-                        continue;
-                    }
-                    match path::relation(&self.sk, &target) {
-                        Relation::Same | Relation::Descendant => puts.push((path::relative(&self.sk, &target).to_string(), child)),
-                        Relation::Ancestor => puts.push((String::new(), at_path(&child, path::relative(&target, &self.sk)))),
-                        Relation::Unrelated => {}
-                    }
-                }
-                if !children.is_empty() {
-                    patch = Some((path::relative(&self.sk, &event.sk).to_string(), children));
-                }
+        let Some(current) = self.value.as_mut() else { return };
+        let Some(changes) = Changes::of(&self.sk, event, value) else { return };
+        for (relative, value) in changes.puts {
+            set_at_path(current, &relative, value);
+        }
+        if let Some((relative, children)) = changes.patch {
+            for (key, value) in children {
+                set_at_path(current, &path::join(&relative, &key), value);
             }
         }
-        if self.query.is_some() {
-            let Some(current) = self.value.as_mut() else { return };
-            for (relative, value) in puts {
-                set_at_path(current, &relative, value);
-            }
-            if let Some((relative, children)) = patch {
-                for (key, value) in children {
-                    set_at_path(current, &path::join(&relative, &key), value);
-                }
-            }
-            self.send_query_result(id, out, false);
-            return;
-        }
-        let count = puts.len() + usize::from(patch.is_some());
-        let mut sent = 0;
-        let id_for = |sent: usize| if sent + 1 == count { id } else { None };
-        if let Some((relative, children)) = patch {
-            frame(out, "patch", id_for(sent), &json!({ "path": format!("/{relative}"), "data": children }));
-            sent += 1;
-        }
-        for (relative, value) in puts {
-            frame(out, "put", id_for(sent), &json!({ "path": format!("/{relative}"), "data": value }));
-            sent += 1;
-        }
+        self.send_query_result(id, out, false);
     }
 
     fn send_query_result(&mut self, id: Option<&str>, out: &mut Vec<u8>, always: bool) {
@@ -220,6 +224,86 @@ impl Translator {
             self.last_result = Some(result);
         }
     }
+}
+
+/// What one change does at a location: `puts` at paths relative to it,
+/// and at most one `patch` of children of one place.
+struct Changes {
+    puts: Vec<(String, Value)>,
+    patch: Option<(String, serde_json::Map<String, Value>)>,
+}
+
+impl Changes {
+    /// The change `event` (with `value`, its data) as seen from `sk`; none
+    /// when it does not reach `sk`'s subtree.
+    fn of(sk: &str, event: &Event, value: Value) -> Option<Changes> {
+        let mut changes = Changes { puts: Vec::new(), patch: None };
+        match event.kind {
+            Kind::TreeSet | Kind::Put | Kind::Delete => {
+                let mut value = if event.kind == Kind::Delete { Value::Null } else { value };
+                strip_priorities(&mut value);
+                match path::relation(sk, &event.sk) {
+                    Relation::Same | Relation::Descendant => changes.puts.push((path::relative(sk, &event.sk).to_string(), value)),
+                    Relation::Ancestor => changes.puts.push((String::new(), at_path(&value, path::relative(&event.sk, sk)))),
+                    Relation::Unrelated => {}
+                }
+            }
+            Kind::TreeMerge => {
+                let Value::Object(update) = value else { return None };
+                let at_or_below = matches!(path::relation(sk, &event.sk), Relation::Same | Relation::Descendant);
+                let mut children = serde_json::Map::new();
+                for (relative, mut child) in update {
+                    strip_priorities(&mut child);
+                    let keys = path::parse_relative(&relative).unwrap_or_default();
+                    let target = path::join(&event.sk, &path::sk_of(&keys));
+                    if at_or_below && keys.len() == 1 {
+                        children.insert(keys[0].clone(), child);
+                        continue;
+                    }
+                    match path::relation(sk, &target) {
+                        Relation::Same | Relation::Descendant => changes.puts.push((path::relative(sk, &target).to_string(), child)),
+                        Relation::Ancestor => changes.puts.push((String::new(), at_path(&child, path::relative(&target, sk)))),
+                        Relation::Unrelated => {}
+                    }
+                }
+                if !children.is_empty() {
+                    changes.patch = Some((path::relative(sk, &event.sk).to_string(), children));
+                }
+            }
+        }
+        Some(changes)
+    }
+}
+
+/// A change as the frames of a listener at `sk` without a query: its
+/// `patch` and `put`s, the last one carrying `id`. Live events carry server
+/// values resolved by the apply loop; one replayed from the log still has
+/// them: the location is sent as it reads now instead (later, never wrong
+/// for long).
+fn live_frames(namespace: &Namespace, sk: &str, event: &Event, value: Value, id: Option<&str>, out: &mut Vec<u8>) {
+    if has_server_values(&value) {
+        if let Some(now) = current_value(namespace, sk) {
+            frame(out, "put", id, &json!({ "path": "/", "data": now }));
+        }
+        return;
+    }
+    let Some(changes) = Changes::of(sk, event, value) else { return };
+    let count = changes.puts.len() + usize::from(changes.patch.is_some());
+    let mut sent = 0;
+    let id_for = |sent: usize| if sent + 1 == count { id } else { None };
+    if let Some((relative, children)) = changes.patch {
+        frame(out, "patch", id_for(sent), &json!({ "path": format!("/{relative}"), "data": children }));
+        sent += 1;
+    }
+    for (relative, value) in changes.puts {
+        frame(out, "put", id_for(sent), &json!({ "path": format!("/{relative}"), "data": value }));
+        sent += 1;
+    }
+}
+
+/// The location's value as this node reads it now.
+fn current_value(namespace: &Namespace, sk: &str) -> Option<Value> {
+    tree_view(namespace).and_then(|v| Ok(value_at(&v.reader, TREE_PK, sk, false, STATE_BYTES_MAX)?)).ok()
 }
 
 fn value_of(event: &Event) -> Value {
@@ -260,7 +344,9 @@ fn driven(session: SessionFuture, messages: OutboxReader, mut translator: Transl
             }
             let mut out = Vec::new();
             for tagged in batch.drain(..) {
-                translator.translate(&tagged.message, &mut out);
+                if let Some(bytes) = translator.encode(&tagged.message) {
+                    out.extend_from_slice(&bytes);
+                }
             }
             if !out.is_empty() {
                 return Poll::Ready(Some(Ok(Bytes::from(out))));

@@ -12,6 +12,8 @@
 //!   (`watches.rs`): a put wakes that task once, it polls just the woken
 //!   sessions, hands each stream its events, then the connection writes
 //!   them all, a system call per 16 KiB of events.
+//! - Firebase's streams (`GET /{path}.json`, `Accept: text/event-stream`)
+//!   run there too, their messages translated by their `sse::Encoder`.
 //! - Every other request is handed to the router in a task of its own (a
 //!   slow one never holds up the connection), its body streamed from h2 and
 //!   its response streamed back with h2's flow control.
@@ -39,7 +41,7 @@ use hyper::body::Body as _;
 use tokio::net::TcpStream;
 
 use self::watches::Watches;
-use crate::api::{sse, AppState};
+use crate::api::{firebase, sse, AppState};
 use crate::watch::ConnectionId;
 
 /// Concurrent streams a client may open on one connection (a browser opens
@@ -124,11 +126,20 @@ where
         };
         opened_since_check = true;
         request.extensions_mut().insert(connection);
+        if firebase::is_stream_request(&request) {
+            match firebase::open_h2c_stream(&app, request.uri(), request.headers(), connection, watches.next_outbox()).await {
+                Ok((session, encoder)) => watches.start(respond, session, Some(encoder)),
+                Err(response) => {
+                    tokio::spawn(send_response(respond, response));
+                }
+            }
+            continue;
+        }
         match watch_namespace(&request) {
             Some(ns) => {
                 let query = request.uri().query();
                 match sse::open_sse(&app, &ns, query, request.headers(), connection, watches.next_outbox()).await {
-                    Ok(session) => watches.start(respond, session),
+                    Ok(session) => watches.start(respond, session, None),
                     Err(error) => {
                         tokio::spawn(send_response(respond, error.into_response()));
                     }

@@ -44,7 +44,7 @@ use h2::SendStream;
 use parking_lot::Mutex;
 use slab::Slab;
 
-use crate::api::sse::{self, SessionFuture};
+use crate::api::sse::{self, Encoder, SessionFuture};
 use crate::watch::{Outbox, OutboxReader, Tag, Tagged};
 
 /// Messages the connection's sessions may leave before the task takes them
@@ -106,8 +106,10 @@ impl Watches {
 
     /// Answers a watch request with the SSE head and starts running its
     /// session, set up with `next_outbox` (no other stream started since).
-    /// Nothing runs if the client already reset the stream.
-    pub fn start(&mut self, mut respond: SendResponse<Bytes>, session: SessionFuture) {
+    /// `encoder` turns its messages into bytes (none: Tern's own SSE
+    /// frames, after Tern's preamble). Nothing runs if the client already
+    /// reset the stream.
+    pub fn start(&mut self, mut respond: SendResponse<Bytes>, session: SessionFuture, encoder: Option<Box<dyn Encoder>>) {
         let mut head = http::Response::builder();
         for (name, value) in sse::SSE_HEADERS {
             head = head.header(name, value);
@@ -122,8 +124,14 @@ impl Watches {
             session_wake,
             send,
             h2_waker: Waker::from(Arc::new(H2Waker { key, woken: self.woken.clone() })),
-            // The preamble goes out with what the session sends first.
-            pending: Pending::One(Bytes::from_static(sse::SSE_PREAMBLE)),
+            // Tern's preamble goes out with what the session sends first
+            // (another protocol's stream has none: Firebase's SDKs take
+            // every frame for an event).
+            pending: match encoder {
+                None => Pending::One(Bytes::from_static(sse::SSE_PREAMBLE)),
+                Some(_) => Pending::None,
+            },
+            encoder,
             unchecked_bytes: 0,
             shut: false,
             reset: false,
@@ -182,10 +190,21 @@ impl Watches {
         for tagged in self.taken.drain(..) {
             let Tag::Stream(key) = tagged.tag else { unreachable!("h2c sessions are tagged with their stream") };
             let stream = self.streams.get_mut(key).expect("a stream outlives its session's messages");
-            if stream.pending.is_empty() {
-                self.touched.push(key);
+            let bytes = match stream.encoder.as_mut() {
+                None => Some(sse::sse_bytes(&tagged.message)),
+                Some(encoder) => encoder.encode(&tagged.message),
+            };
+            if let Some(bytes) = bytes {
+                if stream.pending.is_empty() {
+                    self.touched.push(key);
+                }
+                stream.pending.push(bytes);
             }
-            stream.pending.push(sse::sse_bytes(&tagged.message));
+            // An encoder that ended its stream: the session goes, the
+            // stream closes at the end of the round, after its last bytes.
+            if stream.encoder.as_ref().is_some_and(|e| e.ended()) && stream.session.take().is_some() {
+                self.ended.push(key);
+            }
         }
         for key in self.touched.drain(..) {
             if let Some(stream) = self.streams.get_mut(key) {
@@ -226,6 +245,8 @@ struct WatchStream {
     shut: bool,
     /// The client reset the stream: its session is dropped, nothing more is sent.
     reset: bool,
+    /// Turns the session's messages into bytes (none: `sse::sse_bytes`).
+    encoder: Option<Box<dyn Encoder>>,
 }
 
 impl WatchStream {
