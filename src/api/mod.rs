@@ -220,7 +220,7 @@ async fn method_not_allowed(method: axum::http::Method, uri: axum::http::Uri) ->
 
 #[cfg(test)]
 mod tests {
-    use super::is_firebase_path;
+    use crate::api::is_firebase_path;
 
     #[test]
     fn firebase_paths_skip_the_router_but_never_take_a_route_of_tern() {
