@@ -4,8 +4,8 @@
 use std::sync::LazyLock;
 
 use prometheus::{
-    register_histogram, register_histogram_vec, register_int_counter, register_int_counter_vec, register_int_gauge_vec,
-    Histogram, HistogramVec, IntCounter, IntCounterVec, IntGaugeVec,
+    register_histogram, register_histogram_vec, register_int_counter, register_int_counter_vec, register_int_gauge,
+    register_int_gauge_vec, Histogram, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec,
 };
 
 /// Buckets from 25 µs to ~6.5 s: reads are microseconds, waits are seconds.
@@ -65,6 +65,24 @@ pub static KAFKA_RETENTION_SHORT: LazyLock<IntGaugeVec> = LazyLock::new(|| {
         &["ns"]
     )
     .expect("metric registers")
+});
+
+pub static FIREBASE_INDEX_BUILDS: LazyLock<IntCounter> = LazyLock::new(|| {
+    register_int_counter!("tern_firebase_index_builds_total", "Firebase query indexes built from a read of their whole location")
+        .expect("metric registers")
+});
+
+pub static FIREBASE_INDEX_CHILDREN_UPDATED: LazyLock<IntCounter> = LazyLock::new(|| {
+    register_int_counter!(
+        "tern_firebase_index_children_updated_total",
+        "Children re-read to bring a Firebase query index up to date (instead of a rebuild)"
+    )
+    .expect("metric registers")
+});
+
+pub static FIREBASE_INDEX_ENTRIES: LazyLock<IntGauge> = LazyLock::new(|| {
+    register_int_gauge!("tern_firebase_index_entries", "Entries in this node's Firebase query indexes (bounded by INDEX_ENTRIES_MAX)")
+        .expect("metric registers")
 });
 
 pub static SNAPSHOT_RESTORES: LazyLock<IntCounter> = LazyLock::new(|| {

@@ -10,8 +10,10 @@
 //! 2. **A 10 MB tree.** `--tree-users` users of about `--tree-user-bytes`
 //!    each (five leaves and two tags), written with `PATCH`es of at most
 //!    `--tree-write-bytes` (Firebase's and Tern's limit is 4 MiB), then
-//!    read whole, shallow, one child, and through two queries; each read
-//!    `--tree-reads` times (the median is reported); then the tree deleted
+//!    read whole, shallow, one child (each `--tree-reads` times, the median
+//!    reported), and through two queries: the first (which builds the
+//!    location's index), the median of the next `--tree-reads`, and one
+//!    after a write to one child (the index kept current); then the tree deleted
 //!    with one `DELETE`. Peer in the same run: the same users as
 //!    `/v1` records under one pk, written in batches of 1,000 and read back
 //!    with list pages of 1,000. The server's resident and peak memory are
@@ -220,14 +222,30 @@ async fn tree_firebase(args: &FirebaseBenchArgs, client: &reqwest::Client, base:
         ("firebase: read the whole tree (GET /big)", "/big.json".to_string()),
         ("firebase: shallow read of the users (GET /big/users?shallow=true)", "/big/users.json?shallow=true".to_string()),
         ("firebase: one user (GET /big/users/{key})", format!("/big/users/{middle}.json")),
-        ("firebase: 10 users by key from the middle (orderBy $key, startAt, limitToFirst)", format!("/big/users.json?orderBy=%22$key%22&startAt=%22{middle}%22&limitToFirst=10")),
-        ("firebase: top 10 users by score (orderBy score with .indexOn, limitToLast)", "/big/users.json?orderBy=%22score%22&limitToLast=10".to_string()),
     ];
     for (what, path) in reads {
         let sep = if path.contains('?') { '&' } else { '?' };
         let url = format!("{base}{path}{sep}ns={DB}");
         let (elapsed, read_bytes) = median_read(client, &url, args.tree_reads).await?;
         rows.push(row(what.to_string(), 1, read_bytes, elapsed, pid)?);
+    }
+    // Queries: the first builds the location's index (one read of it all);
+    // the next ones walk it; after a write to one child, the next query
+    // brings the index up to date by re-reading that child.
+    let queries = [
+        ("10 users by key from the middle (orderBy $key, startAt, limitToFirst)", format!("/big/users.json?orderBy=%22$key%22&startAt=%22{middle}%22&limitToFirst=10")),
+        ("top 10 users by score (orderBy score with .indexOn, limitToLast)", "/big/users.json?orderBy=%22score%22&limitToLast=10".to_string()),
+    ];
+    for (i, (what, path)) in queries.into_iter().enumerate() {
+        let url = format!("{base}{path}&ns={DB}");
+        let (first, read_bytes) = median_read(client, &url, 1).await?;
+        rows.push(row(format!("firebase: {what}, first (builds the index)"), 1, read_bytes, first, pid)?);
+        let (elapsed, read_bytes) = median_read(client, &url, args.tree_reads).await?;
+        rows.push(row(format!("firebase: {what}, again"), 1, read_bytes, elapsed, pid)?);
+        let changed = user_key(i * 7 + 1);
+        client.put(format!("{base}/big/users/{changed}/score.json?ns={DB}&print=silent")).body("1000000").send().await?.error_for_status()?;
+        let (elapsed, read_bytes) = median_read(client, &url, 1).await?;
+        rows.push(row(format!("firebase: {what}, after a write to one user"), 1, read_bytes, elapsed, pid)?);
     }
     let started = Instant::now();
     client.delete(format!("{base}/big.json?ns={DB}&print=silent")).send().await?.error_for_status()?;

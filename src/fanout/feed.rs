@@ -157,6 +157,12 @@ impl PartitionFeed {
         self.ring.lock().dispatched_next
     }
 
+    /// The offset after the last batch appended: the ring has every event
+    /// below it that it still holds (`ring_chunk`).
+    pub fn appended_next(&self) -> u64 {
+        self.ring.lock().next
+    }
+
     pub fn subscribers(&self) -> usize {
         self.ring.lock().subscribers
     }

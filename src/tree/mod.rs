@@ -18,6 +18,7 @@
 //! ETags, queries. Never: touches a store, decides who may read or write
 //! (`rules`), or talks HTTP.
 
+pub mod index;
 pub mod path;
 pub mod query;
 pub mod value;

@@ -139,12 +139,10 @@ pub fn index_needed(query: &Query) -> Option<String> {
 /// Runs `query` on `value` read with priorities (`export`): the children it
 /// selects, in query order, without priorities.
 pub fn run(query: &Query, value: Value) -> Vec<(String, Value)> {
-    let Value::Object(children) = value else { return Vec::new() };
-    let mut rows: Vec<(String, Value, Value)> = children
+    let mut rows: Vec<(String, Value, Value)> = children(value)
         .into_iter()
-        .filter(|(key, _)| key != path::PRIORITY_KEY && key != ".value")
         .map(|(key, child)| {
-            let sort = sort_value(query, &key, &child);
+            let sort = sort_value(&query.order_by, &key, &child);
             let mut plain = child;
             strip_priorities(&mut plain);
             (key, plain, sort)
@@ -172,15 +170,42 @@ pub fn as_object(rows: Vec<(String, Value)>) -> Value {
     Value::Object(rows.into_iter().collect::<Map<String, Value>>())
 }
 
-fn sort_value(query: &Query, key: &str, child: &Value) -> Value {
-    match &query.order_by {
+/// A location's children as read (with priorities): an object's entries,
+/// or an array's items under their index (a location whose keys are
+/// 0, 1, 2… reads as an array; its children are still those keys). A null
+/// is no child (a tree read never makes one; a hand-made value might).
+pub fn children(value: Value) -> Vec<(String, Value)> {
+    match value {
+        Value::Object(map) => map.into_iter().filter(|(key, v)| key != path::PRIORITY_KEY && key != ".value" && !v.is_null()).collect(),
+        Value::Array(items) => items.into_iter().enumerate().filter(|(_, v)| !v.is_null()).map(|(i, v)| (i.to_string(), v)).collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// How many children `children` finds in `value`, without taking it apart.
+pub fn children_count(value: &Value) -> usize {
+    match value {
+        Value::Object(map) => map.iter().filter(|(key, v)| *key != path::PRIORITY_KEY && *key != ".value" && !v.is_null()).count(),
+        Value::Array(items) => items.iter().filter(|v| !v.is_null()).count(),
+        _ => 0,
+    }
+}
+
+/// What `child` (read with priorities) sorts by under `order_by`.
+pub fn sort_value(order_by: &OrderBy, key: &str, child: &Value) -> Value {
+    match order_by {
         OrderBy::Key => Value::String(key.to_string()),
         OrderBy::Priority => child.get(path::PRIORITY_KEY).cloned().unwrap_or(Value::Null),
         OrderBy::Value => plain(child.clone()),
         OrderBy::Child(keys) => {
             let mut at = child;
             for key in keys {
-                match at.get(key.as_str()) {
+                let next = match at {
+                    // A child path through an array-like object: its index.
+                    Value::Array(items) => key.parse::<usize>().ok().and_then(|i| items.get(i)),
+                    other => other.get(key.as_str()),
+                };
+                match next {
                     Some(next) => at = next,
                     None => return Value::Null,
                 }
@@ -196,7 +221,12 @@ fn plain(mut value: Value) -> Value {
 }
 
 fn compare_rows(query: &Query, a: (&str, &Value), b: (&str, &Value)) -> Ordering {
-    match query.order_by {
+    compare_entries(&query.order_by, a, b)
+}
+
+/// The order of two children, `(key, sort value)`, under `order_by`.
+pub fn compare_entries(order_by: &OrderBy, a: (&str, &Value), b: (&str, &Value)) -> Ordering {
+    match order_by {
         OrderBy::Key => compare_keys(a.0, b.0),
         OrderBy::Priority => compare_priorities(a.1, b.1).then_with(|| compare_keys(a.0, b.0)),
         _ => compare_values(a.1, b.1).then_with(|| compare_keys(a.0, b.0)),
@@ -257,7 +287,7 @@ pub fn compare_values(a: &Value, b: &Value) -> Ordering {
     })
 }
 
-fn compare_priorities(a: &Value, b: &Value) -> Ordering {
+pub fn compare_priorities(a: &Value, b: &Value) -> Ordering {
     let rank = |v: &Value| match v {
         Value::Number(_) => 1,
         Value::String(_) => 2,

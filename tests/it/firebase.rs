@@ -258,6 +258,99 @@ async fn streams_over_http2_share_a_connection_and_each_get_their_locations_even
     assert_eq!(status, 401);
 }
 
+/// A counter of the node's `/metrics`.
+async fn metric(t: &Tern, name: &str) -> f64 {
+    let text = t.client.get(format!("{}/metrics", t.url)).send().await.unwrap().text().await.unwrap();
+    text.lines().find_map(|l| l.strip_prefix(name).and_then(|v| v.trim().parse().ok())).unwrap_or(0.0)
+}
+
+/// The keys a `score` query should select, from the test's own model:
+/// children without a score first, then by score, ties by key.
+fn by_score(model: &std::collections::BTreeMap<String, Option<i64>>) -> Vec<String> {
+    let mut rows: Vec<(&String, &Option<i64>)> = model.iter().collect();
+    rows.sort_by(|a, b| a.1.cmp(b.1).then_with(|| a.0.cmp(b.0)));
+    rows.into_iter().map(|(k, _)| k.clone()).collect()
+}
+
+/// Query indexes are built once and kept current from the partition's
+/// events: every kind of write (below, at and above the location; a set,
+/// an update, a push, a delete) leaves the next query's answer exactly
+/// what a full read would give, without a rebuild; replacing the location
+/// rebuilds it.
+#[tokio::test]
+async fn query_indexes_follow_every_write_without_a_rebuild() {
+    let dir = tempfile::tempdir().unwrap();
+    let t = Tern::dev(dir.path()).await;
+    let c = &t.client;
+    let rules = r#"{"rules": {".read": true, ".write": true, "players": {".indexOn": ["score"]}}}"#;
+    c.put(fb(&t, "/.settings/rules", "")).bearer_auth("owner").body(rules).send().await.unwrap();
+    let mut model = std::collections::BTreeMap::new();
+    let mut players = serde_json::Map::new();
+    for i in 0..300i64 {
+        let score = (i * 37) % 101;
+        players.insert(format!("p{i:03}"), json!({"name": format!("player {i}"), "score": score}));
+        model.insert(format!("p{i:03}"), Some(score));
+    }
+    c.put(fb(&t, "/players", "")).json(&players).send().await.unwrap();
+    let top = |n: usize| fb(&t, "/players", &format!("&orderBy=%22score%22&limitToLast={n}"));
+    let keys_of = |body: &str| -> Vec<String> {
+        let value: Value = serde_json::from_str(body).unwrap();
+        value.as_object().map(|m| m.keys().cloned().collect()).unwrap_or_default()
+    };
+    let check = |model: &std::collections::BTreeMap<String, Option<i64>>, body: &str, n: usize, what: &str| {
+        let all = by_score(model);
+        let mut want: Vec<String> = all[all.len().saturating_sub(n)..].to_vec();
+        want.sort();
+        let mut got = keys_of(body);
+        got.sort();
+        assert_eq!(got, want, "{what}");
+    };
+    let (_, body, _) = text(c.get(top(5)).send().await.unwrap()).await;
+    check(&model, &body, 5, "first query");
+    assert_eq!(metric(&t, "tern_firebase_index_builds_total").await, 1.0);
+
+    // Writes of every kind, each followed by a query.
+    let writes: Vec<(&str, reqwest::RequestBuilder, Box<dyn Fn(&mut std::collections::BTreeMap<String, Option<i64>>)>)> = vec![
+        ("a set below a child", c.put(fb(&t, "/players/p007/score", "")).body("1000"), Box::new(|m| { m.insert("p007".into(), Some(1000)); })),
+        ("an update at the location", c.patch(fb(&t, "/players", "")).body(r#"{"p008/score": 2000, "p009": null}"#), Box::new(|m| { m.insert("p008".into(), Some(2000)); m.remove("p009"); })),
+        ("a new child", c.put(fb(&t, "/players/zz", "")).body(r#"{"score": 3000}"#), Box::new(|m| { m.insert("zz".into(), Some(3000)); })),
+        ("a child without the indexed path", c.put(fb(&t, "/players/p299", "")).body(r#"{"name": "no score"}"#), Box::new(|m| { m.insert("p299".into(), None); })),
+        ("a delete", c.delete(fb(&t, "/players/zz", "")), Box::new(|m| { m.remove("zz"); })),
+        ("an update above the location", c.patch(fb(&t, "", "")).body(r#"{"players/p010/score": 4000, "elsewhere": 1}"#), Box::new(|m| { m.insert("p010".into(), Some(4000)); })),
+        ("a write elsewhere", c.put(fb(&t, "/other", "")).body("1"), Box::new(|_| {})),
+    ];
+    for (what, request, apply) in writes {
+        assert!(request.send().await.unwrap().status().is_success(), "{what}");
+        apply(&mut model);
+        let (_, body, _) = text(c.get(top(5)).send().await.unwrap()).await;
+        check(&model, &body, 5, what);
+    }
+    let (_, body, _) = text(c.get(fb(&t, "/players", "&orderBy=%22score%22&limitToFirst=3")).send().await.unwrap()).await;
+    let firsts = by_score(&model);
+    let mut want = firsts[..3].to_vec();
+    want.sort();
+    let mut got = keys_of(&body);
+    got.sort();
+    assert_eq!(got, want, "the lowest: the child without a score first");
+    let (_, body, _) = text(c.get(fb(&t, "/players", "&orderBy=%22score%22&equalTo=2000")).send().await.unwrap()).await;
+    assert_eq!(serde_json::from_str::<Value>(&body).unwrap(), json!({"p008": {"name": "player 8", "score": 2000}}));
+    assert_eq!(metric(&t, "tern_firebase_index_builds_total").await, 1.0, "kept current, never rebuilt");
+    assert!(metric(&t, "tern_firebase_index_children_updated_total").await >= 6.0);
+
+    // Replacing the location rebuilds the index.
+    c.put(fb(&t, "/players", "")).body(r#"{"a": {"score": 2}, "b": {"score": 1}}"#).send().await.unwrap();
+    let (_, body, _) = text(c.get(top(1)).send().await.unwrap()).await;
+    assert_eq!(serde_json::from_str::<Value>(&body).unwrap(), json!({"a": {"score": 2}}));
+    assert_eq!(metric(&t, "tern_firebase_index_builds_total").await, 2.0);
+    // $key needs no .indexOn; its index follows writes too.
+    let by_key = fb(&t, "/players", "&orderBy=%22$key%22&startAt=%22b%22");
+    let (_, body, _) = text(c.get(&by_key).send().await.unwrap()).await;
+    assert_eq!(serde_json::from_str::<Value>(&body).unwrap(), json!({"b": {"score": 1}}));
+    c.put(fb(&t, "/players/c", "")).body(r#"{"score": 0}"#).send().await.unwrap();
+    let (_, body, _) = text(c.get(&by_key).send().await.unwrap()).await;
+    assert_eq!(serde_json::from_str::<Value>(&body).unwrap(), json!({"b": {"score": 1}, "c": {"score": 0}}));
+}
+
 #[tokio::test]
 async fn rules_deny_reads_and_writes_and_cancel_a_stream_they_stop_allowing() {
     let dir = tempfile::tempdir().unwrap();

@@ -13,6 +13,7 @@
 //! become `auth`, and anyone else is `auth = null`. Tern's own tokens (the
 //! security issue) plug in there.
 
+mod indexes;
 mod rest;
 mod rules_file;
 mod stream;
@@ -54,6 +55,8 @@ pub struct FirebaseConfig {
     pub emulator: bool,
     /// Parsed rules per namespace (`rules_of`).
     rules: Arc<Mutex<HashMap<String, CachedRules>>>,
+    /// Query indexes (`indexes.rs`).
+    indexes: Arc<indexes::Indexes>,
     /// The last push id's time and random part (ids made in one
     /// millisecond increment it, so they stay ordered).
     push: Arc<Mutex<(u64, [u8; 12])>>,
@@ -349,6 +352,12 @@ impl crate::rules::eval::Data for TreeData {
 /// this node applied a write sees it.
 pub fn tree_view(namespace: &Namespace) -> Result<Arc<ReadView>, FbError> {
     Ok(namespace.handle(namespace.partition_of(TREE_PK)).read_view()?)
+}
+
+/// The `value` of a change event (`{"pk", "sk", "value", …}`): what the
+/// op wrote (a tree op's value, resolved by the apply loop).
+pub fn event_value(event: &crate::fanout::Event) -> Value {
+    serde_json::from_slice::<Value>(&event.data).ok().and_then(|mut v| v.get_mut("value").map(Value::take)).unwrap_or(Value::Null)
 }
 
 pub fn now_ms() -> u64 {

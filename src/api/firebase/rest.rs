@@ -51,7 +51,7 @@ pub async fn handle(
         return forward::to_holder(state, &incoming, &namespace.name, partition, body).await.map_err(FbError::from);
     }
     match *method {
-        Method::GET => get(state, namespace, caller, &sk, query, headers),
+        Method::GET => get(state, namespace, caller, &sk, query, headers).await,
         Method::PUT => set(state, namespace, caller, sk, query, headers, &incoming, body, false).await,
         Method::PATCH => set(state, namespace, caller, sk, query, headers, &incoming, body, true).await,
         Method::POST => {
@@ -105,7 +105,7 @@ fn check_read(state: &AppState, namespace: &Namespace, caller: &Caller, sk: &str
     Ok(data.view)
 }
 
-fn get(state: &AppState, namespace: &Namespace, caller: &Caller, sk: &str, query: &Query, headers: &HeaderMap) -> Result<Response, FbError> {
+async fn get(state: &AppState, namespace: &Namespace, caller: &Caller, sk: &str, query: &Query, headers: &HeaderMap) -> Result<Response, FbError> {
     let parsed = parse_query(state, namespace, sk, query)?;
     let view = check_read(state, namespace, caller, sk, tree_view(namespace)?)?;
     let reader = &view.reader;
@@ -116,7 +116,7 @@ fn get(state: &AppState, namespace: &Namespace, caller: &Caller, sk: &str, query
         (_, Some("export")) if parsed.is_none() => value_at(reader, TREE_PK, sk, true, READ_BYTES_MAX)?,
         (_, Some(other)) if other != "export" => return Err(FbError::bad(format!("format must be export, got {other:?}"))),
         _ => match &parsed {
-            Some(q) => query::as_object(query::run(q, value_at(reader, TREE_PK, sk, true, READ_BYTES_MAX)?)),
+            Some(q) => query::as_object(state.firebase.indexes.run(namespace, &view, sk, q).await?),
             None => value_at(reader, TREE_PK, sk, false, READ_BYTES_MAX)?,
         },
     };

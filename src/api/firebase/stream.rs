@@ -307,7 +307,7 @@ fn current_value(namespace: &Namespace, sk: &str) -> Option<Value> {
 }
 
 fn value_of(event: &Event) -> Value {
-    serde_json::from_slice::<Value>(&event.data).ok().and_then(|mut v| v.get_mut("value").map(Value::take)).unwrap_or(Value::Null)
+    super::event_value(event)
 }
 
 fn frame(out: &mut Vec<u8>, name: &str, id: Option<&str>, data: &Value) {
