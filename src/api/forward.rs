@@ -23,6 +23,13 @@ use crate::limits::WAIT_MS_MAX;
 pub const FORWARDED_BY: &str = "x-tern-forwarded-by";
 pub const SERVED_BY: &str = "x-tern-served-by";
 pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
+/// The caller's headers a forwarded request carries, so the holder decides
+/// as this node would have: who asks (`Authorization`, checked again
+/// there), and Firebase's conditional requests (`X-Firebase-ETag`,
+/// `If-Match`, `If-None-Match`).
+const PASSED_HEADERS: [&str; 4] = ["authorization", "x-firebase-etag", "if-match", "if-none-match"];
+/// The holder's answer headers relayed besides `Content-Type`.
+const RELAYED_HEADERS: [header::HeaderName; 1] = [header::ETAG];
 /// Marks (internally) a relayed answer that said `not_held`.
 const NOT_HELD: &str = "x-tern-not-held";
 
@@ -72,6 +79,8 @@ pub struct Incoming<'a> {
     pub forwarded_by: Option<&'a str>,
     /// The `Idempotency-Key` header, if any (raw bytes, checked by the caller).
     pub idempotency_key: Option<&'a [u8]>,
+    /// The request's headers (those in `PASSED_HEADERS` go on with it).
+    pub headers: Option<&'a HeaderMap>,
 }
 
 impl<'a> Incoming<'a> {
@@ -81,6 +90,7 @@ impl<'a> Incoming<'a> {
             path_and_query: uri.path_and_query().map_or(uri.path(), |pq| pq.as_str()),
             forwarded_by: headers.get(FORWARDED_BY).and_then(|v| v.to_str().ok()),
             idempotency_key: headers.get(IDEMPOTENCY_KEY).map(|v| v.as_bytes()),
+            headers: Some(headers),
         }
     }
 }
@@ -137,13 +147,20 @@ async fn send(state: &AppState, holder: &Member, incoming: &Incoming<'_>, body: 
         .request(incoming.method.clone(), url)
         .header(FORWARDED_BY, state.cluster.me().id.as_str())
         .header(header::CONTENT_TYPE, "application/json");
-    let request = match incoming.idempotency_key {
+    let mut request = match incoming.idempotency_key {
         Some(key) => request.header(IDEMPOTENCY_KEY, key),
         None => request,
     };
+    for name in PASSED_HEADERS {
+        if let Some(value) = incoming.headers.and_then(|h| h.get(name)) {
+            request = request.header(name, value);
+        }
+    }
     let response = request.body(body).send().await?;
     let status = response.status();
     let content_type = response.headers().get(header::CONTENT_TYPE).cloned();
+    let relayed_headers: Vec<(header::HeaderName, HeaderValue)> =
+        RELAYED_HEADERS.iter().filter_map(|name| response.headers().get(name).map(|v| (name.clone(), v.clone()))).collect();
     let bytes = read_bounded(response).await?;
     crate::metrics::FORWARD_SECONDS.observe(started.elapsed().as_secs_f64());
     let not_held = status == StatusCode::SERVICE_UNAVAILABLE && {
@@ -156,6 +173,9 @@ async fn send(state: &AppState, holder: &Member, incoming: &Incoming<'_>, body: 
     }
     if let Some(content_type) = content_type {
         relayed.headers_mut().insert(header::CONTENT_TYPE, content_type);
+    }
+    for (name, value) in relayed_headers {
+        relayed.headers_mut().insert(name, value);
     }
     if let Ok(id) = HeaderValue::from_str(&holder.id) {
         relayed.headers_mut().insert(SERVED_BY, id);
@@ -267,7 +287,13 @@ pub async fn multi_get_remote(
     }
     let requests = by_holder.into_values().map(|(holder, indexes)| async move {
         let body = serde_json::json!({ "keys": indexes.iter().map(|&i| serde_json::json!({"pk": keys[i].0, "sk": keys[i].1})).collect::<Vec<_>>() });
-        let sub = Incoming { method: Method::POST, path_and_query: incoming.path_and_query, forwarded_by: None, idempotency_key: None };
+        let sub = Incoming {
+            method: Method::POST,
+            path_and_query: incoming.path_and_query,
+            forwarded_by: None,
+            idempotency_key: None,
+            headers: incoming.headers,
+        };
         let response = send(state, &holder, &sub, Bytes::from(serde_json::to_vec(&body).expect("JSON serializes"))).await;
         (holder, indexes, response)
     });

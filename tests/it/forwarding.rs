@@ -17,6 +17,11 @@ use crate::common::steered_log::SteeredLog;
 
 /// Serves the API of a node that holds nothing, with `peers` as its cluster map.
 async fn serve(dir: &std::path::Path, peers: Vec<Member>) -> (String, Arc<Node>) {
+    serve_with(dir, peers, tern::api::FirebaseConfig::default()).await
+}
+
+/// `serve`, speaking Firebase as `firebase` says.
+async fn serve_with(dir: &std::path::Path, peers: Vec<Member>, firebase: tern::api::FirebaseConfig) -> (String, Arc<Node>) {
     // Assigned no partition: a replica-group member whose peers hold them all.
     let log = SteeredLog::new(&dir.join("log"));
     log.assignment.send_replace(Assignment::Only(BTreeSet::new()));
@@ -27,7 +32,9 @@ async fn serve(dir: &std::path::Path, peers: Vec<Member>) -> (String, Arc<Node>)
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let address = listener.local_addr().unwrap().to_string();
     let me = SelfInfo { id: "edge".into(), region: "r1".into(), group: "g".into(), api: address.clone() };
-    let app = tern::api::app(node.clone(), Cluster::with_peers(me, node.clone(), peers));
+    let mut state = tern::api::state(node.clone(), Cluster::with_peers(me, node.clone(), peers));
+    state.firebase = Arc::new(firebase);
+    let app = tern::api::service(state);
     tokio::spawn(async move {
         axum::serve(listener, axum::ServiceExt::<axum::extract::Request>::into_make_service(app)).await.unwrap();
     });
@@ -173,4 +180,52 @@ async fn a_write_lost_in_forwarding_is_reported_as_outcome_unknown() {
     // A read is safe to retry: it says so.
     let (status, body) = send(client.get(format!("{url}/v1/ns/ns/kv/k/"))).await;
     assert_eq!((status, body["error"]["code"].as_str()), (503, Some("holder_unreachable")), "{body}");
+}
+
+/// A Firebase request for a tree this node does not hold goes to the
+/// holder with the caller's credentials and conditions (the holder checks
+/// the rules for that caller again, and decides the ETag), and the
+/// holder's `ETag` comes back. Before: the holder saw an anonymous request
+/// without its conditions, and the answer lost its `ETag`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forwarded_firebase_request_carries_its_caller_and_conditions_and_relays_the_etag() {
+    use axum::http::HeaderMap;
+    let seen: Arc<parking_lot::Mutex<Vec<HeaderMap>>> = Arc::default();
+    let holder = axum::Router::new().fallback({
+        let seen = seen.clone();
+        move |headers: HeaderMap| {
+            seen.lock().push(headers);
+            async { ([("etag", "\"tag-1\""), ("content-type", "application/json; charset=utf-8")], "42") }
+        }
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let holder_api = listener.local_addr().unwrap().to_string();
+    tokio::spawn(async move { axum::serve(listener, holder).await.unwrap() });
+    let held = BTreeMap::from([("ns".to_string(), BTreeMap::from([(0, 1), (1, 1)]))]);
+    let dir = tempfile::tempdir().unwrap();
+    let firebase = tern::api::FirebaseConfig::new(Some("owner".into()), false);
+    let (url, _node) = serve_with(dir.path(), vec![peer("holder", holder_api, held, BTreeMap::new())], firebase).await;
+    let client = reqwest::Client::new();
+    let response = client
+        .get(format!("{url}/scores/alice.json?ns=ns"))
+        .bearer_auth("owner")
+        .header("X-Firebase-ETag", "true")
+        .header("If-None-Match", "\"tag-0\"")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    assert_eq!(response.headers()["etag"], "\"tag-1\"", "the holder's ETag comes back");
+    assert_eq!(response.headers()["x-tern-served-by"], "holder");
+    assert_eq!(response.text().await.unwrap(), "42");
+    let put = client.put(format!("{url}/scores/alice.json?ns=ns")).bearer_auth("owner").header("If-Match", "\"tag-1\"").body("43");
+    assert_eq!(put.send().await.unwrap().status(), 200);
+    let seen = seen.lock();
+    assert_eq!(seen.len(), 2);
+    assert_eq!(seen[0]["authorization"], "Bearer owner");
+    assert_eq!(seen[0]["x-firebase-etag"], "true");
+    assert_eq!(seen[0]["if-none-match"], "\"tag-0\"");
+    assert_eq!(seen[1]["authorization"], "Bearer owner");
+    assert_eq!(seen[1]["if-match"], "\"tag-1\"");
+    assert_eq!(seen[1]["x-tern-forwarded-by"], "edge");
 }
