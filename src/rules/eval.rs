@@ -24,14 +24,32 @@ pub const READS_MAX: u32 = 1_000;
 pub trait Data {
     /// The current value at `sk` (null when absent or unreadable).
     fn current(&self, sk: &str) -> Value;
+    /// The current priority of `sk` (null when it has none).
+    fn priority(&self, sk: &str) -> Value;
 }
 
 /// The pending writes of one request: `(sk, new value)` as sets.
 pub struct Pending<'a> {
+    /// The values without priorities (what `val()` and `.validate` see).
     pub writes: &'a [(String, Value)],
+    /// The same writes as written, with `.priority` and `.value` (what
+    /// `getPriority()` sees).
+    pub with_priorities: &'a [(String, Value)],
 }
 
 impl Pending<'_> {
+    /// The priority of `sk` once the writes are applied: as written where a
+    /// write covers `sk`, else the current one.
+    fn new_priority(&self, sk: &str, current: &dyn Fn(&str) -> Value) -> Value {
+        for (at, value) in self.with_priorities {
+            if at == sk || path::is_under(sk, at) {
+                let node = at_path(value, path::relative(at, sk));
+                return node.get(path::PRIORITY_KEY).cloned().unwrap_or(Value::Null);
+            }
+        }
+        current(sk)
+    }
+
     /// The value at `sk` once the writes are applied to `current`.
     fn new_value(&self, sk: &str, current: &dyn Fn(&str) -> Value) -> Value {
         for (at, value) in self.writes {
@@ -89,6 +107,19 @@ impl<'a> Env<'a> {
         };
         self.cache.borrow_mut().insert((new, sk.to_string()), v.clone());
         Ok(v)
+    }
+
+    /// The priority at `sk`, now or once the writes are applied (one read).
+    fn priority(&self, new: bool, sk: &str) -> Result<Value, String> {
+        self.reads.set(self.reads.get() + 1);
+        if self.reads.get() > READS_MAX {
+            return Err(format!("rules read more than {READS_MAX} locations"));
+        }
+        let current = |at: &str| self.data.priority(at);
+        Ok(match (&self.pending, new) {
+            (Some(pending), true) => pending.new_priority(sk, &current),
+            _ => current(sk),
+        })
     }
 }
 
@@ -308,7 +339,7 @@ fn call(receiver: Val, method: &str, args: Vec<Val>, env: &Env) -> Result<Val, S
                 "isNumber" => Val::Bool(env.value(new, &sk)?.is_number()),
                 "isString" => Val::Bool(env.value(new, &sk)?.is_string()),
                 "isBoolean" => Val::Bool(env.value(new, &sk)?.is_boolean()),
-                "getPriority" => Val::Null,
+                "getPriority" => from_json(&env.priority(new, &sk)?),
                 other => return Err(format!("snapshots have no method {other}")),
             })
         }

@@ -90,9 +90,19 @@ impl Rules {
     /// Whether `auth` may make `writes` (sets at sort keys, server values
     /// not yet resolved count as present): each must be allowed by a
     /// `.write` at or above its path, and every `.validate` it touches must hold.
+    /// Whether the rules allow `writes` (`(sk, value)` sets, values as
+    /// written: with `.priority` and `.value` where they have them).
     pub fn can_write(&self, writes: &[(String, Value)], auth: &Value, now_ms: u64, data: &dyn Data) -> bool {
-        let env = Env::new(auth, now_ms, data, Some(Pending { writes }));
-        for (sk, value) in writes {
+        let plain: Vec<(String, Value)> = writes
+            .iter()
+            .map(|(sk, value)| {
+                let mut value = value.clone();
+                crate::tree::value::strip_priorities(&mut value);
+                (sk.clone(), value)
+            })
+            .collect();
+        let env = Env::new(auth, now_ms, data, Some(Pending { writes: &plain, with_priorities: writes }));
+        for (sk, value) in &plain {
             let mut allowed = false;
             self.walk(sk, |node, at, vars| {
                 if let Some(rule) = &node.write {
@@ -319,6 +329,9 @@ mod tests {
             }
             at.clone()
         }
+        fn priority(&self, sk: &str) -> Value {
+            self.current(&path::join(sk, path::PRIORITY_KEY))
+        }
     }
 
     const RULES: &str = r#"{
@@ -363,6 +376,32 @@ mod tests {
         assert!(!write("counter", json!(7), &none));
         assert_eq!(rules.index_on("users"), vec!["age", "name"]);
         assert!(rules.index_on("users/x").is_empty());
+    }
+
+    #[test]
+    fn get_priority_sees_the_current_and_the_written_priority() {
+        let rules = r#"{"rules": {
+          "ranked": { "$item": {
+            ".read": "data.getPriority() == 1",
+            ".write": "newData.getPriority() != null && (!data.exists() || newData.getPriority() > data.getPriority())"
+          } }
+        }}"#;
+        let rules = Rules::parse(rules).unwrap();
+        let data = Fixed(json!({"ranked": {"a": {"v": 1, ".priority": 1}, "b": {"v": 2, ".priority": 5}}}));
+        let none = Value::Null;
+        assert!(rules.can_read("ranked/a", &none, 0, &data));
+        assert!(!rules.can_read("ranked/b", &none, 0, &data));
+        let write = |sk: &str, v: Value| rules.can_write(&[(sk.to_string(), v)], &none, 0, &data);
+        assert!(write("ranked/a", json!({"v": 3, ".priority": 2})), "a higher priority than now");
+        assert!(!write("ranked/b", json!({"v": 3, ".priority": 2})), "lower than now");
+        assert!(!write("ranked/c", json!({"v": 3})), "no priority written");
+        assert!(write("ranked/c", json!({".value": 3, ".priority": "p"})), "a primitive with a priority");
+        let update = |writes: &[(&str, Value)]| {
+            let writes: Vec<(String, Value)> = writes.iter().map(|(sk, v)| (sk.to_string(), v.clone())).collect();
+            rules.can_write(&writes, &none, 0, &data)
+        };
+        assert!(update(&[("ranked/d", json!({"v": 1, ".priority": 9})), ("ranked/a", json!({"v": 1, ".priority": 2}))]));
+        assert!(!update(&[("ranked/d", json!({"v": 1, ".priority": 9})), ("ranked/e", json!(1))]), "each path of an update is checked");
     }
 
     #[test]

@@ -366,6 +366,16 @@ async fn rules_deny_reads_and_writes_and_cancel_a_stream_they_stop_allowing() {
     c.put(fb(&t, "/.settings/rules", "")).bearer_auth("owner").body(rules(false)).send().await.unwrap();
     let cancel = events(&mut stream, &mut buffer, 1).await;
     assert_eq!((cancel[0].0.as_str(), &cancel[0].2), ("cancel", &json!("Permission denied")));
+    // getPriority(): the stored priority (data) and the written one (newData).
+    let ranked = r#"{"rules": {"ranked": {"$item": {".read": true, ".write": "newData.getPriority() != null && (!data.exists() || newData.getPriority() > data.getPriority())"}}}}"#;
+    c.put(fb(&t, "/.settings/rules", "")).bearer_auth("owner").body(ranked).send().await.unwrap();
+    let put = |body: &'static str| c.put(fb(&t, "/ranked/a", "")).body(body).send();
+    assert_eq!(put(r#"{".value": 1, ".priority": 1}"#).await.unwrap().status(), 200);
+    assert_eq!(put(r#"{".value": 2, ".priority": 0}"#).await.unwrap().status(), 401, "a lower priority than stored");
+    assert_eq!(put(r#"2"#).await.unwrap().status(), 401, "no priority");
+    assert_eq!(put(r#"{".value": 3, ".priority": 2}"#).await.unwrap().status(), 200);
+    let (_, body, _) = text(c.get(fb(&t, "/ranked/a", "&format=export")).send().await.unwrap()).await;
+    assert_eq!(serde_json::from_str::<Value>(&body).unwrap(), json!({".value": 3, ".priority": 2}));
 }
 
 #[tokio::test]

@@ -345,6 +345,10 @@ impl crate::rules::eval::Data for TreeData {
     fn current(&self, sk: &str) -> Value {
         value_at(&self.view.reader, TREE_PK, sk, false, READ_BYTES_MAX).unwrap_or(Value::Null)
     }
+    fn priority(&self, sk: &str) -> Value {
+        let leaf = self.view.reader.get(TREE_PK, &crate::tree::path::join(sk, crate::tree::path::PRIORITY_KEY));
+        leaf.ok().flatten().and_then(|record| serde_json::from_slice(&record.value).ok()).unwrap_or(Value::Null)
+    }
 }
 
 /// A read view of the tree's partition: the one its other readers share

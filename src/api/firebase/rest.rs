@@ -264,7 +264,6 @@ fn writes_for_rules(sk: &str, written: &Value, merge: bool, time_ms: u64, data: 
     let mut resolve = |at: &str, value: &Value| {
         let mut v = value.clone();
         resolve_server_values(at, &mut v, time_ms, &mut current);
-        crate::tree::value::strip_priorities(&mut v);
         v
     };
     if merge {
