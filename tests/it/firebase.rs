@@ -351,6 +351,42 @@ async fn query_indexes_follow_every_write_without_a_rebuild() {
     assert_eq!(serde_json::from_str::<Value>(&body).unwrap(), json!({"b": {"score": 1}, "c": {"score": 0}}));
 }
 
+/// An unsigned ID token (the emulator's convention) for `uid`, expiring at `exp` (seconds).
+fn id_token(uid: &str, exp: u64) -> String {
+    use base64::Engine;
+    let b64 = |v: Value| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(v.to_string());
+    format!("{}.{}.", b64(json!({"alg": "none"})), b64(json!({"sub": uid, "exp": exp})))
+}
+
+/// A stream whose credential expires ends with `auth_revoked`; an expired
+/// credential is refused up front.
+#[tokio::test]
+async fn a_stream_ends_with_auth_revoked_when_its_credential_expires() {
+    let dir = tempfile::tempdir().unwrap();
+    // Credentials are looked at on each keep-alive: one a second here
+    // (`tern serve`: `tern dev` takes its defaults).
+    let data_dir = dir.path().to_str().unwrap();
+    let args = ["serve", "--listen", "127.0.0.1:0", "--data-dir", data_dir, "--namespace", "fbtest:1", "--watch-keep-alive-ms", "1000"];
+    let env = [("TERN_FIREBASE_EMULATOR", "true"), ("TERN_FIREBASE_OWNER_TOKEN", "owner")];
+    let t = Tern::spawn_with_env(&args, &env, dir.path()).await;
+    let c = &t.client;
+    let rules = r#"{"rules": {".read": "auth != null", ".write": "auth != null"}}"#;
+    c.put(fb(&t, "/.settings/rules", "")).bearer_auth("owner").body(rules).send().await.unwrap();
+    let now_s = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs();
+    let (status, body, _) = text(c.get(fb(&t, "/room", &format!("&auth={}", id_token("alice", now_s - 1)))).send().await.unwrap()).await;
+    assert_eq!((status, body.as_str()), (401, r#"{"error":"Auth token is expired"}"#));
+    let token = id_token("alice", now_s + 3);
+    let mut stream = c.get(fb(&t, "/room", &format!("&auth={token}"))).header("Accept", "text/event-stream").send().await.unwrap();
+    assert_eq!(stream.status(), 200);
+    let mut buffer = String::new();
+    assert_eq!(events(&mut stream, &mut buffer, 1).await[0].0, "put");
+    // Within a keep-alive (1 s) after the expiry.
+    let revoked = events(&mut stream, &mut buffer, 1).await;
+    assert_eq!((revoked[0].0.as_str(), &revoked[0].2), ("auth_revoked", &json!("credential is no longer valid")));
+    let end = tokio::time::timeout(Duration::from_secs(10), stream.chunk()).await.expect("the stream ends").unwrap();
+    assert!(end.is_none(), "nothing after auth_revoked: {end:?}");
+}
+
 #[tokio::test]
 async fn rules_deny_reads_and_writes_and_cancel_a_stream_they_stop_allowing() {
     let dir = tempfile::tempdir().unwrap();

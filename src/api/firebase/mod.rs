@@ -134,6 +134,16 @@ impl Caller {
             Caller::Admin { as_auth: Some(auth) } | Caller::User { auth } => Some(auth),
         }
     }
+
+    /// Whether the caller's credential has expired by `now_ms` (its
+    /// token's `exp`, in seconds; a credential without one never expires).
+    /// A stream then ends with `auth_revoked`.
+    pub fn expired(&self, now_ms: u64) -> bool {
+        match self {
+            Caller::User { auth } => auth.pointer("/token/exp").and_then(Value::as_f64).is_some_and(|exp| exp * 1000.0 <= now_ms as f64),
+            Caller::Admin { .. } => false,
+        }
+    }
 }
 
 /// The query parameters of one request (URL-decoded; the last of a name wins).
@@ -274,7 +284,11 @@ fn caller(config: &FirebaseConfig, headers: &HeaderMap, query: &Query) -> Result
     }
     if config.emulator {
         if let Some(auth) = unsigned_id_token_auth(token) {
-            return Ok(Caller::User { auth });
+            let caller = Caller::User { auth };
+            if caller.expired(now_ms()) {
+                return Err(FbError::new(StatusCode::UNAUTHORIZED, "Auth token is expired"));
+            }
+            return Ok(caller);
         }
     }
     Err(FbError::new(StatusCode::UNAUTHORIZED, "Could not parse auth token."))

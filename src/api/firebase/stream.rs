@@ -11,7 +11,10 @@
 //! - `event: keep-alive` with `data: null`;
 //! - `event: cancel` with `data: "Permission denied"` when the rules stop
 //!   allowing the read (checked at each keep-alive and progress tick), and
-//!   the stream ends.
+//!   the stream ends;
+//! - `event: auth_revoked` with `data: "credential is no longer valid"`
+//!   when the caller's credential expired (its token's `exp`, checked at
+//!   the same ticks), and the stream ends.
 //!
 //! A stream with a query holds the location's value (bounded by the tree
 //! read bound) and sends the query's whole result as a `put` at `/` each
@@ -165,7 +168,10 @@ impl Translator {
                 self.change(event, event_value, id.as_deref(), out);
             }
             Message::KeepAlive | Message::Progress { .. } => {
-                if !allowed(&self.state, &self.namespace, &self.caller, &self.sk).unwrap_or(false) {
+                if self.caller.expired(now_ms()) {
+                    frame(out, "auth_revoked", None, &json!("credential is no longer valid"));
+                    self.ended = true;
+                } else if !allowed(&self.state, &self.namespace, &self.caller, &self.sk).unwrap_or(false) {
                     frame(out, "cancel", None, &json!("Permission denied"));
                     self.ended = true;
                 } else if matches!(message, Message::KeepAlive) {
