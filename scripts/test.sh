@@ -32,7 +32,9 @@ export TERN_BIN="$CARGO_TARGET_DIR/release/tern"
   npm ci --no-audit --no-fund --loglevel=error
   npm run --silent build
   git diff --exit-code -- dist || { echo "clients/typescript/dist is stale: run npm run build there and commit it"; exit 1; }
-  node --test --test-concurrency=1 --test-reporter=tap test/*.test.mjs test/demo.browser.mjs
+  # Bounded: a test over 2 minutes fails, and the runner exits when the
+  # tests are done even if a failed one left a watch reconnecting.
+  node --test --test-concurrency=1 --test-timeout=120000 --test-force-exit --test-reporter=tap test/*.test.mjs test/demo.browser.mjs
 ) 2>&1 | tee -a "$LOG"
 ts_status=${PIPESTATUS[0]}
 # The official Firebase Admin SDK for Python against a real `tern dev`
