@@ -44,6 +44,10 @@ pub mod cluster;
 /// Namespaces, the partitions' lifecycle, the write and read paths, the snapshot schedule.
 pub mod node;
 
+// ── Writes ahead of the log ───────────────────────────────────────────────
+/// The node's journal: writes durable here before the log has them (issue 19).
+pub mod journal;
+
 // ── Watches ───────────────────────────────────────────────────────────────
 /// A watch's session: catch-up, current state, live delivery, outbox.
 pub(crate) mod watch;

@@ -21,6 +21,7 @@ const FLOORS: &[&[&str]] = &[
     &["rules"],
     &["cluster"],
     &["node"],
+    &["journal"],
     &["watch"],
     &["apply"],
     &["partition"],

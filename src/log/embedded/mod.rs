@@ -239,6 +239,11 @@ impl EmbeddedLog {
         Ok(deleted)
     }
 
+    /// Bytes of all segments on disk.
+    pub fn bytes(&self) -> u64 {
+        self.inner.segments.ids().iter().map(|id| self.inner.segments.size_bytes(*id)).sum()
+    }
+
     /// Tells retention where the oldest retained snapshot of `tp` starts
     /// (its `applied_next`): entries below it may go once local stores are
     /// durable past them too; entries at or above it stay.

@@ -1,0 +1,221 @@
+//! The node's journal (issue 19): writes made durable here before the log
+//! has them, so a write can be acknowledged while the log is slow or down
+//! and sequenced into it later, in journal order.
+//!
+//! The journal is an embedded log of its own (`<data_dir>/journal`): one
+//! topic per namespace, the namespace's partitions, an entry per write (the
+//! mutation as the log would carry it, its write id inside). So it gets the
+//! embedded log's properties for free: an append is answered once its frame
+//! is fsynced, appends of the same moment share one fsync (group commit),
+//! a torn tail is truncated at open, and entries of a partition keep their
+//! order. What the journal adds:
+//!
+//! - **Bounds.** `JournalLimits`: entries and bytes not yet released; an
+//!   append past them is refused (`JournalError::Full`), never dropped later.
+//! - **Release.** An entry is released only once its write was seen applied
+//!   (the caller says so: `release_below`); released segments are deleted.
+//!   A released entry is never read again, also after a restart (the
+//!   embedded log persists where each partition starts).
+//! - **Replay.** `pending` lists what is journaled and not released, per
+//!   namespace and partition, from where a restarted node must sequence
+//!   again. An entry sequenced but not yet released when the node stopped is
+//!   sequenced twice; the apply loop applies it once (its write id).
+//!
+//! Owns: the journal's files and bounds. Never: appends to the log (the
+//! sequencer does), decides whether a write was applied (the partition's
+//! handle knows).
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use bytes::Bytes;
+use parking_lot::Mutex;
+
+use crate::codec::{self, Mutation};
+use crate::log::embedded::segments::write_atomically;
+use crate::log::embedded::{EmbeddedLog, EmbeddedLogConfig};
+use crate::log::{CreateOutcome, Log, LogError, LogReader, TopicPartition};
+
+/// Segments are small, so that releasing a few seconds of writes frees disk
+/// soon (a segment is deleted once all of its entries are released).
+const SEGMENT_BYTES_MAX: u64 = 8 * 1024 * 1024;
+
+/// How much the journal may hold that is not released yet.
+#[derive(Debug, Clone, Copy)]
+pub struct JournalLimits {
+    pub entries_max: u64,
+    pub bytes_max: u64,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum JournalError {
+    #[error("the journal is full: {entries} entries and {bytes} bytes not yet sequenced and applied (bounds: {entries_max} entries, {bytes_max} bytes); the write was not journaled")]
+    Full { entries: u64, bytes: u64, entries_max: u64, bytes_max: u64 },
+    #[error("namespace {ns:?} has {partitions} partitions but its journal has {journaled}: the namespace was made again; sequence or drop its journal first")]
+    PartitionsChanged { ns: String, partitions: u32, journaled: u32 },
+    #[error("the journal failed: {0}")]
+    Log(#[from] LogError),
+}
+
+/// What a partition's journal holds: entries in `[start, end)` are
+/// journaled and not released.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Pending {
+    pub ns: String,
+    pub partition: u32,
+    pub start: u64,
+    pub end: u64,
+}
+
+/// Entries and bytes not yet released.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Backlog {
+    pub entries: u64,
+    pub bytes: u64,
+}
+
+pub struct Journal {
+    log: EmbeddedLog,
+    limits: JournalLimits,
+    /// Per namespace: its partitions (as its journal topic was made).
+    topics: Mutex<HashMap<String, u32>>,
+    /// Per "ns:partition": the offset below which everything is released,
+    /// persisted in `RELEASED_FILE` (a restarted node replays from there).
+    released: Mutex<HashMap<String, u64>>,
+    released_file: PathBuf,
+}
+
+/// Where the released offsets are kept (JSON, written atomically).
+const RELEASED_FILE: &str = "released.json";
+
+impl Journal {
+    /// Opens (recovering) or creates the journal in `dir`.
+    pub async fn open(dir: &Path, limits: JournalLimits) -> Result<Journal, JournalError> {
+        assert!(limits.entries_max > 0 && limits.bytes_max > 0, "journal bounds are positive");
+        let mut config = EmbeddedLogConfig::new(dir);
+        config.segment_bytes_max = SEGMENT_BYTES_MAX;
+        // Every closed segment whose entries are all released goes.
+        config.retention_bytes = Some(0);
+        let log = EmbeddedLog::open(config)?;
+        let topics = log.list_topics().await?.into_iter().map(|t| (t.name, t.partitions)).collect();
+        let released_file = dir.join(RELEASED_FILE);
+        let released = match std::fs::read(&released_file) {
+            Ok(bytes) => serde_json::from_slice(&bytes)
+                .map_err(|e| LogError::Corrupt(format!("{}: {e}", released_file.display())))?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => HashMap::new(),
+            Err(e) => return Err(LogError::from(e).into()),
+        };
+        Ok(Journal { log, limits, topics: Mutex::new(topics), released: Mutex::new(released), released_file })
+    }
+
+    /// Makes `mutation`, a write to `partition` of namespace `ns` (of
+    /// `partitions`), durable in the journal; returns its journal offset.
+    /// Refused when the journal is full.
+    pub async fn append(&self, ns: &str, partitions: u32, partition: u32, mutation: &Mutation) -> Result<u64, JournalError> {
+        assert!(partition < partitions, "a partition of the namespace");
+        let backlog = self.backlog().await?;
+        if backlog.entries >= self.limits.entries_max || backlog.bytes >= self.limits.bytes_max {
+            return Err(JournalError::Full {
+                entries: backlog.entries,
+                bytes: backlog.bytes,
+                entries_max: self.limits.entries_max,
+                bytes_max: self.limits.bytes_max,
+            });
+        }
+        self.topic(ns, partitions).await?;
+        let payload = Bytes::from(codec::encode(mutation));
+        Ok(self.log.append(&tp(ns, partition), payload).await?)
+    }
+
+    /// The journal of `partition` of `ns` from `from` on (entries decode
+    /// with `codec::decode`).
+    pub async fn reader(&self, ns: &str, partition: u32, from: u64) -> Result<Box<dyn LogReader>, JournalError> {
+        Ok(self.log.reader(&tp(ns, partition), from).await?)
+    }
+
+    /// Every write of `partition` of `ns` below journal offset `offset` was
+    /// applied: those entries go (their segments once nothing else in them
+    /// is pending).
+    /// Persisted before segments go, so a restart never replays what was
+    /// released (each call writes one small file: callers batch).
+    pub fn release_below(&self, ns: &str, partition: u32, offset: u64) -> Result<(), JournalError> {
+        let tp = tp(ns, partition);
+        {
+            let mut released = self.released.lock();
+            let at = released.entry(released_key(ns, partition)).or_insert(0);
+            if offset <= *at {
+                return Ok(());
+            }
+            *at = offset;
+            let bytes = serde_json::to_vec(&*released).expect("a map of offsets serializes");
+            write_atomically(&self.released_file, &bytes).map_err(LogError::from)?;
+        }
+        self.log.release_below(&tp, offset);
+        self.log.enforce_retention()?;
+        Ok(())
+    }
+
+    /// Where the pending entries of `tp` start: past what was released and
+    /// what the journal no longer has.
+    async fn released_from(&self, ns: &str, partition: u32) -> Result<u64, JournalError> {
+        let released = self.released.lock().get(&released_key(ns, partition)).copied().unwrap_or(0);
+        Ok(released.max(self.log.start_offset(&tp(ns, partition)).await?))
+    }
+
+    /// What each partition holds that is not released, in namespace and
+    /// partition order (what a restarted node sequences again).
+    pub async fn pending(&self) -> Result<Vec<Pending>, JournalError> {
+        let topics: Vec<(String, u32)> = {
+            let mut topics: Vec<(String, u32)> = self.topics.lock().iter().map(|(ns, n)| (ns.clone(), *n)).collect();
+            topics.sort();
+            topics
+        };
+        let mut out = Vec::new();
+        for (ns, partitions) in topics {
+            for partition in 0..partitions {
+                let start = self.released_from(&ns, partition).await?;
+                let end = self.log.end_offset(&tp(&ns, partition)).await?;
+                if end > start {
+                    out.push(Pending { ns: ns.clone(), partition, start, end });
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Entries and bytes not yet released.
+    pub async fn backlog(&self) -> Result<Backlog, JournalError> {
+        let entries = self.pending().await?.iter().map(|p| p.end - p.start).sum();
+        Ok(Backlog { entries, bytes: if entries == 0 { 0 } else { self.log.bytes() } })
+    }
+
+    /// The namespace's journal topic, made on its first write.
+    async fn topic(&self, ns: &str, partitions: u32) -> Result<(), JournalError> {
+        if let Some(&journaled) = self.topics.lock().get(ns) {
+            if journaled != partitions {
+                return Err(JournalError::PartitionsChanged { ns: ns.to_string(), partitions, journaled });
+            }
+            return Ok(());
+        }
+        match self.log.create_topic(ns, partitions).await? {
+            CreateOutcome::Created | CreateOutcome::AlreadyExists => {}
+        }
+        self.topics.lock().insert(ns.to_string(), partitions);
+        Ok(())
+    }
+
+    pub async fn close(&self) {
+        self.log.close().await;
+    }
+}
+
+fn tp(ns: &str, partition: u32) -> TopicPartition {
+    TopicPartition { topic: ns.into(), partition }
+}
+
+fn released_key(ns: &str, partition: u32) -> String {
+    format!("{ns}:{partition}")
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,118 @@
+//! The journal on disk: entries come back in order after a restart,
+//! released ones never do, and its bounds refuse rather than drop.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+
+use super::*;
+use crate::codec::{Op, OpKind};
+
+const ROOMY: JournalLimits = JournalLimits { entries_max: 1_000, bytes_max: 64 * 1024 * 1024 };
+
+fn put(pk: &str, value: &str, write_id: &str) -> Mutation {
+    Mutation {
+        write_id: Bytes::copy_from_slice(write_id.as_bytes()),
+        ops: vec![Op { pk: pk.into(), sk: "s".into(), kind: OpKind::Put(Bytes::copy_from_slice(value.as_bytes())), condition: None }],
+    }
+}
+
+/// Every pk below is written to partition `partition_of(pk, 2)` of "ns".
+fn partition_of(pk: &str) -> u32 {
+    crate::partitioner::partition_of(pk, 2)
+}
+
+async fn read_all(journal: &Journal, ns: &str, partition: u32, from: u64) -> Vec<(u64, Mutation)> {
+    let mut reader = journal.reader(ns, partition, from).await.unwrap();
+    let mut out = Vec::new();
+    loop {
+        let batch = reader.next_batch(100, Duration::from_millis(50)).await.unwrap();
+        if batch.is_empty() {
+            return out;
+        }
+        for record in batch {
+            out.push((record.offset, codec::decode(record.payload, partition, 2).unwrap()));
+        }
+    }
+}
+
+#[tokio::test]
+async fn entries_come_back_in_order_after_a_restart_and_released_ones_never_do() {
+    let dir = tempfile::tempdir().unwrap();
+    let writes: Vec<Mutation> = (0..6).map(|i| put(&format!("k{i}"), &i.to_string(), &format!("w{i}"))).collect();
+    {
+        let journal = Journal::open(dir.path(), ROOMY).await.unwrap();
+        for w in &writes {
+            let p = partition_of(&w.ops[0].pk);
+            journal.append("ns", 2, p, w).await.unwrap();
+        }
+        assert_eq!(journal.backlog().await.unwrap().entries, 6);
+        journal.close().await;
+    }
+    let journal = Journal::open(dir.path(), ROOMY).await.unwrap();
+    let pending = journal.pending().await.unwrap();
+    assert_eq!(pending.iter().map(|p| p.end - p.start).sum::<u64>(), 6);
+    for p in &pending {
+        let expected: Vec<&Mutation> = writes.iter().filter(|w| partition_of(&w.ops[0].pk) == p.partition).collect();
+        let read = read_all(&journal, "ns", p.partition, p.start).await;
+        assert_eq!(read.iter().map(|(_, m)| m).collect::<Vec<_>>(), expected, "partition {}: journal order", p.partition);
+        // The first two of this partition were applied: released.
+        journal.release_below("ns", p.partition, p.start + 2).unwrap();
+    }
+    journal.close().await;
+    let journal = Journal::open(dir.path(), ROOMY).await.unwrap();
+    let pending = journal.pending().await.unwrap();
+    assert_eq!(pending.iter().map(|p| p.end - p.start).sum::<u64>(), 2, "released entries stay released after a restart");
+    for p in &pending {
+        assert_eq!(p.start, 2);
+        let read = read_all(&journal, "ns", p.partition, p.start).await;
+        assert_eq!(read.len() as u64, p.end - p.start);
+        journal.release_below("ns", p.partition, p.end).unwrap();
+    }
+    assert!(journal.pending().await.unwrap().is_empty());
+    assert_eq!(journal.backlog().await.unwrap(), Backlog::default());
+}
+
+#[tokio::test]
+async fn a_full_journal_refuses_new_entries_and_takes_them_again_once_released() {
+    let dir = tempfile::tempdir().unwrap();
+    let journal = Journal::open(dir.path(), JournalLimits { entries_max: 2, bytes_max: 1 << 20 }).await.unwrap();
+    let p = partition_of("a");
+    journal.append("ns", 2, p, &put("a", "1", "w1")).await.unwrap();
+    journal.append("ns", 2, p, &put("a", "2", "w2")).await.unwrap();
+    let error = journal.append("ns", 2, p, &put("a", "3", "w3")).await.unwrap_err();
+    assert!(matches!(error, JournalError::Full { entries: 2, entries_max: 2, .. }), "{error}");
+    assert!(error.to_string().contains("the write was not journaled"), "{error}");
+    let read = read_all(&journal, "ns", p, 0).await;
+    assert_eq!(read.len(), 2, "the refused write left nothing");
+    journal.release_below("ns", p, 1).unwrap();
+    assert_eq!(journal.append("ns", 2, p, &put("a", "3", "w3")).await.unwrap(), 2);
+    // Bytes are bounded too.
+    let small = Journal::open(&dir.path().join("small"), JournalLimits { entries_max: 100, bytes_max: 10 }).await.unwrap();
+    small.append("ns", 2, p, &put("a", "1", "w1")).await.unwrap();
+    assert!(matches!(small.append("ns", 2, p, &put("a", "2", "w2")).await.unwrap_err(), JournalError::Full { .. }));
+}
+
+#[tokio::test]
+async fn a_namespace_made_again_with_other_partitions_is_refused_until_its_journal_is_done() {
+    let dir = tempfile::tempdir().unwrap();
+    let journal = Journal::open(dir.path(), ROOMY).await.unwrap();
+    journal.append("ns", 2, 0, &put("a", "1", "w1")).await.unwrap();
+    let error = journal.append("ns", 3, 0, &put("a", "1", "w2")).await.unwrap_err();
+    assert!(matches!(error, JournalError::PartitionsChanged { partitions: 3, journaled: 2, .. }), "{error}");
+    journal.close().await;
+    let journal = Journal::open(dir.path(), ROOMY).await.unwrap();
+    assert!(matches!(journal.append("ns", 3, 0, &put("a", "1", "w2")).await.unwrap_err(), JournalError::PartitionsChanged { .. }));
+}
+
+#[tokio::test]
+async fn a_release_below_what_was_released_changes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let journal = Journal::open(dir.path(), ROOMY).await.unwrap();
+    for i in 0..3 {
+        journal.append("ns", 2, 0, &put("a", &i.to_string(), &format!("w{i}"))).await.unwrap();
+    }
+    journal.release_below("ns", 0, 2).unwrap();
+    journal.release_below("ns", 0, 1).unwrap();
+    assert_eq!(journal.pending().await.unwrap(), vec![Pending { ns: "ns".into(), partition: 0, start: 2, end: 3 }]);
+}
