@@ -67,6 +67,10 @@ pub static KAFKA_RETENTION_SHORT: LazyLock<IntGaugeVec> = LazyLock::new(|| {
     .expect("metric registers")
 });
 
+pub static JOURNAL_SEQUENCED: LazyLock<IntCounter> = LazyLock::new(|| {
+    register_int_counter!("tern_journal_sequenced_total", "Journaled writes the sequencer appended to the log").expect("metric registers")
+});
+
 pub static FIREBASE_INDEX_BUILDS: LazyLock<IntCounter> = LazyLock::new(|| {
     register_int_counter!("tern_firebase_index_builds_total", "Firebase query indexes built from a read of their whole location")
         .expect("metric registers")

@@ -16,6 +16,7 @@ mod namespaces;
 mod ops;
 mod records;
 mod sse;
+mod writes;
 mod ws;
 
 // What handlers share: request parsing and limits, errors, rendering, forwarding.
@@ -142,6 +143,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/ns/{ns}/batch", post(timed("POST /v1/ns/{ns}/batch", records::batch)))
         .route("/v1/ns/{ns}/watch", get(sse::sse))
         .route("/v1/ws", get(ws::upgrade))
+        .route("/v1/writes/{id}", get(timed("GET /v1/writes/{id}", writes::status)))
         .route("/v1/cluster", get(timed("GET /v1/cluster", cluster::show)))
         .route(
             "/v1/admin/snapshots",

@@ -168,7 +168,7 @@ async fn put(
     query: Option<&str>,
     body: Body,
 ) -> Result<Response, ApiError> {
-    let params = Params::parse(query, &["if_version", "if_absent", "wait", "timeout_ms"])?;
+    let params = Params::parse(query, &["if_version", "if_absent", "wait", "timeout_ms", "durability"])?;
     let condition = condition(&params)?;
     let bytes = body::read(body, limits::VALUE_BYTES_MAX + 4096, "value_too_large", "the value").await?;
     let value = body::json_value(bytes.clone())?;
@@ -185,7 +185,7 @@ async fn delete(
     sk: String,
     query: Option<&str>,
 ) -> Result<Response, ApiError> {
-    let params = Params::parse(query, &["if_version", "if_absent", "wait", "timeout_ms"])?;
+    let params = Params::parse(query, &["if_version", "if_absent", "wait", "timeout_ms", "durability"])?;
     let op = Op { pk, sk, kind: OpKind::Delete, condition: condition(&params)? };
     write_one(state, incoming, namespace, op, &params, Bytes::new()).await
 }
@@ -225,6 +225,9 @@ async fn write_one(
 ) -> Result<Response, ApiError> {
     let partition = namespace.partition_of(&op.pk);
     let mutation = Mutation { write_id: write_id(incoming)?, ops: vec![op] };
+    if journaled(params)? {
+        return write_journaled(state, namespace, partition, mutation, params).await;
+    }
     if needs_holder(namespace, partition, &mutation, params.wait_applied()?) {
         return forward::to_holder(state, incoming, &namespace.name, partition, body).await;
     }
@@ -234,6 +237,48 @@ async fn write_one(
         Err(WriteError::NotHeld { .. }) => forward::to_holder(state, incoming, &namespace.name, partition, body).await,
         Err(e) => Err(e.into()),
     }
+}
+
+/// `durability=sequenced` (the default: answered with a position once the
+/// log has the write) or `journaled` (answered 202 once this node's journal
+/// has it; the sequencer appends it to the log soon after).
+fn journaled(params: &Params) -> Result<bool, ApiError> {
+    match params.str("durability") {
+        None | Some("sequenced") => Ok(false),
+        Some("journaled") => Ok(true),
+        Some(other) => Err(ApiError::bad_request("invalid_parameter", format!("durability must be sequenced or journaled, got {other:?}"))),
+    }
+}
+
+/// A journaled write: durable in this node's journal, answered `202
+/// {"write_id", "sequenced": false}` before the log has it. Every journaled
+/// write has a write id (the `Idempotency-Key`, or one made here), so a
+/// journal sequenced twice is applied once. Conditions are decided when it
+/// is applied. `wait=applied` is refused: the answer comes before that.
+async fn write_journaled(state: &AppState, namespace: &Namespace, partition: u32, mut mutation: Mutation, params: &Params) -> Result<Response, ApiError> {
+    if params.wait_applied()? {
+        return Err(ApiError::bad_request(
+            "invalid_parameter",
+            "wait=applied cannot go with durability=journaled: a journaled write is answered before it is sequenced; use durability=sequenced to wait",
+        ));
+    }
+    if mutation.write_id.is_empty() {
+        mutation.write_id = Bytes::from(format!("j{:032x}", rand::random::<u128>()));
+    }
+    debug_assert!(mutation.write_id.len() <= limits::WRITE_ID_BYTES_MAX);
+    state.node.write_journaled(namespace, partition, &mutation).await.map_err(journal_error)?;
+    let body = json!({ "write_id": String::from_utf8_lossy(&mutation.write_id), "sequenced": false });
+    Ok(json_response(StatusCode::ACCEPTED, serde_json::to_vec(&body).expect("JSON serializes")))
+}
+
+fn journal_error(error: crate::journal::JournalError) -> ApiError {
+    use crate::journal::JournalError;
+    let status = match &error {
+        JournalError::Full { .. } => (StatusCode::INSUFFICIENT_STORAGE, "journal_full"),
+        JournalError::PartitionsChanged { .. } => (StatusCode::CONFLICT, "journal_conflict"),
+        JournalError::Log(_) => (StatusCode::SERVICE_UNAVAILABLE, "journal_unavailable"),
+    };
+    ApiError::new(status.0, status.1, error.to_string())
 }
 
 /// Page tokens (`cursor` / `next_cursor` on the wire) are opaque: base64url
@@ -432,7 +477,7 @@ pub async fn batch(
     body: Body,
 ) -> Result<Response, ApiError> {
     let namespace = namespace(&state, &ns)?;
-    let params = Params::parse(query.as_deref(), &["wait", "timeout_ms"])?;
+    let params = Params::parse(query.as_deref(), &["wait", "timeout_ms", "durability"])?;
     let bytes = body::read(body, BATCH_BODY_BYTES_MAX, "batch_too_large", "the batch body").await?;
     let request: BatchBody = body::json(&bytes)?;
     limits::check_ops_count(request.ops.len())?;
@@ -452,6 +497,9 @@ pub async fn batch(
                 mutation.ops[0].pk
             ),
         ));
+    }
+    if journaled(&params)? {
+        return write_journaled(&state, &namespace, partition, mutation, &params).await;
     }
     if needs_holder(&namespace, partition, &mutation, params.wait_applied()?) {
         return forward::to_holder(&state, &incoming, &namespace.name, partition, bytes).await;

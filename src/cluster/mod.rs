@@ -98,6 +98,7 @@ impl Cluster {
         let peers = Arc::new(RwLock::new(Vec::new()));
         let gossip = gossip::Gossip::start(&me, node.clone(), peers.clone(), config).await?;
         node.set_served_elsewhere(served_in_group(peers.clone(), me.group.clone()));
+        node.set_applied_elsewhere(applied_elsewhere(peers.clone()));
         Ok(Arc::new(Cluster { me, node, peers, gossip: Some(gossip) }))
     }
 
@@ -182,6 +183,14 @@ pub fn refused_partitions(node: &Node) -> BTreeMap<String, BTreeMap<u32, String>
 fn served_in_group(peers: Arc<RwLock<Vec<Arc<Member>>>>, group: String) -> crate::node::ServedElsewhere {
     Arc::new(move |tp| {
         peers.read().iter().any(|m| m.state == "live" && m.group == group && m.holds(&tp.topic, tp.partition).is_some())
+    })
+}
+
+/// How far live members apply a partition (the highest `applied_next`
+/// any advertises): the journal's sequencer releases entries applied there.
+fn applied_elsewhere(peers: Arc<RwLock<Vec<Arc<Member>>>>) -> crate::node::AppliedElsewhere {
+    Arc::new(move |ns, partition| {
+        peers.read().iter().filter(|m| m.state == "live").filter_map(|m| m.holds(ns, partition).or(m.hands_off(ns, partition))).max()
     })
 }
 

@@ -83,6 +83,37 @@ pub struct Journal {
     /// persisted in `RELEASED_FILE` (a restarted node replays from there).
     released: Mutex<HashMap<String, u64>>,
     released_file: PathBuf,
+    /// The write ids of the entries not released (bounded by the journal's
+    /// own bounds): what `find` answers.
+    ids: Mutex<PendingIds>,
+}
+
+#[derive(Default)]
+struct PendingIds {
+    by_id: HashMap<Bytes, (String, u32, u64)>,
+    /// Per "ns:partition", in journal order: what a release forgets.
+    order: HashMap<String, std::collections::VecDeque<(u64, Bytes)>>,
+}
+
+impl PendingIds {
+    fn add(&mut self, ns: &str, partition: u32, offset: u64, write_id: Bytes) {
+        if write_id.is_empty() {
+            return;
+        }
+        self.order.entry(released_key(ns, partition)).or_default().push_back((offset, write_id.clone()));
+        self.by_id.insert(write_id, (ns.to_string(), partition, offset));
+    }
+
+    fn release_below(&mut self, ns: &str, partition: u32, offset: u64) {
+        let Some(order) = self.order.get_mut(&released_key(ns, partition)) else { return };
+        while order.front().is_some_and(|(at, _)| *at < offset) {
+            let (at, id) = order.pop_front().expect("checked");
+            // A later entry with the same id keeps it.
+            if self.by_id.get(&id).is_some_and(|(n, p, o)| n == ns && *p == partition && *o == at) {
+                self.by_id.remove(&id);
+            }
+        }
+    }
 }
 
 /// Where the released offsets are kept (JSON, written atomically).
@@ -105,7 +136,9 @@ impl Journal {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => HashMap::new(),
             Err(e) => return Err(LogError::from(e).into()),
         };
-        Ok(Journal { log, limits, topics: Mutex::new(topics), released: Mutex::new(released), released_file })
+        let journal = Journal { log, limits, topics: Mutex::new(topics), released: Mutex::new(released), released_file, ids: Mutex::default() };
+        journal.index_pending_ids().await?;
+        Ok(journal)
     }
 
     /// Makes `mutation`, a write to `partition` of namespace `ns` (of
@@ -124,7 +157,35 @@ impl Journal {
         }
         self.topic(ns, partitions).await?;
         let payload = Bytes::from(codec::encode(mutation));
-        Ok(self.log.append(&tp(ns, partition), payload).await?)
+        let offset = self.log.append(&tp(ns, partition), payload).await?;
+        self.ids.lock().add(ns, partition, offset, mutation.write_id.clone());
+        Ok(offset)
+    }
+
+    /// Where the pending entry with `write_id` is: namespace, partition and
+    /// journal offset; none once it was released (or never journaled here).
+    pub fn find(&self, write_id: &[u8]) -> Option<(String, u32, u64)> {
+        self.ids.lock().by_id.get(write_id).cloned()
+    }
+
+    /// Reads the write ids of the pending entries (at open).
+    async fn index_pending_ids(&self) -> Result<(), JournalError> {
+        for p in self.pending().await? {
+            let partitions = self.topics.lock().get(&p.ns).copied().unwrap_or(p.partition + 1);
+            let mut reader = self.reader(&p.ns, p.partition, p.start).await?;
+            let mut at = p.start;
+            while at < p.end {
+                let batch = reader.next_batch(1024, std::time::Duration::ZERO).await?;
+                let Some(last) = batch.last() else { break };
+                at = last.offset + 1;
+                for record in batch {
+                    if let Ok(mutation) = codec::decode(record.payload, p.partition, partitions) {
+                        self.ids.lock().add(&p.ns, p.partition, record.offset, mutation.write_id);
+                    }
+                }
+            }
+        }
+        Ok(())
     }
 
     /// The journal of `partition` of `ns` from `from` on (entries decode
@@ -150,6 +211,7 @@ impl Journal {
             let bytes = serde_json::to_vec(&*released).expect("a map of offsets serializes");
             write_atomically(&self.released_file, &bytes).map_err(LogError::from)?;
         }
+        self.ids.lock().release_below(ns, partition, offset);
         self.log.release_below(&tp, offset);
         self.log.enforce_retention()?;
         Ok(())

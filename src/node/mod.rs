@@ -11,6 +11,7 @@
 
 pub mod read;
 pub mod snapshots;
+mod sequencer;
 pub mod write;
 
 use std::collections::{BTreeMap, HashMap};
@@ -41,6 +42,8 @@ pub struct NodeConfig {
     pub snapshot_retain: usize,
     /// Subscription bounds and intervals.
     pub watch: crate::watch::WatchConfig,
+    /// How much this node's journal may hold (`journal_*` settings).
+    pub journal: crate::journal::JournalLimits,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -73,7 +76,19 @@ pub struct Node {
     handing_off: Mutex<std::collections::HashSet<TopicPartition>>,
     /// The watches this node serves: their settings, ids and bound.
     pub watches: crate::watch::Watches,
+    /// Journaled writes, durable here before the log has them
+    /// (`<data_dir>/journal`); the sequencer appends them to the log.
+    pub journal: Arc<crate::journal::Journal>,
+    /// Wakes the sequencer after a journaled write.
+    sequencer_wake: Arc<tokio::sync::Notify>,
+    /// Set by the cluster: the highest applied position another live member
+    /// advertises for a partition (the sequencer releases journal entries
+    /// applied there when this node does not apply the partition).
+    applied_elsewhere: RwLock<Option<AppliedElsewhere>>,
 }
+
+/// The highest `applied_next` another live member advertises for (namespace, partition).
+pub type AppliedElsewhere = Arc<dyn Fn(&str, u32) -> Option<u64> + Send + Sync>;
 
 /// Whether another live member of this node's replica group serves a partition.
 pub type ServedElsewhere = Arc<dyn Fn(&TopicPartition) -> bool + Send + Sync>;
@@ -99,7 +114,11 @@ const LAG_REFRESH: Duration = Duration::from_secs(1);
 impl Node {
     /// Opens every namespace the log knows and starts their apply loops.
     pub async fn start(config: NodeConfig, log: Arc<dyn Log>) -> anyhow::Result<Arc<Node>> {
+        let journal = Arc::new(crate::journal::Journal::open(&config.data_dir.join("journal"), config.journal).await?);
         let node = Arc::new(Node {
+            journal,
+            sequencer_wake: Arc::new(tokio::sync::Notify::new()),
+            applied_elsewhere: RwLock::new(None),
             watches: crate::watch::Watches::new(config.watch.clone(), log.clone()),
             config,
             log,
@@ -112,6 +131,8 @@ impl Node {
             handing_off: Mutex::new(std::collections::HashSet::new()),
         });
         node.discover_namespaces().await?;
+        let sequencer = sequencer::run(Arc::downgrade(&node), node.sequencer_wake.clone(), node.shutdown.subscribe());
+        node.tasks.lock().push(tokio::spawn(sequencer));
         let weak = Arc::downgrade(&node);
         let mut shutdown = node.shutdown.subscribe();
         node.tasks.lock().push(tokio::spawn(async move {
@@ -167,6 +188,22 @@ impl Node {
     /// off instead of dropped.
     pub fn set_served_elsewhere(&self, check: ServedElsewhere) {
         *self.served_elsewhere.write() = Some(check);
+    }
+
+    /// Lets the cluster tell the node how far other members applied a
+    /// partition (the sequencer's release of journal entries).
+    pub fn set_applied_elsewhere(&self, applied: AppliedElsewhere) {
+        *self.applied_elsewhere.write() = Some(applied);
+    }
+
+    /// Makes `mutation` durable in this node's journal (`durability=journaled`)
+    /// and wakes the sequencer; returns the journal offset. The mutation has
+    /// a write id, so a journal sequenced twice is applied once.
+    pub async fn write_journaled(&self, namespace: &Namespace, partition: u32, mutation: &crate::codec::Mutation) -> Result<u64, crate::journal::JournalError> {
+        assert!(!mutation.write_id.is_empty(), "a journaled write has a write id");
+        let offset = self.journal.append(&namespace.name, namespace.partitions, partition, mutation).await?;
+        self.sequencer_wake.notify_one();
+        Ok(offset)
     }
 
     /// Whether `tp` was revoked and is only served until another member serves it.

@@ -228,6 +228,12 @@ settings! {
     watch_ring_events_max: usize = 8192, Bound::Range(1, 10_000_000);
     /// Watches: bytes of recent events each partition keeps.
     watch_ring_bytes_max: usize = 4 * MIB as usize, Bound::Range(1024, 1024 * MIB as i128);
+    /// Journaled writes (`?durability=journaled`): entries this node's journal holds that are not yet
+    /// sequenced and applied; past it, journaled writes are refused (507 `journal_full`), never dropped.
+    journal_entries_max: u64 = 1_000_000, Bound::Range(1, 1_000_000_000);
+    /// Journaled writes: bytes of the journal's files while it holds entries not yet applied (same
+    /// consequence).
+    journal_bytes_max: u64 = 1024 * MIB, Bound::Range(MIB as i128, 1024 * 1024 * MIB as i128);
 }
 
 impl Settings {
@@ -330,6 +336,7 @@ impl Settings {
             snapshots,
             snapshot_retain: self.snapshot_retain,
             watch: self.watch_config(),
+            journal: crate::journal::JournalLimits { entries_max: self.journal_entries_max, bytes_max: self.journal_bytes_max },
         }
     }
 

@@ -6,7 +6,21 @@
 use redb::ReadableTable;
 
 use super::layout::{META_WRITE_ID, META_WRITE_ID_BY_OFFSET};
-use super::{ApplyTxn, StoreError};
+use super::{ApplyTxn, StoreError, StoreReader};
+
+/// A remembered write id's entry: its offset, then its stored outcome.
+fn remembered(value: &[u8]) -> (u64, Vec<u8>) {
+    (u64::from_le_bytes(value[..8].try_into().expect("write id entries start with an offset")), value[8..].to_vec())
+}
+
+impl StoreReader {
+    /// As `ApplyTxn::write_id_seen`, from a read view (`GET /v1/writes/{id}`).
+    pub fn write_id_seen(&self, write_id: &[u8]) -> Result<Option<(u64, Vec<u8>)>, StoreError> {
+        let key = [META_WRITE_ID, write_id].concat();
+        let guard = self.table.get(key.as_slice()).map_err(|e| self.error(e))?;
+        Ok(guard.map(|g| remembered(g.value())))
+    }
+}
 
 impl ApplyTxn<'_, '_> {
     /// The offset and stored outcome of `write_id`, if it was remembered
@@ -14,10 +28,7 @@ impl ApplyTxn<'_, '_> {
     pub fn write_id_seen(&self, write_id: &[u8]) -> Result<Option<(u64, Vec<u8>)>, StoreError> {
         let key = [META_WRITE_ID, write_id].concat();
         let guard = self.records.get(key.as_slice()).map_err(|e| self.error(e))?;
-        Ok(guard.map(|g| {
-            let value = g.value();
-            (u64::from_le_bytes(value[..8].try_into().expect("write id entries start with an offset")), value[8..].to_vec())
-        }))
+        Ok(guard.map(|g| remembered(g.value())))
     }
 
     /// Remembers that `write_id` was applied at `offset` with `outcome`.

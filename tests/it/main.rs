@@ -16,6 +16,7 @@ mod cluster;
 mod crash;
 mod firebase;
 mod forwarding;
+mod journal;
 mod handoff;
 mod kafka;
 mod kafka_brokers;

@@ -1,0 +1,150 @@
+//! The sequencer: appends journaled writes to the log (issue 19).
+//!
+//! A journaled write is answered once it is durable in this node's journal
+//! (`Node::write_journaled`); this task then appends it to the log, in
+//! journal order per partition, at once (woken by each journaled write),
+//! and releases journal entries once their writes were seen applied — by
+//! this node if it applies the partition, else by another member
+//! (`Node::set_applied_elsewhere`). A restarted node starts from what its
+//! journal did not release: an entry appended before the stop but not seen
+//! applied is appended again, and applied once (its write id).
+//!
+//! When the log refuses an append (down, slow), the partition's lane waits
+//! (`RETRY_WAIT_MIN` doubling to `RETRY_WAIT_MAX`) and tries the same entry
+//! again: nothing is skipped, nothing reordered; the journal's bounds stop
+//! new journaled writes if the outage outlasts them.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
+
+use tokio::sync::Notify;
+
+use super::Node;
+use crate::log::LogReader;
+
+/// Entries one lane appends per round before the next lane's turn.
+const ENTRIES_PER_ROUND_MAX: usize = 256;
+/// Appended entries a lane remembers until they are seen applied; at the
+/// bound it appends no more until some are.
+const IN_FLIGHT_MAX: usize = 65_536;
+/// How often the sequencer looks without being woken (releases, retries).
+const TICK: Duration = Duration::from_millis(50);
+/// Release is a small fsynced file write: at most this often per lane.
+const RELEASE_INTERVAL: Duration = Duration::from_millis(200);
+const RETRY_WAIT_MIN: Duration = Duration::from_millis(50);
+const RETRY_WAIT_MAX: Duration = Duration::from_secs(2);
+
+/// One partition's journal on its way to the log.
+struct Lane {
+    /// The next journal offset to append.
+    next: u64,
+    reader: Option<Box<dyn LogReader>>,
+    /// (journal offset, log offset) of appended entries not yet seen applied.
+    in_flight: VecDeque<(u64, u64)>,
+    /// Journal offsets below this are seen applied but not yet released.
+    releasable: u64,
+    released_at: Instant,
+    /// After a refused append: no new try before this.
+    retry_at: Option<Instant>,
+    retry_wait: Duration,
+}
+
+pub(super) async fn run(node: Weak<Node>, wake: Arc<Notify>, mut shutdown: tokio::sync::watch::Receiver<bool>) {
+    let mut lanes: HashMap<(String, u32), Lane> = HashMap::new();
+    loop {
+        tokio::select! {
+            _ = wake.notified() => {}
+            _ = tokio::time::sleep(TICK) => {}
+            _ = shutdown.changed() => return,
+        }
+        let Some(node) = node.upgrade() else { return };
+        if let Err(e) = round(&node, &mut lanes).await {
+            tracing::warn!(error = %e, "the sequencer's round failed; retrying");
+        }
+    }
+}
+
+/// Appends what each lane may, then releases what was seen applied.
+async fn round(node: &Node, lanes: &mut HashMap<(String, u32), Lane>) -> Result<(), crate::journal::JournalError> {
+    let pending = node.journal.pending().await?;
+    lanes.retain(|key, _| pending.iter().any(|p| (p.ns.as_str(), p.partition) == (key.0.as_str(), key.1)));
+    for p in pending {
+        let Some(namespace) = node.namespace(&p.ns) else { continue };
+        if p.partition >= namespace.partitions {
+            continue;
+        }
+        let lane = lanes.entry((p.ns.clone(), p.partition)).or_insert_with(|| Lane {
+            next: p.start,
+            reader: None,
+            in_flight: VecDeque::new(),
+            releasable: p.start,
+            released_at: Instant::now(),
+            retry_at: None,
+            retry_wait: RETRY_WAIT_MIN,
+        });
+        lane.next = lane.next.max(p.start);
+        append(node, &namespace, p.partition, lane, p.end).await?;
+        release(node, &namespace, p.partition, lane, p.end)?;
+    }
+    Ok(())
+}
+
+/// Appends journal entries `[lane.next, end)` to the log, in order.
+async fn append(node: &Node, namespace: &crate::partition::Namespace, partition: u32, lane: &mut Lane, end: u64) -> Result<(), crate::journal::JournalError> {
+    if lane.next >= end || lane.in_flight.len() >= IN_FLIGHT_MAX || lane.retry_at.is_some_and(|at| Instant::now() < at) {
+        return Ok(());
+    }
+    if lane.reader.is_none() {
+        lane.reader = Some(node.journal.reader(&namespace.name, partition, lane.next).await?);
+    }
+    let reader = lane.reader.as_mut().expect("opened above");
+    let entries = reader.next_batch(ENTRIES_PER_ROUND_MAX.min(IN_FLIGHT_MAX - lane.in_flight.len()), Duration::ZERO).await?;
+    let tp = &namespace.handle(partition).tp;
+    for (i, entry) in entries.iter().enumerate() {
+        assert_eq!(entry.offset, lane.next, "journal entries are read in order, none skipped");
+        match node.log.append(tp, entry.payload.clone()).await {
+            Ok(log_offset) => {
+                lane.in_flight.push_back((entry.offset, log_offset));
+                lane.next = entry.offset + 1;
+                lane.retry_wait = RETRY_WAIT_MIN;
+                lane.retry_at = None;
+                crate::metrics::JOURNAL_SEQUENCED.inc();
+            }
+            Err(e) => {
+                tracing::warn!(tp = %tp, journal_offset = entry.offset, error = %e, wait_ms = lane.retry_wait.as_millis() as u64, "the log refused a journaled write; it stays journaled and is tried again");
+                lane.retry_at = Some(Instant::now() + lane.retry_wait);
+                lane.retry_wait = (lane.retry_wait * 2).min(RETRY_WAIT_MAX);
+                // The reader is past the entries not appended: read them again.
+                lane.reader = None;
+                let _ = i;
+                return Ok(());
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Releases the journal entries whose writes were seen applied.
+fn release(node: &Node, namespace: &crate::partition::Namespace, partition: u32, lane: &mut Lane, end: u64) -> Result<(), crate::journal::JournalError> {
+    let handle = namespace.handle(partition);
+    let applied_next = if handle.is_held() {
+        handle.applied_next()
+    } else {
+        let elsewhere = node.applied_elsewhere.read().clone();
+        elsewhere.and_then(|f| f(&namespace.name, partition)).unwrap_or(0)
+    };
+    while let Some(&(journal_offset, log_offset)) = lane.in_flight.front() {
+        if log_offset >= applied_next {
+            break;
+        }
+        lane.in_flight.pop_front();
+        lane.releasable = journal_offset + 1;
+    }
+    let all_applied = lane.releasable >= end;
+    if lane.releasable > 0 && (all_applied || lane.released_at.elapsed() >= RELEASE_INTERVAL) {
+        node.journal.release_below(&namespace.name, partition, lane.releasable)?;
+        lane.released_at = Instant::now();
+    }
+    Ok(())
+}

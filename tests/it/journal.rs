@@ -1,0 +1,184 @@
+//! Journaled writes (`?durability=journaled`, issue 19): answered 202 once
+//! the node's journal has them, sequenced into the log by the node itself,
+//! applied once; a node killed with writes still in its journal sequences
+//! them after its restart — also when the log was down the whole time.
+
+use std::time::Duration;
+
+use crate::common::Tern;
+use serde_json::{json, Value};
+
+/// Polls `GET pk` until it holds `value` (10 s at most).
+async fn until_visible(t: &Tern, pk: &str, value: &Value) {
+    for _ in 0..200 {
+        let (status, body) = t.get(pk, "").await;
+        if status == 200 && &body["value"] == value {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("{pk} never became {value}");
+}
+
+async fn put_journaled(t: &Tern, pk: &str, value: &Value) -> (u16, Value) {
+    t.send(t.client.put(t.kv_url("default", pk, None) + "?durability=journaled").json(value)).await
+}
+
+#[tokio::test]
+async fn journaled_writes_are_answered_at_once_then_sequenced_and_applied() {
+    let dir = tempfile::tempdir().unwrap();
+    let t = Tern::dev(dir.path()).await;
+    let (status, body) = put_journaled(&t, "j1", &json!(1)).await;
+    assert_eq!(status, 202, "{body}");
+    assert_eq!(body["sequenced"], false);
+    assert!(body["write_id"].as_str().is_some_and(|id| id.starts_with('j') && id.len() == 33), "{body}");
+    assert!(body.get("position").is_none(), "no position before it is sequenced: {body}");
+    until_visible(&t, "j1", &json!(1)).await;
+    // The client's Idempotency-Key is the write id; a retry applies once.
+    let keyed = t.client.put(t.kv_url("default", "j2", None) + "?durability=journaled").header("Idempotency-Key", "retry-me");
+    let (status, body) = t.send(keyed.try_clone().unwrap().json(&json!(2))).await;
+    assert_eq!((status, body["write_id"].as_str()), (202, Some("retry-me")));
+    let (status, _) = t.send(keyed.json(&json!(2))).await;
+    assert_eq!(status, 202);
+    until_visible(&t, "j2", &json!(2)).await;
+    let (_, record) = t.get("j2", "").await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let (_, again) = t.get("j2", "").await;
+    assert_eq!(record["version"], again["version"], "the retry was not applied again");
+    // A batch, a delete.
+    let batch = json!({"ops": [{"op": "put", "pk": "j3", "sk": "a", "value": 3}, {"op": "put", "pk": "j3", "sk": "b", "value": 4}]});
+    let (status, body) = t.send(t.client.post(format!("{}/v1/ns/default/batch?durability=journaled", t.url)).json(&batch)).await;
+    assert_eq!(status, 202, "{body}");
+    let (status, _) = t.send(t.client.delete(t.kv_url("default", "j1", None) + "?durability=journaled")).await;
+    assert_eq!(status, 202);
+    for _ in 0..200 {
+        if t.get("j1", "").await.0 == 404 && t.get("j3", "b").await.0 == 200 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(t.get("j1", "").await.0, 404);
+    assert_eq!(t.get("j3", "b").await.1["value"], 4);
+    // Outcomes: applied, a failed condition, unknown.
+    let (_, status_of) = t.get_json("/v1/writes/retry-me").await;
+    assert_eq!((status_of["state"].as_str(), status_of["outcome"]["result"].as_str()), (Some("applied"), Some("applied")), "{status_of}");
+    assert_eq!(status_of["version"], record["version"], "{status_of}");
+    let conditional = t.client.put(t.kv_url("default", "j2", None) + "?durability=journaled&if_absent=true").header("Idempotency-Key", "too-late");
+    assert_eq!(t.send(conditional.json(&json!(9))).await.0, 202);
+    let mut outcome = Value::Null;
+    for _ in 0..200 {
+        let (_, body) = t.get_json("/v1/writes/too-late").await;
+        if body["state"] == "applied" {
+            outcome = body;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(outcome["outcome"]["result"], "condition_failed", "{outcome}");
+    assert_eq!(outcome["outcome"]["current_version"], record["version"], "{outcome}");
+    assert_eq!(t.get("j2", "").await.1["value"], 2, "the failed condition changed nothing");
+    assert_eq!(t.get_json("/v1/writes/never-written").await.1["state"], "unknown");
+    let (status, body) = t.get_json(&format!("/v1/writes/{}", "x".repeat(65))).await;
+    assert_eq!((status, body["error"]["code"].as_str()), (400, Some("invalid_write_id")), "{body}");
+    // Bad input: an unknown durability; wait=applied, which a journaled write cannot give.
+    let (status, body) = t.send(t.client.put(t.kv_url("default", "x", None) + "?durability=eventually").json(&json!(1))).await;
+    assert_eq!((status, body["error"]["code"].as_str()), (400, Some("invalid_parameter")), "{body}");
+    let (status, body) = t.send(t.client.put(t.kv_url("default", "x", None) + "?durability=journaled&wait=applied").json(&json!(1))).await;
+    assert_eq!(status, 400, "{body}");
+    assert!(body["error"]["message"].as_str().unwrap().contains("wait=applied cannot go with durability=journaled"), "{body}");
+}
+
+#[tokio::test]
+async fn a_node_killed_with_a_full_journal_sequences_it_after_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let args = ["dev", "--listen", "127.0.0.1:0", "--data-dir", dir.path().to_str().unwrap()];
+    let mut t = Tern::spawn(&args, dir.path()).await;
+    let writes = 300;
+    let mut acked = Vec::new();
+    for i in 0..writes {
+        let (status, body) = put_journaled(&t, &format!("k{i}"), &json!(i)).await;
+        assert_eq!(status, 202, "{body}");
+        acked.push(i);
+    }
+    t.kill9();
+    let t = Tern::spawn(&args, dir.path()).await;
+    for i in acked {
+        until_visible(&t, &format!("k{i}"), &json!(i)).await;
+    }
+}
+
+/// A broker of the test's own, so stopping it touches no other test.
+struct Broker {
+    dir: tempfile::TempDir,
+    bootstrap: String,
+}
+
+impl Broker {
+    fn start() -> Broker {
+        let dir = tempfile::tempdir().unwrap();
+        let output = std::process::Command::new("scripts/kafka.sh").args(["start", "--dir", dir.path().to_str().unwrap()]).output().unwrap();
+        assert!(output.status.success(), "kafka.sh start: {}", String::from_utf8_lossy(&output.stderr));
+        let bootstrap = String::from_utf8(output.stdout).unwrap().lines().last().unwrap().trim().to_string();
+        Broker { dir, bootstrap }
+    }
+
+    fn kafka(&self, args: &[&str]) {
+        let status = std::process::Command::new("scripts/kafka.sh").args(args).args(["--dir", self.dir.path().to_str().unwrap()]).status().unwrap();
+        assert!(status.success(), "kafka.sh {args:?}");
+    }
+}
+
+impl Drop for Broker {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("scripts/kafka.sh").args(["stop", "--dir", self.dir.path().to_str().unwrap()]).status();
+    }
+}
+
+/// The broker is down: journaled writes are still answered (the journal has
+/// them) and not visible (the log does not); the node is killed; the broker
+/// returns, the node restarts and sequences its journal: every acknowledged
+/// write applied, each once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn journaled_writes_survive_a_log_outage_and_a_crash_and_apply_once() {
+    let broker = Broker::start();
+    let dir = tempfile::tempdir().unwrap();
+    let log = format!("kafka://{}", broker.bootstrap);
+    let data_dir = dir.path().to_str().unwrap();
+    let args = ["serve", "--node-id", "journal", "--listen", "127.0.0.1:0", "--data-dir", data_dir, "--log", &log, "--namespace", "default:2"];
+    let mut t = Tern::spawn(&args, dir.path()).await;
+    let (status, _) = t.put("before", "", &json!(0)).await;
+    assert_eq!(status, 200);
+    broker.kafka(&["stop-node", "1"]);
+    let writes = 50;
+    for i in 0..writes {
+        let (status, body) = put_journaled(&t, &format!("k{i}"), &json!(i)).await;
+        assert_eq!(status, 202, "journaled while the log is down: {body}");
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(t.get("k0", "").await.0, 404, "not visible before the log has it");
+    let keyed = t.client.put(t.kv_url("default", "keyed", None) + "?durability=journaled").header("Idempotency-Key", "during-outage");
+    assert_eq!(t.send(keyed.json(&json!("x"))).await.0, 202);
+    let (_, status_of) = t.get_json("/v1/writes/during-outage").await;
+    assert_eq!(status_of["state"], "journaled", "{status_of}");
+    t.kill9();
+    broker.kafka(&["start-node", "1"]);
+    let t = Tern::spawn(&args, dir.path()).await;
+    until_visible(&t, "keyed", &json!("x")).await;
+    for i in 0..writes {
+        for _ in 0..1200 {
+            let (status, body) = t.get(&format!("k{i}"), "").await;
+            if status == 200 {
+                assert_eq!(body["value"], json!(i));
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert_eq!(t.get(&format!("k{i}"), "").await.0, 200, "k{i} was acknowledged and must be applied");
+    }
+    t.wait_caught_up("default").await;
+    let (_, ns) = t.get_json("/v1/ns/default").await;
+    let records: u64 = ns["state"].as_array().unwrap().iter().map(|p| p["records"].as_u64().unwrap()).sum();
+    assert_eq!(records, writes + 2, "each journaled write applied once (and the one before): {ns}");
+    let (_, status_of) = t.get_json("/v1/writes/during-outage").await;
+    assert_eq!(status_of["state"], "applied", "{status_of}");
+}
