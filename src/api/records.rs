@@ -228,15 +228,50 @@ async fn write_one(
     if journaled(params)? {
         return write_journaled(state, namespace, partition, mutation, params).await;
     }
+    if rides_ripcord(state, &mutation, params)? && state.node.ripcord_engaged() {
+        return ripcord(state, namespace, partition, mutation).await;
+    }
     if needs_holder(namespace, partition, &mutation, params.wait_applied()?) {
         return forward::to_holder(state, incoming, &namespace.name, partition, body).await;
     }
     match write(state.node.log.as_ref(), namespace, partition, &mutation, params.wait_applied()?, params.timeout()?).await {
-        Ok(ack) => Ok(json_response(StatusCode::OK, render::write_ack(ack.version, &namespace.name, partition, ack.duplicate))),
+        Ok(ack) => {
+            state.node.log_took();
+            Ok(json_response(StatusCode::OK, render::write_ack(ack.version, &namespace.name, partition, ack.duplicate)))
+        }
         // Let go between the check above and the write: nothing was appended; a holder takes it.
         Err(WriteError::NotHeld { .. }) => forward::to_holder(state, incoming, &namespace.name, partition, body).await,
+        Err(WriteError::Log(e)) if log_refused(&e) => {
+            state.node.log_refused();
+            match rides_ripcord(state, &mutation, params)? {
+                true => ripcord(state, namespace, partition, mutation).await,
+                false => Err(WriteError::Log(e).into()),
+            }
+        }
         Err(e) => Err(e.into()),
     }
+}
+
+/// Whether the log's error says it is down or slow (not that the write is wrong).
+fn log_refused(error: &crate::log::LogError) -> bool {
+    use crate::log::LogError;
+    matches!(error, LogError::Unavailable(_) | LogError::Closed | LogError::Io(_))
+}
+
+/// Whether ripcord may journal this write when the log refuses it: ripcord
+/// on, and a plain write — a condition's outcome and `wait=applied` need
+/// the log now, so those fail with 503 `log_unavailable` as without ripcord.
+/// An `Idempotency-Key` write rides it (the key is its write id).
+fn rides_ripcord(state: &AppState, mutation: &Mutation, params: &Params) -> Result<bool, ApiError> {
+    Ok(state.node.config.ripcord && !params.wait_applied()? && mutation.ops.iter().all(|op| op.condition.is_none()))
+}
+
+/// A write journaled because the log refused it: answered as a journaled
+/// write, with `x-tern-ripcord: journaled`.
+async fn ripcord(state: &AppState, namespace: &Namespace, partition: u32, mutation: Mutation) -> Result<Response, ApiError> {
+    let mut response = write_journaled(state, namespace, partition, mutation, &Params::parse(None, &[])?).await?;
+    response.headers_mut().insert("x-tern-ripcord", axum::http::HeaderValue::from_static("journaled"));
+    Ok(response)
 }
 
 /// `durability=sequenced` (the default: answered with a position once the
@@ -501,12 +536,25 @@ pub async fn batch(
     if journaled(&params)? {
         return write_journaled(&state, &namespace, partition, mutation, &params).await;
     }
+    if rides_ripcord(&state, &mutation, &params)? && state.node.ripcord_engaged() {
+        return ripcord(&state, &namespace, partition, mutation).await;
+    }
     if needs_holder(&namespace, partition, &mutation, params.wait_applied()?) {
         return forward::to_holder(&state, &incoming, &namespace.name, partition, bytes).await;
     }
     match write(state.node.log.as_ref(), &namespace, partition, &mutation, params.wait_applied()?, params.timeout()?).await {
-        Ok(ack) => Ok(json_response(StatusCode::OK, render::write_ack(ack.version, &namespace.name, partition, ack.duplicate))),
+        Ok(ack) => {
+            state.node.log_took();
+            Ok(json_response(StatusCode::OK, render::write_ack(ack.version, &namespace.name, partition, ack.duplicate)))
+        }
         Err(WriteError::NotHeld { .. }) => forward::to_holder(&state, &incoming, &namespace.name, partition, bytes).await,
+        Err(WriteError::Log(e)) if log_refused(&e) => {
+            state.node.log_refused();
+            match rides_ripcord(&state, &mutation, &params)? {
+                true => ripcord(&state, &namespace, partition, mutation).await,
+                false => Err(WriteError::Log(e).into()),
+            }
+        }
         Err(e) => Err(e.into()),
     }
 }

@@ -36,6 +36,19 @@ pub struct PutArgs {
     /// Wait until this node has applied the write.
     #[arg(long)]
     wait: bool,
+    /// Answered once this node's journal has it (`durability=journaled`);
+    /// prints the write id to ask `tern write-status` about.
+    #[arg(long, conflicts_with = "wait")]
+    journaled: bool,
+}
+
+/// `tern write-status ID`: what became of a write (`GET /v1/writes/{id}`).
+#[derive(Args)]
+pub struct WriteStatusArgs {
+    #[command(flatten)]
+    common: Common,
+    /// The write id: an Idempotency-Key, or the id a journaled write was answered with.
+    id: String,
 }
 
 #[derive(Args)]
@@ -161,13 +174,35 @@ pub async fn put(a: PutArgs) -> anyhow::Result<()> {
     if a.wait {
         query.push(("wait", "applied".to_string()));
     }
+    if a.journaled {
+        query.push(("durability", "journaled".to_string()));
+    }
     let request = reqwest::Client::new()
         .put(key_url(&a.common, pk, Some(sk)))
         .query(&query)
         .header("content-type", "application/json")
         .body(parse_value(value)?);
     let body = send(request).await?;
-    print(&a.common, &body, |b| println!("ok  version {}  position {}", b["version"], b["position"].as_str().unwrap_or("")));
+    print(&a.common, &body, |b| match b["write_id"].as_str() {
+        Some(id) => println!("journaled  write id {id}  (tern write-status {id})"),
+        None => println!("ok  version {}  position {}", b["version"], b["position"].as_str().unwrap_or("")),
+    });
+    Ok(())
+}
+
+pub async fn write_status(a: WriteStatusArgs) -> anyhow::Result<()> {
+    let url = format!("{}/v1/writes/{}", a.common.url.trim_end_matches('/'), utf8_percent_encode(&a.id, KEY_SEGMENT));
+    let body = send(reqwest::Client::new().get(url)).await?;
+    print(&a.common, &body, |b| match b["state"].as_str() {
+        Some("applied") => println!(
+            "applied  {}  version {}  position {}",
+            b["outcome"]["result"].as_str().unwrap_or(""),
+            b["version"],
+            b["position"].as_str().unwrap_or("")
+        ),
+        Some("journaled") => println!("journaled  (namespace {}, partition {}): not applied yet", b["ns"].as_str().unwrap_or(""), b["partition"]),
+        _ => println!("unknown: not in this node's journal, not remembered by a partition it applies"),
+    });
     Ok(())
 }
 

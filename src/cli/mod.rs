@@ -40,6 +40,8 @@ pub enum Command {
     Cluster(client::ClusterArgs),
     /// Take (`create`) or list (`ls`) partition snapshots.
     Snapshot(client::SnapshotArgs),
+    /// What became of a write: `tern write-status ID` (journaled, applied with its outcome, or unknown).
+    WriteStatus(client::WriteStatusArgs),
 }
 
 #[derive(Args)]
@@ -103,6 +105,8 @@ pub fn main() -> anyhow::Result<()> {
                 // The Firebase emulator's conventions (docs/firebase.md).
                 settings.firebase_owner_token = Some("owner".into());
                 settings.firebase_emulator = true;
+                // Journaled writes when the log refuses them (docs/api.md).
+                settings.ripcord = true;
                 settings.snapshots = Some(match args.snapshots {
                     Some(url) => url,
                     None => {
@@ -122,6 +126,7 @@ pub fn main() -> anyhow::Result<()> {
             }
             Command::Put(args) => client::put(args).await,
             Command::Get(args) => client::get(args).await,
+            Command::WriteStatus(args) => client::write_status(args).await,
             Command::Del(args) => client::del(args).await,
             Command::Ls(args) => client::ls(args).await,
             Command::Ns(args) => client::ns(args).await,

@@ -44,6 +44,8 @@ pub struct NodeConfig {
     pub watch: crate::watch::WatchConfig,
     /// How much this node's journal may hold (`journal_*` settings).
     pub journal: crate::journal::JournalLimits,
+    /// Journal plain writes while the log refuses them (the `ripcord` setting).
+    pub ripcord: bool,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -85,6 +87,10 @@ pub struct Node {
     /// advertises for a partition (the sequencer releases journal entries
     /// applied there when this node does not apply the partition).
     applied_elsewhere: RwLock<Option<AppliedElsewhere>>,
+    /// When the log last refused a write, until it takes one again (a
+    /// sequenced write's append or the sequencer's): while set, ripcord
+    /// journals plain writes at once instead of waiting for the log first.
+    log_refused_since: Mutex<Option<std::time::Instant>>,
 }
 
 /// The highest `applied_next` another live member advertises for (namespace, partition).
@@ -119,6 +125,7 @@ impl Node {
             journal,
             sequencer_wake: Arc::new(tokio::sync::Notify::new()),
             applied_elsewhere: RwLock::new(None),
+            log_refused_since: Mutex::new(None),
             watches: crate::watch::Watches::new(config.watch.clone(), log.clone()),
             config,
             log,
@@ -204,6 +211,27 @@ impl Node {
         let offset = self.journal.append(&namespace.name, namespace.partitions, partition, mutation).await?;
         self.sequencer_wake.notify_one();
         Ok(offset)
+    }
+
+    /// The log refused a write: ripcord now journals plain writes at once.
+    pub fn log_refused(&self) {
+        let mut since = self.log_refused_since.lock();
+        if since.is_none() {
+            tracing::warn!("the log refuses writes; ripcord journals plain writes until it takes them again");
+            *since = Some(std::time::Instant::now());
+        }
+    }
+
+    /// The log took a write.
+    pub fn log_took(&self) {
+        if self.log_refused_since.lock().take().is_some() {
+            tracing::info!("the log takes writes again");
+        }
+    }
+
+    /// Whether ripcord is on and the log refused a write and has taken none since.
+    pub fn ripcord_engaged(&self) -> bool {
+        self.config.ripcord && self.log_refused_since.lock().is_some()
     }
 
     /// Whether `tp` was revoked and is only served until another member serves it.

@@ -109,6 +109,7 @@ async fn append(node: &Node, namespace: &crate::partition::Namespace, partition:
                 lane.next = entry.offset + 1;
                 lane.retry_wait = RETRY_WAIT_MIN;
                 lane.retry_at = None;
+                node.log_took();
                 crate::metrics::JOURNAL_SEQUENCED.inc();
             }
             Err(e) => {

@@ -231,6 +231,10 @@ settings! {
     /// Journaled writes (`?durability=journaled`): entries this node's journal holds that are not yet
     /// sequenced and applied; past it, journaled writes are refused (507 `journal_full`), never dropped.
     journal_entries_max: u64 = 1_000_000, Bound::Range(1, 1_000_000_000);
+    /// Ripcord: while the log refuses writes, a plain write (no condition, no `wait=applied`) is journaled
+    /// instead of failing: answered 202 `{"write_id", "sequenced": false}` with `x-tern-ripcord: journaled`,
+    /// sequenced when the log returns. Off: such writes fail with 503 `log_unavailable`. `tern dev`: on.
+    ripcord: bool = false, Bound::Any;
     /// Journaled writes: bytes of the journal's files while it holds entries not yet applied (same
     /// consequence).
     journal_bytes_max: u64 = 1024 * MIB, Bound::Range(MIB as i128, 1024 * 1024 * MIB as i128);
@@ -337,6 +341,7 @@ impl Settings {
             snapshot_retain: self.snapshot_retain,
             watch: self.watch_config(),
             journal: crate::journal::JournalLimits { entries_max: self.journal_entries_max, bytes_max: self.journal_bytes_max },
+            ripcord: self.ripcord,
         }
     }
 

@@ -78,6 +78,13 @@ async fn journaled_writes_are_answered_at_once_then_sequenced_and_applied() {
     assert_eq!(outcome["outcome"]["current_version"], record["version"], "{outcome}");
     assert_eq!(t.get("j2", "").await.1["value"], 2, "the failed condition changed nothing");
     assert_eq!(t.get_json("/v1/writes/never-written").await.1["state"], "unknown");
+    // The same from the CLI.
+    let (ok, out, err) = crate::common::cli(&t.url, &["write-status", "too-late"]);
+    assert!(ok && out.starts_with("applied  condition_failed"), "{out} {err}");
+    let (ok, out, err) = crate::common::cli(&t.url, &["put", "--journaled", "from-cli", "1"]);
+    assert!(ok && out.starts_with("journaled  write id j"), "{out} {err}");
+    let (ok, out, _) = crate::common::cli(&t.url, &["write-status", "nobody"]);
+    assert!(ok && out.starts_with("unknown"), "{out}");
     let (status, body) = t.get_json(&format!("/v1/writes/{}", "x".repeat(65))).await;
     assert_eq!((status, body["error"]["code"].as_str()), (400, Some("invalid_write_id")), "{body}");
     // Bad input: an unknown durability; wait=applied, which a journaled write cannot give.
@@ -144,7 +151,10 @@ async fn journaled_writes_survive_a_log_outage_and_a_crash_and_apply_once() {
     let dir = tempfile::tempdir().unwrap();
     let log = format!("kafka://{}", broker.bootstrap);
     let data_dir = dir.path().to_str().unwrap();
-    let args = ["serve", "--node-id", "journal", "--listen", "127.0.0.1:0", "--data-dir", data_dir, "--log", &log, "--namespace", "default:2"];
+    let args = [
+        "serve", "--node-id", "journal", "--listen", "127.0.0.1:0", "--data-dir", data_dir, "--log", &log, "--namespace", "default:2",
+        "--ripcord", "true",
+    ];
     let mut t = Tern::spawn(&args, dir.path()).await;
     let (status, _) = t.put("before", "", &json!(0)).await;
     assert_eq!(status, 200);
@@ -160,6 +170,16 @@ async fn journaled_writes_survive_a_log_outage_and_a_crash_and_apply_once() {
     assert_eq!(t.send(keyed.json(&json!("x"))).await.0, 202);
     let (_, status_of) = t.get_json("/v1/writes/during-outage").await;
     assert_eq!(status_of["state"], "journaled", "{status_of}");
+    // Ripcord: a plain write is journaled instead of failing (the first one
+    // learns that the log refuses writes; the next go to the journal at once).
+    for pk in ["plain-1", "plain-2"] {
+        let response = t.client.put(t.kv_url("default", pk, None)).json(&json!(pk)).send().await.unwrap();
+        assert_eq!(response.status(), 202, "{pk}");
+        assert_eq!(response.headers()["x-tern-ripcord"], "journaled", "{pk}");
+    }
+    // A condition needs the log's answer now: it fails as without ripcord.
+    let (status, body) = t.send(t.client.put(t.kv_url("default", "cond", None) + "?if_absent=true").json(&json!(1))).await;
+    assert_eq!((status, body["error"]["code"].as_str()), (503, Some("log_unavailable")), "{body}");
     t.kill9();
     broker.kafka(&["start-node", "1"]);
     let t = Tern::spawn(&args, dir.path()).await;
@@ -175,10 +195,14 @@ async fn journaled_writes_survive_a_log_outage_and_a_crash_and_apply_once() {
         }
         assert_eq!(t.get(&format!("k{i}"), "").await.0, 200, "k{i} was acknowledged and must be applied");
     }
+    until_visible(&t, "plain-2", &json!("plain-2")).await;
     t.wait_caught_up("default").await;
     let (_, ns) = t.get_json("/v1/ns/default").await;
     let records: u64 = ns["state"].as_array().unwrap().iter().map(|p| p["records"].as_u64().unwrap()).sum();
-    assert_eq!(records, writes + 2, "each journaled write applied once (and the one before): {ns}");
+    assert_eq!(records, writes + 4, "each journaled write applied once (and the one before): {ns}");
+    assert_eq!(t.get("cond", "").await.0, 404, "the refused conditional write was not applied");
+    // The log takes writes: a plain write is sequenced again (200).
+    assert_eq!(t.put("after", "", &json!(1)).await.0, 200);
     let (_, status_of) = t.get_json("/v1/writes/during-outage").await;
     assert_eq!(status_of["state"], "applied", "{status_of}");
 }
