@@ -71,6 +71,24 @@ pub static JOURNAL_SEQUENCED: LazyLock<IntCounter> = LazyLock::new(|| {
     register_int_counter!("tern_journal_sequenced_total", "Journaled writes the sequencer appended to the log").expect("metric registers")
 });
 
+pub static JOURNAL_BACKLOG_ENTRIES: LazyLock<IntGauge> = LazyLock::new(|| {
+    register_int_gauge!("tern_journal_backlog_entries", "Journaled writes not yet sequenced and applied").expect("metric registers")
+});
+
+pub static JOURNAL_BACKLOG_BYTES: LazyLock<IntGauge> = LazyLock::new(|| {
+    register_int_gauge!("tern_journal_backlog_bytes", "Bytes of the journal's files while it holds writes not yet applied").expect("metric registers")
+});
+
+pub static JOURNAL_OLDEST_AGE_SECONDS: LazyLock<prometheus::Gauge> = LazyLock::new(|| {
+    prometheus::register_gauge!("tern_journal_oldest_age_seconds", "How long the journal's oldest write not yet applied has waited")
+        .expect("metric registers")
+});
+
+pub static JOURNAL_REPLAYED: LazyLock<IntCounter> = LazyLock::new(|| {
+    register_int_counter!("tern_journal_replayed_total", "Journaled writes found not yet applied when this node opened its journal")
+        .expect("metric registers")
+});
+
 pub static FIREBASE_INDEX_BUILDS: LazyLock<IntCounter> = LazyLock::new(|| {
     register_int_counter!("tern_firebase_index_builds_total", "Firebase query indexes built from a read of their whole location")
         .expect("metric registers")

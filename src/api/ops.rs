@@ -17,6 +17,12 @@ pub async fn healthz() -> Response {
 pub async fn readyz(State(state): State<AppState>) -> Response {
     let (ready, problems) = state.node.readiness();
     if ready {
+        // Still ready for local reads and journaled writes while the log is down (ripcord).
+        if state.node.ripcord_engaged() {
+            let backlog = state.node.journal.backlog().await.map(|b| b.entries).unwrap_or_default();
+            let note = format!("log unavailable, journaling: {backlog} write(s) not yet sequenced and applied");
+            return Json(json!({ "ready": true, "journaling": note })).into_response();
+        }
         return Json(json!({ "ready": true })).into_response();
     }
     ApiError::new(

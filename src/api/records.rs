@@ -310,6 +310,7 @@ fn journal_error(error: crate::journal::JournalError) -> ApiError {
     use crate::journal::JournalError;
     let status = match &error {
         JournalError::Full { .. } => (StatusCode::INSUFFICIENT_STORAGE, "journal_full"),
+        JournalError::TooOld { .. } => (StatusCode::SERVICE_UNAVAILABLE, "journal_too_old"),
         JournalError::PartitionsChanged { .. } => (StatusCode::CONFLICT, "journal_conflict"),
         JournalError::Log(_) => (StatusCode::SERVICE_UNAVAILABLE, "journal_unavailable"),
     };

@@ -45,12 +45,17 @@ const SEGMENT_BYTES_MAX: u64 = 8 * 1024 * 1024;
 pub struct JournalLimits {
     pub entries_max: u64,
     pub bytes_max: u64,
+    /// The oldest entry not yet applied may be at most this old (the
+    /// sequencer has been unable to sequence it for that long).
+    pub age_max: std::time::Duration,
 }
 
 #[derive(Debug, thiserror::Error)]
 pub enum JournalError {
     #[error("the journal is full: {entries} entries and {bytes} bytes not yet sequenced and applied (bounds: {entries_max} entries, {bytes_max} bytes); the write was not journaled")]
     Full { entries: u64, bytes: u64, entries_max: u64, bytes_max: u64 },
+    #[error("the journal's oldest write has waited {age_ms} ms to be sequenced and applied (bound: {age_max_ms} ms): the log has been unavailable too long; the write was not journaled")]
+    TooOld { age_ms: u64, age_max_ms: u64 },
     #[error("namespace {ns:?} has {partitions} partitions but its journal has {journaled}: the namespace was made again; sequence or drop its journal first")]
     PartitionsChanged { ns: String, partitions: u32, journaled: u32 },
     #[error("the journal failed: {0}")]
@@ -86,13 +91,14 @@ pub struct Journal {
     /// The write ids of the entries not released (bounded by the journal's
     /// own bounds): what `find` answers.
     ids: Mutex<PendingIds>,
+    replayed_at_open: u64,
 }
 
 #[derive(Default)]
 struct PendingIds {
     by_id: HashMap<Bytes, (String, u32, u64)>,
     /// Per "ns:partition", in journal order: what a release forgets.
-    order: HashMap<String, std::collections::VecDeque<(u64, Bytes)>>,
+    order: HashMap<String, std::collections::VecDeque<(u64, Bytes, std::time::Instant)>>,
 }
 
 impl PendingIds {
@@ -100,14 +106,14 @@ impl PendingIds {
         if write_id.is_empty() {
             return;
         }
-        self.order.entry(released_key(ns, partition)).or_default().push_back((offset, write_id.clone()));
+        self.order.entry(released_key(ns, partition)).or_default().push_back((offset, write_id.clone(), std::time::Instant::now()));
         self.by_id.insert(write_id, (ns.to_string(), partition, offset));
     }
 
     fn release_below(&mut self, ns: &str, partition: u32, offset: u64) {
         let Some(order) = self.order.get_mut(&released_key(ns, partition)) else { return };
-        while order.front().is_some_and(|(at, _)| *at < offset) {
-            let (at, id) = order.pop_front().expect("checked");
+        while order.front().is_some_and(|(at, _, _)| *at < offset) {
+            let (at, id, _) = order.pop_front().expect("checked");
             // A later entry with the same id keeps it.
             if self.by_id.get(&id).is_some_and(|(n, p, o)| n == ns && *p == partition && *o == at) {
                 self.by_id.remove(&id);
@@ -122,7 +128,7 @@ const RELEASED_FILE: &str = "released.json";
 impl Journal {
     /// Opens (recovering) or creates the journal in `dir`.
     pub async fn open(dir: &Path, limits: JournalLimits) -> Result<Journal, JournalError> {
-        assert!(limits.entries_max > 0 && limits.bytes_max > 0, "journal bounds are positive");
+        assert!(limits.entries_max > 0 && limits.bytes_max > 0 && !limits.age_max.is_zero(), "journal bounds are positive");
         let mut config = EmbeddedLogConfig::new(dir);
         config.segment_bytes_max = SEGMENT_BYTES_MAX;
         // Every closed segment whose entries are all released goes.
@@ -136,8 +142,20 @@ impl Journal {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => HashMap::new(),
             Err(e) => return Err(LogError::from(e).into()),
         };
-        let journal = Journal { log, limits, topics: Mutex::new(topics), released: Mutex::new(released), released_file, ids: Mutex::default() };
+        let mut journal = Journal {
+            log,
+            limits,
+            topics: Mutex::new(topics),
+            released: Mutex::new(released),
+            released_file,
+            ids: Mutex::default(),
+            replayed_at_open: 0,
+        };
         journal.index_pending_ids().await?;
+        journal.replayed_at_open = journal.backlog().await?.entries;
+        if journal.replayed_at_open > 0 {
+            tracing::info!(entries = journal.replayed_at_open, "the journal holds writes not yet applied; sequencing them");
+        }
         Ok(journal)
     }
 
@@ -155,11 +173,27 @@ impl Journal {
                 bytes_max: self.limits.bytes_max,
             });
         }
+        if let Some(age) = self.oldest_age() {
+            if age > self.limits.age_max {
+                return Err(JournalError::TooOld { age_ms: age.as_millis() as u64, age_max_ms: self.limits.age_max.as_millis() as u64 });
+            }
+        }
         self.topic(ns, partitions).await?;
         let payload = Bytes::from(codec::encode(mutation));
         let offset = self.log.append(&tp(ns, partition), payload).await?;
         self.ids.lock().add(ns, partition, offset, mutation.write_id.clone());
         Ok(offset)
+    }
+
+    /// How long the oldest entry not yet released has waited (since it was
+    /// appended, or since this node opened its journal for one from before).
+    pub fn oldest_age(&self) -> Option<std::time::Duration> {
+        self.ids.lock().order.values().filter_map(|o| o.front().map(|(_, _, at)| at.elapsed())).max()
+    }
+
+    /// Entries found pending when the journal was opened: what this node replays.
+    pub fn replayed_at_open(&self) -> u64 {
+        self.replayed_at_open
     }
 
     /// Where the pending entry with `write_id` is: namespace, partition and

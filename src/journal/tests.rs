@@ -8,7 +8,7 @@ use bytes::Bytes;
 use super::*;
 use crate::codec::{Op, OpKind};
 
-const ROOMY: JournalLimits = JournalLimits { entries_max: 1_000, bytes_max: 64 * 1024 * 1024 };
+const ROOMY: JournalLimits = JournalLimits { entries_max: 1_000, bytes_max: 64 * 1024 * 1024, age_max: Duration::from_secs(3600) };
 
 fn put(pk: &str, value: &str, write_id: &str) -> Mutation {
     Mutation {
@@ -76,7 +76,7 @@ async fn entries_come_back_in_order_after_a_restart_and_released_ones_never_do()
 #[tokio::test]
 async fn a_full_journal_refuses_new_entries_and_takes_them_again_once_released() {
     let dir = tempfile::tempdir().unwrap();
-    let journal = Journal::open(dir.path(), JournalLimits { entries_max: 2, bytes_max: 1 << 20 }).await.unwrap();
+    let journal = Journal::open(dir.path(), JournalLimits { entries_max: 2, bytes_max: 1 << 20, ..ROOMY }).await.unwrap();
     let p = partition_of("a");
     journal.append("ns", 2, p, &put("a", "1", "w1")).await.unwrap();
     journal.append("ns", 2, p, &put("a", "2", "w2")).await.unwrap();
@@ -88,7 +88,7 @@ async fn a_full_journal_refuses_new_entries_and_takes_them_again_once_released()
     journal.release_below("ns", p, 1).unwrap();
     assert_eq!(journal.append("ns", 2, p, &put("a", "3", "w3")).await.unwrap(), 2);
     // Bytes are bounded too.
-    let small = Journal::open(&dir.path().join("small"), JournalLimits { entries_max: 100, bytes_max: 10 }).await.unwrap();
+    let small = Journal::open(&dir.path().join("small"), JournalLimits { entries_max: 100, bytes_max: 10, ..ROOMY }).await.unwrap();
     small.append("ns", 2, p, &put("a", "1", "w1")).await.unwrap();
     assert!(matches!(small.append("ns", 2, p, &put("a", "2", "w2")).await.unwrap_err(), JournalError::Full { .. }));
 }
@@ -115,4 +115,23 @@ async fn a_release_below_what_was_released_changes_nothing() {
     journal.release_below("ns", 0, 2).unwrap();
     journal.release_below("ns", 0, 1).unwrap();
     assert_eq!(journal.pending().await.unwrap(), vec![Pending { ns: "ns".into(), partition: 0, start: 2, end: 3 }]);
+}
+
+#[tokio::test]
+async fn a_journal_whose_oldest_write_waited_too_long_refuses_new_ones() {
+    let dir = tempfile::tempdir().unwrap();
+    let journal = Journal::open(dir.path(), JournalLimits { age_max: Duration::from_millis(100), ..ROOMY }).await.unwrap();
+    journal.append("ns", 2, 0, &put("a", "1", "w1")).await.unwrap();
+    assert!(journal.oldest_age().unwrap() < Duration::from_millis(100));
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    let error = journal.append("ns", 2, 0, &put("a", "2", "w2")).await.unwrap_err();
+    assert!(matches!(error, JournalError::TooOld { age_max_ms: 100, .. }), "{error}");
+    journal.release_below("ns", 0, 1).unwrap();
+    assert_eq!(journal.oldest_age(), None);
+    journal.append("ns", 2, 0, &put("a", "2", "w2")).await.unwrap();
+    journal.close().await;
+    let reopened = Journal::open(dir.path(), ROOMY).await.unwrap();
+    assert_eq!(reopened.replayed_at_open(), 1, "the unreleased write is replayed");
+    assert_eq!(reopened.find(b"w2").map(|(ns, p, o)| (ns, p, o)), Some(("ns".to_string(), 0, 1)));
+    assert_eq!(reopened.find(b"w1"), None, "released");
 }

@@ -121,6 +121,7 @@ impl Node {
     /// Opens every namespace the log knows and starts their apply loops.
     pub async fn start(config: NodeConfig, log: Arc<dyn Log>) -> anyhow::Result<Arc<Node>> {
         let journal = Arc::new(crate::journal::Journal::open(&config.data_dir.join("journal"), config.journal).await?);
+        crate::metrics::JOURNAL_REPLAYED.inc_by(journal.replayed_at_open());
         let node = Arc::new(Node {
             journal,
             sequencer_wake: Arc::new(tokio::sync::Notify::new()),
@@ -470,6 +471,7 @@ impl Node {
     /// Stops apply loops (each flushes its store durably), then closes the log.
     pub async fn shutdown(&self) {
         self.stop_apply().await;
+        self.journal.close().await;
         self.log.close().await;
         tracing::info!("node stopped");
     }

@@ -68,6 +68,10 @@ pub(super) async fn run(node: Weak<Node>, wake: Arc<Notify>, mut shutdown: tokio
 /// Appends what each lane may, then releases what was seen applied.
 async fn round(node: &Node, lanes: &mut HashMap<(String, u32), Lane>) -> Result<(), crate::journal::JournalError> {
     let pending = node.journal.pending().await?;
+    let backlog = node.journal.backlog().await?;
+    crate::metrics::JOURNAL_BACKLOG_ENTRIES.set(backlog.entries as i64);
+    crate::metrics::JOURNAL_BACKLOG_BYTES.set(backlog.bytes as i64);
+    crate::metrics::JOURNAL_OLDEST_AGE_SECONDS.set(node.journal.oldest_age().map_or(0.0, |a| a.as_secs_f64()));
     lanes.retain(|key, _| pending.iter().any(|p| (p.ns.as_str(), p.partition) == (key.0.as_str(), key.1)));
     for p in pending {
         let Some(namespace) = node.namespace(&p.ns) else { continue };

@@ -238,6 +238,9 @@ settings! {
     /// Journaled writes: bytes of the journal's files while it holds entries not yet applied (same
     /// consequence).
     journal_bytes_max: u64 = 1024 * MIB, Bound::Range(MIB as i128, 1024 * 1024 * MIB as i128);
+    /// Journaled writes: how long the journal's oldest write may wait to be sequenced and applied; past
+    /// it, journaled writes are refused (503 `journal_too_old`): the log has been unavailable too long.
+    journal_age_max_ms: u64 = 3_600_000, Bound::Range(1_000, 7 * 24 * 3_600_000);
 }
 
 impl Settings {
@@ -340,7 +343,11 @@ impl Settings {
             snapshots,
             snapshot_retain: self.snapshot_retain,
             watch: self.watch_config(),
-            journal: crate::journal::JournalLimits { entries_max: self.journal_entries_max, bytes_max: self.journal_bytes_max },
+            journal: crate::journal::JournalLimits {
+                entries_max: self.journal_entries_max,
+                bytes_max: self.journal_bytes_max,
+                age_max: Duration::from_millis(self.journal_age_max_ms),
+            },
             ripcord: self.ripcord,
         }
     }
