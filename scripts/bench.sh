@@ -9,6 +9,8 @@
 #                                    10,000 subscribers (SSE, WebSocket) next to etcd's watch and two SSE fan-out floors (results: watch.json/md).
 #   scripts/bench.sh firebase [ARGS] instead runs `tern-bench firebase`: Firebase REST GET of a small node next to
 #                                    /v1 GET and hello, and a 10 MB tree written and read (results: firebase.json/md).
+#   scripts/bench.sh journal [ARGS]  instead runs `tern-bench journal`: PUT acknowledgement, sequenced next to
+#                                    journaled (durability=journaled), alternating rounds (results: journal.json/md).
 #   scripts/bench.sh snapshot [ARGS] instead runs `tern-bench snapshot`: snapshot and restore of one
 #                                    partition of 1,000,000 records, file:// and S3 (results: snapshot.json/md).
 # `--tern PATH` measures another `tern` binary (e.g. an older build, for alternating runs).
@@ -19,7 +21,7 @@ export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/tern-target}"
 cargo build --release --quiet --workspace
 BENCH="$CARGO_TARGET_DIR/release/tern-bench"
 case "${1:-}" in
-  snapshot | watch | kafka | firebase)
+  snapshot | watch | kafka | firebase | journal)
     suite="$1"
     shift
     exec "$BENCH" "$suite" --out bench/results/latest "$@"

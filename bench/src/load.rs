@@ -18,6 +18,8 @@ pub enum Operation {
     TernGet { ns: String },
     /// PUT a random key of the namespace.
     TernPut { ns: String },
+    /// PUT a random key with `durability=journaled` (answered once the node's journal has it).
+    TernPutJournaled { ns: String },
     /// GET a random key of this list (e.g. keys of the partitions one node holds).
     TernGetOf { ns: String, keys: std::sync::Arc<Vec<String>> },
     /// POST a batch of `ops` puts (one pk, distinct sks: one partition).
@@ -59,6 +61,9 @@ fn request(spec: &LoadSpec, authority: &str, value: &Bytes, rng: &mut impl Rng) 
     let (method, path, body) = match &spec.operation {
         Operation::TernGet { ns } => (Method::GET, format!("/v1/ns/{ns}/kv/{}/", key_name(key)), Bytes::new()),
         Operation::TernPut { ns } => (Method::PUT, format!("/v1/ns/{ns}/kv/{}/", key_name(key)), value.clone()),
+        Operation::TernPutJournaled { ns } => {
+            (Method::PUT, format!("/v1/ns/{ns}/kv/{}/?durability=journaled", key_name(key)), value.clone())
+        }
         Operation::TernGetOf { ns, keys } => {
             (Method::GET, format!("/v1/ns/{ns}/kv/{}/", keys[rng.random_range(0..keys.len())]), Bytes::new())
         }

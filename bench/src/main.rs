@@ -15,6 +15,7 @@ mod etcd;
 mod fanout;
 mod firebase;
 mod hello;
+mod journal;
 mod kafka;
 mod load;
 mod paths;
@@ -60,6 +61,8 @@ enum BenchCommand {
     Watch(watch::WatchBenchArgs),
     /// Tern's Firebase REST API next to `/v1` and hello: a small node's GET, a 10 MB tree.
     Firebase(firebase::FirebaseBenchArgs),
+    /// PUT acknowledgement: sequenced next to journaled, in alternating rounds.
+    Journal(journal::JournalBenchArgs),
     /// Load one HTTP target.
     Http(HttpArgs),
     /// Serializable gets against etcd 3.
@@ -168,6 +171,7 @@ async fn run(args: BenchArgs) -> anyhow::Result<()> {
         BenchCommand::Snapshot(args) => snapshot::run(args).await,
         BenchCommand::Watch(args) => watch::run(args).await,
         BenchCommand::Firebase(args) => firebase::run(args).await,
+        BenchCommand::Journal(args) => journal::run(args).await,
         BenchCommand::Hello { listen } => hello::serve(&listen).await,
         BenchCommand::FanoutFloor { listen } => fanout::serve(&listen).await,
         BenchCommand::Http(args) => {
@@ -175,8 +179,9 @@ async fn run(args: BenchArgs) -> anyhow::Result<()> {
                 "get" => Operation::TernGet { ns: args.ns },
                 "put" => Operation::TernPut { ns: args.ns },
                 "firebase-get" => Operation::FirebaseGet { ns: args.ns },
+                "put-journaled" => Operation::TernPutJournaled { ns: args.ns },
                 "hello" => Operation::Hello,
-                other => anyhow::bail!("--op must be get, put, firebase-get or hello, got {other:?}"),
+                other => anyhow::bail!("--op must be get, put, put-journaled, firebase-get or hello, got {other:?}"),
             };
             let url: hyper::Uri = args.url.parse()?;
             let result = load::run(&url, &args.load.spec(&args.op, operation)).await?;

@@ -93,6 +93,9 @@ enum Run {
     FbSse,
     /// Tern's Firebase streaming over HTTP/2, `--multiplex` streams per connection.
     FbSseH2,
+    /// As `sse-h2`, the writer's puts journaled (`durability=journaled`):
+    /// put → visible when the node sequences the write itself.
+    SseH2Journaled,
 }
 
 #[derive(Debug, Serialize)]
@@ -139,6 +142,7 @@ pub async fn run(args: WatchBenchArgs) -> anyhow::Result<()> {
                 Run::EtcdMux => run_etcd(&args, n, args.multiplex).await?,
                 Run::FbSse => run_subscribers(&args, n, Transport::Firebase, 1).await?,
                 Run::FbSseH2 => run_subscribers(&args, n, Transport::Firebase, args.multiplex).await?,
+                Run::SseH2Journaled => run_subscribers(&args, n, Transport::SseJournaled, args.multiplex).await?,
             };
             eprintln!("{result:?}");
             results.push(result);
@@ -159,6 +163,8 @@ enum Transport {
     SseFloor,
     /// Firebase streaming listeners of Tern's Firebase REST API.
     Firebase,
+    /// Tern SSE, the writer's puts journaled.
+    SseJournaled,
 }
 
 impl Transport {
@@ -183,6 +189,7 @@ impl Transport {
     fn put_paths(self) -> (&'static str, &'static str) {
         match self {
             Transport::Firebase => ("/bench.json", "/warm.json"),
+            Transport::SseJournaled => ("/v1/ns/default/kv/bench/k?durability=journaled", "/v1/ns/default/kv/warm/up?durability=journaled"),
             _ => ("/v1/ns/default/kv/bench/k", "/v1/ns/default/kv/warm/up"),
         }
     }
@@ -222,10 +229,10 @@ async fn run_subscribers(args: &WatchBenchArgs, n: usize, transport: Transport, 
         subscribers.push(tokio::spawn(async move {
             let permit = semaphore.acquire_owned().await.expect("open");
             match transport {
-                Transport::Sse | Transport::SseFloor | Transport::Firebase if per_connection == 1 => {
+                Transport::Sse | Transport::SseFloor | Transport::Firebase | Transport::SseJournaled if per_connection == 1 => {
                     sse_subscriber(&addr, transport, puts, ready, deadline, permit).await
                 }
-                Transport::Sse | Transport::SseFloor | Transport::Firebase => {
+                Transport::Sse | Transport::SseFloor | Transport::Firebase | Transport::SseJournaled => {
                     sse_h2_subscribers(&addr, transport, puts, per_connection, ready, deadline, permit).await
                 }
                 Transport::WebSocket => ws_subscriber(&addr, puts, per_connection, ready, deadline, permit).await,
@@ -250,6 +257,8 @@ async fn run_subscribers(args: &WatchBenchArgs, n: usize, transport: Transport, 
         Transport::WebSocket => "Tern WebSocket",
         Transport::SseFloor if per_connection == 1 => "SSE fan-out floor (raw sockets, not Tern)",
         Transport::SseFloor => "SSE fan-out floor (HTTP/2, h2 crate, not Tern)",
+        Transport::SseJournaled if per_connection == 1 => "Tern SSE, puts journaled",
+        Transport::SseJournaled => "Tern SSE (HTTP/2), puts journaled",
         Transport::Firebase if per_connection == 1 => "Tern Firebase streaming",
         Transport::Firebase => "Tern Firebase streaming (HTTP/2)",
     };
