@@ -177,6 +177,14 @@ async fn journaled_writes_survive_a_log_outage_and_a_crash_and_apply_once() {
         assert_eq!(response.status(), 202, "{pk}");
         assert_eq!(response.headers()["x-tern-ripcord"], "journaled", "{pk}");
     }
+    // Reads meanwhile: local reads answer; a strong read, which needs the
+    // log's end offset, answers 503 and says why, within its timeout.
+    assert_eq!(t.get("before", "").await.0, 200, "local reads keep working");
+    let started = std::time::Instant::now();
+    let (status, body) = t.get_json("/v1/ns/default/kv/before/?consistency=strong&timeout_ms=1000").await;
+    assert_eq!(status, 503, "{body}");
+    assert!(matches!(body["error"]["code"].as_str(), Some("log_unavailable" | "not_caught_up")), "{body}");
+    assert!(started.elapsed() < Duration::from_secs(15), "bounded: {:?}", started.elapsed());
     let (status, ready) = t.get_json("/readyz").await;
     assert_eq!((status, ready["ready"].as_bool()), (200, Some(true)), "still ready for local reads and journaled writes: {ready}");
     assert!(ready["journaling"].as_str().is_some_and(|n| n.starts_with("log unavailable, journaling")), "{ready}");
