@@ -5,6 +5,7 @@
 
 use std::time::Duration;
 
+use crate::common::brokers::Brokers;
 use crate::common::Tern;
 use serde_json::{json, Value};
 
@@ -114,40 +115,13 @@ async fn a_node_killed_with_a_full_journal_sequences_it_after_a_restart() {
     }
 }
 
-/// A broker of the test's own, so stopping it touches no other test.
-struct Broker {
-    dir: tempfile::TempDir,
-    bootstrap: String,
-}
-
-impl Broker {
-    fn start() -> Broker {
-        let dir = tempfile::tempdir().unwrap();
-        let output = std::process::Command::new("scripts/kafka.sh").args(["start", "--dir", dir.path().to_str().unwrap()]).output().unwrap();
-        assert!(output.status.success(), "kafka.sh start: {}", String::from_utf8_lossy(&output.stderr));
-        let bootstrap = String::from_utf8(output.stdout).unwrap().lines().last().unwrap().trim().to_string();
-        Broker { dir, bootstrap }
-    }
-
-    fn kafka(&self, args: &[&str]) {
-        let status = std::process::Command::new("scripts/kafka.sh").args(args).args(["--dir", self.dir.path().to_str().unwrap()]).status().unwrap();
-        assert!(status.success(), "kafka.sh {args:?}");
-    }
-}
-
-impl Drop for Broker {
-    fn drop(&mut self) {
-        let _ = std::process::Command::new("scripts/kafka.sh").args(["stop", "--dir", self.dir.path().to_str().unwrap()]).status();
-    }
-}
-
 /// The broker is down: journaled writes are still answered (the journal has
 /// them) and not visible (the log does not); the node is killed; the broker
 /// returns, the node restarts and sequences its journal: every acknowledged
 /// write applied, each once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn journaled_writes_survive_a_log_outage_and_a_crash_and_apply_once() {
-    let broker = Broker::start();
+    let broker = Brokers::start(1);
     let dir = tempfile::tempdir().unwrap();
     let log = format!("kafka://{}", broker.bootstrap);
     let data_dir = dir.path().to_str().unwrap();

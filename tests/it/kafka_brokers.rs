@@ -11,52 +11,25 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use common::brokers::Brokers;
 use common::Tern;
 use serde_json::{json, Value};
 
 const WRITERS: usize = 8;
 
-/// Stops the test's brokers however the test ends.
-struct Brokers {
-    dir: tempfile::TempDir,
-    bootstrap: String,
-}
-
-impl Brokers {
-    fn start() -> Brokers {
-        let dir = tempfile::tempdir().unwrap();
-        let output = std::process::Command::new("scripts/kafka.sh")
-            .args(["start", "--brokers", "3", "--dir", dir.path().to_str().unwrap()])
-            .output()
-            .unwrap();
-        assert!(output.status.success(), "kafka.sh start --brokers 3: {}", String::from_utf8_lossy(&output.stderr));
-        let bootstrap = String::from_utf8(output.stdout).unwrap().lines().last().unwrap().trim().to_string();
-        Brokers { dir, bootstrap }
-    }
-
-    /// The node id of the broker coordinating consumer group `group` (Kafka's own tool says).
-    fn coordinator_of(&self, group: &str) -> String {
-        let output = std::process::Command::new("scripts/kafka.sh")
-            .args(["run", "--dir", self.dir.path().to_str().unwrap()])
-            .args(["org.apache.kafka.tools.consumer.group.ConsumerGroupCommand", "--bootstrap-server", &self.bootstrap])
-            .args(["--describe", "--state", "--group", group])
-            .output()
-            .unwrap();
-        let text = String::from_utf8_lossy(&output.stdout).to_string();
-        // GROUP  COORDINATOR (ID)  ...: "tern.group.g 127.0.0.1:40007  (2) ..."
-        let line = text.lines().find(|l| l.starts_with(group)).unwrap_or_else(|| panic!("no coordinator line in {text}"));
-        let id = line.split('(').nth(1).and_then(|rest| rest.split(')').next()).unwrap_or_else(|| panic!("{line}"));
-        id.trim().to_string()
-    }
-
-    fn kafka(&self, args: &[&str]) {
-        let status = std::process::Command::new("scripts/kafka.sh")
-            .args(args)
-            .args(["--dir", self.dir.path().to_str().unwrap()])
-            .status()
-            .unwrap();
-        assert!(status.success(), "kafka.sh {args:?}");
-    }
+/// The node id of the broker coordinating consumer group `group` (Kafka's own tool says).
+fn coordinator_of(brokers: &Brokers, group: &str) -> String {
+    let output = std::process::Command::new("scripts/kafka.sh")
+        .args(["run", "--dir", brokers.dir.path().to_str().unwrap()])
+        .args(["org.apache.kafka.tools.consumer.group.ConsumerGroupCommand", "--bootstrap-server", &brokers.bootstrap])
+        .args(["--describe", "--state", "--group", group])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&output.stdout).to_string();
+    // GROUP  COORDINATOR (ID)  ...: "tern.group.g 127.0.0.1:40007  (2) ..."
+    let line = text.lines().find(|l| l.starts_with(group)).unwrap_or_else(|| panic!("no coordinator line in {text}"));
+    let id = line.split('(').nth(1).and_then(|rest| rest.split(')').next()).unwrap_or_else(|| panic!("{line}"));
+    id.trim().to_string()
 }
 
 /// A topic's replication factor (replicas of partition 0) and `min.insync.replicas`.
@@ -73,15 +46,9 @@ async fn topic_replication(bootstrap: &str, topic: &str) -> (usize, String) {
     (replicas, config.get("min.insync.replicas").and_then(|e| e.value.clone()).unwrap_or_default())
 }
 
-impl Drop for Brokers {
-    fn drop(&mut self) {
-        let _ = std::process::Command::new("scripts/kafka.sh").args(["stop", "--dir", self.dir.path().to_str().unwrap()]).status();
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killing_one_of_three_brokers_loses_no_acknowledged_write() {
-    let brokers = Brokers::start();
+    let brokers = Brokers::start(3);
     let dir = tempfile::tempdir().unwrap();
     let log = format!("kafka://{}", brokers.bootstrap);
     let args = [
@@ -155,7 +122,7 @@ async fn killing_one_of_three_brokers_loses_no_acknowledged_write() {
         .collect();
     // Kill the broker that coordinates the member's consumer group: the
     // member's session times out and its partitions are revoked meanwhile.
-    let coordinator = brokers.coordinator_of(&tern::log::kafka::group_id("tern.", "g"));
+    let coordinator = coordinator_of(&brokers, &tern::log::kafka::group_id("tern.", "g"));
     tokio::time::sleep(Duration::from_secs(3)).await;
     brokers.kafka(&["stop-node", &coordinator, "--kill"]);
     killed.store(true, Ordering::Relaxed);

@@ -1,6 +1,7 @@
 //! Test harness: a real `tern` process on a free loopback port, driven over HTTP.
 #![allow(dead_code)]
 
+pub mod brokers;
 pub mod steered_log;
 pub mod watch;
 
