@@ -269,7 +269,7 @@ fn rides_ripcord(state: &AppState, mutation: &Mutation, params: &Params) -> Resu
 /// A write journaled because the log refused it: answered as a journaled
 /// write, with `x-tern-ripcord: journaled`.
 async fn ripcord(state: &AppState, namespace: &Namespace, partition: u32, mutation: Mutation) -> Result<Response, ApiError> {
-    let mut response = write_journaled(state, namespace, partition, mutation, &Params::parse(None, &[])?).await?;
+    let mut response = journal(state, namespace, partition, mutation).await?;
     response.headers_mut().insert("x-tern-ripcord", axum::http::HeaderValue::from_static("journaled"));
     Ok(response)
 }
@@ -290,13 +290,19 @@ fn journaled(params: &Params) -> Result<bool, ApiError> {
 /// write has a write id (the `Idempotency-Key`, or one made here), so a
 /// journal sequenced twice is applied once. Conditions are decided when it
 /// is applied. `wait=applied` is refused: the answer comes before that.
-async fn write_journaled(state: &AppState, namespace: &Namespace, partition: u32, mut mutation: Mutation, params: &Params) -> Result<Response, ApiError> {
+async fn write_journaled(state: &AppState, namespace: &Namespace, partition: u32, mutation: Mutation, params: &Params) -> Result<Response, ApiError> {
     if params.wait_applied()? {
         return Err(ApiError::bad_request(
             "invalid_parameter",
             "wait=applied cannot go with durability=journaled: a journaled write is answered before it is sequenced; use durability=sequenced to wait",
         ));
     }
+    journal(state, namespace, partition, mutation).await
+}
+
+/// Journals `mutation` (with a write id made for it if it has none) and
+/// answers 202 `{"write_id", "sequenced": false}`.
+async fn journal(state: &AppState, namespace: &Namespace, partition: u32, mut mutation: Mutation) -> Result<Response, ApiError> {
     if mutation.write_id.is_empty() {
         mutation.write_id = Bytes::from(format!("j{:032x}", rand::random::<u128>()));
     }

@@ -13,8 +13,8 @@
 //! partitions it applies.
 
 use axum::extract::{Path, State};
-use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
+use axum::Json;
 use serde_json::{json, Value};
 
 use super::error::ApiError;
@@ -60,13 +60,5 @@ fn outcome_json(outcome: Option<Outcome>) -> Value {
         }
         Some(_) => json!({ "result": "applied" }),
         None => json!({ "result": "unknown" }),
-    }
-}
-
-struct Json(Value);
-
-impl IntoResponse for Json {
-    fn into_response(self) -> Response {
-        (StatusCode::OK, [(axum::http::header::CONTENT_TYPE, "application/json")], self.0.to_string()).into_response()
     }
 }

@@ -87,10 +87,11 @@ pub struct Node {
     /// advertises for a partition (the sequencer releases journal entries
     /// applied there when this node does not apply the partition).
     applied_elsewhere: RwLock<Option<AppliedElsewhere>>,
-    /// When the log last refused a write, until it takes one again (a
-    /// sequenced write's append or the sequencer's): while set, ripcord
-    /// journals plain writes at once instead of waiting for the log first.
-    log_refused_since: Mutex<Option<std::time::Instant>>,
+    /// The log refused a write and has taken none since (a sequenced
+    /// write's append or the sequencer's): while set, ripcord journals plain
+    /// writes at once instead of waiting for the log first. An atomic: every
+    /// successful write looks at it.
+    log_refused: std::sync::atomic::AtomicBool,
 }
 
 /// The highest `applied_next` another live member advertises for (namespace, partition).
@@ -126,7 +127,7 @@ impl Node {
             journal,
             sequencer_wake: Arc::new(tokio::sync::Notify::new()),
             applied_elsewhere: RwLock::new(None),
-            log_refused_since: Mutex::new(None),
+            log_refused: std::sync::atomic::AtomicBool::new(false),
             watches: crate::watch::Watches::new(config.watch.clone(), log.clone()),
             config,
             log,
@@ -216,23 +217,21 @@ impl Node {
 
     /// The log refused a write: ripcord now journals plain writes at once.
     pub fn log_refused(&self) {
-        let mut since = self.log_refused_since.lock();
-        if since.is_none() {
+        if !self.log_refused.swap(true, std::sync::atomic::Ordering::Relaxed) {
             tracing::warn!("the log refuses writes; ripcord journals plain writes until it takes them again");
-            *since = Some(std::time::Instant::now());
         }
     }
 
-    /// The log took a write.
+    /// The log took a write (a load, and a store only when it had refused one).
     pub fn log_took(&self) {
-        if self.log_refused_since.lock().take().is_some() {
+        if self.log_refused.load(std::sync::atomic::Ordering::Relaxed) && self.log_refused.swap(false, std::sync::atomic::Ordering::Relaxed) {
             tracing::info!("the log takes writes again");
         }
     }
 
     /// Whether ripcord is on and the log refused a write and has taken none since.
     pub fn ripcord_engaged(&self) -> bool {
-        self.config.ripcord && self.log_refused_since.lock().is_some()
+        self.config.ripcord && self.log_refused.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Whether `tp` was revoked and is only served until another member serves it.

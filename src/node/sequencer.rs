@@ -105,7 +105,7 @@ async fn append(node: &Node, namespace: &crate::partition::Namespace, partition:
     let reader = lane.reader.as_mut().expect("opened above");
     let entries = reader.next_batch(ENTRIES_PER_ROUND_MAX.min(IN_FLIGHT_MAX - lane.in_flight.len()), Duration::ZERO).await?;
     let tp = &namespace.handle(partition).tp;
-    for (i, entry) in entries.iter().enumerate() {
+    for entry in &entries {
         assert_eq!(entry.offset, lane.next, "journal entries are read in order, none skipped");
         match node.log.append(tp, entry.payload.clone()).await {
             Ok(log_offset) => {
@@ -122,7 +122,6 @@ async fn append(node: &Node, namespace: &crate::partition::Namespace, partition:
                 lane.retry_wait = (lane.retry_wait * 2).min(RETRY_WAIT_MAX);
                 // The reader is past the entries not appended: read them again.
                 lane.reader = None;
-                let _ = i;
                 return Ok(());
             }
         }

@@ -197,11 +197,6 @@ fn reduced(sort: Value) -> Value {
     }
 }
 
-/// Same order as `query::run`: `compare_entries` on the rows.
-#[cfg(test)]
-fn run_order(order_by: &OrderBy, a: (&str, &Value), b: (&str, &Value)) -> Ordering {
-    super::query::compare_entries(order_by, a, b)
-}
 
 #[cfg(test)]
 mod tests {
@@ -318,7 +313,7 @@ mod tests {
         let top = Query { limit_last: Some(1), ..all };
         assert_eq!(index.select(&top), ["b"]);
         let mut sorted = vec![("x", json!(1)), ("y", json!(1))];
-        sorted.sort_by(|a, b| run_order(&order_by, (a.0, &a.1), (b.0, &b.1)));
+        sorted.sort_by(|a, b| crate::tree::query::compare_entries(&order_by, (a.0, &a.1), (b.0, &b.1)));
         assert_eq!(sorted[0].0, "x", "ties go by key");
     }
 

@@ -127,7 +127,7 @@ impl Encoder for Translator {
                 let (sk, namespace) = (&self.sk, &self.namespace);
                 let frame = event.keyed_frame(sk, || {
                     let mut out = Vec::new();
-                    live_frames(namespace, sk, event, value_of(event), ChangeId::Event.text(event), &mut out);
+                    live_frames(namespace, sk, event, super::event_value(event), ChangeId::Event.text(event), &mut out);
                     Bytes::from(out)
                 });
                 return (!frame.is_empty()).then_some(frame);
@@ -157,7 +157,7 @@ impl Translator {
                 self.whole(value, Some(position), out);
             }
             Message::Change { event, id } => {
-                let event_value = value_of(event);
+                let event_value = super::event_value(event);
                 if let Some(builder) = self.gathering.as_mut() {
                     if builder.bytes <= STATE_BYTES_MAX {
                         builder.add(path::relative(&self.sk, &event.sk), event_value.to_string().as_bytes());
@@ -312,9 +312,6 @@ fn current_value(namespace: &Namespace, sk: &str) -> Option<Value> {
     tree_view(namespace).and_then(|v| Ok(value_at(&v.reader, TREE_PK, sk, false, STATE_BYTES_MAX)?)).ok()
 }
 
-fn value_of(event: &Event) -> Value {
-    super::event_value(event)
-}
 
 fn frame(out: &mut Vec<u8>, name: &str, id: Option<&str>, data: &Value) {
     out.extend_from_slice(b"event: ");
