@@ -13,6 +13,7 @@ mod cluster;
 mod demo;
 mod firebase;
 mod namespaces;
+mod ns_settings;
 mod ops;
 mod records;
 mod sse;
@@ -51,6 +52,8 @@ pub struct AppState {
     /// How this node speaks Firebase (`api/firebase/`); shared, so a
     /// request's clone of the state is reference counts only.
     pub firebase: Arc<firebase::FirebaseConfig>,
+    /// Namespace settings as this node last read them (`ns_settings.rs`).
+    pub ns_settings: Arc<ns_settings::SettingsCache>,
 }
 
 pub use self::firebase::FirebaseConfig;
@@ -69,7 +72,7 @@ pub fn app(
 
 /// What every handler shares.
 pub fn state(node: Arc<Node>, cluster: Arc<Cluster>) -> AppState {
-    AppState { node, cluster, forwarder: forward::Forwarder::new(), firebase: Arc::new(FirebaseConfig::default()) }
+    AppState { node, cluster, forwarder: forward::Forwarder::new(), firebase: Arc::new(FirebaseConfig::default()), ns_settings: Arc::default() }
 }
 
 /// The service to serve for `state` (see `app`).

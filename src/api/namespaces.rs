@@ -10,25 +10,49 @@ use serde_json::json;
 
 use super::error::ApiError;
 use super::keys::NsName;
+use super::ns_settings::{self, WriteMode};
 use super::{body, AppState};
 use crate::partition::PartitionStatus;
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct CreateBody {
-    partitions: u32,
+    /// Required to create; may be left out to change an existing namespace's settings.
+    partitions: Option<u32>,
+    write_mode: Option<WriteMode>,
 }
 
 /// Bodies of namespace calls are tiny.
 const NAMESPACE_BODY_BYTES_MAX: usize = 4096;
 
-/// `PUT /v1/ns/{ns}`: 201 created, 200 same again, 409 different partition count.
+/// `PUT /v1/ns/{ns}` `{"partitions": N, "write_mode": "sequenced" | "journaled"}`:
+/// 201 created, 200 same again (or settings changed), 409 different
+/// partition count. `partitions` may be left out when the namespace exists
+/// (to change its `write_mode` only).
 pub async fn create(State(state): State<AppState>, NsName(ns): NsName, body: Body) -> Result<Response, ApiError> {
     let bytes = body::read(body, NAMESPACE_BODY_BYTES_MAX, "body_too_large", "the namespace body").await?;
     let request: CreateBody = body::json(&bytes)?;
-    let created = state.node.create_namespace(&ns, request.partitions).await?;
+    let created = match request.partitions {
+        Some(partitions) => state.node.create_namespace(&ns, partitions).await?,
+        None if state.node.namespace(&ns).is_some() => false,
+        None => {
+            return Err(ApiError::bad_request(
+                "invalid_request",
+                format!("namespace {ns:?} does not exist: creating it needs \"partitions\""),
+            ))
+        }
+    };
+    let namespace = state.node.namespace(&ns).ok_or_else(|| ApiError::unknown_namespace(&ns))?;
+    let mut settings = ns_settings::settings_of(&state, &namespace).await;
+    if let Some(write_mode) = request.write_mode {
+        if write_mode != settings.write_mode {
+            settings.write_mode = write_mode;
+            ns_settings::write_settings(&state, &namespace, settings).await?;
+        }
+    }
     let status = if created { StatusCode::CREATED } else { StatusCode::OK };
-    Ok((status, Json(json!({ "name": ns, "partitions": request.partitions, "created": created }))).into_response())
+    let body = json!({ "name": ns, "partitions": namespace.partitions, "created": created, "write_mode": settings.write_mode });
+    Ok((status, Json(body)).into_response())
 }
 
 /// `GET /v1/ns`
@@ -67,7 +91,14 @@ pub async fn describe(State(state): State<AppState>, NsName(ns): NsName) -> Resu
             "skipped_entries": store_state.skipped_entries,
         }));
     }
-    Ok(Json(json!({ "name": &*namespace.name, "partitions": namespace.partitions, "state": partitions })).into_response())
+    let settings = ns_settings::settings_of(&state, &namespace).await;
+    let body = json!({
+        "name": &*namespace.name,
+        "partitions": namespace.partitions,
+        "write_mode": settings.write_mode,
+        "state": partitions,
+    });
+    Ok(Json(body).into_response())
 }
 
 /// The whole describe waits at most this long for the log's offsets; a

@@ -225,7 +225,7 @@ async fn write_one(
 ) -> Result<Response, ApiError> {
     let partition = namespace.partition_of(&op.pk);
     let mutation = Mutation { write_id: write_id(incoming)?, ops: vec![op] };
-    if journaled(params)? {
+    if journaled(state, namespace, params).await? {
         return write_journaled(state, namespace, partition, mutation, params).await;
     }
     if rides_ripcord(state, &mutation, params)? && state.node.ripcord_engaged() {
@@ -274,12 +274,16 @@ async fn ripcord(state: &AppState, namespace: &Namespace, partition: u32, mutati
     Ok(response)
 }
 
-/// `durability=sequenced` (the default: answered with a position once the
-/// log has the write) or `journaled` (answered 202 once this node's journal
-/// has it; the sequencer appends it to the log soon after).
-fn journaled(params: &Params) -> Result<bool, ApiError> {
+/// `durability=sequenced` (answered with a position once the log has the
+/// write) or `journaled` (answered 202 once this node's journal has it; the
+/// sequencer appends it to the log soon after). Without the parameter, the
+/// namespace's `write_mode` decides — except that a write with
+/// `wait=applied` is sequenced (it asked to wait for its outcome).
+async fn journaled(state: &AppState, namespace: &Namespace, params: &Params) -> Result<bool, ApiError> {
     match params.str("durability") {
-        None | Some("sequenced") => Ok(false),
+        None => Ok(!params.wait_applied()?
+            && super::ns_settings::settings_of(state, namespace).await.write_mode == super::ns_settings::WriteMode::Journaled),
+        Some("sequenced") => Ok(false),
         Some("journaled") => Ok(true),
         Some(other) => Err(ApiError::bad_request("invalid_parameter", format!("durability must be sequenced or journaled, got {other:?}"))),
     }
@@ -540,7 +544,7 @@ pub async fn batch(
             ),
         ));
     }
-    if journaled(&params)? {
+    if journaled(&state, &namespace, &params).await? {
         return write_journaled(&state, &namespace, partition, mutation, &params).await;
     }
     if rides_ripcord(&state, &mutation, &params)? && state.node.ripcord_engaged() {

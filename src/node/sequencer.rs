@@ -18,6 +18,7 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
+use futures::StreamExt;
 use tokio::sync::Notify;
 
 use super::Node;
@@ -25,6 +26,10 @@ use crate::log::LogReader;
 
 /// Entries one lane appends per round before the next lane's turn.
 const ENTRIES_PER_ROUND_MAX: usize = 256;
+/// Appends of one lane handed to the log at once (the log batches them:
+/// Kafka's producer into one request per `linger`, the embedded log into
+/// one fsync).
+const APPENDS_IN_FLIGHT_MAX: usize = 256;
 /// Appended entries a lane remembers until they are seen applied; at the
 /// bound it appends no more until some are.
 const IN_FLIGHT_MAX: usize = 65_536;
@@ -52,27 +57,42 @@ struct Lane {
 
 pub(super) async fn run(node: Weak<Node>, wake: Arc<Notify>, mut shutdown: tokio::sync::watch::Receiver<bool>) {
     let mut lanes: HashMap<(String, u32), Lane> = HashMap::new();
+    let mut busy = false;
     loop {
-        tokio::select! {
-            _ = wake.notified() => {}
-            _ = tokio::time::sleep(TICK) => {}
-            _ = shutdown.changed() => return,
+        // A round that left entries to append goes on at once (draining a
+        // backlog is not paced by the tick); else it waits to be woken.
+        if !busy {
+            tokio::select! {
+                _ = wake.notified() => {}
+                _ = tokio::time::sleep(TICK) => {}
+                _ = shutdown.changed() => return,
+            }
+        } else if *shutdown.borrow() {
+            return;
         }
         let Some(node) = node.upgrade() else { return };
-        if let Err(e) = round(&node, &mut lanes).await {
-            tracing::warn!(error = %e, "the sequencer's round failed; retrying");
-        }
+        busy = match round(&node, &mut lanes).await {
+            Ok(busy) => busy,
+            Err(e) => {
+                tracing::warn!(error = %e, "the sequencer's round failed; retrying");
+                false
+            }
+        };
+        // Let other tasks run between back-to-back rounds.
+        tokio::task::yield_now().await;
     }
 }
 
 /// Appends what each lane may, then releases what was seen applied.
-async fn round(node: &Node, lanes: &mut HashMap<(String, u32), Lane>) -> Result<(), crate::journal::JournalError> {
+/// Returns whether some lane appended and has more to append.
+async fn round(node: &Node, lanes: &mut HashMap<(String, u32), Lane>) -> Result<bool, crate::journal::JournalError> {
     let pending = node.journal.pending().await?;
     let backlog = node.journal.backlog().await?;
     crate::metrics::JOURNAL_BACKLOG_ENTRIES.set(backlog.entries as i64);
     crate::metrics::JOURNAL_BACKLOG_BYTES.set(backlog.bytes as i64);
     crate::metrics::JOURNAL_OLDEST_AGE_SECONDS.set(node.journal.oldest_age().map_or(0.0, |a| a.as_secs_f64()));
     lanes.retain(|key, _| pending.iter().any(|p| (p.ns.as_str(), p.partition) == (key.0.as_str(), key.1)));
+    let mut busy = false;
     for p in pending {
         let Some(namespace) = node.namespace(&p.ns) else { continue };
         if p.partition >= namespace.partitions {
@@ -88,16 +108,27 @@ async fn round(node: &Node, lanes: &mut HashMap<(String, u32), Lane>) -> Result<
             retry_wait: RETRY_WAIT_MIN,
         });
         lane.next = lane.next.max(p.start);
-        append(node, &namespace, p.partition, lane, p.end).await?;
+        let appended = append(node, &namespace, p.partition, lane, p.end).await?;
+        busy |= appended > 0 && lane.next < p.end && lane.in_flight.len() < IN_FLIGHT_MAX;
         release(node, &namespace, p.partition, lane, p.end)?;
     }
-    Ok(())
+    Ok(busy)
 }
 
-/// Appends journal entries `[lane.next, end)` to the log, in order.
-async fn append(node: &Node, namespace: &crate::partition::Namespace, partition: u32, lane: &mut Lane, end: u64) -> Result<(), crate::journal::JournalError> {
+/// Appends journal entries `[lane.next, end)` to the log, in order, up to
+/// `ENTRIES_PER_ROUND_MAX` of them, `APPENDS_IN_FLIGHT_MAX` at a time;
+/// returns how many the log took.
+///
+/// The appends are issued in journal order (each is handed to the log, in
+/// order, before the next; both logs keep the order they were handed
+/// entries in: the embedded log's queue is FIFO, Kafka's idempotent
+/// producer keeps a partition's order across its retries). Results are
+/// taken in order: at the first refusal the lane stops there and tries that
+/// entry again later; entries after it that the log did take are appended
+/// again then, and applied once (their write ids).
+async fn append(node: &Node, namespace: &crate::partition::Namespace, partition: u32, lane: &mut Lane, end: u64) -> Result<usize, crate::journal::JournalError> {
     if lane.next >= end || lane.in_flight.len() >= IN_FLIGHT_MAX || lane.retry_at.is_some_and(|at| Instant::now() < at) {
-        return Ok(());
+        return Ok(0);
     }
     if lane.reader.is_none() {
         lane.reader = Some(node.journal.reader(&namespace.name, partition, lane.next).await?);
@@ -105,15 +136,23 @@ async fn append(node: &Node, namespace: &crate::partition::Namespace, partition:
     let reader = lane.reader.as_mut().expect("opened above");
     let entries = reader.next_batch(ENTRIES_PER_ROUND_MAX.min(IN_FLIGHT_MAX - lane.in_flight.len()), Duration::ZERO).await?;
     let tp = &namespace.handle(partition).tp;
-    for entry in &entries {
+    let log = node.log.as_ref();
+    // Collected first: a stream over a borrowing closure is not `Send` to the compiler.
+    let appends: Vec<_> = entries.iter().map(|entry| log.append(tp, entry.payload.clone())).collect();
+    let mut results = futures::stream::iter(appends).buffered(APPENDS_IN_FLIGHT_MAX);
+    let mut appended = 0;
+    let mut at = 0;
+    while let Some(result) = results.next().await {
+        let entry = &entries[at];
+        at += 1;
         assert_eq!(entry.offset, lane.next, "journal entries are read in order, none skipped");
-        match node.log.append(tp, entry.payload.clone()).await {
+        match result {
             Ok(log_offset) => {
                 lane.in_flight.push_back((entry.offset, log_offset));
                 lane.next = entry.offset + 1;
                 lane.retry_wait = RETRY_WAIT_MIN;
                 lane.retry_at = None;
-                node.log_took();
+                appended += 1;
                 crate::metrics::JOURNAL_SEQUENCED.inc();
             }
             Err(e) => {
@@ -122,11 +161,14 @@ async fn append(node: &Node, namespace: &crate::partition::Namespace, partition:
                 lane.retry_wait = (lane.retry_wait * 2).min(RETRY_WAIT_MAX);
                 // The reader is past the entries not appended: read them again.
                 lane.reader = None;
-                return Ok(());
+                break;
             }
         }
     }
-    Ok(())
+    if appended > 0 {
+        node.log_took();
+    }
+    Ok(appended)
 }
 
 /// Releases the journal entries whose writes were seen applied.

@@ -191,3 +191,63 @@ async fn journaled_writes_survive_a_log_outage_and_a_crash_and_apply_once() {
     let (_, status_of) = t.get_json("/v1/writes/during-outage").await;
     assert_eq!(status_of["state"], "applied", "{status_of}");
 }
+
+/// A namespace's `write_mode` (PUT /v1/ns/{ns}, shown by GET): journaled
+/// makes a plain write journaled; `?durability=sequenced` and `wait=applied`
+/// still sequence; the mode is a record through the log, so it survives a restart.
+#[tokio::test]
+async fn a_namespace_in_journaled_mode_journals_plain_writes() {
+    let dir = tempfile::tempdir().unwrap();
+    let args = ["dev", "--listen", "127.0.0.1:0", "--data-dir", dir.path().to_str().unwrap()];
+    let mut t = Tern::spawn(&args, dir.path()).await;
+    let ns_url = format!("{}/v1/ns/meter", t.url);
+    let (status, body) = t.send(t.client.put(&ns_url).json(&json!({"partitions": 2, "write_mode": "journaled"}))).await;
+    assert_eq!((status, body["write_mode"].as_str(), body["created"].as_bool()), (201, Some("journaled"), Some(true)), "{body}");
+    let (_, described) = t.get_json("/v1/ns/meter").await;
+    assert_eq!(described["write_mode"], "journaled", "{described}");
+    let (status, body) = t.send(t.client.put(t.kv_url("meter", "m1", None)).json(&json!(1))).await;
+    assert_eq!((status, body["sequenced"].as_bool()), (202, Some(false)), "a plain write is journaled: {body}");
+    let (status, body) = t.send(t.client.put(t.kv_url("meter", "m2", None) + "?durability=sequenced").json(&json!(2))).await;
+    assert_eq!(status, 200, "asked for sequenced: {body}");
+    assert!(body["position"].is_string(), "{body}");
+    let (status, body) = t.send(t.client.put(t.kv_url("meter", "m3", None) + "?wait=applied").json(&json!(3))).await;
+    assert_eq!(status, 200, "wait=applied waits, so it is sequenced: {body}");
+    let batch = json!({"ops": [{"op": "put", "pk": "m4", "sk": "", "value": 4}]});
+    let (status, _) = t.send(t.client.post(format!("{ns_url}/batch")).json(&batch)).await;
+    assert_eq!(status, 202, "a batch follows the mode too");
+    // Another namespace keeps the default.
+    let (_, body) = t.get_json("/v1/ns/default").await;
+    assert_eq!(body["write_mode"], "sequenced", "{body}");
+    assert_eq!(t.put("d1", "", &json!(1)).await.0, 200);
+    // Settings survive a restart.
+    t.kill9();
+    let t = Tern::spawn(&args, dir.path()).await;
+    let (_, described) = t.get_json("/v1/ns/meter").await;
+    assert_eq!(described["write_mode"], "journaled", "{described}");
+    assert_eq!(t.send(t.client.put(t.kv_url("meter", "m5", None)).json(&json!(5))).await.0, 202);
+    let ns_url = format!("{}/v1/ns/meter", t.url);
+    // Changing the mode only: partitions may be left out.
+    let (status, body) = t.send(t.client.put(&ns_url).json(&json!({"write_mode": "sequenced"}))).await;
+    assert_eq!((status, body["write_mode"].as_str(), body["partitions"].as_u64()), (200, Some("sequenced"), Some(2)), "{body}");
+    assert_eq!(t.send(t.client.put(t.kv_url("meter", "m6", None)).json(&json!(6))).await.0, 200);
+    for pk in ["m1", "m4", "m5"] {
+        for _ in 0..200 {
+            if t.send(t.client.get(t.kv_url("meter", pk, None))).await.0 == 200 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert_eq!(t.send(t.client.get(t.kv_url("meter", pk, None))).await.0, 200, "{pk} applied");
+    }
+    // Bad input: an unknown mode, a new namespace without partitions, a partition count that differs.
+    let (status, body) = t.send(t.client.put(&ns_url).json(&json!({"write_mode": "eventually"}))).await;
+    assert_eq!(status, 400, "{body}");
+    assert!(body["error"]["message"].as_str().unwrap().contains("unknown variant `eventually`"), "{body}");
+    let (status, body) = t.send(t.client.put(format!("{}/v1/ns/fresh", t.url)).json(&json!({"write_mode": "journaled"}))).await;
+    assert_eq!((status, body["error"]["code"].as_str()), (400, Some("invalid_request")), "{body}");
+    assert!(body["error"]["message"].as_str().unwrap().contains("creating it needs \"partitions\""), "{body}");
+    let (status, _) = t.send(t.client.put(&ns_url).json(&json!({"partitions": 3, "write_mode": "journaled"}))).await;
+    assert_eq!(status, 409);
+    let (_, described) = t.get_json("/v1/ns/meter").await;
+    assert_eq!(described["write_mode"], "sequenced", "a refused call changed nothing: {described}");
+}
