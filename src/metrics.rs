@@ -89,6 +89,21 @@ pub static JOURNAL_REPLAYED: LazyLock<IntCounter> = LazyLock::new(|| {
         .expect("metric registers")
 });
 
+pub static JOURNAL_OBJECTS_PUT: LazyLock<IntCounter> = LazyLock::new(|| {
+    register_int_counter!("tern_journal_objects_put_total", "Group commits of journaled writes put in object storage (one object each)")
+        .expect("metric registers")
+});
+
+pub static JOURNAL_CLAIMS: LazyLock<IntCounter> = LazyLock::new(|| {
+    register_int_counter!("tern_journal_claims_total", "Journals of other nodes (lost, their lease expired) this node claimed to replay")
+        .expect("metric registers")
+});
+
+pub static JOURNAL_CLAIMED_SEQUENCED: LazyLock<IntCounter> = LazyLock::new(|| {
+    register_int_counter!("tern_journal_claimed_sequenced_total", "Writes of claimed journals this node appended to the log")
+        .expect("metric registers")
+});
+
 pub static FIREBASE_INDEX_BUILDS: LazyLock<IntCounter> = LazyLock::new(|| {
     register_int_counter!("tern_firebase_index_builds_total", "Firebase query indexes built from a read of their whole location")
         .expect("metric registers")

@@ -107,6 +107,8 @@ pub fn main() -> anyhow::Result<()> {
                 settings.firebase_emulator = true;
                 // Journaled writes when the log refuses them (docs/api.md).
                 settings.ripcord = true;
+                // The journal's copy in object storage only where it adds durability: not on the same disk.
+                settings.journal_objects = args.snapshots.is_some();
                 settings.snapshots = Some(match args.snapshots {
                     Some(url) => url,
                     None => {

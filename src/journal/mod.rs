@@ -36,6 +36,8 @@ use crate::log::embedded::segments::write_atomically;
 use crate::log::embedded::{EmbeddedLog, EmbeddedLogConfig};
 use crate::log::{CreateOutcome, Log, LogError, LogReader, TopicPartition};
 
+pub mod objects;
+
 /// Segments are small, so that releasing a few seconds of writes frees disk
 /// soon (a segment is deleted once all of its entries are released).
 const SEGMENT_BYTES_MAX: u64 = 8 * 1024 * 1024;
@@ -60,6 +62,10 @@ pub enum JournalError {
     PartitionsChanged { ns: String, partitions: u32, journaled: u32 },
     #[error("the journal failed: {0}")]
     Log(#[from] LogError),
+    /// The local journal has the write (it will be sequenced and applied),
+    /// object storage did not take it: not as durable as asked.
+    #[error("the write is in this node's journal and will be applied, but object storage did not take it ({0}); retry with the same Idempotency-Key to be sure, it is applied once")]
+    Objects(String),
 }
 
 /// What a partition's journal holds: entries in `[start, end)` are
@@ -92,6 +98,18 @@ pub struct Journal {
     /// own bounds): what `find` answers.
     ids: Mutex<PendingIds>,
     replayed_at_open: u64,
+    /// The journal's copy in object storage, when configured.
+    objects: Option<objects::ObjectJournal>,
+}
+
+/// Where and as whom the journal keeps its copy in object storage.
+#[derive(Debug, Clone)]
+pub struct ObjectsConfig {
+    pub objects: objects::JournalObjects,
+    /// Shown in the lease (who owns the journal).
+    pub node: String,
+    /// How often the lease is renewed.
+    pub lease_renew: std::time::Duration,
 }
 
 #[derive(Default)]
@@ -124,10 +142,26 @@ impl PendingIds {
 
 /// Where the released offsets are kept (JSON, written atomically).
 const RELEASED_FILE: &str = "released.json";
+/// The journal's id (its folder in object storage), made at first open.
+const ID_FILE: &str = "journal_id";
+
+/// Reads the journal's id, making one at first open.
+fn journal_id(dir: &Path) -> Result<String, JournalError> {
+    let path = dir.join(ID_FILE);
+    match std::fs::read_to_string(&path) {
+        Ok(id) if !id.trim().is_empty() => return Ok(id.trim().to_string()),
+        Ok(_) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(LogError::from(e).into()),
+    }
+    let id = format!("{:032x}", rand::random::<u128>());
+    write_atomically(&path, id.as_bytes()).map_err(LogError::from)?;
+    Ok(id)
+}
 
 impl Journal {
     /// Opens (recovering) or creates the journal in `dir`.
-    pub async fn open(dir: &Path, limits: JournalLimits) -> Result<Journal, JournalError> {
+    pub async fn open(dir: &Path, limits: JournalLimits, objects: Option<ObjectsConfig>) -> Result<Journal, JournalError> {
         assert!(limits.entries_max > 0 && limits.bytes_max > 0 && !limits.age_max.is_zero(), "journal bounds are positive");
         let mut config = EmbeddedLogConfig::new(dir);
         config.segment_bytes_max = SEGMENT_BYTES_MAX;
@@ -142,7 +176,16 @@ impl Journal {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => HashMap::new(),
             Err(e) => return Err(LogError::from(e).into()),
         };
+        let objects = match objects {
+            Some(config) => {
+                let id = journal_id(dir)?;
+                let opened = objects::ObjectJournal::open(config.objects, &id, &config.node, config.lease_renew).await;
+                Some(opened.map_err(JournalError::Objects)?)
+            }
+            None => None,
+        };
         let mut journal = Journal {
+            objects,
             log,
             limits,
             topics: Mutex::new(topics),
@@ -185,9 +228,25 @@ impl Journal {
         }
         self.topic(ns, partitions).await?;
         let payload = Bytes::from(codec::encode(mutation));
-        let offset = self.log.append(&tp(ns, partition), payload).await?;
+        let offset = self.log.append(&tp(ns, partition), payload.clone()).await?;
         self.ids.lock().add(ns, partition, offset, mutation.write_id.clone());
+        if let Some(objects) = &self.objects {
+            let entry = objects::Entry { ns: ns.to_string(), partitions, partition, offset, payload };
+            objects.append(entry).await.map_err(JournalError::Objects)?;
+        }
         Ok(offset)
+    }
+
+    /// Deletes the journal's objects whose entries were all released.
+    pub async fn delete_released_objects(&self) -> Result<usize, JournalError> {
+        let Some(objects) = &self.objects else { return Ok(0) };
+        let released = self.released.lock().clone();
+        objects.delete_released(|ns, p| released.get(&released_key(ns, p)).copied().unwrap_or(0)).await.map_err(JournalError::Objects)
+    }
+
+    /// The journal's id in object storage, when it keeps a copy there.
+    pub fn objects_id(&self) -> Option<&str> {
+        self.objects.as_ref().map(|o| o.journal_id())
     }
 
     /// How long the oldest entry not yet released has waited (since it was

@@ -41,7 +41,7 @@ async fn entries_come_back_in_order_after_a_restart_and_released_ones_never_do()
     let dir = tempfile::tempdir().unwrap();
     let writes: Vec<Mutation> = (0..6).map(|i| put(&format!("k{i}"), &i.to_string(), &format!("w{i}"))).collect();
     {
-        let journal = Journal::open(dir.path(), ROOMY).await.unwrap();
+        let journal = Journal::open(dir.path(), ROOMY, None).await.unwrap();
         for w in &writes {
             let p = partition_of(&w.ops[0].pk);
             journal.append("ns", 2, p, w).await.unwrap();
@@ -49,7 +49,7 @@ async fn entries_come_back_in_order_after_a_restart_and_released_ones_never_do()
         assert_eq!(journal.backlog().await.unwrap().entries, 6);
         journal.close().await;
     }
-    let journal = Journal::open(dir.path(), ROOMY).await.unwrap();
+    let journal = Journal::open(dir.path(), ROOMY, None).await.unwrap();
     let pending = journal.pending().await.unwrap();
     assert_eq!(pending.iter().map(|p| p.end - p.start).sum::<u64>(), 6);
     for p in &pending {
@@ -60,7 +60,7 @@ async fn entries_come_back_in_order_after_a_restart_and_released_ones_never_do()
         journal.release_below("ns", p.partition, p.start + 2).unwrap();
     }
     journal.close().await;
-    let journal = Journal::open(dir.path(), ROOMY).await.unwrap();
+    let journal = Journal::open(dir.path(), ROOMY, None).await.unwrap();
     let pending = journal.pending().await.unwrap();
     assert_eq!(pending.iter().map(|p| p.end - p.start).sum::<u64>(), 2, "released entries stay released after a restart");
     for p in &pending {
@@ -76,7 +76,7 @@ async fn entries_come_back_in_order_after_a_restart_and_released_ones_never_do()
 #[tokio::test]
 async fn a_full_journal_refuses_new_entries_and_takes_them_again_once_released() {
     let dir = tempfile::tempdir().unwrap();
-    let journal = Journal::open(dir.path(), JournalLimits { entries_max: 2, bytes_max: 1 << 20, ..ROOMY }).await.unwrap();
+    let journal = Journal::open(dir.path(), JournalLimits { entries_max: 2, bytes_max: 1 << 20, ..ROOMY }, None).await.unwrap();
     let p = partition_of("a");
     journal.append("ns", 2, p, &put("a", "1", "w1")).await.unwrap();
     journal.append("ns", 2, p, &put("a", "2", "w2")).await.unwrap();
@@ -88,7 +88,7 @@ async fn a_full_journal_refuses_new_entries_and_takes_them_again_once_released()
     journal.release_below("ns", p, 1).unwrap();
     assert_eq!(journal.append("ns", 2, p, &put("a", "3", "w3")).await.unwrap(), 2);
     // Bytes are bounded too.
-    let small = Journal::open(&dir.path().join("small"), JournalLimits { entries_max: 100, bytes_max: 10, ..ROOMY }).await.unwrap();
+    let small = Journal::open(&dir.path().join("small"), JournalLimits { entries_max: 100, bytes_max: 10, ..ROOMY }, None).await.unwrap();
     small.append("ns", 2, p, &put("a", "1", "w1")).await.unwrap();
     assert!(matches!(small.append("ns", 2, p, &put("a", "2", "w2")).await.unwrap_err(), JournalError::Full { .. }));
 }
@@ -96,19 +96,19 @@ async fn a_full_journal_refuses_new_entries_and_takes_them_again_once_released()
 #[tokio::test]
 async fn a_namespace_made_again_with_other_partitions_is_refused_until_its_journal_is_done() {
     let dir = tempfile::tempdir().unwrap();
-    let journal = Journal::open(dir.path(), ROOMY).await.unwrap();
+    let journal = Journal::open(dir.path(), ROOMY, None).await.unwrap();
     journal.append("ns", 2, 0, &put("a", "1", "w1")).await.unwrap();
     let error = journal.append("ns", 3, 0, &put("a", "1", "w2")).await.unwrap_err();
     assert!(matches!(error, JournalError::PartitionsChanged { partitions: 3, journaled: 2, .. }), "{error}");
     journal.close().await;
-    let journal = Journal::open(dir.path(), ROOMY).await.unwrap();
+    let journal = Journal::open(dir.path(), ROOMY, None).await.unwrap();
     assert!(matches!(journal.append("ns", 3, 0, &put("a", "1", "w2")).await.unwrap_err(), JournalError::PartitionsChanged { .. }));
 }
 
 #[tokio::test]
 async fn a_release_below_what_was_released_changes_nothing() {
     let dir = tempfile::tempdir().unwrap();
-    let journal = Journal::open(dir.path(), ROOMY).await.unwrap();
+    let journal = Journal::open(dir.path(), ROOMY, None).await.unwrap();
     for i in 0..3 {
         journal.append("ns", 2, 0, &put("a", &i.to_string(), &format!("w{i}"))).await.unwrap();
     }
@@ -120,7 +120,7 @@ async fn a_release_below_what_was_released_changes_nothing() {
 #[tokio::test]
 async fn a_journal_whose_oldest_write_waited_too_long_refuses_new_ones() {
     let dir = tempfile::tempdir().unwrap();
-    let journal = Journal::open(dir.path(), JournalLimits { age_max: Duration::from_millis(100), ..ROOMY }).await.unwrap();
+    let journal = Journal::open(dir.path(), JournalLimits { age_max: Duration::from_millis(100), ..ROOMY }, None).await.unwrap();
     journal.append("ns", 2, 0, &put("a", "1", "w1")).await.unwrap();
     assert!(journal.oldest_age().unwrap() < Duration::from_millis(100));
     tokio::time::sleep(Duration::from_millis(150)).await;
@@ -130,7 +130,7 @@ async fn a_journal_whose_oldest_write_waited_too_long_refuses_new_ones() {
     assert_eq!(journal.oldest_age(), None);
     journal.append("ns", 2, 0, &put("a", "2", "w2")).await.unwrap();
     journal.close().await;
-    let reopened = Journal::open(dir.path(), ROOMY).await.unwrap();
+    let reopened = Journal::open(dir.path(), ROOMY, None).await.unwrap();
     assert_eq!(reopened.replayed_at_open(), 1, "the unreleased write is replayed");
     assert_eq!(reopened.find(b"w2").map(|(ns, p, o)| (ns, p, o)), Some(("ns".to_string(), 0, 1)));
     assert_eq!(reopened.find(b"w1"), None, "released");

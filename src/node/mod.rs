@@ -11,6 +11,7 @@
 
 pub mod read;
 pub mod snapshots;
+mod claims;
 mod sequencer;
 pub mod write;
 
@@ -46,6 +47,32 @@ pub struct NodeConfig {
     pub journal: crate::journal::JournalLimits,
     /// Journal plain writes while the log refuses them (the `ripcord` setting).
     pub ripcord: bool,
+    /// Keep the journal's copy in the snapshot store (`journal_objects`).
+    pub journal_objects: bool,
+    /// Replay another node's journal whose lease is this old (`journal_claim_after_ms`).
+    pub journal_claim_after: Duration,
+    /// This node's name (shown in its journal's lease).
+    pub node_id: String,
+}
+
+impl NodeConfig {
+    /// Where the journal keeps its copy: the snapshot store, when there is
+    /// one and `journal_objects` is on.
+    fn journal_objects_config(&self) -> Option<crate::journal::ObjectsConfig> {
+        let snapshots = self.snapshots.as_ref().filter(|_| self.journal_objects)?;
+        let (store, root) = snapshots.object_store();
+        Some(crate::journal::ObjectsConfig {
+            objects: crate::journal::objects::JournalObjects::new(store, root),
+            node: self.node_id.clone(),
+            lease_renew: lease_renew(self.journal_claim_after),
+        })
+    }
+}
+
+/// The lease is renewed four times per claim delay: a few lost renewals do
+/// not get a live node's journal claimed.
+fn lease_renew(claim_after: Duration) -> Duration {
+    (claim_after / 4).max(Duration::from_millis(250))
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -121,7 +148,8 @@ const LAG_REFRESH: Duration = Duration::from_secs(1);
 impl Node {
     /// Opens every namespace the log knows and starts their apply loops.
     pub async fn start(config: NodeConfig, log: Arc<dyn Log>) -> anyhow::Result<Arc<Node>> {
-        let journal = Arc::new(crate::journal::Journal::open(&config.data_dir.join("journal"), config.journal).await?);
+        let journal = crate::journal::Journal::open(&config.data_dir.join("journal"), config.journal, config.journal_objects_config()).await?;
+        let journal = Arc::new(journal);
         crate::metrics::JOURNAL_REPLAYED.inc_by(journal.replayed_at_open());
         let node = Arc::new(Node {
             journal,
@@ -142,6 +170,10 @@ impl Node {
         node.discover_namespaces().await?;
         let sequencer = sequencer::run(Arc::downgrade(&node), node.sequencer_wake.clone(), node.shutdown.subscribe());
         node.tasks.lock().push(tokio::spawn(sequencer));
+        if let (Some(objects), Some(own)) = (node.config.journal_objects_config(), node.journal.objects_id()) {
+            let claims = claims::run(Arc::downgrade(&node), objects.objects, own.to_string(), node.config.journal_claim_after, node.shutdown.subscribe());
+            node.tasks.lock().push(tokio::spawn(claims));
+        }
         let weak = Arc::downgrade(&node);
         let mut shutdown = node.shutdown.subscribe();
         node.tasks.lock().push(tokio::spawn(async move {
@@ -216,6 +248,22 @@ impl Node {
     }
 
     /// The log refused a write: ripcord now journals plain writes at once.
+    /// The next offset of `partition` of `ns` to apply: here when this node
+    /// applies it, else the highest another live member advertises (0 when
+    /// unknown).
+    pub fn applied_next(&self, ns: &str, partition: u32) -> u64 {
+        let Some(namespace) = self.namespace(ns) else { return 0 };
+        if partition >= namespace.partitions {
+            return 0;
+        }
+        let handle = namespace.handle(partition);
+        if handle.is_held() {
+            return handle.applied_next();
+        }
+        let elsewhere = self.applied_elsewhere.read().clone();
+        elsewhere.and_then(|f| f(ns, partition)).unwrap_or(0)
+    }
+
     pub fn log_refused(&self) {
         if !self.log_refused.swap(true, std::sync::atomic::Ordering::Relaxed) {
             tracing::warn!("the log refuses writes; ripcord journals plain writes until it takes them again");

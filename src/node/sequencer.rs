@@ -37,6 +37,8 @@ const IN_FLIGHT_MAX: usize = 65_536;
 const TICK: Duration = Duration::from_millis(50);
 /// Release is a small fsynced file write: at most this often per lane.
 const RELEASE_INTERVAL: Duration = Duration::from_millis(200);
+/// Released journal objects (object storage) are deleted at most this often.
+const OBJECTS_DELETE_INTERVAL: Duration = Duration::from_secs(1);
 const RETRY_WAIT_MIN: Duration = Duration::from_millis(50);
 const RETRY_WAIT_MAX: Duration = Duration::from_secs(2);
 
@@ -58,6 +60,7 @@ struct Lane {
 pub(super) async fn run(node: Weak<Node>, wake: Arc<Notify>, mut shutdown: tokio::sync::watch::Receiver<bool>) {
     let mut lanes: HashMap<(String, u32), Lane> = HashMap::new();
     let mut busy = false;
+    let mut objects_deleted_at = Instant::now();
     loop {
         // A round that left entries to append goes on at once (draining a
         // backlog is not paced by the tick); else it waits to be woken.
@@ -78,6 +81,12 @@ pub(super) async fn run(node: Weak<Node>, wake: Arc<Notify>, mut shutdown: tokio
                 false
             }
         };
+        if objects_deleted_at.elapsed() >= OBJECTS_DELETE_INTERVAL {
+            objects_deleted_at = Instant::now();
+            if let Err(e) = node.journal.delete_released_objects().await {
+                tracing::warn!(error = %e, "deleting released journal objects failed; retrying");
+            }
+        }
         // Let other tasks run between back-to-back rounds.
         tokio::task::yield_now().await;
     }
@@ -173,13 +182,7 @@ async fn append(node: &Node, namespace: &crate::partition::Namespace, partition:
 
 /// Releases the journal entries whose writes were seen applied.
 fn release(node: &Node, namespace: &crate::partition::Namespace, partition: u32, lane: &mut Lane, end: u64) -> Result<(), crate::journal::JournalError> {
-    let handle = namespace.handle(partition);
-    let applied_next = if handle.is_held() {
-        handle.applied_next()
-    } else {
-        let elsewhere = node.applied_elsewhere.read().clone();
-        elsewhere.and_then(|f| f(&namespace.name, partition)).unwrap_or(0)
-    };
+    let applied_next = node.applied_next(&namespace.name, partition);
     while let Some(&(journal_offset, log_offset)) = lane.in_flight.front() {
         if log_offset >= applied_next {
             break;

@@ -241,6 +241,13 @@ settings! {
     /// Journaled writes: how long the journal's oldest write may wait to be sequenced and applied; past
     /// it, journaled writes are refused (503 `journal_too_old`): the log has been unavailable too long.
     journal_age_max_ms: u64 = 3_600_000, Bound::Range(1_000, 7 * 24 * 3_600_000);
+    /// Journaled writes: also put each group commit in object storage (the `snapshots` store) before the
+    /// answer, so a node whose disk is lost loses none (another node replays its journal). Only with
+    /// `snapshots`. `tern dev`: only with an explicit `--snapshots`.
+    journal_objects: bool = true, Bound::Any;
+    /// Journaled writes: a journal in object storage whose owner has not renewed its lease for this long
+    /// is claimed and replayed by another node (keep it above the nodes' clock skew and pauses).
+    journal_claim_after_ms: u64 = 60_000, Bound::Range(1_000, 7 * 24 * 3_600_000);
 }
 
 impl Settings {
@@ -349,6 +356,9 @@ impl Settings {
                 age_max: Duration::from_millis(self.journal_age_max_ms),
             },
             ripcord: self.ripcord,
+            journal_objects: self.journal_objects,
+            journal_claim_after: Duration::from_millis(self.journal_claim_after_ms),
+            node_id: self.node_id.clone(),
         }
     }
 

@@ -199,6 +199,12 @@ impl Snapshots {
         Ok(Snapshots { store: Arc::from(store), root })
     }
 
+    /// The object store and root these snapshots live under (the journal
+    /// keeps its copy there too: `journal::objects`).
+    pub fn object_store(&self) -> (Arc<dyn ObjectStore>, &ObjectPath) {
+        (self.store.clone(), &self.root)
+    }
+
     fn partition_dir(&self, namespace: &str, partition: u32) -> ObjectPath {
         self.root.clone().join("tern").join(namespace).join(partition.to_string())
     }

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use crate::common::brokers::Brokers;
 use crate::common::Tern;
+use object_store::ObjectStoreExt;
 use serde_json::{json, Value};
 
 /// Polls `GET pk` until it holds `value` (10 s at most).
@@ -250,4 +251,133 @@ async fn a_namespace_in_journaled_mode_journals_plain_writes() {
     assert_eq!(status, 409);
     let (_, described) = t.get_json("/v1/ns/meter").await;
     assert_eq!(described["write_mode"], "sequenced", "a refused call changed nothing: {described}");
+}
+
+/// The test S3 server's bucket, through the same client Tern uses.
+fn s3_bucket(endpoint: &str, bucket: &str) -> std::sync::Arc<dyn object_store::ObjectStore> {
+    let options: Vec<(String, String)> = [
+        ("aws_endpoint", endpoint),
+        ("aws_allow_http", "true"),
+        ("aws_region", "us-east-1"),
+        ("aws_access_key_id", "test"),
+        ("aws_secret_access_key", "test"),
+    ]
+    .iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect();
+    let snapshots = tern::snapshot::Snapshots::open_with(&format!("s3://{bucket}"), &options).unwrap();
+    snapshots.object_store().0
+}
+
+/// The keys of the objects under `prefix`.
+async fn s3_keys(store: &dyn object_store::ObjectStore, prefix: &str) -> Vec<String> {
+    use futures::TryStreamExt;
+    let prefix = object_store::path::Path::from(prefix);
+    let listed: Vec<_> = store.list(Some(&prefix)).try_collect().await.unwrap();
+    listed.into_iter().map(|o| o.location.to_string()).collect()
+}
+
+/// A node with journaled writes in object storage is killed and its data
+/// directory lost while the broker is down; once the broker returns, the
+/// other node finds the journal (its lease expired), replays it and
+/// retires it: every acknowledged write applied. The same objects replayed
+/// once more (put back under another journal) change nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_nodes_journal_is_replayed_from_object_storage_by_another_node_once() {
+    let broker = Brokers::start(1);
+    let endpoint = crate::snapshots::s3_endpoint();
+    let bucket = format!("tern-journal-{}", rand::random::<u32>());
+    assert!(reqwest::Client::new().put(format!("{endpoint}/{bucket}")).send().await.unwrap().status().is_success());
+    let (dir_a, dir_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let log = format!("kafka://{}", broker.bootstrap);
+    let snapshots = format!("s3://{bucket}/cluster");
+    let s3_endpoint_option = format!("aws_endpoint={endpoint}");
+    let args = |id: &'static str, dir: &tempfile::TempDir| -> Vec<String> {
+        [
+            "serve", "--node-id", id, "--listen", "127.0.0.1:0", "--data-dir", dir.path().to_str().unwrap(), "--log", &log,
+            "--namespace", "default:2", "--snapshots", &snapshots, "--snapshot-writer", "false",
+            "--snapshot-option", &s3_endpoint_option, "--snapshot-option", "aws_allow_http=true",
+            "--snapshot-option", "aws_region=us-east-1", "--snapshot-option", "aws_access_key_id=test",
+            "--snapshot-option", "aws_secret_access_key=test", "--journal-claim-after-ms", "2000",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect()
+    };
+    let (args_a, args_b) = (args("a", &dir_a), args("b", &dir_b));
+    let mut a = Tern::spawn(&args_a.iter().map(String::as_str).collect::<Vec<_>>(), dir_a.path()).await;
+    let b = Tern::spawn(&args_b.iter().map(String::as_str).collect::<Vec<_>>(), dir_b.path()).await;
+    assert_eq!(a.put("before", "", &json!(0)).await.0, 200);
+    broker.kafka(&["stop-node", "1"]);
+    let writes = 40;
+    for i in 0..writes {
+        let (status, body) = put_journaled(&a, &format!("k{i}"), &json!(i)).await;
+        assert_eq!(status, 202, "journaled (locally and in object storage) while the log is down: {body}");
+    }
+    let prefix = "cluster/tern/journal/";
+    let store = s3_bucket(&endpoint, &bucket);
+    let entries: Vec<String> = s3_keys(store.as_ref(), prefix).await.into_iter().filter(|k| k.contains("/entries/")).collect();
+    assert!(!entries.is_empty(), "the journal is in object storage");
+    let mut saved = Vec::new();
+    for key in &entries {
+        saved.push(store.get(&key.as_str().into()).await.unwrap().bytes().await.unwrap());
+    }
+    a.kill9();
+    std::fs::remove_dir_all(dir_a.path()).unwrap();
+    broker.kafka(&["start-node", "1"]);
+    // b claims a's journal once its lease is 2 s old, and replays it.
+    for i in 0..writes {
+        for _ in 0..1200 {
+            if b.get(&format!("k{i}"), "").await.0 == 200 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert_eq!(b.get(&format!("k{i}"), "").await.1["value"], json!(i), "k{i} was acknowledged and must be applied");
+    }
+    b.wait_caught_up("default").await;
+    let records = |ns: &Value| -> u64 { ns["state"].as_array().unwrap().iter().map(|p| p["records"].as_u64().unwrap()).sum() };
+    let (_, ns) = b.get_json("/v1/ns/default").await;
+    assert_eq!(records(&ns), writes + 1, "{ns}");
+    let mut versions = Vec::new();
+    for i in 0..writes {
+        versions.push(b.get(&format!("k{i}"), "").await.1["version"].clone());
+    }
+    // Retired: neither entries nor lease nor claim of the lost journal are left.
+    let lost_folder = entries[0].split("/entries/").next().unwrap().to_string();
+    let left_of = |folder: String| {
+        let store = store.clone();
+        async move { s3_keys(store.as_ref(), &folder).await }
+    };
+    for _ in 0..200 {
+        if left_of(lost_folder.clone()).await.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(left_of(lost_folder.clone()).await, Vec::<String>::new(), "the replayed journal is retired");
+    let metrics = reqwest::get(format!("{}/metrics", b.url)).await.unwrap().text().await.unwrap();
+    assert!(metrics.contains("tern_journal_claims_total 1"), "one claim");
+    // The same objects once more, as another lost journal (no lease at
+    // all): replayed, and applied once already, so nothing changes.
+    for (i, bytes) in saved.into_iter().enumerate() {
+        let key = format!("{prefix}replayed-twice/entries/{i:020}");
+        store.put(&key.as_str().into(), bytes.into()).await.unwrap();
+    }
+    let twice = format!("{prefix}replayed-twice/");
+    for _ in 0..400 {
+        if left_of(twice.clone()).await.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(left_of(twice.clone()).await, Vec::<String>::new(), "the second replay finished");
+    let metrics = reqwest::get(format!("{}/metrics", b.url)).await.unwrap().text().await.unwrap();
+    assert!(metrics.contains("tern_journal_claims_total 2"), "claimed a second time");
+    b.wait_caught_up("default").await;
+    let (_, again) = b.get_json("/v1/ns/default").await;
+    assert_eq!(records(&again), writes + 1, "{again}");
+    for i in 0..writes {
+        assert_eq!(b.get(&format!("k{i}"), "").await.1["version"], versions[i as usize], "k{i} was not applied again");
+    }
 }

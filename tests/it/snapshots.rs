@@ -140,7 +140,7 @@ async fn a_corrupt_newest_snapshot_is_rejected_for_the_previous_one() {
 }
 
 /// The S3 endpoint of the test server (`scripts/s3.sh`, started by scripts/test.sh).
-fn s3_endpoint() -> String {
+pub fn s3_endpoint() -> String {
     std::env::var("TERN_TEST_S3").expect("TERN_TEST_S3 must name an S3 endpoint: run scripts/test.sh, or scripts/s3.sh start and export it")
 }
 

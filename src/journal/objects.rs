@@ -1,0 +1,483 @@
+//! The journal in object storage (issue 19): every journaled write is also
+//! put in object storage before it is acknowledged, so a node whose disk is
+//! lost loses none — another node finds its journal there and sequences it.
+//!
+//! Layout under the store's root (the snapshot store's):
+//!
+//! ```text
+//! tern/journal/<journal id>/entries/<seq:020>   one object per group commit (format below)
+//! tern/journal/<journal id>/lease.json          {"node", "renewed_at_ms"}: the owner is alive
+//! tern/journal/<journal id>/claim.json          {"by", "at_ms"}: another node is replaying it
+//! ```
+//!
+//! A journal id is made at a journal's first open and kept in its directory,
+//! so it names one journal, not one node: a node whose data directory is
+//! lost starts a new journal, and the old one's lease stops being renewed.
+//!
+//! **Group commit.** Appends queue to one uploader task; it takes what is
+//! queued (at most `GROUP_ENTRIES_MAX` entries, `GROUP_BYTES_MAX` bytes),
+//! puts it as one object and answers every append in it. Sequence numbers
+//! grow per journal, so listing a folder gives the journal's order.
+//!
+//! **Deletion.** The owner deletes an object once every entry in it was
+//! released by the local journal (seen applied); a node replaying a lost
+//! journal deletes an object once it saw its entries applied. Never before.
+//!
+//! **Format** of an entries object: `MAGIC`, `u32` format version, `u32`
+//! count, then per entry `u16` namespace length, namespace, `u32`
+//! partitions, `u32` partition, `u64` local journal offset, `u32` payload
+//! length, payload (the mutation as the log carries it); then the BLAKE3
+//! hash of everything before it. All integers little-endian. A reader
+//! checks the hash and every length before it trusts an entry.
+//!
+//! Owns: the objects' layout and format, the uploader, the lease. Never:
+//! appends to the log or decides what was applied (the node does).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+use futures::TryStreamExt;
+use object_store::path::Path as ObjectPath;
+use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload};
+use parking_lot::Mutex;
+use serde::{Deserialize, Serialize};
+use tokio::sync::{mpsc, oneshot};
+
+const MAGIC: &[u8; 8] = b"TERNJRNL";
+const FORMAT_VERSION: u32 = 1;
+/// One group commit's object holds at most this many entries …
+const GROUP_ENTRIES_MAX: usize = 4096;
+/// … and about this many bytes (an entry is at most one mutation, 5 MiB).
+const GROUP_BYTES_MAX: usize = 8 * 1024 * 1024;
+/// Appends waiting for the uploader; at the bound an append waits.
+const UPLOADS_QUEUED_MAX: usize = 65_536;
+/// Largest entries object read back (a group commit is ≤ ~13 MiB).
+const OBJECT_BYTES_MAX: usize = 64 * 1024 * 1024;
+const HASH_BYTES: usize = 32;
+
+/// One journaled write, as kept in object storage.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Entry {
+    pub ns: String,
+    pub partitions: u32,
+    pub partition: u32,
+    /// Where the owner's local journal has it.
+    pub offset: u64,
+    /// The mutation, encoded as the log carries it.
+    pub payload: Bytes,
+}
+
+/// The owner's proof of life: renewed while it runs.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Lease {
+    pub node: String,
+    pub renewed_at_ms: u64,
+}
+
+/// A node replaying another's journal.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Claim {
+    pub by: String,
+    pub at_ms: u64,
+}
+
+fn store_error(e: impl std::fmt::Display) -> String {
+    format!("object storage: {e}")
+}
+
+/// Milliseconds since the Unix epoch (leases compare wall clocks of nodes:
+/// the claim delay must exceed their skew).
+pub fn now_ms() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
+}
+
+/// The journals in one object store: layout and format, for the owner and
+/// for a node replaying a lost journal.
+#[derive(Clone)]
+pub struct JournalObjects {
+    store: Arc<dyn ObjectStore>,
+    /// `<root>/tern/journal`
+    root: ObjectPath,
+}
+
+impl std::fmt::Debug for JournalObjects {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "JournalObjects({} at {:?})", self.store, self.root.as_ref())
+    }
+}
+
+impl JournalObjects {
+    pub fn new(store: Arc<dyn ObjectStore>, root: &ObjectPath) -> JournalObjects {
+        JournalObjects { store, root: root.clone().join("tern").join("journal") }
+    }
+
+    fn folder(&self, journal_id: &str) -> ObjectPath {
+        self.root.clone().join(journal_id)
+    }
+
+    fn entries_path(&self, journal_id: &str, seq: u64) -> ObjectPath {
+        self.folder(journal_id).join("entries").join(format!("{seq:020}"))
+    }
+
+    fn lease_path(&self, journal_id: &str) -> ObjectPath {
+        self.folder(journal_id).join("lease.json")
+    }
+
+    fn claim_path(&self, journal_id: &str) -> ObjectPath {
+        self.folder(journal_id).join("claim.json")
+    }
+
+    /// Every journal id with a folder.
+    pub async fn journals(&self) -> Result<Vec<String>, String> {
+        let listed = self.store.list_with_delimiter(Some(&self.root)).await.map_err(store_error)?;
+        Ok(listed.common_prefixes.iter().filter_map(|p| p.filename().map(str::to_string)).collect())
+    }
+
+    /// The entries objects of a journal, in journal order: (seq, path).
+    pub async fn entries(&self, journal_id: &str) -> Result<Vec<(u64, ObjectPath)>, String> {
+        let prefix = self.folder(journal_id).join("entries");
+        let objects: Vec<_> = self.store.list(Some(&prefix)).try_collect().await.map_err(store_error)?;
+        let mut out: Vec<(u64, ObjectPath)> = objects
+            .into_iter()
+            .filter_map(|o| o.location.filename().and_then(|n| n.parse().ok()).map(|seq| (seq, o.location.clone())))
+            .collect();
+        out.sort_by_key(|(seq, _)| *seq);
+        Ok(out)
+    }
+
+    pub async fn read_entries(&self, path: &ObjectPath) -> Result<Vec<Entry>, String> {
+        let got = self.store.get(path).await.map_err(store_error)?;
+        if got.meta.size > OBJECT_BYTES_MAX as u64 {
+            return Err(format!("{path}: {} bytes, more than a journal object may hold ({OBJECT_BYTES_MAX})", got.meta.size));
+        }
+        let bytes = got.bytes().await.map_err(store_error)?;
+        decode(&bytes).map_err(|e| format!("{path}: {e}"))
+    }
+
+    pub async fn delete(&self, path: &ObjectPath) -> Result<(), String> {
+        match self.store.delete(path).await {
+            Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+            Err(e) => Err(store_error(e)),
+        }
+    }
+
+    async fn put(&self, path: &ObjectPath, bytes: Bytes) -> Result<(), String> {
+        self.store.put(path, PutPayload::from(bytes)).await.map(|_| ()).map_err(store_error)
+    }
+
+    async fn get_json<T: serde::de::DeserializeOwned>(&self, path: &ObjectPath) -> Result<Option<T>, String> {
+        match self.store.get(path).await {
+            Ok(got) => {
+                let bytes = got.bytes().await.map_err(store_error)?;
+                serde_json::from_slice(&bytes).map(Some).map_err(|e| format!("{path}: {e}"))
+            }
+            Err(object_store::Error::NotFound { .. }) => Ok(None),
+            Err(e) => Err(store_error(e)),
+        }
+    }
+
+    pub async fn lease(&self, journal_id: &str) -> Result<Option<Lease>, String> {
+        self.get_json(&self.lease_path(journal_id)).await
+    }
+
+    pub async fn renew_lease(&self, journal_id: &str, node: &str) -> Result<(), String> {
+        let lease = Lease { node: node.to_string(), renewed_at_ms: now_ms() };
+        self.put(&self.lease_path(journal_id), Bytes::from(serde_json::to_vec(&lease).expect("serializes"))).await
+    }
+
+    /// Claims the journal for replay by `by`: when no one claimed it, or the
+    /// claim is older than `stale_after` (its claimer stopped). Returns
+    /// whether this call claimed it. Two nodes may both believe they did
+    /// (a store without conditional puts, or a race on a stale claim): a
+    /// journal replayed twice is applied once, so the claim only saves work.
+    pub async fn claim(&self, journal_id: &str, by: &str, stale_after: Duration) -> Result<bool, String> {
+        let path = self.claim_path(journal_id);
+        let claim = Bytes::from(serde_json::to_vec(&Claim { by: by.to_string(), at_ms: now_ms() }).expect("serializes"));
+        let create = PutOptions { mode: PutMode::Create, ..Default::default() };
+        match self.store.put_opts(&path, PutPayload::from(claim.clone()), create).await {
+            Ok(_) => return Ok(true),
+            Err(object_store::Error::AlreadyExists { .. }) => {}
+            Err(object_store::Error::NotImplemented { .. }) => {
+                // No conditional puts: look, then write (a race only doubles work).
+                if self.get_json::<Claim>(&path).await?.is_some_and(|c| c.by != by && now_ms().saturating_sub(c.at_ms) < stale_after.as_millis() as u64) {
+                    return Ok(false);
+                }
+                self.put(&path, claim).await?;
+                return Ok(true);
+            }
+            Err(e) => return Err(store_error(e)),
+        }
+        match self.get_json::<Claim>(&path).await? {
+            Some(existing) if existing.by == by => {}
+            Some(existing) if now_ms().saturating_sub(existing.at_ms) < stale_after.as_millis() as u64 => return Ok(false),
+            _ => {}
+        }
+        self.put(&path, claim).await?;
+        Ok(true)
+    }
+
+    /// Removes a replayed journal's lease and claim (its entries are gone).
+    pub async fn retire(&self, journal_id: &str) -> Result<(), String> {
+        self.delete(&self.lease_path(journal_id)).await?;
+        self.delete(&self.claim_path(journal_id)).await
+    }
+}
+
+/// Encodes one group commit (see the module doc).
+pub fn encode(entries: &[Entry]) -> Bytes {
+    let size: usize = entries.iter().map(|e| 26 + e.ns.len() + e.payload.len()).sum();
+    let mut out = BytesMut::with_capacity(16 + size + HASH_BYTES);
+    out.put_slice(MAGIC);
+    out.put_u32_le(FORMAT_VERSION);
+    out.put_u32_le(u32::try_from(entries.len()).expect("a group commit is bounded"));
+    for entry in entries {
+        assert!(entry.partition < entry.partitions && entry.ns.len() <= u16::MAX as usize, "a valid entry is written");
+        out.put_u16_le(entry.ns.len() as u16);
+        out.put_slice(entry.ns.as_bytes());
+        out.put_u32_le(entry.partitions);
+        out.put_u32_le(entry.partition);
+        out.put_u64_le(entry.offset);
+        out.put_u32_le(u32::try_from(entry.payload.len()).expect("an entry is one mutation"));
+        out.put_slice(&entry.payload);
+    }
+    let hash = blake3::hash(&out);
+    out.put_slice(hash.as_bytes());
+    out.freeze()
+}
+
+/// Decodes an entries object, checking its hash and every length.
+pub fn decode(bytes: &[u8]) -> Result<Vec<Entry>, String> {
+    if bytes.len() < MAGIC.len() + 8 + HASH_BYTES || &bytes[..MAGIC.len()] != MAGIC {
+        return Err("not a journal object".into());
+    }
+    let (body, hash) = bytes.split_at(bytes.len() - HASH_BYTES);
+    if blake3::hash(body).as_bytes() != hash {
+        return Err("its hash does not match: the object is damaged".into());
+    }
+    let mut at = &body[MAGIC.len()..];
+    let version = at.get_u32_le();
+    if version != FORMAT_VERSION {
+        return Err(format!("format version {version}; this Tern reads {FORMAT_VERSION}"));
+    }
+    let count = at.get_u32_le() as usize;
+    let mut entries = Vec::with_capacity(count.min(GROUP_ENTRIES_MAX));
+    for index in 0..count {
+        let short = || format!("entry {index} is cut short");
+        if at.remaining() < 2 {
+            return Err(short());
+        }
+        let ns_len = at.get_u16_le() as usize;
+        if at.remaining() < ns_len + 20 {
+            return Err(short());
+        }
+        let ns = std::str::from_utf8(&at[..ns_len]).map_err(|_| format!("entry {index}: the namespace is not UTF-8"))?.to_string();
+        at.advance(ns_len);
+        let (partitions, partition, offset) = (at.get_u32_le(), at.get_u32_le(), at.get_u64_le());
+        let payload_len = at.get_u32_le() as usize;
+        if at.remaining() < payload_len || partition >= partitions {
+            return Err(format!("entry {index} is cut short or names partition {partition} of {partitions}"));
+        }
+        let payload = Bytes::copy_from_slice(&at[..payload_len]);
+        at.advance(payload_len);
+        entries.push(Entry { ns, partitions, partition, offset, payload });
+    }
+    if at.has_remaining() {
+        return Err(format!("{} bytes after the last entry", at.remaining()));
+    }
+    Ok(entries)
+}
+
+/// An append waiting for its group commit.
+struct Upload {
+    entry: Entry,
+    done: oneshot::Sender<Result<(), String>>,
+}
+
+/// This node's journal in object storage: the uploader, the lease, and the
+/// objects not yet deleted.
+pub struct ObjectJournal {
+    objects: JournalObjects,
+    journal_id: String,
+    queue: mpsc::Sender<Upload>,
+    /// Uploaded objects not deleted: seq → per (namespace, partition) the
+    /// highest local journal offset in it.
+    uploaded: Arc<Mutex<BTreeMap<u64, Vec<((String, u32), u64)>>>>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl ObjectJournal {
+    /// Starts this journal's uploader and lease (renewed every
+    /// `lease_renew`), after reading what its folder already holds (objects
+    /// of before a restart: deleted once their entries are released).
+    pub async fn open(objects: JournalObjects, journal_id: &str, node: &str, lease_renew: Duration) -> Result<ObjectJournal, String> {
+        let mut uploaded = BTreeMap::new();
+        let mut next_seq = 0;
+        for (seq, path) in objects.entries(journal_id).await? {
+            let entries = objects.read_entries(&path).await?;
+            uploaded.insert(seq, highest_offsets(&entries));
+            next_seq = seq + 1;
+        }
+        objects.renew_lease(journal_id, node).await?;
+        let uploaded = Arc::new(Mutex::new(uploaded));
+        let (queue, receiver) = mpsc::channel(UPLOADS_QUEUED_MAX);
+        let uploader = tokio::spawn(upload_loop(objects.clone(), journal_id.to_string(), next_seq, receiver, uploaded.clone()));
+        let (o, id, node) = (objects.clone(), journal_id.to_string(), node.to_string());
+        let renewer = tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(lease_renew).await;
+                if let Err(e) = o.renew_lease(&id, &node).await {
+                    tracing::warn!(error = %e, "renewing the journal's lease failed; retrying");
+                }
+            }
+        });
+        Ok(ObjectJournal { objects, journal_id: journal_id.to_string(), queue, uploaded, tasks: vec![uploader, renewer] })
+    }
+
+    pub fn journal_id(&self) -> &str {
+        &self.journal_id
+    }
+
+    /// Returns once `entry` is in object storage (its group commit's object put).
+    pub async fn append(&self, entry: Entry) -> Result<(), String> {
+        let (done, answer) = oneshot::channel();
+        self.queue.send(Upload { entry, done }).await.map_err(|_| "the journal's uploader stopped".to_string())?;
+        answer.await.map_err(|_| "the journal's uploader stopped".to_string())?
+    }
+
+    /// Deletes the objects whose every entry is below `released_below`
+    /// (per namespace and partition) of the local journal.
+    pub async fn delete_released(&self, released_below: impl Fn(&str, u32) -> u64) -> Result<usize, String> {
+        let deletable: Vec<u64> = self
+            .uploaded
+            .lock()
+            .iter()
+            .filter(|(_, lanes)| lanes.iter().all(|((ns, p), highest)| *highest < released_below(ns, *p)))
+            .map(|(seq, _)| *seq)
+            .collect();
+        for seq in &deletable {
+            self.objects.delete(&self.objects.entries_path(&self.journal_id, *seq)).await?;
+            self.uploaded.lock().remove(seq);
+        }
+        Ok(deletable.len())
+    }
+
+    /// Objects uploaded and not deleted.
+    pub fn objects_held(&self) -> usize {
+        self.uploaded.lock().len()
+    }
+}
+
+impl Drop for ObjectJournal {
+    fn drop(&mut self) {
+        for task in &self.tasks {
+            task.abort();
+        }
+    }
+}
+
+fn highest_offsets(entries: &[Entry]) -> Vec<((String, u32), u64)> {
+    let mut highest: BTreeMap<(String, u32), u64> = BTreeMap::new();
+    for e in entries {
+        let at = highest.entry((e.ns.clone(), e.partition)).or_insert(e.offset);
+        *at = (*at).max(e.offset);
+    }
+    highest.into_iter().collect()
+}
+
+/// Takes what is queued, puts it as one object, answers each append.
+async fn upload_loop(
+    objects: JournalObjects,
+    journal_id: String,
+    mut next_seq: u64,
+    mut queue: mpsc::Receiver<Upload>,
+    uploaded: Arc<Mutex<BTreeMap<u64, Vec<((String, u32), u64)>>>>,
+) {
+    while let Some(first) = queue.recv().await {
+        let mut group = vec![first];
+        let mut bytes = group[0].entry.payload.len();
+        while group.len() < GROUP_ENTRIES_MAX && bytes < GROUP_BYTES_MAX {
+            let Ok(next) = queue.try_recv() else { break };
+            bytes += next.entry.payload.len();
+            group.push(next);
+        }
+        let entries: Vec<Entry> = group.iter().map(|u| u.entry.clone()).collect();
+        let encoded = encode(&entries);
+        debug_assert_eq!(decode(&encoded).as_ref(), Ok(&entries), "an object reads back as written");
+        let seq = next_seq;
+        // A failed put still uses its number: it may have been stored.
+        next_seq += 1;
+        let result = objects.put(&objects.entries_path(&journal_id, seq), encoded).await;
+        if result.is_ok() {
+            uploaded.lock().insert(seq, highest_offsets(&entries));
+        }
+        crate::metrics::JOURNAL_OBJECTS_PUT.inc();
+        for upload in group {
+            let _ = upload.done.send(result.clone());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(ns: &str, partition: u32, offset: u64, payload: &[u8]) -> Entry {
+        Entry { ns: ns.into(), partitions: 4, partition, offset, payload: Bytes::copy_from_slice(payload) }
+    }
+
+    #[test]
+    fn objects_read_back_as_written_and_damage_is_found() {
+        let entries = vec![entry("a", 0, 7, b"x"), entry("ünï", 3, 0, b""), entry("a", 0, 8, &[9; 1000])];
+        let bytes = encode(&entries);
+        assert_eq!(decode(&bytes).unwrap(), entries);
+        assert_eq!(decode(&encode(&[])).unwrap(), vec![]);
+        for at in [0, 9, 20, bytes.len() - 1] {
+            let mut damaged = bytes.to_vec();
+            damaged[at] ^= 1;
+            assert!(decode(&damaged).is_err(), "a flipped bit at {at} is found");
+        }
+        assert!(decode(&bytes[..bytes.len() - 1]).is_err(), "a cut object is found");
+        assert!(decode(b"").is_err());
+    }
+
+    #[tokio::test]
+    async fn objects_are_deleted_only_once_every_entry_is_released() {
+        let store: Arc<dyn ObjectStore> = Arc::new(object_store::memory::InMemory::new());
+        let objects = JournalObjects::new(store, &ObjectPath::from("root"));
+        let journal = ObjectJournal::open(objects.clone(), "j1", "n1", Duration::from_secs(60)).await.unwrap();
+        journal.append(entry("a", 0, 0, b"0")).await.unwrap();
+        journal.append(entry("a", 1, 0, b"1")).await.unwrap();
+        assert_eq!(objects.entries("j1").await.unwrap().len(), 2);
+        assert!(objects.lease("j1").await.unwrap().is_some_and(|l| l.node == "n1"));
+        // Partition 0 released, partition 1 not: one object goes.
+        let deleted = journal.delete_released(|_, p| if p == 0 { 1 } else { 0 }).await.unwrap();
+        assert_eq!((deleted, objects.entries("j1").await.unwrap().len()), (1, 1));
+        let left = objects.read_entries(&objects.entries("j1").await.unwrap()[0].1).await.unwrap();
+        assert_eq!(left, vec![entry("a", 1, 0, b"1")]);
+        // A reopened journal knows the object and numbers on after it.
+        drop(journal);
+        let journal = ObjectJournal::open(objects.clone(), "j1", "n1", Duration::from_secs(60)).await.unwrap();
+        assert_eq!(journal.objects_held(), 1);
+        journal.append(entry("a", 1, 1, b"2")).await.unwrap();
+        let seqs: Vec<u64> = objects.entries("j1").await.unwrap().iter().map(|(s, _)| *s).collect();
+        assert_eq!(seqs, vec![1, 2]);
+        assert_eq!(journal.delete_released(|_, _| 2).await.unwrap(), 2);
+        assert!(objects.entries("j1").await.unwrap().is_empty());
+        assert_eq!(objects.journals().await.unwrap(), vec!["j1".to_string()], "the lease stays while the owner runs");
+    }
+
+    #[tokio::test]
+    async fn one_claim_wins_until_it_is_stale() {
+        let store: Arc<dyn ObjectStore> = Arc::new(object_store::memory::InMemory::new());
+        let objects = JournalObjects::new(store, &ObjectPath::from(""));
+        let hour = Duration::from_secs(3600);
+        assert!(objects.claim("lost", "b", hour).await.unwrap());
+        assert!(!objects.claim("lost", "c", hour).await.unwrap(), "claimed by b");
+        assert!(objects.claim("lost", "b", hour).await.unwrap(), "b again: renewed");
+        assert!(objects.claim("lost", "c", Duration::ZERO).await.unwrap(), "a stale claim is taken over");
+        objects.retire("lost").await.unwrap();
+        assert!(objects.claim("lost", "d", hour).await.unwrap());
+    }
+}
