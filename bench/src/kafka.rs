@@ -44,7 +44,7 @@ fn kafka_script() -> PathBuf {
     crate::paths::script("kafka.sh")
 }
 
-fn kafka(args: &[&str], dir: &Path) -> anyhow::Result<String> {
+pub(super) fn kafka(args: &[&str], dir: &Path) -> anyhow::Result<String> {
     let output = std::process::Command::new(kafka_script()).args(args).arg("--dir").arg(dir).stderr(Stdio::inherit()).output()?;
     anyhow::ensure!(output.status.success(), "scripts/kafka.sh {args:?} failed");
     Ok(String::from_utf8_lossy(&output.stdout).into_owned())
@@ -132,7 +132,7 @@ async fn stop_nodes(nodes: [&mut tokio::process::Child; 2]) {
 /// success: each holds its partitions and has caught up. A partition whose
 /// reader opened late (its topic was new) would otherwise stall the first
 /// measured reads.
-async fn wait_ready(addrs: &[&str]) -> anyhow::Result<()> {
+pub(super) async fn wait_ready(addrs: &[&str]) -> anyhow::Result<()> {
     const READY_WAIT: Duration = Duration::from_secs(60);
     let client = reqwest::Client::new();
     let deadline = Instant::now() + READY_WAIT;
