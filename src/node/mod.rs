@@ -142,6 +142,8 @@ struct ApplyLoop {
 const SHUTDOWN_WAIT: Duration = Duration::from_secs(30);
 /// Longest a watch's opening waits for the log's end offset.
 const LOG_END_WAIT: Duration = Duration::from_secs(2);
+/// How often the journal's backlog metrics are refreshed.
+const JOURNAL_METRICS_REFRESH: Duration = Duration::from_millis(500);
 /// How often lag metrics are refreshed from the log's end offsets.
 const LAG_REFRESH: Duration = Duration::from_secs(1);
 
@@ -187,6 +189,21 @@ impl Node {
                     tracing::debug!(error = %e, "namespace discovery failed; retrying");
                 }
                 node.refresh_lag().await;
+            }
+        }));
+        // The journal's metrics on a task of their own: the sequencer's
+        // rounds and the lag refresh wait on the log while it is down, and
+        // the backlog is what an operator watches then.
+        let weak = Arc::downgrade(&node);
+        let mut shutdown = node.shutdown.subscribe();
+        node.tasks.lock().push(tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    _ = tokio::time::sleep(JOURNAL_METRICS_REFRESH) => {}
+                    _ = shutdown.changed() => return,
+                }
+                let Some(node) = weak.upgrade() else { return };
+                node.refresh_journal_metrics().await;
             }
         }));
         let weak = Arc::downgrade(&node);
@@ -262,6 +279,18 @@ impl Node {
         }
         let elsewhere = self.applied_elsewhere.read().clone();
         elsewhere.and_then(|f| f(ns, partition)).unwrap_or(0)
+    }
+
+    /// Sets the journal's backlog metrics (entries, bytes, oldest age).
+    pub(crate) async fn refresh_journal_metrics(&self) {
+        match self.journal.backlog().await {
+            Ok(backlog) => {
+                crate::metrics::JOURNAL_BACKLOG_ENTRIES.set(backlog.entries as i64);
+                crate::metrics::JOURNAL_BACKLOG_BYTES.set(backlog.bytes as i64);
+            }
+            Err(e) => tracing::warn!(error = %e, "reading the journal's backlog failed"),
+        }
+        crate::metrics::JOURNAL_OLDEST_AGE_SECONDS.set(self.journal.oldest_age().map_or(0.0, |a| a.as_secs_f64()));
     }
 
     pub fn log_refused(&self) {

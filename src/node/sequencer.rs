@@ -92,22 +92,22 @@ pub(super) async fn run(node: Weak<Node>, wake: Arc<Notify>, mut shutdown: tokio
     }
 }
 
-/// Appends what each lane may, then releases what was seen applied.
+/// Appends what each lane may, then releases what was seen applied; the
+/// lanes run concurrently, so a partition whose appends wait on the log
+/// (its leader down) holds back no other.
 /// Returns whether some lane appended and has more to append.
 async fn round(node: &Node, lanes: &mut HashMap<(String, u32), Lane>) -> Result<bool, crate::journal::JournalError> {
     let pending = node.journal.pending().await?;
-    let backlog = node.journal.backlog().await?;
-    crate::metrics::JOURNAL_BACKLOG_ENTRIES.set(backlog.entries as i64);
-    crate::metrics::JOURNAL_BACKLOG_BYTES.set(backlog.bytes as i64);
-    crate::metrics::JOURNAL_OLDEST_AGE_SECONDS.set(node.journal.oldest_age().map_or(0.0, |a| a.as_secs_f64()));
+    node.refresh_journal_metrics().await;
     lanes.retain(|key, _| pending.iter().any(|p| (p.ns.as_str(), p.partition) == (key.0.as_str(), key.1)));
-    let mut busy = false;
+    let mut work = HashMap::new();
     for p in pending {
         let Some(namespace) = node.namespace(&p.ns) else { continue };
         if p.partition >= namespace.partitions {
             continue;
         }
-        let lane = lanes.entry((p.ns.clone(), p.partition)).or_insert_with(|| Lane {
+        let key = (p.ns.clone(), p.partition);
+        lanes.entry(key.clone()).or_insert_with(|| Lane {
             next: p.start,
             reader: None,
             in_flight: VecDeque::new(),
@@ -116,11 +116,30 @@ async fn round(node: &Node, lanes: &mut HashMap<(String, u32), Lane>) -> Result<
             retry_at: None,
             retry_wait: RETRY_WAIT_MIN,
         });
-        lane.next = lane.next.max(p.start);
-        let appended = append(node, &namespace, p.partition, lane, p.end).await?;
-        busy |= appended > 0 && lane.next < p.end && lane.in_flight.len() < IN_FLIGHT_MAX;
-        release(node, &namespace, p.partition, lane, p.end)?;
+        work.insert(key, (p, namespace));
     }
+    let rounds: Vec<_> = lanes
+        .iter_mut()
+        .filter_map(|(key, lane)| work.remove(key).map(|(p, namespace)| lane_round(node, p, namespace, lane)))
+        .collect();
+    let mut busy = false;
+    for result in futures::future::join_all(rounds).await {
+        busy |= result?;
+    }
+    Ok(busy)
+}
+
+/// One lane's turn: append, then release. Returns whether it has more to append now.
+async fn lane_round(
+    node: &Node,
+    p: crate::journal::Pending,
+    namespace: Arc<crate::partition::Namespace>,
+    lane: &mut Lane,
+) -> Result<bool, crate::journal::JournalError> {
+    lane.next = lane.next.max(p.start);
+    let appended = append(node, &namespace, p.partition, lane, p.end).await?;
+    let busy = appended > 0 && lane.next < p.end && lane.in_flight.len() < IN_FLIGHT_MAX;
+    release(node, &namespace, p.partition, lane, p.end)?;
     Ok(busy)
 }
 

@@ -141,6 +141,17 @@ async fn journaled_writes_survive_a_log_outage_and_a_crash_and_apply_once() {
     }
     tokio::time::sleep(Duration::from_secs(1)).await;
     assert_eq!(t.get("k0", "").await.0, 404, "not visible before the log has it");
+    // The backlog metrics are current while the sequencer waits on the log.
+    let mut backlog = 0.0;
+    for _ in 0..60 {
+        let metrics = reqwest::get(format!("{}/metrics", t.url)).await.unwrap().text().await.unwrap();
+        backlog = metrics.lines().find_map(|l| l.strip_prefix("tern_journal_backlog_entries ")).map_or(0.0, |v| v.trim().parse().unwrap());
+        if backlog >= writes as f64 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(backlog >= writes as f64, "tern_journal_backlog_entries {backlog} while {writes} writes wait for the log");
     let keyed = t.client.put(t.kv_url("default", "keyed", None) + "?durability=journaled").header("Idempotency-Key", "during-outage");
     assert_eq!(t.send(keyed.json(&json!("x"))).await.0, 202);
     let (_, status_of) = t.get_json("/v1/writes/during-outage").await;
