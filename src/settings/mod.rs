@@ -570,7 +570,9 @@ mod tests {
     /// `TERN_UPDATE_DOCS=1` to rewrite it.
     #[test]
     fn the_settings_doc_is_generated_from_the_table() {
-        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/docs/settings.md");
+        // The checkout the test runs in (cargo runs tests from the package root), not the one
+        // that built the binary: a shared target directory serves several checkouts.
+        let path = std::env::current_dir().expect("a working directory").join("docs/settings.md");
         let expected = format!(
             "# Settings\n\n<!-- Generated from src/settings/mod.rs by its tests: TERN_UPDATE_DOCS=1 cargo test --release settings. Do not edit. -->\n\n\
              Every setting of `tern serve` is a config-file key (TOML, `--config FILE`), a flag and a `TERN_*`\n\
@@ -580,9 +582,9 @@ mod tests {
             Settings::markdown_table()
         );
         if std::env::var_os("TERN_UPDATE_DOCS").is_some() {
-            std::fs::write(path, &expected).unwrap();
+            std::fs::write(&path, &expected).unwrap();
         }
-        let actual = std::fs::read_to_string(path).unwrap_or_default();
+        let actual = std::fs::read_to_string(&path).unwrap_or_default();
         assert!(actual == expected, "docs/settings.md is stale: run TERN_UPDATE_DOCS=1 cargo test --release settings");
     }
 }

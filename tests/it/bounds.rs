@@ -3,7 +3,6 @@
 //! the settings' bounds are in `docs/settings.md`, generated likewise.
 //! `TERN_UPDATE_DOCS=1 cargo test --release --test it bounds` rewrites it.
 
-use std::path::Path;
 
 /// The types a bound has.
 const BOUND_TYPES: &[&str] = &["usize", "u64", "u32", "u16", "i32", "i64", "Duration", "std::time::Duration", "chrono::TimeDelta"];
@@ -69,7 +68,7 @@ fn markdown(bounds: &[BoundConst]) -> String {
 
 #[test]
 fn the_bounds_doc_is_generated_from_the_sources() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let root = crate::common::checkout();
     let mut bounds = Vec::new();
     for (relative, text) in crate::common::rust_sources() {
         bounds.extend(bounds_in(&relative.display().to_string(), &text));

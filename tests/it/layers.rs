@@ -178,7 +178,7 @@ fn imports_only_point_down() {
 
 #[test]
 fn lib_rs_declares_the_floors_in_order() {
-    let lib = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("src/lib.rs")).expect("src/lib.rs");
+    let lib = std::fs::read_to_string(crate::common::checkout().join("src/lib.rs")).expect("src/lib.rs");
     let declared: Vec<&str> = lib
         .lines()
         .filter_map(|line| {

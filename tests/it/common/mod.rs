@@ -199,6 +199,13 @@ pub fn cli(url: &str, args: &[&str]) -> (bool, String, String) {
 
 /// Every `.rs` file under the crate's `src/`, as (path relative to `src/`,
 /// text), in path order: what the source checks (`layers.rs`, `bounds.rs`) read.
+/// The checkout under test: cargo runs tests from the package root. Not
+/// `CARGO_MANIFEST_DIR`, which names the checkout that built the binary —
+/// another one when several share a target directory.
+pub fn checkout() -> PathBuf {
+    std::env::current_dir().expect("a working directory")
+}
+
 pub fn rust_sources() -> Vec<(PathBuf, String)> {
     fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
         for entry in std::fs::read_dir(dir).expect("src/ is readable") {
@@ -210,7 +217,7 @@ pub fn rust_sources() -> Vec<(PathBuf, String)> {
             }
         }
     }
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let src = checkout().join("src");
     let mut files = Vec::new();
     walk(&src, &mut files);
     files.sort();
