@@ -322,7 +322,7 @@ fn journal_error(error: crate::journal::JournalError) -> ApiError {
         JournalError::Full { .. } => (StatusCode::INSUFFICIENT_STORAGE, "journal_full"),
         JournalError::TooOld { .. } => (StatusCode::SERVICE_UNAVAILABLE, "journal_too_old"),
         JournalError::PartitionsChanged { .. } => (StatusCode::CONFLICT, "journal_conflict"),
-        JournalError::Log(_) | JournalError::Objects(_) => (StatusCode::SERVICE_UNAVAILABLE, "journal_unavailable"),
+        JournalError::Log(_) | JournalError::Objects(_) | JournalError::ObjectsUnavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "journal_unavailable"),
     };
     ApiError::new(status.0, status.1, error.to_string())
 }

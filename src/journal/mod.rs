@@ -27,6 +27,7 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use bytes::Bytes;
 use parking_lot::Mutex;
@@ -66,6 +67,10 @@ pub enum JournalError {
     /// object storage did not take it: not as durable as asked.
     #[error("the write is in this node's journal and will be applied, but object storage did not take it ({0}); retry with the same Idempotency-Key to be sure, it is applied once")]
     Objects(String),
+    /// Object storage has not answered since the node started: a
+    /// journaled write cannot be made as durable as configured.
+    #[error("the journal's object storage is not reachable ({0}); the write was not journaled")]
+    ObjectsUnavailable(String),
 }
 
 /// What a partition's journal holds: entries in `[start, end)` are
@@ -99,7 +104,40 @@ pub struct Journal {
     ids: Mutex<PendingIds>,
     replayed_at_open: u64,
     /// The journal's copy in object storage, when configured.
-    objects: Option<objects::ObjectJournal>,
+    objects: Option<Arc<ObjectsSlot>>,
+}
+
+/// The journal's copy in object storage: opened at start, or — when object
+/// storage does not answer then — by a task that keeps trying, so a node
+/// starts and serves without it (journaled writes are refused meanwhile).
+struct ObjectsSlot {
+    id: String,
+    journal: std::sync::OnceLock<objects::ObjectJournal>,
+    /// Why it is not open yet.
+    last_error: Mutex<String>,
+    opener: Mutex<Option<tokio::task::JoinHandle<()>>>,
+}
+
+/// Retries of opening the journal's objects: the wait doubles up to this.
+const OBJECTS_OPEN_RETRY_MAX: std::time::Duration = std::time::Duration::from_secs(30);
+
+impl ObjectsSlot {
+    async fn try_open(&self, config: &ObjectsConfig) -> bool {
+        match objects::ObjectJournal::open(config.objects.clone(), &self.id, &config.node, config.lease_renew).await {
+            Ok(journal) => {
+                let _ = self.journal.set(journal);
+                true
+            }
+            Err(e) => {
+                *self.last_error.lock() = e;
+                false
+            }
+        }
+    }
+
+    fn ready(&self) -> Result<&objects::ObjectJournal, JournalError> {
+        self.journal.get().ok_or_else(|| JournalError::ObjectsUnavailable(self.last_error.lock().clone()))
+    }
 }
 
 /// Where and as whom the journal keeps its copy in object storage.
@@ -177,11 +215,7 @@ impl Journal {
             Err(e) => return Err(LogError::from(e).into()),
         };
         let objects = match objects {
-            Some(config) => {
-                let id = journal_id(dir)?;
-                let opened = objects::ObjectJournal::open(config.objects, &id, &config.node, config.lease_renew).await;
-                Some(opened.map_err(JournalError::Objects)?)
-            }
+            Some(config) => Some(open_objects(journal_id(dir)?, config).await),
             None => None,
         };
         let mut journal = Journal {
@@ -226,27 +260,30 @@ impl Journal {
                 return Err(JournalError::TooOld { age_ms: age.as_millis() as u64, age_max_ms: self.limits.age_max.as_millis() as u64 });
             }
         }
+        if let Some(slot) = &self.objects {
+            slot.ready()?;
+        }
         self.topic(ns, partitions).await?;
         let payload = Bytes::from(codec::encode(mutation));
         let offset = self.log.append(&tp(ns, partition), payload.clone()).await?;
         self.ids.lock().add(ns, partition, offset, mutation.write_id.clone());
-        if let Some(objects) = &self.objects {
+        if let Some(slot) = &self.objects {
             let entry = objects::Entry { ns: ns.to_string(), partitions, partition, offset, payload };
-            objects.append(entry).await.map_err(JournalError::Objects)?;
+            slot.ready()?.append(entry).await.map_err(JournalError::Objects)?;
         }
         Ok(offset)
     }
 
     /// Deletes the journal's objects whose entries were all released.
     pub async fn delete_released_objects(&self) -> Result<usize, JournalError> {
-        let Some(objects) = &self.objects else { return Ok(0) };
+        let Some(objects) = self.objects.as_ref().and_then(|slot| slot.journal.get()) else { return Ok(0) };
         let released = self.released.lock().clone();
         objects.delete_released(|ns, p| released.get(&released_key(ns, p)).copied().unwrap_or(0)).await.map_err(JournalError::Objects)
     }
 
     /// The journal's id in object storage, when it keeps a copy there.
     pub fn objects_id(&self) -> Option<&str> {
-        self.objects.as_ref().map(|o| o.journal_id())
+        self.objects.as_ref().map(|slot| slot.id.as_str())
     }
 
     /// How long the oldest entry not yet released has waited (since it was
@@ -367,8 +404,40 @@ impl Journal {
     }
 
     pub async fn close(&self) {
+        if let Some(opener) = self.objects.as_ref().and_then(|slot| slot.opener.lock().take()) {
+            opener.abort();
+        }
         self.log.close().await;
     }
+}
+
+/// Opens the journal's objects now, or starts a task that keeps trying.
+async fn open_objects(id: String, config: ObjectsConfig) -> Arc<ObjectsSlot> {
+    let slot = Arc::new(ObjectsSlot {
+        id,
+        journal: std::sync::OnceLock::new(),
+        last_error: Mutex::new(String::new()),
+        opener: Mutex::new(None),
+    });
+    if slot.try_open(&config).await {
+        return slot;
+    }
+    tracing::warn!(error = %slot.last_error.lock(), "the journal's object storage does not answer; journaled writes are refused until it does");
+    let weak = Arc::downgrade(&slot);
+    let opener = tokio::spawn(async move {
+        let mut wait = std::time::Duration::from_secs(1);
+        loop {
+            tokio::time::sleep(wait).await;
+            let Some(slot) = weak.upgrade() else { return };
+            if slot.try_open(&config).await {
+                tracing::info!("the journal's object storage answers; journaled writes are taken again");
+                return;
+            }
+            wait = (wait * 2).min(OBJECTS_OPEN_RETRY_MAX);
+        }
+    });
+    *slot.opener.lock() = Some(opener);
+    slot
 }
 
 fn tp(ns: &str, partition: u32) -> TopicPartition {

@@ -489,3 +489,53 @@ async fn writes_under_load_through_a_two_minute_broker_outage_apply_once_in_jour
         assert!(versions.windows(2).all(|v| v[0] < v[1]), "writer {w}: applied in journal order");
     }
 }
+
+/// Object storage unreachable when the node starts: the node starts anyway
+/// and serves (sequenced writes, reads); journaled writes are refused with
+/// 503 `journal_unavailable` saying why (nothing journaled: they could not
+/// be made as durable as configured); once object storage answers, they
+/// are taken again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_starts_and_serves_while_its_journal_object_storage_is_unreachable() {
+    let endpoint = crate::snapshots::s3_endpoint();
+    let bucket = format!("tern-journal-{}", rand::random::<u32>());
+    assert!(reqwest::Client::new().put(format!("{endpoint}/{bucket}")).send().await.unwrap().status().is_success());
+    let proxy = crate::snapshots::Proxy::start(endpoint.trim_start_matches("http://").to_string()).await;
+    proxy.stop();
+    let dir = tempfile::tempdir().unwrap();
+    let (snapshots, through_proxy) = (format!("s3://{bucket}/x"), format!("aws_endpoint=http://{}", proxy.address));
+    let args = [
+        "serve", "--listen", "127.0.0.1:0", "--data-dir", dir.path().to_str().unwrap(), "--namespace", "default:2",
+        "--snapshots", &snapshots, "--snapshot-writer", "false", "--snapshot-option", &through_proxy,
+        "--snapshot-option", "aws_allow_http=true", "--snapshot-option", "aws_region=us-east-1",
+        "--snapshot-option", "aws_access_key_id=test", "--snapshot-option", "aws_secret_access_key=test",
+    ];
+    // Stores exist (a new store would wait to restore from snapshots: another matter).
+    let mut first = Tern::spawn(&args[..7], dir.path()).await;
+    for i in 0..10 {
+        // Every partition with something applied (an empty one would look for a snapshot).
+        assert_eq!(first.put(&format!("before{i}"), "", &json!(i)).await.0, 200);
+    }
+    assert!(first.terminate().success());
+    let t = Tern::spawn(&args, dir.path()).await;
+    assert_eq!(t.put("sequenced", "", &json!(1)).await.0, 200, "sequenced writes do not need object storage");
+    assert_eq!(t.get("before0", "").await.0, 200);
+    let (status, body) = put_journaled(&t, "j", &json!(1)).await;
+    assert_eq!((status, body["error"]["code"].as_str()), (503, Some("journal_unavailable")), "{body}");
+    let message = body["error"]["message"].as_str().unwrap();
+    assert!(message.contains("object storage") && message.contains("not journaled"), "{message}");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(t.get("j", "").await.0, 404, "the refused write was not applied");
+    // Object storage answers again: journaled writes are taken (the node retries within seconds).
+    proxy.resume();
+    let mut status = 0;
+    for _ in 0..300 {
+        status = put_journaled(&t, "j", &json!(2)).await.0;
+        if status == 202 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(status, 202, "journaled writes are taken once object storage answers");
+    until_visible(&t, "j", &json!(2)).await;
+}

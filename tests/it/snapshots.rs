@@ -146,15 +146,15 @@ pub fn s3_endpoint() -> String {
 
 /// A TCP proxy in front of the S3 server that can "stop" it: refuse new
 /// connections and cut the open ones, while the server keeps what it has.
-struct Proxy {
-    address: String,
+pub struct Proxy {
+    pub address: String,
     down: Arc<AtomicBool>,
     forwarded_bytes: Arc<AtomicU64>,
     connections: Arc<Mutex<Vec<tokio::task::AbortHandle>>>,
 }
 
 impl Proxy {
-    async fn start(upstream: String) -> Proxy {
+    pub async fn start(upstream: String) -> Proxy {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let address = listener.local_addr().unwrap().to_string();
         let (down, forwarded_bytes) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicU64::new(0)));
@@ -191,14 +191,14 @@ impl Proxy {
         Proxy { address, down, forwarded_bytes, connections }
     }
 
-    fn stop(&self) {
+    pub fn stop(&self) {
         self.down.store(true, Ordering::SeqCst);
         for connection in self.connections.lock().unwrap().drain(..) {
             connection.abort();
         }
     }
 
-    fn resume(&self) {
+    pub fn resume(&self) {
         self.down.store(false, Ordering::SeqCst);
     }
 }
