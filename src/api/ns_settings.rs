@@ -145,7 +145,14 @@ fn cached(state: &AppState, namespace: &Namespace) -> Option<Cached> {
 }
 
 fn remember(state: &AppState, namespace: &Namespace, cached: Cached) {
-    state.ns_settings.entries.lock().insert(namespace.name.to_string(), cached);
+    // On the write path: the key is allocated only the first time.
+    let mut entries = state.ns_settings.entries.lock();
+    match entries.get_mut(&*namespace.name) {
+        Some(entry) => *entry = cached,
+        None => {
+            entries.insert(namespace.name.to_string(), cached);
+        }
+    }
 }
 
 /// Asks a holder of the settings' partition for the record (a forwarded

@@ -19,7 +19,7 @@ pub async fn readyz(State(state): State<AppState>) -> Response {
     if ready {
         // Still ready for local reads and journaled writes while the log is down (ripcord).
         if state.node.ripcord_engaged() {
-            let backlog = state.node.journal.backlog().await.map(|b| b.entries).unwrap_or_default();
+            let backlog = state.node.journal.backlog().entries;
             let note = format!("log unavailable, journaling: {backlog} write(s) not yet sequenced and applied");
             return Json(json!({ "ready": true, "journaling": note })).into_response();
         }

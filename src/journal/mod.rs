@@ -229,7 +229,7 @@ impl Journal {
             replayed_at_open: 0,
         };
         journal.index_pending_ids().await?;
-        journal.replayed_at_open = journal.backlog().await?.entries;
+        journal.replayed_at_open = journal.backlog().entries;
         let journaled: u64 = journal.pending().await?.iter().map(|p| p.end - p.start).sum();
         if journaled != journal.replayed_at_open {
             // An entry that did not decode has no write id to count it by.
@@ -246,7 +246,7 @@ impl Journal {
     /// Refused when the journal is full.
     pub async fn append(&self, ns: &str, partitions: u32, partition: u32, mutation: &Mutation) -> Result<u64, JournalError> {
         assert!(partition < partitions, "a partition of the namespace");
-        let backlog = self.backlog().await?;
+        let backlog = self.backlog();
         if backlog.entries >= self.limits.entries_max || backlog.bytes >= self.limits.bytes_max {
             return Err(JournalError::Full {
                 entries: backlog.entries,
@@ -383,9 +383,9 @@ impl Journal {
     /// Entries and bytes not yet released.
     /// Counted from the write ids of the pending entries (every journaled
     /// write has one), so an append does not walk every partition.
-    pub async fn backlog(&self) -> Result<Backlog, JournalError> {
+    pub fn backlog(&self) -> Backlog {
         let entries = self.ids.lock().order.values().map(|o| o.len() as u64).sum();
-        Ok(Backlog { entries, bytes: if entries == 0 { 0 } else { self.log.bytes() } })
+        Backlog { entries, bytes: if entries == 0 { 0 } else { self.log.bytes() } }
     }
 
     /// The namespace's journal topic, made on its first write.

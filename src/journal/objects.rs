@@ -198,21 +198,14 @@ impl JournalObjects {
         let create = PutOptions { mode: PutMode::Create, ..Default::default() };
         match self.store.put_opts(&path, PutPayload::from(claim.clone()), create).await {
             Ok(_) => return Ok(true),
-            Err(object_store::Error::AlreadyExists { .. }) => {}
-            Err(object_store::Error::NotImplemented { .. }) => {
-                // No conditional puts: look, then write (a race only doubles work).
-                if self.get_json::<Claim>(&path).await?.is_some_and(|c| c.by != by && now_ms().saturating_sub(c.at_ms) < stale_after.as_millis() as u64) {
-                    return Ok(false);
-                }
-                self.put(&path, claim).await?;
-                return Ok(true);
-            }
+            // Claimed already, or no conditional puts here: look, then
+            // write (a race only doubles work).
+            Err(object_store::Error::AlreadyExists { .. } | object_store::Error::NotImplemented { .. }) => {}
             Err(e) => return Err(store_error(e)),
         }
-        match self.get_json::<Claim>(&path).await? {
-            Some(existing) if existing.by == by => {}
-            Some(existing) if now_ms().saturating_sub(existing.at_ms) < stale_after.as_millis() as u64 => return Ok(false),
-            _ => {}
+        let fresh = |c: &Claim| now_ms().saturating_sub(c.at_ms) < stale_after.as_millis() as u64;
+        if self.get_json::<Claim>(&path).await?.is_some_and(|c| c.by != by && fresh(&c)) {
+            return Ok(false);
         }
         self.put(&path, claim).await?;
         Ok(true)

@@ -176,36 +176,16 @@ impl Node {
             let claims = claims::run(Arc::downgrade(&node), objects.objects, own.to_string(), node.config.journal_claim_after, node.shutdown.subscribe());
             node.tasks.lock().push(tokio::spawn(claims));
         }
-        let weak = Arc::downgrade(&node);
-        let mut shutdown = node.shutdown.subscribe();
-        node.tasks.lock().push(tokio::spawn(async move {
-            loop {
-                tokio::select! {
-                    _ = tokio::time::sleep(LAG_REFRESH) => {}
-                    _ = shutdown.changed() => return,
-                }
-                let Some(node) = weak.upgrade() else { return };
-                if let Err(e) = node.discover_namespaces().await {
-                    tracing::debug!(error = %e, "namespace discovery failed; retrying");
-                }
-                node.refresh_lag().await;
+        node.every(LAG_REFRESH, |node| async move {
+            if let Err(e) = node.discover_namespaces().await {
+                tracing::debug!(error = %e, "namespace discovery failed; retrying");
             }
-        }));
+            node.refresh_lag().await;
+        });
         // The journal's metrics on a task of their own: the sequencer's
         // rounds and the lag refresh wait on the log while it is down, and
         // the backlog is what an operator watches then.
-        let weak = Arc::downgrade(&node);
-        let mut shutdown = node.shutdown.subscribe();
-        node.tasks.lock().push(tokio::spawn(async move {
-            loop {
-                tokio::select! {
-                    _ = tokio::time::sleep(JOURNAL_METRICS_REFRESH) => {}
-                    _ = shutdown.changed() => return,
-                }
-                let Some(node) = weak.upgrade() else { return };
-                node.refresh_journal_metrics().await;
-            }
-        }));
+        node.every(JOURNAL_METRICS_REFRESH, |node| async move { node.refresh_journal_metrics() });
         let weak = Arc::downgrade(&node);
         let mut assignment = node.log.assignment();
         let mut shutdown = node.shutdown.subscribe();
@@ -264,7 +244,6 @@ impl Node {
         Ok(offset)
     }
 
-    /// The log refused a write: ripcord now journals plain writes at once.
     /// The next offset of `partition` of `ns` to apply: here when this node
     /// applies it, else the highest another live member advertises (0 when
     /// unknown).
@@ -281,18 +260,35 @@ impl Node {
         elsewhere.and_then(|f| f(ns, partition)).unwrap_or(0)
     }
 
-    /// Sets the journal's backlog metrics (entries, bytes, oldest age).
-    pub(crate) async fn refresh_journal_metrics(&self) {
-        match self.journal.backlog().await {
-            Ok(backlog) => {
-                crate::metrics::JOURNAL_BACKLOG_ENTRIES.set(backlog.entries as i64);
-                crate::metrics::JOURNAL_BACKLOG_BYTES.set(backlog.bytes as i64);
+    /// Runs `tick` every `period` on a task of the node's own, until shutdown.
+    fn every<F, Fut>(self: &Arc<Self>, period: Duration, tick: F)
+    where
+        F: Fn(Arc<Node>) -> Fut + Send + 'static,
+        Fut: std::future::Future<Output = ()> + Send,
+    {
+        let weak = Arc::downgrade(self);
+        let mut shutdown = self.shutdown.subscribe();
+        self.tasks.lock().push(tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    _ = tokio::time::sleep(period) => {}
+                    _ = shutdown.changed() => return,
+                }
+                let Some(node) = weak.upgrade() else { return };
+                tick(node).await;
             }
-            Err(e) => tracing::warn!(error = %e, "reading the journal's backlog failed"),
-        }
+        }));
+    }
+
+    /// Sets the journal's backlog metrics (entries, bytes, oldest age).
+    fn refresh_journal_metrics(&self) {
+        let backlog = self.journal.backlog();
+        crate::metrics::JOURNAL_BACKLOG_ENTRIES.set(backlog.entries as i64);
+        crate::metrics::JOURNAL_BACKLOG_BYTES.set(backlog.bytes as i64);
         crate::metrics::JOURNAL_OLDEST_AGE_SECONDS.set(self.journal.oldest_age().map_or(0.0, |a| a.as_secs_f64()));
     }
 
+    /// The log refused a write: ripcord now journals plain writes at once.
     pub fn log_refused(&self) {
         if !self.log_refused.swap(true, std::sync::atomic::Ordering::Relaxed) {
             tracing::warn!("the log refuses writes; ripcord journals plain writes until it takes them again");

@@ -98,7 +98,6 @@ pub(super) async fn run(node: Weak<Node>, wake: Arc<Notify>, mut shutdown: tokio
 /// Returns whether some lane appended and has more to append.
 async fn round(node: &Node, lanes: &mut HashMap<(String, u32), Lane>) -> Result<bool, crate::journal::JournalError> {
     let pending = node.journal.pending().await?;
-    node.refresh_journal_metrics().await;
     lanes.retain(|key, _| pending.iter().any(|p| (p.ns.as_str(), p.partition) == (key.0.as_str(), key.1)));
     let mut work = HashMap::new();
     for p in pending {

@@ -288,6 +288,17 @@ async fn s3_keys(store: &dyn object_store::ObjectStore, prefix: &str) -> Vec<Str
     listed.into_iter().map(|o| o.location.to_string()).collect()
 }
 
+/// Polls (20 s at most) until no object is left under `prefix`; returns what is left.
+async fn until_no_objects(store: &dyn object_store::ObjectStore, prefix: &str) -> Vec<String> {
+    for _ in 0..400 {
+        if s3_keys(store, prefix).await.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    s3_keys(store, prefix).await
+}
+
 /// A node with journaled writes in object storage is killed and its data
 /// directory lost while the broker is down; once the broker returns, the
 /// other node finds the journal (its lease expired), replays it and
@@ -356,17 +367,7 @@ async fn a_lost_nodes_journal_is_replayed_from_object_storage_by_another_node_on
     }
     // Retired: neither entries nor lease nor claim of the lost journal are left.
     let lost_folder = entries[0].split("/entries/").next().unwrap().to_string();
-    let left_of = |folder: String| {
-        let store = store.clone();
-        async move { s3_keys(store.as_ref(), &folder).await }
-    };
-    for _ in 0..200 {
-        if left_of(lost_folder.clone()).await.is_empty() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    assert_eq!(left_of(lost_folder.clone()).await, Vec::<String>::new(), "the replayed journal is retired");
+    assert_eq!(until_no_objects(store.as_ref(), &lost_folder).await, Vec::<String>::new(), "the replayed journal is retired");
     let metrics = reqwest::get(format!("{}/metrics", b.url)).await.unwrap().text().await.unwrap();
     assert!(metrics.contains("tern_journal_claims_total 1"), "one claim");
     // The same objects once more, as another lost journal (no lease at
@@ -376,13 +377,7 @@ async fn a_lost_nodes_journal_is_replayed_from_object_storage_by_another_node_on
         store.put(&key.as_str().into(), bytes.into()).await.unwrap();
     }
     let twice = format!("{prefix}replayed-twice/");
-    for _ in 0..400 {
-        if left_of(twice.clone()).await.is_empty() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    assert_eq!(left_of(twice.clone()).await, Vec::<String>::new(), "the second replay finished");
+    assert_eq!(until_no_objects(store.as_ref(), &twice).await, Vec::<String>::new(), "the second replay finished");
     let metrics = reqwest::get(format!("{}/metrics", b.url)).await.unwrap().text().await.unwrap();
     assert!(metrics.contains("tern_journal_claims_total 2"), "claimed a second time");
     b.wait_caught_up("default").await;
