@@ -32,9 +32,11 @@ pub mod api;
 /// Every setting, from one table: flags, variables, file keys, docs.
 pub mod settings;
 
-// ── Firebase rules ────────────────────────────────────────────────────────
+// ── Firebase rules and authorization ────────────────────────────────────────────────────────
 /// Firebase security rules: parsed once, evaluated per request.
 pub mod rules;
+/// Tokens (root, API keys, JWTs), grants and the decision; failed-authentication limits.
+pub mod auth;
 
 // ── The cluster ───────────────────────────────────────────────────────────
 /// Membership by gossip, the cluster view and routing to holders.

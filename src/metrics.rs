@@ -32,6 +32,19 @@ pub static FORWARD_SECONDS: LazyLock<Histogram> = LazyLock::new(|| {
     .expect("metric registers")
 });
 
+pub static AUTH_FAILURES: LazyLock<IntCounterVec> = LazyLock::new(|| {
+    register_int_counter_vec!(
+        "tern_auth_failures_total",
+        "Requests refused for their credentials: missing, invalid, or rate_limited (the source failed too often)",
+        &["reason"]
+    )
+    .expect("metric registers")
+});
+
+pub static AUTH_DENIED: LazyLock<IntCounter> = LazyLock::new(|| {
+    register_int_counter!("tern_auth_denied_total", "Authenticated requests refused for a missing grant (403)").expect("metric registers")
+});
+
 pub static FORWARD_FAILURES: LazyLock<IntCounter> = LazyLock::new(|| {
     register_int_counter!("tern_forward_failures_total", "Forwarded requests that reached no holder")
         .expect("metric registers")

@@ -18,6 +18,8 @@ use crate::snapshot::Snapshots;
 /// with the URL once it serves (the test harness and scripts wait for it).
 pub async fn run(settings: Settings, banner: &'static str) -> anyhow::Result<()> {
     settings.validate()?;
+    let auth = settings.auth_config()?;
+    let authenticator = auth.as_ref().map(crate::auth::Authenticator::new).transpose()?.map(Arc::new);
     let ensure_namespaces = settings.namespaces_to_create()?;
     let snapshots = match &settings.snapshots {
         Some(url) => {
@@ -65,10 +67,23 @@ pub async fn run(settings: Settings, banner: &'static str) -> anyhow::Result<()>
         .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", settings.listen))?;
     let address = listener.local_addr()?;
     let cluster = join_cluster(&settings, &node, address).await?;
-    println!("{banner} listening on http://{address}");
-    tracing::info!(%address, node_id = %settings.node_id, data_dir = %settings.data_dir.display(), "serving");
     let mut state = crate::api::state(node.clone(), cluster.clone());
     state.firebase = Arc::new(crate::api::FirebaseConfig::new(settings.firebase_owner_token.clone(), settings.firebase_emulator));
+    state.access = Arc::new(crate::api::access::Access {
+        authenticator,
+        root_token: auth.as_ref().and_then(|a| a.root_token.clone()),
+        public_metrics: settings.public_metrics,
+    });
+    let keys_refresh = match state.access.enabled() {
+        true => {
+            crate::api::tokens::open_system_namespace(&state).await?;
+            Some(tokio::spawn(crate::api::tokens::refresh_forever(state.clone())))
+        }
+        false => None,
+    };
+    println!("{banner} listening on http://{address}");
+    say_who_may_connect(&settings, address);
+    tracing::info!(%address, node_id = %settings.node_id, data_dir = %settings.data_dir.display(), "serving");
     let service = crate::api::service(state.clone());
     let closing_node = node.clone();
     let signal = async move {
@@ -81,6 +96,9 @@ pub async fn run(settings: Settings, banner: &'static str) -> anyhow::Result<()>
     crate::api::http::serve(listener, state, service, idle, signal).await;
     tracing::info!("stopped accepting requests; stopping the node");
     retention.abort();
+    if let Some(refresh) = keys_refresh {
+        refresh.abort();
+    }
     stop_snapshots.send_replace(true);
     if let Some(schedule) = schedule {
         let _ = schedule.await;
@@ -88,6 +106,20 @@ pub async fn run(settings: Settings, banner: &'static str) -> anyhow::Result<()>
     cluster.shutdown().await;
     node.shutdown().await;
     Ok(())
+}
+
+/// Says at start whether requests need a token (never the token itself:
+/// where it is).
+fn say_who_may_connect(settings: &Settings, address: std::net::SocketAddr) {
+    if settings.auth {
+        let path = settings.admin_token_file.clone().unwrap_or_else(|| settings.data_dir.join("admin.token"));
+        println!("authentication on: every request needs Authorization: Bearer TOKEN; the admin token is in {}", path.display());
+    } else if address.ip().is_loopback() {
+        println!("authentication off: anyone on this machine can read and write everything (tern dev --auth turns it on)");
+    } else {
+        println!("authentication off (--insecure): anyone who reaches {address} can read and write everything");
+        tracing::warn!(%address, "serving without authentication beyond loopback (--insecure)");
+    }
 }
 
 /// Tells the embedded log where each partition's oldest retained snapshot

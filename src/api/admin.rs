@@ -12,7 +12,9 @@ use serde::Deserialize;
 use serde_json::json;
 
 use super::error::ApiError;
+use super::access::{require_everywhere, Caller};
 use super::{body, AppState};
+use crate::auth::Verb;
 use crate::node::snapshots::take_now;
 use crate::snapshot::Snapshots;
 
@@ -37,7 +39,8 @@ fn snapshots(state: &AppState) -> Result<&Snapshots, ApiError> {
 }
 
 /// `POST /v1/admin/snapshots` body `{"ns"?, "partition"?}`
-pub async fn create(State(state): State<AppState>, body: Body) -> Result<Response, ApiError> {
+pub async fn create(State(state): State<AppState>, Caller(identity): Caller, body: Body) -> Result<Response, ApiError> {
+    require_everywhere(&identity, Verb::Admin)?;
     let snapshots = snapshots(&state)?;
     let bytes = body::read(body, CREATE_BODY_BYTES_MAX, "invalid_request", "the snapshot request").await?;
     let request: CreateBody = if bytes.iter().all(u8::is_ascii_whitespace) { CreateBody::default() } else { body::json(&bytes)? };
@@ -74,7 +77,8 @@ pub async fn create(State(state): State<AppState>, body: Body) -> Result<Respons
 }
 
 /// `GET /v1/admin/snapshots`
-pub async fn list(State(state): State<AppState>) -> Result<Response, ApiError> {
+pub async fn list(State(state): State<AppState>, Caller(identity): Caller) -> Result<Response, ApiError> {
+    require_everywhere(&identity, Verb::Admin)?;
     let snapshots = snapshots(&state)?;
     let mut listed = Vec::new();
     for ns in state.node.namespaces() {

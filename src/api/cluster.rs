@@ -7,9 +7,14 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::json;
 
+use super::access::{require_everywhere, Caller};
 use super::AppState;
+use crate::auth::Verb;
 
-pub async fn show(State(state): State<AppState>) -> Response {
+pub async fn show(State(state): State<AppState>, Caller(identity): Caller) -> Response {
+    if let Err(e) = require_everywhere(&identity, Verb::Admin) {
+        return e.into_response();
+    }
     let nodes: Vec<serde_json::Value> = state
         .cluster
         .members()

@@ -145,8 +145,17 @@ impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let mut error = Map::new();
         error.insert("code".into(), Value::from(self.code));
+        let missing_token = self.status == StatusCode::UNAUTHORIZED && self.message.contains("requires authentication");
         error.insert("message".into(), Value::from(self.message));
+        let retry_after_s = self.details.get("retry_after_s").and_then(Value::as_u64);
         error.extend(self.details);
-        (self.status, axum::Json(json!({ "error": error }))).into_response()
+        let mut response = (self.status, axum::Json(json!({ "error": error }))).into_response();
+        if self.status == StatusCode::UNAUTHORIZED {
+            super::access::www_authenticate(&mut response, missing_token);
+        }
+        if let (StatusCode::TOO_MANY_REQUESTS, Some(seconds)) = (self.status, retry_after_s) {
+            response.headers_mut().insert(axum::http::header::RETRY_AFTER, seconds.into());
+        }
+        response
     }
 }

@@ -8,6 +8,7 @@
 pub mod http;
 
 // Handlers, one concern per file.
+pub mod access;
 mod admin;
 mod cluster;
 mod demo;
@@ -17,6 +18,7 @@ mod ns_settings;
 mod ops;
 mod records;
 mod sse;
+pub mod tokens;
 mod writes;
 mod ws;
 
@@ -37,12 +39,14 @@ use prometheus::Histogram;
 use axum::http::StatusCode;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post, put};
+use axum::http::Method;
+use axum::routing::{delete, get, post, put, MethodRouter};
 use axum::Router;
 
 use self::error::ApiError;
 use crate::cluster::Cluster;
 use crate::node::Node;
+use RouteAccess::{Authenticated, Public, Scoped};
 
 #[derive(Clone)]
 pub struct AppState {
@@ -54,6 +58,8 @@ pub struct AppState {
     pub firebase: Arc<firebase::FirebaseConfig>,
     /// Namespace settings as this node last read them (`ns_settings.rs`).
     pub ns_settings: Arc<ns_settings::SettingsCache>,
+    /// Who may ask what (`access.rs`).
+    pub access: Arc<access::Access>,
 }
 
 pub use self::firebase::FirebaseConfig;
@@ -72,7 +78,10 @@ pub fn app(
 
 /// What every handler shares.
 pub fn state(node: Arc<Node>, cluster: Arc<Cluster>) -> AppState {
-    AppState { node, cluster, forwarder: forward::Forwarder::new(), firebase: Arc::new(FirebaseConfig::default()), ns_settings: Arc::default() }
+    AppState { node, cluster, forwarder: forward::Forwarder::new(), firebase: Arc::new(FirebaseConfig::default()),
+        ns_settings: Arc::default(),
+        access: Arc::default(),
+    }
 }
 
 /// The service to serve for `state` (see `app`).
@@ -86,7 +95,8 @@ pub fn service(
         put_metrics: RouteMetrics::new(PUT_RECORD_ROUTE),
         firebase_metrics: RouteMetrics::new(FIREBASE_ROUTE),
     });
-    tower::Layer::layer(&axum::middleware::from_fn_with_state(fast, fast_path), router(state))
+    let routed = tower::Layer::layer(&axum::middleware::from_fn_with_state(fast, fast_path), router(state.clone()));
+    tower::Layer::layer(&axum::middleware::from_fn_with_state(state, access::gate), routed)
 }
 
 const GET_RECORD_ROUTE: &str = "GET /v1/ns/{ns}/kv/{*rest}";
@@ -129,34 +139,77 @@ async fn fast_path(State(fast): State<Arc<FastPath>>, request: Request, next: Ne
     }
 }
 
+/// Who may call a route (`access.rs` decides; `tests/it/auth.rs` walks
+/// every route of `routes()` with each kind of bad credential).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RouteAccess {
+    /// Anyone: health, the demo's static files (and `/metrics` when `public_metrics`).
+    Public,
+    /// Any valid token; what it shows is filtered by the caller's grants
+    /// (`GET /v1/ns`, `GET /v1/tokens`), or it holds no data of a namespace
+    /// (`/v1/writes/{id}`: an id is known only to its writer; `/v1/ws`: each
+    /// `sub` is decided on its own).
+    Authenticated,
+    /// A valid token with a grant for what the request touches (403 otherwise).
+    Scoped,
+}
+
+/// One route: method, path pattern, who may call it.
+#[derive(Debug, Clone)]
+pub struct Route {
+    pub method: Method,
+    pub path: &'static str,
+    pub access: RouteAccess,
+}
+
+/// Every route the API serves, the Firebase paths (answered before the
+/// router, `fast_path`) included. The router is built from this table
+/// alone, so no route can be added without saying who may call it.
+pub fn routes() -> Vec<Route> {
+    let mut routes: Vec<Route> = table().into_iter().map(|(route, _)| route).collect();
+    for method in [Method::GET, Method::PUT, Method::PATCH, Method::POST, Method::DELETE] {
+        routes.push(Route { method, path: "/{path}.json", access: RouteAccess::Scoped });
+    }
+    routes.push(Route { method: Method::GET, path: "/.settings/rules.json", access: RouteAccess::Scoped });
+    routes.push(Route { method: Method::PUT, path: "/.settings/rules.json", access: RouteAccess::Scoped });
+    routes
+}
+
+/// The routes with their handlers (see `routes`).
+fn table() -> Vec<(Route, MethodRouter<AppState>)> {
+    fn r(method: Method, path: &'static str, access: RouteAccess, handler: MethodRouter<AppState>) -> (Route, MethodRouter<AppState>) {
+        (Route { method, path, access }, handler)
+    }
+    vec![
+        r(Method::GET, "/v1/ns", Authenticated, get(timed("GET /v1/ns", namespaces::list))),
+        r(Method::PUT, "/v1/ns/{ns}", Scoped, put(timed("PUT /v1/ns/{ns}", namespaces::create))),
+        r(Method::GET, "/v1/ns/{ns}", Scoped, get(timed("GET /v1/ns/{ns}", namespaces::describe))),
+        r(Method::GET, "/v1/ns/{ns}/kv/{*rest}", Scoped, get(timed(GET_RECORD_ROUTE, records::kv))),
+        r(Method::PUT, "/v1/ns/{ns}/kv/{*rest}", Scoped, put(timed(PUT_RECORD_ROUTE, records::kv))),
+        r(Method::DELETE, "/v1/ns/{ns}/kv/{*rest}", Scoped, delete(timed("DELETE /v1/ns/{ns}/kv/{*rest}", records::kv))),
+        r(Method::POST, "/v1/ns/{ns}/get", Scoped, post(timed("POST /v1/ns/{ns}/get", records::multi_get))),
+        r(Method::POST, "/v1/ns/{ns}/batch", Scoped, post(timed("POST /v1/ns/{ns}/batch", records::batch))),
+        r(Method::GET, "/v1/ns/{ns}/watch", Scoped, get(sse::sse)),
+        r(Method::GET, "/v1/ws", Authenticated, get(ws::upgrade)),
+        r(Method::GET, "/v1/writes/{id}", Authenticated, get(timed("GET /v1/writes/{id}", writes::status))),
+        r(Method::POST, "/v1/tokens", Scoped, post(timed("POST /v1/tokens", tokens::create))),
+        r(Method::GET, "/v1/tokens", Authenticated, get(timed("GET /v1/tokens", tokens::list))),
+        r(Method::DELETE, "/v1/tokens/{id}", Scoped, delete(timed("DELETE /v1/tokens/{id}", tokens::revoke))),
+        r(Method::GET, "/v1/cluster", Scoped, get(timed("GET /v1/cluster", cluster::show))),
+        r(Method::POST, "/v1/admin/snapshots", Scoped, post(timed("POST /v1/admin/snapshots", admin::create))),
+        r(Method::GET, "/v1/admin/snapshots", Scoped, get(timed("GET /v1/admin/snapshots", admin::list))),
+        r(Method::GET, "/demo", Public, get(demo::page)),
+        r(Method::GET, "/demo/client/{file}", Public, get(demo::client_file)),
+        r(Method::GET, "/metrics", Scoped, get(ops::metrics)),
+        r(Method::GET, "/healthz", Public, get(ops::healthz)),
+        r(Method::GET, "/readyz", Public, get(ops::readyz)),
+    ]
+}
+
 pub fn router(state: AppState) -> Router {
-    Router::new()
-        .route("/v1/ns", get(timed("GET /v1/ns", namespaces::list)))
-        .route(
-            "/v1/ns/{ns}",
-            put(timed("PUT /v1/ns/{ns}", namespaces::create)).get(timed("GET /v1/ns/{ns}", namespaces::describe)),
-        )
-        .route(
-            "/v1/ns/{ns}/kv/{*rest}",
-            get(timed(GET_RECORD_ROUTE, records::kv))
-                .put(timed(PUT_RECORD_ROUTE, records::kv))
-                .delete(timed("DELETE /v1/ns/{ns}/kv/{*rest}", records::kv)),
-        )
-        .route("/v1/ns/{ns}/get", post(timed("POST /v1/ns/{ns}/get", records::multi_get)))
-        .route("/v1/ns/{ns}/batch", post(timed("POST /v1/ns/{ns}/batch", records::batch)))
-        .route("/v1/ns/{ns}/watch", get(sse::sse))
-        .route("/v1/ws", get(ws::upgrade))
-        .route("/v1/writes/{id}", get(timed("GET /v1/writes/{id}", writes::status)))
-        .route("/v1/cluster", get(timed("GET /v1/cluster", cluster::show)))
-        .route(
-            "/v1/admin/snapshots",
-            post(timed("POST /v1/admin/snapshots", admin::create)).get(timed("GET /v1/admin/snapshots", admin::list)),
-        )
-        .route("/demo", get(demo::page))
-        .route("/demo/client/{file}", get(demo::client_file))
-        .route("/metrics", get(ops::metrics))
-        .route("/healthz", get(ops::healthz))
-        .route("/readyz", get(ops::readyz))
+    table()
+        .into_iter()
+        .fold(Router::new(), |router, (route, handler)| router.route(route.path, handler))
         .fallback(fallback)
         .method_not_allowed_fallback(method_not_allowed)
         .with_state(state)

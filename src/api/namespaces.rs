@@ -8,7 +8,9 @@ use axum::Json;
 use serde::Deserialize;
 use serde_json::json;
 
+use super::access::{require, require_anywhere, Caller};
 use super::error::ApiError;
+use crate::auth::{Identity, Verb};
 use super::keys::NsName;
 use super::ns_settings::{self, WriteMode};
 use super::{body, AppState};
@@ -29,7 +31,8 @@ const NAMESPACE_BODY_BYTES_MAX: usize = 4096;
 /// 201 created, 200 same again (or settings changed), 409 different
 /// partition count. `partitions` may be left out when the namespace exists
 /// (to change its `write_mode` only).
-pub async fn create(State(state): State<AppState>, NsName(ns): NsName, body: Body) -> Result<Response, ApiError> {
+pub async fn create(State(state): State<AppState>, Caller(identity): Caller, NsName(ns): NsName, body: Body) -> Result<Response, ApiError> {
+    require(&identity, &ns, "", Verb::Admin)?;
     let bytes = body::read(body, NAMESPACE_BODY_BYTES_MAX, "body_too_large", "the namespace body").await?;
     let request: CreateBody = body::json(&bytes)?;
     let created = match request.partitions {
@@ -56,14 +59,23 @@ pub async fn create(State(state): State<AppState>, NsName(ns): NsName, body: Bod
 }
 
 /// `GET /v1/ns`
-pub async fn list(State(state): State<AppState>) -> Response {
-    let namespaces: Vec<_> =
-        state.node.namespaces().iter().map(|n| json!({ "name": &*n.name, "partitions": n.partitions })).collect();
+/// Shows the namespaces the caller has some grant in (all to the root token).
+pub async fn list(State(state): State<AppState>, Caller(identity): Caller) -> Response {
+    let namespaces: Vec<_> = state
+        .node
+        .namespaces()
+        .iter()
+        .filter(|n| may_see(&identity, &n.name))
+        .map(|n| json!({ "name": &*n.name, "partitions": n.partitions }))
+        .collect();
     Json(json!({ "namespaces": namespaces })).into_response()
 }
 
 /// `GET /v1/ns/{ns}`: the namespace as this node sees it.
-pub async fn describe(State(state): State<AppState>, NsName(ns): NsName) -> Result<Response, ApiError> {
+pub async fn describe(State(state): State<AppState>, Caller(identity): Caller, NsName(ns): NsName) -> Result<Response, ApiError> {
+    if !may_see(&identity, &ns) {
+        require_anywhere(&identity, &ns, Verb::Read)?;
+    }
     let namespace = state.node.namespace(&ns).ok_or_else(|| ApiError::unknown_namespace(&ns))?;
     let tps = namespace.handles.iter().map(|h| h.tp.clone()).collect();
     let log_offsets = log_offsets(state.node.log.clone(), tps).await;
@@ -99,6 +111,14 @@ pub async fn describe(State(state): State<AppState>, NsName(ns): NsName) -> Resu
         "state": partitions,
     });
     Ok(Json(body).into_response())
+}
+
+/// Whether `identity` has any grant in `ns` (the system namespace: root only).
+fn may_see(identity: &Identity, ns: &str) -> bool {
+    match identity {
+        Identity::Open | Identity::Root => true,
+        _ => Verb::ALL.into_iter().any(|verb| identity.allows_anywhere(ns, verb).is_ok()),
+    }
 }
 
 /// The whole describe waits at most this long for the log's offsets; a

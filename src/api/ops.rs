@@ -8,7 +8,9 @@ use axum::Json;
 use serde_json::json;
 
 use super::error::ApiError;
+use super::access::{caller_of, require_everywhere};
 use super::AppState;
+use crate::auth::Verb;
 
 pub async fn healthz() -> Response {
     Json(json!({ "status": "ok" })).into_response()
@@ -34,6 +36,13 @@ pub async fn readyz(State(state): State<AppState>) -> Response {
     .into_response()
 }
 
-pub async fn metrics() -> Response {
+/// Prometheus text: public with `public_metrics`, else `read` on every namespace.
+pub async fn metrics(State(state): State<AppState>, request: axum::extract::Request) -> Response {
+    if !state.access.public_metrics {
+        let (parts, _) = request.into_parts();
+        if let Err(e) = caller_of(&state, &parts).and_then(|identity| require_everywhere(&identity, Verb::Read)) {
+            return e.into_response();
+        }
+    }
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], crate::metrics::render()).into_response()
 }

@@ -11,11 +11,13 @@ use bytes::Bytes;
 use serde::Deserialize;
 use serde_json::json;
 
+use super::access::{caller_of, require, require_anywhere, Caller};
 use super::error::ApiError;
 use super::params::Params;
 use super::keys::NsName;
 use super::forward::{self, Incoming};
 use super::{body, keys, render, AppState};
+use crate::auth::Verb;
 use crate::codec::{Condition, Mutation, Op, OpKind};
 use crate::limits;
 use crate::node::read::{await_consistency, Consistency};
@@ -54,6 +56,7 @@ fn condition(params: &Params) -> Result<Option<Condition>, ApiError> {
 /// `PUT|GET|DELETE /v1/ns/{ns}/kv/{pk}[/{sk}]`
 pub async fn kv(
     State(state): State<AppState>,
+    Caller(identity): Caller,
     NsName(ns): NsName,
     method: axum::http::Method,
     uri: Uri,
@@ -62,6 +65,8 @@ pub async fn kv(
     body: Body,
 ) -> Result<Response, ApiError> {
     let key = keys::parse(uri.path())?;
+    let verb = if method == axum::http::Method::GET { Verb::Read } else { Verb::Write };
+    require(&identity, &ns, &key.pk, verb)?;
     let namespace = namespace(&state, &ns)?;
     let incoming = Incoming::new(method.clone(), &uri, &headers);
     let query = query.as_deref();
@@ -101,6 +106,10 @@ fn reads_here(state: &AppState, incoming: &Incoming<'_>, namespace: &Namespace, 
 pub async fn fast_path(state: &AppState, request: axum::extract::Request) -> Result<Response, axum::extract::Request> {
     let Some((namespace, pk, sk)) = fast_key(state, request.uri().path()) else { return Err(request) };
     let (parts, body) = request.into_parts();
+    let verb = if parts.method == axum::http::Method::GET { Verb::Read } else { Verb::Write };
+    if let Err(e) = caller_of(state, &parts).and_then(|identity| require(&identity, &namespace.name, &pk, verb)) {
+        return Ok(e.into_response());
+    }
     let incoming = Incoming::new(parts.method.clone(), &parts.uri, &parts.headers);
     let response = match parts.method {
         axum::http::Method::GET => get(state, &incoming, &namespace, pk, sk, None).await,
@@ -400,12 +409,14 @@ struct KeyBody {
 /// `POST /v1/ns/{ns}/get`
 pub async fn multi_get(
     State(state): State<AppState>,
+    Caller(identity): Caller,
     NsName(ns): NsName,
     uri: Uri,
     headers: HeaderMap,
     RawQuery(query): RawQuery,
     body: Body,
 ) -> Result<Response, ApiError> {
+    require_anywhere(&identity, &ns, Verb::Read)?;
     let namespace = namespace(&state, &ns)?;
     let params = Params::parse(query.as_deref(), &["after", "consistency", "timeout_ms"])?;
     let bytes = body::read(body, MULTI_GET_BODY_BYTES_MAX, "too_many_keys", "the multi-get body").await?;
@@ -420,6 +431,7 @@ pub async fn multi_get(
     for key in &request.keys {
         limits::check_pk(&key.pk)?;
         limits::check_sk(&key.sk)?;
+        require(&identity, &ns, &key.pk, Verb::Read)?;
     }
     let mut partitions: Vec<u32> = request.keys.iter().map(|k| namespace.partition_of(&k.pk)).collect();
     partitions.sort_unstable();
@@ -516,18 +528,23 @@ fn batch_op(index: usize, op: BatchOp) -> Result<Op, ApiError> {
 /// `POST /v1/ns/{ns}/batch`
 pub async fn batch(
     State(state): State<AppState>,
+    Caller(identity): Caller,
     NsName(ns): NsName,
     uri: Uri,
     headers: HeaderMap,
     RawQuery(query): RawQuery,
     body: Body,
 ) -> Result<Response, ApiError> {
+    require_anywhere(&identity, &ns, Verb::Write)?;
     let namespace = namespace(&state, &ns)?;
     let params = Params::parse(query.as_deref(), &["wait", "timeout_ms", "durability"])?;
     let bytes = body::read(body, BATCH_BODY_BYTES_MAX, "batch_too_large", "the batch body").await?;
     let request: BatchBody = body::json(&bytes)?;
     limits::check_ops_count(request.ops.len())?;
     let ops = request.ops.into_iter().enumerate().map(|(i, op)| batch_op(i, op)).collect::<Result<Vec<_>, _>>()?;
+    for op in &ops {
+        require(&identity, &ns, &op.pk, Verb::Write)?;
+    }
     let incoming = Incoming::new(axum::http::Method::POST, &uri, &headers);
     let mutation = Mutation { write_id: write_id(&incoming)?, ops };
     limits::check_mutation_bytes(mutation.payload_bytes())?;

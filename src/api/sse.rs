@@ -31,6 +31,8 @@ use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 
+use super::access::{require, Caller};
+use crate::auth::{Identity, Verb};
 use super::error::ApiError;
 use super::params::Params;
 use super::AppState;
@@ -146,6 +148,7 @@ pub type SessionFuture = Pin<Box<dyn Future<Output = ()> + Send>>;
 /// (`h2c/watches.rs`), set up by the same `open_sse`.
 pub async fn sse(
     State(app): State<AppState>,
+    Caller(identity): Caller,
     Path(ns): Path<String>,
     RawQuery(query): RawQuery,
     connection: Option<Extension<ConnectionId>>,
@@ -155,7 +158,7 @@ pub async fn sse(
     // A few messages of slack between the session and the socket; beyond
     // that the session waits for the client (its queue keeps the bound).
     let (outbox, messages) = Outbox::new(SSE_MESSAGES_PENDING_MAX);
-    let session = open_sse(&app, &ns, query.as_deref(), &headers, connection, outbox).await?;
+    let session = open_sse(&app, &identity, &ns, query.as_deref(), &headers, connection, outbox).await?;
     let first = futures::stream::once(async { Ok::<Bytes, Infallible>(Bytes::from_static(SSE_PREAMBLE)) });
     let rest = driven(session, messages);
     let body = axum::body::Body::from_stream(futures::StreamExt::chain(first, rest));
@@ -167,13 +170,17 @@ pub async fn sse(
 /// anything is streamed, so they get a status.
 pub async fn open_sse(
     app: &AppState,
+    identity: &Identity,
     ns: &str,
     query: Option<&str>,
     headers: &HeaderMap,
     connection: ConnectionId,
     outbox: Outbox,
 ) -> Result<SessionFuture, ApiError> {
-    let params = Params::parse(query, &["pk", "prefix", "sk", "from", "mode"])?;
+    let params = Params::parse(query, &["pk", "prefix", "sk", "from", "mode", "access_token"])?;
+    // A namespace-wide watch needs the watch verb on the whole namespace: a
+    // token scoped to a pk prefix is refused, not filtered (docs/security.md).
+    require(identity, ns, params.str("pk").unwrap_or_default(), Verb::Watch)?;
     let last_event_id = match headers.get("last-event-id") {
         Some(value) => Some(
             value

@@ -33,7 +33,9 @@ use serde_json::json;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
+use super::access::{require, Caller};
 use super::error::ApiError;
+use crate::auth::{Identity, Verb};
 use super::sse::WatchRequest;
 use super::AppState;
 use crate::watch::{self, ConnectionId, Message, Outbox, OutboxReader, Tag, Tagged};
@@ -56,12 +58,17 @@ const WRITE_BUFFER_BYTES: usize = 16 * 1024;
 /// Frames fed to the socket before one flush (one write for a burst).
 const FRAMES_PER_FLUSH_MAX: usize = 256;
 
-pub async fn upgrade(State(app): State<AppState>, connection: Option<Extension<ConnectionId>>, ws: WebSocketUpgrade) -> Response {
+pub async fn upgrade(
+    State(app): State<AppState>,
+    Caller(identity): Caller,
+    connection: Option<Extension<ConnectionId>>,
+    ws: WebSocketUpgrade,
+) -> Response {
     let connection = connection.map_or(ConnectionId(0), |Extension(id)| id);
     ws.max_message_size(CLIENT_MESSAGE_BYTES_MAX)
         .read_buffer_size(READ_BUFFER_BYTES)
         .write_buffer_size(WRITE_BUFFER_BYTES)
-        .on_upgrade(move |socket| serve(app, socket, connection))
+        .on_upgrade(move |socket| serve(app, identity, socket, connection))
 }
 
 #[derive(Deserialize)]
@@ -101,7 +108,7 @@ impl Drop for Running {
 /// and costs one flush, not a task wake-up and a write per subscription.
 /// The client's frames are read by a small task of their own, so a delivery
 /// never polls the read side of the socket.
-async fn serve(app: AppState, socket: WebSocket, connection: ConnectionId) {
+async fn serve(app: AppState, identity: Identity, socket: WebSocket, connection: ConnectionId) {
     let (mut sink, stream) = socket.split();
     let (frames_tx, mut frames) = mpsc::channel::<WsMessage>(CLIENT_MESSAGES_PENDING_MAX);
     let reader = AbortOnDrop(tokio::spawn(read_frames(stream, frames_tx)));
@@ -137,7 +144,7 @@ async fn serve(app: AppState, socket: WebSocket, connection: ConnectionId) {
             Step::Frame(frame) => frame,
         };
         let reply = match frame {
-            Some(WsMessage::Text(text)) => handle(&app, connection, &text, &mut running, &mut sessions, &outbox).await,
+            Some(WsMessage::Text(text)) => handle(&app, &identity, connection, &text, &mut running, &mut sessions, &outbox).await,
             Some(WsMessage::Binary(_)) => error_text(None, &ApiError::bad_request("invalid_message", "send JSON text frames")),
             Some(WsMessage::Close(_)) | None => break,
             Some(_) => continue,
@@ -185,6 +192,7 @@ type SessionFuture = Abortable<Pin<Box<dyn Future<Output = String> + Send>>>;
 /// the reply.
 async fn handle(
     app: &AppState,
+    identity: &Identity,
     connection: ConnectionId,
     text: &str,
     running: &mut HashMap<String, Running>,
@@ -199,7 +207,7 @@ async fn handle(
         },
         Ok(ClientMessage::Sub(sub)) => {
             let id = sub.id.clone();
-            match open(app, connection, sub, running, outbox).await {
+            match open(app, identity, connection, sub, running, outbox).await {
                 Ok((session, start)) => {
                     let (abort, registration) = AbortHandle::new_pair();
                     let finished_id = id.clone();
@@ -232,6 +240,7 @@ async fn write_frames(sink: &mut SplitSink<WebSocket, WsMessage>, batch: &mut Ve
 /// Validates a `sub` and sets up its session (not yet running).
 async fn open(
     app: &AppState,
+    identity: &Identity,
     connection: ConnectionId,
     sub: Sub,
     running: &HashMap<String, Running>,
@@ -249,6 +258,8 @@ async fn open(
             format!("at most {SUBSCRIPTIONS_PER_CONNECTION_MAX} subscriptions per connection"),
         ));
     }
+    // Decided per subscription, like an SSE watch (`sse::open_sse`).
+    require(identity, &sub.ns, sub.pk.as_deref().unwrap_or_default(), Verb::Watch)?;
     let request = WatchRequest::parse(sub.pk.as_deref(), sub.prefix.as_deref(), sub.sk.as_deref(), sub.from.as_deref(), sub.mode.as_deref())?;
     let id_json: Arc<str> = serde_json::to_string(&sub.id).expect("a string serializes").into();
     let outbox = Outbox::tagged(outbox, Tag::Id(id_json));

@@ -20,6 +20,34 @@ pub struct Common {
     /// Print the API's JSON instead of human output.
     #[arg(long, global = true)]
     pub json: bool,
+    /// Bearer token for a node that requires authentication (`tern dev --auth`: the contents of
+    /// `<data-dir>/admin.token`, or a token from `tern token create`).
+    #[arg(long, env = "TERN_TOKEN", global = true, hide_env_values = true)]
+    pub token: Option<String>,
+    /// PEM file of the CA to trust for an https:// URL (besides the system's).
+    #[arg(long, env = "TERN_CA", global = true)]
+    pub ca: Option<std::path::PathBuf>,
+}
+
+impl Common {
+    /// An HTTP client that sends the token (marked sensitive: never printed)
+    /// and trusts `--ca`.
+    pub fn client(&self) -> anyhow::Result<reqwest::Client> {
+        let mut builder = reqwest::Client::builder();
+        if let Some(token) = &self.token {
+            let mut value = reqwest::header::HeaderValue::from_str(&format!("Bearer {}", token.trim()))
+                .map_err(|_| anyhow::anyhow!("--token holds characters a header cannot carry"))?;
+            value.set_sensitive(true);
+            builder = builder.default_headers([(reqwest::header::AUTHORIZATION, value)].into_iter().collect());
+        }
+        if let Some(path) = &self.ca {
+            let pem = std::fs::read(path).map_err(|e| anyhow::anyhow!("--ca {}: {e}", path.display()))?;
+            for certificate in reqwest::Certificate::from_pem_bundle(&pem).map_err(|e| anyhow::anyhow!("--ca {}: {e}", path.display()))? {
+                builder = builder.add_root_certificate(certificate);
+            }
+        }
+        builder.build().map_err(|e| anyhow::anyhow!("cannot build the HTTP client: {e}"))
+    }
 }
 
 #[derive(Args)]
@@ -131,7 +159,7 @@ fn key_url(c: &Common, pk: &str, sk: Option<&str>) -> String {
 }
 
 /// Sends a request; returns the JSON body of a 2xx, or an error naming the API's code and message.
-async fn send(request: reqwest::RequestBuilder) -> anyhow::Result<Value> {
+pub(super) async fn send(request: reqwest::RequestBuilder) -> anyhow::Result<Value> {
     let response = request.send().await.map_err(|e| anyhow::anyhow!("cannot reach Tern: {e}"))?;
     let status = response.status();
     let body: Value = response.json().await.unwrap_or(Value::Null);
@@ -143,7 +171,7 @@ async fn send(request: reqwest::RequestBuilder) -> anyhow::Result<Value> {
     anyhow::bail!("{} {code}: {message}", status.as_u16())
 }
 
-fn print(common: &Common, body: &Value, human: impl FnOnce(&Value)) {
+pub(super) fn print(common: &Common, body: &Value, human: impl FnOnce(&Value)) {
     if common.json {
         println!("{}", serde_json::to_string_pretty(body).expect("serializes"));
     } else {
@@ -177,7 +205,7 @@ pub async fn put(a: PutArgs) -> anyhow::Result<()> {
     if a.journaled {
         query.push(("durability", "journaled".to_string()));
     }
-    let request = reqwest::Client::new()
+    let request = a.common.client()?
         .put(key_url(&a.common, pk, Some(sk)))
         .query(&query)
         .header("content-type", "application/json")
@@ -192,7 +220,7 @@ pub async fn put(a: PutArgs) -> anyhow::Result<()> {
 
 pub async fn write_status(a: WriteStatusArgs) -> anyhow::Result<()> {
     let url = format!("{}/v1/writes/{}", a.common.url.trim_end_matches('/'), utf8_percent_encode(&a.id, KEY_SEGMENT));
-    let body = send(reqwest::Client::new().get(url)).await?;
+    let body = send(a.common.client()?.get(url)).await?;
     print(&a.common, &body, |b| match b["state"].as_str() {
         Some("applied") => println!(
             "applied  {}  version {}  position {}",
@@ -214,7 +242,7 @@ pub async fn get(a: GetArgs) -> anyhow::Result<()> {
     if a.strong {
         query.push(("consistency", "strong".to_string()));
     }
-    let body = send(reqwest::Client::new().get(key_url(&a.common, &a.pk, Some(&a.sk))).query(&query)).await?;
+    let body = send(a.common.client()?.get(key_url(&a.common, &a.pk, Some(&a.sk))).query(&query)).await?;
     print(&a.common, &body, |b| {
         println!("{}", serde_json::to_string_pretty(&b["value"]).expect("serializes"));
         eprintln!("version {}  position {}", b["version"], b["position"].as_str().unwrap_or(""));
@@ -230,13 +258,13 @@ pub async fn del(a: DelArgs) -> anyhow::Result<()> {
     if a.wait {
         query.push(("wait", "applied".to_string()));
     }
-    let body = send(reqwest::Client::new().delete(key_url(&a.common, &a.pk, Some(&a.sk))).query(&query)).await?;
+    let body = send(a.common.client()?.delete(key_url(&a.common, &a.pk, Some(&a.sk))).query(&query)).await?;
     print(&a.common, &body, |b| println!("deleted  position {}", b["position"].as_str().unwrap_or("")));
     Ok(())
 }
 
 pub async fn ls(a: LsArgs) -> anyhow::Result<()> {
-    let client = reqwest::Client::new();
+    let client = a.common.client()?;
     let mut cursor: Option<String> = None;
     let mut all_items = Vec::new();
     loop {
@@ -282,7 +310,7 @@ fn print_items(items: &[Value], cursor: Option<&str>) {
 }
 
 pub async fn ns(a: NsArgs) -> anyhow::Result<()> {
-    let client = reqwest::Client::new();
+    let client = a.common.client()?;
     let base = a.common.url.trim_end_matches('/').to_string();
     match a.action.unwrap_or(NsAction::Ls) {
         NsAction::Ls => {
@@ -335,7 +363,7 @@ pub struct ClusterArgs {
 /// partitions each serves as `ns/partition@applied_offset`.
 pub async fn cluster(a: ClusterArgs) -> anyhow::Result<()> {
     let base = a.common.url.trim_end_matches('/').to_string();
-    let body = send(reqwest::Client::new().get(format!("{base}/v1/cluster"))).await?;
+    let body = send(a.common.client()?.get(format!("{base}/v1/cluster"))).await?;
     print(&a.common, &body, |b| {
         println!("{:<20} {:<12} {:<12} {:<22} {:<6} PARTITIONS", "NODE", "REGION", "GROUP", "ADDRESS", "STATE");
         for n in b["nodes"].as_array().into_iter().flatten() {
@@ -375,6 +403,12 @@ pub struct SnapshotArgs {
     /// Print the API's JSON instead of human output.
     #[arg(long, global = true)]
     json: bool,
+    /// Bearer token (see `Common`).
+    #[arg(long, env = "TERN_TOKEN", global = true, hide_env_values = true)]
+    token: Option<String>,
+    /// PEM file of the CA to trust for an https:// URL.
+    #[arg(long, env = "TERN_CA", global = true)]
+    ca: Option<std::path::PathBuf>,
     #[command(subcommand)]
     action: SnapshotAction,
 }
@@ -397,8 +431,8 @@ enum SnapshotAction {
 /// `tern snapshot create|ls`.
 pub async fn snapshot(a: SnapshotArgs) -> anyhow::Result<()> {
     let base = a.url.trim_end_matches('/').to_string();
-    let client = reqwest::Client::new();
-    let common = Common { url: a.url.clone(), ns: String::new(), json: a.json };
+    let common = Common { url: a.url.clone(), ns: String::new(), json: a.json, token: a.token.clone(), ca: a.ca.clone() };
+    let client = common.client()?;
     match a.action {
         SnapshotAction::Create { ns, partition } => {
             let body = serde_json::json!({ "ns": ns, "partition": partition });

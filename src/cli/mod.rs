@@ -3,6 +3,7 @@
 //! (The benchmark harness is a program of its own: `tern-bench`, in `bench/`.)
 
 mod client;
+mod token;
 mod watch;
 
 use std::path::PathBuf;
@@ -40,6 +41,8 @@ pub enum Command {
     Cluster(client::ClusterArgs),
     /// Take (`create`) or list (`ls`) partition snapshots.
     Snapshot(client::SnapshotArgs),
+    /// API keys: `tern token create --ns NS --prefix P --verbs read,write,watch,admin`, `ls`, `revoke ID`.
+    Token(token::TokenArgs),
     /// What became of a write: `tern write-status ID` (journaled, applied with its outcome, or unknown).
     WriteStatus(client::WriteStatusArgs),
 }
@@ -59,6 +62,10 @@ pub struct DevArgs {
     /// continue after them (writes acknowledged after them are lost).
     #[arg(long)]
     pub restore: bool,
+    /// Require a token on every request; the admin token is written to
+    /// `<data-dir>/admin.token` (mode 0600) at first start (docs/security.md).
+    #[arg(long)]
+    pub auth: bool,
 }
 
 /// A node of a cluster: every setting is a flag, a `TERN_*` variable and a
@@ -102,6 +109,7 @@ pub fn main() -> anyhow::Result<()> {
                     settings.data_dir = data_dir;
                 }
                 settings.restore = args.restore;
+                settings.auth = args.auth;
                 // The Firebase emulator's conventions (docs/firebase.md).
                 settings.firebase_owner_token = Some("owner".into());
                 settings.firebase_emulator = true;
@@ -135,6 +143,7 @@ pub fn main() -> anyhow::Result<()> {
             Command::Watch(args) => watch::watch(args).await,
             Command::Cluster(args) => client::cluster(args).await,
             Command::Snapshot(args) => client::snapshot(args).await,
+            Command::Token(args) => token::token(args).await,
         }
     })
 }

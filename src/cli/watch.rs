@@ -43,7 +43,7 @@ pub async fn watch(a: WatchArgs) -> anyhow::Result<()> {
         }
     }
     let url = format!("{}/v1/ns/{}/watch", a.common.url.trim_end_matches('/'), a.common.ns);
-    let client = reqwest::Client::new();
+    let client = a.common.client()?;
     let mut position: Option<String> = None;
     let mut printed = 0u64;
     let mut retry_delay = RETRY_DELAY_MIN;

@@ -453,6 +453,18 @@ impl Node {
     /// Creates a namespace (its log topic and partition stores). Returns true if created.
     pub async fn create_namespace(&self, name: &str, partitions: u32) -> Result<bool, NamespaceError> {
         limits::check_namespace_name(name).map_err(NamespaceError::Invalid)?;
+        self.create_named(name, partitions).await
+    }
+
+    /// Creates a system namespace: `_` and a valid name, which no user's can
+    /// be (the API keys live in one: `auth::SYSTEM_NAMESPACE`).
+    pub async fn create_system_namespace(&self, name: &str, partitions: u32) -> Result<bool, NamespaceError> {
+        let rest = name.strip_prefix('_').expect("a system namespace's name starts with _");
+        limits::check_namespace_name(rest).map_err(NamespaceError::Invalid)?;
+        self.create_named(name, partitions).await
+    }
+
+    async fn create_named(&self, name: &str, partitions: u32) -> Result<bool, NamespaceError> {
         limits::check_partitions(partitions).map_err(NamespaceError::Invalid)?;
         let _guard = self.creating.lock().await;
         if let Some(existing) = self.namespace(name) {

@@ -32,6 +32,8 @@ pub struct Setting {
     pub bound: Bound,
     /// Whether the flag takes several values.
     list: bool,
+    /// Whether the flag may stand alone (a bool: `--auth` is `--auth true`).
+    switch: bool,
 }
 
 impl Setting {
@@ -84,6 +86,7 @@ macro_rules! settings {
                 doc: concat!($($doc, "\n"),+),
                 bound: $bound,
                 list: <$ty as Value>::LIST,
+                switch: <$ty as Value>::SWITCH,
             }, )*
         ];
 
@@ -206,6 +209,32 @@ settings! {
     /// within a request head is closed, and an HTTP/2 connection without a stream through a whole wait gets
     /// GOAWAY (streams in flight are not idle). Longer than clients keep idle connections (reqwest: 90 s).
     http_idle_ms: u64 = 120_000, Bound::Range(1_000, 3_600_000);
+    /// Security: require `Authorization: Bearer TOKEN` on every route but `/healthz`, `/readyz`, the demo
+    /// page (and `/metrics` with `public_metrics`); see docs/security.md. `tern dev --auth` turns it on.
+    auth: bool = false, Bound::Any;
+    /// Security: the root token's file (every verb everywhere; the nodes of a cluster share it and read the
+    /// API keys from each other with it). Made with mode 0600 at first start when missing. Unset with `auth`:
+    /// `<data_dir>/admin.token`.
+    admin_token_file: Option<PathBuf> = None, Bound::Any;
+    /// Security: keys that verify JWTs, as `ALG:PATH`: `HS256:/secret` (at least 32 bytes), `RS256:/pub.pem`,
+    /// `ES256:/pub.pem`, `EdDSA:/pub.pem`.
+    jwt_keys ("jwt-key"): Vec<String> = Vec::new(), Bound::Any;
+    /// Security: a JWKS file (JSON `{"keys": [...]}`) of keys that verify JWTs, chosen by the token's `kid`.
+    jwt_jwks_file: Option<PathBuf> = None, Bound::Any;
+    /// Security: audiences a JWT's `aud` must name one of (none: `aud` is not checked).
+    jwt_audience: Vec<String> = Vec::new(), Bound::Any;
+    /// Security: issuers a JWT's `iss` must be one of (none: `iss` is not checked).
+    jwt_issuer: Vec<String> = Vec::new(), Bound::Any;
+    /// Security: the JWT claim holding the token's grants for Tern's API (a list of `{ns, prefix, verbs}`).
+    jwt_grants_claim: String = "tern_grants".into(), Bound::NonEmpty;
+    /// Security: serve `/metrics` without a token (else it takes `read` on every namespace).
+    public_metrics: bool = false, Bound::Any;
+    /// Security: failed authentications allowed per minute per client address; past it the address is
+    /// answered 429 until its budget refills (0: no limit).
+    auth_failures_per_minute: u32 = 60, Bound::Range(0, 1_000_000);
+    /// Security: allow `listen` on an address other than loopback without `auth` (anyone who reaches the
+    /// port can then read and write everything).
+    insecure: bool = false, Bound::Any;
     /// Firebase: the bearer token that is the database owner (admin: rules do not apply), as
     /// `Authorization: Bearer <token>` or `?auth=<token>`. `tern dev`: `owner`, the emulator's. Unset: no owner.
     firebase_owner_token: Option<String> = None, Bound::Any;
@@ -290,7 +319,49 @@ impl Settings {
             self.log
         );
         self.namespaces_to_create()?;
+        self.check_exposure()?;
         Ok(())
+    }
+
+    /// `tern serve` refuses to listen beyond loopback without authentication
+    /// unless told `insecure`.
+    fn check_exposure(&self) -> anyhow::Result<()> {
+        if self.auth || self.insecure {
+            return Ok(());
+        }
+        let loopback = match self.listen.parse::<std::net::SocketAddr>() {
+            Ok(address) => address.ip().is_loopback(),
+            // A host name: loopback only if it is `localhost`.
+            Err(_) => self.listen.rsplit_once(':').is_some_and(|(host, _)| host == "localhost"),
+        };
+        anyhow::ensure!(
+            loopback,
+            "refusing to listen on {} without authentication: anyone who reaches it could read and write \
+             everything. Turn on auth (--auth, docs/security.md), listen on loopback, or pass --insecure",
+            self.listen
+        );
+        Ok(())
+    }
+
+    /// How requests are authenticated (`auth/`), with the root token read
+    /// or made; None when `auth` is off.
+    pub fn auth_config(&self) -> anyhow::Result<Option<crate::auth::AuthConfig>> {
+        if !self.auth {
+            return Ok(None);
+        }
+        let path = self.admin_token_file.clone().unwrap_or_else(|| self.data_dir.join("admin.token"));
+        let root_token = crate::auth::load_or_create_root_token(&path)?;
+        Ok(Some(crate::auth::AuthConfig {
+            root_token: Some(root_token),
+            jwt: crate::auth::jwt::JwtConfig {
+                keys: self.jwt_keys.clone(),
+                jwks_file: self.jwt_jwks_file.clone(),
+                audiences: self.jwt_audience.clone(),
+                issuers: self.jwt_issuer.clone(),
+                grants_claim: self.jwt_grants_claim.clone(),
+            },
+            failures_per_minute: self.auth_failures_per_minute,
+        }))
     }
 
     /// `namespaces`, parsed: (name, partitions).
@@ -469,9 +540,10 @@ fn argument(s: &Setting) -> clap::Arg {
         .value_name("VALUE")
         .help(format!("{} [default: {default}]", s.doc()))
         .long_help(long_help);
-    match s.list {
-        true => arg.action(clap::ArgAction::Append).value_delimiter(','),
-        false => arg.action(clap::ArgAction::Set),
+    match (s.list, s.switch) {
+        (true, _) => arg.action(clap::ArgAction::Append).value_delimiter(','),
+        (false, true) => arg.action(clap::ArgAction::Set).num_args(0..=1).default_missing_value("true"),
+        (false, false) => arg.action(clap::ArgAction::Set),
     }
 }
 
@@ -519,6 +591,17 @@ mod tests {
         bad(|s| s.watch_ring_events_max = 0, "watch_ring_events_max");
         bad(|s| s.watch_ring_bytes_max = 0, "watch_ring_bytes_max");
         bad(|s| s.http_idle_ms = 0, "http_idle_ms must be 1000..=3600000");
+        bad(|s| s.listen = "0.0.0.0:7070".into(), "refusing to listen on 0.0.0.0:7070 without authentication");
+        bad(|s| s.listen = "[::]:7070".into(), "without authentication");
+        bad(|s| s.listen = "example.com:7070".into(), "without authentication");
+        bad(|s| s.auth_failures_per_minute = 2_000_000, "auth_failures_per_minute");
+        bad(|s| s.jwt_grants_claim = String::new(), "jwt_grants_claim must not be empty");
+        for exposed in [Settings { listen: "0.0.0.0:7070".into(), auth: true, ..Default::default() }, Settings { listen: "0.0.0.0:7070".into(), insecure: true, ..Default::default() }] {
+            exposed.validate().unwrap();
+        }
+        for loopback in ["127.0.0.1:0", "127.0.0.2:7070", "[::1]:7070", "localhost:7070"] {
+            Settings { listen: loopback.into(), ..Default::default() }.validate().unwrap();
+        }
         Settings::default().validate().unwrap();
         let mut s = Settings::default();
         assert!(!s.kafka_group_membership(), "auto without gossip: hold every partition");

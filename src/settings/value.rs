@@ -38,6 +38,8 @@ pub trait Value: Sized {
     /// Whether the flag takes several values (repeatable, and comma-separated
     /// in one flag or environment variable).
     const LIST: bool = false;
+    /// Whether the flag may stand alone (`--auth` means `--auth true`).
+    const SWITCH: bool = false;
     /// Reads the flag's or the environment variable's text.
     fn parse(values: Vec<String>) -> Result<Self, String>;
     /// The value as the docs and `--help` show it.
@@ -97,9 +99,10 @@ macro_rules! number_value {
     )*};
 }
 
-number_value!(u64, usize, i32);
+number_value!(u64, u32, usize, i32);
 
 impl Value for bool {
+    const SWITCH: bool = true;
     fn parse(values: Vec<String>) -> Result<Self, String> {
         let text = single(values)?;
         text.parse().map_err(|_| format!("must be true or false, got {text:?}"))

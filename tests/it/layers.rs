@@ -18,7 +18,7 @@ const FLOORS: &[&[&str]] = &[
     &["cli"],
     &["server"],
     &["api", "settings"],
-    &["rules"],
+    &["rules", "auth"],
     &["cluster"],
     &["node"],
     &["journal"],

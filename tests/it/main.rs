@@ -10,6 +10,7 @@
 mod common;
 
 mod api;
+mod auth;
 mod bad_input;
 mod bounds;
 mod cluster;

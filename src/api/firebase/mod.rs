@@ -27,7 +27,8 @@ use axum::response::{IntoResponse, Response};
 use parking_lot::Mutex;
 use serde_json::Value;
 
-use super::AppState;
+use super::{access, AppState};
+use crate::auth::{Identity, Verb};
 use crate::partition::Namespace;
 use crate::api::sse::{Encoder, SessionFuture};
 use crate::partition::ReadView;
@@ -97,7 +98,10 @@ impl IntoResponse for FbError {
 /// A Tern error (a write's outcome, a forward) in Firebase's form.
 impl From<crate::api::error::ApiError> for FbError {
     fn from(e: crate::api::error::ApiError) -> FbError {
-        FbError::new(e.status, e.message)
+        match e.code {
+            "unauthenticated" | "permission_denied" | "too_many_failed_authentications" => FbError::new(e.status, format!("{}: {}", e.code, e.message)),
+            _ => FbError::new(e.status, e.message),
+        }
     }
 }
 
@@ -173,9 +177,11 @@ async fn dispatch(state: AppState, request: Request) -> Result<Response, FbError
     let connection = parts.extensions.get::<ConnectionId>().copied().unwrap_or(ConnectionId(0));
     let query = Query::parse(parts.uri.query());
     let method = method_of(&parts.method, &parts.headers, &query)?;
-    let namespace = database(&state, &query).await?;
-    let caller = caller(&state.firebase, &parts.headers, &query)?;
     let path = parts.uri.path().strip_suffix(".json").expect("routed here for .json paths");
+    let verb = verb_of(&method, path, wants_stream(&parts.headers));
+    let identity = if state.access.enabled() { Some(access::caller_of(&state, &parts).map_err(FbError::from)?) } else { None };
+    let caller = caller(&state, identity.as_ref(), &parts.headers, &query, verb)?;
+    let namespace = database(&state, &query).await?;
     if path == "/.settings/rules" {
         let body = read_body(body).await?;
         return rules_file::handle(&state, &namespace, &caller, &method, &query, body).await;
@@ -212,13 +218,15 @@ pub async fn open_h2c_stream(
     state: &AppState,
     uri: &axum::http::Uri,
     headers: &HeaderMap,
+    peer: Option<std::net::IpAddr>,
     connection: ConnectionId,
     outbox: crate::watch::Outbox,
 ) -> Result<(SessionFuture, Box<dyn Encoder>), Response> {
     let opened = async {
         let query = Query::parse(uri.query());
+        let identity = if state.access.enabled() { Some(access::identify(state, headers, uri, peer).map_err(FbError::from)?) } else { None };
+        let caller = caller(state, identity.as_ref(), headers, &query, Verb::Watch)?;
         let namespace = database(state, &query).await?;
-        let caller = caller(&state.firebase, headers, &query)?;
         let path = uri.path().strip_suffix(".json").expect("a Firebase path");
         let keys = crate::tree::path::parse_url_path(path).map_err(FbError::bad)?;
         let sk = crate::tree::path::sk_of(&keys);
@@ -269,8 +277,47 @@ async fn database(state: &AppState, query: &Query) -> Result<Arc<Namespace>, FbE
     state.node.namespace(name).ok_or_else(|| FbError::new(StatusCode::SERVICE_UNAVAILABLE, "the database was created but is not open yet; retry"))
 }
 
-/// Who is asking: `Authorization: Bearer <token>` or `?auth=<token>`.
-fn caller(config: &FirebaseConfig, headers: &HeaderMap, query: &Query) -> Result<Caller, FbError> {
+/// The verb a Firebase request needs: rules take `admin`, streams `watch`,
+/// reads `read`, everything else `write`.
+fn verb_of(method: &axum::http::Method, path: &str, stream: bool) -> Verb {
+    match *method {
+        _ if path == "/.settings/rules" => Verb::Admin,
+        axum::http::Method::GET if stream => Verb::Watch,
+        axum::http::Method::GET => Verb::Read,
+        _ => Verb::Write,
+    }
+}
+
+/// Who is asking. With authentication on (`identity` is the request's): the
+/// root token, and a token whose grants allow `verb` on the database's tree,
+/// are the owner (rules do not apply, like the Admin SDK's service account);
+/// a JWT without such a grant is a user whose claims are `auth` (rules
+/// decide); an API key without one is refused (403). Without
+/// authentication: `legacy_caller`.
+fn caller(state: &AppState, identity: Option<&Identity>, headers: &HeaderMap, query: &Query, verb: Verb) -> Result<Caller, FbError> {
+    let Some(identity) = identity else { return legacy_caller(&state.firebase, headers, query) };
+    let ns = query.get("ns").unwrap_or("default");
+    let as_admin = || -> Result<Caller, FbError> {
+        let as_auth = match query.get("auth_variable_override") {
+            None => None,
+            Some(text) => Some(serde_json::from_str::<Value>(text).map_err(|_| FbError::bad("auth_variable_override must be a JSON object or null"))?),
+        };
+        Ok(Caller::Admin { as_auth })
+    };
+    match identity.allows(ns, TREE_PK, verb) {
+        Ok(()) => as_admin(),
+        Err(_) if verb != Verb::Admin && identity.firebase_auth().is_some() => {
+            Ok(Caller::User { auth: identity.firebase_auth().expect("a JWT's claims") })
+        }
+        Err(denied) => {
+            crate::metrics::AUTH_DENIED.inc();
+            Err(FbError::new(StatusCode::FORBIDDEN, format!("permission_denied: {}", denied.message)))
+        }
+    }
+}
+
+/// Who is asking without authentication: `Authorization: Bearer <token>` or `?auth=<token>`.
+fn legacy_caller(config: &FirebaseConfig, headers: &HeaderMap, query: &Query) -> Result<Caller, FbError> {
     let bearer = headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).and_then(|v| v.strip_prefix("Bearer ").map(str::trim));
     let Some(token) = bearer.or(query.get("auth")).or(query.get("access_token")) else {
         return Ok(Caller::User { auth: Value::Null });
@@ -306,6 +353,12 @@ fn unsigned_id_token_auth(token: &str) -> Option<Value> {
     Some(serde_json::json!({ "uid": uid, "provider": provider, "token": claims }))
 }
 
+/// Whether a database without rules is open: the emulator's convention,
+/// never with authentication on (deny by default).
+pub fn open_without_rules(state: &AppState) -> bool {
+    state.firebase.emulator && !state.access.enabled()
+}
+
 /// The rules of `namespace` as this node has applied them.
 ///
 /// Parsed once per version of their record, and read from the store only
@@ -331,7 +384,7 @@ pub fn rules_of(state: &AppState, namespace: &Namespace) -> Result<Arc<Rules>, F
     }
     let text = match &record {
         Some(r) => serde_json::from_slice::<String>(&r.value).unwrap_or_default(),
-        None if state.firebase.emulator => crate::rules::OPEN.to_string(),
+        None if open_without_rules(state) => crate::rules::OPEN.to_string(),
         None => crate::rules::LOCKED.to_string(),
     };
     // Saved rules were checked when saved; a record a foreign writer broke locks the database.

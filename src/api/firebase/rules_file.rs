@@ -26,7 +26,7 @@ pub async fn handle(state: &AppState, namespace: &Namespace, caller: &Caller, me
             let record = namespace.handle(partition).store().read()?.get(RULES_PK, RULES_SK)?;
             let text = match record {
                 Some(r) => serde_json::from_slice::<String>(&r.value).unwrap_or_default(),
-                None if state.firebase.emulator => crate::rules::OPEN.to_string(),
+                None if super::open_without_rules(state) => crate::rules::OPEN.to_string(),
                 None => crate::rules::LOCKED.to_string(),
             };
             let text = if query.get("format") == Some("strict") { Rules::strict_text(&text) } else { text };

@@ -32,6 +32,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 
 use super::h2c;
+use crate::api::access::Peer;
 use crate::api::AppState;
 use crate::watch::ConnectionId;
 
@@ -64,8 +65,8 @@ where
             accepted = listener.accept() => accepted,
             () = &mut shutdown => break,
         };
-        let stream = match accepted {
-            Ok((stream, _)) => stream,
+        let (stream, peer) = match accepted {
+            Ok((stream, address)) => (stream, Peer(address.ip())),
             Err(e) if is_connection_error(&e) => continue,
             Err(e) => {
                 tracing::error!(error = %e, "accept failed; pausing");
@@ -77,7 +78,7 @@ where
         if let Err(e) = stream.set_nodelay(true) {
             tracing::debug!(error = %e, "cannot set TCP_NODELAY");
         }
-        tokio::spawn(serve_connection(stream, app.clone(), service.clone(), idle, stopping.subscribe()));
+        tokio::spawn(serve_connection(stream, peer, app.clone(), service.clone(), idle, stopping.subscribe()));
     }
     drop(listener);
     stopping.send_replace(true);
@@ -93,7 +94,7 @@ fn is_connection_error(e: &std::io::Error) -> bool {
 }
 
 /// One connection, served to its end; `stopping` tells it to finish.
-async fn serve_connection<S>(stream: TcpStream, app: AppState, service: S, idle: Duration, mut stopping: watch::Receiver<bool>)
+async fn serve_connection<S>(stream: TcpStream, peer: Peer, app: AppState, service: S, idle: Duration, mut stopping: watch::Receiver<bool>)
 where
     S: tower::Service<Request, Response = Response, Error = Infallible> + Clone + Send + 'static,
     S::Future: Send + 'static,
@@ -108,8 +109,8 @@ where
         }
     };
     let result = match is_h2 {
-        Ok(true) => h2c::serve(stream, app, service, connection, idle, stopping).await.map_err(|e| e.to_string()),
-        Ok(false) => serve_http1(stream, service, connection, idle, stopping).await.map_err(|e| e.to_string()),
+        Ok(true) => h2c::serve(stream, app, service, connection, peer, idle, stopping).await.map_err(|e| e.to_string()),
+        Ok(false) => serve_http1(stream, service, connection, peer, idle, stopping).await.map_err(|e| e.to_string()),
         Err(e) => Err(e.to_string()),
     };
     if let Err(e) = result {
@@ -144,6 +145,7 @@ async fn serve_http1<S>(
     stream: TcpStream,
     service: S,
     connection: ConnectionId,
+    peer: Peer,
     idle: Duration,
     mut stopping: watch::Receiver<bool>,
 ) -> hyper::Result<()>
@@ -155,6 +157,7 @@ where
     let service = hyper::service::service_fn(move |request: hyper::Request<Incoming>| {
         let mut request = request.map(Body::new);
         request.extensions_mut().insert(connection);
+        request.extensions_mut().insert(peer);
         hyper::service::Service::call(&tower, request)
     });
     // hyper's header read timeout runs while it waits for a request's head,

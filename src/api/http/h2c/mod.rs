@@ -41,6 +41,7 @@ use hyper::body::Body as _;
 use tokio::net::TcpStream;
 
 use self::watches::Watches;
+use crate::api::access::{self, Peer};
 use crate::api::{firebase, sse, AppState};
 use crate::watch::ConnectionId;
 
@@ -68,6 +69,7 @@ pub async fn serve<S>(
     app: AppState,
     service: S,
     connection: ConnectionId,
+    peer: Peer,
     idle: Duration,
     mut stopping: tokio::sync::watch::Receiver<bool>,
 ) -> Result<(), h2::Error>
@@ -126,8 +128,9 @@ where
         };
         opened_since_check = true;
         request.extensions_mut().insert(connection);
+        request.extensions_mut().insert(peer);
         if firebase::is_stream_request(&request) {
-            match firebase::open_h2c_stream(&app, request.uri(), request.headers(), connection, watches.next_outbox()).await {
+            match firebase::open_h2c_stream(&app, request.uri(), request.headers(), Some(peer.0), connection, watches.next_outbox()).await {
                 Ok((session, encoder)) => watches.start(respond, session, Some(encoder)),
                 Err(response) => {
                     tokio::spawn(send_response(respond, response));
@@ -138,7 +141,12 @@ where
         match watch_namespace(&request) {
             Some(ns) => {
                 let query = request.uri().query();
-                match sse::open_sse(&app, &ns, query, request.headers(), connection, watches.next_outbox()).await {
+                // Served here, not by the service: authenticated here (`access`).
+                let opened = match access::identify(&app, request.headers(), request.uri(), Some(peer.0)) {
+                    Ok(identity) => sse::open_sse(&app, &identity, &ns, query, request.headers(), connection, watches.next_outbox()).await,
+                    Err(error) => Err(error),
+                };
+                match opened {
                     Ok(session) => watches.start(respond, session, None),
                     Err(error) => {
                         tokio::spawn(send_response(respond, error.into_response()));

@@ -1,0 +1,193 @@
+//! API keys: `tern_<id>_<secret>`, where `id` is 16 hex digits (8 random
+//! bytes, the key's name in lists and revocation) and `secret` 43 base64url
+//! characters (32 random bytes). Only the secret's BLAKE3 hash is stored
+//! (a 256-bit random secret needs no slow hash: there is nothing to guess),
+//! in a record replicated through the log (`api/tokens.rs`); every node
+//! keeps the records in a `KeyRing` it refreshes, so a revocation reaches
+//! each node within a refresh.
+//!
+//! A presented secret is compared with the stored hash by
+//! `blake3::Hash`'s equality, which is constant-time.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use base64::Engine;
+use parking_lot::RwLock;
+use serde::{Deserialize, Serialize};
+
+use super::grant::{Grant, GRANTS_PER_TOKEN_MAX};
+
+/// Every API key starts so (and nothing else does: a JWT starts `eyJ`).
+pub const KEY_PREFIX: &str = "tern_";
+/// Random bytes of a key's id (16 hex digits: unique among `KEYS_MAX` keys).
+const ID_BYTES: usize = 8;
+/// Random bytes of a key's secret (256 bits: nothing to guess).
+const SECRET_BYTES: usize = 32;
+/// Most API keys a cluster holds: each node keeps them all in memory.
+pub const KEYS_MAX: usize = 100_000;
+/// Longest description kept with a key.
+pub const DESCRIPTION_BYTES_MAX: usize = 256;
+
+/// A new key: the token to hand out once, and the record to store.
+pub struct NewKey {
+    pub token: String,
+    pub record: KeyRecord,
+}
+
+/// What is stored of a key (never the secret).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KeyRecord {
+    pub id: String,
+    /// BLAKE3 of the secret, hex.
+    pub hash: String,
+    pub grants: Vec<Grant>,
+    pub created_ms: u64,
+    /// Who created it: `root`, `key:<id>` or `jwt:<sub>`.
+    pub created_by: String,
+    #[serde(default)]
+    pub description: String,
+}
+
+impl KeyRecord {
+    /// Checks a record before it is written and after it is read (pair assertion).
+    pub fn check(&self) -> Result<(), String> {
+        if !is_id(&self.id) {
+            return Err(format!("key id {:?} is not {} hex digits", self.id, ID_BYTES * 2));
+        }
+        if blake3::Hash::from_hex(&self.hash).is_err() {
+            return Err(format!("key {}: the stored hash is not a BLAKE3 hash", self.id));
+        }
+        if self.grants.is_empty() || self.grants.len() > GRANTS_PER_TOKEN_MAX {
+            return Err(format!("a token carries 1 to {GRANTS_PER_TOKEN_MAX} grants; got {}", self.grants.len()));
+        }
+        if self.description.len() > DESCRIPTION_BYTES_MAX {
+            return Err(format!("a token's description is at most {DESCRIPTION_BYTES_MAX} bytes"));
+        }
+        self.grants.iter().try_for_each(Grant::check)
+    }
+}
+
+/// Makes a new key with `grants`.
+pub fn generate(grants: Vec<Grant>, created_by: String, description: String, now_ms: u64) -> NewKey {
+    let id_bytes: [u8; ID_BYTES] = rand::random();
+    let secret_bytes: [u8; SECRET_BYTES] = rand::random();
+    let id: String = id_bytes.iter().map(|b| format!("{b:02x}")).collect();
+    let secret = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(secret_bytes);
+    let hash = blake3::hash(secret.as_bytes()).to_hex().to_string();
+    NewKey {
+        token: format!("{KEY_PREFIX}{id}_{secret}"),
+        record: KeyRecord { id, hash, grants, created_ms: now_ms, created_by, description },
+    }
+}
+
+fn is_id(id: &str) -> bool {
+    id.len() == ID_BYTES * 2 && id.bytes().all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
+}
+
+/// `(id, secret)` of a well-formed API key.
+pub fn split(token: &str) -> Option<(&str, &str)> {
+    let rest = token.strip_prefix(KEY_PREFIX)?;
+    let (id, secret) = rest.split_once('_')?;
+    (is_id(id) && !secret.is_empty() && secret.len() <= 128).then_some((id, secret))
+}
+
+/// A stored key as requests see it: the hash parsed once.
+#[derive(Debug)]
+pub struct Key {
+    pub record: KeyRecord,
+    hash: blake3::Hash,
+}
+
+/// Every key this node knows, by id. Replaced whole by each refresh.
+#[derive(Default)]
+pub struct KeyRing {
+    keys: RwLock<HashMap<String, Arc<Key>>>,
+}
+
+impl KeyRing {
+    /// Replaces the keys with `records` (those that do not check are
+    /// skipped, said once per refresh).
+    pub fn replace(&self, records: Vec<KeyRecord>) {
+        let mut keys = HashMap::with_capacity(records.len());
+        for record in records.into_iter().take(KEYS_MAX) {
+            if let Err(e) = record.check() {
+                tracing::warn!(error = %e, "skipping a stored API key that does not check");
+                continue;
+            }
+            let hash = blake3::Hash::from_hex(&record.hash).expect("checked");
+            keys.insert(record.id.clone(), Arc::new(Key { record, hash }));
+        }
+        *self.keys.write() = keys;
+    }
+
+    /// Adds or replaces one key (one just created here, before the next refresh).
+    pub fn insert(&self, record: KeyRecord) {
+        if let Ok(hash) = blake3::Hash::from_hex(&record.hash) {
+            self.keys.write().insert(record.id.clone(), Arc::new(Key { record, hash }));
+        }
+    }
+
+    /// Forgets one key (revoked here, before the next refresh).
+    pub fn remove(&self, id: &str) {
+        self.keys.write().remove(id);
+    }
+
+    /// The key `token` names, if its secret matches (constant-time).
+    pub fn verify(&self, token: &str) -> Option<Arc<Key>> {
+        let (id, secret) = split(token)?;
+        let key = self.keys.read().get(id).cloned()?;
+        (blake3::hash(secret.as_bytes()) == key.hash).then_some(key)
+    }
+
+    pub fn records(&self) -> Vec<KeyRecord> {
+        let mut records: Vec<KeyRecord> = self.keys.read().values().map(|k| k.record.clone()).collect();
+        records.sort_by(|a, b| a.created_ms.cmp(&b.created_ms).then_with(|| a.id.cmp(&b.id)));
+        records
+    }
+
+    pub fn len(&self) -> usize {
+        self.keys.read().len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::auth::grant::{Verb, Verbs};
+
+    fn grants() -> Vec<Grant> {
+        vec![Grant { ns: "app".into(), prefix: String::new(), verbs: Verbs::of(&[Verb::Read]) }]
+    }
+
+    #[test]
+    fn a_generated_key_verifies_and_nothing_else_does() {
+        let ring = KeyRing::default();
+        let new = generate(grants(), "root".into(), String::new(), 1);
+        new.record.check().unwrap();
+        assert!(!new.record.hash.contains(new.token.split('_').nth(2).unwrap()), "the secret is never stored");
+        ring.insert(new.record.clone());
+        assert_eq!(ring.verify(&new.token).unwrap().record.id, new.record.id);
+        let mut wrong = new.token.clone();
+        wrong.pop();
+        wrong.push(if new.token.ends_with('A') { 'B' } else { 'A' });
+        assert!(ring.verify(&wrong).is_none());
+        assert!(ring.verify("tern_").is_none());
+        assert!(ring.verify("tern_0123456789abcdef_").is_none());
+        assert!(ring.verify(&format!("tern_{}_x", "é".repeat(8))).is_none());
+        ring.remove(&new.record.id);
+        assert!(ring.verify(&new.token).is_none());
+    }
+
+    #[test]
+    fn records_that_do_not_check_are_skipped() {
+        let ring = KeyRing::default();
+        let good = generate(grants(), "root".into(), String::new(), 1).record;
+        let mut no_grants = generate(grants(), "root".into(), String::new(), 2).record;
+        no_grants.grants.clear();
+        let mut bad_hash = generate(grants(), "root".into(), String::new(), 3).record;
+        bad_hash.hash = "zz".into();
+        ring.replace(vec![good.clone(), no_grants, bad_hash]);
+        assert_eq!(ring.records(), vec![good]);
+    }
+}

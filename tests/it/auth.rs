@@ -1,0 +1,388 @@
+//! Authentication and authorization (issue 20), against a real `tern serve`.
+//!
+//! The table test walks `tern::api::routes()` — the table the router is
+//! built from — so a route added later is covered or this test fails: each
+//! route must say here what it needs, and then meets every kind of bad
+//! credential.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use jsonwebtoken::{encode, Algorithm, EncodingKey, Header};
+use reqwest::Method;
+use serde_json::{json, Value};
+use tern::api::{routes, Route, RouteAccess};
+
+use crate::common::{cli, Tern};
+
+const HS_SECRET: &str = "a test secret of at least thirty-two bytes";
+
+/// A node with authentication on, JWTs by `HS_SECRET` for audience `tern`,
+/// namespaces `app` and `other`, and `extra` flags.
+async fn secured(dir: &Path, extra: &[&str]) -> (Tern, String) {
+    std::fs::write(dir.join("hs.key"), HS_SECRET).unwrap();
+    let data = dir.join("data");
+    let token_file = dir.join("admin.token");
+    let jwt_key = format!("HS256:{}", dir.join("hs.key").display());
+    let mut args = vec![
+        "serve", "--listen", "127.0.0.1:0", "--data-dir", data.to_str().unwrap(), "--auth",
+        "--admin-token-file", token_file.to_str().unwrap(), "--jwt-key", &jwt_key, "--jwt-audience", "tern",
+        "--namespace", "app:4", "--namespace", "other:2", "--firebase-emulator",
+    ];
+    args.extend_from_slice(extra);
+    let tern = Tern::spawn(&args, dir).await;
+    let root = std::fs::read_to_string(&token_file).unwrap().trim().to_string();
+    (tern, root)
+}
+
+fn jwt(claims: Value) -> String {
+    encode(&Header::new(Algorithm::HS256), &claims, &EncodingKey::from_secret(HS_SECRET.as_bytes())).unwrap()
+}
+
+fn now_s() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs()
+}
+
+async fn create_token(tern: &Tern, by: &str, body: Value) -> (String, String) {
+    let response = tern.client.post(format!("{}/v1/tokens", tern.url)).bearer_auth(by).json(&body).send().await.unwrap();
+    assert_eq!(response.status(), 201, "{body}");
+    let answer: Value = response.json().await.unwrap();
+    (answer["id"].as_str().unwrap().to_string(), answer["token"].as_str().unwrap().to_string())
+}
+
+/// What a route needs of the caller, for the expectations below.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Need {
+    Nothing,
+    AnyToken,
+    /// `verb` on pk `p1` of `app`.
+    Key(&'static str),
+    /// `verb` on all of `app`.
+    Namespace(&'static str),
+    /// Some grant in `app`.
+    Visible,
+    /// `verb` on every namespace.
+    Everywhere(&'static str),
+}
+
+/// A request for `route` and what it needs. Every route of the table must be
+/// here: a new one fails this test until it is.
+fn request_for(route: &Route, revoke_id: &str) -> (String, Option<Value>, Need) {
+    let m = route.method.as_str();
+    let (path, body, need): (String, Option<Value>, Need) = match (m, route.path) {
+        ("GET", "/v1/ns") => ("/v1/ns".into(), None, Need::AnyToken),
+        ("PUT", "/v1/ns/{ns}") => ("/v1/ns/app".into(), Some(json!({"partitions": 4})), Need::Namespace("admin")),
+        ("GET", "/v1/ns/{ns}") => ("/v1/ns/app".into(), None, Need::Visible),
+        ("GET", "/v1/ns/{ns}/kv/{*rest}") => ("/v1/ns/app/kv/p1/s".into(), None, Need::Key("read")),
+        ("PUT", "/v1/ns/{ns}/kv/{*rest}") => ("/v1/ns/app/kv/p1/s".into(), Some(json!(1)), Need::Key("write")),
+        ("DELETE", "/v1/ns/{ns}/kv/{*rest}") => ("/v1/ns/app/kv/p1/s".into(), None, Need::Key("write")),
+        ("POST", "/v1/ns/{ns}/get") => ("/v1/ns/app/get".into(), Some(json!({"keys": [{"pk": "p1", "sk": "s"}]})), Need::Key("read")),
+        ("POST", "/v1/ns/{ns}/batch") => {
+            ("/v1/ns/app/batch".into(), Some(json!({"ops": [{"op": "put", "pk": "p1", "sk": "s", "value": 2}]})), Need::Key("write"))
+        }
+        ("GET", "/v1/ns/{ns}/watch") => ("/v1/ns/app/watch?pk=p1".into(), None, Need::Key("watch")),
+        ("GET", "/v1/ws") => ("/v1/ws".into(), None, Need::AnyToken),
+        ("GET", "/v1/writes/{id}") => ("/v1/writes/some-write".into(), None, Need::AnyToken),
+        ("POST", "/v1/tokens") => ("/v1/tokens".into(), Some(json!({"ns": "app", "prefix": "p", "verbs": ["read"]})), Need::Namespace("admin")),
+        ("GET", "/v1/tokens") => ("/v1/tokens".into(), None, Need::AnyToken),
+        ("DELETE", "/v1/tokens/{id}") => (format!("/v1/tokens/{revoke_id}"), None, Need::Namespace("admin")),
+        ("GET", "/v1/cluster") => ("/v1/cluster".into(), None, Need::Everywhere("admin")),
+        ("POST", "/v1/admin/snapshots") => ("/v1/admin/snapshots".into(), Some(json!({})), Need::Everywhere("admin")),
+        ("GET", "/v1/admin/snapshots") => ("/v1/admin/snapshots".into(), None, Need::Everywhere("admin")),
+        ("GET", "/demo") => ("/demo".into(), None, Need::Nothing),
+        ("GET", "/demo/client/{file}") => ("/demo/client/tern.js".into(), None, Need::Nothing),
+        ("GET", "/metrics") => ("/metrics".into(), None, Need::Everywhere("read")),
+        ("GET", "/healthz") => ("/healthz".into(), None, Need::Nothing),
+        ("GET", "/readyz") => ("/readyz".into(), None, Need::Nothing),
+        ("GET", "/{path}.json") => ("/p1.json?ns=app".into(), None, Need::Namespace("read")),
+        ("PUT" | "POST" | "PATCH", "/{path}.json") => ("/p1.json?ns=app".into(), Some(json!({"a": 1})), Need::Namespace("write")),
+        ("DELETE", "/{path}.json") => ("/p1.json?ns=app".into(), None, Need::Namespace("write")),
+        ("GET", "/.settings/rules.json") => ("/.settings/rules.json?ns=app".into(), None, Need::Namespace("admin")),
+        ("PUT", "/.settings/rules.json") => {
+            ("/.settings/rules.json?ns=app".into(), Some(json!({"rules": {".read": false, ".write": false}})), Need::Namespace("admin"))
+        }
+        other => panic!("route {other:?} is not in the authorization table of tests/it/auth.rs: say what it needs"),
+    };
+    // The table's own word must agree with what the test expects.
+    let access = match need {
+        Need::Nothing => RouteAccess::Public,
+        Need::AnyToken => RouteAccess::Authenticated,
+        _ => RouteAccess::Scoped,
+    };
+    assert_eq!(route.access, access, "{} {}", route.method, route.path);
+    (path, body, need)
+}
+
+/// The credentials tried on every route, and whether each may pass `need`.
+fn may_pass(credential: &str, need: Need) -> bool {
+    match (credential, need) {
+        (_, Need::Nothing) => true,
+        ("none" | "malformed" | "expired_jwt" | "wrong_audience" | "revoked", _) => false,
+        ("root", _) => true,
+        (_, Need::AnyToken) => true,
+        // Every verb, but on namespace `other` only.
+        ("other_namespace", _) => false,
+        // Every verb on app, but only pks under `zzz/`.
+        ("other_prefix", Need::Visible) => true,
+        ("other_prefix", _) => false,
+        // read on all of app.
+        ("read_only", Need::Visible) => true,
+        ("read_only", Need::Key(verb) | Need::Namespace(verb)) => verb == "read",
+        ("read_only", Need::Everywhere(_)) => false,
+        // A JWT whose grants give every verb on all of app.
+        ("jwt_app_admin", Need::Everywhere(_)) => false,
+        ("jwt_app_admin", Need::Key(_) | Need::Namespace(_)) => true,
+        ("jwt_app_admin", Need::Visible) => true,
+        other => panic!("no expectation for {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_route_refuses_every_bad_credential() {
+    let dir = tempfile::tempdir().unwrap();
+    let (tern, root) = secured(dir.path(), &["--auth-failures-per-minute", "0"]).await;
+    let app_grant = |prefix: &str, verbs: Value| json!({"ns": "app", "prefix": prefix, "verbs": verbs});
+    let (_, other_namespace) = create_token(&tern, &root, json!({"ns": "other", "verbs": ["admin"]})).await;
+    let (_, other_prefix) = create_token(&tern, &root, app_grant("zzz/", json!(["admin"]))).await;
+    let (_, read_only) = create_token(&tern, &root, app_grant("", json!(["read"]))).await;
+    let (revoked_id, revoked) = create_token(&tern, &root, app_grant("", json!(["admin"]))).await;
+    let (status, _) = tern.send(tern.client.delete(format!("{}/v1/tokens/{revoked_id}", tern.url)).bearer_auth(&root)).await;
+    assert_eq!(status, 200);
+    let exp = now_s() + 600;
+    let credentials: Vec<(&str, Option<String>)> = vec![
+        ("none", None),
+        ("malformed", Some("tern_not-a-key".into())),
+        ("expired_jwt", Some(jwt(json!({"sub": "a", "aud": "tern", "exp": now_s() - 3600, "tern_grants": [app_grant("", json!(["admin"]))]})))),
+        ("wrong_audience", Some(jwt(json!({"sub": "a", "aud": "other", "exp": exp, "tern_grants": [app_grant("", json!(["admin"]))]})))),
+        ("revoked", Some(revoked)),
+        ("other_namespace", Some(other_namespace)),
+        ("other_prefix", Some(other_prefix)),
+        ("read_only", Some(read_only)),
+        ("jwt_app_admin", Some(jwt(json!({"sub": "a", "aud": "tern", "exp": exp, "tern_grants": [app_grant("", json!(["admin"]))]})))),
+        ("root", Some(root.clone())),
+    ];
+    let all = routes();
+    assert!(all.len() >= 25, "the table lists every route: {}", all.len());
+    let mut checked = 0;
+    for route in &all {
+        for (name, token) in &credentials {
+            // A token to revoke per request that may revoke one.
+            let (target_id, _) = create_token(&tern, &root, app_grant("p", json!(["read"]))).await;
+            let (path, body, need) = request_for(route, &target_id);
+            let mut request = tern.client.request(Method::from_bytes(route.method.as_str().as_bytes()).unwrap(), format!("{}{path}", tern.url));
+            if let Some(token) = token {
+                request = request.bearer_auth(token);
+            }
+            if let Some(body) = &body {
+                request = request.json(body);
+            }
+            let response = tokio::time::timeout(Duration::from_secs(30), request.send()).await.expect("answered").unwrap();
+            let status = response.status().as_u16();
+            let www = response.headers().get("www-authenticate").map(|v| v.to_str().unwrap().to_string());
+            // A watch that was let in streams forever: its body is not read.
+            let text = if path.contains("watch") && status == 200 { String::new() } else { response.text().await.unwrap_or_default() };
+            let pass = may_pass(name, need);
+            let refused = status == 401 || status == 403;
+            assert_eq!(!refused, pass, "{} {path} with {name}: {status} {text}", route.method);
+            if !pass {
+                let unauthenticated = matches!(*name, "none" | "malformed" | "expired_jwt" | "wrong_audience" | "revoked");
+                let expected = if unauthenticated { 401 } else { 403 };
+                assert_eq!(status, expected, "{} {path} with {name}: {text}", route.method);
+                let code = if unauthenticated { "unauthenticated" } else { "permission_denied" };
+                assert!(text.contains(code), "{} {path} with {name}: {text}", route.method);
+                if unauthenticated {
+                    assert!(www.as_deref().is_some_and(|w| w.starts_with("Bearer")), "{} {path}: WWW-Authenticate {www:?}", route.method);
+                }
+                if let Some(token) = token {
+                    assert!(!text.contains(token.as_str()), "the answer repeats the token: {text}");
+                }
+            }
+            checked += 1;
+        }
+    }
+    assert_eq!(checked, all.len() * credentials.len());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_prefix_token_touches_its_prefix_only_in_batches_multi_gets_and_watches() {
+    let dir = tempfile::tempdir().unwrap();
+    let (tern, root) = secured(dir.path(), &["--auth-failures-per-minute", "0"]).await;
+    let (_, token) = create_token(&tern, &root, json!({"ns": "app", "prefix": "users/", "verbs": ["read", "write", "watch"]})).await;
+    let url = &tern.url;
+    let put = |pk: &str| tern.client.put(format!("{url}/v1/ns/app/kv/{pk}/s")).bearer_auth(&token).json(&json!(1));
+    assert_eq!(tern.send(put("users%2Fann")).await.0, 200);
+    let (status, body) = tern.send(put("admins")).await;
+    assert_eq!(status, 403, "{body}");
+    assert!(body["error"]["message"].as_str().unwrap().contains("missing grant: write on ns=app pk=\"admins\""), "{body}");
+    // A batch with one op outside the prefix is refused whole, and nothing of it is applied.
+    let batch = json!({"ops": [{"op": "put", "pk": "users/bob", "sk": "s", "value": 1}, {"op": "put", "pk": "admins", "sk": "s", "value": 1}]});
+    let (status, _) = tern.send(tern.client.post(format!("{url}/v1/ns/app/batch")).bearer_auth(&token).json(&batch)).await;
+    assert_eq!(status, 403);
+    let (status, _) = tern.send(tern.client.get(format!("{url}/v1/ns/app/kv/users%2Fbob/s")).bearer_auth(&root)).await;
+    assert_eq!(status, 404, "the refused batch wrote nothing");
+    let keys = json!({"keys": [{"pk": "users/ann", "sk": "s"}, {"pk": "admins", "sk": "s"}]});
+    let (status, _) = tern.send(tern.client.post(format!("{url}/v1/ns/app/get")).bearer_auth(&token).json(&keys)).await;
+    assert_eq!(status, 403, "a multi-get with one key outside is refused");
+    // Watches: its prefix yes, the whole namespace no (refused, not filtered).
+    let response = tern.client.get(format!("{url}/v1/ns/app/watch?pk=users%2Fann")).bearer_auth(&token).send().await.unwrap();
+    assert_eq!(response.status(), 200);
+    drop(response);
+    let (status, body) = tern.send(tern.client.get(format!("{url}/v1/ns/app/watch")).bearer_auth(&token)).await;
+    assert_eq!(status, 403, "{body}");
+    // The same over a WebSocket, per subscription; the token as a query parameter (browsers).
+    let ws_url = format!("{}/v1/ws?access_token={token}", url.replace("http://", "ws://"));
+    let (mut ws, _) = tokio_tungstenite::connect_async(ws_url).await.unwrap();
+    use futures::{SinkExt, StreamExt};
+    use tokio_tungstenite::tungstenite::Message;
+    ws.send(Message::text(json!({"type": "sub", "id": "all", "ns": "app"}).to_string())).await.unwrap();
+    let reply: Value = loop {
+        if let Some(Ok(Message::Text(text))) = ws.next().await {
+            break serde_json::from_str(&text).unwrap();
+        }
+    };
+    assert_eq!((reply["type"].as_str(), reply["error"]["code"].as_str()), (Some("error"), Some("permission_denied")), "{reply}");
+    ws.send(Message::text(json!({"type": "sub", "id": "mine", "ns": "app", "pk": "users/ann"}).to_string())).await.unwrap();
+    let reply: Value = loop {
+        if let Some(Ok(Message::Text(text))) = ws.next().await {
+            break serde_json::from_str(&text).unwrap();
+        }
+    };
+    assert_eq!(reply["type"], "subscribed", "{reply}");
+    // A WebSocket without a token is refused before the upgrade.
+    let bare = format!("{}/v1/ws", url.replace("http://", "ws://"));
+    assert!(tokio_tungstenite::connect_async(bare).await.is_err());
+    // The namespace list shows what the token has grants in.
+    let (_, body) = tern.send(tern.client.get(format!("{url}/v1/ns")).bearer_auth(&token)).await;
+    assert_eq!(body["namespaces"], json!([{"name": "app", "partitions": 4}]), "{body}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_jwt_is_firebase_rules_auth() {
+    let dir = tempfile::tempdir().unwrap();
+    let (tern, root) = secured(dir.path(), &["--auth-failures-per-minute", "0"]).await;
+    let url = &tern.url;
+    let rules = json!({"rules": {"users": {"$uid": {".read": "auth.uid === $uid", ".write": "auth.uid === $uid"}}}});
+    let (status, _) = tern.send(tern.client.put(format!("{url}/.settings/rules.json?ns=app")).bearer_auth(&root).json(&rules)).await;
+    assert_eq!(status, 200);
+    let alice = jwt(json!({"sub": "alice", "aud": "tern", "exp": now_s() + 600}));
+    let (status, _) = tern.send(tern.client.put(format!("{url}/users/alice.json?ns=app")).bearer_auth(&alice).json(&json!({"n": 1}))).await;
+    assert_eq!(status, 200);
+    let (status, body) = tern.send(tern.client.get(format!("{url}/users/alice.json?ns=app&auth={alice}"))).await;
+    assert_eq!((status, body), (200, json!({"n": 1})));
+    let (status, _) = tern.send(tern.client.get(format!("{url}/users/bob.json?ns=app")).bearer_auth(&alice)).await;
+    assert_eq!(status, 401, "rules refuse alice bob's data (Firebase's 401 Permission denied)");
+    // Without rules a database is closed when authentication is on (never the emulator's open default).
+    let (status, _) = tern.send(tern.client.get(format!("{url}/x.json?ns=other")).bearer_auth(&alice)).await;
+    assert_eq!(status, 401);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failed_authentications_are_rate_limited_per_address() {
+    let dir = tempfile::tempdir().unwrap();
+    let (tern, root) = secured(dir.path(), &["--auth-failures-per-minute", "3"]).await;
+    let get = |token: &str| tern.client.get(format!("{}/v1/ns", tern.url)).bearer_auth(token.to_string());
+    for _ in 0..3 {
+        assert_eq!(tern.send(get("tern_0123456789abcdef_guess")).await.0, 401);
+    }
+    let response = get("tern_0123456789abcdef_guess").send().await.unwrap();
+    assert_eq!(response.status(), 429);
+    assert!(response.headers().get("retry-after").is_some());
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "too_many_failed_authentications");
+    // The address is locked out whatever it sends until its budget refills; health stays public.
+    assert_eq!(tern.send(get(&root)).await.0, 429);
+    assert_eq!(tern.send(tern.client.get(format!("{}/healthz", tern.url))).await.0, 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dev_auth_writes_an_admin_token_and_the_cli_uses_tokens() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let tern = Tern::spawn(&["dev", "--auth", "--listen", "127.0.0.1:0", "--data-dir", data.to_str().unwrap()], dir.path()).await;
+    let token_file = data.join("admin.token");
+    assert_eq!(std::fs::metadata(&token_file).unwrap().permissions().mode() & 0o777, 0o600);
+    let root = std::fs::read_to_string(&token_file).unwrap().trim().to_string();
+    let (ok, _, err) = cli(&tern.url, &["put", "k", "\"v\""]);
+    assert!(!ok && err.contains("401 unauthenticated"), "{err}");
+    let (ok, out, err) = cli(&tern.url, &["token", "create", "--token", &root, "--ns", "default", "--prefix", "k", "--verbs", "read,write"]);
+    assert!(ok, "{err}");
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 1, "the token alone on one line: {out}");
+    let token = lines[0];
+    assert!(token.starts_with("tern_"));
+    assert!(cli(&tern.url, &["put", "--token", token, "k", "\"v\""]).0);
+    let (ok, _, err) = cli(&tern.url, &["put", "--token", token, "other", "\"v\""]);
+    assert!(!ok && err.contains("403 permission_denied"), "{err}");
+    let (ok, out, _) = cli(&tern.url, &["token", "ls", "--token", &root]);
+    let id = &token[5..21];
+    assert!(ok && out.contains(id) && !out.contains(token), "ls shows ids, never secrets: {out}");
+    assert!(cli(&tern.url, &["token", "revoke", "--token", &root, id]).0);
+    let (ok, _, err) = cli(&tern.url, &["get", "--token", token, "k"]);
+    assert!(!ok && err.contains("401"), "revoked at once on the node that revoked it: {err}");
+    // A restart keeps the admin token (made once) and the keys (replicated through the log).
+    drop(tern);
+    let tern = Tern::spawn(&["dev", "--auth", "--listen", "127.0.0.1:0", "--data-dir", data.to_str().unwrap()], dir.path()).await;
+    assert_eq!(std::fs::read_to_string(&token_file).unwrap().trim(), root);
+    assert!(cli(&tern.url, &["get", "--token", &root, "k"]).0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_refuses_to_listen_beyond_loopback_without_auth() {
+    let dir = tempfile::tempdir().unwrap();
+    let output = std::process::Command::new(crate::common::bin())
+        .args(["serve", "--listen", "0.0.0.0:0", "--data-dir", dir.path().to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("refusing to listen on 0.0.0.0:0 without authentication") && stderr.contains("--insecure"), "{stderr}");
+}
+
+/// Two nodes on one Kafka broker, each holding every partition: a key
+/// revoked on one is refused by the other within seconds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_revoked_on_one_node_is_refused_by_another_within_seconds() {
+    let bootstrap = std::env::var("TERN_TEST_KAFKA").expect("TERN_TEST_KAFKA must name a Kafka broker (scripts/test.sh starts one)");
+    let dir = tempfile::tempdir().unwrap();
+    let prefix = format!("auth{}.", std::process::id());
+    let log = format!("kafka://{bootstrap}");
+    let token_file = dir.path().join("admin.token");
+    let node = |id: &str| {
+        let data = dir.path().join(id);
+        vec![
+            "serve".to_string(), "--listen".into(), "127.0.0.1:0".into(), "--data-dir".into(), data.display().to_string(),
+            "--node-id".into(), id.into(), "--log".into(), log.clone(), "--kafka-topic-prefix".into(), prefix.clone(),
+            "--kafka-membership".into(), "assign".into(), "--auth".into(), "--admin-token-file".into(),
+            token_file.display().to_string(), "--namespace".into(), "app:2".into(),
+        ]
+    };
+    let a_args = node("a");
+    let a = Tern::spawn(&a_args.iter().map(String::as_str).collect::<Vec<_>>(), dir.path()).await;
+    let b_args = node("b");
+    let b = Tern::spawn(&b_args.iter().map(String::as_str).collect::<Vec<_>>(), dir.path()).await;
+    let root = std::fs::read_to_string(&token_file).unwrap().trim().to_string();
+    let (id, token) = create_token(&a, &root, json!({"ns": "app", "verbs": ["read", "write"]})).await;
+    let get_on_b = || b.client.get(format!("{}/v1/ns/app/kv/k/s", b.url)).bearer_auth(&token);
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let (status, _) = b.send(get_on_b()).await;
+        if status == 404 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "node b never learned the new key: {status}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let (status, _) = a.send(a.client.delete(format!("{}/v1/tokens/{id}", a.url)).bearer_auth(&root)).await;
+    assert_eq!(status, 200);
+    let revoked_at = Instant::now();
+    loop {
+        let (status, body) = b.send(get_on_b()).await;
+        if status == 401 {
+            assert_eq!(body["error"]["code"], "unauthenticated");
+            break;
+        }
+        assert!(revoked_at.elapsed() < Duration::from_secs(10), "node b still accepts the revoked key: {status}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
