@@ -11,6 +11,8 @@
 #                                    /v1 GET and hello, and a 10 MB tree written and read (results: firebase.json/md).
 #   scripts/bench.sh journal [ARGS]  instead runs `tern-bench journal`: PUT acknowledgement, sequenced next to
 #                                    journaled (durability=journaled), alternating rounds (results: journal.json/md).
+#   scripts/bench.sh security [ARGS] instead runs `tern-bench security`: GET and PUT with authentication, TLS, both and
+#                                    neither, alternating rounds (results: security.json/md).
 #   scripts/bench.sh snapshot [ARGS] instead runs `tern-bench snapshot`: snapshot and restore of one
 #                                    partition of 1,000,000 records, file:// and S3 (results: snapshot.json/md).
 # `--tern PATH` measures another `tern` binary (e.g. an older build, for alternating runs).
@@ -21,7 +23,7 @@ export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/tern-target}"
 cargo build --release --quiet --workspace
 BENCH="$CARGO_TARGET_DIR/release/tern-bench"
 case "${1:-}" in
-  snapshot | watch | kafka | firebase | journal)
+  snapshot | watch | kafka | firebase | journal | security)
     suite="$1"
     shift
     exec "$BENCH" "$suite" --out bench/results/latest "$@"

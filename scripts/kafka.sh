@@ -3,8 +3,13 @@
 # Maven Central (scripts/kafka/pom.xml), nodes run in KRaft mode (each node is
 # broker and controller) on free loopback ports, data in a scratch directory.
 #
-#   scripts/kafka.sh start [--brokers N] [--dir DIR]   starts N nodes (default 1), waits until ready,
-#                                                      prints the bootstrap servers (also in DIR/bootstrap)
+#   scripts/kafka.sh start [--brokers N] [--dir DIR] [--sasl-ssl]
+#                                                      starts N nodes (default 1), waits until ready,
+#                                                      prints the bootstrap servers (also in DIR/bootstrap).
+#                                                      --sasl-ssl: each node also listens SASL_SSL (PLAIN; user
+#                                                      `tern`, password `tern-secret`) with a certificate from a CA
+#                                                      made in DIR/tls (DIR/tls/ca.pem); those servers are in
+#                                                      DIR/sasl_ssl_bootstrap.
 #   scripts/kafka.sh stop [--dir DIR]                  stops them (SIGTERM, then SIGKILL after 20 s)
 #   scripts/kafka.sh status [--dir DIR]                lists the nodes and whether they run
 #   scripts/kafka.sh run CLASS [ARGS...]               runs a Kafka tool class with the jars on the classpath
@@ -20,6 +25,7 @@ CACHE="${TERN_KAFKA_CACHE:-$HOME/.cache/tern-kafka}/$KAFKA_VERSION"
 LIBS="$CACHE/libs"
 DIR="${TMPDIR:-/tmp}/tern-kafka"
 BROKERS=1
+SASL_SSL=0
 READY_TIMEOUT_S=90
 STOP_TIMEOUT_S=20
 
@@ -28,6 +34,7 @@ while (($#)); do
   case "$1" in
     --brokers) BROKERS="$2"; shift 2 ;;
     --dir) DIR="$2"; shift 2 ;;
+    --sasl-ssl) SASL_SSL=1; shift ;;
     *) break ;;
   esac
 done
@@ -56,6 +63,7 @@ write_configs() {
     voters+="${voters:+,}$i@127.0.0.1:$(cat "$DIR/node-$i.controller-port")"
   done
   local rf=$((BROKERS >= 3 ? 3 : 1)) min_isr=$((BROKERS >= 3 ? 2 : 1))
+  if ((SASL_SSL)); then make_tls; fi
   cat > "$DIR/log4j2.properties" <<LOG
 rootLogger.level = INFO
 rootLogger.appenderRef.file.ref = file
@@ -70,10 +78,10 @@ LOG
 process.roles=broker,controller
 node.id=$i
 controller.quorum.voters=$voters
-listeners=PLAINTEXT://127.0.0.1:$(cat "$DIR/node-$i.port"),CONTROLLER://127.0.0.1:$(cat "$DIR/node-$i.controller-port")
-advertised.listeners=PLAINTEXT://127.0.0.1:$(cat "$DIR/node-$i.port")
+listeners=PLAINTEXT://127.0.0.1:$(cat "$DIR/node-$i.port"),CONTROLLER://127.0.0.1:$(cat "$DIR/node-$i.controller-port")$(sasl_ssl_listener "$i")
+advertised.listeners=PLAINTEXT://127.0.0.1:$(cat "$DIR/node-$i.port")$(sasl_ssl_listener "$i")
 controller.listener.names=CONTROLLER
-listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT
+listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT,SASL_SSL:SASL_SSL
 inter.broker.listener.name=PLAINTEXT
 log.dirs=$DIR/data-$i
 num.partitions=1
@@ -89,7 +97,36 @@ group.min.session.timeout.ms=1000
 offsets.topic.num.partitions=4
 auto.create.topics.enable=false
 PROPS
+    if ((SASL_SSL)); then
+      cat >> "$DIR/node-$i.properties" <<PROPS
+listener.name.sasl_ssl.sasl.enabled.mechanisms=PLAIN
+listener.name.sasl_ssl.plain.sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required username="admin" password="admin-secret" user_admin="admin-secret" user_tern="tern-secret";
+ssl.keystore.type=PEM
+ssl.keystore.location=$DIR/tls/broker.keystore.pem
+PROPS
+    fi
   done
+}
+
+# With --sasl-ssl: `,SASL_SSL://127.0.0.1:PORT` of node $1 (its port chosen once).
+sasl_ssl_listener() {
+  ((SASL_SSL)) || return 0
+  [[ -f "$DIR/node-$1.sasl-port" ]] || free_port > "$DIR/node-$1.sasl-port"
+  echo ",SASL_SSL://127.0.0.1:$(cat "$DIR/node-$1.sasl-port")"
+}
+
+# A CA and one broker certificate for 127.0.0.1 (every node presents it), as a PEM keystore.
+make_tls() {
+  command -v openssl >/dev/null || { echo "kafka.sh: openssl is required for --sasl-ssl" >&2; exit 1; }
+  mkdir -p "$DIR/tls"
+  (
+    cd "$DIR/tls"
+    openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout ca.key -out ca.pem -days 7 -subj /CN=tern-test-kafka-ca 2>/dev/null
+    openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout broker.key -out broker.csr -subj /CN=broker 2>/dev/null
+    printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\n' > broker.ext
+    openssl x509 -req -in broker.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out broker.pem -days 7 -extfile broker.ext 2>/dev/null
+    cat broker.key broker.pem > broker.keystore.pem
+  )
 }
 
 bootstrap() {
@@ -122,6 +159,11 @@ start() {
     fi
     sleep 1
   done
+  if ((SASL_SSL)); then
+    local sasl="" j
+    for ((j = 1; j <= BROKERS; j++)); do sasl+="${sasl:+,}127.0.0.1:$(cat "$DIR/node-$j.sasl-port")"; done
+    echo "$sasl" > "$DIR/sasl_ssl_bootstrap"
+  fi
   echo "$servers" > "$DIR/bootstrap"
   echo "$servers"
 }

@@ -12,10 +12,13 @@ command -v cmake >/dev/null || need_apt+=(cmake)
 # librdkafka (built from source by the rdkafka crate) includes curl's headers.
 [[ -f /usr/include/x86_64-linux-gnu/curl/curl.h || -f /usr/include/curl/curl.h ]] || need_apt+=(libcurl4-openssl-dev)
 [[ -f /usr/include/zlib.h ]] || need_apt+=(zlib1g-dev)
+# librdkafka's TLS and SASL (rdkafka's `ssl` feature) link the system's OpenSSL.
+[[ -f /usr/include/openssl/ssl.h ]] || need_apt+=(libssl-dev pkg-config)
 command -v java >/dev/null || need_apt+=(default-jre-headless)
 command -v mvn >/dev/null || need_apt+=(maven)
 # scripts/s3.sh: the S3 test server lives in a Python venv and is probed with curl.
 command -v curl >/dev/null || need_apt+=(curl)
+command -v openssl >/dev/null || need_apt+=(openssl)  # test certificate authorities (tests/it/tls.rs)
 python3 -c "import venv, ensurepip" 2>/dev/null || need_apt+=(python3-venv)
 # The TypeScript client's tests (Node 20+) and its browser test (Debian's chromium).
 command -v node >/dev/null || need_apt+=(nodejs npm)

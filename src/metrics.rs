@@ -45,6 +45,20 @@ pub static AUTH_DENIED: LazyLock<IntCounter> = LazyLock::new(|| {
     register_int_counter!("tern_auth_denied_total", "Authenticated requests refused for a missing grant (403)").expect("metric registers")
 });
 
+pub static TLS_HANDSHAKE_FAILURES: LazyLock<IntCounter> = LazyLock::new(|| {
+    register_int_counter!("tern_tls_handshake_failures_total", "Connections to the TLS listener whose handshake failed or timed out (plaintext, a refused client certificate, ...)")
+        .expect("metric registers")
+});
+
+pub static GOSSIP_REJECTED: LazyLock<IntCounterVec> = LazyLock::new(|| {
+    register_int_counter_vec!(
+        "tern_gossip_rejected_total",
+        "Gossip datagrams dropped before chitchat saw them: forged (the MAC does not verify: no key, another key, tampered), stale (time over 30 s from this node's: replayed), malformed",
+        &["reason"]
+    )
+    .expect("metric registers")
+});
+
 pub static FORWARD_FAILURES: LazyLock<IntCounter> = LazyLock::new(|| {
     register_int_counter!("tern_forward_failures_total", "Forwarded requests that reached no holder")
         .expect("metric registers")

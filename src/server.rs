@@ -19,6 +19,7 @@ use crate::snapshot::Snapshots;
 pub async fn run(settings: Settings, banner: &'static str) -> anyhow::Result<()> {
     settings.validate()?;
     let auth = settings.auth_config()?;
+    let tls = tls_config(&settings).map(crate::api::http::tls::Tls::load).transpose()?.map(Arc::new);
     let authenticator = auth.as_ref().map(crate::auth::Authenticator::new).transpose()?.map(Arc::new);
     let ensure_namespaces = settings.namespaces_to_create()?;
     let snapshots = match &settings.snapshots {
@@ -74,6 +75,10 @@ pub async fn run(settings: Settings, banner: &'static str) -> anyhow::Result<()>
         root_token: auth.as_ref().and_then(|a| a.root_token.clone()),
         public_metrics: settings.public_metrics,
     });
+    if let Some(config) = tls_config(&settings) {
+        let identity = Some((config.cert_file.as_path(), config.key_file.as_path()));
+        state.forwarder = crate::api::Forwarder::secure(settings.cluster_ca_file.as_deref(), identity)?;
+    }
     let keys_refresh = match state.access.enabled() {
         true => {
             crate::api::tokens::open_system_namespace(&state).await?;
@@ -81,7 +86,9 @@ pub async fn run(settings: Settings, banner: &'static str) -> anyhow::Result<()>
         }
         false => None,
     };
-    println!("{banner} listening on http://{address}");
+    let tls_reload = tls.clone().map(|tls| tokio::spawn(tls.reload_forever()));
+    let scheme = if tls.is_some() { "https" } else { "http" };
+    println!("{banner} listening on {scheme}://{address}");
     say_who_may_connect(&settings, address);
     tracing::info!(%address, node_id = %settings.node_id, data_dir = %settings.data_dir.display(), "serving");
     let service = crate::api::service(state.clone());
@@ -93,11 +100,11 @@ pub async fn run(settings: Settings, banner: &'static str) -> anyhow::Result<()>
         closing_node.watches.close();
     };
     let idle = Duration::from_millis(settings.http_idle_ms);
-    crate::api::http::serve(listener, state, service, idle, signal).await;
+    crate::api::http::serve(listener, state, service, idle, tls, signal).await;
     tracing::info!("stopped accepting requests; stopping the node");
     retention.abort();
-    if let Some(refresh) = keys_refresh {
-        refresh.abort();
+    for task in [keys_refresh, tls_reload].into_iter().flatten() {
+        task.abort();
     }
     stop_snapshots.send_replace(true);
     if let Some(schedule) = schedule {
@@ -106,6 +113,16 @@ pub async fn run(settings: Settings, banner: &'static str) -> anyhow::Result<()>
     cluster.shutdown().await;
     node.shutdown().await;
     Ok(())
+}
+
+/// The listener's TLS, when `tls_cert_file` and `tls_key_file` are set.
+fn tls_config(settings: &Settings) -> Option<crate::api::http::tls::TlsConfig> {
+    Some(crate::api::http::tls::TlsConfig {
+        cert_file: settings.tls_cert_file.clone()?,
+        key_file: settings.tls_key_file.clone()?,
+        client_ca_file: settings.tls_client_ca_file.clone(),
+        reload_interval: Duration::from_millis(settings.tls_reload_ms),
+    })
 }
 
 /// Says at start whether requests need a token (never the token itself:
@@ -158,6 +175,7 @@ async fn join_cluster(settings: &Settings, node: &Arc<Node>, api: std::net::Sock
         // Nodes of clusters that share seeds by mistake never merge.
         cluster_id: format!("tern:{}", settings.kafka_topic_prefix),
         interval: Duration::from_millis(settings.gossip_interval_ms),
+        key: settings.cluster_key()?,
     };
     Cluster::join(me, node.clone(), config).await
 }
@@ -192,7 +210,7 @@ async fn check_kafka_retention(kafka: &KafkaLog, node: &Node, snapshot_interval:
 /// its retention enforced) or Kafka (also returned twice, for its retention check).
 async fn open_log(settings: &Settings) -> anyhow::Result<(Arc<dyn Log>, Option<EmbeddedLog>, Option<KafkaLog>)> {
     if let Some(servers) = settings.log.strip_prefix("kafka://") {
-        let kafka = KafkaLog::connect(settings.kafka_log_config(servers))?;
+        let kafka = KafkaLog::connect(settings.kafka_log_config(servers)?)?;
         // Fail fast, with the broker's address in the message, if it is unreachable.
         kafka.list_topics().await.map_err(|e| anyhow::anyhow!("cannot reach Kafka at {servers}: {e}"))?;
         tracing::info!(%servers, "kafka log connected");

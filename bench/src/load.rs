@@ -41,6 +41,32 @@ pub struct LoadSpec {
     pub rate_per_s: Option<u64>,
     pub keys: u64,
     pub value_bytes: usize,
+    /// `Authorization` header sent with every request (`Bearer TOKEN`).
+    pub authorization: Option<String>,
+    /// TLS to the target (its CA trusted), HTTP/1.1 as without.
+    pub tls: Option<std::sync::Arc<rustls::ClientConfig>>,
+}
+
+/// What a connection carries requests over: TCP, or TLS over it.
+pub trait Stream: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send {}
+impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send> Stream for T {}
+
+/// A client TLS config that trusts the CA certificates in `ca_pem` (HTTP/1.1 by ALPN).
+pub fn tls_trusting(ca_pem: &std::path::Path) -> anyhow::Result<std::sync::Arc<rustls::ClientConfig>> {
+    tls_client(ca_pem, b"http/1.1")
+}
+
+/// A client TLS config that trusts the CA certificates in `ca_pem`, asking for `alpn`.
+pub fn tls_client(ca_pem: &std::path::Path, alpn: &[u8]) -> anyhow::Result<std::sync::Arc<rustls::ClientConfig>> {
+    use rustls::pki_types::pem::PemObject;
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in rustls::pki_types::CertificateDer::pem_file_iter(ca_pem)? {
+        roots.add(cert?)?;
+    }
+    let provider = std::sync::Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let mut config = rustls::ClientConfig::builder_with_provider(provider).with_safe_default_protocol_versions()?.with_root_certificates(roots).with_no_client_auth();
+    config.alpn_protocols = vec![alpn.to_vec()];
+    Ok(std::sync::Arc::new(config))
 }
 
 /// Latencies above this are clamped (and still counted): 60 s.
@@ -56,7 +82,7 @@ pub fn value_of(bytes: usize) -> Bytes {
     Bytes::from(format!("\"{inner}\""))
 }
 
-fn request(spec: &LoadSpec, authority: &str, value: &Bytes, rng: &mut impl Rng) -> Request<Full<Bytes>> {
+fn request(spec: &LoadSpec, authority: &str, authorization: Option<&hyper::header::HeaderValue>, value: &Bytes, rng: &mut impl Rng) -> Request<Full<Bytes>> {
     let key = rng.random_range(0..spec.keys);
     let (method, path, body) = match &spec.operation {
         Operation::TernGet { ns } => (Method::GET, format!("/v1/ns/{ns}/kv/{}/", key_name(key)), Bytes::new()),
@@ -71,7 +97,12 @@ fn request(spec: &LoadSpec, authority: &str, value: &Bytes, rng: &mut impl Rng) 
         Operation::FirebaseGet { ns } => (Method::GET, format!("/bench/{}.json?ns={ns}", key_name(key)), Bytes::new()),
         Operation::Hello => (Method::GET, "/hello".to_string(), Bytes::new()),
     };
-    Request::builder()
+    let builder = match authorization {
+        // Built once per connection, as a client reusing its token would.
+        Some(authorization) => Request::builder().header(hyper::header::AUTHORIZATION, authorization.clone()),
+        None => Request::builder(),
+    };
+    builder
         .method(method)
         .uri(path)
         .header(hyper::header::HOST, authority)
@@ -88,6 +119,24 @@ fn batch_body(key: u64, ops: usize, value: &Bytes) -> Bytes {
     Bytes::from(format!(r#"{{"ops":[{}]}}"#, items.join(",")))
 }
 
+/// An HTTP/1.1 connection to `url`, over TLS with `tls`.
+async fn open(url: &Uri, tls: Option<&std::sync::Arc<rustls::ClientConfig>>) -> anyhow::Result<hyper::client::conn::http1::SendRequest<Full<Bytes>>> {
+    let authority = url.authority().map(|a| a.to_string()).unwrap_or_default();
+    let tcp = tokio::net::TcpStream::connect(&authority).await?;
+    tcp.set_nodelay(true)?;
+    let stream: Box<dyn Stream> = match tls {
+        None => Box::new(tcp),
+        Some(config) => {
+            let host = url.host().unwrap_or("127.0.0.1").to_string();
+            let name = rustls::pki_types::ServerName::try_from(host)?;
+            Box::new(tokio_rustls::TlsConnector::from(config.clone()).connect(name, tcp).await?)
+        }
+    };
+    let (sender, conn) = hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream)).await?;
+    tokio::spawn(conn);
+    Ok(sender)
+}
+
 struct ConnectionResult {
     histogram: Histogram<u64>,
     errors: u64,
@@ -98,10 +147,8 @@ type Schedule = tokio::sync::mpsc::Receiver<Instant>;
 
 async fn connection(url: Uri, spec: LoadSpec, index: usize, start: Instant, mut schedule: Option<Schedule>) -> anyhow::Result<ConnectionResult> {
     let authority = url.authority().map(|a| a.to_string()).unwrap_or_default();
-    let stream = tokio::net::TcpStream::connect(&authority).await?;
-    stream.set_nodelay(true)?;
-    let (mut sender, conn) = hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream)).await?;
-    tokio::spawn(conn);
+    let mut sender = open(&url, spec.tls.as_ref()).await?;
+    let authorization = spec.authorization.as_deref().map(hyper::header::HeaderValue::from_str).transpose()?;
     let mut histogram = Histogram::<u64>::new_with_bounds(1, LATENCY_US_MAX, 3)?;
     let mut errors = 0;
     let mut rng = rand::rngs::SmallRng::from_os_rng();
@@ -123,7 +170,7 @@ async fn connection(url: Uri, spec: LoadSpec, index: usize, start: Instant, mut 
             },
             None => now,
         };
-        let ok = match sender.send_request(request(&spec, &authority, &value, &mut rng)).await {
+        let ok = match sender.send_request(request(&spec, &authority, authorization.as_ref(), &value, &mut rng)).await {
             Ok(response) => {
                 let status = response.status();
                 let drained = response.into_body().collect().await.is_ok();
@@ -203,18 +250,33 @@ pub async fn run(url: &Uri, spec: &LoadSpec) -> anyhow::Result<BenchResult> {
 
 /// Writes every key once (values of `spec.value_bytes`), `connections` at a time.
 pub async fn preload_tern(url: &Uri, ns: &str, keys: u64, value_bytes: usize, connections: usize) -> anyhow::Result<()> {
+    preload_tern_as(url, ns, keys, value_bytes, connections, None, None).await
+}
+
+/// `preload_tern`, sending `authorization` and over `tls`.
+pub async fn preload_tern_as(
+    url: &Uri,
+    ns: &str,
+    keys: u64,
+    value_bytes: usize,
+    connections: usize,
+    authorization: Option<String>,
+    tls: Option<std::sync::Arc<rustls::ClientConfig>>,
+) -> anyhow::Result<()> {
     let authority = url.authority().map(|a| a.to_string()).unwrap_or_default();
     let value = value_of(value_bytes);
     let mut tasks = Vec::new();
     for c in 0..connections as u64 {
-        let (authority, value, ns) = (authority.clone(), value.clone(), ns.to_string());
+        let (authority, value, ns, url, tls, authorization) = (authority.clone(), value.clone(), ns.to_string(), url.clone(), tls.clone(), authorization.clone());
         tasks.push(tokio::spawn(async move {
-            let stream = tokio::net::TcpStream::connect(&authority).await?;
-            let (mut sender, conn) = hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream)).await?;
-            tokio::spawn(conn);
+            let mut sender = open(&url, tls.as_ref()).await?;
             let mut key = c;
             while key < keys {
-                let request = Request::builder()
+                let mut request = Request::builder();
+                if let Some(authorization) = &authorization {
+                    request = request.header(hyper::header::AUTHORIZATION, authorization.as_str());
+                }
+                let request = request
                     .method(Method::PUT)
                     .uri(format!("/v1/ns/{ns}/kv/{}/", key_name(key)))
                     .header(hyper::header::HOST, &authority)

@@ -20,6 +20,7 @@ mod kafka;
 mod load;
 mod paths;
 mod report;
+mod security;
 mod snapshot;
 mod suite;
 mod watch;
@@ -63,6 +64,8 @@ enum BenchCommand {
     Firebase(firebase::FirebaseBenchArgs),
     /// PUT acknowledgement: sequenced next to journaled, in alternating rounds.
     Journal(journal::JournalBenchArgs),
+    /// GET and PUT with authentication and TLS next to the same without, in alternating rounds.
+    Security(security::SecurityBenchArgs),
     /// Load one HTTP target.
     Http(HttpArgs),
     /// Serializable gets against etcd 3.
@@ -111,6 +114,12 @@ struct HttpArgs {
     op: String,
     #[arg(long, default_value = "default")]
     ns: String,
+    /// A bearer token to send (a node with authentication on).
+    #[arg(long, env = "TERN_TOKEN", hide_env_values = true)]
+    token: Option<String>,
+    /// A PEM CA to trust for an https:// URL.
+    #[arg(long)]
+    ca: Option<PathBuf>,
     #[command(flatten)]
     load: LoadArgs,
 }
@@ -134,6 +143,8 @@ impl LoadArgs {
             rate_per_s: self.rate,
             keys: self.keys,
             value_bytes: self.value_bytes,
+            authorization: None,
+            tls: None,
         }
     }
 }
@@ -172,6 +183,7 @@ async fn run(args: BenchArgs) -> anyhow::Result<()> {
         BenchCommand::Watch(args) => watch::run(args).await,
         BenchCommand::Firebase(args) => firebase::run(args).await,
         BenchCommand::Journal(args) => journal::run(args).await,
+        BenchCommand::Security(args) => security::run(args).await,
         BenchCommand::Hello { listen } => hello::serve(&listen).await,
         BenchCommand::FanoutFloor { listen } => fanout::serve(&listen).await,
         BenchCommand::Http(args) => {
@@ -184,7 +196,10 @@ async fn run(args: BenchArgs) -> anyhow::Result<()> {
                 other => anyhow::bail!("--op must be get, put, put-journaled, firebase-get or hello, got {other:?}"),
             };
             let url: hyper::Uri = args.url.parse()?;
-            let result = load::run(&url, &args.load.spec(&args.op, operation)).await?;
+            let mut spec = args.load.spec(&args.op, operation);
+            spec.authorization = args.token.map(|t| format!("Bearer {t}"));
+            spec.tls = args.ca.as_deref().map(load::tls_trusting).transpose()?;
+            let result = load::run(&url, &spec).await?;
             println!("{}", serde_json::to_string_pretty(&result)?);
             Ok(())
         }

@@ -42,7 +42,7 @@ pub struct SuiteArgs {
 /// Longest a peer may take to start listening.
 const START_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// Spawns `program args` and waits for a stdout line containing "listening on http://ADDR".
+/// Spawns `program args` and waits for a stdout line containing "listening on http://ADDR" (or https).
 pub(super) async fn spawn_listening(program: &std::path::Path, args: &[&str]) -> anyhow::Result<(Child, String)> {
     let mut child = Command::new(program)
         .args(args)
@@ -54,8 +54,9 @@ pub(super) async fn spawn_listening(program: &std::path::Path, args: &[&str]) ->
     let mut lines = BufReader::new(stdout).lines();
     let address = tokio::time::timeout(START_TIMEOUT, async {
         while let Some(line) = lines.next_line().await? {
-            if let Some((_, addr)) = line.split_once("listening on http://") {
-                return Ok(addr.trim().to_string());
+            if let Some((_, url)) = line.split_once("listening on ") {
+                let addr = url.trim().trim_start_matches("http://").trim_start_matches("https://");
+                return Ok(addr.to_string());
             }
         }
         anyhow::bail!("{} exited before listening", program.display())

@@ -96,6 +96,8 @@ enum Run {
     /// As `sse-h2`, the writer's puts journaled (`durability=journaled`):
     /// put → visible when the node sequences the write itself.
     SseH2Journaled,
+    /// As `sse-h2`, over TLS (HTTP/2 by ALPN; a CA made for the run).
+    SseH2Tls,
 }
 
 #[derive(Debug, Serialize)]
@@ -143,6 +145,7 @@ pub async fn run(args: WatchBenchArgs) -> anyhow::Result<()> {
                 Run::FbSse => run_subscribers(&args, n, Transport::Firebase, 1).await?,
                 Run::FbSseH2 => run_subscribers(&args, n, Transport::Firebase, args.multiplex).await?,
                 Run::SseH2Journaled => run_subscribers(&args, n, Transport::SseJournaled, args.multiplex).await?,
+                Run::SseH2Tls => run_subscribers(&args, n, Transport::SseTls, args.multiplex).await?,
             };
             eprintln!("{result:?}");
             results.push(result);
@@ -165,6 +168,8 @@ enum Transport {
     Firebase,
     /// Tern SSE, the writer's puts journaled.
     SseJournaled,
+    /// Tern SSE over TLS.
+    SseTls,
 }
 
 impl Transport {
@@ -206,14 +211,44 @@ async fn run_subscribers(args: &WatchBenchArgs, n: usize, transport: Transport, 
     let connections = n / per_connection;
     let scratch = tempfile::Builder::new().prefix("tern-bench-watch-").tempdir()?;
     let data_dir = scratch.path().join("data");
+    // TLS (`sse-h2-tls`): a CA and certificate for the run; the node serves only TLS.
+    let certificates = match transport {
+        Transport::SseTls => Some(super::security::make_certificates(scratch.path())?),
+        _ => None,
+    };
+    let tls_args: Vec<String> = match &certificates {
+        Some((_, cert, key)) => vec![
+            "serve".into(), "--listen".into(), "127.0.0.1:0".into(), "--data-dir".into(), data_dir.display().to_string(),
+            "--namespace".into(), "default:16".into(), "--tls-cert-file".into(), cert.display().to_string(), "--tls-key-file".into(),
+            key.display().to_string(),
+        ],
+        None => Vec::new(),
+    };
+    let tls_args: Vec<&str> = tls_args.iter().map(String::as_str).collect();
     let (program, server): (&std::path::Path, &[&str]) = match transport {
         Transport::SseFloor => (crate::paths::harness(), &["fanout-floor", "--listen", "127.0.0.1:0"]),
+        Transport::SseTls => (crate::paths::tern(), &tls_args),
         _ => (crate::paths::tern(), &["dev", "--listen", "127.0.0.1:0", "--data-dir", data_dir.to_str().unwrap()]),
     };
     let (child, addr) = spawn_listening(program, server).await?;
     let pid = child.id().expect("running");
-    let client = reqwest::Client::new();
-    let url = |path: &str| format!("http://{addr}{path}");
+    let mut client = reqwest::Client::builder();
+    let mut tls = None;
+    if let Some((ca, _, _)) = &certificates {
+        client = client.add_root_certificate(reqwest::Certificate::from_pem(&std::fs::read(ca)?)?);
+        tls = Some(super::load::tls_client(ca, b"h2")?);
+    }
+    let client = client.build()?;
+    let scheme = if certificates.is_some() { "https" } else { "http" };
+    let url = |path: &str| format!("{scheme}://{addr}{path}");
+    if certificates.is_some() {
+        // `tern serve` may answer before its namespace's partitions are ready.
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !client.get(url("/readyz")).send().await.is_ok_and(|r| r.status().is_success()) {
+            anyhow::ensure!(Instant::now() < deadline, "tern did not become ready over TLS");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
     let (put_path, warm_path) = transport.put_paths();
     // Warm the write path once, so the first measured put is not the first ever.
     client.put(url(warm_path)).body("1").send().await?.error_for_status()?;
@@ -224,7 +259,7 @@ async fn run_subscribers(args: &WatchBenchArgs, n: usize, transport: Transport, 
     let semaphore = Arc::new(tokio::sync::Semaphore::new(CONNECT_CONCURRENCY));
     let mut subscribers = Vec::with_capacity(connections);
     for _ in 0..connections {
-        let (addr, ready, deadline, semaphore) = (addr.clone(), ready.clone(), deadline.clone(), semaphore.clone());
+        let (addr, ready, deadline, semaphore, tls) = (addr.clone(), ready.clone(), deadline.clone(), semaphore.clone(), tls.clone());
         let puts = args.puts;
         subscribers.push(tokio::spawn(async move {
             let permit = semaphore.acquire_owned().await.expect("open");
@@ -232,8 +267,8 @@ async fn run_subscribers(args: &WatchBenchArgs, n: usize, transport: Transport, 
                 Transport::Sse | Transport::SseFloor | Transport::Firebase | Transport::SseJournaled if per_connection == 1 => {
                     sse_subscriber(&addr, transport, puts, ready, deadline, permit).await
                 }
-                Transport::Sse | Transport::SseFloor | Transport::Firebase | Transport::SseJournaled => {
-                    sse_h2_subscribers(&addr, transport, puts, per_connection, ready, deadline, permit).await
+                Transport::Sse | Transport::SseFloor | Transport::Firebase | Transport::SseJournaled | Transport::SseTls => {
+                    sse_h2_subscribers(&addr, tls, transport, puts, per_connection, ready, deadline, permit).await
                 }
                 Transport::WebSocket => ws_subscriber(&addr, puts, per_connection, ready, deadline, permit).await,
             }
@@ -261,6 +296,7 @@ async fn run_subscribers(args: &WatchBenchArgs, n: usize, transport: Transport, 
         Transport::SseJournaled => "Tern SSE (HTTP/2), puts journaled",
         Transport::Firebase if per_connection == 1 => "Tern Firebase streaming",
         Transport::Firebase => "Tern Firebase streaming (HTTP/2)",
+        Transport::SseTls => "Tern SSE (HTTP/2 over TLS)",
     };
     let mut result = summarize(name, n, per_connection, args, &measured)?;
     result.server_bytes_per_subscriber = Some(rss_after.saturating_sub(rss_before) / n as u64);
@@ -453,8 +489,10 @@ const DEADLINE_CHECK_INTERVAL: Duration = Duration::from_millis(100);
 /// per event shows in every row's latency. (Through `reqwest`, which reads
 /// each stream in a future of its own beside hyper's connection task, it
 /// cost 1.8-2.0 µs of CPU per event; this way 1.3-1.7.)
+#[allow(clippy::too_many_arguments)]
 async fn sse_h2_subscribers(
     addr: &str,
+    tls: Option<Arc<rustls::ClientConfig>>,
     transport: Transport,
     puts: u64,
     streams: usize,
@@ -464,13 +502,21 @@ async fn sse_h2_subscribers(
 ) -> anyhow::Result<Arrivals> {
     let tcp = tokio::net::TcpStream::connect(addr).await?;
     tcp.set_nodelay(true)?;
+    let io: Box<dyn super::load::Stream> = match &tls {
+        None => Box::new(tcp),
+        Some(config) => {
+            let name = rustls::pki_types::ServerName::try_from("127.0.0.1")?;
+            Box::new(tokio_rustls::TlsConnector::from(config.clone()).connect(name, tcp).await?)
+        }
+    };
     let (client, connection) = h2::client::Builder::new()
         .initial_window_size(H2_CLIENT_STREAM_WINDOW_BYTES)
         .initial_connection_window_size(H2_CLIENT_CONNECTION_WINDOW_BYTES)
-        .handshake::<_, bytes::Bytes>(tcp)
+        .handshake::<_, bytes::Bytes>(io)
         .await?;
     let mut connection = std::pin::pin!(connection);
-    let uri = format!("http://{addr}{}", transport.sse_path());
+    let scheme = if tls.is_some() { "https" } else { "http" };
+    let uri = format!("{scheme}://{addr}{}", transport.sse_path());
     let mut bodies = Vec::with_capacity(streams);
     for _ in 0..streams {
         let opened = open_h2_watch(client.clone(), &uri, transport.started_mark());
@@ -558,8 +604,8 @@ async fn open_h2_watch(client: h2::client::SendRequest<bytes::Bytes>, uri: &str,
 }
 
 /// Runs `work` while driving the HTTP/2 connection it needs.
-async fn while_driving<T>(
-    connection: std::pin::Pin<&mut h2::client::Connection<tokio::net::TcpStream, bytes::Bytes>>,
+async fn while_driving<T, IO: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(
+    connection: std::pin::Pin<&mut h2::client::Connection<IO, bytes::Bytes>>,
     work: impl std::future::Future<Output = anyhow::Result<T>>,
 ) -> anyhow::Result<T> {
     tokio::select! {

@@ -4,8 +4,9 @@
 //! and `/metrics` when `public_metrics`) must carry a token:
 //! `Authorization: Bearer TOKEN` — or, where browsers cannot set headers,
 //! `?access_token=TOKEN` on watches (`EventSource`, WebSocket) and
-//! Firebase's `?auth=TOKEN`. `gate` (the service's outermost layer)
-//! authenticates it once and leaves the `Identity` in the request's
+//! Firebase's `?auth=TOKEN`. `admit` (called by the service's front,
+//! `api::fast_path`) authenticates it once; the fast path hands the
+//! `Identity` to its handler, the router finds it in the request's
 //! extensions; each handler then asks `require` for the verb on the keys
 //! it touches, so a request is decided where its keys are known (a batch's
 //! every op, a multi-get's every key). HTTP/2 watch streams, which the
@@ -25,9 +26,8 @@ use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Instant;
 
-use axum::extract::{Request, State};
+use axum::extract::Request;
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode, Uri};
-use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
 use super::error::ApiError;
@@ -64,24 +64,21 @@ pub fn is_public(access: &Access, path: &str) -> bool {
         || (access.public_metrics && path == "/metrics")
 }
 
-/// The service's outermost layer: authenticates every request but the
-/// public ones (see the module doc).
-pub async fn gate(State(app): State<AppState>, mut request: Request, next: Next) -> Response {
+/// Who is asking, for the service's front (`api::fast_path`): None for a
+/// public path (no identity needed), the refusal (401, 429) as the answer to
+/// send, in Firebase's shape on its paths.
+pub fn admit(app: &AppState, request: &Request) -> Result<Option<Identity>, Response> {
     if !app.access.enabled() {
-        request.extensions_mut().insert(Identity::Open);
-        return next.run(request).await;
+        return Ok(Some(Identity::Open));
     }
     if is_public(&app.access, request.uri().path()) {
-        return next.run(request).await;
+        return Ok(None);
     }
     let peer = request.extensions().get::<Peer>().map(|p| p.0);
-    match identify(&app, request.headers(), request.uri(), peer) {
-        Ok(identity) => {
-            request.extensions_mut().insert(identity);
-            next.run(request).await
-        }
-        Err(error) if super::is_firebase_path(request.uri().path()) => firebase_error(error),
-        Err(error) => error.into_response(),
+    match identify(app, request.headers(), request.uri(), peer) {
+        Ok(identity) => Ok(Some(identity)),
+        Err(error) if super::is_firebase_path(request.uri().path()) => Err(firebase_error(error)),
+        Err(error) => Err(error.into_response()),
     }
 }
 
@@ -99,7 +96,7 @@ pub fn identify(app: &AppState, headers: &HeaderMap, uri: &Uri, peer: Option<IpA
         .with("retry_after_s", wait.as_secs().max(1)));
     }
     let token = bearer(headers, uri).unwrap_or_default();
-    match authenticator.authenticate(&token) {
+    match authenticator.authenticate(token.as_ref()) {
         Ok(identity) => Ok(identity),
         Err(error) => {
             let reason = if error == AuthError::Missing { "missing" } else { "invalid" };
@@ -112,16 +109,17 @@ pub fn identify(app: &AppState, headers: &HeaderMap, uri: &Uri, peer: Option<IpA
     }
 }
 
-/// The request's token: the `Authorization: Bearer` header, else a query
-/// parameter (`access_token`, or Firebase's `auth`).
-fn bearer(headers: &HeaderMap, uri: &Uri) -> Option<String> {
+/// The request's token: the `Authorization: Bearer` header (borrowed: the
+/// hot path allocates nothing), else a query parameter (`access_token`, or
+/// Firebase's `auth`).
+fn bearer<'a>(headers: &'a HeaderMap, uri: &'a Uri) -> Option<std::borrow::Cow<'a, str>> {
     if let Some(value) = headers.get(header::AUTHORIZATION) {
         let text = value.to_str().ok()?;
         let (scheme, token) = text.split_once(' ')?;
-        return scheme.eq_ignore_ascii_case("bearer").then(|| token.trim().to_string());
+        return scheme.eq_ignore_ascii_case("bearer").then(|| std::borrow::Cow::Borrowed(token.trim()));
     }
     let query = uri.query()?;
-    form_urlencoded::parse(query.as_bytes()).find(|(k, _)| k == "access_token" || k == "auth").map(|(_, v)| v.into_owned())
+    form_urlencoded::parse(query.as_bytes()).find(|(k, _)| k == "access_token" || k == "auth").map(|(_, v)| v)
 }
 
 /// 401 `unauthenticated`, with `WWW-Authenticate` (RFC 6750).

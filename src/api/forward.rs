@@ -48,6 +48,8 @@ const IDLE_CONNECTIONS_PER_HOLDER_MAX: usize = 64;
 #[derive(Clone)]
 pub struct Forwarder {
     client: reqwest::Client,
+    /// `http`, or `https` when the nodes serve TLS (`secure`).
+    scheme: &'static str,
 }
 
 impl Default for Forwarder {
@@ -58,15 +60,38 @@ impl Default for Forwarder {
 
 impl Forwarder {
     pub fn new() -> Forwarder {
-        let client = reqwest::Client::builder()
+        let client = Forwarder::builder().build().expect("the HTTP client builds with static settings");
+        Forwarder { client, scheme: "http" }
+    }
+
+    /// Over TLS (the nodes serve it): other nodes' certificates are checked
+    /// against `cluster_ca` (PEM; none: the system's roots), and this node
+    /// presents `identity` (its certificate and key, PEM) to those that
+    /// require client certificates.
+    pub fn secure(cluster_ca: Option<&std::path::Path>, identity: Option<(&std::path::Path, &std::path::Path)>) -> anyhow::Result<Forwarder> {
+        let mut builder = Forwarder::builder().https_only(true);
+        if let Some(path) = cluster_ca {
+            let pem = std::fs::read(path).map_err(|e| anyhow::anyhow!("cluster_ca_file {}: {e}", path.display()))?;
+            for certificate in reqwest::Certificate::from_pem_bundle(&pem).map_err(|e| anyhow::anyhow!("cluster_ca_file {}: {e}", path.display()))? {
+                builder = builder.add_root_certificate(certificate);
+            }
+        }
+        if let Some((cert, key)) = identity {
+            let mut pem = std::fs::read(cert).map_err(|e| anyhow::anyhow!("tls_cert_file {}: {e}", cert.display()))?;
+            pem.extend(std::fs::read(key).map_err(|e| anyhow::anyhow!("tls_key_file {}: {e}", key.display()))?);
+            builder = builder.identity(reqwest::Identity::from_pem(&pem).map_err(|e| anyhow::anyhow!("this node's certificate as a client identity: {e}"))?);
+        }
+        let client = builder.build().map_err(|e| anyhow::anyhow!("the forwarding client: {e}"))?;
+        Ok(Forwarder { client, scheme: "https" })
+    }
+
+    fn builder() -> reqwest::ClientBuilder {
+        reqwest::Client::builder()
             .connect_timeout(CONNECT_TIMEOUT)
             .timeout(FORWARD_TIMEOUT)
             .pool_max_idle_per_host(IDLE_CONNECTIONS_PER_HOLDER_MAX)
             .tcp_nodelay(true)
             .no_proxy()
-            .build()
-            .expect("the HTTP client builds with static settings");
-        Forwarder { client }
     }
 }
 
@@ -139,7 +164,7 @@ pub async fn to_holder(state: &AppState, incoming: &Incoming<'_>, namespace: &st
 }
 
 async fn send(state: &AppState, holder: &Member, incoming: &Incoming<'_>, body: Bytes) -> Result<Response, reqwest::Error> {
-    let url = format!("http://{}{}", holder.api, incoming.path_and_query);
+    let url = format!("{}://{}{}", state.forwarder.scheme, holder.api, incoming.path_and_query);
     let started = std::time::Instant::now();
     let request = state
         .forwarder

@@ -63,6 +63,7 @@ pub struct AppState {
 }
 
 pub use self::firebase::FirebaseConfig;
+pub use self::forward::Forwarder;
 
 /// The service to serve: the router, behind the fast path for plain
 /// single-key GETs and PUTs (the product's hottest calls), which skips
@@ -95,8 +96,7 @@ pub fn service(
         put_metrics: RouteMetrics::new(PUT_RECORD_ROUTE),
         firebase_metrics: RouteMetrics::new(FIREBASE_ROUTE),
     });
-    let routed = tower::Layer::layer(&axum::middleware::from_fn_with_state(fast, fast_path), router(state.clone()));
-    tower::Layer::layer(&axum::middleware::from_fn_with_state(state, access::gate), routed)
+    tower::Layer::layer(&axum::middleware::from_fn_with_state(fast, fast_path), router(state))
 }
 
 const GET_RECORD_ROUTE: &str = "GET /v1/ns/{ns}/kv/{*rest}";
@@ -112,11 +112,22 @@ struct FastPath {
     firebase_metrics: Arc<RouteMetrics>,
 }
 
-/// Answers plain single-key GETs and PUTs directly, and Firebase's
-/// `/{path}.json` (no route pattern can name any path: the router would
-/// try every route before its fallback); everything else goes to the router.
-async fn fast_path(State(fast): State<Arc<FastPath>>, request: Request, next: Next) -> Response {
+/// The service's front: decides who is asking (`access::admit`: 401 and
+/// 429 here), then answers plain single-key GETs and PUTs directly, and
+/// Firebase's `/{path}.json` (no route pattern can name any path: the
+/// router would try every route before its fallback); everything else goes
+/// to the router with the identity in its extensions. One layer for both,
+/// so the hottest calls pay for neither a second middleware nor an
+/// extensions map.
+async fn fast_path(State(fast): State<Arc<FastPath>>, mut request: Request, next: Next) -> Response {
+    let identity = match access::admit(&fast.app, &request) {
+        Ok(Some(identity)) => identity,
+        // Public: no identity needed.
+        Ok(None) => return next.run(request).await,
+        Err(refused) => return refused,
+    };
     if is_firebase_path(request.uri().path()) {
+        request.extensions_mut().insert(identity);
         let started = Instant::now();
         let response = firebase::handle(fast.app.clone(), request).await;
         fast.firebase_metrics.observe(response.status(), started);
@@ -127,15 +138,21 @@ async fn fast_path(State(fast): State<Arc<FastPath>>, request: Request, next: Ne
     let metrics = match method {
         axum::http::Method::GET if plain => &fast.get_metrics,
         axum::http::Method::PUT if plain => &fast.put_metrics,
-        _ => return next.run(request).await,
+        _ => {
+            request.extensions_mut().insert(identity);
+            return next.run(request).await;
+        }
     };
     let started = Instant::now();
-    match records::fast_path(&fast.app, request).await {
+    match records::fast_path(&fast.app, &identity, request).await {
         Ok(response) => {
             metrics.observe(response.status(), started);
             response
         }
-        Err(request) => next.run(request).await,
+        Err(mut request) => {
+            request.extensions_mut().insert(identity);
+            next.run(request).await
+        }
     }
 }
 

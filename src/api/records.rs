@@ -11,13 +11,13 @@ use bytes::Bytes;
 use serde::Deserialize;
 use serde_json::json;
 
-use super::access::{caller_of, require, require_anywhere, Caller};
+use super::access::{require, require_anywhere, Caller};
 use super::error::ApiError;
 use super::params::Params;
 use super::keys::NsName;
 use super::forward::{self, Incoming};
 use super::{body, keys, render, AppState};
-use crate::auth::Verb;
+use crate::auth::{Identity, Verb};
 use crate::codec::{Condition, Mutation, Op, OpKind};
 use crate::limits;
 use crate::node::read::{await_consistency, Consistency};
@@ -103,11 +103,11 @@ fn reads_here(state: &AppState, incoming: &Incoming<'_>, namespace: &Namespace, 
 /// string), answered before the generic router and extractors run. Gives the
 /// request back when the path is not exactly that shape, so the router
 /// handles it (and any error).
-pub async fn fast_path(state: &AppState, request: axum::extract::Request) -> Result<Response, axum::extract::Request> {
+pub async fn fast_path(state: &AppState, identity: &Identity, request: axum::extract::Request) -> Result<Response, axum::extract::Request> {
     let Some((namespace, pk, sk)) = fast_key(state, request.uri().path()) else { return Err(request) };
     let (parts, body) = request.into_parts();
     let verb = if parts.method == axum::http::Method::GET { Verb::Read } else { Verb::Write };
-    if let Err(e) = caller_of(state, &parts).and_then(|identity| require(&identity, &namespace.name, &pk, verb)) {
+    if let Err(e) = require(identity, &namespace.name, &pk, verb) {
         return Ok(e.into_response());
     }
     let incoming = Incoming::new(parts.method.clone(), &parts.uri, &parts.headers);

@@ -10,6 +10,7 @@
 //! `blake3::Hash`'s equality, which is constant-time.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use base64::Engine;
@@ -103,6 +104,21 @@ pub struct Key {
 #[derive(Default)]
 pub struct KeyRing {
     keys: RwLock<HashMap<String, Arc<Key>>>,
+    /// Changes with every change of `keys` (unique across rings: from
+    /// `GENERATIONS`), so a thread's cached verification (`LAST_VERIFIED`)
+    /// is used only while nothing changed.
+    generation: AtomicU64,
+}
+
+/// Where generations come from (never 0: 0 is "no generation yet").
+static GENERATIONS: AtomicU64 = AtomicU64::new(1);
+
+thread_local! {
+    /// This thread's last verified token: (ring generation, token, key).
+    /// A connection sends the same token with every request, and a thread
+    /// serves the same connections: comparing the token in constant time
+    /// is cheaper than hashing its secret again.
+    static LAST_VERIFIED: std::cell::RefCell<Option<(u64, Box<str>, Arc<Key>)>> = const { std::cell::RefCell::new(None) };
 }
 
 impl KeyRing {
@@ -119,25 +135,45 @@ impl KeyRing {
             keys.insert(record.id.clone(), Arc::new(Key { record, hash }));
         }
         *self.keys.write() = keys;
+        self.changed();
+    }
+
+    fn changed(&self) {
+        self.generation.store(GENERATIONS.fetch_add(1, Ordering::Relaxed) + 1, Ordering::Release);
     }
 
     /// Adds or replaces one key (one just created here, before the next refresh).
     pub fn insert(&self, record: KeyRecord) {
         if let Ok(hash) = blake3::Hash::from_hex(&record.hash) {
             self.keys.write().insert(record.id.clone(), Arc::new(Key { record, hash }));
+            self.changed();
         }
     }
 
     /// Forgets one key (revoked here, before the next refresh).
     pub fn remove(&self, id: &str) {
         self.keys.write().remove(id);
+        self.changed();
     }
 
     /// The key `token` names, if its secret matches (constant-time).
     pub fn verify(&self, token: &str) -> Option<Arc<Key>> {
+        // Read before the keys: a change after this makes the cached entry stale, never wrong.
+        let generation = self.generation.load(Ordering::Acquire);
+        let cached = LAST_VERIFIED.with(|last| match &*last.borrow() {
+            Some((g, t, key)) if *g == generation && generation != 0 && constant_time_eq::constant_time_eq(t.as_bytes(), token.as_bytes()) => Some(key.clone()),
+            _ => None,
+        });
+        if cached.is_some() {
+            return cached;
+        }
         let (id, secret) = split(token)?;
         let key = self.keys.read().get(id).cloned()?;
-        (blake3::hash(secret.as_bytes()) == key.hash).then_some(key)
+        if blake3::hash(secret.as_bytes()) != key.hash {
+            return None;
+        }
+        LAST_VERIFIED.with(|last| *last.borrow_mut() = Some((generation, token.into(), key.clone())));
+        Some(key)
     }
 
     pub fn records(&self) -> Vec<KeyRecord> {
@@ -175,7 +211,14 @@ mod tests {
         assert!(ring.verify("tern_").is_none());
         assert!(ring.verify("tern_0123456789abcdef_").is_none());
         assert!(ring.verify(&format!("tern_{}_x", "é".repeat(8))).is_none());
+        assert!(ring.verify(&new.token).is_some(), "again, from this thread's cache");
         ring.remove(&new.record.id);
+        assert!(ring.verify(&new.token).is_none(), "a revoked key is refused at once, cached or not");
+        // Another ring (another node in a test) never answers from this ring's cache.
+        let other = KeyRing::default();
+        assert!(other.verify(&new.token).is_none());
+        other.insert(new.record.clone());
+        assert!(other.verify(&new.token).is_some());
         assert!(ring.verify(&new.token).is_none());
     }
 

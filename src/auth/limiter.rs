@@ -7,6 +7,7 @@
 
 use std::collections::HashMap;
 use std::net::IpAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
@@ -19,6 +20,11 @@ const REFILL_PERIOD: Duration = Duration::from_secs(60);
 pub struct FailureLimiter {
     burst: u32,
     sources: Mutex<HashMap<IpAddr, Bucket>>,
+    /// Since `created`, when the last failure of anyone was, in µs (0: none
+    /// yet): a refill period after it every bucket is full, so the check
+    /// needs no lock (the common case: every request checks).
+    last_failure_us: AtomicU64,
+    created: Instant,
 }
 
 #[derive(Clone, Copy)]
@@ -31,12 +37,17 @@ struct Bucket {
 impl FailureLimiter {
     /// `burst` failures per minute per address (0: no limit).
     pub fn new(burst: u32) -> FailureLimiter {
-        FailureLimiter { burst, sources: Mutex::new(HashMap::new()) }
+        FailureLimiter { burst, sources: Mutex::new(HashMap::new()), last_failure_us: AtomicU64::new(0), created: Instant::now() }
     }
 
     /// How long `source` must wait, when it is over its limit.
     pub fn blocked_for(&self, source: IpAddr, now: Instant) -> Option<Duration> {
         if self.burst == 0 {
+            return None;
+        }
+        let last_failure_us = self.last_failure_us.load(Ordering::Relaxed);
+        let now_us = now.saturating_duration_since(self.created).as_micros() as u64;
+        if last_failure_us == 0 || now_us.saturating_sub(last_failure_us) > REFILL_PERIOD.as_micros() as u64 {
             return None;
         }
         let sources = self.sources.lock();
@@ -49,6 +60,8 @@ impl FailureLimiter {
         if self.burst == 0 {
             return;
         }
+        let now_us = (now.saturating_duration_since(self.created).as_micros() as u64).max(1);
+        self.last_failure_us.fetch_max(now_us, Ordering::Relaxed);
         let mut sources = self.sources.lock();
         if !sources.contains_key(&source) && sources.len() >= SOURCES_MAX {
             let oldest = sources.iter().min_by_key(|(_, b)| b.at).map(|(ip, _)| *ip).expect("the table is full");

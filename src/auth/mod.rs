@@ -106,17 +106,16 @@ impl Authenticator {
         if token.is_empty() {
             return Err(AuthError::Missing);
         }
+        // An API key first (the common case; a root token never has its shape).
+        if keys::split(token).is_some() {
+            return self.keys.verify(token).map(Identity::Key).ok_or_else(|| AuthError::Invalid("no such API key, or it was revoked".into()));
+        }
         // Constant-time: blake3::Hash's equality.
         if self.root.is_some_and(|root| blake3::hash(token.as_bytes()) == root) {
             return Ok(Identity::Root);
         }
         if token.starts_with(keys::KEY_PREFIX) {
-            if keys::split(token).is_none() {
-                return Err(AuthError::Invalid("it starts like an API key but is not one (tern_<16 hex>_<secret>)".into()));
-            }
-            return self.keys.verify(token).map(Identity::Key).ok_or_else(|| {
-                AuthError::Invalid("no such API key, or it was revoked".into())
-            });
+            return Err(AuthError::Invalid("it starts like an API key but is not one (tern_<16 hex>_<secret>)".into()));
         }
         if token.split('.').count() == 3 {
             let Some(jwt) = &self.jwt else {
@@ -196,6 +195,11 @@ pub fn load_or_create_root_token(path: &Path) -> anyhow::Result<String> {
             anyhow::ensure!(
                 token.chars().count() >= ROOT_TOKEN_CHARS_MIN,
                 "the admin token file {} holds fewer than {ROOT_TOKEN_CHARS_MIN} characters; write a longer secret or delete it to have one made",
+                path.display()
+            );
+            anyhow::ensure!(
+                keys::split(&token).is_none(),
+                "the admin token file {} holds a token shaped like an API key (tern_<id>_<secret>); use another secret",
                 path.display()
             );
             warn_if_readable_by_others(path);

@@ -29,6 +29,8 @@ pub struct GossipConfig {
     /// Nodes gossip only with nodes of the same cluster id.
     pub cluster_id: String,
     pub interval: Duration,
+    /// Seals every datagram (`sealed.rs`); None: plain chitchat UDP (no authentication).
+    pub key: Option<super::sealed::ClusterKey>,
 }
 
 /// How often this node's held partitions and offsets are republished.
@@ -71,7 +73,12 @@ impl Gossip {
             ("group".to_string(), me.group.clone()),
             ("api".to_string(), me.api.clone()),
         ];
-        let handle = spawn_chitchat(chitchat_config, initial, &UdpTransport)
+        let sealed = config.key.clone().map(|key| super::sealed::SealedTransport { key });
+        let transport: &dyn chitchat::transport::Transport = match &sealed {
+            Some(sealed) => sealed,
+            None => &UdpTransport,
+        };
+        let handle = spawn_chitchat(chitchat_config, initial, transport)
             .await
             .map_err(|e| anyhow::anyhow!("cannot gossip on {}: {e}", config.listen))?;
         tracing::info!(listen = %config.listen, seeds = ?config.seeds, "gossip started");

@@ -18,6 +18,7 @@
 //! cluster is this node alone.
 
 mod gossip;
+pub mod sealed;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

@@ -148,7 +148,8 @@ settings! {
     /// snapshot at start. `tern dev`: `file://<data-dir>/snapshots`.
     snapshots: Option<String> = None, Bound::Any;
     /// Object store settings as `KEY=VALUE`, overriding the environment: `aws_endpoint`, `aws_region`,
-    /// `aws_access_key_id`, `aws_secret_access_key`, `aws_allow_http` (an unknown key is an error).
+    /// `aws_access_key_id`, `aws_secret_access_key`, `aws_allow_http` (an unknown key is an error), and
+    /// `ca_file`: a PEM CA bundle to trust for an `https://` endpoint.
     snapshot_options ("snapshot-option"): BTreeMap<String, String> = BTreeMap::new(), Bound::Any;
     /// Disaster recovery: restore partitions from snapshots of another log (the lost one's) and continue
     /// each empty log partition after its snapshot; writes acknowledged after the snapshots are lost.
@@ -205,6 +206,20 @@ settings! {
     /// Kafka: bytes the broker gathers before answering a fetch (`fetch.min.bytes`): fewer fetches under
     /// load, more write throughput.
     kafka_fetch_min_bytes: usize = 16 * 1024, Bound::Range(1, 16 * MIB as i128);
+    /// Kafka: `security.protocol` of the client: `plaintext`, `ssl` (TLS), `sasl_plaintext`, `sasl_ssl`.
+    kafka_security_protocol: String = "plaintext".into(), Bound::OneOf(&["plaintext", "ssl", "sasl_plaintext", "sasl_ssl"]);
+    /// Kafka: the CA that signed the brokers' certificates (PEM; `ssl.ca.location`). Unset: the system's.
+    kafka_ssl_ca_file: Option<PathBuf> = None, Bound::Any;
+    /// Kafka: a client certificate (PEM) for brokers that require one, with `kafka_ssl_key_file`.
+    kafka_ssl_cert_file: Option<PathBuf> = None, Bound::Any;
+    /// Kafka: the client certificate's private key (PEM).
+    kafka_ssl_key_file: Option<PathBuf> = None, Bound::Any;
+    /// Kafka: the SASL mechanism (`sasl_plaintext`, `sasl_ssl`).
+    kafka_sasl_mechanism: String = "PLAIN".into(), Bound::OneOf(&["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]);
+    /// Kafka: the SASL user name.
+    kafka_sasl_username: Option<String> = None, Bound::Any;
+    /// Kafka: a file holding the SASL password (read at start; never in flags, the environment or logs).
+    kafka_sasl_password_file: Option<PathBuf> = None, Bound::Any;
     /// A connection that sends nothing for this long before its first byte, between HTTP/1.1 requests or
     /// within a request head is closed, and an HTTP/2 connection without a stream through a whole wait gets
     /// GOAWAY (streams in flight are not idle). Longer than clients keep idle connections (reqwest: 90 s).
@@ -235,6 +250,23 @@ settings! {
     /// Security: allow `listen` on an address other than loopback without `auth` (anyone who reaches the
     /// port can then read and write everything).
     insecure: bool = false, Bound::Any;
+    /// TLS: the listener's certificate chain (PEM). With `tls_key_file`, the listener speaks only TLS
+    /// (HTTP/1.1 and HTTP/2 by ALPN) and forwarded requests go to other nodes over https.
+    tls_cert_file: Option<PathBuf> = None, Bound::Any;
+    /// TLS: the listener's private key (PEM).
+    tls_key_file: Option<PathBuf> = None, Bound::Any;
+    /// TLS: require client certificates signed by this CA (PEM): mTLS.
+    tls_client_ca_file: Option<PathBuf> = None, Bound::Any;
+    /// TLS: how often the certificate and key files are looked at; a changed pair is loaded without a
+    /// restart (new connections get it).
+    tls_reload_ms: u64 = 5_000, Bound::Range(100, 3_600_000);
+    /// TLS between nodes: the CA that signed the other nodes' certificates (PEM), checked on forwarded
+    /// requests (none: the system's roots). This node presents its own certificate to them.
+    cluster_ca_file: Option<PathBuf> = None, Bound::Any;
+    /// Cluster: a file holding the cluster's shared secret (at least 32 characters); every gossip datagram
+    /// is sealed with a key derived from it, and datagrams that do not verify are dropped and counted. The
+    /// same file on every node. Required with `auth` and `gossip` (unless `insecure`).
+    cluster_key_file: Option<PathBuf> = None, Bound::Any;
     /// Firebase: the bearer token that is the database owner (admin: rules do not apply), as
     /// `Authorization: Bearer <token>` or `?auth=<token>`. `tern dev`: `owner`, the emulator's. Unset: no owner.
     firebase_owner_token: Option<String> = None, Bound::Any;
@@ -320,7 +352,29 @@ impl Settings {
         );
         self.namespaces_to_create()?;
         self.check_exposure()?;
+        anyhow::ensure!(
+            !(self.auth && self.gossip.is_some() && self.cluster_key_file.is_none() && !self.insecure),
+            "auth with gossip needs cluster_key_file: unauthenticated gossip would let anyone who reaches the \
+             gossip port join the cluster view and be sent forwarded requests (or pass --insecure)"
+        );
+        anyhow::ensure!(
+            self.tls_cert_file.is_some() == self.tls_key_file.is_some(),
+            "tls_cert_file and tls_key_file go together: give both, or neither"
+        );
+        anyhow::ensure!(
+            self.tls_client_ca_file.is_none() || self.tls_cert_file.is_some(),
+            "tls_client_ca_file (mTLS) needs TLS: give tls_cert_file and tls_key_file too"
+        );
         Ok(())
+    }
+
+    /// The gossip key, read from `cluster_key_file`.
+    pub fn cluster_key(&self) -> anyhow::Result<Option<crate::cluster::sealed::ClusterKey>> {
+        let Some(path) = &self.cluster_key_file else { return Ok(None) };
+        let secret = std::fs::read_to_string(path).map_err(|e| anyhow::anyhow!("cluster_key_file {}: {e}", path.display()))?;
+        crate::cluster::sealed::ClusterKey::from_secret(&secret)
+            .map(Some)
+            .map_err(|e| anyhow::anyhow!("cluster_key_file {}: {e}", path.display()))
     }
 
     /// `tern serve` refuses to listen beyond loopback without authentication
@@ -453,9 +507,9 @@ impl Settings {
     }
 
     /// The Kafka log's settings, for the brokers `servers`.
-    pub fn kafka_log_config(&self, servers: &str) -> crate::log::kafka::KafkaLogConfig {
+    pub fn kafka_log_config(&self, servers: &str) -> anyhow::Result<crate::log::kafka::KafkaLogConfig> {
         use crate::log::kafka::{KafkaLogConfig, Membership};
-        KafkaLogConfig {
+        Ok(KafkaLogConfig {
             client_id: self.node_id.clone(),
             rack: self.region.clone(),
             topic_prefix: self.kafka_topic_prefix.clone(),
@@ -472,8 +526,41 @@ impl Settings {
                     session_timeout: Duration::from_millis(self.kafka_session_timeout_ms),
                 },
             },
+            security: self.kafka_security()?,
             ..KafkaLogConfig::new(servers)
-        }
+        })
+    }
+
+    /// The Kafka client's security settings, with the SASL password read from its file.
+    fn kafka_security(&self) -> anyhow::Result<crate::log::kafka::KafkaSecurity> {
+        let sasl = self.kafka_security_protocol.starts_with("sasl");
+        anyhow::ensure!(
+            !sasl || (self.kafka_sasl_username.is_some() && self.kafka_sasl_password_file.is_some()),
+            "kafka_security_protocol = {} needs kafka_sasl_username and kafka_sasl_password_file",
+            self.kafka_security_protocol
+        );
+        anyhow::ensure!(
+            self.kafka_ssl_cert_file.is_some() == self.kafka_ssl_key_file.is_some(),
+            "kafka_ssl_cert_file and kafka_ssl_key_file go together"
+        );
+        let sasl_password = match &self.kafka_sasl_password_file {
+            Some(path) => Some(
+                std::fs::read_to_string(path)
+                    .map_err(|e| anyhow::anyhow!("kafka_sasl_password_file {}: {e}", path.display()))?
+                    .trim_end_matches(['\n', '\r'])
+                    .to_string(),
+            ),
+            None => None,
+        };
+        Ok(crate::log::kafka::KafkaSecurity {
+            protocol: self.kafka_security_protocol.clone(),
+            ca_file: self.kafka_ssl_ca_file.clone(),
+            cert_file: self.kafka_ssl_cert_file.clone(),
+            key_file: self.kafka_ssl_key_file.clone(),
+            sasl_mechanism: self.kafka_sasl_mechanism.clone(),
+            sasl_username: self.kafka_sasl_username.clone(),
+            sasl_password,
+        })
     }
 
     /// The settings as a Markdown table (`docs/settings.md` is this, generated).
@@ -596,6 +683,9 @@ mod tests {
         bad(|s| s.listen = "example.com:7070".into(), "without authentication");
         bad(|s| s.auth_failures_per_minute = 2_000_000, "auth_failures_per_minute");
         bad(|s| s.jwt_grants_claim = String::new(), "jwt_grants_claim must not be empty");
+        bad(|s| (s.auth, s.gossip) = (true, Some("127.0.0.1:7946".into())), "auth with gossip needs cluster_key_file");
+        bad(|s| s.tls_cert_file = Some("c.pem".into()), "tls_cert_file and tls_key_file go together");
+        bad(|s| s.tls_client_ca_file = Some("ca.pem".into()), "tls_client_ca_file (mTLS) needs TLS");
         for exposed in [Settings { listen: "0.0.0.0:7070".into(), auth: true, ..Default::default() }, Settings { listen: "0.0.0.0:7070".into(), insecure: true, ..Default::default() }] {
             exposed.validate().unwrap();
         }

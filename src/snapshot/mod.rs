@@ -36,6 +36,9 @@ use crate::store::{PartitionStore, RestoredState, StoreReader};
 /// to a few chunks however large the partition.
 const CHUNKS_IN_FLIGHT_MAX: usize = 4;
 /// S3 bounds: retries per request, total retry time, one request, one connect.
+/// The snapshot option naming a PEM CA bundle to trust for an `https://`
+/// S3 endpoint (object storage behind a private CA).
+pub const CA_FILE_OPTION: &str = "ca_file";
 const S3_RETRIES_MAX: usize = 3;
 const S3_RETRY_TIMEOUT: Duration = Duration::from_secs(20);
 const S3_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
@@ -169,12 +172,26 @@ impl Snapshots {
                 .or_else(|| std::env::var("AWS_ALLOW_HTTP").ok())
                 .is_some_and(|v| v.eq_ignore_ascii_case("true"));
             let mut builder = object_store::aws::AmazonS3Builder::from_env().with_url(url);
-            for (key, value) in options {
+            // `ca_file` is Tern's own: a PEM CA bundle to trust for an https:// endpoint.
+            let ca_file = options.iter().find(|(k, _)| k.eq_ignore_ascii_case(CA_FILE_OPTION)).map(|(_, v)| v.clone());
+            for (key, value) in options.iter().filter(|(k, _)| !k.eq_ignore_ascii_case(CA_FILE_OPTION)) {
                 let key: object_store::aws::AmazonS3ConfigKey = key
                     .to_ascii_lowercase()
                     .parse()
                     .map_err(|e| store_error(format!("snapshot option {key:?}: {e}")))?;
                 builder = builder.with_config(key, value);
+            }
+            let mut client = object_store::ClientOptions::new()
+                .with_timeout(S3_REQUEST_TIMEOUT)
+                .with_connect_timeout(S3_CONNECT_TIMEOUT)
+                .with_allow_http(allow_http);
+            if let Some(path) = ca_file {
+                let pem = std::fs::read(&path).map_err(|e| store_error(format!("snapshot option ca_file {path}: {e}")))?;
+                let certificates = object_store::Certificate::from_pem_bundle(&pem)
+                    .map_err(|e| store_error(format!("snapshot option ca_file {path}: {e}")))?;
+                for certificate in certificates {
+                    client = client.with_root_certificate(certificate);
+                }
             }
             let store = builder
                 .with_retry(object_store::RetryConfig {
@@ -182,12 +199,7 @@ impl Snapshots {
                     retry_timeout: S3_RETRY_TIMEOUT,
                     ..Default::default()
                 })
-                .with_client_options(
-                    object_store::ClientOptions::new()
-                        .with_timeout(S3_REQUEST_TIMEOUT)
-                        .with_connect_timeout(S3_CONNECT_TIMEOUT)
-                        .with_allow_http(allow_http),
-                )
+                .with_client_options(client)
                 .build()
                 .map_err(store_error)?;
             let root = ObjectPath::from(parsed.path().trim_start_matches('/'));

@@ -8,6 +8,9 @@ export interface ClientOptions {
     namespace?: string;
     /** A `fetch` to use instead of the global one. */
     fetch?: typeof fetch;
+    /** A bearer token, for a node that requires authentication (`tern dev --auth`,
+     * `tern token create`): sent as `Authorization: Bearer <token>` on every call and watch. */
+    token?: string;
 }
 export declare class TernClient {
     readonly url: string;

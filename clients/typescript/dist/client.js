@@ -8,7 +8,8 @@ export class TernClient {
     constructor(options = {}) {
         this.url = (options.url ?? "http://127.0.0.1:7070").replace(/\/+$/, "");
         this.namespace = options.namespace ?? "default";
-        this.fetchImpl = options.fetch ?? globalThis.fetch.bind(globalThis);
+        const base = options.fetch ?? globalThis.fetch.bind(globalThis);
+        this.fetchImpl = options.token === undefined ? base : withToken(base, options.token);
     }
     /** One record, or `undefined` if it does not exist. */
     async get(pk, sk = "", options = {}) {
@@ -105,4 +106,13 @@ function writeParams(options) {
     if (options.waitApplied)
         params.set("wait", "applied");
     return params;
+}
+/** `fetchImpl`, sending `Authorization: Bearer <token>` on every request. */
+function withToken(fetchImpl, token) {
+    const authorization = `Bearer ${token}`;
+    return (input, init = {}) => {
+        const headers = new Headers(init.headers);
+        headers.set("authorization", authorization);
+        return fetchImpl(input, { ...init, headers });
+    };
 }

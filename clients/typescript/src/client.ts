@@ -11,6 +11,9 @@ export interface ClientOptions {
   namespace?: string;
   /** A `fetch` to use instead of the global one. */
   fetch?: typeof fetch;
+  /** A bearer token, for a node that requires authentication (`tern dev --auth`,
+   * `tern token create`): sent as `Authorization: Bearer <token>` on every call and watch. */
+  token?: string;
 }
 
 export class TernClient {
@@ -21,7 +24,8 @@ export class TernClient {
   constructor(options: ClientOptions = {}) {
     this.url = (options.url ?? "http://127.0.0.1:7070").replace(/\/+$/, "");
     this.namespace = options.namespace ?? "default";
-    this.fetchImpl = options.fetch ?? globalThis.fetch.bind(globalThis);
+    const base = options.fetch ?? globalThis.fetch.bind(globalThis);
+    this.fetchImpl = options.token === undefined ? base : withToken(base, options.token);
   }
 
   /** One record, or `undefined` if it does not exist. */
@@ -119,4 +123,14 @@ function writeParams(options: WriteOptions): URLSearchParams {
   if (options.ifAbsent) params.set("if_absent", "true");
   if (options.waitApplied) params.set("wait", "applied");
   return params;
+}
+
+/** `fetchImpl`, sending `Authorization: Bearer <token>` on every request. */
+function withToken(fetchImpl: typeof fetch, token: string): typeof fetch {
+  const authorization = `Bearer ${token}`;
+  return (input, init = {}) => {
+    const headers = new Headers(init.headers);
+    headers.set("authorization", authorization);
+    return fetchImpl(input, { ...init, headers });
+  };
 }

@@ -21,8 +21,9 @@ export function freePort() {
 }
 
 export class Tern {
-  static async start({ port, dataDir } = {}) {
+  static async start({ port, dataDir, auth } = {}) {
     const tern = new Tern();
+    tern.auth = auth ?? false;
     tern.port = port ?? (await freePort());
     tern.dataDir = dataDir ?? mkdtempSync(join(tmpdir(), "tern-ts-"));
     tern.ownsDir = !dataDir;
@@ -32,7 +33,8 @@ export class Tern {
   }
 
   async spawn() {
-    this.child = spawn(BIN, ["dev", "--listen", `127.0.0.1:${this.port}`, "--data-dir", this.dataDir], {
+    const args = ["dev", "--listen", `127.0.0.1:${this.port}`, "--data-dir", this.dataDir, ...(this.auth ? ["--auth"] : [])];
+    this.child = spawn(BIN, args, {
       stdio: ["ignore", "pipe", "inherit"],
       env: { ...process.env, TERN_LOG_LEVEL: process.env.TERN_TEST_LOG_LEVEL ?? "warn" },
     });

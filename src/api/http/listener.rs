@@ -20,6 +20,7 @@
 use std::convert::Infallible;
 use std::future::Future;
 use std::pin::pin;
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::Body;
@@ -32,6 +33,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 
 use super::h2c;
+use super::tls::{self, Tls};
 use crate::api::access::Peer;
 use crate::api::AppState;
 use crate::watch::ConnectionId;
@@ -51,7 +53,14 @@ const PREFACE_RECHECK: Duration = Duration::from_millis(5);
 /// Serves `service` (with `app`, whose watches HTTP/2 connections run
 /// themselves) on every connection `listener` accepts until `shutdown`
 /// resolves, then stops gracefully. `idle`: see the module doc.
-pub async fn serve<S>(listener: TcpListener, app: AppState, service: S, idle: Duration, shutdown: impl Future<Output = ()>)
+pub async fn serve<S>(
+    listener: TcpListener,
+    app: AppState,
+    service: S,
+    idle: Duration,
+    tls: Option<Arc<Tls>>,
+    shutdown: impl Future<Output = ()>,
+)
 where
     S: tower::Service<Request, Response = Response, Error = Infallible> + Clone + Send + 'static,
     S::Future: Send + 'static,
@@ -78,7 +87,11 @@ where
         if let Err(e) = stream.set_nodelay(true) {
             tracing::debug!(error = %e, "cannot set TCP_NODELAY");
         }
-        tokio::spawn(serve_connection(stream, peer, app.clone(), service.clone(), idle, stopping.subscribe()));
+        let connection = serve_connection(stream, peer, app.clone(), service.clone(), idle, stopping.subscribe());
+        match &tls {
+            None => tokio::spawn(connection.plaintext()),
+            Some(tls) => tokio::spawn(connection.tls(tls.clone())),
+        };
     }
     drop(listener);
     stopping.send_replace(true);
@@ -93,28 +106,77 @@ fn is_connection_error(e: &std::io::Error) -> bool {
     matches!(e.kind(), ConnectionRefused | ConnectionAborted | ConnectionReset)
 }
 
-/// One connection, served to its end; `stopping` tells it to finish.
-async fn serve_connection<S>(stream: TcpStream, peer: Peer, app: AppState, service: S, idle: Duration, mut stopping: watch::Receiver<bool>)
+/// One accepted connection, before its protocol is known.
+struct Connection<S> {
+    stream: TcpStream,
+    peer: Peer,
+    app: AppState,
+    service: S,
+    idle: Duration,
+    stopping: watch::Receiver<bool>,
+}
+
+fn serve_connection<S>(stream: TcpStream, peer: Peer, app: AppState, service: S, idle: Duration, stopping: watch::Receiver<bool>) -> Connection<S> {
+    Connection { stream, peer, app, service, idle, stopping }
+}
+
+impl<S> Connection<S>
 where
     S: tower::Service<Request, Response = Response, Error = Infallible> + Clone + Send + 'static,
     S::Future: Send + 'static,
 {
-    let connection = ConnectionId::next();
-    let is_h2 = tokio::select! {
-        is_h2 = starts_with_h2_preface(&stream) => is_h2,
-        _ = stopping.wait_for(|stopping| *stopping) => return,
-        () = tokio::time::sleep(idle) => {
-            tracing::debug!("connection sent nothing within the idle wait; closing it");
-            return;
+    /// Plaintext: HTTP/1.1, or h2c when the client opens with the preface;
+    /// served to its end, `stopping` telling it to finish.
+    async fn plaintext(mut self) {
+        let connection = ConnectionId::next();
+        let is_h2 = tokio::select! {
+            is_h2 = starts_with_h2_preface(&self.stream) => is_h2,
+            _ = self.stopping.wait_for(|stopping| *stopping) => return,
+            () = tokio::time::sleep(self.idle) => {
+                tracing::debug!("connection sent nothing within the idle wait; closing it");
+                return;
+            }
+        };
+        let Connection { stream, peer, app, service, idle, stopping } = self;
+        let result = match is_h2 {
+            Ok(true) => h2c::serve(stream, app, service, connection, peer, idle, stopping).await.map_err(|e| e.to_string()),
+            Ok(false) => serve_http1(stream, service, connection, peer, idle, stopping).await.map_err(|e| e.to_string()),
+            Err(e) => Err(e.to_string()),
+        };
+        if let Err(e) = result {
+            tracing::debug!(error = %e, "connection ended with an error");
         }
-    };
-    let result = match is_h2 {
-        Ok(true) => h2c::serve(stream, app, service, connection, peer, idle, stopping).await.map_err(|e| e.to_string()),
-        Ok(false) => serve_http1(stream, service, connection, peer, idle, stopping).await.map_err(|e| e.to_string()),
-        Err(e) => Err(e.to_string()),
-    };
-    if let Err(e) = result {
-        tracing::debug!(error = %e, "connection ended with an error");
+    }
+
+    /// TLS: the handshake (bounded), then HTTP/2 or HTTP/1.1 as ALPN chose.
+    async fn tls(mut self, tls: Arc<Tls>) {
+        let connection = ConnectionId::next();
+        let handshake = tokio::time::timeout(tls::HANDSHAKE_WAIT_MAX, tls.acceptor.accept(self.stream));
+        let stream = tokio::select! {
+            accepted = handshake => match accepted {
+                Ok(Ok(stream)) => stream,
+                Ok(Err(e)) => {
+                    crate::metrics::TLS_HANDSHAKE_FAILURES.inc();
+                    tracing::debug!(error = %e, "TLS handshake failed");
+                    return;
+                }
+                Err(_) => {
+                    crate::metrics::TLS_HANDSHAKE_FAILURES.inc();
+                    tracing::debug!("TLS handshake timed out");
+                    return;
+                }
+            },
+            _ = self.stopping.wait_for(|stopping| *stopping) => return,
+        };
+        let is_h2 = stream.get_ref().1.alpn_protocol() == Some(b"h2");
+        let Connection { peer, app, service, idle, stopping, .. } = self;
+        let result = match is_h2 {
+            true => h2c::serve(stream, app, service, connection, peer, idle, stopping).await.map_err(|e| e.to_string()),
+            false => serve_http1(stream, service, connection, peer, idle, stopping).await.map_err(|e| e.to_string()),
+        };
+        if let Err(e) = result {
+            tracing::debug!(error = %e, "TLS connection ended with an error");
+        }
     }
 }
 
@@ -141,8 +203,8 @@ async fn starts_with_h2_preface(stream: &TcpStream) -> std::io::Result<bool> {
 }
 
 /// HTTP/1.1 by hyper, upgrades (WebSocket) included.
-async fn serve_http1<S>(
-    stream: TcpStream,
+async fn serve_http1<S, IO>(
+    stream: IO,
     service: S,
     connection: ConnectionId,
     peer: Peer,
@@ -152,6 +214,7 @@ async fn serve_http1<S>(
 where
     S: tower::Service<Request, Response = Response, Error = Infallible> + Clone + Send + 'static,
     S::Future: Send + 'static,
+    IO: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
     let tower = TowerToHyperService::new(service);
     let service = hyper::service::service_fn(move |request: hyper::Request<Incoming>| {

@@ -7,5 +7,6 @@
 
 pub(crate) mod h2c;
 pub(crate) mod listener;
+pub mod tls;
 
 pub use self::listener::serve;

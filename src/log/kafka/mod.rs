@@ -65,6 +65,63 @@ pub struct KafkaLogConfig {
     /// Consumer: bytes the broker gathers before answering a fetch (`fetch.min.bytes`).
     pub fetch_min_bytes: usize,
     pub membership: Membership,
+    /// How the client reaches the brokers: TLS, SASL.
+    pub security: KafkaSecurity,
+}
+
+/// The Kafka client's security settings (librdkafka's names in the docs).
+#[derive(Clone, Default)]
+pub struct KafkaSecurity {
+    /// `security.protocol`: `plaintext`, `ssl`, `sasl_plaintext`, `sasl_ssl`.
+    pub protocol: String,
+    /// `ssl.ca.location`: the CA that signed the brokers' certificates (none: the system's).
+    pub ca_file: Option<std::path::PathBuf>,
+    /// `ssl.certificate.location` and `ssl.key.location`: a client certificate, for brokers that require one.
+    pub cert_file: Option<std::path::PathBuf>,
+    pub key_file: Option<std::path::PathBuf>,
+    /// `sasl.mechanism`: `PLAIN`, `SCRAM-SHA-256`, `SCRAM-SHA-512`.
+    pub sasl_mechanism: String,
+    pub sasl_username: Option<String>,
+    /// Read from a file at start; never printed (`Debug` hides it).
+    pub sasl_password: Option<String>,
+}
+
+impl std::fmt::Debug for KafkaSecurity {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KafkaSecurity")
+            .field("protocol", &self.protocol)
+            .field("ca_file", &self.ca_file)
+            .field("sasl_mechanism", &self.sasl_mechanism)
+            .field("sasl_username", &self.sasl_username)
+            .field("sasl_password", &self.sasl_password.as_ref().map(|_| "…"))
+            .finish()
+    }
+}
+
+impl KafkaSecurity {
+    /// Sets these on a client's config.
+    fn apply(&self, config: &mut ClientConfig) {
+        if self.protocol.is_empty() {
+            return;
+        }
+        config.set("security.protocol", &self.protocol);
+        let path = |p: &std::path::PathBuf| p.display().to_string();
+        if let Some(ca) = &self.ca_file {
+            config.set("ssl.ca.location", path(ca));
+        }
+        if let (Some(cert), Some(key)) = (&self.cert_file, &self.key_file) {
+            config.set("ssl.certificate.location", path(cert)).set("ssl.key.location", path(key));
+        }
+        if self.protocol.starts_with("sasl") {
+            config.set("sasl.mechanism", &self.sasl_mechanism);
+            if let Some(username) = &self.sasl_username {
+                config.set("sasl.username", username);
+            }
+            if let Some(password) = &self.sasl_password {
+                config.set("sasl.password", password);
+            }
+        }
+    }
 }
 
 impl KafkaLogConfig {
@@ -82,6 +139,7 @@ impl KafkaLogConfig {
             fetch_wait_max: Duration::from_millis(2),
             fetch_min_bytes: 16 * 1024,
             membership: Membership::AssignAll,
+            security: KafkaSecurity::default(),
         }
     }
 }
@@ -145,6 +203,7 @@ impl KafkaLog {
         if !config.rack.is_empty() {
             base.set("client.rack", &config.rack);
         }
+        config.security.apply(&mut base);
         let producer: FutureProducer = base
             .clone()
             .set("enable.idempotence", "true")

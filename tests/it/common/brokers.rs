@@ -9,9 +9,15 @@ pub struct Brokers {
 
 impl Brokers {
     pub fn start(brokers: usize) -> Brokers {
+        Brokers::start_with(brokers, &[])
+    }
+
+    /// `start` with more of `kafka.sh start`'s options (`--sasl-ssl`).
+    pub fn start_with(brokers: usize, options: &[&str]) -> Brokers {
         let dir = tempfile::tempdir().unwrap();
         let output = std::process::Command::new("scripts/kafka.sh")
             .args(["start", "--brokers", &brokers.to_string(), "--dir", dir.path().to_str().unwrap()])
+            .args(options)
             .output()
             .unwrap();
         assert!(output.status.success(), "kafka.sh start --brokers {brokers}: {}", String::from_utf8_lossy(&output.stderr));

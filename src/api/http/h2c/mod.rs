@@ -38,7 +38,6 @@ use bytes::Bytes;
 use h2::server::SendResponse;
 use h2::{RecvStream, SendStream};
 use hyper::body::Body as _;
-use tokio::net::TcpStream;
 
 use self::watches::Watches;
 use crate::api::access::{self, Peer};
@@ -64,8 +63,8 @@ const HANDSHAKE_WAIT_MAX: Duration = Duration::from_secs(10);
 /// within twice that), or until `stopping` turns true and its streams have
 /// finished. Either end is GOAWAY, then the open streams run to their end
 /// (watches end as the node closes their subscriptions).
-pub async fn serve<S>(
-    stream: TcpStream,
+pub async fn serve<S, IO>(
+    stream: IO,
     app: AppState,
     service: S,
     connection: ConnectionId,
@@ -76,6 +75,7 @@ pub async fn serve<S>(
 where
     S: tower::Service<Request, Response = Response, Error = Infallible> + Clone + Send + 'static,
     S::Future: Send + 'static,
+    IO: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
 {
     let handshake = builder().handshake::<_, Bytes>(Flattened(stream));
     let Ok(handshake) = tokio::time::timeout(HANDSHAKE_WAIT_MAX, handshake).await else {
@@ -314,20 +314,20 @@ impl hyper::body::Body for RequestBody {
     }
 }
 
-/// The TCP stream, saying it has no vectored writes, so that h2 copies
+/// The connection's stream (TCP, or TLS over it), saying it has no vectored writes, so that h2 copies
 /// every DATA frame of up to 1 KiB into its 16 KiB write buffer. With
 /// vectored writes h2 chains any payload over 256 bytes, one frame per
 /// `writev`: a put reaching the 100 watches of a connection would cost 100
 /// system calls instead of one or two.
-struct Flattened(TcpStream);
+struct Flattened<IO>(IO);
 
-impl tokio::io::AsyncRead for Flattened {
+impl<IO: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for Flattened<IO> {
     fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut tokio::io::ReadBuf<'_>) -> Poll<std::io::Result<()>> {
         Pin::new(&mut self.0).poll_read(cx, buf)
     }
 }
 
-impl tokio::io::AsyncWrite for Flattened {
+impl<IO: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for Flattened<IO> {
     fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
         Pin::new(&mut self.0).poll_write(cx, buf)
     }
