@@ -70,3 +70,97 @@ async fn only_nodes_with_the_cluster_key_join_and_forged_gossip_is_dropped_and_c
     assert!(forged >= 2, "the intruder's datagrams and the forged frame are counted: {forged}");
     assert!(malformed >= 1, "{malformed}");
 }
+
+/// Two nodes of one replica group on Kafka, everything on: sealed gossip,
+/// TLS with client certificates required, authentication. Each holds some
+/// partitions; every read through either node answers, the other node's
+/// partitions forwarded over mTLS with the caller's token checked again
+/// there; a token made on one node works on the other (its keys are read
+/// from the holder of the system partition, over TLS, with the root token).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_secured_cluster_forwards_over_mutual_tls_and_checks_the_caller_again() {
+    let bootstrap = std::env::var("TERN_TEST_KAFKA").expect("TERN_TEST_KAFKA must name a Kafka broker (scripts/test.sh starts one)");
+    let dir = tempfile::tempdir().unwrap();
+    let pki = crate::tls::Pki::new(dir.path(), "ca");
+    let (cert, key) = pki.issue("node");
+    let (client_cert, client_key) = pki.issue("client");
+    let key_file = dir.path().join("cluster.key");
+    std::fs::write(&key_file, "a cluster secret of more than 32 chars").unwrap();
+    let token_file = dir.path().join("admin.token");
+    let prefix = format!("sec{}.", rand::random::<u32>());
+    let log = format!("kafka://{bootstrap}");
+    let ports = [free_udp_port(), free_udp_port()];
+    let seed = format!("127.0.0.1:{}", ports[0]);
+    let ca = pki.ca();
+    let mut nodes = Vec::new();
+    for (i, id) in ["a", "b"].into_iter().enumerate() {
+        let data = dir.path().join(id);
+        let gossip = format!("127.0.0.1:{}", ports[i]);
+        let args = [
+            "serve", "--node-id", id, "--listen", "127.0.0.1:0", "--data-dir", data.to_str().unwrap(), "--log", &log,
+            "--kafka-topic-prefix", &prefix, "--namespace", "app:4", "--gossip", &gossip, "--seeds", &seed,
+            "--gossip-interval-ms", "50", "--kafka-membership", "group", "--cluster-key-file", key_file.to_str().unwrap(),
+            "--auth", "--admin-token-file", token_file.to_str().unwrap(), "--auth-failures-per-minute", "0",
+            "--tls-cert-file", cert.to_str().unwrap(), "--tls-key-file", key.to_str().unwrap(),
+            "--tls-client-ca-file", ca.to_str().unwrap(), "--cluster-ca-file", ca.to_str().unwrap(),
+        ];
+        nodes.push(Tern::spawn_listening(&args, &[], dir.path()));
+        // b joins once a made the admin token and the topics.
+        let client = crate::tls::client(&pki.ca(), Some((&client_cert, &client_key))).build().unwrap();
+        crate::tls::wait_ready(&client, &nodes[i].url).await;
+    }
+    let client = crate::tls::client(&pki.ca(), Some((&client_cert, &client_key))).build().unwrap();
+    let root = std::fs::read_to_string(&token_file).unwrap().trim().to_string();
+    // Wait until the group split the partitions between a and b.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let view: serde_json::Value = client.get(format!("{}/v1/cluster", nodes[0].url)).bearer_auth(&root).send().await.unwrap().json().await.unwrap();
+        let holders: Vec<usize> = ["a", "b"]
+            .iter()
+            .map(|id| {
+                view["nodes"].as_array().unwrap().iter().filter(|n| n["id"] == *id && n["state"] == "live")
+                    .flat_map(|n| n["partitions"].as_array().unwrap().iter().filter(|p| p["ns"] == "app")).count()
+            })
+            .collect();
+        if holders[0] > 0 && holders[1] > 0 && holders[0] + holders[1] == 4 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the group never split app's partitions: {view}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let created: serde_json::Value = client
+        .post(format!("{}/v1/tokens", nodes[0].url))
+        .bearer_auth(&root)
+        .json(&serde_json::json!({"ns": "app", "prefix": "k", "verbs": ["read", "write"]}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let token = created["token"].as_str().unwrap().to_string();
+    let mut served_by = std::collections::BTreeSet::new();
+    for i in 0..16 {
+        let put = client.put(format!("{}/v1/ns/app/kv/k{i}/s?wait=applied", nodes[0].url)).bearer_auth(&root).json(&i).send().await.unwrap();
+        assert_eq!(put.status(), 200);
+        // Read through b with the new token: b learns it within seconds, and forwards what a holds.
+        let deadline = Instant::now() + Duration::from_secs(15);
+        loop {
+            let response = client.get(format!("{}/v1/ns/app/kv/k{i}/s?consistency=strong", nodes[1].url)).bearer_auth(&token).send().await.unwrap();
+            if response.status() == 200 {
+                served_by.insert(response.headers().get("x-tern-served-by").map(|v| v.to_str().unwrap().to_string()).unwrap_or_else(|| "b".into()));
+                assert_eq!(response.json::<serde_json::Value>().await.unwrap()["value"], serde_json::json!(i));
+                break;
+            }
+            assert!(Instant::now() < deadline, "k{i} never readable through b: {}", response.status());
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        // The holder checks the caller again: a token without a grant for this key is refused there too.
+        let outside = client.get(format!("{}/v1/ns/app/kv/other{i}/s", nodes[1].url)).bearer_auth(&token).send().await.unwrap();
+        assert_eq!(outside.status(), 403);
+    }
+    assert!(served_by.contains("a"), "some reads were forwarded from b to a over TLS: {served_by:?}");
+    // A client without a certificate is refused by both nodes.
+    let anonymous = crate::tls::client(&pki.ca(), None).build().unwrap();
+    assert!(anonymous.get(format!("{}/healthz", nodes[1].url)).send().await.is_err());
+}

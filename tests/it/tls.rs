@@ -12,7 +12,7 @@ use serde_json::json;
 use crate::common::Tern;
 
 /// A test CA and certificates it signed, in a directory.
-struct Pki {
+pub struct Pki {
     dir: PathBuf,
 }
 
@@ -23,19 +23,19 @@ fn openssl(dir: &Path, args: &[&str]) {
 
 impl Pki {
     /// A CA named `name` in `dir`.
-    fn new(dir: &Path, name: &str) -> Pki {
+    pub fn new(dir: &Path, name: &str) -> Pki {
         let subject = format!("/CN={name}");
         openssl(dir, &["req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-keyout", &format!("{name}.key"),
             "-out", &format!("{name}.pem"), "-days", "2", "-subj", &subject]);
         Pki { dir: dir.join(name) }
     }
 
-    fn ca(&self) -> PathBuf {
+    pub fn ca(&self) -> PathBuf {
         self.dir.with_extension("pem")
     }
 
     /// A certificate for 127.0.0.1 (server and client use), signed by this CA: (cert, key).
-    fn issue(&self, name: &str) -> (PathBuf, PathBuf) {
+    pub fn issue(&self, name: &str) -> (PathBuf, PathBuf) {
         let dir = self.dir.parent().unwrap();
         let ca = self.dir.file_name().unwrap().to_str().unwrap();
         std::fs::write(dir.join(format!("{name}.ext")), "subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth,clientAuth\n").unwrap();
@@ -47,7 +47,7 @@ impl Pki {
     }
 }
 
-fn client(ca: &Path, identity: Option<(&Path, &Path)>) -> reqwest::ClientBuilder {
+pub fn client(ca: &Path, identity: Option<(&Path, &Path)>) -> reqwest::ClientBuilder {
     let pem = std::fs::read(ca).unwrap();
     let mut builder = reqwest::Client::builder().add_root_certificate(reqwest::Certificate::from_pem(&pem).unwrap()).tls_info(true);
     if let Some((cert, key)) = identity {
@@ -68,7 +68,7 @@ async fn serve(dir: &Path, cert: &Path, key: &Path, extra: &[&str]) -> Tern {
     tern
 }
 
-async fn wait_ready(client: &reqwest::Client, url: &str) {
+pub async fn wait_ready(client: &reqwest::Client, url: &str) {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         if let Ok(r) = client.get(format!("{url}/readyz")).send().await {
