@@ -74,6 +74,7 @@ pub async fn run(settings: Settings, banner: &'static str) -> anyhow::Result<()>
         authenticator,
         root_token: auth.as_ref().and_then(|a| a.root_token.clone()),
         public_metrics: settings.public_metrics,
+        public_health: settings.public_health,
     });
     if let Some(config) = tls_config(&settings) {
         let identity = Some((config.cert_file.as_path(), config.key_file.as_path()));

@@ -48,6 +48,8 @@ pub struct Access {
     pub root_token: Option<String>,
     /// `/metrics` without a token.
     pub public_metrics: bool,
+    /// `/healthz` and `/readyz` without a token (load balancers, orchestrators).
+    pub public_health: bool,
 }
 
 impl Access {
@@ -56,11 +58,12 @@ impl Access {
     }
 }
 
-/// Paths anyone may ask for: health for load balancers and orchestrators,
-/// the demo page's static files (they hold no data).
+/// Paths anyone may ask for: the demo page's static files (they hold no
+/// data), health (`public_health`) and metrics (`public_metrics`).
 pub fn is_public(access: &Access, path: &str) -> bool {
-    matches!(path, "/healthz" | "/readyz" | "/demo")
+    path == "/demo"
         || path.starts_with("/demo/client/")
+        || (access.public_health && matches!(path, "/healthz" | "/readyz"))
         || (access.public_metrics && path == "/metrics")
 }
 
@@ -203,7 +206,7 @@ mod tests {
 
     #[test]
     fn only_health_and_the_demo_are_public() {
-        let access = Access::default();
+        let access = Access { public_health: true, ..Default::default() };
         for path in ["/healthz", "/readyz", "/demo", "/demo/client/tern.js"] {
             assert!(is_public(&access, path), "{path}");
         }
@@ -211,5 +214,6 @@ mod tests {
             assert!(!is_public(&access, path), "{path}");
         }
         assert!(is_public(&Access { public_metrics: true, ..Default::default() }, "/metrics"));
+        assert!(!is_public(&Access::default(), "/healthz"), "health behind a token when not public_health");
     }
 }

@@ -163,7 +163,14 @@ pub async fn to_holder(state: &AppState, incoming: &Incoming<'_>, namespace: &st
     ))
 }
 
+/// Forwards one request. Its errors carry no URL: the path and query may
+/// hold the caller's token (`?access_token=`, Firebase's `?auth=`), and
+/// these errors reach logs and answers.
 async fn send(state: &AppState, holder: &Member, incoming: &Incoming<'_>, body: Bytes) -> Result<Response, reqwest::Error> {
+    send_to(state, holder, incoming, body).await.map_err(reqwest::Error::without_url)
+}
+
+async fn send_to(state: &AppState, holder: &Member, incoming: &Incoming<'_>, body: Bytes) -> Result<Response, reqwest::Error> {
     let url = format!("{}://{}{}", state.forwarder.scheme, holder.api, incoming.path_and_query);
     let started = std::time::Instant::now();
     let request = state

@@ -160,7 +160,8 @@ async fn fast_path(State(fast): State<Arc<FastPath>>, mut request: Request, next
 /// every route of `routes()` with each kind of bad credential).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RouteAccess {
-    /// Anyone: health, the demo's static files (and `/metrics` when `public_metrics`).
+    /// Anyone: health (unless `public_health` is off), the demo's static
+    /// files (and `/metrics` when `public_metrics`).
     Public,
     /// Any valid token; what it shows is filtered by the caller's grants
     /// (`GET /v1/ns`, `GET /v1/tokens`), or it holds no data of a namespace

@@ -244,6 +244,9 @@ settings! {
     jwt_grants_claim: String = "tern_grants".into(), Bound::NonEmpty;
     /// Security: serve `/metrics` without a token (else it takes `read` on every namespace).
     public_metrics: bool = false, Bound::Any;
+    /// Security: serve `/healthz` and `/readyz` without a token (load balancers and orchestrators probe
+    /// them); false: they take any valid token.
+    public_health: bool = true, Bound::Any;
     /// Security: failed authentications allowed per minute per client address; past it the address is
     /// answered 429 until its budget refills (0: no limit).
     auth_failures_per_minute: u32 = 60, Bound::Range(0, 1_000_000);

@@ -386,3 +386,70 @@ async fn a_key_revoked_on_one_node_is_refused_by_another_within_seconds() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
+
+/// A key pair made by `openssl` in `dir`: (private PEM, public PEM).
+fn key_pair(dir: &Path, name: &str, genpkey: &[&str]) -> (Vec<u8>, std::path::PathBuf) {
+    let private = dir.join(format!("{name}.key"));
+    let public = dir.join(format!("{name}.pub.pem"));
+    let run = |args: &[&str]| {
+        let output = std::process::Command::new("openssl").args(args).output().unwrap();
+        assert!(output.status.success(), "openssl {args:?}: {}", String::from_utf8_lossy(&output.stderr));
+    };
+    let mut args = vec!["genpkey"];
+    args.extend_from_slice(genpkey);
+    args.extend_from_slice(&["-out", private.to_str().unwrap()]);
+    run(&args);
+    run(&["pkey", "-in", private.to_str().unwrap(), "-pubout", "-out", public.to_str().unwrap()]);
+    (std::fs::read(&private).unwrap(), public)
+}
+
+/// RS256, ES256 and EdDSA keys given as PEM files, and an ES256 key given in
+/// a JWKS file (chosen by `kid`): a token signed by each verifies; one signed
+/// by a key of the right kind that is not configured does not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jwts_of_every_algorithm_and_a_jwks_file_verify() {
+    let dir = tempfile::tempdir().unwrap();
+    let (rsa, rsa_pub) = key_pair(dir.path(), "rsa", &["-algorithm", "RSA", "-pkeyopt", "rsa_keygen_bits:2048"]);
+    let (ec, ec_pub) = key_pair(dir.path(), "ec", &["-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256"]);
+    let (ed, ed_pub) = key_pair(dir.path(), "ed", &["-algorithm", "ED25519"]);
+    let (jwks_ec, _) = key_pair(dir.path(), "jwks", &["-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256"]);
+    let (stranger, _) = key_pair(dir.path(), "stranger", &["-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256"]);
+    let jwks_key = EncodingKey::from_ec_pem(&jwks_ec).unwrap();
+    let mut jwk = jsonwebtoken::jwk::Jwk::from_encoding_key(&jwks_key, Algorithm::ES256).unwrap();
+    jwk.common.key_id = Some("k1".into());
+    let jwks = dir.path().join("jwks.json");
+    std::fs::write(&jwks, serde_json::to_string(&json!({"keys": [jwk]})).unwrap()).unwrap();
+    let data = dir.path().join("data");
+    let keys = [format!("RS256:{}", rsa_pub.display()), format!("ES256:{}", ec_pub.display()), format!("EdDSA:{}", ed_pub.display())];
+    let tern = Tern::spawn(
+        &["serve", "--listen", "127.0.0.1:0", "--data-dir", data.to_str().unwrap(), "--auth", "--namespace", "app:2",
+          "--jwt-key", &keys[0], "--jwt-key", &keys[1], "--jwt-key", &keys[2], "--jwt-jwks-file", jwks.to_str().unwrap(),
+          "--jwt-issuer", "https://issuer", "--auth-failures-per-minute", "0"],
+        dir.path(),
+    )
+    .await;
+    let claims = json!({"sub": "svc", "iss": "https://issuer", "exp": now_s() + 600, "tern_grants": [{"ns": "app", "verbs": ["read"]}]});
+    let signed = |alg: Algorithm, key: &EncodingKey, kid: Option<&str>| {
+        let mut header = Header::new(alg);
+        header.kid = kid.map(str::to_string);
+        encode(&header, &claims, key).unwrap()
+    };
+    let get = |token: String| tern.client.get(format!("{}/v1/ns/app/kv/k/s", tern.url)).bearer_auth(token);
+    for (name, token) in [
+        ("RS256", signed(Algorithm::RS256, &EncodingKey::from_rsa_pem(&rsa).unwrap(), None)),
+        ("ES256", signed(Algorithm::ES256, &EncodingKey::from_ec_pem(&ec).unwrap(), None)),
+        ("EdDSA", signed(Algorithm::EdDSA, &EncodingKey::from_ed_pem(&ed).unwrap(), None)),
+        ("JWKS ES256 by kid", signed(Algorithm::ES256, &jwks_key, Some("k1"))),
+    ] {
+        let (status, body) = tern.send(get(token)).await;
+        assert_eq!(status, 404, "{name}: verified, allowed, no such record: {body}");
+    }
+    let (status, body) = tern.send(get(signed(Algorithm::ES256, &EncodingKey::from_ec_pem(&stranger).unwrap(), None))).await;
+    assert_eq!((status, body["error"]["code"].as_str()), (401, Some("unauthenticated")), "{body}");
+    let mut wrong_issuer = claims.clone();
+    wrong_issuer["iss"] = json!("https://elsewhere");
+    let token = encode(&Header::new(Algorithm::EdDSA), &wrong_issuer, &EncodingKey::from_ed_pem(&ed).unwrap()).unwrap();
+    let (status, body) = tern.send(get(token)).await;
+    assert_eq!(status, 401);
+    assert!(body["error"]["message"].as_str().unwrap().contains("iss"), "{body}");
+}

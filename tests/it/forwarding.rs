@@ -121,6 +121,25 @@ async fn an_unreachable_holder_is_a_clear_503() {
     assert_eq!(cluster["nodes"][1]["partitions"].as_array().unwrap().len(), 2, "{cluster}");
 }
 
+/// Forwarding errors reach answers and logs, so they never carry the
+/// holder's URL: its query may hold the caller's token (Firebase's `?auth=`,
+/// a watch's `?access_token=`). Before the fix the 503's message quoted
+/// reqwest's error, URL and token included.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forwarding_error_never_repeats_the_callers_token() {
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let held: BTreeMap<u32, u64> = [(0, 5), (1, 5)].into_iter().collect();
+    let gone = peer("gone", closed.to_string(), [("ns".to_string(), held)].into_iter().collect(), BTreeMap::new());
+    let dir = tempfile::tempdir().unwrap();
+    let secret = "owner-secret-token-1234";
+    let (url, _node) = serve_with(dir.path(), vec![gone], tern::api::FirebaseConfig::new(Some(secret.into()), false)).await;
+    let response = reqwest::get(format!("{url}/scores.json?ns=ns&auth={secret}")).await.unwrap();
+    assert_eq!(response.status(), 503);
+    let text = response.text().await.unwrap();
+    assert!(text.contains("gone"), "names the holder: {text}");
+    assert!(!text.contains(secret), "the answer repeats the caller's token: {text}");
+}
+
 /// A hand-off in progress: the new owner is still catching up (it serves
 /// nothing yet) and the old one still serves the partition it was revoked.
 /// The old one is advertised as handing off, and requests go there instead

@@ -113,6 +113,11 @@ async fn tls_serves_http1_and_h2_by_alpn_and_watches_and_refuses_plaintext() {
         let chunk = tokio::time::timeout(Duration::from_secs(10), h1_watch.chunk()).await.expect("an event").unwrap().unwrap();
         seen.push_str(&String::from_utf8_lossy(&chunk));
     }
+    // The CLI over TLS: --ca trusts the test CA; without it the node is not trusted.
+    let (ok, out, err) = crate::common::cli(&tern.url, &["get", "--ca", pki.ca().to_str().unwrap(), "k", "s"]);
+    assert!(ok && out.contains("\"tls\": 2"), "{out} {err}");
+    let (ok, _, err) = crate::common::cli(&tern.url, &["get", "k", "s"]);
+    assert!(!ok && err.contains("cannot reach Tern"), "{err}");
     // Plaintext to the TLS port: the handshake fails and nothing is served.
     let plain = tern.url.replace("https://", "http://");
     assert!(reqwest::get(format!("{plain}/healthz")).await.is_err(), "plaintext HTTP is not served on the TLS port");
