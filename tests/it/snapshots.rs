@@ -144,6 +144,20 @@ pub fn s3_endpoint() -> String {
     std::env::var("TERN_TEST_S3").expect("TERN_TEST_S3 must name an S3 endpoint: run scripts/test.sh, or scripts/s3.sh start and export it")
 }
 
+/// The options of a snapshot store at the S3 test server `endpoint`
+/// (endpoint and credentials from configuration, not the environment).
+pub fn s3_options(endpoint: String) -> Vec<(String, String)> {
+    [
+        ("aws_endpoint", endpoint),
+        ("aws_region", "us-east-1".to_string()),
+        ("aws_access_key_id", "test".to_string()),
+        ("aws_secret_access_key", "test".to_string()),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v))
+    .collect()
+}
+
 /// A TCP proxy in front of the S3 server that can "stop" it: refuse new
 /// connections and cut the open ones, while the server keeps what it has.
 pub struct Proxy {
@@ -211,16 +225,8 @@ async fn snapshots_on_an_s3_server_restore_exactly_and_survive_the_server_stoppi
     assert!(created.status().is_success(), "create bucket: {}", created.status());
     let proxy = Proxy::start(endpoint.trim_start_matches("http://").to_string()).await;
     // Endpoint and credentials from configuration (the environment is not used).
-    let options: Vec<(String, String)> = [
-        ("aws_endpoint", format!("http://{}", proxy.address)),
-        ("AWS_ALLOW_HTTP", "true".to_string()),
-        ("aws_region", "us-east-1".to_string()),
-        ("aws_access_key_id", "test".to_string()),
-        ("aws_secret_access_key", "test".to_string()),
-    ]
-    .into_iter()
-    .map(|(k, v)| (k.to_string(), v))
-    .collect();
+    let mut options = s3_options(format!("http://{}", proxy.address));
+    options.push(("AWS_ALLOW_HTTP".into(), "true".into()));
     let unknown = Snapshots::open_with("s3://b/p", &[("aws_no_such_key".to_string(), "1".to_string())]);
     assert!(unknown.unwrap_err().to_string().contains("aws_no_such_key"), "an unknown option is an error");
     let snapshots = Snapshots::open_with(&format!("s3://{bucket}/cluster-1"), &options).unwrap();

@@ -219,15 +219,7 @@ async fn snapshots_reach_s3_over_https_behind_a_private_ca() {
     let (cert, key) = pki.issue("s3");
     let proxy = tls_proxy(endpoint.trim_start_matches("http://").to_string(), &cert, &key).await;
     let options = |ca: Option<&Path>| -> Vec<(String, String)> {
-        let mut options: Vec<(String, String)> = [
-            ("aws_endpoint", format!("https://{proxy}")),
-            ("aws_region", "us-east-1".to_string()),
-            ("aws_access_key_id", "test".to_string()),
-            ("aws_secret_access_key", "test".to_string()),
-        ]
-        .into_iter()
-        .map(|(k, v)| (k.to_string(), v))
-        .collect();
+        let mut options = crate::snapshots::s3_options(format!("https://{proxy}"));
         if let Some(ca) = ca {
             options.push(("ca_file".into(), ca.display().to_string()));
         }

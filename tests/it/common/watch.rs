@@ -58,9 +58,18 @@ impl Sse {
     }
 
     /// The next event that is not a keep-alive or progress.
+    /// The next event that is a change, waiting at most `wait` in all:
+    /// keep-alives and progress events do not restart the wait (they come
+    /// every few seconds, so a stalled watch would otherwise be waited on
+    /// forever).
     pub async fn next_change(&mut self, wait: Duration) -> Option<SseEvent> {
+        let deadline = tokio::time::Instant::now() + wait;
         loop {
-            let event = self.next(wait).await?;
+            let remaining = deadline.saturating_duration_since(tokio::time::Instant::now());
+            if remaining.is_zero() {
+                return None;
+            }
+            let event = self.next(remaining).await?;
             if event.event != "keep-alive" && event.event != "progress" {
                 return Some(event);
             }
