@@ -125,13 +125,25 @@ fn bearer<'a>(headers: &'a HeaderMap, uri: &'a Uri) -> Option<std::borrow::Cow<'
     form_urlencoded::parse(query.as_bytes()).find(|(k, _)| k == "access_token" || k == "auth").map(|(_, v)| v)
 }
 
-/// 401 `unauthenticated`, with `WWW-Authenticate` (RFC 6750).
+/// 401 `unauthenticated`; its `"token": "missing" | "invalid"` says which,
+/// and picks the `WWW-Authenticate` challenge (`challenge`).
 pub fn unauthenticated(error: &AuthError) -> ApiError {
-    ApiError::new(StatusCode::UNAUTHORIZED, "unauthenticated", error.message())
+    let token = if *error == AuthError::Missing { "missing" } else { "invalid" };
+    ApiError::new(StatusCode::UNAUTHORIZED, "unauthenticated", error.message()).with("token", token)
 }
 
-/// Who sent the request `parts` belong to: the identity `gate` left on it,
-/// else (a request that did not pass the gate: an HTTP/2 watch stream)
+/// Leaves `identity` on a request for its handler (`caller_of`). With
+/// authentication off nothing is left: `caller_of` answers `Open` without
+/// it, and the request is spared an extensions map.
+pub fn attach(request: &mut Request, identity: Identity) {
+    if !matches!(identity, Identity::Open) {
+        request.extensions_mut().insert(identity);
+    }
+}
+
+/// Who sent the request `parts` belong to: the identity the service's front
+/// left on it (`attach`), else (authentication off, or a request that did
+/// not pass the front: an HTTP/2 watch stream)
 /// authenticated now.
 pub fn caller_of(app: &AppState, parts: &axum::http::request::Parts) -> Result<Identity, ApiError> {
     if let Some(identity) = parts.extensions.get::<Identity>() {
@@ -171,19 +183,22 @@ fn denied(denied: crate::auth::Denied) -> ApiError {
     ApiError::new(StatusCode::FORBIDDEN, "permission_denied", denied.message)
 }
 
-/// Adds `WWW-Authenticate` to a 401 (called by `ApiError`'s rendering).
-pub fn www_authenticate(response: &mut Response, missing_token: bool) {
-    let error = if missing_token { "" } else { ", error=\"invalid_token\"" };
-    if let Ok(value) = HeaderValue::from_str(&format!("Bearer realm=\"tern\"{error}")) {
-        response.headers_mut().insert(header::WWW_AUTHENTICATE, value);
+/// The `WWW-Authenticate` header of a 401 (RFC 6750: `error="invalid_token"`
+/// when a token was sent); None for any other answer.
+pub fn challenge(error: &ApiError) -> Option<HeaderValue> {
+    if error.status != StatusCode::UNAUTHORIZED {
+        return None;
     }
+    let invalid = error.details.get("token").and_then(serde_json::Value::as_str) == Some("invalid");
+    Some(HeaderValue::from_static(if invalid { "Bearer realm=\"tern\", error=\"invalid_token\"" } else { "Bearer realm=\"tern\"" }))
 }
 
 /// A Firebase path's refusal, in Firebase's shape (`{"error": message}`).
 fn firebase_error(error: ApiError) -> Response {
+    let challenge = challenge(&error);
     let mut response = (error.status, axum::Json(serde_json::json!({ "error": format!("{}: {}", error.code, error.message) }))).into_response();
-    if error.status == StatusCode::UNAUTHORIZED {
-        www_authenticate(&mut response, error.message.contains("requires authentication"));
+    if let Some(challenge) = challenge {
+        response.headers_mut().insert(header::WWW_AUTHENTICATE, challenge);
     }
     response
 }

@@ -145,13 +145,13 @@ impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let mut error = Map::new();
         error.insert("code".into(), Value::from(self.code));
-        let missing_token = self.status == StatusCode::UNAUTHORIZED && self.message.contains("requires authentication");
+        let challenge = super::access::challenge(&self);
         error.insert("message".into(), Value::from(self.message));
         let retry_after_s = self.details.get("retry_after_s").and_then(Value::as_u64);
         error.extend(self.details);
         let mut response = (self.status, axum::Json(json!({ "error": error }))).into_response();
-        if self.status == StatusCode::UNAUTHORIZED {
-            super::access::www_authenticate(&mut response, missing_token);
+        if let Some(challenge) = challenge {
+            response.headers_mut().insert(axum::http::header::WWW_AUTHENTICATE, challenge);
         }
         if let (StatusCode::TOO_MANY_REQUESTS, Some(seconds)) = (self.status, retry_after_s) {
             response.headers_mut().insert(axum::http::header::RETRY_AFTER, seconds.into());

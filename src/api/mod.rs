@@ -127,7 +127,7 @@ async fn fast_path(State(fast): State<Arc<FastPath>>, mut request: Request, next
         Err(refused) => return refused,
     };
     if is_firebase_path(request.uri().path()) {
-        request.extensions_mut().insert(identity);
+        access::attach(&mut request, identity);
         let started = Instant::now();
         let response = firebase::handle(fast.app.clone(), request).await;
         fast.firebase_metrics.observe(response.status(), started);
@@ -139,7 +139,7 @@ async fn fast_path(State(fast): State<Arc<FastPath>>, mut request: Request, next
         axum::http::Method::GET if plain => &fast.get_metrics,
         axum::http::Method::PUT if plain => &fast.put_metrics,
         _ => {
-            request.extensions_mut().insert(identity);
+            access::attach(&mut request, identity);
             return next.run(request).await;
         }
     };
@@ -150,7 +150,7 @@ async fn fast_path(State(fast): State<Arc<FastPath>>, mut request: Request, next
             response
         }
         Err(mut request) => {
-            request.extensions_mut().insert(identity);
+            access::attach(&mut request, identity);
             next.run(request).await
         }
     }

@@ -236,6 +236,7 @@ mod tests {
         let forged = encode(&Header::new(Algorithm::HS256), &base, &EncodingKey::from_secret(b"another secret of 32 bytes......")).unwrap();
         assert!(verifier.verify(&forged).unwrap_err().contains("signature"));
         assert!(verifier.verify("not.a.jwt").is_err());
+        assert!(verifier.verify(&format!("{}.{}.x", "a".repeat(TOKEN_BYTES_MAX), "b")).unwrap_err().contains("longer than"));
         let mut no_exp = base.clone();
         no_exp.as_object_mut().unwrap().remove("exp");
         assert!(verifier.verify(&token(no_exp)).unwrap_err().contains("exp"));

@@ -176,6 +176,11 @@ impl KeyRing {
         Some(key)
     }
 
+    /// The record of key `id`.
+    pub fn get(&self, id: &str) -> Option<KeyRecord> {
+        self.keys.read().get(id).map(|k| k.record.clone())
+    }
+
     pub fn records(&self) -> Vec<KeyRecord> {
         let mut records: Vec<KeyRecord> = self.keys.read().values().map(|k| k.record.clone()).collect();
         records.sort_by(|a, b| a.created_ms.cmp(&b.created_ms).then_with(|| a.id.cmp(&b.id)));

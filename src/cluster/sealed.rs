@@ -129,7 +129,8 @@ impl Transport for SealedTransport {
         let decoder = CodecSocket::open(loopback).await?;
         let to_decoder = UdpSocket::bind(loopback).await?;
         let receiver = tokio::spawn(receive(wire.clone(), self.key.clone(), decoder, to_decoder, received_tx));
-        Ok(Box::new(SealedSocket { key: self.key.clone(), wire, encoder, encoded, received, receiver }))
+        let buf = vec![0u8; DATAGRAM_BYTES_MAX];
+        Ok(Box::new(SealedSocket { key: self.key.clone(), wire, encoder, encoded, buf, received, receiver }))
     }
 }
 
@@ -139,6 +140,8 @@ struct SealedSocket {
     /// chitchat's encoder, and the socket that reads what it encodes.
     encoder: CodecSocket,
     encoded: UdpSocket,
+    /// What `encoded` reads into (one datagram at most), kept across sends.
+    buf: Vec<u8>,
     received: mpsc::Receiver<RecvOutcome>,
     receiver: tokio::task::JoinHandle<()>,
 }
@@ -159,15 +162,14 @@ impl Socket for SealedSocket {
         let encoded_addr = self.encoded.local_addr()?;
         let encoder_addr = self.encoder.local_addr()?;
         // Whatever a cancelled send left behind is not this envelope.
-        let mut buf = vec![0u8; DATAGRAM_BYTES_MAX];
-        while self.encoded.try_recv_from(&mut buf).is_ok() {}
+        while self.encoded.try_recv_from(&mut self.buf).is_ok() {}
         self.encoder.send(encoded_addr, envelope).await?;
         let payload = loop {
-            let (n, from) = tokio::time::timeout(CODEC_WAIT, self.encoded.recv_from(&mut buf))
+            let (n, from) = tokio::time::timeout(CODEC_WAIT, self.encoded.recv_from(&mut self.buf))
                 .await
                 .map_err(|_| anyhow::anyhow!("the gossip encoder did not answer"))??;
             if from == encoder_addr {
-                break &buf[..n];
+                break &self.buf[..n];
             }
         };
         let frame = seal(&self.key, now_ms(), payload);

@@ -166,8 +166,11 @@ async fn every_route_refuses_every_bad_credential() {
     let mut checked = 0;
     for route in &all {
         for (name, token) in &credentials {
-            // A token to revoke per request that may revoke one.
-            let (target_id, _) = create_token(&tern, &root, app_grant("p", json!(["read"]))).await;
+            // A token to revoke, for the one route that revokes.
+            let target_id = match route.path {
+                "/v1/tokens/{id}" => create_token(&tern, &root, app_grant("p", json!(["read"]))).await.0,
+                _ => String::new(),
+            };
             let (path, body, need) = request_for(route, &target_id);
             let mut request = tern.client.request(Method::from_bytes(route.method.as_str().as_bytes()).unwrap(), format!("{}{path}", tern.url));
             if let Some(token) = token {
@@ -191,7 +194,8 @@ async fn every_route_refuses_every_bad_credential() {
                 let code = if unauthenticated { "unauthenticated" } else { "permission_denied" };
                 assert!(text.contains(code), "{} {path} with {name}: {text}", route.method);
                 if unauthenticated {
-                    assert!(www.as_deref().is_some_and(|w| w.starts_with("Bearer")), "{} {path}: WWW-Authenticate {www:?}", route.method);
+                    let expected = if *name == "none" { "Bearer realm=\"tern\"" } else { "Bearer realm=\"tern\", error=\"invalid_token\"" };
+                    assert_eq!(www.as_deref(), Some(expected), "{} {path}: WWW-Authenticate", route.method);
                 }
                 if let Some(token) = token {
                     assert!(!text.contains(token.as_str()), "the answer repeats the token: {text}");
@@ -452,4 +456,66 @@ async fn jwts_of_every_algorithm_and_a_jwks_file_verify() {
     let (status, body) = tern.send(get(token)).await;
     assert_eq!(status, 401);
     assert!(body["error"]["message"].as_str().unwrap().contains("iss"), "{body}");
+}
+
+/// Every limit of `/v1/tokens` with bad input, each a precise 4xx that
+/// makes nothing; hostile tokens and ids; system namespaces out of reach.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn token_requests_with_bad_input_get_precise_errors_and_make_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let (tern, root) = secured(dir.path(), &["--auth-failures-per-minute", "0"]).await;
+    let url = &tern.url;
+    let create = |body: Value| tern.client.post(format!("{url}/v1/tokens")).bearer_auth(&root).json(&body);
+    let grant = json!({"ns": "app", "verbs": ["read"]});
+    let too_many: Vec<Value> = (0..65).map(|_| grant.clone()).collect();
+    for (body, status, code, needle) in [
+        (json!({"grants": too_many}), 400, "invalid_grant", "1 to 64 grants"),
+        (json!({"grants": []}), 400, "invalid_grant", "1 to 64 grants"),
+        (json!({"ns": "app", "verbs": ["read"], "description": "d".repeat(257)}), 400, "invalid_grant", "at most 256 bytes"),
+        (json!({"ns": "app", "verbs": ["read"], "grants": [grant]}), 400, "invalid_grant", "not both"),
+        (json!({"ns": "app", "verbs": ["fly"]}), 400, "invalid_grant", "unknown verb"),
+        (json!({"ns": "app"}), 400, "invalid_grant", "verbs is required"),
+        (json!({"ns": "bad name", "verbs": ["read"]}), 400, "invalid_grant", "invalid"),
+        (json!({"ns": "_tern", "verbs": ["read"]}), 400, "invalid_grant", "invalid"),
+        (json!({"ns": "app", "prefix": "p".repeat(1025), "verbs": ["read"]}), 400, "invalid_grant", "at most 1024 bytes"),
+        (json!({"ns": "app", "verbs": ["read"], "scope": "all"}), 400, "invalid_request", "scope"),
+        (json!({}), 400, "invalid_grant", "needs grants"),
+    ] {
+        let (got, answer) = tern.send(create(body.clone())).await;
+        assert_eq!((got, answer["error"]["code"].as_str()), (status, Some(code)), "{body}: {answer}");
+        assert!(answer["error"]["message"].as_str().unwrap().contains(needle), "{body}: {answer}");
+    }
+    let huge = tern.client.post(format!("{url}/v1/tokens")).bearer_auth(&root).body(vec![b' '; 65 * 1024]).send().await.unwrap();
+    assert_eq!(huge.status(), 413);
+    // Unicode and route words are fine as prefixes.
+    let (status, _) = tern.send(create(json!({"ns": "app", "prefix": "tokens/ünï/", "verbs": ["read"]}))).await;
+    assert_eq!(status, 201);
+    let (_, listed) = tern.send(tern.client.get(format!("{url}/v1/tokens")).bearer_auth(&root)).await;
+    assert_eq!(listed["tokens"].as_array().unwrap().len(), 1, "nothing else was made: {listed}");
+    // Revoking what does not exist, or what is no id.
+    for id in ["0123456789abcdef", "..%2F..", "%C3%BC", "tokens"] {
+        let (status, body) = tern.send(tern.client.delete(format!("{url}/v1/tokens/{id}")).bearer_auth(&root)).await;
+        assert_eq!((status, body["error"]["code"].as_str()), (404, Some("token_not_found")), "{id}: {body}");
+    }
+    // Hostile tokens: a JWT past 8 KiB, a header that is not text, a key of another shape.
+    let long_jwt = format!("eyJ{}.e30.x", "a".repeat(9000));
+    let non_text = reqwest::header::HeaderValue::from_bytes(b"Bearer \xff\xfe").unwrap();
+    for request in [
+        tern.client.get(format!("{url}/v1/ns")).bearer_auth(&long_jwt),
+        tern.client.get(format!("{url}/v1/ns")).header("authorization", non_text),
+        tern.client.get(format!("{url}/v1/ns")).bearer_auth("tern_0123456789ABCDEF_secret"),
+    ] {
+        let (status, body) = tern.send(request).await;
+        assert_eq!((status, body["error"]["code"].as_str()), (401, Some("unauthenticated")), "{body}");
+        assert!(!body.to_string().contains("aaaaaaaaaa"), "the token is not echoed");
+    }
+    // No one makes a system namespace, not even root; root alone reads it.
+    let (status, body) = tern.send(tern.client.put(format!("{url}/v1/ns/_tern")).bearer_auth(&root).json(&json!({"partitions": 1}))).await;
+    assert_eq!((status, body["error"]["code"].as_str()), (400, Some("invalid_namespace")), "{body}");
+    let (_, everything) = create_token(&tern, &root, json!({"ns": "*", "verbs": ["admin"]})).await;
+    let (status, _) = tern.send(tern.client.get(format!("{url}/v1/ns/_tern/kv/keys")).bearer_auth(&everything)).await;
+    assert_eq!(status, 403, "* does not cover the system namespace");
+    let (status, keys) = tern.send(tern.client.get(format!("{url}/v1/ns/_tern/kv/keys")).bearer_auth(&root)).await;
+    assert_eq!(status, 200);
+    assert!(!keys.to_string().contains(&everything["tern_".len() + 17..]), "stored hashed, never the secret");
 }

@@ -306,13 +306,13 @@ fn caller(state: &AppState, identity: Option<&Identity>, headers: &HeaderMap, qu
     };
     match identity.allows(ns, TREE_PK, verb) {
         Ok(()) => as_admin(),
-        Err(_) if verb != Verb::Admin && identity.firebase_auth().is_some() => {
-            Ok(Caller::User { auth: identity.firebase_auth().expect("a JWT's claims") })
-        }
-        Err(denied) => {
-            crate::metrics::AUTH_DENIED.inc();
-            Err(FbError::new(StatusCode::FORBIDDEN, format!("permission_denied: {}", denied.message)))
-        }
+        Err(denied) => match identity.firebase_auth() {
+            Some(auth) if verb != Verb::Admin => Ok(Caller::User { auth }),
+            _ => {
+                crate::metrics::AUTH_DENIED.inc();
+                Err(FbError::new(StatusCode::FORBIDDEN, format!("permission_denied: {}", denied.message)))
+            }
+        },
     }
 }
 
