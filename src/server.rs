@@ -89,7 +89,7 @@ pub async fn run(settings: Settings, banner: &'static str) -> anyhow::Result<()>
     };
     let tls_reload = tls.clone().map(|tls| tokio::spawn(tls.reload_forever()));
     let scheme = if tls.is_some() { "https" } else { "http" };
-    println!("{banner} listening on {scheme}://{address}");
+    say(&format!("{banner} listening on {scheme}://{address}"));
     say_who_may_connect(&settings, address);
     tracing::info!(%address, node_id = %settings.node_id, data_dir = %settings.data_dir.display(), "serving");
     let service = crate::api::service(state.clone());
@@ -126,16 +126,25 @@ fn tls_config(settings: &Settings) -> Option<crate::api::http::tls::TlsConfig> {
     })
 }
 
+/// Writes a line to stdout, best effort: a reader that went away (a script
+/// that read the banner, a supervisor without one) must not stop the node,
+/// as `println!` would by panicking on the broken pipe.
+fn say(line: &str) {
+    use std::io::Write;
+    let mut stdout = std::io::stdout().lock();
+    let _ = writeln!(stdout, "{line}").and_then(|()| stdout.flush());
+}
+
 /// Says at start whether requests need a token (never the token itself:
 /// where it is).
 fn say_who_may_connect(settings: &Settings, address: std::net::SocketAddr) {
     if settings.auth {
         let path = settings.admin_token_file.clone().unwrap_or_else(|| settings.data_dir.join("admin.token"));
-        println!("authentication on: every request needs Authorization: Bearer TOKEN; the admin token is in {}", path.display());
+        say(&format!("authentication on: every request needs Authorization: Bearer TOKEN; the admin token is in {}", path.display()));
     } else if address.ip().is_loopback() {
-        println!("authentication off: anyone on this machine can read and write everything (tern dev --auth turns it on)");
+        say("authentication off: anyone on this machine can read and write everything (tern dev --auth turns it on)");
     } else {
-        println!("authentication off (--insecure): anyone who reaches {address} can read and write everything");
+        say(&format!("authentication off (--insecure): anyone who reaches {address} can read and write everything"));
         tracing::warn!(%address, "serving without authentication beyond loopback (--insecure)");
     }
 }

@@ -53,3 +53,39 @@ fn assert_refused(command: &mut Command, message: &str) {
     assert!(!out.status.success(), "accepted; stderr: {stderr}");
     assert!(stderr.contains(message), "{stderr}");
 }
+
+/// A node whose stdout was closed (a script that read the banner and went
+/// away, a supervisor with no reader) keeps serving: what it says at start
+/// is best effort. Before the fix the banner's `println!` panicked on the
+/// broken pipe and the node died (seen in CI: the test harness dropped the
+/// pipe after the banner, and the line after it killed the node).
+#[tokio::test]
+async fn a_node_whose_stdout_is_closed_keeps_serving() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let listen = format!("127.0.0.1:{port}");
+    let mut child = Command::new(bin())
+        .args(["serve", "--listen", &listen, "--data-dir", dir.path().join("data").to_str().unwrap()])
+        .env("TERN_LOG_LEVEL", "warn")
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    let client = reqwest::Client::new();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        if let Ok(response) = client.get(format!("http://{listen}/healthz")).send().await {
+            assert_eq!(response.status(), 200);
+            break;
+        }
+        assert!(child.try_wait().unwrap().is_none(), "the node died with its stdout closed");
+        assert!(std::time::Instant::now() < deadline, "the node never served");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    // Still alive a moment later (the lines after the banner are written too).
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    assert!(child.try_wait().unwrap().is_none(), "the node died with its stdout closed");
+    assert_eq!(client.get(format!("http://{listen}/healthz")).send().await.unwrap().status(), 200);
+    child.kill().unwrap();
+    child.wait().unwrap();
+}
