@@ -37,6 +37,16 @@ export TERN_BIN="$CARGO_TARGET_DIR/release/tern"
   node --test --test-concurrency=1 --test-timeout=120000 --test-force-exit --test-reporter=tap test/*.test.mjs test/demo.browser.mjs
 ) 2>&1 | tee -a "$LOG"
 ts_status=${PIPESTATUS[0]}
+# The official Firebase SDKs for JavaScript (`firebase` v12, `firebase-admin`)
+# over the realtime protocol against real `tern` nodes, then the Firebase demo
+# page in chromium (docs/firebase.md).
+(
+  set -e
+  cd tests/firebase-js
+  npm ci --no-audit --no-fund --loglevel=error
+  node --test --test-concurrency=1 --test-timeout=180000 --test-force-exit --test-reporter=tap *.test.mjs
+) 2>&1 | tee -a "$LOG"
+fb_js_status=${PIPESTATUS[0]}
 # The official Firebase Admin SDK for Python against a real `tern dev`
 # (docs/firebase.md), from a venv kept beside the shared target directory.
 FIREBASE_VENV="${TERN_FIREBASE_VENV:-$HOME/.cache/tern-firebase-venv}"
@@ -58,4 +68,5 @@ awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += 
      END { printf "%d passed, %d failed\n", p, f }' "$LOG"
 if ((status != 0)); then exit "$status"; fi
 if ((ts_status != 0)); then exit "$ts_status"; fi
+if ((fb_js_status != 0)); then exit "$fb_js_status"; fi
 exit "$py_status"

@@ -50,6 +50,19 @@ pub static TLS_HANDSHAKE_FAILURES: LazyLock<IntCounter> = LazyLock::new(|| {
         .expect("metric registers")
 });
 
+pub static FIREBASE_REALTIME_CONNECTIONS: LazyLock<IntGauge> = LazyLock::new(|| {
+    register_int_gauge!("tern_firebase_realtime_connections", "Open Firebase realtime protocol connections (/.ws)").expect("metric registers")
+});
+
+pub static FIREBASE_ONDISCONNECT: LazyLock<IntCounterVec> = LazyLock::new(|| {
+    register_int_counter_vec!(
+        "tern_firebase_ondisconnect_total",
+        "onDisconnect registrations fired: by their connection's close, by a sweep (an orphan: its node restarted or died, or its close could not write), or already (another firer's entry applied first: nothing done twice)",
+        &["by"]
+    )
+    .expect("metric registers")
+});
+
 pub static GOSSIP_REJECTED: LazyLock<IntCounterVec> = LazyLock::new(|| {
     register_int_counter_vec!(
         "tern_gossip_rejected_total",

@@ -80,6 +80,8 @@ pub async fn run(settings: Settings, banner: &'static str) -> anyhow::Result<()>
         let identity = Some((config.cert_file.as_path(), config.key_file.as_path()));
         state.forwarder = crate::api::Forwarder::secure(settings.cluster_ca_file.as_deref(), identity)?;
     }
+    // onDisconnect writes whose connection's node restarted or died.
+    let sweeper = tokio::spawn(crate::api::firebase_sweep_forever(state.clone()));
     let keys_refresh = match state.access.enabled() {
         true => {
             crate::api::tokens::open_system_namespace(&state).await?;
@@ -94,8 +96,12 @@ pub async fn run(settings: Settings, banner: &'static str) -> anyhow::Result<()>
     tracing::info!(%address, node_id = %settings.node_id, data_dir = %settings.data_dir.display(), "serving");
     let service = crate::api::service(state.clone());
     let closing_node = node.clone();
+    let closing_firebase = state.firebase.clone();
     let signal = async move {
         shutdown_signal().await;
+        // Realtime connections first: each makes its onDisconnect writes
+        // as it closes (what it cannot, the next start's sweeper makes).
+        closing_firebase.close_connections();
         // Subscriptions never end by themselves: end them, so graceful
         // shutdown is not kept waiting by their connections.
         closing_node.watches.close();
@@ -104,6 +110,7 @@ pub async fn run(settings: Settings, banner: &'static str) -> anyhow::Result<()>
     crate::api::http::serve(listener, state, service, idle, tls, signal).await;
     tracing::info!("stopped accepting requests; stopping the node");
     retention.abort();
+    sweeper.abort();
     for task in [keys_refresh, tls_reload].into_iter().flatten() {
         task.abort();
     }

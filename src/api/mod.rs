@@ -63,6 +63,13 @@ pub struct AppState {
 }
 
 pub use self::firebase::FirebaseConfig;
+
+/// Makes the onDisconnect writes of realtime connections that went away
+/// without making them (their node restarted or died), until the node stops.
+pub async fn firebase_sweep_forever(state: AppState) {
+    let registry = state.firebase.registry.clone();
+    firebase::realtime::ondisconnect::sweep_forever(state, registry).await
+}
 pub use self::forward::Forwarder;
 
 /// The service to serve: the router, behind the fast path for plain
@@ -120,6 +127,11 @@ struct FastPath {
 /// so the hottest calls pay for neither a second middleware nor an
 /// extensions map.
 async fn fast_path(State(fast): State<Arc<FastPath>>, mut request: Request, next: Next) -> Response {
+    // The realtime protocol authenticates in its own messages (a browser
+    // cannot set a header on a WebSocket): `firebase::realtime` decides.
+    if request.uri().path() == firebase::realtime::PATH {
+        return firebase::realtime::upgrade(fast.app.clone(), request).await;
+    }
     let identity = match access::admit(&fast.app, &request) {
         Ok(Some(identity)) => identity,
         // Public: no identity needed.

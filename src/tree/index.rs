@@ -133,6 +133,7 @@ impl Index {
     /// The keys `query` selects (same order as the index's), in query order.
     pub fn select(&self, query: &Query) -> Vec<String> {
         assert_eq!(query.order_by, self.order_by, "a query walks the index of its own order");
+        assert!(query.start_name.is_none() && query.end_name.is_none(), "a query with key tie-breaks runs on the location's value (tree::query::run)");
         let lower = match &query.start {
             None => Bound::Unbounded,
             Some((value, true)) => Bound::Included(self.probe(value, true)),
@@ -302,7 +303,7 @@ mod tests {
     fn children_change_in_place_and_the_order_follows() {
         let order_by = OrderBy::Child(vec!["score".into()]);
         let mut index = Index::build(order_by.clone(), json!({"a": {"score": 3}, "b": {"score": 1}, "c": {"score": 2}}));
-        let all = Query { order_by: order_by.clone(), start: None, end: None, limit_first: None, limit_last: None };
+        let all = Query { order_by: order_by.clone(), start: None, end: None, limit_first: None, limit_last: None, start_name: None, end_name: None };
         assert_eq!(index.select(&all), ["b", "c", "a"]);
         index.set("b", Some(&json!({"score": 9})));
         index.set("c", None);

@@ -15,6 +15,10 @@ use serde_json::{Map, Value};
 use super::path;
 use super::value::strip_priorities;
 
+/// The realtime protocol's names that sort before and after every key.
+pub const MIN_NAME: &str = "[MIN_NAME]";
+pub const MAX_NAME: &str = "[MAX_NAME]";
+
 #[derive(Debug, Clone, PartialEq)]
 pub enum OrderBy {
     Key,
@@ -32,6 +36,11 @@ pub struct Query {
     pub end: Option<(Value, bool)>,
     pub limit_first: Option<usize>,
     pub limit_last: Option<usize>,
+    /// The key that breaks a tie with `start`'s value (the realtime
+    /// protocol's `startAt(value, key)`; `[MIN_NAME]` and `[MAX_NAME]` sort
+    /// before and after every key). None: every key ties.
+    pub start_name: Option<String>,
+    pub end_name: Option<String>,
 }
 
 /// The query parameters, as raw strings (URL-decoded).
@@ -123,7 +132,7 @@ pub fn parse(params: &QueryParams) -> Result<Option<Query>, String> {
             _ => {}
         }
     }
-    Ok(Some(Query { order_by, start, end, limit_first, limit_last }))
+    Ok(Some(Query { order_by, start, end, limit_first, limit_last, start_name: None, end_name: None }))
 }
 
 /// The child `.indexOn` must name for this query, if any: `.value` for
@@ -239,12 +248,18 @@ fn within(query: &Query, key: &str, sort: &Value) -> bool {
         OrderBy::Priority => compare_priorities(sort, bound),
         _ => compare_values(sort, bound),
     };
-    let after_start = query.start.as_ref().is_none_or(|(bound, inclusive)| match compare(bound) {
+    let compare_name = |name: &Option<String>| match name.as_deref() {
+        None => Ordering::Equal,
+        Some(MIN_NAME) => Ordering::Greater,
+        Some(MAX_NAME) => Ordering::Less,
+        Some(name) => compare_keys(key, name),
+    };
+    let after_start = query.start.as_ref().is_none_or(|(bound, inclusive)| match compare(bound).then_with(|| compare_name(&query.start_name)) {
         Ordering::Greater => true,
         Ordering::Equal => *inclusive,
         Ordering::Less => false,
     });
-    let before_end = query.end.as_ref().is_none_or(|(bound, inclusive)| match compare(bound) {
+    let before_end = query.end.as_ref().is_none_or(|(bound, inclusive)| match compare(bound).then_with(|| compare_name(&query.end_name)) {
         Ordering::Less => true,
         Ordering::Equal => *inclusive,
         Ordering::Greater => false,

@@ -21,9 +21,10 @@ export function freePort() {
 }
 
 export class Tern {
-  static async start({ port, dataDir, auth } = {}) {
+  static async start({ port, dataDir, auth, args } = {}) {
     const tern = new Tern();
     tern.auth = auth ?? false;
+    tern.extraArgs = args ?? [];
     tern.port = port ?? (await freePort());
     tern.dataDir = dataDir ?? mkdtempSync(join(tmpdir(), "tern-ts-"));
     tern.ownsDir = !dataDir;
@@ -33,7 +34,7 @@ export class Tern {
   }
 
   async spawn() {
-    const args = ["dev", "--listen", `127.0.0.1:${this.port}`, "--data-dir", this.dataDir, ...(this.auth ? ["--auth"] : [])];
+    const args = ["dev", "--listen", `127.0.0.1:${this.port}`, "--data-dir", this.dataDir, ...(this.auth ? ["--auth"] : []), ...this.extraArgs];
     this.child = spawn(BIN, args, {
       stdio: ["ignore", "pipe", "inherit"],
       env: { ...process.env, TERN_LOG_LEVEL: process.env.TERN_TEST_LOG_LEVEL ?? "warn" },

@@ -14,6 +14,7 @@
 //! security issue) plug in there.
 
 mod indexes;
+pub mod realtime;
 mod rest;
 mod rules_file;
 mod stream;
@@ -61,11 +62,21 @@ pub struct FirebaseConfig {
     /// The last push id's time and random part (ids made in one
     /// millisecond increment it, so they stay ordered).
     push: Arc<Mutex<(u64, [u8; 12])>>,
+    /// This node's realtime connections, for the onDisconnect sweeper.
+    pub registry: Arc<realtime::ondisconnect::Registry>,
+    /// Closes the realtime connections when the node stops.
+    pub closing: Arc<realtime::Closing>,
 }
 
 impl FirebaseConfig {
     pub fn new(owner_token: Option<String>, emulator: bool) -> FirebaseConfig {
         FirebaseConfig { owner_token, emulator, ..Default::default() }
+    }
+
+    /// Closes every realtime connection (the node stops); each makes its
+    /// onDisconnect writes as it goes.
+    pub fn close_connections(&self) {
+        self.closing.close_all();
     }
 }
 
@@ -85,6 +96,12 @@ impl FbError {
     }
     pub fn denied() -> FbError {
         FbError::new(StatusCode::UNAUTHORIZED, "Permission denied")
+    }
+}
+
+impl std::fmt::Display for FbError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
     }
 }
 
@@ -151,11 +168,11 @@ impl Caller {
 }
 
 /// The query parameters of one request (URL-decoded; the last of a name wins).
-pub struct Query(Vec<(String, String)>);
+pub struct Query(pub(super) Vec<(String, String)>);
 
 impl Query {
     /// A request's few parameters, in order (a list: no hashing per request).
-    fn parse(raw: Option<&str>) -> Query {
+    pub(super) fn parse(raw: Option<&str>) -> Query {
         Query(form_urlencoded::parse(raw.unwrap_or("").as_bytes()).into_owned().collect())
     }
     /// The parameter's value; the last one when it is given more than once.
@@ -261,7 +278,7 @@ async fn read_body(body: axum::body::Body) -> Result<bytes::Bytes, FbError> {
 
 /// The database of a request: its namespace, created on first use in
 /// emulator mode.
-async fn database(state: &AppState, query: &Query) -> Result<Arc<Namespace>, FbError> {
+pub(super) async fn database(state: &AppState, query: &Query) -> Result<Arc<Namespace>, FbError> {
     let name = query.get("ns").unwrap_or("default");
     if let Some(ns) = state.node.namespace(name) {
         return Ok(ns);
@@ -294,7 +311,7 @@ fn verb_of(method: &axum::http::Method, path: &str, stream: bool) -> Verb {
 /// a JWT without such a grant is a user whose claims are `auth` (rules
 /// decide); an API key without one is refused (403). Without
 /// authentication: `legacy_caller`.
-fn caller(state: &AppState, identity: Option<&Identity>, headers: &HeaderMap, query: &Query, verb: Verb) -> Result<Caller, FbError> {
+pub(super) fn caller(state: &AppState, identity: Option<&Identity>, headers: &HeaderMap, query: &Query, verb: Verb) -> Result<Caller, FbError> {
     let Some(identity) = identity else { return legacy_caller(&state.firebase, headers, query) };
     let ns = query.get("ns").unwrap_or("default");
     let as_admin = || -> Result<Caller, FbError> {
@@ -317,7 +334,7 @@ fn caller(state: &AppState, identity: Option<&Identity>, headers: &HeaderMap, qu
 }
 
 /// Who is asking without authentication: `Authorization: Bearer <token>` or `?auth=<token>`.
-fn legacy_caller(config: &FirebaseConfig, headers: &HeaderMap, query: &Query) -> Result<Caller, FbError> {
+pub(super) fn legacy_caller(config: &FirebaseConfig, headers: &HeaderMap, query: &Query) -> Result<Caller, FbError> {
     let bearer = headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).and_then(|v| v.strip_prefix("Bearer ").map(str::trim));
     let Some(token) = bearer.or(query.get("auth")).or(query.get("access_token")) else {
         return Ok(Caller::User { auth: Value::Null });

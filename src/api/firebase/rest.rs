@@ -95,7 +95,7 @@ pub fn parse_query(state: &AppState, namespace: &Namespace, sk: &str, query: &Qu
     Ok(Some(parsed))
 }
 
-fn check_read(state: &AppState, namespace: &Namespace, caller: &Caller, sk: &str, view: Arc<ReadView>) -> Result<Arc<ReadView>, FbError> {
+pub fn check_read(state: &AppState, namespace: &Namespace, caller: &Caller, sk: &str, view: Arc<ReadView>) -> Result<Arc<ReadView>, FbError> {
     let Some(auth) = caller.rules_auth() else { return Ok(view) };
     let rules = rules_of(state, namespace)?;
     let data = TreeData { view };
@@ -194,14 +194,7 @@ async fn set(
     validate_write(&sk, &body, merge).map_err(FbError::bad)?;
     let written: Value = serde_json::from_slice(&body).expect("validated above");
     let time_ms = now_ms();
-    if let Some(auth) = caller.rules_auth() {
-        let rules = rules_of(state, namespace)?;
-        let data = TreeData { view: tree_view(namespace)? };
-        let writes = writes_for_rules(&sk, &written, merge, time_ms, &data);
-        if !rules.can_write(&writes, auth, time_ms, &data) {
-            return Err(FbError::denied());
-        }
-    }
+    check_write(state, namespace, caller, &sk, &written, merge, time_ms)?;
     let condition = match headers.get(header::IF_MATCH).and_then(|v| v.to_str().ok()) {
         // A tag that does not parse matches no value: the write fails with 412.
         Some(tag) => Some(Condition::IfTreeHash(parse_etag(tag).unwrap_or([0; 32]))),
@@ -254,6 +247,19 @@ async fn set(
     };
     let extra = if wants_etag && !merge { vec![(header::ETAG, etag_text(&etag(&answer)))] } else { Vec::new() };
     json_response(StatusCode::OK, &answer, query, extra)
+}
+
+/// Whether the rules let `caller` write `written` at `sk` (a set, or an
+/// update when `merge`), judged against this node's applied tree.
+pub fn check_write(state: &AppState, namespace: &Namespace, caller: &Caller, sk: &str, written: &Value, merge: bool, time_ms: u64) -> Result<(), FbError> {
+    let Some(auth) = caller.rules_auth() else { return Ok(()) };
+    let rules = rules_of(state, namespace)?;
+    let data = TreeData { view: tree_view(namespace)? };
+    let writes = writes_for_rules(sk, written, merge, time_ms, &data);
+    if !rules.can_write(&writes, auth, time_ms, &data) {
+        return Err(FbError::denied());
+    }
+    Ok(())
 }
 
 /// The write as rules see it: sets at sort keys, server values resolved

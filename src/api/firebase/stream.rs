@@ -87,6 +87,23 @@ pub async fn open_session(
         Some(id) => watch::From::Cursor(Cursor::parse(id).map_err(|e| FbError::bad(format!("Last-Event-ID is not a Tern position: {e}")))?),
         None => watch::From::CurrentState,
     };
+    open_listen(state, namespace, caller, sk, parsed, from, Format::Sse, connection, outbox).await
+}
+
+/// Sets up the watch of one listened location (a stream, or a realtime
+/// listen) and the translator of its messages into `format`.
+#[allow(clippy::too_many_arguments)]
+pub async fn open_listen(
+    state: &AppState,
+    namespace: Arc<Namespace>,
+    caller: Caller,
+    sk: String,
+    query: Option<tree_query::Query>,
+    from: watch::From,
+    format: Format,
+    connection: ConnectionId,
+    outbox: Outbox,
+) -> Result<(SessionFuture, Translator), FbError> {
     let filter = Filter::Tree { pk: TREE_PK.into(), path: sk.clone() };
     let (session, start) = state
         .node
@@ -94,11 +111,11 @@ pub async fn open_session(
         .await
         .map_err(|e| FbError::new(StatusCode::SERVICE_UNAVAILABLE, e.to_string()))?;
     let session: SessionFuture = Box::pin(session.run(start));
-    let translator = Translator { state: state.clone(), namespace, caller, sk, query: parsed, gathering: None, value: None, last_result: None, ended: false };
+    let translator = Translator { state: state.clone(), namespace, caller, sk, query, format, gathering: None, value: None, last_result: None, ended: false, reconnect: false };
     Ok((session, translator))
 }
 
-fn allowed(state: &AppState, namespace: &Namespace, caller: &Caller, sk: &str) -> Result<bool, FbError> {
+pub fn allowed(state: &AppState, namespace: &Namespace, caller: &Caller, sk: &str) -> Result<bool, FbError> {
     let Some(auth) = caller.rules_auth() else { return Ok(true) };
     let rules = rules_of(state, namespace)?;
     Ok(rules.can_read(sk, auth, now_ms(), &TreeData { view: tree_view(namespace)? }))
@@ -111,12 +128,15 @@ pub struct Translator {
     caller: Caller,
     sk: String,
     query: Option<tree_query::Query>,
+    format: Format,
     /// Leaves of a whole-state run (after `Begin`, until `Synced`).
     gathering: Option<Builder>,
     /// The location's value (query streams only).
     value: Option<Value>,
     last_result: Option<Value>,
     ended: bool,
+    /// The watch ended by itself (realtime: the connection must close).
+    reconnect: bool,
 }
 
 impl Encoder for Translator {
@@ -124,10 +144,10 @@ impl Encoder for Translator {
         if let Message::Change { event, id: ChangeId::Event } = message {
             if self.query.is_none() && self.gathering.is_none() && !self.ended {
                 // Every listener of this location sends the same frames.
-                let (sk, namespace) = (&self.sk, &self.namespace);
-                let frame = event.keyed_frame(sk, || {
+                let (sk, namespace, format) = (&self.sk, &self.namespace, &self.format);
+                let frame = event.keyed_frame(&format.share_key(sk), || {
                     let mut out = Vec::new();
-                    live_frames(namespace, sk, event, super::event_value(event), ChangeId::Event.text(event), &mut out);
+                    live_frames(format, namespace, sk, event, super::event_value(event), ChangeId::Event.text(event), &mut out);
                     Bytes::from(out)
                 });
                 return (!frame.is_empty()).then_some(frame);
@@ -144,6 +164,12 @@ impl Encoder for Translator {
 }
 
 impl Translator {
+    /// The watch ended by itself, not by the rules: a realtime connection
+    /// closes so that its SDK listens again (see `Message::Cancel`).
+    pub fn must_reconnect(&self) -> bool {
+        self.reconnect
+    }
+
     fn translate(&mut self, message: &Message, out: &mut Vec<u8>) {
         if self.ended {
             return;
@@ -152,7 +178,7 @@ impl Translator {
             Message::Begin { .. } => self.gathering = Some(Builder::default()),
             Message::Synced { position } => {
                 let builder = self.gathering.take().unwrap_or_default();
-                let mut value = builder.finish(self.query.as_ref().is_some_and(|q| q.order_by == tree_query::OrderBy::Priority));
+                let mut value = builder.finish(self.format.sends_priorities() || self.query.as_ref().is_some_and(|q| q.order_by == tree_query::OrderBy::Priority));
                 into_arrays(&mut value);
                 self.whole(value, Some(position), out);
             }
@@ -169,17 +195,24 @@ impl Translator {
             }
             Message::KeepAlive | Message::Progress { .. } => {
                 if self.caller.expired(now_ms()) {
-                    frame(out, "auth_revoked", None, &json!("credential is no longer valid"));
+                    self.format.auth_revoked(out);
                     self.ended = true;
                 } else if !allowed(&self.state, &self.namespace, &self.caller, &self.sk).unwrap_or(false) {
-                    frame(out, "cancel", None, &json!("Permission denied"));
+                    self.format.cancel(out, &self.sk, "Permission denied");
                     self.ended = true;
                 } else if matches!(message, Message::KeepAlive) {
-                    out.extend_from_slice(b"event: keep-alive\ndata: null\n\n");
+                    self.format.keep_alive(out);
                 }
             }
             Message::Cancel { message, .. } => {
-                frame(out, "cancel", None, &json!(message));
+                match self.format {
+                    // Not the rules: the watch itself ended (its partition
+                    // went elsewhere, the node stops). A realtime client
+                    // must not take that as a revoked listen: its
+                    // connection closes, and the SDK listens again anew.
+                    Format::Realtime { .. } => self.reconnect = true,
+                    Format::Sse => self.format.cancel(out, &self.sk, message),
+                }
                 self.ended = true;
             }
             Message::Reply(_) => {}
@@ -189,28 +222,29 @@ impl Translator {
     /// The whole value at the location.
     fn whole(&mut self, value: Value, id: Option<&str>, out: &mut Vec<u8>) {
         match &self.query {
-            None => frame(out, "put", id, &json!({ "path": "/", "data": value })),
+            None => self.format.put(out, &self.sk, "", id, &value),
             Some(_) => {
                 self.value = Some(value);
                 self.send_query_result(id, out, true);
             }
         }
+        self.format.listen_answered(out);
     }
 
     /// One applied change, as the events it makes at this location.
     fn change(&mut self, event: &Event, value: Value, id: Option<&str>, out: &mut Vec<u8>) {
         if self.query.is_none() {
-            live_frames(&self.namespace, &self.sk, event, value, id, out);
+            live_frames(&self.format, &self.namespace, &self.sk, event, value, id, out);
             return;
         }
         if has_server_values(&value) {
-            if let Some(now) = current_value(&self.namespace, &self.sk) {
+            if let Some(now) = current_value(&self.namespace, &self.sk, true) {
                 self.whole(now, id, out);
             }
             return;
         }
         let Some(current) = self.value.as_mut() else { return };
-        let Some(changes) = Changes::of(&self.sk, event, value) else { return };
+        let Some(changes) = Changes::of(&self.sk, event, value, self.format.sends_priorities()) else { return };
         for (relative, value) in changes.puts {
             set_at_path(current, &relative, value);
         }
@@ -224,9 +258,13 @@ impl Translator {
 
     fn send_query_result(&mut self, id: Option<&str>, out: &mut Vec<u8>, always: bool) {
         let (Some(query), Some(value)) = (&self.query, &self.value) else { return };
-        let result = tree_query::as_object(tree_query::run(query, value.clone()));
+        let mut rows = tree_query::run(query, value.clone());
+        if self.format.sends_priorities() {
+            with_priorities(&mut rows, value);
+        }
+        let result = tree_query::as_object(rows);
         if always || self.last_result.as_ref() != Some(&result) {
-            frame(out, "put", id, &json!({ "path": "/", "data": result }));
+            self.format.put(out, &self.sk, "", id, &result);
             self.last_result = Some(result);
         }
     }
@@ -242,7 +280,12 @@ struct Changes {
 impl Changes {
     /// The change `event` (with `value`, its data) as seen from `sk`; none
     /// when it does not reach `sk`'s subtree.
-    fn of(sk: &str, event: &Event, value: Value) -> Option<Changes> {
+    fn of(sk: &str, event: &Event, value: Value, keep_priorities: bool) -> Option<Changes> {
+        let strip_priorities = |value: &mut Value| {
+            if !keep_priorities {
+                strip_priorities(value);
+            }
+        };
         let mut changes = Changes { puts: Vec::new(), patch: None };
         match event.kind {
             Kind::TreeSet | Kind::Put | Kind::Delete => {
@@ -286,32 +329,137 @@ impl Changes {
 /// values resolved by the apply loop; one replayed from the log still has
 /// them: the location is sent as it reads now instead (later, never wrong
 /// for long).
-fn live_frames(namespace: &Namespace, sk: &str, event: &Event, value: Value, id: Option<&str>, out: &mut Vec<u8>) {
+fn live_frames(format: &Format, namespace: &Namespace, sk: &str, event: &Event, value: Value, id: Option<&str>, out: &mut Vec<u8>) {
     if has_server_values(&value) {
-        if let Some(now) = current_value(namespace, sk) {
-            frame(out, "put", id, &json!({ "path": "/", "data": now }));
+        if let Some(now) = current_value(namespace, sk, format.sends_priorities()) {
+            format.put(out, sk, "", id, &now);
         }
         return;
     }
-    let Some(changes) = Changes::of(sk, event, value) else { return };
+    let Some(changes) = Changes::of(sk, event, value, format.sends_priorities()) else { return };
     let count = changes.puts.len() + usize::from(changes.patch.is_some());
     let mut sent = 0;
     let id_for = |sent: usize| if sent + 1 == count { id } else { None };
     if let Some((relative, children)) = changes.patch {
-        frame(out, "patch", id_for(sent), &json!({ "path": format!("/{relative}"), "data": children }));
+        format.patch(out, sk, &relative, id_for(sent), children);
         sent += 1;
     }
     for (relative, value) in changes.puts {
-        frame(out, "put", id_for(sent), &json!({ "path": format!("/{relative}"), "data": value }));
+        format.put(out, sk, &relative, id_for(sent), &value);
         sent += 1;
     }
 }
 
 /// The location's value as this node reads it now.
-fn current_value(namespace: &Namespace, sk: &str) -> Option<Value> {
-    tree_view(namespace).and_then(|v| Ok(value_at(&v.reader, TREE_PK, sk, false, STATE_BYTES_MAX)?)).ok()
+fn current_value(namespace: &Namespace, sk: &str, export: bool) -> Option<Value> {
+    tree_view(namespace).and_then(|v| Ok(value_at(&v.reader, TREE_PK, sk, export, STATE_BYTES_MAX)?)).ok()
 }
 
+
+/// The wire form a translator writes.
+pub enum Format {
+    /// Server-sent events: `put` and `patch` with `path` relative to the
+    /// listened location, `id:` the Tern position.
+    Sse,
+    /// The realtime protocol (`realtime/`): data pushes (`d`, `m`) at
+    /// absolute paths, each message one line of `out` (the connection
+    /// makes each a WebSocket message), carrying the listen's `tag` when it
+    /// is a query's; `response` (the listen's answer) goes out right after
+    /// its first data, as the SDK expects.
+    Realtime { tag: Option<u64>, query: Value, response: Option<String> },
+}
+
+impl Format {
+    /// The key under which listeners of `sk` in this format share an
+    /// event's encoding (`Event::keyed_frame`). A key never holds a
+    /// control character, so realtime keys never meet SSE keys.
+    fn share_key(&self, sk: &str) -> String {
+        match self {
+            Format::Sse => sk.to_string(),
+            Format::Realtime { .. } => format!("\u{1}{sk}"),
+        }
+    }
+
+    fn put(&self, out: &mut Vec<u8>, sk: &str, relative: &str, id: Option<&str>, data: &Value) {
+        match self {
+            Format::Sse => frame(out, "put", id, &json!({ "path": format!("/{relative}"), "data": data })),
+            Format::Realtime { tag, .. } => push(out, "d", &path::join(sk, relative), data, *tag),
+        }
+    }
+
+    fn patch(&self, out: &mut Vec<u8>, sk: &str, relative: &str, id: Option<&str>, children: serde_json::Map<String, Value>) {
+        match self {
+            Format::Sse => frame(out, "patch", id, &json!({ "path": format!("/{relative}"), "data": children })),
+            Format::Realtime { tag, .. } => push(out, "m", &path::join(sk, relative), &Value::Object(children), *tag),
+        }
+    }
+
+    /// The listen ends: rules no longer allow it, or the watch was cut off.
+    fn cancel(&self, out: &mut Vec<u8>, sk: &str, message: &str) {
+        match self {
+            Format::Sse => frame(out, "cancel", None, &json!(message)),
+            Format::Realtime { query, .. } => line(out, &json!({"t": "d", "d": {"a": "c", "b": {"p": path::display(sk), "q": query}}})),
+        }
+    }
+
+    /// The caller's credential expired.
+    fn auth_revoked(&self, out: &mut Vec<u8>) {
+        match self {
+            Format::Sse => frame(out, "auth_revoked", None, &json!("credential is no longer valid")),
+            Format::Realtime { .. } => line(out, &json!({"t": "d", "d": {"a": "ac", "b": {"s": "expired_token", "d": "Auth token is expired."}}})),
+        }
+    }
+
+    /// The realtime connection keeps itself alive (`realtime/connection.rs`).
+    fn keep_alive(&self, out: &mut Vec<u8>) {
+        if let Format::Sse = self {
+            out.extend_from_slice(b"event: keep-alive\ndata: null\n\n");
+        }
+    }
+
+    /// After a listen's first data: its answer (realtime).
+    fn listen_answered(&mut self, out: &mut Vec<u8>) {
+        if let Format::Realtime { response: response @ Some(_), .. } = self {
+            out.extend_from_slice(response.take().expect("matched Some").as_bytes());
+            out.push(b'\n');
+        }
+    }
+
+    /// Whether values carry their priorities (`.priority`): the realtime
+    /// protocol's do, as Firebase's server sends them (the SDKs order
+    /// by them and hash them for transactions); a REST stream's do not.
+    fn sends_priorities(&self) -> bool {
+        matches!(self, Format::Realtime { .. })
+    }
+}
+
+/// A realtime data push: `{"t":"d","d":{"a":action,"b":{"p","d","t"?}}}`.
+fn push(out: &mut Vec<u8>, action: &str, sk: &str, data: &Value, tag: Option<u64>) {
+    let mut body = json!({"p": path::display(sk), "d": data});
+    if let Some(tag) = tag {
+        body["t"] = json!(tag);
+    }
+    line(out, &json!({"t": "d", "d": {"a": action, "b": body}}));
+}
+
+fn line(out: &mut Vec<u8>, message: &Value) {
+    out.extend_from_slice(message.to_string().as_bytes());
+    out.push(b'\n');
+}
+
+/// Puts each selected child's priority back (`.priority`, or `.value`
+/// beside it for a primitive), read from `value` (read with priorities).
+pub fn with_priorities(rows: &mut [(String, Value)], value: &Value) {
+    for (key, child) in rows.iter_mut() {
+        let Some(priority) = value.get(key.as_str()).and_then(|c| c.get(path::PRIORITY_KEY)).filter(|p| !p.is_null()) else { continue };
+        match child {
+            Value::Object(map) => {
+                map.insert(path::PRIORITY_KEY.to_string(), priority.clone());
+            }
+            primitive => *primitive = json!({".value": primitive.take(), ".priority": priority}),
+        }
+    }
+}
 
 fn frame(out: &mut Vec<u8>, name: &str, id: Option<&str>, data: &Value) {
     out.extend_from_slice(b"event: ");

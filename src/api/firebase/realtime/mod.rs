@@ -1,0 +1,130 @@
+//! The Firebase realtime protocol: the WebSocket at `/.ws?v=5&ns=NAME`
+//! that the official client SDKs (web, Node, mobile) and the Admin SDKs
+//! speak, so apps move to Tern unchanged. `docs/firebase.md` tells what
+//! the SDK sends and expects, in order; the SDK's own source (the
+//! `@firebase/database` package) is the reference.
+//!
+//! - `wire.rs`: envelopes, framing of long messages, the hello;
+//! - `connection.rs`: one connection's task (its listens' watches, the
+//!   order of answers and events, bounds, keep-alives);
+//! - `requests.rs`: what each request does (listen, write, transaction,
+//!   get, auth, onDisconnect);
+//! - `hash.rs`: the SDK's value hash, which transactions compare;
+//! - `ondisconnect.rs`: writes made once a connection goes, exactly once,
+//!   also when its node dies.
+//!
+//! A connection is to one database (the `ns` parameter). A node that does
+//! not hold the database's tree partition answers the handshake with a
+//! reset to a node that does (the SDK reconnects there), as Firebase
+//! redirects a client to its database's server.
+
+mod connection;
+mod hash;
+pub mod ondisconnect;
+mod requests;
+mod wire;
+
+use axum::extract::ws::{Message as WsMessage, WebSocket, WebSocketUpgrade};
+use axum::extract::{FromRequestParts, Request};
+use axum::http::{header, HeaderMap};
+use axum::response::{IntoResponse, Response};
+use futures::SinkExt;
+
+use super::{database, legacy_caller, FbError, Query};
+use crate::api::{access, AppState};
+use crate::tree::TREE_PK;
+use crate::watch::ConnectionId;
+use requests::{Credential, Requests};
+
+/// Where the realtime protocol is served.
+pub const PATH: &str = "/.ws";
+/// Largest WebSocket message from a client: the SDK's frames are at most
+/// 16,384 UTF-16 units (up to 3 bytes each), a long message comes in several.
+const CLIENT_FRAME_BYTES_MAX: usize = 64 * 1024;
+/// Socket buffers per connection: messages are small and batched (as `/v1/ws`).
+const READ_BUFFER_BYTES: usize = 4 * 1024;
+const WRITE_BUFFER_BYTES: usize = 16 * 1024;
+
+/// Tells open realtime connections to close (the node stops): each then
+/// makes its onDisconnect writes.
+pub struct Closing(tokio::sync::watch::Sender<bool>);
+
+impl Default for Closing {
+    fn default() -> Closing {
+        Closing(tokio::sync::watch::channel(false).0)
+    }
+}
+
+impl Closing {
+    pub fn close_all(&self) {
+        self.0.send_replace(true);
+    }
+
+    fn subscribe(&self) -> tokio::sync::watch::Receiver<bool> {
+        self.0.subscribe()
+    }
+}
+
+/// `GET /.ws`: checks the request, then upgrades it to a realtime connection.
+pub async fn upgrade(state: AppState, request: Request) -> Response {
+    let (mut parts, _body) = request.into_parts();
+    let query = Query::parse(parts.uri.query());
+    if let Some(version) = query.get("v").filter(|v| *v != wire::PROTOCOL_VERSION) {
+        return FbError::bad(format!("this server speaks version {} of the realtime protocol (v={}), not v={version}", wire::PROTOCOL_VERSION, wire::PROTOCOL_VERSION)).into_response();
+    }
+    let ws = match WebSocketUpgrade::from_request_parts(&mut parts, &state).await {
+        Ok(ws) => ws,
+        Err(rejection) => return rejection.into_response(),
+    };
+    let namespace = match database(&state, &query).await {
+        Ok(namespace) => namespace,
+        Err(e) => return e.into_response(),
+    };
+    let peer = parts.extensions.get::<access::Peer>().map(|p| p.0);
+    let credential = match initial_credential(&state, &parts.headers, peer) {
+        Ok(credential) => credential,
+        Err(e) => return e.into_response(),
+    };
+    let connection = parts.extensions.get::<ConnectionId>().copied().unwrap_or(ConnectionId(0));
+    let host = parts.headers.get(header::HOST).and_then(|v| v.to_str().ok()).unwrap_or("127.0.0.1").to_string();
+    let partition = namespace.partition_of(TREE_PK);
+    let elsewhere = (!namespace.handle(partition).is_held()).then(|| state.cluster.holders(&namespace.name, partition).first().map(|m| m.api.clone()));
+    let closing = state.firebase.closing.subscribe();
+    let session = format!("{:032x}", rand::random::<u128>());
+    let requests = Requests { state, namespace: namespace.clone(), session, connection, peer, credential, registrations: Default::default() };
+    ws.max_message_size(CLIENT_FRAME_BYTES_MAX).read_buffer_size(READ_BUFFER_BYTES).write_buffer_size(WRITE_BUFFER_BYTES).on_upgrade(move |socket| async move {
+        match elsewhere {
+            None => connection::serve(requests, socket, host, closing).await,
+            Some(holder) => redirect(socket, &namespace.name, holder).await,
+        }
+    })
+}
+
+/// The connection's credential from the upgrade's `Authorization` (the
+/// Node SDKs send it; browsers cannot, and send an `auth` message).
+fn initial_credential(state: &AppState, headers: &HeaderMap, peer: Option<std::net::IpAddr>) -> Result<Credential, Response> {
+    if !headers.contains_key(header::AUTHORIZATION) {
+        return Ok(Credential::Anonymous);
+    }
+    if state.access.enabled() {
+        let uri: axum::http::Uri = PATH.parse().expect("a fixed path");
+        return match access::identify(state, headers, &uri, peer) {
+            Ok(identity) => Ok(Credential::Identity { identity: Box::new(identity), authvar: None }),
+            Err(e) => Err(FbError::from(e).into_response()),
+        };
+    }
+    // A token the legacy rules do not know is left to the `auth` message.
+    Ok(legacy_caller(&state.firebase, headers, &Query(Vec::new())).map_or(Credential::Anonymous, Credential::Legacy))
+}
+
+/// This node does not hold the database's tree: a reset sends the SDK to
+/// a node that does (`holder`), or an error says none is known (the SDK
+/// retries with its backoff).
+async fn redirect(mut socket: WebSocket, database: &str, holder: Option<String>) {
+    let message = match holder {
+        Some(host) => wire::reset(&host),
+        None => wire::error(&format!("no node is known to serve database {database:?}; retrying later may find one")),
+    };
+    let _ = socket.send(WsMessage::Text(message.into())).await;
+    let _ = socket.close().await;
+}

@@ -1,0 +1,180 @@
+//! The realtime protocol's envelopes and framing (what the SDK's
+//! `Connection` and `WebSocketConnection` classes expect).
+//!
+//! Every message is one JSON object, `{"t": layer, "d": payload}`:
+//! - layer `c` (control): `{"t":"h","d":{"ts","v","h","s"}}` the server's
+//!   hello (its clock, the protocol version `5`, the host to use, the
+//!   session id); `{"t":"p"}` a client ping, answered by the pong
+//!   `{"t":"o"}`; `{"t":"s","d":reason}` shutdown; `{"t":"r","d":host}`
+//!   reset (connect to that host instead); `{"t":"e","d":text}` error.
+//! - layer `d` (data): a client request `{"r": n, "a": action, "b": body}`,
+//!   answered by `{"r": n, "b": {"s": status, "d": data}}`; a server push
+//!   `{"a": action, "b": body}`.
+//!
+//! A message longer than 16,384 characters goes as several WebSocket text
+//! frames: first the count of frames (at most 6 digits), then the pieces,
+//! which joined are the message. Both sides do this. A frame `0` from the
+//! client is its keep-alive (sent after 45 s of silence).
+
+use serde_json::{json, Value};
+
+/// The SDK's frame size: a longer message is split.
+pub const FRAME_CHARS_MAX: usize = 16_384;
+/// Largest client message once joined: a write's data is bounded by the
+/// mutation limit, plus its envelope.
+pub const MESSAGE_BYTES_MAX: usize = crate::limits::MUTATION_BYTES_MAX + 64 * 1024;
+/// The protocol version this server speaks (`v=5`).
+pub const PROTOCOL_VERSION: &str = "5";
+
+/// Joins the client's frames into messages.
+#[derive(Default)]
+pub struct Reassembler {
+    /// Frames still expected for the message being joined (0: none).
+    expected: usize,
+    joined: String,
+}
+
+impl Reassembler {
+    /// Takes one text frame; returns a whole message when one is complete.
+    pub fn push(&mut self, frame: &str) -> Result<Option<String>, String> {
+        if self.expected > 0 {
+            if self.joined.len() + frame.len() > MESSAGE_BYTES_MAX {
+                return Err(format!("a message is at most {MESSAGE_BYTES_MAX} bytes"));
+            }
+            self.joined.push_str(frame);
+            self.expected -= 1;
+            return Ok((self.expected == 0).then(|| std::mem::take(&mut self.joined)));
+        }
+        if frame.len() <= 6 && !frame.is_empty() && frame.bytes().all(|b| b.is_ascii_digit()) {
+            let count: usize = frame.parse().expect("at most 6 digits");
+            if count * FRAME_CHARS_MAX > MESSAGE_BYTES_MAX * 2 {
+                return Err(format!("{count} frames is more than a message of at most {MESSAGE_BYTES_MAX} bytes takes"));
+            }
+            // `0` is the client's keep-alive; `1` announces a single frame.
+            self.expected = count;
+            return Ok(None);
+        }
+        Ok(Some(frame.to_string()))
+    }
+}
+
+/// `message` as the frames it goes out in: itself, or the count and then
+/// pieces of at most `FRAME_CHARS_MAX` bytes cut at character boundaries
+/// (bytes bound the SDK's UTF-16 count from above).
+pub fn frames(message: String) -> Vec<String> {
+    if message.len() <= FRAME_CHARS_MAX {
+        return vec![message];
+    }
+    let mut pieces = Vec::with_capacity(message.len() / FRAME_CHARS_MAX + 2);
+    let mut rest = message.as_str();
+    while !rest.is_empty() {
+        let mut cut = rest.len().min(FRAME_CHARS_MAX);
+        while !rest.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        pieces.push(rest[..cut].to_string());
+        rest = &rest[cut..];
+    }
+    let mut out = Vec::with_capacity(pieces.len() + 1);
+    out.push(pieces.len().to_string());
+    out.extend(pieces);
+    out
+}
+
+/// The server's hello, sent first on every connection.
+pub fn hello(now_ms: u64, host: &str, session: &str) -> String {
+    json!({"t": "c", "d": {"t": "h", "d": {"ts": now_ms, "v": PROTOCOL_VERSION, "h": host, "s": session}}}).to_string()
+}
+
+pub fn pong() -> String {
+    json!({"t": "c", "d": {"t": "o", "d": {}}}).to_string()
+}
+
+/// Tells the client to connect to `host` instead (its SDK reconnects there).
+pub fn reset(host: &str) -> String {
+    json!({"t": "c", "d": {"t": "r", "d": host}}).to_string()
+}
+
+/// A server error the SDK logs (`Server Error: …`); the connection closes after it.
+pub fn error(text: &str) -> String {
+    json!({"t": "c", "d": {"t": "e", "d": text}}).to_string()
+}
+
+/// The answer to request `r`.
+pub fn response(r: u64, status: &str, data: Value) -> String {
+    json!({"t": "d", "d": {"r": r, "b": {"s": status, "d": data}}}).to_string()
+}
+
+pub fn ok(r: u64, data: Value) -> String {
+    response(r, "ok", data)
+}
+
+/// One client message, parsed.
+#[derive(Debug, PartialEq)]
+pub enum ClientMessage {
+    /// A control ping (`{"t":"c","d":{"t":"p"}}`); other control messages
+    /// (a transport switch's `a`/`n`) need no answer.
+    Ping,
+    Control,
+    /// A request: its number, action and body.
+    Request { r: u64, action: String, body: Value },
+}
+
+pub fn parse(text: &str) -> Result<ClientMessage, String> {
+    let message: Value = serde_json::from_str(text).map_err(|e| format!("a message must be JSON: {e}"))?;
+    let layer = message.get("t").and_then(Value::as_str).ok_or("a message needs its layer \"t\"")?;
+    let payload = message.get("d").ok_or("a message needs its payload \"d\"")?;
+    match layer {
+        "c" => Ok(match payload.get("t").and_then(Value::as_str) {
+            Some("p") => ClientMessage::Ping,
+            _ => ClientMessage::Control,
+        }),
+        "d" => {
+            let r = payload.get("r").and_then(Value::as_u64).ok_or("a request needs its number \"r\"")?;
+            let action = payload.get("a").and_then(Value::as_str).ok_or("a request needs its action \"a\"")?.to_string();
+            let body = payload.get("b").cloned().unwrap_or(Value::Null);
+            Ok(ClientMessage::Request { r, action, body })
+        }
+        other => Err(format!("unknown layer {other:?}: c or d")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_long_message_goes_as_its_frame_count_then_pieces_that_join_to_it() {
+        let message = format!("{{\"d\":\"{}\"}}", "é".repeat(20_000));
+        let out = frames(message.clone());
+        assert_eq!(out[0], (out.len() - 1).to_string());
+        assert!(out[1..].iter().all(|f| f.len() <= FRAME_CHARS_MAX));
+        let mut joiner = Reassembler::default();
+        let mut whole = None;
+        for frame in &out {
+            whole = joiner.push(frame).unwrap();
+        }
+        assert_eq!(whole.as_deref(), Some(message.as_str()));
+        assert_eq!(frames("{}".into()), vec!["{}".to_string()]);
+    }
+
+    #[test]
+    fn keep_alives_and_counts_are_not_messages_and_a_huge_count_is_refused() {
+        let mut joiner = Reassembler::default();
+        assert_eq!(joiner.push("0").unwrap(), None, "the client's keep-alive");
+        assert_eq!(joiner.push("{\"t\":\"c\"}").unwrap().as_deref(), Some("{\"t\":\"c\"}"));
+        assert!(joiner.push("999999").unwrap_err().contains("frames"));
+    }
+
+    #[test]
+    fn requests_and_pings_parse_and_bad_messages_say_why() {
+        assert_eq!(parse(r#"{"t":"c","d":{"t":"p","d":{}}}"#).unwrap(), ClientMessage::Ping);
+        assert_eq!(
+            parse(r#"{"t":"d","d":{"r":3,"a":"q","b":{"p":"/a","h":""}}}"#).unwrap(),
+            ClientMessage::Request { r: 3, action: "q".into(), body: json!({"p": "/a", "h": ""}) }
+        );
+        assert!(parse("nope").unwrap_err().contains("JSON"));
+        assert!(parse(r#"{"t":"d","d":{"a":"q"}}"#).unwrap_err().contains("\"r\""));
+        assert!(parse(r#"{"t":"x","d":{}}"#).unwrap_err().contains("layer"));
+    }
+}
