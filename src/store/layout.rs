@@ -116,6 +116,18 @@ pub(super) fn slice_bound(b: &std::ops::Bound<Vec<u8>>) -> std::ops::Bound<&[u8]
 /// Visits `(sk, value)` of `pk`'s records in `table` whose sk starts with
 /// `prefix`, from `from` on, in sk order, while `visit` returns true: one
 /// walk for read views and apply transactions alike (`scan_prefix`).
+/// The highest version among `pk`'s records whose sk starts with `prefix`.
+pub(super) fn max_version(table: &impl ReadableTable<&'static [u8], &'static [u8]>, pk: &str, prefix: &str) -> Result<Option<u64>, redb::StorageError> {
+    let (lower, upper) = super::key::prefix_bounds(pk, prefix, None);
+    let mut max = None;
+    for entry in table.range::<&[u8]>((slice_bound(&lower), slice_bound(&upper)))? {
+        let (_, v) = entry?;
+        let version = decode_value(v.value()).0;
+        max = Some(max.map_or(version, |m: u64| m.max(version)));
+    }
+    Ok(max)
+}
+
 pub(super) fn scan_prefix(
     table: &impl ReadableTable<&'static [u8], &'static [u8]>,
     pk: &str,

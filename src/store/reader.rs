@@ -109,6 +109,14 @@ impl StoreReader {
         Ok((out, more))
     }
 
+    /// The highest version among `pk`'s records whose sk starts with
+    /// `prefix` (a tree location's last change that left leaves there:
+    /// the realtime protocol waits for its event before answering a stale
+    /// transaction).
+    pub fn max_version(&self, pk: &str, prefix: &str) -> Result<Option<u64>, StoreError> {
+        layout::max_version(&self.table, pk, prefix).map_err(|e| self.error(e))
+    }
+
     /// Visits `(sk, value)` of `pk`'s records whose sk starts with `prefix`,
     /// from `from` (inclusive, at least the prefix) on, in sk order, while
     /// `visit` returns true: the JSON tree's subtree reads (`store/tree.rs`).

@@ -213,7 +213,7 @@ impl Requests {
                 let view = tree_view(namespace).map_err(from_fb)?;
                 let current = value_at(&view.reader, TREE_PK, &sk, true, READ_BYTES_MAX).map_err(tree_error)?;
                 if hash(&current) != expected {
-                    return Ok(Effect::Reply(response(r, "datastale", json!("the value changed since the transaction read it"))));
+                    return Ok(self.stale(r, &sk));
                 }
                 let mut plain = current;
                 crate::tree::value::strip_priorities(&mut plain);
@@ -221,13 +221,31 @@ impl Requests {
             }
         };
         let sks = written_sks(&sk, &data, merge);
+        let written_at = sk.clone();
         let op = Op { pk: TREE_PK.into(), sk, kind: OpKind::Tree(TreeOp { merge, value: bytes, time_ms }), condition };
         let mutation = Mutation { write_id: Bytes::new(), ops: vec![op] };
         match write(state.node.log.as_ref(), namespace, namespace.partition_of(TREE_PK), &mutation, true, WRITE_WAIT).await {
             Ok(ack) => Ok(Effect::Written { reply: ok(r, json!("")), version: ack.version, sks }),
-            Err(WriteError::ConditionFailed { .. }) => Ok(Effect::Reply(response(r, "datastale", json!("the value changed since the transaction read it")))),
+            Err(WriteError::ConditionFailed { .. }) => Ok(self.stale(r, &written_at)),
             Err(e) => Err(from_fb(crate::api::error::ApiError::from(e).into())),
         }
+    }
+
+    /// A transaction's `datastale`, answered once this connection's
+    /// listens of `sk` were sent the change that made the value what it
+    /// is (the SDK runs the transaction again on what it holds when the
+    /// answer comes: it must hold the newer value by then).
+    fn stale(&self, r: u64, sk: &str) -> Effect {
+        let reply = response(r, "datastale", json!("the value changed since the transaction read it"));
+        let handle = self.namespace.handle(self.namespace.partition_of(TREE_PK));
+        let last_change = tree_view(&self.namespace).ok().and_then(|view| {
+            let at = view.reader.get(TREE_PK, sk).ok().flatten().map(|record| record.version);
+            let below = view.reader.max_version(TREE_PK, &path::descendants_prefix(sk)).ok().flatten();
+            at.max(below)
+        });
+        // No leaves left (deleted): the last change is at most what was applied.
+        let version = last_change.unwrap_or_else(|| handle.applied_next().saturating_sub(1));
+        Effect::Written { reply, version, sks: vec![sk.to_string()] }
     }
 
     async fn get(&mut self, r: u64, body: &Value) -> Result<Effect, (String, String)> {
