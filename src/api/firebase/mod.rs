@@ -161,6 +161,11 @@ impl Caller {
     /// A stream then ends with `auth_revoked`.
     pub fn expired(&self, now_ms: u64) -> bool {
         match self {
+            // The SDKs' emulator tokens (`mockUserToken`) claim to be issued
+            // at the epoch and expire an hour later; the emulator takes them
+            // as never expiring, so do we (a verified JWT's `exp` was
+            // checked when it was verified, and is looked at here too).
+            Caller::User { auth } if auth.pointer("/token/iat").and_then(Value::as_f64) == Some(0.0) => false,
             Caller::User { auth } => auth.pointer("/token/exp").and_then(Value::as_f64).is_some_and(|exp| exp * 1000.0 <= now_ms as f64),
             Caller::Admin { .. } => false,
         }
@@ -525,6 +530,12 @@ mod tests {
         let claims = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(br#"{"sub":"alice","email":"a@x"}"#);
         let auth = unsigned_id_token_auth(&format!("eyJhbGciOiJub25lIn0.{claims}.")).unwrap();
         assert_eq!(auth["uid"], "alice");
+        // The SDKs' mockUserToken: issued at the epoch, "expired" in 1970, taken as valid.
+        let mock = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(br#"{"sub":"bob","iat":0,"exp":3600}"#);
+        let caller = Caller::User { auth: unsigned_id_token_auth(&format!("eyJhbGciOiJub25lIn0.{mock}.")).unwrap() };
+        assert!(!caller.expired(now_ms()));
+        let old = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(br#"{"sub":"bob","iat":1,"exp":3600}"#);
+        assert!(Caller::User { auth: unsigned_id_token_auth(&format!("eyJhbGciOiJub25lIn0.{old}.")).unwrap() }.expired(now_ms()));
         assert_eq!(auth["token"]["email"], "a@x");
         assert!(unsigned_id_token_auth("owner").is_none());
     }

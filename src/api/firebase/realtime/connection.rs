@@ -32,7 +32,7 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use super::requests::{listen_key, Effect, Requests};
-use super::wire::{self, ClientMessage, Reassembler};
+use super::wire::{self, Assembled, ClientMessage, Reassembler};
 use crate::api::firebase::now_ms;
 use crate::api::firebase::stream::Translator;
 use crate::api::sse::Encoder;
@@ -87,9 +87,18 @@ pub async fn serve(mut requests: Requests, socket: WebSocket, host: String, mut 
             Some(WsMessage::Close(_)) | None => break,
             Some(_) => continue,
         };
-        let message = match joiner.push(&text).and_then(|m| m.map(|m| wire::parse(&m)).transpose()) {
-            Ok(Some(message)) => message,
+        let message = match joiner.push(&text) {
+            Ok(Some(Assembled::Message(text))) => wire::parse(&text),
+            Ok(Some(Assembled::TooLarge { r: Some(r), bytes })) => {
+                out.send(wire::response(r, "too_big", format!("a request is at most {} bytes in Tern, this one is {bytes}", wire::MESSAGE_BYTES_MAX).into()));
+                continue;
+            }
+            Ok(Some(Assembled::TooLarge { r: None, bytes })) => Err(format!("a message of {bytes} bytes: at most {} are read", wire::MESSAGE_BYTES_MAX)),
             Ok(None) => continue,
+            Err(e) => Err(e),
+        };
+        let message = match message {
+            Ok(message) => message,
             Err(e) => {
                 out.send(wire::error(&e));
                 break;

@@ -32,30 +32,66 @@ pub struct Reassembler {
     /// Frames still expected for the message being joined (0: none).
     expected: usize,
     joined: String,
+    /// Bytes of the message being joined, kept or not.
+    bytes: usize,
+    /// The message is over `MESSAGE_BYTES_MAX`: its frames are read and
+    /// dropped; what was kept of its start names the request to refuse.
+    over: bool,
+}
+
+/// What the client's frames made.
+#[derive(Debug, PartialEq)]
+pub enum Assembled {
+    Message(String),
+    /// A message over `MESSAGE_BYTES_MAX`, dropped as it came (memory stays
+    /// bounded); `r` is its request's number when its start names one (the
+    /// SDK writes `{"t":"d","d":{"r":N,...` first), so it can be refused.
+    TooLarge { r: Option<u64>, bytes: usize },
 }
 
 impl Reassembler {
-    /// Takes one text frame; returns a whole message when one is complete.
-    pub fn push(&mut self, frame: &str) -> Result<Option<String>, String> {
+    /// Takes one text frame; returns what it completes, if anything.
+    pub fn push(&mut self, frame: &str) -> Result<Option<Assembled>, String> {
         if self.expected > 0 {
-            if self.joined.len() + frame.len() > MESSAGE_BYTES_MAX {
-                return Err(format!("a message is at most {MESSAGE_BYTES_MAX} bytes"));
+            self.bytes += frame.len();
+            if self.bytes > MESSAGE_BYTES_MAX && !self.over {
+                self.over = true;
+                self.joined.truncate(REQUEST_NUMBER_PREFIX_BYTES.min(self.joined.len()));
             }
-            self.joined.push_str(frame);
+            if !self.over {
+                self.joined.push_str(frame);
+            }
             self.expected -= 1;
-            return Ok((self.expected == 0).then(|| std::mem::take(&mut self.joined)));
+            if self.expected > 0 {
+                return Ok(None);
+            }
+            let joined = std::mem::take(&mut self.joined);
+            let bytes = std::mem::take(&mut self.bytes);
+            return Ok(Some(match std::mem::take(&mut self.over) {
+                false => Assembled::Message(joined),
+                true => Assembled::TooLarge { r: request_number(&joined), bytes },
+            }));
         }
         if frame.len() <= 6 && !frame.is_empty() && frame.bytes().all(|b| b.is_ascii_digit()) {
-            let count: usize = frame.parse().expect("at most 6 digits");
-            if count * FRAME_CHARS_MAX > MESSAGE_BYTES_MAX * 2 {
-                return Err(format!("{count} frames is more than a message of at most {MESSAGE_BYTES_MAX} bytes takes"));
-            }
             // `0` is the client's keep-alive; `1` announces a single frame.
-            self.expected = count;
+            self.expected = frame.parse().expect("at most 6 digits");
             return Ok(None);
         }
-        Ok(Some(frame.to_string()))
+        if frame.len() > MESSAGE_BYTES_MAX {
+            return Ok(Some(Assembled::TooLarge { r: request_number(frame), bytes: frame.len() }));
+        }
+        Ok(Some(Assembled::Message(frame.to_string())))
     }
+}
+
+/// Bytes of a message's start kept to find its request number.
+const REQUEST_NUMBER_PREFIX_BYTES: usize = 64;
+
+/// The request number in a data message's start, `{"t":"d","d":{"r":N`.
+fn request_number(start: &str) -> Option<u64> {
+    let rest = start.strip_prefix(r#"{"t":"d","d":{"r":"#)?;
+    let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+    digits.parse().ok()
 }
 
 /// `message` as the frames it goes out in: itself, or the count and then
@@ -154,16 +190,29 @@ mod tests {
         for frame in &out {
             whole = joiner.push(frame).unwrap();
         }
-        assert_eq!(whole.as_deref(), Some(message.as_str()));
+        assert_eq!(whole, Some(Assembled::Message(message)));
         assert_eq!(frames("{}".into()), vec!["{}".to_string()]);
     }
 
     #[test]
-    fn keep_alives_and_counts_are_not_messages_and_a_huge_count_is_refused() {
+    fn keep_alives_and_counts_are_not_messages() {
         let mut joiner = Reassembler::default();
         assert_eq!(joiner.push("0").unwrap(), None, "the client's keep-alive");
-        assert_eq!(joiner.push("{\"t\":\"c\"}").unwrap().as_deref(), Some("{\"t\":\"c\"}"));
-        assert!(joiner.push("999999").unwrap_err().contains("frames"));
+        assert_eq!(joiner.push("{\"t\":\"c\"}").unwrap(), Some(Assembled::Message("{\"t\":\"c\"}".into())));
+    }
+
+    #[test]
+    fn a_message_over_the_bound_is_dropped_as_it_comes_and_names_its_request() {
+        let message = format!(r#"{{"t":"d","d":{{"r":42,"a":"p","b":{{"p":"/x","d":"{}"}}}}}}"#, "y".repeat(MESSAGE_BYTES_MAX));
+        let mut joiner = Reassembler::default();
+        let mut last = None;
+        for frame in frames(message.clone()) {
+            last = joiner.push(&frame).unwrap();
+            assert!(joiner.joined.len() <= MESSAGE_BYTES_MAX, "never more than the bound held");
+        }
+        assert_eq!(last, Some(Assembled::TooLarge { r: Some(42), bytes: message.len() }));
+        // The next message is read as usual.
+        assert_eq!(joiner.push("{}").unwrap(), Some(Assembled::Message("{}".into())));
     }
 
     #[test]
