@@ -230,6 +230,8 @@ fn table() -> Vec<(Route, MethodRouter<AppState>)> {
         r(Method::GET, "/v1/admin/snapshots", Scoped, get(timed("GET /v1/admin/snapshots", admin::list))),
         r(Method::GET, "/demo", Public, get(demo::page)),
         r(Method::GET, "/demo/client/{file}", Public, get(demo::client_file)),
+        r(Method::GET, "/demo/firebase", Public, get(demo::firebase_page)),
+        r(Method::GET, "/demo/firebase/sdk/{file}", Public, get(demo::firebase_sdk_file)),
         r(Method::GET, "/metrics", Scoped, get(ops::metrics)),
         r(Method::GET, "/healthz", Public, get(ops::healthz)),
         r(Method::GET, "/readyz", Public, get(ops::readyz)),

@@ -91,6 +91,8 @@ fn request_for(route: &Route, revoke_id: &str) -> (String, Option<Value>, Need) 
         ("GET", "/v1/admin/snapshots") => ("/v1/admin/snapshots".into(), None, Need::Everywhere("admin")),
         ("GET", "/demo") => ("/demo".into(), None, Need::Nothing),
         ("GET", "/demo/client/{file}") => ("/demo/client/tern.js".into(), None, Need::Nothing),
+        ("GET", "/demo/firebase") => ("/demo/firebase".into(), None, Need::Nothing),
+        ("GET", "/demo/firebase/sdk/{file}") => ("/demo/firebase/sdk/firebase-app.js".into(), None, Need::Nothing),
         ("GET", "/metrics") => ("/metrics".into(), None, Need::Everywhere("read")),
         ("GET", "/healthz") => ("/healthz".into(), None, Need::Nothing),
         ("GET", "/readyz") => ("/readyz".into(), None, Need::Nothing),
