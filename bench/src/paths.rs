@@ -64,3 +64,8 @@ pub fn script(name: &str) -> PathBuf {
 pub fn bench_file(name: &str) -> PathBuf {
     get().repo.join("bench").join(name)
 }
+
+/// A file of the repository, by its path from the root.
+pub fn repo_file(path: &str) -> PathBuf {
+    get().repo.join(path)
+}

@@ -23,6 +23,14 @@
 //! `GET /bench.json` (`Accept: text/event-stream`), the writer `PUT`s
 //! `/bench.json` — so the rows beside Tern's own SSE show what the Firebase
 //! translation costs.
+//!
+//! Firebase realtime protocol (`fb-ws`): each listener is a WebSocket to
+//! `/.ws?v=5&ns=default` speaking the protocol as the SDKs do (the hello,
+//! a listen `q` of `/bench`, its data, its `ok`), one connection per
+//! listener as every SDK app has; the writer `PUT`s `/bench.json`. `fb-sdk`:
+//! the official `firebase` package itself, `--sdk-listeners` apps in one
+//! Node process (`tests/firebase-js/sdk-fanout.mjs`), each `onValue` of
+//! `/bench`, the writer's puts made and timed by that process (its clock).
 
 use std::path::PathBuf;
 use std::future::Future;
@@ -66,6 +74,10 @@ pub struct WatchBenchArgs {
     /// Which configurations to measure (all by default; a subset helps profiling).
     #[arg(long, value_enum, value_delimiter = ',', default_value = "sse,sse-h2,ws,ws-mux,etcd,etcd-mux,sse-floor,sse-h2-floor,fb-sse,fb-sse-h2")]
     runs: Vec<Run>,
+    /// Listeners of the `fb-sdk` run (real SDK clients in one Node process:
+    /// a few hundred, as the SDK is heavier than a protocol harness).
+    #[arg(long, default_value_t = 300)]
+    sdk_listeners: usize,
 }
 
 /// One measured configuration: a peer and how its subscribers share connections.
@@ -98,6 +110,12 @@ enum Run {
     SseH2Journaled,
     /// As `sse-h2`, over TLS (HTTP/2 by ALPN; a CA made for the run).
     SseH2Tls,
+    /// The Firebase realtime protocol (`/.ws`), spoken by this harness, one
+    /// WebSocket per listener.
+    FbWs,
+    /// The official `firebase` SDK in Node, `--sdk-listeners` apps (the
+    /// row's subscriber count is that, not `--subscribers`).
+    FbSdk,
 }
 
 #[derive(Debug, Serialize)]
@@ -146,6 +164,8 @@ pub async fn run(args: WatchBenchArgs) -> anyhow::Result<()> {
                 Run::FbSseH2 => run_subscribers(&args, n, Transport::Firebase, args.multiplex).await?,
                 Run::SseH2Journaled => run_subscribers(&args, n, Transport::SseJournaled, args.multiplex).await?,
                 Run::SseH2Tls => run_subscribers(&args, n, Transport::SseTls, args.multiplex).await?,
+                Run::FbWs => run_subscribers(&args, n, Transport::FirebaseRealtime, 1).await?,
+                Run::FbSdk => run_sdk(&args).await?,
             };
             eprintln!("{result:?}");
             results.push(result);
@@ -170,6 +190,8 @@ enum Transport {
     SseJournaled,
     /// Tern SSE over TLS.
     SseTls,
+    /// Firebase realtime protocol listeners (`/.ws`).
+    FirebaseRealtime,
 }
 
 impl Transport {
@@ -193,7 +215,7 @@ impl Transport {
     /// Where the writer puts, and where it warms the write path up.
     fn put_paths(self) -> (&'static str, &'static str) {
         match self {
-            Transport::Firebase => ("/bench.json", "/warm.json"),
+            Transport::Firebase | Transport::FirebaseRealtime => ("/bench.json", "/warm.json"),
             Transport::SseJournaled => ("/v1/ns/default/kv/bench/k?durability=journaled", "/v1/ns/default/kv/warm/up?durability=journaled"),
             _ => ("/v1/ns/default/kv/bench/k", "/v1/ns/default/kv/warm/up"),
         }
@@ -271,6 +293,7 @@ async fn run_subscribers(args: &WatchBenchArgs, n: usize, transport: Transport, 
                     sse_h2_subscribers(&addr, tls, transport, puts, per_connection, ready, deadline, permit).await
                 }
                 Transport::WebSocket => ws_subscriber(&addr, puts, per_connection, ready, deadline, permit).await,
+                Transport::FirebaseRealtime => firebase_listener(&addr, puts, ready, deadline, permit).await,
             }
         }));
     }
@@ -297,6 +320,7 @@ async fn run_subscribers(args: &WatchBenchArgs, n: usize, transport: Transport, 
         Transport::Firebase if per_connection == 1 => "Tern Firebase streaming",
         Transport::Firebase => "Tern Firebase streaming (HTTP/2)",
         Transport::SseTls => "Tern SSE (HTTP/2 over TLS)",
+        Transport::FirebaseRealtime => "Tern Firebase realtime protocol (/.ws)",
     };
     let mut result = summarize(name, n, per_connection, args, &measured)?;
     result.server_bytes_per_subscriber = Some(rss_after.saturating_sub(rss_before) / n as u64);
@@ -653,6 +677,104 @@ async fn ws_subscriber(
         }
     }
     Ok(arrivals)
+}
+
+/// A listener speaking the Firebase realtime protocol: the server's hello,
+/// then a listen of `/bench` (`q`), its data and its answer; then every
+/// data push is an event. Messages this small are never split into frames.
+async fn firebase_listener(
+    addr: &str,
+    puts: u64,
+    ready: Arc<Barrier>,
+    deadline: Arc<std::sync::OnceLock<Instant>>,
+    permit: tokio::sync::OwnedSemaphorePermit,
+) -> anyhow::Result<Arrivals> {
+    use tokio_tungstenite::tungstenite::Message;
+    let config = tokio_tungstenite::tungstenite::protocol::WebSocketConfig::default().read_buffer_size(4096).write_buffer_size(4096);
+    let (mut ws, _) = tokio_tungstenite::connect_async_with_config(format!("ws://{addr}/.ws?v=5&ns=default"), Some(config), false).await?;
+    ws.send(Message::Text(r#"{"t":"d","d":{"r":1,"a":"q","b":{"p":"/bench","h":""}}}"#.into())).await?;
+    loop {
+        match ws.next().await {
+            Some(Ok(Message::Text(text))) if text.contains(r#""r":1"#) => break,
+            Some(Ok(_)) => continue,
+            Some(Err(e)) => return Err(e.into()),
+            None => anyhow::bail!("the WebSocket closed before the listen was answered"),
+        }
+    }
+    drop(permit);
+    ready.wait().await;
+    let mut arrivals = Vec::with_capacity(puts as usize);
+    let mut carry = Vec::new();
+    while (arrivals.len() as u64) < puts {
+        let wait = remaining(&deadline);
+        let Ok(Some(message)) = tokio::time::timeout(wait, ws.next()).await else { break };
+        if let Message::Text(text) = message? {
+            scan_seqs(&mut carry, text.as_bytes(), Instant::now(), &mut arrivals);
+        }
+    }
+    Ok(arrivals)
+}
+
+/// What `tests/firebase-js/sdk-fanout.mjs` reports.
+#[derive(serde::Deserialize)]
+struct SdkReport {
+    events_expected: u64,
+    events_received: u64,
+    p50_ms: f64,
+    p99_ms: f64,
+    max_ms: f64,
+}
+
+/// `fb-sdk`: the official SDK's listeners in one Node process, against a
+/// `tern dev`. The Node process connects them and says `ready`; this
+/// harness then measures the server's memory and tells it to write; it
+/// times put → `onValue` on its own clock and reports the percentiles.
+async fn run_sdk(args: &WatchBenchArgs) -> anyhow::Result<WatchResult> {
+    use tokio::io::AsyncBufReadExt;
+    let scratch = tempfile::Builder::new().prefix("tern-bench-fb-sdk-").tempdir()?;
+    let data_dir = scratch.path().join("data");
+    let (child, addr) = spawn_listening(crate::paths::tern(), &["dev", "--listen", "127.0.0.1:0", "--data-dir", data_dir.to_str().unwrap()]).await?;
+    let pid = child.id().expect("running");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let rss_before = rss_bytes(pid)?;
+    let script = crate::paths::repo_file("tests/firebase-js/sdk-fanout.mjs");
+    let mut node = tokio::process::Command::new("node")
+        .arg(&script)
+        .args(["--url", &format!("http://{addr}"), "--listeners", &args.sdk_listeners.to_string()])
+        .args(["--puts", &args.puts.to_string(), "--rate", &args.rate.to_string(), "--value-bytes", &args.value_bytes.to_string()])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|e| anyhow::anyhow!("cannot run node {}: {e} (npm ci in tests/firebase-js first)", script.display()))?;
+    let mut lines = tokio::io::BufReader::new(node.stdout.take().expect("piped")).lines();
+    let first = tokio::time::timeout(Duration::from_secs(300), lines.next_line()).await??;
+    anyhow::ensure!(first.as_deref() == Some("ready"), "the SDK listeners did not start: {first:?}");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let rss_after = rss_bytes(pid)?;
+    let node_pid = node.id().ok_or_else(|| anyhow::anyhow!("node exited"))?;
+    let meter = CpuMeter::start(&[("server", pid), ("harness", node_pid)])?;
+    node.stdin.take().expect("piped").write_all(b"go\n").await?;
+    let report = tokio::time::timeout(Duration::from_secs(600), lines.next_line()).await??.ok_or_else(|| anyhow::anyhow!("no report from the SDK run"))?;
+    let report: SdkReport = serde_json::from_str(&report)?;
+    let cpu = meter.per_op_us_each(report.events_received.max(1) as f64)?;
+    let _ = node.wait().await;
+    stop(child).await?;
+    Ok(WatchResult {
+        peer: "Tern Firebase realtime, official firebase SDK (Node)".into(),
+        subscribers: args.sdk_listeners,
+        subscribers_per_connection: 1,
+        puts: args.puts,
+        rate_per_s: args.rate,
+        events_expected: report.events_expected,
+        events_received: report.events_received,
+        p50_ms: report.p50_ms,
+        p99_ms: report.p99_ms,
+        max_ms: report.max_ms,
+        server_bytes_per_subscriber: Some(rss_after.saturating_sub(rss_before) / args.sdk_listeners as u64),
+        server_cpu_us_per_event: cpu[0],
+        harness_cpu_us_per_event: cpu[1],
+    })
 }
 
 async fn run_etcd(args: &WatchBenchArgs, n: usize, per_connection: usize) -> anyhow::Result<WatchResult> {
