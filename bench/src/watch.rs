@@ -666,11 +666,19 @@ async fn ws_subscriber(
     }
     drop(permit);
     ready.wait().await;
-    let expected = puts * subscriptions as u64;
+    ws_arrivals(&mut ws, puts * subscriptions as u64, &deadline).await
+}
+
+type BenchSocket = tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
+
+/// Reads a WebSocket's text messages until `expected` sequence numbers
+/// arrived or the deadline passed: when each arrived.
+async fn ws_arrivals(ws: &mut BenchSocket, expected: u64, deadline: &std::sync::OnceLock<Instant>) -> anyhow::Result<Arrivals> {
+    use tokio_tungstenite::tungstenite::Message;
     let mut arrivals = Vec::with_capacity(expected as usize);
     let mut carry = Vec::new();
     while (arrivals.len() as u64) < expected {
-        let wait = remaining(&deadline);
+        let wait = remaining(deadline);
         let Ok(Some(message)) = tokio::time::timeout(wait, ws.next()).await else { break };
         if let Message::Text(text) = message? {
             scan_seqs(&mut carry, text.as_bytes(), Instant::now(), &mut arrivals);
@@ -703,16 +711,7 @@ async fn firebase_listener(
     }
     drop(permit);
     ready.wait().await;
-    let mut arrivals = Vec::with_capacity(puts as usize);
-    let mut carry = Vec::new();
-    while (arrivals.len() as u64) < puts {
-        let wait = remaining(&deadline);
-        let Ok(Some(message)) = tokio::time::timeout(wait, ws.next()).await else { break };
-        if let Message::Text(text) = message? {
-            scan_seqs(&mut carry, text.as_bytes(), Instant::now(), &mut arrivals);
-        }
-    }
-    Ok(arrivals)
+    ws_arrivals(&mut ws, puts, &deadline).await
 }
 
 /// What `tests/firebase-js/sdk-fanout.mjs` reports.

@@ -61,8 +61,9 @@ impl Access {
 /// Paths anyone may ask for: the demo page's static files (they hold no
 /// data), health (`public_health`) and metrics (`public_metrics`).
 pub fn is_public(access: &Access, path: &str) -> bool {
-    path == "/demo"
+    matches!(path, "/demo" | "/demo/firebase")
         || path.starts_with("/demo/client/")
+        || path.starts_with("/demo/firebase/sdk/")
         || (access.public_health && matches!(path, "/healthz" | "/readyz"))
         || (access.public_metrics && path == "/metrics")
 }

@@ -17,6 +17,7 @@ mod cluster;
 mod cluster_auth;
 mod crash;
 mod firebase;
+mod firebase_realtime;
 mod forwarding;
 mod journal;
 mod handoff;

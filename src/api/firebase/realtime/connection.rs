@@ -45,6 +45,7 @@ const CLIENT_MESSAGES_PENDING_MAX: usize = 16;
 const OUTBOUND_MESSAGES_MAX: usize = 256;
 /// Listen messages turned into frames before one flush.
 const MESSAGES_PER_FLUSH_MAX: usize = 256;
+/// Listens one connection may hold (as `/v1/ws`'s subscriptions).
 pub const LISTENS_PER_CONNECTION_MAX: usize = 1000;
 /// Write answers waiting for their events.
 const PENDING_ACKS_MAX: usize = 1024;

@@ -43,6 +43,7 @@ pub const PATH: &str = "/.ws";
 const CLIENT_FRAME_BYTES_MAX: usize = 64 * 1024;
 /// Socket buffers per connection: messages are small and batched (as `/v1/ws`).
 const READ_BUFFER_BYTES: usize = 4 * 1024;
+/// The write side's: the connection batches what is queued into one flush.
 const WRITE_BUFFER_BYTES: usize = 16 * 1024;
 
 /// Tells open realtime connections to close (the node stops): each then

@@ -227,6 +227,9 @@ impl Requests {
         match write(state.node.log.as_ref(), namespace, namespace.partition_of(TREE_PK), &mutation, true, WRITE_WAIT).await {
             Ok(ack) => Ok(Effect::Written { reply: ok(r, json!("")), version: ack.version, sks }),
             Err(WriteError::ConditionFailed { .. }) => Ok(self.stale(r, &written_at)),
+            // The partition moved: unanswered, the SDK sends the write again
+            // when it reconnects, and the reconnect is redirected to a holder.
+            Err(WriteError::NotHeld { .. }) => Ok(Effect::Close(format!("this node no longer serves database {:?}; reconnect", &*namespace.name))),
             Err(e) => Err(from_fb(crate::api::error::ApiError::from(e).into())),
         }
     }

@@ -1,0 +1,227 @@
+//! The Firebase realtime protocol (`/.ws`, issue 21) spoken by hand, for
+//! what the SDK tests (`tests/firebase-js/`) cannot do: bad input of every
+//! kind, and onDisconnect writes made by *another* node when the node that
+//! held the connection is killed (two nodes on Kafka, gossiping).
+
+use crate::common;
+
+use std::time::{Duration, Instant};
+
+use common::Tern;
+use futures::{SinkExt, StreamExt};
+use serde_json::{json, Value};
+use tokio_tungstenite::tungstenite::Message;
+
+type Socket = tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
+
+/// A realtime connection, as the SDK's `PersistentConnection` drives it.
+struct Realtime {
+    ws: Socket,
+    next_r: u64,
+    /// Pushes seen while waiting for answers.
+    pushes: Vec<Value>,
+}
+
+impl Realtime {
+    /// Connects to database `ns` and reads the server's hello.
+    async fn connect(url: &str, ns: &str) -> (Realtime, Value) {
+        let ws_url = format!("{}/.ws?v=5&ns={ns}", url.replacen("http://", "ws://", 1));
+        let (ws, _) = tokio_tungstenite::connect_async(ws_url).await.expect("the upgrade");
+        let mut rt = Realtime { ws, next_r: 0, pushes: Vec::new() };
+        let hello = rt.next().await.expect("a hello");
+        (rt, hello)
+    }
+
+    async fn send_text(&mut self, text: &str) {
+        self.ws.send(Message::Text(text.into())).await.unwrap();
+    }
+
+    /// The next message (frames joined), or None when the server closed.
+    async fn next(&mut self) -> Option<Value> {
+        let mut expected = 0usize;
+        let mut joined = String::new();
+        loop {
+            let frame = tokio::time::timeout(Duration::from_secs(20), self.ws.next()).await.expect("a message within 20 s");
+            let text = match frame {
+                Some(Ok(Message::Text(text))) => text.to_string(),
+                Some(Ok(Message::Close(_))) | None | Some(Err(_)) => return None,
+                Some(Ok(_)) => continue,
+            };
+            if expected == 0 && text.len() <= 6 && text.bytes().all(|b| b.is_ascii_digit()) {
+                expected = text.parse().unwrap();
+                continue;
+            }
+            joined.push_str(&text);
+            if expected > 1 {
+                expected -= 1;
+                continue;
+            }
+            return Some(serde_json::from_str(&joined).expect("JSON messages"));
+        }
+    }
+
+    /// Sends request `action` and returns its answer's body (`{"s","d"}`).
+    async fn request(&mut self, action: &str, body: Value) -> Value {
+        self.next_r += 1;
+        let r = self.next_r;
+        let message = json!({"t": "d", "d": {"r": r, "a": action, "b": body}});
+        self.send_text(&message.to_string()).await;
+        loop {
+            let message = self.next().await.expect("the server answers before it closes");
+            if message["d"]["r"] == r {
+                return message["d"]["b"].clone();
+            }
+            self.pushes.push(message);
+        }
+    }
+}
+
+#[tokio::test]
+async fn bad_input_gets_a_clear_answer_and_the_connection_stays_usable() {
+    let dir = tempfile::tempdir().unwrap();
+    let tern = Tern::dev(dir.path()).await;
+    let (mut rt, hello) = Realtime::connect(&tern.url, "bad").await;
+    assert_eq!(hello["t"], "c");
+    assert_eq!(hello["d"]["t"], "h");
+    assert_eq!(hello["d"]["d"]["v"], "5");
+    assert!(hello["d"]["d"]["s"].as_str().is_some_and(|s| s.len() == 32), "a session id");
+    let answer = |b: &Value| (b["s"].as_str().unwrap().to_string(), b["d"].as_str().unwrap_or_default().to_string());
+    // Paths: a key with a forbidden character, too deep, too long; no path.
+    for (body, why) in [
+        (json!({"p": "/a.b", "d": 1}), "'.'"),
+        (json!({"p": format!("/{}", vec!["k"; 33].join("/")), "d": 1}), "deeper than 32"),
+        (json!({"p": format!("/{}", "k".repeat(800)), "d": 1}), "768"),
+        (json!({"d": 1}), "\"p\""),
+    ] {
+        let (status, message) = answer(&rt.request("p", body).await);
+        assert_eq!(status, "invalid_args");
+        assert!(message.contains(why), "{message} should say {why}");
+    }
+    // Data Firebase does not take: a key with '/', an unknown server value.
+    let (status, _) = answer(&rt.request("p", json!({"p": "/x", "d": {"a/b": 1}})).await);
+    assert_eq!(status, "invalid_args");
+    let (status, _) = answer(&rt.request("p", json!({"p": "/x", "d": {".sv": "nope"}})).await);
+    assert_eq!(status, "invalid_args");
+    // An update whose paths overlap; a query that cannot be one.
+    let (status, _) = answer(&rt.request("m", json!({"p": "/x", "d": {"a": 1, "a/b": 2}})).await);
+    assert_eq!(status, "invalid_args");
+    let (status, message) = answer(&rt.request("q", json!({"p": "/x", "t": 1, "q": {"l": 0}, "h": ""})).await);
+    assert_eq!((status.as_str(), message.contains("positive")), ("invalid_args", true));
+    let (status, message) = answer(&rt.request("zz", json!({})).await);
+    assert_eq!((status.as_str(), message.contains("unknown action")), ("invalid_args", true));
+    // Route words and unicode are keys like any other; nothing above landed.
+    assert_eq!(rt.request("p", json!({"p": "/v1/ns/ws/é✓", "d": "ok"})).await["s"], "ok");
+    assert_eq!(rt.request("g", json!({"p": "/v1/ns/ws/é✓"})).await["d"], "ok");
+    assert_eq!(rt.request("g", json!({"p": "/x"})).await["d"], Value::Null);
+    // A request over the size bound is refused whole; the connection goes on.
+    // In the SDK's order (`{"t","d":{"r","a","b"}}`): the request number comes first.
+    let huge = format!(r#"{{"t":"d","d":{{"r":99,"a":"p","b":{{"p":"/big","d":"{}"}}}}}}"#, "y".repeat(5 * 1024 * 1024));
+    let pieces: Vec<String> = huge.as_bytes().chunks(16_384).map(|c| String::from_utf8(c.to_vec()).unwrap()).collect();
+    rt.send_text(&pieces.len().to_string()).await;
+    for piece in &pieces {
+        rt.send_text(piece).await;
+    }
+    let refused = rt.next().await.unwrap();
+    assert_eq!(refused["d"]["r"], 99);
+    assert_eq!(refused["d"]["b"]["s"], "too_big");
+    assert_eq!(rt.request("g", json!({"p": "/big"})).await["d"], Value::Null);
+    // Keep-alives and pings.
+    rt.send_text("0").await;
+    rt.send_text(r#"{"t":"c","d":{"t":"p","d":{}}}"#).await;
+    assert_eq!(rt.next().await.unwrap()["d"]["t"], "o", "a pong");
+    assert_eq!(rt.request("s", json!({"c": {"sdk.js.12-0-0": 1}})).await["s"], "ok");
+    // A message that is not JSON ends the connection with an error.
+    rt.send_text("{not json").await;
+    let error = rt.next().await.unwrap();
+    assert_eq!((error["t"].as_str(), error["d"]["t"].as_str()), (Some("c"), Some("e")));
+    assert!(rt.next().await.is_none(), "closed after the error");
+    // A protocol version other than 5 is refused at the upgrade.
+    let response = reqwest::get(format!("{}/.ws?v=4&ns=bad", tern.url)).await.unwrap();
+    assert_eq!(response.status(), 400);
+    assert!(response.text().await.unwrap().contains("v=5"));
+}
+
+#[tokio::test]
+async fn a_listens_data_comes_before_its_answer_and_a_writes_events_before_its_answer() {
+    let dir = tempfile::tempdir().unwrap();
+    let tern = Tern::dev(dir.path()).await;
+    let (mut rt, _) = Realtime::connect(&tern.url, "order").await;
+    assert_eq!(rt.request("p", json!({"p": "/doc", "d": {"v": 1}})).await["s"], "ok");
+    let answer = rt.request("q", json!({"p": "/doc", "h": ""})).await;
+    assert_eq!(answer["s"], "ok");
+    assert_eq!(rt.pushes.len(), 1, "the data came first: {:?}", rt.pushes);
+    assert_eq!(rt.pushes[0]["d"]["b"], json!({"p": "/doc", "d": {"v": 1}}));
+    for i in 2..20 {
+        rt.pushes.clear();
+        assert_eq!(rt.request("p", json!({"p": "/doc/v", "d": i})).await["s"], "ok");
+        assert_eq!(rt.pushes.len(), 1, "write {i}'s event came before its answer");
+        assert_eq!(rt.pushes[0]["d"]["b"]["d"], i);
+    }
+    // A transaction whose hash is stale is refused, after the current value.
+    rt.pushes.clear();
+    let stale = rt.request("p", json!({"p": "/doc/v", "d": 100, "h": "not-the-hash"})).await;
+    assert_eq!(stale["s"], "datastale");
+    let current = rt.request("g", json!({"p": "/doc/v"})).await;
+    assert_eq!(current["d"], 19);
+}
+
+fn bootstrap() -> String {
+    std::env::var("TERN_TEST_KAFKA")
+        .expect("TERN_TEST_KAFKA must name a Kafka broker: run scripts/test.sh, or scripts/kafka.sh start and export it")
+}
+
+/// Two nodes in separate replica groups on one Kafka topic, gossiping: a
+/// connection on `a` registers onDisconnect writes; `a` is `kill -9`ed;
+/// `b` sees it dead and makes them, once (an increment shows how often).
+#[tokio::test]
+async fn another_node_makes_the_ondisconnect_writes_of_a_killed_node_once() {
+    let prefix = format!("rt{}.", rand::random::<u32>());
+    let log = format!("kafka://{}", bootstrap());
+    let udp = || std::net::UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let (gossip_a, gossip_b) = (udp(), udp());
+    let seed = format!("127.0.0.1:{gossip_a}");
+    let dirs = [tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap()];
+    let start = |id: &'static str, gossip: u16, dir: &std::path::Path| {
+        let (log, prefix, seed, dir) = (log.clone(), prefix.clone(), seed.clone(), dir.to_path_buf());
+        async move {
+            let gossip = format!("127.0.0.1:{gossip}");
+            let args = [
+                "serve", "--node-id", id, "--group", id, "--listen", "127.0.0.1:0", "--data-dir", dir.to_str().unwrap(),
+                "--log", &log, "--kafka-topic-prefix", &prefix, "--namespace", "fbx:1", "--gossip", &gossip, "--seeds", &seed,
+                "--firebase-emulator",
+            ];
+            Tern::spawn(&args, &dir).await
+        }
+    };
+    let mut a = start("a", gossip_a, dirs[0].path()).await;
+    let b = start("b", gossip_b, dirs[1].path()).await;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while b.get_json("/v1/cluster").await.1["nodes"].as_array().map_or(0, |n| n.iter().filter(|n| n["state"] == "live").count()) < 2 {
+        assert!(Instant::now() < deadline, "b never saw a");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let (mut rt, _) = Realtime::connect(&a.url, "fbx").await;
+    assert_eq!(rt.request("p", json!({"p": "/who", "d": "here"})).await["s"], "ok");
+    assert_eq!(rt.request("o", json!({"p": "/who", "d": "gone"})).await["s"], "ok");
+    assert_eq!(rt.request("o", json!({"p": "/count", "d": {".sv": {"increment": 1}}})).await["s"], "ok");
+    a.kill9();
+    // Emulator conventions: a database without rules is open.
+    let read = |path: &str| b.client.get(format!("{}/{path}.json?ns=fbx", b.url)).send();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let who: Value = read("who").await.unwrap().json().await.unwrap();
+        if who == "gone" {
+            break;
+        }
+        assert!(Instant::now() < deadline, "b never made a's onDisconnect writes (who = {who})");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // Later sweeps, and a's restart (its own sweeper sees its old boot), do not make them again.
+    let a = start("a", gossip_a, dirs[0].path()).await;
+    a.wait_caught_up("fbx").await;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let count: Value = read("count").await.unwrap().json().await.unwrap();
+    assert_eq!(count, 1, "made exactly once");
+    let on_a: Value = a.client.get(format!("{}/count.json?ns=fbx", a.url)).send().await.unwrap().json().await.unwrap();
+    assert_eq!(on_a, 1, "the same on the other replica group");
+}
