@@ -225,3 +225,44 @@ async fn another_node_makes_the_ondisconnect_writes_of_a_killed_node_once() {
     let on_a: Value = a.client.get(format!("{}/count.json?ns=fbx", a.url)).send().await.unwrap().json().await.unwrap();
     assert_eq!(on_a, 1, "the same on the other replica group");
 }
+
+/// A realtime client that stops reading holds back only itself: its
+/// listen's watch conflates (the latest value per leaf), as every Tern
+/// subscription's does, and when it reads again it ends on the last value.
+#[tokio::test]
+async fn a_client_that_stops_reading_is_conflated_and_ends_on_the_last_value() {
+    let dir = tempfile::tempdir().unwrap();
+    // A small watch queue, so that the test need not outgrow the loopback's socket buffers by much.
+    let args = ["dev", "--listen", "127.0.0.1:0", "--data-dir", dir.path().to_str().unwrap()];
+    let tern = Tern::spawn_with_env(&args, &[("TERN_WATCH_QUEUE_EVENTS_MAX", "64")], dir.path()).await;
+    let (mut slow, _) = Realtime::connect(&tern.url, "slow").await;
+    assert_eq!(slow.request("q", json!({"p": "/doc", "h": ""})).await["s"], "ok");
+    let conflated = |metrics: &str| -> u64 {
+        metrics.lines().find_map(|l| l.strip_prefix("tern_watch_conflated_events_total ")).map_or(0, |v| v.trim().parse().unwrap())
+    };
+    let before = conflated(&reqwest::get(format!("{}/metrics", tern.url)).await.unwrap().text().await.unwrap());
+    // 20 MB of changes while `slow` reads nothing: more than the socket
+    // buffers, the connection's outbox and the watch's queue hold.
+    let pad = "z".repeat(10_000);
+    let writer = reqwest::Client::new();
+    for seq in 0..2000u32 {
+        let response = writer.put(format!("{}/doc.json?ns=slow", tern.url)).body(json!({"seq": seq, "pad": pad}).to_string()).send().await.unwrap();
+        assert_eq!(response.status(), 200);
+    }
+    // Reading again: the pushes end with the last value, nothing after it.
+    let mut last_seq = None;
+    while last_seq != Some(1999) {
+        let push = slow.next().await.expect("the connection is still open");
+        let data = &push["d"]["b"]["d"];
+        if let Some(seq) = data.get("seq").or(Some(data)).and_then(Value::as_u64) {
+            let path = push["d"]["b"]["p"].as_str().unwrap_or_default();
+            if path == "/doc" || path == "/doc/seq" {
+                last_seq = Some(seq);
+            }
+        }
+    }
+    assert_eq!(slow.request("g", json!({"p": "/doc/seq"})).await["d"], 1999);
+    // Counted as the conflated run is sent, that is once the client read again.
+    let after = conflated(&reqwest::get(format!("{}/metrics", tern.url)).await.unwrap().text().await.unwrap());
+    assert!(after > before, "the slow listen was conflated ({before} → {after})");
+}
