@@ -258,10 +258,22 @@ impl Requests {
         let (state, namespace) = (&self.state, &*self.namespace);
         let view = check_read(state, namespace, &caller, &sk, tree_view(namespace).map_err(from_fb)?).map_err(from_fb)?;
         // With priorities, as every value of this protocol (`stream::Format`).
-        let whole = value_at(&view.reader, TREE_PK, &sk, true, READ_BYTES_MAX).map_err(tree_error)?;
         let value = match &query {
-            None => whole,
+            None => value_at(&view.reader, TREE_PK, &sk, true, READ_BYTES_MAX).map_err(tree_error)?,
+            // Indexed (`.indexOn`) and without key tie-breaks: the node's
+            // query index selects, and only the selected children are read
+            // (as a REST query's).
+            Some(query) if indexed(state, namespace, &sk, query)? => {
+                let rows = state.firebase.indexes.run(namespace, &view, &sk, query).await.map_err(from_fb)?;
+                let mut out = serde_json::Map::with_capacity(rows.len());
+                for (key, _) in rows {
+                    let child = value_at(&view.reader, TREE_PK, &path::join(&sk, &key), true, READ_BYTES_MAX).map_err(tree_error)?;
+                    out.insert(key, child);
+                }
+                if out.is_empty() { Value::Null } else { Value::Object(out) }
+            }
             Some(query) => {
+                let whole = value_at(&view.reader, TREE_PK, &sk, true, READ_BYTES_MAX).map_err(tree_error)?;
                 let mut rows = tree_query::run(query, whole.clone());
                 with_priorities(&mut rows, &whole);
                 tree_query::as_object(rows)
@@ -291,6 +303,19 @@ impl Requests {
             Err(RegisterError::Fired) => Ok(Effect::Close("this connection's onDisconnect writes were made while it was open (its node was thought dead); reconnect".into())),
             Err(RegisterError::Failed(e)) => Err(from_fb(e)),
         }
+    }
+}
+
+/// Whether the node's query index can run `query` at `sk`: the rules
+/// index what it orders by (or it needs no index), and it has no key
+/// tie-breaks (`startAt(value, key)`: the index walks values only).
+fn indexed(state: &AppState, namespace: &Namespace, sk: &str, query: &tree_query::Query) -> Result<bool, (String, String)> {
+    if query.start_name.is_some() || query.end_name.is_some() {
+        return Ok(false);
+    }
+    match tree_query::index_needed(query) {
+        None => Ok(true),
+        Some(needed) => Ok(rules_of(state, namespace).map_err(from_fb)?.index_on(sk).contains(&needed)),
     }
 }
 
