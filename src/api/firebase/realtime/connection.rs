@@ -123,15 +123,20 @@ pub async fn serve(mut requests: Requests, socket: WebSocket, host: String, mut 
             listen_outbox = Some((listen_ids, Outbox::tagged(&outbox, Tag::Stream(listen_ids))));
         }
         let id = listen_outbox.as_ref().map_or(0, |(id, _)| *id);
-        let effect = {
+        let (effect, closing_now) = {
             let handled = requests.handle(r, &action, body, listen_outbox.map(|(_, o)| o));
+            tokio::pin!(handled);
             tokio::select! {
                 biased;
-                () = out.drive(&outbox) => break,
-                effect = handled => effect,
+                // The output ended (the socket broke, or a listen's watch
+                // ended by itself): the request is still finished, so that
+                // a write is not left half done, and its answer goes out if
+                // the socket still takes it.
+                () = out.drive(&outbox) => (handled.await, true),
+                effect = &mut handled => (effect, false),
             }
         };
-        if !out.apply(effect, id) {
+        if !out.apply(effect, id) || closing_now {
             break;
         }
     }
