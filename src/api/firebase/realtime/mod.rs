@@ -103,7 +103,7 @@ pub async fn upgrade(state: AppState, request: Request) -> Response {
 
 /// The connection's credential from the upgrade's `Authorization` (the
 /// Node SDKs send it; browsers cannot, and send an `auth` message).
-fn initial_credential(state: &AppState, headers: &HeaderMap, peer: Option<std::net::IpAddr>) -> Result<Credential, Response> {
+fn initial_credential(state: &AppState, headers: &HeaderMap, peer: Option<std::net::IpAddr>) -> Result<Credential, FbError> {
     if !headers.contains_key(header::AUTHORIZATION) {
         return Ok(Credential::Anonymous);
     }
@@ -111,7 +111,7 @@ fn initial_credential(state: &AppState, headers: &HeaderMap, peer: Option<std::n
         let uri: axum::http::Uri = PATH.parse().expect("a fixed path");
         return match access::identify(state, headers, &uri, peer) {
             Ok(identity) => Ok(Credential::Identity { identity: Box::new(identity), authvar: None }),
-            Err(e) => Err(FbError::from(e).into_response()),
+            Err(e) => Err(FbError::from(e)),
         };
     }
     // A token the legacy rules do not know is left to the `auth` message.
