@@ -20,6 +20,12 @@
 //! read bound) and sends the query's whole result as a `put` at `/` each
 //! time an event changes it.
 //!
+//! The realtime protocol's listens (`realtime/`) run the same `Translator`
+//! in its other `Format`: data pushes (`d`, `m`) at absolute paths with
+//! priorities kept, a query's result tagged, the listen's answer after its
+//! first data, `c` for a cancel by the rules and `ac` for an expired
+//! credential; a watch that ends by itself closes the connection instead.
+//!
 //! Two transports run the same `Translator` (an `sse::Encoder`): over
 //! HTTP/1.1 the response body runs the session (`open`); on the API's own
 //! HTTP/2 connections the connection's task runs it beside its other

@@ -28,6 +28,7 @@ use axum::extract::ws::{Message as WsMessage, WebSocket};
 use futures::future::{AbortHandle, Abortable};
 use futures::stream::{FuturesUnordered, SplitSink, SplitStream};
 use futures::{SinkExt, StreamExt};
+use serde_json::Value;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
@@ -79,39 +80,19 @@ pub async fn serve(mut requests: Requests, socket: WebSocket, host: String, mut 
             _ = closing.changed() => break,
             frame = frames.recv() => frame,
         };
-        let text = match frame {
-            Some(WsMessage::Text(text)) => text,
-            Some(WsMessage::Binary(_)) => {
-                out.send(wire::error("send JSON text frames"));
-                break;
-            }
-            Some(WsMessage::Close(_)) | None => break,
-            Some(_) => continue,
-        };
-        let message = match joiner.push(&text) {
-            Ok(Some(Assembled::Message(text))) => wire::parse(&text),
-            Ok(Some(Assembled::TooLarge { r: Some(r), bytes })) => {
-                out.send(wire::response(r, "too_big", format!("a request is at most {} bytes in Tern, this one is {bytes}", wire::MESSAGE_BYTES_MAX).into()));
+        let (r, action, body) = match read(&mut joiner, frame) {
+            Read::Request { r, action, body } => (r, action, body),
+            Read::Answer(answer) => {
+                out.send(answer);
                 continue;
             }
-            Ok(Some(Assembled::TooLarge { r: None, bytes })) => Err(format!("a message of {bytes} bytes: at most {} are read", wire::MESSAGE_BYTES_MAX)),
-            Ok(None) => continue,
-            Err(e) => Err(e),
-        };
-        let message = match message {
-            Ok(message) => message,
-            Err(e) => {
-                out.send(wire::error(&e));
+            Read::Nothing => continue,
+            Read::End(last_word) => {
+                if let Some(error) = last_word {
+                    out.send(error);
+                }
                 break;
             }
-        };
-        let (r, action, body) = match message {
-            ClientMessage::Ping => {
-                out.send(wire::pong());
-                continue;
-            }
-            ClientMessage::Control => continue,
-            ClientMessage::Request { r, action, body } => (r, action, body),
         };
         let mut listen_outbox = None;
         if action == "q" {
@@ -146,6 +127,45 @@ pub async fn serve(mut requests: Requests, socket: WebSocket, host: String, mut 
     registrations.fire(&state, &namespace, &session).await;
     registry.closed(&session);
     crate::metrics::FIREBASE_REALTIME_CONNECTIONS.dec();
+}
+
+/// What one client frame makes.
+enum Read {
+    /// A request to handle.
+    Request { r: u64, action: String, body: Value },
+    /// Something to answer at once (a pong, a refusal of a request too large).
+    Answer(String),
+    /// Nothing yet: a piece of a longer message, a keep-alive, a control message.
+    Nothing,
+    /// The connection ends, after this error if any.
+    End(Option<String>),
+}
+
+/// Reads one frame from the client (None: it is gone).
+fn read(joiner: &mut Reassembler, frame: Option<WsMessage>) -> Read {
+    let text = match frame {
+        Some(WsMessage::Text(text)) => text,
+        Some(WsMessage::Binary(_)) => return Read::End(Some(wire::error("send JSON text frames"))),
+        Some(WsMessage::Close(_)) | None => return Read::End(None),
+        Some(_) => return Read::Nothing,
+    };
+    let message = match joiner.push(&text) {
+        Some(Assembled::Message(message)) => message,
+        Some(Assembled::TooLarge { r: Some(r), bytes }) => {
+            let why = format!("a request is at most {} bytes in Tern, this one is {bytes}", wire::MESSAGE_BYTES_MAX);
+            return Read::Answer(wire::response(r, "too_big", why.into()));
+        }
+        Some(Assembled::TooLarge { r: None, bytes }) => {
+            return Read::End(Some(wire::error(&format!("a message of {bytes} bytes: at most {} are read", wire::MESSAGE_BYTES_MAX))))
+        }
+        None => return Read::Nothing,
+    };
+    match wire::parse(&message) {
+        Ok(ClientMessage::Request { r, action, body }) => Read::Request { r, action, body },
+        Ok(ClientMessage::Ping) => Read::Answer(wire::pong()),
+        Ok(ClientMessage::Control) => Read::Nothing,
+        Err(e) => Read::End(Some(wire::error(&e))),
+    }
 }
 
 /// Passes the client's frames on until it closes, breaks, or is silent too long.

@@ -51,7 +51,7 @@ pub enum Assembled {
 
 impl Reassembler {
     /// Takes one text frame; returns what it completes, if anything.
-    pub fn push(&mut self, frame: &str) -> Result<Option<Assembled>, String> {
+    pub fn push(&mut self, frame: &str) -> Option<Assembled> {
         if self.expected > 0 {
             self.bytes += frame.len();
             if self.bytes > MESSAGE_BYTES_MAX && !self.over {
@@ -63,24 +63,24 @@ impl Reassembler {
             }
             self.expected -= 1;
             if self.expected > 0 {
-                return Ok(None);
+                return None;
             }
             let joined = std::mem::take(&mut self.joined);
             let bytes = std::mem::take(&mut self.bytes);
-            return Ok(Some(match std::mem::take(&mut self.over) {
+            return Some(match std::mem::take(&mut self.over) {
                 false => Assembled::Message(joined),
                 true => Assembled::TooLarge { r: request_number(&joined), bytes },
-            }));
+            });
         }
         if frame.len() <= 6 && !frame.is_empty() && frame.bytes().all(|b| b.is_ascii_digit()) {
             // `0` is the client's keep-alive; `1` announces a single frame.
             self.expected = frame.parse().expect("at most 6 digits");
-            return Ok(None);
+            return None;
         }
         if frame.len() > MESSAGE_BYTES_MAX {
-            return Ok(Some(Assembled::TooLarge { r: request_number(frame), bytes: frame.len() }));
+            return Some(Assembled::TooLarge { r: request_number(frame), bytes: frame.len() });
         }
-        Ok(Some(Assembled::Message(frame.to_string())))
+        Some(Assembled::Message(frame.to_string()))
     }
 }
 
@@ -188,7 +188,7 @@ mod tests {
         let mut joiner = Reassembler::default();
         let mut whole = None;
         for frame in &out {
-            whole = joiner.push(frame).unwrap();
+            whole = joiner.push(frame);
         }
         assert_eq!(whole, Some(Assembled::Message(message)));
         assert_eq!(frames("{}".into()), vec!["{}".to_string()]);
@@ -197,8 +197,8 @@ mod tests {
     #[test]
     fn keep_alives_and_counts_are_not_messages() {
         let mut joiner = Reassembler::default();
-        assert_eq!(joiner.push("0").unwrap(), None, "the client's keep-alive");
-        assert_eq!(joiner.push("{\"t\":\"c\"}").unwrap(), Some(Assembled::Message("{\"t\":\"c\"}".into())));
+        assert_eq!(joiner.push("0"), None, "the client's keep-alive");
+        assert_eq!(joiner.push("{\"t\":\"c\"}"), Some(Assembled::Message("{\"t\":\"c\"}".into())));
     }
 
     #[test]
@@ -207,12 +207,12 @@ mod tests {
         let mut joiner = Reassembler::default();
         let mut last = None;
         for frame in frames(message.clone()) {
-            last = joiner.push(&frame).unwrap();
+            last = joiner.push(&frame);
             assert!(joiner.joined.len() <= MESSAGE_BYTES_MAX, "never more than the bound held");
         }
         assert_eq!(last, Some(Assembled::TooLarge { r: Some(42), bytes: message.len() }));
         // The next message is read as usual.
-        assert_eq!(joiner.push("{}").unwrap(), Some(Assembled::Message("{}".into())));
+        assert_eq!(joiner.push("{}"), Some(Assembled::Message("{}".into())));
     }
 
     #[test]
