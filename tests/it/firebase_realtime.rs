@@ -266,3 +266,57 @@ async fn a_client_that_stops_reading_is_conflated_and_ends_on_the_last_value() {
     let after = conflated(&reqwest::get(format!("{}/metrics", tern.url)).await.unwrap().text().await.unwrap());
     assert!(after > before, "the slow listen was conflated ({before} → {after})");
 }
+
+/// Two nodes sharing one replica group on Kafka: the database (one
+/// partition) is held by one of them. A client that connects to the other
+/// is sent the protocol's reset to the holder (as Firebase redirects a
+/// client to its database's server), and works there.
+#[tokio::test]
+async fn a_node_that_does_not_hold_the_database_resets_the_client_to_one_that_does() {
+    let prefix = format!("rr{}.", rand::random::<u32>());
+    let log = format!("kafka://{}", bootstrap());
+    let udp = || std::net::UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let (gossip_1, gossip_2) = (udp(), udp());
+    let seed = format!("127.0.0.1:{gossip_1}");
+    let dirs = [tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap()];
+    let mut nodes = Vec::new();
+    for (id, gossip, dir) in [("n1", gossip_1, dirs[0].path()), ("n2", gossip_2, dirs[1].path())] {
+        let gossip = format!("127.0.0.1:{gossip}");
+        let args = [
+            "serve", "--node-id", id, "--group", "g", "--listen", "127.0.0.1:0", "--data-dir", dir.to_str().unwrap(), "--log", &log,
+            "--kafka-topic-prefix", &prefix, "--namespace", "fbr:1", "--gossip", &gossip, "--seeds", &seed, "--firebase-emulator",
+        ];
+        nodes.push(Tern::spawn_listening(&args, &[], dir));
+    }
+    // Wait until both see each other and one of them serves the database's partition.
+    let deadline = Instant::now() + Duration::from_secs(90);
+    let (holder, other) = loop {
+        let view = nodes[0].get_json("/v1/cluster").await.1;
+        let live = view["nodes"].as_array().map_or(0, |n| n.iter().filter(|n| n["state"] == "live").count());
+        let holding: Vec<String> = view["nodes"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|n| n["state"] == "live" && n["partitions"].as_array().is_some_and(|p| p.iter().any(|p| p["ns"] == "fbr")))
+            .map(|n| n["address"].as_str().unwrap().to_string())
+            .collect();
+        if live == 2 && holding.len() == 1 {
+            let holder_url = format!("http://{}", holding[0]);
+            let (h, o) = if nodes[0].url == holder_url { (0, 1) } else { (1, 0) };
+            break (h, o);
+        }
+        assert!(Instant::now() < deadline, "the database's partition never settled on one of two live nodes: {view}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let (mut rt, first) = Realtime::connect(&nodes[other].url, "fbr").await;
+    assert_eq!(first["t"], "c");
+    assert_eq!(first["d"]["t"], "r", "a reset, not a hello: {first}");
+    let host = first["d"]["d"].as_str().unwrap();
+    assert_eq!(format!("http://{host}"), nodes[holder].url);
+    assert!(rt.next().await.is_none(), "the connection closes after the reset");
+    // The holder serves it.
+    let (mut rt, hello) = Realtime::connect(&nodes[holder].url, "fbr").await;
+    assert_eq!(hello["d"]["t"], "h");
+    assert_eq!(rt.request("p", json!({"p": "/x", "d": 1})).await["s"], "ok");
+    assert_eq!(rt.request("g", json!({"p": "/x"})).await["d"], 1);
+}
