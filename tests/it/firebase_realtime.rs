@@ -320,3 +320,33 @@ async fn a_node_that_does_not_hold_the_database_resets_the_client_to_one_that_do
     assert_eq!(rt.request("p", json!({"p": "/x", "d": 1})).await["s"], "ok");
     assert_eq!(rt.request("g", json!({"p": "/x"})).await["d"], 1);
 }
+
+/// A credential that expires while its connection is open: requests after
+/// that are refused, as its listens are ended (`ac`), until the SDK
+/// authenticates again; a credential already expired is `invalid_token`.
+#[tokio::test]
+async fn a_credential_that_expires_is_refused_from_then_on() {
+    use base64::Engine;
+    let dir = tempfile::tempdir().unwrap();
+    let tern = Tern::dev(dir.path()).await;
+    let now_s = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs();
+    let token = |exp: u64| {
+        let b64 = |v: Value| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(v.to_string());
+        format!("{}.{}.", b64(json!({"alg": "none"})), b64(json!({"sub": "eve", "iat": now_s, "exp": exp})))
+    };
+    let (mut rt, _) = Realtime::connect(&tern.url, "expiry").await;
+    let expired = rt.request("auth", json!({"cred": token(now_s - 10)})).await;
+    assert_eq!(expired["s"], "invalid_token");
+    let answer = rt.request("auth", json!({"cred": token(now_s + 2)})).await;
+    assert_eq!(answer["s"], "ok");
+    assert_eq!(answer["d"]["auth"]["uid"], "eve");
+    assert_eq!(rt.request("p", json!({"p": "/x", "d": 1})).await["s"], "ok");
+    tokio::time::sleep(Duration::from_millis(3100)).await;
+    let refused = rt.request("p", json!({"p": "/x", "d": 2})).await;
+    assert_eq!(refused["s"], "permission_denied");
+    assert!(refused["d"].as_str().unwrap().contains("expired"));
+    // A fresh credential, and it goes on.
+    assert_eq!(rt.request("auth", json!({"cred": token(now_s + 600)})).await["s"], "ok");
+    assert_eq!(rt.request("p", json!({"p": "/x", "d": 3})).await["s"], "ok");
+    assert_eq!(rt.request("g", json!({"p": "/x"})).await["d"], 3);
+}

@@ -119,8 +119,17 @@ impl Requests {
         result.unwrap_or_else(|(status, message)| Effect::Reply(response(r, &status, json!(message))))
     }
 
-    /// The caller for a request that needs `verb`.
+    /// The caller for a request that needs `verb`; an expired credential
+    /// (its token's `exp`) is refused as its listens are ended (`ac`).
     fn caller(&self, verb: Verb) -> Result<Caller, (String, String)> {
+        let caller = self.credential_caller(verb)?;
+        if caller.expired(now_ms()) {
+            return Err(denied_text("permission_denied: the auth token is expired; the SDK authenticates again with a fresh one"));
+        }
+        Ok(caller)
+    }
+
+    fn credential_caller(&self, verb: Verb) -> Result<Caller, (String, String)> {
         match &self.credential {
             Credential::Anonymous if self.state.access.enabled() => {
                 Err(denied_text("permission_denied: a token is needed (send it with the SDK's auth, as its ID token or Tern token)"))
@@ -159,7 +168,7 @@ impl Requests {
             Credential::Legacy(caller)
         };
         self.credential = credential;
-        let auth = match self.caller(Verb::Read) {
+        let auth = match self.credential_caller(Verb::Read) {
             Ok(Caller::User { auth }) => auth,
             Ok(Caller::Admin { as_auth }) => as_auth.unwrap_or(json!({"provider": "owner"})),
             Err(_) => Value::Null,
