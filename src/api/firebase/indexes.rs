@@ -97,8 +97,14 @@ enum Touched {
 
 impl Indexes {
     /// Runs `query` at `sk` on `view`: the selected children, as
-    /// `query::run` on the whole location would select them.
-    pub async fn run(&self, namespace: &Namespace, view: &Arc<ReadView>, sk: &str, query: &Query) -> Result<Vec<(String, Value)>, FbError> {
+    /// `query::run` on the whole location would select them, with their
+    /// priorities when `priorities` (the realtime protocol sends them). A
+    /// query with key tie-breaks (`startAt(value, key)`) runs on the
+    /// location's value: an index walks sort values only.
+    pub async fn run(&self, namespace: &Namespace, view: &Arc<ReadView>, sk: &str, query: &Query, priorities: bool) -> Result<Vec<(String, Value)>, FbError> {
+        if query.start_name.is_some() || query.end_name.is_some() {
+            return run_on_location(view, sk, query, priorities);
+        }
         let handle = namespace.handle(namespace.partition_of(TREE_PK));
         wait_for_ring(handle, view.applied_next).await;
         let id = IndexId { handle: Arc::as_ptr(handle) as usize, location: sk.to_string(), order_by: format!("{:?}", query.order_by) };
@@ -115,8 +121,8 @@ impl Indexes {
         };
         self.account(&id, &slot, entries);
         match selected {
-            Some(keys) => read_children(view, sk, keys),
-            None => Ok(query::run(query, value_at(&view.reader, TREE_PK, sk, true, READ_BYTES_MAX)?)),
+            Some(keys) => read_children(view, sk, keys, priorities),
+            None => run_on_location(view, sk, query, priorities),
         }
     }
 
@@ -247,12 +253,26 @@ fn children_touched(sk: &str, event: &Event, keys: &mut HashSet<String>) -> bool
 
 /// The values of the selected children, read from `view` (as `query::run`
 /// gives them: read with priorities, then without them).
-fn read_children(view: &ReadView, sk: &str, keys: Vec<String>) -> Result<Vec<(String, Value)>, FbError> {
+/// `query` run on the location's whole value (read with priorities); the
+/// rows keep theirs when `priorities`.
+pub fn run_on_location(view: &ReadView, sk: &str, query: &Query, priorities: bool) -> Result<Vec<(String, Value)>, FbError> {
+    let whole = value_at(&view.reader, TREE_PK, sk, true, READ_BYTES_MAX)?;
+    if !priorities {
+        return Ok(query::run(query, whole));
+    }
+    let mut rows = query::run(query, whole.clone());
+    super::stream::with_priorities(&mut rows, &whole);
+    Ok(rows)
+}
+
+fn read_children(view: &ReadView, sk: &str, keys: Vec<String>, priorities: bool) -> Result<Vec<(String, Value)>, FbError> {
     let mut rows = Vec::with_capacity(keys.len());
     let mut bytes = 0usize;
     for key in keys {
         let mut child = value_at(&view.reader, TREE_PK, &path::join(sk, &key), true, READ_BYTES_MAX)?;
-        strip_priorities(&mut child);
+        if !priorities {
+            strip_priorities(&mut child);
+        }
         bytes += child.to_string().len();
         if bytes > READ_BYTES_MAX {
             return Err(crate::store::tree::TreeError::TooLarge { bytes_max: READ_BYTES_MAX }.into());

@@ -116,7 +116,7 @@ async fn get(state: &AppState, namespace: &Namespace, caller: &Caller, sk: &str,
         (_, Some("export")) if parsed.is_none() => value_at(reader, TREE_PK, sk, true, READ_BYTES_MAX)?,
         (_, Some(other)) if other != "export" => return Err(FbError::bad(format!("format must be export, got {other:?}"))),
         _ => match &parsed {
-            Some(q) => query::as_object(state.firebase.indexes.run(namespace, &view, sk, q).await?),
+            Some(q) => query::as_object(state.firebase.indexes.run(namespace, &view, sk, q, false).await?),
             None => value_at(reader, TREE_PK, sk, false, READ_BYTES_MAX)?,
         },
     };

@@ -24,7 +24,8 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use axum::extract::ws::{Message as WsMessage, WebSocket};
+use axum::extract::ws::{Message as WsMessage, Utf8Bytes, WebSocket};
+use bytes::Bytes;
 use futures::future::{AbortHandle, Abortable};
 use futures::stream::{FuturesUnordered, SplitSink, SplitStream};
 use futures::{SinkExt, StreamExt};
@@ -272,6 +273,27 @@ impl Output {
         }
     }
 
+    /// Queues a translator's output: one message per line. A line that
+    /// fits a frame goes as a slice of the bytes, shared with every other
+    /// listener of the location (`Event::keyed_frame`), not a copy.
+    fn send_lines(&mut self, bytes: Bytes) {
+        let mut start = 0;
+        while start < bytes.len() {
+            let end = bytes[start..].iter().position(|b| *b == b'\n').map_or(bytes.len(), |at| start + at);
+            let line = bytes.slice(start..end);
+            start = end + 1;
+            if line.is_empty() {
+                continue;
+            }
+            if line.len() <= wire::FRAME_CHARS_MAX {
+                let text = Utf8Bytes::try_from(line).expect("translators write JSON text");
+                self.frames.push_back(WsMessage::Text(text));
+            } else {
+                self.send(String::from_utf8(line.to_vec()).expect("translators write JSON text"));
+            }
+        }
+    }
+
     /// Acts on a handled request; false: close the connection.
     fn apply(&mut self, effect: Effect, listen_id: usize) -> bool {
         match effect {
@@ -387,9 +409,7 @@ impl Output {
             let encoded = listen.translator.encode(&tagged.message);
             let (ended, reconnect) = (listen.translator.ended(), listen.translator.must_reconnect());
             if let Some(bytes) = encoded {
-                for line in bytes.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
-                    self.send(String::from_utf8(line.to_vec()).expect("translators write JSON text"));
-                }
+                self.send_lines(bytes);
             }
             if ended {
                 let listen = self.listens.remove(&id).expect("looked up above");

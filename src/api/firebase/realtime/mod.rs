@@ -30,7 +30,7 @@ use axum::http::{header, HeaderMap};
 use axum::response::{IntoResponse, Response};
 use futures::SinkExt;
 
-use super::{database, legacy_caller, FbError, Query};
+use super::{database, FbError, Query};
 use crate::api::{access, AppState};
 use crate::tree::TREE_PK;
 use crate::watch::ConnectionId;
@@ -107,15 +107,12 @@ fn initial_credential(state: &AppState, headers: &HeaderMap, peer: Option<std::n
     if !headers.contains_key(header::AUTHORIZATION) {
         return Ok(Credential::Anonymous);
     }
-    if state.access.enabled() {
-        let uri: axum::http::Uri = PATH.parse().expect("a fixed path");
-        return match access::identify(state, headers, &uri, peer) {
-            Ok(identity) => Ok(Credential::Identity { identity: Box::new(identity), authvar: None }),
-            Err(e) => Err(FbError::from(e)),
-        };
+    match Credential::of(state, headers, peer, None) {
+        Ok(credential) => Ok(credential),
+        Err(refused) if state.access.enabled() => Err(refused),
+        // A token the legacy rules do not know is left to the `auth` message.
+        Err(_) => Ok(Credential::Anonymous),
     }
-    // A token the legacy rules do not know is left to the `auth` message.
-    Ok(legacy_caller(&state.firebase, headers, &Query(Vec::new())).map_or(Credential::Anonymous, Credential::Legacy))
 }
 
 /// This node does not hold the database's tree: a reset sends the SDK to

@@ -248,25 +248,25 @@ async fn sweep(state: &AppState, registry: &Registry, namespace: &Namespace, dea
     let mut orphans: Vec<(String, u64, Vec<Registered>)> = Vec::new();
     {
         let reader = handle.store().read()?;
-        let mut sessions = Vec::new();
-        reader.scan_prefix(&pk, "", None, &mut |sk, _| {
-            sessions.push(sk.to_string());
-            sessions.len() < FIRED_PER_SWEEP_MAX * 16
-        })?;
-        for session in sessions {
-            let Some(record) = reader.get(&pk, &session)? else { continue };
+        // Each record is parsed once, from the scan; only an orphan's
+        // version is read (the firing entry's condition).
+        let mut found: Vec<(String, Vec<Registered>)> = Vec::new();
+        reader.scan_prefix(&pk, "", None, &mut |session, value| {
             // A record a foreign writer broke is nobody's: fired with no writes, so it goes.
-            let parsed: Option<Record> = serde_json::from_slice(&record.value).ok();
+            let parsed: Option<Record> = serde_json::from_slice(value).ok();
             let orphaned = match &parsed {
                 None => true,
                 Some(r) if r.node == *me => r.boot != registry.boot || !registry.is_open(&r.session),
                 Some(r) => dead.contains(&r.node),
             };
             if orphaned {
-                orphans.push((session, record.version, parsed.map(|r| r.ops).unwrap_or_default()));
-                if orphans.len() >= FIRED_PER_SWEEP_MAX {
-                    break;
-                }
+                found.push((session.to_string(), parsed.map(|r| r.ops).unwrap_or_default()));
+            }
+            found.len() < FIRED_PER_SWEEP_MAX
+        })?;
+        for (session, ops) in found {
+            if let Some(record) = reader.get(&pk, &session)? {
+                orphans.push((session, record.version, ops));
             }
         }
     }

@@ -26,7 +26,8 @@ use super::hash::hash;
 use super::ondisconnect::{RegisterError, Registered, Registrations};
 use super::wire::{ok, response};
 use crate::api::firebase::rest::{check_read, check_write};
-use crate::api::firebase::stream::{allowed, open_listen, with_priorities, Format, Translator};
+use crate::api::firebase::indexes::run_on_location;
+use crate::api::firebase::stream::{allowed, open_listen, Format, Translator};
 use crate::api::firebase::{caller, legacy_caller, now_ms, rules_of, tree_view, Caller, FbError, Query};
 use crate::api::sse::SessionFuture;
 use crate::api::{access, AppState};
@@ -54,6 +55,22 @@ pub enum Credential {
     /// Authentication on: a Tern token (root, API key, JWT) and the
     /// `authvar` the admin asked to act as.
     Identity { identity: Box<Identity>, authvar: Option<String> },
+}
+
+impl Credential {
+    /// The credential `headers` carry (`Authorization: Bearer …`): with
+    /// Tern's authentication on, the token it verifies to; else the owner
+    /// token or an emulator ID token (`legacy_caller`). `authvar`: the
+    /// `auth` an admin asked to act as (JSON).
+    pub fn of(state: &AppState, headers: &axum::http::HeaderMap, peer: Option<std::net::IpAddr>, authvar: Option<String>) -> Result<Credential, FbError> {
+        if state.access.enabled() {
+            let uri: axum::http::Uri = super::PATH.parse().expect("a fixed path");
+            let identity = access::identify(state, headers, &uri, peer)?;
+            return Ok(Credential::Identity { identity: Box::new(identity), authvar });
+        }
+        let pairs = authvar.map(|v| vec![("auth_variable_override".to_string(), v)]).unwrap_or_default();
+        Ok(Credential::Legacy(legacy_caller(&state.firebase, headers, &Query(pairs))?))
+    }
 }
 
 /// What the connection does once a request was handled.
@@ -158,16 +175,7 @@ impl Requests {
         let mut headers = axum::http::HeaderMap::new();
         let bearer = format!("Bearer {cred}").parse().map_err(|_| ("invalid_token".to_string(), "the credential is not a valid header value".to_string()))?;
         headers.insert(axum::http::header::AUTHORIZATION, bearer);
-        let credential = if self.state.access.enabled() {
-            let uri: axum::http::Uri = "/.ws".parse().expect("a fixed path");
-            let identity = access::identify(&self.state, &headers, &uri, self.peer).map_err(|e| ("invalid_token".to_string(), e.message))?;
-            Credential::Identity { identity: Box::new(identity), authvar }
-        } else {
-            let pairs = authvar.map(|v| vec![("auth_variable_override".to_string(), v)]).unwrap_or_default();
-            let caller = legacy_caller(&self.state.firebase, &headers, &Query(pairs)).map_err(|e| ("invalid_token".to_string(), e.message))?;
-            Credential::Legacy(caller)
-        };
-        self.credential = credential;
+        self.credential = Credential::of(&self.state, &headers, self.peer, authvar).map_err(|e| ("invalid_token".to_string(), e.message))?;
         let auth = match self.credential_caller(Verb::Read) {
             Ok(Caller::User { auth }) => auth,
             Ok(Caller::Admin { as_auth }) => as_auth.unwrap_or(json!({"provider": "owner"})),
@@ -269,24 +277,13 @@ impl Requests {
         // With priorities, as every value of this protocol (`stream::Format`).
         let value = match &query {
             None => value_at(&view.reader, TREE_PK, &sk, true, READ_BYTES_MAX).map_err(tree_error)?,
-            // Indexed (`.indexOn`) and without key tie-breaks: the node's
-            // query index selects, and only the selected children are read
-            // (as a REST query's).
+            // Indexed by the rules (`.indexOn`): the node's query index
+            // selects, and only the selected children are read (as a REST
+            // query); else the location is read and the query run on it.
             Some(query) if indexed(state, namespace, &sk, query)? => {
-                let rows = state.firebase.indexes.run(namespace, &view, &sk, query).await.map_err(from_fb)?;
-                let mut out = serde_json::Map::with_capacity(rows.len());
-                for (key, _) in rows {
-                    let child = value_at(&view.reader, TREE_PK, &path::join(&sk, &key), true, READ_BYTES_MAX).map_err(tree_error)?;
-                    out.insert(key, child);
-                }
-                if out.is_empty() { Value::Null } else { Value::Object(out) }
+                tree_query::as_object(state.firebase.indexes.run(namespace, &view, &sk, query, true).await.map_err(from_fb)?)
             }
-            Some(query) => {
-                let whole = value_at(&view.reader, TREE_PK, &sk, true, READ_BYTES_MAX).map_err(tree_error)?;
-                let mut rows = tree_query::run(query, whole.clone());
-                with_priorities(&mut rows, &whole);
-                tree_query::as_object(rows)
-            }
+            Some(query) => tree_query::as_object(run_on_location(&view, &sk, query, true).map_err(from_fb)?),
         };
         Ok(Effect::Reply(ok(r, value)))
     }
@@ -315,13 +312,9 @@ impl Requests {
     }
 }
 
-/// Whether the node's query index can run `query` at `sk`: the rules
-/// index what it orders by (or it needs no index), and it has no key
-/// tie-breaks (`startAt(value, key)`: the index walks values only).
+/// Whether the rules index what `query` orders by at `sk` (or it needs
+/// no index): only then does a get build and walk the node's query index.
 fn indexed(state: &AppState, namespace: &Namespace, sk: &str, query: &tree_query::Query) -> Result<bool, (String, String)> {
-    if query.start_name.is_some() || query.end_name.is_some() {
-        return Ok(false);
-    }
     match tree_query::index_needed(query) {
         None => Ok(true),
         Some(needed) => Ok(rules_of(state, namespace).map_err(from_fb)?.index_on(sk).contains(&needed)),
