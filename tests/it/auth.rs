@@ -349,7 +349,7 @@ async fn serve_refuses_to_listen_beyond_loopback_without_auth() {
 /// revoked on one is refused by the other within seconds.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_key_revoked_on_one_node_is_refused_by_another_within_seconds() {
-    let bootstrap = std::env::var("TERN_TEST_KAFKA").expect("TERN_TEST_KAFKA must name a Kafka broker (scripts/test.sh starts one)");
+    let bootstrap = crate::common::kafka_bootstrap();
     let dir = tempfile::tempdir().unwrap();
     let prefix = format!("auth{}.", std::process::id());
     let log = format!("kafka://{bootstrap}");

@@ -16,15 +16,7 @@ use serde_json::{json, Value};
 
 const PARTITIONS: u32 = 4;
 
-fn bootstrap() -> String {
-    std::env::var("TERN_TEST_KAFKA")
-        .expect("TERN_TEST_KAFKA must name a Kafka broker: run scripts/test.sh, or scripts/kafka.sh start and export it")
-}
 
-/// A free UDP port on loopback for gossip (bound, read, released).
-fn free_udp_port() -> u16 {
-    std::net::UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
 
 struct Cluster {
     nodes: BTreeMap<&'static str, Tern>,
@@ -38,8 +30,8 @@ struct Cluster {
 /// others and group b's partitions are split between its two members.
 async fn start_cluster() -> Cluster {
     let prefix = format!("c{}.", rand::random::<u32>());
-    let log = format!("kafka://{}", bootstrap());
-    let gossip: BTreeMap<&str, u16> = ["a", "b1", "b2"].into_iter().map(|id| (id, free_udp_port())).collect();
+    let log = format!("kafka://{}", common::kafka_bootstrap());
+    let gossip: BTreeMap<&str, u16> = ["a", "b1", "b2"].into_iter().map(|id| (id, common::free_udp_port())).collect();
     let seed = format!("127.0.0.1:{}", gossip["a"]);
     let mut nodes = BTreeMap::new();
     let mut dirs = Vec::new();
@@ -253,7 +245,7 @@ async fn three_nodes_two_groups_serve_the_same_data_through_every_node() {
     // Each group's members commit their applied offsets to the group's
     // consumer group (monitoring only): Kafka's tooling sees group b's lag.
     let observer: rdkafka::consumer::BaseConsumer = rdkafka::config::ClientConfig::new()
-        .set("bootstrap.servers", bootstrap())
+        .set("bootstrap.servers", common::kafka_bootstrap())
         .set("group.id", tern::log::kafka::group_id(&cluster.prefix, "b"))
         .create()
         .unwrap();

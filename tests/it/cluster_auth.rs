@@ -7,9 +7,6 @@ use std::time::{Duration, Instant};
 
 use crate::common::Tern;
 
-fn free_udp_port() -> u16 {
-    std::net::UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
 
 async fn node(dir: &std::path::Path, id: &str, gossip: u16, seed: u16, key_file: &std::path::Path) -> Tern {
     let data = dir.join(id);
@@ -40,7 +37,7 @@ async fn only_nodes_with_the_cluster_key_join_and_forged_gossip_is_dropped_and_c
     let other_key = dir.path().join("other.key");
     std::fs::write(&key, "the cluster's shared secret, 32+ chars").unwrap();
     std::fs::write(&other_key, "another cluster's secret, 32+ chars!!").unwrap();
-    let ports: Vec<u16> = (0..3).map(|_| free_udp_port()).collect();
+    let ports: Vec<u16> = (0..3).map(|_| crate::common::free_udp_port()).collect();
     let a = node(dir.path(), "a", ports[0], ports[0], &key).await;
     let b = node(dir.path(), "b", ports[1], ports[0], &key).await;
     let intruder = node(dir.path(), "intruder", ports[2], ports[0], &other_key).await;
@@ -79,7 +76,7 @@ async fn only_nodes_with_the_cluster_key_join_and_forged_gossip_is_dropped_and_c
 /// from the holder of the system partition, over TLS, with the root token).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_secured_cluster_forwards_over_mutual_tls_and_checks_the_caller_again() {
-    let bootstrap = std::env::var("TERN_TEST_KAFKA").expect("TERN_TEST_KAFKA must name a Kafka broker (scripts/test.sh starts one)");
+    let bootstrap = crate::common::kafka_bootstrap();
     let dir = tempfile::tempdir().unwrap();
     let pki = crate::tls::Pki::new(dir.path(), "ca");
     let (cert, key) = pki.issue("node");
@@ -89,7 +86,7 @@ async fn a_secured_cluster_forwards_over_mutual_tls_and_checks_the_caller_again(
     let token_file = dir.path().join("admin.token");
     let prefix = format!("sec{}.", rand::random::<u32>());
     let log = format!("kafka://{bootstrap}");
-    let ports = [free_udp_port(), free_udp_port()];
+    let ports = [crate::common::free_udp_port(), crate::common::free_udp_port()];
     let seed = format!("127.0.0.1:{}", ports[0]);
     let ca = pki.ca();
     let mut nodes = Vec::new();

@@ -165,10 +165,6 @@ async fn a_listens_data_comes_before_its_answer_and_a_writes_events_before_its_a
     assert_eq!(current["d"], 19);
 }
 
-fn bootstrap() -> String {
-    std::env::var("TERN_TEST_KAFKA")
-        .expect("TERN_TEST_KAFKA must name a Kafka broker: run scripts/test.sh, or scripts/kafka.sh start and export it")
-}
 
 /// Two nodes in separate replica groups on one Kafka topic, gossiping: a
 /// connection on `a` registers onDisconnect writes; `a` is `kill -9`ed;
@@ -176,9 +172,8 @@ fn bootstrap() -> String {
 #[tokio::test]
 async fn another_node_makes_the_ondisconnect_writes_of_a_killed_node_once() {
     let prefix = format!("rt{}.", rand::random::<u32>());
-    let log = format!("kafka://{}", bootstrap());
-    let udp = || std::net::UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let (gossip_a, gossip_b) = (udp(), udp());
+    let log = format!("kafka://{}", common::kafka_bootstrap());
+    let (gossip_a, gossip_b) = (common::free_udp_port(), common::free_udp_port());
     let seed = format!("127.0.0.1:{gossip_a}");
     let dirs = [tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap()];
     let start = |id: &'static str, gossip: u16, dir: &std::path::Path| {
@@ -274,9 +269,8 @@ async fn a_client_that_stops_reading_is_conflated_and_ends_on_the_last_value() {
 #[tokio::test]
 async fn a_node_that_does_not_hold_the_database_resets_the_client_to_one_that_does() {
     let prefix = format!("rr{}.", rand::random::<u32>());
-    let log = format!("kafka://{}", bootstrap());
-    let udp = || std::net::UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let (gossip_1, gossip_2) = (udp(), udp());
+    let log = format!("kafka://{}", common::kafka_bootstrap());
+    let (gossip_1, gossip_2) = (common::free_udp_port(), common::free_udp_port());
     let seed = format!("127.0.0.1:{gossip_1}");
     let dirs = [tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap()];
     let mut nodes = Vec::new();
@@ -284,28 +278,32 @@ async fn a_node_that_does_not_hold_the_database_resets_the_client_to_one_that_do
         let gossip = format!("127.0.0.1:{gossip}");
         let args = [
             "serve", "--node-id", id, "--group", "g", "--listen", "127.0.0.1:0", "--data-dir", dir.to_str().unwrap(), "--log", &log,
-            "--kafka-topic-prefix", &prefix, "--namespace", "fbr:1", "--gossip", &gossip, "--seeds", &seed, "--firebase-emulator",
+            "--kafka-topic-prefix", &prefix, "--namespace", "fbr:1,spread:4", "--gossip", &gossip, "--seeds", &seed, "--firebase-emulator",
         ];
         nodes.push(Tern::spawn_listening(&args, &[], dir));
     }
-    // Wait until both see each other and one of them serves the database's partition.
+    // Wait until the group's assignment settled with both members (each
+    // serves partitions of `spread`: the rebalance that gave the second
+    // member its share is over), both nodes agree, and one of them serves
+    // the database's partition.
     let deadline = Instant::now() + Duration::from_secs(90);
-    let (holder, other) = loop {
-        let view = nodes[0].get_json("/v1/cluster").await.1;
-        let live = view["nodes"].as_array().map_or(0, |n| n.iter().filter(|n| n["state"] == "live").count());
-        let holding: Vec<String> = view["nodes"]
+    let serves = |view: &Value, ns: &str| -> Vec<String> {
+        view["nodes"]
             .as_array()
             .into_iter()
             .flatten()
-            .filter(|n| n["state"] == "live" && n["partitions"].as_array().is_some_and(|p| p.iter().any(|p| p["ns"] == "fbr")))
+            .filter(|n| n["state"] == "live" && n["partitions"].as_array().is_some_and(|p| p.iter().any(|p| p["ns"] == ns)))
             .map(|n| n["address"].as_str().unwrap().to_string())
-            .collect();
-        if live == 2 && holding.len() == 1 {
-            let holder_url = format!("http://{}", holding[0]);
-            let (h, o) = if nodes[0].url == holder_url { (0, 1) } else { (1, 0) };
-            break (h, o);
+            .collect()
+    };
+    let (holder, other) = loop {
+        let views = [nodes[0].get_json("/v1/cluster").await.1, nodes[1].get_json("/v1/cluster").await.1];
+        let settled = views.iter().all(|v| serves(v, "spread").len() == 2 && serves(v, "fbr").len() == 1) && serves(&views[0], "fbr") == serves(&views[1], "fbr");
+        if settled {
+            let holder_url = format!("http://{}", serves(&views[0], "fbr")[0]);
+            break if nodes[0].url == holder_url { (0, 1) } else { (1, 0) };
         }
-        assert!(Instant::now() < deadline, "the database's partition never settled on one of two live nodes: {view}");
+        assert!(Instant::now() < deadline, "the group's assignment never settled: {views:?}");
         tokio::time::sleep(Duration::from_millis(200)).await;
     };
     let (mut rt, first) = Realtime::connect(&nodes[other].url, "fbr").await;

@@ -12,10 +12,6 @@ use rdkafka::producer::{FutureProducer, FutureRecord};
 use serde_json::{json, Value};
 use tern::codec::{self, Mutation, Op, OpKind};
 
-fn bootstrap() -> String {
-    std::env::var("TERN_TEST_KAFKA")
-        .expect("TERN_TEST_KAFKA must name a Kafka broker: run scripts/test.sh, or scripts/kafka.sh start and export it")
-}
 
 /// A topic prefix of its own, so tests share the broker without sharing topics.
 fn unique_prefix() -> String {
@@ -27,7 +23,7 @@ async fn serve(data: &std::path::Path, prefix: &str) -> Tern {
 }
 
 async fn serve_as(data: &std::path::Path, prefix: &str, node_id: &str) -> Tern {
-    let log = format!("kafka://{}", bootstrap());
+    let log = format!("kafka://{}", common::kafka_bootstrap());
     let args = [
         "serve", "--node-id", node_id, "--listen", "127.0.0.1:0", "--data-dir", data.to_str().unwrap(),
         "--log", &log, "--kafka-topic-prefix", prefix, "--namespace", "default:4",
@@ -77,7 +73,7 @@ async fn foreign_producers_are_applied_and_garbage_is_skipped() {
     // librdkafka's default partitioner is CRC32-based; murmur2_random is the
     // Java client's default, the one Tern's partition function reproduces.
     let producer: FutureProducer =
-        ClientConfig::new().set("bootstrap.servers", bootstrap()).set("partitioner", "murmur2_random").create().unwrap();
+        ClientConfig::new().set("bootstrap.servers", common::kafka_bootstrap()).set("partitioner", "murmur2_random").create().unwrap();
     let mutation = |pk: &str, value: &'static str| {
         let op = Op { pk: pk.into(), sk: "".into(), kind: OpKind::Put(Bytes::from_static(value.as_bytes())), condition: None };
         // Each mutation's own write id (a repeated id would be dropped as a retry).
@@ -125,7 +121,7 @@ async fn a_node_behind_the_retained_log_refuses_the_partition_and_says_why() {
 
     // On restart the node needs offset 1 but the log starts at 4: refused, loudly.
     let data = dir.path().to_path_buf();
-    let log = format!("kafka://{}", bootstrap());
+    let log = format!("kafka://{}", common::kafka_bootstrap());
     let args = [
         "serve", "--node-id", "kafka-test", "--listen", "127.0.0.1:0", "--data-dir", data.to_str().unwrap(),
         "--log", &log, "--kafka-topic-prefix", &prefix, "--namespace", "default:4",
@@ -202,7 +198,7 @@ async fn transaction_markers_do_not_keep_a_partition_behind() {
     let pk = "transactional";
     let partition = tern::partitioner::partition_of(pk, 4);
     let producer: FutureProducer = ClientConfig::new()
-        .set("bootstrap.servers", bootstrap())
+        .set("bootstrap.servers", common::kafka_bootstrap())
         .set("partitioner", "murmur2_random")
         .set("transactional.id", format!("{prefix}tx"))
         .create()
@@ -240,7 +236,7 @@ async fn five_more_writes_then_retention_to_4(prefix: &str, pk: &str, partition:
     use rdkafka::client::DefaultClientContext;
     use rdkafka::{Offset, TopicPartitionList};
     let producer: FutureProducer =
-        ClientConfig::new().set("bootstrap.servers", bootstrap()).set("partitioner", "murmur2_random").create().unwrap();
+        ClientConfig::new().set("bootstrap.servers", common::kafka_bootstrap()).set("partitioner", "murmur2_random").create().unwrap();
     let topic = format!("{prefix}default");
     for i in 0..5 {
         let op = Op { pk: pk.into(), sk: "s".into(), kind: OpKind::Put(Bytes::from(format!("{i}"))), condition: None };
@@ -248,7 +244,7 @@ async fn five_more_writes_then_retention_to_4(prefix: &str, pk: &str, partition:
         let record: FutureRecord<'_, str, [u8]> = FutureRecord::to(&topic).key(pk).payload(&payload);
         producer.send(record, Duration::from_secs(10)).await.map_err(|(e, _)| e).unwrap();
     }
-    let admin: AdminClient<DefaultClientContext> = ClientConfig::new().set("bootstrap.servers", bootstrap()).create().unwrap();
+    let admin: AdminClient<DefaultClientContext> = ClientConfig::new().set("bootstrap.servers", common::kafka_bootstrap()).create().unwrap();
     let mut below = TopicPartitionList::new();
     below.add_partition_offset(&topic, partition as i32, Offset::Offset(4)).unwrap();
     admin.delete_records(&below, &AdminOptions::new()).await.unwrap();
@@ -296,7 +292,7 @@ async fn applied_offsets_are_committed_to_the_consumer_group_for_monitoring() {
     t.wait_caught_up("default").await;
     // Ask Kafka what the node committed.
     let observer: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", bootstrap())
+        .set("bootstrap.servers", common::kafka_bootstrap())
         // Without gossip a node holds every partition (no consumer group) and commits as itself.
         .set("group.id", format!("{prefix}node.kafka-test"))
         .create()

@@ -25,7 +25,7 @@ struct Outcomes {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn broker_restart_under_load_loses_no_acknowledged_write() {
-    let bootstrap = std::env::var("TERN_TEST_KAFKA").expect("TERN_TEST_KAFKA (run scripts/test.sh)");
+    let bootstrap = crate::common::kafka_bootstrap();
     let kafka_dir = std::env::var("TERN_TEST_KAFKA_DIR").expect("TERN_TEST_KAFKA_DIR (run scripts/test.sh)");
     let dir = tempfile::tempdir().unwrap();
     let prefix = format!("o{}.", rand::random::<u32>());

@@ -10,12 +10,8 @@ use std::time::Duration;
 use common::{cli, Tern};
 use serde_json::json;
 
-fn bootstrap() -> String {
-    std::env::var("TERN_TEST_KAFKA").expect("TERN_TEST_KAFKA (run scripts/test.sh)")
-}
-
 async fn serve(id: &str, data: &std::path::Path, prefix: &str, snapshots: &str) -> Tern {
-    let log = format!("kafka://{}", bootstrap());
+    let log = format!("kafka://{}", common::kafka_bootstrap());
     let args = [
         "serve", "--node-id", id, "--group", id, "--listen", "127.0.0.1:0", "--data-dir", data.to_str().unwrap(),
         "--log", &log, "--kafka-topic-prefix", prefix, "--namespace", "default:4", "--snapshots", snapshots,
@@ -81,12 +77,12 @@ async fn a_topic_retention_shorter_than_the_snapshot_interval_is_reported() {
     use rdkafka::client::DefaultClientContext;
     let prefix = format!("r{}.", rand::random::<u32>());
     let admin: AdminClient<DefaultClientContext> =
-        rdkafka::config::ClientConfig::new().set("bootstrap.servers", bootstrap()).create().unwrap();
+        rdkafka::config::ClientConfig::new().set("bootstrap.servers", common::kafka_bootstrap()).create().unwrap();
     let topic = format!("{prefix}short");
     let short = NewTopic::new(&topic, 1, TopicReplication::Fixed(1)).set("retention.ms", "60000");
     admin.create_topics([&short], &AdminOptions::new()).await.unwrap().remove(0).unwrap();
     let (data, objects) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    let log = format!("kafka://{}", bootstrap());
+    let log = format!("kafka://{}", common::kafka_bootstrap());
     let snapshots = format!("file://{}", objects.path().display());
     let args = [
         "serve", "--node-id", "retention", "--listen", "127.0.0.1:0", "--data-dir", data.path().to_str().unwrap(),
@@ -123,7 +119,7 @@ async fn a_recreated_topic_never_restores_the_old_topics_snapshot() {
 
     // The topic is deleted and created again (same name, same partitions), and written anew.
     let admin: AdminClient<DefaultClientContext> =
-        rdkafka::config::ClientConfig::new().set("bootstrap.servers", bootstrap()).create().unwrap();
+        rdkafka::config::ClientConfig::new().set("bootstrap.servers", common::kafka_bootstrap()).create().unwrap();
     let topic = format!("{prefix}default");
     admin.delete_topics(&[&topic], &AdminOptions::new()).await.unwrap().remove(0).unwrap();
     tokio::time::sleep(Duration::from_secs(2)).await;
@@ -131,7 +127,7 @@ async fn a_recreated_topic_never_restores_the_old_topics_snapshot() {
     std::fs::create_dir_all(data.path()).unwrap();
     let other = tempfile::tempdir().unwrap();
     // A node without snapshots creates the new topic and writes 40 entries to it.
-    let log = format!("kafka://{}", bootstrap());
+    let log = format!("kafka://{}", common::kafka_bootstrap());
     let args = [
         "serve", "--node-id", "writer", "--group", "writer", "--listen", "127.0.0.1:0", "--data-dir",
         other.path().to_str().unwrap(), "--log", &log, "--kafka-topic-prefix", &prefix, "--namespace", "default:4",

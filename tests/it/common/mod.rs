@@ -12,6 +12,17 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+/// The Kafka broker `scripts/test.sh` started (`TERN_TEST_KAFKA`).
+pub fn kafka_bootstrap() -> String {
+    std::env::var("TERN_TEST_KAFKA")
+        .expect("TERN_TEST_KAFKA must name a Kafka broker: run scripts/test.sh, or scripts/kafka.sh start and export it")
+}
+
+/// A free UDP port on loopback for gossip (bound, read, released).
+pub fn free_udp_port() -> u16 {
+    std::net::UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
 /// The `tern` under test: this build's, or `TERN_TEST_BIN` (to show that a
 /// regression test fails on an older build).
 pub fn bin() -> String {
