@@ -15,6 +15,7 @@
 #   scripts/kafka.sh run CLASS [ARGS...]               runs a Kafka tool class with the jars on the classpath
 #   scripts/kafka.sh stop-node I [--kill] [--dir DIR]  stops node I (SIGTERM, or SIGKILL), keeping its data
 #   scripts/kafka.sh start-node I [--dir DIR]          starts node I again with its data and ports
+#   scripts/kafka.sh libs                              fetches the jars, prints their directory (scripts/regions.sh)
 #
 # With N = 3 topics default to replication factor 3 and min.insync.replicas 2.
 set -euo pipefail
@@ -233,6 +234,7 @@ case "$command" in
     start_node "$node" ;;
   stop) stop ;;
   status) status ;;
+  libs) fetch_jars; echo "$LIBS" ;;
   run) fetch_jars; kafka_java -Dkafka.node.log="$DIR/tools.log" "$@" ;;
-  *) sed -n '2,13p' "$0" >&2; exit 2 ;;
+  *) sed -n '2,14p' "$0" >&2; exit 2 ;;
 esac

@@ -4,8 +4,9 @@
 use std::sync::LazyLock;
 
 use prometheus::{
-    register_histogram, register_histogram_vec, register_int_counter, register_int_counter_vec, register_int_gauge,
-    register_int_gauge_vec, Histogram, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec,
+    register_gauge_vec, register_histogram, register_histogram_vec, register_int_counter, register_int_counter_vec,
+    register_int_gauge, register_int_gauge_vec, GaugeVec, Histogram, HistogramVec, IntCounter, IntCounterVec, IntGauge,
+    IntGaugeVec,
 };
 
 /// Buckets from 25 µs to ~6.5 s: reads are microseconds, waits are seconds.
@@ -68,6 +69,25 @@ pub static GOSSIP_REJECTED: LazyLock<IntCounterVec> = LazyLock::new(|| {
         "tern_gossip_rejected_total",
         "Gossip datagrams dropped before chitchat saw them: forged (the MAC does not verify: no key, another key, tampered), stale (time over 30 s from this node's: replayed), malformed",
         &["reason"]
+    )
+    .expect("metric registers")
+});
+
+pub static FORWARDS: LazyLock<IntCounterVec> = LazyLock::new(|| {
+    register_int_counter_vec!(
+        "tern_forwards_total",
+        "Requests forwarded to a holder, by where it is: same_region or other_region (a read served in the \
+         caller's region never counts as other_region when that region holds the partition)",
+        &["to"]
+    )
+    .expect("metric registers")
+});
+
+pub static PEER_RTT_SECONDS: LazyLock<GaugeVec> = LazyLock::new(|| {
+    register_gauge_vec!(
+        "tern_peer_rtt_seconds",
+        "Smoothed round trip to a peer node, measured by this node's probes (-1: the last probe failed)",
+        &["peer", "region"]
     )
     .expect("metric registers")
 });
@@ -243,6 +263,16 @@ pub static PARTITION_APPLIED_OFFSET: LazyLock<IntGaugeVec> = LazyLock::new(|| {
 pub static PARTITION_LOG_END_OFFSET: LazyLock<IntGaugeVec> = LazyLock::new(|| {
     register_int_gauge_vec!("tern_partition_log_end_offset", "Next offset to be written to the log", &["ns", "partition"])
         .expect("metric registers")
+});
+
+pub static PARTITION_STALENESS_SECONDS: LazyLock<GaugeVec> = LazyLock::new(|| {
+    register_gauge_vec!(
+        "tern_partition_staleness_seconds",
+        "Upper bound on how stale this replica's local reads are: time since it was last known to have applied \
+         every write the log acknowledged (-1: not known yet)",
+        &["ns", "partition"]
+    )
+    .expect("metric registers")
 });
 
 pub static PARTITION_LAG: LazyLock<IntGaugeVec> = LazyLock::new(|| {

@@ -82,6 +82,8 @@ pub async fn run(settings: Settings, banner: &'static str) -> anyhow::Result<()>
     }
     // onDisconnect writes whose connection's node restarted or died.
     let sweeper = tokio::spawn(crate::api::firebase_sweep_forever(state.clone()));
+    // Round trips to the peers, for routing to the nearest holder.
+    let prober = settings.gossip.is_some().then(|| tokio::spawn(crate::api::probe_forever(state.clone())));
     let keys_refresh = match state.access.enabled() {
         true => {
             crate::api::tokens::open_system_namespace(&state).await?;
@@ -111,7 +113,7 @@ pub async fn run(settings: Settings, banner: &'static str) -> anyhow::Result<()>
     tracing::info!("stopped accepting requests; stopping the node");
     retention.abort();
     sweeper.abort();
-    for task in [keys_refresh, tls_reload].into_iter().flatten() {
+    for task in [keys_refresh, tls_reload, prober].into_iter().flatten() {
         task.abort();
     }
     stop_snapshots.send_replace(true);
@@ -181,13 +183,19 @@ async fn join_cluster(settings: &Settings, node: &Arc<Node>, api: std::net::Sock
         region: settings.region.clone(),
         group: settings.group.clone(),
         api: api.to_string(),
+        api_for: settings.advertise_api_for.clone(),
     };
     let Some(gossip) = &settings.gossip else { return Ok(Cluster::alone(me, node.clone())) };
     let listen: std::net::SocketAddr =
         gossip.parse().map_err(|e| anyhow::anyhow!("gossip must be IP:PORT (UDP), got {gossip:?}: {e}"))?;
     anyhow::ensure!(listen.port() != 0, "gossip needs a fixed port: peers reach this node there (got {gossip:?})");
+    let advertise = match &settings.gossip_advertise {
+        None => listen,
+        Some(a) => a.parse().map_err(|e| anyhow::anyhow!("gossip_advertise must be IP:PORT (UDP), got {a:?}: {e}"))?,
+    };
     let config = GossipConfig {
         listen,
+        advertise,
         seeds: settings.seeds.clone(),
         // Nodes of clusters that share seeds by mistake never merge.
         cluster_id: format!("tern:{}", settings.kafka_topic_prefix),

@@ -1,7 +1,7 @@
 //! Forwarding: any node answers any request. A read (or a write whose
 //! outcome the caller waits for) of a partition this node does not hold is
 //! sent on to the best holder the cluster knows (`Cluster::holders`: same
-//! region, then least lag), over pooled keep-alive connections, and its
+//! region, then the nearest by measured round trip, then least lag), over pooled keep-alive connections, and its
 //! answer is relayed unchanged (status, body), with `x-tern-served-by`.
 //!
 //! One hop only: a forwarded request carries `x-tern-forwarded-by`, and a
@@ -28,8 +28,9 @@ pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
 /// there), and Firebase's conditional requests (`X-Firebase-ETag`,
 /// `If-Match`, `If-None-Match`).
 const PASSED_HEADERS: [&str; 4] = ["authorization", "x-firebase-etag", "if-match", "if-none-match"];
-/// The holder's answer headers relayed besides `Content-Type`.
-const RELAYED_HEADERS: [header::HeaderName; 1] = [header::ETAG];
+/// The holder's answer headers relayed besides `Content-Type`: Firebase's
+/// ETag, and how stale the holder's read may be.
+const RELAYED_HEADERS: [header::HeaderName; 2] = [header::ETAG, header::HeaderName::from_static(super::records::STALENESS_HEADER)];
 /// Marks (internally) a relayed answer that said `not_held`.
 const NOT_HELD: &str = "x-tern-not-held";
 
@@ -47,9 +48,9 @@ const IDLE_CONNECTIONS_PER_HOLDER_MAX: usize = 64;
 /// A pooled HTTP client to other nodes. Cheap to clone.
 #[derive(Clone)]
 pub struct Forwarder {
-    client: reqwest::Client,
+    pub(super) client: reqwest::Client,
     /// `http`, or `https` when the nodes serve TLS (`secure`).
-    scheme: &'static str,
+    pub(super) scheme: &'static str,
 }
 
 impl Default for Forwarder {
@@ -195,6 +196,8 @@ async fn send_to(state: &AppState, holder: &Member, incoming: &Incoming<'_>, bod
         RELAYED_HEADERS.iter().filter_map(|name| response.headers().get(name).map(|v| (name.clone(), v.clone()))).collect();
     let bytes = read_bounded(response).await?;
     crate::metrics::FORWARD_SECONDS.observe(started.elapsed().as_secs_f64());
+    let to = if holder.region == state.cluster.me().region { "same_region" } else { "other_region" };
+    crate::metrics::FORWARDS.with_label_values(&[to]).inc();
     let not_held = status == StatusCode::SERVICE_UNAVAILABLE && {
         const CODE: &[u8] = b"\"not_held\"";
         bytes.windows(CODE.len()).any(|w| w == CODE)

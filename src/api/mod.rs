@@ -28,6 +28,7 @@ mod error;
 mod forward;
 mod keys;
 mod params;
+mod probe;
 mod render;
 
 use std::sync::Arc;
@@ -71,6 +72,7 @@ pub async fn firebase_sweep_forever(state: AppState) {
     firebase::realtime::ondisconnect::sweep_forever(state, registry).await
 }
 pub use self::forward::Forwarder;
+pub use self::probe::probe_forever;
 
 /// The service to serve: the router, behind the fast path for plain
 /// single-key GETs and PUTs (the product's hottest calls), which skips

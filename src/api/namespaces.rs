@@ -82,6 +82,7 @@ pub async fn describe(State(state): State<AppState>, Caller(identity): Caller, N
     let mut partitions = Vec::with_capacity(namespace.handles.len());
     for (handle, (log_start, log_end)) in namespace.handles.iter().zip(log_offsets) {
         let store_state = handle.read_view()?.reader.state()?;
+        let fetch = state.node.log.fetch_source(&handle.tp);
         let (status, reason) = match handle.status() {
             PartitionStatus::Serving => ("serving", None),
             PartitionStatus::CatchingUp => ("catching_up", None),
@@ -101,6 +102,9 @@ pub async fn describe(State(state): State<AppState>, Caller(identity): Caller, N
             "records": store_state.record_count,
             "applied_entries": store_state.applied_entries,
             "skipped_entries": store_state.skipped_entries,
+            "staleness_ms": handle.staleness().map(|s| s.as_millis() as u64),
+            "log_leader": fetch.map(|f| f.leader),
+            "fetching_from": fetch.map(|f| f.fetching_from),
         }));
     }
     let settings = ns_settings::settings_of(&state, &namespace).await;

@@ -158,8 +158,13 @@ async fn get(
     view.reader.get_with(&pk, &sk, |version, value| {
         body = Some(render::get_response(&pk, &sk, version, value, &namespace.name, partition, applied_next));
     })?;
+    let staleness = staleness_header(namespace, partition);
     match body {
-        Some(body) => Ok(json_response(StatusCode::OK, body)),
+        Some(body) => {
+            let mut response = json_response(StatusCode::OK, body);
+            response.headers_mut().extend(staleness);
+            Ok(response)
+        }
         None => {
             let position = crate::position::Position::single_string(&namespace.name, partition, applied_next);
             Err(ApiError::new(StatusCode::NOT_FOUND, "not_found", format!("no record at pk {pk:?} sk {sk:?}"))
@@ -167,6 +172,16 @@ async fn get(
         }
     }
 }
+
+/// `x-tern-staleness-ms`: how stale this replica's answer may be at most
+/// (`partition::freshness`); absent until the replica was once known current.
+fn staleness_header(namespace: &Namespace, partition: u32) -> Option<(axum::http::HeaderName, axum::http::HeaderValue)> {
+    let staleness = namespace.handle(partition).staleness()?;
+    Some((axum::http::HeaderName::from_static(STALENESS_HEADER), axum::http::HeaderValue::from(staleness.as_millis() as u64)))
+}
+
+/// The header of a local read that says how stale it may be, in milliseconds.
+pub const STALENESS_HEADER: &str = "x-tern-staleness-ms";
 
 async fn put(
     state: &AppState,

@@ -360,12 +360,14 @@ pub struct ClusterArgs {
 }
 
 /// `tern cluster`: the nodes one node knows, one row per node, with the
-/// partitions each serves as `ns/partition@applied_offset`.
+/// partitions each serves as `ns/partition@applied_offset` and the round
+/// trip from the asked node; then where the asked node sends a request for
+/// each partition it does not hold.
 pub async fn cluster(a: ClusterArgs) -> anyhow::Result<()> {
     let base = a.common.url.trim_end_matches('/').to_string();
     let body = send(a.common.client()?.get(format!("{base}/v1/cluster"))).await?;
     print(&a.common, &body, |b| {
-        println!("{:<20} {:<12} {:<12} {:<22} {:<6} PARTITIONS", "NODE", "REGION", "GROUP", "ADDRESS", "STATE");
+        println!("{:<20} {:<12} {:<12} {:<22} {:<6} {:>8} PARTITIONS", "NODE", "REGION", "GROUP", "ADDRESS", "STATE", "RTT_MS");
         for n in b["nodes"].as_array().into_iter().flatten() {
             let partitions: Vec<String> = n["partitions"]
                 .as_array()
@@ -381,15 +383,35 @@ pub async fn cluster(a: ClusterArgs) -> anyhow::Result<()> {
                 )
                 .collect();
             let id = format!("{}{}", n["id"].as_str().unwrap_or(""), if n["self"] == true { " *" } else { "" });
+            let rtt = match (&n["rtt_ms"], n["self"] == true, n["reachable"] == false) {
+                (_, true, _) => "-".to_string(),
+                (_, _, true) => "unreach".to_string(),
+                (serde_json::Value::Number(ms), _, _) => format!("{:.1}", ms.as_f64().unwrap_or(0.0)),
+                _ => "?".to_string(),
+            };
             println!(
-                "{:<20} {:<12} {:<12} {:<22} {:<6} {}",
+                "{:<20} {:<12} {:<12} {:<22} {:<6} {:>8} {}",
                 id,
                 n["region"].as_str().unwrap_or(""),
                 n["group"].as_str().unwrap_or(""),
                 n["address"].as_str().unwrap_or(""),
                 n["state"].as_str().unwrap_or(""),
+                rtt,
                 if partitions.is_empty() { "-".to_string() } else { partitions.join(" ") }
             );
+        }
+        let forwarded: Vec<String> = b["routes"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|r| r["local"] != true)
+            .map(|r| match r["holder"].as_str() {
+                Some(holder) => format!("{}/{}->{}({})", r["ns"].as_str().unwrap_or(""), r["partition"], holder, r["region"].as_str().unwrap_or("")),
+                None => format!("{}/{}->NONE", r["ns"].as_str().unwrap_or(""), r["partition"]),
+            })
+            .collect();
+        if !forwarded.is_empty() {
+            println!("forwarded from {}: {}", b["self"].as_str().unwrap_or(""), forwarded.join(" "));
         }
     });
     Ok(())

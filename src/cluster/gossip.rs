@@ -17,13 +17,15 @@ use chitchat::{spawn_chitchat, ChitchatConfig, ChitchatHandle, ChitchatId, Failu
 use parking_lot::RwLock;
 use tokio::sync::watch;
 
-use super::{handing_off_partitions, held_partitions, refused_partitions, Member, SelfInfo};
+use super::{handing_off_partitions, held_partitions, refused_partitions, Member, Rtt, SelfInfo};
 use crate::node::Node;
 
 #[derive(Debug, Clone)]
 pub struct GossipConfig {
-    /// UDP address to gossip on (and advertised to peers).
+    /// UDP address to gossip on.
     pub listen: SocketAddr,
+    /// UDP address peers send to (`listen`, unless a NAT or relay is in between).
+    pub advertise: SocketAddr,
     /// Other nodes' gossip addresses (`HOST:PORT`); any live one is enough to join.
     pub seeds: Vec<String>,
     /// Nodes gossip only with nodes of the same cluster id.
@@ -41,6 +43,10 @@ const HELD_PREFIX: &str = "held.";
 const REFUSED_PREFIX: &str = "refused.";
 /// Key prefix of the per-namespace handing-off keys (same encoding as held).
 const HANDOFF_PREFIX: &str = "handoff.";
+/// Key prefix of the per-region API addresses (`advertise_api_for`).
+const API_PREFIX: &str = "api.";
+/// Key of the round trips a node measured to its peers.
+const RTT_KEY: &str = "rtt";
 
 pub struct Gossip {
     handle: tokio::sync::Mutex<Option<ChitchatHandle>>,
@@ -48,11 +54,17 @@ pub struct Gossip {
 }
 
 impl Gossip {
-    pub async fn start(me: &SelfInfo, node: Arc<Node>, peers: Arc<RwLock<Vec<Arc<Member>>>>, config: GossipConfig) -> anyhow::Result<Gossip> {
+    pub async fn start(
+        me: &SelfInfo,
+        node: Arc<Node>,
+        peers: Arc<RwLock<Vec<Arc<Member>>>>,
+        rtts: Arc<RwLock<BTreeMap<String, Rtt>>>,
+        config: GossipConfig,
+    ) -> anyhow::Result<Gossip> {
         // A restarted node is a new generation, so peers drop its old state.
         let generation = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?.as_millis() as u64;
         let chitchat_config = ChitchatConfig {
-            chitchat_id: ChitchatId::new(me.id.clone(), generation, config.listen),
+            chitchat_id: ChitchatId::new(me.id.clone(), generation, config.advertise),
             cluster_id: config.cluster_id.clone(),
             gossip_interval: config.interval,
             listen_addr: config.listen,
@@ -68,11 +80,12 @@ impl Gossip {
             extra_liveness_predicate: None,
             protocol_version: chitchat::ProtocolVersion::V0,
         };
-        let initial = vec![
+        let mut initial = vec![
             ("region".to_string(), me.region.clone()),
             ("group".to_string(), me.group.clone()),
             ("api".to_string(), me.api.clone()),
         ];
+        initial.extend(me.api_for.iter().map(|(region, address)| (format!("{API_PREFIX}{region}"), address.clone())));
         let sealed = config.key.clone().map(|key| super::sealed::SealedTransport { key });
         let transport: &dyn chitchat::transport::Transport = match &sealed {
             Some(sealed) => sealed,
@@ -83,9 +96,9 @@ impl Gossip {
             .map_err(|e| anyhow::anyhow!("cannot gossip on {}: {e}", config.listen))?;
         tracing::info!(listen = %config.listen, seeds = ?config.seeds, "gossip started");
         let (stop, stopped) = watch::channel(false);
-        tokio::spawn(publish(handle.chitchat(), Arc::downgrade(&node), stopped.clone()));
+        tokio::spawn(publish(handle.chitchat(), Arc::downgrade(&node), rtts, stopped.clone()));
         let live = handle.chitchat().lock().await.live_nodes_watcher();
-        tokio::spawn(observe(live, me.id.clone(), peers, stopped));
+        tokio::spawn(observe(live, me.clone(), peers, stopped));
         Ok(Gossip { handle: tokio::sync::Mutex::new(Some(handle)), stop })
     }
 
@@ -101,8 +114,8 @@ impl Gossip {
 
 type Chitchat = Arc<tokio::sync::Mutex<chitchat::Chitchat>>;
 
-/// Republishes this node's held partitions while they change.
-async fn publish(chitchat: Chitchat, node: std::sync::Weak<Node>, mut stop: watch::Receiver<bool>) {
+/// Republishes this node's held partitions and measured round trips while they change.
+async fn publish(chitchat: Chitchat, node: std::sync::Weak<Node>, rtts: Arc<RwLock<BTreeMap<String, Rtt>>>, mut stop: watch::Receiver<bool>) {
     let mut published: BTreeMap<String, String> = BTreeMap::new();
     loop {
         tokio::select! {
@@ -121,6 +134,7 @@ async fn publish(chitchat: Chitchat, node: std::sync::Weak<Node>, mut stop: watc
             let list: Vec<String> = partitions.keys().map(u32::to_string).collect();
             current.insert(format!("{REFUSED_PREFIX}{ns}"), list.join(","));
         }
+        current.insert(RTT_KEY.to_string(), encode_rtts(&rtts.read()));
         // Namespaces no longer held become empty values (chitchat keys are not reused after delete).
         for key in published.keys() {
             current.entry(key.clone()).or_default();
@@ -142,7 +156,7 @@ async fn publish(chitchat: Chitchat, node: std::sync::Weak<Node>, mut stop: watc
 /// Rebuilds the peer list on every change gossip reports.
 async fn observe(
     mut live: watch::Receiver<BTreeMap<ChitchatId, NodeState>>,
-    self_id: String,
+    me: SelfInfo,
     peers: Arc<RwLock<Vec<Arc<Member>>>>,
     mut stop: watch::Receiver<bool>,
 ) {
@@ -151,8 +165,8 @@ async fn observe(
         let current: Vec<Member> = live
             .borrow_and_update()
             .iter()
-            .filter(|(id, _)| *id.node_id != *self_id)
-            .map(|(id, state)| member_of(id, state))
+            .filter(|(id, _)| *id.node_id != *me.id)
+            .map(|(id, state)| member_of(id, state, &me.region))
             .collect();
         let live_ids: HashSet<String> = current.iter().map(|m| m.id.clone()).collect();
         for member in current {
@@ -176,7 +190,9 @@ async fn observe(
     }
 }
 
-fn member_of(id: &ChitchatId, state: &NodeState) -> Member {
+/// A peer as gossip describes it; its API address is the one it advertises
+/// for `region` (this node's), else its own.
+fn member_of(id: &ChitchatId, state: &NodeState, region: &str) -> Member {
     let held = state
         .key_values()
         .filter_map(|(key, value)| Some((key.strip_prefix(HELD_PREFIX)?.to_string(), decode_held(value))))
@@ -199,7 +215,8 @@ fn member_of(id: &ChitchatId, state: &NodeState) -> Member {
         id: id.node_id.to_string(),
         region: state.get("region").unwrap_or_default().to_string(),
         group: state.get("group").unwrap_or_default().to_string(),
-        api: state.get("api").unwrap_or_default().to_string(),
+        api: state.get(&format!("{API_PREFIX}{region}")).or_else(|| state.get("api")).unwrap_or_default().to_string(),
+        rtt: decode_rtts(state.get(RTT_KEY).unwrap_or_default()),
         state: "live",
         is_self: false,
         held,
@@ -231,6 +248,34 @@ fn decode_held(value: &str) -> BTreeMap<u32, u64> {
         .collect()
 }
 
+/// `b:61.2,c:-` = 61.2 ms to b, c unreachable (0.1 ms resolution: the
+/// value changes, and is sent again, only when a round trip does by that much).
+fn encode_rtts(rtts: &BTreeMap<String, Rtt>) -> String {
+    let items: Vec<String> = rtts
+        .iter()
+        .map(|(peer, rtt)| match rtt.ms() {
+            Some(ms) => format!("{peer}:{ms:.1}"),
+            None => format!("{peer}:-"),
+        })
+        .collect();
+    items.join(",")
+}
+
+/// The inverse of `encode_rtts`; malformed items are ignored.
+fn decode_rtts(value: &str) -> BTreeMap<String, Rtt> {
+    value
+        .split(',')
+        .filter_map(|item| {
+            let (peer, ms) = item.rsplit_once(':')?;
+            let rtt = match ms {
+                "-" => Rtt::Unreachable,
+                ms => Rtt::Measured(Duration::from_secs_f64(ms.parse::<f64>().ok().filter(|ms| ms.is_finite() && *ms >= 0.0)? / 1000.0)),
+            };
+            Some((peer.to_string(), rtt))
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -243,5 +288,16 @@ mod tests {
         assert_eq!(decode_held(&encoded), held);
         assert!(decode_held("").is_empty());
         assert_eq!(decode_held("1:2,garbage,3:x"), [(1, 2)].into_iter().collect());
+    }
+
+    #[test]
+    fn round_trips_round_trip() {
+        let rtts: BTreeMap<String, Rtt> =
+            [("eu-west-1".to_string(), Rtt::Measured(Duration::from_micros(61_200))), ("ap:1".to_string(), Rtt::Unreachable)].into_iter().collect();
+        let encoded = encode_rtts(&rtts);
+        assert_eq!(encoded, "ap:1:-,eu-west-1:61.2");
+        assert_eq!(decode_rtts(&encoded), rtts);
+        assert!(decode_rtts("").is_empty());
+        assert_eq!(decode_rtts("a:1.5,b:x,c:-1,d:NaN").len(), 1);
     }
 }

@@ -9,19 +9,25 @@
 //! |---|---|
 //! | `region`, `group` | its region and replica group |
 //! | `api` | its HTTP address |
+//! | `api.<region>` | the HTTP address nodes of that region reach it at (`advertise_api_for`) |
+//! | `rtt` | `peer:ms,...`: the round trips it measured to its peers (`-`: unreachable) |
 //! | `held.<namespace>` | `partition:applied_next,...` of the partitions it serves (caught up, not refused) |
 //! | `refused.<namespace>` | `partition,...` of the partitions it refuses (a gap in the log; see its `/readyz`) |
 //!
-//! Routing (`best_holder`) prefers a holder in this node's region, then the
-//! one with the least lag (the highest applied offset). Forwarding the HTTP
-//! request itself is the API's job (`api::forward`). Without `--gossip` the
-//! cluster is this node alone.
+//! Routing (`holders`) prefers a holder in this node's region, then the
+//! nearest by measured round trip, then the one with the least lag (the
+//! highest applied offset); a peer whose last probe failed comes after every
+//! reachable one. The round trips are measured by the API (`api::probe`, over
+//! the same connections forwarding uses) and recorded here (`record_rtt`).
+//! Forwarding the HTTP request itself is the API's job (`api::forward`).
+//! Without `--gossip` the cluster is this node alone.
 
 mod gossip;
 pub mod sealed;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 use parking_lot::RwLock;
 
@@ -31,13 +37,17 @@ use crate::node::Node;
 pub use gossip::GossipConfig;
 
 /// One node as this node sees it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Member {
     pub id: String,
     pub region: String,
     pub group: String,
-    /// `HOST:PORT` of its HTTP API.
+    /// `HOST:PORT` of its HTTP API, as this node reaches it (its address
+    /// for this node's region when it advertises one).
     pub api: String,
+    /// The round trips it measured to its peers, by peer id (gossiped;
+    /// this node's own for itself).
+    pub rtt: BTreeMap<String, Rtt>,
     /// `live` (gossip hears it), or `dead` (gossip lost it; kept for display).
     pub state: &'static str,
     pub is_self: bool,
@@ -70,7 +80,32 @@ pub struct SelfInfo {
     pub region: String,
     pub group: String,
     pub api: String,
+    /// region -> the address nodes of that region reach this one at.
+    pub api_for: BTreeMap<String, String>,
 }
+
+/// A measured round trip to a peer.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Rtt {
+    /// Smoothed (an exponentially weighted moving average of the probes).
+    Measured(Duration),
+    /// The last probe failed (no answer within its timeout).
+    Unreachable,
+}
+
+impl Rtt {
+    /// Milliseconds, or None when unreachable.
+    pub fn ms(&self) -> Option<f64> {
+        match self {
+            Rtt::Measured(d) => Some(d.as_secs_f64() * 1000.0),
+            Rtt::Unreachable => None,
+        }
+    }
+}
+
+/// Weight of a new probe in the smoothed round trip: a quarter, so one slow
+/// probe (a pause, a new connection) moves it little and a lasting change shows within a few seconds.
+const RTT_SMOOTHING_WEIGHT: f64 = 0.25;
 
 pub struct Cluster {
     me: SelfInfo,
@@ -78,29 +113,33 @@ pub struct Cluster {
     /// Every other node gossip knows, refreshed by the gossip task.
     /// Shared members: routing a request clones pointers, not partition maps.
     peers: Arc<RwLock<Vec<Arc<Member>>>>,
+    /// Round trips this node measured, by peer id (written by the prober, read by routing and gossip).
+    rtts: Arc<RwLock<BTreeMap<String, Rtt>>>,
     gossip: Option<gossip::Gossip>,
 }
 
 impl Cluster {
     /// This node alone: no gossip, nothing to route to.
     pub fn alone(me: SelfInfo, node: Arc<Node>) -> Arc<Cluster> {
-        Arc::new(Cluster { me, node, peers: Arc::new(RwLock::new(Vec::new())), gossip: None })
+        Arc::new(Cluster { me, node, peers: Arc::new(RwLock::new(Vec::new())), rtts: Arc::default(), gossip: None })
     }
 
     /// A fixed view of the other nodes, without gossip: for tests and tools
     /// that need a given cluster map.
     pub fn with_peers(me: SelfInfo, node: Arc<Node>, peers: Vec<Member>) -> Arc<Cluster> {
         let peers = peers.into_iter().map(Arc::new).collect();
-        Arc::new(Cluster { me, node, peers: Arc::new(RwLock::new(peers)), gossip: None })
+        Arc::new(Cluster { me, node, peers: Arc::new(RwLock::new(peers)), rtts: Arc::default(), gossip: None })
     }
 
     /// Joins the cluster through `config.seeds` and keeps gossiping until `shutdown`.
     pub async fn join(me: SelfInfo, node: Arc<Node>, config: GossipConfig) -> anyhow::Result<Arc<Cluster>> {
         let peers = Arc::new(RwLock::new(Vec::new()));
-        let gossip = gossip::Gossip::start(&me, node.clone(), peers.clone(), config).await?;
+        let rtts: Arc<RwLock<BTreeMap<String, Rtt>>> = Arc::default();
+        let gossip = gossip::Gossip::start(&me, node.clone(), peers.clone(), rtts.clone(), config).await?;
         node.set_served_elsewhere(served_in_group(peers.clone(), me.group.clone()));
         node.set_applied_elsewhere(applied_elsewhere(peers.clone()));
-        Ok(Arc::new(Cluster { me, node, peers, gossip: Some(gossip) }))
+        node.set_isolated(isolated(peers.clone(), me.region.clone()));
+        Ok(Arc::new(Cluster { me, node, peers, rtts, gossip: Some(gossip) }))
     }
 
     pub fn me(&self) -> &SelfInfo {
@@ -121,6 +160,7 @@ impl Cluster {
             region: self.me.region.clone(),
             group: self.me.group.clone(),
             api: self.me.api.clone(),
+            rtt: self.rtts.read().clone(),
             state: "live",
             is_self: true,
             held: held_partitions(&self.node),
@@ -135,9 +175,12 @@ impl Cluster {
     /// The live peers that serve `partition` of `namespace`, best first:
     /// owners before members handing it off (the new owner may still be
     /// catching up: the old one serves meanwhile), then same region, then
-    /// least lag. Empty when none is known.
+    /// reachable (a peer whose last probe failed comes last), then the
+    /// nearest by measured round trip (other regions only: inside one the
+    /// differences are noise), then least lag. Empty when none is known.
     pub fn holders(&self, namespace: &str, partition: u32) -> Vec<Arc<Member>> {
-        let mut holders: Vec<(bool, bool, u64, Arc<Member>)> = self
+        let rtts = self.rtts.read();
+        let mut holders: Vec<((bool, bool, u8, u64, std::cmp::Reverse<u64>), Arc<Member>)> = self
             .peers
             .read()
             .iter()
@@ -145,11 +188,40 @@ impl Cluster {
             .filter_map(|m| {
                 let owned = m.holds(namespace, partition).map(|offset| (false, offset));
                 let (handing_off, offset) = owned.or_else(|| m.hands_off(namespace, partition).map(|offset| (true, offset)))?;
-                Some((handing_off, m.region != self.me.region, offset, m.clone()))
+                let other_region = m.region != self.me.region;
+                let (reach, rtt_ms) = match rtts.get(&m.id) {
+                    Some(Rtt::Measured(rtt)) => (0, if other_region { rtt.as_millis() as u64 } else { 0 }),
+                    None => (1, if other_region { u64::MAX } else { 0 }),
+                    Some(Rtt::Unreachable) => (2, u64::MAX),
+                };
+                Some(((handing_off, other_region, reach, rtt_ms, std::cmp::Reverse(offset)), m.clone()))
             })
             .collect();
-        holders.sort_by(|a, b| a.0.cmp(&b.0).then(a.1.cmp(&b.1)).then(b.2.cmp(&a.2)).then(a.3.id.cmp(&b.3.id)));
-        holders.into_iter().map(|(_, _, _, m)| m).collect()
+        holders.sort_by(|a, b| a.0.cmp(&b.0).then(a.1.id.cmp(&b.1.id)));
+        holders.into_iter().map(|(_, m)| m).collect()
+    }
+
+    /// Records a probe of `peer`: its round trip, or None when it did not answer.
+    pub fn record_rtt(&self, peer: &str, sample: Option<Duration>) {
+        let mut rtts = self.rtts.write();
+        let smoothed = match (sample, rtts.get(peer)) {
+            (None, _) => Rtt::Unreachable,
+            (Some(sample), Some(Rtt::Measured(before))) => {
+                Rtt::Measured(before.mul_f64(1.0 - RTT_SMOOTHING_WEIGHT) + sample.mul_f64(RTT_SMOOTHING_WEIGHT))
+            }
+            (Some(sample), _) => Rtt::Measured(sample),
+        };
+        rtts.insert(peer.to_string(), smoothed);
+    }
+
+    /// This node's smoothed round trip to `peer`, if probed.
+    pub fn rtt(&self, peer: &str) -> Option<Rtt> {
+        self.rtts.read().get(peer).copied()
+    }
+
+    /// Forgets the round trips of nodes no longer known (bounds the table by the membership).
+    pub fn retain_rtts(&self, known: &std::collections::HashSet<String>) {
+        self.rtts.write().retain(|id, _| known.contains(id));
     }
 
     /// Leaves the cluster (peers see this node go at once, not after failure detection).
@@ -184,6 +256,15 @@ pub fn refused_partitions(node: &Node) -> BTreeMap<String, BTreeMap<u32, String>
 fn served_in_group(peers: Arc<RwLock<Vec<Arc<Member>>>>, group: String) -> crate::node::ServedElsewhere {
     Arc::new(move |tp| {
         peers.read().iter().any(|m| m.state == "live" && m.group == group && m.holds(&tp.topic, tp.partition).is_some())
+    })
+}
+
+/// Whether gossip knows nodes of other regions and hears none of them.
+fn isolated(peers: Arc<RwLock<Vec<Arc<Member>>>>, region: String) -> crate::node::Isolated {
+    Arc::new(move || {
+        let peers = peers.read();
+        let mut others = peers.iter().filter(|m| m.region != region).peekable();
+        others.peek().is_some() && others.all(|m| m.state != "live")
     })
 }
 

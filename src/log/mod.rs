@@ -106,6 +106,14 @@ pub enum LogError {
     Io(#[from] std::io::Error),
 }
 
+/// Where a partition of a replicated log is read from: broker ids.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FetchSource {
+    pub leader: i32,
+    /// The leader, or a follower in this node's rack (KIP-392).
+    pub fetching_from: i32,
+}
+
 #[async_trait]
 pub trait Log: Send + Sync + 'static {
     /// Creates a topic with `partitions` partitions, or says it exists (with
@@ -119,6 +127,12 @@ pub trait Log: Send + Sync + 'static {
 
     /// The next offset to be written (Kafka's high watermark).
     async fn end_offset(&self, tp: &TopicPartition) -> Result<u64, LogError>;
+
+    /// Which broker `tp` is read from, and its leader (a replicated log
+    /// only; None where it does not apply or is not known yet).
+    fn fetch_source(&self, _tp: &TopicPartition) -> Option<FetchSource> {
+        None
+    }
 
     /// The lowest offset still held (entries below were deleted by retention).
     async fn start_offset(&self, tp: &TopicPartition) -> Result<u64, LogError>;

@@ -114,12 +114,19 @@ pub struct Node {
     /// advertises for a partition (the sequencer releases journal entries
     /// applied there when this node does not apply the partition).
     applied_elsewhere: RwLock<Option<AppliedElsewhere>>,
+    /// Set by the cluster: whether this node is cut off from every other
+    /// region (then the log's answers may come from an isolated leader, and
+    /// prove nothing about how current this replica is).
+    isolated: RwLock<Option<Isolated>>,
     /// The log refused a write and has taken none since (a sequenced
     /// write's append or the sequencer's): while set, ripcord journals plain
     /// writes at once instead of waiting for the log first. An atomic: every
     /// successful write looks at it.
     log_refused: std::sync::atomic::AtomicBool,
 }
+
+/// Whether this node hears no node of another region while it knows some.
+pub type Isolated = Arc<dyn Fn() -> bool + Send + Sync>;
 
 /// The highest `applied_next` another live member advertises for (namespace, partition).
 pub type AppliedElsewhere = Arc<dyn Fn(&str, u32) -> Option<u64> + Send + Sync>;
@@ -146,6 +153,9 @@ const LOG_END_WAIT: Duration = Duration::from_secs(2);
 const JOURNAL_METRICS_REFRESH: Duration = Duration::from_millis(500);
 /// How often lag metrics are refreshed from the log's end offsets.
 const LAG_REFRESH: Duration = Duration::from_secs(1);
+/// Most end-offset questions in flight in one lag refresh (each is a round
+/// trip to the partition's leader, maybe in another region).
+const LOG_END_ASKS_MAX: usize = 16;
 
 impl Node {
     /// Opens every namespace the log knows and starts their apply loops.
@@ -157,6 +167,7 @@ impl Node {
             journal,
             sequencer_wake: Arc::new(tokio::sync::Notify::new()),
             applied_elsewhere: RwLock::new(None),
+            isolated: RwLock::new(None),
             log_refused: std::sync::atomic::AtomicBool::new(false),
             watches: crate::watch::Watches::new(config.watch.clone(), log.clone()),
             config,
@@ -230,6 +241,15 @@ impl Node {
 
     /// Lets the cluster tell the node how far other members applied a
     /// partition (the sequencer's release of journal entries).
+    pub fn set_isolated(&self, isolated: Isolated) {
+        *self.isolated.write() = Some(isolated);
+    }
+
+    /// Whether the cluster says this node is cut off from every other region.
+    pub fn is_isolated(&self) -> bool {
+        self.isolated.read().as_ref().is_some_and(|isolated| isolated())
+    }
+
     pub fn set_applied_elsewhere(&self, applied: AppliedElsewhere) {
         *self.applied_elsewhere.write() = Some(applied);
     }
@@ -516,17 +536,30 @@ impl Node {
         Ok(())
     }
 
+    /// Asks the log where each partition ends (at most `LOG_END_ASKS_MAX` at
+    /// once, all within `LOG_END_WAIT`): the lag metrics, and the evidence
+    /// of how current each replica is (`partition::freshness`), which an
+    /// isolated node does not take.
     async fn refresh_lag(&self) {
+        use futures::StreamExt;
         let deadline = tokio::time::Instant::now() + LOG_END_WAIT;
-        for namespace in self.namespaces() {
-            for handle in &namespace.handles {
+        let isolated = self.is_isolated();
+        let handles: Vec<Arc<PartitionHandle>> = self.namespaces().iter().flat_map(|ns| ns.handles.iter().cloned()).collect();
+        let asks = futures::stream::iter(handles)
+            .map(|handle| async move {
+                let asked = std::time::Instant::now();
                 // One bound for the whole refresh: a stalled log delays it, never forever.
                 if let Ok(Ok(end)) = tokio::time::timeout_at(deadline, self.log.end_offset(&handle.tp)).await {
                     handle.log_end_gauge.set(end as i64);
                     handle.lag_gauge.set(end.saturating_sub(handle.applied_next()) as i64);
+                    if !isolated {
+                        handle.freshness.log_end_seen(end, asked, handle.applied_next());
+                    }
                 }
-            }
-        }
+                handle.staleness_gauge.set(handle.staleness().map_or(-1.0, |s| s.as_secs_f64()));
+            })
+            .buffer_unordered(LOG_END_ASKS_MAX);
+        asks.collect::<()>().await;
     }
 
     /// Ready when the node knows which partitions it holds, and every one of

@@ -67,6 +67,9 @@ pub struct PartitionHandle {
     pub(crate) applied_offset_gauge: IntGauge,
     pub(crate) log_end_gauge: IntGauge,
     pub(crate) lag_gauge: IntGauge,
+    pub(crate) staleness_gauge: prometheus::Gauge,
+    /// How current this replica is known to be (`freshness.rs`).
+    pub freshness: super::freshness::Freshness,
     refused_gauge: IntGauge,
     /// Recent events and the subscribers of this partition.
     pub feed: Arc<crate::fanout::PartitionFeed>,
@@ -99,12 +102,19 @@ impl PartitionHandle {
             applied_offset_gauge: metrics::PARTITION_APPLIED_OFFSET.with_label_values(&labels),
             log_end_gauge: metrics::PARTITION_LOG_END_OFFSET.with_label_values(&labels),
             lag_gauge: metrics::PARTITION_LAG.with_label_values(&labels),
+            staleness_gauge: metrics::PARTITION_STALENESS_SECONDS.with_label_values(&labels),
+            freshness: Default::default(),
             refused_gauge: metrics::PARTITION_REFUSED.with_label_values(&labels),
             feed: Arc::new(crate::fanout::PartitionFeed::new(partition, applied_next, ring)),
         };
         handle.applied_offset_gauge.set(applied_next as i64 - 1);
         handle.refused_gauge.set(0);
         handle
+    }
+
+    /// Since when this replica's reads may miss acknowledged writes (None: not known yet).
+    pub fn staleness(&self) -> Option<std::time::Duration> {
+        self.freshness.staleness(self.applied_next())
     }
 
     /// The partition's store (the current one: a restore may replace it).

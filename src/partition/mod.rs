@@ -5,6 +5,7 @@
 //! partition; only the apply loop changes it (`publish`, `set_status`), and
 //! only the node starts and stops holding it (`hold_unless_stopped`, `let_go_if_unpinned`).
 
+pub(crate) mod freshness;
 pub(crate) mod handle;
 pub(crate) mod namespace;
 pub(crate) mod outcome;

@@ -140,6 +140,11 @@ settings! {
     gossip: Option<String> = None, Bound::Any;
     /// Gossip addresses of nodes to join through.
     seeds: Vec<String> = Vec::new(), Bound::Any;
+    /// UDP `IP:PORT` peers send gossip to, when it is not `gossip` itself (a NAT, a relay); unset: `gossip`.
+    gossip_advertise: Option<String> = None, Bound::Any;
+    /// `REGION=HOST:PORT`: the HTTP address nodes of REGION reach this node at (a WAN address, a proxy
+    /// between regions); nodes of other regions use the address this node listens on.
+    advertise_api_for ("advertise-api-for"): BTreeMap<String, String> = BTreeMap::new(), Bound::Any;
     /// Gossip round interval.
     gossip_interval_ms: u64 = 200, Bound::Range(10, 10_000);
     /// Object store URL for partition snapshots: `file:///dir`, `s3://bucket/prefix` (endpoint, region and

@@ -31,7 +31,7 @@ async fn serve_with(dir: &std::path::Path, peers: Vec<Member>, firebase: tern::a
     node.create_namespace("ns", 2).await.unwrap();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let address = listener.local_addr().unwrap().to_string();
-    let me = SelfInfo { id: "edge".into(), region: "r1".into(), group: "g".into(), api: address.clone() };
+    let me = SelfInfo { id: "edge".into(), region: "r1".into(), group: "g".into(), api: address.clone(), api_for: Default::default() };
     let mut state = tern::api::state(node.clone(), Cluster::with_peers(me, node.clone(), peers));
     state.firebase = Arc::new(firebase);
     let app = tern::api::service(state);
@@ -53,6 +53,7 @@ fn peer(
         region: "r1".into(),
         group: "g".into(),
         api: api.into(),
+        rtt: BTreeMap::new(),
         state: "live",
         is_self: false,
         held,

@@ -27,6 +27,7 @@ mod kafka_outage;
 mod kafka_security;
 mod layers;
 mod recovery;
+mod regions;
 mod replicas;
 mod retention;
 mod serve;

@@ -19,6 +19,8 @@
 //!   consumer group (`tern.group.<group>`, or `tern.node.<node id>` in assign-all mode),
 //!   for lag monitoring only.
 
+mod breaker;
+mod fetch_source;
 mod group;
 mod reader;
 mod topic_id;
@@ -33,7 +35,7 @@ use bytes::Bytes;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, ResourceSpecifier, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::config::ClientConfig;
-use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};
+use rdkafka::consumer::{CommitMode, Consumer};
 use rdkafka::message::Message;
 use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
 use rdkafka::types::RDKafkaErrorCode;
@@ -157,7 +159,7 @@ struct Inner {
     config: KafkaLogConfig,
     producer: FutureProducer,
     admin: AdminClient<DefaultClientContext>,
-    consumer: Arc<StreamConsumer>,
+    consumer: Arc<fetch_source::LogConsumer>,
     /// Set with `Membership::Group`.
     group: Option<group::GroupMember>,
     /// The client settings every Kafka client of this node shares.
@@ -171,6 +173,8 @@ struct Inner {
     /// consumer, so it is stopped when the log is dropped; otherwise the
     /// consumer (its threads and broker connections) would outlive the log.
     main_queue: tokio::task::AbortHandle,
+    /// Fails writes at once to a partition whose last write failed (`breaker.rs`).
+    breaker: breaker::Breaker,
 }
 
 impl Drop for Inner {
@@ -212,11 +216,16 @@ impl KafkaLog {
             // broker amortizes produce requests (the broker's CPU is per request).
             .set("linger.ms", config.linger.as_millis().to_string())
             .set("delivery.timeout.ms", config.delivery_timeout.as_millis().to_string())
+            // A produce the leader never answers (its region cut off) is sent
+            // again, to the new leader, after a third of the delivery bound,
+            // not after librdkafka's default 30 s, past the bound.
+            .set("request.timeout.ms", (config.delivery_timeout.as_millis() / 3).max(1).to_string())
             .create()
             .map_err(unavailable)?;
-        let consumer: StreamConsumer = base
+        let consumer: fetch_source::LogConsumer = base
             .clone()
             .set("group.id", format!("{}node.{}", config.topic_prefix, config.client_id))
+            .set("statistics.interval.ms", fetch_source::STATISTICS_INTERVAL_MS.to_string())
             .set("enable.auto.commit", "false")
             .set("enable.auto.offset.store", "false")
             .set("auto.offset.reset", "error")
@@ -228,7 +237,7 @@ impl KafkaLog {
             // extra visibility delay at `fetch_wait_max`.
             .set("fetch.wait.max.ms", config.fetch_wait_max.as_millis().to_string())
             .set("fetch.min.bytes", config.fetch_min_bytes.to_string())
-            .create()
+            .create_with_context(fetch_source::FetchContext::default())
             .map_err(unavailable)?;
         let admin: AdminClient<DefaultClientContext> = base.create().map_err(unavailable)?;
         let consumer = Arc::new(consumer);
@@ -253,7 +262,18 @@ impl KafkaLog {
         let history_slots = Arc::new(tokio::sync::Semaphore::new(HISTORY_READERS_MAX));
         let watermark_slots = Arc::new(tokio::sync::Semaphore::new(WATERMARK_REQUESTS_MAX));
         Ok(KafkaLog {
-            inner: Arc::new(Inner { config, producer, admin, consumer, group, base, history_slots, watermark_slots, main_queue }),
+            inner: Arc::new(Inner {
+                config,
+                producer,
+                admin,
+                consumer,
+                group,
+                base,
+                history_slots,
+                watermark_slots,
+                main_queue,
+                breaker: breaker::Breaker::default(),
+            }),
         })
     }
 
@@ -397,30 +417,21 @@ impl Log for KafkaLog {
 
     async fn append(&self, tp: &TopicPartition, payload: Bytes) -> Result<u64, LogError> {
         let topic = self.topic_name(&tp.topic);
-        let record: FutureRecord<'_, [u8], [u8]> = FutureRecord::to(&topic).partition(tp.partition as i32).payload(&payload);
-        match self.inner.producer.send(record, Timeout::After(self.inner.config.delivery_timeout)).await {
-            Ok(delivery) => {
-                debug_assert_eq!(delivery.partition, tp.partition as i32);
-                // A retried idempotent send the broker already had (a leader
-                // moving mid-send) is reported delivered with no offset
-                // (-1001): in the log, position unknown. Never a version.
-                if delivery.offset < 0 {
-                    return Err(unavailable(format!(
-                        "the write to {topic}/{} is in the log but the broker did not say at which offset (a retried \
-                         send it already had); its outcome is unknown here: read the record, or retry with the same \
-                         Idempotency-Key header, which applies it at most once",
-                        tp.partition
-                    )));
-                }
-                Ok(delivery.offset as u64)
+        let ticket = match self.inner.breaker.admit(&topic, tp.partition) {
+            Ok(ticket) => ticket,
+            Err(failing_ms) => {
+                return Err(unavailable(format!(
+                    "{topic}/{} took no write for {failing_ms} ms (its leader is unreachable: a broker or region \
+                     lost?); failing at once while one write probes it; nothing was written, retry later",
+                    tp.partition
+                )))
             }
-            Err((e, _)) => Err(unavailable(format!(
-                "produce to {topic}/{} failed ({e}); the write may or may not be in the log: retry it with the same \
-                 Idempotency-Key header to apply it exactly once",
-                tp.partition
-            ))),
-        }
+        };
+        let appended = self.append_now(&topic, tp, &payload).await;
+        ticket.ended(appended.is_ok());
+        appended
     }
+
 
     async fn identity(&self, topic: &str) -> Result<String, LogError> {
         let (consumer, topic, timeout) = (self.inner.consumer.clone(), self.topic_name(topic), self.inner.config.request_timeout);
@@ -442,6 +453,10 @@ impl Log for KafkaLog {
         Ok(self.watermarks(tp).await?.0)
     }
 
+    fn fetch_source(&self, tp: &TopicPartition) -> Option<crate::log::FetchSource> {
+        self.inner.consumer.context().source(&self.topic_name(&tp.topic), tp.partition as i32)
+    }
+
     async fn reader(&self, tp: &TopicPartition, from: u64) -> Result<Box<dyn LogReader>, LogError> {
         let topic = self.topic_name(&tp.topic);
         Ok(Box::new(reader::KafkaReader::open(&self.inner.consumer, tp.clone(), &topic, from)?))
@@ -451,7 +466,7 @@ impl Log for KafkaLog {
     /// look at history, so the apply loop's reader is never disturbed.
     async fn history_reader(&self, tp: &TopicPartition, from: u64) -> Result<Box<dyn LogReader>, LogError> {
         let permit = self.inner.history_slots.clone().acquire_owned().await.map_err(|_| LogError::Closed)?;
-        let consumer: StreamConsumer = self
+        let consumer: fetch_source::LogConsumer = self
             .inner
             .base
             .clone()
@@ -460,7 +475,7 @@ impl Log for KafkaLog {
             .set("enable.auto.offset.store", "false")
             .set("auto.offset.reset", "error")
             .set("enable.partition.eof", "false")
-            .create()
+            .create_with_context(fetch_source::FetchContext::default())
             .map_err(unavailable)?;
         let topic = self.topic_name(&tp.topic);
         let reader = reader::KafkaReader::open(&Arc::new(consumer), tp.clone(), &topic, from)?;
@@ -504,5 +519,34 @@ impl Log for KafkaLog {
         let producer = self.inner.producer.clone();
         let timeout = self.inner.config.delivery_timeout;
         let _ = tokio::task::spawn_blocking(move || producer.flush(timeout)).await;
+    }
+}
+
+impl KafkaLog {
+    /// One produce, acknowledged by every in-sync replica (`acks=all`).
+    async fn append_now(&self, topic: &str, tp: &TopicPartition, payload: &Bytes) -> Result<u64, LogError> {
+        let record: FutureRecord<'_, [u8], [u8]> = FutureRecord::to(topic).partition(tp.partition as i32).payload(payload);
+        match self.inner.producer.send(record, Timeout::After(self.inner.config.delivery_timeout)).await {
+            Ok(delivery) => {
+                debug_assert_eq!(delivery.partition, tp.partition as i32);
+                // A retried idempotent send the broker already had (a leader
+                // moving mid-send) is reported delivered with no offset
+                // (-1001): in the log, position unknown. Never a version.
+                if delivery.offset < 0 {
+                    return Err(unavailable(format!(
+                        "the write to {topic}/{} is in the log but the broker did not say at which offset (a retried \
+                         send it already had); its outcome is unknown here: read the record, or retry with the same \
+                         Idempotency-Key header, which applies it at most once",
+                        tp.partition
+                    )));
+                }
+                Ok(delivery.offset as u64)
+            }
+            Err((e, _)) => Err(unavailable(format!(
+                "produce to {topic}/{} failed ({e}); the write may or may not be in the log: retry it with the same \
+                 Idempotency-Key header to apply it exactly once",
+                tp.partition
+            ))),
+        }
     }
 }

@@ -7,26 +7,27 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use futures::FutureExt;
 use rdkafka::consumer::stream_consumer::StreamPartitionQueue;
-use rdkafka::consumer::{Consumer, StreamConsumer};
+use rdkafka::consumer::Consumer;
 use rdkafka::error::KafkaError;
 use rdkafka::message::Message;
 use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{Offset, TopicPartitionList};
 
+use super::fetch_source::{FetchContext, LogConsumer};
 use crate::log::{LogError, LogReader, LogRecord, TopicPartition};
 
 pub struct KafkaReader {
     tp: TopicPartition,
-    consumer: Arc<StreamConsumer>,
+    consumer: Arc<LogConsumer>,
     topic: String,
-    queue: StreamPartitionQueue<rdkafka::consumer::DefaultConsumerContext>,
+    queue: StreamPartitionQueue<FetchContext>,
     next: u64,
 }
 
 impl KafkaReader {
     /// Splits off the partition's queue, then assigns the partition at `from`
     /// (in that order, so no message can land on the shared main queue).
-    pub fn open(consumer: &Arc<StreamConsumer>, tp: TopicPartition, topic: &str, from: u64) -> Result<KafkaReader, LogError> {
+    pub fn open(consumer: &Arc<LogConsumer>, tp: TopicPartition, topic: &str, from: u64) -> Result<KafkaReader, LogError> {
         let queue = consumer
             .split_partition_queue(topic, tp.partition as i32)
             .ok_or_else(|| LogError::UnknownPartition(tp.to_string()))?;
