@@ -214,6 +214,10 @@ auto.create.topics.enable=false
 broker.session.timeout.ms=4000
 broker.heartbeat.interval.ms=500
 replica.lag.time.max.ms=5000
+# A follower learns a new high watermark in its next fetch from the leader;
+# consumers reading from it (KIP-392) see a write only then. The default
+# (500 ms) made a write visible in another region half a second late.
+replica.fetch.wait.max.ms=50
 PROPS
     java -cp "$libs/*" -Dlog4j2.configurationFile="$DIR/log4j2.properties" -Dkafka.node.log="$DIR/tools.log" \
       kafka.tools.StorageTool format -t "$cluster_id" -c "$DIR/broker-$((i + 1)).properties" >/dev/null
