@@ -189,10 +189,7 @@ async fn join_cluster(settings: &Settings, node: &Arc<Node>, api: std::net::Sock
     let listen: std::net::SocketAddr =
         gossip.parse().map_err(|e| anyhow::anyhow!("gossip must be IP:PORT (UDP), got {gossip:?}: {e}"))?;
     anyhow::ensure!(listen.port() != 0, "gossip needs a fixed port: peers reach this node there (got {gossip:?})");
-    let advertise = match &settings.gossip_advertise {
-        None => listen,
-        Some(a) => a.parse().map_err(|e| anyhow::anyhow!("gossip_advertise must be IP:PORT (UDP), got {a:?}: {e}"))?,
-    };
+    let advertise = settings.gossip_advertise_addr()?.unwrap_or(listen);
     let config = GossipConfig {
         listen,
         advertise,

@@ -5,7 +5,7 @@ region is cut under writes from every region. Stdlib only; prints JSON.
 
     bench/regions/measure.py BED_DIR [--gets N] [--visibility N] [--cut REGION]
 """
-import http.client, json, statistics, subprocess, sys, threading, time, urllib.parse
+import http.client, json, subprocess, sys, threading, time, urllib.parse
 
 def conn(url):
     u = urllib.parse.urlparse(url)

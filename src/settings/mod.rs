@@ -349,6 +349,18 @@ impl Settings {
             );
         }
         anyhow::ensure!(
+            self.gossip_advertise.is_none() || self.gossip.is_some(),
+            "gossip_advertise is the address peers send gossip to, and needs gossip set"
+        );
+        self.gossip_advertise_addr()?;
+        for (region, address) in &self.advertise_api_for {
+            let port = address.rsplit_once(':').and_then(|(host, port)| (!host.is_empty()).then_some(port));
+            anyhow::ensure!(
+                !region.is_empty() && port.and_then(|p| p.parse::<u16>().ok()).is_some_and(|p| p != 0),
+                "advertise_api_for takes REGION=HOST:PORT (a region, and a host with a port from 1 to 65535), got {region:?}={address:?}"
+            );
+        }
+        anyhow::ensure!(
             !(self.kafka_membership == "group" && self.gossip.is_none()),
             "kafka_membership = group needs gossip: a node that shares partitions must be able to forward \
              requests for the ones it does not hold (set gossip, or use kafka_membership = assign)"
@@ -374,6 +386,15 @@ impl Settings {
             "tls_client_ca_file (mTLS) needs TLS: give tls_cert_file and tls_key_file too"
         );
         Ok(())
+    }
+
+    /// `gossip_advertise` as a UDP address (None: peers send to `gossip` itself).
+    pub fn gossip_advertise_addr(&self) -> anyhow::Result<Option<std::net::SocketAddr>> {
+        let Some(address) = &self.gossip_advertise else { return Ok(None) };
+        let parsed: std::net::SocketAddr =
+            address.parse().map_err(|e| anyhow::anyhow!("gossip_advertise must be IP:PORT (UDP), got {address:?}: {e}"))?;
+        anyhow::ensure!(parsed.port() != 0, "gossip_advertise needs a port: peers send gossip there (got {address:?})");
+        Ok(Some(parsed))
     }
 
     /// The gossip key, read from `cluster_key_file`.
@@ -665,6 +686,24 @@ mod tests {
             "kafka_min_insync_replicas must be at most kafka_replication_factor",
         );
         bad(|s| s.gossip_interval_ms = 1, "gossip_interval_ms");
+        bad(|s| s.gossip_advertise = Some("127.0.0.1:7946".into()), "needs gossip set");
+        bad(
+            |s| (s.gossip, s.gossip_advertise) = (Some("127.0.0.1:7946".into()), Some("relay:7946".into())),
+            "gossip_advertise must be IP:PORT",
+        );
+        bad(
+            |s| (s.gossip, s.gossip_advertise) = (Some("127.0.0.1:7946".into()), Some("127.0.0.1:0".into())),
+            "gossip_advertise needs a port",
+        );
+        for (region, address) in [("eu", ""), ("eu", "127.0.0.1"), ("eu", ":80"), ("eu", "h:0"), ("eu", "h:65536"), ("eu", "h:x"), ("", "h:80")] {
+            let mut s = Settings::default();
+            s.advertise_api_for = [(region.to_string(), address.to_string())].into();
+            let error = s.validate().unwrap_err().to_string();
+            assert!(error.contains("advertise_api_for takes REGION=HOST:PORT"), "{region:?}={address:?}: {error}");
+        }
+        let mut s = Settings::default();
+        s.advertise_api_for = [("ap-south".to_string(), "[::1]:7070".to_string()), ("eu".to_string(), "eu.example:443".to_string())].into();
+        s.validate().expect("HOST:PORT addresses, IPv6 in brackets, are accepted");
         bad(|s| s.group = String::new(), "group must not be empty");
         bad(|s| s.node_id = String::new(), "node_id must not be empty");
         bad(|s| s.snapshot_interval_ms = 10, "snapshot_interval_ms");

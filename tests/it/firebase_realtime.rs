@@ -284,8 +284,9 @@ async fn a_node_that_does_not_hold_the_database_resets_the_client_to_one_that_do
     }
     // Wait until the group's assignment settled with both members (each
     // serves partitions of `spread`: the rebalance that gave the second
-    // member its share is over), both nodes agree, and one of them serves
-    // the database's partition.
+    // member its share is over), both nodes agree, one of them serves the
+    // database's partition, and no node still hands it off (a node handing
+    // a partition off serves it, by design, until the new owner does).
     let deadline = Instant::now() + Duration::from_secs(90);
     let serves = |view: &Value, ns: &str| -> Vec<String> {
         view["nodes"]
@@ -296,9 +297,13 @@ async fn a_node_that_does_not_hold_the_database_resets_the_client_to_one_that_do
             .map(|n| n["address"].as_str().unwrap().to_string())
             .collect()
     };
+    let hands_off = |view: &Value, ns: &str| -> bool {
+        view["nodes"].as_array().into_iter().flatten().any(|n| n["handing_off"].as_array().is_some_and(|p| p.iter().any(|p| p["ns"] == ns)))
+    };
     let (holder, other) = loop {
         let views = [nodes[0].get_json("/v1/cluster").await.1, nodes[1].get_json("/v1/cluster").await.1];
-        let settled = views.iter().all(|v| serves(v, "spread").len() == 2 && serves(v, "fbr").len() == 1) && serves(&views[0], "fbr") == serves(&views[1], "fbr");
+        let settled = views.iter().all(|v| serves(v, "spread").len() == 2 && serves(v, "fbr").len() == 1 && !hands_off(v, "fbr"))
+            && serves(&views[0], "fbr") == serves(&views[1], "fbr");
         if settled {
             let holder_url = format!("http://{}", serves(&views[0], "fbr")[0]);
             break if nodes[0].url == holder_url { (0, 1) } else { (1, 0) };

@@ -263,14 +263,13 @@ async fn regions_read_locally_and_survive_losing_one() {
     let deadline = Instant::now() + Duration::from_secs(90);
     loop {
         let mut states = BTreeMap::new();
-        for (_, id, url) in &nodes {
+        for (_, _, url) in &nodes {
             let ns = json(&client, &format!("{url}/v1/ns/{NS}")).await;
             for p in ns["state"].as_array().unwrap().iter().filter(|p| p["held"] == true) {
                 states.entry(p["partition"].as_u64().unwrap()).or_insert_with(BTreeSet::new).insert((
                     p["applied_offset"].as_i64().unwrap(),
                     p["state_hash"].as_str().unwrap().to_string(),
                 ));
-                let _ = id;
             }
         }
         // Each partition is held once per region: three replicas, one state.
