@@ -20,6 +20,7 @@
 # With N = 3 topics default to replication factor 3 and min.insync.replicas 2.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+ROOT=$PWD
 
 KAFKA_VERSION=4.1.1
 CACHE="${TERN_KAFKA_CACHE:-$HOME/.cache/tern-kafka}/$KAFKA_VERSION"
@@ -54,7 +55,8 @@ kafka_java() { java -Xms256m -Xmx768m -cp "$LIBS/*" -Dlog4j2.configurationFile="
 # The same, replacing the calling (sub)shell, so that `$!` of `kafka_exec ... &` is Java's pid.
 kafka_exec() { exec java -Xms256m -Xmx768m -cp "$LIBS/*" -Dlog4j2.configurationFile="$DIR/log4j2.properties" "$@"; }
 
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+# A free loopback port outside the ephemeral range (see scripts/lib/free_ports.py).
+free_port() { python3 "$ROOT/scripts/lib/free_ports.py" 1; }
 
 write_configs() {
   local voters="" i

@@ -84,21 +84,28 @@ tern_binary() {
   echo "$CARGO_TARGET_DIR/release/tern"
 }
 
-# N free loopback TCP ports (also free for UDP), one per line.
-free_ports() {
-  python3 - "$1" <<'PY'
-import socket, sys
-held = []
-for _ in range(int(sys.argv[1])):
-    while True:
-        t = socket.socket(); t.bind(("127.0.0.1", 0)); port = t.getsockname()[1]
-        u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        try:
-            u.bind(("127.0.0.1", port))
-        except OSError:
-            t.close(); continue
-        held += [t, u]; print(port); break
-PY
+# N free loopback ports (TCP and UDP), one per line, outside the ephemeral
+# range so no client's outgoing connection takes one before its service binds it.
+free_ports() { python3 scripts/lib/free_ports.py "$1"; }
+
+# The last lines of a log, and its errors, to stderr: a failed `up` says why.
+show_log() {
+  [[ -f "$1" ]] || return 0
+  say "--- $1: errors, then the last lines"
+  grep -E ' (ERROR|FATAL) |panicked|error:' "$1" | tail -n 10 >&2 || true
+  tail -n 20 "$1" >&2
+}
+
+# Fails `up` (with the logs of whatever died) if a process it started is gone.
+check_alive() {
+  local name pid
+  while read -r name pid; do
+    kill -0 "$pid" 2>/dev/null && continue
+    say "$name (pid $pid) exited during startup"
+    show_log "$DIR/$name.log"; show_log "$DIR/$name.out"
+    show_log "$DIR/broker-${name#broker}.log"; show_log "$DIR/broker-${name#broker}.out"
+    down; exit 1
+  done < "$DIR/pids"
 }
 
 # One-way delay between regions $1 and $2.
@@ -115,7 +122,8 @@ toxi() { curl -sf -X "$1" "http://$(cat "$DIR/toxiproxy.api")$2" ${3:+-H 'Conten
 
 # A proxy named $1 on port $2 to 127.0.0.1:$3 with $4 ms each way.
 make_proxy() {
-  toxi POST /proxies "{\"name\":\"$1\",\"listen\":\"127.0.0.1:$2\",\"upstream\":\"127.0.0.1:$3\",\"enabled\":true}"
+  toxi POST /proxies "{\"name\":\"$1\",\"listen\":\"127.0.0.1:$2\",\"upstream\":\"127.0.0.1:$3\",\"enabled\":true}" \
+    || { say "toxiproxy could not create proxy $1 on port $2"; show_log "$DIR/toxiproxy.log"; down; exit 1; }
   if (($4 > 0)); then
     toxi POST "/proxies/$1/toxics" "{\"name\":\"delay_up\",\"type\":\"latency\",\"stream\":\"upstream\",\"attributes\":{\"latency\":$4}}"
     toxi POST "/proxies/$1/toxics" "{\"name\":\"delay_down\",\"type\":\"latency\",\"stream\":\"downstream\",\"attributes\":{\"latency\":$4}}"
@@ -231,7 +239,12 @@ PROPS
   until (($(java -cp "$libs/*" -Dlog4j2.configurationFile="$DIR/log4j2.properties" -Dkafka.node.log="$DIR/tools.log" \
       org.apache.kafka.tools.BrokerApiVersionsCommand --bootstrap-server "$(cat "$DIR/bootstrap-${REGION_LIST[0]}")" 2>/dev/null \
       | grep -c '(id: ' || true) >= r)); do
-    ((SECONDS < deadline)) || { say "brokers not ready after ${READY_TIMEOUT_S}s; logs in $DIR/broker-*.log"; down; exit 1; }
+    check_alive
+    if ((SECONDS >= deadline)); then
+      say "brokers not ready after ${READY_TIMEOUT_S}s; logs in $DIR/broker-*.log"
+      for ((i = 1; i <= r; i++)); do show_log "$DIR/broker-$i.log"; done
+      down; exit 1
+    fi
     sleep 1
   done
 
@@ -280,7 +293,12 @@ PROPS
   local url
   for url in $(awk '{print $3}' "$DIR/nodes"); do
     until curl -sf "$url/readyz" >/dev/null; do
-      ((SECONDS < deadline)) || { say "$url not ready after ${READY_TIMEOUT_S}s; logs in $DIR/*.log"; down; exit 1; }
+      check_alive
+      if ((SECONDS >= deadline)); then
+        say "$url not ready after ${READY_TIMEOUT_S}s; logs in $DIR/*.log"
+        show_log "$DIR/$(awk -v u="$url" '$3 == u {print $2}' "$DIR/nodes").log"
+        down; exit 1
+      fi
       sleep 0.5
     done
   done

@@ -8,6 +8,7 @@
 #   scripts/s3.sh stop [--dir DIR]    stops it
 set -euo pipefail
 cd "$(dirname "$0")/.."
+ROOT=$PWD
 
 MOTO_VERSION=5.2.5
 VENV="${TERN_S3_CACHE:-$HOME/.cache/tern-s3}/venv-$MOTO_VERSION"
@@ -29,7 +30,8 @@ install() {
   "$VENV/bin/pip" install -q "moto[server]==$MOTO_VERSION" >&2
 }
 
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+# A free loopback port outside the ephemeral range (see scripts/lib/free_ports.py).
+free_port() { python3 "$ROOT/scripts/lib/free_ports.py" 1; }
 
 start() {
   install

@@ -118,6 +118,7 @@ impl From<ReadError> for ApiError {
                 ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "not_caught_up", message).with("position", position.to_string())
             }
             ReadError::Log(_) => ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "log_unavailable", message),
+            ReadError::Isolated => ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "isolated", message),
         }
     }
 }

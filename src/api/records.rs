@@ -148,9 +148,9 @@ async fn get(
     if query.is_some() {
         let params = Params::parse(query, &["after", "consistency", "timeout_ms"])?;
         let consistency = params.consistency()?;
-        await_consistency(state.node.log.as_ref(), namespace, &[partition], &consistency, params.timeout()?).await?;
+        await_consistency(&state.node, namespace, &[partition], &consistency, params.timeout()?).await?;
     } else {
-        await_consistency(state.node.log.as_ref(), namespace, &[partition], &Consistency::Local, Default::default()).await?;
+        await_consistency(&state.node, namespace, &[partition], &Consistency::Local, Default::default()).await?;
     }
     let view = namespace.handle(partition).read_view()?;
     let applied_next = view.applied_next;
@@ -397,7 +397,7 @@ async fn list(
     if !reads_here(state, incoming, namespace, partition) {
         return forward::to_holder(state, incoming, &namespace.name, partition, Bytes::new()).await;
     }
-    await_consistency(state.node.log.as_ref(), namespace, &[partition], &params.consistency()?, params.timeout()?).await?;
+    await_consistency(&state.node, namespace, &[partition], &params.consistency()?, params.timeout()?).await?;
     let view = namespace.handle(partition).read_view()?;
     let (records, more) = view.reader.list(&pk, &range, limit)?;
     let position = crate::position::Position::single_string(&namespace.name, partition, view.applied_next);
@@ -466,7 +466,7 @@ pub async fn multi_get(
             return Ok(response);
         }
     }
-    await_consistency(state.node.log.as_ref(), &namespace, &local, &params.consistency()?, params.timeout()?).await?;
+    await_consistency(&state.node, &namespace, &local, &params.consistency()?, params.timeout()?).await?;
     let mut readers = std::collections::HashMap::with_capacity(local.len());
     for &p in &local {
         let view = namespace.handle(p).read_view()?;

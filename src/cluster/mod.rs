@@ -138,7 +138,7 @@ impl Cluster {
         let gossip = gossip::Gossip::start(&me, node.clone(), peers.clone(), rtts.clone(), config).await?;
         node.set_served_elsewhere(served_in_group(peers.clone(), me.group.clone()));
         node.set_applied_elsewhere(applied_elsewhere(peers.clone()));
-        node.set_isolated(isolated(peers.clone(), me.region.clone()));
+        node.set_isolated(isolated(peers.clone(), rtts.clone(), me.region.clone()));
         Ok(Arc::new(Cluster { me, node, peers, rtts, gossip: Some(gossip) }))
     }
 
@@ -260,12 +260,22 @@ fn served_in_group(peers: Arc<RwLock<Vec<Arc<Member>>>>, group: String) -> crate
 }
 
 /// Whether gossip knows nodes of other regions and hears none of them.
-fn isolated(peers: Arc<RwLock<Vec<Arc<Member>>>>, region: String) -> crate::node::Isolated {
+fn isolated(peers: Arc<RwLock<Vec<Arc<Member>>>>, rtts: Arc<RwLock<BTreeMap<String, Rtt>>>, region: String) -> crate::node::Isolated {
     Arc::new(move || {
-        let peers = peers.read();
+        let (peers, rtts) = (peers.read(), rtts.read());
         let mut others = peers.iter().filter(|m| m.region != region).peekable();
-        others.peek().is_some() && others.all(|m| m.state != "live")
+        others.peek().is_some() && others.all(|m| !reaches(m, &rtts))
     })
+}
+
+/// Whether `member` looks reachable: gossip says live and its last probe
+/// (if any) was answered. The probe notices a cut within its interval plus
+/// timeout (`api::probe`: 3 s), before gossip's failure detection and
+/// before Kafka's controller moves a cut-off broker's leaderships
+/// (`broker.session.timeout.ms`): by then the node no longer trusts the
+/// log's end that its own region's broker reports.
+fn reaches(member: &Member, rtts: &BTreeMap<String, Rtt>) -> bool {
+    member.state == "live" && !matches!(rtts.get(&member.id), Some(Rtt::Unreachable))
 }
 
 /// How far live members apply a partition (the highest `applied_next`
@@ -306,4 +316,45 @@ fn serving_partitions(node: &Node, handing_off: bool) -> BTreeMap<String, BTreeM
         }
     }
     serving
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn member(id: &str, region: &str, state: &'static str) -> Arc<Member> {
+        Arc::new(Member {
+            id: id.into(),
+            region: region.into(),
+            group: region.into(),
+            api: String::new(),
+            rtt: BTreeMap::new(),
+            state,
+            is_self: false,
+            held: BTreeMap::new(),
+            handing_off: BTreeMap::new(),
+            refused: BTreeMap::new(),
+        })
+    }
+
+    #[test]
+    fn isolated_when_no_node_of_another_region_is_reachable() {
+        let peers = Arc::new(RwLock::new(vec![member("here-2", "here", "live"), member("far-1", "far", "live"), member("far-2", "far", "live")]));
+        let rtts: Arc<RwLock<BTreeMap<String, Rtt>>> = Arc::default();
+        let isolated = isolated(peers.clone(), rtts.clone(), "here".into());
+        assert!(!isolated(), "every node live, none probed yet");
+        rtts.write().insert("far-1".into(), Rtt::Unreachable);
+        assert!(!isolated(), "far-2 still reachable");
+        rtts.write().insert("far-2".into(), Rtt::Unreachable);
+        assert!(isolated(), "both probes failed, although gossip still says live");
+        rtts.write().insert("far-2".into(), Rtt::Measured(Duration::from_millis(60)));
+        assert!(!isolated(), "far-2 answered again");
+        *peers.write() = vec![member("here-2", "here", "live"), member("far-1", "far", "dead"), member("far-2", "far", "live")];
+        rtts.write().clear();
+        assert!(!isolated());
+        *peers.write() = vec![member("here-2", "here", "live"), member("far-1", "far", "dead"), member("far-2", "far", "dead")];
+        assert!(isolated(), "gossip says every other-region node is gone");
+        *peers.write() = vec![member("here-2", "here", "dead")];
+        assert!(!isolated(), "a one-region cluster is never cut off from other regions");
+    }
 }

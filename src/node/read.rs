@@ -5,12 +5,15 @@
 //! - `After(position)`: read-your-writes; wait until every named partition
 //!   that the read touches has applied up to the position.
 //! - `Strong`: linearizable; read the log's end offset now and wait for it.
+//!   Refused at once on a node cut off from every other region: the log's
+//!   end it can reach is its own region's broker's, which may be a leader
+//!   the rest of the cluster replaced (Kafka has no leader lease), so the
+//!   end it reports could miss acknowledged writes.
 
 use std::time::Duration;
 
-use super::Namespace;
+use super::{Namespace, Node};
 use crate::partition::PartitionStatus;
-use crate::log::Log;
 use crate::position::Position;
 
 #[derive(Debug, Clone)]
@@ -30,11 +33,17 @@ pub enum ReadError {
     NotCaughtUp { timeout_ms: u64, position: Position },
     #[error("cannot read the log's end offset: {0}")]
     Log(String),
+    #[error(
+        "this node is cut off from every other region (gossip or round-trip probes), so the log's end it can reach \
+         may be a replaced leader's: a strong read could miss acknowledged writes; read with consistency=local \
+         (stale, see x-tern-staleness-ms) or from a node in another region"
+    )]
+    Isolated,
 }
 
 /// Waits until `partitions` of `namespace` satisfy `consistency`.
 pub async fn await_consistency(
-    log: &dyn Log,
+    node: &Node,
     namespace: &Namespace,
     partitions: &[u32],
     consistency: &Consistency,
@@ -58,6 +67,10 @@ pub async fn await_consistency(
             partitions.iter().filter_map(|p| position.offsets.get(p).map(|o| (*p, *o))).collect()
         }
         Consistency::Strong => {
+            if node.is_isolated() {
+                return Err(ReadError::Isolated);
+            }
+            let log = node.log.as_ref();
             // The end offsets are asked within the read's own timeout, all at once.
             let ends = futures::future::try_join_all(partitions.iter().map(|&p| async move {
                 let end = log.end_offset(&namespace.handle(p).tp).await.map_err(|e| ReadError::Log(e.to_string()))?;

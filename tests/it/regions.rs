@@ -208,16 +208,16 @@ async fn regions_read_locally_and_survive_losing_one() {
                     Ok(r) => {
                         let (status, body) = (r.status(), r.text().await.unwrap_or_default());
                         assert_eq!(status, 503, "{body}");
-                        refusals.lock().unwrap().push(format!("{region}: {body}"));
+                        refusals.lock().unwrap().push(format!("{id}: {body}"));
                     }
-                    Err(e) => refusals.lock().unwrap().push(format!("{region}: {e}")),
+                    Err(e) => refusals.lock().unwrap().push(format!("{id}: {e}")),
                 }
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
         }));
     }
     tokio::time::sleep(Duration::from_secs(3)).await;
-    let cut_node = nodes.iter().find(|(r, _, _)| r == CUT).unwrap().2.clone();
+    let (_, cut_id, cut_node) = nodes.iter().find(|(r, _, _)| r == CUT).unwrap().clone();
     let staleness_before = staleness_ms(&client, &cut_node).await;
     bed.run(&["cut", CUT]);
     *cut_at.lock().unwrap() = Some(Instant::now());
@@ -234,20 +234,40 @@ async fn regions_read_locally_and_survive_losing_one() {
     // The cut region serves local reads, visibly stale, and fails writes fast.
     let staleness_cut = staleness_ms(&client, &cut_node).await;
     assert!(staleness_cut > staleness_before + 5_000, "staleness must grow while cut off: {staleness_before} -> {staleness_cut} ms");
-    // Its writer's writes failed (one at a time, each the probe); concurrent ones fail at once.
-    let failed = refusals.lock().unwrap().iter().filter(|r| r.starts_with(CUT)).find_map(|r| {
+    // Its writer's writes failed (one at a time, each the probe); concurrent
+    // ones fail at once. The breaker is the node's own: the partition must be
+    // one this node's writes failed on (its neighbour's failures it never saw).
+    let failed = refusals.lock().unwrap().iter().filter(|r| r.starts_with(&format!("{cut_id}: "))).find_map(|r| {
         let partition = r.split(&format!("tern.{NS}/")).nth(1)?.split(|c: char| !c.is_ascii_digit()).next()?.to_string();
         key_of_partition.get(&partition).cloned()
     });
     let pk = failed.expect("writes in the cut region fail, and say which partition");
     let burst = (0..4).map(|i| client.put(format!("{cut_node}/v1/ns/{NS}/kv/{pk}/burst-{i}")).body("1").send());
-    let mut fast = 0;
+    let mut bodies = Vec::new();
     for answer in futures::future::join_all(burst).await {
         let answer = answer.unwrap();
         assert_eq!(answer.status(), 503, "a write in the cut region must fail");
-        fast += answer.text().await.unwrap().contains("failing at once") as usize;
+        bodies.push(answer.text().await.unwrap());
     }
-    assert!(fast >= 3, "while one write probes the partition's leader, the others fail at once ({fast} of 4 did)");
+    let fast = bodies.iter().filter(|b| b.contains("failing at once")).count();
+    assert!(fast >= 3, "while one write probes the partition's leader, the others fail at once ({fast} of 4 did): {bodies:?}");
+    // A strong read in the cut region is refused at once, for every
+    // partition: the log's end the node can reach is its own region's
+    // broker's, which may be a leader the others replaced (Kafka has no
+    // leader lease). In a surviving region it sees a write made after the cut.
+    let survivor = &survivors[0];
+    for pk in key_of_partition.values() {
+        let key = format!("{NS}/kv/{pk}/after-cut");
+        let response = client.put(format!("{survivor}/v1/ns/{key}")).body("1").send().await.unwrap();
+        assert_eq!(response.status(), 200, "a write in a surviving region: {}", response.text().await.unwrap());
+        let response = client.get(format!("{survivor}/v1/ns/{key}?consistency=strong")).send().await.unwrap();
+        assert_eq!(response.status(), 200, "a strong read in a surviving region sees the write");
+        let response = client.get(format!("{cut_node}/v1/ns/{key}?consistency=strong")).send().await.unwrap();
+        let (status, body) = (response.status(), response.text().await.unwrap());
+        assert_eq!(status, 503, "a strong read in the cut region must be refused, not answered stale: {body}");
+        // Refused as isolated, not timed out asking the log (whose answer could not be trusted).
+        assert!(body.contains("\"isolated\"") && body.contains("cut off"), "{body}");
+    }
     let resumed = resumed_after_cut.lock().unwrap().clone();
     for region in ["us-east", "eu-west"] {
         assert!(resumed.get(region).copied().unwrap_or(0) > 20, "{region} kept writing after the cut: {resumed:?}");
