@@ -11,6 +11,7 @@
 #       (also in DIR/nodes; DIR/bed.json describes everything: brokers, bootstraps, proxies)
 #   scripts/regions.sh cut REGION [--dir DIR]    cuts every link between REGION and the others
 #   scripts/regions.sh heal REGION [--dir DIR]   restores them
+#   scripts/regions.sh delay MS [--dir DIR]      sets every link's one-way delay to MS (0: none), running
 #   scripts/regions.sh down [--dir DIR]          stops everything `up` started
 #
 # The links, and what carries them:
@@ -46,6 +47,7 @@ STOP_TIMEOUT_S=20
 command="${1:-}"; shift || true
 REGION_ARG=""
 if [[ "$command" == cut || "$command" == heal ]]; then REGION_ARG="${1:?usage: regions.sh $command REGION}"; shift; fi
+if [[ "$command" == delay ]]; then REGION_ARG="${1:?usage: regions.sh delay MS}"; shift; fi
 while (($#)); do
   case "$1" in
     --delay-ms) DELAY_MS="$2"; shift 2 ;;
@@ -352,6 +354,31 @@ heal() {
   say "healed $1"
 }
 
+# Every link's one-way delay, changed on the running bed: the latency toxics
+# of every proxy (created if the bed started without delay) and the gossip
+# relay's table (it rereads it with the cut file).
+set_delay() {
+  [[ -f "$DIR/proxies" ]] || { say "no bed in $DIR"; exit 1; }
+  [[ "$1" =~ ^[0-9]+$ ]] || { say "delay must be a number of ms, got $1"; exit 2; }
+  local name toxic stream
+  for name in $(awk '{print $1}' "$DIR/proxies"); do
+    for toxic in delay_up:upstream delay_down:downstream; do
+      stream=${toxic#*:}; toxic=${toxic%%:*}
+      toxi POST "/proxies/$name/toxics/$toxic" "{\"attributes\":{\"latency\":$1}}" 2>/dev/null \
+        || toxi POST "/proxies/$name/toxics" "{\"name\":\"$toxic\",\"type\":\"latency\",\"stream\":\"$stream\",\"attributes\":{\"latency\":$1}}"
+    done
+  done
+  python3 - "$DIR/udp_relay.json" "$1" <<'PY2'
+import json, os, sys
+path, ms = sys.argv[1], int(sys.argv[2])
+config = json.load(open(path))
+config["delay_ms"] = {pair: ms for pair in config["delay_ms"]}
+json.dump(config, open(path + ".new", "w"))
+os.replace(path + ".new", path)
+PY2
+  say "every link's one-way delay is now $1 ms"
+}
+
 down() {
   [[ -f "$DIR/pids" ]] || return 0
   local name pid
@@ -369,6 +396,7 @@ case "$command" in
   up) up ;;
   cut) cut "$REGION_ARG" ;;
   heal) heal "$REGION_ARG" ;;
+  delay) set_delay "$REGION_ARG" ;;
   down) down ;;
-  *) sed -n '2,15p' "$0" >&2; exit 2 ;;
+  *) sed -n '2,16p' "$0" >&2; exit 2 ;;
 esac

@@ -63,7 +63,7 @@ fn number_after(text: &str, label: &str) -> Option<f64> {
     digits.parse().ok()
 }
 
-async fn visibility(name: &str, a: &str, b: &str, clients: usize, duration: Duration, value_bytes: usize) -> anyhow::Result<BenchResult> {
+pub(super) async fn visibility(name: &str, a: &str, b: &str, clients: usize, duration: Duration, value_bytes: usize) -> anyhow::Result<BenchResult> {
     let value = value_of(value_bytes);
     let mut tasks = Vec::new();
     let start = Instant::now() + Duration::from_millis(200);
@@ -170,7 +170,7 @@ async fn visibility_as_kafka_tool(exe: &Path, scratch: &Path, log: &str, duratio
 /// the same producer settings) appending from `writers` tasks, one record at
 /// a time each, to the partitions Tern would pick for the same keys — no
 /// HTTP, no apply loop, no consumer. Tern's PUT throughput cannot exceed it.
-async fn librdkafka_floor(bootstrap: &str, writers: usize, warmup: Duration, duration: Duration, value_bytes: usize) -> anyhow::Result<BenchResult> {
+pub(super) async fn librdkafka_floor(bootstrap: &str, writers: usize, warmup: Duration, duration: Duration, value_bytes: usize) -> anyhow::Result<BenchResult> {
     use tern::log::{kafka::{KafkaLog, KafkaLogConfig}, Log, TopicPartition};
     const PARTITIONS: u32 = 16;
     let mut config = KafkaLogConfig::new(bootstrap);

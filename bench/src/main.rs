@@ -19,6 +19,7 @@ mod journal;
 mod kafka;
 mod load;
 mod paths;
+mod regions;
 mod report;
 mod security;
 mod snapshot;
@@ -56,6 +57,8 @@ enum BenchCommand {
     Suite(suite::SuiteArgs),
     /// Tern on Apache Kafka next to Kafka's own tools, in one run.
     Kafka(kafka::KafkaArgs),
+    /// Three regions through latency-injecting proxies: in-region GET, put → visible elsewhere, throughput, region loss.
+    Regions(regions::RegionsArgs),
     /// Snapshot and restore of one large partition, to file:// and a local S3 server.
     Snapshot(snapshot::SnapshotBenchArgs),
     /// Put → event latency at many subscribers (SSE, WebSocket, Firebase streaming) next to etcd's watch.
@@ -179,6 +182,7 @@ async fn run(args: BenchArgs) -> anyhow::Result<()> {
     match args.command {
         BenchCommand::Suite(args) => suite::run(args).await,
         BenchCommand::Kafka(args) => kafka::run(args).await,
+        BenchCommand::Regions(args) => regions::run(args).await,
         BenchCommand::Snapshot(args) => snapshot::run(args).await,
         BenchCommand::Watch(args) => watch::run(args).await,
         BenchCommand::Firebase(args) => firebase::run(args).await,

@@ -31,7 +31,8 @@ CUT_POLL_S = 0.1
 
 
 class Relay:
-    def __init__(self, config):
+    def __init__(self, config, config_path):
+        self.config_path = config_path
         self.nodes = config["nodes"]
         self.delay_ms = config["delay_ms"]
         self.cut_file = config["cut_file"]
@@ -63,7 +64,13 @@ class Relay:
             self.loop.call_later(delay_s, run)
 
     async def poll_cuts(self):
+        """Rereads the cut file, and the delays (`regions.sh delay` rewrites them)."""
         while True:
+            try:
+                with open(self.config_path) as f:
+                    self.delay_ms = json.load(f)["delay_ms"]
+            except (OSError, ValueError, KeyError):
+                pass
             try:
                 with open(self.cut_file) as f:
                     self.cut = {line.strip() for line in f if line.strip()}
@@ -131,7 +138,7 @@ class Upstream(asyncio.DatagramProtocol):
 async def main(path):
     with open(path) as f:
         config = json.load(f)
-    relay = Relay(config)
+    relay = Relay(config, path)
     for node in config["nodes"]:
         await relay.loop.create_datagram_endpoint(lambda node=node: Front(relay, node), local_addr=("127.0.0.1", node["relay"]))
     print(f"udp_relay: relaying {len(config['nodes'])} nodes (pid {os.getpid()})", flush=True)

@@ -192,6 +192,11 @@ pub struct KafkaLog {
     inner: Arc<Inner>,
 }
 
+/// How often the producer refreshes the leaders of the topics it writes
+/// (see `KafkaLog::connect`): bounds how long a write keeps going to a
+/// leader that was replaced while unreachable.
+const PRODUCER_METADATA_REFRESH_MS: u64 = 1_000;
+
 fn unavailable(e: impl std::fmt::Display) -> LogError {
     LogError::Unavailable(format!("kafka: {e}"))
 }
@@ -220,6 +225,16 @@ impl KafkaLog {
             // again, to the new leader, after a third of the delivery bound,
             // not after librdkafka's default 30 s, past the bound.
             .set("request.timeout.ms", (config.delivery_timeout.as_millis() / 3).max(1).to_string())
+            // ... and only if the producer has learned the new leader by then.
+            // librdkafka asks for metadata when a broker connection fails, but
+            // a cut-off leader's connection does not fail, it goes silent:
+            // the ask after the first timed-out produce can come before the
+            // controller moved the leadership, and the next one came only
+            // after `topic.metadata.refresh.interval.ms` (5 min), so the write
+            // failed at the delivery bound (10 s) on the region bed. Asking
+            // every second (one small request, topics in use only) redirects
+            // it within a second of the move.
+            .set("topic.metadata.refresh.interval.ms", PRODUCER_METADATA_REFRESH_MS.to_string())
             .create()
             .map_err(unavailable)?;
         let consumer: fetch_source::LogConsumer = base
