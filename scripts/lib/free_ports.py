@@ -44,8 +44,9 @@ def is_free(port):
 
 
 def main():
+    if len(sys.argv) != 2 or not sys.argv[1].isdigit() or not 0 < int(sys.argv[1]) <= COUNT_MAX:
+        sys.exit(f"usage: free_ports.py N (1..{COUNT_MAX} ports), got {sys.argv[1:]}")
     count = int(sys.argv[1])
-    assert 0 < count <= COUNT_MAX, f"free_ports: 1..{COUNT_MAX} ports, not {count}"
     high = ephemeral_low()
     if high - PORT_MIN < 4 * count:
         # An unusual port range: fall back to the whole non-privileged range.

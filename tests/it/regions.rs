@@ -268,6 +268,12 @@ async fn regions_read_locally_and_survive_losing_one() {
         // Refused as isolated, not timed out asking the log (whose answer could not be trusted).
         assert!(body.contains("\"isolated\"") && body.contains("cut off"), "{body}");
     }
+    // With durability=journaled the cut region still takes a write: durable
+    // in the node's journal now (202), sequenced once the log is back.
+    let journaled = format!("{cut_node}/v1/ns/{NS}/kv/journaled-while-cut/v?durability=journaled");
+    let response = client.put(journaled).body("\"kept\"").send().await.unwrap();
+    let (status, body) = (response.status(), response.text().await.unwrap());
+    assert_eq!(status, 202, "a journaled write in the cut region is answered at once: {body}");
     let resumed = resumed_after_cut.lock().unwrap().clone();
     for region in ["us-east", "eu-west"] {
         assert!(resumed.get(region).copied().unwrap_or(0) > 20, "{region} kept writing after the cut: {resumed:?}");
@@ -305,6 +311,20 @@ async fn regions_read_locally_and_survive_losing_one() {
         }
         assert!(Instant::now() < deadline, "replicas did not converge after the heal: {states:?}");
         tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    // The write journaled while cut off is sequenced after the heal and read everywhere.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    for (_, _, url) in &nodes {
+        loop {
+            let response = client.get(format!("{url}/v1/ns/{NS}/kv/journaled-while-cut/v")).send().await.unwrap();
+            if response.status() == 200 {
+                let record: Value = response.json().await.unwrap();
+                assert_eq!(record["value"], "kept");
+                break;
+            }
+            assert!(Instant::now() < deadline, "the write journaled during the cut never reached {url}");
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
     }
     // No acknowledged write lost: each is read back on every node.
     let acknowledged = acknowledged.lock().unwrap().clone();

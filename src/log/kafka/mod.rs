@@ -235,6 +235,14 @@ impl KafkaLog {
             // every second (one small request, topics in use only) redirects
             // it within a second of the move.
             .set("topic.metadata.refresh.interval.ms", PRODUCER_METADATA_REFRESH_MS.to_string())
+            // The ask for metadata can itself go to the silent broker (its
+            // connection still looks up), and while one ask is out no other
+            // is sent: with librdkafka's default `socket.timeout.ms` (60 s)
+            // a write still failed at the delivery bound in 1 of ~10 cuts.
+            // Bounded like a produce, the ask times out, the silent
+            // connection is dropped (`socket.max.fails` 1), and the next
+            // ask goes to a broker that answers.
+            .set("socket.timeout.ms", (config.delivery_timeout.as_millis() / 3).max(10).to_string())
             .create()
             .map_err(unavailable)?;
         let consumer: fetch_source::LogConsumer = base
