@@ -38,6 +38,9 @@ pub enum OpKind {
     Delete,
     /// A JSON-tree write at path `sk` of tree `pk` (`tree.rs`).
     Tree(TreeOp),
+    /// Deploys procedure `sk` on this partition: its definition, JSON text
+    /// (checked by `procedure::Definition::parse` at apply). `pk` is empty.
+    Procedure(Bytes),
 }
 
 /// A write into a JSON tree (the Firebase model): applied by `tree::apply`.
@@ -83,6 +86,8 @@ pub enum Malformed {
     Tree(String),
     #[error("op pk belongs to partition {actual}, not {expected}")]
     WrongPartition { expected: u32, actual: u32 },
+    #[error("procedure: {0}")]
+    Procedure(String),
 }
 
 impl Malformed {
@@ -95,6 +100,7 @@ impl Malformed {
             Malformed::InvalidJson => "invalid_json",
             Malformed::WrongPartition { .. } => "wrong_partition",
             Malformed::Tree(_) => "tree",
+            Malformed::Procedure(_) => "procedure",
         }
     }
 }
@@ -112,18 +118,32 @@ impl Op {
             OpKind::Put(v) => v.len(),
             OpKind::Delete => 0,
             OpKind::Tree(t) => t.value.len(),
+            OpKind::Procedure(v) => v.len(),
         };
         self.pk.len() + self.sk.len() + value
     }
 }
 
+/// Encodes `mutation` stamped with the writer's clock now (`time_ms`: the
+/// partition's log time, which procedures read, comes from it).
 pub fn encode(mutation: &Mutation) -> Vec<u8> {
+    encode_at(mutation, now_ms())
+}
+
+/// Encodes `mutation` stamped with `time_ms` (0: not known).
+pub fn encode_at(mutation: &Mutation, time_ms: u64) -> Vec<u8> {
     let message = proto::Mutation {
         format: FORMAT_VERSION,
         write_id: mutation.write_id.clone(),
         ops: mutation.ops.iter().map(encode_op).collect(),
+        time_ms,
     };
     message.encode_to_vec()
+}
+
+/// The wall clock in ms since the Unix epoch (0 before it).
+pub fn now_ms() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
 }
 
 fn encode_op(op: &Op) -> proto::Op {
@@ -132,6 +152,7 @@ fn encode_op(op: &Op) -> proto::Op {
         OpKind::Delete => (proto::op::Kind::Delete, Bytes::new(), 0),
         OpKind::Tree(t) if t.merge => (proto::op::Kind::TreeMerge, t.value.clone(), t.time_ms),
         OpKind::Tree(t) => (proto::op::Kind::TreeSet, t.value.clone(), t.time_ms),
+        OpKind::Procedure(v) => (proto::op::Kind::Procedure, v.clone(), 0),
     };
     let condition = op.condition.map(|c| proto::Condition {
         check: Some(match c {
@@ -145,6 +166,11 @@ fn encode_op(op: &Op) -> proto::Op {
 
 /// Decodes and fully validates one log entry of `partition` (of `partitions`).
 pub fn decode(entry: Bytes, partition: u32, partitions: u32) -> Result<Mutation, Malformed> {
+    decode_timed(entry, partition, partitions).map(|(mutation, _)| mutation)
+}
+
+/// As `decode`, with the entry's `time_ms` (0: the writer did not say).
+pub fn decode_timed(entry: Bytes, partition: u32, partitions: u32) -> Result<(Mutation, u64), Malformed> {
     let message = proto::Mutation::decode(entry).map_err(|_| Malformed::Undecodable)?;
     if message.format != FORMAT_VERSION {
         return Err(Malformed::UnknownFormat(message.format));
@@ -159,10 +185,16 @@ pub fn decode(entry: Bytes, partition: u32, partitions: u32) -> Result<Mutation,
     }
     let mutation = Mutation { write_id: message.write_id, ops };
     limits::check_mutation_bytes(mutation.payload_bytes()).map_err(|e| Malformed::Limit(e.message))?;
-    Ok(mutation)
+    if mutation.ops.len() > 1 && mutation.ops.iter().any(|op| matches!(op.kind, OpKind::Procedure(_))) {
+        return Err(Malformed::Procedure("a procedure op must be its mutation's only op".into()));
+    }
+    Ok((mutation, message.time_ms))
 }
 
 fn decode_op(op: proto::Op, partition: u32, partitions: u32) -> Result<Op, Malformed> {
+    if op.kind == proto::op::Kind::Procedure as i32 {
+        return decode_procedure_op(op);
+    }
     limits::check_pk(&op.pk).map_err(|e| Malformed::Limit(e.message))?;
     limits::check_sk(&op.sk).map_err(|e| Malformed::Limit(e.message))?;
     let actual = partition_of(&op.pk, partitions);
@@ -183,6 +215,7 @@ fn decode_op(op: proto::Op, partition: u32, partitions: u32) -> Result<Op, Malfo
             crate::tree::validate_write(&op.sk, &op.value, merge).map_err(Malformed::Tree)?;
             OpKind::Tree(TreeOp { merge, value: op.value, time_ms: op.time_ms })
         }
+        Ok(proto::op::Kind::Procedure) => unreachable!("procedure ops are decoded by decode_procedure_op"),
         Ok(proto::op::Kind::Unspecified) | Err(_) => return Err(Malformed::NoKind),
     };
     let tree = matches!(kind, OpKind::Tree(_));
@@ -197,6 +230,27 @@ fn decode_op(op: proto::Op, partition: u32, partitions: u32) -> Result<Op, Malfo
         Some(_) => return Err(Malformed::Tree("a tree op takes only if_tree_hash, a record op never".into())),
     };
     Ok(Op { pk: op.pk, sk: op.sk, kind, condition })
+}
+
+/// A procedure op: no pk (it belongs to every partition), the name in `sk`,
+/// a JSON definition no larger than a value, no condition. What the
+/// definition says is checked at apply (`procedure::Definition::parse`).
+fn decode_procedure_op(op: proto::Op) -> Result<Op, Malformed> {
+    if !op.pk.is_empty() {
+        return Err(Malformed::Procedure("a procedure op has an empty pk".into()));
+    }
+    if op.sk.is_empty() {
+        return Err(Malformed::Procedure("a procedure op names its procedure in sk".into()));
+    }
+    limits::check_sk(&op.sk).map_err(|e| Malformed::Limit(e.message))?;
+    limits::check_value_len(op.value.len()).map_err(|e| Malformed::Limit(e.message))?;
+    if !is_json_text(&op.value) {
+        return Err(Malformed::InvalidJson);
+    }
+    if op.condition.and_then(|c| c.check).is_some() {
+        return Err(Malformed::Procedure("a procedure op takes no condition".into()));
+    }
+    Ok(Op { pk: op.pk, sk: op.sk, kind: OpKind::Procedure(op.value), condition: None })
 }
 
 /// True when `bytes` is exactly one JSON value (surrounding whitespace allowed).
@@ -246,7 +300,7 @@ mod tests {
     #[test]
     fn garbage_and_bad_fields_are_malformed() {
         assert_eq!(decode(Bytes::from_static(&[0xff, 0xff, 0xff]), 0, 1).unwrap_err().label(), "undecodable");
-        let mut raw = proto::Mutation { format: 2, write_id: Bytes::new(), ops: vec![] };
+        let mut raw = proto::Mutation { format: 2, write_id: Bytes::new(), ops: vec![], time_ms: 0 };
         assert_eq!(decode(Bytes::from(raw.encode_to_vec()), 0, 1).unwrap_err(), Malformed::UnknownFormat(2));
         raw.format = 1;
         assert_eq!(decode(Bytes::from(raw.encode_to_vec()), 0, 1).unwrap_err().label(), "limit");

@@ -57,6 +57,8 @@ pub(crate) mod watch;
 // ── The apply engine ──────────────────────────────────────────────────────
 /// The apply loop: one task per partition, the only writer of its store.
 pub(crate) mod apply;
+/// Procedures: sandboxed code run by the apply loop per record, timers, the outbox.
+pub mod procedure;
 /// A held partition's handle (store, applied offset, status, outcomes) and its namespace.
 pub(crate) mod partition;
 

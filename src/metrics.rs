@@ -333,3 +333,47 @@ pub static WATCH_DISPATCH_LOST: LazyLock<IntCounter> = LazyLock::new(|| {
     )
     .expect("metric registers")
 });
+
+/// Buckets from 1 µs to ~1 s: a procedure's call is microseconds when it is healthy.
+fn procedure_buckets() -> Vec<f64> {
+    prometheus::exponential_buckets(0.000_001, 2.0, 21).expect("valid buckets")
+}
+
+pub static PROCEDURE_RECORDS: LazyLock<IntCounterVec> = LazyLock::new(|| {
+    register_int_counter_vec!("tern_procedure_records_total", "Input records a procedure was called on (on_record)", &["ns", "procedure"])
+        .expect("metric registers")
+});
+
+pub static PROCEDURE_OUTPUTS: LazyLock<IntCounterVec> = LazyLock::new(|| {
+    register_int_counter_vec!("tern_procedure_outputs_total", "Messages procedures emitted into the outbox", &["ns", "procedure"])
+        .expect("metric registers")
+});
+
+pub static PROCEDURE_DEAD_LETTERS: LazyLock<IntCounterVec> = LazyLock::new(|| {
+    register_int_counter_vec!(
+        "tern_procedure_dead_letters_total",
+        "Records (and timers) a procedure failed on (an error, fuel or memory exhausted, a bound passed): sent to its dead-letter topic",
+        &["ns", "procedure"]
+    )
+    .expect("metric registers")
+});
+
+pub static PROCEDURE_FUEL: LazyLock<IntCounterVec> = LazyLock::new(|| {
+    register_int_counter_vec!("tern_procedure_fuel_used_total", "Fuel procedures used (interrupts at calls and loop back-edges)", &["ns", "procedure"])
+        .expect("metric registers")
+});
+
+pub static PROCEDURE_TIMERS_FIRED: LazyLock<IntCounterVec> = LazyLock::new(|| {
+    register_int_counter_vec!("tern_procedure_timers_fired_total", "Timers that fired (on_timer)", &["ns", "procedure"])
+        .expect("metric registers")
+});
+
+pub static PROCEDURE_CALL_SECONDS: LazyLock<HistogramVec> = LazyLock::new(|| {
+    register_histogram_vec!(
+        "tern_procedure_call_seconds",
+        "Time of one procedure call (on_record or on_timer), effects not included",
+        &["ns", "procedure"],
+        procedure_buckets()
+    )
+    .expect("metric registers")
+});

@@ -16,6 +16,7 @@ mod firebase;
 mod namespaces;
 mod ns_settings;
 mod ops;
+mod procedures;
 mod records;
 mod sse;
 pub mod tokens;
@@ -222,6 +223,11 @@ fn table() -> Vec<(Route, MethodRouter<AppState>)> {
         r(Method::POST, "/v1/ns/{ns}/get", Scoped, post(timed("POST /v1/ns/{ns}/get", records::multi_get))),
         r(Method::POST, "/v1/ns/{ns}/batch", Scoped, post(timed("POST /v1/ns/{ns}/batch", records::batch))),
         r(Method::GET, "/v1/ns/{ns}/watch", Scoped, get(sse::sse)),
+        r(Method::GET, "/v1/ns/{ns}/procedures", Scoped, get(timed("GET /v1/ns/{ns}/procedures", procedures::list))),
+        r(Method::GET, "/v1/ns/{ns}/procedures/{name}", Scoped, get(timed("GET /v1/ns/{ns}/procedures/{name}", procedures::show))),
+        r(Method::PUT, "/v1/ns/{ns}/procedures/{name}", Scoped, put(timed("PUT /v1/ns/{ns}/procedures/{name}", procedures::deploy))),
+        r(Method::DELETE, "/v1/ns/{ns}/procedures/{name}", Scoped, delete(timed("DELETE /v1/ns/{ns}/procedures/{name}", procedures::remove))),
+        r(Method::GET, "/v1/ns/{ns}/outbox", Scoped, get(timed("GET /v1/ns/{ns}/outbox", procedures::outbox))),
         r(Method::GET, "/v1/ws", Authenticated, get(ws::upgrade)),
         r(Method::GET, "/v1/writes/{id}", Authenticated, get(timed("GET /v1/writes/{id}", writes::status))),
         r(Method::POST, "/v1/tokens", Scoped, post(timed("POST /v1/tokens", tokens::create))),

@@ -141,12 +141,12 @@ async fn get(
     sk: String,
     query: Option<&str>,
 ) -> Result<Response, ApiError> {
-    let partition = namespace.partition_of(&pk);
+    let params = query.map(|q| Params::parse(Some(q), &["after", "consistency", "timeout_ms", "partition"])).transpose()?;
+    let partition = partition_param(namespace, params.as_ref().and_then(|p| p.str("partition")))?.unwrap_or_else(|| namespace.partition_of(&pk));
     if !reads_here(state, incoming, namespace, partition) {
         return forward::to_holder(state, incoming, &namespace.name, partition, Bytes::new()).await;
     }
-    if query.is_some() {
-        let params = Params::parse(query, &["after", "consistency", "timeout_ms"])?;
+    if let Some(params) = &params {
         let consistency = params.consistency()?;
         await_consistency(&state.node, namespace, &[partition], &consistency, params.timeout()?).await?;
     } else {
@@ -171,6 +171,15 @@ async fn get(
                 .with("position", position))
         }
     }
+}
+
+/// `?partition=P`: read partition P whatever the pk hashes to. A record a
+/// procedure wrote lives in the partition the procedure ran in
+/// (docs/procedures.md).
+fn partition_param(namespace: &Namespace, text: Option<&str>) -> Result<Option<u32>, ApiError> {
+    let Some(text) = text else { return Ok(None) };
+    let partition = text.parse::<u32>().ok().filter(|p| *p < namespace.partitions);
+    partition.map(Some).ok_or_else(|| ApiError::bad_request("invalid_request", format!("partition is 0 to {}, got {text:?}", namespace.partitions - 1)))
 }
 
 /// `x-tern-staleness-ms`: how stale this replica's answer may be at most
@@ -374,7 +383,7 @@ async fn list(
 ) -> Result<Response, ApiError> {
     let params = Params::parse(
         query,
-        &["prefix", "start", "end", "limit", "cursor", "reverse", "after", "consistency", "timeout_ms"],
+        &["prefix", "start", "end", "limit", "cursor", "reverse", "after", "consistency", "timeout_ms", "partition"],
     )?;
     let limit = params.u64("limit")?.map_or(limits::LIST_LIMIT_DEFAULT, |l| l as usize);
     if limit == 0 || limit > limits::LIST_LIMIT_MAX {
@@ -393,7 +402,7 @@ async fn list(
     for bound in [&range.prefix, &range.start, &range.end].into_iter().flatten() {
         limits::check_sk(bound)?;
     }
-    let partition = namespace.partition_of(&pk);
+    let partition = partition_param(namespace, params.str("partition"))?.unwrap_or_else(|| namespace.partition_of(&pk));
     if !reads_here(state, incoming, namespace, partition) {
         return forward::to_holder(state, incoming, &namespace.name, partition, Bytes::new()).await;
     }

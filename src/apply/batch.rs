@@ -21,6 +21,7 @@
 use crate::partition::Outcome;
 use crate::codec::{self, Condition, Mutation, OpKind};
 use crate::log::LogRecord;
+use crate::procedure::Procedures;
 use crate::store::{ApplyTxn, StoreError};
 
 /// How far back (in offsets of one partition) a write id is remembered.
@@ -38,6 +39,7 @@ const WRITE_IDS_FORGOTTEN_PER_ENTRY_MAX: usize = 2;
 /// mutation that decoded but did not apply is journaled in the store
 /// (`record_not_applied`), so a subscriber replaying the log later skips it
 /// exactly as this loop did.
+#[cfg(test)]
 pub fn apply_entries(
     tx: &mut ApplyTxn,
     entries: &[LogRecord],
@@ -45,6 +47,21 @@ pub fn apply_entries(
     partitions: u32,
     on_applied: &mut dyn FnMut(u64, &Mutation),
 ) -> Result<Vec<(u64, Outcome)>, StoreError> {
+    apply_entries_with(tx, entries, partition, partitions, &mut Procedures::new("", partition), on_applied)
+}
+
+/// As `apply_entries`, running the partition's `procedures` (kept in step
+/// with the store by their caller, the apply loop) after every entry that
+/// applied, in the same transaction (`procedure/mod.rs`).
+pub fn apply_entries_with(
+    tx: &mut ApplyTxn,
+    entries: &[LogRecord],
+    partition: u32,
+    partitions: u32,
+    procedures: &mut Procedures,
+    on_applied: &mut dyn FnMut(u64, &Mutation),
+) -> Result<Vec<(u64, Outcome)>, StoreError> {
+    procedures.sync(tx)?;
     let mut outcomes = Vec::with_capacity(entries.len());
     for entry in entries {
         assert!(
@@ -53,17 +70,22 @@ pub fn apply_entries(
             entry.offset,
             tx.state().applied_next
         );
-        let outcome = match codec::decode(entry.payload.clone(), partition, partitions) {
+        let outcome = match codec::decode_timed(entry.payload.clone(), partition, partitions) {
             Err(malformed) => Outcome::Skipped(malformed),
-            Ok(mutation) => {
+            Ok((mutation, time_ms)) if is_deployment(&mutation) => deploy(tx, procedures, entry.offset, time_ms, &mutation)?,
+            Ok((mutation, time_ms)) => {
                 let (outcome, resolved) = if mutation.write_id.is_empty() {
                     apply_mutation(tx, &mutation, entry.offset)?
                 } else {
                     apply_once(tx, &mutation, entry.offset)?
                 };
                 match outcome {
-                    // Subscribers see tree ops as applied: server values resolved.
-                    Outcome::Applied => on_applied(entry.offset, resolved.as_ref().unwrap_or(&mutation)),
+                    Outcome::Applied => {
+                        // Subscribers and procedures see tree ops as applied: server values resolved.
+                        let applied = resolved.as_ref().unwrap_or(&mutation);
+                        on_applied(entry.offset, applied);
+                        procedures.on_applied(tx, entry.offset, time_ms, applied)?;
+                    }
                     _ => tx.record_not_applied(entry.offset)?,
                 }
                 outcome
@@ -74,6 +96,22 @@ pub fn apply_entries(
         outcomes.push((entry.offset, outcome));
     }
     Ok(outcomes)
+}
+
+/// Whether `mutation` deploys a procedure (then it is its only op: `codec::decode`).
+fn is_deployment(mutation: &Mutation) -> bool {
+    matches!(mutation.ops.first().map(|op| &op.kind), Some(OpKind::Procedure(_)))
+}
+
+/// Applies a procedure's deployment: Applied, or Skipped with why the
+/// definition was refused (alike on every replica).
+fn deploy(tx: &mut ApplyTxn, procedures: &mut Procedures, offset: u64, time_ms: u64, mutation: &Mutation) -> Result<Outcome, StoreError> {
+    let op = &mutation.ops[0];
+    let OpKind::Procedure(definition) = &op.kind else { unreachable!("is_deployment checked the kind") };
+    Ok(match procedures.deploy(tx, offset, time_ms, &op.sk, definition)? {
+        Ok(()) => Outcome::Applied,
+        Err(reason) => Outcome::Skipped(codec::Malformed::Procedure(reason)),
+    })
 }
 
 /// Forgets a bounded number of write ids and not-applied marks that fell out
@@ -128,6 +166,7 @@ fn apply_mutation(tx: &mut ApplyTxn, mutation: &Mutation, offset: u64) -> Result
         match &op.kind {
             OpKind::Put(value) => tx.put(&op.pk, &op.sk, offset, value)?,
             OpKind::Delete => tx.delete(&op.pk, &op.sk)?,
+            OpKind::Procedure(_) => unreachable!("deployments are applied by deploy"),
             OpKind::Tree(tree_op) => {
                 let applied = super::tree::apply_op(tx, &op.pk, &op.sk, tree_op, offset)?;
                 let copy = resolved.get_or_insert_with(|| mutation.clone());

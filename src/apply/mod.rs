@@ -19,6 +19,9 @@
 
 pub(crate) mod batch;
 pub(crate) mod open;
+/// Procedures run by the apply engine (`crate::procedure`), over a real store.
+#[cfg(test)]
+mod procedure_tests;
 /// Tree ops (the Firebase model) applied as leaf records.
 pub(crate) mod tree;
 
@@ -34,6 +37,7 @@ use crate::log::{Log, LogError};
 use crate::metrics;
 use crate::partition::Outcome;
 use crate::partition::{PartitionHandle, PartitionStatus};
+use crate::procedure::Procedures;
 
 #[derive(Debug, Clone)]
 pub struct ApplyConfig {
@@ -57,6 +61,7 @@ const RETRY_DELAY_MAX: Duration = Duration::from_secs(5);
 
 pub async fn run(handle: Arc<PartitionHandle>, log: Arc<dyn Log>, config: ApplyConfig, mut shutdown: watch::Receiver<bool>) {
     let Some((mut reader, mut catch_up_to)) = open::open_reader(&handle, log.as_ref(), &config, &mut shutdown).await else { return };
+    let procedures = partition_procedures(&handle);
     let mut last_durable = Instant::now();
     let mut dirty = false;
     let mut retry_delay = RETRY_DELAY_MIN;
@@ -132,7 +137,7 @@ pub async fn run(handle: Arc<PartitionHandle>, log: Arc<dyn Log>, config: ApplyC
             continue;
         }
         let full = entries.len() >= config.batch_entries_max;
-        if !apply(&handle, entries).await {
+        if !apply(&handle, &procedures, entries).await {
             return;
         }
         // A full batch means a backlog: read on at once. Otherwise linger.
@@ -178,17 +183,27 @@ async fn sleep_or_stop(wait: Duration, shutdown: &mut watch::Receiver<bool>) -> 
 /// batches (and every fsync, in `flush`) go to the blocking pool.
 const INLINE_BATCH_ENTRIES_MAX: usize = 64;
 
+/// A partition's procedures, owned by its apply loop (the only caller);
+/// shared only to hand them to the blocking pool with a large batch.
+pub(crate) type PartitionProcedures = Arc<parking_lot::Mutex<Procedures>>;
+
+/// A partition's procedures, none loaded yet (the first batch reads them from the store).
+pub(crate) fn partition_procedures(handle: &PartitionHandle) -> PartitionProcedures {
+    Arc::new(parking_lot::Mutex::new(Procedures::new(&handle.namespace, handle.partition)))
+}
+
 /// Applies one batch in one non-durable store transaction, then publishes
 /// its outcomes and dispatches its events; false if the partition was refused.
-pub(crate) async fn apply(handle: &Arc<PartitionHandle>, entries: Vec<crate::log::LogRecord>) -> bool {
+pub(crate) async fn apply(handle: &Arc<PartitionHandle>, procedures: &PartitionProcedures, entries: Vec<crate::log::LogRecord>) -> bool {
     let count = entries.len();
     let result = if count > INLINE_BATCH_ENTRIES_MAX {
         let task_handle = handle.clone();
-        tokio::task::spawn_blocking(move || commit_batch(&task_handle, &entries))
+        let task_procedures = procedures.clone();
+        tokio::task::spawn_blocking(move || commit_batch(&task_handle, &mut task_procedures.lock(), &entries))
             .await
             .map_err(|e| format!("apply task panicked: {e}"))
     } else {
-        Ok(commit_batch(handle, &entries))
+        Ok(commit_batch(handle, &mut procedures.lock(), &entries))
     };
     match result {
         Ok(Ok((outcomes, applied_next, events))) => {
@@ -213,15 +228,18 @@ pub(crate) async fn apply(handle: &Arc<PartitionHandle>, entries: Vec<crate::log
 /// the change events for subscribers (encoded once, here).
 type Applied = (Vec<(u64, Outcome)>, u64, Vec<Arc<Event>>);
 
-fn commit_batch(handle: &PartitionHandle, entries: &[crate::log::LogRecord]) -> Result<Applied, crate::store::StoreError> {
-    handle.store().apply(false, |tx| {
+fn commit_batch(handle: &PartitionHandle, procedures: &mut Procedures, entries: &[crate::log::LogRecord]) -> Result<Applied, crate::store::StoreError> {
+    let applied = handle.store().apply(false, |tx| {
         let mut events = Vec::new();
         let partition = handle.partition;
-        let outcomes = batch::apply_entries(tx, entries, partition, handle.partitions, &mut |offset, mutation| {
+        let outcomes = batch::apply_entries_with(tx, entries, partition, handle.partitions, procedures, &mut |offset, mutation| {
             events.extend(Event::of_mutation(partition, offset, mutation));
         })?;
         Ok((outcomes, tx.state().applied_next, events))
-    })
+    })?;
+    // Committed: the procedures are in step with the store at this offset.
+    procedures.in_step(applied.1);
+    Ok(applied)
 }
 
 fn record_outcome_metrics(handle: &PartitionHandle, outcomes: &[(u64, Outcome)]) {

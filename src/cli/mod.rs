@@ -3,6 +3,7 @@
 //! (The benchmark harness is a program of its own: `tern-bench`, in `bench/`.)
 
 mod client;
+mod procedure;
 mod token;
 mod watch;
 
@@ -45,6 +46,8 @@ pub enum Command {
     Token(token::TokenArgs),
     /// What became of a write: `tern write-status ID` (journaled, applied with its outcome, or unknown).
     WriteStatus(client::WriteStatusArgs),
+    /// Procedures: `tern procedure deploy NAME MODULE.wasm`, `ls`, `show NAME`, `rollback NAME VERSION`, `rm NAME`.
+    Procedure(procedure::ProcedureArgs),
 }
 
 #[derive(Args)]
@@ -144,6 +147,7 @@ pub fn main() -> anyhow::Result<()> {
             Command::Cluster(args) => client::cluster(args).await,
             Command::Snapshot(args) => client::snapshot(args).await,
             Command::Token(args) => token::token(args).await,
+            Command::Procedure(args) => procedure::procedure(args).await,
         }
     })
 }

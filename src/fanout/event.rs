@@ -121,7 +121,11 @@ impl Event {
     }
 
     /// The events of one applied mutation, in op order.
+    /// A procedure's deployment changes no record: it has none.
     pub fn of_mutation(partition: u32, offset: u64, mutation: &Mutation) -> Vec<Arc<Event>> {
+        if mutation.ops.iter().any(|op| matches!(op.kind, OpKind::Procedure(_))) {
+            return Vec::new();
+        }
         let op_count = u32::try_from(mutation.ops.len()).expect("ops per mutation are limited to 1,000");
         mutation
             .ops
@@ -133,6 +137,7 @@ impl Event {
                     OpKind::Delete => (Kind::Delete, &b"null"[..]),
                     OpKind::Tree(t) if t.merge => (Kind::TreeMerge, &t.value[..]),
                     OpKind::Tree(t) => (Kind::TreeSet, &t.value[..]),
+                    OpKind::Procedure(_) => unreachable!("mutations with a procedure op have no events"),
                 };
                 Arc::new(Event {
                     partition,

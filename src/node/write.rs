@@ -65,7 +65,7 @@ pub async fn write(
     if let PartitionStatus::Refused(reason) = handle.status() {
         return Err(WriteError::Refused { partition, reason });
     }
-    debug_assert!(mutation.ops.iter().all(|op| namespace.partition_of(&op.pk) == partition));
+    debug_assert!(mutation.ops.iter().all(|op| matches!(op.kind, crate::codec::OpKind::Procedure(_)) || namespace.partition_of(&op.pk) == partition));
     let needs_outcome = needs_outcome(mutation, wait_applied);
     // A writer that waits for its outcome here keeps the partition here until it has it.
     let _pin = match needs_outcome {

@@ -288,7 +288,8 @@ impl World {
         } else {
             self.new_mutation()
         };
-        let payload = Bytes::from(crate::codec::encode(&mutation));
+        // Time 0: the simulated log must be the same bytes for the same seed.
+        let payload = Bytes::from(crate::codec::encode_at(&mutation, 0));
         match self.log.append(&tp(), payload).await {
             Ok(offset) => {
                 count(&STATS.writes_acknowledged);
@@ -358,7 +359,9 @@ impl World {
                 }
             }
             Ok(entries) => {
-                if !crate::apply::apply(&replica.handle, entries).await {
+                // The simulated log holds no deployments: each batch's procedures start empty.
+                let procedures = crate::apply::partition_procedures(&replica.handle);
+                if !crate::apply::apply(&replica.handle, &procedures, entries).await {
                     return Err(format!("replica {r}: applying refused it: {:?}", replica.handle.status()));
                 }
             }

@@ -45,7 +45,7 @@ pub fn apply_all(history: &[Option<Bytes>]) -> BTreeMap<String, (u64, Vec<u8>)> 
                 OpKind::Delete => {
                     records.remove(&op.pk);
                 }
-                OpKind::Tree(_) => unreachable!("the simulation writes records, not trees"),
+                OpKind::Tree(_) | OpKind::Procedure(_) => unreachable!("the simulation writes records, not trees or procedures"),
             }
         }
     }

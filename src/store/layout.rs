@@ -40,13 +40,17 @@ pub(super) const META_NOT_APPLIED: &[u8] = b"\0\0n";
 /// The lowest offset the not-applied journal covers: where this store began
 /// applying (0, a restored snapshot's offset, or the offset at upgrade).
 pub(super) const META_JOURNAL_FROM: &[u8] = b"\0\0journal_from";
+/// `\0\0#...`: what procedures keep (definitions, log time, timers, outbox;
+/// `procedures.rs`).
+pub(super) const META_PROCEDURES: &[u8] = b"\0\0#";
 
 /// Metadata that decides how later entries apply (remembered write ids, by
-/// id and by offset; the not-applied journal): it is covered by the state
+/// id and by offset; the not-applied journal; procedures' definitions, log
+/// time, timers and outbox): it is covered by the state
 /// hash and travels in snapshots with the records. The rest of the metadata
 /// (state, format, partition count, `journal_from`) describes this store.
 pub(crate) fn is_outcome_meta(key: &[u8]) -> bool {
-    [META_WRITE_ID, META_WRITE_ID_BY_OFFSET, META_NOT_APPLIED].iter().any(|prefix| key.starts_with(prefix))
+    [META_WRITE_ID, META_WRITE_ID_BY_OFFSET, META_NOT_APPLIED, META_PROCEDURES].iter().any(|prefix| key.starts_with(prefix))
 }
 
 pub(super) fn meta_u64(table: &impl ReadableTable<&'static [u8], &'static [u8]>, key: &[u8]) -> Result<u64, redb::StorageError> {

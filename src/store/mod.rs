@@ -21,6 +21,8 @@ pub mod hash;
 pub mod key;
 mod journal;
 mod layout;
+/// What procedures keep beside the records: definitions, log time, timers, outbox.
+mod procedures;
 mod reader;
 mod txn;
 /// Reading JSON trees (`crate::tree`) from their leaf records.
@@ -39,6 +41,7 @@ use self::layout::{
     decode_value, meta_u64, read_state, storage_error, write_state, FORMAT_VERSION, META_FORMAT, META_JOURNAL_FROM,
     META_PARTITIONS, META_PREFIX, RECORDS,
 };
+pub use self::procedures::{DueTimer, OutboxEntry};
 pub use self::reader::StoreReader;
 pub use self::txn::ApplyTxn;
 

@@ -24,6 +24,7 @@ const FLOORS: &[&[&str]] = &[
     &["journal"],
     &["watch"],
     &["apply"],
+    &["procedure"],
     &["partition"],
     &["fanout", "snapshot"],
     &["log", "store", "codec"],

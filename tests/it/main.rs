@@ -26,6 +26,7 @@ mod kafka_brokers;
 mod kafka_outage;
 mod kafka_security;
 mod layers;
+mod procedures;
 mod recovery;
 mod regions;
 mod replicas;

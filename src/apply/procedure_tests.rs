@@ -1,0 +1,254 @@
+//! Procedures over a real partition store, through the apply engine's own
+//! entry point (`apply::batch::apply_entries_with`): deployment as a log
+//! entry, calls in log order with their effects in the same transaction,
+//! dead letters, fuel, memory, the sandbox, private state, timers in log time, and the
+//! determinism every replica relies on (equal state hashes however the
+//! entries were batched and however often the VM was reloaded).
+
+use bytes::Bytes;
+
+use super::batch::apply_entries_with;
+use crate::procedure::outbox::OutboxMessage;
+use crate::procedure::Procedures;
+use crate::codec::{encode_at, Mutation, Op, OpKind};
+use crate::log::LogRecord;
+use crate::partition::Outcome;
+use crate::store::{PartitionStore, StoreReader};
+
+const NS: &str = "t";
+
+fn store() -> (tempfile::TempDir, PartitionStore) {
+    let dir = tempfile::tempdir().unwrap();
+    let store = PartitionStore::open(&dir.path().join("p"), 1, 1 << 20).unwrap();
+    (dir, store)
+}
+
+fn entry(offset: u64, time_ms: u64, ops: Vec<Op>) -> LogRecord {
+    LogRecord { offset, payload: Bytes::from(encode_at(&Mutation { write_id: Bytes::new(), ops }, time_ms)) }
+}
+
+fn put(pk: &str, value: &str) -> Op {
+    Op { pk: pk.into(), sk: String::new(), kind: OpKind::Put(Bytes::from(value.to_string())), condition: None }
+}
+
+fn deploy_op(name: &str, definition: serde_json::Value) -> Op {
+    Op { pk: String::new(), sk: name.into(), kind: OpKind::Procedure(Bytes::from(definition.to_string())), condition: None }
+}
+
+/// A definition of `module` (a .wasm file's bytes, or WebAssembly text).
+fn wasm(module: &[u8]) -> serde_json::Value {
+    use base64::Engine as _;
+    serde_json::json!({"runtime": "wasm", "module": base64::engine::general_purpose::STANDARD.encode(module)})
+}
+
+/// The test guests, built from `examples/procedures/assembly/` by its
+/// `build.sh` (scripts/test.sh checks they match a fresh build).
+const COUNTER: &[u8] = include_bytes!("../../examples/procedures/build/counter.wasm");
+const TIMERS: &[u8] = include_bytes!("../../examples/procedures/build/timers.wasm");
+
+/// A module that misbehaves on request: the input key's first byte says how.
+const SANDBOX: &str = r#"(module
+  (import "tern" "put" (func $put (param i32 i32 i32 i32 i32 i32)))
+  (import "tern" "get" (func $get (param i32 i32 i32 i32 i32 i32) (result i32)))
+  (import "tern" "emit" (func $emit (param i32 i32 i32 i32 i32 i32)))
+  (import "tern" "partition" (func $partition (result i32)))
+  (memory (export "memory") 1)
+  (data (i32.const 0) "ok1.settingsnot jsonbad topic")
+  (func (export "input") (param i32) (result i32) (i32.const 1024))
+  (func $recurse (call $recurse))
+  (func (export "on_record") (param $kl i32) (param $sl i32) (param $vl i32) (param $op i32) (param $ts i64) (param $off i64)
+    (local $c i32)
+    (local.set $c (i32.load8_u (i32.const 1024)))
+    (if (i32.eq (local.get $c) (i32.const 108)) (then (loop $l (br $l))))
+    (if (i32.eq (local.get $c) (i32.const 109)) (then (drop (memory.grow (i32.const 1000)))))
+    (if (i32.eq (local.get $c) (i32.const 114)) (then (call $recurse)))
+    (if (i32.eq (local.get $c) (i32.const 117)) (then (unreachable)))
+    (if (i32.eq (local.get $c) (i32.const 106)) (then (call $put (i32.const 0) (i32.const 2) (i32.const 0) (i32.const 0) (i32.const 12) (i32.const 8))))
+    (if (i32.eq (local.get $c) (i32.const 115)) (then (call $put (i32.const 3) (i32.const 9) (i32.const 0) (i32.const 0) (i32.const 2) (i32.const 1))))
+    (if (i32.eq (local.get $c) (i32.const 111)) (then (drop (call $get (i32.const 70000) (i32.const 2) (i32.const 0) (i32.const 0) (i32.const 0) (i32.const 0)))))
+    (if (i32.eq (local.get $c) (i32.const 116)) (then (call $emit (i32.const 20) (i32.const 9) (i32.const 2) (i32.const 1) (i32.const 0) (i32.const -1))))
+    (if (i32.eq (local.get $c) (i32.const 102)) (then (call $put (i32.const 0) (i32.const 2) (i32.const 0) (i32.const 0) (i32.const 2) (i32.const 1))))
+  )
+)"#;
+
+/// Applies `entries` in batches of the given sizes with one `Procedures`
+/// (as one apply loop would), returning the outcomes.
+fn apply(store: &PartitionStore, procedures: &mut Procedures, entries: &[LogRecord]) -> Vec<(u64, Outcome)> {
+    let outcomes = store.apply(false, |tx| apply_entries_with(tx, entries, 0, 1, procedures, &mut |_, _| {})).unwrap();
+    procedures.in_step(store.read().unwrap().state().unwrap().applied_next);
+    outcomes
+}
+
+fn value(reader: &StoreReader, pk: &str) -> Option<serde_json::Value> {
+    reader.get(pk, "").unwrap().map(|r| serde_json::from_slice(&r.value).unwrap())
+}
+
+fn outbox(reader: &StoreReader) -> Vec<(u64, u32, OutboxMessage)> {
+    reader.outbox_from(0, 0, 10_000).unwrap().into_iter().map(|e| (e.offset, e.index, OutboxMessage::decode(&e.message).unwrap())).collect()
+}
+
+#[test]
+fn a_deployed_procedure_runs_on_each_write_in_the_same_transaction() {
+    let (_dir, store) = store();
+    let mut procedures = Procedures::new(NS, 0);
+    let entries = vec![
+        entry(0, 1_000, vec![put("in/before", "1")]),
+        entry(1, 2_000, vec![deploy_op("counter", wasm(COUNTER))]),
+        entry(2, 3_000, vec![put("in/a", "\"x\""), put("in/b", "2")]),
+        entry(3, 2_500, vec![put("other", "3")]),
+        entry(4, 4_000, vec![put("in/c", "\"boom\"")]),
+    ];
+    let outcomes = apply(&store, &mut procedures, &entries);
+    assert!(outcomes.iter().all(|(_, o)| *o == Outcome::Applied), "{outcomes:?}");
+    let reader = store.read().unwrap();
+    // Not the write before the deployment; both ops of offset 2; not the failed call's.
+    assert_eq!(value(&reader, "count"), Some(serde_json::json!(2)));
+    assert_eq!(reader.procedure_state("counter", b"seen").unwrap(), Some(2i32.to_le_bytes().to_vec()), "private state, bytes");
+    assert_eq!(reader.get("count", "").unwrap().unwrap().version, 2, "written at the input's offset");
+    // Log time never goes back (offset 3 carried 2,500 after 3,000).
+    assert_eq!(reader.log_time_ms().unwrap(), 4_000);
+    let out = outbox(&reader);
+    assert_eq!(out.len(), 3, "{out:?}");
+    assert_eq!((out[0].0, out[0].1, out[1].0, out[1].1), (2, 0, 2, 1), "ids are (offset, index)");
+    assert_eq!(out[0].2.topic, "t.seen");
+    assert_eq!(out[0].2.key.as_deref(), Some(&b"in/a"[..]));
+    let first: serde_json::Value = serde_json::from_slice(&out[0].2.value).unwrap();
+    assert_eq!(first, serde_json::json!({"key": "in/a", "v": "x", "n": 1, "now": 3000}));
+    // The failed call: its put and emit are gone; one dead letter with the reason.
+    let dead: serde_json::Value = serde_json::from_slice(&out[2].2.value).unwrap();
+    assert_eq!(out[2].2.topic, "t.counter.dead");
+    assert_eq!((dead["offset"].as_u64(), dead["key"].as_str(), dead["value"].as_str()), (Some(4), Some("in/c"), Some("\"boom\"")));
+    assert!(dead["reason"].as_str().unwrap().starts_with("aborted: asked to fail"), "{dead}");
+    assert_eq!(dead["version"], 1, "the version is the deploy entry's offset in partition 0");
+}
+
+#[test]
+fn equal_state_hashes_however_batched_and_however_often_the_vm_is_reloaded() {
+    let mut entries = vec![entry(0, 10, vec![deploy_op("counter", wasm(COUNTER))])];
+    entries.extend((1..60).map(|i| entry(i, 10 + i, vec![put(&format!("in/{}", i % 7), if i % 13 == 0 { "\"boom\"" } else { "1" })])));
+    let run = |chunks: &[usize], reload_every_batch: bool| {
+        let (_dir, store) = store();
+        let mut procedures = Procedures::new(NS, 0);
+        let mut start = 0;
+        for &len in chunks {
+            if reload_every_batch {
+                // A replica that restarted: a fresh VM, loaded from the store.
+                procedures = Procedures::new(NS, 0);
+            }
+            apply(&store, &mut procedures, &entries[start..start + len]);
+            start += len;
+        }
+        let reader = store.read().unwrap();
+        (reader.state().unwrap().state_hash, outbox(&reader))
+    };
+    let one = run(&[60], false);
+    assert_eq!(one.1.len(), 59);
+    assert_eq!(run(&[1, 1, 20, 38], false), one);
+    assert_eq!(run(&[3, 17, 40], true), one);
+}
+
+#[test]
+fn bad_deployments_are_skipped_alike_and_older_versions_do_not_replace_newer() {
+    let (_dir, store) = store();
+    let mut procedures = Procedures::new(NS, 0);
+    let entries = vec![
+        entry(0, 1, vec![deploy_op("bad name", wasm(COUNTER))]),
+        entry(1, 1, vec![deploy_op("p", wasm(b"\0asm garbage"))]),
+        entry(2, 1, vec![deploy_op("p", wasm(br#"(module (memory (export "memory") 1) (func (export "input") (param i32) (result i32) (i32.const 0)))"#))]),
+        entry(3, 1, vec![deploy_op("p", wasm(br#"(module (import "wasi_snapshot_preview1" "fd_write" (func (param i32 i32 i32 i32) (result i32))))"#))]),
+        entry(4, 1, vec![deploy_op("p", serde_json::json!({"runtime": "wasm"}))]),
+        entry(5, 1, vec![deploy_op("p", wasm(SANDBOX.as_bytes()))]),
+        // Partition 0 carries no version; another partition's entry names one: older than 5 here.
+        entry(6, 1, vec![deploy_op("p", serde_json::json!({"runtime": "wasm", "module": wasm(COUNTER)["module"], "version": 3}))]),
+        entry(7, 1, vec![put("f", "1")]),
+    ];
+    let outcomes = apply(&store, &mut procedures, &entries);
+    for (offset, expected) in [(0, "letters, digits"), (1, "not a valid WebAssembly module"), (2, "does not export \"on_record\""), (3, "wasi_snapshot_preview1.fd_write"), (4, "module is empty")] {
+        match &outcomes[offset].1 {
+            Outcome::Skipped(e) => assert!(e.to_string().contains(expected), "{offset}: {e}"),
+            other => panic!("{offset}: {other:?}"),
+        }
+    }
+    let reader = store.read().unwrap();
+    assert_eq!(value(&reader, "ok"), Some(serde_json::json!(1)), "the sandbox module (version 5) runs, not the counter (3)");
+    assert_eq!(reader.procedure_versions("p").unwrap().iter().map(|(v, _)| *v).collect::<Vec<_>>(), vec![5]);
+}
+
+#[test]
+fn fuel_memory_and_the_sandbox_bound_a_call_alike_on_every_replica() {
+    let (_dir, store) = store();
+    let mut procedures = Procedures::new(NS, 0);
+    let mut definition = wasm(SANDBOX.as_bytes());
+    definition["fuel_per_record"] = serde_json::json!(1_000_000);
+    definition["memory_bytes"] = serde_json::json!(4 << 20);
+    let cases = ["loop", "memory", "recurse", "unreachable", "json", "settings", "outside", "topic", "fine"];
+    let mut entries = vec![entry(0, 1, vec![deploy_op("s", definition)])];
+    entries.extend(cases.iter().enumerate().map(|(i, key)| entry(i as u64 + 1, 1, vec![put(key, "1")])));
+    apply(&store, &mut procedures, &entries);
+    let reader = store.read().unwrap();
+    let reasons: Vec<(String, String)> = outbox(&reader)
+        .into_iter()
+        .map(|(_, _, m)| {
+            let v: serde_json::Value = serde_json::from_slice(&m.value).unwrap();
+            (v["key"].as_str().unwrap().to_string(), v["reason"].as_str().unwrap().to_string())
+        })
+        .collect();
+    let expect = [
+        ("loop", "fuel exhausted"),
+        ("memory", "memory exhausted: growing memory to 65601536 bytes, past memory_bytes"),
+        ("recurse", "stack exhausted"),
+        ("unreachable", "wasm `unreachable` instruction executed"),
+        ("json", "not JSON text"),
+        ("settings", "Tern's own"),
+        ("outside", "pk is outside the module's memory"),
+        ("topic", "output name"),
+    ];
+    assert_eq!(reasons.len(), expect.len(), "{reasons:#?}");
+    for ((key, reason), (want_key, want)) in reasons.iter().zip(expect) {
+        assert_eq!(key, want_key);
+        assert!(reason.contains(want), "{key}: {reason}");
+    }
+    assert_eq!(value(&reader, "ok"), Some(serde_json::json!(1)));
+}
+
+#[test]
+fn timers_fire_in_log_time_in_order_and_can_be_moved_or_cancelled() {
+    let (_dir, store) = store();
+    let mut procedures = Procedures::new(NS, 0);
+    let entries = vec![
+        entry(0, 1_000, vec![deploy_op("t", wasm(TIMERS))]),
+        entry(1, 1_000, vec![put("set", "1")]),
+        entry(2, 4_999, vec![put("x", "1")]),
+        entry(3, 5_500, vec![put("move", "1")]),
+        entry(4, 8_000, vec![put("x", "1")]),
+    ];
+    apply(&store, &mut procedures, &entries);
+    let reader = store.read().unwrap();
+    let fired: Vec<(u64, String)> = outbox(&reader).into_iter().map(|(o, _, m)| (o, String::from_utf8(m.value).unwrap())).collect();
+    assert_eq!(
+        fired,
+        vec![
+            (3, "a@5000 now 5500".into()),
+            (3, "b@5000 now 5500".into()),
+            (3, "again@5001 now 5500".into()),
+            (4, "late@7000 now 8000".into()),
+        ]
+    );
+}
+
+#[test]
+fn a_removed_procedure_stops_at_its_offset() {
+    let (_dir, store) = store();
+    let mut procedures = Procedures::new(NS, 0);
+    let entries = vec![
+        entry(0, 1, vec![deploy_op("counter", wasm(COUNTER))]),
+        entry(1, 1, vec![put("in/a", "1")]),
+        entry(2, 1, vec![deploy_op("counter", serde_json::json!({"runtime": "wasm", "removed": true}))]),
+        entry(3, 1, vec![put("in/b", "1")]),
+    ];
+    apply(&store, &mut procedures, &entries);
+    let reader = store.read().unwrap();
+    assert_eq!(value(&reader, "count"), Some(serde_json::json!(1)));
+    assert!(procedures.is_empty());
+    assert_eq!(reader.procedures().unwrap().len(), 1, "the removal is kept as the active definition");
+}

@@ -1,0 +1,316 @@
+//! Procedures (issue 23, docs/procedures.md): code attached to a namespace
+//! that runs inside each partition's apply loop, once per input record, in
+//! log order, in the same store transaction as the record.
+//!
+//! The life of a record through a procedure:
+//! 1. The apply loop applies the entry (`apply::batch`); if procedures are
+//!    deployed on the partition, the entry's time moves the partition's log
+//!    time forward (never back), and each procedure, in name order, is
+//!    called once per op of the applied mutation (`on_record`).
+//! 2. A call reads records through the apply transaction (and its own
+//!    writes first), and asks for writes, outputs and timers; nothing of it
+//!    touches the store until the call returns (`effects.rs`).
+//! 3. A call that returns has its effects applied, in order: record writes
+//!    (versioned by the input's offset), timer changes, outputs into the
+//!    outbox (`\0\0#o<offset><index>`). A call that fails (an error, fuel or
+//!    memory exhausted, a bound passed) leaves nothing but one dead letter
+//!    with the reason, in the outbox too. Both are the same on every replica.
+//! 4. Timers due at the new log time fire (`on_timer`), earliest first,
+//!    a bounded number per entry (the rest at the next entry).
+//!
+//! Deployment is a log entry (`codec::OpKind::Procedure`) in every partition,
+//! so each partition switches at one offset, the same on every replica. Its
+//! version is the deploy entry's offset in partition 0; a partition applies
+//! a deployment only if it is newer than the one it runs, so concurrent
+//! deployments end the same everywhere.
+//!
+//! Owns: loading definitions into WebAssembly instances (`wasm.rs`), calling them, applying
+//! their effects, dead letters, the outbox's message format (`outbox.rs`).
+//! Never: decides what an entry's mutation does (apply does, before), reads
+//! a clock or anything but the transaction, or publishes (the node does).
+
+pub mod definition;
+pub mod effects;
+pub mod outbox;
+pub mod wasm;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Instant;
+
+use self::definition::Definition;
+use self::effects::{Effects, TimerChange};
+use self::wasm::{Failed, Input, Returned, StateRead, Vm};
+use self::outbox::OutboxMessage;
+use crate::codec::{Mutation, OpKind};
+use crate::metrics;
+use crate::store::{ApplyTxn, StoreError};
+
+/// Versions of each procedure a partition keeps (the newest; older ones are forgotten).
+pub const VERSIONS_KEPT: usize = 16;
+/// Most timers fired after one entry; the rest fire after the next ones.
+pub const TIMERS_FIRED_PER_ENTRY_MAX: usize = 1_000;
+
+/// A procedure as a partition runs it.
+struct Loaded {
+    definition: Definition,
+    version: u64,
+    /// None when the code did not load (then every record is a dead letter
+    /// with `load_error`: the same on every replica of this build).
+    vm: Option<Vm>,
+    load_error: String,
+}
+
+/// The procedures of one partition, kept in step with its store by the
+/// partition's apply loop (their only user).
+pub struct Procedures {
+    namespace: Arc<str>,
+    partition: u32,
+    loaded: BTreeMap<String, Loaded>,
+    /// The store's `applied_next` when `loaded` last matched it; a store
+    /// that moved otherwise (a restore) is read again.
+    in_step_at: Option<u64>,
+}
+
+/// Reads through the apply transaction (a call's view of state).
+struct TxnRead<'a, 't, 'x> {
+    tx: &'x ApplyTxn<'a, 't>,
+    procedure: &'x str,
+}
+
+impl StateRead for TxnRead<'_, '_, '_> {
+    fn get(&mut self, pk: &str, sk: &str) -> Result<Option<Vec<u8>>, String> {
+        self.tx.value_of(pk, sk).map_err(|e| e.to_string())
+    }
+
+    fn state_get(&mut self, key: &[u8]) -> Result<Option<Vec<u8>>, String> {
+        self.tx.procedure_state(self.procedure, key).map_err(|e| e.to_string())
+    }
+}
+
+impl Procedures {
+    pub fn new(namespace: &str, partition: u32) -> Procedures {
+        Procedures { namespace: namespace.into(), partition, loaded: BTreeMap::new(), in_step_at: None }
+    }
+
+    /// Brings the loaded procedures in step with the store, if it moved
+    /// since the last batch without them (first use, a restore).
+    pub fn sync(&mut self, tx: &ApplyTxn) -> Result<(), StoreError> {
+        if self.in_step_at == Some(tx.state().applied_next) {
+            return Ok(());
+        }
+        self.loaded.clear();
+        for (name, bytes) in tx.procedures()? {
+            match Definition::parse(&bytes) {
+                Ok(definition) if !definition.removed => {
+                    let version = definition.version.unwrap_or(0);
+                    self.loaded.insert(name, self.load(definition, version));
+                }
+                Ok(_) => {}
+                Err(e) => tracing::error!(ns = %self.namespace, partition = self.partition, procedure = %name, error = %e, "a stored procedure definition does not parse"),
+            }
+        }
+        self.in_step_at = Some(tx.state().applied_next);
+        Ok(())
+    }
+
+    /// Notes that the store is at `applied_next` with these procedures.
+    pub fn in_step(&mut self, applied_next: u64) {
+        self.in_step_at = Some(applied_next);
+    }
+
+    /// Whether any procedure runs on this partition.
+    pub fn is_empty(&self) -> bool {
+        self.loaded.is_empty()
+    }
+
+    fn load(&self, definition: Definition, version: u64) -> Loaded {
+        let started = Instant::now();
+        let (vm, load_error) = match Vm::load(&definition, self.partition) {
+            Ok(vm) => (Some(vm), String::new()),
+            Err(e) => (None, format!("the procedure did not load: {e}")),
+        };
+        tracing::debug!(ns = %self.namespace, partition = self.partition, version, elapsed_us = started.elapsed().as_micros() as u64, "procedure loaded");
+        Loaded { definition, version, vm, load_error }
+    }
+
+    /// Applies a deploy entry at `offset` for procedure `name`. Ok(Err) is a
+    /// definition that is refused (the entry is skipped, alike everywhere).
+    pub fn deploy(&mut self, tx: &mut ApplyTxn, offset: u64, time_ms: u64, name: &str, bytes: &[u8]) -> Result<Result<(), String>, StoreError> {
+        if let Err(e) = definition::check_name(name) {
+            return Ok(Err(e));
+        }
+        let mut definition = match Definition::parse(bytes) {
+            Ok(d) => d,
+            Err(e) => return Ok(Err(e)),
+        };
+        // Partition 0's entry is the version; the others carry it.
+        let version = definition.version.unwrap_or(offset);
+        definition.version = Some(version);
+        let active = tx.procedure(name)?.and_then(|b| Definition::parse(&b).ok()).and_then(|d| d.version);
+        if active.is_some_and(|a| a >= version) {
+            tracing::info!(ns = %self.namespace, partition = self.partition, procedure = name, version, ?active, "a deployment older than the active one is not applied");
+            return Ok(Ok(()));
+        }
+        if !definition.removed {
+            // Checked here too (the API did): a definition that does not load is refused.
+            if let Err(e) = Vm::load(&definition, self.partition) {
+                return Ok(Err(format!("the code does not load: {e}")));
+            }
+        }
+        tx.deploy_procedure(name, version, &definition.to_json(), VERSIONS_KEPT)?;
+        tx.advance_log_time(time_ms)?;
+        if definition.removed {
+            self.loaded.remove(name);
+        } else {
+            let loaded = self.load(definition, version);
+            self.loaded.insert(name.to_string(), loaded);
+        }
+        tracing::info!(ns = %self.namespace, partition = self.partition, procedure = name, version, offset, "procedure deployed");
+        Ok(Ok(()))
+    }
+
+    /// Runs every procedure on the ops of `mutation`, applied at `offset`,
+    /// then fires the timers due at the new log time.
+    pub fn on_applied(&mut self, tx: &mut ApplyTxn, offset: u64, time_ms: u64, mutation: &Mutation) -> Result<(), StoreError> {
+        if self.loaded.is_empty() {
+            return Ok(());
+        }
+        let now_ms = tx.advance_log_time(time_ms)?;
+        let mut index = 0u32;
+        let names: Vec<String> = self.loaded.keys().cloned().collect();
+        for name in &names {
+            for op in &mutation.ops {
+                let (value, kind) = match &op.kind {
+                    OpKind::Put(v) => (Some(&v[..]), wasm::OP_PUT),
+                    OpKind::Delete => (None, wasm::OP_DELETE),
+                    OpKind::Tree(t) if t.merge => (Some(&t.value[..]), wasm::OP_TREE_MERGE),
+                    OpKind::Tree(t) => (Some(&t.value[..]), wasm::OP_TREE_SET),
+                    OpKind::Procedure(_) => continue,
+                };
+                let input = Input { key: Some(op.pk.as_bytes()), sk: Some(&op.sk), value, op: kind, timestamp_ms: now_ms, offset };
+                self.run_record(tx, name, &input, now_ms, &mut index)?;
+            }
+        }
+        self.fire_timers(tx, offset, now_ms, &mut index)
+    }
+
+    fn run_record(&mut self, tx: &mut ApplyTxn, name: &str, input: &Input, now_ms: u64, index: &mut u32) -> Result<(), StoreError> {
+        let ns = self.namespace.clone();
+        let loaded = self.loaded.get_mut(name).expect("running a loaded procedure");
+        let started = Instant::now();
+        let result = match loaded.vm.as_mut() {
+            Some(vm) => vm.on_record(input, now_ms, &mut TxnRead { tx, procedure: name }),
+            None => Err(Failed { reason: loaded.load_error.clone(), fuel_used: 0 }),
+        };
+        observe(&ns, name, started, &result);
+        metrics::PROCEDURE_RECORDS.with_label_values(&[&ns, name]).inc();
+        match result {
+            Ok(returned) => apply_effects(tx, &ns, name, &loaded.definition, input.offset, returned.effects, index),
+            Err(failed) => {
+                let dead = dead_letter(&ns, self.partition, name, loaded, input, &failed.reason);
+                put_outbox(tx, input.offset, index, &dead)?;
+                metrics::PROCEDURE_DEAD_LETTERS.with_label_values(&[&ns, name]).inc();
+                Ok(())
+            }
+        }
+    }
+
+    fn fire_timers(&mut self, tx: &mut ApplyTxn, offset: u64, now_ms: u64, index: &mut u32) -> Result<(), StoreError> {
+        let ns = self.namespace.clone();
+        for _ in 0..TIMERS_FIRED_PER_ENTRY_MAX {
+            let Some(due) = tx.next_due_timer(now_ms)? else { return Ok(()) };
+            tx.cancel_timer(&due.procedure, &due.timer)?;
+            // A timer of a procedure removed since is dropped.
+            let Some(loaded) = self.loaded.get_mut(&due.procedure) else { continue };
+            let started = Instant::now();
+            let result = match loaded.vm.as_mut() {
+                Some(vm) => vm.on_timer(&due.timer, due.at_ms, now_ms, &mut TxnRead { tx, procedure: &due.procedure }),
+                None => Err(Failed { reason: loaded.load_error.clone(), fuel_used: 0 }),
+            };
+            observe(&ns, &due.procedure, started, &result);
+            metrics::PROCEDURE_TIMERS_FIRED.with_label_values(&[&*ns, due.procedure.as_str()]).inc();
+            match result {
+                Ok(returned) => apply_effects(tx, &ns, &due.procedure, &loaded.definition, offset, returned.effects, index)?,
+                Err(failed) => {
+                    let input = Input { key: None, sk: Some(&due.timer), value: None, op: -1, timestamp_ms: due.at_ms, offset };
+                    let dead = dead_letter(&ns, self.partition, &due.procedure, loaded, &input, &failed.reason);
+                    put_outbox(tx, offset, index, &dead)?;
+                    metrics::PROCEDURE_DEAD_LETTERS.with_label_values(&[&*ns, due.procedure.as_str()]).inc();
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+fn observe(ns: &str, name: &str, started: Instant, result: &Result<Returned, Failed>) {
+    let fuel = match result {
+        Ok(r) => r.fuel_used,
+        Err(f) => f.fuel_used,
+    };
+    metrics::PROCEDURE_FUEL.with_label_values(&[ns, name]).inc_by(fuel);
+    metrics::PROCEDURE_CALL_SECONDS.with_label_values(&[ns, name]).observe(started.elapsed().as_secs_f64());
+}
+
+/// Applies a returned call's effects, in the order asked: record writes,
+/// state writes, timers, outputs.
+fn apply_effects(tx: &mut ApplyTxn, ns: &str, name: &str, definition: &Definition, offset: u64, effects: Effects, index: &mut u32) -> Result<(), StoreError> {
+    for write in effects.writes {
+        match write.value {
+            Some(value) => tx.put(&write.pk, &write.sk, offset, &value)?,
+            None => tx.delete(&write.pk, &write.sk)?,
+        }
+    }
+    for (key, value) in effects.state {
+        tx.set_procedure_state(name, &key, value.as_deref())?;
+    }
+    for change in effects.timers {
+        match change {
+            TimerChange::Set { name: timer, at_ms } => tx.set_timer(name, &timer, at_ms)?,
+            TimerChange::Cancel { name: timer } => {
+                tx.cancel_timer(name, &timer)?;
+            }
+        }
+    }
+    let outputs = effects.outputs.len() as u64;
+    for output in effects.outputs {
+        let message = OutboxMessage { procedure: name.to_string(), topic: definition.topic_of(ns, &output.output), key: output.key, value: output.value };
+        put_outbox(tx, offset, index, &message)?;
+    }
+    metrics::PROCEDURE_OUTPUTS.with_label_values(&[ns, name]).inc_by(outputs);
+    Ok(())
+}
+
+fn put_outbox(tx: &mut ApplyTxn, offset: u64, index: &mut u32, message: &OutboxMessage) -> Result<(), StoreError> {
+    tx.put_outbox(offset, *index, &message.encode())?;
+    *index += 1;
+    Ok(())
+}
+
+/// The dead letter of an input a procedure failed on: JSON with the reason
+/// and the input, keyed like the input.
+fn dead_letter(ns: &str, partition: u32, name: &str, loaded: &Loaded, input: &Input, reason: &str) -> OutboxMessage {
+    let text = |b: Option<&[u8]>| b.map(|b| String::from_utf8_lossy(b).into_owned());
+    let value = serde_json::json!({
+        "procedure": name,
+        "version": loaded.version,
+        "reason": reason,
+        "namespace": ns,
+        "partition": partition,
+        "offset": input.offset,
+        "op": input.op_name(),
+        "key": text(input.key),
+        "sk": input.sk,
+        "value": text(input.value),
+        "timestamp_ms": input.timestamp_ms,
+    });
+    OutboxMessage {
+        procedure: name.to_string(),
+        topic: loaded.definition.dead_letter_topic(ns, name),
+        key: input.key.map(<[u8]>::to_vec),
+        value: value.to_string().into_bytes(),
+    }
+}
+
+// Tests: `apply/procedure_tests.rs` (through the apply engine's entry point).

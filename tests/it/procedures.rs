@@ -1,0 +1,169 @@
+//! Procedures over HTTP and the CLI against a real `tern dev` (issue 23):
+//! deploy a WebAssembly module, writes run it in their partition's apply
+//! loop (records it writes, its outbox, dead letters), every bad input is
+//! refused with a clear error and nothing appended, a node killed and
+//! restarted goes on from its store, rollback and removal are new versions.
+
+use std::collections::BTreeMap;
+
+use serde_json::{json, Value};
+
+use crate::common::{checkout, cli, error_code, Tern};
+
+const PARTITIONS: u32 = 16;
+
+fn counter_wasm() -> std::path::PathBuf {
+    checkout().join("examples/procedures/build/counter.wasm")
+}
+
+fn partition_of(pk: &str) -> u32 {
+    tern::partitioner::partition_of(pk, PARTITIONS)
+}
+
+/// The `count` record each partition's procedure keeps, by partition.
+async fn counts(node: &Tern, partitions: &[u32]) -> BTreeMap<u32, Value> {
+    let mut found = BTreeMap::new();
+    for &p in partitions {
+        let (status, body) = node.get_json(&format!("/v1/ns/default/kv/count?partition={p}")).await;
+        assert_eq!(status, 200, "{body}");
+        if let Some(record) = body["items"].as_array().unwrap().first() {
+            found.insert(p, record["value"].clone());
+        }
+    }
+    found
+}
+
+/// The outbox of `partition`: (topic, value as JSON).
+async fn outbox(node: &Tern, partition: u32) -> Vec<(String, Value)> {
+    let (status, body) = node.get_json(&format!("/v1/ns/default/outbox?partition={partition}&limit=1000")).await;
+    assert_eq!(status, 200, "{body}");
+    body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| (m["topic"].as_str().unwrap().to_string(), serde_json::from_str(m["value"].as_str().unwrap()).unwrap()))
+        .collect()
+}
+
+async fn write_all(node: &Tern, keys: &[&str], value: &Value) {
+    for key in keys {
+        let response = node.client.put(node.kv_url("default", key, None)).query(&[("wait", "applied")]).json(value).send().await.unwrap();
+        assert_eq!(response.status(), 200, "{key}");
+    }
+}
+
+#[tokio::test]
+async fn a_procedure_deployed_over_http_runs_per_write_in_its_partition_and_survives_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut node = Tern::dev(dir.path()).await;
+    let url = node.url.clone();
+
+    // Deployed with the CLI: the version is the deploy entry's offset in partition 0.
+    let (ok, out, err) = cli(&url, &["procedure", "deploy", "counter", counter_wasm().to_str().unwrap(), "--params", r#"{"x": 1}"#]);
+    assert!(ok, "{err}");
+    assert!(out.starts_with("deployed  counter  version "), "{out}");
+    let (ok, out, _) = cli(&url, &["procedure", "ls"]);
+    assert!(ok && out.contains("counter") && out.contains("10000000"), "{out}");
+
+    let keys = ["in/a", "in/b", "in/c", "in/d", "in/e", "in/f"];
+    write_all(&node, &keys, &json!("v")).await;
+    write_all(&node, &["other"], &json!(1)).await;
+    let partitions: Vec<u32> = keys.iter().map(|k| partition_of(k)).collect();
+    let mut expected: BTreeMap<u32, Value> = BTreeMap::new();
+    for &p in &partitions {
+        *expected.entry(p).or_insert(json!(0)) = json!(expected.get(&p).and_then(Value::as_u64).unwrap_or(0) + 1);
+    }
+    assert_eq!(counts(&node, &partitions).await, expected, "one count per partition an input landed in");
+    let p = partitions[0];
+    let seen = outbox(&node, p).await;
+    assert!(seen.iter().all(|(topic, _)| topic == "default.seen"), "{seen:?}");
+    assert!(seen.iter().any(|(_, v)| v["key"] == "in/a" && v["v"] == "v"), "{seen:?}");
+
+    // A value the procedure fails on: its writes are dropped, a dead letter says why.
+    let boom = keys.iter().find(|k| partition_of(k) == p).unwrap();
+    write_all(&node, &[boom], &json!("boom")).await;
+    let letters = outbox(&node, p).await;
+    let (topic, dead) = letters.last().unwrap();
+    assert_eq!(topic, "default.counter.dead");
+    assert!(dead["reason"].as_str().unwrap().starts_with("aborted: asked to fail"), "{dead}");
+    assert_eq!(counts(&node, &[p]).await[&p], expected[&p], "the failed call's put is not applied");
+
+    // kill -9: the node reloads the procedure from its stores and goes on counting.
+    node.kill9();
+    let node = Tern::dev(dir.path()).await;
+    write_all(&node, &[boom], &json!("again")).await;
+    assert_eq!(counts(&node, &[p]).await[&p], json!(expected[&p].as_u64().unwrap() + 1));
+
+    // Rollback to the first version, then removal: each a new version.
+    let (_, shown) = node.get_json("/v1/ns/default/procedures/counter").await;
+    let first = shown["version"].as_u64().unwrap();
+    let (ok, out, err) = cli(&url_of(&node), &["procedure", "rollback", "counter", &first.to_string()]);
+    assert!(ok, "{err}");
+    assert!(out.contains(&format!("(the definition of version {first})")), "{out}");
+    let (_, shown) = node.get_json("/v1/ns/default/procedures/counter").await;
+    assert!(shown["version"].as_u64().unwrap() > first);
+    assert_eq!(shown["versions"].as_array().unwrap().len(), 2);
+    assert_eq!(shown["params"], json!({"x": 1}), "a rollback deploys the kept definition whole");
+    let (ok, _, err) = cli(&url_of(&node), &["procedure", "rm", "counter"]);
+    assert!(ok, "{err}");
+    let before = counts(&node, &[p]).await[&p].clone();
+    write_all(&node, &[boom], &json!("after removal")).await;
+    assert_eq!(counts(&node, &[p]).await[&p], before, "a removed procedure runs no more");
+    let (_, listed) = node.get_json("/v1/ns/default/procedures").await;
+    assert_eq!(listed["procedures"], json!([]));
+}
+
+fn url_of(node: &Tern) -> String {
+    node.url.clone()
+}
+
+#[tokio::test]
+async fn bad_procedure_requests_get_clear_errors_and_append_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = Tern::dev(dir.path()).await;
+    let put = |path: &str, body: Value| node.client.put(format!("{}{path}", node.url)).json(&body);
+    let module = |bytes: &[u8]| {
+        use base64::Engine as _;
+        base64::engine::general_purpose::STANDARD.encode(bytes)
+    };
+    let offsets = |state: &Value| state["state"].as_array().unwrap().iter().map(|p| p["log_end_offset"].clone()).collect::<Vec<_>>();
+    let (_, before) = node.get_json("/v1/ns/default").await;
+    let wasi = module(br#"(module (import "wasi_snapshot_preview1" "fd_write" (func (param i32 i32 i32 i32) (result i32))))"#);
+    let cases: Vec<(&str, Value, u16, &str, &str)> = vec![
+        ("/v1/ns/default/procedures/a%20b", json!({"runtime": "wasm", "module": "AA=="}), 400, "invalid_procedure", "letters, digits"),
+        ("/v1/ns/nope/procedures/p", json!({"runtime": "wasm", "module": "AA=="}), 404, "namespace_not_found", ""),
+        ("/v1/ns/default/procedures/p", json!({"runtime": "lua", "module": "AA=="}), 400, "invalid_procedure", "unknown variant"),
+        ("/v1/ns/default/procedures/p", json!({"runtime": "wasm", "module": "!!"}), 400, "invalid_procedure", "not base64"),
+        ("/v1/ns/default/procedures/p", json!({"runtime": "wasm", "module": module(b"\0asm garbage")}), 400, "invalid_procedure", "not a valid WebAssembly module"),
+        ("/v1/ns/default/procedures/p", json!({"runtime": "wasm", "module": wasi}), 400, "invalid_procedure", "no WASI"),
+        ("/v1/ns/default/procedures/p", json!({"runtime": "wasm", "module": "AA==", "fuel_per_record": 0}), 400, "invalid_procedure", "fuel_per_record"),
+        ("/v1/ns/default/procedures/p", json!({"runtime": "wasm", "module": "AA==", "removed": true}), 400, "invalid_procedure", "DELETE"),
+        ("/v1/ns/default/procedures/p", json!({"from_version": 7}), 404, "not_found", "no procedure \"p\""),
+        // Names equal to route words are names like any other: here, a module that does not load.
+        ("/v1/ns/default/procedures/kv", json!({"runtime": "wasm", "module": "AA=="}), 400, "invalid_procedure", "not a valid WebAssembly module"),
+    ];
+    for (path, body, status, code, text) in cases {
+        let (got, answer) = node.send(put(path, body)).await;
+        assert_eq!((got, error_code(&answer)), (status, code), "{path}: {answer}");
+        assert!(answer["error"]["message"].as_str().unwrap().contains(text), "{path}: {answer}");
+    }
+    // Larger than a value: 413, read no further.
+    let huge = "A".repeat(tern::limits::VALUE_BYTES_MAX + 8);
+    let (status, answer) = node.send(put("/v1/ns/default/procedures/p", json!({"runtime": "wasm", "module": huge}))).await;
+    assert_eq!((status, error_code(&answer)), (413, "definition_too_large"), "{answer}");
+    let (status, answer) = node.send(node.client.delete(format!("{}/v1/ns/default/procedures/p", node.url))).await;
+    assert_eq!((status, error_code(&answer)), (404, "not_found"));
+    for query in ["", "partition=16", "partition=x", "partition=0&limit=0", "partition=0&after=3"] {
+        let (status, answer) = node.get_json(&format!("/v1/ns/default/outbox?{query}")).await;
+        assert_eq!((status, error_code(&answer)), (400, "invalid_request"), "{query}: {answer}");
+    }
+    for path in ["/v1/ns/default/kv/k?partition=99", "/v1/ns/default/kv/k/s?partition=-1"] {
+        let (status, answer) = node.get_json(path).await;
+        assert_eq!((status, error_code(&answer)), (400, "invalid_request"), "{path}: {answer}");
+    }
+    // Nothing was appended to any partition's log.
+    let (_, listed) = node.get_json("/v1/ns/default/procedures").await;
+    assert_eq!(listed["procedures"], json!([]));
+    let (_, after) = node.get_json("/v1/ns/default").await;
+    assert_eq!(offsets(&after), offsets(&before));
+}
