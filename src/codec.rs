@@ -137,8 +137,14 @@ pub fn encode_at(mutation: &Mutation, time_ms: u64) -> Vec<u8> {
         write_id: mutation.write_id.clone(),
         ops: mutation.ops.iter().map(encode_op).collect(),
         time_ms,
+        tick: false,
     };
     message.encode_to_vec()
+}
+
+/// A tick at `time_ms`: no ops, only the time (decodes to a mutation without ops).
+pub fn encode_tick(time_ms: u64) -> Vec<u8> {
+    proto::Mutation { format: FORMAT_VERSION, write_id: Bytes::new(), ops: Vec::new(), time_ms, tick: true }.encode_to_vec()
 }
 
 /// The wall clock in ms since the Unix epoch (0 before it).
@@ -177,6 +183,13 @@ pub fn decode_timed(entry: Bytes, partition: u32, partitions: u32) -> Result<(Mu
     }
     if message.write_id.len() > limits::WRITE_ID_BYTES_MAX {
         return Err(Malformed::Limit(format!("write_id longer than {} bytes", limits::WRITE_ID_BYTES_MAX)));
+    }
+    if message.tick {
+        if !message.ops.is_empty() || !message.write_id.is_empty() {
+            return Err(Malformed::Limit("a tick has no ops and no write id".into()));
+        }
+        // The one mutation without ops: applying it moves the log time.
+        return Ok((Mutation { write_id: Bytes::new(), ops: Vec::new() }, message.time_ms));
     }
     limits::check_ops_count(message.ops.len()).map_err(|e| Malformed::Limit(e.message))?;
     let mut ops = Vec::with_capacity(message.ops.len());
@@ -300,7 +313,7 @@ mod tests {
     #[test]
     fn garbage_and_bad_fields_are_malformed() {
         assert_eq!(decode(Bytes::from_static(&[0xff, 0xff, 0xff]), 0, 1).unwrap_err().label(), "undecodable");
-        let mut raw = proto::Mutation { format: 2, write_id: Bytes::new(), ops: vec![], time_ms: 0 };
+        let mut raw = proto::Mutation { format: 2, write_id: Bytes::new(), ops: vec![], time_ms: 0, tick: false };
         assert_eq!(decode(Bytes::from(raw.encode_to_vec()), 0, 1).unwrap_err(), Malformed::UnknownFormat(2));
         raw.format = 1;
         assert_eq!(decode(Bytes::from(raw.encode_to_vec()), 0, 1).unwrap_err().label(), "limit");
@@ -344,6 +357,16 @@ mod tests {
         ] {
             assert_eq!(decode(Bytes::from(encode(&bad)), p, 4).unwrap_err().label(), "tree", "{bad:?}");
         }
+    }
+
+    #[test]
+    fn ticks_carry_only_a_time() {
+        assert_eq!(decode_timed(Bytes::from(encode_tick(42)), 3, 4).unwrap(), (Mutation { write_id: Bytes::new(), ops: vec![] }, 42));
+        let mut raw = proto::Mutation::decode(Bytes::from(encode(&sample(4)))).unwrap();
+        raw.tick = true;
+        assert_eq!(decode(Bytes::from(raw.encode_to_vec()), 2, 4).unwrap_err().label(), "limit");
+        let empty = proto::Mutation { format: 1, write_id: Bytes::new(), ops: vec![], time_ms: 1, tick: false };
+        assert_eq!(decode(Bytes::from(empty.encode_to_vec()), 0, 1).unwrap_err().label(), "limit", "no ops and no tick");
     }
 
     #[test]

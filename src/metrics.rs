@@ -377,3 +377,8 @@ pub static PROCEDURE_CALL_SECONDS: LazyLock<HistogramVec> = LazyLock::new(|| {
     )
     .expect("metric registers")
 });
+
+pub static PROCEDURE_TICKS: LazyLock<IntCounter> = LazyLock::new(|| {
+    register_int_counter!("tern_procedure_ticks_total", "Ticks this node appended to idle partitions with procedures (their timers fire in log time)")
+        .expect("metric registers")
+});

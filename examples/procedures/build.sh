@@ -8,7 +8,7 @@ cd "$(dirname "$0")"
 npm ci --no-audit --no-fund --loglevel=error
 mkdir -p build
 names=("$@")
-((${#names[@]})) || names=(counter timers)
+((${#names[@]})) || names=(counter timers ticker)
 for name in "${names[@]}"; do
   npx asc "assembly/$name.ts" -O3 --runtime incremental --noAssert -o "build/$name.wasm"
 done

@@ -73,6 +73,11 @@ pub fn apply_entries_with(
         let outcome = match codec::decode_timed(entry.payload.clone(), partition, partitions) {
             Err(malformed) => Outcome::Skipped(malformed),
             Ok((mutation, time_ms)) if is_deployment(&mutation) => deploy(tx, procedures, entry.offset, time_ms, &mutation)?,
+            // A tick (the only mutation without ops): log time moves, timers fire.
+            Ok((mutation, time_ms)) if mutation.ops.is_empty() => {
+                procedures.on_tick(tx, entry.offset, time_ms)?;
+                Outcome::Applied
+            }
             Ok((mutation, time_ms)) => {
                 let (outcome, resolved) = if mutation.write_id.is_empty() {
                     apply_mutation(tx, &mutation, entry.offset)?

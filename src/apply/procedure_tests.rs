@@ -237,6 +237,28 @@ fn timers_fire_in_log_time_in_order_and_can_be_moved_or_cancelled() {
 }
 
 #[test]
+fn a_tick_moves_log_time_and_fires_timers_without_a_record() {
+    let (_dir, store) = store();
+    let mut procedures = Procedures::new(NS, 0);
+    let tick = |offset: u64, time_ms: u64| LogRecord { offset, payload: Bytes::from(crate::codec::encode_tick(time_ms)) };
+    let entries = vec![
+        entry(0, 1_000, vec![deploy_op("t", wasm(TIMERS))]),
+        entry(1, 1_000, vec![put("set", "1")]),
+        tick(2, 4_000),
+        tick(3, 5_000),
+        // A tick from a writer whose clock is behind: the log time stays.
+        tick(4, 10),
+        tick(5, 5_001),
+    ];
+    let outcomes = apply(&store, &mut procedures, &entries);
+    assert!(outcomes.iter().all(|(_, o)| *o == Outcome::Applied), "{outcomes:?}");
+    let reader = store.read().unwrap();
+    let fired: Vec<(u64, String)> = outbox(&reader).into_iter().map(|(o, _, m)| (o, String::from_utf8(m.value).unwrap())).collect();
+    assert_eq!(fired, vec![(3, "a@5000 now 5000".into()), (3, "b@5000 now 5000".into()), (5, "again@5001 now 5001".into())]);
+    assert_eq!(reader.log_time_ms().unwrap(), 5_001);
+}
+
+#[test]
 fn a_removed_procedure_stops_at_its_offset() {
     let (_dir, store) = store();
     let mut procedures = Procedures::new(NS, 0);

@@ -53,6 +53,9 @@ pub struct NodeConfig {
     pub journal_claim_after: Duration,
     /// This node's name (shown in its journal's lease).
     pub node_id: String,
+    /// How long a held partition with procedures may apply nothing before
+    /// this node appends a tick to it (zero: never).
+    pub procedure_tick: Duration,
 }
 
 impl NodeConfig {
@@ -123,6 +126,9 @@ pub struct Node {
     /// writes at once instead of waiting for the log first. An atomic: every
     /// successful write looks at it.
     log_refused: std::sync::atomic::AtomicBool,
+    /// Per held partition: its applied offset at the last tick round (idle
+    /// when it has not moved since). Bounded by the partitions this node holds.
+    tick_seen: Mutex<HashMap<TopicPartition, u64>>,
 }
 
 /// Whether this node hears no node of another region while it knows some.
@@ -169,6 +175,7 @@ impl Node {
             applied_elsewhere: RwLock::new(None),
             isolated: RwLock::new(None),
             log_refused: std::sync::atomic::AtomicBool::new(false),
+            tick_seen: Mutex::new(HashMap::new()),
             watches: crate::watch::Watches::new(config.watch.clone(), log.clone()),
             config,
             log,
@@ -197,6 +204,9 @@ impl Node {
         // rounds and the lag refresh wait on the log while it is down, and
         // the backlog is what an operator watches then.
         node.every(JOURNAL_METRICS_REFRESH, |node| async move { node.refresh_journal_metrics() });
+        if !node.config.procedure_tick.is_zero() {
+            node.every(node.config.procedure_tick, |node| async move { node.append_ticks().await });
+        }
         let weak = Arc::downgrade(&node);
         let mut assignment = node.log.assignment();
         let mut shutdown = node.shutdown.subscribe();
@@ -298,6 +308,39 @@ impl Node {
                 tick(node).await;
             }
         }));
+    }
+
+    /// Appends a tick to every held partition that has procedures and applied
+    /// nothing since the last round, so their timers fire in log time even
+    /// when nothing is written (docs/procedures.md). At most one tick per
+    /// held partition per round. Every replica group's holder ticks: ticks
+    /// are ordinary entries, so extra ones change nothing but the log time.
+    async fn append_ticks(&self) {
+        for namespace in self.namespaces() {
+            for partition in 0..namespace.partitions {
+                let handle = namespace.handle(partition);
+                if !handle.is_held() {
+                    continue;
+                }
+                let applied = handle.applied_next();
+                let idle = self.tick_seen.lock().insert(handle.tp.clone(), applied) == Some(applied);
+                let has_procedures = || handle.read_view().and_then(|v| v.reader.has_procedures()).unwrap_or(false);
+                if !idle || !has_procedures() {
+                    continue;
+                }
+                match self.log.append(&handle.tp, bytes::Bytes::from(crate::codec::encode_tick(crate::codec::now_ms()))).await {
+                    // Idle again once the tick is applied and nothing else came.
+                    Ok(offset) => {
+                        self.tick_seen.lock().insert(handle.tp.clone(), offset + 1);
+                        crate::metrics::PROCEDURE_TICKS.inc();
+                    }
+                    Err(e) => tracing::debug!(tp = %handle.tp, error = %e, "appending a tick failed; the next round tries again"),
+                }
+            }
+        }
+        let held: std::collections::HashSet<TopicPartition> =
+            self.namespaces().iter().flat_map(|ns| (0..ns.partitions).map(|p| ns.handle(p)).filter(|h| h.is_held()).map(|h| h.tp.clone()).collect::<Vec<_>>()).collect();
+        self.tick_seen.lock().retain(|tp, _| held.contains(tp));
     }
 
     /// Sets the journal's backlog metrics (entries, bytes, oldest age).

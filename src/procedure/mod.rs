@@ -188,11 +188,22 @@ impl Procedures {
                     OpKind::Tree(t) => (Some(&t.value[..]), wasm::OP_TREE_SET),
                     OpKind::Procedure(_) => continue,
                 };
-                let input = Input { key: Some(op.pk.as_bytes()), sk: Some(&op.sk), value, op: kind, timestamp_ms: now_ms, offset };
+                // The entry's own time (0: its writer did not say); `now()` is the log time.
+                let input = Input { key: Some(op.pk.as_bytes()), sk: Some(&op.sk), value, op: kind, timestamp_ms: time_ms, offset };
                 self.run_record(tx, name, &input, now_ms, &mut index)?;
             }
         }
         self.fire_timers(tx, offset, now_ms, &mut index)
+    }
+
+    /// A tick at `offset`: the log time moves to `time_ms` (never back) and
+    /// the timers due then fire.
+    pub fn on_tick(&mut self, tx: &mut ApplyTxn, offset: u64, time_ms: u64) -> Result<(), StoreError> {
+        if self.loaded.is_empty() {
+            return Ok(());
+        }
+        let now_ms = tx.advance_log_time(time_ms)?;
+        self.fire_timers(tx, offset, now_ms, &mut 0)
     }
 
     fn run_record(&mut self, tx: &mut ApplyTxn, name: &str, input: &Input, now_ms: u64, index: &mut u32) -> Result<(), StoreError> {

@@ -317,6 +317,9 @@ settings! {
     /// Journaled writes: a journal in object storage whose owner has not renewed its lease for this long
     /// is claimed and replayed by another node (keep it above the nodes' clock skew and pauses).
     journal_claim_after_ms: u64 = 60_000, Bound::Range(1_000, 7 * 24 * 3_600_000);
+    /// Procedures: append a tick (an entry that only moves the log time, so timers fire) to every held
+    /// partition with procedures that applied nothing for this long; 0: never (docs/procedures.md).
+    procedure_tick_ms: u64 = 1_000, Bound::Range(0, 3_600_000);
 }
 
 impl Settings {
@@ -512,6 +515,7 @@ impl Settings {
             ripcord: self.ripcord,
             journal_objects: self.journal_objects,
             journal_claim_after: Duration::from_millis(self.journal_claim_after_ms),
+            procedure_tick: Duration::from_millis(self.procedure_tick_ms),
             node_id: self.node_id.clone(),
         }
     }

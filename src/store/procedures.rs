@@ -70,6 +70,30 @@ pub struct OutboxEntry {
     pub message: Vec<u8>,
 }
 
+/// The active definition of every procedure in `table`, in name order.
+fn procedures_in(table: &impl ReadableTable<&'static [u8], &'static [u8]>) -> Result<Vec<(String, Vec<u8>)>, redb::StorageError> {
+    let from = prefix(DEFINITION);
+    let mut found = Vec::new();
+    for entry in table.range::<&[u8]>(from.as_slice()..)? {
+        let (k, v) = entry?;
+        let Some(name) = k.value().strip_prefix(from.as_slice()) else { break };
+        found.push((String::from_utf8_lossy(name).into_owned(), v.value().to_vec()));
+    }
+    Ok(found)
+}
+
+/// Every kept version of `name` in `table`: `(version, definition)`, oldest first.
+fn versions_in(table: &impl ReadableTable<&'static [u8], &'static [u8]>, name: &str) -> Result<Vec<(u64, Vec<u8>)>, redb::StorageError> {
+    let from = key(VERSION, &[name.as_bytes(), &[0]]);
+    let mut versions = Vec::new();
+    for entry in table.range::<&[u8]>(from.as_slice()..)? {
+        let (k, v) = entry?;
+        let Some(version) = k.value().strip_prefix(from.as_slice()) else { break };
+        versions.push((u64::from_be_bytes(version.try_into().expect("version keys end in 8 bytes")), v.value().to_vec()));
+    }
+    Ok(versions)
+}
+
 fn u64_le(bytes: &[u8]) -> u64 {
     u64::from_le_bytes(bytes.try_into().expect("procedure meta values of 8 bytes"))
 }
@@ -77,14 +101,7 @@ fn u64_le(bytes: &[u8]) -> u64 {
 impl ApplyTxn<'_, '_> {
     /// The active definition of every procedure, in name order.
     pub fn procedures(&self) -> Result<Vec<(String, Vec<u8>)>, StoreError> {
-        let from = prefix(DEFINITION);
-        let mut found = Vec::new();
-        for entry in self.records.range::<&[u8]>(from.as_slice()..).map_err(|e| self.error(e))? {
-            let (k, v) = entry.map_err(|e| self.error(e))?;
-            let Some(name) = k.value().strip_prefix(from.as_slice()) else { break };
-            found.push((String::from_utf8_lossy(name).into_owned(), v.value().to_vec()));
-        }
-        Ok(found)
+        procedures_in(&*self.records).map_err(|e| self.error(e))
     }
 
     /// The active definition of `name`.
@@ -108,14 +125,7 @@ impl ApplyTxn<'_, '_> {
 
     /// The versions of `name` kept, oldest first.
     pub fn procedure_versions(&self, name: &str) -> Result<Vec<u64>, StoreError> {
-        let from = key(VERSION, &[name.as_bytes(), &[0]]);
-        let mut versions = Vec::new();
-        for entry in self.records.range::<&[u8]>(from.as_slice()..).map_err(|e| self.error(e))? {
-            let (k, _) = entry.map_err(|e| self.error(e))?;
-            let Some(version) = k.value().strip_prefix(from.as_slice()) else { break };
-            versions.push(u64::from_be_bytes(version.try_into().expect("version keys end in 8 bytes")));
-        }
-        Ok(versions)
+        Ok(versions_in(&*self.records, name).map_err(|e| self.error(e))?.into_iter().map(|(v, _)| v).collect())
     }
 
     /// The partition's log time (ms): the largest timestamp applied so far.
@@ -215,26 +225,23 @@ impl ApplyTxn<'_, '_> {
 impl StoreReader {
     /// The active definition of every procedure, in name order.
     pub fn procedures(&self) -> Result<Vec<(String, Vec<u8>)>, StoreError> {
-        let from = prefix(DEFINITION);
-        let mut found = Vec::new();
-        for entry in self.table.range::<&[u8]>(from.as_slice()..).map_err(|e| self.error(e))? {
-            let (k, v) = entry.map_err(|e| self.error(e))?;
-            let Some(name) = k.value().strip_prefix(from.as_slice()) else { break };
-            found.push((String::from_utf8_lossy(name).into_owned(), v.value().to_vec()));
-        }
-        Ok(found)
+        procedures_in(&self.table).map_err(|e| self.error(e))
     }
 
     /// Every kept version of `name`: `(version, definition)`, oldest first.
     pub fn procedure_versions(&self, name: &str) -> Result<Vec<(u64, Vec<u8>)>, StoreError> {
-        let from = key(VERSION, &[name.as_bytes(), &[0]]);
-        let mut versions = Vec::new();
-        for entry in self.table.range::<&[u8]>(from.as_slice()..).map_err(|e| self.error(e))? {
-            let (k, v) = entry.map_err(|e| self.error(e))?;
-            let Some(version) = k.value().strip_prefix(from.as_slice()) else { break };
-            versions.push((u64::from_be_bytes(version.try_into().expect("version keys end in 8 bytes")), v.value().to_vec()));
-        }
-        Ok(versions)
+        versions_in(&self.table, name).map_err(|e| self.error(e))
+    }
+
+    /// Whether any procedure was ever deployed here (a removal counts: it
+    /// is kept as the active definition). Reads one key.
+    pub fn has_procedures(&self) -> Result<bool, StoreError> {
+        let from = prefix(DEFINITION);
+        let first = self.table.range::<&[u8]>(from.as_slice()..).map_err(|e| self.error(e))?.next();
+        Ok(match first {
+            Some(entry) => entry.map_err(|e| self.error(e))?.0.value().starts_with(&from),
+            None => false,
+        })
     }
 
     /// Procedure `procedure`'s private state at `key`.

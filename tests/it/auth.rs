@@ -81,6 +81,13 @@ fn request_for(route: &Route, revoke_id: &str) -> (String, Option<Value>, Need) 
             ("/v1/ns/app/batch".into(), Some(json!({"ops": [{"op": "put", "pk": "p1", "sk": "s", "value": 2}]})), Need::Key("write"))
         }
         ("GET", "/v1/ns/{ns}/watch") => ("/v1/ns/app/watch?pk=p1".into(), None, Need::Key("watch")),
+        ("GET", "/v1/ns/{ns}/procedures") => ("/v1/ns/app/procedures".into(), None, Need::Namespace("read")),
+        ("GET", "/v1/ns/{ns}/procedures/{name}") => ("/v1/ns/app/procedures/agg".into(), None, Need::Namespace("read")),
+        ("PUT", "/v1/ns/{ns}/procedures/{name}") => {
+            ("/v1/ns/app/procedures/agg".into(), Some(json!({"runtime": "wasm", "module": "AA=="})), Need::Namespace("admin"))
+        }
+        ("DELETE", "/v1/ns/{ns}/procedures/{name}") => ("/v1/ns/app/procedures/agg".into(), None, Need::Namespace("admin")),
+        ("GET", "/v1/ns/{ns}/outbox") => ("/v1/ns/app/outbox?partition=0".into(), None, Need::Namespace("read")),
         ("GET", "/v1/ws") => ("/v1/ws".into(), None, Need::AnyToken),
         ("GET", "/v1/writes/{id}") => ("/v1/writes/some-write".into(), None, Need::AnyToken),
         ("POST", "/v1/tokens") => ("/v1/tokens".into(), Some(json!({"ns": "app", "prefix": "p", "verbs": ["read"]})), Need::Namespace("admin")),

@@ -113,6 +113,34 @@ async fn a_procedure_deployed_over_http_runs_per_write_in_its_partition_and_surv
     assert_eq!(listed["procedures"], json!([]));
 }
 
+/// Nothing is written after "arm": only the node's ticks (every
+/// `procedure_tick_ms`, 1 s by default) move the partition's log time past
+/// the timer, which then fires.
+#[tokio::test]
+async fn ticks_fire_timers_in_a_partition_nothing_is_written_to() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = Tern::dev(dir.path()).await;
+    let ticker = checkout().join("examples/procedures/build/ticker.wasm");
+    let (ok, _, err) = cli(&node.url, &["procedure", "deploy", "ticker", ticker.to_str().unwrap()]);
+    assert!(ok, "{err}");
+    write_all(&node, &["arm"], &json!(1)).await;
+    let p = partition_of("arm");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let fired = loop {
+        let messages = outbox(&node, p).await;
+        if let Some((topic, value)) = messages.into_iter().find(|(topic, _)| topic == "default.fired") {
+            break (topic, value);
+        }
+        assert!(std::time::Instant::now() < deadline, "the timer never fired");
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    };
+    assert_eq!(fired.1["timer"], "t");
+    assert!(fired.1["now"].as_u64().unwrap() >= fired.1["at"].as_u64().unwrap(), "{}", fired.1);
+    let metrics = node.client.get(format!("{}/metrics", node.url)).send().await.unwrap().text().await.unwrap();
+    let ticks = metrics.lines().find(|l| l.starts_with("tern_procedure_ticks_total ")).unwrap();
+    assert!(ticks.rsplit(' ').next().unwrap().parse::<f64>().unwrap() >= 1.0, "{ticks}");
+}
+
 fn url_of(node: &Tern) -> String {
     node.url.clone()
 }
