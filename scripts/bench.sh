@@ -17,6 +17,8 @@
 #                                    30 ms one way): GET in region with and without the delay, put → visible in another
 #                                    region next to Kafka alone through the same proxies, PUT throughput (RF 3) next to
 #                                    librdkafka alone, and the write gap when a region is cut (results: regions.json/md).
+#   scripts/bench.sh procedures [ARGS] instead runs `tern-bench procedures`: the same batched writes into a namespace
+#                                    without a procedure and one running aggdemo, alternating rounds (results: procedures.json/md).
 #   scripts/bench.sh snapshot [ARGS] instead runs `tern-bench snapshot`: snapshot and restore of one
 #                                    partition of 1,000,000 records, file:// and S3 (results: snapshot.json/md).
 # `--tern PATH` measures another `tern` binary (e.g. an older build, for alternating runs).
@@ -27,7 +29,7 @@ export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/tern-target}"
 cargo build --release --quiet --workspace
 BENCH="$CARGO_TARGET_DIR/release/tern-bench"
 case "${1:-}" in
-  snapshot | watch | kafka | firebase | journal | security | regions)
+  snapshot | watch | kafka | firebase | journal | security | regions | procedures)
     suite="$1"
     shift
     exec "$BENCH" "$suite" --out bench/results/latest "$@"

@@ -8,8 +8,9 @@ export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/tern-target}"
 # The procedure test guests (WebAssembly built from AssemblyScript, read by
 # the tests) are committed: they must match their sources.
 examples/procedures/build.sh >/dev/null
-git diff --exit-code --quiet -- examples/procedures/build \
-  || { echo "examples/procedures/build is stale: run examples/procedures/build.sh and commit it"; exit 1; }
+examples/aggdemo/build.sh >/dev/null
+git diff --exit-code --quiet -- examples/procedures/build examples/aggdemo/build \
+  || { echo "examples/procedures/build or examples/aggdemo/build is stale: run their build.sh and commit the result"; exit 1; }
 cargo build --release --workspace --all-targets
 # A real Kafka broker for the Kafka tests, on a free loopback port, stopped on exit.
 KAFKA_DIR="$(mktemp -d "${TMPDIR:-/tmp}/tern-test-kafka.XXXXXX")"

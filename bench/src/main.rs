@@ -19,6 +19,7 @@ mod journal;
 mod kafka;
 mod load;
 mod paths;
+mod procedures;
 mod regions;
 mod report;
 mod security;
@@ -69,6 +70,8 @@ enum BenchCommand {
     Journal(journal::JournalBenchArgs),
     /// GET and PUT with authentication and TLS next to the same without, in alternating rounds.
     Security(security::SecurityBenchArgs),
+    /// What a procedure (aggdemo) costs per record inside Tern: the same batched writes with and without it.
+    Procedures(procedures::ProceduresBenchArgs),
     /// Load one HTTP target.
     Http(HttpArgs),
     /// Serializable gets against etcd 3.
@@ -188,6 +191,7 @@ async fn run(args: BenchArgs) -> anyhow::Result<()> {
         BenchCommand::Firebase(args) => firebase::run(args).await,
         BenchCommand::Journal(args) => journal::run(args).await,
         BenchCommand::Security(args) => security::run(args).await,
+        BenchCommand::Procedures(args) => procedures::run(args).await,
         BenchCommand::Hello { listen } => hello::serve(&listen).await,
         BenchCommand::FanoutFloor { listen } => fanout::serve(&listen).await,
         BenchCommand::Http(args) => {

@@ -22,6 +22,9 @@ pub(crate) mod open;
 /// Procedures run by the apply engine (`crate::procedure`), over a real store.
 #[cfg(test)]
 mod procedure_tests;
+/// The aggdemo procedure (`examples/aggdemo/`) against a generator with every fault.
+#[cfg(test)]
+mod aggdemo_tests;
 /// Tree ops (the Firebase model) applied as leaf records.
 pub(crate) mod tree;
 

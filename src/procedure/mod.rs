@@ -59,6 +59,39 @@ struct Loaded {
     /// with `load_error`: the same on every replica of this build).
     vm: Option<Vm>,
     load_error: String,
+    metrics: Meters,
+}
+
+/// One procedure's metrics, resolved once at load: a call looks up no labels.
+struct Meters {
+    records: prometheus::IntCounter,
+    outputs: prometheus::IntCounter,
+    dead_letters: prometheus::IntCounter,
+    fuel: prometheus::IntCounter,
+    timers_fired: prometheus::IntCounter,
+    call_seconds: prometheus::Histogram,
+}
+
+impl Meters {
+    fn of(ns: &str, name: &str) -> Meters {
+        let labels = [ns, name];
+        Meters {
+            records: metrics::PROCEDURE_RECORDS.with_label_values(&labels),
+            outputs: metrics::PROCEDURE_OUTPUTS.with_label_values(&labels),
+            dead_letters: metrics::PROCEDURE_DEAD_LETTERS.with_label_values(&labels),
+            fuel: metrics::PROCEDURE_FUEL.with_label_values(&labels),
+            timers_fired: metrics::PROCEDURE_TIMERS_FIRED.with_label_values(&labels),
+            call_seconds: metrics::PROCEDURE_CALL_SECONDS.with_label_values(&labels),
+        }
+    }
+
+    fn observe(&self, started: Instant, result: &Result<Returned, Failed>) {
+        self.fuel.inc_by(match result {
+            Ok(r) => r.fuel_used,
+            Err(f) => f.fuel_used,
+        });
+        self.call_seconds.observe(started.elapsed().as_secs_f64());
+    }
 }
 
 /// The procedures of one partition, kept in step with its store by the
@@ -104,7 +137,8 @@ impl Procedures {
             match Definition::parse(&bytes) {
                 Ok(definition) if !definition.removed => {
                     let version = definition.version.unwrap_or(0);
-                    self.loaded.insert(name, self.load(definition, version));
+                    let loaded = self.load(&name, definition, version);
+                    self.loaded.insert(name, loaded);
                 }
                 Ok(_) => {}
                 Err(e) => tracing::error!(ns = %self.namespace, partition = self.partition, procedure = %name, error = %e, "a stored procedure definition does not parse"),
@@ -124,14 +158,14 @@ impl Procedures {
         self.loaded.is_empty()
     }
 
-    fn load(&self, definition: Definition, version: u64) -> Loaded {
+    fn load(&self, name: &str, definition: Definition, version: u64) -> Loaded {
         let started = Instant::now();
         let (vm, load_error) = match Vm::load(&definition, self.partition) {
             Ok(vm) => (Some(vm), String::new()),
             Err(e) => (None, format!("the procedure did not load: {e}")),
         };
         tracing::debug!(ns = %self.namespace, partition = self.partition, version, elapsed_us = started.elapsed().as_micros() as u64, "procedure loaded");
-        Loaded { definition, version, vm, load_error }
+        Loaded { definition, version, vm, load_error, metrics: Meters::of(&self.namespace, name) }
     }
 
     /// Applies a deploy entry at `offset` for procedure `name`. Ok(Err) is a
@@ -163,7 +197,7 @@ impl Procedures {
         if definition.removed {
             self.loaded.remove(name);
         } else {
-            let loaded = self.load(definition, version);
+            let loaded = self.load(name, definition, version);
             self.loaded.insert(name.to_string(), loaded);
         }
         tracing::info!(ns = %self.namespace, partition = self.partition, procedure = name, version, offset, "procedure deployed");
@@ -214,14 +248,14 @@ impl Procedures {
             Some(vm) => vm.on_record(input, now_ms, &mut TxnRead { tx, procedure: name }),
             None => Err(Failed { reason: loaded.load_error.clone(), fuel_used: 0 }),
         };
-        observe(&ns, name, started, &result);
-        metrics::PROCEDURE_RECORDS.with_label_values(&[&ns, name]).inc();
+        loaded.metrics.observe(started, &result);
+        loaded.metrics.records.inc();
         match result {
-            Ok(returned) => apply_effects(tx, &ns, name, &loaded.definition, input.offset, returned.effects, index),
+            Ok(returned) => apply_effects(tx, &ns, name, loaded, input.offset, returned.effects, index),
             Err(failed) => {
                 let dead = dead_letter(&ns, self.partition, name, loaded, input, &failed.reason);
                 put_outbox(tx, input.offset, index, &dead)?;
-                metrics::PROCEDURE_DEAD_LETTERS.with_label_values(&[&ns, name]).inc();
+                loaded.metrics.dead_letters.inc();
                 Ok(())
             }
         }
@@ -239,15 +273,15 @@ impl Procedures {
                 Some(vm) => vm.on_timer(&due.timer, due.at_ms, now_ms, &mut TxnRead { tx, procedure: &due.procedure }),
                 None => Err(Failed { reason: loaded.load_error.clone(), fuel_used: 0 }),
             };
-            observe(&ns, &due.procedure, started, &result);
-            metrics::PROCEDURE_TIMERS_FIRED.with_label_values(&[&*ns, due.procedure.as_str()]).inc();
+            loaded.metrics.observe(started, &result);
+            loaded.metrics.timers_fired.inc();
             match result {
-                Ok(returned) => apply_effects(tx, &ns, &due.procedure, &loaded.definition, offset, returned.effects, index)?,
+                Ok(returned) => apply_effects(tx, &ns, &due.procedure, loaded, offset, returned.effects, index)?,
                 Err(failed) => {
                     let input = Input { key: None, sk: Some(&due.timer), value: None, op: -1, timestamp_ms: due.at_ms, offset };
                     let dead = dead_letter(&ns, self.partition, &due.procedure, loaded, &input, &failed.reason);
                     put_outbox(tx, offset, index, &dead)?;
-                    metrics::PROCEDURE_DEAD_LETTERS.with_label_values(&[&*ns, due.procedure.as_str()]).inc();
+                    loaded.metrics.dead_letters.inc();
                 }
             }
         }
@@ -255,18 +289,10 @@ impl Procedures {
     }
 }
 
-fn observe(ns: &str, name: &str, started: Instant, result: &Result<Returned, Failed>) {
-    let fuel = match result {
-        Ok(r) => r.fuel_used,
-        Err(f) => f.fuel_used,
-    };
-    metrics::PROCEDURE_FUEL.with_label_values(&[ns, name]).inc_by(fuel);
-    metrics::PROCEDURE_CALL_SECONDS.with_label_values(&[ns, name]).observe(started.elapsed().as_secs_f64());
-}
-
 /// Applies a returned call's effects, in the order asked: record writes,
 /// state writes, timers, outputs.
-fn apply_effects(tx: &mut ApplyTxn, ns: &str, name: &str, definition: &Definition, offset: u64, effects: Effects, index: &mut u32) -> Result<(), StoreError> {
+fn apply_effects(tx: &mut ApplyTxn, ns: &str, name: &str, loaded: &Loaded, offset: u64, effects: Effects, index: &mut u32) -> Result<(), StoreError> {
+    let definition = &loaded.definition;
     for write in effects.writes {
         match write.value {
             Some(value) => tx.put(&write.pk, &write.sk, offset, &value)?,
@@ -289,7 +315,7 @@ fn apply_effects(tx: &mut ApplyTxn, ns: &str, name: &str, definition: &Definitio
         let message = OutboxMessage { procedure: name.to_string(), topic: definition.topic_of(ns, &output.output), key: output.key, value: output.value };
         put_outbox(tx, offset, index, &message)?;
     }
-    metrics::PROCEDURE_OUTPUTS.with_label_values(&[ns, name]).inc_by(outputs);
+    loaded.metrics.outputs.inc_by(outputs);
     Ok(())
 }
 

@@ -115,6 +115,9 @@ struct Host {
     params: Vec<u8>,
     partition: u32,
     call: Option<Call>,
+    /// The instance's exported memory, found once after instantiation
+    /// (an import then needs no lookup by name).
+    memory: Option<Memory>,
 }
 
 /// What the imports act on during one call.
@@ -195,6 +198,10 @@ fn fail(message: impl Into<String>) -> wasmtime::Error {
 }
 
 fn memory_of(caller: &mut Caller<'_, Host>) -> wasmtime::Result<Memory> {
+    if let Some(memory) = caller.data().memory {
+        return Ok(memory);
+    }
+    // During instantiation (a start function): looked up by name.
     match caller.get_export("memory") {
         Some(Extern::Memory(m)) => Ok(m),
         _ => Err(fail("the module exports no memory")),
@@ -364,12 +371,13 @@ impl Vm {
         check_module(&bytes)?;
         let module = module_of(&bytes)?;
         let limits = StoreLimitsBuilder::new().memory_size(definition.memory_bytes).instances(1).tables(4).memories(1).trap_on_grow_failure(true).build();
-        let host = Host { limits, params: definition.params.to_string().into_bytes(), partition, call: None };
+        let host = Host { limits, params: definition.params.to_string().into_bytes(), partition, call: None, memory: None };
         let mut store = Store::new(&ENGINE, host);
         store.limiter(|host| &mut host.limits);
         store.set_fuel(INSTANTIATE_FUEL).map_err(|e| e.to_string())?;
         let instance = LINKER.instantiate(&mut store, &module).map_err(|e| format!("instantiating the module failed: {}", reason_of(&e)))?;
         let memory = instance.get_memory(&mut store, "memory").ok_or("the module exports no memory")?;
+        store.data_mut().memory = Some(memory);
         let input = instance.get_typed_func::<i32, i32>(&mut store, "input").map_err(|e| format!("export input: {e}"))?;
         let on_record = instance
             .get_typed_func::<(i32, i32, i32, i32, i64, i64), ()>(&mut store, "on_record")
