@@ -186,19 +186,25 @@ impl Procedures {
             tracing::info!(ns = %self.namespace, partition = self.partition, procedure = name, version, ?active, "a deployment older than the active one is not applied");
             return Ok(Ok(()));
         }
-        if !definition.removed {
-            // Checked here too (the API did): a definition that does not load is refused.
-            if let Err(e) = Vm::load(&definition, self.partition) {
-                return Ok(Err(format!("the code does not load: {e}")));
-            }
-        }
+        // Checked here too (the API did): a definition that does not load is
+        // refused. The instance that loaded is the one that runs.
+        let vm = match definition.removed {
+            true => None,
+            false => match Vm::load(&definition, self.partition) {
+                Ok(vm) => Some(vm),
+                Err(e) => return Ok(Err(format!("the code does not load: {e}"))),
+            },
+        };
         tx.deploy_procedure(name, version, &definition.to_json(), VERSIONS_KEPT)?;
         tx.advance_log_time(time_ms)?;
-        if definition.removed {
-            self.loaded.remove(name);
-        } else {
-            let loaded = self.load(name, definition, version);
-            self.loaded.insert(name.to_string(), loaded);
+        match vm {
+            None => {
+                self.loaded.remove(name);
+            }
+            Some(vm) => {
+                let metrics = Meters::of(&self.namespace, name);
+                self.loaded.insert(name.to_string(), Loaded { definition, version, vm: Some(vm), load_error: String::new(), metrics });
+            }
         }
         tracing::info!(ns = %self.namespace, partition = self.partition, procedure = name, version, offset, "procedure deployed");
         Ok(Ok(()))
