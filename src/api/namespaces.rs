@@ -6,7 +6,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::Deserialize;
-use serde_json::json;
+use serde_json::{json, Value};
 
 use super::access::{require, require_anywhere, Caller};
 use super::error::ApiError;
@@ -23,6 +23,10 @@ struct CreateBody {
     partitions: Option<u32>,
     write_mode: Option<WriteMode>,
 }
+
+/// Most outbox messages counted per partition for `GET /v1/ns/{ns}` (the
+/// count is a bounded scan; "100000" reads as "at least").
+const OUTBOX_COUNTED_MAX: usize = 100_000;
 
 /// Bodies of namespace calls are tiny.
 const NAMESPACE_BODY_BYTES_MAX: usize = 4096;
@@ -81,7 +85,14 @@ pub async fn describe(State(state): State<AppState>, Caller(identity): Caller, N
     let log_offsets = log_offsets(state.node.log.clone(), tps).await;
     let mut partitions = Vec::with_capacity(namespace.handles.len());
     for (handle, (log_start, log_end)) in namespace.handles.iter().zip(log_offsets) {
-        let store_state = handle.read_view()?.reader.state()?;
+        let view = handle.read_view()?;
+        let store_state = view.reader.state()?;
+        // Procedures (docs/procedures.md): the partition's log time and its
+        // outbox's backlog, counted up to OUTBOX_COUNTED_MAX.
+        let procedures = match view.reader.has_procedures()? {
+            true => json!({ "log_time_ms": view.reader.log_time_ms()?, "outbox_messages": view.reader.outbox_len(OUTBOX_COUNTED_MAX)? }),
+            false => Value::Null,
+        };
         let fetch = state.node.log.fetch_source(&handle.tp);
         let (status, reason) = match handle.status() {
             PartitionStatus::Serving => ("serving", None),
@@ -105,6 +116,7 @@ pub async fn describe(State(state): State<AppState>, Caller(identity): Caller, N
             "staleness_ms": handle.staleness().map(|s| s.as_millis() as u64),
             "log_leader": fetch.map(|f| f.leader),
             "fetching_from": fetch.map(|f| f.fetching_from),
+            "procedures": procedures,
         }));
     }
     let settings = ns_settings::settings_of(&state, &namespace).await;

@@ -348,7 +348,32 @@ pub async fn ns(a: NsArgs) -> anyhow::Result<()> {
                     );
                 }
             });
+            print_procedures(&a.common, &client, &base, &name).await?;
         }
+    }
+    Ok(())
+}
+
+/// `tern ns show`'s procedures: each one's version, and each partition's
+/// outbox backlog and log time (human output only).
+async fn print_procedures(common: &Common, client: &reqwest::Client, base: &str, name: &str) -> anyhow::Result<()> {
+    if common.json {
+        return Ok(());
+    }
+    let listed = send(client.get(format!("{base}/v1/ns/{name}/procedures"))).await?;
+    let procedures = listed["procedures"].as_array().cloned().unwrap_or_default();
+    if procedures.is_empty() {
+        return Ok(());
+    }
+    println!();
+    println!("{:<24} {:>12} {:>12}  MODULE", "PROCEDURE", "VERSION", "FUEL");
+    for p in &procedures {
+        println!("{:<24} {:>12} {:>12}  {} bytes", p["name"].as_str().unwrap_or(""), p["version"], p["fuel_per_record"], p["module_bytes"]);
+    }
+    let shown = send(client.get(format!("{base}/v1/ns/{name}"))).await?;
+    println!("{:>9} {:>16} {:>16}", "PARTITION", "OUTBOX", "LOG TIME MS");
+    for p in shown["state"].as_array().into_iter().flatten().filter(|p| !p["procedures"].is_null()) {
+        println!("{:>9} {:>16} {:>16}", p["partition"].to_string(), p["procedures"]["outbox_messages"].to_string(), p["procedures"]["log_time_ms"].to_string());
     }
     Ok(())
 }

@@ -76,6 +76,11 @@ async fn a_procedure_deployed_over_http_runs_per_write_in_its_partition_and_surv
     assert_eq!(counts(&node, &partitions).await, expected, "one count per partition an input landed in");
     let p = partitions[0];
     let seen = outbox(&node, p).await;
+    // `GET /v1/ns` and `tern ns show` tell each partition's outbox backlog.
+    let (_, shown) = node.get_json("/v1/ns/default").await;
+    assert_eq!(shown["state"][p as usize]["procedures"]["outbox_messages"], json!(seen.len()), "{shown}");
+    let (ok, out, err) = cli(&url, &["ns", "show", "default"]);
+    assert!(ok && out.contains("PROCEDURE") && out.contains("counter") && out.contains("OUTBOX"), "{out}{err}");
     assert!(seen.iter().all(|(topic, _)| topic == "default.seen"), "{seen:?}");
     assert!(seen.iter().any(|(_, v)| v["key"] == "in/a" && v["v"] == "v"), "{seen:?}");
 
