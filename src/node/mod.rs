@@ -316,12 +316,14 @@ impl Node {
     /// held partition per round. Every replica group's holder ticks: ticks
     /// are ordinary entries, so extra ones change nothing but the log time.
     async fn append_ticks(&self) {
+        let mut held = std::collections::HashSet::new();
         for namespace in self.namespaces() {
             for partition in 0..namespace.partitions {
                 let handle = namespace.handle(partition);
                 if !handle.is_held() {
                     continue;
                 }
+                held.insert(handle.tp.clone());
                 let applied = handle.applied_next();
                 let idle = self.tick_seen.lock().insert(handle.tp.clone(), applied) == Some(applied);
                 let has_procedures = || handle.read_view().and_then(|v| v.reader.has_procedures()).unwrap_or(false);
@@ -338,8 +340,7 @@ impl Node {
                 }
             }
         }
-        let held: std::collections::HashSet<TopicPartition> =
-            self.namespaces().iter().flat_map(|ns| (0..ns.partitions).map(|p| ns.handle(p)).filter(|h| h.is_held()).map(|h| h.tp.clone()).collect::<Vec<_>>()).collect();
+        // Partitions let go are forgotten: the table stays bounded by what is held.
         self.tick_seen.lock().retain(|tp, _| held.contains(tp));
     }
 

@@ -25,6 +25,8 @@ pub const EFFECT_BYTES_PER_CALL_MAX: usize = limits::MUTATION_BYTES_MAX;
 pub const OUTPUT_KEY_BYTES_MAX: usize = 1024;
 /// Longest timer name, in bytes.
 pub const TIMER_NAME_BYTES_MAX: usize = 256;
+/// Longest private state key, in bytes.
+pub const STATE_KEY_BYTES_MAX: usize = 1024;
 
 /// A record write: `value` None deletes.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -63,7 +65,7 @@ pub struct Effects {
 impl Effects {
     /// What this call wrote at `(pk, sk)`: Some(None) if it deleted it, None if untouched.
     pub fn written(&self, pk: &str, sk: &str) -> Option<Option<&[u8]>> {
-        // A lookup without allocating a key: the overlay is small (≤ 1,000).
+        // Most calls write nothing before they read: no key is built then.
         if self.overlay.is_empty() {
             return None;
         }
@@ -96,11 +98,25 @@ impl Effects {
         Ok(())
     }
 
-    /// A write of the procedure's private state (bounds checked by the caller).
+    /// A write (Some) or delete (None) of the procedure's private state.
     pub fn state_write(&mut self, key: Vec<u8>, value: Option<Vec<u8>>) -> Result<(), String> {
+        if key.is_empty() || key.len() > STATE_KEY_BYTES_MAX {
+            return Err(format!("a state key has 1 to {STATE_KEY_BYTES_MAX} bytes, got {}", key.len()));
+        }
+        if value.as_ref().is_some_and(|v| v.len() > limits::VALUE_BYTES_MAX) {
+            return Err(format!("a state value has at most {} bytes", limits::VALUE_BYTES_MAX));
+        }
+        if self.state.len() >= WRITES_PER_CALL_MAX {
+            return Err(format!("more than {WRITES_PER_CALL_MAX} state writes in one call"));
+        }
         self.add_bytes(key.len() + value.as_ref().map_or(0, Vec::len))?;
         self.state.push((key, value));
         Ok(())
+    }
+
+    /// What this call wrote to its private state at `key`, as `written` does for records.
+    pub fn state_written(&self, key: &[u8]) -> Option<Option<&[u8]>> {
+        self.state.iter().rev().find(|(k, _)| k == key).map(|(_, v)| v.as_deref())
     }
 
     pub fn emit(&mut self, output: &str, key: Option<Vec<u8>>, value: Vec<u8>) -> Result<(), String> {
@@ -152,5 +168,28 @@ mod tests {
             e.write("k", &i.to_string(), None).unwrap();
         }
         assert!(e.write("k", "one more", None).unwrap_err().contains("record writes"));
+    }
+
+    #[test]
+    fn private_state_sees_its_last_write_and_every_bound_holds() {
+        let mut e = Effects::default();
+        assert_eq!(e.state_written(b"s"), None);
+        e.state_write(b"s".to_vec(), Some(b"1".to_vec())).unwrap();
+        e.state_write(b"s".to_vec(), None).unwrap();
+        assert_eq!(e.state_written(b"s"), Some(None));
+        assert!(e.state_write(Vec::new(), None).unwrap_err().contains("1 to 1024 bytes, got 0"));
+        assert!(e.state_write(vec![b'k'; STATE_KEY_BYTES_MAX + 1], None).unwrap_err().contains("got 1025"));
+        assert!(e.state_write(b"k".to_vec(), Some(vec![0; limits::VALUE_BYTES_MAX + 1])).unwrap_err().contains("at most"));
+        e.state_write(vec![b'k'; STATE_KEY_BYTES_MAX], Some(vec![0; limits::VALUE_BYTES_MAX])).unwrap();
+        for _ in 0..2 {
+            e.state_write(b"big".to_vec(), Some(vec![0; limits::VALUE_BYTES_MAX])).unwrap();
+        }
+        // 3 MiB and a little so far: one more MiB passes the 4 MiB a call may write.
+        assert!(e.state_write(b"big".to_vec(), Some(vec![0; limits::VALUE_BYTES_MAX])).unwrap_err().contains("exceed"));
+        let mut e = Effects::default();
+        for i in 0..WRITES_PER_CALL_MAX {
+            e.state_write(i.to_string().into_bytes(), None).unwrap();
+        }
+        assert!(e.state_write(b"one more".to_vec(), None).unwrap_err().contains("state writes"));
     }
 }

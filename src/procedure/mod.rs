@@ -159,12 +159,16 @@ impl Procedures {
     }
 
     fn load(&self, name: &str, definition: Definition, version: u64) -> Loaded {
-        let started = Instant::now();
-        let (vm, load_error) = match Vm::load(&definition, self.partition) {
+        let vm = Vm::load(&definition, self.partition);
+        self.loaded_with(name, definition, version, vm)
+    }
+
+    /// A procedure as run, with the outcome of loading its module.
+    fn loaded_with(&self, name: &str, definition: Definition, version: u64, vm: Result<Vm, String>) -> Loaded {
+        let (vm, load_error) = match vm {
             Ok(vm) => (Some(vm), String::new()),
             Err(e) => (None, format!("the procedure did not load: {e}")),
         };
-        tracing::debug!(ns = %self.namespace, partition = self.partition, version, elapsed_us = started.elapsed().as_micros() as u64, "procedure loaded");
         Loaded { definition, version, vm, load_error, metrics: Meters::of(&self.namespace, name) }
     }
 
@@ -202,8 +206,8 @@ impl Procedures {
                 self.loaded.remove(name);
             }
             Some(vm) => {
-                let metrics = Meters::of(&self.namespace, name);
-                self.loaded.insert(name.to_string(), Loaded { definition, version, vm: Some(vm), load_error: String::new(), metrics });
+                let loaded = self.loaded_with(name, definition, version, Ok(vm));
+                self.loaded.insert(name.to_string(), loaded);
             }
         }
         tracing::info!(ns = %self.namespace, partition = self.partition, procedure = name, version, offset, "procedure deployed");

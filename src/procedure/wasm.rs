@@ -123,8 +123,6 @@ struct Host {
 /// What the imports act on during one call.
 struct Call {
     effects: Effects,
-    /// State writes of this call, by key (None deletes), seen by its reads.
-    state_writes: Vec<(Vec<u8>, Option<Vec<u8>>)>,
     /// The apply transaction's reader for this call. Its lifetime is the
     /// call's: set just before the instance is entered and taken just
     /// after, so an import only ever dereferences it inside the call.
@@ -268,8 +266,8 @@ fn linker() -> Result<Linker<Host>, wasmtime::Error> {
         let (data, host) = memory.data_and_store_mut(&mut caller);
         let key = slice(data, k, k_len, "state key")?;
         let call = call_of(host, "state_get")?;
-        let value = match call.state_writes.iter().rev().find(|(k, _)| *k == key) {
-            Some((_, written)) => written.clone(),
+        let value = match call.effects.state_written(&key) {
+            Some(written) => written.map(<[u8]>::to_vec),
             // SAFETY: see `Call::read`.
             None => unsafe { &mut *call.read.0 }.state_get(&key).map_err(fail)?,
         };
@@ -282,13 +280,13 @@ fn linker() -> Result<Linker<Host>, wasmtime::Error> {
         let memory = memory_of(&mut caller)?;
         let (data, host) = memory.data_and_store_mut(&mut caller);
         let (key, value) = (slice(data, k, k_len, "state key")?, slice(data, v, v_len, "state value")?);
-        state_write(call_of(host, "state_put")?, key, Some(value))
+        call_of(host, "state_put")?.effects.state_write(key, Some(value)).map_err(fail)
     })?;
     linker.func_wrap("tern", "state_delete", |mut caller: Caller<'_, Host>, k: i32, k_len: i32| -> wasmtime::Result<()> {
         let memory = memory_of(&mut caller)?;
         let (data, host) = memory.data_and_store_mut(&mut caller);
         let key = slice(data, k, k_len, "state key")?;
-        state_write(call_of(host, "state_delete")?, key, None)
+        call_of(host, "state_delete")?.effects.state_write(key, None).map_err(fail)
     })?;
     linker.func_wrap(
         "tern",
@@ -343,24 +341,6 @@ fn linker() -> Result<Linker<Host>, wasmtime::Error> {
     })?;
     Ok(linker)
 }
-
-fn state_write(call: &mut Call, key: Vec<u8>, value: Option<Vec<u8>>) -> wasmtime::Result<()> {
-    if key.is_empty() || key.len() > STATE_KEY_BYTES_MAX {
-        return Err(fail(format!("a state key has 1 to {STATE_KEY_BYTES_MAX} bytes")));
-    }
-    if value.as_ref().is_some_and(|v| v.len() > crate::limits::VALUE_BYTES_MAX) {
-        return Err(fail(format!("a state value has at most {} bytes", crate::limits::VALUE_BYTES_MAX)));
-    }
-    if call.state_writes.len() >= super::effects::WRITES_PER_CALL_MAX {
-        return Err(fail(format!("more than {} state writes in one call", super::effects::WRITES_PER_CALL_MAX)));
-    }
-    call.effects.state_write(key.clone(), value.clone()).map_err(fail)?;
-    call.state_writes.push((key, value));
-    Ok(())
-}
-
-/// Longest state key, in bytes.
-pub const STATE_KEY_BYTES_MAX: usize = 1024;
 
 static LINKER: LazyLock<Linker<Host>> = LazyLock::new(|| linker().expect("Tern's imports link"));
 
@@ -433,7 +413,7 @@ impl Vm {
         // pointer is taken out of the store below, before `read` goes.
         let read: *mut (dyn StateRead + '_) = read;
         let read = ReadPtr(unsafe { std::mem::transmute::<*mut (dyn StateRead + '_), *mut (dyn StateRead + 'static)>(read) });
-        self.store.data_mut().call = Some(Call { effects: Effects::default(), state_writes: Vec::new(), read, now_ms });
+        self.store.data_mut().call = Some(Call { effects: Effects::default(), read, now_ms });
         let result = run(&mut self.store);
         let call = self.store.data_mut().call.take().expect("the call is set while it runs");
         let fuel_used = fuel - self.store.get_fuel().unwrap_or(0);
