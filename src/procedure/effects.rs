@@ -171,6 +171,23 @@ mod tests {
     }
 
     #[test]
+    fn outputs_and_timers_are_bounded_per_call() {
+        let mut e = Effects::default();
+        assert!(e.emit("o", Some(vec![0; OUTPUT_KEY_BYTES_MAX + 1]), b"1".to_vec()).unwrap_err().contains("output key"));
+        assert!(e.emit("o", None, vec![b'1'; limits::VALUE_BYTES_MAX + 1]).unwrap_err().starts_with("output:"));
+        for _ in 0..OUTPUTS_PER_CALL_MAX {
+            e.emit("o", Some(vec![0; OUTPUT_KEY_BYTES_MAX]), b"1".to_vec()).unwrap();
+        }
+        assert!(e.emit("o", None, b"1".to_vec()).unwrap_err().contains("outputs in one call"));
+        assert!(e.timer(TimerChange::Cancel { name: String::new() }).is_err());
+        assert!(e.timer(TimerChange::Cancel { name: "t".repeat(TIMER_NAME_BYTES_MAX + 1) }).is_err());
+        for _ in 0..TIMERS_PER_CALL_MAX {
+            e.timer(TimerChange::Set { name: "t".repeat(TIMER_NAME_BYTES_MAX), at_ms: 1 }).unwrap();
+        }
+        assert!(e.timer(TimerChange::Cancel { name: "t".into() }).unwrap_err().contains("timer changes"));
+    }
+
+    #[test]
     fn private_state_sees_its_last_write_and_every_bound_holds() {
         let mut e = Effects::default();
         assert_eq!(e.state_written(b"s"), None);
