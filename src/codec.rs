@@ -138,13 +138,36 @@ pub fn encode_at(mutation: &Mutation, time_ms: u64) -> Vec<u8> {
         ops: mutation.ops.iter().map(encode_op).collect(),
         time_ms,
         tick: false,
+        outbox_published_below: 0,
     };
     message.encode_to_vec()
 }
 
 /// A tick at `time_ms`: no ops, only the time (decodes to a mutation without ops).
 pub fn encode_tick(time_ms: u64) -> Vec<u8> {
-    proto::Mutation { format: FORMAT_VERSION, write_id: Bytes::new(), ops: Vec::new(), time_ms, tick: true }.encode_to_vec()
+    encode_trim(time_ms, 0)
+}
+
+/// A tick at `time_ms` that also says the outbox is published below
+/// `published_below` (`outbox_published_below`): replicas trim it.
+pub fn encode_trim(time_ms: u64, published_below: u64) -> Vec<u8> {
+    let message = proto::Mutation {
+        format: FORMAT_VERSION,
+        write_id: Bytes::new(),
+        ops: Vec::new(),
+        time_ms,
+        tick: true,
+        outbox_published_below: published_below,
+    };
+    message.encode_to_vec()
+}
+
+/// A tick's `outbox_published_below` (0 for any other entry, or none).
+pub fn outbox_published_below(entry: &Bytes) -> u64 {
+    match proto::Mutation::decode(entry.clone()) {
+        Ok(message) if message.tick => message.outbox_published_below,
+        _ => 0,
+    }
 }
 
 /// The wall clock in ms since the Unix epoch (0 before it).
@@ -313,7 +336,7 @@ mod tests {
     #[test]
     fn garbage_and_bad_fields_are_malformed() {
         assert_eq!(decode(Bytes::from_static(&[0xff, 0xff, 0xff]), 0, 1).unwrap_err().label(), "undecodable");
-        let mut raw = proto::Mutation { format: 2, write_id: Bytes::new(), ops: vec![], time_ms: 0, tick: false };
+        let mut raw = proto::Mutation { format: 2, write_id: Bytes::new(), ops: vec![], time_ms: 0, tick: false, outbox_published_below: 0 };
         assert_eq!(decode(Bytes::from(raw.encode_to_vec()), 0, 1).unwrap_err(), Malformed::UnknownFormat(2));
         raw.format = 1;
         assert_eq!(decode(Bytes::from(raw.encode_to_vec()), 0, 1).unwrap_err().label(), "limit");
@@ -365,7 +388,7 @@ mod tests {
         let mut raw = proto::Mutation::decode(Bytes::from(encode(&sample(4)))).unwrap();
         raw.tick = true;
         assert_eq!(decode(Bytes::from(raw.encode_to_vec()), 2, 4).unwrap_err().label(), "limit");
-        let empty = proto::Mutation { format: 1, write_id: Bytes::new(), ops: vec![], time_ms: 1, tick: false };
+        let empty = proto::Mutation { format: 1, write_id: Bytes::new(), ops: vec![], time_ms: 1, tick: false, outbox_published_below: 0 };
         assert_eq!(decode(Bytes::from(empty.encode_to_vec()), 0, 1).unwrap_err().label(), "limit", "no ops and no tick");
     }
 

@@ -382,3 +382,40 @@ pub static PROCEDURE_TICKS: LazyLock<IntCounter> = LazyLock::new(|| {
     register_int_counter!("tern_procedure_ticks_total", "Ticks this node appended to idle partitions with procedures (their timers fire in log time)")
         .expect("metric registers")
 });
+
+pub static OUTBOX_PUBLISHED: LazyLock<IntCounterVec> = LazyLock::new(|| {
+    register_int_counter_vec!(
+        "tern_outbox_published_total",
+        "Procedure outputs this node's publishers committed to their Kafka topics (exactly once: one transaction per batch)",
+        &["ns"]
+    )
+    .expect("metric registers")
+});
+
+pub static OUTBOX_PUBLISH_ERRORS: LazyLock<IntCounterVec> = LazyLock::new(|| {
+    register_int_counter_vec!(
+        "tern_outbox_publish_errors_total",
+        "Outbox publishers that failed (the batch was aborted, nothing of it is visible) and start again from the committed position",
+        &["ns"]
+    )
+    .expect("metric registers")
+});
+
+pub static OUTBOX_UNPUBLISHED: LazyLock<IntGaugeVec> = LazyLock::new(|| {
+    register_int_gauge_vec!(
+        "tern_outbox_unpublished_messages",
+        "Per partition this node publishes: outbox messages not yet published (the publisher's lag; counted up to 100,000)",
+        &["ns", "partition"]
+    )
+    .expect("metric registers")
+});
+
+pub static OUTBOX_PUBLISH_SECONDS: LazyLock<HistogramVec> = LazyLock::new(|| {
+    register_histogram_vec!(
+        "tern_outbox_publish_seconds",
+        "Time of one publisher transaction (send, position, commit)",
+        &["ns"],
+        prometheus::exponential_buckets(0.000_5, 2.0, 16).expect("valid buckets")
+    )
+    .expect("metric registers")
+});

@@ -119,8 +119,33 @@ function jsonString(s: string): string {
 
 function key(sessionId: string, start: string): string { return sessionId + ":" + start; }
 
+// The input's `gen_ns` header (the generator's send time), carried into
+// every row the record causes as `trigger_gen_ns`. Read afresh by every
+// call (rows of a timer have none), so nothing carries between calls.
+const GEN_NS = String.UTF8.encode("gen_ns");
+const TRIGGER_BYTES_MAX = 64;
+const TRIGGER = memory.data(TRIGGER_BYTES_MAX);
+let triggerLen: i32 = -1;
+
+function readTrigger(op: i32): void {
+  triggerLen = op == tern.OP_RECORD ? tern.headerRaw(changetype<usize>(GEN_NS), GEN_NS.byteLength, TRIGGER, TRIGGER_BYTES_MAX) : -1;
+  if (triggerLen > TRIGGER_BYTES_MAX) triggerLen = -1;
+}
+
+/** `,"trigger_gen_ns":N` when the input had the header (a number when it is digits, else a string). */
+function trigger(): string {
+  if (triggerLen < 0) return "";
+  let digits = triggerLen > 0 && triggerLen <= 19;
+  for (let i = 0; i < triggerLen && digits; i++) {
+    const c = load<u8>(TRIGGER + i);
+    digits = c >= 48 && c <= 57;
+  }
+  const text = String.UTF8.decodeUnsafe(TRIGGER, triggerLen);
+  return `,"trigger_gen_ns":${digits ? text : jsonString(text)}`;
+}
+
 function bad(reason: string, fields: string, now: i64): void {
-  tern.emit("bad", `{"reason":"${reason}",${fields},"emit_ms":${now}}`);
+  tern.emit("bad", `{"reason":"${reason}",${fields},"emit_ms":${now}${trigger()}}`);
 }
 
 function sessionFields(sessionId: string, start: string): string {
@@ -130,7 +155,7 @@ function sessionFields(sessionId: string, start: string): string {
 function emitRow(reason: string, sessionId: string, start: string, s: Session, now: i64): void {
   tern.emit("aggregated", `{"reason":"${reason}",${sessionFields(sessionId, start)},"min_seqno":${s.lo},"max_seqno":${s.hi},` +
     `"callingNumber":${jsonString(s.calling())},"destination":${jsonString(s.destination())},"startAggTimeUTC":${s.t0},` +
-    `"endAggTimeUTC":${s.t1},"recordUsage":${s.usage},"count":${s.n},"emit_ms":${now}}`);
+    `"endAggTimeUTC":${s.t1},"recordUsage":${s.usage},"count":${s.n},"emit_ms":${now}${trigger()}}`);
 }
 
 /** Closes the pending aggregate: the watermark moves to its max. */
@@ -175,6 +200,7 @@ function integerField(line: usize, i: i32): i64 {
 function fieldString(line: usize, i: i32): string { return String.UTF8.decodeUnsafe(line + fieldStart(i), fieldEnd(i) - fieldStart(i)); }
 
 export function on_record(keyLen: i32, skLen: i32, valueLen: i32, op: i32, timestampMs: i64, offset: i64): void {
+  readTrigger(op);
   if (valueLen < 0) return;
   let line = tern.inputPointer() + keyLen + skLen, len = valueLen;
   if (op != tern.OP_RECORD) {
@@ -243,6 +269,7 @@ function recordFields(line: usize, seqno: i32): string {
 
 
 export function on_timer(nameLen: i32, atMs: i64): void {
+  triggerLen = -1;
   const name = tern.timerName(nameLen);
   const now = tern.now();
   if (name.startsWith("gc:")) {

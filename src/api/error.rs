@@ -55,6 +55,8 @@ impl From<LogError> for ApiError {
     fn from(e: LogError) -> ApiError {
         match e {
             LogError::EntryTooLarge { .. } => ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, "entry_too_large", e.to_string()),
+            LogError::Unsupported(message) => ApiError::bad_request("invalid_source_topic", message),
+            LogError::SourceConflict(message) => ApiError::new(StatusCode::CONFLICT, "source_topic_conflict", message),
             other => ApiError::new(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "log_unavailable",
@@ -130,6 +132,7 @@ impl From<NamespaceError> for ApiError {
             NamespaceError::Mismatch { existing, .. } => {
                 ApiError::new(StatusCode::CONFLICT, "namespace_exists", e.to_string()).with("partitions", existing)
             }
+            NamespaceError::SourceMismatch(_) => ApiError::new(StatusCode::CONFLICT, "source_topic_conflict", e.to_string()),
             NamespaceError::Log(log) => log.into(),
             NamespaceError::Store(_) => ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "store_error", e.to_string()),
         }

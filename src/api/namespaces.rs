@@ -22,6 +22,9 @@ struct CreateBody {
     /// Required to create; may be left out to change an existing namespace's settings.
     partitions: Option<u32>,
     write_mode: Option<WriteMode>,
+    /// An existing Kafka topic to read as the namespace's log (its
+    /// partitions are the namespace's): issue 23, docs/procedures.md.
+    source_topic: Option<String>,
 }
 
 /// Most outbox messages counted per partition for `GET /v1/ns/{ns}` (the
@@ -35,14 +38,20 @@ const NAMESPACE_BODY_BYTES_MAX: usize = 4096;
 /// 201 created, 200 same again (or settings changed), 409 different
 /// partition count. `partitions` may be left out when the namespace exists
 /// (to change its `write_mode` only).
+///
+/// `{"source_topic": "T"}` creates the namespace on the existing Kafka
+/// topic T (its partitions; `partitions`, if given, must be T's count):
+/// 400 no such topic or not a usable name, 409 the namespace exists
+/// otherwise or T is another namespace's source.
 pub async fn create(State(state): State<AppState>, Caller(identity): Caller, NsName(ns): NsName, body: Body) -> Result<Response, ApiError> {
     require(&identity, &ns, "", Verb::Admin)?;
     let bytes = body::read(body, NAMESPACE_BODY_BYTES_MAX, "body_too_large", "the namespace body").await?;
     let request: CreateBody = body::json(&bytes)?;
-    let created = match request.partitions {
-        Some(partitions) => state.node.create_namespace(&ns, partitions).await?,
-        None if state.node.namespace(&ns).is_some() => false,
-        None => {
+    let created = match (request.source_topic.as_deref(), request.partitions) {
+        (Some(source), partitions) => state.node.create_sourced_namespace(&ns, source, partitions).await?,
+        (None, Some(partitions)) => state.node.create_namespace(&ns, partitions).await?,
+        (None, None) if state.node.namespace(&ns).is_some() => false,
+        (None, None) => {
             return Err(ApiError::bad_request(
                 "invalid_request",
                 format!("namespace {ns:?} does not exist: creating it needs \"partitions\""),
@@ -58,7 +67,13 @@ pub async fn create(State(state): State<AppState>, Caller(identity): Caller, NsN
         }
     }
     let status = if created { StatusCode::CREATED } else { StatusCode::OK };
-    let body = json!({ "name": ns, "partitions": namespace.partitions, "created": created, "write_mode": settings.write_mode });
+    let body = json!({
+        "name": ns,
+        "partitions": namespace.partitions,
+        "created": created,
+        "write_mode": settings.write_mode,
+        "source_topic": namespace.source_topic.as_deref(),
+    });
     Ok((status, Json(body)).into_response())
 }
 
@@ -70,7 +85,10 @@ pub async fn list(State(state): State<AppState>, Caller(identity): Caller) -> Re
         .namespaces()
         .iter()
         .filter(|n| may_see(&identity, &n.name))
-        .map(|n| json!({ "name": &*n.name, "partitions": n.partitions }))
+        .map(|n| match &n.source_topic {
+            Some(topic) => json!({ "name": &*n.name, "partitions": n.partitions, "source_topic": &**topic }),
+            None => json!({ "name": &*n.name, "partitions": n.partitions }),
+        })
         .collect();
     Json(json!({ "namespaces": namespaces })).into_response()
 }
@@ -124,6 +142,7 @@ pub async fn describe(State(state): State<AppState>, Caller(identity): Caller, N
         "name": &*namespace.name,
         "partitions": namespace.partitions,
         "write_mode": settings.write_mode,
+        "source_topic": namespace.source_topic.as_deref(),
         "state": partitions,
     });
     Ok(Json(body).into_response())

@@ -24,6 +24,9 @@ use crate::log::LogRecord;
 use crate::procedure::Procedures;
 use crate::store::{ApplyTxn, StoreError};
 
+/// Most outbox messages one tick deletes (a bounded transaction); the
+/// publisher's next tick trims the rest.
+const OUTBOX_TRIMMED_PER_TICK_MAX: usize = 50_000;
 /// How far back (in offsets of one partition) a write id is remembered.
 pub const WRITE_ID_WINDOW_OFFSETS: u64 = 1_000_000;
 /// Most expired write ids forgotten per applied entry: eviction keeps pace
@@ -70,12 +73,26 @@ pub fn apply_entries_with(
             entry.offset,
             tx.state().applied_next
         );
+        // A source topic's own record is never decoded as a mutation: it is
+        // an input to the procedures (none deployed: it changes nothing).
+        if let Some(foreign) = &entry.foreign {
+            procedures.on_foreign(tx, entry.offset, &entry.payload, foreign)?;
+            tx.mark_applied(entry.offset, false);
+            forget_expired(tx)?;
+            outcomes.push((entry.offset, Outcome::Applied));
+            continue;
+        }
         let outcome = match codec::decode_timed(entry.payload.clone(), partition, partitions) {
             Err(malformed) => Outcome::Skipped(malformed),
             Ok((mutation, time_ms)) if is_deployment(&mutation) => deploy(tx, procedures, entry.offset, time_ms, &mutation)?,
-            // A tick (the only mutation without ops): log time moves, timers fire.
+            // A tick (the only mutation without ops): log time moves, timers
+            // fire, and the outbox is trimmed below what it says is published.
             Ok((mutation, time_ms)) if mutation.ops.is_empty() => {
                 procedures.on_tick(tx, entry.offset, time_ms)?;
+                let published_below = codec::outbox_published_below(&entry.payload);
+                if published_below > 0 {
+                    tx.trim_outbox_below(published_below, OUTBOX_TRIMMED_PER_TICK_MAX)?;
+                }
                 Outcome::Applied
             }
             Ok((mutation, time_ms)) => {
@@ -212,7 +229,7 @@ mod tests {
     }
 
     fn entry_with_id(offset: u64, write_id: &'static [u8], ops: Vec<Op>) -> LogRecord {
-        LogRecord { offset, payload: Bytes::from(encode(&Mutation { write_id: Bytes::from_static(write_id), ops })) }
+        LogRecord::entry(offset, Bytes::from(encode(&Mutation { write_id: Bytes::from_static(write_id), ops })))
     }
 
     #[test]
@@ -257,7 +274,7 @@ mod tests {
             entry(1, vec![put("k", "", "2", Some(Condition::IfAbsent))]),
             entry_with_id(2, b"once", vec![put("k", "", "3", None)]),
             entry_with_id(3, b"once", vec![put("k", "", "4", None)]),
-            LogRecord { offset: 4, payload: Bytes::from_static(b"garbage") },
+            LogRecord::entry(4, Bytes::from_static(b"garbage")),
         ];
         let mut applied = Vec::new();
         store.apply(false, |tx| apply_entries(tx, &entries, 0, 1, &mut |offset, _| applied.push(offset))).unwrap();
@@ -290,7 +307,7 @@ mod tests {
             // Second op's condition fails: the first op must not apply either.
             entry(1, vec![put("k", "b", "2", None), put("k", "a", "3", Some(Condition::IfAbsent))]),
             entry(2, vec![put("k", "a", "4", Some(Condition::IfVersion(0)))]),
-            LogRecord { offset: 3, payload: Bytes::from_static(b"\xff\xff garbage") },
+            LogRecord::entry(3, Bytes::from_static(b"\xff\xff garbage")),
             entry(4, vec![Op { pk: "k".into(), sk: "a".into(), kind: OpKind::Delete, condition: Some(Condition::IfVersion(2)) }]),
         ];
         let outcomes = store.apply(false, |tx| apply_entries(tx, &entries, 0, 1, &mut |_, _| {})).unwrap();

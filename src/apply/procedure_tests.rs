@@ -24,7 +24,7 @@ fn store() -> (tempfile::TempDir, PartitionStore) {
 }
 
 fn entry(offset: u64, time_ms: u64, ops: Vec<Op>) -> LogRecord {
-    LogRecord { offset, payload: Bytes::from(encode_at(&Mutation { write_id: Bytes::new(), ops }, time_ms)) }
+    LogRecord::entry(offset, Bytes::from(encode_at(&Mutation { write_id: Bytes::new(), ops }, time_ms)))
 }
 
 fn put(pk: &str, value: &str) -> Op {
@@ -240,7 +240,7 @@ fn timers_fire_in_log_time_in_order_and_can_be_moved_or_cancelled() {
 fn a_tick_moves_log_time_and_fires_timers_without_a_record() {
     let (_dir, store) = store();
     let mut procedures = Procedures::new(NS, 0);
-    let tick = |offset: u64, time_ms: u64| LogRecord { offset, payload: Bytes::from(crate::codec::encode_tick(time_ms)) };
+    let tick = |offset: u64, time_ms: u64| LogRecord::entry(offset, Bytes::from(crate::codec::encode_tick(time_ms)));
     let entries = vec![
         entry(0, 1_000, vec![deploy_op("t", wasm(TIMERS))]),
         entry(1, 1_000, vec![put("set", "1")]),

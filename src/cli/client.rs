@@ -144,6 +144,10 @@ enum NsAction {
         name: String,
         #[arg(long, default_value_t = 16)]
         partitions: u32,
+        /// Read this existing Kafka topic as the namespace's log (its
+        /// partition count is the namespace's; `--partitions` is ignored).
+        #[arg(long)]
+        source_topic: Option<String>,
     },
     /// Show one namespace with per-partition state.
     Show { name: String },
@@ -322,18 +326,28 @@ pub async fn ns(a: NsArgs) -> anyhow::Result<()> {
                 }
             });
         }
-        NsAction::Create { name, partitions } => {
-            let request = client.put(format!("{base}/v1/ns/{name}")).json(&serde_json::json!({ "partitions": partitions }));
+        NsAction::Create { name, partitions, source_topic } => {
+            let body = match source_topic {
+                Some(topic) => serde_json::json!({ "source_topic": topic }),
+                None => serde_json::json!({ "partitions": partitions }),
+            };
+            let request = client.put(format!("{base}/v1/ns/{name}")).json(&body);
             let body = send(request).await?;
             print(&a.common, &body, |b| {
                 let verb = if b["created"].as_bool() == Some(true) { "created" } else { "exists" };
-                println!("{verb}  {name}  partitions {}", b["partitions"]);
+                match b["source_topic"].as_str() {
+                    Some(topic) => println!("{verb}  {name}  partitions {}  source_topic {topic}", b["partitions"]),
+                    None => println!("{verb}  {name}  partitions {}", b["partitions"]),
+                }
             });
         }
         NsAction::Show { name } => {
             let body = send(client.get(format!("{base}/v1/ns/{name}"))).await?;
             print(&a.common, &body, |b| {
-                println!("{}  partitions {}", name, b["partitions"]);
+                match b["source_topic"].as_str() {
+                    Some(topic) => println!("{}  partitions {}  source_topic {topic}", name, b["partitions"]),
+                    None => println!("{}  partitions {}", name, b["partitions"]),
+                }
                 println!("{:>9} {:>10} {:>14} {:>14} {:>8}  {:<16} STATE HASH", "PARTITION", "STATUS", "APPLIED", "LOG END", "LAG", "RECORDS");
                 for p in b["state"].as_array().into_iter().flatten() {
                     println!(

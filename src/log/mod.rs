@@ -44,7 +44,37 @@ impl std::fmt::Display for TopicPartition {
 pub struct LogRecord {
     pub offset: u64,
     pub payload: Bytes,
+    /// Set when the record is not a Tern entry: a record of a namespace's
+    /// source topic (`source_topic`) that another producer wrote. Its
+    /// payload is the producer's value, never decoded as a mutation.
+    pub foreign: Option<Box<ForeignRecord>>,
 }
+
+impl LogRecord {
+    /// A Tern entry (its payload is an encoded mutation).
+    pub fn entry(offset: u64, payload: Bytes) -> LogRecord {
+        LogRecord { offset, payload, foreign: None }
+    }
+}
+
+/// What a source topic's record carries besides its value.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ForeignRecord {
+    pub key: Option<Bytes>,
+    /// In the record's order; names are UTF-8 (others are left out).
+    pub headers: Vec<(String, Bytes)>,
+    /// The record's Kafka timestamp (create or log-append time; 0 if none).
+    pub timestamp_ms: u64,
+}
+
+/// The Kafka header that marks a Tern entry in a source topic (a namespace
+/// with `source_topic` writes its own entries there: deployments, ticks,
+/// records). Records without it are the topic's own, inputs to procedures.
+pub const TERN_ENTRY_HEADER: &str = "tern.entry";
+
+/// Most headers of a source record kept (the rest are left out); bounds
+/// the memory of one record beside its value.
+pub const FOREIGN_HEADERS_MAX: usize = 64;
 
 /// Which partitions this node should hold: apply, and serve reads of.
 ///
@@ -75,6 +105,9 @@ impl Assignment {
 pub struct TopicInfo {
     pub name: String,
     pub partitions: u32,
+    /// The existing topic this namespace reads as its log (`source_topic`),
+    /// if it was created on one.
+    pub source_topic: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -102,6 +135,12 @@ pub enum LogError {
     Closed,
     #[error("the log is corrupt: {0}")]
     Corrupt(String),
+    /// Asked for something this log cannot do (a request error: 400).
+    #[error("{0}")]
+    Unsupported(String),
+    /// A source topic asked for that does not exist or is taken (409 / 404).
+    #[error("{0}")]
+    SourceConflict(String),
     #[error("log i/o error: {0}")]
     Io(#[from] std::io::Error),
 }
@@ -121,6 +160,21 @@ pub trait Log: Send + Sync + 'static {
     async fn create_topic(&self, name: &str, partitions: u32) -> Result<CreateOutcome, LogError>;
 
     async fn list_topics(&self) -> Result<Vec<TopicInfo>, LogError>;
+
+    /// Makes namespace `name` read the existing topic `source` as its log
+    /// (its partitions are the namespace's): records without the
+    /// `TERN_ENTRY_HEADER` are inputs to procedures, and Tern's own entries
+    /// for the namespace are written there with it. Returns the partition
+    /// count; `partitions`, when given, must be the topic's (else
+    /// `PartitionCountMismatch`, and nothing is created). The binding is
+    /// fixed at creation, like a partition count.
+    /// Default: not possible (the embedded log has no foreign topics).
+    async fn create_sourced(&self, name: &str, source: &str, partitions: Option<u32>) -> Result<(CreateOutcome, u32), LogError> {
+        let _ = (name, partitions);
+        Err(LogError::Unsupported(format!(
+            "source_topic {source:?}: only the Kafka log has foreign topics to read; run Tern with --kafka"
+        )))
+    }
 
     /// Appends one entry; returns its offset once it is durable.
     async fn append(&self, tp: &TopicPartition, payload: Bytes) -> Result<u64, LogError>;
@@ -153,6 +207,14 @@ pub trait Log: Send + Sync + 'static {
         )))
     }
 
+    /// The outbox publisher of `tp` (one per namespace partition: a new one
+    /// fences the one before). Default: none (the embedded log has no
+    /// output topics; its outboxes are read through the API).
+    async fn publisher(&self, tp: &TopicPartition, partitions: u32) -> Result<Box<dyn Publisher>, LogError> {
+        let _ = partitions;
+        Err(LogError::Unsupported(format!("{tp}: this log has no output topics to publish procedure outputs to (only Kafka has)")))
+    }
+
     /// Opens a reader of `tp` positioned at `from`.
     async fn reader(&self, tp: &TopicPartition, from: u64) -> Result<Box<dyn LogReader>, LogError>;
 
@@ -180,6 +242,31 @@ pub trait Log: Send + Sync + 'static {
 
     /// Flushes and stops. Appends after `close` fail with `Closed`.
     async fn close(&self);
+}
+
+/// One procedure output as the publisher sends it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Outgoing {
+    pub topic: String,
+    pub key: Option<Vec<u8>>,
+    pub value: Vec<u8>,
+    /// Deterministic: `<namespace>/<partition>/<input offset>.<index>`.
+    pub id: String,
+}
+
+/// Relays one partition's outbox to its output topics, exactly once.
+#[async_trait]
+pub trait Publisher: Send {
+    /// The outbox id `(input offset, index)` of the next message to
+    /// publish: every message before it is published (as committed with the
+    /// last batch; (0, 0) before the first).
+    async fn position(&mut self) -> Result<(u64, u32), LogError>;
+
+    /// Publishes `messages` (the outbox's, in order, from `position` up to
+    /// `next`) and moves `position` to `next`, atomically: all of it becomes
+    /// visible, or none. After an error the publisher is dropped; the next
+    /// one starts from the committed position.
+    async fn publish(&mut self, messages: Vec<Outgoing>, next: (u64, u32)) -> Result<(), LogError>;
 }
 
 #[async_trait]

@@ -12,6 +12,7 @@
 pub mod read;
 pub mod snapshots;
 mod claims;
+mod publisher;
 mod sequencer;
 pub mod write;
 
@@ -56,6 +57,8 @@ pub struct NodeConfig {
     /// How long a held partition with procedures may apply nothing before
     /// this node appends a tick to it (zero: never).
     pub procedure_tick: Duration,
+    /// Relay held partitions' outboxes to their output topics (`publisher.rs`).
+    pub procedure_publish: bool,
 }
 
 impl NodeConfig {
@@ -86,6 +89,10 @@ pub enum NamespaceError {
     Mismatch { name: String, existing: u32 },
     #[error("{0}")]
     Log(LogError),
+    /// A namespace's source topic asked for differs from what it has, or
+    /// the topic is taken by another namespace.
+    #[error("{0}")]
+    SourceMismatch(String),
     #[error("cannot open partition stores: {0}")]
     Store(String),
 }
@@ -129,6 +136,9 @@ pub struct Node {
     /// Per held partition: its applied offset at the last tick round (idle
     /// when it has not moved since). Bounded by the partitions this node holds.
     tick_seen: Mutex<HashMap<TopicPartition, u64>>,
+    /// One outbox publisher task per held partition with an outbox
+    /// (`publisher.rs`); bounded by the partitions this node holds.
+    publishers: Mutex<HashMap<TopicPartition, JoinHandle<()>>>,
 }
 
 /// Whether this node hears no node of another region while it knows some.
@@ -176,6 +186,7 @@ impl Node {
             isolated: RwLock::new(None),
             log_refused: std::sync::atomic::AtomicBool::new(false),
             tick_seen: Mutex::new(HashMap::new()),
+            publishers: Mutex::new(HashMap::new()),
             watches: crate::watch::Watches::new(config.watch.clone(), log.clone()),
             config,
             log,
@@ -207,6 +218,9 @@ impl Node {
         if !node.config.procedure_tick.is_zero() {
             node.every(node.config.procedure_tick, |node| async move { node.append_ticks().await });
         }
+        if node.config.procedure_publish {
+            node.every(publisher::ROUND_INTERVAL, |node| async move { node.start_publishers() });
+        }
         let weak = Arc::downgrade(&node);
         let mut assignment = node.log.assignment();
         let mut shutdown = node.shutdown.subscribe();
@@ -236,7 +250,7 @@ impl Node {
         let _guard = self.creating.lock().await;
         for topic in topics {
             if self.namespace(&topic.name).is_none() {
-                self.open_namespace(&topic.name, topic.partitions).await?;
+                self.open_namespace(&topic.name, topic.partitions, topic.source_topic.as_deref()).await?;
             }
         }
         Ok(())
@@ -545,11 +559,41 @@ impl Node {
             }
             Err(e) => return Err(NamespaceError::Log(e)),
         };
-        self.open_namespace(name, partitions).await.map_err(|e| NamespaceError::Store(e.to_string()))?;
+        self.open_namespace(name, partitions, None).await.map_err(|e| NamespaceError::Store(e.to_string()))?;
         Ok(created)
     }
 
-    async fn open_namespace(&self, name: &str, partitions: u32) -> anyhow::Result<()> {
+    /// Creates namespace `name` on the existing topic `source` (its log:
+    /// `Log::create_sourced`); its partitions are the topic's. `partitions`,
+    /// when given, must be the topic's count. Ok(true) when created.
+    pub async fn create_sourced_namespace(&self, name: &str, source: &str, partitions: Option<u32>) -> Result<bool, NamespaceError> {
+        limits::check_namespace_name(name).map_err(NamespaceError::Invalid)?;
+        let _guard = self.creating.lock().await;
+        if let Some(existing) = self.namespace(name) {
+            if existing.source_topic.as_deref() != Some(source) {
+                let reads = match &existing.source_topic {
+                    Some(topic) => format!("reads the topic {topic:?}"),
+                    None => "has a log of its own".to_string(),
+                };
+                return Err(NamespaceError::SourceMismatch(format!(
+                    "namespace {name:?} exists and {reads}; a namespace's source_topic is fixed at creation"
+                )));
+            }
+            if partitions.is_some_and(|p| p != existing.partitions) {
+                return Err(NamespaceError::Mismatch { name: name.to_string(), existing: existing.partitions });
+            }
+            return Ok(false);
+        }
+        let (outcome, count) = self.log.create_sourced(name, source, partitions).await.map_err(|e| match e {
+            LogError::SourceConflict(message) => NamespaceError::SourceMismatch(message),
+            LogError::PartitionCountMismatch { existing, .. } => NamespaceError::Mismatch { name: name.to_string(), existing },
+            other => NamespaceError::Log(other),
+        })?;
+        self.open_namespace(name, count, Some(source)).await.map_err(|e| NamespaceError::Store(e.to_string()))?;
+        Ok(outcome == CreateOutcome::Created)
+    }
+
+    async fn open_namespace(&self, name: &str, partitions: u32, source_topic: Option<&str>) -> anyhow::Result<()> {
         let name: Arc<str> = Arc::from(name);
         let mut handles = Vec::with_capacity(partitions as usize);
         for partition in 0..partitions {
@@ -569,7 +613,8 @@ impl Node {
                 handle.set_not_held();
             }
         }
-        let namespace = Arc::new(Namespace { name: name.clone(), partitions, handles });
+        let source_topic = source_topic.map(Arc::from);
+        let namespace = Arc::new(Namespace { name: name.clone(), partitions, handles, source_topic });
         let names: Vec<String> = {
             let mut namespaces = self.namespaces.write();
             namespaces.insert(name.to_string(), namespace);

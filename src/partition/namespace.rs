@@ -12,6 +12,9 @@ pub struct Namespace {
     pub name: Arc<str>,
     pub partitions: u32,
     pub handles: Vec<Arc<PartitionHandle>>,
+    /// The existing Kafka topic this namespace reads as its log, if it was
+    /// created on one (`source_topic`); None: its own topic.
+    pub source_topic: Option<Arc<str>>,
 }
 
 impl Namespace {

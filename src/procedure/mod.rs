@@ -43,6 +43,7 @@ use self::effects::{Effects, TimerChange};
 use self::wasm::{Failed, Input, Returned, StateRead, Vm};
 use self::outbox::OutboxMessage;
 use crate::codec::{Mutation, OpKind};
+use crate::log::ForeignRecord;
 use crate::metrics;
 use crate::store::{ApplyTxn, StoreError};
 
@@ -233,9 +234,35 @@ impl Procedures {
                     OpKind::Procedure(_) => continue,
                 };
                 // The entry's own time (0: its writer did not say); `now()` is the log time.
-                let input = Input { key: Some(op.pk.as_bytes()), sk: Some(&op.sk), value, op: kind, timestamp_ms: time_ms, offset };
+                let input = Input { key: Some(op.pk.as_bytes()), sk: Some(&op.sk), value, op: kind, timestamp_ms: time_ms, offset, headers: &[] };
                 self.run_record(tx, name, &input, now_ms, &mut index)?;
             }
+        }
+        self.fire_timers(tx, offset, now_ms, &mut index)
+    }
+
+    /// Runs every procedure on a source topic's record at `offset` (not a
+    /// Tern entry: `OP_RECORD`, its key, value, headers and timestamp), then
+    /// fires the timers due at the new log time (the record's timestamp, if
+    /// later than the log time).
+    pub fn on_foreign(&mut self, tx: &mut ApplyTxn, offset: u64, value: &[u8], record: &ForeignRecord) -> Result<(), StoreError> {
+        if self.loaded.is_empty() {
+            return Ok(());
+        }
+        let now_ms = tx.advance_log_time(record.timestamp_ms)?;
+        let input = Input {
+            key: record.key.as_deref(),
+            sk: None,
+            value: Some(value),
+            op: wasm::OP_RECORD,
+            timestamp_ms: record.timestamp_ms,
+            offset,
+            headers: &record.headers,
+        };
+        let mut index = 0u32;
+        let names: Vec<String> = self.loaded.keys().cloned().collect();
+        for name in &names {
+            self.run_record(tx, name, &input, now_ms, &mut index)?;
         }
         self.fire_timers(tx, offset, now_ms, &mut index)
     }
@@ -288,7 +315,7 @@ impl Procedures {
             match result {
                 Ok(returned) => apply_effects(tx, &ns, &due.procedure, loaded, offset, returned.effects, index)?,
                 Err(failed) => {
-                    let input = Input { key: None, sk: Some(&due.timer), value: None, op: -1, timestamp_ms: due.at_ms, offset };
+                    let input = Input { key: None, sk: Some(&due.timer), value: None, op: -1, timestamp_ms: due.at_ms, offset, headers: &[] };
                     let dead = dead_letter(&ns, self.partition, &due.procedure, loaded, &input, &failed.reason);
                     put_outbox(tx, offset, index, &dead)?;
                     loaded.metrics.dead_letters.inc();

@@ -35,7 +35,9 @@
 //! `state_delete(k, k_len)` (bytes private to the procedure),
 //! `emit(output, output_len, v, v_len, key, key_len)` (key_len -1: none),
 //! `timer(name, name_len, at_ms: i64)`, `cancel(name, name_len)`,
-//! `now() -> i64`, `params(out, out_cap) -> i32`, `partition() -> i32`.
+//! `now() -> i64`, `params(out, out_cap) -> i32`, `partition() -> i32`,
+//! `header(name, name_len, out, out_cap) -> i32` (the input record's first
+//! header of that name: its value's length, -1 absent; source topics only).
 
 use std::collections::HashMap;
 use std::sync::LazyLock;
@@ -79,6 +81,8 @@ pub struct Input<'a> {
     pub op: i32,
     pub timestamp_ms: u64,
     pub offset: u64,
+    /// A source topic record's headers (empty for a namespace's own writes).
+    pub headers: &'a [(String, bytes::Bytes)],
 }
 
 impl Input<'_> {
@@ -128,7 +132,14 @@ struct Call {
     /// after, so an import only ever dereferences it inside the call.
     read: ReadPtr,
     now_ms: u64,
+    /// The input record's headers, lifetime erased like `read` (the same rule).
+    headers: HeadersPtr,
 }
+
+/// `*const [(String, Bytes)]` with its lifetime erased; see `Call::headers`.
+struct HeadersPtr(*const [(String, bytes::Bytes)]);
+// SAFETY: as `ReadPtr`: read only during the call that set it, on its thread.
+unsafe impl Send for HeadersPtr {}
 
 /// `*mut dyn StateRead` with its lifetime erased; see `Call::read`.
 struct ReadPtr(*mut (dyn StateRead + 'static));
@@ -321,6 +332,18 @@ fn linker() -> Result<Linker<Host>, wasmtime::Error> {
         let (data, host) = memory.data_and_store_mut(&mut caller);
         copy_out(data, out, cap, &host.params)
     })?;
+    linker.func_wrap("tern", "header", |mut caller: Caller<'_, Host>, n: i32, n_len: i32, out: i32, cap: i32| -> wasmtime::Result<i32> {
+        let memory = memory_of(&mut caller)?;
+        let (data, host) = memory.data_and_store_mut(&mut caller);
+        let name = slice(data, n, n_len, "header name")?;
+        let call = call_of(host, "header")?;
+        // SAFETY: see `Call::headers`: set for this call, which is running.
+        let headers = unsafe { &*call.headers.0 };
+        match headers.iter().find(|(key, _)| key.as_bytes() == name.as_slice()) {
+            Some((_, value)) => copy_out(data, out, cap, value),
+            None => Ok(-1),
+        }
+    })?;
     linker.func_wrap("tern", "partition", |caller: Caller<'_, Host>| -> i32 { caller.data().partition as i32 })?;
     // AssemblyScript's abort(message, file, line, column): the message is a
     // string of UTF-16 code units whose byte length sits just before it.
@@ -376,7 +399,7 @@ impl Vm {
         let value_len = if input.value.is_some() { lengths[2] } else { -1 };
         let f = self.on_record.clone();
         let (op, timestamp_ms, offset) = (input.op, input.timestamp_ms as i64, input.offset as i64);
-        self.call(now_ms, read, &parts, move |store| f.call(store, (lengths[0], lengths[1], value_len, op, timestamp_ms, offset)))
+        self.call(now_ms, read, &parts, input.headers, move |store| f.call(store, (lengths[0], lengths[1], value_len, op, timestamp_ms, offset)))
     }
 
     /// Calls `on_timer`; a module without one ignores timers.
@@ -385,7 +408,7 @@ impl Vm {
             return Ok(Returned { effects: Effects::default(), fuel_used: 0 });
         };
         let len = name.len() as i32;
-        self.call(now_ms, read, &[name.as_bytes()], move |store| f.call(store, (len, at_ms as i64)))
+        self.call(now_ms, read, &[name.as_bytes()], &[], move |store| f.call(store, (len, at_ms as i64)))
     }
 
     /// Runs one call: the input written into the guest's buffer, a fresh
@@ -395,6 +418,7 @@ impl Vm {
         now_ms: u64,
         read: &mut dyn StateRead,
         input: &[&[u8]],
+        headers: &[(String, bytes::Bytes)],
         run: impl FnOnce(&mut Store<Host>) -> wasmtime::Result<()>,
     ) -> Result<Returned, Failed> {
         let fuel = self.fuel_per_record;
@@ -413,7 +437,8 @@ impl Vm {
         // pointer is taken out of the store below, before `read` goes.
         let read: *mut (dyn StateRead + '_) = read;
         let read = ReadPtr(unsafe { std::mem::transmute::<*mut (dyn StateRead + '_), *mut (dyn StateRead + 'static)>(read) });
-        self.store.data_mut().call = Some(Call { effects: Effects::default(), read, now_ms });
+        let headers = HeadersPtr(headers as *const [(String, bytes::Bytes)]);
+        self.store.data_mut().call = Some(Call { effects: Effects::default(), read, now_ms, headers });
         let result = run(&mut self.store);
         let call = self.store.data_mut().call.take().expect("the call is set while it runs");
         let fuel_used = fuel - self.store.get_fuel().unwrap_or(0);

@@ -320,6 +320,10 @@ settings! {
     /// Procedures: append a tick (an entry that only moves the log time, so timers fire) to every held
     /// partition with procedures that applied nothing for this long; 0: never (docs/procedures.md).
     procedure_tick_ms: u64 = 1_000, Bound::Range(0, 3_600_000);
+    /// Procedures: relay the outboxes of the partitions this node holds to their Kafka output topics,
+    /// exactly once (Kafka transactions). One replica group should publish: turn it off in the others
+    /// (each partition's publishers fence each other; outputs stay exactly once, but they take turns).
+    procedure_publish: bool = true, Bound::Any;
 }
 
 impl Settings {
@@ -516,6 +520,7 @@ impl Settings {
             journal_objects: self.journal_objects,
             journal_claim_after: Duration::from_millis(self.journal_claim_after_ms),
             procedure_tick: Duration::from_millis(self.procedure_tick_ms),
+            procedure_publish: self.procedure_publish,
             node_id: self.node_id.clone(),
         }
     }

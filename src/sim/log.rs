@@ -80,7 +80,7 @@ impl Log for SimLog {
     }
 
     async fn list_topics(&self) -> Result<Vec<TopicInfo>, LogError> {
-        Ok(vec![TopicInfo { name: super::NAMESPACE.to_string(), partitions: 1 }])
+        Ok(vec![TopicInfo { name: super::NAMESPACE.to_string(), partitions: 1, source_topic: None }])
     }
 
     async fn append(&self, _tp: &TopicPartition, payload: Bytes) -> Result<u64, LogError> {
@@ -139,7 +139,7 @@ impl LogReader for SimReader {
         let mut records = Vec::new();
         while records.len() < records_max && (self.next as usize) < state.history.len() {
             if let Some(payload) = &state.history[self.next as usize] {
-                records.push(LogRecord { offset: self.next, payload: payload.clone() });
+                records.push(LogRecord::entry(self.next, payload.clone()));
             }
             self.next += 1;
         }

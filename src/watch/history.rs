@@ -74,6 +74,10 @@ pub async fn chunk_from_log(
             if not_applied.contains(&entry.offset) {
                 continue;
             }
+            // A source topic's own records change no record: nothing to replay.
+            if entry.foreign.is_some() {
+                continue;
+            }
             let Ok(mutation) = crate::codec::decode(entry.payload, handle.partition, handle.partitions) else { continue };
             events.extend(Event::of_mutation(handle.partition, entry.offset, &mutation).into_iter().filter(|e| !from.covers(e)));
         }

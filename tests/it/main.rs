@@ -9,6 +9,7 @@
 
 mod common;
 
+mod aggdemo;
 mod api;
 mod auth;
 mod bad_input;

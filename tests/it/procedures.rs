@@ -200,3 +200,15 @@ async fn bad_procedure_requests_get_clear_errors_and_append_nothing() {
     let (_, after) = node.get_json("/v1/ns/default").await;
     assert_eq!(offsets(&after), offsets(&before));
 }
+
+#[tokio::test]
+async fn a_source_topic_needs_the_kafka_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = Tern::dev(dir.path()).await;
+    let request = node.client.put(format!("{}/v1/ns/feed", node.url)).json(&json!({"source_topic": "events"}));
+    let (status, answer) = node.send(request).await;
+    assert_eq!((status, error_code(&answer)), (400, "invalid_source_topic"), "{answer}");
+    assert!(answer["error"]["message"].as_str().unwrap().contains("Kafka"), "{answer}");
+    let (status, _) = node.get_json("/v1/ns/feed").await;
+    assert_eq!(status, 404, "nothing was created");
+}

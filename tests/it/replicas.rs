@@ -52,12 +52,13 @@ async fn replicas_skip_foreign_garbage_alike_and_converge() {
         ops: vec![proto::Op { kind: 0, pk: "k".into(), sk: String::new(), value: Bytes::new(), condition: None, time_ms: 0 }],
         time_ms: 0,
         tick: false,
+        outbox_published_below: 0,
     };
     let entries = [
         put("k1", "1"),
         Bytes::from_static(b"\xff\xfe not protobuf"),
         put("k2", "{\"a\": [1, 2]}"),
-        Bytes::from(proto::Mutation { format: 7, write_id: Bytes::new(), ops: vec![], time_ms: 0, tick: false }.encode_to_vec()),
+        Bytes::from(proto::Mutation { format: 7, write_id: Bytes::new(), ops: vec![], time_ms: 0, tick: false, outbox_published_below: 0 }.encode_to_vec()),
         Bytes::from(wrong_kind.encode_to_vec()),
         put("k1", "3"),
     ];

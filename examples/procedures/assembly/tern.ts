@@ -29,6 +29,7 @@
 @external("tern", "now") declare function _now(): i64;
 @external("tern", "params") declare function _params(out: usize, cap: i32): i32;
 @external("tern", "partition") declare function _partition(): i32;
+@external("tern", "header") declare function _header(n: usize, nLen: i32, out: usize, cap: i32): i32;
 
 /** `Record.op`: what the input was. */
 export const OP_PUT: i32 = 0;
@@ -76,6 +77,17 @@ export function stateGetRaw(key: usize, keyLen: i32, out: usize, cap: i32): i32 
 
 /** Writes state from raw memory. No allocation. */
 export function statePutRaw(key: usize, keyLen: i32, value: usize, valueLen: i32): void { _statePut(key, keyLen, value, valueLen); }
+
+/** The input record's header `name` copied into `[out, out + cap)`: its
+ *  length (copied only if it fits), -1 if absent. Only records of a source
+ *  topic have headers. No allocation. */
+export function headerRaw(name: usize, nameLen: i32, out: usize, cap: i32): i32 { return _header(name, nameLen, out, cap); }
+
+/** The input record's header `name` (its bytes), or null. */
+export function header(name: string): ArrayBuffer | null {
+  argA = utf8(name);
+  return readInto((out: usize, cap: i32): i32 => _header(ptr(argA), argA.byteLength, out, cap));
+}
 
 /** Reads `on_record`'s input out of the input buffer. */
 export function record(keyLen: i32, skLen: i32, valueLen: i32, op: i32, timestampMs: i64, offset: i64): Record {

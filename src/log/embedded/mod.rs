@@ -391,7 +391,7 @@ impl Log for EmbeddedLog {
 
     async fn list_topics(&self) -> Result<Vec<TopicInfo>, LogError> {
         let meta = self.inner.meta.lock();
-        Ok(meta.topics.iter().map(|t| TopicInfo { name: t.name.clone(), partitions: t.partitions }).collect())
+        Ok(meta.topics.iter().map(|t| TopicInfo { name: t.name.clone(), partitions: t.partitions, source_topic: None }).collect())
     }
 
     async fn append(&self, tp: &TopicPartition, payload: Bytes) -> Result<u64, LogError> {

@@ -44,7 +44,7 @@ impl EmbeddedReader {
                 let records: Vec<LogRecord> = entries
                     .into_iter()
                     .take_while(|(offset, _)| *offset < end)
-                    .map(|(offset, payload)| LogRecord { offset, payload })
+                    .map(|(offset, payload)| LogRecord::entry(offset, payload))
                     .collect();
                 drop(index);
                 return Ok(self.advance(records));
@@ -86,7 +86,7 @@ fn read_frames(segments: &Segments, tp: &TopicPartition, located: Vec<(u64, u64,
             )));
         }
         bytes += payload.len();
-        records.push(LogRecord { offset, payload });
+        records.push(LogRecord::entry(offset, payload));
         if bytes >= DISK_BATCH_BYTES_MAX {
             break;
         }

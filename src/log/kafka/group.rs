@@ -59,6 +59,8 @@ pub fn group_id(topic_prefix: &str, group: &str) -> String {
 /// the resulting assignment.
 pub struct GroupContext {
     topic_prefix: String,
+    /// Source topics are namespaces' topics too (`sources.rs`).
+    sources: Arc<super::sources::Sources>,
     assignment: watch::Sender<Assignment>,
 }
 
@@ -105,8 +107,11 @@ impl GroupContext {
         tpl.elements()
             .iter()
             .filter_map(|e| {
-                let namespace = e.topic().strip_prefix(&self.topic_prefix)?;
-                Some(TopicPartition { topic: Arc::from(namespace), partition: e.partition() as u32 })
+                let namespace = match self.sources.namespace_of(e.topic()) {
+                    Some(namespace) => Arc::from(namespace),
+                    None => Arc::from(e.topic().strip_prefix(&self.topic_prefix)?),
+                };
+                Some(TopicPartition { topic: namespace, partition: e.partition() as u32 })
             })
             .collect()
     }
@@ -116,6 +121,7 @@ impl GroupContext {
 pub struct GroupMember {
     consumer: Arc<StreamConsumer<GroupContext>>,
     topic_prefix: String,
+    sources: Arc<super::sources::Sources>,
     assignment: watch::Receiver<Assignment>,
     /// The topics subscribed to; re-subscribing only when this changes.
     followed: Mutex<BTreeSet<String>>,
@@ -123,9 +129,16 @@ pub struct GroupMember {
 
 impl GroupMember {
     /// Creates the member; it joins the group once `follow` names a topic.
-    pub fn start(base: &ClientConfig, topic_prefix: &str, group: &str, instance_id: &str, session_timeout: Duration) -> Result<GroupMember, LogError> {
+    pub fn start(
+        base: &ClientConfig,
+        topic_prefix: &str,
+        sources: Arc<super::sources::Sources>,
+        group: &str,
+        instance_id: &str,
+        session_timeout: Duration,
+    ) -> Result<GroupMember, LogError> {
         let (sender, receiver) = watch::channel(Assignment::Pending);
-        let context = GroupContext { topic_prefix: topic_prefix.to_string(), assignment: sender };
+        let context = GroupContext { topic_prefix: topic_prefix.to_string(), sources: sources.clone(), assignment: sender };
         let session_ms = session_timeout.as_millis().max(1);
         let consumer: StreamConsumer<GroupContext> = base
             .clone()
@@ -159,7 +172,7 @@ impl GroupMember {
                 }
             }
         });
-        Ok(GroupMember { consumer, topic_prefix: topic_prefix.to_string(), assignment: receiver, followed: Mutex::new(BTreeSet::new()) })
+        Ok(GroupMember { consumer, topic_prefix: topic_prefix.to_string(), sources, assignment: receiver, followed: Mutex::new(BTreeSet::new()) })
     }
 
     pub fn assignment(&self) -> watch::Receiver<Assignment> {
@@ -169,7 +182,8 @@ impl GroupMember {
     /// Subscribes to the topics of `namespaces` (a change triggers an
     /// incremental rebalance; partitions of unchanged topics stay put).
     pub fn follow(&self, namespaces: &[String]) {
-        let topics: BTreeSet<String> = namespaces.iter().map(|ns| format!("{}{ns}", self.topic_prefix)).collect();
+        let topics: BTreeSet<String> =
+            namespaces.iter().map(|ns| self.sources.topic_of(ns).unwrap_or_else(|| format!("{}{ns}", self.topic_prefix))).collect();
         let mut followed = self.followed.lock();
         if *followed == topics || topics.is_empty() {
             return;

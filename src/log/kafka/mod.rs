@@ -22,10 +22,13 @@
 mod breaker;
 mod fetch_source;
 mod group;
+mod publisher;
 mod reader;
+mod sources;
 mod topic_id;
 
 pub use group::{group_id, Membership};
+pub use publisher::ID_HEADER;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -175,6 +178,8 @@ struct Inner {
     main_queue: tokio::task::AbortHandle,
     /// Fails writes at once to a partition whose last write failed (`breaker.rs`).
     breaker: breaker::Breaker,
+    /// Namespaces reading existing topics (`sources.rs`).
+    sources: Arc<sources::Sources>,
 }
 
 impl Drop for Inner {
@@ -276,10 +281,11 @@ impl KafkaLog {
             }
         })
         .abort_handle();
+        let sources = Arc::new(sources::Sources::default());
         let group = match &config.membership {
             Membership::AssignAll => None,
             Membership::Group { group, instance_id, session_timeout } => {
-                Some(group::GroupMember::start(&base, &config.topic_prefix, group, instance_id, *session_timeout)?)
+                Some(group::GroupMember::start(&base, &config.topic_prefix, sources.clone(), group, instance_id, *session_timeout)?)
             }
         };
         let history_slots = Arc::new(tokio::sync::Semaphore::new(HISTORY_READERS_MAX));
@@ -296,12 +302,33 @@ impl KafkaLog {
                 watermark_slots,
                 main_queue,
                 breaker: breaker::Breaker::default(),
+                sources,
             }),
         })
     }
 
+    /// The Kafka topic of `namespace`: its source topic, or `<prefix><namespace>`.
     fn topic_name(&self, namespace: &str) -> String {
-        format!("{}{namespace}", self.inner.config.topic_prefix)
+        match self.inner.sources.topic_of(namespace) {
+            Some(source) => source,
+            None => format!("{}{namespace}", self.inner.config.topic_prefix),
+        }
+    }
+
+    /// Every topic's partition count, from one metadata request.
+    async fn topic_partitions(&self) -> Result<std::collections::HashMap<String, u32>, LogError> {
+        let (consumer, timeout) = (self.inner.consumer.clone(), self.inner.config.request_timeout);
+        tokio::task::spawn_blocking(move || {
+            let metadata = consumer.fetch_metadata(None, timeout).map_err(unavailable)?;
+            Ok(metadata
+                .topics()
+                .iter()
+                .filter(|t| t.error().is_none() && !t.partitions().is_empty())
+                .map(|t| (t.name().to_string(), t.partitions().len() as u32))
+                .collect())
+        })
+        .await
+        .map_err(unavailable)?
     }
 
     async fn partition_count(&self, topic: &str) -> Result<Option<u32>, LogError> {
@@ -387,7 +414,14 @@ impl KafkaLog {
 #[async_trait]
 impl Log for KafkaLog {
     async fn create_topic(&self, name: &str, partitions: u32) -> Result<CreateOutcome, LogError> {
-        let topic = self.topic_name(name);
+        let prefix = &self.inner.config.topic_prefix;
+        let topic = format!("{prefix}{name}");
+        // A namespace on a source topic has no topic of its own; never give it one.
+        let bound = self.topic_partitions().await?.into_keys().find(|t| sources::parse_marker(prefix, t).is_some_and(|(ns, _)| ns == name));
+        if let Some(marker) = bound {
+            let (_, source) = sources::parse_marker(prefix, &marker).expect("found by parsing");
+            return Err(LogError::SourceConflict(format!("namespace {name:?} exists and reads the topic {source:?}")));
+        }
         let config = &self.inner.config;
         let (factor, min_isr) = self.replication().await?;
         let min_isr = min_isr.to_string();
@@ -418,24 +452,80 @@ impl Log for KafkaLog {
     }
 
     async fn list_topics(&self) -> Result<Vec<TopicInfo>, LogError> {
-        let (consumer, timeout, prefix) =
-            (self.inner.consumer.clone(), self.inner.config.request_timeout, self.inner.config.topic_prefix.clone());
-        tokio::task::spawn_blocking(move || {
-            let metadata = consumer.fetch_metadata(None, timeout).map_err(unavailable)?;
-            let mut topics: Vec<TopicInfo> = metadata
-                .topics()
-                .iter()
-                .filter_map(|t| {
-                    let name = t.name().strip_prefix(&prefix)?;
-                    crate::limits::check_namespace_name(name).ok()?;
-                    Some(TopicInfo { name: name.to_string(), partitions: t.partitions().len() as u32 })
-                })
-                .collect();
-            topics.sort_by(|a, b| a.name.cmp(&b.name));
-            Ok(topics)
-        })
-        .await
-        .map_err(unavailable)?
+        let prefix = &self.inner.config.topic_prefix;
+        let all = self.topic_partitions().await?;
+        let mut topics = Vec::new();
+        for (name, partitions) in &all {
+            if let Some((namespace, source)) = sources::parse_marker(prefix, name) {
+                // A marker whose source topic is gone: its namespace cannot be read.
+                let Some(partitions) = all.get(source) else {
+                    tracing::warn!(namespace, source, "the source topic of a namespace does not exist; the namespace is not opened");
+                    continue;
+                };
+                self.inner.sources.bind(namespace, source);
+                topics.push(TopicInfo { name: namespace.to_string(), partitions: *partitions, source_topic: Some(source.to_string()) });
+                continue;
+            }
+            let Some(namespace) = name.strip_prefix(prefix.as_str()) else { continue };
+            if crate::limits::check_namespace_name(namespace).is_ok() {
+                topics.push(TopicInfo { name: namespace.to_string(), partitions: *partitions, source_topic: None });
+            }
+        }
+        topics.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(topics)
+    }
+
+    async fn create_sourced(&self, name: &str, source: &str, requested: Option<u32>) -> Result<(CreateOutcome, u32), LogError> {
+        let prefix = self.inner.config.topic_prefix.clone();
+        sources::check_source_name(&prefix, name, source).map_err(LogError::Unsupported)?;
+        let all = self.topic_partitions().await?;
+        let Some(&partitions) = all.get(source) else {
+            return Err(LogError::Unsupported(format!(
+                "source_topic {source:?} does not exist in the Kafka cluster; create it first (Tern reads it, never creates it)"
+            )));
+        };
+        if let Some(requested) = requested.filter(|r| *r != partitions) {
+            return Err(LogError::PartitionCountMismatch { topic: source.to_string(), existing: partitions, requested });
+        }
+        if all.contains_key(&format!("{prefix}{name}")) {
+            return Err(LogError::SourceConflict(format!("namespace {name:?} exists with a log of its own; it cannot read {source:?}")));
+        }
+        for topic in all.keys() {
+            let Some((namespace, bound)) = sources::parse_marker(&prefix, topic) else { continue };
+            if namespace == name && bound == source {
+                self.inner.sources.bind(name, source);
+                return Ok((CreateOutcome::AlreadyExists, partitions));
+            }
+            if namespace == name {
+                return Err(LogError::SourceConflict(format!("namespace {name:?} exists and reads the topic {bound:?}")));
+            }
+            if bound == source {
+                return Err(LogError::SourceConflict(format!(
+                    "the topic {source:?} is already the source of namespace {namespace:?}; a topic is the log of one namespace"
+                )));
+            }
+        }
+        let marker = sources::marker_name(&prefix, name, source);
+        let (factor, _) = self.replication().await?;
+        let new_topic = NewTopic::new(&marker, 1, TopicReplication::Fixed(factor));
+        let options = AdminOptions::new().operation_timeout(Some(Timeout::After(self.inner.config.request_timeout)));
+        let results = self.inner.admin.create_topics([&new_topic], &options).await.map_err(unavailable)?;
+        let created = match results.into_iter().next() {
+            Some(Ok(_)) => true,
+            Some(Err((_, RDKafkaErrorCode::TopicAlreadyExists))) => false,
+            Some(Err((_, code))) => return Err(unavailable(format!("creating the source marker topic {marker}: {code}"))),
+            None => return Err(unavailable(format!("creating the source marker topic {marker}: no result"))),
+        };
+        // Bounded wait until the marker shows in metadata (other nodes find it there).
+        let deadline = tokio::time::Instant::now() + self.inner.config.request_timeout;
+        while self.partition_count(&marker).await?.is_none() {
+            if tokio::time::Instant::now() > deadline {
+                return Err(unavailable(format!("topic {marker} did not appear within {:?}", self.inner.config.request_timeout)));
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        self.inner.sources.bind(name, source);
+        Ok((if created { CreateOutcome::Created } else { CreateOutcome::AlreadyExists }, partitions))
     }
 
     async fn append(&self, tp: &TopicPartition, payload: Bytes) -> Result<u64, LogError> {
@@ -480,9 +570,18 @@ impl Log for KafkaLog {
         self.inner.consumer.context().source(&self.topic_name(&tp.topic), tp.partition as i32)
     }
 
+    async fn publisher(&self, tp: &TopicPartition, partitions: u32) -> Result<Box<dyn crate::log::Publisher>, LogError> {
+        let (factor, _) = self.replication().await?;
+        let config = &self.inner.config;
+        let topic = self.topic_name(&tp.topic);
+        let publisher = publisher::KafkaPublisher::start(&self.inner.base, &config.topic_prefix, &tp.topic, &topic, tp.partition, partitions, factor, config.delivery_timeout).await?;
+        Ok(Box::new(publisher))
+    }
+
     async fn reader(&self, tp: &TopicPartition, from: u64) -> Result<Box<dyn LogReader>, LogError> {
         let topic = self.topic_name(&tp.topic);
-        Ok(Box::new(reader::KafkaReader::open(&self.inner.consumer, tp.clone(), &topic, from)?))
+        let sourced = self.inner.sources.is_sourced(&tp.topic);
+        Ok(Box::new(reader::KafkaReader::open(&self.inner.consumer, tp.clone(), &topic, from, sourced)?))
     }
 
     /// A consumer of its own (assign mode, no commits) for one subscriber's
@@ -501,7 +600,8 @@ impl Log for KafkaLog {
             .create_with_context(fetch_source::FetchContext::default())
             .map_err(unavailable)?;
         let topic = self.topic_name(&tp.topic);
-        let reader = reader::KafkaReader::open(&Arc::new(consumer), tp.clone(), &topic, from)?;
+        let sourced = self.inner.sources.is_sourced(&tp.topic);
+        let reader = reader::KafkaReader::open(&Arc::new(consumer), tp.clone(), &topic, from, sourced)?;
         Ok(Box::new(reader::HistoryReader { reader, _permit: permit }))
     }
 
@@ -548,7 +648,12 @@ impl Log for KafkaLog {
 impl KafkaLog {
     /// One produce, acknowledged by every in-sync replica (`acks=all`).
     async fn append_now(&self, topic: &str, tp: &TopicPartition, payload: &Bytes) -> Result<u64, LogError> {
-        let record: FutureRecord<'_, [u8], [u8]> = FutureRecord::to(topic).partition(tp.partition as i32).payload(payload);
+        let mut record: FutureRecord<'_, [u8], [u8]> = FutureRecord::to(topic).partition(tp.partition as i32).payload(payload);
+        // In a source topic, Tern's entries are told from the topic's own records by a header.
+        if self.inner.sources.is_sourced(&tp.topic) {
+            let header = rdkafka::message::Header { key: crate::log::TERN_ENTRY_HEADER, value: Some(&b"1"[..]) };
+            record = record.headers(rdkafka::message::OwnedHeaders::new().insert(header));
+        }
         match self.inner.producer.send(record, Timeout::After(self.inner.config.delivery_timeout)).await {
             Ok(delivery) => {
                 debug_assert_eq!(delivery.partition, tp.partition as i32);

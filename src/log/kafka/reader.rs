@@ -14,7 +14,7 @@ use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{Offset, TopicPartitionList};
 
 use super::fetch_source::{FetchContext, LogConsumer};
-use crate::log::{LogError, LogReader, LogRecord, TopicPartition};
+use crate::log::{ForeignRecord, LogError, LogReader, LogRecord, TopicPartition, FOREIGN_HEADERS_MAX, TERN_ENTRY_HEADER};
 
 pub struct KafkaReader {
     tp: TopicPartition,
@@ -22,12 +22,15 @@ pub struct KafkaReader {
     topic: String,
     queue: StreamPartitionQueue<FetchContext>,
     next: u64,
+    /// The topic is a namespace's source topic: records without the Tern
+    /// entry header are foreign (`LogRecord::foreign`).
+    sourced: bool,
 }
 
 impl KafkaReader {
     /// Splits off the partition's queue, then assigns the partition at `from`
     /// (in that order, so no message can land on the shared main queue).
-    pub fn open(consumer: &Arc<LogConsumer>, tp: TopicPartition, topic: &str, from: u64) -> Result<KafkaReader, LogError> {
+    pub fn open(consumer: &Arc<LogConsumer>, tp: TopicPartition, topic: &str, from: u64, sourced: bool) -> Result<KafkaReader, LogError> {
         let queue = consumer
             .split_partition_queue(topic, tp.partition as i32)
             .ok_or_else(|| LogError::UnknownPartition(tp.to_string()))?;
@@ -36,7 +39,7 @@ impl KafkaReader {
             .add_partition_offset(topic, tp.partition as i32, Offset::Offset(from as i64))
             .map_err(|e| LogError::Unavailable(format!("kafka: {e}")))?;
         consumer.incremental_assign(&assignment).map_err(|e| LogError::Unavailable(format!("kafka: {e}")))?;
-        Ok(KafkaReader { tp, consumer: consumer.clone(), topic: topic.to_string(), queue, next: from })
+        Ok(KafkaReader { tp, consumer: consumer.clone(), topic: topic.to_string(), queue, next: from, sourced })
     }
 }
 
@@ -44,7 +47,7 @@ impl KafkaReader {
 impl LogReader for KafkaReader {
     async fn next_batch(&mut self, records_max: usize, wait: Duration) -> Result<Vec<LogRecord>, LogError> {
         let first = match tokio::time::timeout(wait, self.queue.recv()).await {
-            Ok(message) => Fetched::from(message),
+            Ok(message) => Fetched::of(message, self.sourced),
             Err(_) => {
                 self.skip_markers();
                 return Ok(Vec::new());
@@ -54,7 +57,7 @@ impl LogReader for KafkaReader {
         records.push(self.accept(first)?);
         while records.len() < records_max {
             let Some(message) = self.queue.recv().now_or_never() else { break };
-            let fetched = Fetched::from(message);
+            let fetched = Fetched::of(message, self.sourced);
             records.push(self.accept(fetched)?);
         }
         Ok(records)
@@ -68,15 +71,21 @@ impl LogReader for KafkaReader {
 /// One message taken off the partition queue: its payload copied once into
 /// `Bytes`, so the borrowed librdkafka message can be released at once.
 enum Fetched {
-    Record(u64, Bytes),
+    Record(u64, Bytes, Option<Box<ForeignRecord>>),
     OffsetOutOfRange,
     Failed(KafkaError),
 }
 
-impl From<Result<rdkafka::message::BorrowedMessage<'_>, KafkaError>> for Fetched {
-    fn from(message: Result<rdkafka::message::BorrowedMessage<'_>, KafkaError>) -> Fetched {
+impl Fetched {
+    /// Takes a message off the queue; `sourced`: a record without the Tern
+    /// entry header is foreign, and keeps its key, headers and timestamp.
+    fn of(message: Result<rdkafka::message::BorrowedMessage<'_>, KafkaError>, sourced: bool) -> Fetched {
         match message {
-            Ok(m) => Fetched::Record(m.offset() as u64, Bytes::copy_from_slice(m.payload().unwrap_or_default())),
+            Ok(m) => {
+                let payload = Bytes::copy_from_slice(m.payload().unwrap_or_default());
+                let foreign = if sourced { foreign_of(&m) } else { None };
+                Fetched::Record(m.offset() as u64, payload, foreign)
+            }
             // With auto.offset.reset=error, librdkafka reports an out-of-range
             // fetch position as AUTO_OFFSET_RESET and stops fetching the
             // partition: retention overtook this reader. Never "unavailable".
@@ -86,6 +95,26 @@ impl From<Result<rdkafka::message::BorrowedMessage<'_>, KafkaError>> for Fetched
             Err(e) => Fetched::Failed(e),
         }
     }
+}
+
+/// A source topic's record as a foreign record, or None when it carries
+/// the Tern entry header (one of Tern's own entries, written there by Tern).
+fn foreign_of(m: &rdkafka::message::BorrowedMessage<'_>) -> Option<Box<ForeignRecord>> {
+    use rdkafka::message::Headers;
+    let mut headers = Vec::new();
+    if let Some(all) = m.headers() {
+        for header in all.iter() {
+            if header.key == TERN_ENTRY_HEADER {
+                return None;
+            }
+            if headers.len() < FOREIGN_HEADERS_MAX {
+                headers.push((header.key.to_string(), Bytes::copy_from_slice(header.value.unwrap_or_default())));
+            }
+        }
+    }
+    let key = m.key().map(Bytes::copy_from_slice);
+    let timestamp_ms = m.timestamp().to_millis().filter(|t| *t >= 0).unwrap_or(0) as u64;
+    Some(Box::new(ForeignRecord { key, headers, timestamp_ms }))
 }
 
 impl KafkaReader {
@@ -107,11 +136,11 @@ impl KafkaReader {
     /// Advances past a fetched record, or turns a fetch error into a log error.
     fn accept(&mut self, fetched: Fetched) -> Result<LogRecord, LogError> {
         match fetched {
-            Fetched::Record(offset, payload) => {
+            Fetched::Record(offset, payload, foreign) => {
                 // Kafka offsets may skip (transaction markers), never go back.
                 assert!(offset >= self.next, "kafka delivered offset {offset} below the reader's position {}", self.next);
                 self.next = offset + 1;
-                Ok(LogRecord { offset, payload })
+                Ok(LogRecord { offset, payload, foreign })
             }
             Fetched::OffsetOutOfRange => {
                 Err(LogError::OffsetOutOfRange { tp: self.tp.to_string(), requested: self.next, start: 0 })

@@ -1,0 +1,226 @@
+//! The outbox publisher's Kafka side: Kafka transactions make each
+//! procedure output appear in its topic exactly once (issue 23).
+//!
+//! One transactional producer per namespace partition, `transactional.id`
+//! `<prefix>publisher.<namespace>.<partition>`. A batch is one transaction:
+//! the messages, plus the outbox id `(input offset, index)` of the next
+//! one, committed as the offset (and, in its metadata, the index) of
+//! consumer group `<prefix>publisher.<namespace>` on the namespace's own
+//! topic partition (`send_offsets_to_transaction`). So the messages and the
+//! position after them become visible together or not at all, and a new
+//! publisher starts where the last committed one ended:
+//! - killed mid-batch: the open transaction is aborted (by the broker's
+//!   transaction timeout, or at once by the next `init_transactions` with
+//!   the same id); its messages are never visible to `read_committed`
+//!   consumers, and the batch is published again;
+//! - a zombie (a node that lost the partition but still runs): the new
+//!   publisher's `init_transactions` fences it; its commits fail;
+//! - broker restarted: the transaction fails or aborts; the batch is retried.
+//!
+//! Consumers of the output topics read with `isolation.level=read_committed`
+//! (librdkafka's default; the Java client's is `read_uncommitted`).
+//! Every message carries the header `tern.id` = `<ns>/<partition>/<offset>.<index>`.
+//!
+//! Owns: the producer, the committed position, creating output topics that
+//! do not exist yet. Never: reads the outbox (the node's publisher does).
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::error::KafkaError;
+use rdkafka::message::{Header, OwnedHeaders};
+use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
+use rdkafka::types::RDKafkaErrorCode;
+use rdkafka::util::Timeout;
+use rdkafka::{Offset, TopicPartitionList};
+
+use crate::log::{LogError, Outgoing, Publisher};
+
+/// The header naming an output's deterministic id.
+pub const ID_HEADER: &str = "tern.id";
+/// Bound on one transaction's calls (init, commit, abort, offsets).
+const TRANSACTION_CALL_TIMEOUT: Duration = Duration::from_secs(30);
+/// The broker aborts a transaction its producer left open this long (a
+/// publisher killed mid-batch with no successor).
+const TRANSACTION_TIMEOUT_MS: u64 = 60_000;
+/// Output topics this publisher has made sure of (bounded by the outputs of a namespace's procedures).
+const ENSURED_TOPICS_MAX: usize = 4_096;
+
+pub struct KafkaPublisher {
+    producer: FutureProducer,
+    consumer: Arc<BaseConsumer>,
+    admin: Arc<AdminClient<DefaultClientContext>>,
+    /// The namespace's topic (its log) and partition: where the position is committed.
+    topic: String,
+    partition: i32,
+    partitions: u32,
+    replication_factor: i32,
+    ensured: HashSet<String>,
+    delivery_timeout: Duration,
+}
+
+fn unavailable(what: &str, e: impl std::fmt::Display) -> LogError {
+    LogError::Unavailable(format!("kafka publisher: {what}: {e}"))
+}
+
+impl KafkaPublisher {
+    /// Creates the producer and fences any earlier one of the partition
+    /// (`init_transactions`), which also ends its open transaction.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn start(
+        base: &ClientConfig,
+        prefix: &str,
+        namespace: &str,
+        topic: &str,
+        partition: u32,
+        partitions: u32,
+        replication_factor: i32,
+        delivery_timeout: Duration,
+    ) -> Result<KafkaPublisher, LogError> {
+        let producer: FutureProducer = base
+            .clone()
+            .set("transactional.id", format!("{prefix}publisher.{namespace}.{partition}"))
+            .set("transaction.timeout.ms", TRANSACTION_TIMEOUT_MS.to_string())
+            .set("enable.idempotence", "true")
+            .set("acks", "all")
+            .set("linger.ms", "5")
+            .set("delivery.timeout.ms", delivery_timeout.as_millis().to_string())
+            .create()
+            .map_err(|e| unavailable("creating the producer", e))?;
+        let consumer: BaseConsumer = base
+            .clone()
+            .set("group.id", format!("{prefix}publisher.{namespace}"))
+            .set("enable.auto.commit", "false")
+            .set("isolation.level", "read_committed")
+            .create()
+            .map_err(|e| unavailable("creating the position reader", e))?;
+        let admin: AdminClient<DefaultClientContext> = base.create().map_err(|e| unavailable("creating the admin client", e))?;
+        let init = producer.clone();
+        tokio::task::spawn_blocking(move || init.init_transactions(TRANSACTION_CALL_TIMEOUT))
+            .await
+            .map_err(|e| unavailable("init_transactions", e))?
+            .map_err(|e| unavailable("init_transactions", e))?;
+        Ok(KafkaPublisher {
+            producer,
+            consumer: Arc::new(consumer),
+            admin: Arc::new(admin),
+            topic: topic.to_string(),
+            partition: partition as i32,
+            partitions,
+            replication_factor,
+            ensured: HashSet::new(),
+            delivery_timeout,
+        })
+    }
+
+    /// The position's partition list: the input offset as the offset, the index as the metadata.
+    fn position_list(&self, next: Option<(u64, u32)>) -> Result<TopicPartitionList, LogError> {
+        let mut list = TopicPartitionList::new();
+        let mut element = list.add_partition(&self.topic, self.partition);
+        if let Some((offset, index)) = next {
+            element.set_offset(Offset::Offset(offset as i64)).map_err(|e| unavailable("the position", e))?;
+            element.set_metadata(index.to_string());
+        }
+        Ok(list)
+    }
+
+    /// Creates the output topics of `messages` that do not exist (the
+    /// namespace's partition count, the cluster's replication).
+    async fn ensure_topics(&mut self, messages: &[Outgoing]) -> Result<(), LogError> {
+        let new: Vec<String> = messages.iter().map(|m| m.topic.clone()).filter(|t| !self.ensured.contains(t)).collect::<HashSet<_>>().into_iter().collect();
+        if new.is_empty() {
+            return Ok(());
+        }
+        let topics: Vec<NewTopic> = new.iter().map(|t| NewTopic::new(t, self.partitions as i32, TopicReplication::Fixed(self.replication_factor))).collect();
+        let options = AdminOptions::new().operation_timeout(Some(Timeout::After(TRANSACTION_CALL_TIMEOUT)));
+        let results = self.admin.create_topics(&topics, &options).await.map_err(|e| unavailable("creating output topics", e))?;
+        for result in results {
+            match result {
+                Ok(_) | Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
+                Err((topic, code)) => return Err(unavailable(&format!("creating output topic {topic}"), code)),
+            }
+        }
+        if self.ensured.len() + new.len() > ENSURED_TOPICS_MAX {
+            self.ensured.clear();
+        }
+        self.ensured.extend(new);
+        Ok(())
+    }
+
+    /// Sends every message inside the open transaction; waits for all.
+    async fn send_all(&self, messages: &[Outgoing]) -> Result<(), LogError> {
+        let sends = messages.iter().map(|m| {
+            let headers = OwnedHeaders::new().insert(Header { key: ID_HEADER, value: Some(m.id.as_bytes()) });
+            let mut record: FutureRecord<'_, [u8], [u8]> = FutureRecord::to(&m.topic).payload(&m.value[..]).headers(headers);
+            if let Some(key) = &m.key {
+                record = record.key(&key[..]);
+            }
+            self.producer.send(record, Timeout::After(self.delivery_timeout))
+        });
+        for sent in futures::future::join_all(sends).await {
+            sent.map_err(|(e, _)| unavailable("sending an output", e))?;
+        }
+        Ok(())
+    }
+
+    async fn blocking<T: Send + 'static>(&self, what: &'static str, call: impl FnOnce(FutureProducer) -> Result<T, KafkaError> + Send + 'static) -> Result<T, LogError> {
+        let producer = self.producer.clone();
+        tokio::task::spawn_blocking(move || call(producer)).await.map_err(|e| unavailable(what, e))?.map_err(|e| unavailable(what, e))
+    }
+}
+
+#[async_trait]
+impl Publisher for KafkaPublisher {
+    async fn position(&mut self) -> Result<(u64, u32), LogError> {
+        let (consumer, list) = (self.consumer.clone(), self.position_list(None)?);
+        let committed = tokio::task::spawn_blocking(move || consumer.committed_offsets(list, TRANSACTION_CALL_TIMEOUT))
+            .await
+            .map_err(|e| unavailable("reading the position", e))?
+            .map_err(|e| unavailable("reading the position", e))?;
+        let Some(element) = committed.find_partition(&self.topic, self.partition) else { return Ok((0, 0)) };
+        let Offset::Offset(offset) = element.offset() else { return Ok((0, 0)) };
+        if offset < 0 {
+            return Ok((0, 0));
+        }
+        let metadata = element.metadata();
+        if metadata.is_empty() {
+            return Ok((offset as u64, 0));
+        }
+        let index = metadata.parse::<u32>().map_err(|_| {
+            unavailable("reading the position", format!("the committed position of {}/{} has metadata {metadata:?}, not an index", self.topic, self.partition))
+        })?;
+        Ok((offset as u64, index))
+    }
+
+    async fn publish(&mut self, messages: Vec<Outgoing>, next: (u64, u32)) -> Result<(), LogError> {
+        self.ensure_topics(&messages).await?;
+        self.blocking("begin_transaction", |p| p.begin_transaction()).await?;
+        let sent = self.send_all(&messages).await;
+        let committed = match sent {
+            Ok(()) => {
+                let offsets = self.position_list(Some(next))?;
+                let metadata = self.consumer.group_metadata().ok_or_else(|| unavailable("group metadata", "none"))?;
+                let offered = self.blocking("send_offsets_to_transaction", move |p| p.send_offsets_to_transaction(&offsets, &metadata, TRANSACTION_CALL_TIMEOUT)).await;
+                match offered {
+                    Ok(()) => self.blocking("commit_transaction", |p| p.commit_transaction(TRANSACTION_CALL_TIMEOUT)).await,
+                    Err(e) => Err(e),
+                }
+            }
+            Err(e) => Err(e),
+        };
+        if let Err(e) = committed {
+            // Nothing of the batch becomes visible. The caller drops this
+            // publisher; the next one's init_transactions ends the transaction
+            // if this abort cannot.
+            let _ = self.blocking("abort_transaction", |p| p.abort_transaction(TRANSACTION_CALL_TIMEOUT)).await;
+            return Err(e);
+        }
+        Ok(())
+    }
+}

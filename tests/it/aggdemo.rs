@@ -1,0 +1,281 @@
+//! aggdemo end to end on a real Kafka broker (issue 23): a namespace on an
+//! existing input topic (`examples/aggdemo/deploy.sh`), records from a
+//! foreign producer with every fault, outputs published to `NS.aggregated`
+//! and `NS.bad` by Kafka transactions. The publishing node and a replica of
+//! another replica group are each killed with SIGKILL while records flow;
+//! then every output is in its topic exactly once (read_committed, by its
+//! `tern.id`), the billing checks hold (`examples/aggdemo/model.rs`), both
+//! replica groups end with the same state hashes, and the published outbox
+//! was trimmed on both.
+
+#[path = "../../examples/aggdemo/model.rs"]
+mod model;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::{Header, Headers, Message, OwnedHeaders};
+use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::{Offset, TopicPartitionList};
+use serde_json::Value;
+
+use crate::common::{self, checkout, Tern};
+
+const PARTITIONS: i32 = 4;
+const STALENESS_MS: u64 = 3_000;
+
+async fn serve(data: &std::path::Path, prefix: &str, node_id: &str, publish: bool) -> Tern {
+    let log = format!("kafka://{}", common::kafka_bootstrap());
+    let publish = publish.to_string();
+    let args = [
+        "serve", "--node-id", node_id, "--listen", "127.0.0.1:0", "--data-dir", data.to_str().unwrap(),
+        "--log", &log, "--kafka-topic-prefix", prefix,
+        // Each node alone in a replica group of its own: it holds every partition.
+        "--group", node_id,
+        "--procedure-tick-ms", "200", "--procedure-publish", &publish,
+    ];
+    Tern::spawn(&args, data).await
+}
+
+fn client_config() -> ClientConfig {
+    let mut config = ClientConfig::new();
+    config.set("bootstrap.servers", common::kafka_bootstrap());
+    config
+}
+
+async fn create_topic(name: &str) {
+    let admin: AdminClient<DefaultClientContext> = client_config().create().unwrap();
+    let topic = NewTopic::new(name, PARTITIONS, TopicReplication::Fixed(1));
+    let results = admin.create_topics([&topic], &AdminOptions::new()).await.unwrap();
+    assert!(results[0].is_ok(), "{results:?}");
+}
+
+/// Sends records `from..to` of `generated`: key the session id (8 bytes,
+/// big-endian), partition by session, header `gen_ns` the record's index.
+async fn produce(producer: &FutureProducer, topic: &str, generated: &model::Generated, range: std::ops::Range<usize>) {
+    let sends = range.map(|i| {
+        let sent = &generated.sent[i];
+        let key = sent.session.to_be_bytes();
+        let gen_ns = i.to_string();
+        let headers = OwnedHeaders::new().insert(Header { key: "gen_ns", value: Some(gen_ns.as_bytes()) });
+        let partition = (sent.session % PARTITIONS as u64) as i32;
+        let record = FutureRecord::to(topic).key(&key[..]).payload(sent.line.as_bytes()).partition(partition).headers(headers);
+        producer.send_result(record).unwrap()
+    });
+    for delivered in futures::future::join_all(sends.collect::<Vec<_>>()).await {
+        delivered.unwrap().unwrap();
+    }
+}
+
+/// Sends records `range` in slices of 200, 5 ms apart: a stream that is
+/// still flowing when a node is killed.
+async fn produce_paced(producer: FutureProducer, topic: String, generated: Arc<model::Generated>, range: std::ops::Range<usize>) {
+    let mut at = range.start;
+    while at < range.end {
+        let to = (at + 200).min(range.end);
+        produce(&producer, &topic, &generated, at..to).await;
+        at = to;
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// What `node`'s publishers committed so far (`tern_outbox_published_total`).
+async fn published_total(node: &Tern) -> u64 {
+    let Ok(response) = node.client.get(format!("{}/metrics", node.url)).send().await else { return 0 };
+    let text = response.text().await.unwrap_or_default();
+    text.lines().filter(|l| l.starts_with("tern_outbox_published_total")).filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok()).sum()
+}
+
+/// Kills `node` with SIGKILL once its publishers committed something while
+/// records still flow (`stream`), so a batch is likely mid-transaction.
+async fn kill_while_publishing(node: &mut Tern, stream: &tokio::task::JoinHandle<()>) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while published_total(node).await == 0 {
+        assert!(Instant::now() < deadline, "nothing was published");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(!stream.is_finished(), "the stream still flows when the node is killed (make it longer)");
+    node.kill9();
+}
+
+/// Every committed message of `topics`: (topic, tern.id, row).
+fn consume_all(topics: &[String]) -> Vec<(String, String, Value)> {
+    let consumer: BaseConsumer = client_config()
+        .set("group.id", "aggdemo-test-reader")
+        .set("isolation.level", "read_committed")
+        .set("enable.auto.commit", "false")
+        .create()
+        .unwrap();
+    let mut assignment = TopicPartitionList::new();
+    let mut ends = BTreeMap::new();
+    for topic in topics {
+        for p in 0..PARTITIONS {
+            assignment.add_partition_offset(topic, p, Offset::Beginning).unwrap();
+            let (_, high) = consumer.fetch_watermarks(topic, p, Duration::from_secs(10)).unwrap();
+            ends.insert((topic.clone(), p), high);
+        }
+    }
+    consumer.assign(&assignment).unwrap();
+    let mut found = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let positions = consumer.position().unwrap();
+        let done = ends.iter().all(|((topic, p), high)| match positions.find_partition(topic, *p).map(|e| e.offset()) {
+            Some(Offset::Offset(o)) => o >= *high,
+            _ => *high == 0,
+        });
+        if done {
+            return found;
+        }
+        assert!(Instant::now() < deadline, "the output topics were not read to their ends ({ends:?}) in time");
+        let Some(message) = consumer.poll(Duration::from_millis(200)) else { continue };
+        let message = message.unwrap();
+        let id = message
+            .headers()
+            .and_then(|h| h.iter().find(|h| h.key == "tern.id").and_then(|h| h.value).map(|v| String::from_utf8(v.to_vec()).unwrap()))
+            .expect("every output carries its tern.id");
+        let row: Value = serde_json::from_slice(message.payload().unwrap()).unwrap();
+        found.push((message.topic().to_string(), id, row));
+    }
+}
+
+/// Waits until `node` stores no outbox message in any partition of NS
+/// (trimmed: published) and has applied its whole log.
+async fn wait_published_and_trimmed(node: &Tern, ns: &str) {
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        let (_, body) = node.get_json(&format!("/v1/ns/{ns}")).await;
+        let states = body["state"].as_array().unwrap();
+        let trimmed = states.iter().all(|p| p["lag"] == 0 && p["procedures"]["outbox_messages"] == 0);
+        if trimmed {
+            return;
+        }
+        assert!(Instant::now() < deadline, "the outbox was not published and trimmed in time: {body}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn aggdemo_on_kafka_publishes_every_output_exactly_once_through_kill_9_of_the_publisher_and_a_replica() {
+    let prefix = format!("t{}.", rand::random::<u32>());
+    // The output topics are NS.aggregated and NS.bad, outside the prefix: a namespace of this run's own.
+    let ns = format!("calls{}", rand::random::<u32>());
+    let ns = ns.as_str();
+    let input = format!("in{}", rand::random::<u32>());
+    create_topic(&input).await;
+    let (dir_a, dir_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let mut a = serve(dir_a.path(), &prefix, "a", true).await;
+    let mut b = serve(dir_b.path(), &prefix, "b", false).await;
+
+    // The pinned script: the namespace on the input topic, the procedure on it.
+    let deploy = std::process::Command::new(checkout().join("examples/aggdemo/deploy.sh"))
+        .args([&a.url, ns, &input, "--staleness-ms", &STALENESS_MS.to_string()])
+        .output()
+        .unwrap();
+    assert!(deploy.status.success(), "deploy.sh: {}", String::from_utf8_lossy(&deploy.stderr));
+    let (_, described) = a.get_json(&format!("/v1/ns/{ns}")).await;
+    assert_eq!((described["source_topic"].as_str(), described["partitions"].as_u64()), (Some(input.as_str()), Some(PARTITIONS as u64)));
+
+    // Log time is the records' Kafka timestamps (this clock), so the model's t0 is now.
+    let generated = Arc::new(model::generate(11, tern::codec::now_ms()));
+    let late_from = generated.late_from();
+    let producer: FutureProducer = client_config().set("linger.ms", "5").create().unwrap();
+    let cut = |share: usize| late_from * share / 10;
+    let stream = |range: std::ops::Range<usize>| tokio::spawn(produce_paced(producer.clone(), input.clone(), generated.clone(), range));
+
+    // The publisher (and a replica) dies mid-stream, publishing; records keep coming.
+    let first = stream(0..cut(5));
+    kill_while_publishing(&mut a, &first).await;
+    first.await.unwrap();
+    a = serve(dir_a.path(), &prefix, "a", true).await;
+    // Now the other replica group's node, while records flow.
+    let second = stream(cut(5)..late_from);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!second.is_finished());
+    b.kill9();
+    second.await.unwrap();
+    b = serve(dir_b.path(), &prefix, "b", false).await;
+    // Past every session's staleness (idle ticks move the log time), then the late records.
+    tokio::time::sleep(Duration::from_millis(STALENESS_MS * 2)).await;
+    produce(&producer, &input, &generated, late_from..generated.sent.len()).await;
+    tokio::time::sleep(Duration::from_millis(STALENESS_MS * 2)).await;
+
+    wait_published_and_trimmed(&a, ns).await;
+    wait_published_and_trimmed(&b, ns).await;
+    a.wait_caught_up(ns).await;
+    b.wait_caught_up(ns).await;
+    let (states_a, states_b) = (a.partition_states(ns).await, b.partition_states(ns).await);
+    assert_eq!(states_a.iter().map(|s| (s.0, &s.1)).collect::<Vec<_>>(), states_b.iter().map(|s| (s.0, &s.1)).collect::<Vec<_>>(), "both replica groups: the same state at the same offsets");
+
+    let topics = [format!("{ns}.aggregated"), format!("{ns}.bad")];
+    let published = consume_all(&topics);
+    let ids: BTreeSet<&str> = published.iter().map(|(_, id, _)| id.as_str()).collect();
+    assert_eq!(ids.len(), published.len(), "no output twice");
+    assert!(ids.iter().all(|id| id.starts_with(&format!("{ns}/"))), "ids name the namespace");
+    let outputs: Vec<(String, Value)> = published.iter().map(|(topic, _, row)| (topic.clone(), row.clone())).collect();
+    // Every output, once: the billing checks fail on a lost row (a record
+    // neither billed nor reported) and on a row twice (billed twice).
+    let reasons = model::check(&generated, &outputs);
+    let carried = outputs.iter().filter(|(_, row)| row.get("trigger_gen_ns").is_some()).count();
+    assert!(carried > 0 && carried < outputs.len(), "rows of records carry gen_ns, rows of timers do not: {carried} of {}", outputs.len());
+    // Nothing failed in the procedure.
+    let (_, metrics) = (200, a.client.get(format!("{}/metrics", a.url)).send().await.unwrap().text().await.unwrap());
+    assert!(!metrics.lines().any(|l| l.starts_with("tern_procedure_dead_letters_total") && !l.ends_with(" 0")), "no dead letters");
+    eprintln!("aggdemo on Kafka: {} records in, {} outputs: {reasons:?}", generated.sent.len(), outputs.len());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_source_topic_is_checked_and_bound_once() {
+    let prefix = format!("t{}.", rand::random::<u32>());
+    let input = format!("in{}", rand::random::<u32>());
+    create_topic(&input).await;
+    let dir = tempfile::tempdir().unwrap();
+    let node = serve(dir.path(), &prefix, "s", false).await;
+    let put = |ns: &str, body: Value| {
+        let request = node.client.put(format!("{}/v1/ns/{ns}", node.url)).json(&body);
+        async { node.send(request).await }
+    };
+    let ns = format!("src{}", rand::random::<u32>());
+    let other = format!("own{}", rand::random::<u32>());
+    let long = "a".repeat(250);
+    let refused: [(&str, Value, u16, &str); 6] = [
+        (&ns, serde_json::json!({"source_topic": format!("missing{}", rand::random::<u32>())}), 400, "invalid_source_topic"),
+        (&ns, serde_json::json!({"source_topic": "bad name"}), 400, "invalid_source_topic"),
+        (&ns, serde_json::json!({"source_topic": ""}), 400, "invalid_source_topic"),
+        (&ns, serde_json::json!({"source_topic": format!("{prefix}x")}), 400, "invalid_source_topic"),
+        (&ns, serde_json::json!({"source_topic": "__consumer_offsets"}), 400, "invalid_source_topic"),
+        (&ns, serde_json::json!({"source_topic": long}), 400, "invalid_source_topic"),
+    ];
+    for (name, body, status, code) in refused {
+        let (got, answer) = put(name, body.clone()).await;
+        assert_eq!((got, common::error_code(&answer)), (status, code), "{body}: {answer}");
+    }
+    let (status, answer) = put(&ns, serde_json::json!({"source_topic": input, "partitions": 3})).await;
+    assert_eq!((status, common::error_code(&answer)), (409, "namespace_exists"), "the topic has 4 partitions: {answer}");
+    let (status, answer) = put(&ns, serde_json::json!({"source_topic": input})).await;
+    assert_eq!((status, answer["source_topic"].as_str(), answer["partitions"].as_u64()), (201, Some(input.as_str()), Some(4)), "{answer}");
+    let (status, answer) = put(&ns, serde_json::json!({"source_topic": input, "partitions": 4})).await;
+    assert_eq!((status, answer["created"].as_bool()), (200, Some(false)), "the same again: {answer}");
+    // Another namespace on the same topic; a namespace with a log of its own on a topic; a source namespace as an own one.
+    let (status, answer) = put(&other, serde_json::json!({"source_topic": input})).await;
+    assert_eq!((status, common::error_code(&answer)), (409, "source_topic_conflict"), "{answer}");
+    let (status, _) = put(&other, serde_json::json!({"partitions": 2})).await;
+    assert_eq!(status, 201);
+    let (status, answer) = put(&other, serde_json::json!({"source_topic": input})).await;
+    assert_eq!((status, common::error_code(&answer)), (409, "source_topic_conflict"), "{answer}");
+    // Its writes go into the source topic as Tern entries and read back.
+    let (status, answer) = node.send(node.client.put(format!("{}/v1/ns/{ns}/kv/k?wait=applied", node.url)).json(&serde_json::json!({"v": 1}))).await;
+    assert_eq!(status, 200, "{answer}");
+    let (status, got) = node.get_json(&format!("/v1/ns/{ns}/kv/k")).await;
+    assert_eq!((status, got["items"][0]["value"].clone()), (200, serde_json::json!({"v": 1})), "{got}");
+    let (_, listed) = node.get_json("/v1/ns").await;
+    assert!(listed["namespaces"].as_array().unwrap().iter().any(|n| n["name"] == ns.as_str() && n["source_topic"] == input.as_str()), "{listed}");
+    // The CLI shows it.
+    let (ok, out, err) = common::cli(&node.url, &["ns", "show", &ns]);
+    assert!(ok && out.contains(&format!("source_topic {input}")), "{out}{err}");
+}
