@@ -19,6 +19,9 @@
 #                                    librdkafka alone, and the write gap when a region is cut (results: regions.json/md).
 #   scripts/bench.sh procedures [ARGS] instead runs `tern-bench procedures`: the same batched writes into a namespace
 #                                    without a procedure and one running aggdemo, alternating rounds (results: procedures.json/md).
+#   scripts/bench.sh aggdemo [ARGS]  instead runs `tern-bench aggdemo`: issue 23's workload from Kafka to Kafka through
+#                                    Tern (records/s, violations, latency, CPU per record of each process) next to a
+#                                    floor that consumes and produces without Tern (results: aggdemo.json/md).
 #   scripts/bench.sh snapshot [ARGS] instead runs `tern-bench snapshot`: snapshot and restore of one
 #                                    partition of 1,000,000 records, file:// and S3 (results: snapshot.json/md).
 # `--tern PATH` measures another `tern` binary (e.g. an older build, for alternating runs).
@@ -29,7 +32,7 @@ export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/tern-target}"
 cargo build --release --quiet --workspace
 BENCH="$CARGO_TARGET_DIR/release/tern-bench"
 case "${1:-}" in
-  snapshot | watch | kafka | firebase | journal | security | regions | procedures)
+  snapshot | watch | kafka | firebase | journal | security | regions | procedures | aggdemo)
     suite="$1"
     shift
     exec "$BENCH" "$suite" --out bench/results/latest "$@"

@@ -419,3 +419,26 @@ pub static OUTBOX_PUBLISH_SECONDS: LazyLock<HistogramVec> = LazyLock::new(|| {
     )
     .expect("metric registers")
 });
+
+/// One procedure's counters on this node since it started (what `tern ns
+/// show` prints): the same series `/metrics` exports.
+pub fn procedure_counters(ns: &str, procedure: &str) -> serde_json::Value {
+    let labels = [ns, procedure];
+    let calls = PROCEDURE_CALL_SECONDS.with_label_values(&labels);
+    let count = calls.get_sample_count();
+    let mean_us = if count == 0 { 0.0 } else { (calls.get_sample_sum() / count as f64 * 1e7).round() / 10.0 };
+    serde_json::json!({
+        "records": PROCEDURE_RECORDS.with_label_values(&labels).get(),
+        "outputs": PROCEDURE_OUTPUTS.with_label_values(&labels).get(),
+        "dead_letters": PROCEDURE_DEAD_LETTERS.with_label_values(&labels).get(),
+        "fuel_used": PROCEDURE_FUEL.with_label_values(&labels).get(),
+        "timers_fired": PROCEDURE_TIMERS_FIRED.with_label_values(&labels).get(),
+        "calls": count,
+        "call_us_mean": mean_us,
+    })
+}
+
+/// Outbox messages not yet published of a partition this node publishes.
+pub fn outbox_unpublished(ns: &str, partition: u32) -> i64 {
+    OUTBOX_UNPUBLISHED.with_label_values(&[ns, &partition.to_string()]).get()
+}

@@ -117,12 +117,17 @@ async fn connection(mut stream: TcpStream, fanout: Fanout) -> anyhow::Result<()>
     loop {
         let (head_len, body_len) = read_head(&mut stream, &mut buf).await?;
         if buf.starts_with(b"GET ") {
-            stream
-                .write_all(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncache-control: no-cache\r\n\r\nevent: progress\ndata: null\n\n")
-                .await?;
+            // The head is written and the subscriber kept under one lock: a
+            // client that read the head and then PUTs gets that event (written
+            // first and pushed after, a PUT could fan out in between and miss it).
+            use std::io::Write;
+            const HEAD: &[u8] = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncache-control: no-cache\r\n\r\nevent: progress\ndata: null\n\n";
+            let mut socket = stream.into_std()?;
             let mut kept = fanout.subscribers.lock().expect("not poisoned");
             anyhow::ensure!(kept.len() < SUBSCRIBERS_MAX, "more than {SUBSCRIBERS_MAX} subscribers");
-            kept.push(stream.into_std()?);
+            // A new socket's send buffer takes the few bytes of the head at once.
+            anyhow::ensure!(socket.write(HEAD)? == HEAD.len(), "the response head did not fit a new socket's buffer");
+            kept.push(socket);
             return Ok(());
         }
         while buf.len() < head_len + body_len {

@@ -10,6 +10,7 @@
 //! requests are scheduled at a fixed rate and latency is measured from the
 //! scheduled time, so a stalled server is not hidden by coordinated omission).
 
+mod aggdemo;
 mod cpu;
 mod etcd;
 mod fanout;
@@ -72,6 +73,8 @@ enum BenchCommand {
     Security(security::SecurityBenchArgs),
     /// What a procedure (aggdemo) costs per record inside Tern: the same batched writes with and without it.
     Procedures(procedures::ProceduresBenchArgs),
+    /// aggdemo from Kafka to Kafka through Tern (records/s, violations, latency, CPU per record) next to a floor without Tern.
+    Aggdemo(aggdemo::AggdemoBenchArgs),
     /// Load one HTTP target.
     Http(HttpArgs),
     /// Serializable gets against etcd 3.
@@ -192,6 +195,7 @@ async fn run(args: BenchArgs) -> anyhow::Result<()> {
         BenchCommand::Journal(args) => journal::run(args).await,
         BenchCommand::Security(args) => security::run(args).await,
         BenchCommand::Procedures(args) => procedures::run(args).await,
+        BenchCommand::Aggdemo(args) => aggdemo::run(args).await,
         BenchCommand::Hello { listen } => hello::serve(&listen).await,
         BenchCommand::FanoutFloor { listen } => fanout::serve(&listen).await,
         BenchCommand::Http(args) => {

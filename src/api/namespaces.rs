@@ -108,7 +108,12 @@ pub async fn describe(State(state): State<AppState>, Caller(identity): Caller, N
         // Procedures (docs/procedures.md): the partition's log time and its
         // outbox's backlog, counted up to OUTBOX_COUNTED_MAX.
         let procedures = match view.reader.has_procedures()? {
-            true => json!({ "log_time_ms": view.reader.log_time_ms()?, "outbox_messages": view.reader.outbox_len(OUTBOX_COUNTED_MAX)? }),
+            true => json!({
+                "log_time_ms": view.reader.log_time_ms()?,
+                "outbox_messages": view.reader.outbox_len(OUTBOX_COUNTED_MAX)?,
+                // Only on the node publishing the partition (its publisher's lag).
+                "unpublished_messages": state.node.publishes(&handle.tp).then(|| crate::metrics::outbox_unpublished(&ns, handle.partition)),
+            }),
             false => Value::Null,
         };
         let fetch = state.node.log.fetch_source(&handle.tp);

@@ -147,7 +147,13 @@ async fn kept_version(state: &AppState, headers: &HeaderMap, namespace: &Namespa
 pub async fn list(State(state): State<AppState>, Caller(identity): Caller, Path(ns): Path<String>, headers: HeaderMap) -> Result<Response, ApiError> {
     require(&identity, &ns, "", Verb::Read)?;
     let namespace = namespace_of(&state, &ns)?;
-    Ok(Json(json!({ "procedures": read_procedures(&state, &headers, &namespace).await? })).into_response())
+    let mut procedures = read_procedures(&state, &headers, &namespace).await?;
+    // This node's counters since it started (its partitions' calls).
+    for procedure in procedures.as_array_mut().into_iter().flatten() {
+        let name = procedure["name"].as_str().unwrap_or_default().to_string();
+        procedure["counters"] = crate::metrics::procedure_counters(&ns, &name);
+    }
+    Ok(Json(json!({ "procedures": procedures })).into_response())
 }
 
 /// `GET /v1/ns/{ns}/procedures/{name}`.

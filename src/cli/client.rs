@@ -384,10 +384,26 @@ async fn print_procedures(common: &Common, client: &reqwest::Client, base: &str,
     for p in &procedures {
         println!("{:<24} {:>12} {:>12}  {} bytes", p["name"].as_str().unwrap_or(""), p["version"], p["fuel_per_record"], p["module_bytes"]);
     }
+    println!("this node, since it started:");
+    println!("{:<24} {:>12} {:>10} {:>12} {:>14} {:>12}", "PROCEDURE", "RECORDS", "OUTPUTS", "DEAD LETTERS", "FUEL", "µS PER CALL");
+    for p in &procedures {
+        let c = &p["counters"];
+        println!(
+            "{:<24} {:>12} {:>10} {:>12} {:>14} {:>12}",
+            p["name"].as_str().unwrap_or(""),
+            c["records"].to_string(),
+            c["outputs"].to_string(),
+            c["dead_letters"].to_string(),
+            c["fuel_used"].to_string(),
+            c["call_us_mean"].to_string()
+        );
+    }
     let shown = send(client.get(format!("{base}/v1/ns/{name}"))).await?;
-    println!("{:>9} {:>16} {:>16}", "PARTITION", "OUTBOX", "LOG TIME MS");
+    println!("{:>9} {:>16} {:>16} {:>16}", "PARTITION", "OUTBOX", "UNPUBLISHED", "LOG TIME MS");
     for p in shown["state"].as_array().into_iter().flatten().filter(|p| !p["procedures"].is_null()) {
-        println!("{:>9} {:>16} {:>16}", p["partition"].to_string(), p["procedures"]["outbox_messages"].to_string(), p["procedures"]["log_time_ms"].to_string());
+        let procedures = &p["procedures"];
+        let unpublished = procedures["unpublished_messages"].as_i64().map_or("-".to_string(), |n| n.to_string());
+        println!("{:>9} {:>16} {:>16} {:>16}", p["partition"].to_string(), procedures["outbox_messages"].to_string(), unpublished, procedures["log_time_ms"].to_string());
     }
     Ok(())
 }

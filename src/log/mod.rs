@@ -207,6 +207,11 @@ pub trait Log: Send + Sync + 'static {
         )))
     }
 
+    /// Whether `publisher` can relay outboxes (has output topics).
+    fn has_output_topics(&self) -> bool {
+        false
+    }
+
     /// The outbox publisher of `tp` (one per namespace partition: a new one
     /// fences the one before). Default: none (the embedded log has no
     /// output topics; its outboxes are read through the API).

@@ -218,7 +218,8 @@ impl Node {
         if !node.config.procedure_tick.is_zero() {
             node.every(node.config.procedure_tick, |node| async move { node.append_ticks().await });
         }
-        if node.config.procedure_publish {
+        // The embedded log has no output topics: its outboxes stay (read through the API).
+        if node.config.procedure_publish && node.log.has_output_topics() {
             node.every(publisher::ROUND_INTERVAL, |node| async move { node.start_publishers() });
         }
         let weak = Arc::downgrade(&node);

@@ -61,6 +61,13 @@ impl Node {
     }
 }
 
+impl Node {
+    /// Whether this node runs the outbox publisher of `tp`.
+    pub fn publishes(&self, tp: &crate::log::TopicPartition) -> bool {
+        self.publishers.lock().get(tp).is_some_and(|task| !task.is_finished())
+    }
+}
+
 fn needs_publisher(handle: &PartitionHandle) -> bool {
     let Ok(view) = handle.read_view() else { return false };
     view.reader.has_procedures().unwrap_or(false) || view.reader.outbox_len(1).map(|n| n > 0).unwrap_or(false)

@@ -212,6 +212,17 @@ async fn aggdemo_on_kafka_publishes_every_output_exactly_once_through_kill_9_of_
     let (states_a, states_b) = (a.partition_states(ns).await, b.partition_states(ns).await);
     assert_eq!(states_a.iter().map(|s| (s.0, &s.1)).collect::<Vec<_>>(), states_b.iter().map(|s| (s.0, &s.1)).collect::<Vec<_>>(), "both replica groups: the same state at the same offsets");
 
+    // The publisher's lag shows on the node that publishes, and only there.
+    for (node, publishes) in [(&a, true), (&b, false)] {
+        let (_, shown) = node.get_json(&format!("/v1/ns/{ns}")).await;
+        for p in shown["state"].as_array().unwrap() {
+            let unpublished = &p["procedures"]["unpublished_messages"];
+            assert_eq!(unpublished.as_i64(), publishes.then_some(0), "{shown}");
+        }
+    }
+    let (_, listed) = a.get_json(&format!("/v1/ns/{ns}/procedures")).await;
+    assert!(listed["procedures"][0]["counters"]["records"].as_u64().unwrap() > 0, "{listed}");
+
     let topics = [format!("{ns}.aggregated"), format!("{ns}.bad")];
     let published = consume_all(&topics);
     let ids: BTreeSet<&str> = published.iter().map(|(_, id, _)| id.as_str()).collect();

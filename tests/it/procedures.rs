@@ -81,6 +81,16 @@ async fn a_procedure_deployed_over_http_runs_per_write_in_its_partition_and_surv
     assert_eq!(shown["state"][p as usize]["procedures"]["outbox_messages"], json!(seen.len()), "{shown}");
     let (ok, out, err) = cli(&url, &["ns", "show", "default"]);
     assert!(ok && out.contains("PROCEDURE") && out.contains("counter") && out.contains("OUTBOX"), "{out}{err}");
+    // Per procedure, this node's counters: every input was a record in.
+    let (_, listed) = node.get_json("/v1/ns/default/procedures").await;
+    let counters = &listed["procedures"][0]["counters"];
+    assert_eq!(counters["records"], json!(keys.len() + 1), "{listed}");
+    assert_eq!(counters["dead_letters"], json!(0), "{listed}");
+    assert!(counters["fuel_used"].as_u64().unwrap() > 0 && counters["outputs"].as_u64().unwrap() >= keys.len() as u64, "{listed}");
+    let counted = format!("{:>12}", keys.len() + 1);
+    assert!(out.contains("DEAD LETTERS") && out.lines().any(|l| l.starts_with("counter") && l.contains(&counted)), "{out}");
+    // The embedded log publishes nothing: no publisher's lag is shown.
+    assert!(shown["state"][p as usize]["procedures"]["unpublished_messages"].is_null(), "{shown}");
     assert!(seen.iter().all(|(topic, _)| topic == "default.seen"), "{seen:?}");
     assert!(seen.iter().any(|(_, v)| v["key"] == "in/a" && v["v"] == "v"), "{seen:?}");
 

@@ -570,6 +570,10 @@ impl Log for KafkaLog {
         self.inner.consumer.context().source(&self.topic_name(&tp.topic), tp.partition as i32)
     }
 
+    fn has_output_topics(&self) -> bool {
+        true
+    }
+
     async fn publisher(&self, tp: &TopicPartition, partitions: u32) -> Result<Box<dyn crate::log::Publisher>, LogError> {
         let (factor, _) = self.replication().await?;
         let config = &self.inner.config;
