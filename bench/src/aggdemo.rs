@@ -388,6 +388,17 @@ async fn measure(args: &AggdemoBenchArgs, scratch: &std::path::Path, kafka_dir: 
         "latency_ms": {"p50": latency.value_at_quantile(0.50) as f64 / 1e3, "p99": latency.value_at_quantile(0.99) as f64 / 1e3, "max": latency.max() as f64 / 1e3, "mean": (latency.mean() / 1e2).round() / 10.0},
         "cpu_us_per_record": cpu,
     });
+    // The publisher's side, from Tern's metrics: transactions, their mean time, messages in each.
+    let metrics = reqwest::get(format!("http://{addr}/metrics")).await?.text().await?;
+    let sample = |name: &str| metrics.lines().filter(|l| l.starts_with(name)).filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok()).sum::<f64>();
+    let transactions = sample("tern_outbox_publish_seconds_count");
+    let mut tern_row = tern_row;
+    tern_row["publisher"] = json!({
+        "transactions": transactions,
+        "transaction_ms_mean": (sample("tern_outbox_publish_seconds_sum") / transactions.max(1.0) * 1e4).round() / 10.0,
+        "messages_per_transaction": (sample("tern_outbox_published_total") / transactions.max(1.0) * 10.0).round() / 10.0,
+        "procedure_call_us_mean": (sample("tern_procedure_call_seconds_sum") / sample("tern_procedure_call_seconds_count").max(1.0) * 1e7).round() / 10.0,
+    });
     eprintln!("{tern_row}");
     let _ = tern.kill().await;
 

@@ -239,10 +239,14 @@ fn commit_batch(handle: &PartitionHandle, procedures: &mut Procedures, entries: 
             events.extend(Event::of_mutation(partition, offset, mutation));
         })?;
         Ok((outcomes, tx.state().applied_next, events))
-    })?;
-    // Committed: the procedures are in step with the store at this offset.
-    procedures.in_step(applied.1);
-    Ok(applied)
+    });
+    match &applied {
+        // Committed: the procedures are in step with the store at this offset.
+        Ok(applied) => procedures.in_step(applied.1),
+        // Not committed: what the procedures hold may be ahead of the store.
+        Err(_) => procedures.out_of_step(),
+    }
+    applied
 }
 
 fn record_outcome_metrics(handle: &PartitionHandle, outcomes: &[(u64, Outcome)]) {

@@ -104,6 +104,22 @@ pub struct Procedures {
     /// The store's `applied_next` when `loaded` last matched it; a store
     /// that moved otherwise (a restore) is read again.
     in_step_at: Option<u64>,
+    /// What the store says, kept here so a record costs no store read for
+    /// it (pure caches: cleared whenever `loaded` is read again, `sync`).
+    cache: Cache,
+}
+
+/// Caches of store reads the apply path makes per record.
+#[derive(Default)]
+struct Cache {
+    /// The partition's log time (`\0\0#c`).
+    log_time_ms: Option<u64>,
+    /// No timer is due before this log time: the earliest timer when it was
+    /// last looked up, lowered by every timer set since (a cancel only makes
+    /// the earliest later, so it stays a lower bound). None: unknown.
+    timers_not_before: Option<u64>,
+    /// The loaded procedures' names, in order (no list made per record).
+    order: Vec<String>,
 }
 
 /// Reads through the apply transaction (a call's view of state).
@@ -124,7 +140,7 @@ impl StateRead for TxnRead<'_, '_, '_> {
 
 impl Procedures {
     pub fn new(namespace: &str, partition: u32) -> Procedures {
-        Procedures { namespace: namespace.into(), partition, loaded: BTreeMap::new(), in_step_at: None }
+        Procedures { namespace: namespace.into(), partition, loaded: BTreeMap::new(), in_step_at: None, cache: Cache::default() }
     }
 
     /// Brings the loaded procedures in step with the store, if it moved
@@ -134,6 +150,7 @@ impl Procedures {
             return Ok(());
         }
         self.loaded.clear();
+        self.cache = Cache::default();
         for (name, bytes) in tx.procedures()? {
             match Definition::parse(&bytes) {
                 Ok(definition) if !definition.removed => {
@@ -146,7 +163,26 @@ impl Procedures {
             }
         }
         self.in_step_at = Some(tx.state().applied_next);
+        self.cache.order = self.loaded.keys().cloned().collect();
         Ok(())
+    }
+
+    /// The store did not take the last batch (its transaction failed): read
+    /// everything again before the next one.
+    pub fn out_of_step(&mut self) {
+        self.in_step_at = None;
+    }
+
+    /// Moves the log time to `time_ms` if later; returns it.
+    fn advance_log_time(&mut self, tx: &mut ApplyTxn, time_ms: u64) -> Result<u64, StoreError> {
+        let now = match self.cache.log_time_ms {
+            Some(now) => now,
+            None => tx.log_time_ms()?,
+        };
+        let now = if time_ms > now { tx.advance_log_time(time_ms)? } else { now };
+        debug_assert_eq!(Some(now), tx.log_time_ms().ok(), "the cached log time is the store's");
+        self.cache.log_time_ms = Some(now);
+        Ok(now)
     }
 
     /// Notes that the store is at `applied_next` with these procedures.
@@ -201,7 +237,7 @@ impl Procedures {
             },
         };
         tx.deploy_procedure(name, version, &definition.to_json(), VERSIONS_KEPT)?;
-        tx.advance_log_time(time_ms)?;
+        self.advance_log_time(tx, time_ms)?;
         match vm {
             None => {
                 self.loaded.remove(name);
@@ -211,6 +247,7 @@ impl Procedures {
                 self.loaded.insert(name.to_string(), loaded);
             }
         }
+        self.cache.order = self.loaded.keys().cloned().collect();
         tracing::info!(ns = %self.namespace, partition = self.partition, procedure = name, version, offset, "procedure deployed");
         Ok(Ok(()))
     }
@@ -221,9 +258,9 @@ impl Procedures {
         if self.loaded.is_empty() {
             return Ok(());
         }
-        let now_ms = tx.advance_log_time(time_ms)?;
+        let now_ms = self.advance_log_time(tx, time_ms)?;
         let mut index = 0u32;
-        let names: Vec<String> = self.loaded.keys().cloned().collect();
+        let names = std::mem::take(&mut self.cache.order);
         for name in &names {
             for op in &mutation.ops {
                 let (value, kind) = match &op.kind {
@@ -235,9 +272,13 @@ impl Procedures {
                 };
                 // The entry's own time (0: its writer did not say); `now()` is the log time.
                 let input = Input { key: Some(op.pk.as_bytes()), sk: Some(&op.sk), value, op: kind, timestamp_ms: time_ms, offset, headers: &[] };
-                self.run_record(tx, name, &input, now_ms, &mut index)?;
+                if let Err(e) = self.run_record(tx, name, &input, now_ms, &mut index) {
+                    self.cache.order = names;
+                    return Err(e);
+                }
             }
         }
+        self.cache.order = names;
         self.fire_timers(tx, offset, now_ms, &mut index)
     }
 
@@ -249,7 +290,7 @@ impl Procedures {
         if self.loaded.is_empty() {
             return Ok(());
         }
-        let now_ms = tx.advance_log_time(record.timestamp_ms)?;
+        let now_ms = self.advance_log_time(tx, record.timestamp_ms)?;
         let input = Input {
             key: record.key.as_deref(),
             sk: None,
@@ -260,10 +301,10 @@ impl Procedures {
             headers: &record.headers,
         };
         let mut index = 0u32;
-        let names: Vec<String> = self.loaded.keys().cloned().collect();
-        for name in &names {
-            self.run_record(tx, name, &input, now_ms, &mut index)?;
-        }
+        let names = std::mem::take(&mut self.cache.order);
+        let ran = names.iter().try_for_each(|name| self.run_record(tx, name, &input, now_ms, &mut index));
+        self.cache.order = names;
+        ran?;
         self.fire_timers(tx, offset, now_ms, &mut index)
     }
 
@@ -273,7 +314,7 @@ impl Procedures {
         if self.loaded.is_empty() {
             return Ok(());
         }
-        let now_ms = tx.advance_log_time(time_ms)?;
+        let now_ms = self.advance_log_time(tx, time_ms)?;
         self.fire_timers(tx, offset, now_ms, &mut 0)
     }
 
@@ -288,7 +329,7 @@ impl Procedures {
         loaded.metrics.observe(started, &result);
         loaded.metrics.records.inc();
         match result {
-            Ok(returned) => apply_effects(tx, &ns, name, loaded, input.offset, returned.effects, index),
+            Ok(returned) => apply_effects(tx, &ns, name, loaded, input.offset, returned.effects, index, &mut self.cache.timers_not_before),
             Err(failed) => {
                 let dead = dead_letter(&ns, self.partition, name, loaded, input, &failed.reason);
                 put_outbox(tx, input.offset, index, &dead)?;
@@ -301,7 +342,13 @@ impl Procedures {
     fn fire_timers(&mut self, tx: &mut ApplyTxn, offset: u64, now_ms: u64, index: &mut u32) -> Result<(), StoreError> {
         let ns = self.namespace.clone();
         for _ in 0..TIMERS_FIRED_PER_ENTRY_MAX {
-            let Some(due) = tx.next_due_timer(now_ms)? else { return Ok(()) };
+            if self.cache.timers_not_before.is_some_and(|at| at > now_ms) {
+                return Ok(());
+            }
+            let Some(due) = tx.next_due_timer(now_ms)? else {
+                self.cache.timers_not_before = Some(tx.earliest_timer_ms()?.unwrap_or(u64::MAX));
+                return Ok(());
+            };
             tx.cancel_timer(&due.procedure, &due.timer)?;
             // A timer of a procedure removed since is dropped.
             let Some(loaded) = self.loaded.get_mut(&due.procedure) else { continue };
@@ -313,7 +360,7 @@ impl Procedures {
             loaded.metrics.observe(started, &result);
             loaded.metrics.timers_fired.inc();
             match result {
-                Ok(returned) => apply_effects(tx, &ns, &due.procedure, loaded, offset, returned.effects, index)?,
+                Ok(returned) => apply_effects(tx, &ns, &due.procedure, loaded, offset, returned.effects, index, &mut self.cache.timers_not_before)?,
                 Err(failed) => {
                     let input = Input { key: None, sk: Some(&due.timer), value: None, op: -1, timestamp_ms: due.at_ms, offset, headers: &[] };
                     let dead = dead_letter(&ns, self.partition, &due.procedure, loaded, &input, &failed.reason);
@@ -327,8 +374,19 @@ impl Procedures {
 }
 
 /// Applies a returned call's effects, in the order asked: record writes,
-/// state writes, timers, outputs.
-fn apply_effects(tx: &mut ApplyTxn, ns: &str, name: &str, loaded: &Loaded, offset: u64, effects: Effects, index: &mut u32) -> Result<(), StoreError> {
+/// state writes, timers (lowering `timers_not_before` to any set earlier),
+/// outputs.
+#[allow(clippy::too_many_arguments)]
+fn apply_effects(
+    tx: &mut ApplyTxn,
+    ns: &str,
+    name: &str,
+    loaded: &Loaded,
+    offset: u64,
+    effects: Effects,
+    index: &mut u32,
+    timers_not_before: &mut Option<u64>,
+) -> Result<(), StoreError> {
     let definition = &loaded.definition;
     for write in effects.writes {
         match write.value {
@@ -341,7 +399,10 @@ fn apply_effects(tx: &mut ApplyTxn, ns: &str, name: &str, loaded: &Loaded, offse
     }
     for change in effects.timers {
         match change {
-            TimerChange::Set { name: timer, at_ms } => tx.set_timer(name, &timer, at_ms)?,
+            TimerChange::Set { name: timer, at_ms } => {
+                tx.set_timer(name, &timer, at_ms)?;
+                *timers_not_before = timers_not_before.map(|earliest| earliest.min(at_ms));
+            }
             TimerChange::Cancel { name: timer } => {
                 tx.cancel_timer(name, &timer)?;
             }

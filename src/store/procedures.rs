@@ -191,6 +191,17 @@ impl ApplyTxn<'_, '_> {
         }))
     }
 
+    /// When the earliest timer of any procedure is set to fire (None: no timer).
+    pub fn earliest_timer_ms(&self) -> Result<Option<u64>, StoreError> {
+        let from = prefix(TIMER_BY_TIME);
+        let Some(entry) = self.records.range::<&[u8]>(from.as_slice()..).map_err(|e| self.error(e))?.next() else {
+            return Ok(None);
+        };
+        let (k, _) = entry.map_err(|e| self.error(e))?;
+        let Some(rest) = k.value().strip_prefix(from.as_slice()) else { return Ok(None) };
+        Ok(Some(u64::from_be_bytes(rest[..8].try_into().expect("timer keys start with 8 bytes of time"))))
+    }
+
     /// Procedure `procedure`'s private state at `key`.
     pub fn procedure_state(&self, procedure: &str, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
         let k = key_of_state(procedure, key);

@@ -90,6 +90,12 @@ impl KafkaPublisher {
             .set("enable.idempotence", "true")
             .set("acks", "all")
             .set("linger.ms", "5")
+            // A transaction begun right after the last one committed is told
+            // CONCURRENT_TRANSACTIONS until the broker wrote the last one's
+            // markers, and retried after `retry.backoff.ms`: librdkafka's
+            // 100 ms made a transaction take ~110 ms (BENCHMARKS.md, aggdemo).
+            .set("retry.backoff.ms", "5")
+            .set("retry.backoff.max.ms", "100")
             .set("delivery.timeout.ms", delivery_timeout.as_millis().to_string())
             .create()
             .map_err(|e| unavailable("creating the producer", e))?;
