@@ -24,13 +24,14 @@ use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::{Offset, TopicPartitionList};
 use serde_json::Value;
 
+use crate::common::brokers::Brokers;
 use crate::common::{self, checkout, Tern};
 
 const PARTITIONS: i32 = 4;
 const STALENESS_MS: u64 = 3_000;
 
-async fn serve(data: &std::path::Path, prefix: &str, node_id: &str, publish: bool) -> Tern {
-    let log = format!("kafka://{}", common::kafka_bootstrap());
+async fn serve(bootstrap: &str, data: &std::path::Path, prefix: &str, node_id: &str, publish: bool) -> Tern {
+    let log = format!("kafka://{bootstrap}");
     let publish = publish.to_string();
     let args = [
         "serve", "--node-id", node_id, "--listen", "127.0.0.1:0", "--data-dir", data.to_str().unwrap(),
@@ -42,14 +43,14 @@ async fn serve(data: &std::path::Path, prefix: &str, node_id: &str, publish: boo
     Tern::spawn(&args, data).await
 }
 
-fn client_config() -> ClientConfig {
+fn client_config(bootstrap: &str) -> ClientConfig {
     let mut config = ClientConfig::new();
-    config.set("bootstrap.servers", common::kafka_bootstrap());
+    config.set("bootstrap.servers", bootstrap);
     config
 }
 
-async fn create_topic(name: &str) {
-    let admin: AdminClient<DefaultClientContext> = client_config().create().unwrap();
+async fn create_topic(bootstrap: &str, name: &str) {
+    let admin: AdminClient<DefaultClientContext> = client_config(bootstrap).create().unwrap();
     let topic = NewTopic::new(name, PARTITIONS, TopicReplication::Fixed(1));
     let results = admin.create_topics([&topic], &AdminOptions::new()).await.unwrap();
     assert!(results[0].is_ok(), "{results:?}");
@@ -91,21 +92,26 @@ async fn published_total(node: &Tern) -> u64 {
     text.lines().filter(|l| l.starts_with("tern_outbox_published_total")).filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok()).sum()
 }
 
-/// Kills `node` with SIGKILL once its publishers committed something while
-/// records still flow (`stream`), so a batch is likely mid-transaction.
-async fn kill_while_publishing(node: &mut Tern, stream: &tokio::task::JoinHandle<()>) {
+/// Waits until `node`'s publishers committed something while records still
+/// flow (`stream`), so a batch is likely mid-transaction.
+async fn wait_publishing(node: &Tern, stream: &tokio::task::JoinHandle<()>) {
     let deadline = Instant::now() + Duration::from_secs(60);
     while published_total(node).await == 0 {
         assert!(Instant::now() < deadline, "nothing was published");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    assert!(!stream.is_finished(), "the stream still flows when the node is killed (make it longer)");
+    assert!(!stream.is_finished(), "the stream still flows (make it longer)");
+}
+
+/// Kills `node` with SIGKILL while it publishes and records flow.
+async fn kill_while_publishing(node: &mut Tern, stream: &tokio::task::JoinHandle<()>) {
+    wait_publishing(node, stream).await;
     node.kill9();
 }
 
 /// Every committed message of `topics`: (topic, tern.id, row).
-fn consume_all(topics: &[String]) -> Vec<(String, String, Value)> {
-    let consumer: BaseConsumer = client_config()
+fn consume_all(bootstrap: &str, topics: &[String]) -> Vec<(String, String, Value)> {
+    let consumer: BaseConsumer = client_config(bootstrap)
         .set("group.id", "aggdemo-test-reader")
         .set("isolation.level", "read_committed")
         .set("enable.auto.commit", "false")
@@ -144,6 +150,24 @@ fn consume_all(topics: &[String]) -> Vec<(String, String, Value)> {
     }
 }
 
+/// Both replica groups' nodes have the same state hash at the same offset
+/// of each partition. Idle ticks keep the logs moving, so the two are read
+/// until they are at the same offsets (bounded), then compared.
+async fn assert_same_state(a: &Tern, b: &Tern, ns: &str) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (states_a, states_b) = (a.partition_states(ns).await, b.partition_states(ns).await);
+        let offsets = |states: &[(i64, String, u64)]| states.iter().map(|s| s.0).collect::<Vec<_>>();
+        if offsets(&states_a) == offsets(&states_b) {
+            let hashes = |states: &[(i64, String, u64)]| states.iter().map(|s| (s.0, s.1.clone())).collect::<Vec<_>>();
+            assert_eq!(hashes(&states_a), hashes(&states_b), "both replica groups: the same state at the same offsets");
+            return;
+        }
+        assert!(Instant::now() < deadline, "the two nodes were never at the same offsets: {states_a:?} {states_b:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 /// Waits until `node` stores no outbox message in any partition of NS
 /// (trimmed: published) and has applied its whole log.
 async fn wait_published_and_trimmed(node: &Tern, ns: &str) {
@@ -160,17 +184,36 @@ async fn wait_published_and_trimmed(node: &Tern, ns: &str) {
     }
 }
 
+/// What goes wrong while the records flow.
+enum Disruption<'a> {
+    /// SIGKILL of the publishing node (restarted), then of the other group's node.
+    KillNodes,
+    /// The broker stopped while the publisher publishes, started again.
+    RestartBroker(&'a Brokers),
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn aggdemo_on_kafka_publishes_every_output_exactly_once_through_kill_9_of_the_publisher_and_a_replica() {
+    aggdemo_end_to_end(&common::kafka_bootstrap(), Disruption::KillNodes).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn aggdemo_on_kafka_publishes_every_output_exactly_once_through_a_broker_restart() {
+    // A broker of this test's own: stopping it touches no other test.
+    let broker = Brokers::start(1);
+    aggdemo_end_to_end(&broker.bootstrap.clone(), Disruption::RestartBroker(&broker)).await;
+}
+
+async fn aggdemo_end_to_end(bootstrap: &str, disruption: Disruption<'_>) {
     let prefix = format!("t{}.", rand::random::<u32>());
     // The output topics are NS.aggregated and NS.bad, outside the prefix: a namespace of this run's own.
     let ns = format!("calls{}", rand::random::<u32>());
     let ns = ns.as_str();
     let input = format!("in{}", rand::random::<u32>());
-    create_topic(&input).await;
+    create_topic(bootstrap, &input).await;
     let (dir_a, dir_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    let mut a = serve(dir_a.path(), &prefix, "a", true).await;
-    let mut b = serve(dir_b.path(), &prefix, "b", false).await;
+    let mut a = serve(bootstrap, dir_a.path(), &prefix, "a", true).await;
+    let mut b = serve(bootstrap, dir_b.path(), &prefix, "b", false).await;
 
     // The pinned script: the namespace on the input topic, the procedure on it.
     let deploy = std::process::Command::new(checkout().join("examples/aggdemo/deploy.sh"))
@@ -184,22 +227,37 @@ async fn aggdemo_on_kafka_publishes_every_output_exactly_once_through_kill_9_of_
     // Log time is the records' Kafka timestamps (this clock), so the model's t0 is now.
     let generated = Arc::new(model::generate(11, tern::codec::now_ms()));
     let late_from = generated.late_from();
-    let producer: FutureProducer = client_config().set("linger.ms", "5").create().unwrap();
+    let producer: FutureProducer = client_config(bootstrap).set("linger.ms", "5").create().unwrap();
     let cut = |share: usize| late_from * share / 10;
     let stream = |range: std::ops::Range<usize>| tokio::spawn(produce_paced(producer.clone(), input.clone(), generated.clone(), range));
 
-    // The publisher (and a replica) dies mid-stream, publishing; records keep coming.
-    let first = stream(0..cut(5));
-    kill_while_publishing(&mut a, &first).await;
-    first.await.unwrap();
-    a = serve(dir_a.path(), &prefix, "a", true).await;
-    // Now the other replica group's node, while records flow.
-    let second = stream(cut(5)..late_from);
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    assert!(!second.is_finished());
-    b.kill9();
-    second.await.unwrap();
-    b = serve(dir_b.path(), &prefix, "b", false).await;
+    match disruption {
+        Disruption::KillNodes => {
+            // The publisher (and a replica) dies mid-stream, publishing; records keep coming.
+            let first = stream(0..cut(5));
+            kill_while_publishing(&mut a, &first).await;
+            first.await.unwrap();
+            a = serve(bootstrap, dir_a.path(), &prefix, "a", true).await;
+            // Now the other replica group's node, while records flow.
+            let second = stream(cut(5)..late_from);
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            assert!(!second.is_finished());
+            b.kill9();
+            second.await.unwrap();
+            b = serve(bootstrap, dir_b.path(), &prefix, "b", false).await;
+        }
+        Disruption::RestartBroker(broker) => {
+            // The broker goes away while the publisher publishes (its open
+            // transaction fails or is aborted); the producer holds the
+            // records sent meanwhile and delivers them once it is back.
+            let first = stream(0..late_from);
+            wait_publishing(&a, &first).await;
+            broker.kafka(&["stop-node", "1"]);
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            broker.kafka(&["start-node", "1"]);
+            first.await.unwrap();
+        }
+    }
     // Past every session's staleness (idle ticks move the log time), then the late records.
     tokio::time::sleep(Duration::from_millis(STALENESS_MS * 2)).await;
     produce(&producer, &input, &generated, late_from..generated.sent.len()).await;
@@ -209,8 +267,7 @@ async fn aggdemo_on_kafka_publishes_every_output_exactly_once_through_kill_9_of_
     wait_published_and_trimmed(&b, ns).await;
     a.wait_caught_up(ns).await;
     b.wait_caught_up(ns).await;
-    let (states_a, states_b) = (a.partition_states(ns).await, b.partition_states(ns).await);
-    assert_eq!(states_a.iter().map(|s| (s.0, &s.1)).collect::<Vec<_>>(), states_b.iter().map(|s| (s.0, &s.1)).collect::<Vec<_>>(), "both replica groups: the same state at the same offsets");
+    assert_same_state(&a, &b, ns).await;
 
     // The publisher's lag shows on the node that publishes, and only there.
     for (node, publishes) in [(&a, true), (&b, false)] {
@@ -224,7 +281,7 @@ async fn aggdemo_on_kafka_publishes_every_output_exactly_once_through_kill_9_of_
     assert!(listed["procedures"][0]["counters"]["records"].as_u64().unwrap() > 0, "{listed}");
 
     let topics = [format!("{ns}.aggregated"), format!("{ns}.bad")];
-    let published = consume_all(&topics);
+    let published = consume_all(bootstrap, &topics);
     let ids: BTreeSet<&str> = published.iter().map(|(_, id, _)| id.as_str()).collect();
     assert_eq!(ids.len(), published.len(), "no output twice");
     assert!(ids.iter().all(|id| id.starts_with(&format!("{ns}/"))), "ids name the namespace");
@@ -244,9 +301,10 @@ async fn aggdemo_on_kafka_publishes_every_output_exactly_once_through_kill_9_of_
 async fn a_source_topic_is_checked_and_bound_once() {
     let prefix = format!("t{}.", rand::random::<u32>());
     let input = format!("in{}", rand::random::<u32>());
-    create_topic(&input).await;
+    let bootstrap = common::kafka_bootstrap();
+    create_topic(&bootstrap, &input).await;
     let dir = tempfile::tempdir().unwrap();
-    let node = serve(dir.path(), &prefix, "s", false).await;
+    let node = serve(&bootstrap, dir.path(), &prefix, "s", false).await;
     let put = |ns: &str, body: Value| {
         let request = node.client.put(format!("{}/v1/ns/{ns}", node.url)).json(&body);
         async { node.send(request).await }
