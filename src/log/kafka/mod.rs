@@ -315,6 +315,19 @@ impl KafkaLog {
         }
     }
 
+    /// Creates one topic through the admin API: true if created, false if
+    /// it existed already (its settings are the caller's to check).
+    async fn create_one(&self, new_topic: &NewTopic<'_>, name: &str) -> Result<bool, LogError> {
+        let options = AdminOptions::new().operation_timeout(Some(Timeout::After(self.inner.config.request_timeout)));
+        let results = self.inner.admin.create_topics([new_topic], &options).await.map_err(unavailable)?;
+        match results.into_iter().next() {
+            Some(Ok(_)) => Ok(true),
+            Some(Err((_, RDKafkaErrorCode::TopicAlreadyExists))) => Ok(false),
+            Some(Err((_, code))) => Err(unavailable(format!("creating topic {name}: {code}"))),
+            None => Err(unavailable(format!("creating topic {name}: no result"))),
+        }
+    }
+
     /// Every topic's partition count, from one metadata request.
     async fn topic_partitions(&self) -> Result<std::collections::HashMap<String, u32>, LogError> {
         let (consumer, timeout) = (self.inner.consumer.clone(), self.inner.config.request_timeout);
@@ -427,14 +440,7 @@ impl Log for KafkaLog {
         let min_isr = min_isr.to_string();
         let new_topic =
             NewTopic::new(&topic, partitions as i32, TopicReplication::Fixed(factor)).set("min.insync.replicas", &min_isr);
-        let options = AdminOptions::new().operation_timeout(Some(Timeout::After(config.request_timeout)));
-        let results = self.inner.admin.create_topics([&new_topic], &options).await.map_err(unavailable)?;
-        let created = match results.into_iter().next() {
-            Some(Ok(_)) => true,
-            Some(Err((_, RDKafkaErrorCode::TopicAlreadyExists))) => false,
-            Some(Err((_, code))) => return Err(unavailable(format!("creating topic {topic}: {code}"))),
-            None => return Err(unavailable(format!("creating topic {topic}: no result"))),
-        };
+        let created = self.create_one(&new_topic, &topic).await?;
         // Wait (bounded) until the topic's metadata shows its partitions.
         let deadline = tokio::time::Instant::now() + config.request_timeout;
         loop {
@@ -508,14 +514,7 @@ impl Log for KafkaLog {
         let marker = sources::marker_name(&prefix, name, source);
         let (factor, _) = self.replication().await?;
         let new_topic = NewTopic::new(&marker, 1, TopicReplication::Fixed(factor));
-        let options = AdminOptions::new().operation_timeout(Some(Timeout::After(self.inner.config.request_timeout)));
-        let results = self.inner.admin.create_topics([&new_topic], &options).await.map_err(unavailable)?;
-        let created = match results.into_iter().next() {
-            Some(Ok(_)) => true,
-            Some(Err((_, RDKafkaErrorCode::TopicAlreadyExists))) => false,
-            Some(Err((_, code))) => return Err(unavailable(format!("creating the source marker topic {marker}: {code}"))),
-            None => return Err(unavailable(format!("creating the source marker topic {marker}: no result"))),
-        };
+        let created = self.create_one(&new_topic, &marker).await?;
         // Bounded wait until the marker shows in metadata (other nodes find it there).
         let deadline = tokio::time::Instant::now() + self.inner.config.request_timeout;
         while self.partition_count(&marker).await?.is_none() {
