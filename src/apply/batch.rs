@@ -77,9 +77,7 @@ pub fn apply_entries_with(
         // an input to the procedures (none deployed: it changes nothing).
         if let Some(foreign) = &entry.foreign {
             procedures.on_foreign(tx, entry.offset, &entry.payload, foreign)?;
-            tx.mark_applied(entry.offset, false);
-            forget_expired(tx)?;
-            outcomes.push((entry.offset, Outcome::Applied));
+            mark_applied(tx, entry.offset, Outcome::Applied, &mut outcomes)?;
             continue;
         }
         let outcome = match codec::decode_timed(entry.payload.clone(), partition, partitions) {
@@ -113,11 +111,18 @@ pub fn apply_entries_with(
                 outcome
             }
         };
-        tx.mark_applied(entry.offset, matches!(outcome, Outcome::Skipped(_)));
-        forget_expired(tx)?;
-        outcomes.push((entry.offset, outcome));
+        mark_applied(tx, entry.offset, outcome, &mut outcomes)?;
     }
     Ok(outcomes)
+}
+
+/// Ends an entry: the store moves past it, expired write ids are forgotten,
+/// its outcome is kept.
+fn mark_applied(tx: &mut ApplyTxn, offset: u64, outcome: Outcome, outcomes: &mut Vec<(u64, Outcome)>) -> Result<(), StoreError> {
+    tx.mark_applied(offset, matches!(outcome, Outcome::Skipped(_)));
+    forget_expired(tx)?;
+    outcomes.push((offset, outcome));
+    Ok(())
 }
 
 /// Whether `mutation` deploys a procedure (then it is its only op: `codec::decode`).
