@@ -67,6 +67,11 @@ FIREBASE_ADMIN_VERSION=6.9.0
 ) 2>&1 | tee -a "$LOG"
 py_status=${PIPESTATUS[0]}
 set -e
+# Why each failed Rust test failed, gathered at the end where a short tail
+# of this output shows it (the panics are otherwise far above, among the
+# nodes' logs): each panic's first lines, at most 120 lines in all.
+awk '/^---- .* stdout ----$/ { name = $0 } /panicked at/ && name != "" { print name; left = 8 }
+     left > 0 && !/^\x1b\[/ { print; left-- }' "$LOG" | head -n 120
 # One closing line over every test binary and the client's tests.
 awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i } }
      /^# pass / { p += $3 } /^# fail / { f += $3 }

@@ -394,18 +394,25 @@ async fn a_lost_nodes_journal_is_replayed_from_object_storage_by_another_node_on
 /// answers 503 with its reason; a watch opened before stays open through
 /// the outage. Once the broker returns, every acknowledged write is applied
 /// exactly once, in each writer's order (journal order per partition), and
-/// the watch delivers each once, in that order.
+/// the watch delivers each once, in that order, also when the burst cuts it
+/// off as a slow consumer and it resumes from the position it reached.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn writes_under_load_through_a_two_minute_broker_outage_apply_once_in_journal_order() {
     use crate::common::watch::Sse;
     const OUTAGE: Duration = Duration::from_secs(120);
     const WRITERS: usize = 4;
+    // A journaled write is answered once it is on disk: never near this.
+    const WRITE_TIMEOUT: Duration = Duration::from_secs(60);
     let broker = Brokers::start(1);
     let dir = tempfile::tempdir().unwrap();
     let log = format!("kafka://{}", broker.bootstrap);
     let args = [
         "serve", "--node-id", "outage", "--listen", "127.0.0.1:0", "--data-dir", dir.path().to_str().unwrap(), "--log", &log,
         "--namespace", "meter:4",
+        // A small watch queue: the burst when the log is back cuts the watch
+        // off (`slow_consumer`), and it resumes from the position it reached,
+        // as any client does (CI once cut it off at the default size).
+        "--watch-queue-events-max", "64",
     ];
     let t = Tern::spawn(&args, dir.path()).await;
     let (status, _) = t.send(t.client.put(format!("{}/v1/ns/meter", t.url)).json(&json!({"write_mode": "journaled"}))).await;
@@ -421,7 +428,7 @@ async fn writes_under_load_through_a_two_minute_broker_outage_apply_once_in_jour
         writers.push(tokio::spawn(async move {
             let mut acked = 0u64;
             while !stop.load(std::sync::atomic::Ordering::SeqCst) {
-                let response = client.put(format!("{url}/v1/ns/meter/kv/w{w}/{acked:06}")).json(&json!(acked)).send().await.unwrap();
+                let response = client.put(format!("{url}/v1/ns/meter/kv/w{w}/{acked:06}")).json(&json!(acked)).timeout(WRITE_TIMEOUT).send().await.unwrap();
                 assert_eq!(response.status(), 202, "writer {w}, write {acked}: {:?}", response.text().await);
                 acked += 1;
                 tokio::time::sleep(Duration::from_millis(40)).await;
@@ -453,10 +460,22 @@ async fn writes_under_load_through_a_two_minute_broker_outage_apply_once_in_jour
     }
     let total: u64 = acked.iter().sum();
     assert!(total > 1000, "the writers kept writing through the outage: {acked:?}");
-    // The watch: every acknowledged write once, in each writer's order.
+    // The watch: every acknowledged write once, in each writer's order,
+    // across the resumes after each cut-off (bounded: each moves on).
+    const RESUMES_MAX: usize = 10_000;
     let mut seen = vec![0u64; WRITERS];
+    let mut resumes = 0;
     while seen.iter().sum::<u64>() < total {
         let event = sse.next_change(Duration::from_secs(120)).await.unwrap_or_else(|| panic!("the watch stalled at {seen:?} of {acked:?}"));
+        if event.event == "cancel" {
+            let cancel = event.json();
+            assert_eq!(cancel["reason"], "slow_consumer", "{cancel}");
+            resumes += 1;
+            assert!(resumes <= RESUMES_MAX, "the watch resumed {resumes} times and is at {seen:?} of {acked:?}");
+            let from = cancel["position"].as_str().unwrap();
+            sse = Sse::connect(&t.client, &format!("{}/v1/ns/meter/watch?mode=log&from={from}", t.url), None).await;
+            continue;
+        }
         assert_eq!(event.event, "put", "{event:?}");
         let change = event.json();
         if change["pk"] == "before" {

@@ -38,6 +38,11 @@ pub struct Tern {
 
 /// How long a node may take to start and report ready.
 const START_TIMEOUT: Duration = Duration::from_secs(60);
+/// The longest one of these helpers' requests may take, answer included:
+/// a request that hangs fails its test saying so instead of hanging the
+/// suite. Far above any wait a test asks for (`timeout_ms` up to 60 s).
+/// Only on whole requests: a watch's stream may rightly sit unread longer.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(120);
 
 impl Tern {
     /// `tern dev` on a free port with `data_dir`.
@@ -139,22 +144,22 @@ impl Tern {
     }
 
     pub async fn put(&self, pk: &str, sk: &str, value: &Value) -> (u16, Value) {
-        let r = self.client.put(self.kv_url("default", pk, Some(sk))).json(value).send().await.unwrap();
+        let r = self.client.put(self.kv_url("default", pk, Some(sk))).json(value).timeout(REQUEST_TIMEOUT).send().await.unwrap();
         (r.status().as_u16(), r.json().await.unwrap())
     }
 
     pub async fn get(&self, pk: &str, sk: &str) -> (u16, Value) {
-        let r = self.client.get(self.kv_url("default", pk, Some(sk))).send().await.unwrap();
+        let r = self.client.get(self.kv_url("default", pk, Some(sk))).timeout(REQUEST_TIMEOUT).send().await.unwrap();
         (r.status().as_u16(), r.json().await.unwrap())
     }
 
     pub async fn get_json(&self, path: &str) -> (u16, Value) {
-        let r = self.client.get(format!("{}{path}", self.url)).send().await.unwrap();
+        let r = self.client.get(format!("{}{path}", self.url)).timeout(REQUEST_TIMEOUT).send().await.unwrap();
         (r.status().as_u16(), r.json().await.unwrap())
     }
 
     pub async fn send(&self, request: reqwest::RequestBuilder) -> (u16, Value) {
-        let r = request.send().await.unwrap();
+        let r = request.timeout(REQUEST_TIMEOUT).send().await.unwrap();
         let status = r.status().as_u16();
         let text = r.text().await.unwrap();
         (status, serde_json::from_str(&text).unwrap_or_else(|_| panic!("response is JSON: {text}")))
