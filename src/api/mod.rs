@@ -228,6 +228,7 @@ fn table() -> Vec<(Route, MethodRouter<AppState>)> {
         r(Method::PUT, "/v1/ns/{ns}/procedures/{name}", Scoped, put(timed("PUT /v1/ns/{ns}/procedures/{name}", procedures::deploy))),
         r(Method::DELETE, "/v1/ns/{ns}/procedures/{name}", Scoped, delete(timed("DELETE /v1/ns/{ns}/procedures/{name}", procedures::remove))),
         r(Method::GET, "/v1/ns/{ns}/outbox", Scoped, get(timed("GET /v1/ns/{ns}/outbox", procedures::outbox))),
+        r(Method::DELETE, "/v1/ns/{ns}/outbox", Scoped, delete(timed("DELETE /v1/ns/{ns}/outbox", procedures::trim_outbox))),
         r(Method::GET, "/v1/ws", Authenticated, get(ws::upgrade)),
         r(Method::GET, "/v1/writes/{id}", Authenticated, get(timed("GET /v1/writes/{id}", writes::status))),
         r(Method::POST, "/v1/tokens", Scoped, post(timed("POST /v1/tokens", tokens::create))),

@@ -11,11 +11,13 @@
 //!   `GET /v1/ns/{ns}/procedures/{name}` shows one with its kept versions.
 //! - `GET /v1/ns/{ns}/outbox?partition=P&after=OFFSET.INDEX&limit=N` reads a
 //!   partition's outbox (what procedures emitted, not yet published).
+//! - `DELETE /v1/ns/{ns}/outbox?partition=P&below=OFFSET` trims what the
+//!   caller took, where no publisher does (the embedded log).
 //!
 //! Reads come from partition 0's store (every partition holds the same
 //! definitions; 0 is where versions are numbered): this node's, or a
 //! holder's, forwarded. Deploying and removing take the admin verb on the
-//! namespace; reading takes read.
+//! namespace; reading takes read; trimming the outbox takes write.
 
 use axum::body::Body;
 use axum::extract::{Path, RawQuery, State};
@@ -44,6 +46,11 @@ const DEFINITION_BODY_BYTES_MAX: usize = crate::limits::VALUE_BYTES_MAX;
 /// Most outbox messages one read returns.
 const OUTBOX_LIMIT_MAX: usize = 1_000;
 const OUTBOX_LIMIT_DEFAULT: usize = 100;
+/// Trim ticks one `DELETE .../outbox` appends at most: each removes up to
+/// 50,000 messages (`apply/batch.rs`), so 1,000,000 a call.
+const TRIM_ROUNDS_MAX: usize = 20;
+/// How long a trim waits for its tick to be applied here, each round.
+const TRIM_APPLIED_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// A rollback: deploy version `from_version` (still kept) again.
 #[derive(Deserialize)]
@@ -247,12 +254,7 @@ pub async fn outbox(
     require(&identity, &ns, "", Verb::Read)?;
     let namespace = namespace_of(&state, &ns)?;
     let params = Params::parse(query.as_deref(), &["partition", "after", "limit"])?;
-    let partition = params.str("partition").ok_or_else(|| ApiError::bad_request("invalid_request", "outbox reads name their partition: ?partition=P"))?;
-    let partition: u32 = partition
-        .parse()
-        .ok()
-        .filter(|p| *p < namespace.partitions)
-        .ok_or_else(|| ApiError::bad_request("invalid_request", format!("partition is 0 to {}, got {partition:?}", namespace.partitions - 1)))?;
+    let partition = outbox_partition(&params, &namespace)?;
     let limit = match params.str("limit") {
         None => OUTBOX_LIMIT_DEFAULT,
         Some(text) => text
@@ -300,6 +302,87 @@ pub async fn outbox(
         .collect();
     let next = entries.last().map(|e| format!("{}.{}", e.offset, e.index));
     Ok(Json(json!({ "partition": partition, "messages": messages, "next_after": next })).into_response())
+}
+
+/// `?partition=P` of an outbox call: every outbox is one partition's.
+fn outbox_partition(params: &Params, namespace: &Namespace) -> Result<u32, ApiError> {
+    let partition = params.str("partition").ok_or_else(|| ApiError::bad_request("invalid_request", "outbox calls name their partition: ?partition=P"))?;
+    partition
+        .parse()
+        .ok()
+        .filter(|p| *p < namespace.partitions)
+        .ok_or_else(|| ApiError::bad_request("invalid_request", format!("partition is 0 to {}, got {partition:?}", namespace.partitions - 1)))
+}
+
+/// `DELETE /v1/ns/{ns}/outbox?partition=P&below=OFFSET`: the caller took
+/// the messages of records below OFFSET (where no publisher relays the
+/// outbox: the embedded log, which has no output topics); they are
+/// trimmed on every replica by the same tick the publisher appends
+/// (`outbox_published_below`). Answers once this node applied it:
+/// `{"partition", "below", "position", "done"}`; `done` is false when more
+/// than `TRIM_ROUNDS_MAX` ticks' worth was below (call again).
+pub async fn trim_outbox(
+    State(state): State<AppState>,
+    Caller(identity): Caller,
+    Path(ns): Path<String>,
+    RawQuery(query): RawQuery,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    require(&identity, &ns, "", Verb::Write)?;
+    let namespace = namespace_of(&state, &ns)?;
+    let params = Params::parse(query.as_deref(), &["partition", "below"])?;
+    let partition = outbox_partition(&params, &namespace)?;
+    let below = params.str("below").ok_or_else(|| ApiError::bad_request("invalid_request", "say what was taken: ?below=OFFSET (the input offset of the first message not taken)"))?;
+    let below: u64 = below
+        .parse()
+        .ok()
+        .filter(|b| *b > 0)
+        .ok_or_else(|| ApiError::bad_request("invalid_request", format!("below is an offset from 1 up, got {below:?}")))?;
+    // On Kafka a publisher (on whichever node of a group has
+    // `procedure_publish`) owns the outbox: a trim by hand, from any node,
+    // could drop what it has not published yet.
+    if state.node.log.has_output_topics() {
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "outbox_published",
+            "on a Kafka log the publisher relays the outboxes to their topics and trims what it published; a trim by hand could drop messages it has not published yet",
+        ));
+    }
+    let handle = namespace.handle(partition).clone();
+    if !handle.is_held() {
+        let uri: Uri = format!("/v1/ns/{ns}/outbox?{}", query.unwrap_or_default()).parse().map_err(|e| ApiError::bad_request("invalid_request", format!("{e}")))?;
+        return forward::to_holder(&state, &Incoming::new(Method::DELETE, &uri, &headers), &namespace.name, partition, Bytes::new()).await;
+    }
+    let end = state.node.log.end_offset(&handle.tp).await?;
+    if below > end {
+        return Err(ApiError::bad_request(
+            "invalid_position",
+            format!("below={below} is past the end of partition {partition}'s log ({end}): no message there was emitted yet"),
+        ));
+    }
+    let mut position = None;
+    for _ in 0..TRIM_ROUNDS_MAX {
+        if !outbox_has_below(&handle, below)? {
+            return Ok(Json(json!({ "partition": partition, "below": below, "position": position, "done": true })).into_response());
+        }
+        let offset = state.node.log.append(&handle.tp, Bytes::from(crate::codec::encode_trim(0, below))).await?;
+        position = Some(format!("{ns}:{partition}:{}", offset + 1));
+        if !handle.wait_applied(offset + 1, TRIM_APPLIED_WAIT).await {
+            return Err(ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "not_caught_up",
+                format!("the trim is in the log at {ns}:{partition}:{offset} but was not applied within {} ms; it will be", TRIM_APPLIED_WAIT.as_millis()),
+            ));
+        }
+    }
+    let done = !outbox_has_below(&handle, below)?;
+    Ok(Json(json!({ "partition": partition, "below": below, "position": position, "done": done })).into_response())
+}
+
+/// Whether the outbox still holds a message of a record below `below`.
+fn outbox_has_below(handle: &crate::partition::PartitionHandle, below: u64) -> Result<bool, ApiError> {
+    let view = handle.read_view()?;
+    Ok(view.reader.outbox_from(0, 0, 1)?.first().is_some_and(|oldest| oldest.offset < below))
 }
 
 /// A GET of `path` forwarded to a holder of `partition`, with the caller's

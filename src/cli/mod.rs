@@ -46,7 +46,7 @@ pub enum Command {
     Token(token::TokenArgs),
     /// What became of a write: `tern write-status ID` (journaled, applied with its outcome, or unknown).
     WriteStatus(client::WriteStatusArgs),
-    /// Procedures: `tern procedure deploy NAME MODULE.wasm`, `ls`, `show NAME`, `rollback NAME VERSION`, `rm NAME`.
+    /// Procedures: `tern procedure deploy NAME MODULE.wasm`, `ls`, `show NAME`, `rollback NAME VERSION`, `rm NAME`, `outbox P`, `trim P BELOW`.
     Procedure(procedure::ProcedureArgs),
 }
 

@@ -1,5 +1,6 @@
-//! `tern procedure deploy|ls|show|rollback|rm` and `tern outbox`: procedures
-//! over `/v1/ns/{ns}/procedures` (docs/procedures.md).
+//! `tern procedure deploy|ls|show|rollback|rm`: procedures over
+//! `/v1/ns/{ns}/procedures`; `tern procedure outbox|trim`: a partition's
+//! outbox over `/v1/ns/{ns}/outbox` (docs/procedures.md).
 //!
 //! `deploy NAME MODULE.wasm` reads the module, base64-encodes it into a
 //! definition with the flags' bounds and params, and prints the version.
@@ -51,6 +52,19 @@ enum ProcedureCommand {
     Rollback { name: String, version: u64 },
     /// Remove procedure NAME: from its new version on, no code runs.
     Rm { name: String },
+    /// Partition PARTITION's outbox: what its procedures emitted, oldest first.
+    Outbox {
+        partition: u32,
+        /// Only messages after this id's OFFSET.INDEX (a page's `next_after`).
+        #[arg(long)]
+        after: Option<String>,
+        /// At most this many messages (1 to 1,000).
+        #[arg(long)]
+        limit: Option<u32>,
+    },
+    /// Trim partition PARTITION's outbox below input offset BELOW: the
+    /// messages you took (where no publisher relays it: the embedded log).
+    Trim { partition: u32, below: u64 },
 }
 
 fn parse_output(text: &str) -> Result<(String, String), String> {
@@ -61,6 +75,7 @@ fn parse_output(text: &str) -> Result<(String, String), String> {
 pub async fn procedure(a: ProcedureArgs) -> anyhow::Result<()> {
     let client = a.common.client()?;
     let base = format!("{}/v1/ns/{}/procedures", a.common.url.trim_end_matches('/'), a.common.ns);
+    let outbox = format!("{}/v1/ns/{}/outbox", a.common.url.trim_end_matches('/'), a.common.ns);
     match a.command {
         ProcedureCommand::Deploy { name, module, params, fuel_per_record, memory_bytes, outputs, dead_letter_topic } => {
             let bytes = std::fs::read(&module).map_err(|e| anyhow::anyhow!("reading {}: {e}", module.display()))?;
@@ -119,6 +134,30 @@ pub async fn procedure(a: ProcedureArgs) -> anyhow::Result<()> {
         ProcedureCommand::Rm { name } => {
             let body = send(client.delete(format!("{base}/{name}"))).await?;
             print(&a.common, &body, |b| println!("removed  {name}  version {}", b["version"]));
+        }
+        ProcedureCommand::Outbox { partition, after, limit } => {
+            let mut query = vec![("partition", partition.to_string())];
+            query.extend(after.map(|a| ("after", a)));
+            query.extend(limit.map(|l| ("limit", l.to_string())));
+            let body = send(client.get(outbox).query(&query)).await?;
+            print(&a.common, &body, |b| {
+                println!("{:<24} {:<24} {:<24}  VALUE", "ID", "PROCEDURE", "TOPIC");
+                for m in b["messages"].as_array().into_iter().flatten() {
+                    let value = m["value"].as_str().unwrap_or("(unreadable)");
+                    println!("{:<24} {:<24} {:<24}  {value}", m["id"].as_str().unwrap_or(""), m["procedure"].as_str().unwrap_or(""), m["topic"].as_str().unwrap_or(""));
+                }
+                if let Some(next) = b["next_after"].as_str() {
+                    println!("next page: --after {next}");
+                }
+            });
+        }
+        ProcedureCommand::Trim { partition, below } => {
+            let query = [("partition", partition.to_string()), ("below", below.to_string())];
+            let body = send(client.delete(outbox).query(&query)).await?;
+            print(&a.common, &body, |b| {
+                let more = if b["done"] == true { "" } else { " (more remains below: run it again)" };
+                println!("trimmed  partition {partition}  below offset {below}{more}");
+            });
         }
     }
     Ok(())

@@ -219,7 +219,7 @@ impl Node {
             node.every(node.config.procedure_tick, |node| async move { node.append_ticks().await });
         }
         // The embedded log has no output topics: its outboxes stay (read through the API).
-        if node.config.procedure_publish && node.log.has_output_topics() {
+        if node.publishes_outboxes() {
             node.every(publisher::ROUND_INTERVAL, |node| async move { node.start_publishers() });
         }
         let weak = Arc::downgrade(&node);

@@ -62,6 +62,13 @@ impl Node {
 }
 
 impl Node {
+    /// Whether this node relays outboxes to Kafka (and so trims them): its
+    /// log has output topics and `procedure_publish` is on. Where not, the
+    /// outboxes are read and trimmed through the API.
+    pub fn publishes_outboxes(&self) -> bool {
+        self.config.procedure_publish && self.log.has_output_topics()
+    }
+
     /// Whether this node runs the outbox publisher of `tp`.
     pub fn publishes(&self, tp: &crate::log::TopicPartition) -> bool {
         self.publishers.lock().get(tp).is_some_and(|task| !task.is_finished())

@@ -88,6 +88,7 @@ fn request_for(route: &Route, revoke_id: &str) -> (String, Option<Value>, Need) 
         }
         ("DELETE", "/v1/ns/{ns}/procedures/{name}") => ("/v1/ns/app/procedures/agg".into(), None, Need::Namespace("admin")),
         ("GET", "/v1/ns/{ns}/outbox") => ("/v1/ns/app/outbox?partition=0".into(), None, Need::Namespace("read")),
+        ("DELETE", "/v1/ns/{ns}/outbox") => ("/v1/ns/app/outbox?partition=0&below=1".into(), None, Need::Namespace("write")),
         ("GET", "/v1/ws") => ("/v1/ws".into(), None, Need::AnyToken),
         ("GET", "/v1/writes/{id}") => ("/v1/writes/some-write".into(), None, Need::AnyToken),
         ("POST", "/v1/tokens") => ("/v1/tokens".into(), Some(json!({"ns": "app", "prefix": "p", "verbs": ["read"]})), Need::Namespace("admin")),

@@ -222,3 +222,80 @@ async fn a_source_topic_needs_the_kafka_log() {
     let (status, _) = node.get_json("/v1/ns/feed").await;
     assert_eq!(status, 404, "nothing was created");
 }
+
+/// One page of partition `p`'s outbox: (offset, index) of each message.
+async fn outbox_ids(node: &Tern, p: u32) -> Vec<(u64, u64)> {
+    let (status, body) = node.get_json(&format!("/v1/ns/default/outbox?partition={p}&limit=1000")).await;
+    assert_eq!(status, 200, "{body}");
+    body["messages"].as_array().unwrap().iter().map(|m| (m["offset"].as_u64().unwrap(), m["index"].as_u64().unwrap())).collect()
+}
+
+/// On the embedded log no publisher relays outboxes: a consumer reads one
+/// (`tern procedure outbox`) and trims what it took (`DELETE
+/// .../outbox?partition=P&below=OFFSET`, `tern procedure trim`), so it
+/// does not grow for ever. Every bad trim is refused and trims nothing.
+#[tokio::test]
+async fn the_embedded_logs_outbox_is_read_then_trimmed_by_its_consumer() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = Tern::dev(dir.path()).await;
+    let url = node.url.clone();
+    let (ok, _, err) = cli(&url, &["procedure", "deploy", "counter", counter_wasm().to_str().unwrap()]);
+    assert!(ok, "{err}");
+    let p = partition_of("in/0");
+    let keys: Vec<String> = (0..200).map(|i| format!("in/{i}")).filter(|k| partition_of(k) == p).take(6).collect();
+    let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
+    write_all(&node, &keys, &json!("v")).await;
+    let before = outbox_ids(&node, p).await;
+    let offsets: std::collections::BTreeSet<u64> = before.iter().map(|(o, _)| *o).collect();
+    assert!(offsets.len() >= 6, "one input offset per write: {before:?}");
+
+    // The CLI pages through it.
+    let (ok, out, err) = cli(&url, &["procedure", "outbox", &p.to_string(), "--limit", "2"]);
+    assert!(ok, "{err}");
+    assert!(out.contains("default.seen") && out.contains(&format!("default:{p}:{}.{}", before[0].0, before[0].1)), "{out}");
+    assert!(out.contains(&format!("next page: --after {}.{}", before[1].0, before[1].1)), "{out}");
+
+    let trim = |query: &str| node.client.delete(format!("{url}/v1/ns/default/outbox?{query}"));
+    let (_, ns) = node.get_json("/v1/ns/default").await;
+    let end = ns["state"][p as usize]["applied_offset"].as_u64().unwrap() + 1;
+    for (query, status, code) in [
+        (String::new(), 400, "invalid_request"),
+        (format!("partition={p}"), 400, "invalid_request"),
+        ("below=3".to_string(), 400, "invalid_request"),
+        (format!("partition={PARTITIONS}&below=3"), 400, "invalid_request"),
+        ("partition=-1&below=3".to_string(), 400, "invalid_request"),
+        (format!("partition={p}&below=0"), 400, "invalid_request"),
+        (format!("partition={p}&below=x"), 400, "invalid_request"),
+        (format!("partition={p}&below=18446744073709551616"), 400, "invalid_request"),
+        (format!("partition={p}&below={}", end + 1000), 400, "invalid_position"),
+        (format!("partition={p}&below=3&after=1.0"), 400, "invalid_parameter"),
+    ] {
+        let (got, body) = node.send(trim(&query)).await;
+        assert_eq!((got, error_code(&body)), (status, code), "{query}: {body}");
+    }
+    let (got, body) = node.send(node.client.delete(format!("{url}/v1/ns/nope/outbox?partition=0&below=1"))).await;
+    assert_eq!((got, error_code(&body)), (404, "namespace_not_found"), "{body}");
+    assert_eq!(outbox_ids(&node, p).await, before, "refused trims trim nothing");
+
+    // Took the first three inputs' messages: trimmed below the fourth's offset.
+    let fourth: u64 = *offsets.iter().nth(3).unwrap();
+    let (ok, out, err) = cli(&url, &["procedure", "trim", &p.to_string(), &fourth.to_string()]);
+    assert!(ok, "{err}");
+    assert_eq!(out.trim(), format!("trimmed  partition {p}  below offset {fourth}"));
+    let left: Vec<(u64, u64)> = before.iter().copied().filter(|(o, _)| *o >= fourth).collect();
+    assert_eq!(outbox_ids(&node, p).await, left, "what was below is gone, the rest stays in order");
+    let (_, shown) = node.get_json("/v1/ns/default").await;
+    assert_eq!(shown["state"][p as usize]["procedures"]["outbox_messages"], json!(left.len()), "{shown}");
+    // Again: nothing below any more, nothing appended.
+    let (got, body) = node.send(trim(&format!("partition={p}&below={fourth}"))).await;
+    assert_eq!((got, &body["done"], &body["position"]), (200, &json!(true), &Value::Null), "{body}");
+    // Everything, up to the log's end: the outbox is empty; new messages come after.
+    let (_, ns) = node.get_json("/v1/ns/default").await;
+    let end = ns["state"][p as usize]["applied_offset"].as_u64().unwrap() + 1;
+    let (got, body) = node.send(trim(&format!("partition={p}&below={end}"))).await;
+    assert_eq!((got, &body["done"]), (200, &json!(true)), "{body}");
+    assert!(body["position"].as_str().unwrap().starts_with(&format!("default:{p}:")), "{body}");
+    assert_eq!(outbox_ids(&node, p).await, vec![]);
+    write_all(&node, &keys[..1], &json!("later")).await;
+    assert_eq!(outbox_ids(&node, p).await.len(), 1, "an input after the trim emits as before");
+}
