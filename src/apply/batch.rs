@@ -37,8 +37,10 @@ const WRITE_IDS_FORGOTTEN_PER_ENTRY_MAX: usize = 2;
 /// store's `applied_next`) inside `tx`, returning each outcome. Offsets may
 /// skip (Kafka transaction markers occupy offsets) but never repeat.
 ///
-/// `on_applied(offset, mutation)` sees every mutation that applied, in order
-/// (subscriptions encode their events from it: decoded once, here). A
+/// `on_applied(offset, mutation)` sees every mutation that applied, in order,
+/// with the record writes its procedures made appended (and those of
+/// procedures run by a source record or a tick alone): subscriptions encode
+/// their events from it, decoded once, here. A
 /// mutation that decoded but did not apply is journaled in the store
 /// (`record_not_applied`), so a subscriber replaying the log later skips it
 /// exactly as this loop did.
@@ -77,6 +79,7 @@ pub fn apply_entries_with(
         // an input to the procedures (none deployed: it changes nothing).
         if let Some(foreign) = &entry.foreign {
             procedures.on_foreign(tx, entry.offset, &entry.payload, foreign)?;
+            report_applied(entry.offset, None, procedures, on_applied);
             mark_applied(tx, entry.offset, Outcome::Applied, &mut outcomes)?;
             continue;
         }
@@ -87,6 +90,7 @@ pub fn apply_entries_with(
             // fire, and the outbox is trimmed below what it says is published.
             Ok((mutation, time_ms)) if mutation.ops.is_empty() => {
                 procedures.on_tick(tx, entry.offset, time_ms)?;
+                report_applied(entry.offset, None, procedures, on_applied);
                 let published_below = codec::outbox_published_below(&entry.payload);
                 if published_below > 0 {
                     tx.trim_outbox_below(published_below, OUTBOX_TRIMMED_PER_TICK_MAX)?;
@@ -103,8 +107,8 @@ pub fn apply_entries_with(
                     Outcome::Applied => {
                         // Subscribers and procedures see tree ops as applied: server values resolved.
                         let applied = resolved.as_ref().unwrap_or(&mutation);
-                        on_applied(entry.offset, applied);
                         procedures.on_applied(tx, entry.offset, time_ms, applied)?;
+                        report_applied(entry.offset, Some(applied), procedures, on_applied);
                     }
                     _ => tx.record_not_applied(entry.offset)?,
                 }
@@ -114,6 +118,30 @@ pub fn apply_entries_with(
         mark_applied(tx, entry.offset, outcome, &mut outcomes)?;
     }
     Ok(outcomes)
+}
+
+/// Tells `on_applied` what the entry at `offset` did to records: its own
+/// ops, then the record writes its procedures made (one mutation: watchers
+/// see one entry's changes as one sequence at its offset).
+fn report_applied(offset: u64, own: Option<&Mutation>, procedures: &mut Procedures, on_applied: &mut dyn FnMut(u64, &Mutation)) {
+    let written = procedures.take_written();
+    if written.is_empty() {
+        if let Some(own) = own {
+            on_applied(offset, own);
+        }
+        return;
+    }
+    let mut ops = own.map(|m| m.ops.clone()).unwrap_or_default();
+    ops.extend(written.into_iter().map(|w| codec::Op {
+        pk: w.pk,
+        sk: w.sk,
+        kind: match w.value {
+            Some(value) => OpKind::Put(bytes::Bytes::from(value)),
+            None => OpKind::Delete,
+        },
+        condition: None,
+    }));
+    on_applied(offset, &Mutation { write_id: bytes::Bytes::new(), ops });
 }
 
 /// Ends an entry: the store moves past it, expired write ids are forgotten,

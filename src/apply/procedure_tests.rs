@@ -274,3 +274,45 @@ fn a_removed_procedure_stops_at_its_offset() {
     assert!(procedures.is_empty());
     assert_eq!(reader.procedures().unwrap().len(), 1, "the removal is kept as the active definition");
 }
+
+/// What subscribers are told per entry: its own ops, then its procedures'
+/// record writes, as one mutation at its offset; nothing of a failed call.
+#[test]
+fn subscribers_see_each_entrys_ops_then_its_procedures_writes_at_its_offset() {
+    let (_dir, store) = store();
+    let mut procedures = Procedures::new(NS, 0);
+    let entries = vec![
+        entry(0, 1_000, vec![deploy_op("counter", wasm(COUNTER))]),
+        entry(1, 2_000, vec![put("in/a", "\"x\""), put("in/b", "2")]),
+        entry(2, 3_000, vec![put("other", "3")]),
+        entry(3, 4_000, vec![put("in/c", "\"boom\"")]),
+    ];
+    let mut seen: Vec<(u64, Vec<(String, String)>)> = Vec::new();
+    store
+        .apply(false, |tx| {
+            apply_entries_with(tx, &entries, 0, 1, &mut procedures, &mut |offset, mutation| {
+                let ops = mutation
+                    .ops
+                    .iter()
+                    .map(|op| match &op.kind {
+                        OpKind::Put(v) => (op.pk.clone(), String::from_utf8(v.to_vec()).unwrap()),
+                        other => panic!("only puts here: {other:?}"),
+                    })
+                    .collect();
+                seen.push((offset, ops));
+            })
+        })
+        .unwrap();
+    let pair = |pk: &str, v: &str| (pk.to_string(), v.to_string());
+    assert_eq!(
+        seen,
+        vec![
+            // Each of the two inputs counted, the count written twice: both changes reach a watcher.
+            (1, vec![pair("in/a", "\"x\""), pair("in/b", "2"), pair("count", "1"), pair("count", "2")]),
+            (2, vec![pair("other", "3")]),
+            // The failed call's write was dropped: only the entry's own op.
+            (3, vec![pair("in/c", "\"boom\"")]),
+        ]
+    );
+    assert!(procedures.take_written().is_empty(), "nothing left over for the next entry");
+}

@@ -39,7 +39,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use self::definition::Definition;
-use self::effects::{Effects, TimerChange};
+use self::effects::{Effects, TimerChange, Write};
 use self::wasm::{Failed, Input, Returned, StateRead, Vm};
 use self::outbox::OutboxMessage;
 use crate::codec::{Mutation, OpKind};
@@ -107,6 +107,9 @@ pub struct Procedures {
     /// What the store says, kept here so a record costs no store read for
     /// it (pure caches: cleared whenever `loaded` is read again, `sync`).
     cache: Cache,
+    /// The record writes applied for the current entry, for its watchers
+    /// (`take_written`): bounded by the calls' bounds (`effects.rs`).
+    written: Vec<Write>,
 }
 
 /// Caches of store reads the apply path makes per record.
@@ -140,12 +143,20 @@ impl StateRead for TxnRead<'_, '_, '_> {
 
 impl Procedures {
     pub fn new(namespace: &str, partition: u32) -> Procedures {
-        Procedures { namespace: namespace.into(), partition, loaded: BTreeMap::new(), in_step_at: None, cache: Cache::default() }
+        Procedures { namespace: namespace.into(), partition, loaded: BTreeMap::new(), in_step_at: None, cache: Cache::default(), written: Vec::new() }
+    }
+
+    /// The record writes the procedures applied since the last call, in
+    /// order (the apply loop takes them after each entry, for watchers).
+    pub fn take_written(&mut self) -> Vec<Write> {
+        std::mem::take(&mut self.written)
     }
 
     /// Brings the loaded procedures in step with the store, if it moved
     /// since the last batch without them (first use, a restore).
     pub fn sync(&mut self, tx: &ApplyTxn) -> Result<(), StoreError> {
+        // Writes of a batch that failed were never applied.
+        self.written.clear();
         if self.in_step_at == Some(tx.state().applied_next) {
             return Ok(());
         }
@@ -329,7 +340,9 @@ impl Procedures {
         loaded.metrics.observe(started, &result);
         loaded.metrics.records.inc();
         match result {
-            Ok(returned) => apply_effects(tx, &ns, name, loaded, input.offset, returned.effects, index, &mut self.cache.timers_not_before),
+            Ok(returned) => {
+                apply_effects(tx, &ns, name, loaded, input.offset, returned.effects, index, &mut self.cache.timers_not_before, &mut self.written)
+            }
             Err(failed) => {
                 let dead = dead_letter(&ns, self.partition, name, loaded, input, &failed.reason);
                 put_outbox(tx, input.offset, index, &dead)?;
@@ -360,7 +373,17 @@ impl Procedures {
             loaded.metrics.observe(started, &result);
             loaded.metrics.timers_fired.inc();
             match result {
-                Ok(returned) => apply_effects(tx, &ns, &due.procedure, loaded, offset, returned.effects, index, &mut self.cache.timers_not_before)?,
+                Ok(returned) => apply_effects(
+                    tx,
+                    &ns,
+                    &due.procedure,
+                    loaded,
+                    offset,
+                    returned.effects,
+                    index,
+                    &mut self.cache.timers_not_before,
+                    &mut self.written,
+                )?,
                 Err(failed) => {
                     let input = Input { key: None, sk: Some(&due.timer), value: None, op: -1, timestamp_ms: due.at_ms, offset, headers: &[] };
                     let dead = dead_letter(&ns, self.partition, &due.procedure, loaded, &input, &failed.reason);
@@ -373,9 +396,9 @@ impl Procedures {
     }
 }
 
-/// Applies a returned call's effects, in the order asked: record writes,
-/// state writes, timers (lowering `timers_not_before` to any set earlier),
-/// outputs.
+/// Applies a returned call's effects, in the order asked: record writes
+/// (then kept in `written` for watchers), state writes, timers (lowering
+/// `timers_not_before` to any set earlier), outputs.
 #[allow(clippy::too_many_arguments)]
 fn apply_effects(
     tx: &mut ApplyTxn,
@@ -386,14 +409,16 @@ fn apply_effects(
     effects: Effects,
     index: &mut u32,
     timers_not_before: &mut Option<u64>,
+    written: &mut Vec<Write>,
 ) -> Result<(), StoreError> {
     let definition = &loaded.definition;
-    for write in effects.writes {
-        match write.value {
-            Some(value) => tx.put(&write.pk, &write.sk, offset, &value)?,
+    for write in &effects.writes {
+        match &write.value {
+            Some(value) => tx.put(&write.pk, &write.sk, offset, value)?,
             None => tx.delete(&write.pk, &write.sk)?,
         }
     }
+    written.extend(effects.writes);
     for (key, value) in effects.state {
         tx.set_procedure_state(name, &key, value.as_deref())?;
     }

@@ -56,6 +56,15 @@ pub async fn chunk_from_log(
             handle.partition, from.offset
         )));
     }
+    // Procedures' record writes are not in the log (they are made at
+    // apply): replaying it would miss them, so the subscriber gets the
+    // current state instead (the ring, in memory, has them).
+    if reader.has_procedures().map_err(store_error)? {
+        return Err(HistoryError::Gone(format!(
+            "partition {} runs procedures, whose record writes are not in the log: its history is replayed from memory only",
+            handle.partition
+        )));
+    }
     let not_applied = reader.not_applied_in(from.offset, to).map_err(store_error)?;
     drop(reader);
     let mut reader = log.history_reader(&handle.tp, from.offset).await.map_err(gone_or_unavailable)?;

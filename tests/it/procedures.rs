@@ -299,3 +299,68 @@ async fn the_embedded_logs_outbox_is_read_then_trimmed_by_its_consumer() {
     write_all(&node, &keys[..1], &json!("later")).await;
     assert_eq!(outbox_ids(&node, p).await.len(), 1, "an input after the trim emits as before");
 }
+
+/// The next change event (not progress or keep-alive) as (event, pk, value, version).
+async fn next_change(sse: &mut crate::common::watch::Sse) -> (String, String, Value, u64) {
+    let e = sse.next_change(std::time::Duration::from_secs(20)).await.expect("a change within 20 s");
+    let data = e.json();
+    let version = data["version"].as_u64().unwrap_or(0);
+    (e.event, data["pk"].as_str().unwrap_or("").to_string(), data["value"].clone(), version)
+}
+
+/// A procedure's record writes are changes like any: a watch gets them
+/// live, after the entry's own ops and at its offset; a resume that the
+/// node replays from memory gets them again; one from before the node
+/// restarted (its history would come from the log, which does not hold
+/// them) gets the current state instead, with them in it.
+/// (After a kill -9 the node applies the log's tail again, procedures
+/// included, so its memory has them anyway.)
+#[tokio::test]
+async fn a_procedures_record_writes_are_pushed_to_watches_and_never_lost_on_resume() {
+    use crate::common::watch::Sse;
+    let dir = tempfile::tempdir().unwrap();
+    let mut node = Tern::dev(dir.path()).await;
+    let (ok, _, err) = cli(&node.url, &["procedure", "deploy", "counter", counter_wasm().to_str().unwrap()]);
+    assert!(ok, "{err}");
+    let p = partition_of("in/a");
+    let watch_url = format!("{}/v1/ns/default/watch?mode=log", node.url);
+    let mut sse = Sse::connect(&node.client, &watch_url, None).await;
+    let start = sse.next(std::time::Duration::from_secs(10)).await.unwrap().id.expect("the starting position");
+    write_all(&node, &["in/a"], &json!("v")).await;
+    let live = [next_change(&mut sse).await, next_change(&mut sse).await];
+    let version = live[0].3;
+    assert_eq!(live[0], ("put".to_string(), "in/a".to_string(), json!("v"), version), "the entry's own op first");
+    assert_eq!(live[1], ("put".to_string(), "count".to_string(), json!(1), version), "then the procedure's write, at the same offset");
+
+    // Resumed on the same node: replayed from memory, the same two changes.
+    let mut resumed = Sse::connect(&node.client, &watch_url, Some(&start)).await;
+    assert_eq!([next_change(&mut resumed).await, next_change(&mut resumed).await], live);
+    drop((sse, resumed));
+
+    // After a clean restart the node's memory is empty: the state, not a
+    // replay from the log that would miss `count`.
+    assert!(node.terminate().success());
+    let node = Tern::dev(dir.path()).await;
+    let watch_url = format!("{}/v1/ns/default/watch?mode=log", node.url);
+    let mut after = Sse::connect(&node.client, &watch_url, Some(&start)).await;
+    let reset = after.next_change(std::time::Duration::from_secs(20)).await.unwrap();
+    assert_eq!(reset.event, "reset", "{reset:?}");
+    assert_eq!(reset.json()["reason"], "history_gone", "{reset:?}");
+    let mut state = BTreeMap::new();
+    loop {
+        let e = after.next_change(std::time::Duration::from_secs(20)).await.unwrap();
+        if e.event == "synced" {
+            break;
+        }
+        assert_eq!(e.event, "put", "{e:?}");
+        let data = e.json();
+        state.insert(data["pk"].as_str().unwrap().to_string(), data["value"].clone());
+    }
+    assert_eq!(state.get("count"), Some(&json!(1)), "{state:?}");
+    assert_eq!(state.get("in/a"), Some(&json!("v")), "{state:?}");
+    // And live again: the next write's count arrives.
+    write_all(&node, &["in/a"], &json!("w")).await;
+    let next = [next_change(&mut after).await, next_change(&mut after).await];
+    assert_eq!((next[1].1.as_str(), &next[1].2), ("count", &json!(2)), "{next:?}");
+    assert_eq!(partition_of("in/a"), p);
+}
