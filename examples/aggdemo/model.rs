@@ -83,7 +83,9 @@ pub fn generate(seed: u64, t0_ms: u64) -> Generated {
         if cursors[s] == seqnos.len() {
             open.swap_remove(pick);
         }
-        let usage = 1_000 + next(20_000);
+        // One session in eight uses little: it reaches QTY (100 records)
+        // long before USAGE (1,000,000), which the others reach at about 90.
+        let usage = if *id % 8 == 4 { 1 + next(1_000) } else { 1_000 + next(20_000) };
         let n = sent.len() as u64;
         if n % 199 == 198 {
             sent.push(Sent { line: "garbage,line".into(), session: u64::MAX, seqno: 0, usage: 0, counts: false });

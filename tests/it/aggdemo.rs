@@ -28,7 +28,15 @@ use crate::common::brokers::Brokers;
 use crate::common::{self, checkout, Tern};
 
 const PARTITIONS: i32 = 4;
-const STALENESS_MS: u64 = 3_000;
+/// Log time here is the records' Kafka timestamps (the producer's clock)
+/// and the ticks' (the nodes'): a session that waits this long between its
+/// records is closed by AGE. Far longer than the stream takes, even on a
+/// loaded machine, with a node restarted in it (at 3 s, in CI, the sessions
+/// aged out before any reached QTY).
+const STALENESS_MS: u64 = 10_000;
+/// How long past the staleness the tests wait for every session to age out
+/// (ticks every 200 ms move the log time).
+const AGE_SLACK_MS: u64 = 5_000;
 
 async fn serve(bootstrap: &str, data: &std::path::Path, prefix: &str, node_id: &str, publish: bool) -> Tern {
     let log = format!("kafka://{bootstrap}");
@@ -259,9 +267,9 @@ async fn aggdemo_end_to_end(bootstrap: &str, disruption: Disruption<'_>) {
         }
     }
     // Past every session's staleness (idle ticks move the log time), then the late records.
-    tokio::time::sleep(Duration::from_millis(STALENESS_MS * 2)).await;
+    tokio::time::sleep(Duration::from_millis(STALENESS_MS + AGE_SLACK_MS)).await;
     produce(&producer, &input, &generated, late_from..generated.sent.len()).await;
-    tokio::time::sleep(Duration::from_millis(STALENESS_MS * 2)).await;
+    tokio::time::sleep(Duration::from_millis(STALENESS_MS + AGE_SLACK_MS)).await;
 
     wait_published_and_trimmed(&a, ns).await;
     wait_published_and_trimmed(&b, ns).await;
