@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::cluster::{Cluster, GossipConfig, SelfInfo};
+use crate::cluster::{Cluster, GossipConfig, PeerClient, SelfInfo};
 use crate::log::embedded::EmbeddedLog;
 use crate::log::kafka::KafkaLog;
 use crate::log::Log;
@@ -67,7 +67,8 @@ pub async fn run(settings: Settings, banner: &'static str) -> anyhow::Result<()>
         .await
         .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", settings.listen))?;
     let address = listener.local_addr()?;
-    let cluster = join_cluster(&settings, &node, address).await?;
+    let client = peer_client(&settings, auth.as_ref().and_then(|a| a.root_token.clone()))?;
+    let cluster = join_cluster(&settings, &node, address, client).await?;
     let mut state = crate::api::state(node.clone(), cluster.clone());
     state.firebase = Arc::new(crate::api::FirebaseConfig::new(settings.firebase_owner_token.clone(), settings.firebase_emulator));
     state.access = Arc::new(crate::api::access::Access {
@@ -76,14 +77,10 @@ pub async fn run(settings: Settings, banner: &'static str) -> anyhow::Result<()>
         public_metrics: settings.public_metrics,
         public_health: settings.public_health,
     });
-    if let Some(config) = tls_config(&settings) {
-        let identity = Some((config.cert_file.as_path(), config.key_file.as_path()));
-        state.forwarder = crate::api::Forwarder::secure(settings.cluster_ca_file.as_deref(), identity)?;
-    }
     // onDisconnect writes whose connection's node restarted or died.
     let sweeper = tokio::spawn(crate::api::firebase_sweep_forever(state.clone()));
     // Round trips to the peers, for routing to the nearest holder.
-    let prober = settings.gossip.is_some().then(|| tokio::spawn(crate::api::probe_forever(state.clone())));
+    let prober = settings.gossip.is_some().then(|| tokio::spawn(crate::cluster::probe::probe_forever(cluster.clone())));
     let keys_refresh = match state.access.enabled() {
         true => {
             crate::api::tokens::open_system_namespace(&state).await?;
@@ -177,7 +174,7 @@ async fn set_snapshot_floors(log: &EmbeddedLog, node: &Node, snapshots: &Snapsho
 }
 
 /// Gossips with the cluster when `gossip` is set; otherwise this node is alone.
-async fn join_cluster(settings: &Settings, node: &Arc<Node>, api: std::net::SocketAddr) -> anyhow::Result<Arc<Cluster>> {
+async fn join_cluster(settings: &Settings, node: &Arc<Node>, api: std::net::SocketAddr, client: PeerClient) -> anyhow::Result<Arc<Cluster>> {
     let me = SelfInfo {
         id: settings.node_id.clone(),
         region: settings.region.clone(),
@@ -185,7 +182,7 @@ async fn join_cluster(settings: &Settings, node: &Arc<Node>, api: std::net::Sock
         api: api.to_string(),
         api_for: settings.advertise_api_for.clone(),
     };
-    let Some(gossip) = &settings.gossip else { return Ok(Cluster::alone(me, node.clone())) };
+    let Some(gossip) = &settings.gossip else { return Ok(Cluster::alone(me, node.clone(), client)) };
     let listen: std::net::SocketAddr =
         gossip.parse().map_err(|e| anyhow::anyhow!("gossip must be IP:PORT (UDP), got {gossip:?}: {e}"))?;
     anyhow::ensure!(listen.port() != 0, "gossip needs a fixed port: peers reach this node there (got {gossip:?})");
@@ -199,7 +196,20 @@ async fn join_cluster(settings: &Settings, node: &Arc<Node>, api: std::net::Sock
         interval: Duration::from_millis(settings.gossip_interval_ms),
         key: settings.cluster_key()?,
     };
-    Cluster::join(me, node.clone(), config).await
+    Cluster::join(me, node.clone(), config, client).await
+}
+
+/// How this node reaches the others: over TLS when it serves TLS, with the
+/// root token as its own credential (the nodes of a cluster share it).
+fn peer_client(settings: &Settings, root_token: Option<String>) -> anyhow::Result<PeerClient> {
+    let client = match tls_config(settings) {
+        Some(config) => {
+            let identity = Some((config.cert_file.as_path(), config.key_file.as_path()));
+            PeerClient::secure(settings.cluster_ca_file.as_deref(), identity)?
+        }
+        None => PeerClient::plain(),
+    };
+    Ok(client.with_credential(root_token))
 }
 
 /// With Kafka, the log's retention is Kafka's: a replica restoring the newest

@@ -54,7 +54,9 @@ impl From<LimitError> for ApiError {
 impl From<LogError> for ApiError {
     fn from(e: LogError) -> ApiError {
         match e {
-            LogError::EntryTooLarge { .. } => ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, "entry_too_large", e.to_string()),
+            LogError::EntryTooLarge { .. } | LogError::TooLargeForTopic { .. } => {
+                ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, "entry_too_large", e.to_string())
+            }
             LogError::Unsupported(message) => ApiError::bad_request("invalid_source_topic", message),
             LogError::SourceConflict(message) => ApiError::new(StatusCode::CONFLICT, "source_topic_conflict", message),
             other => ApiError::new(
@@ -71,6 +73,14 @@ impl From<WriteError> for ApiError {
         let message = e.to_string();
         match e {
             WriteError::Log(log) => log.into(),
+            WriteError::Reserved(reserved) => {
+                ApiError::bad_request("reserved_key", reserved.message).with("op_index", reserved.op_index)
+            }
+            WriteError::Journal(journal) => journal_error(journal),
+            WriteError::JournaledCannotWait => ApiError::bad_request(
+                "invalid_parameter",
+                "wait=applied cannot go with durability=journaled: a journaled write is answered before it is sequenced; use durability=sequenced to wait",
+            ),
             WriteError::Refused { partition, .. } => {
                 ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "partition_unavailable", message).with("partition", partition)
             }
@@ -106,6 +116,20 @@ impl From<WriteError> for ApiError {
             }
         }
     }
+}
+
+/// A journaled write the journal did not take.
+fn journal_error(error: crate::journal::JournalError) -> ApiError {
+    use crate::journal::JournalError;
+    let (status, code) = match &error {
+        JournalError::Full { .. } => (StatusCode::INSUFFICIENT_STORAGE, "journal_full"),
+        JournalError::TooOld { .. } => (StatusCode::SERVICE_UNAVAILABLE, "journal_too_old"),
+        JournalError::PartitionsChanged { .. } => (StatusCode::CONFLICT, "journal_conflict"),
+        JournalError::Log(_) | JournalError::Objects(_) | JournalError::ObjectsUnavailable(_) => {
+            (StatusCode::SERVICE_UNAVAILABLE, "journal_unavailable")
+        }
+    };
+    ApiError::new(status, code, error.to_string())
 }
 
 impl From<ReadError> for ApiError {

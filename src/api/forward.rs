@@ -9,8 +9,6 @@
 //! `not_held` instead of forwarding again (membership may be changing; the
 //! client retries).
 
-use std::time::Duration;
-
 use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
@@ -18,9 +16,8 @@ use bytes::Bytes;
 use super::error::ApiError;
 use super::AppState;
 use crate::cluster::Member;
-use crate::limits::WAIT_MS_MAX;
 
-pub const FORWARDED_BY: &str = "x-tern-forwarded-by";
+pub use crate::cluster::peer_client::FORWARDED_BY;
 pub const SERVED_BY: &str = "x-tern-served-by";
 pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
 /// The caller's headers a forwarded request carries, so the holder decides
@@ -34,67 +31,10 @@ const RELAYED_HEADERS: [header::HeaderName; 2] = [header::ETAG, header::HeaderNa
 /// Marks (internally) a relayed answer that said `not_held`.
 const NOT_HELD: &str = "x-tern-not-held";
 
-/// Bound on connecting to a holder; a dead one is skipped for the next.
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
-/// Bound on one forwarded request: the longest wait a request may ask for, plus slack.
-const FORWARD_TIMEOUT: Duration = Duration::from_millis(WAIT_MS_MAX + 5_000);
 /// Most holders tried for one request (each failed attempt is a connect error).
 const HOLDERS_TRIED_MAX: usize = 3;
 /// Largest answer relayed: a multi-get of the most keys with the largest values.
 const ANSWER_BYTES_MAX: usize = crate::limits::MULTI_GET_KEYS_MAX * (crate::limits::VALUE_BYTES_MAX + 8 * 1024);
-/// Idle keep-alive connections kept per holder.
-const IDLE_CONNECTIONS_PER_HOLDER_MAX: usize = 64;
-
-/// A pooled HTTP client to other nodes. Cheap to clone.
-#[derive(Clone)]
-pub struct Forwarder {
-    pub(super) client: reqwest::Client,
-    /// `http`, or `https` when the nodes serve TLS (`secure`).
-    pub(super) scheme: &'static str,
-}
-
-impl Default for Forwarder {
-    fn default() -> Self {
-        Forwarder::new()
-    }
-}
-
-impl Forwarder {
-    pub fn new() -> Forwarder {
-        let client = Forwarder::builder().build().expect("the HTTP client builds with static settings");
-        Forwarder { client, scheme: "http" }
-    }
-
-    /// Over TLS (the nodes serve it): other nodes' certificates are checked
-    /// against `cluster_ca` (PEM; none: the system's roots), and this node
-    /// presents `identity` (its certificate and key, PEM) to those that
-    /// require client certificates.
-    pub fn secure(cluster_ca: Option<&std::path::Path>, identity: Option<(&std::path::Path, &std::path::Path)>) -> anyhow::Result<Forwarder> {
-        let mut builder = Forwarder::builder().https_only(true);
-        if let Some(path) = cluster_ca {
-            let pem = std::fs::read(path).map_err(|e| anyhow::anyhow!("cluster_ca_file {}: {e}", path.display()))?;
-            for certificate in reqwest::Certificate::from_pem_bundle(&pem).map_err(|e| anyhow::anyhow!("cluster_ca_file {}: {e}", path.display()))? {
-                builder = builder.add_root_certificate(certificate);
-            }
-        }
-        if let Some((cert, key)) = identity {
-            let mut pem = std::fs::read(cert).map_err(|e| anyhow::anyhow!("tls_cert_file {}: {e}", cert.display()))?;
-            pem.extend(std::fs::read(key).map_err(|e| anyhow::anyhow!("tls_key_file {}: {e}", key.display()))?);
-            builder = builder.identity(reqwest::Identity::from_pem(&pem).map_err(|e| anyhow::anyhow!("this node's certificate as a client identity: {e}"))?);
-        }
-        let client = builder.build().map_err(|e| anyhow::anyhow!("the forwarding client: {e}"))?;
-        Ok(Forwarder { client, scheme: "https" })
-    }
-
-    fn builder() -> reqwest::ClientBuilder {
-        reqwest::Client::builder()
-            .connect_timeout(CONNECT_TIMEOUT)
-            .timeout(FORWARD_TIMEOUT)
-            .pool_max_idle_per_host(IDLE_CONNECTIONS_PER_HOLDER_MAX)
-            .tcp_nodelay(true)
-            .no_proxy()
-    }
-}
 
 /// How a request arrived, for passing it on.
 pub struct Incoming<'a> {
@@ -172,13 +112,11 @@ async fn send(state: &AppState, holder: &Member, incoming: &Incoming<'_>, body: 
 }
 
 async fn send_to(state: &AppState, holder: &Member, incoming: &Incoming<'_>, body: Bytes) -> Result<Response, reqwest::Error> {
-    let url = format!("{}://{}{}", state.forwarder.scheme, holder.api, incoming.path_and_query);
     let started = std::time::Instant::now();
     let request = state
-        .forwarder
-        .client
-        .request(incoming.method.clone(), url)
-        .header(FORWARDED_BY, state.cluster.me().id.as_str())
+        .cluster
+        .client()
+        .request(holder, &state.cluster.me().id, incoming.method.clone(), incoming.path_and_query)
         .header(header::CONTENT_TYPE, "application/json");
     let mut request = match incoming.idempotency_key {
         Some(key) => request.header(IDEMPOTENCY_KEY, key),

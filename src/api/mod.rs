@@ -14,7 +14,6 @@ mod cluster;
 mod demo;
 mod firebase;
 mod namespaces;
-mod ns_settings;
 mod ops;
 mod procedures;
 mod records;
@@ -29,7 +28,6 @@ mod error;
 mod forward;
 mod keys;
 mod params;
-mod probe;
 mod render;
 
 use std::sync::Arc;
@@ -54,12 +52,9 @@ use RouteAccess::{Authenticated, Public, Scoped};
 pub struct AppState {
     pub node: Arc<Node>,
     pub cluster: Arc<Cluster>,
-    pub forwarder: forward::Forwarder,
     /// How this node speaks Firebase (`api/firebase/`); shared, so a
     /// request's clone of the state is reference counts only.
     pub firebase: Arc<firebase::FirebaseConfig>,
-    /// Namespace settings as this node last read them (`ns_settings.rs`).
-    pub ns_settings: Arc<ns_settings::SettingsCache>,
     /// Who may ask what (`access.rs`).
     pub access: Arc<access::Access>,
 }
@@ -72,8 +67,6 @@ pub async fn firebase_sweep_forever(state: AppState) {
     let registry = state.firebase.registry.clone();
     firebase::realtime::ondisconnect::sweep_forever(state, registry).await
 }
-pub use self::forward::Forwarder;
-pub use self::probe::probe_forever;
 
 /// The service to serve: the router, behind the fast path for plain
 /// single-key GETs and PUTs (the product's hottest calls), which skips
@@ -89,10 +82,7 @@ pub fn app(
 
 /// What every handler shares.
 pub fn state(node: Arc<Node>, cluster: Arc<Cluster>) -> AppState {
-    AppState { node, cluster, forwarder: forward::Forwarder::new(), firebase: Arc::new(FirebaseConfig::default()),
-        ns_settings: Arc::default(),
-        access: Arc::default(),
-    }
+    AppState { node, cluster, firebase: Arc::new(FirebaseConfig::default()), access: Arc::default() }
 }
 
 /// The service to serve for `state` (see `app`).

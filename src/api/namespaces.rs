@@ -12,8 +12,8 @@ use super::access::{require, require_anywhere, Caller};
 use super::error::ApiError;
 use crate::auth::{Identity, Verb};
 use super::keys::NsName;
-use super::ns_settings::{self, WriteMode};
 use super::{body, AppState};
+use crate::node::namespace_settings::WriteMode;
 use crate::partition::PartitionStatus;
 
 #[derive(Deserialize)]
@@ -59,11 +59,11 @@ pub async fn create(State(state): State<AppState>, Caller(identity): Caller, NsN
         }
     };
     let namespace = state.node.namespace(&ns).ok_or_else(|| ApiError::unknown_namespace(&ns))?;
-    let mut settings = ns_settings::settings_of(&state, &namespace).await;
+    let mut settings = state.node.namespace_settings(&namespace).await;
     if let Some(write_mode) = request.write_mode {
         if write_mode != settings.write_mode {
             settings.write_mode = write_mode;
-            ns_settings::write_settings(&state, &namespace, settings).await?;
+            state.node.write_namespace_settings(&namespace, settings).await?;
         }
     }
     let status = if created { StatusCode::CREATED } else { StatusCode::OK };
@@ -142,7 +142,7 @@ pub async fn describe(State(state): State<AppState>, Caller(identity): Caller, N
             "procedures": procedures,
         }));
     }
-    let settings = ns_settings::settings_of(&state, &namespace).await;
+    let settings = state.node.namespace_settings(&namespace).await;
     let body = json!({
         "name": &*namespace.name,
         "partitions": namespace.partitions,

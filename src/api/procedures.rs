@@ -36,6 +36,8 @@ use super::params::Params;
 use super::{body, AppState};
 use crate::auth::Verb;
 use crate::codec::{Mutation, Op, OpKind};
+use crate::node::reserved::Writer;
+use crate::node::write::{Entry, WriteError, WriteRequest};
 use crate::partition::Namespace;
 use crate::procedure::definition::{self, Definition};
 use crate::procedure::outbox::OutboxMessage;
@@ -133,9 +135,10 @@ async fn append_everywhere(state: &AppState, namespace: &Namespace, name: &str, 
         definition.version = version;
         let op = Op { pk: String::new(), sk: name.to_string(), kind: OpKind::Procedure(Bytes::from(definition.to_json())), condition: None };
         let mutation = Mutation { write_id: Bytes::new(), ops: vec![op] };
-        let ack = crate::node::write::write(state.node.log.as_ref(), namespace, partition, &mutation, false, std::time::Duration::ZERO).await?;
-        version.get_or_insert(ack.version);
-        positions.push(crate::position::Position::single_string(&namespace.name, partition, ack.version + 1));
+        let request = WriteRequest::new(Writer::Procedures, partition, Entry::Mutation(mutation));
+        let offset = state.node.write_sequenced(namespace, request).await?;
+        version.get_or_insert(offset);
+        positions.push(crate::position::Position::single_string(&namespace.name, partition, offset + 1));
     }
     Ok((version.expect("a namespace has at least one partition"), positions))
 }
@@ -365,15 +368,19 @@ pub async fn trim_outbox(
         if !outbox_has_below(&handle, below)? {
             return Ok(Json(json!({ "partition": partition, "below": below, "position": position, "done": true })).into_response());
         }
-        let offset = state.node.log.append(&handle.tp, Bytes::from(crate::codec::encode_trim(0, below))).await?;
+        let trim = WriteRequest::new(Writer::Procedures, partition, Entry::OutboxTrim { below }).applied_within(TRIM_APPLIED_WAIT);
+        let offset = match state.node.write_sequenced(&namespace, trim).await {
+            Ok(offset) => offset,
+            Err(WriteError::NotApplied { version, .. }) => {
+                return Err(ApiError::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "not_caught_up",
+                    format!("the trim is in the log at {ns}:{partition}:{version} but was not applied within {} ms; it will be", TRIM_APPLIED_WAIT.as_millis()),
+                ))
+            }
+            Err(e) => return Err(e.into()),
+        };
         position = Some(format!("{ns}:{partition}:{}", offset + 1));
-        if !handle.wait_applied(offset + 1, TRIM_APPLIED_WAIT).await {
-            return Err(ApiError::new(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "not_caught_up",
-                format!("the trim is in the log at {ns}:{partition}:{offset} but was not applied within {} ms; it will be", TRIM_APPLIED_WAIT.as_millis()),
-            ));
-        }
     }
     let done = !outbox_has_below(&handle, below)?;
     Ok(Json(json!({ "partition": partition, "below": below, "position": position, "done": done })).into_response())

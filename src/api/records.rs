@@ -21,7 +21,8 @@ use crate::auth::{Identity, Verb};
 use crate::codec::{Condition, Mutation, Op, OpKind};
 use crate::limits;
 use crate::node::read::{await_consistency, Consistency};
-use crate::node::write::{needs_outcome, write, WriteError};
+use crate::node::reserved::Writer;
+use crate::node::write::{Durability, Entry, Receipt, Wait, WriteRequest};
 use crate::partition::{Namespace, PartitionStatus};
 use crate::store::{Record, SkRange};
 
@@ -223,14 +224,6 @@ async fn delete(
     write_one(state, incoming, namespace, op, &params, Bytes::new()).await
 }
 
-/// Any node appends any write to the log. Only a caller who needs the
-/// outcome (a condition, `wait=applied`, or a write id: a retry learns its
-/// original version) needs a node that applies the partition: if this one
-/// does not, the whole request goes to a holder.
-fn needs_holder(namespace: &Namespace, partition: u32, mutation: &Mutation, wait_applied: bool) -> bool {
-    needs_outcome(mutation, wait_applied) && !namespace.handle(partition).is_held()
-}
-
 /// The write id of a request: its `Idempotency-Key` (a retry with the same
 /// key within the window is applied once), or none.
 fn write_id(incoming: &Incoming<'_>) -> Result<Bytes, ApiError> {
@@ -258,106 +251,57 @@ async fn write_one(
 ) -> Result<Response, ApiError> {
     let partition = namespace.partition_of(&op.pk);
     let mutation = Mutation { write_id: write_id(incoming)?, ops: vec![op] };
-    if journaled(state, namespace, params).await? {
-        return write_journaled(state, namespace, partition, mutation, params).await;
+    write_records(state, incoming, namespace, partition, mutation, params, body).await
+}
+
+/// A client's write (one record, or a batch) through the write path
+/// (`node::write`, which decides durability, ripcord and where), answered
+/// as its receipt says: 200 with the version, 202 when journaled, or the
+/// holder's answer when only a holder can tell the outcome.
+async fn write_records(
+    state: &AppState,
+    incoming: &Incoming<'_>,
+    namespace: &Namespace,
+    partition: u32,
+    mutation: Mutation,
+    params: &Params,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    let mut request = WriteRequest::new(Writer::Client, partition, Entry::Mutation(mutation));
+    request.durability = durability(params)?;
+    request.timeout = params.timeout()?;
+    if params.wait_applied()? {
+        request.wait = Wait::Applied;
     }
-    if rides_ripcord(state, &mutation, params)? && state.node.ripcord_engaged() {
-        return ripcord(state, namespace, partition, mutation).await;
-    }
-    if needs_holder(namespace, partition, &mutation, params.wait_applied()?) {
-        return forward::to_holder(state, incoming, &namespace.name, partition, body).await;
-    }
-    match write(state.node.log.as_ref(), namespace, partition, &mutation, params.wait_applied()?, params.timeout()?).await {
-        Ok(ack) => {
-            state.node.log_took();
-            Ok(json_response(StatusCode::OK, render::write_ack(ack.version, &namespace.name, partition, ack.duplicate)))
+    match state.node.write(namespace, request).await? {
+        Receipt::Sequenced { version, duplicate } => {
+            Ok(json_response(StatusCode::OK, render::write_ack(version, &namespace.name, partition, duplicate)))
         }
-        // Let go between the check above and the write: nothing was appended; a holder takes it.
-        Err(WriteError::NotHeld { .. }) => forward::to_holder(state, incoming, &namespace.name, partition, body).await,
-        Err(WriteError::Log(e)) if log_refused(&e) => {
-            state.node.log_refused();
-            match rides_ripcord(state, &mutation, params)? {
-                true => ripcord(state, namespace, partition, mutation).await,
-                false => Err(WriteError::Log(e).into()),
-            }
-        }
-        Err(e) => Err(e.into()),
+        Receipt::Journaled { write_id, ripcord } => Ok(journaled(&write_id, ripcord)),
+        Receipt::Forward => forward::to_holder(state, incoming, &namespace.name, partition, body).await,
     }
 }
 
-/// Whether the log's error says it is down or slow (not that the write is wrong).
-fn log_refused(error: &crate::log::LogError) -> bool {
-    use crate::log::LogError;
-    matches!(error, LogError::Unavailable(_) | LogError::Closed | LogError::Io(_))
-}
-
-/// Whether ripcord may journal this write when the log refuses it: ripcord
-/// on, and a plain write — a condition's outcome and `wait=applied` need
-/// the log now, so those fail with 503 `log_unavailable` as without ripcord.
-/// An `Idempotency-Key` write rides it (the key is its write id).
-fn rides_ripcord(state: &AppState, mutation: &Mutation, params: &Params) -> Result<bool, ApiError> {
-    Ok(state.node.config.ripcord && !params.wait_applied()? && mutation.ops.iter().all(|op| op.condition.is_none()))
-}
-
-/// A write journaled because the log refused it: answered as a journaled
-/// write, with `x-tern-ripcord: journaled`.
-async fn ripcord(state: &AppState, namespace: &Namespace, partition: u32, mutation: Mutation) -> Result<Response, ApiError> {
-    let mut response = journal(state, namespace, partition, mutation).await?;
-    response.headers_mut().insert("x-tern-ripcord", axum::http::HeaderValue::from_static("journaled"));
-    Ok(response)
-}
-
-/// `durability=sequenced` (answered with a position once the log has the
-/// write) or `journaled` (answered 202 once this node's journal has it; the
-/// sequencer appends it to the log soon after). Without the parameter, the
-/// namespace's `write_mode` decides — except that a write with
-/// `wait=applied` is sequenced (it asked to wait for its outcome).
-async fn journaled(state: &AppState, namespace: &Namespace, params: &Params) -> Result<bool, ApiError> {
+/// `?durability=sequenced|journaled`; none: the namespace's `write_mode`.
+fn durability(params: &Params) -> Result<Option<Durability>, ApiError> {
     match params.str("durability") {
-        None => Ok(!params.wait_applied()?
-            && super::ns_settings::settings_of(state, namespace).await.write_mode == super::ns_settings::WriteMode::Journaled),
-        Some("sequenced") => Ok(false),
-        Some("journaled") => Ok(true),
+        None => Ok(None),
+        Some("sequenced") => Ok(Some(Durability::Sequenced)),
+        Some("journaled") => Ok(Some(Durability::Journaled)),
         Some(other) => Err(ApiError::bad_request("invalid_parameter", format!("durability must be sequenced or journaled, got {other:?}"))),
     }
 }
 
-/// A journaled write: durable in this node's journal, answered `202
-/// {"write_id", "sequenced": false}` before the log has it. Every journaled
-/// write has a write id (the `Idempotency-Key`, or one made here), so a
-/// journal sequenced twice is applied once. Conditions are decided when it
-/// is applied. `wait=applied` is refused: the answer comes before that.
-async fn write_journaled(state: &AppState, namespace: &Namespace, partition: u32, mutation: Mutation, params: &Params) -> Result<Response, ApiError> {
-    if params.wait_applied()? {
-        return Err(ApiError::bad_request(
-            "invalid_parameter",
-            "wait=applied cannot go with durability=journaled: a journaled write is answered before it is sequenced; use durability=sequenced to wait",
-        ));
+/// 202 `{"write_id", "sequenced": false}`: durable in this node's journal,
+/// sequenced soon; with `x-tern-ripcord: journaled` when journaled because
+/// the log refused it.
+fn journaled(write_id: &[u8], ripcord: bool) -> Response {
+    let body = json!({ "write_id": String::from_utf8_lossy(write_id), "sequenced": false });
+    let mut response = json_response(StatusCode::ACCEPTED, serde_json::to_vec(&body).expect("JSON serializes"));
+    if ripcord {
+        response.headers_mut().insert("x-tern-ripcord", axum::http::HeaderValue::from_static("journaled"));
     }
-    journal(state, namespace, partition, mutation).await
-}
-
-/// Journals `mutation` (with a write id made for it if it has none) and
-/// answers 202 `{"write_id", "sequenced": false}`.
-async fn journal(state: &AppState, namespace: &Namespace, partition: u32, mut mutation: Mutation) -> Result<Response, ApiError> {
-    if mutation.write_id.is_empty() {
-        mutation.write_id = Bytes::from(format!("j{:032x}", rand::random::<u128>()));
-    }
-    debug_assert!(mutation.write_id.len() <= limits::WRITE_ID_BYTES_MAX);
-    state.node.write_journaled(namespace, partition, &mutation).await.map_err(journal_error)?;
-    let body = json!({ "write_id": String::from_utf8_lossy(&mutation.write_id), "sequenced": false });
-    Ok(json_response(StatusCode::ACCEPTED, serde_json::to_vec(&body).expect("JSON serializes")))
-}
-
-fn journal_error(error: crate::journal::JournalError) -> ApiError {
-    use crate::journal::JournalError;
-    let status = match &error {
-        JournalError::Full { .. } => (StatusCode::INSUFFICIENT_STORAGE, "journal_full"),
-        JournalError::TooOld { .. } => (StatusCode::SERVICE_UNAVAILABLE, "journal_too_old"),
-        JournalError::PartitionsChanged { .. } => (StatusCode::CONFLICT, "journal_conflict"),
-        JournalError::Log(_) | JournalError::Objects(_) | JournalError::ObjectsUnavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "journal_unavailable"),
-    };
-    ApiError::new(status.0, status.1, error.to_string())
+    response
 }
 
 /// Page tokens (`cursor` / `next_cursor` on the wire) are opaque: base64url
@@ -585,28 +529,5 @@ pub async fn batch(
             ),
         ));
     }
-    if journaled(&state, &namespace, &params).await? {
-        return write_journaled(&state, &namespace, partition, mutation, &params).await;
-    }
-    if rides_ripcord(&state, &mutation, &params)? && state.node.ripcord_engaged() {
-        return ripcord(&state, &namespace, partition, mutation).await;
-    }
-    if needs_holder(&namespace, partition, &mutation, params.wait_applied()?) {
-        return forward::to_holder(&state, &incoming, &namespace.name, partition, bytes).await;
-    }
-    match write(state.node.log.as_ref(), &namespace, partition, &mutation, params.wait_applied()?, params.timeout()?).await {
-        Ok(ack) => {
-            state.node.log_took();
-            Ok(json_response(StatusCode::OK, render::write_ack(ack.version, &namespace.name, partition, ack.duplicate)))
-        }
-        Err(WriteError::NotHeld { .. }) => forward::to_holder(&state, &incoming, &namespace.name, partition, bytes).await,
-        Err(WriteError::Log(e)) if log_refused(&e) => {
-            state.node.log_refused();
-            match rides_ripcord(&state, &mutation, &params)? {
-                true => ripcord(&state, &namespace, partition, mutation).await,
-                false => Err(WriteError::Log(e).into()),
-            }
-        }
-        Err(e) => Err(e.into()),
-    }
+    write_records(&state, &incoming, &namespace, partition, mutation, &params, bytes).await
 }

@@ -32,6 +32,8 @@ use crate::auth::grant::{Grant, Verbs, ANY_NAMESPACE, GRANTS_PER_TOKEN_MAX};
 use crate::auth::keys::{self, KeyRecord, DESCRIPTION_BYTES_MAX, KEYS_MAX};
 use crate::auth::{Identity, Verb, KEYS_PK, SYSTEM_NAMESPACE};
 use crate::codec::{Mutation, Op, OpKind};
+use crate::node::reserved::Writer;
+use crate::node::write::{Entry, WriteRequest};
 use crate::store::SkRange;
 
 /// How often each node reloads the keys: a revocation's delay elsewhere.
@@ -153,8 +155,10 @@ async fn write_key(state: &AppState, id: &str, kind: OpKind) -> Result<(), ApiEr
     })?;
     let partition = namespace.partition_of(KEYS_PK);
     let mutation = Mutation { write_id: Bytes::new(), ops: vec![Op { pk: KEYS_PK.into(), sk: id.into(), kind, condition: None }] };
-    let held = namespace.handle(partition).is_held();
-    crate::node::write::write(state.node.log.as_ref(), &namespace, partition, &mutation, held, APPLY_WAIT).await?;
+    let request = WriteRequest::new(Writer::Tokens, partition, Entry::Mutation(mutation));
+    // Applied here when this node applies the keys, so its next request knows the key.
+    let request = if namespace.handle(partition).is_held() { request.applied_within(APPLY_WAIT) } else { request };
+    state.node.write_sequenced(&namespace, request).await?;
     Ok(())
 }
 

@@ -38,8 +38,7 @@ use self::limiter::FailureLimiter;
 /// The system namespace that holds the API keys (pk `KEYS_PK`, sk = key id).
 /// Its name cannot be a user's (names start with a letter or digit), and
 /// no grant's `*` covers it.
-pub const SYSTEM_NAMESPACE: &str = "_tern";
-pub const KEYS_PK: &str = "keys";
+pub use crate::node::reserved::{KEYS_PK, SYSTEM_NAMESPACE};
 /// Shortest root token accepted from a file someone wrote by hand.
 const ROOT_TOKEN_CHARS_MIN: usize = 32;
 

@@ -17,12 +17,15 @@
 //! Routing (`holders`) prefers a holder in this node's region, then the
 //! nearest by measured round trip, then the one with the least lag (the
 //! highest applied offset); a peer whose last probe failed comes after every
-//! reachable one. The round trips are measured by the API (`api::probe`, over
-//! the same connections forwarding uses) and recorded here (`record_rtt`).
-//! Forwarding the HTTP request itself is the API's job (`api::forward`).
+//! reachable one. The round trips are measured here (`probe.rs`, over the
+//! same connections forwarding uses: `peer_client.rs`) and recorded
+//! (`record_rtt`). Forwarding a request itself is the edge's job
+//! (`edge::forward`), over this node's peer client.
 //! Without `--gossip` the cluster is this node alone.
 
 mod gossip;
+pub mod peer_client;
+pub mod probe;
 pub mod sealed;
 
 use std::collections::BTreeMap;
@@ -35,6 +38,7 @@ use crate::partition::PartitionStatus;
 use crate::node::Node;
 
 pub use gossip::GossipConfig;
+pub use peer_client::PeerClient;
 
 /// One node as this node sees it.
 #[derive(Debug, Clone, PartialEq)]
@@ -116,34 +120,48 @@ pub struct Cluster {
     /// Round trips this node measured, by peer id (written by the prober, read by routing and gossip).
     rtts: Arc<RwLock<BTreeMap<String, Rtt>>>,
     gossip: Option<gossip::Gossip>,
+    /// How this node reaches the others (`peer_client.rs`).
+    client: PeerClient,
 }
 
 impl Cluster {
     /// This node alone: no gossip, nothing to route to.
-    pub fn alone(me: SelfInfo, node: Arc<Node>) -> Arc<Cluster> {
-        Arc::new(Cluster { me, node, peers: Arc::new(RwLock::new(Vec::new())), rtts: Arc::default(), gossip: None })
+    pub fn alone(me: SelfInfo, node: Arc<Node>, client: PeerClient) -> Arc<Cluster> {
+        Cluster::fixed(me, node, Vec::new(), client)
     }
 
     /// A fixed view of the other nodes, without gossip: for tests and tools
     /// that need a given cluster map.
     pub fn with_peers(me: SelfInfo, node: Arc<Node>, peers: Vec<Member>) -> Arc<Cluster> {
-        let peers = peers.into_iter().map(Arc::new).collect();
-        Arc::new(Cluster { me, node, peers: Arc::new(RwLock::new(peers)), rtts: Arc::default(), gossip: None })
+        Cluster::fixed(me, node, peers, PeerClient::plain())
+    }
+
+    fn fixed(me: SelfInfo, node: Arc<Node>, peers: Vec<Member>, client: PeerClient) -> Arc<Cluster> {
+        let peers = Arc::new(RwLock::new(peers.into_iter().map(Arc::new).collect()));
+        let rtts: Arc<RwLock<BTreeMap<String, Rtt>>> = Arc::default();
+        node.set_read_elsewhere(read_elsewhere(&me, peers.clone(), rtts.clone(), client.clone()));
+        Arc::new(Cluster { me, node, peers, rtts, gossip: None, client })
     }
 
     /// Joins the cluster through `config.seeds` and keeps gossiping until `shutdown`.
-    pub async fn join(me: SelfInfo, node: Arc<Node>, config: GossipConfig) -> anyhow::Result<Arc<Cluster>> {
+    pub async fn join(me: SelfInfo, node: Arc<Node>, config: GossipConfig, client: PeerClient) -> anyhow::Result<Arc<Cluster>> {
         let peers = Arc::new(RwLock::new(Vec::new()));
         let rtts: Arc<RwLock<BTreeMap<String, Rtt>>> = Arc::default();
         let gossip = gossip::Gossip::start(&me, node.clone(), peers.clone(), rtts.clone(), config).await?;
         node.set_served_elsewhere(served_in_group(peers.clone(), me.group.clone()));
         node.set_applied_elsewhere(applied_elsewhere(peers.clone()));
         node.set_isolated(isolated(peers.clone(), rtts.clone(), me.region.clone()));
-        Ok(Arc::new(Cluster { me, node, peers, rtts, gossip: Some(gossip) }))
+        node.set_read_elsewhere(read_elsewhere(&me, peers.clone(), rtts.clone(), client.clone()));
+        Ok(Arc::new(Cluster { me, node, peers, rtts, gossip: Some(gossip), client }))
     }
 
     pub fn me(&self) -> &SelfInfo {
         &self.me
+    }
+
+    /// How this node reaches the others.
+    pub fn client(&self) -> &PeerClient {
+        &self.client
     }
 
     /// Every known node, this one first.
@@ -211,6 +229,38 @@ impl Cluster {
             gossip.shutdown().await;
         }
     }
+}
+
+/// Most holders asked for one record (`read_elsewhere`), best first.
+const RECORD_HOLDERS_TRIED_MAX: usize = 3;
+
+/// Reads a record at the best holders of its partition (at most
+/// `RECORD_HOLDERS_TRIED_MAX`), as this node: what the node calls for a
+/// partition it does not hold (`Node::read_elsewhere`).
+fn read_elsewhere(
+    me: &SelfInfo,
+    peers: Arc<RwLock<Vec<Arc<Member>>>>,
+    rtts: Arc<RwLock<BTreeMap<String, Rtt>>>,
+    client: PeerClient,
+) -> crate::node::ReadElsewhere {
+    let (id, region) = (me.id.clone(), me.region.clone());
+    Arc::new(move |at: crate::node::RecordAt| {
+        let holders = rank_holders(&peers.read(), &rtts.read(), &region, &at.ns, at.partition);
+        let (client, id) = (client.clone(), id.clone());
+        Box::pin(async move {
+            if holders.is_empty() {
+                return Err(format!("no live node that serves partition {} of namespace {:?} is known", at.partition, at.ns));
+            }
+            let mut failures = Vec::new();
+            for holder in holders.iter().take(RECORD_HOLDERS_TRIED_MAX) {
+                match client.read_record(holder, &id, &at).await {
+                    Ok(value) => return Ok(value),
+                    Err(e) => failures.push(format!("{} ({}): {e}", holder.id, holder.api)),
+                }
+            }
+            Err(failures.join("; "))
+        })
+    })
 }
 
 /// The partitions this node refuses (it needs offsets the log no longer has, or

@@ -129,6 +129,10 @@ pub enum LogError {
     OffsetOutOfRange { tp: String, requested: u64, start: u64 },
     #[error("entry of {size_bytes} bytes is larger than the log accepts ({max_bytes} bytes)")]
     EntryTooLarge { size_bytes: usize, max_bytes: usize },
+    /// A broker refused an entry as too large for its topic (a source
+    /// topic's own `max.message.bytes`, below Tern's bound).
+    #[error("the log refused an entry of {size_bytes} bytes as too large for its topic: {reason}")]
+    TooLargeForTopic { size_bytes: usize, reason: String },
     #[error("the log is unavailable: {0}")]
     Unavailable(String),
     #[error("the log is closed")]
@@ -176,8 +180,14 @@ pub trait Log: Send + Sync + 'static {
         )))
     }
 
-    /// Appends one entry; returns its offset once it is durable.
+    /// Appends one entry; returns its offset once it is durable. Above the
+    /// log, only the write path calls it (`node::write::append`).
     async fn append(&self, tp: &TopicPartition, payload: Bytes) -> Result<u64, LogError>;
+
+    /// The largest entry `append` takes, in bytes: the write path refuses a
+    /// larger one before anything is made durable (`node::write`), so a
+    /// journaled write is never one the log can never take.
+    fn entry_bytes_max(&self) -> usize;
 
     /// The next offset to be written (Kafka's high watermark).
     async fn end_offset(&self, tp: &TopicPartition) -> Result<u64, LogError>;

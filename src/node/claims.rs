@@ -100,7 +100,7 @@ async fn append_all(node: &Node, entries: &[Entry]) -> Result<BTreeMap<(String, 
     }
     let log = node.log.as_ref();
     // Collected first: a stream over a borrowing closure is not `Send` to the compiler.
-    let appends: Vec<_> = entries.iter().zip(&handles).map(|(entry, handle)| log.append(&handle.tp, entry.payload.clone())).collect();
+    let appends: Vec<_> = entries.iter().zip(&handles).map(|(entry, handle)| super::write::append(log, &handle.tp, entry.payload.clone())).collect();
     let mut results = futures::stream::iter(appends).buffered(APPENDS_IN_FLIGHT_MAX);
     let mut highest = BTreeMap::new();
     let mut at = 0;

@@ -12,7 +12,9 @@
 pub mod read;
 pub mod snapshots;
 mod claims;
+pub mod namespace_settings;
 mod publisher;
+pub mod reserved;
 mod sequencer;
 pub mod write;
 
@@ -139,7 +141,25 @@ pub struct Node {
     /// One outbox publisher task per held partition with an outbox
     /// (`publisher.rs`); bounded by the partitions this node holds.
     publishers: Mutex<HashMap<TopicPartition, JoinHandle<()>>>,
+    /// Namespace settings as this node last read them (`namespace_settings.rs`).
+    settings_cache: namespace_settings::SettingsCache,
+    /// Set by the cluster: reads a record of a partition this node does not
+    /// hold at a node that does.
+    read_elsewhere: RwLock<Option<ReadElsewhere>>,
 }
+
+/// One record of one partition, to be read at a node that holds it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecordAt {
+    pub ns: String,
+    pub partition: u32,
+    pub pk: String,
+    pub sk: String,
+}
+
+/// Reads a record at a holder of its partition: its value (JSON text), None
+/// when there is no such record, or why no holder told.
+pub type ReadElsewhere = Arc<dyn Fn(RecordAt) -> futures::future::BoxFuture<'static, Result<Option<bytes::Bytes>, String>> + Send + Sync>;
 
 /// Whether this node hears no node of another region while it knows some.
 pub type Isolated = Arc<dyn Fn() -> bool + Send + Sync>;
@@ -187,6 +207,8 @@ impl Node {
             log_refused: std::sync::atomic::AtomicBool::new(false),
             tick_seen: Mutex::new(HashMap::new()),
             publishers: Mutex::new(HashMap::new()),
+            settings_cache: Default::default(),
+            read_elsewhere: RwLock::new(None),
             watches: crate::watch::Watches::new(config.watch.clone(), log.clone()),
             config,
             log,
@@ -279,14 +301,19 @@ impl Node {
         *self.applied_elsewhere.write() = Some(applied);
     }
 
-    /// Makes `mutation` durable in this node's journal (`durability=journaled`)
-    /// and wakes the sequencer; returns the journal offset. The mutation has
-    /// a write id, so a journal sequenced twice is applied once.
-    pub async fn write_journaled(&self, namespace: &Namespace, partition: u32, mutation: &crate::codec::Mutation) -> Result<u64, crate::journal::JournalError> {
-        assert!(!mutation.write_id.is_empty(), "a journaled write has a write id");
-        let offset = self.journal.append(&namespace.name, namespace.partitions, partition, mutation).await?;
-        self.sequencer_wake.notify_one();
-        Ok(offset)
+    /// Lets the cluster read records of partitions this node does not hold
+    /// at nodes that do (the namespace settings).
+    pub fn set_read_elsewhere(&self, read: ReadElsewhere) {
+        *self.read_elsewhere.write() = Some(read);
+    }
+
+    /// Reads `at` at a node that holds its partition (see `ReadElsewhere`).
+    pub async fn read_elsewhere(&self, at: RecordAt) -> Result<Option<bytes::Bytes>, String> {
+        let read = self.read_elsewhere.read().clone();
+        match read {
+            Some(read) => read(at).await,
+            None => Err(format!("partition {} of namespace {:?} is not held here and this node knows no other", at.partition, at.ns)),
+        }
     }
 
     /// The next offset of `partition` of `ns` to apply: here when this node
@@ -345,7 +372,8 @@ impl Node {
                 if !idle || !has_procedures() {
                     continue;
                 }
-                match self.log.append(&handle.tp, bytes::Bytes::from(crate::codec::encode_tick(crate::codec::now_ms()))).await {
+                let tick = write::WriteRequest::new(reserved::Writer::Procedures, partition, write::Entry::Tick);
+                match self.write_sequenced(&namespace, tick).await {
                     // Idle again once the tick is applied and nothing else came.
                     Ok(offset) => {
                         self.tick_seen.lock().insert(handle.tp.clone(), offset + 1);

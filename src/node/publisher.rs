@@ -24,6 +24,8 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
 
+use super::reserved::Writer;
+use super::write::{Entry, WriteRequest};
 use super::Node;
 use crate::log::Outgoing;
 use crate::partition::PartitionHandle;
@@ -182,8 +184,9 @@ fn read_batch(handle: &PartitionHandle, (offset, index): (u64, u32)) -> Result<B
 /// Its time is 0: it does not move the log time (a source topic's records
 /// may carry times far from this node's clock; only they and idle ticks move it).
 async fn append_trim(node: &Node, handle: &PartitionHandle, offset: u64) {
-    let entry = bytes::Bytes::from(crate::codec::encode_trim(0, offset));
-    if let Err(e) = node.log.append(&handle.tp, entry).await {
+    let Some(namespace) = node.namespace(&handle.tp.topic) else { return };
+    let trim = WriteRequest::new(Writer::Procedures, handle.partition, Entry::OutboxTrim { below: offset });
+    if let Err(e) = node.write_sequenced(&namespace, trim).await {
         tracing::debug!(tp = %handle.tp, error = %e, "appending an outbox trim failed; the next one tries again");
     }
 }

@@ -1,7 +1,7 @@
 //! The sequencer: appends journaled writes to the log (issue 19).
 //!
 //! A journaled write is answered once it is durable in this node's journal
-//! (`Node::write_journaled`); this task then appends it to the log, in
+//! (`Node::write`, `write.rs`); this task then appends it to the log, in
 //! journal order per partition, at once (woken by each journaled write),
 //! and releases journal entries once their writes were seen applied — by
 //! this node if it applies the partition, else by another member
@@ -165,7 +165,7 @@ async fn append(node: &Node, namespace: &crate::partition::Namespace, partition:
     let tp = &namespace.handle(partition).tp;
     let log = node.log.as_ref();
     // Collected first: a stream over a borrowing closure is not `Send` to the compiler.
-    let appends: Vec<_> = entries.iter().map(|entry| log.append(tp, entry.payload.clone())).collect();
+    let appends: Vec<_> = entries.iter().map(|entry| super::write::append(log, tp, entry.payload.clone())).collect();
     let mut results = futures::stream::iter(appends).buffered(APPENDS_IN_FLIGHT_MAX);
     let mut appended = 0;
     let mut at = 0;

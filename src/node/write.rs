@@ -1,34 +1,144 @@
-//! The write path: encode a mutation, append it to the partition's log, and —
-//! when the caller needs the outcome (a condition, or `wait=applied`) — wait
-//! for this node to apply it and report what the apply loop decided.
+//! The write path: the one way anything is written to the log.
+//!
+//! Every writer — a client's records and batches, Firebase's REST and
+//! realtime writes, its rules and onDisconnect registrations, the API
+//! keys, the namespace settings, procedure deployments, ticks and outbox
+//! trims — builds a `WriteRequest` and calls `Node::write`; the journal's
+//! sequencer and the replay of lost journals append the entries it
+//! journaled through `append` below. Nothing else appends to the log
+//! (`tests/it/layers.rs` checks it). So the policies every write must
+//! keep are decided here, once, in this order:
+//!
+//! 1. **who may write what** (`reserved.rs`): a client's writes never
+//!    touch Tern's own keys, and each of Tern's writers touches only its own;
+//! 2. **the log's size limit** (`Log::entry_bytes_max`): an entry the log
+//!    cannot take is refused before anything is made durable — a journaled
+//!    write the log can never take would hold up its partition for ever;
+//! 3. **durability**: `Sequenced` (answered once the log has it) or
+//!    `Journaled` (answered once this node's journal has it; the sequencer
+//!    appends it to the log soon after, `sequencer.rs`). A client's write
+//!    that does not say gets its namespace's `write_mode`; a write that
+//!    waits for its outcome, and every write of Tern's own, is sequenced;
+//! 4. **where**: a caller that needs the outcome (a condition,
+//!    `Wait::Applied`, a write id: a retry learns the original's version)
+//!    needs a node that applies the partition; on any other node the
+//!    answer is `Receipt::Forward` and nothing is written;
+//! 5. **ripcord** (`ripcord` setting): a client's plain write (no
+//!    condition, no wait) that the log refuses — or would, while it refuses
+//!    every write — is journaled instead, answered as a journaled write.
+//!
+//! The answer is a typed `Receipt` or a `WriteError`, never an HTTP
+//! response: each protocol renders it in its own words.
 
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
-use super::Namespace;
+use super::reserved::{self, Reserved, Touches, Writer};
+use super::{Namespace, Node};
+use crate::codec::{self, Mutation};
+use crate::log::{Log, LogError, TopicPartition};
+use crate::metrics;
 use crate::partition::outcome::Outcome;
 use crate::partition::PartitionStatus;
-use crate::codec::{self, Mutation};
-use crate::log::{Log, LogError};
-use crate::metrics;
 use crate::position::Position;
 
-/// A durable write. Its position is `ns:partition:version+1`
-/// (`api::render::write_ack` renders it without building a `Position`).
-#[derive(Debug)]
-pub struct WriteAck {
-    /// The log offset of the mutation: the version of every record it wrote.
-    pub version: u64,
-    /// True when this was a retry of a write already applied (same write
-    /// id): `version` is then the original's offset.
-    pub duplicate: bool,
+/// How a write is made durable before it is answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Durability {
+    /// In the log (embedded: fsynced; Kafka: acknowledged by every in-sync
+    /// replica): answered with its version.
+    Sequenced,
+    /// In this node's journal: answered with its write id; the sequencer
+    /// appends it to the log, in journal order, and it applies once.
+    Journaled,
+}
+
+/// What the writer waits for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Wait {
+    /// Durability only (`Durability`). A write whose outcome the caller
+    /// needs anyway (a condition, a write id) still waits for that, at
+    /// most the request's `timeout`.
+    Durable,
+    /// Until this node applied the write, at most the request's `timeout`:
+    /// the outcome is known, and a read here sees the write.
+    Applied,
+}
+
+/// What is written.
+#[derive(Debug, Clone)]
+pub enum Entry {
+    /// Operations on records of one partition: a put, a batch, a tree
+    /// write, a deployment. Applied all or nothing.
+    Mutation(Mutation),
+    /// A procedure tick: no operations, only the writer's time, so due
+    /// timers fire in log time when nothing is written.
+    Tick,
+    /// A tick at time 0 (it moves no log time) that trims the partition's
+    /// outbox below input offset `below` on every replica.
+    OutboxTrim { below: u64 },
+}
+
+/// One write, as every writer asks for it.
+#[derive(Debug, Clone)]
+pub struct WriteRequest {
+    pub writer: Writer,
+    pub partition: u32,
+    pub entry: Entry,
+    /// None: the default (see the module doc, 3).
+    pub durability: Option<Durability>,
+    pub wait: Wait,
+    /// The longest a write that waits for its outcome (`Wait::Applied`, a
+    /// condition, a write id) waits for this node to apply it. Apart from
+    /// `wait` because a condition needs its outcome without being asked to
+    /// wait (and still rides ripcord and `write_mode` as a plain write).
+    pub timeout: Duration,
+}
+
+impl WriteRequest {
+    /// `entry` of `writer` into `partition`, durable, with the default
+    /// durability and the default bound on waiting for an outcome.
+    pub fn new(writer: Writer, partition: u32, entry: Entry) -> WriteRequest {
+        let timeout = Duration::from_millis(crate::limits::WAIT_MS_DEFAULT);
+        WriteRequest { writer, partition, entry, durability: None, wait: Wait::Durable, timeout }
+    }
+
+    /// The same, answered once applied here, waiting at most `timeout`.
+    pub fn applied_within(mut self, timeout: Duration) -> WriteRequest {
+        self.wait = Wait::Applied;
+        self.timeout = timeout;
+        self
+    }
+}
+
+/// What became of a write.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Receipt {
+    /// In the log at offset `version`: the version of every record it
+    /// wrote; its position is `ns:partition:version+1`. `duplicate`: a
+    /// retry of a write already applied (same write id): `version` is the
+    /// original's.
+    Sequenced { version: u64, duplicate: bool },
+    /// Durable in this node's journal under `write_id` (the request's, or
+    /// one made for it), not yet in the log. `ripcord`: journaled because
+    /// the log refused it.
+    Journaled { write_id: Bytes, ripcord: bool },
+    /// The caller needs the outcome and this node does not apply the
+    /// partition: nothing was written; send the write to a holder.
+    Forward,
 }
 
 #[derive(Debug, thiserror::Error)]
 pub enum WriteError {
     #[error("the log did not accept the write: {0}")]
     Log(LogError),
+    #[error("{0}")]
+    Reserved(Reserved),
+    #[error("the journal did not take the write: {0}")]
+    Journal(crate::journal::JournalError),
+    #[error("a journaled write cannot wait to be applied: it is answered before it is sequenced; ask for a sequenced write to wait")]
+    JournaledCannotWait,
     #[error("partition {partition} is not served by this node: {reason}")]
     Refused { partition: u32, reason: String },
     /// This node let the partition go before the write was appended: nothing
@@ -45,57 +155,190 @@ pub enum WriteError {
     OutcomeUnknown { version: u64 },
 }
 
+impl Entry {
+    /// The bytes the log holds (the mutation stamped with the writer's time).
+    fn encode(&self) -> Vec<u8> {
+        match self {
+            Entry::Mutation(mutation) => codec::encode(mutation),
+            Entry::Tick => codec::encode_tick(codec::now_ms()),
+            Entry::OutboxTrim { below } => codec::encode_trim(0, *below),
+        }
+    }
 
-/// Whether the caller must learn what applying `mutation` decided: a
-/// condition, `wait=applied`, or a write id (a retry learns the original's
-/// version). Only a node that applies the partition can tell.
-pub fn needs_outcome(mutation: &Mutation, wait_applied: bool) -> bool {
-    wait_applied || !mutation.write_id.is_empty() || mutation.ops.iter().any(|op| op.condition.is_some())
+    fn touches(&self) -> Touches<'_> {
+        match self {
+            Entry::Mutation(mutation) => Touches::Mutation(mutation),
+            Entry::Tick | Entry::OutboxTrim { .. } => Touches::ProceduresTick,
+        }
+    }
+
+    fn has_condition(&self) -> bool {
+        matches!(self, Entry::Mutation(m) if m.ops.iter().any(|op| op.condition.is_some()))
+    }
+
+    fn has_write_id(&self) -> bool {
+        matches!(self, Entry::Mutation(m) if !m.write_id.is_empty())
+    }
 }
 
-pub async fn write(
-    log: &dyn Log,
-    namespace: &Namespace,
-    partition: u32,
-    mutation: &Mutation,
-    wait_applied: bool,
-    timeout: Duration,
-) -> Result<WriteAck, WriteError> {
-    let handle = namespace.handle(partition);
-    if let PartitionStatus::Refused(reason) = handle.status() {
-        return Err(WriteError::Refused { partition, reason });
-    }
-    debug_assert!(mutation.ops.iter().all(|op| matches!(op.kind, crate::codec::OpKind::Procedure(_)) || namespace.partition_of(&op.pk) == partition));
-    let needs_outcome = needs_outcome(mutation, wait_applied);
-    // A writer that waits for its outcome here keeps the partition here until it has it.
-    let _pin = match needs_outcome {
-        true => Some(handle.pin().ok_or(WriteError::NotHeld { partition })?),
-        false => None,
-    };
-    let payload = Bytes::from(codec::encode(mutation));
-    let started = Instant::now();
-    let version = log.append(&handle.tp, payload).await.map_err(WriteError::Log)?;
-    metrics::LOG_APPEND_SECONDS.observe(started.elapsed().as_secs_f64());
-    let position = || Position::single(&namespace.name, partition, version + 1);
-    // A write with an id may be a retry: only the apply loop knows its version.
-    if !needs_outcome {
-        return Ok(WriteAck { version, duplicate: false });
-    }
-    if !handle.wait_applied(version + 1, timeout).await {
-        return Err(WriteError::NotApplied { version, timeout_ms: timeout.as_millis() as u64, position: position() });
-    }
-    match handle.outcome(version) {
-        Some(Outcome::Applied) => Ok(WriteAck { version, duplicate: false }),
-        Some(Outcome::ConditionFailed { op_index, current_version }) => {
-            Err(WriteError::ConditionFailed { op_index, current_version, position: position() })
+/// Whether the caller must learn what applying the entry decided: a
+/// condition, `Wait::Applied`, or a write id (a retry learns the
+/// original's version). Only a node that applies the partition can tell.
+fn needs_outcome(entry: &Entry, wait: Wait) -> bool {
+    wait == Wait::Applied || entry.has_write_id() || entry.has_condition()
+}
+
+impl Node {
+    /// Writes `request` into `namespace` (see the module doc).
+    pub async fn write(&self, namespace: &Namespace, request: WriteRequest) -> Result<Receipt, WriteError> {
+        let WriteRequest { writer, partition, entry, durability, wait, timeout } = request;
+        reserved::check(writer, &namespace.name, entry.touches()).map_err(WriteError::Reserved)?;
+        assert!(partition < namespace.partitions, "a write names a partition of its namespace");
+        debug_assert!(
+            !matches!(&entry, Entry::Mutation(m) if m.ops.iter().any(|op| !matches!(op.kind, codec::OpKind::Procedure(_)) && namespace.partition_of(&op.pk) != partition)),
+            "every op of a mutation is in its partition"
+        );
+        let payload = Bytes::from(entry.encode());
+        let max_bytes = self.log.entry_bytes_max();
+        if payload.len() > max_bytes {
+            return Err(WriteError::Log(LogError::EntryTooLarge { size_bytes: payload.len(), max_bytes }));
         }
-        Some(Outcome::Duplicate { of, original }) => match *original {
-            Outcome::ConditionFailed { op_index, current_version } => {
+        match self.durability_of(namespace, writer, &entry, durability, wait).await? {
+            Durability::Journaled => return self.journal(namespace, partition, entry, false).await,
+            Durability::Sequenced => {}
+        }
+        let rides_ripcord = self.config.ripcord && writer == Writer::Client && wait == Wait::Durable && !entry.has_condition();
+        if rides_ripcord && self.ripcord_engaged() {
+            return self.journal(namespace, partition, entry, true).await;
+        }
+        match self.sequence(namespace, partition, &entry, payload, wait, timeout).await {
+            Ok(receipt) => {
+                if matches!(receipt, Receipt::Sequenced { .. }) {
+                    self.log_took();
+                }
+                Ok(receipt)
+            }
+            Err(WriteError::Log(e)) if refuses_every_write(&e) => {
+                self.log_refused();
+                match rides_ripcord {
+                    true => self.journal(namespace, partition, entry, true).await,
+                    false => Err(WriteError::Log(e)),
+                }
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// A write of Tern's own that must be in the log when answered (a
+    /// deployment's version, a key, a setting): its version, or an error —
+    /// `NotHeld` when it waits for its outcome and this node does not apply
+    /// the partition.
+    pub async fn write_sequenced(&self, namespace: &Namespace, mut request: WriteRequest) -> Result<u64, WriteError> {
+        assert_ne!(request.writer, Writer::Client, "a client's write is answered by its receipt");
+        request.durability = Some(Durability::Sequenced);
+        let partition = request.partition;
+        match self.write(namespace, request).await? {
+            Receipt::Sequenced { version, .. } => Ok(version),
+            Receipt::Forward => Err(WriteError::NotHeld { partition }),
+            Receipt::Journaled { .. } => unreachable!("a sequenced write of Tern's own never rides ripcord"),
+        }
+    }
+
+    /// The durability a write gets (see the module doc, 3).
+    async fn durability_of(
+        &self,
+        namespace: &Namespace,
+        writer: Writer,
+        entry: &Entry,
+        asked: Option<Durability>,
+        wait: Wait,
+    ) -> Result<Durability, WriteError> {
+        let waits = wait == Wait::Applied;
+        match asked {
+            Some(Durability::Journaled) if waits => Err(WriteError::JournaledCannotWait),
+            Some(Durability::Journaled) if !matches!(entry, Entry::Mutation(_)) => {
+                unreachable!("ticks and trims are sequenced: the journal holds mutations")
+            }
+            Some(durability) => Ok(durability),
+            None if writer != Writer::Client || waits => Ok(Durability::Sequenced),
+            None => Ok(self.namespace_settings(namespace).await.write_mode.durability()),
+        }
+    }
+
+    /// Appends `payload` and, when the caller needs it, waits for this
+    /// node to apply it and reports what the apply loop decided.
+    async fn sequence(
+        &self,
+        namespace: &Namespace,
+        partition: u32,
+        entry: &Entry,
+        payload: Bytes,
+        wait: Wait,
+        timeout: Duration,
+    ) -> Result<Receipt, WriteError> {
+        let handle = namespace.handle(partition);
+        if let PartitionStatus::Refused(reason) = handle.status() {
+            return Err(WriteError::Refused { partition, reason });
+        }
+        let needs_outcome = needs_outcome(entry, wait);
+        // A writer that waits for its outcome here keeps the partition here until it has it.
+        let _pin = match needs_outcome {
+            true => match handle.pin() {
+                Some(pin) => Some(pin),
+                None => return Ok(Receipt::Forward),
+            },
+            false => None,
+        };
+        let version = append(self.log.as_ref(), &handle.tp, payload).await.map_err(WriteError::Log)?;
+        let position = || Position::single(&namespace.name, partition, version + 1);
+        if !needs_outcome {
+            return Ok(Receipt::Sequenced { version, duplicate: false });
+        }
+        if !handle.wait_applied(version + 1, timeout).await {
+            return Err(WriteError::NotApplied { version, timeout_ms: timeout.as_millis() as u64, position: position() });
+        }
+        match handle.outcome(version) {
+            Some(Outcome::Applied) => Ok(Receipt::Sequenced { version, duplicate: false }),
+            Some(Outcome::ConditionFailed { op_index, current_version }) => {
                 Err(WriteError::ConditionFailed { op_index, current_version, position: position() })
             }
-            _ => Ok(WriteAck { version: of, duplicate: true }),
-        },
-        Some(Outcome::Skipped(reason)) => Err(WriteError::Rejected { version, reason: reason.to_string() }),
-        None => Err(WriteError::OutcomeUnknown { version }),
+            Some(Outcome::Duplicate { of, original }) => match *original {
+                Outcome::ConditionFailed { op_index, current_version } => {
+                    Err(WriteError::ConditionFailed { op_index, current_version, position: position() })
+                }
+                _ => Ok(Receipt::Sequenced { version: of, duplicate: true }),
+            },
+            Some(Outcome::Skipped(reason)) => Err(WriteError::Rejected { version, reason: reason.to_string() }),
+            None => Err(WriteError::OutcomeUnknown { version }),
+        }
     }
+
+    /// Makes the mutation durable in this node's journal (with a write id
+    /// made for it if it has none, so a journal sequenced twice applies it
+    /// once) and wakes the sequencer. Conditions are decided when it is applied.
+    async fn journal(&self, namespace: &Namespace, partition: u32, entry: Entry, ripcord: bool) -> Result<Receipt, WriteError> {
+        let Entry::Mutation(mut mutation) = entry else { unreachable!("only mutations are journaled") };
+        if mutation.write_id.is_empty() {
+            mutation.write_id = Bytes::from(format!("j{:032x}", rand::random::<u128>()));
+        }
+        debug_assert!(mutation.write_id.len() <= crate::limits::WRITE_ID_BYTES_MAX);
+        self.journal.append(&namespace.name, namespace.partitions, partition, &mutation).await.map_err(WriteError::Journal)?;
+        self.sequencer_wake.notify_one();
+        Ok(Receipt::Journaled { write_id: mutation.write_id, ripcord })
+    }
+}
+
+/// Whether the log's error says it is down or slow (not that the write is wrong).
+fn refuses_every_write(error: &LogError) -> bool {
+    matches!(error, LogError::Unavailable(_) | LogError::Closed | LogError::Io(_))
+}
+
+/// Appends one encoded entry to `tp`: the only call of `Log::append` above
+/// the log (the journal's sequencer and the replay of lost journals append
+/// what `Node::write` journaled through it).
+pub(super) async fn append(log: &dyn Log, tp: &TopicPartition, payload: Bytes) -> Result<u64, LogError> {
+    let started = Instant::now();
+    let offset = log.append(tp, payload).await?;
+    metrics::LOG_APPEND_SECONDS.observe(started.elapsed().as_secs_f64());
+    Ok(offset)
 }

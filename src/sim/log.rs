@@ -75,6 +75,10 @@ impl SimLog {
 
 #[async_trait]
 impl Log for SimLog {
+    fn entry_bytes_max(&self) -> usize {
+        crate::log::embedded::frame::PAYLOAD_BYTES_MAX
+    }
+
     async fn create_topic(&self, _name: &str, _partitions: u32) -> Result<CreateOutcome, LogError> {
         Ok(CreateOutcome::AlreadyExists)
     }

@@ -527,5 +527,9 @@ async fn token_requests_with_bad_input_get_precise_errors_and_make_nothing() {
     assert_eq!(status, 403, "* does not cover the system namespace");
     let (status, keys) = tern.send(tern.client.get(format!("{url}/v1/ns/_tern/kv/keys")).bearer_auth(&root)).await;
     assert_eq!(status, 200);
+    // Not even root writes it through /v1: a key planted there would authenticate.
+    let forged = json!({"id": "0123456789abcdef", "grants": [{"ns": "*", "prefix": "", "verbs": ["admin"]}]});
+    let (status, body) = tern.send(tern.client.put(format!("{url}/v1/ns/_tern/kv/keys/0123456789abcdef")).bearer_auth(&root).json(&forged)).await;
+    assert_eq!((status, body["error"]["code"].as_str()), (400, Some("reserved_key")), "{body}");
     assert!(!keys.to_string().contains(&everything["tern_".len() + 17..]), "stored hashed, never the secret");
 }

@@ -74,6 +74,15 @@ async fn every_limit_and_malformed_request_is_refused_precisely() {
         ("namespace too many partitions", t.client.put(format!("{base}/v1/ns/many")).json(&json!({"partitions": 5000})), 400, "invalid_partitions"),
         ("namespace no body", t.client.put(format!("{base}/v1/ns/nobody")), 400, "invalid_json"),
         ("namespace negative partitions", t.client.put(format!("{base}/v1/ns/neg")).json(&json!({"partitions": -1})), 400, "invalid_request"),
+        // Tern's own keys (node/reserved.rs): only the routes that own them write them.
+        ("put of the namespace settings", t.client.put(kv(".settings", "namespace")).json(&json!({"write_mode": "journaled"})), 400, "reserved_key"),
+        ("put of the Firebase rules", t.client.put(kv(".settings", "rules")).json(&json!("{\"rules\": {\".read\": true}}")), 400, "reserved_key"),
+        ("put of a Firebase tree leaf", t.client.put(kv(".tree", "a")).body("1"), 400, "reserved_key"),
+        ("delete of a Firebase tree leaf", t.client.delete(kv(".tree", "a")), 400, "reserved_key"),
+        ("an onDisconnect registration", t.client.put(kv(".ondisconnect", "s")).json(&json!({"ops": []})), 400, "reserved_key"),
+        ("any pk starting with a dot", t.client.put(kv(".anything", "s")).body("1"), 400, "reserved_key"),
+        ("journaled put of a reserved pk", t.client.put(format!("{}?durability=journaled", kv(".settings", "namespace"))).body("1"), 400, "reserved_key"),
+        ("batch reaching a reserved pk", t.client.post(format!("{base}/v1/ns/default/batch")).json(&json!({"ops": [{"op": "put", "pk": ".settings", "sk": "rules", "value": 1}]})), 400, "reserved_key"),
         ("unknown route", t.client.get(format!("{base}/v2/whatever")), 404, "not_found"),
         ("wrong method", t.client.post(format!("{base}/v1/ns")), 405, "method_not_allowed"),
     ];

@@ -339,3 +339,25 @@ async fn two_replicas_on_one_topic_serve_each_others_writes_and_converge() {
     let (state_a, state_b) = (a.partition_states("default").await, b.partition_states("default").await);
     assert_eq!(state_a, state_b, "equal applied offsets, equal state hashes on both replicas");
 }
+
+/// The largest value and the largest batch the API takes (1 MiB; 4 MiB of
+/// keys and values) go through Kafka as through the embedded log: Kafka's
+/// defaults (about 1 MB a record) would refuse them as "unavailable", and
+/// ripcord would journal a write the log can never take.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_largest_value_and_batch_go_through_kafka() {
+    const MIB: usize = 1024 * 1024;
+    let dir = tempfile::tempdir().unwrap();
+    let prefix = unique_prefix();
+    let t = serve(dir.path(), &prefix).await;
+    let largest = "x".repeat(MIB - 2);
+    let (status, body) = t.send(t.client.put(t.kv_url("default", "big", Some("v"))).json(&json!(largest))).await;
+    assert_eq!(status, 200, "{body}");
+    let ops: Vec<Value> = (0..4).map(|i| json!({"op": "put", "pk": "batch", "sk": i.to_string(), "value": "y".repeat(MIB - 100)})).collect();
+    let (status, batch) = t.send(t.client.post(format!("{}/v1/ns/default/batch", t.url)).json(&json!({"ops": ops}))).await;
+    assert_eq!(status, 200, "{batch}");
+    let (status, got) = t.send(t.client.get(format!("{}?after={}", t.kv_url("default", "big", Some("v")), body["position"].as_str().unwrap()))).await;
+    assert_eq!((status, got["value"].as_str().map(str::len)), (200, Some(MIB - 2)));
+    let (status, got) = t.send(t.client.get(format!("{}?after={}", t.kv_url("default", "batch", Some("3")), batch["position"].as_str().unwrap()))).await;
+    assert_eq!((status, got["value"].as_str().map(str::len)), (200, Some(MIB - 100)));
+}

@@ -216,3 +216,51 @@ fn the_check_catches_arrows_that_point_up() {
     assert!(violations(Path::new("fanout/feed.rs"), "// crate::api is mentioned in a comment\nuse super::queue::Batch;\n").is_empty());
     assert_eq!(violations(Path::new("nowhere/x.rs"), "").len(), 1, "a module on no floor is reported");
 }
+
+/// The one file above the log that appends to it (`node::write::append`),
+/// and to the journal (a journaled write is a write too).
+const WRITE_PATH: &str = "node/write.rs";
+
+/// Where a line appends to the log or the journal other than through the
+/// write path: a call of `append` on something named `log` or `journal`
+/// (`self.log.append(`, `node.log.as_ref().append(`, `log().append(`), or
+/// `Log::append` named as a function. The log's and the journal's own
+/// code, and the simulation's fault-injecting log, are below the write path.
+fn appends_outside_the_write_path(relative: &Path, source: &str) -> Vec<String> {
+    let file = relative.to_string_lossy().replace('\\', "/");
+    let below = ["log/", "journal/", "sim/"];
+    if file == WRITE_PATH || below.iter().any(|prefix| file.starts_with(prefix)) {
+        return Vec::new();
+    }
+    let call = regex::Regex::new(r"\b(log|journal)(\(\))?(\.as_ref\(\))?\s*\.\s*append\s*\(|Log::append\b").expect("a valid pattern");
+    source
+        .lines()
+        .enumerate()
+        .filter(|(_, line)| !line.trim_start().starts_with("//") && call.is_match(line))
+        .map(|(number, line)| format!("{file}:{}: appends outside {WRITE_PATH}: {}", number + 1, line.trim()))
+        .collect()
+}
+
+/// Every write goes through `Node::write` (`node/write.rs`), where the
+/// reserved-key rule, the log's size limit, durability and ripcord are decided.
+#[test]
+fn nothing_but_the_write_path_appends_to_the_log() {
+    let sources = crate::common::rust_sources();
+    let found: Vec<String> = sources.iter().flat_map(|(relative, text)| appends_outside_the_write_path(relative, text)).collect();
+    assert!(found.is_empty(), "appends to the log outside the write path ({}):\n{}", found.len(), found.join("\n"));
+    let write_path = sources.iter().find(|(relative, _)| relative == Path::new(WRITE_PATH)).expect("the write path exists");
+    assert!(write_path.1.contains("log.append("), "{WRITE_PATH} is where the log is appended to");
+}
+
+/// The check finds what it must (and passes what is allowed).
+#[test]
+fn the_write_path_check_catches_appends_elsewhere() {
+    for line in ["self.log.append(&tp, payload).await", "state.node.log.as_ref().append(&tp, p)", "node.journal.append(ns, 1, 0, &m)", "let f = Log::append;"] {
+        assert_eq!(appends_outside_the_write_path(Path::new("api/records.rs"), line).len(), 1, "{line}");
+    }
+    assert!(appends_outside_the_write_path(Path::new(WRITE_PATH), "log.append(tp, payload)").is_empty());
+    assert!(appends_outside_the_write_path(Path::new("log/embedded/mod.rs"), "self.log.append(x)").is_empty());
+    for line in ["handle.feed.append(events, 1);", "// log.append( in a comment", "out.append(&mut more);", "catalog.append(x)"] {
+        assert!(appends_outside_the_write_path(Path::new("apply/mod.rs"), line).is_empty(), "{line}");
+    }
+}

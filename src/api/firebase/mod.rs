@@ -40,8 +40,8 @@ use crate::tree::TREE_PK;
 
 /// The pk and sk of a database's rules (a record written through the log,
 /// so every replica has them).
-pub const RULES_PK: &str = ".settings";
-pub const RULES_SK: &str = "rules";
+pub const RULES_PK: &str = crate::node::reserved::SETTINGS_PK;
+pub const RULES_SK: &str = crate::node::reserved::RULES_SK;
 /// Partitions of a database created on first use (a tree is one partition).
 const CREATED_PARTITIONS: u32 = 1;
 /// Bytes of a request body: a write's JSON is bounded by the mutation limit.

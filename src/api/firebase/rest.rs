@@ -22,7 +22,8 @@ use super::{json_response, now_ms, push_id, rules_of, tree_view, Caller, FbError
 use crate::api::forward::{self, Incoming};
 use crate::api::AppState;
 use crate::codec::{Condition, Mutation, Op, OpKind, TreeOp};
-use crate::node::write::{write, WriteError};
+use crate::node::reserved::Writer;
+use crate::node::write::{Entry, Receipt, WriteError, WriteRequest};
 use crate::partition::{Namespace, ReadView};
 use crate::store::tree::{shallow, value_at, READ_BYTES_MAX};
 use crate::tree::path;
@@ -200,6 +201,8 @@ async fn set(
         Some(tag) => Some(Condition::IfTreeHash(parse_etag(tag).unwrap_or([0; 32]))),
         None => None,
     };
+    // Kept for a holder, should this node let the partition go before the write.
+    let body_again = body.clone();
     let op = Op { pk: TREE_PK.into(), sk: sk.clone(), kind: OpKind::Tree(TreeOp { merge, value: body, time_ms }), condition };
     let write_id = match incoming.idempotency_key {
         Some(key) if !key.is_empty() && key.len() <= crate::limits::WRITE_ID_BYTES_MAX => Bytes::copy_from_slice(key),
@@ -208,8 +211,10 @@ async fn set(
     };
     let mutation = Mutation { write_id, ops: vec![op] };
     let partition = namespace.partition_of(TREE_PK);
-    match write(state.node.log.as_ref(), namespace, partition, &mutation, true, timeout).await {
-        Ok(_) => {}
+    let request = WriteRequest::new(Writer::FirebaseTree, partition, Entry::Mutation(mutation)).applied_within(timeout);
+    match state.node.write(namespace, request).await {
+        Ok(Receipt::Sequenced { .. }) => {}
+        Ok(Receipt::Journaled { .. }) => unreachable!("a write that waits to be applied is sequenced"),
         Err(WriteError::ConditionFailed { .. }) => {
             let current = value_at(&tree_view(namespace)?.reader, TREE_PK, &sk, false, READ_BYTES_MAX)?;
             let tag = etag_text(&etag(&current));
@@ -220,9 +225,8 @@ async fn set(
             }
             return Ok(response);
         }
-        Err(WriteError::NotHeld { .. }) => {
-            return forward::to_holder(state, incoming, &namespace.name, partition, Bytes::new()).await.map_err(FbError::from)
-        }
+        // Let go since the check in `handle`: nothing was written; a holder takes it.
+        Ok(Receipt::Forward) => return forward::to_holder(state, incoming, &namespace.name, partition, body_again).await.map_err(FbError::from),
         Err(e) => return Err(crate::api::error::ApiError::from(e).into()),
     }
     // What was written, as it now reads (server values resolved), and its ETag when asked.

@@ -12,7 +12,8 @@ use bytes::Bytes;
 use super::{Caller, FbError, Query, RULES_PK, RULES_SK};
 use crate::api::AppState;
 use crate::codec::{Mutation, Op, OpKind};
-use crate::node::write::write;
+use crate::node::reserved::Writer;
+use crate::node::write::{Entry, WriteRequest};
 use crate::partition::Namespace;
 use crate::rules::Rules;
 
@@ -41,9 +42,8 @@ pub async fn handle(state: &AppState, namespace: &Namespace, caller: &Caller, me
                 ops: vec![Op { pk: RULES_PK.into(), sk: RULES_SK.into(), kind: OpKind::Put(Bytes::from(value)), condition: None }],
             };
             let timeout = std::time::Duration::from_millis(crate::limits::WAIT_MS_DEFAULT);
-            write(state.node.log.as_ref(), namespace, partition, &mutation, true, timeout)
-                .await
-                .map_err(|e| FbError::from(crate::api::error::ApiError::from(e)))?;
+            let request = WriteRequest::new(Writer::FirebaseRules, partition, Entry::Mutation(mutation)).applied_within(timeout);
+            state.node.write_sequenced(namespace, request).await.map_err(|e| FbError::from(crate::api::error::ApiError::from(e)))?;
             Ok(([(header::CONTENT_TYPE, "application/json; charset=utf-8")], r#"{"status":"ok"}"#).into_response())
         }
         ref other => Err(FbError::new(StatusCode::METHOD_NOT_ALLOWED, format!("{other} is not supported on rules; use GET or PUT"))),

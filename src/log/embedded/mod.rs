@@ -365,6 +365,10 @@ fn recover_segment(
 
 #[async_trait]
 impl Log for EmbeddedLog {
+    fn entry_bytes_max(&self) -> usize {
+        frame::PAYLOAD_BYTES_MAX
+    }
+
     async fn create_topic(&self, name: &str, partitions: u32) -> Result<CreateOutcome, LogError> {
         let mut meta = self.inner.meta.lock();
         if let Some(existing) = meta.topics.iter().find(|t| t.name == name) {

@@ -202,6 +202,17 @@ pub struct KafkaLog {
 /// leader that was replaced while unreachable.
 const PRODUCER_METADATA_REFRESH_MS: u64 = 1_000;
 
+/// The largest entry Tern appends to Kafka: the embedded log's bound, above
+/// the largest mutation the API makes (4 MiB of keys and values, encoded).
+/// Kafka's defaults (librdkafka's `message.max.bytes`, a topic's
+/// `max.message.bytes`: about 1 MB) would refuse a record of the spec's
+/// largest value; so the producer and the topics Tern creates allow it, and
+/// a larger entry is refused before it is written (`node::write`).
+pub const ENTRY_BYTES_MAX: usize = 8 * 1024 * 1024;
+/// The producer's request and a topic's record batch: one entry of
+/// `ENTRY_BYTES_MAX` and the framing around it.
+const MESSAGE_BYTES_MAX: usize = ENTRY_BYTES_MAX + 64 * 1024;
+
 fn unavailable(e: impl std::fmt::Display) -> LogError {
     LogError::Unavailable(format!("kafka: {e}"))
 }
@@ -222,6 +233,7 @@ impl KafkaLog {
             .clone()
             .set("enable.idempotence", "true")
             .set("acks", "all")
+            .set("message.max.bytes", MESSAGE_BYTES_MAX.to_string())
             // Batch a little: waiting up to `linger` for more writes to the same
             // broker amortizes produce requests (the broker's CPU is per request).
             .set("linger.ms", config.linger.as_millis().to_string())
@@ -426,6 +438,10 @@ impl KafkaLog {
 
 #[async_trait]
 impl Log for KafkaLog {
+    fn entry_bytes_max(&self) -> usize {
+        ENTRY_BYTES_MAX
+    }
+
     async fn create_topic(&self, name: &str, partitions: u32) -> Result<CreateOutcome, LogError> {
         let prefix = &self.inner.config.topic_prefix;
         let topic = format!("{prefix}{name}");
@@ -438,8 +454,10 @@ impl Log for KafkaLog {
         let config = &self.inner.config;
         let (factor, min_isr) = self.replication().await?;
         let min_isr = min_isr.to_string();
-        let new_topic =
-            NewTopic::new(&topic, partitions as i32, TopicReplication::Fixed(factor)).set("min.insync.replicas", &min_isr);
+        let max_message_bytes = MESSAGE_BYTES_MAX.to_string();
+        let new_topic = NewTopic::new(&topic, partitions as i32, TopicReplication::Fixed(factor))
+            .set("min.insync.replicas", &min_isr)
+            .set("max.message.bytes", &max_message_bytes);
         let created = self.create_one(&new_topic, &topic).await?;
         // Wait (bounded) until the topic's metadata shows its partitions.
         let deadline = tokio::time::Instant::now() + config.request_timeout;
@@ -672,6 +690,14 @@ impl KafkaLog {
                     )));
                 }
                 Ok(delivery.offset as u64)
+            }
+            // Refused before it was sent (or by the broker for the topic's
+            // `max.message.bytes`): never in the log, and never will be.
+            Err((rdkafka::error::KafkaError::MessageProduction(rdkafka::types::RDKafkaErrorCode::MessageSizeTooLarge), _)) => {
+                Err(LogError::TooLargeForTopic {
+                    size_bytes: payload.len(),
+                    reason: format!("{topic} takes smaller records (its max.message.bytes); raise it or write less at once"),
+                })
             }
             Err((e, _)) => Err(unavailable(format!(
                 "produce to {topic}/{} failed ({e}); the write may or may not be in the log: retry it with the same \

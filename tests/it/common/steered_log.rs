@@ -48,6 +48,9 @@ impl Log for SteeredLog {
     async fn append(&self, tp: &TopicPartition, payload: Bytes) -> Result<u64, LogError> {
         self.log.append(tp, payload).await
     }
+    fn entry_bytes_max(&self) -> usize {
+        self.log.entry_bytes_max()
+    }
     async fn identity(&self, topic: &str) -> Result<String, LogError> {
         self.log.identity(topic).await
     }

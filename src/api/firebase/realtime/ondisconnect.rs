@@ -40,13 +40,14 @@ use serde_json::Value;
 use crate::api::firebase::{now_ms, FbError};
 use crate::api::AppState;
 use crate::codec::{Condition, Mutation, Op, OpKind, TreeOp};
-use crate::node::write::{write, WriteError};
+use crate::node::reserved::Writer;
+use crate::node::write::{Entry, WriteError, WriteRequest};
 use crate::partition::Namespace;
 use crate::tree::path;
 use crate::tree::TREE_PK;
 
 /// The pk of registrations, or its first variant that maps to the tree's partition.
-const REGISTRATIONS_PK: &str = ".ondisconnect";
+const REGISTRATIONS_PK: &str = crate::node::reserved::ONDISCONNECT_PK;
 /// Writes one connection may register (each becomes an op of the firing entry).
 pub const OPS_PER_CONNECTION_MAX: usize = crate::limits::OPS_PER_MUTATION_MAX / 4;
 /// Bytes of a connection's registrations (one record's value).
@@ -176,9 +177,10 @@ impl Registrations {
         };
         let mutation = Mutation { write_id: Bytes::new(), ops: vec![Op { pk, sk: session.to_string(), kind, condition }] };
         let timeout = Duration::from_millis(crate::limits::WAIT_MS_DEFAULT);
-        match write(state.node.log.as_ref(), namespace, namespace.partition_of(TREE_PK), &mutation, true, timeout).await {
-            Ok(ack) => {
-                self.version = (!ops.is_empty()).then_some(ack.version);
+        let request = WriteRequest::new(Writer::FirebaseTree, namespace.partition_of(TREE_PK), Entry::Mutation(mutation)).applied_within(timeout);
+        match state.node.write_sequenced(namespace, request).await {
+            Ok(version) => {
+                self.version = (!ops.is_empty()).then_some(version);
                 self.ops = ops;
                 Ok(())
             }
@@ -215,7 +217,8 @@ async fn fire(state: &AppState, namespace: &Namespace, pk: &str, session: &str, 
         mutation_ops.push(Op { pk: TREE_PK.to_string(), sk: op.sk, kind: OpKind::Tree(TreeOp { merge: op.merge, value, time_ms }), condition: None });
     }
     let mutation = Mutation { write_id: Bytes::new(), ops: mutation_ops };
-    match write(state.node.log.as_ref(), namespace, namespace.partition_of(TREE_PK), &mutation, true, FIRE_WAIT).await {
+    let request = WriteRequest::new(Writer::FirebaseTree, namespace.partition_of(TREE_PK), Entry::Mutation(mutation)).applied_within(FIRE_WAIT);
+    match state.node.write_sequenced(namespace, request).await {
         Ok(_) => Ok(true),
         Err(WriteError::ConditionFailed { .. }) => Ok(false),
         Err(e) => Err(e),

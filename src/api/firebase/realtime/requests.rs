@@ -33,7 +33,8 @@ use crate::api::sse::SessionFuture;
 use crate::api::{access, AppState};
 use crate::auth::{Identity, Verb};
 use crate::codec::{Condition, Mutation, Op, OpKind, TreeOp};
-use crate::node::write::{write, WriteError};
+use crate::node::reserved::Writer;
+use crate::node::write::{Entry, Receipt, WriteError, WriteRequest};
 use crate::partition::Namespace;
 use crate::store::tree::{value_at, TreeError, READ_BYTES_MAX};
 use crate::tree::path;
@@ -241,12 +242,14 @@ impl Requests {
         let written_at = sk.clone();
         let op = Op { pk: TREE_PK.into(), sk, kind: OpKind::Tree(TreeOp { merge, value: bytes, time_ms }), condition };
         let mutation = Mutation { write_id: Bytes::new(), ops: vec![op] };
-        match write(state.node.log.as_ref(), namespace, namespace.partition_of(TREE_PK), &mutation, true, WRITE_WAIT).await {
-            Ok(ack) => Ok(Effect::Written { reply: ok(r, json!("")), version: ack.version, sks }),
+        let request = WriteRequest::new(Writer::FirebaseTree, namespace.partition_of(TREE_PK), Entry::Mutation(mutation)).applied_within(WRITE_WAIT);
+        match state.node.write(namespace, request).await {
+            Ok(Receipt::Sequenced { version, .. }) => Ok(Effect::Written { reply: ok(r, json!("")), version, sks }),
+            Ok(Receipt::Journaled { .. }) => unreachable!("a write that waits to be applied is sequenced"),
             Err(WriteError::ConditionFailed { .. }) => Ok(self.stale(r, &written_at)),
             // The partition moved: unanswered, the SDK sends the write again
             // when it reconnects, and the reconnect is redirected to a holder.
-            Err(WriteError::NotHeld { .. }) => Ok(Effect::Close(format!("this node no longer serves database {:?}; reconnect", &*namespace.name))),
+            Ok(Receipt::Forward) => Ok(Effect::Close(format!("this node no longer serves database {:?}; reconnect", &*namespace.name))),
             Err(e) => Err(from_fb(crate::api::error::ApiError::from(e).into())),
         }
     }
