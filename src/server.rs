@@ -5,7 +5,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::auth::key_refresh;
 use crate::cluster::{Cluster, GossipConfig, PeerClient, SelfInfo};
+use crate::edge::{Access, AppState};
+use crate::firebase::FirebaseConfig;
+use crate::http::Protocols;
 use crate::log::embedded::EmbeddedLog;
 use crate::log::kafka::KafkaLog;
 use crate::log::Log;
@@ -19,7 +23,7 @@ use crate::snapshot::Snapshots;
 pub async fn run(settings: Settings, banner: &'static str) -> anyhow::Result<()> {
     settings.validate()?;
     let auth = settings.auth_config()?;
-    let tls = tls_config(&settings).map(crate::api::http::tls::Tls::load).transpose()?.map(Arc::new);
+    let tls = tls_config(&settings).map(crate::http::tls::Tls::load).transpose()?.map(Arc::new);
     let authenticator = auth.as_ref().map(crate::auth::Authenticator::new).transpose()?.map(Arc::new);
     let ensure_namespaces = settings.namespaces_to_create()?;
     let snapshots = match &settings.snapshots {
@@ -37,94 +41,142 @@ pub async fn run(settings: Settings, banner: &'static str) -> anyhow::Result<()>
     if let (Some(kafka), true) = (&kafka, snapshots.is_some()) {
         check_kafka_retention(kafka, &node, Duration::from_millis(settings.snapshot_interval_ms)).await;
     }
-    let retention_node = Arc::downgrade(&node);
-    let retention_snapshots = snapshots.clone();
-    let retention_interval = Duration::from_millis(settings.log_retention_check_ms);
-    let retention = tokio::spawn(async move {
-        let Some(embedded) = embedded else { return };
-        loop {
-            tokio::time::sleep(retention_interval).await;
-            if let (Some(snapshots), Some(node)) = (&retention_snapshots, retention_node.upgrade()) {
-                set_snapshot_floors(&embedded, &node, snapshots).await;
-            }
-            let log = embedded.clone();
-            match tokio::task::spawn_blocking(move || log.enforce_retention()).await {
-                Ok(Err(e)) => tracing::error!(error = %e, "log retention failed"),
-                Err(e) => tracing::error!(error = %e, "log retention task failed"),
-                Ok(Ok(_)) => {}
-            }
-        }
-    });
-    let (stop_snapshots, snapshots_stopped) = tokio::sync::watch::channel(false);
-    let schedule = match (&snapshots, settings.snapshot_writer) {
-        (Some(snapshots), true) => {
-            let policy = settings.snapshot_policy();
-            Some(tokio::spawn(schedule::run(Arc::downgrade(&node), snapshots.clone(), policy, snapshots_stopped)))
-        }
-        _ => None,
-    };
+    let mut tasks = Tasks::new();
+    if let Some(embedded) = embedded {
+        let interval = Duration::from_millis(settings.log_retention_check_ms);
+        tasks.spawn("log retention", enforce_retention_forever(embedded, Arc::downgrade(&node), snapshots.clone(), interval));
+    }
+    if let (Some(snapshots), true) = (&snapshots, settings.snapshot_writer) {
+        let (node, snapshots, policy) = (Arc::downgrade(&node), snapshots.clone(), settings.snapshot_policy());
+        // Graceful: a snapshot being taken is finished first.
+        tasks.spawn_graceful("snapshot schedule", move |stopping| schedule::run(node, snapshots, policy, stopping));
+    }
     let listener = tokio::net::TcpListener::bind(&settings.listen)
         .await
         .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", settings.listen))?;
     let address = listener.local_addr()?;
     let client = peer_client(&settings, auth.as_ref().and_then(|a| a.root_token.clone()))?;
     let cluster = join_cluster(&settings, &node, address, client).await?;
-    let mut state = crate::api::state(node.clone(), cluster.clone());
-    state.firebase = Arc::new(crate::api::FirebaseConfig::new(settings.firebase_owner_token.clone(), settings.firebase_emulator));
-    state.access = Arc::new(crate::api::access::Access {
-        authenticator,
+    let access = Access {
+        authenticator: authenticator.clone(),
         root_token: auth.as_ref().and_then(|a| a.root_token.clone()),
         public_metrics: settings.public_metrics,
         public_health: settings.public_health,
-    });
-    // onDisconnect writes whose connection's node restarted or died.
-    let sweeper = tokio::spawn(crate::api::firebase_sweep_forever(state.clone()));
-    // Round trips to the peers, for routing to the nearest holder.
-    let prober = settings.gossip.is_some().then(|| tokio::spawn(crate::cluster::probe::probe_forever(cluster.clone())));
-    let keys_refresh = match state.access.enabled() {
-        true => {
-            crate::api::tokens::open_system_namespace(&state).await?;
-            Some(tokio::spawn(crate::api::tokens::refresh_forever(state.clone())))
-        }
-        false => None,
     };
-    let tls_reload = tls.clone().map(|tls| tokio::spawn(tls.reload_forever()));
+    let app = AppState { node: node.clone(), cluster: cluster.clone(), access: Arc::new(access) };
+    let firebase = FirebaseConfig::new(settings.firebase_owner_token.clone(), settings.firebase_emulator);
+    let protocols = Protocols::new(app, firebase);
+    // onDisconnect writes whose connection's node restarted or died.
+    tasks.spawn("onDisconnect sweeper", protocols.firebase.clone().sweep_forever());
+    // Round trips to the peers, for routing to the nearest holder.
+    if settings.gossip.is_some() {
+        tasks.spawn("round-trip probes", crate::cluster::probe::probe_forever(cluster.clone()));
+    }
+    if let Some(authenticator) = authenticator {
+        key_refresh::open_system_namespace(&node).await?;
+        tasks.spawn("API key refresh", key_refresh::refresh_forever(authenticator, node.clone(), cluster.clone()));
+    }
+    if let Some(tls) = &tls {
+        tasks.spawn("TLS certificate reload", tls.clone().reload_forever());
+    }
     let scheme = if tls.is_some() { "https" } else { "http" };
     say(&format!("{banner} listening on {scheme}://{address}"));
     say_who_may_connect(&settings, address);
     tracing::info!(%address, node_id = %settings.node_id, data_dir = %settings.data_dir.display(), "serving");
-    let service = crate::api::service(state.clone());
+    let service = crate::http::service(protocols.clone());
     let closing_node = node.clone();
-    let closing_firebase = state.firebase.clone();
+    let closing_firebase = protocols.firebase.clone();
     let signal = async move {
         shutdown_signal().await;
         // Realtime connections first: each makes its onDisconnect writes
         // as it closes (what it cannot, the next start's sweeper makes).
         closing_firebase.close_connections();
-        // Subscriptions never end by themselves: end them, so graceful
+        // Watches never end by themselves: end them, so graceful
         // shutdown is not kept waiting by their connections.
         closing_node.watches.close();
     };
     let idle = Duration::from_millis(settings.http_idle_ms);
-    crate::api::http::serve(listener, state, service, idle, tls, signal).await;
+    crate::http::serve(listener, protocols, service, idle, tls, signal).await;
     tracing::info!("stopped accepting requests; stopping the node");
-    retention.abort();
-    sweeper.abort();
-    for task in [keys_refresh, tls_reload, prober].into_iter().flatten() {
-        task.abort();
-    }
-    stop_snapshots.send_replace(true);
-    if let Some(schedule) = schedule {
-        let _ = schedule.await;
-    }
+    tasks.stop().await;
     cluster.shutdown().await;
     node.shutdown().await;
     Ok(())
 }
 
+/// Bound on stopping the background tasks (a snapshot being taken is
+/// finished within it, or abandoned: a snapshot is all or nothing).
+const TASKS_STOP_WAIT: Duration = Duration::from_secs(30);
+
+/// The process's background tasks: each started through `spawn` (or
+/// `spawn_graceful`), all stopped through `stop`, the one shutdown path.
+struct Tasks {
+    stop: tokio::sync::watch::Sender<bool>,
+    running: Vec<(&'static str, tokio::task::JoinHandle<()>)>,
+}
+
+impl Tasks {
+    fn new() -> Tasks {
+        Tasks { stop: tokio::sync::watch::Sender::new(false), running: Vec::new() }
+    }
+
+    /// Runs `task` (a loop that never ends by itself) until `stop`: it is
+    /// dropped at its next await.
+    fn spawn(&mut self, name: &'static str, task: impl std::future::Future<Output = ()> + Send + 'static) {
+        let mut stopped = self.stop.subscribe();
+        let handle = tokio::spawn(async move {
+            tokio::select! {
+                () = task => tracing::warn!(task = name, "a background task ended by itself"),
+                _ = stopped.wait_for(|stop| *stop) => {}
+            }
+        });
+        self.running.push((name, handle));
+    }
+
+    /// Runs `task(stopping)`, which ends by itself once `stopping` is true
+    /// (after finishing what it is doing).
+    fn spawn_graceful<F, T>(&mut self, name: &'static str, task: F)
+    where
+        F: FnOnce(tokio::sync::watch::Receiver<bool>) -> T,
+        T: std::future::Future<Output = ()> + Send + 'static,
+    {
+        self.running.push((name, tokio::spawn(task(self.stop.subscribe()))));
+    }
+
+    /// Tells every task to stop and waits for them, `TASKS_STOP_WAIT` in
+    /// all; the ones still running then are aborted, and said.
+    async fn stop(self) {
+        self.stop.send_replace(true);
+        let deadline = tokio::time::Instant::now() + TASKS_STOP_WAIT;
+        for (name, mut handle) in self.running {
+            if tokio::time::timeout_at(deadline, &mut handle).await.is_err() {
+                tracing::warn!(task = name, wait_s = TASKS_STOP_WAIT.as_secs(), "a background task did not stop in time; aborted");
+                handle.abort();
+            }
+        }
+    }
+}
+
+/// Every `interval`, lets the embedded log delete what every partition's
+/// oldest retained snapshot and store have moved past.
+async fn enforce_retention_forever(embedded: EmbeddedLog, node: std::sync::Weak<Node>, snapshots: Option<Snapshots>, interval: Duration) {
+    loop {
+        tokio::time::sleep(interval).await;
+        if let (Some(snapshots), Some(node)) = (&snapshots, node.upgrade()) {
+            set_snapshot_floors(&embedded, &node, snapshots).await;
+        }
+        let log = embedded.clone();
+        match tokio::task::spawn_blocking(move || log.enforce_retention()).await {
+            Ok(Err(e)) => tracing::error!(error = %e, "log retention failed"),
+            Err(e) => tracing::error!(error = %e, "log retention task failed"),
+            Ok(Ok(_)) => {}
+        }
+    }
+}
+
 /// The listener's TLS, when `tls_cert_file` and `tls_key_file` are set.
-fn tls_config(settings: &Settings) -> Option<crate::api::http::tls::TlsConfig> {
-    Some(crate::api::http::tls::TlsConfig {
+fn tls_config(settings: &Settings) -> Option<crate::http::tls::TlsConfig> {
+    Some(crate::http::tls::TlsConfig {
         cert_file: settings.tls_cert_file.clone()?,
         key_file: settings.tls_key_file.clone()?,
         client_ca_file: settings.tls_client_ca_file.clone(),

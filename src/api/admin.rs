@@ -11,9 +11,8 @@ use axum::Json;
 use serde::Deserialize;
 use serde_json::json;
 
-use super::error::ApiError;
-use super::access::{require_everywhere, Caller};
-use super::{body, AppState};
+use super::body;
+use crate::edge::{ApiError, AppState, Caller, require_everywhere};
 use crate::auth::Verb;
 use crate::node::snapshots::take_now;
 use crate::snapshot::Snapshots;

@@ -6,7 +6,6 @@ use axum::http::StatusCode;
 use bytes::Bytes;
 use serde::de::DeserializeOwned;
 
-use super::error::ApiError;
 
 /// Reads at most `limit_bytes`; more is a 413 with `code`.
 pub async fn read(body: Body, limit_bytes: usize, code: &'static str, what: &str) -> Result<Bytes, ApiError> {
@@ -38,4 +37,5 @@ pub fn json_value(bytes: Bytes) -> Result<Bytes, ApiError> {
     let start = bytes.iter().position(|b| !b.is_ascii_whitespace()).unwrap_or(0);
     let end = bytes.iter().rposition(|b| !b.is_ascii_whitespace()).map_or(start, |e| e + 1);
     Ok(bytes.slice(start..end))
-}
+}use crate::edge::{ApiError};
+

@@ -10,8 +10,7 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::json;
 
-use super::access::{require_everywhere, Caller};
-use super::AppState;
+use crate::edge::{AppState, Caller, require_everywhere};
 use crate::auth::Verb;
 
 pub async fn show(State(state): State<AppState>, Caller(identity): Caller) -> Response {

@@ -6,14 +6,14 @@ use axum::extract::Path;
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 
-const PAGE: &str = include_str!("demo/index.html");
+const PAGE: &str = include_str!("../../web/demo/index.html");
 /// The Firebase demo: a shared list with presence on the official SDK
 /// (`GET /demo/firebase`), and the SDK's two browser modules it loads
 /// (`demo/firebase-sdk/README.md`: unchanged copies, checked by a test).
-const FIREBASE_PAGE: &str = include_str!("demo/firebase.html");
+const FIREBASE_PAGE: &str = include_str!("../../web/demo/firebase.html");
 const FIREBASE_SDK_FILES: [(&str, &str); 2] = [
-    ("firebase-app.js", include_str!("demo/firebase-sdk/firebase-app.js")),
-    ("firebase-database.js", include_str!("demo/firebase-sdk/firebase-database.js")),
+    ("firebase-app.js", include_str!("../../web/demo/firebase-sdk/firebase-app.js")),
+    ("firebase-database.js", include_str!("../../web/demo/firebase-sdk/firebase-database.js")),
 ];
 
 /// The compiled client, file by file (`clients/typescript/dist`, kept
@@ -38,13 +38,13 @@ pub async fn firebase_page() -> Response {
 pub async fn firebase_sdk_file(Path(file): Path<String>) -> Response {
     match FIREBASE_SDK_FILES.iter().find(|(name, _)| *name == file) {
         Some((_, text)) => ([(header::CONTENT_TYPE, "text/javascript; charset=utf-8")], *text).into_response(),
-        None => super::error::ApiError::new(StatusCode::NOT_FOUND, "not_found", format!("no Firebase SDK file {file:?}")).into_response(),
+        None => crate::edge::ApiError::new(StatusCode::NOT_FOUND, "not_found", format!("no Firebase SDK file {file:?}")).into_response(),
     }
 }
 
 pub async fn client_file(Path(file): Path<String>) -> Response {
     match CLIENT_FILES.iter().find(|(name, _)| *name == file) {
         Some((_, text)) => ([(header::CONTENT_TYPE, "text/javascript; charset=utf-8")], *text).into_response(),
-        None => super::error::ApiError::new(StatusCode::NOT_FOUND, "not_found", format!("no demo file {file:?}")).into_response(),
+        None => crate::edge::ApiError::new(StatusCode::NOT_FOUND, "not_found", format!("no demo file {file:?}")).into_response(),
     }
 }

@@ -5,10 +5,19 @@
 //! parsed here, not by the router, so that `%2F` is never confused with a
 //! separator. `/kv/{pk}/` (trailing slash) is the empty sort key.
 
+use std::sync::Arc;
+
 use percent_encoding::percent_decode_str;
 
-use super::error::ApiError;
+use crate::edge::{ApiError};
+use crate::edge::AppState;
 use crate::limits;
+use crate::partition::Namespace;
+
+/// The namespace a request names, or 404 `namespace_not_found`.
+pub fn namespace(state: &AppState, ns: &str) -> Result<Arc<Namespace>, ApiError> {
+    state.node.namespace(ns).ok_or_else(|| ApiError::unknown_namespace(ns))
+}
 
 #[derive(Debug, PartialEq, Eq)]
 pub struct KeyPath {

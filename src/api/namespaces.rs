@@ -8,11 +8,10 @@ use axum::Json;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::access::{require, require_anywhere, Caller};
-use super::error::ApiError;
+use crate::edge::{ApiError, AppState, Caller, require, require_anywhere};
 use crate::auth::{Identity, Verb};
 use super::keys::NsName;
-use super::{body, AppState};
+use super::body;
 use crate::node::namespace_settings::WriteMode;
 use crate::partition::PartitionStatus;
 

@@ -7,9 +7,7 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::json;
 
-use super::error::ApiError;
-use super::access::{caller_of, require_everywhere};
-use super::AppState;
+use crate::edge::{ApiError, AppState, caller_of, require_everywhere};
 use crate::auth::Verb;
 
 pub async fn healthz() -> Response {

@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use super::error::ApiError;
+use crate::edge::{ApiError};
 use crate::limits::{WAIT_MS_DEFAULT, WAIT_MS_MAX};
 use crate::node::read::Consistency;
 use crate::position::Position;

@@ -2,7 +2,15 @@
 //! apply loop already validated, so they are copied into the response as is,
 //! never parsed again on the read path.
 
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+
 use crate::store::Record;
+
+/// A JSON answer of already-rendered bytes.
+pub fn json_response(status: StatusCode, body: Vec<u8>) -> Response {
+    (status, [(header::CONTENT_TYPE, "application/json")], body).into_response()
+}
 
 fn push_str(out: &mut Vec<u8>, s: &str) {
     serde_json::to_writer(&mut *out, s).expect("writing to a Vec cannot fail");

@@ -20,25 +20,18 @@
 //!   ends the subscription (`slow_consumer` in `mode=log`); resume from
 //!   `position`.
 
-use std::convert::Infallible;
-use std::future::Future;
-use std::pin::Pin;
-use std::task::Poll;
-
 use axum::extract::{Path, RawQuery, State};
-use axum::Extension;
-use axum::http::{header, HeaderMap, StatusCode};
+use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
+use axum::Extension;
 use bytes::Bytes;
 
-use super::access::{require, Caller};
-use crate::auth::{Identity, Verb};
-use super::error::ApiError;
 use super::params::Params;
-use super::AppState;
-use crate::limits;
+use crate::auth::{Identity, Verb};
+use crate::edge::{self, require, ApiError, AppState, Caller, Encoder, SessionFuture, SSE_HEADERS};
 use crate::fanout::{Cursor, Event, Filter, Mode};
-use crate::watch::{self, ChangeId, ConnectionId, Message, Outbox, OutboxReader, Tagged, WatchError};
+use crate::limits;
+use crate::watch::{self, ChangeId, ConnectionId, Message, Outbox};
 
 /// What a watch asks for, from query parameters or a WebSocket `sub`.
 pub struct WatchRequest {
@@ -96,56 +89,35 @@ impl WatchRequest {
     }
 }
 
-impl From<WatchError> for ApiError {
-    fn from(e: WatchError) -> ApiError {
-        let message = e.to_string();
-        match e {
-            WatchError::NamespaceNotFound(ns) => ApiError::unknown_namespace(&ns),
-            WatchError::InvalidPosition(_) => ApiError::bad_request("invalid_position", message),
-            WatchError::Unavailable(_) => ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "partition_unavailable", message),
-            WatchError::NotHeld { partition } => {
-                ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "not_held", message).with("partition", partition)
-            }
-            WatchError::TooMany { .. } => ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "too_many_subscribers", message),
-        }
-    }
-}
-
-/// Messages joined into one body chunk at most.
-const MESSAGES_PER_CHUNK_MAX: usize = 64;
 /// Messages waiting between a session and its SSE body.
 const SSE_MESSAGES_PENDING_MAX: usize = 64;
 
-/// What every SSE response starts with: how long a browser waits before it
-/// reconnects.
+/// What every one of Tern's SSE streams starts with: how long a browser
+/// waits before it reconnects.
 pub const SSE_PREAMBLE: &[u8] = b"retry: 1000\n\n";
 
-/// The SSE response's headers.
-pub const SSE_HEADERS: [(header::HeaderName, &str); 3] = [
-    (header::CONTENT_TYPE, "text/event-stream"),
-    (header::CACHE_CONTROL, "no-cache"),
-    (header::HeaderName::from_static("x-accel-buffering"), "no"),
-];
+/// Tern's own SSE events (`sse_bytes`), as an edge `Encoder`: a stream
+/// that starts with `SSE_PREAMBLE` and ends when its session does.
+pub struct TernEvents;
 
-/// How a watch stream's messages become its bytes when they are not
-/// Tern's own SSE frames (`sse_bytes`): Firebase's streaming events
-/// (`api/firebase/stream.rs`). A transport that runs watch sessions asks
-/// it for each message's bytes, and ends the stream once it `ended`.
-pub trait Encoder: Send + 'static {
-    /// The bytes to send for `message`; none when it sends nothing.
-    fn encode(&mut self, message: &Message) -> Option<Bytes>;
-    /// The stream is over: its last event was encoded (e.g. a `cancel`).
-    fn ended(&self) -> bool;
+impl Encoder for TernEvents {
+    fn preamble(&self) -> Option<Bytes> {
+        Some(Bytes::from_static(SSE_PREAMBLE))
+    }
+
+    fn encode(&mut self, message: &Message) -> Option<Bytes> {
+        Some(sse_bytes(message))
+    }
+
+    fn ended(&self) -> bool {
+        false
+    }
 }
 
-/// A watch's session, set up and not yet running: the transport that
-/// drives it polls it.
-pub type SessionFuture = Pin<Box<dyn Future<Output = ()> + Send>>;
-
 /// HTTP/1.1 (and HTTP/2 served by hyper, in tests that serve the router
-/// alone): the session runs in the response body (`driven`). The API's
-/// own HTTP/2 connections run watches in the connection's task instead
-/// (`h2c/watches.rs`), set up by the same `open_sse`.
+/// alone): the session runs in the response body (`edge::body`). The
+/// API's own HTTP/2 connections run watches in the connection's task
+/// instead (`http/h2c/watches.rs`), set up by the same `open_sse`.
 pub async fn sse(
     State(app): State<AppState>,
     Caller(identity): Caller,
@@ -159,9 +131,7 @@ pub async fn sse(
     // that the session waits for the client (its queue keeps the bound).
     let (outbox, messages) = Outbox::new(SSE_MESSAGES_PENDING_MAX);
     let session = open_sse(&app, &identity, &ns, query.as_deref(), &headers, connection, outbox).await?;
-    let first = futures::stream::once(async { Ok::<Bytes, Infallible>(Bytes::from_static(SSE_PREAMBLE)) });
-    let rest = driven(session, messages);
-    let body = axum::body::Body::from_stream(futures::StreamExt::chain(first, rest));
+    let body = axum::body::Body::from_stream(edge::body(session, messages, TernEvents));
     Ok((SSE_HEADERS, body).into_response())
 }
 
@@ -193,53 +163,6 @@ pub async fn open_sse(
     let request = WatchRequest::parse(params.str("pk"), params.str("prefix"), params.str("sk"), from, params.str("mode"))?;
     let (session, start) = app.node.open_watch(ns, request.filter, request.from, request.mode, outbox, connection).await?;
     Ok(Box::pin(session.run(start)))
-}
-
-/// The session's messages as body chunks, from a stream that also runs the
-/// session: the connection's task (HTTP/1.1) does both, so a delivery wakes
-/// one task, not two. Whatever is queued goes out
-/// as one chunk: one write for a burst. The body ends when the session has
-/// ended and everything it sent went out; a client that goes away drops the
-/// body, and the session with it.
-fn driven(
-    session: SessionFuture,
-    messages: OutboxReader,
-) -> impl futures::Stream<Item = Result<Bytes, Infallible>> {
-    let mut session = Some(session);
-    let mut batch = Vec::with_capacity(MESSAGES_PER_CHUNK_MAX);
-    futures::stream::poll_fn(move |cx| {
-        if let Some(running) = session.as_mut() {
-            if running.as_mut().poll(cx).is_ready() {
-                session = None;
-            }
-        }
-        if let Some(chunk) = take_chunk(&messages, &mut batch) {
-            Poll::Ready(Some(Ok(chunk)))
-        } else if session.is_none() {
-            Poll::Ready(None)
-        } else {
-            // The session waits for its queue, a timer or room in the
-            // outbox; each wakes this task.
-            Poll::Pending
-        }
-    })
-}
-
-/// What the session left, up to `MESSAGES_PER_CHUNK_MAX` messages, as one
-/// body chunk (one write for a burst); none if it left nothing.
-fn take_chunk(messages: &OutboxReader, batch: &mut Vec<Tagged>) -> Option<Bytes> {
-    match messages.take(batch, MESSAGES_PER_CHUNK_MAX) {
-        0 => None,
-        // The common case (one event): no second copy.
-        1 => batch.pop().map(|tagged| sse_bytes(&tagged.message)),
-        _ => {
-            let mut chunk = Vec::new();
-            for tagged in batch.drain(..) {
-                chunk.extend_from_slice(&sse_bytes(&tagged.message));
-            }
-            Some(Bytes::from(chunk))
-        }
-    }
 }
 
 /// One message in SSE form.

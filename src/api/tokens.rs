@@ -4,10 +4,8 @@
 //! A key's record (never its secret: `auth/keys.rs`) is stored in the
 //! system namespace `_tern`, pk `keys`, sk = its id, written through the log
 //! like any record: every node learns it in log order, snapshots carry it.
-//! Each node keeps the records in its key ring, refreshed every
-//! `REFRESH_INTERVAL` (`refresh_forever`) from its store when it holds the
-//! partition, else from a holder (asked with the root token, which the
-//! nodes of a cluster share). A revocation therefore takes effect on the
+//! Each node keeps the records in its key ring, refreshed every second
+//! (`auth/key_refresh.rs`). A revocation therefore takes effect on the
 //! node that took it at once and on every other within a refresh.
 //!
 //! Who may: making a key takes `admin` on every grant it carries (an admin
@@ -18,32 +16,25 @@ use std::time::Duration;
 
 use axum::body::Body;
 use axum::extract::{Path, State};
-use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri};
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use serde::Deserialize;
 use serde_json::json;
 
-use super::access::{require, require_everywhere, Caller};
-use super::error::ApiError;
-use super::forward::{self, Incoming};
-use super::{body, AppState};
+use super::body;
+use crate::edge::{require, require_everywhere, ApiError, AppState, Caller};
 use crate::auth::grant::{Grant, Verbs, ANY_NAMESPACE, GRANTS_PER_TOKEN_MAX};
 use crate::auth::keys::{self, KeyRecord, DESCRIPTION_BYTES_MAX, KEYS_MAX};
 use crate::auth::{Identity, Verb, KEYS_PK, SYSTEM_NAMESPACE};
 use crate::codec::{Mutation, Op, OpKind};
 use crate::node::reserved::Writer;
 use crate::node::write::{Entry, WriteRequest};
-use crate::store::SkRange;
 
-/// How often each node reloads the keys: a revocation's delay elsewhere.
-pub const REFRESH_INTERVAL: Duration = Duration::from_secs(1);
 /// How long making or revoking a key waits for this node to apply it.
 const APPLY_WAIT: Duration = Duration::from_secs(10);
 /// Bytes of a create request.
 const CREATE_BODY_BYTES_MAX: usize = 64 * 1024;
-/// Partitions of the system namespace (a few keys; one partition keeps them in order).
-pub const SYSTEM_PARTITIONS: u32 = 1;
 
 /// `POST /v1/tokens`: `{"ns", "prefix", "verbs", "description"}` (one
 /// grant) or `{"grants": [...], "description"}`.
@@ -162,93 +153,6 @@ async fn write_key(state: &AppState, id: &str, kind: OpKind) -> Result<(), ApiEr
     Ok(())
 }
 
-/// Reloads the key ring every `REFRESH_INTERVAL` until the node stops.
-pub async fn refresh_forever(state: AppState) {
-    let Some(authenticator) = state.access.authenticator.clone() else { return };
-    let mut interval = tokio::time::interval(REFRESH_INTERVAL);
-    interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut last_error = String::new();
-    loop {
-        interval.tick().await;
-        match load(&state).await {
-            Ok(records) => {
-                authenticator.keys.replace(records);
-                last_error.clear();
-            }
-            // Keep the keys known; say a new problem once.
-            Err(e) if e != last_error => {
-                tracing::warn!(error = %e, "cannot reload the API keys; the ones known stay in force");
-                last_error = e;
-            }
-            Err(_) => {}
-        }
-    }
-}
-
-/// Every stored key record: from this node's store, else from a holder.
-async fn load(state: &AppState) -> Result<Vec<KeyRecord>, String> {
-    let namespace = state.node.namespace(SYSTEM_NAMESPACE).ok_or("the system namespace is not open")?;
-    let partition = namespace.partition_of(KEYS_PK);
-    let handle = namespace.handle(partition);
-    if handle.is_held() {
-        let reader = handle.store().read().map_err(|e| e.to_string())?;
-        let (records, _) = reader.list(KEYS_PK, &SkRange::default(), KEYS_MAX).map_err(|e| e.to_string())?;
-        return Ok(records.iter().filter_map(|r| parse(&r.value)).collect());
-    }
-    load_from_holder(state, partition).await
-}
-
-fn parse(value: &[u8]) -> Option<KeyRecord> {
-    match serde_json::from_slice::<KeyRecord>(value) {
-        Ok(record) => Some(record),
-        Err(e) => {
-            tracing::warn!(error = %e, "a stored API key record does not parse; skipped");
-            None
-        }
-    }
-}
-
-/// Pages through a holder's list of the keys (forwarded GETs with the root token).
-async fn load_from_holder(state: &AppState, partition: u32) -> Result<Vec<KeyRecord>, String> {
-    let root = state.access.root_token.as_deref().ok_or("no root token to ask other nodes with")?;
-    let mut headers = HeaderMap::new();
-    headers.insert(axum::http::header::AUTHORIZATION, HeaderValue::from_str(&format!("Bearer {root}")).map_err(|_| "the root token is not a header value")?);
-    let mut records = Vec::new();
-    let mut cursor: Option<String> = None;
-    let pages_max = KEYS_MAX / crate::limits::LIST_LIMIT_MAX + 1;
-    for _ in 0..pages_max {
-        let mut path = format!("/v1/ns/{SYSTEM_NAMESPACE}/kv/{KEYS_PK}?limit={}", crate::limits::LIST_LIMIT_MAX);
-        if let Some(cursor) = &cursor {
-            path.push_str(&format!("&cursor={cursor}"));
-        }
-        let uri: Uri = path.parse().map_err(|e| format!("{e}"))?;
-        let incoming = Incoming::new(Method::GET, &uri, &headers);
-        let response = forward::to_holder(state, &incoming, SYSTEM_NAMESPACE, partition, Bytes::new()).await.map_err(|e| format!("{}: {}", e.code, e.message))?;
-        let status = response.status();
-        let body = axum::body::to_bytes(response.into_body(), 64 * 1024 * 1024).await.map_err(|e| e.to_string())?;
-        if status != StatusCode::OK {
-            return Err(format!("the holder answered {status}: {}", String::from_utf8_lossy(&body)));
-        }
-        let page: serde_json::Value = serde_json::from_slice(&body).map_err(|e| e.to_string())?;
-        for item in page["items"].as_array().map(Vec::as_slice).unwrap_or_default() {
-            if let Some(record) = item.get("value").and_then(|v| serde_json::from_value::<KeyRecord>(v.clone()).ok()) {
-                records.push(record);
-            }
-        }
-        match page["next_cursor"].as_str() {
-            Some(next) => cursor = Some(next.to_string()),
-            None => return Ok(records),
-        }
-    }
-    Err(format!("more than {KEYS_MAX} keys"))
-}
-
 fn now_ms() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
-}
-
-/// Opens the system namespace (at start, when authentication is on).
-pub async fn open_system_namespace(state: &AppState) -> anyhow::Result<()> {
-    state.node.create_system_namespace(SYSTEM_NAMESPACE, SYSTEM_PARTITIONS).await?;
-    Ok(())
 }

@@ -33,11 +33,9 @@ use serde_json::json;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
-use super::access::{require, Caller};
-use super::error::ApiError;
+use crate::edge::{ApiError, AppState, Caller, require};
 use crate::auth::{Identity, Verb};
 use super::sse::WatchRequest;
-use super::AppState;
 use crate::watch::{self, ConnectionId, Message, Outbox, OutboxReader, Tag, Tagged};
 
 /// Most subscriptions on one connection.

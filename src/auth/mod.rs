@@ -15,12 +15,14 @@
 //! default, the most specific grant wins). Failed authentications are
 //! rate-limited per source address (`limiter.rs`).
 //!
-//! Owns: token formats, verification, grants and the decision. Never: HTTP
-//! (`api/access.rs` turns this into 401 and 403), storing keys (the API
+//! Owns: token formats, verification, grants and the decision, and keeping
+//! each node's key ring current (`key_refresh.rs`). Never: answering HTTP
+//! (`edge/access.rs` turns this into 401 and 403), writing keys (the API
 //! writes their records through the log).
 
 pub mod grant;
 pub mod jwt;
+pub mod key_refresh;
 pub mod keys;
 pub mod limiter;
 

@@ -28,8 +28,9 @@ pub const FORWARDED_BY: &str = "x-tern-forwarded-by";
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 /// Bound on one request: the longest wait a request may ask for, plus slack.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_millis(WAIT_MS_MAX + 5_000);
-/// Bound on reading a record as this node (settings are small and wanted soon).
-const READ_RECORD_TIMEOUT: Duration = Duration::from_secs(5);
+/// Bound on one request this node makes as itself (settings and keys are
+/// small and wanted soon).
+const READ_TIMEOUT: Duration = Duration::from_secs(5);
 /// Largest record answer read (`read_record`): a value of the largest size, framed.
 const RECORD_ANSWER_BYTES_MAX: usize = crate::limits::VALUE_BYTES_MAX + 64 * 1024;
 /// Idle keep-alive connections kept per peer.
@@ -122,17 +123,24 @@ impl PeerClient {
         }
     }
 
-    /// Reads the record `at` on `holder` as this node (`from`): its value
-    /// (JSON text), None when it has no such record, or why not.
-    pub async fn read_record(&self, holder: &Member, from: &str, at: &RecordAt) -> Result<Option<Bytes>, String> {
-        let path = format!("/v1/ns/{}/kv/{}/{}", encode(&at.ns), encode(&at.pk), encode(&at.sk));
-        let mut request = self.request(holder, from, http::Method::GET, &path).timeout(READ_RECORD_TIMEOUT);
+    /// `GET path_and_query` on `peer` as this node (`from`, with this
+    /// node's credential), within `READ_TIMEOUT`: the answer's status and
+    /// body (at most `bytes_max`), or why there is none.
+    pub async fn get_as_node(&self, peer: &Member, from: &str, path_and_query: &str, bytes_max: usize) -> Result<(http::StatusCode, Bytes), String> {
+        let mut request = self.request(peer, from, http::Method::GET, path_and_query).timeout(READ_TIMEOUT);
         if let Some(token) = &self.credential {
             request = request.bearer_auth(token);
         }
         let response = request.send().await.map_err(|e| e.without_url().to_string())?;
         let status = response.status();
-        let body = read_bounded(response, RECORD_ANSWER_BYTES_MAX).await?;
+        Ok((status, read_bounded(response, bytes_max).await?))
+    }
+
+    /// Reads the record `at` on `holder` as this node (`from`): its value
+    /// (JSON text), None when it has no such record, or why not.
+    pub async fn read_record(&self, holder: &Member, from: &str, at: &RecordAt) -> Result<Option<Bytes>, String> {
+        let path = format!("/v1/ns/{}/kv/{}/{}", encode(&at.ns), encode(&at.pk), encode(&at.sk));
+        let (status, body) = self.get_as_node(holder, from, &path, RECORD_ANSWER_BYTES_MAX).await?;
         #[derive(serde::Deserialize)]
         struct Answer<'a> {
             #[serde(borrow)]
@@ -158,7 +166,7 @@ impl PeerClient {
 }
 
 /// A key as one path segment (`/` inside a key is `%2F`).
-fn encode(key: &str) -> String {
+pub fn encode(key: &str) -> String {
     percent_encoding::utf8_percent_encode(key, percent_encoding::NON_ALPHANUMERIC).to_string()
 }
 

@@ -359,6 +359,20 @@ pub fn parse_etag(text: &str) -> Option<[u8; 32]> {
     bytes.try_into().ok()
 }
 
+/// Puts each selected child's priority back (`.priority`, or `.value`
+/// beside it for a primitive), read from `value` (read with priorities).
+pub fn with_priorities(rows: &mut [(String, Value)], value: &Value) {
+    for (key, child) in rows.iter_mut() {
+        let Some(priority) = value.get(key.as_str()).and_then(|c| c.get(super::path::PRIORITY_KEY)).filter(|p| !p.is_null()) else { continue };
+        match child {
+            Value::Object(map) => {
+                map.insert(super::path::PRIORITY_KEY.to_string(), priority.clone());
+            }
+            primitive => *primitive = serde_json::json!({".value": primitive.take(), ".priority": priority}),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use serde_json::json;

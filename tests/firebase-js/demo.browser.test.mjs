@@ -13,7 +13,7 @@ import { Tern, restGet } from "./helpers.mjs";
 
 const CHROMIUM = process.env.CHROMIUM ?? "/usr/bin/chromium";
 const ARTIFACTS = process.env.TERN_ARTIFACTS ?? join(import.meta.dirname, "..", "..", "test-artifacts");
-const VENDORED = join(import.meta.dirname, "..", "..", "src", "api", "demo", "firebase-sdk");
+const VENDORED = join(import.meta.dirname, "..", "..", "web", "demo", "firebase-sdk");
 
 let tern;
 let browser;
@@ -35,9 +35,9 @@ test("the page serves the SDK files of the pinned firebase version, unchanged", 
   assert.equal(installed, pinned);
   for (const file of ["firebase-app.js", "firebase-database.js"]) {
     const shipped = readFileSync(join(import.meta.dirname, "node_modules", "firebase", file), "utf8");
-    assert.equal(readFileSync(join(VENDORED, file), "utf8"), shipped, `src/api/demo/firebase-sdk/${file} is the package's own (see its README to update)`);
+    assert.equal(readFileSync(join(VENDORED, file), "utf8"), shipped, `web/demo/firebase-sdk/${file} is the package's own (see its README to update)`);
   }
-  const page = readFileSync(join(import.meta.dirname, "..", "..", "src", "api", "demo", "firebase.html"), "utf8");
+  const page = readFileSync(join(import.meta.dirname, "..", "..", "web", "demo", "firebase.html"), "utf8");
   assert.ok(page.includes(`firebasejs/${pinned}/firebase-app.js`), "the page maps the SDK's own import of its version");
 });
 

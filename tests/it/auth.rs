@@ -1,6 +1,6 @@
 //! Authentication and authorization (issue 20), against a real `tern serve`.
 //!
-//! The table test walks `tern::api::routes()` — the table the router is
+//! The table test walks `tern::http::routes()` — the tables the routers are
 //! built from — so a route added later is covered or this test fails: each
 //! route must say here what it needs, and then meets every kind of bad
 //! credential.
@@ -11,7 +11,8 @@ use std::time::{Duration, Instant};
 use jsonwebtoken::{encode, Algorithm, EncodingKey, Header};
 use reqwest::Method;
 use serde_json::{json, Value};
-use tern::api::{routes, Route, RouteAccess};
+use tern::edge::{Route, RouteAccess};
+use tern::http::routes;
 
 use crate::common::{cli, Tern};
 

@@ -429,3 +429,28 @@ async fn the_tree_survives_a_crash() {
     let (_, body, _) = text(t.client.get(fb(&t, "/big", "&shallow=true")).send().await.unwrap()).await;
     assert_eq!(serde_json::from_str::<Value>(&body).unwrap().as_object().unwrap().len(), 2000);
 }
+
+/// Every path under `/v1/` is the native API's, even one ending in `.json`
+/// (the spec's routing rule): before, the router's fallback sent such a
+/// path to the default Firebase database, so `GET /v1/openapi.json`
+/// answered `null` and `PUT /v1/anything.json` wrote Firebase data.
+#[tokio::test]
+async fn json_paths_under_v1_are_the_apis_never_a_database() {
+    let dir = tempfile::tempdir().unwrap();
+    let t = Tern::dev(dir.path()).await;
+    let (status, body) = t.send(t.client.put(format!("{}/v1/anything.json", t.url)).body("{\"planted\": true}")).await;
+    assert_eq!((status, body["error"]["code"].as_str()), (404, Some("not_found")), "{body}");
+    let (status, body) = t.send(t.client.get(format!("{}/v1/openapi.json", t.url))).await;
+    assert_eq!((status, body["error"]["code"].as_str()), (404, Some("not_found")), "{body}");
+    for path in ["/v1/ns/default.json", "/v1/x/y.json"] {
+        let (status, body) = t.send(t.client.get(format!("{}{path}", t.url))).await;
+        assert_eq!(status, 404, "{path}: {body}");
+        assert!(body.get("error").and_then(|e| e.get("code")).is_some(), "{path}: the API's error shape, not Firebase's: {body}");
+    }
+    // Nothing reached the database.
+    let (status, tree) = t.send(t.client.get(format!("{}/.json", t.url))).await;
+    assert_eq!((status, tree), (200, Value::Null), "the default database is still empty");
+    // And a tree location named v1 is still Firebase's.
+    let (status, _) = t.send(t.client.put(format!("{}/v1.json", t.url)).body("1")).await;
+    assert_eq!(status, 200);
+}

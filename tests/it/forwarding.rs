@@ -17,11 +17,11 @@ use crate::common::steered_log::SteeredLog;
 
 /// Serves the API of a node that holds nothing, with `peers` as its cluster map.
 async fn serve(dir: &std::path::Path, peers: Vec<Member>) -> (String, Arc<Node>) {
-    serve_with(dir, peers, tern::api::FirebaseConfig::default()).await
+    serve_with(dir, peers, tern::firebase::FirebaseConfig::default()).await
 }
 
 /// `serve`, speaking Firebase as `firebase` says.
-async fn serve_with(dir: &std::path::Path, peers: Vec<Member>, firebase: tern::api::FirebaseConfig) -> (String, Arc<Node>) {
+async fn serve_with(dir: &std::path::Path, peers: Vec<Member>, firebase: tern::firebase::FirebaseConfig) -> (String, Arc<Node>) {
     // Assigned no partition: a replica-group member whose peers hold them all.
     let log = SteeredLog::new(&dir.join("log"));
     log.assignment.send_replace(Assignment::Only(BTreeSet::new()));
@@ -32,9 +32,8 @@ async fn serve_with(dir: &std::path::Path, peers: Vec<Member>, firebase: tern::a
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let address = listener.local_addr().unwrap().to_string();
     let me = SelfInfo { id: "edge".into(), region: "r1".into(), group: "g".into(), api: address.clone(), api_for: Default::default() };
-    let mut state = tern::api::state(node.clone(), Cluster::with_peers(me, node.clone(), peers));
-    state.firebase = Arc::new(firebase);
-    let app = tern::api::service(state);
+    let state = tern::edge::AppState::new(node.clone(), Cluster::with_peers(me, node.clone(), peers));
+    let app = tern::http::service(tern::http::Protocols::new(state, firebase));
     tokio::spawn(async move {
         axum::serve(listener, axum::ServiceExt::<axum::extract::Request>::into_make_service(app)).await.unwrap();
     });
@@ -133,7 +132,7 @@ async fn a_forwarding_error_never_repeats_the_callers_token() {
     let gone = peer("gone", closed.to_string(), [("ns".to_string(), held)].into_iter().collect(), BTreeMap::new());
     let dir = tempfile::tempdir().unwrap();
     let secret = "owner-secret-token-1234";
-    let (url, _node) = serve_with(dir.path(), vec![gone], tern::api::FirebaseConfig::new(Some(secret.into()), false)).await;
+    let (url, _node) = serve_with(dir.path(), vec![gone], tern::firebase::FirebaseConfig::new(Some(secret.into()), false)).await;
     let response = reqwest::get(format!("{url}/scores.json?ns=ns&auth={secret}")).await.unwrap();
     assert_eq!(response.status(), 503);
     let text = response.text().await.unwrap();
@@ -223,7 +222,7 @@ async fn a_forwarded_firebase_request_carries_its_caller_and_conditions_and_rela
     tokio::spawn(async move { axum::serve(listener, holder).await.unwrap() });
     let held = BTreeMap::from([("ns".to_string(), BTreeMap::from([(0, 1), (1, 1)]))]);
     let dir = tempfile::tempdir().unwrap();
-    let firebase = tern::api::FirebaseConfig::new(Some("owner".into()), false);
+    let firebase = tern::firebase::FirebaseConfig::new(Some("owner".into()), false);
     let (url, _node) = serve_with(dir.path(), vec![peer("holder", holder_api, held, BTreeMap::new())], firebase).await;
     let client = reqwest::Client::new();
     let response = client

@@ -1,44 +1,81 @@
-//! The floors of `src/`, and the check that imports only point down.
+//! The rooms of `src/` and the check that their imports keep to them.
 //!
-//! `FLOORS` is the one place the allowed arrows are written: a module may
-//! use modules of the floors below its own, never a sibling on its own
-//! floor, never one above. `src/lib.rs` declares the modules in this order
-//! (checked too), and ARCHITECTURE.md describes each floor.
+//! `ROOMS` is the one place the map is written: each room (a top-level
+//! module, or a sub-room such as `firebase::db`) with the rooms it builds
+//! on directly. A room may use what it builds on, and what those build on,
+//! down to the foundations — a partial order, so two rooms that need
+//! nothing of each other are not stacked for the sake of a list. Nothing
+//! else: never a room above, never one beside it (`api` and `firebase`
+//! never import each other; `firebase::db` never the edge). `src/lib.rs`
+//! declares exactly the top-level rooms (checked too); ARCHITECTURE.md
+//! describes each one.
 //!
 //! The check reads every `.rs` file under `src/` as text and resolves each
-//! `crate::x`, `crate::{x, y}` and `super::…::x` path that leaves the
-//! file's own top-level module. Comment lines are skipped.
+//! `crate::…` and `super::…` path (use groups included) to the room it
+//! names. Comment lines are skipped.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
-/// Top to bottom. A module's floor is its index here.
-const FLOORS: &[&[&str]] = &[
-    &["sim"],
-    &["cli"],
-    &["server"],
-    &["api", "settings"],
-    &["rules", "auth"],
-    &["cluster"],
-    &["node"],
-    &["journal"],
-    &["watch"],
-    &["apply"],
-    &["procedure"],
-    &["partition"],
-    &["fanout", "snapshot"],
-    &["log", "store", "codec"],
-    &["tree"],
-    &["position"],
-    &["limits", "partitioner", "metrics", "prefetch"],
+/// Each room and the rooms it builds on directly, from the top (the
+/// process) to the foundations.
+const ROOMS: &[(&str, &[&str])] = &[
+    ("sim", &["apply", "snapshot"]),
+    ("cli", &["server"]),
+    ("server", &["http", "settings"]),
+    // The edge: the transport and front, the two protocols, what they share.
+    ("http", &["api", "firebase"]),
+    ("api", &["edge"]),
+    ("firebase", &["edge", "firebase::db"]),
+    ("edge", &["auth"]),
+    ("settings", &["auth"]),
+    // Below the edge.
+    ("firebase::db", &["cluster", "firebase::rules"]),
+    ("firebase::rules", &["tree"]),
+    ("auth", &["cluster"]),
+    ("cluster", &["node"]),
+    ("node", &["journal", "watch"]),
+    ("journal", &["codec", "log"]),
+    ("watch", &["apply"]),
+    ("apply", &["procedure", "partition", "snapshot"]),
+    ("procedure", &["codec", "log", "store"]),
+    ("partition", &["fanout", "log", "position"]),
+    ("fanout", &["codec", "store", "position", "prefetch", "metrics"]),
+    ("snapshot", &["store", "metrics"]),
+    ("log", &["limits", "metrics"]),
+    ("store", &["tree"]),
+    ("codec", &["tree", "partitioner"]),
+    ("tree", &["limits"]),
+    ("position", &["limits"]),
+    ("limits", &[]),
+    ("partitioner", &[]),
+    ("metrics", &[]),
+    ("prefetch", &[]),
 ];
 
-/// Inside `api`: the transport (`api/http/`) sits above the handlers; a
-/// handler never reaches up into it.
-const API_TRANSPORT: &str = "http";
+/// Rooms are named by at most this many leading path segments (`firebase::db`).
+const ROOM_DEPTH_MAX: usize = 2;
 
-fn floor_of(module: &str) -> Option<usize> {
-    FLOORS.iter().position(|floor| floor.contains(&module))
+/// The room a module path is in: the longest prefix that names a room.
+fn room_of(path: &[String]) -> Option<&'static str> {
+    (1..=path.len().min(ROOM_DEPTH_MAX)).rev().find_map(|depth| {
+        let name = path[..depth].join("::");
+        ROOMS.iter().map(|(room, _)| *room).find(|room| *room == name)
+    })
+}
+
+/// Every room `room` may use: what it builds on, transitively.
+fn below(room: &str) -> BTreeSet<&'static str> {
+    let direct: BTreeMap<&str, &[&str]> = ROOMS.iter().copied().collect();
+    let mut found = BTreeSet::new();
+    let mut stack: Vec<&str> = direct.get(room).map(|d| d.to_vec()).unwrap_or_default();
+    while let Some(next) = stack.pop() {
+        let Some((name, deps)) = ROOMS.iter().find(|(name, _)| *name == next) else { continue };
+        if found.insert(*name) {
+            stack.extend(deps.iter().copied());
+        }
+    }
+    found
 }
 
 /// A source file's module path below the crate: `src/a/b.rs` and
@@ -59,112 +96,124 @@ fn ident(text: &str) -> &str {
     &text[..end]
 }
 
-/// The first path segment of each item of a `{a, b::c, self}` group that
-/// starts at `text` (just after the `{`).
-fn group_heads(text: &str) -> Vec<&str> {
-    let mut heads = Vec::new();
-    let mut depth = 0;
-    let mut at_item_start = true;
+/// The paths a use tree at the start of `text` names, each after `prefix`:
+/// `a::b`, `a::{b, c::d}`, `{a, b::{c, self}}`.
+fn expand(text: &str, prefix: Vec<String>, out: &mut Vec<Vec<String>>) {
+    let mut path = prefix;
+    let mut rest = text;
+    loop {
+        if let Some(group) = rest.strip_prefix('{') {
+            for item in group_items(group) {
+                match item.trim() {
+                    "" | "self" => out.push(path.clone()),
+                    item => expand(item, path.clone(), out),
+                }
+            }
+            return;
+        }
+        let name = ident(rest);
+        if name.is_empty() {
+            break;
+        }
+        path.push(name.to_string());
+        rest = &rest[name.len()..];
+        match rest.strip_prefix("::") {
+            Some(more) => rest = more,
+            None => break,
+        }
+    }
+    out.push(path);
+}
+
+/// The items of a `{…}` group that starts at `text` (just after the `{`),
+/// split at its own commas.
+fn group_items(text: &str) -> Vec<&str> {
+    let mut items = Vec::new();
+    let (mut depth, mut start) = (0, 0);
     for (i, c) in text.char_indices() {
         match c {
             '{' => depth += 1,
-            '}' if depth == 0 => break,
+            '}' if depth == 0 => {
+                items.push(&text[start..i]);
+                return items;
+            }
             '}' => depth -= 1,
-            ',' if depth == 0 => at_item_start = true,
-            c if c.is_whitespace() => {}
-            _ if at_item_start && depth == 0 => {
-                heads.push(ident(&text[i..]));
-                at_item_start = false;
+            ',' if depth == 0 => {
+                items.push(&text[start..i]);
+                start = i + 1;
             }
             _ => {}
         }
     }
-    heads.into_iter().filter(|h| !h.is_empty()).collect()
+    items.push(&text[start..]);
+    items
 }
 
-/// The crate-level modules one line of `module`'s source refers to.
-fn targets(module: &[String], line: &str) -> Vec<String> {
+/// The module paths one line of `module`'s source refers to (`crate::…`,
+/// and `super::…` that climbs out of the file's module).
+fn targets(module: &[String], line: &str) -> Vec<Vec<String>> {
     let mut out = Vec::new();
-    let mut rest = line;
-    while let Some(at) = rest.find("crate::") {
-        let after = &rest[at + "crate::".len()..];
-        // `tern_crate::x` or `self.crate::…` are not crate paths.
-        let preceded = rest[..at].chars().last().is_some_and(|c| c.is_ascii_alphanumeric() || c == '_');
-        if !preceded {
-            match after.strip_prefix('{') {
-                Some(group) => out.extend(group_heads(group).into_iter().map(str::to_string)),
-                None => out.push(ident(after).to_string()),
-            }
+    let preceded = |before: &str| before.chars().last().is_some_and(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':');
+    let mut at = 0;
+    while let Some(found) = line[at..].find("crate::") {
+        let start = at + found;
+        // `tern_crate::x` or `x::crate::…` are not crate paths.
+        if !preceded(&line[..start]) {
+            expand(&line[start + "crate::".len()..], Vec::new(), &mut out);
         }
-        rest = after;
+        at = start + "crate::".len();
     }
-    let mut rest = line;
-    while let Some(at) = rest.find("super::") {
-        let preceded = rest[..at].chars().last().is_some_and(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':');
-        let mut chain = &rest[at..];
+    let mut at = 0;
+    while let Some(found) = line[at..].find("super::") {
+        let start = at + found;
+        let mut chain = &line[start..];
         let mut ups = 0;
         while let Some(next) = chain.strip_prefix("super::") {
             ups += 1;
             chain = next;
         }
-        // Only a chain that climbs out of the file's top-level module names another one.
-        if !preceded && ups >= module.len() {
-            match chain.strip_prefix('{') {
-                Some(group) => out.extend(group_heads(group).into_iter().map(str::to_string)),
-                None => out.push(ident(chain).to_string()),
-            }
+        if !preceded(&line[..start]) && ups <= module.len() {
+            expand(chain, module[..module.len() - ups].to_vec(), &mut out);
         }
-        rest = &rest[at + "super::".len() * ups..];
+        at = start + "super::".len() * ups;
     }
-    out.retain(|t| !t.is_empty() && t != "self" && t != "super");
+    out.retain(|path| !path.is_empty());
     out
 }
 
-/// Whether a line of a handler file reaches the API's transport.
-fn reaches_api_transport(line: &str) -> bool {
-    [format!("crate::api::{API_TRANSPORT}"), format!("super::{API_TRANSPORT}::"), format!("super::{API_TRANSPORT};")]
-        .iter()
-        .any(|pattern| line.contains(pattern.as_str()))
-}
-
-/// Every arrow of `source` (the text of the file at `relative`, under
-/// `src/`) that breaks the floors, as `file:line: message`.
+/// Every import of `source` (the text of the file at `relative`, under
+/// `src/`) that leaves its room for one it may not use, as `file:line: message`.
 fn violations(relative: &Path, source: &str) -> Vec<String> {
     let module = module_path(relative);
-    let Some(own) = module.first() else { return Vec::new() };
-    let Some(own_floor) = floor_of(own) else {
-        return vec![format!("{}: module {own:?} is on no floor: add it to FLOORS in tests/it/layers.rs", relative.display())];
+    let Some(own) = room_of(&module) else {
+        return vec![format!("{}: module {:?} is in no room: add it to ROOMS in tests/it/layers.rs", relative.display(), module.join("::"))];
     };
-    let is_handler = own == "api" && module.get(1).is_none_or(|second| second != API_TRANSPORT);
+    let allowed = below(own);
     let mut found = Vec::new();
     for (number, line) in source.lines().enumerate() {
-        let trimmed = line.trim_start();
-        if trimmed.starts_with("//") {
+        if line.trim_start().starts_with("//") {
             continue;
         }
-        let place = format!("{}:{}", relative.display(), number + 1);
         for target in targets(&module, line) {
-            if target == *own {
-                continue;
-            }
-            match floor_of(&target) {
-                None => found.push(format!("{place}: `{target}` is on no floor: add it to FLOORS in tests/it/layers.rs")),
-                Some(floor) if floor <= own_floor => {
-                    let relation = if floor == own_floor { "a sibling on its own floor" } else { "a higher floor" };
-                    found.push(format!("{place}: `{own}` imports `{target}`, {relation}"));
+            let place = format!("{}:{}", relative.display(), number + 1);
+            match room_of(&target) {
+                // A path inside the crate root that names no room (a macro, a
+                // re-export of lib.rs): not an arrow between rooms.
+                None if target.len() == 1 && !module.is_empty() => {}
+                None => found.push(format!("{place}: `{}` is in no room: add it to ROOMS in tests/it/layers.rs", target.join("::"))),
+                Some(room) if room == own || allowed.contains(room) => {}
+                Some(room) => {
+                    let relation = if below(room).contains(own) { "a room above it" } else { "a room it does not build on" };
+                    found.push(format!("{place}: `{own}` imports `{room}`, {relation}"));
                 }
-                Some(_) => {}
             }
-        }
-        if is_handler && reaches_api_transport(line) {
-            found.push(format!("{place}: an API handler reaches up into `api::{API_TRANSPORT}` (the transport above it)"));
         }
     }
     found
 }
 
 #[test]
-fn imports_only_point_down() {
+fn imports_keep_to_the_rooms() {
     let sources = crate::common::rust_sources();
     let mut found = Vec::new();
     for (relative, text) in &sources {
@@ -174,13 +223,30 @@ fn imports_only_point_down() {
         found.extend(violations(relative, text));
     }
     assert!(sources.len() > 50, "read the sources ({} files)", sources.len());
-    assert!(found.is_empty(), "imports that do not point down ({}):\n{}", found.len(), found.join("\n"));
+    assert!(found.is_empty(), "imports that leave their room ({}):\n{}", found.len(), found.join("\n"));
 }
 
+/// The map is a partial order: no room builds on itself, through any path,
+/// and every room it names is in it.
 #[test]
-fn lib_rs_declares_the_floors_in_order() {
-    let lib = std::fs::read_to_string(crate::common::checkout().join("src/lib.rs")).expect("src/lib.rs");
-    let declared: Vec<&str> = lib
+fn the_rooms_form_no_circle() {
+    for (room, deps) in ROOMS {
+        for dep in *deps {
+            assert!(ROOMS.iter().any(|(name, _)| name == dep), "{room} builds on {dep}, which is no room");
+        }
+        assert!(!below(room).contains(room), "{room} builds on itself");
+    }
+    let names: BTreeSet<&str> = ROOMS.iter().map(|(name, _)| *name).collect();
+    assert_eq!(names.len(), ROOMS.len(), "each room is listed once");
+}
+
+/// `src/lib.rs` declares exactly the top-level rooms, and every sub-room is
+/// a directory of its room.
+#[test]
+fn lib_rs_declares_the_rooms() {
+    let checkout = crate::common::checkout();
+    let lib = std::fs::read_to_string(checkout.join("src/lib.rs")).expect("src/lib.rs");
+    let declared: BTreeSet<&str> = lib
         .lines()
         .filter_map(|line| {
             let line = line.trim();
@@ -188,33 +254,36 @@ fn lib_rs_declares_the_floors_in_order() {
             Some(rest.trim_end_matches(';'))
         })
         .collect();
-    let floors: Vec<&str> = FLOORS.iter().flat_map(|floor| floor.iter().copied()).collect();
-    assert_eq!(
-        declared.iter().copied().collect::<BTreeSet<_>>(),
-        floors.iter().copied().collect::<BTreeSet<_>>(),
-        "src/lib.rs declares exactly the modules of FLOORS"
-    );
-    let ranks: Vec<usize> = declared.iter().map(|m| floor_of(m).expect("on a floor")).collect();
-    assert!(ranks.windows(2).all(|w| w[0] <= w[1]), "src/lib.rs lists its modules top floor first: {declared:?}");
+    let top: BTreeSet<&str> = ROOMS.iter().map(|(name, _)| *name).filter(|name| !name.contains("::")).collect();
+    assert_eq!(declared, top, "src/lib.rs declares exactly the top-level rooms of ROOMS");
+    for (room, _) in ROOMS.iter().filter(|(name, _)| name.contains("::")) {
+        let dir = checkout.join("src").join(room.replace("::", "/"));
+        assert!(dir.is_dir(), "sub-room {room} is the directory {}", dir.display());
+    }
 }
 
 /// The check itself fails on what it must catch (and passes what is allowed).
 #[test]
-fn the_check_catches_arrows_that_point_up() {
+fn the_check_catches_imports_that_leave_their_room() {
     let up = violations(Path::new("store/mod.rs"), "use crate::api::AppState;\n");
-    assert_eq!(up, ["store/mod.rs:1: `store` imports `api`, a higher floor"]);
+    assert_eq!(up, ["store/mod.rs:1: `store` imports `api`, a room above it"]);
     let grouped = violations(Path::new("apply/mod.rs"), "use crate::{log::Log, watch::Session};\n");
-    assert_eq!(grouped, ["apply/mod.rs:1: `apply` imports `watch`, a higher floor"]);
-    let sibling = violations(Path::new("store/key.rs"), "    let x = crate::log::LogError::Closed;\n");
-    assert_eq!(sibling, ["store/key.rs:1: `store` imports `log`, a sibling on its own floor"]);
+    assert_eq!(grouped, ["apply/mod.rs:1: `apply` imports `watch`, a room above it"]);
+    let beside = violations(Path::new("store/key.rs"), "    let x = crate::log::LogError::Closed;\n");
+    assert_eq!(beside, ["store/key.rs:1: `store` imports `log`, a room it does not build on"]);
     let climbing = violations(Path::new("node.rs"), "use super::api::AppState;\n");
-    assert_eq!(climbing, ["node.rs:1: `node` imports `api`, a higher floor"]);
-    let handler = violations(Path::new("api/records.rs"), "use super::http::listener::serve;\n");
-    assert_eq!(handler.len(), 1, "{handler:?}");
-    assert!(violations(Path::new("api/http/h2c/mod.rs"), "use crate::api::{sse, AppState};\nuse super::listener;\n").is_empty());
+    assert_eq!(climbing, ["node.rs:1: `node` imports `api`, a room above it"]);
+    // The protocols never import each other, and Firebase's database never the edge.
+    assert_eq!(violations(Path::new("api/records.rs"), "use crate::firebase::FbError;\n").len(), 1);
+    assert_eq!(violations(Path::new("firebase/rest.rs"), "use crate::api::render;\n").len(), 1);
+    assert_eq!(violations(Path::new("firebase/db/indexes.rs"), "use crate::edge::ApiError;\n").len(), 1);
+    assert_eq!(violations(Path::new("firebase/db/indexes.rs"), "use super::super::stream::Translator;\n").len(), 1, "climbing out of a sub-room");
+    assert_eq!(violations(Path::new("firebase/db/indexes.rs"), "use crate::firebase::{rules::Rules, error::FbError};\n").len(), 1, "a nested group");
+    assert!(violations(Path::new("firebase/rest.rs"), "use super::db::{tree_view, TreeData};\nuse crate::edge::{to_holder, Incoming};\n").is_empty());
+    assert!(violations(Path::new("http/h2c/connection.rs"), "use crate::{api, firebase};\nuse super::watches::Watches;\n").is_empty());
     assert!(violations(Path::new("node/mod.rs"), "use crate::{apply::{self, ApplyConfig}, partition::Namespace};\n").is_empty());
     assert!(violations(Path::new("fanout/feed.rs"), "// crate::api is mentioned in a comment\nuse super::queue::Batch;\n").is_empty());
-    assert_eq!(violations(Path::new("nowhere/x.rs"), "").len(), 1, "a module on no floor is reported");
+    assert_eq!(violations(Path::new("nowhere/x.rs"), "").len(), 1, "a module in no room is reported");
 }
 
 /// The one file above the log that appends to it (`node::write::append`),

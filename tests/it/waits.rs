@@ -27,7 +27,7 @@ async fn a_stalled_log_bounds_strong_reads_and_namespace_views() {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let address = listener.local_addr().unwrap().to_string();
     let me = SelfInfo { id: "alone".into(), region: "r1".into(), group: "g".into(), api: address.clone(), api_for: Default::default() };
-    let app = tern::api::app(node.clone(), Cluster::with_peers(me, node.clone(), Vec::new()));
+    let app = tern::http::app(node.clone(), Cluster::with_peers(me, node.clone(), Vec::new()));
     tokio::spawn(async move {
         axum::serve(listener, axum::ServiceExt::<axum::extract::Request>::into_make_service(app)).await.unwrap();
     });

@@ -1,0 +1,73 @@
+//! Listing one pk's records: `GET /v1/ns/{ns}/kv/{pk}?prefix=&start=&end=&limit=&cursor=&reverse=`.
+
+use axum::http::StatusCode;
+use axum::response::Response;
+use base64::Engine;
+use bytes::Bytes;
+use serde_json::json;
+
+use super::params::Params;
+use super::records::{partition_param, reads_here};
+use super::render::json_response;
+use super::render;
+use crate::edge::{to_holder, ApiError, AppState, Incoming};
+use crate::limits;
+use crate::node::read::await_consistency;
+use crate::partition::Namespace;
+use crate::store::{Record, SkRange};
+
+/// Page tokens (`cursor` / `next_cursor` on the wire) are opaque: base64url
+/// of the last sort key returned.
+fn encode_page_token(sk: &str) -> String {
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(sk.as_bytes())
+}
+
+fn decode_page_token(token: &str) -> Result<String, ApiError> {
+    let invalid = || ApiError::bad_request("invalid_cursor", "cursor is not one this server returned; pass next_cursor exactly");
+    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(token).map_err(|_| invalid())?;
+    let sk = String::from_utf8(bytes).map_err(|_| invalid())?;
+    limits::check_sk(&sk).map_err(|_| invalid())?;
+    Ok(sk)
+}
+
+pub(super) async fn list(
+    state: &AppState,
+    incoming: &Incoming<'_>,
+    namespace: &Namespace,
+    pk: String,
+    query: Option<&str>,
+) -> Result<Response, ApiError> {
+    let params = Params::parse(
+        query,
+        &["prefix", "start", "end", "limit", "cursor", "reverse", "after", "consistency", "timeout_ms", "partition"],
+    )?;
+    let limit = params.u64("limit")?.map_or(limits::LIST_LIMIT_DEFAULT, |l| l as usize);
+    if limit == 0 || limit > limits::LIST_LIMIT_MAX {
+        return Err(ApiError::bad_request(
+            "invalid_parameter",
+            format!("limit must be between 1 and {}, got {limit}", limits::LIST_LIMIT_MAX),
+        ));
+    }
+    let range = SkRange {
+        prefix: params.str("prefix").map(str::to_string),
+        start: params.str("start").map(str::to_string),
+        end: params.str("end").map(str::to_string),
+        page_after: params.str("cursor").map(decode_page_token).transpose()?,
+        reverse: params.bool("reverse")?,
+    };
+    for bound in [&range.prefix, &range.start, &range.end].into_iter().flatten() {
+        limits::check_sk(bound)?;
+    }
+    let partition = partition_param(namespace, params.str("partition"))?.unwrap_or_else(|| namespace.partition_of(&pk));
+    if !reads_here(state, incoming, namespace, partition) {
+        return to_holder(state, incoming, &namespace.name, partition, Bytes::new()).await;
+    }
+    await_consistency(&state.node, namespace, &[partition], &params.consistency()?, params.timeout()?).await?;
+    let view = namespace.handle(partition).read_view()?;
+    let (records, more) = view.reader.list(&pk, &range, limit)?;
+    let position = crate::position::Position::single_string(&namespace.name, partition, view.applied_next);
+    let next_cursor = if more { records.last().map(|r| encode_page_token(&r.sk)) } else { None };
+    let records: Vec<Option<Record>> = records.into_iter().map(Some).collect();
+    let body = render::items(&records, &[("next_cursor", json!(next_cursor)), ("position", json!(position))]);
+    Ok(json_response(StatusCode::OK, body))
+}

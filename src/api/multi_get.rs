@@ -1,0 +1,189 @@
+//! Multi-get: `POST /v1/ns/{ns}/get` `{"keys": [{"pk","sk"}...]}`, items in
+//! request order; keys of partitions held elsewhere are asked of their
+//! holders, one multi-get per holder, and merged (positions too).
+
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::extract::{RawQuery, State};
+use axum::http::{HeaderMap, Method, StatusCode, Uri};
+use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+use serde::Deserialize;
+use serde_json::json;
+
+use super::keys::NsName;
+use super::params::Params;
+use super::body;
+use super::render::json_response;
+use super::keys::namespace;
+use super::render;
+use crate::auth::Verb;
+use crate::cluster::Member;
+use crate::edge::{no_holder, not_held, require, require_anywhere, send, ApiError, AppState, Caller, Incoming};
+use crate::limits;
+use crate::node::read::await_consistency;
+
+/// A multi-get body: 1,000 keys of up to 2 KiB each, plus framing.
+const MULTI_GET_BODY_BYTES_MAX: usize = limits::MULTI_GET_KEYS_MAX * 2 * 1024 + 64 * 1024;
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct MultiGetBody {
+    keys: Vec<KeyBody>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct KeyBody {
+    pk: String,
+    #[serde(default)]
+    sk: String,
+}
+
+/// `POST /v1/ns/{ns}/get`
+pub async fn multi_get(
+    State(state): State<AppState>,
+    Caller(identity): Caller,
+    NsName(ns): NsName,
+    uri: Uri,
+    headers: HeaderMap,
+    RawQuery(query): RawQuery,
+    body: Body,
+) -> Result<Response, ApiError> {
+    require_anywhere(&identity, &ns, Verb::Read)?;
+    let namespace = namespace(&state, &ns)?;
+    let params = Params::parse(query.as_deref(), &["after", "consistency", "timeout_ms"])?;
+    let bytes = body::read(body, MULTI_GET_BODY_BYTES_MAX, "too_many_keys", "the multi-get body").await?;
+    let request: MultiGetBody = body::json(&bytes)?;
+    if request.keys.len() > limits::MULTI_GET_KEYS_MAX {
+        return Err(ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "too_many_keys",
+            format!("{} keys requested; a multi-get takes at most {}", request.keys.len(), limits::MULTI_GET_KEYS_MAX),
+        ));
+    }
+    for key in &request.keys {
+        limits::check_pk(&key.pk)?;
+        limits::check_sk(&key.sk)?;
+        require(&identity, &ns, &key.pk, Verb::Read)?;
+    }
+    let mut partitions: Vec<u32> = request.keys.iter().map(|k| namespace.partition_of(&k.pk)).collect();
+    partitions.sort_unstable();
+    partitions.dedup();
+    let (local, remote): (Vec<u32>, Vec<u32>) = partitions.iter().partition(|p| namespace.handle(**p).is_held());
+    // Each item rendered as JSON text: remote ones as the holder sent them.
+    let mut items: Vec<Option<Vec<u8>>> = vec![None; request.keys.len()];
+    let mut offsets = std::collections::BTreeMap::new();
+    if !remote.is_empty() {
+        let incoming = Incoming::new(axum::http::Method::POST, &uri, &headers);
+        let keys: Vec<(&str, &str)> = request.keys.iter().map(|k| (k.pk.as_str(), k.sk.as_str())).collect();
+        let key_partitions: Vec<u32> = request.keys.iter().map(|k| namespace.partition_of(&k.pk)).collect();
+        let fetched =
+            multi_get_remote(&state, &incoming, &namespace.name, &remote, &keys, &key_partitions, &mut items, &mut offsets)
+                .await;
+        if let Err(response) = fetched {
+            return Ok(response);
+        }
+    }
+    await_consistency(&state.node, &namespace, &local, &params.consistency()?, params.timeout()?).await?;
+    let mut readers = std::collections::HashMap::with_capacity(local.len());
+    for &p in &local {
+        let view = namespace.handle(p).read_view()?;
+        offsets.insert(p, view.applied_next);
+        readers.insert(p, view);
+    }
+    for (key, item) in request.keys.iter().zip(items.iter_mut()) {
+        if let Some(view) = readers.get(&namespace.partition_of(&key.pk)) {
+            *item = view.reader.get(&key.pk, &key.sk)?.map(|record| {
+                let mut out = Vec::with_capacity(record.value.len() + 64);
+                render::record(&mut out, &record);
+                out
+            });
+        }
+    }
+    let position = if offsets.is_empty() {
+        serde_json::Value::Null
+    } else {
+        json!(crate::position::Position { namespace: namespace.name.to_string(), offsets }.to_string())
+    };
+    Ok(json_response(StatusCode::OK, render::rendered_items(&items, &[("position", position)])))
+}
+
+/// The answer of a holder to a forwarded multi-get.
+#[derive(serde::Deserialize)]
+struct RemoteItems {
+    items: Vec<Box<serde_json::value::RawValue>>,
+    position: Option<String>,
+}
+
+/// A multi-get's keys of partitions this node does not hold, sent as one
+/// multi-get per holder (concurrently). Fills `items[i]` (rendered JSON,
+/// `None` for null) for those keys and adds the holders' offsets of their
+/// partitions to `offsets`. Any holder's error is the whole request's answer
+/// (`Err`, relayed as the holder sent it).
+#[allow(clippy::too_many_arguments)]
+async fn multi_get_remote(
+    state: &AppState,
+    incoming: &Incoming<'_>,
+    namespace: &str,
+    remote: &[u32],
+    keys: &[(&str, &str)],
+    key_partitions: &[u32],
+    items: &mut [Option<Vec<u8>>],
+    offsets: &mut std::collections::BTreeMap<u32, u64>,
+) -> Result<(), Response> {
+    if let Some(from) = incoming.forwarded_by {
+        return Err(not_held(state, namespace, remote[0], from).into_response());
+    }
+    // Holder id -> (holder, indexes of the keys it answers).
+    let mut by_holder: std::collections::BTreeMap<String, (Arc<Member>, Vec<usize>)> = std::collections::BTreeMap::new();
+    for &p in remote {
+        let Some(holder) = state.cluster.holders(namespace, p).into_iter().next() else {
+            return Err(no_holder(state, namespace, p).into_response());
+        };
+        let indexes: Vec<usize> = (0..keys.len()).filter(|&i| key_partitions[i] == p).collect();
+        by_holder.entry(holder.id.clone()).or_insert_with(|| (holder, Vec::new())).1.extend(indexes);
+    }
+    let requests = by_holder.into_values().map(|(holder, indexes)| async move {
+        let body = serde_json::json!({ "keys": indexes.iter().map(|&i| serde_json::json!({"pk": keys[i].0, "sk": keys[i].1})).collect::<Vec<_>>() });
+        let sub = Incoming {
+            method: Method::POST,
+            path_and_query: incoming.path_and_query,
+            forwarded_by: None,
+            idempotency_key: None,
+            headers: incoming.headers,
+        };
+        let response = send(state, &holder, &sub, Bytes::from(serde_json::to_vec(&body).expect("JSON serializes"))).await;
+        (holder, indexes, response)
+    });
+    for (holder, indexes, response) in futures::future::join_all(requests).await {
+        let holder_error = |message: String| ApiError::new(StatusCode::BAD_GATEWAY, "holder_error", message).into_response();
+        let response = response.map_err(|e| {
+            crate::metrics::FORWARD_FAILURES.inc();
+            ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "holder_unreachable",
+                format!("multi-get: forwarding keys of namespace {namespace:?} to {} ({}) failed: {e}; retry", holder.id, holder.api),
+            )
+            .into_response()
+        })?;
+        if response.status() != StatusCode::OK {
+            return Err(response);
+        }
+        let body = axum::body::to_bytes(response.into_body(), usize::MAX)
+            .await
+            .map_err(|e| holder_error(format!("reading {}'s answer: {e}", holder.id)))?;
+        let answer: RemoteItems = serde_json::from_slice(&body)
+            .map_err(|e| holder_error(format!("{} answered a multi-get with unexpected JSON: {e}", holder.id)))?;
+        if answer.items.len() != indexes.len() {
+            return Err(holder_error(format!("{} answered {} items for {} keys", holder.id, answer.items.len(), indexes.len())));
+        }
+        for (&i, item) in indexes.iter().zip(answer.items) {
+            items[i] = (item.get() != "null").then(|| item.get().as_bytes().to_vec());
+        }
+        if let Some(position) = answer.position.as_deref().and_then(|p| crate::position::Position::parse(p).ok()) {
+            offsets.extend(position.offsets);
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,112 @@
+//! A client's write through the write path (`node::write`): its
+//! conditions and write id from the request, its receipt rendered.
+
+use axum::http::StatusCode;
+use axum::response::Response;
+use bytes::Bytes;
+use serde_json::json;
+
+use super::params::Params;
+use super::render::json_response;
+use super::render;
+use crate::codec::{Condition, Mutation, Op};
+use crate::edge::{to_holder, ApiError, AppState, Incoming};
+use crate::limits;
+use crate::node::reserved::Writer;
+use crate::node::write::{Durability, Entry, Receipt, Wait, WriteRequest};
+use crate::partition::Namespace;
+
+/// The one rule for conditions, from query parameters or batch ops:
+/// at most one of `if_version` and `if_absent`. `code` names the error.
+pub(super) fn condition_of(if_version: Option<u64>, if_absent: bool, code: &'static str) -> Result<Option<Condition>, ApiError> {
+    match (if_version, if_absent) {
+        (Some(_), true) => Err(ApiError::bad_request(code, "use if_version or if_absent, not both")),
+        (Some(v), false) => Ok(Some(Condition::IfVersion(v))),
+        (None, true) => Ok(Some(Condition::IfAbsent)),
+        (None, false) => Ok(None),
+    }
+}
+
+pub(super) fn condition(params: &Params) -> Result<Option<Condition>, ApiError> {
+    condition_of(params.u64("if_version")?, params.bool("if_absent")?, "invalid_parameter")
+}
+
+/// The write id of a request: its `Idempotency-Key` (a retry with the same
+/// key within the window is applied once), or none.
+pub(super) fn write_id(incoming: &Incoming<'_>) -> Result<Bytes, ApiError> {
+    let Some(key) = incoming.idempotency_key else { return Ok(Bytes::new()) };
+    if key.is_empty() || key.len() > limits::WRITE_ID_BYTES_MAX || !key.iter().all(|b| (0x21..=0x7e).contains(b)) {
+        return Err(ApiError::bad_request(
+            "invalid_idempotency_key",
+            format!(
+                "Idempotency-Key must be 1 to {} visible ASCII characters (no spaces), got {} bytes",
+                limits::WRITE_ID_BYTES_MAX,
+                key.len()
+            ),
+        ));
+    }
+    Ok(Bytes::copy_from_slice(key))
+}
+
+pub(super) async fn write_one(
+    state: &AppState,
+    incoming: &Incoming<'_>,
+    namespace: &Namespace,
+    op: Op,
+    params: &Params,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    let partition = namespace.partition_of(&op.pk);
+    let mutation = Mutation { write_id: write_id(incoming)?, ops: vec![op] };
+    write_records(state, incoming, namespace, partition, mutation, params, body).await
+}
+
+/// A client's write (one record, or a batch) through the write path
+/// (`node::write`, which decides durability, ripcord and where), answered
+/// as its receipt says: 200 with the version, 202 when journaled, or the
+/// holder's answer when only a holder can tell the outcome.
+pub(super) async fn write_records(
+    state: &AppState,
+    incoming: &Incoming<'_>,
+    namespace: &Namespace,
+    partition: u32,
+    mutation: Mutation,
+    params: &Params,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    let mut request = WriteRequest::new(Writer::Client, partition, Entry::Mutation(mutation));
+    request.durability = durability(params)?;
+    request.timeout = params.timeout()?;
+    if params.wait_applied()? {
+        request.wait = Wait::Applied;
+    }
+    match state.node.write(namespace, request).await? {
+        Receipt::Sequenced { version, duplicate } => {
+            Ok(json_response(StatusCode::OK, render::write_ack(version, &namespace.name, partition, duplicate)))
+        }
+        Receipt::Journaled { write_id, ripcord } => Ok(journaled(&write_id, ripcord)),
+        Receipt::Forward => to_holder(state, incoming, &namespace.name, partition, body).await,
+    }
+}
+
+/// `?durability=sequenced|journaled`; none: the namespace's `write_mode`.
+fn durability(params: &Params) -> Result<Option<Durability>, ApiError> {
+    match params.str("durability") {
+        None => Ok(None),
+        Some("sequenced") => Ok(Some(Durability::Sequenced)),
+        Some("journaled") => Ok(Some(Durability::Journaled)),
+        Some(other) => Err(ApiError::bad_request("invalid_parameter", format!("durability must be sequenced or journaled, got {other:?}"))),
+    }
+}
+
+/// 202 `{"write_id", "sequenced": false}`: durable in this node's journal,
+/// sequenced soon; with `x-tern-ripcord: journaled` when journaled because
+/// the log refused it.
+fn journaled(write_id: &[u8], ripcord: bool) -> Response {
+    let body = json!({ "write_id": String::from_utf8_lossy(write_id), "sequenced": false });
+    let mut response = json_response(StatusCode::ACCEPTED, serde_json::to_vec(&body).expect("JSON serializes"));
+    if ripcord {
+        response.headers_mut().insert("x-tern-ripcord", axum::http::HeaderValue::from_static("journaled"));
+    }
+    response
+}

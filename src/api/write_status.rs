@@ -1,0 +1,63 @@
+//! `GET /v1/writes/{id}`: what became of a write with this write id (its
+//! `Idempotency-Key`, or the id a journaled write was answered with).
+//!
+//! - `journaled`: durable in this node's journal, not yet applied;
+//! - `applied`: applied at `version` (its `position` follows it), with its
+//!   `outcome` — `applied`, or `condition_failed` with the op and the
+//!   version it met (a conditional journaled write learns its fate here);
+//! - `unknown`: neither in this node's journal nor remembered by a
+//!   partition this node applies (never written, written elsewhere and not
+//!   applied here, or older than the write-id window).
+//!
+//! Answered from this node alone: its journal and the stores of the
+//! partitions it applies.
+
+use axum::extract::{Path, State};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde_json::{json, Value};
+
+use crate::edge::{ApiError, AppState};
+use crate::partition::outcome::Outcome;
+
+pub async fn status(State(state): State<AppState>, Path(id): Path<String>) -> Result<Response, ApiError> {
+    if id.is_empty() || id.len() > crate::limits::WRITE_ID_BYTES_MAX {
+        return Err(ApiError::bad_request(
+            "invalid_write_id",
+            format!("a write id is 1 to {} bytes, got {}", crate::limits::WRITE_ID_BYTES_MAX, id.len()),
+        ));
+    }
+    // Applied first: an entry stays in the journal a moment after it applied.
+    for namespace in state.node.namespaces() {
+        for (partition, handle) in namespace.handles.iter().enumerate() {
+            if !handle.is_held() {
+                continue;
+            }
+            let view = handle.read_view()?;
+            if let Some((version, outcome)) = view.reader.write_id_seen(id.as_bytes())? {
+                let position = crate::position::Position::single_string(&namespace.name, partition as u32, version + 1);
+                let mut body = json!({
+                    "write_id": id, "state": "applied", "ns": &*namespace.name, "partition": partition,
+                    "version": version, "position": position,
+                });
+                body["outcome"] = outcome_json(Outcome::decode_remembered(&outcome));
+                return Ok(Json(body).into_response());
+            }
+        }
+    }
+    let body = match state.node.journal.find(id.as_bytes()) {
+        Some((ns, partition, _)) => json!({ "write_id": id, "state": "journaled", "ns": ns, "partition": partition }),
+        None => json!({ "write_id": id, "state": "unknown" }),
+    };
+    Ok(Json(body).into_response())
+}
+
+fn outcome_json(outcome: Option<Outcome>) -> Value {
+    match outcome {
+        Some(Outcome::ConditionFailed { op_index, current_version }) => {
+            json!({ "result": "condition_failed", "op_index": op_index, "current_version": current_version })
+        }
+        Some(_) => json!({ "result": "applied" }),
+        None => json!({ "result": "unknown" }),
+    }
+}

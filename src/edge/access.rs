@@ -1,0 +1,220 @@
+//! Authentication and authorization at the API's edge (issue 20).
+//!
+//! Every request but the public ones (`/healthz`, `/readyz`, the demo page,
+//! and `/metrics` when `public_metrics`) must carry a token:
+//! `Authorization: Bearer TOKEN` — or, where browsers cannot set headers,
+//! `?access_token=TOKEN` on watches (`EventSource`, WebSocket) and
+//! Firebase's `?auth=TOKEN`. `admit` (called by the service's front,
+//! `http/front.rs`) authenticates it once; the front hands the `Identity`
+//! to a fast-path handler, or leaves it in the request's extensions for
+//! the router's; each handler then asks `require` for the verb on the keys
+//! it touches, so a request is decided where its keys are known (a batch's
+//! every op, a multi-get's every key). HTTP/2 watch streams, which the
+//! connection serves without the router, authenticate through the same
+//! `identify`.
+//!
+//! Answers: 401 `unauthenticated` with `WWW-Authenticate: Bearer`, 403
+//! `permission_denied` naming the missing grant, 429
+//! `too_many_failed_authentications` (with `Retry-After`) for a source
+//! address past its failed-authentication budget. No answer, log line or
+//! metric ever holds a token.
+//!
+//! A forwarded request carries the caller's `Authorization` (and query) to
+//! the holder, which decides again: no node takes another's word.
+
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::extract::Request;
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode, Uri};
+
+use super::error::ApiError;
+use super::state::AppState;
+use crate::auth::{AuthError, Authenticator, Identity, Verb};
+
+/// The client's address, left in each request's extensions by the transport.
+#[derive(Debug, Clone, Copy)]
+pub struct Peer(pub IpAddr);
+
+/// How this node admits requests.
+#[derive(Default)]
+pub struct Access {
+    /// None: authentication is off (every request is `Identity::Open`).
+    pub authenticator: Option<Arc<Authenticator>>,
+    /// The root token, which this node presents to others to read the API
+    /// keys (`tokens.rs`); never sent anywhere else.
+    pub root_token: Option<String>,
+    /// `/metrics` without a token.
+    pub public_metrics: bool,
+    /// `/healthz` and `/readyz` without a token (load balancers, orchestrators).
+    pub public_health: bool,
+}
+
+impl Access {
+    pub fn enabled(&self) -> bool {
+        self.authenticator.is_some()
+    }
+}
+
+/// Paths anyone may ask for: the demo page's static files (they hold no
+/// data), health (`public_health`) and metrics (`public_metrics`).
+pub fn is_public(access: &Access, path: &str) -> bool {
+    matches!(path, "/demo" | "/demo/firebase")
+        || path.starts_with("/demo/client/")
+        || path.starts_with("/demo/firebase/sdk/")
+        || (access.public_health && matches!(path, "/healthz" | "/readyz"))
+        || (access.public_metrics && path == "/metrics")
+}
+
+/// Who is asking, for the service's front (`http/front.rs`): None for a
+/// public path (no identity needed), or the refusal (401, 429), which the
+/// front answers in the protocol's own shape.
+pub fn admit(app: &AppState, request: &Request) -> Result<Option<Identity>, ApiError> {
+    if !app.access.enabled() {
+        return Ok(Some(Identity::Open));
+    }
+    if is_public(&app.access, request.uri().path()) {
+        return Ok(None);
+    }
+    let peer = request.extensions().get::<Peer>().map(|p| p.0);
+    identify(app, request.headers(), request.uri(), peer).map(Some)
+}
+
+/// Who sent a request with these headers and this URI (see the module doc).
+pub fn identify(app: &AppState, headers: &HeaderMap, uri: &Uri, peer: Option<IpAddr>) -> Result<Identity, ApiError> {
+    let Some(authenticator) = &app.access.authenticator else { return Ok(Identity::Open) };
+    let now = Instant::now();
+    if let Some(wait) = peer.and_then(|ip| authenticator.limiter.blocked_for(ip, now)) {
+        crate::metrics::AUTH_FAILURES.with_label_values(&["rate_limited"]).inc();
+        return Err(ApiError::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            "too_many_failed_authentications",
+            format!("too many failed authentications from this address; retry in {} s", wait.as_secs().max(1)),
+        )
+        .with("retry_after_s", wait.as_secs().max(1)));
+    }
+    let token = bearer(headers, uri).unwrap_or_default();
+    match authenticator.authenticate(token.as_ref()) {
+        Ok(identity) => Ok(identity),
+        Err(error) => {
+            let reason = if error == AuthError::Missing { "missing" } else { "invalid" };
+            crate::metrics::AUTH_FAILURES.with_label_values(&[reason]).inc();
+            if let Some(ip) = peer {
+                authenticator.limiter.failed(ip, now);
+            }
+            Err(unauthenticated(&error))
+        }
+    }
+}
+
+/// The request's token: the `Authorization: Bearer` header (borrowed: the
+/// hot path allocates nothing), else a query parameter (`access_token`, or
+/// Firebase's `auth`).
+fn bearer<'a>(headers: &'a HeaderMap, uri: &'a Uri) -> Option<std::borrow::Cow<'a, str>> {
+    if let Some(value) = headers.get(header::AUTHORIZATION) {
+        let text = value.to_str().ok()?;
+        let (scheme, token) = text.split_once(' ')?;
+        return scheme.eq_ignore_ascii_case("bearer").then(|| std::borrow::Cow::Borrowed(token.trim()));
+    }
+    let query = uri.query()?;
+    form_urlencoded::parse(query.as_bytes()).find(|(k, _)| k == "access_token" || k == "auth").map(|(_, v)| v)
+}
+
+/// 401 `unauthenticated`; its `"token": "missing" | "invalid"` says which,
+/// and picks the `WWW-Authenticate` challenge (`challenge`).
+pub fn unauthenticated(error: &AuthError) -> ApiError {
+    let token = if *error == AuthError::Missing { "missing" } else { "invalid" };
+    ApiError::new(StatusCode::UNAUTHORIZED, "unauthenticated", error.message()).with("token", token)
+}
+
+/// Leaves `identity` on a request for its handler (`caller_of`). With
+/// authentication off nothing is left: `caller_of` answers `Open` without
+/// it, and the request is spared an extensions map.
+pub fn attach(request: &mut Request, identity: Identity) {
+    if !matches!(identity, Identity::Open) {
+        request.extensions_mut().insert(identity);
+    }
+}
+
+/// Who sent the request `parts` belong to: the identity the service's front
+/// left on it (`attach`), else (authentication off, or a request that did
+/// not pass the front: an HTTP/2 watch stream)
+/// authenticated now.
+pub fn caller_of(app: &AppState, parts: &axum::http::request::Parts) -> Result<Identity, ApiError> {
+    if let Some(identity) = parts.extensions.get::<Identity>() {
+        return Ok(identity.clone());
+    }
+    identify(app, &parts.headers, &parts.uri, parts.extensions.get::<Peer>().map(|p| p.0))
+}
+
+/// The extractor of `caller_of`.
+pub struct Caller(pub Identity);
+
+impl axum::extract::FromRequestParts<AppState> for Caller {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut axum::http::request::Parts, app: &AppState) -> Result<Self, Self::Rejection> {
+        caller_of(app, parts).map(Caller)
+    }
+}
+
+/// 403 `permission_denied` unless `identity` may do `verb` on (`ns`, `pk`).
+pub fn require(identity: &Identity, ns: &str, pk: &str, verb: Verb) -> Result<(), ApiError> {
+    identity.allows(ns, pk, verb).map_err(denied)
+}
+
+/// 403 unless `identity` may do `verb` somewhere in `ns`.
+pub fn require_anywhere(identity: &Identity, ns: &str, verb: Verb) -> Result<(), ApiError> {
+    identity.allows_anywhere(ns, verb).map_err(denied)
+}
+
+/// 403 unless `identity` may do `verb` on every namespace.
+pub fn require_everywhere(identity: &Identity, verb: Verb) -> Result<(), ApiError> {
+    identity.allows_everywhere(verb).map_err(denied)
+}
+
+fn denied(denied: crate::auth::Denied) -> ApiError {
+    crate::metrics::AUTH_DENIED.inc();
+    ApiError::new(StatusCode::FORBIDDEN, "permission_denied", denied.message)
+}
+
+/// The `WWW-Authenticate` header of a 401 (RFC 6750: `error="invalid_token"`
+/// when a token was sent); None for any other answer.
+pub fn challenge(error: &ApiError) -> Option<HeaderValue> {
+    if error.status != StatusCode::UNAUTHORIZED {
+        return None;
+    }
+    let invalid = error.details.get("token").and_then(serde_json::Value::as_str) == Some("invalid");
+    Some(HeaderValue::from_static(if invalid { "Bearer realm=\"tern\", error=\"invalid_token\"" } else { "Bearer realm=\"tern\"" }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_token_comes_from_the_header_or_the_query() {
+        let uri: Uri = "/v1/ws?access_token=abc%2B".parse().unwrap();
+        assert_eq!(bearer(&HeaderMap::new(), &uri).as_deref(), Some("abc+"));
+        let mut headers = HeaderMap::new();
+        headers.insert(header::AUTHORIZATION, HeaderValue::from_static("bearer  xyz "));
+        assert_eq!(bearer(&headers, &uri).as_deref(), Some("xyz"), "the header wins; the scheme is case-insensitive");
+        headers.insert(header::AUTHORIZATION, HeaderValue::from_static("Basic eHl6"));
+        assert_eq!(bearer(&headers, &uri), None, "another scheme is no bearer token");
+        assert_eq!(bearer(&HeaderMap::new(), &"/x.json?auth=t".parse().unwrap()).as_deref(), Some("t"));
+    }
+
+    #[test]
+    fn only_health_and_the_demo_are_public() {
+        let access = Access { public_health: true, ..Default::default() };
+        for path in ["/healthz", "/readyz", "/demo", "/demo/client/tern.js"] {
+            assert!(is_public(&access, path), "{path}");
+        }
+        for path in ["/metrics", "/v1/ns", "/demo/", "/healthz/x", "/.json", "/v1/ws"] {
+            assert!(!is_public(&access, path), "{path}");
+        }
+        assert!(is_public(&Access { public_metrics: true, ..Default::default() }, "/metrics"));
+        assert!(!is_public(&Access::default(), "/healthz"), "health behind a token when not public_health");
+    }
+}

@@ -1,0 +1,81 @@
+//! Firebase's errors: `{"error": "<message>"}` with its statuses, and how
+//! the edge's and the node's errors become one.
+
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+
+use crate::edge::ApiError;
+
+/// A Firebase error: `{"error": message}` with a status.
+#[derive(Debug)]
+pub struct FbError {
+    pub status: StatusCode,
+    pub message: String,
+}
+
+impl FbError {
+    pub fn new(status: StatusCode, message: impl Into<String>) -> FbError {
+        FbError { status, message: message.into() }
+    }
+    pub fn bad(message: impl Into<String>) -> FbError {
+        FbError::new(StatusCode::BAD_REQUEST, message)
+    }
+    pub fn denied() -> FbError {
+        FbError::new(StatusCode::UNAUTHORIZED, "Permission denied")
+    }
+}
+
+impl std::fmt::Display for FbError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl IntoResponse for FbError {
+    fn into_response(self) -> Response {
+        let body = serde_json::json!({ "error": self.message }).to_string();
+        (self.status, [(header::CONTENT_TYPE, "application/json; charset=utf-8")], body).into_response()
+    }
+}
+
+/// A Tern error (a write's outcome, a forward) in Firebase's form.
+impl From<ApiError> for FbError {
+    fn from(e: ApiError) -> FbError {
+        match e.code {
+            "unauthenticated" | "permission_denied" | "too_many_failed_authentications" => FbError::new(e.status, format!("{}: {}", e.code, e.message)),
+            _ => FbError::new(e.status, e.message),
+        }
+    }
+}
+
+impl From<crate::store::StoreError> for FbError {
+    fn from(e: crate::store::StoreError) -> FbError {
+        FbError::new(StatusCode::SERVICE_UNAVAILABLE, format!("the store cannot be read: {e}"))
+    }
+}
+
+impl From<crate::store::tree::TreeError> for FbError {
+    fn from(e: crate::store::tree::TreeError) -> FbError {
+        match e {
+            too_large @ crate::store::tree::TreeError::TooLarge { .. } => FbError::new(StatusCode::PAYLOAD_TOO_LARGE, too_large.to_string()),
+            crate::store::tree::TreeError::Store(e) => e.into(),
+        }
+    }
+}
+
+
+impl From<crate::node::write::WriteError> for FbError {
+    fn from(e: crate::node::write::WriteError) -> FbError {
+        ApiError::from(e).into()
+    }
+}
+
+/// A refusal at the front (401, 429) in Firebase's shape, with its challenge.
+pub fn refusal(error: ApiError) -> Response {
+    let challenge = crate::edge::challenge(&error);
+    let mut response = FbError::from(error).into_response();
+    if let Some(challenge) = challenge {
+        response.headers_mut().insert(header::WWW_AUTHENTICATE, challenge);
+    }
+    response
+}

@@ -1,0 +1,297 @@
+//! The REST verbs on `/{path}.json`.
+//!
+//! - `GET`: the value (null when absent); `shallow=true`; `format=export`
+//!   (priorities); queries (`tree::query`), which need `.indexOn` for
+//!   `$value` and child orders; `X-Firebase-ETag: true` adds the `ETag`,
+//!   `if-none-match` equal to it answers 304.
+//! - `PUT` (set), `PATCH` (update, multi-path keys, null deletes), `POST`
+//!   (a child under a new push id: `{"name": id}`), `DELETE`: each one tree
+//!   op in one log entry, answered once this node applied it (so the next
+//!   read here sees it). `if-match: <ETag>` makes it conditional, decided
+//!   at apply: 412 with the current `ETag` and value when it fails.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::http::{header, HeaderMap, Method, StatusCode, Uri};
+use axum::response::Response;
+use bytes::Bytes;
+use serde_json::Value;
+
+use super::caller::Caller;
+use super::db::{tree_view, TreeData};
+use super::error::FbError;
+use super::query::Query;
+use super::response::json_response;
+use super::state::Firebase;
+use crate::codec::{now_ms, Condition, Mutation, Op, OpKind, TreeOp};
+use crate::edge::{to_holder, Incoming};
+use crate::node::reserved::Writer;
+use crate::node::write::{Entry, Receipt, WriteError, WriteRequest};
+use crate::partition::{Namespace, ReadView};
+use crate::store::tree::{shallow, value_at, READ_BYTES_MAX};
+use crate::tree::path;
+use crate::tree::query::{self, QueryParams};
+use crate::tree::value::{etag, etag_text, has_server_values, parse_etag, resolve_server_values, validate_write};
+use crate::tree::TREE_PK;
+
+/// Children a shallow read lists at most.
+const SHALLOW_CHILDREN_MAX: usize = 1_000_000;
+
+#[allow(clippy::too_many_arguments)]
+pub async fn handle(
+    state: &Firebase,
+    namespace: &Namespace,
+    caller: &Caller,
+    method: &Method,
+    sk: String,
+    query: &Query,
+    headers: &HeaderMap,
+    uri: &Uri,
+    body: Bytes,
+) -> Result<Response, FbError> {
+    let incoming = Incoming::new(method.clone(), uri, headers);
+    let partition = namespace.partition_of(TREE_PK);
+    if !namespace.handle(partition).is_held() {
+        return to_holder(&state.app, &incoming, &namespace.name, partition, body).await.map_err(FbError::from);
+    }
+    match *method {
+        Method::GET => get(state, namespace, caller, &sk, query, headers).await,
+        Method::PUT => set(state, namespace, caller, sk, query, headers, &incoming, body, false).await,
+        Method::PATCH => set(state, namespace, caller, sk, query, headers, &incoming, body, true).await,
+        Method::POST => {
+            let name = state.db.push_id();
+            let child = path::join(&sk, &name);
+            let response = set(state, namespace, caller, child, query, headers, &incoming, body, false).await?;
+            if response.status() == StatusCode::NO_CONTENT || !response.status().is_success() {
+                return Ok(response);
+            }
+            json_response(StatusCode::OK, &serde_json::json!({ "name": name }), query, Vec::new())
+        }
+        Method::DELETE => set(state, namespace, caller, sk, query, headers, &incoming, Bytes::from_static(b"null"), false).await,
+        ref other => Err(FbError::new(StatusCode::METHOD_NOT_ALLOWED, format!("{other} is not supported; use GET, PUT, PATCH, POST or DELETE"))),
+    }
+}
+
+fn query_params(query: &Query) -> QueryParams<'_> {
+    QueryParams {
+        order_by: query.get("orderBy"),
+        start_at: query.get("startAt"),
+        start_after: query.get("startAfter"),
+        end_at: query.get("endAt"),
+        end_before: query.get("endBefore"),
+        equal_to: query.get("equalTo"),
+        limit_to_first: query.get("limitToFirst"),
+        limit_to_last: query.get("limitToLast"),
+    }
+}
+
+/// Parses a query and checks that the rules index what it orders by.
+pub fn parse_query(state: &Firebase, namespace: &Namespace, sk: &str, query: &Query) -> Result<Option<query::Query>, FbError> {
+    let Some(parsed) = query::parse(&query_params(query)).map_err(FbError::bad)? else { return Ok(None) };
+    if let Some(needed) = query::index_needed(&parsed) {
+        if !state.db.rules_of(namespace)?.index_on(sk).contains(&needed) {
+            return Err(FbError::bad(format!(
+                "Index not defined, add \".indexOn\": \"{needed}\", for path \"{}\", to the rules",
+                path::display(sk)
+            )));
+        }
+    }
+    Ok(Some(parsed))
+}
+
+pub fn check_read(state: &Firebase, namespace: &Namespace, caller: &Caller, sk: &str, view: Arc<ReadView>) -> Result<Arc<ReadView>, FbError> {
+    let Some(auth) = caller.rules_auth() else { return Ok(view) };
+    let rules = state.db.rules_of(namespace)?;
+    let data = TreeData { view };
+    if !rules.can_read(sk, auth, now_ms(), &data) {
+        return Err(FbError::denied());
+    }
+    Ok(data.view)
+}
+
+async fn get(state: &Firebase, namespace: &Namespace, caller: &Caller, sk: &str, query: &Query, headers: &HeaderMap) -> Result<Response, FbError> {
+    let parsed = parse_query(state, namespace, sk, query)?;
+    let view = check_read(state, namespace, caller, sk, tree_view(namespace)?)?;
+    let reader = &view.reader;
+    let value = match (query.get("shallow"), query.get("format")) {
+        (Some("true"), _) if parsed.is_some() => return Err(FbError::bad("Mixing 'shallow' and querying parameters is not supported")),
+        (Some("true"), _) => shallow(reader, TREE_PK, sk, SHALLOW_CHILDREN_MAX)?,
+        (Some(other), _) if other != "false" => return Err(FbError::bad(format!("shallow must be true or false, got {other:?}"))),
+        (_, Some("export")) if parsed.is_none() => value_at(reader, TREE_PK, sk, true, READ_BYTES_MAX)?,
+        (_, Some(other)) if other != "export" => return Err(FbError::bad(format!("format must be export, got {other:?}"))),
+        _ => match &parsed {
+            Some(q) => query::as_object(state.db.indexes.run(namespace, &view, sk, q, false).await?),
+            None => value_at(reader, TREE_PK, sk, false, READ_BYTES_MAX)?,
+        },
+    };
+    check_timeout(query)?;
+    let wants_etag = headers.get("x-firebase-etag").is_some_and(|v| v == "true");
+    let if_none_match = headers.get(header::IF_NONE_MATCH).and_then(|v| v.to_str().ok());
+    // The tag hashes the whole value: only when the request uses it.
+    let tag = (wants_etag || if_none_match.is_some()).then(|| etag_text(&etag(&value)));
+    if let (Some(tag), Some(asked)) = (&tag, if_none_match) {
+        if asked.trim_matches('"') == tag {
+            let mut response = StatusCode::NOT_MODIFIED.into_response_with_etag(tag);
+            response.headers_mut().insert(header::CONTENT_LENGTH, 0.into());
+            return Ok(response);
+        }
+    }
+    let extra = match tag {
+        Some(tag) if wants_etag => vec![(header::ETAG, tag)],
+        _ => Vec::new(),
+    };
+    json_response(StatusCode::OK, &value, query, extra)
+}
+
+trait WithEtag {
+    fn into_response_with_etag(self, tag: &str) -> Response;
+}
+
+impl WithEtag for StatusCode {
+    fn into_response_with_etag(self, tag: &str) -> Response {
+        let mut response = axum::response::IntoResponse::into_response(self);
+        if let Ok(value) = tag.parse() {
+            response.headers_mut().insert(header::ETAG, value);
+        }
+        response
+    }
+}
+
+/// `timeout=3s|300ms|1min`: how long a request may take, at most 15 minutes (Firebase's bound).
+fn check_timeout(query: &Query) -> Result<Option<Duration>, FbError> {
+    let Some(text) = query.get("timeout") else { return Ok(None) };
+    let (digits, unit) = text.split_at(text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len()));
+    let n: u64 = digits.parse().map_err(|_| FbError::bad(format!("timeout must be a number with ms, s or min, got {text:?}")))?;
+    let ms = match unit {
+        "ms" => n,
+        "s" => n.saturating_mul(1000),
+        "min" => n.saturating_mul(60_000),
+        _ => return Err(FbError::bad(format!("timeout must be a number with ms, s or min, got {text:?}"))),
+    };
+    if ms == 0 || ms > 15 * 60_000 {
+        return Err(FbError::bad("timeout must be between 1ms and 15min"));
+    }
+    Ok(Some(Duration::from_millis(ms)))
+}
+
+fn check_write_size_limit(query: &Query) -> Result<(), FbError> {
+    match query.get("writeSizeLimit") {
+        None | Some("tiny" | "small" | "medium" | "large" | "unlimited") => Ok(()),
+        Some(other) => Err(FbError::bad(format!("writeSizeLimit must be tiny, small, medium, large or unlimited, got {other:?}"))),
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn set(
+    state: &Firebase,
+    namespace: &Namespace,
+    caller: &Caller,
+    sk: String,
+    query: &Query,
+    headers: &HeaderMap,
+    incoming: &Incoming<'_>,
+    body: Bytes,
+    merge: bool,
+) -> Result<Response, FbError> {
+    check_write_size_limit(query)?;
+    let timeout = check_timeout(query)?.unwrap_or(Duration::from_millis(crate::limits::WAIT_MS_DEFAULT)).min(Duration::from_millis(crate::limits::WAIT_MS_MAX));
+    validate_write(&sk, &body, merge).map_err(FbError::bad)?;
+    let written: Value = serde_json::from_slice(&body).expect("validated above");
+    let time_ms = now_ms();
+    check_write(state, namespace, caller, &sk, &written, merge, time_ms)?;
+    let condition = match headers.get(header::IF_MATCH).and_then(|v| v.to_str().ok()) {
+        // A tag that does not parse matches no value: the write fails with 412.
+        Some(tag) => Some(Condition::IfTreeHash(parse_etag(tag).unwrap_or([0; 32]))),
+        None => None,
+    };
+    // Kept for a holder, should this node let the partition go before the write.
+    let body_again = body.clone();
+    let op = Op { pk: TREE_PK.into(), sk: sk.clone(), kind: OpKind::Tree(TreeOp { merge, value: body, time_ms }), condition };
+    let write_id = match incoming.idempotency_key {
+        Some(key) if !key.is_empty() && key.len() <= crate::limits::WRITE_ID_BYTES_MAX => Bytes::copy_from_slice(key),
+        Some(_) => return Err(FbError::bad(format!("Idempotency-Key must be 1 to {} bytes", crate::limits::WRITE_ID_BYTES_MAX))),
+        None => Bytes::new(),
+    };
+    let mutation = Mutation { write_id, ops: vec![op] };
+    let partition = namespace.partition_of(TREE_PK);
+    let request = WriteRequest::new(Writer::FirebaseTree, partition, Entry::Mutation(mutation)).applied_within(timeout);
+    match state.app.node.write(namespace, request).await {
+        Ok(Receipt::Sequenced { .. }) => {}
+        Ok(Receipt::Journaled { .. }) => unreachable!("a write that waits to be applied is sequenced"),
+        Err(WriteError::ConditionFailed { .. }) => {
+            let current = value_at(&tree_view(namespace)?.reader, TREE_PK, &sk, false, READ_BYTES_MAX)?;
+            let tag = etag_text(&etag(&current));
+            let body = serde_json::to_string(&current).expect("a Value serializes");
+            let mut response = axum::response::IntoResponse::into_response((StatusCode::PRECONDITION_FAILED, [(header::CONTENT_TYPE, "application/json; charset=utf-8")], body));
+            if let Ok(value) = tag.parse() {
+                response.headers_mut().insert(header::ETAG, value);
+            }
+            return Ok(response);
+        }
+        // Let go since the check in `handle`: nothing was written; a holder takes it.
+        Ok(Receipt::Forward) => return to_holder(&state.app, incoming, &namespace.name, partition, body_again).await.map_err(FbError::from),
+        Err(e) => return Err(FbError::from(e)),
+    }
+    // What was written, as it now reads (server values resolved), and its ETag when asked.
+    let wants_etag = headers.get("x-firebase-etag").is_some_and(|v| v == "true");
+    let answer = if has_server_values(&written) || wants_etag {
+        let view = tree_view(namespace)?;
+        let reader = &view.reader;
+        if merge {
+            let mut out = serde_json::Map::new();
+            for key in written.as_object().expect("validated").keys() {
+                let at = path::join(&sk, &path::sk_of(&path::parse_relative(key).expect("validated")));
+                out.insert(key.clone(), value_at(reader, TREE_PK, &at, false, READ_BYTES_MAX)?);
+            }
+            Value::Object(out)
+        } else {
+            value_at(reader, TREE_PK, &sk, false, READ_BYTES_MAX)?
+        }
+    } else {
+        let mut plain = written;
+        crate::tree::value::strip_priorities(&mut plain);
+        plain
+    };
+    let extra = if wants_etag && !merge { vec![(header::ETAG, etag_text(&etag(&answer)))] } else { Vec::new() };
+    json_response(StatusCode::OK, &answer, query, extra)
+}
+
+/// Whether the rules let `caller` write `written` at `sk` (a set, or an
+/// update when `merge`), judged against this node's applied tree.
+pub fn check_write(state: &Firebase, namespace: &Namespace, caller: &Caller, sk: &str, written: &Value, merge: bool, time_ms: u64) -> Result<(), FbError> {
+    let Some(auth) = caller.rules_auth() else { return Ok(()) };
+    let rules = state.db.rules_of(namespace)?;
+    let data = TreeData { view: tree_view(namespace)? };
+    let writes = writes_for_rules(sk, written, merge, time_ms, &data);
+    if !rules.can_write(&writes, auth, time_ms, &data) {
+        return Err(FbError::denied());
+    }
+    Ok(())
+}
+
+/// The write as rules see it: sets at sort keys, server values resolved
+/// against this node's state (the apply loop resolves them again, alike on
+/// every replica; rules judge the write the client asked for).
+fn writes_for_rules(sk: &str, written: &Value, merge: bool, time_ms: u64, data: &TreeData) -> Vec<(String, Value)> {
+    let mut current = |at: &str| Some(crate::firebase::rules::eval::Data::current(data, at));
+    let mut resolve = |at: &str, value: &Value| {
+        let mut v = value.clone();
+        resolve_server_values(at, &mut v, time_ms, &mut current);
+        v
+    };
+    if merge {
+        written
+            .as_object()
+            .expect("validated")
+            .iter()
+            .map(|(key, value)| {
+                let at = path::join(sk, &path::sk_of(&path::parse_relative(key).expect("validated")));
+                let v = resolve(&at, value);
+                (at, v)
+            })
+            .collect()
+    } else {
+        vec![(sk.to_string(), resolve(sk, written))]
+    }
+}

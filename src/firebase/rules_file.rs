@@ -1,0 +1,50 @@
+//! `GET|PUT /.settings/rules.json`: a database's rules, admin only.
+//!
+//! PUT parses the rules (a real parser: `crate::rules`) and refuses bad ones
+//! with where and why (400), then writes them as one record through the
+//! log, so every replica enforces the same rules. GET answers them as saved
+//! (comments kept), or strict JSON with `?format=strict`.
+
+use axum::http::{header, Method, StatusCode};
+use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+
+use super::caller::Caller;
+use super::db::{RULES_PK, RULES_SK};
+use super::error::FbError;
+use super::query::Query;
+use super::state::Firebase;
+use crate::codec::{Mutation, Op, OpKind};
+use crate::node::reserved::Writer;
+use crate::node::write::{Entry, WriteRequest};
+use crate::partition::Namespace;
+use crate::firebase::rules::Rules;
+
+pub async fn handle(state: &Firebase, namespace: &Namespace, caller: &Caller, method: &Method, query: &Query, body: Bytes) -> Result<Response, FbError> {
+    if !matches!(caller, Caller::Admin { .. }) {
+        return Err(FbError::new(StatusCode::UNAUTHORIZED, "Unauthorized request: only the owner reads or writes rules"));
+    }
+    let partition = namespace.partition_of(RULES_PK);
+    match *method {
+        Method::GET => {
+            let record = namespace.handle(partition).store().read()?.get(RULES_PK, RULES_SK)?;
+            let text = state.db.rules_text(record.as_ref().map(|r| &r.value[..]));
+            let text = if query.get("format") == Some("strict") { Rules::strict_text(&text) } else { text };
+            Ok(([(header::CONTENT_TYPE, "application/json; charset=utf-8")], text).into_response())
+        }
+        Method::PUT => {
+            let text = std::str::from_utf8(&body).map_err(|_| FbError::bad("rules must be UTF-8 text"))?;
+            Rules::parse(text).map_err(FbError::bad)?;
+            let value = serde_json::to_vec(text).expect("a string serializes");
+            let mutation = Mutation {
+                write_id: Bytes::new(),
+                ops: vec![Op { pk: RULES_PK.into(), sk: RULES_SK.into(), kind: OpKind::Put(Bytes::from(value)), condition: None }],
+            };
+            let timeout = std::time::Duration::from_millis(crate::limits::WAIT_MS_DEFAULT);
+            let request = WriteRequest::new(Writer::FirebaseRules, partition, Entry::Mutation(mutation)).applied_within(timeout);
+            state.app.node.write_sequenced(namespace, request).await.map_err(|e| FbError::from(e))?;
+            Ok(([(header::CONTENT_TYPE, "application/json; charset=utf-8")], r#"{"status":"ok"}"#).into_response())
+        }
+        ref other => Err(FbError::new(StatusCode::METHOD_NOT_ALLOWED, format!("{other} is not supported on rules; use GET or PUT"))),
+    }
+}

@@ -1,0 +1,131 @@
+//! The front: the one service every connection's requests go to. It
+//! decides, in order:
+//!
+//! 1. `/.ws` is Firebase's realtime protocol (it authenticates in its own
+//!    messages: a browser cannot set a header on a WebSocket);
+//! 2. who is asking (`edge::admit`: 401 and 429 here, in the shape of the
+//!    protocol the path belongs to);
+//! 3. by prefix: every `/v1/…` path is the native API's (even one ending
+//!    in `.json`); any other path ending in `.json` is Firebase's
+//!    (`firebase::is_firebase_path`); everything else (operations, the
+//!    demo pages) is the API router's;
+//! 4. a plain single-record GET or PUT (no query string) is answered on the
+//!    fast path (`api::fast_path`), before the router and its extractors:
+//!    server CPU per GET fell from ~13-15 µs to ~10 µs (a bare hello server:
+//!    ~9.3 µs, BENCHMARKS.md); anything else goes to the router with the
+//!    identity in its extensions.
+//!
+//! One layer for all of it, so the hottest calls pay for neither a second
+//! middleware nor an extensions map.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::extract::{Request, State};
+use axum::http::Method;
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+
+use crate::edge::{admit, attach, AppState, Route, RouteMetrics};
+use crate::firebase::{self, Firebase};
+use crate::{api, cluster::Cluster, node::Node};
+
+/// What the front and the transport hand requests to: each protocol's state.
+#[derive(Clone)]
+pub struct Protocols {
+    /// The native API's (and the edge's) state.
+    pub api: AppState,
+    pub firebase: Firebase,
+}
+
+impl Protocols {
+    /// Both protocols on `app`, Firebase as `firebase` says.
+    pub fn new(app: AppState, firebase: firebase::FirebaseConfig) -> Protocols {
+        Protocols { firebase: Firebase::new(app.clone(), firebase), api: app }
+    }
+}
+
+/// Every Firebase request (`/{path}.json`, any method), in one histogram.
+const FIREBASE_ROUTE: &str = "/{path}.json";
+
+/// Shared by every request (axum clones the state per request: one `Arc`).
+struct Front {
+    protocols: Protocols,
+    get_metrics: Arc<RouteMetrics>,
+    put_metrics: Arc<RouteMetrics>,
+    firebase_metrics: Arc<RouteMetrics>,
+}
+
+/// Every route either protocol serves, with who may call it: the native
+/// API's table and Firebase's paths (`tests/it/auth.rs` walks them all with
+/// every kind of bad credential).
+pub fn routes() -> Vec<Route> {
+    let mut routes = api::routes();
+    routes.extend(firebase::routes());
+    routes
+}
+
+/// The service to serve: the front (see the module doc) before the API's router.
+pub fn service(
+    protocols: Protocols,
+) -> impl tower::Service<Request, Response = Response, Error = std::convert::Infallible, Future: Send> + Clone + Send + 'static {
+    let router = api::router(protocols.api.clone());
+    let front = Arc::new(Front {
+        protocols,
+        get_metrics: RouteMetrics::new(api::GET_RECORD_ROUTE),
+        put_metrics: RouteMetrics::new(api::PUT_RECORD_ROUTE),
+        firebase_metrics: RouteMetrics::new(FIREBASE_ROUTE),
+    });
+    tower::Layer::layer(&axum::middleware::from_fn_with_state(front, front_door), router)
+}
+
+/// The service of a node without authentication, speaking Firebase with
+/// its defaults (in-process tests).
+pub fn app(
+    node: Arc<Node>,
+    cluster: Arc<Cluster>,
+) -> impl tower::Service<Request, Response = Response, Error = std::convert::Infallible, Future: Send> + Clone + Send + 'static {
+    service(Protocols::new(AppState::new(node, cluster), firebase::FirebaseConfig::default()))
+}
+
+async fn front_door(State(front): State<Arc<Front>>, mut request: Request, next: Next) -> Response {
+    let path = request.uri().path();
+    if path == firebase::realtime::PATH {
+        return firebase::realtime::upgrade(front.protocols.firebase.clone(), request).await;
+    }
+    let is_firebase = firebase::is_firebase_path(path);
+    let identity = match admit(&front.protocols.api, &request) {
+        Ok(Some(identity)) => identity,
+        // Public: no identity needed.
+        Ok(None) => return next.run(request).await,
+        Err(refused) if is_firebase => return firebase::refusal(refused),
+        Err(refused) => return refused.into_response(),
+    };
+    if is_firebase {
+        attach(&mut request, identity);
+        let started = Instant::now();
+        let response = firebase::handle(front.protocols.firebase.clone(), request).await;
+        front.firebase_metrics.observe(response.status(), started);
+        return response;
+    }
+    let plain = request.uri().query().is_none();
+    let metrics = match *request.method() {
+        Method::GET if plain => &front.get_metrics,
+        Method::PUT if plain => &front.put_metrics,
+        _ => {
+            attach(&mut request, identity);
+            return next.run(request).await;
+        }
+    };
+    let started = Instant::now();
+    match api::fast_path(&front.protocols.api, &identity, request).await {
+        Ok(response) => {
+            metrics.observe(response.status(), started);
+            response
+        }
+        Err(mut request) => {
+            attach(&mut request, identity);
+            next.run(request).await
+        }
+    }
+}
