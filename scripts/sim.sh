@@ -2,7 +2,7 @@
 # The deterministic simulation (src/sim/) over many seeds:
 #   scripts/sim.sh --seeds N [--first S]
 # Each seed is one reproducible run; a failing seed is printed with the
-# command that replays it (TERN_SIM_SEED=<seed> cargo test --release --lib sim::replay).
+# command that replays it (TERN_SIM_SEED=<seed> cargo test --release --lib sim::tests::replay).
 # CI runs the fixed seeds as part of the unit tests (cargo test --lib sim::).
 set -euo pipefail
 cd "$(dirname "$0")/.."

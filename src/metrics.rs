@@ -297,7 +297,7 @@ pub fn render() -> String {
     String::from_utf8(out).expect("prometheus text is UTF-8")
 }
 
-pub static WATCH_SUBSCRIBERS: LazyLock<prometheus::IntGauge> = LazyLock::new(|| {
+pub static WATCHES_OPEN: LazyLock<prometheus::IntGauge> = LazyLock::new(|| {
     prometheus::register_int_gauge!("tern_watch_subscribers", "Subscriptions (SSE and WebSocket) this node serves now")
         .expect("metric registers")
 });
@@ -317,19 +317,19 @@ pub static WATCH_CANCELLED: LazyLock<IntCounterVec> = LazyLock::new(|| {
 });
 
 pub static WATCH_CONFLATED_EVENTS: LazyLock<IntCounter> = LazyLock::new(|| {
-    register_int_counter!("tern_watch_conflated_events_total", "Events sent conflated (latest value per key) to slow state-mode subscribers")
+    register_int_counter!("tern_watch_conflated_events_total", "Events sent conflated (latest value per key) to slow state-mode watches")
         .expect("metric registers")
 });
 
 pub static WATCH_REPLAYED_EVENTS: LazyLock<IntCounter> = LazyLock::new(|| {
-    register_int_counter!("tern_watch_replayed_events_total", "Events sent to resuming subscribers from the ring or the log")
+    register_int_counter!("tern_watch_replayed_events_total", "Events sent to resuming watches from the ring or the log")
         .expect("metric registers")
 });
 
 pub static WATCH_DISPATCH_LOST: LazyLock<IntCounter> = LazyLock::new(|| {
     register_int_counter!(
         "tern_watch_dispatch_fell_behind_total",
-        "Times a partition's dispatcher fell a whole ring behind (its subscribers resynchronized)"
+        "Times a partition's dispatcher fell a whole ring behind (its watches resynchronized)"
     )
     .expect("metric registers")
 });

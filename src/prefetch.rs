@@ -1,10 +1,10 @@
 //! Software prefetch: a hint to the CPU to start loading memory that is
 //! about to be used.
 //!
-//! Fan-out to 10,000 subscribers is bound by memory, not by instructions:
-//! each subscriber's state (its queue, its session) lies in allocations of
+//! Fan-out to 10,000 watches is bound by memory, not by instructions:
+//! each watch's state (its queue, its session) lies in allocations of
 //! its own, far apart, and the first touch of each waits for DRAM. Loops
-//! over many subscribers know which ones come next, so they ask for the
+//! over many watches know which ones come next, so they ask for the
 //! memory a few iterations ahead; the loads then overlap instead of
 //! queueing one after another. A hint only: it never faults, and on other
 //! architectures it does nothing.

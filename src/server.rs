@@ -295,14 +295,40 @@ async fn check_kafka_retention(kafka: &KafkaLog, node: &Node, snapshot_interval:
 async fn open_log(settings: &Settings) -> anyhow::Result<(Arc<dyn Log>, Option<EmbeddedLog>, Option<KafkaLog>)> {
     if let Some(servers) = settings.log.strip_prefix("kafka://") {
         let kafka = KafkaLog::connect(settings.kafka_log_config(servers)?)?;
-        // Fail fast, with the broker's address in the message, if it is unreachable.
-        kafka.list_topics().await.map_err(|e| anyhow::anyhow!("cannot reach Kafka at {servers}: {e}"))?;
+        reach_kafka(&kafka, servers).await?;
         tracing::info!(%servers, "kafka log connected");
         return Ok((Arc::new(kafka.clone()), None, Some(kafka)));
     }
     let log_config = settings.embedded_log_config();
     let embedded = tokio::task::spawn_blocking(move || EmbeddedLog::open(log_config)).await??;
     Ok((Arc::new(embedded.clone()), Some(embedded), None))
+}
+
+/// How long a starting node keeps trying to reach Kafka (a broker starting
+/// beside it, or restarting) before it gives up with the address.
+const KAFKA_REACH_WAIT: Duration = Duration::from_secs(30);
+const KAFKA_REACH_RETRY_MIN: Duration = Duration::from_millis(250);
+const KAFKA_REACH_RETRY_MAX: Duration = Duration::from_secs(2);
+
+/// Waits until Kafka answers (lists its topics), at most `KAFKA_REACH_WAIT`;
+/// then fails with the brokers' address in the message (a wrong address is
+/// said within that bound, not after a hang).
+async fn reach_kafka(kafka: &KafkaLog, servers: &str) -> anyhow::Result<()> {
+    let deadline = tokio::time::Instant::now() + KAFKA_REACH_WAIT;
+    let mut wait = KAFKA_REACH_RETRY_MIN;
+    loop {
+        match kafka.list_topics().await {
+            Ok(_) => return Ok(()),
+            Err(e) if tokio::time::Instant::now() + wait >= deadline => {
+                anyhow::bail!("cannot reach Kafka at {servers} within {}s: {e}", KAFKA_REACH_WAIT.as_secs())
+            }
+            Err(e) => {
+                tracing::warn!(%servers, error = %e, retry_in = ?wait, "Kafka does not answer yet; retrying");
+                tokio::time::sleep(wait).await;
+                wait = (wait * 2).min(KAFKA_REACH_RETRY_MAX);
+            }
+        }
+    }
 }
 
 /// Resolves on SIGTERM or SIGINT.

@@ -12,13 +12,13 @@ use crate::edge::{ApiError, AppState, Caller, require, require_anywhere};
 use crate::auth::{Identity, Verb};
 use super::keys::NsName;
 use super::body;
-use crate::node::namespace_settings::WriteMode;
+use crate::node::namespace_options::WriteMode;
 use crate::partition::PartitionStatus;
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct CreateBody {
-    /// Required to create; may be left out to change an existing namespace's settings.
+    /// Required to create; may be left out to change an existing namespace's options.
     partitions: Option<u32>,
     write_mode: Option<WriteMode>,
     /// An existing Kafka topic to read as the namespace's log (its
@@ -34,7 +34,7 @@ const OUTBOX_COUNTED_MAX: usize = 100_000;
 const NAMESPACE_BODY_BYTES_MAX: usize = 4096;
 
 /// `PUT /v1/ns/{ns}` `{"partitions": N, "write_mode": "sequenced" | "journaled"}`:
-/// 201 created, 200 same again (or settings changed), 409 different
+/// 201 created, 200 same again (or options changed), 409 different
 /// partition count. `partitions` may be left out when the namespace exists
 /// (to change its `write_mode` only).
 ///
@@ -58,11 +58,11 @@ pub async fn create(State(state): State<AppState>, Caller(identity): Caller, NsN
         }
     };
     let namespace = state.node.namespace(&ns).ok_or_else(|| ApiError::unknown_namespace(&ns))?;
-    let mut settings = state.node.namespace_settings(&namespace).await;
+    let mut options = state.node.namespace_options(&namespace).await;
     if let Some(write_mode) = request.write_mode {
-        if write_mode != settings.write_mode {
-            settings.write_mode = write_mode;
-            state.node.write_namespace_settings(&namespace, settings).await?;
+        if write_mode != options.write_mode {
+            options.write_mode = write_mode;
+            state.node.write_namespace_options(&namespace, options).await?;
         }
     }
     let status = if created { StatusCode::CREATED } else { StatusCode::OK };
@@ -70,7 +70,7 @@ pub async fn create(State(state): State<AppState>, Caller(identity): Caller, NsN
         "name": ns,
         "partitions": namespace.partitions,
         "created": created,
-        "write_mode": settings.write_mode,
+        "write_mode": options.write_mode,
         "source_topic": namespace.source_topic.as_deref(),
     });
     Ok((status, Json(body)).into_response())
@@ -141,11 +141,11 @@ pub async fn describe(State(state): State<AppState>, Caller(identity): Caller, N
             "procedures": procedures,
         }));
     }
-    let settings = state.node.namespace_settings(&namespace).await;
+    let options = state.node.namespace_options(&namespace).await;
     let body = json!({
         "name": &*namespace.name,
         "partitions": namespace.partitions,
-        "write_mode": settings.write_mode,
+        "write_mode": options.write_mode,
         "source_topic": namespace.source_topic.as_deref(),
         "state": partitions,
     });

@@ -10,14 +10,14 @@
 //! - `event: put` / `event: delete`, `id: <position after it>`,
 //!   `data: {"pk","sk","value","version"}` (`value` is null for a delete);
 //! - `event: snapshot` (asked for) or `event: reset` (history gone, or a
-//!   slow subscriber), `data: {"position","reason"}`: the full state of what
+//!   slow watch), `data: {"position","reason"}`: the full state of what
 //!   is watched follows as `put` events without ids, closed by
 //!   `event: synced` with `id:` and `data: {"position"}`;
 //! - `event: progress`, `id:`, `data: {"position"}`: nothing you watch
 //!   changed up to this position;
 //! - `event: keep-alive`, `data: null`;
 //! - `event: cancel`, `data: {"reason","position","message"}`: the server
-//!   ends the subscription (`slow_consumer` in `mode=log`); resume from
+//!   ends the watch (`slow_consumer` in `mode=log`); resume from
 //!   `position`.
 
 use axum::extract::{Path, RawQuery, State};
@@ -31,12 +31,12 @@ use crate::auth::{Identity, Verb};
 use crate::edge::{self, require, ApiError, AppState, Caller, Encoder, SessionFuture, SSE_HEADERS};
 use crate::fanout::{Cursor, Event, Filter, Mode};
 use crate::limits;
-use crate::watch::{self, ChangeId, ConnectionId, Message, Outbox};
+use crate::watch::{self, ChangeId, ConnectionId, Message, Outlet};
 
 /// What a watch asks for, from query parameters or a WebSocket `sub`.
 pub struct WatchRequest {
     pub filter: Filter,
-    pub from: watch::From,
+    pub from: watch::Since,
     pub mode: Mode,
 }
 
@@ -72,9 +72,9 @@ impl WatchRequest {
             }
         };
         let from = match from {
-            None | Some("now") => watch::From::Now,
-            Some("snapshot") => watch::From::CurrentState,
-            Some(position) => watch::From::Cursor(
+            None | Some("now") => watch::Since::Now,
+            Some("snapshot") => watch::Since::CurrentState,
+            Some(position) => watch::Since::Cursor(
                 Cursor::parse(position).map_err(|e| ApiError::bad_request("invalid_position", e.to_string()))?,
             ),
         };
@@ -129,14 +129,14 @@ pub async fn sse(
     let connection = connection.map_or(ConnectionId(0), |Extension(id)| id);
     // A few messages of slack between the session and the socket; beyond
     // that the session waits for the client (its queue keeps the bound).
-    let (outbox, messages) = Outbox::new(SSE_MESSAGES_PENDING_MAX);
-    let session = open_sse(&app, &identity, &ns, query.as_deref(), &headers, connection, outbox).await?;
+    let (outlet, messages) = Outlet::new(SSE_MESSAGES_PENDING_MAX);
+    let session = open_sse(&app, &identity, &ns, query.as_deref(), &headers, connection, outlet).await?;
     let body = axum::body::Body::from_stream(edge::body(session, messages, TernEvents));
     Ok((SSE_HEADERS, body).into_response())
 }
 
 /// Validates a watch request (query and `Last-Event-ID`) and sets up its
-/// session, which leaves its messages in `outbox`; errors come before
+/// session, which leaves its messages in `outlet`; errors come before
 /// anything is streamed, so they get a status.
 pub async fn open_sse(
     app: &AppState,
@@ -145,7 +145,7 @@ pub async fn open_sse(
     query: Option<&str>,
     headers: &HeaderMap,
     connection: ConnectionId,
-    outbox: Outbox,
+    outlet: Outlet,
 ) -> Result<SessionFuture, ApiError> {
     let params = Params::parse(query, &["pk", "prefix", "sk", "from", "mode", "access_token"])?;
     // A namespace-wide watch needs the watch verb on the whole namespace: a
@@ -161,7 +161,7 @@ pub async fn open_sse(
     };
     let from = last_event_id.filter(|id| !id.is_empty()).or(params.str("from"));
     let request = WatchRequest::parse(params.str("pk"), params.str("prefix"), params.str("sk"), from, params.str("mode"))?;
-    let (session, start) = app.node.open_watch(ns, request.filter, request.from, request.mode, outbox, connection).await?;
+    let (session, start) = app.node.open_watch(ns, request.filter, request.from, request.mode, outlet, connection).await?;
     Ok(Box::pin(session.run(start)))
 }
 
@@ -170,7 +170,7 @@ pub fn sse_bytes(message: &Message) -> Bytes {
     let mut out = Vec::with_capacity(128);
     match message {
         Message::Change { event, id: id @ ChangeId::Event } => {
-            // The same frame for every subscriber of the event's partition:
+            // The same frame for every watch of the event's partition:
             // encoded by the first, shared (not copied) by the rest.
             return event.sse_frame(|| change_frame(event, id.text(event)));
         }

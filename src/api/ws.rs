@@ -3,11 +3,11 @@
 //! Client messages (JSON text frames):
 //! - `{"type":"sub","id":"c1","ns":"default","pk"?,"prefix"?,"sk"?,"from"?,"mode"?}`
 //!   (the fields mean what the SSE query parameters mean; `id` is the
-//!   client's name for the subscription, 1-128 characters, unique on the
+//!   client's name for the watch, 1-128 characters, unique on the
 //!   connection);
 //! - `{"type":"unsub","id":"c1"}`.
 //!
-//! Server messages, each naming the subscription in `id`:
+//! Server messages, each naming the watch in `id`:
 //! `subscribed`; `put` / `delete` (`pk, sk, value, version`, `position` =
 //! the cursor after it, absent inside a snapshot or conflated run);
 //! `snapshot` / `reset` (`position`, `reason`) then puts, then `synced`
@@ -36,20 +36,20 @@ use tokio::task::JoinHandle;
 use crate::edge::{ApiError, AppState, Caller, require};
 use crate::auth::{Identity, Verb};
 use super::sse::WatchRequest;
-use crate::watch::{self, ConnectionId, Message, Outbox, OutboxReader, Tag, Tagged};
+use crate::watch::{self, ConnectionId, Message, Outlet, OutletReader, Tag, Tagged};
 
-/// Most subscriptions on one connection.
-pub const SUBSCRIPTIONS_PER_CONNECTION_MAX: usize = 1000;
-/// Largest client message: subscriptions are small.
+/// Most watches on one connection.
+pub const WATCHES_PER_CONNECTION_MAX: usize = 1000;
+/// Largest client message: watches are small.
 const CLIENT_MESSAGE_BYTES_MAX: usize = 64 * 1024;
 /// Client messages read but not yet acted on (then the reader waits, and
 /// TCP pushes back on the client).
 const CLIENT_MESSAGES_PENDING_MAX: usize = 16;
-/// Messages waiting for the socket, all subscriptions together.
+/// Messages waiting for the socket, all watches together.
 const OUTBOUND_MESSAGES_MAX: usize = 256;
-const SUBSCRIPTION_ID_CHARS_MAX: usize = 128;
+const WATCH_ID_CHARS_MAX: usize = 128;
 /// Socket buffers per connection. tungstenite's defaults (128 KiB each) cost
-/// ~140 KiB of memory per idle subscriber; messages here are small, and the
+/// ~140 KiB of memory per idle watch; messages here are small, and the
 /// writer batches what is queued into one flush.
 const READ_BUFFER_BYTES: usize = 4 * 1024;
 const WRITE_BUFFER_BYTES: usize = 16 * 1024;
@@ -88,7 +88,7 @@ enum ClientMessage {
     Unsub { id: String },
 }
 
-/// A running subscription: its session, polled by the connection's task,
+/// A running watch: its session, polled by the connection's task,
 /// ended when this is dropped.
 struct Running {
     abort: AbortHandle,
@@ -100,10 +100,10 @@ impl Drop for Running {
     }
 }
 
-/// One task serves the whole connection's subscriptions: it runs every
+/// One task serves the whole connection's watches: it runs every
 /// session, writes what they send, and acts on the client's messages. A put
-/// that reaches many subscriptions of the connection wakes this task once
-/// and costs one flush, not a task wake-up and a write per subscription.
+/// that reaches many watches of the connection wakes this task once
+/// and costs one flush, not a task wake-up and a write per watch.
 /// The client's frames are read by a small task of their own, so a delivery
 /// never polls the read side of the socket.
 async fn serve(app: AppState, identity: Identity, socket: WebSocket, connection: ConnectionId) {
@@ -111,8 +111,8 @@ async fn serve(app: AppState, identity: Identity, socket: WebSocket, connection:
     let (frames_tx, mut frames) = mpsc::channel::<WsMessage>(CLIENT_MESSAGES_PENDING_MAX);
     let reader = AbortOnDrop(tokio::spawn(read_frames(stream, frames_tx)));
     // Sessions leave their messages here; this task encodes each (tagged
-    // with its subscription's id) and writes them out.
-    let outbox = OutboxReader::new(OUTBOUND_MESSAGES_MAX);
+    // with its watch's id) and writes them out.
+    let outlet = OutletReader::new(OUTBOUND_MESSAGES_MAX);
     let mut batch = Vec::with_capacity(FRAMES_PER_FLUSH_MAX);
     let mut running: HashMap<String, Running> = HashMap::new();
     let mut sessions = FuturesUnordered::new();
@@ -126,7 +126,7 @@ async fn serve(app: AppState, identity: Identity, socket: WebSocket, connection:
                     running.remove(&id);
                 }
             }
-            if outbox.take(&mut batch, FRAMES_PER_FLUSH_MAX) > 0 {
+            if outlet.take(&mut batch, FRAMES_PER_FLUSH_MAX) > 0 {
                 return Poll::Ready(Step::Write);
             }
             frames.poll_recv(cx).map(Step::Frame)
@@ -142,13 +142,13 @@ async fn serve(app: AppState, identity: Identity, socket: WebSocket, connection:
             Step::Frame(frame) => frame,
         };
         let reply = match frame {
-            Some(WsMessage::Text(text)) => handle(&app, &identity, connection, &text, &mut running, &mut sessions, &outbox).await,
+            Some(WsMessage::Text(text)) => handle(&app, &identity, connection, &text, &mut running, &mut sessions, &outlet).await,
             Some(WsMessage::Binary(_)) => error_text(None, &ApiError::bad_request("invalid_message", "send JSON text frames")),
             Some(WsMessage::Close(_)) | None => break,
             Some(_) => continue,
         };
         // What sessions sent before this reply goes out before it.
-        outbox.take(&mut batch, OUTBOUND_MESSAGES_MAX);
+        outlet.take(&mut batch, OUTBOUND_MESSAGES_MAX);
         batch.push(Tagged { tag: Tag::Only, message: Message::Reply(reply) });
         if write_frames(&mut sink, &mut batch).await.is_err() {
             break;
@@ -159,7 +159,7 @@ async fn serve(app: AppState, identity: Identity, socket: WebSocket, connection:
 
 /// What the connection's task does next.
 enum Step {
-    /// Write what was taken from the outbox (in `batch`).
+    /// Write what was taken from the outlet (in `batch`).
     Write,
     /// Act on a client frame (none: the client is gone).
     Frame(Option<WsMessage>),
@@ -185,7 +185,7 @@ impl Drop for AbortOnDrop {
 
 type SessionFuture = Abortable<Pin<Box<dyn Future<Output = String> + Send>>>;
 
-/// Acts on one client message; returns the reply. A new subscription's
+/// Acts on one client message; returns the reply. A new watch's
 /// session starts after its `subscribed` reply was written, so it follows
 /// the reply.
 async fn handle(
@@ -195,17 +195,17 @@ async fn handle(
     text: &str,
     running: &mut HashMap<String, Running>,
     sessions: &mut FuturesUnordered<SessionFuture>,
-    outbox: &OutboxReader,
+    outlet: &OutletReader,
 ) -> String {
     match serde_json::from_str::<ClientMessage>(text) {
         Err(e) => error_text(None, &ApiError::bad_request("invalid_message", format!("not a sub or unsub message: {e}"))),
         Ok(ClientMessage::Unsub { id }) => match running.remove(&id) {
             Some(_) => json!({"type": "unsubscribed", "id": id}).to_string(),
-            None => error_text(Some(&id), &ApiError::bad_request("unknown_subscription", format!("no subscription {id:?} on this connection"))),
+            None => error_text(Some(&id), &ApiError::bad_request("unknown_subscription", format!("no watch {id:?} on this connection"))),
         },
         Ok(ClientMessage::Sub(sub)) => {
             let id = sub.id.clone();
-            match open(app, identity, connection, sub, running, outbox).await {
+            match open(app, identity, connection, sub, running, outlet).await {
                 Ok((session, start)) => {
                     let (abort, registration) = AbortHandle::new_pair();
                     let finished_id = id.clone();
@@ -242,33 +242,33 @@ async fn open(
     connection: ConnectionId,
     sub: Sub,
     running: &HashMap<String, Running>,
-    outbox: &OutboxReader,
+    outlet: &OutletReader,
 ) -> Result<(watch::Session, watch::Start), ApiError> {
-    if sub.id.is_empty() || sub.id.chars().count() > SUBSCRIPTION_ID_CHARS_MAX {
-        return Err(ApiError::bad_request("invalid_message", format!("id must be 1-{SUBSCRIPTION_ID_CHARS_MAX} characters")));
+    if sub.id.is_empty() || sub.id.chars().count() > WATCH_ID_CHARS_MAX {
+        return Err(ApiError::bad_request("invalid_message", format!("id must be 1-{WATCH_ID_CHARS_MAX} characters")));
     }
     if running.contains_key(&sub.id) {
-        return Err(ApiError::bad_request("duplicate_subscription", format!("subscription {:?} exists on this connection; unsub it first", sub.id)));
+        return Err(ApiError::bad_request("duplicate_subscription", format!("watch {:?} exists on this connection; unsub it first", sub.id)));
     }
-    if running.len() >= SUBSCRIPTIONS_PER_CONNECTION_MAX {
+    if running.len() >= WATCHES_PER_CONNECTION_MAX {
         return Err(ApiError::bad_request(
             "too_many_subscriptions",
-            format!("at most {SUBSCRIPTIONS_PER_CONNECTION_MAX} subscriptions per connection"),
+            format!("at most {WATCHES_PER_CONNECTION_MAX} watches per connection"),
         ));
     }
-    // Decided per subscription, like an SSE watch (`sse::open_sse`).
+    // Decided per watch, like an SSE watch (`sse::open_sse`).
     require(identity, &sub.ns, sub.pk.as_deref().unwrap_or_default(), Verb::Watch)?;
     let request = WatchRequest::parse(sub.pk.as_deref(), sub.prefix.as_deref(), sub.sk.as_deref(), sub.from.as_deref(), sub.mode.as_deref())?;
     let id_json: Arc<str> = serde_json::to_string(&sub.id).expect("a string serializes").into();
-    let outbox = Outbox::tagged(outbox, Tag::Id(id_json));
-    Ok(app.node.open_watch(&sub.ns, request.filter, request.from, request.mode, outbox, connection).await?)
+    let outlet = Outlet::tagged(outlet, Tag::Id(id_json));
+    Ok(app.node.open_watch(&sub.ns, request.filter, request.from, request.mode, outlet, connection).await?)
 }
 
 fn error_text(id: Option<&str>, error: &ApiError) -> String {
     json!({"type": "error", "id": id, "error": {"code": error.code, "message": error.message}}).to_string()
 }
 
-/// One message as a WebSocket text frame; `id_json` is the subscription id, JSON-encoded.
+/// One message as a WebSocket text frame; `id_json` is the watch id, JSON-encoded.
 pub fn ws_text(id_json: &str, message: &Message) -> Utf8Bytes {
     let text = match message {
         Message::Change { event, id } => {

@@ -39,10 +39,10 @@ const WRITE_IDS_FORGOTTEN_PER_ENTRY_MAX: usize = 2;
 ///
 /// `on_applied(offset, mutation)` sees every mutation that applied, in order,
 /// with the record writes its procedures made appended (and those of
-/// procedures run by a source record or a tick alone): subscriptions encode
+/// procedures run by a source record or a tick alone): watches encode
 /// their events from it, decoded once, here. A
-/// mutation that decoded but did not apply is journaled in the store
-/// (`record_not_applied`), so a subscriber replaying the log later skips it
+/// mutation that decoded but did not apply is recorded in the store
+/// (`record_not_applied`), so a watch replaying the log later skips it
 /// exactly as this loop did.
 #[cfg(test)]
 pub fn apply_entries(
@@ -198,7 +198,7 @@ fn apply_once(tx: &mut ApplyTxn, mutation: &Mutation, offset: u64) -> Result<(Ou
 
 /// Applies one mutation: all conditions first, then every op. Returns the
 /// outcome and, when it has tree ops, the mutation as applied (server
-/// values resolved) for subscribers.
+/// values resolved) for watches.
 fn apply_mutation(tx: &mut ApplyTxn, mutation: &Mutation, offset: u64) -> Result<(Outcome, Option<Mutation>), StoreError> {
     for (op_index, op) in mutation.ops.iter().enumerate() {
         let Some(condition) = op.condition else { continue };
@@ -299,7 +299,7 @@ mod tests {
     }
 
     #[test]
-    fn mutations_that_did_not_apply_are_journaled_for_replay_and_forgotten_past_the_window() {
+    fn mutations_that_did_not_apply_are_recorded_for_replay_and_forgotten_past_the_window() {
         let dir = tempfile::tempdir().unwrap();
         let store = PartitionStore::open(&dir.path().join("p"), 1, 1 << 20).unwrap();
         let entries = vec![
@@ -311,9 +311,9 @@ mod tests {
         ];
         let mut applied = Vec::new();
         store.apply(false, |tx| apply_entries(tx, &entries, 0, 1, &mut |offset, _| applied.push(offset))).unwrap();
-        assert_eq!(applied, vec![0, 2], "only what applied reaches subscribers");
+        assert_eq!(applied, vec![0, 2], "only what applied reaches watches");
         let reader = store.read().unwrap();
-        assert_eq!(reader.journal_from().unwrap(), 0);
+        assert_eq!(reader.not_applied_from().unwrap(), 0);
         // The failed condition and the duplicate; the malformed entry decodes alike on replay.
         assert_eq!(reader.not_applied_in(0, 10).unwrap().into_iter().collect::<Vec<_>>(), vec![1, 3]);
         assert_eq!(reader.not_applied_in(2, 3).unwrap().len(), 0);
@@ -374,7 +374,7 @@ mod tests {
     }
 
     /// The state hash covers what decides later outcomes (write ids, the
-    /// not-applied journal), and it is the same however the entries were
+    /// not-applied record), and it is the same however the entries were
     /// batched, also while expired write ids are being forgotten.
     #[test]
     fn write_ids_are_state_hashed_alike_however_entries_are_batched() {

@@ -275,10 +275,10 @@ fn a_removed_procedure_stops_at_its_offset() {
     assert_eq!(reader.procedures().unwrap().len(), 1, "the removal is kept as the active definition");
 }
 
-/// What subscribers are told per entry: its own ops, then its procedures'
+/// What watches are told per entry: its own ops, then its procedures'
 /// record writes, as one mutation at its offset; nothing of a failed call.
 #[test]
-fn subscribers_see_each_entrys_ops_then_its_procedures_writes_at_its_offset() {
+fn watches_see_each_entrys_ops_then_its_procedures_writes_at_its_offset() {
     let (_dir, store) = store();
     let mut procedures = Procedures::new(NS, 0);
     let entries = vec![

@@ -18,7 +18,7 @@ use crate::tree::value::{etag, leaves, resolve_server_values};
 const REMOVE_CHUNK_KEYS: usize = 1024;
 
 /// Applies `op` at `sk` of tree `pk`; returns what was written, with server
-/// values resolved (what subscribers are sent).
+/// values resolved (what watches are sent).
 pub fn apply_op(tx: &mut ApplyTxn, pk: &str, sk: &str, op: &TreeOp, offset: u64) -> Result<Value, StoreError> {
     let mut value: Value = serde_json::from_slice(&op.value).expect("tree op values are validated when decoded");
     {

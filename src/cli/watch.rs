@@ -118,7 +118,7 @@ async fn stream(
             let data: Value = serde_json::from_str(&data).unwrap_or(Value::Null);
             if event == "cancel" {
                 *position = data["position"].as_str().map(str::to_string).or(position.take());
-                return Ok(format!("the server ended the subscription: {}", data["reason"]));
+                return Ok(format!("the server ended the watch: {}", data["reason"]));
             }
             if event == "keep-alive" || (event == "progress" && !a.common.json) {
                 continue;

@@ -1,7 +1,7 @@
-//! Gossip with `chitchat`: publish this node's keys, read everyone else's.
+//! Gossip with `chitchat`: advertise this node's keys, read everyone else's.
 //!
 //! Two tasks, both ending on shutdown:
-//! - publish: every `PUBLISH_INTERVAL`, write this node's `held.<ns>` keys
+//! - advertise: every `ADVERTISE_INTERVAL`, write this node's `held.<ns>` keys
 //!   (only when they changed, so idle nodes send no new versions);
 //! - observe: on every change of chitchat's live-node set or their keys,
 //!   rebuild the peer list the router reads (one write lock per change, no
@@ -35,8 +35,8 @@ pub struct GossipConfig {
     pub key: Option<super::sealed::ClusterKey>,
 }
 
-/// How often this node's held partitions and offsets are republished.
-const PUBLISH_INTERVAL: Duration = Duration::from_millis(250);
+/// How often this node's held partitions and offsets are readvertised.
+const ADVERTISE_INTERVAL: Duration = Duration::from_millis(250);
 /// Key prefix of the per-namespace held-partitions keys.
 const HELD_PREFIX: &str = "held.";
 /// Key prefix of the per-namespace refused-partitions keys.
@@ -96,7 +96,7 @@ impl Gossip {
             .map_err(|e| anyhow::anyhow!("cannot gossip on {}: {e}", config.listen))?;
         tracing::info!(listen = %config.listen, seeds = ?config.seeds, "gossip started");
         let (stop, stopped) = watch::channel(false);
-        tokio::spawn(publish(handle.chitchat(), Arc::downgrade(&node), rtts, stopped.clone()));
+        tokio::spawn(advertise(handle.chitchat(), Arc::downgrade(&node), rtts, stopped.clone()));
         let live = handle.chitchat().lock().await.live_nodes_watcher();
         tokio::spawn(observe(live, me.clone(), peers, stopped));
         Ok(Gossip { handle: tokio::sync::Mutex::new(Some(handle)), stop })
@@ -114,12 +114,12 @@ impl Gossip {
 
 type Chitchat = Arc<tokio::sync::Mutex<chitchat::Chitchat>>;
 
-/// Republishes this node's held partitions and measured round trips while they change.
-async fn publish(chitchat: Chitchat, node: std::sync::Weak<Node>, rtts: Arc<RwLock<BTreeMap<String, Rtt>>>, mut stop: watch::Receiver<bool>) {
-    let mut published: BTreeMap<String, String> = BTreeMap::new();
+/// Readvertises this node's held partitions and measured round trips while they change.
+async fn advertise(chitchat: Chitchat, node: std::sync::Weak<Node>, rtts: Arc<RwLock<BTreeMap<String, Rtt>>>, mut stop: watch::Receiver<bool>) {
+    let mut advertised: BTreeMap<String, String> = BTreeMap::new();
     loop {
         tokio::select! {
-            _ = tokio::time::sleep(PUBLISH_INTERVAL) => {}
+            _ = tokio::time::sleep(ADVERTISE_INTERVAL) => {}
             _ = stop.changed() => return,
         }
         let Some(node) = node.upgrade() else { return };
@@ -136,20 +136,20 @@ async fn publish(chitchat: Chitchat, node: std::sync::Weak<Node>, rtts: Arc<RwLo
         }
         current.insert(RTT_KEY.to_string(), encode_rtts(&rtts.read()));
         // Namespaces no longer held become empty values (chitchat keys are not reused after delete).
-        for key in published.keys() {
+        for key in advertised.keys() {
             current.entry(key.clone()).or_default();
         }
-        if current == published {
+        if current == advertised {
             continue;
         }
         let mut chitchat = chitchat.lock().await;
         let state = chitchat.self_node_state();
         for (key, value) in &current {
-            if published.get(key) != Some(value) {
+            if advertised.get(key) != Some(value) {
                 state.set(key, value);
             }
         }
-        published = current;
+        advertised = current;
     }
 }
 

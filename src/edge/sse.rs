@@ -1,5 +1,5 @@
 //! A watch stream's bytes, for either protocol. A watch's session (`watch/`)
-//! leaves messages in its outbox; an `Encoder` turns each into the bytes of
+//! leaves messages in its outlet; an `Encoder` turns each into the bytes of
 //! its protocol — Tern's SSE events (`api/sse.rs`) or Firebase's
 //! (`firebase/stream.rs`) — and whatever transport runs the session sends
 //! them: over HTTP/1.1 the response body runs it (`body`), on the API's own
@@ -14,7 +14,7 @@ use std::task::Poll;
 use axum::http::header;
 use bytes::Bytes;
 
-use crate::watch::{Message, OutboxReader, Tagged};
+use crate::watch::{Message, OutletReader, Tagged};
 
 /// Messages joined into one body chunk at most.
 const MESSAGES_PER_CHUNK_MAX: usize = 64;
@@ -50,7 +50,7 @@ pub type SessionFuture = Pin<Box<dyn Future<Output = ()> + Send>>;
 /// write for a burst). The body ends when the session has ended and
 /// everything it sent went out, or when the encoder ended the stream; a
 /// client that goes away drops the body, and the session with it.
-pub fn body<E: Encoder>(session: SessionFuture, messages: OutboxReader, mut encoder: E) -> impl futures::Stream<Item = Result<Bytes, Infallible>> {
+pub fn body<E: Encoder>(session: SessionFuture, messages: OutletReader, mut encoder: E) -> impl futures::Stream<Item = Result<Bytes, Infallible>> {
     let mut session = Some(session);
     let mut preamble = encoder.preamble();
     let mut batch = Vec::with_capacity(MESSAGES_PER_CHUNK_MAX);
@@ -69,7 +69,7 @@ pub fn body<E: Encoder>(session: SessionFuture, messages: OutboxReader, mut enco
             }
             if messages.take(&mut batch, MESSAGES_PER_CHUNK_MAX) == 0 {
                 // The session waits for its queue, a timer or room in the
-                // outbox; each wakes this task.
+                // outlet; each wakes this task.
                 return if session.is_none() { Poll::Ready(None) } else { Poll::Pending };
             }
             if let Some(chunk) = encode_batch(&mut encoder, &mut batch) {

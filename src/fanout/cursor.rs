@@ -1,8 +1,8 @@
-//! A subscriber's cursor: where it stands in each partition it watches.
+//! A queue's cursor: where it stands in each partition it watches.
 //!
 //! On the wire a cursor is a position (`ns:partition:offset,...`, see
 //! `position.rs`), so any position a write or read returned can start a
-//! subscription. One extension: a subscriber that stopped inside a
+//! watch. One extension: a queue that stopped inside a
 //! multi-op mutation stands at `offset.ops_done` (`default:3:41.2` = ops 0
 //! and 1 of the mutation at offset 41 delivered, the rest not). A cursor
 //! whose marks are all whole offsets is an ordinary position.
@@ -24,7 +24,7 @@ pub struct Cursor {
 /// A cursor's mark in each partition it watches, in partition order.
 ///
 /// Kept inline for one partition (a pk, prefix or record watch: nearly
-/// every subscription), so a delivery finds its mark in the session itself.
+/// every watch), so a delivery finds its mark in the session itself.
 /// In a map of its own each of 10,000 sessions would touch one more cache
 /// line per event; that lookup was half of the time spent delivering.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -142,11 +142,11 @@ impl Cursor {
     pub fn advance(&mut self, event: &Event) {
         let mark = self.marks.get_mut(event.partition).expect("events come only from watched partitions");
         let after = event.mark_after();
-        assert!(after > *mark, "a subscriber never receives an event it already has");
+        assert!(after > *mark, "a queue never receives an event it already has");
         *mark = after;
     }
 
-    /// Whether the subscriber already has `event`.
+    /// Whether the queue already has `event`.
     pub fn covers(&self, event: &Event) -> bool {
         self.marks.get(event.partition).is_some_and(|m| m.covers(event))
     }

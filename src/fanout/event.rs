@@ -1,9 +1,9 @@
 //! A change event: one applied op of one mutation, decoded and encoded once
-//! by the apply loop and then shared (`Arc`) by every subscriber it reaches.
+//! by the apply loop and then shared (`Arc`) by every queue it reaches.
 //!
 //! What is the same for all of them is also encoded once, lazily, by the
-//! first subscriber that needs it: the position after the event (every
-//! subscriber of one partition stands there once it has the event) and the
+//! first queue that needs it: the position after the event (every
+//! queue of one partition stands there once it has the event) and the
 //! SSE frame that carries it.
 
 use std::sync::{Arc, OnceLock};
@@ -40,7 +40,7 @@ pub struct Event {
     /// The mutation's log offset: the record's version.
     pub offset: u64,
     /// This op's place in its mutation, and how many ops the mutation has:
-    /// a subscriber that stops after op `i` of `n < i + 1` resumes inside it.
+    /// a queue that stops after op `i` of `n < i + 1` resumes inside it.
     pub op_index: u32,
     pub op_count: u32,
     pub kind: Kind,
@@ -52,9 +52,9 @@ pub struct Event {
     /// `ns:partition:offset[.ops_done]` after this event (`position_after`).
     position_after: OnceLock<Box<str>>,
     /// The event as an SSE frame with `id:` = `position_after`, built by the
-    /// SSE transport for its first subscriber (`sse_frame`).
+    /// SSE transport for its first queue (`sse_frame`).
     sse_frame: OnceLock<Bytes>,
-    /// The event as another protocol's frame for subscribers that share a
+    /// The event as another protocol's frame for queues that share a
     /// key (a Firebase listener's location), built for the first of them
     /// (`keyed_frame`). Boxed: most events never need one.
     keyed_frame: OnceLock<Box<(Box<str>, Bytes)>>,
@@ -66,7 +66,7 @@ impl Event {
         std::mem::size_of::<Event>() + self.pk.len() + self.sk.len() + self.data.len()
     }
 
-    /// Where a subscriber stands once it has this event.
+    /// Where a queue stands once it has this event.
     pub fn mark_after(&self) -> Mark {
         if self.op_index + 1 >= self.op_count {
             Mark { offset: self.offset + 1, ops_done: 0 }
@@ -75,9 +75,9 @@ impl Event {
         }
     }
 
-    /// The position after this event of a subscriber that watches only its
+    /// The position after this event of a queue that watches only its
     /// partition: `namespace:partition:mark` (the cursor's wire form, see
-    /// `cursor.rs`). Formatted once; every such subscriber shares it.
+    /// `cursor.rs`). Formatted once; every such queue shares it.
     pub fn position_after(&self, namespace: &str) -> &str {
         let text = self.position_after.get_or_init(|| {
             // The one-partition cursor's own wire form, not a second copy of it.
@@ -92,22 +92,22 @@ impl Event {
         text
     }
 
-    /// `position_after`, once a subscriber had it formatted (a change sent
+    /// `position_after`, once a queue had it formatted (a change sent
     /// with `ChangeId::Event` was).
     pub fn formatted_position_after(&self) -> Option<&str> {
         self.position_after.get().map(|text| &**text)
     }
 
     /// The event as an SSE frame whose `id` is `position_after`: `encode`
-    /// runs for the first subscriber only, the others share its bytes.
+    /// runs for the first queue only, the others share its bytes.
     pub fn sse_frame(&self, encode: impl FnOnce() -> Bytes) -> Bytes {
         self.sse_frame.get_or_init(encode).clone()
     }
 
-    /// The event encoded for subscribers that share `key`: `encode` runs
-    /// for the first subscriber of the first key asked for, the others of
-    /// that key share its bytes; a subscriber with another key encodes its
-    /// own (one slot: the common case is many subscribers at one key).
+    /// The event encoded for queues that share `key`: `encode` runs
+    /// for the first queue of the first key asked for, the others of
+    /// that key share its bytes; a queue with another key encodes its
+    /// own (one slot: the common case is many queues at one key).
     pub fn keyed_frame(&self, key: &str, encode: impl FnOnce() -> Bytes) -> Bytes {
         let mut encode = Some(encode);
         let slot = self.keyed_frame.get_or_init(|| Box::new((key.into(), (encode.take().expect("not run yet"))())));
@@ -174,7 +174,7 @@ impl Event {
     }
 }
 
-/// A subscriber's place in one partition: every event of offsets below
+/// A queue's place in one partition: every event of offsets below
 /// `offset` delivered, and the first `ops_done` ops of `offset` too.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Mark {
@@ -187,7 +187,7 @@ impl Mark {
         Mark { offset, ops_done: 0 }
     }
 
-    /// Whether a subscriber at this mark already has `event`.
+    /// Whether a queue at this mark already has `event`.
     pub fn covers(&self, event: &Event) -> bool {
         event.offset < self.offset || (event.offset == self.offset && event.op_index < self.ops_done)
     }

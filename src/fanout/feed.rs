@@ -1,17 +1,17 @@
 //! A partition's feed: the recent events the apply loop produced (the ring),
-//! the index of the partition's subscribers, and the dispatcher task that
+//! the index of the partition's queues, and the dispatcher task that
 //! fans new events out to them.
 //!
 //! The apply loop only appends to the ring (a short lock, never more) and
-//! wakes the dispatcher: it never waits on a subscriber. The dispatcher takes
-//! everything new in one round and leaves one batch per matching subscriber
+//! wakes the dispatcher: it never waits on a queue. The dispatcher takes
+//! everything new in one round and leaves one batch per matching queue
 //! (one `Arc` for all the namespace-wide ones), so its cost per round is the
-//! number of subscribers concerned, not the number of events.
+//! number of queues concerned, not the number of events.
 //!
 //! `dispatched_next`: every event below it has been left in the queue of
-//! every subscriber registered at the time. A subscriber registers only at a
+//! every queue registered at the time. A queue registers only at a
 //! mark at or above it (`register`); one that stands lower first catches up
-//! from the ring or the log. With no subscriber the apply loop advances it.
+//! from the ring or the log. With no queue the apply loop advances it.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -40,15 +40,15 @@ impl RingLimits {
 }
 /// Beyond its limits the ring still keeps events not yet dispatched, up to
 /// this much more: the dispatcher is only ever behind by a scheduling delay,
-/// and dropping what it has not sent would force every subscriber to resync.
+/// and dropping what it has not sent would force every queue to resync.
 const UNDISPATCHED_EVENTS_MAX: usize = 65_536;
 const UNDISPATCHED_BYTES_MAX: usize = 64 * 1024 * 1024;
 /// The dispatcher re-checks this often even without a wake-up.
 const DISPATCH_IDLE_CHECK: Duration = Duration::from_secs(1);
-/// How many subscribers ahead a push asks for a subscriber's memory, and
+/// How many queues ahead a push asks for a queue's memory, and
 /// how much of it (the `WatchQueue`'s first two lines: queue, signal, limits).
 const PREFETCH_AHEAD: usize = 4;
-const SUBSCRIBER_PREFETCH_LINES: usize = 2;
+const QUEUE_PREFETCH_LINES: usize = 2;
 
 pub struct PartitionFeed {
     pub partition: u32,
@@ -67,10 +67,10 @@ struct Ring {
     /// The applied offset the ring has caught up with.
     next: u64,
     dispatched_next: u64,
-    subscribers: usize,
+    queues: usize,
 }
 
-/// Events read for a subscriber catching up: everything it watches in
+/// Events read for a queue catching up: everything it watches in
 /// `[from, reached)`.
 pub struct Chunk {
     pub events: Vec<Arc<Event>>,
@@ -89,7 +89,7 @@ impl PartitionFeed {
                 start: applied_next,
                 next: applied_next,
                 dispatched_next: applied_next,
-                subscribers: 0,
+                queues: 0,
             }),
             index: RwLock::new(Index::default()),
             wake: Notify::new(),
@@ -109,11 +109,11 @@ impl PartitionFeed {
                 ring.events.push_back(event);
             }
             ring.next = applied_next;
-            if ring.subscribers == 0 {
+            if ring.queues == 0 {
                 ring.dispatched_next = ring.next;
             }
             self.trim(&mut ring);
-            ring.subscribers > 0
+            ring.queues > 0
         };
         if wake {
             self.wake.notify_one();
@@ -122,7 +122,7 @@ impl PartitionFeed {
 
     /// The partition's state jumped to `applied_next` without events (a
     /// restore from a snapshot): the ring restarts there, and every
-    /// subscriber is marked overflowed, so its session resets it (sends the
+    /// queue is marked overflowed, so its session resets it (sends the
     /// current state) instead of skipping what it cannot be told.
     pub fn jump(&self, applied_next: u64) {
         let index = self.index.read();
@@ -131,8 +131,8 @@ impl PartitionFeed {
         ring.events.clear();
         ring.bytes = 0;
         (ring.start, ring.next, ring.dispatched_next) = (applied_next, applied_next, applied_next);
-        for subscriber in index.everything.iter().chain(index.by_pk.values().flatten()) {
-            subscriber.overflow();
+        for queue in index.everything.iter().chain(index.by_pk.values().flatten()) {
+            queue.overflow();
         }
     }
 
@@ -163,44 +163,44 @@ impl PartitionFeed {
         self.ring.lock().next
     }
 
-    pub fn subscribers(&self) -> usize {
-        self.ring.lock().subscribers
+    pub fn queues(&self) -> usize {
+        self.ring.lock().queues
     }
 
-    /// Registers `subscriber` standing at `mark`, if nothing it still needs
+    /// Registers `queue` standing at `mark`, if nothing it still needs
     /// was dispatched already; otherwise returns `dispatched_next` (catch up
     /// to it first, then try again).
-    pub fn register(self: &Arc<Self>, subscriber: &Arc<WatchQueue>, mark: Mark) -> Result<(), u64> {
+    pub fn register(self: &Arc<Self>, queue: &Arc<WatchQueue>, mark: Mark) -> Result<(), u64> {
         {
             let mut index = self.index.write();
             let mut ring = self.ring.lock();
             if mark.offset < ring.dispatched_next {
                 return Err(ring.dispatched_next);
             }
-            index.insert(subscriber.clone());
-            ring.subscribers += 1;
-            assert_eq!(ring.subscribers, index.len(), "the ring counts exactly the indexed subscribers");
+            index.insert(queue.clone());
+            ring.queues += 1;
+            assert_eq!(ring.queues, index.len(), "the ring counts exactly the indexed queues");
         }
         self.start_dispatcher();
         Ok(())
     }
 
-    /// Registers `subscriber` at the current head; returns its mark there.
-    pub fn register_at_head(self: &Arc<Self>, subscriber: &Arc<WatchQueue>) -> Mark {
+    /// Registers `queue` at the current head; returns its mark there.
+    pub fn register_at_head(self: &Arc<Self>, queue: &Arc<WatchQueue>) -> Mark {
         loop {
             let head = Mark::at(self.dispatched_next());
-            if self.register(subscriber, head).is_ok() {
+            if self.register(queue, head).is_ok() {
                 return head;
             }
         }
     }
 
-    pub fn unregister(&self, subscriber: &WatchQueue) {
+    pub fn unregister(&self, queue: &WatchQueue) {
         let mut index = self.index.write();
-        if index.remove(subscriber) {
+        if index.remove(queue) {
             let mut ring = self.ring.lock();
-            ring.subscribers -= 1;
-            if ring.subscribers == 0 {
+            ring.queues -= 1;
+            if ring.queues == 0 {
                 ring.dispatched_next = ring.next;
             }
         }
@@ -239,7 +239,7 @@ impl PartitionFeed {
         tokio::spawn(async move { dispatch_loop(feed).await });
     }
 
-    /// One round: everything new to the subscribers it concerns.
+    /// One round: everything new to the queues it concerns.
     fn dispatch(&self) {
         let index = self.index.read();
         let (events, upto, lost) = {
@@ -255,7 +255,7 @@ impl PartitionFeed {
         if lost {
             // The ring moved past events not yet dispatched (the dispatcher
             // fell behind by a whole ring): nobody may get a gap.
-            tracing::warn!(partition = self.partition, "subscription dispatch fell behind the ring; subscribers resync");
+            tracing::warn!(partition = self.partition, "watch dispatch fell behind the ring; queues resync");
             crate::metrics::WATCH_DISPATCH_LOST.inc();
             index.everything.iter().chain(index.by_pk.values().flatten()).for_each(|s| s.overflow());
         } else if !events.is_empty() {
@@ -271,16 +271,16 @@ impl PartitionFeed {
 fn fan_out(index: &Index, events: Vec<Arc<Event>>) {
     if !index.everything.is_empty() {
         let shared: Batch = events.iter().cloned().collect();
-        for (i, subscriber) in index.everything.iter().enumerate() {
+        for (i, queue) in index.everything.iter().enumerate() {
             prefetch_ahead(&index.everything, i);
-            subscriber.push(shared.clone());
+            queue.push(shared.clone());
         }
     }
     if index.by_pk.is_empty() {
         return;
     }
     // Events per watched pk, in order; then one batch shared by every
-    // subscriber of the whole pk, and a filtered one for each narrower one.
+    // queue of the whole pk, and a filtered one for each narrower one.
     let mut by_pk: HashMap<&str, Vec<Arc<Event>>> = HashMap::new();
     for event in &events {
         if index.by_pk.contains_key(&event.pk) {
@@ -288,28 +288,28 @@ fn fan_out(index: &Index, events: Vec<Arc<Event>>) {
         }
     }
     for (pk, pk_events) in by_pk {
-        let subscribers = &index.by_pk[pk];
+        let queues = &index.by_pk[pk];
         let shared: Batch = pk_events.iter().cloned().collect();
-        for (i, subscriber) in subscribers.iter().enumerate() {
-            prefetch_ahead(subscribers, i);
-            if subscriber.watches_whole_pk() {
-                subscriber.push(shared.clone());
+        for (i, queue) in queues.iter().enumerate() {
+            prefetch_ahead(queues, i);
+            if queue.watches_whole_pk() {
+                queue.push(shared.clone());
             } else {
-                let narrower = &subscriber.filter;
+                let narrower = &queue.filter;
                 let matching: Vec<Arc<Event>> = pk_events.iter().filter(|e| narrower.matches(&e.pk, &e.sk)).cloned().collect();
                 if !matching.is_empty() {
-                    subscriber.push(matching.into());
+                    queue.push(matching.into());
                 }
             }
         }
     }
 }
 
-/// Each subscriber's queue is memory of its own: asked for a few
-/// subscribers ahead of the `i`th, its loads overlap with the pushes between.
-fn prefetch_ahead(subscribers: &[Arc<WatchQueue>], i: usize) {
-    if let Some(ahead) = subscribers.get(i + PREFETCH_AHEAD) {
-        crate::prefetch::prefetch(Arc::as_ptr(ahead), SUBSCRIBER_PREFETCH_LINES);
+/// Each queue's queue is memory of its own: asked for a few
+/// queues ahead of the `i`th, its loads overlap with the pushes between.
+fn prefetch_ahead(queues: &[Arc<WatchQueue>], i: usize) {
+    if let Some(ahead) = queues.get(i + PREFETCH_AHEAD) {
+        crate::prefetch::prefetch(Arc::as_ptr(ahead), QUEUE_PREFETCH_LINES);
     }
 }
 
@@ -344,7 +344,7 @@ mod tests {
         Event::of_mutation(0, offset, &Mutation { write_id: bytes::Bytes::new(), ops })
     }
 
-    fn subscriber(id: u64, filter: Filter) -> Arc<WatchQueue> {
+    fn queue(id: u64, filter: Filter) -> Arc<WatchQueue> {
         Arc::new(WatchQueue::new(id, id % 3, filter, Mode::Log, QueueLimits { events_max: 100, bytes_max: 1 << 20 }))
     }
 
@@ -358,13 +358,13 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn dispatch_reaches_only_matching_subscribers_and_registration_needs_a_current_mark() {
+    async fn dispatch_reaches_only_matching_queues_and_registration_needs_a_current_mark() {
         let feed = Arc::new(PartitionFeed::new(0, 0, RingLimits::TEST));
         feed.append(events(0, "a", &["x"]), 1);
-        let everything = subscriber(1, Filter::Namespace);
-        let prefix = subscriber(2, Filter::Prefix { pk: "a".into(), prefix: "y".into() });
-        let other = subscriber(3, Filter::Pk { pk: "b".into() });
-        // No subscriber yet: the apply loop advanced dispatched_next itself.
+        let everything = queue(1, Filter::Namespace);
+        let prefix = queue(2, Filter::Prefix { pk: "a".into(), prefix: "y".into() });
+        let other = queue(3, Filter::Pk { pk: "b".into() });
+        // No queue yet: the apply loop advanced dispatched_next itself.
         assert_eq!(feed.dispatched_next(), 1);
         assert_eq!(feed.register(&everything, Mark::at(0)), Err(1), "offset 0 was dispatched before it registered");
         assert_eq!(feed.register_at_head(&everything), Mark::at(1));
@@ -383,7 +383,7 @@ mod tests {
         feed.unregister(&everything);
         feed.unregister(&prefix);
         feed.unregister(&other);
-        assert_eq!(feed.subscribers(), 0);
+        assert_eq!(feed.queues(), 0);
     }
 
     #[test]

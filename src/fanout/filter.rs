@@ -1,4 +1,4 @@
-//! What a subscription watches, and the index that finds the subscribers an
+//! What a watch watches, and the index that finds the queues an
 //! event concerns without looking at the others.
 
 use std::collections::HashMap;
@@ -51,9 +51,9 @@ impl Filter {
     }
 }
 
-/// The subscribers of one partition: those that watch everything, and the
+/// The queues of one partition: those that watch everything, and the
 /// others by the pk they watch. An event costs one hash lookup plus one
-/// check per subscriber of its own pk, whatever the number of subscribers.
+/// check per queue of its own pk, whatever the number of queues.
 #[derive(Default)]
 pub struct Index {
     pub everything: Vec<Arc<WatchQueue>>,
@@ -67,32 +67,32 @@ impl Index {
     }
 
     /// Lists stay sorted by (connection, id): a dispatch round wakes one
-    /// connection's subscribers one after the other, so its task runs once
+    /// connection's queues one after the other, so its task runs once
     /// for all of them instead of once each while the round goes on.
-    pub fn insert(&mut self, subscriber: Arc<WatchQueue>) {
-        let list = match subscriber.filter.pk() {
+    pub fn insert(&mut self, queue: Arc<WatchQueue>) {
+        let list = match queue.filter.pk() {
             None => &mut self.everything,
             Some(pk) => self.by_pk.entry(pk.into()).or_default(),
         };
-        let at = list.partition_point(|s| order(s) < order(&subscriber));
-        assert!(list.get(at).is_none_or(|s| s.id != subscriber.id), "subscriber {} indexed twice", subscriber.id);
-        list.insert(at, subscriber);
+        let at = list.partition_point(|s| order(s) < order(&queue));
+        assert!(list.get(at).is_none_or(|s| s.id != queue.id), "queue {} indexed twice", queue.id);
+        list.insert(at, queue);
         self.count += 1;
     }
 
-    /// Removes the subscriber with this id; returns whether it was there.
-    pub fn remove(&mut self, subscriber: &WatchQueue) -> bool {
-        let list = match subscriber.filter.pk() {
+    /// Removes the queue with this id; returns whether it was there.
+    pub fn remove(&mut self, queue: &WatchQueue) -> bool {
+        let list = match queue.filter.pk() {
             None => &mut self.everything,
             Some(pk) => match self.by_pk.get_mut(pk) {
                 Some(list) => list,
                 None => return false,
             },
         };
-        let Ok(i) = list.binary_search_by_key(&order(subscriber), |s| order(s)) else { return false };
+        let Ok(i) = list.binary_search_by_key(&order(queue), |s| order(s)) else { return false };
         list.remove(i);
         if list.is_empty() {
-            if let Some(pk) = subscriber.filter.pk() {
+            if let Some(pk) = queue.filter.pk() {
                 self.by_pk.remove(pk);
             }
         }
@@ -101,9 +101,9 @@ impl Index {
     }
 }
 
-/// Where a subscriber sits in its index list.
-fn order(subscriber: &WatchQueue) -> (u64, u64) {
-    (subscriber.group, subscriber.id)
+/// Where a queue sits in its index list.
+fn order(queue: &WatchQueue) -> (u64, u64) {
+    (queue.group, queue.id)
 }
 
 #[cfg(test)]
@@ -124,24 +124,24 @@ mod tests {
     }
 
     #[test]
-    fn the_index_keeps_each_connections_subscribers_together() {
+    fn the_index_keeps_each_connections_queues_together() {
         use crate::fanout::queue::{Mode, QueueLimits};
         let limits = QueueLimits { events_max: 10, bytes_max: 1 << 20 };
-        let subscriber = |id: u64, group: u64, filter: Filter| Arc::new(WatchQueue::new(id, group, filter, Mode::Log, limits));
+        let queue = |id: u64, group: u64, filter: Filter| Arc::new(WatchQueue::new(id, group, filter, Mode::Log, limits));
         let mut index = Index::default();
         // Subscriptions of connections 1, 2 and 3 opened interleaved.
         for (id, group) in [(1, 3), (2, 1), (3, 2), (4, 3), (5, 1), (6, 2)] {
-            index.insert(subscriber(id, group, Filter::Pk { pk: "a".into() }));
-            index.insert(subscriber(100 + id, group, Filter::Namespace));
+            index.insert(queue(id, group, Filter::Pk { pk: "a".into() }));
+            index.insert(queue(100 + id, group, Filter::Namespace));
         }
         let order = |list: &[Arc<WatchQueue>]| list.iter().map(|s| (s.group, s.id % 100)).collect::<Vec<_>>();
         let grouped = vec![(1, 2), (1, 5), (2, 3), (2, 6), (3, 1), (3, 4)];
         assert_eq!(order(&index.by_pk["a"]), grouped);
         assert_eq!(order(&index.everything), grouped);
         assert_eq!(index.len(), 12);
-        assert!(index.remove(&subscriber(5, 1, Filter::Pk { pk: "a".into() })));
-        assert!(!index.remove(&subscriber(5, 1, Filter::Pk { pk: "a".into() })), "removed once");
-        assert!(!index.remove(&subscriber(6, 1, Filter::Pk { pk: "a".into() })), "not in that connection");
+        assert!(index.remove(&queue(5, 1, Filter::Pk { pk: "a".into() })));
+        assert!(!index.remove(&queue(5, 1, Filter::Pk { pk: "a".into() })), "removed once");
+        assert!(!index.remove(&queue(6, 1, Filter::Pk { pk: "a".into() })), "not in that connection");
         assert_eq!(order(&index.by_pk["a"]), vec![(1, 2), (2, 3), (2, 6), (3, 1), (3, 4)]);
         assert_eq!(index.len(), 11);
     }

@@ -27,9 +27,9 @@ use super::filter::Filter;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {
-    /// Every change, in order; a subscriber that falls too far behind is cancelled.
+    /// Every change, in order; a queue that falls too far behind is cancelled.
     Log,
-    /// The latest state; a subscriber that falls behind gets changes conflated.
+    /// The latest state; a queue that falls behind gets changes conflated.
     State,
 }
 
@@ -63,8 +63,8 @@ pub struct WatchQueue {
     whole_pk: bool,
     pub id: u64,
     /// The connection it is delivered on (0: unknown). The index keeps one
-    /// connection's subscribers together, so an event wakes the task that
-    /// drives them once, not once per subscriber.
+    /// connection's queues together, so an event wakes the task that
+    /// drives them once, not once per queue.
     pub group: u64,
     pub filter: Filter,
 }
@@ -75,9 +75,9 @@ const _: () = assert!(std::mem::size_of::<Mutex<QueueState>>() + 1 <= CACHE_LINE
 const _: () = assert!(std::mem::offset_of!(WatchQueue, signal) + std::mem::offset_of!(Signal, raised) < CACHE_LINE_BYTES);
 const _: () = assert!(std::mem::offset_of!(WatchQueue, whole_pk) < 2 * CACHE_LINE_BYTES);
 
-/// Tells the subscriber's session that its queue changed: a flag and the
+/// Tells the queue's session that its queue changed: a flag and the
 /// waker of the one task that waits. Cheaper than a `Notify` (no waiter
-/// list, no lock): at 10,000 subscribers it is paid 10,000 times a put.
+/// list, no lock): at 10,000 queues it is paid 10,000 times a put.
 /// The flag comes first: it shares the queue's cache line.
 #[derive(Default)]
 #[repr(C)]
@@ -107,11 +107,11 @@ impl Signal {
 }
 
 /// The queue. Small on purpose (see `WatchQueue`): counts as `u32` (the
-/// limits are checked to fit), the conflation map boxed (only a subscriber
+/// limits are checked to fit), the conflation map boxed (only a queue
 /// that fell behind in state mode has one).
 #[derive(Default)]
 struct QueueState {
-    /// A live subscriber holds one batch at a time: inline, no allocation.
+    /// A live queue holds one batch at a time: inline, no allocation.
     batches: SmallVec<[Batch; 1]>,
     events: u32,
     bytes: u32,
@@ -127,7 +127,7 @@ struct Conflated {
     bytes: usize,
 }
 
-/// What the subscriber's task finds when it looks.
+/// What the queue's task finds when it looks.
 pub enum Drained {
     Empty,
     /// The queued batches, moved into the caller's vector.
@@ -151,7 +151,7 @@ impl WatchQueue {
         self.whole_pk
     }
 
-    /// Leaves a batch for the subscriber. Never waits.
+    /// Leaves a batch for the queue. Never waits.
     pub fn push(&self, batch: Batch) {
         let bytes: usize = batch.iter().map(|e| e.size_bytes()).sum();
         {
@@ -186,14 +186,14 @@ impl WatchQueue {
         self.signal.raise();
     }
 
-    /// Marks the queue overflowed: the dispatcher lost events this subscriber needed.
+    /// Marks the queue overflowed: the dispatcher lost events this queue needed.
     pub fn overflow(&self) {
         self.state.lock().overflow();
         self.signal.raise();
     }
 
     /// Takes what is queued; batches go into `batches` (kept by the
-    /// caller, so a busy subscriber allocates nothing per drain).
+    /// caller, so a busy queue allocates nothing per drain).
     pub fn drain(&self, batches: &mut impl Extend<Batch>) -> Drained {
         let mut state = self.state.lock();
         if state.overflowed {
@@ -296,7 +296,7 @@ mod tests {
         sub.push(batch(2, &["c"]));
         assert!(matches!(sub.drain(&mut batches), Drained::Overflowed));
         sub.push(batch(3, &["a"]));
-        assert!(matches!(sub.drain(&mut batches), Drained::Overflowed), "stays overflowed until the subscriber deals with it");
+        assert!(matches!(sub.drain(&mut batches), Drained::Overflowed), "stays overflowed until the queue deals with it");
         assert!(batches.is_empty());
     }
 }

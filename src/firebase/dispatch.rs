@@ -71,7 +71,7 @@ fn wants_stream(headers: &HeaderMap) -> bool {
 }
 
 /// Sets up a streaming request of an HTTP/2 connection (`is_stream_request`)
-/// as `dispatch` would: its session leaves its messages in `outbox`, the
+/// as `dispatch` would: its session leaves its messages in `outlet`, the
 /// returned encoder turns them into Firebase's events; an error is the
 /// response to send instead.
 pub async fn open_h2c_stream(
@@ -80,7 +80,7 @@ pub async fn open_h2c_stream(
     headers: &HeaderMap,
     peer: Option<std::net::IpAddr>,
     connection: ConnectionId,
-    outbox: crate::watch::Outbox,
+    outlet: crate::watch::Outlet,
 ) -> Result<(SessionFuture, Box<dyn Encoder>), Response> {
     let opened = async {
         let query = Query::parse(uri.query());
@@ -90,7 +90,7 @@ pub async fn open_h2c_stream(
         let path = uri.path().strip_suffix(".json").expect("a Firebase path");
         let keys = crate::tree::path::parse_url_path(path).map_err(FbError::bad)?;
         let sk = crate::tree::path::sk_of(&keys);
-        stream::open_session(state, namespace, caller, sk, &query, headers, connection, outbox).await
+        stream::open_session(state, namespace, caller, sk, &query, headers, connection, outlet).await
     };
     match opened.await {
         Ok((session, translator)) => Ok((session, Box::new(translator))),

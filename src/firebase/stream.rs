@@ -56,7 +56,7 @@ use crate::tree::query::{self as tree_query};
 use crate::store::tree::value_at;
 use crate::tree::value::{at_path, has_server_values, into_arrays, set_at_path, strip_priorities, with_priorities, Builder};
 use crate::tree::TREE_PK;
-use crate::watch::{self, ChangeId, ConnectionId, Message, Outbox};
+use crate::watch::{self, ChangeId, ConnectionId, Message, Outlet};
 
 /// Messages waiting between the session and the body.
 const MESSAGES_PENDING_MAX: usize = 64;
@@ -65,14 +65,14 @@ const STATE_BYTES_MAX: usize = crate::store::tree::READ_BYTES_MAX;
 
 /// A streaming request over HTTP/1.1: the response body runs the session.
 pub async fn open(state: &Firebase, namespace: Arc<Namespace>, caller: Caller, sk: String, query: &Query, headers: &HeaderMap, connection: ConnectionId) -> Result<Response, FbError> {
-    let (outbox, messages) = Outbox::new(MESSAGES_PENDING_MAX);
-    let (session, translator) = open_session(state, namespace, caller, sk, query, headers, connection, outbox).await?;
+    let (outlet, messages) = Outlet::new(MESSAGES_PENDING_MAX);
+    let (session, translator) = open_session(state, namespace, caller, sk, query, headers, connection, outlet).await?;
     let body = axum::body::Body::from_stream(edge::body(session, messages, translator));
     Ok((SSE_HEADERS, body).into_response())
 }
 
 /// Checks a streaming request (its query, the rules, `Last-Event-ID`) and
-/// sets up its session, which leaves its messages in `outbox`, and the
+/// sets up its session, which leaves its messages in `outlet`, and the
 /// translator of those messages; errors come before anything is streamed.
 #[allow(clippy::too_many_arguments)]
 pub async fn open_session(
@@ -83,17 +83,17 @@ pub async fn open_session(
     query: &Query,
     headers: &HeaderMap,
     connection: ConnectionId,
-    outbox: Outbox,
+    outlet: Outlet,
 ) -> Result<(SessionFuture, Translator), FbError> {
     let parsed = super::rest::parse_query(state, &namespace, &sk, query)?;
     if !allowed(state, &namespace, &caller, &sk)? {
         return Err(FbError::denied());
     }
     let from = match headers.get("last-event-id").and_then(|v| v.to_str().ok()).filter(|v| !v.is_empty()) {
-        Some(id) => watch::From::Cursor(Cursor::parse(id).map_err(|e| FbError::bad(format!("Last-Event-ID is not a Tern position: {e}")))?),
-        None => watch::From::CurrentState,
+        Some(id) => watch::Since::Cursor(Cursor::parse(id).map_err(|e| FbError::bad(format!("Last-Event-ID is not a Tern position: {e}")))?),
+        None => watch::Since::CurrentState,
     };
-    open_listen(state, namespace, caller, sk, parsed, from, Format::Sse, connection, outbox).await
+    open_listen(state, namespace, caller, sk, parsed, from, Format::Sse, connection, outlet).await
 }
 
 /// Sets up the watch of one listened location (a stream, or a realtime
@@ -105,16 +105,16 @@ pub async fn open_listen(
     caller: Caller,
     sk: String,
     query: Option<tree_query::Query>,
-    from: watch::From,
+    from: watch::Since,
     format: Format,
     connection: ConnectionId,
-    outbox: Outbox,
+    outlet: Outlet,
 ) -> Result<(SessionFuture, Translator), FbError> {
     let filter = Filter::Tree { pk: TREE_PK.into(), path: sk.clone() };
     let (session, start) = state
         .app
         .node
-        .open_watch(&namespace.name, filter, from, Mode::State, outbox, connection)
+        .open_watch(&namespace.name, filter, from, Mode::State, outlet, connection)
         .await
         .map_err(|e| FbError::new(StatusCode::SERVICE_UNAVAILABLE, e.to_string()))?;
     let session: SessionFuture = Box::pin(session.run(start));

@@ -6,6 +6,7 @@ use std::time::Duration;
 use bytes::Bytes;
 
 use super::*;
+use crate::codec::{self, Mutation};
 use crate::codec::{Op, OpKind};
 
 const ROOMY: JournalLimits = JournalLimits { entries_max: 1_000, bytes_max: 64 * 1024 * 1024, age_max: Duration::from_secs(3600) };

@@ -45,18 +45,25 @@ const RETRY_WAIT_MAX: Duration = Duration::from_secs(5);
 /// The unpublished-messages gauge counts up to this (a bounded scan).
 const UNPUBLISHED_COUNTED_MAX: usize = 100_000;
 
+/// One publisher task per held partition with an outbox; bounded by the
+/// partitions this node holds.
+#[derive(Default)]
+pub(super) struct Publishers {
+    tasks: parking_lot::Mutex<std::collections::HashMap<crate::log::TopicPartition, tokio::task::JoinHandle<()>>>,
+}
+
 impl Node {
     /// Starts a publisher for every held partition that has procedures or
     /// outbox messages and none running.
     pub(super) fn start_publishers(self: &Arc<Self>) {
-        let mut publishers = self.publishers.lock();
+        let mut publishers = self.publishers.tasks.lock();
         publishers.retain(|_, task| !task.is_finished());
         for namespace in self.namespaces() {
             for handle in &namespace.handles {
                 if !handle.is_held() || publishers.contains_key(&handle.tp) || !needs_publisher(handle) {
                     continue;
                 }
-                let task = run(Arc::downgrade(self), handle.clone(), namespace.partitions, self.shutdown.subscribe());
+                let task = run(Arc::downgrade(self), handle.clone(), namespace.partitions, self.tasks.shutdown.subscribe());
                 publishers.insert(handle.tp.clone(), tokio::spawn(task));
             }
         }
@@ -73,7 +80,7 @@ impl Node {
 
     /// Whether this node runs the outbox publisher of `tp`.
     pub fn publishes(&self, tp: &crate::log::TopicPartition) -> bool {
-        self.publishers.lock().get(tp).is_some_and(|task| !task.is_finished())
+        self.publishers.tasks.lock().get(tp).is_some_and(|task| !task.is_finished())
     }
 }
 

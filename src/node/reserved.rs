@@ -1,7 +1,7 @@
 //! Tern's own keys: the pks and namespaces only Tern's routes write, and
 //! the rule the write path (`write.rs`) checks for every write.
 //!
-//! A pk that starts with `.` is Tern's: the namespace settings and a
+//! A pk that starts with `.` is Tern's: the namespace options and a
 //! Firebase database's rules (`.settings`), a Firebase database's tree
 //! (`.tree`) and its onDisconnect registrations (`.ondisconnect…`). A
 //! namespace whose name starts with `_` is a system namespace (the API
@@ -16,10 +16,11 @@
 use crate::codec::{Mutation, OpKind};
 use crate::tree::TREE_PK;
 
-/// The pk of a namespace's own settings records.
-pub const SETTINGS_PK: &str = ".settings";
-/// The sk of the namespace settings (`write_mode`): `namespace_settings.rs`.
-pub const NAMESPACE_SETTINGS_SK: &str = "namespace";
+/// The pk of a namespace's own records (its options, a Firebase database's
+/// rules): `.settings`, its name on the wire and in stores.
+pub const OPTIONS_PK: &str = ".settings";
+/// The sk of the namespace options (`write_mode`): `namespace_options.rs`.
+pub const NAMESPACE_OPTIONS_SK: &str = "namespace";
 /// The sk of a Firebase database's rules.
 pub const RULES_SK: &str = "rules";
 /// The pk of a Firebase database's onDisconnect registrations, or (when it
@@ -39,8 +40,8 @@ pub enum Writer {
     /// A client's records: `/v1` puts, deletes and batches. Never a pk
     /// that starts with `.`, never a system namespace.
     Client,
-    /// The namespace settings (`PUT /v1/ns/{ns}`): `.settings`/`namespace`.
-    NamespaceSettings,
+    /// The namespace options (`PUT /v1/ns/{ns}`): `.settings`/`namespace`.
+    NamespaceOptions,
     /// A Firebase database's rules (`PUT /.settings/rules.json`): `.settings`/`rules`.
     FirebaseRules,
     /// A Firebase database's tree (`.tree`, tree operations only) and its
@@ -100,8 +101,8 @@ fn owner_of(ns: &str, pk: &str, sk: &str, kind: &OpKind) -> Option<Writer> {
         return plain.then_some(Writer::Client);
     }
     match pk {
-        SETTINGS_PK if sk == NAMESPACE_SETTINGS_SK && plain => Some(Writer::NamespaceSettings),
-        SETTINGS_PK if sk == RULES_SK && plain => Some(Writer::FirebaseRules),
+        OPTIONS_PK if sk == NAMESPACE_OPTIONS_SK && plain => Some(Writer::NamespaceOptions),
+        OPTIONS_PK if sk == RULES_SK && plain => Some(Writer::FirebaseRules),
         TREE_PK if matches!(kind, OpKind::Tree(_)) => Some(Writer::FirebaseTree),
         _ if is_ondisconnect_pk(pk) && plain => Some(Writer::FirebaseTree),
         _ => None,
@@ -127,7 +128,7 @@ fn refusal(writer: Writer, ns: &str, pk: &str, sk: &str, owner: Option<Writer>) 
         return format!("namespace {ns:?} is a system namespace: only Tern's own routes write it (API keys: /v1/tokens)");
     }
     let whose = match owner {
-        Some(Writer::NamespaceSettings) => "the namespace settings: change them with PUT /v1/ns/{ns}",
+        Some(Writer::NamespaceOptions) => "the namespace options: change them with PUT /v1/ns/{ns}",
         Some(Writer::FirebaseRules) => "a Firebase database's rules: write them with PUT /.settings/rules.json",
         Some(Writer::FirebaseTree) => "a Firebase database's tree: write it through Firebase (/{path}.json or the realtime protocol)",
         _ => "reserved for Tern's own records",
@@ -170,10 +171,10 @@ mod tests {
 
     #[test]
     fn each_of_terns_writers_owns_its_own_keys_only() {
-        assert!(check(Writer::NamespaceSettings, "app", Touches::Mutation(&put(SETTINGS_PK, NAMESPACE_SETTINGS_SK))).is_ok());
-        assert!(check(Writer::NamespaceSettings, "app", Touches::Mutation(&put(SETTINGS_PK, RULES_SK))).is_err());
-        assert!(check(Writer::FirebaseRules, "app", Touches::Mutation(&put(SETTINGS_PK, RULES_SK))).is_ok());
-        assert!(check(Writer::FirebaseRules, "app", Touches::Mutation(&put(SETTINGS_PK, NAMESPACE_SETTINGS_SK))).is_err());
+        assert!(check(Writer::NamespaceOptions, "app", Touches::Mutation(&put(OPTIONS_PK, NAMESPACE_OPTIONS_SK))).is_ok());
+        assert!(check(Writer::NamespaceOptions, "app", Touches::Mutation(&put(OPTIONS_PK, RULES_SK))).is_err());
+        assert!(check(Writer::FirebaseRules, "app", Touches::Mutation(&put(OPTIONS_PK, RULES_SK))).is_ok());
+        assert!(check(Writer::FirebaseRules, "app", Touches::Mutation(&put(OPTIONS_PK, NAMESPACE_OPTIONS_SK))).is_err());
         assert!(check(Writer::FirebaseTree, "app", Touches::Mutation(&tree("a/b"))).is_ok());
         assert!(check(Writer::FirebaseTree, "app", Touches::Mutation(&put(TREE_PK, "a"))).is_err(), "the tree takes tree ops only");
         assert!(check(Writer::FirebaseTree, "app", Touches::Mutation(&put(".ondisconnect.12", "s"))).is_ok());

@@ -2,7 +2,7 @@
 //!
 //! Every writer — a client's records and batches, Firebase's REST and
 //! realtime writes, its rules and onDisconnect registrations, the API
-//! keys, the namespace settings, procedure deployments, ticks and outbox
+//! keys, the namespace options, procedure deployments, ticks and outbox
 //! trims — builds a `WriteRequest` and calls `Node::write`; the journal's
 //! sequencer and the replay of lost journals append the entries it
 //! journaled through `append` below. Nothing else appends to the log
@@ -30,6 +30,7 @@
 //! The answer is a typed `Receipt` or a `WriteError`, never an HTTP
 //! response: each protocol renders it in its own words.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -261,7 +262,7 @@ impl Node {
             }
             Some(durability) => Ok(durability),
             None if writer != Writer::Client || waits => Ok(Durability::Sequenced),
-            None => Ok(self.namespace_settings(namespace).await.write_mode.durability()),
+            None => Ok(self.namespace_options(namespace).await.write_mode.durability()),
         }
     }
 
@@ -323,8 +324,41 @@ impl Node {
         }
         debug_assert!(mutation.write_id.len() <= crate::limits::WRITE_ID_BYTES_MAX);
         self.journal.append(&namespace.name, namespace.partitions, partition, &mutation).await.map_err(WriteError::Journal)?;
-        self.sequencer_wake.notify_one();
+        self.writes.sequencer_wake.notify_one();
         Ok(Receipt::Journaled { write_id: mutation.write_id, ripcord })
+    }
+}
+
+/// The write path's own state on the node.
+#[derive(Default)]
+pub(super) struct WritePathState {
+    /// Wakes the sequencer after a journaled write.
+    pub(super) sequencer_wake: Arc<tokio::sync::Notify>,
+    /// The log refused a write and has taken none since (a sequenced
+    /// write's append or the sequencer's): while set, ripcord journals plain
+    /// writes at once instead of waiting for the log first. An atomic: every
+    /// successful write looks at it.
+    log_refused: std::sync::atomic::AtomicBool,
+}
+
+impl Node {
+    /// The log refused a write: ripcord now journals plain writes at once.
+    pub fn log_refused(&self) {
+        if !self.writes.log_refused.swap(true, std::sync::atomic::Ordering::Relaxed) {
+            tracing::warn!("the log refuses writes; ripcord journals plain writes until it takes them again");
+        }
+    }
+
+    /// The log took a write (a load, and a store only when it had refused one).
+    pub fn log_took(&self) {
+        if self.writes.log_refused.load(std::sync::atomic::Ordering::Relaxed) && self.writes.log_refused.swap(false, std::sync::atomic::Ordering::Relaxed) {
+            tracing::info!("the log takes writes again");
+        }
+    }
+
+    /// Whether ripcord is on and the log refused a write and has taken none since.
+    pub fn ripcord_engaged(&self) -> bool {
+        self.config.ripcord && self.writes.log_refused.load(std::sync::atomic::Ordering::Relaxed)
     }
 }
 

@@ -55,14 +55,14 @@ pub struct PartitionHandle {
     pub tp: TopicPartition,
     /// Replaced only by the apply loop, before it reads the log (a restore).
     store: RwLock<Arc<PartitionStore>>,
-    /// Next offset to apply, published after each commit.
+    /// Next offset to apply, advanced after each commit.
     applied_next: watch::Sender<u64>,
     outcomes: Mutex<OutcomeRing>,
     status: RwLock<PartitionStatus>,
     /// Writers waiting here for their outcome: the node does not let go meanwhile.
     pins: std::sync::atomic::AtomicUsize,
     /// The read view shared by readers while the applied offset stands still;
-    /// dropped on every publish, so it never pins pages of old versions for long.
+    /// dropped on every advance, so it never pins pages of old versions for long.
     view: RwLock<Option<Arc<ReadView>>>,
     pub(crate) applied_offset_gauge: IntGauge,
     pub(crate) log_end_gauge: IntGauge,
@@ -71,7 +71,7 @@ pub struct PartitionHandle {
     /// How current this replica is known to be (`freshness.rs`).
     pub freshness: super::freshness::Freshness,
     refused_gauge: IntGauge,
-    /// Recent events and the subscribers of this partition.
+    /// Recent events and the watches of this partition.
     pub feed: Arc<crate::fanout::PartitionFeed>,
 }
 
@@ -131,7 +131,7 @@ impl PartitionHandle {
         assert!(applied_next >= self.applied_next(), "a restored store is never behind the one it replaces");
         *self.store.write() = store;
         self.feed.jump(applied_next);
-        self.publish(Vec::new(), applied_next);
+        self.advance(Vec::new(), applied_next);
         Ok(())
     }
 
@@ -139,15 +139,15 @@ impl PartitionHandle {
     /// has been applied (one redb read transaction serves many requests),
     /// fresh otherwise.
     pub fn read_view(&self) -> Result<Arc<ReadView>, StoreError> {
-        let published = self.applied_next();
+        let advanced = self.applied_next();
         if let Some(view) = self.view.read().as_ref() {
-            if view.applied_next == published {
+            if view.applied_next == advanced {
                 return Ok(view.clone());
             }
         }
         let reader = self.store().read()?;
         let view = Arc::new(ReadView { applied_next: reader.applied_next()?, reader });
-        if view.applied_next == published {
+        if view.applied_next == advanced {
             *self.view.write() = Some(view.clone());
         }
         Ok(view)
@@ -234,7 +234,7 @@ impl PartitionHandle {
 
     /// Called by the apply loop after a commit: outcomes first, then the offset,
     /// so a waiter woken by the offset always finds its outcome.
-    pub(crate) fn publish(&self, outcomes: Vec<(u64, Outcome)>, applied_next: u64) {
+    pub(crate) fn advance(&self, outcomes: Vec<(u64, Outcome)>, applied_next: u64) {
         {
             let mut ring = self.outcomes.lock();
             for (offset, outcome) in outcomes {
@@ -296,9 +296,9 @@ mod tests {
                 Ok(())
             })
             .unwrap();
-        handle.publish(vec![(0, Outcome::Applied)], 1);
+        handle.advance(vec![(0, Outcome::Applied)], 1);
         let second = handle.read_view().unwrap();
-        assert!(!Arc::ptr_eq(&first, &second), "a publish replaces the read view");
+        assert!(!Arc::ptr_eq(&first, &second), "an advance replaces the read view");
         assert_eq!(second.applied_next, 1);
         assert_eq!(second.reader.applied_next().unwrap(), 1);
         assert!(second.reader.get("k", "").unwrap().is_some());

@@ -2,7 +2,7 @@
 //! applied offset and the waits on it, the status, the outcomes of recent
 //! writes, the shared read view, the fan-out feed) and the `Namespace` that
 //! groups a topic's handles. This is what every floor above shares about a
-//! partition; only the apply loop changes it (`publish`, `set_status`), and
+//! partition; only the apply loop changes it (`advance`, `set_status`), and
 //! only the node starts and stops holding it (`hold_unless_stopped`, `let_go_if_unpinned`).
 
 pub(crate) mod freshness;

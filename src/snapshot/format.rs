@@ -27,7 +27,7 @@ pub const CHUNK_RAW_BYTES_MAX: usize = 1024 * 1024;
 /// zstd level: fast, with most of the ratio.
 pub const ZSTD_LEVEL: i32 = 3;
 /// The manifest format this code writes and reads. 2: chunks carry the
-/// outcome metadata (write ids, the not-applied journal) before the records,
+/// outcome metadata (write ids, the not-applied record) before the records,
 /// and the manifest names the log its offsets belong to. A format-1 snapshot
 /// would restore a store that forgets which retries it already applied, so
 /// it is refused (take a new snapshot).
@@ -62,8 +62,10 @@ pub struct Manifest {
     pub record_count: u64,
     /// Outcome metadata entries (remembered write ids, not-applied marks).
     pub meta_entries: u64,
-    /// The lowest offset whose outcome the not-applied journal knows.
-    pub journal_from: u64,
+    /// The lowest offset whose outcome the not-applied record knows
+    /// (`journal_from` in the manifest, its name there since format 2).
+    #[serde(rename = "journal_from")]
+    pub not_applied_from: u64,
     /// The partition's state hash at `applied_next` (hex), checked on restore:
     /// it covers the records and the outcome metadata.
     pub state_hash: String,
@@ -189,7 +191,7 @@ mod tests {
             skipped_entries: 1,
             record_count: 7,
             meta_entries: 0,
-            journal_from: 0,
+            not_applied_from: 0,
             state_hash: "ab".repeat(32),
             created_unix_ms: 1,
             chunks: vec![ChunkRef { hash: "cd".repeat(32), compressed_bytes: 10, raw_bytes: 20, entries: 7 }],

@@ -8,7 +8,7 @@
 //! written: two replicas holding the same records have the same hash.
 //!
 //! It also covers the outcome metadata (remembered write ids and the
-//! not-applied journal, `of_meta`): everything that decides how a later
+//! not-applied record, `of_meta`): everything that decides how a later
 //! entry applies. Equal hashes at equal offsets mean equal futures.
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

@@ -1,6 +1,6 @@
 //! How a partition's store lays out its one redb table: record keys and
 //! values, and the metadata keys beside them (applied state, format,
-//! partition count, write ids, the not-applied journal).
+//! partition count, write ids, the not-applied record).
 
 use std::path::Path;
 
@@ -37,18 +37,18 @@ pub(super) const META_WRITE_ID_BY_OFFSET: &[u8] = b"\0\0x";
 /// not apply (a failed condition, a duplicate write id). Subscribers replaying
 /// the log read this to skip it exactly as the apply loop did.
 pub(super) const META_NOT_APPLIED: &[u8] = b"\0\0n";
-/// The lowest offset the not-applied journal covers: where this store began
+/// The lowest offset the not-applied record covers: where this store began
 /// applying (0, a restored snapshot's offset, or the offset at upgrade).
-pub(super) const META_JOURNAL_FROM: &[u8] = b"\0\0journal_from";
+pub(super) const META_NOT_APPLIED_FROM: &[u8] = b"\0\0journal_from";
 /// `\0\0#...`: what procedures keep (definitions, log time, timers, outbox;
 /// `procedures.rs`).
 pub(super) const META_PROCEDURES: &[u8] = b"\0\0#";
 
 /// Metadata that decides how later entries apply (remembered write ids, by
-/// id and by offset; the not-applied journal; procedures' definitions, log
+/// id and by offset; the not-applied record; procedures' definitions, log
 /// time, timers and outbox): it is covered by the state
 /// hash and travels in snapshots with the records. The rest of the metadata
-/// (state, format, partition count, `journal_from`) describes this store.
+/// (state, format, partition count, `not_applied_from`) describes this store.
 pub(crate) fn is_outcome_meta(key: &[u8]) -> bool {
     [META_WRITE_ID, META_WRITE_ID_BY_OFFSET, META_NOT_APPLIED, META_PROCEDURES].iter().any(|prefix| key.starts_with(prefix))
 }

@@ -52,7 +52,7 @@ impl StoreReader {
 
     /// Up to `limit` records with keys after `after` (all records when
     /// `None`), in key order, plus whether more follow: a namespace-wide
-    /// subscription's snapshot, page by page.
+    /// watch's snapshot, page by page.
     pub fn scan_page(&self, after: Option<&[u8]>, limit: usize) -> Result<(Vec<(Vec<u8>, Record)>, bool), StoreError> {
         let first_record = key::prefix_successor(&META_PREFIX).expect("meta prefix has a successor");
         let lower = match after {
@@ -131,7 +131,7 @@ impl StoreReader {
     }
 
     /// What a snapshot holds, in key order as stored: the outcome metadata
-    /// (write ids, the not-applied journal: `is_outcome_meta`) and then every
+    /// (write ids, the not-applied record: `is_outcome_meta`) and then every
     /// record `(key encoding, [version][value])`. Snapshots copy these bytes
     /// as they are. Returns `(outcome metadata entries, records)` visited.
     /// The visitor's own error type passes through (store errors convert into it).

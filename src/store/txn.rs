@@ -1,7 +1,7 @@
 //! The write side of one apply transaction: records put and deleted (the
 //! state hash and record count kept with them) and the applied offset
 //! moved, all committed together by `PartitionStore::apply`. Write ids
-//! (`write_ids.rs`) and the not-applied journal (`journal.rs`) extend it.
+//! (`write_ids.rs`) and the not-applied record (`not_applied.rs`) extend it.
 
 use std::path::Path;
 

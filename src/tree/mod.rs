@@ -23,8 +23,6 @@ pub mod path;
 pub mod query;
 pub mod value;
 
+pub use path::TREE_PK;
 pub use value::validate_write;
 
-/// The pk that holds a namespace's tree (a `.` starts no Firebase key and
-/// no pk Tern's own tools make, so it cannot be met by accident).
-pub const TREE_PK: &str = ".tree";

@@ -11,6 +11,10 @@
 
 use crate::limits::SK_BYTES_MAX;
 
+/// The pk that holds a namespace's tree (a `.` starts no Firebase key and
+/// no pk Tern's own tools make, so it cannot be met by accident).
+pub const TREE_PK: &str = ".tree";
+
 /// Firebase's bound on a key.
 pub const KEY_BYTES_MAX: usize = 768;
 /// Firebase's bound on the depth of a tree (keys from the root to a leaf).

@@ -1,12 +1,12 @@
-//! Reading a partition's past changes back from the log, for a subscriber
+//! Reading a partition's past changes back from the log, for a watch
 //! resuming from a position older than the ring.
 //!
 //! An entry's events are re-decoded from the log (the same pure `decode` the
 //! apply loop used); an entry that decoded but did not apply (a failed
 //! condition, a duplicate write id) is skipped because the apply loop
-//! journaled it in the store. History is gone, and the subscriber must be
+//! recorded it in the store as not applied. History is gone, and the watch must be
 //! reset, when the log no longer starts at the requested offset or the
-//! store's journal does not reach back to it.
+//! store's not-applied record does not reach back to it.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -46,18 +46,18 @@ pub async fn chunk_from_log(
     let store_error = |e: crate::store::StoreError| HistoryError::Store(e.to_string());
     let reader = handle.store().read().map_err(store_error)?;
     // The lowest offset this replica can replay from: what the log still
-    // holds, what the journal covers, and the journal's window.
+    // holds, what the not-applied record covers, and its window.
     let log_start = log.start_offset(&handle.tp).await.map_err(|e| HistoryError::Unavailable(e.to_string()))?;
     let window_start = handle.applied_next().saturating_sub(WRITE_ID_WINDOW_OFFSETS);
-    let floor = log_start.max(reader.journal_from().map_err(store_error)?).max(window_start);
+    let floor = log_start.max(reader.not_applied_from().map_err(store_error)?).max(window_start);
     if from.offset < floor {
         return Err(HistoryError::Gone(format!(
-            "partition {} can replay from offset {floor}, the subscriber stands at {}",
+            "partition {} can replay from offset {floor}, the watch stands at {}",
             handle.partition, from.offset
         )));
     }
     // Procedures' record writes are not in the log (they are made at
-    // apply): replaying it would miss them, so the subscriber gets the
+    // apply): replaying it would miss them, so the watch gets the
     // current state instead (the ring, in memory, has them).
     if reader.has_procedures().map_err(store_error)? {
         return Err(HistoryError::Gone(format!(

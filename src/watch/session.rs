@@ -19,7 +19,7 @@ use crate::fanout::event::{Event, Mark};
 use crate::fanout::feed::Chunk;
 use crate::fanout::filter::Filter;
 use super::history::{self, HistoryError};
-use super::outbox::Outbox;
+use super::outlet::Outlet;
 use crate::fanout::queue::{Batch, Drained, Mode, WatchQueue};
 use super::wakes::{LiveWakes, Wake};
 use super::{Start, WatchConfig};
@@ -32,7 +32,7 @@ const CATCH_UP_EVENTS_MAX: usize = 1024;
 /// Records read per page of the current state.
 const STATE_PAGE_RECORDS: usize = 1000;
 
-/// What a subscription tells its client.
+/// What a watch tells its client.
 #[derive(Debug)]
 pub enum Message {
     /// A put or delete; `id` is the cursor after it (none inside a
@@ -40,29 +40,29 @@ pub enum Message {
     Change { event: Arc<Event>, id: ChangeId },
     /// The full state of what is watched follows (as puts), then `Synced`.
     /// `reason` is `snapshot` when asked for (`from=snapshot`), otherwise
-    /// why the subscriber is reset (`history_gone`, `slow_consumer`).
+    /// why the watch is reset (`history_gone`, `slow_consumer`).
     Begin { position: String, reason: &'static str },
     Synced { position: String },
     Progress { position: String },
     KeepAlive,
-    /// The subscription ends; it may resume from `position`.
+    /// The watch ends; it may resume from `position`.
     Cancel { reason: &'static str, position: String, message: String },
     /// Encoded by the transport itself (a WebSocket reply to a client
-    /// message), passed through in order with the subscriptions' messages.
+    /// message), passed through in order with the watches' messages.
     Reply(String),
 }
 
-/// The `id` a change carries: the subscriber's cursor after it.
+/// The `id` a change carries: the watch's cursor after it.
 #[derive(Debug)]
 pub enum ChangeId {
     /// None inside a current-state or conflated run (its end carries the position).
     None,
     /// The event's own position (`Event::position_after`, formatted before
-    /// the change is sent): the subscriber watches only the event's
+    /// the change is sent): the watch watches only the event's
     /// partition, so its cursor after the event is what every such
-    /// subscriber's is, and the transport may share the encoded event too.
+    /// watch's is, and the transport may share the encoded event too.
     Event,
-    /// The subscriber's whole cursor (it watches several partitions).
+    /// The watch's whole cursor (it watches several partitions).
     Cursor(String),
 }
 
@@ -80,7 +80,7 @@ impl ChangeId {
 /// A live session's state besides the session itself.
 struct Live {
     wakes: LiveWakes,
-    /// Drained from the queue and not all delivered yet (a live subscriber
+    /// Drained from the queue and not all delivered yet (a live watch
     /// finds one batch at a time: inline, no buffer of its own)...
     batches: SmallVec<[Batch; 1]>,
     /// ...from this event of the first batch on.
@@ -89,7 +89,7 @@ struct Live {
 
 /// What `poll_live` hands back to the session's async loop.
 enum Step {
-    /// A change the outbox has no room for: send it (waiting), then go on.
+    /// A change the outlet has no room for: send it (waiting), then go on.
     Wait(Message),
     /// Not the queue: a timer or the node stopping.
     Woke(Wake),
@@ -106,16 +106,16 @@ enum Stop {
 pub struct Session {
     namespace: Arc<Namespace>,
     log: Arc<dyn Log>,
-    subscriber: Arc<WatchQueue>,
+    watch: Arc<WatchQueue>,
     cursor: Cursor,
     registered: BTreeSet<u32>,
-    out: Outbox,
+    out: Outlet,
     config: WatchConfig,
     /// The cursor's marks when a position last went out (a change's id,
     /// `progress`, `synced`): `progress` is sent only once they moved.
-    /// Compared, not formatted: a busy subscription never formats its cursor.
+    /// Compared, not formatted: a busy watch never formats its cursor.
     sent: Marks,
-    /// Keeps the node's subscriber count.
+    /// Keeps the node's watch count.
     _slot: super::Slot,
     /// True once the node stops.
     closing: tokio::sync::watch::Receiver<bool>,
@@ -125,21 +125,21 @@ impl Session {
     pub(super) fn new(
         namespace: Arc<Namespace>,
         log: Arc<dyn Log>,
-        subscriber: Arc<WatchQueue>,
+        watch: Arc<WatchQueue>,
         cursor: Cursor,
-        out: Outbox,
+        out: Outlet,
         config: WatchConfig,
         slot: super::Slot,
         closing: tokio::sync::watch::Receiver<bool>,
     ) -> Session {
-        Session { namespace, log, subscriber, cursor, registered: BTreeSet::new(), out, config, sent: Marks::default(), _slot: slot, closing }
+        Session { namespace, log, watch, cursor, registered: BTreeSet::new(), out, config, sent: Marks::default(), _slot: slot, closing }
     }
 
     pub async fn run(mut self, start: Start) {
         let started = match start {
             Start::Now => {
                 for p in self.partitions() {
-                    let mark = self.namespace.handle(p).feed.register_at_head(&self.subscriber);
+                    let mark = self.namespace.handle(p).feed.register_at_head(&self.watch);
                     self.cursor.marks.insert(p, mark);
                     self.registered.insert(p);
                 }
@@ -166,7 +166,7 @@ impl Session {
             };
             match stop {
                 Stop::HistoryGone(why) => {
-                    tracing::debug!(subscriber = self.subscriber.id, %why, "history gone; resetting the subscriber");
+                    tracing::debug!(watch = self.watch.id, %why, "history gone; resetting the watch");
                     crate::metrics::WATCH_RESETS.with_label_values(&["history_gone"]).inc();
                     result = Box::pin(self.send_current_state("history_gone")).await;
                 }
@@ -197,7 +197,7 @@ impl Session {
         loop {
             self.check_partition(p)?;
             let mark = self.cursor.marks[p];
-            let head = match handle.feed.register(&self.subscriber, mark) {
+            let head = match handle.feed.register(&self.watch, mark) {
                 Ok(()) => {
                     self.registered.insert(p);
                     return Ok(());
@@ -219,7 +219,7 @@ impl Session {
 
     async fn deliver_chunk(&mut self, p: u32, chunk: Chunk) {
         for event in chunk.events {
-            if self.subscriber.filter.matches(&event.pk, &event.sk) {
+            if self.watch.filter.matches(&event.pk, &event.sk) {
                 self.deliver(&event).await;
             }
         }
@@ -257,7 +257,7 @@ impl Session {
         self.mark_sent();
         let id = if self.cursor.marks.len() == 1 {
             // The event's own position is this cursor: formatted once for
-            // every subscriber of the partition, not once each.
+            // every watch of the partition, not once each.
             // The namespace's own name: shared by every session, so hot in cache.
             let shared = event.position_after(&self.namespace.name);
             debug_assert_eq!(shared, self.cursor.to_string());
@@ -268,7 +268,7 @@ impl Session {
         Some(Message::Change { event: event.clone(), id })
     }
 
-    /// Waits only for room in the outbox: a send never fails (the
+    /// Waits only for room in the outlet: a send never fails (the
     /// transport that drives the session drops it when the client goes).
     async fn send(&self, message: Message) {
         self.out.send(message).await
@@ -278,7 +278,7 @@ impl Session {
     /// per partition, then registers every partition from there.
     async fn send_current_state(&mut self, reason: &'static str) -> Result<(), Stop> {
         // Anything queued is older than the views read below: the state sent has it.
-        self.subscriber.clear();
+        self.watch.clear();
         let mut views = Vec::new();
         for p in self.partitions() {
             self.check_partition(p)?;
@@ -306,14 +306,14 @@ impl Session {
     /// Every record of partition `p` the filter watches, page by page.
     async fn send_state(&self, p: u32, reader: &crate::store::StoreReader) -> Result<(), Stop> {
         let store_error = |e: crate::store::StoreError| Stop::Cancel { reason: "unavailable", message: e.to_string() };
-        match &self.subscriber.filter {
+        match &self.watch.filter {
             Filter::Record { pk, sk } => {
                 if let Some(record) = reader.get(pk, sk).map_err(store_error)? {
                     self.send(Message::Change { event: Event::of_record(p, &record), id: ChangeId::None }).await;
                 }
             }
             Filter::Pk { pk } | Filter::Prefix { pk, .. } | Filter::Tree { pk, .. } => {
-                let prefix = match &self.subscriber.filter {
+                let prefix = match &self.watch.filter {
                     Filter::Prefix { prefix, .. } => Some(prefix.clone()),
                     // A tree location's leaves: its own, then those below it.
                     Filter::Tree { path, .. } => {
@@ -356,7 +356,7 @@ impl Session {
     }
 
     /// Delivers what the dispatcher leaves, until the client goes or the
-    /// subscription must stop; resets itself when it falls behind in state mode.
+    /// watch must stop; resets itself when it falls behind in state mode.
     async fn live(&mut self) -> Result<std::convert::Infallible, Stop> {
         let mut live = Live {
             wakes: LiveWakes::new(self.config.progress_interval, self.config.keep_alive_interval, self.closing.clone()),
@@ -392,13 +392,13 @@ impl Session {
                     // Everything dispatched is now reflected: the cursor can move to the head.
                     self.progress().await?;
                 }
-                Step::Overflowed => match self.subscriber.mode {
+                Step::Overflowed => match self.watch.mode {
                     Mode::Log => {
                         crate::metrics::WATCH_CANCELLED.with_label_values(&["slow_consumer"]).inc();
                         return Err(Stop::Cancel {
                             reason: "slow_consumer",
                             message: format!(
-                                "the subscriber fell more than {} events or {} bytes behind; resume from the position",
+                                "the watch fell more than {} events or {} bytes behind; resume from the position",
                                 self.config.queue.events_max, self.config.queue.bytes_max
                             ),
                         });
@@ -413,24 +413,24 @@ impl Session {
     }
 
     /// The live path of nearly every wake-up, with no await in it: takes
-    /// what the queue holds and leaves each change in the outbox, then
+    /// what the queue holds and leaves each change in the outlet, then
     /// waits for the next wake-up. It returns for anything else: a change
-    /// the outbox has no room for (or whose sender is shut), a timer, the
+    /// the outlet has no room for (or whose sender is shut), a timer, the
     /// node stopping, a conflated or overflowed queue. So a delivery
-    /// touches only this session's cursor, `Live` and the subscriber, not
+    /// touches only this session's cursor, `Live` and the watch, not
     /// the state of a waiting send or of a nested future (at 10,000
-    /// subscribers each line of a session's memory is a wait for DRAM).
+    /// watches each line of a session's memory is a wait for DRAM).
     fn poll_live(&mut self, live: &mut Live, cx: &mut Context<'_>) -> Poll<Step> {
         loop {
             if let Some(change) = self.deliver_drained(live) {
                 return Poll::Ready(Step::Wait(change));
             }
-            match live.wakes.poll_next(&self.subscriber.signal, cx) {
+            match live.wakes.poll_next(&self.watch.signal, cx) {
                 Poll::Pending => return Poll::Pending,
                 Poll::Ready(Wake::Queue) => {}
                 Poll::Ready(other) => return Poll::Ready(Step::Woke(other)),
             }
-            match self.subscriber.drain(&mut live.batches) {
+            match self.watch.drain(&mut live.batches) {
                 Drained::Empty | Drained::Batches => {}
                 Drained::Conflated(events) => return Poll::Ready(Step::Conflated(events)),
                 Drained::Overflowed => return Poll::Ready(Step::Overflowed),
@@ -438,7 +438,7 @@ impl Session {
         }
     }
 
-    /// Leaves every drained change in the outbox, in order; stops at the
+    /// Leaves every drained change in the outlet, in order; stops at the
     /// first one it has no room for and returns it (the cursor is past it:
     /// it must be sent before anything else).
     fn deliver_drained(&mut self, live: &mut Live) -> Option<Message> {
@@ -458,7 +458,7 @@ impl Session {
 
     /// Moves the cursor of every partition with nothing queued to what was
     /// dispatched, and sends it if it changed: an idle or filtered
-    /// subscriber keeps a fresh position to resume from.
+    /// watch keeps a fresh position to resume from.
     async fn progress(&mut self) -> Result<(), Stop> {
         // A partition this node let go of (or refused) sends nothing more:
         // say so rather than fall silent.
@@ -469,7 +469,7 @@ impl Session {
             // Read the head first: everything dispatched below it is in the
             // queue by now, so an empty queue means none of it is pending.
             let head = self.namespace.handle(p).feed.dispatched_next();
-            if self.subscriber.is_empty() {
+            if self.watch.is_empty() {
                 let mark = self.cursor.marks.get_mut(p).expect("watched partition");
                 *mark = (*mark).max(Mark::at(head));
             }
@@ -496,7 +496,7 @@ impl Session {
 impl Drop for Session {
     fn drop(&mut self) {
         for &p in &self.registered {
-            self.namespace.handle(p).feed.unregister(&self.subscriber);
+            self.namespace.handle(p).feed.unregister(&self.watch);
         }
     }
 }

@@ -1,7 +1,7 @@
 //! What wakes a live session: its queue's signal (nearly always), the
 //! `progress` and `keep-alive` timers, and the node stopping.
 //!
-//! A busy subscription is woken once per event, and at 10,000 subscribers
+//! A busy watch is woken once per event, and at 10,000 watches
 //! a put is 10,000 wake-ups. Polling a timer costs a registration each time
 //! (a waker compared or cloned, the task's cooperative budget spent; at 100
 //! sessions polled in one task the budget runs out and tokio makes the task
@@ -73,7 +73,7 @@ impl LiveWakes {
     }
 
     /// The next reason to wake, once there is one; the queue first (a busy
-    /// subscription looks at nothing else), but never past the node stopping.
+    /// watch looks at nothing else), but never past the node stopping.
     pub fn poll_next(&mut self, signal: &Signal, cx: &mut Context<'_>) -> Poll<Wake> {
         if let Some(wake) = self.look(signal) {
             return Poll::Ready(wake);

@@ -38,3 +38,4 @@ mod snapshots;
 mod tls;
 mod waits;
 mod watches;
+mod words;

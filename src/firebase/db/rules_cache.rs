@@ -18,7 +18,7 @@ use crate::partition::Namespace;
 use crate::store::StoreError;
 
 /// The pk and sk of a database's rules.
-pub const RULES_PK: &str = crate::node::reserved::SETTINGS_PK;
+pub const RULES_PK: &str = crate::node::reserved::OPTIONS_PK;
 pub const RULES_SK: &str = crate::node::reserved::RULES_SK;
 
 /// Per namespace, its parsed rules. Bounded by the namespaces this node knows.

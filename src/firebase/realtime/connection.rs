@@ -12,7 +12,7 @@
 //! Bounds: `CLIENT_MESSAGES_PENDING_MAX` client frames read ahead (then
 //! TCP pushes back on the client), `OUTBOUND_MESSAGES_MAX` messages from
 //! the listens waiting for the socket (then their watches wait, and past
-//! their own queue conflate, as every Tern subscription does),
+//! their own queue conflate, as every Tern watch does),
 //! `LISTENS_PER_CONNECTION_MAX` listens, `PENDING_ACKS_MAX` answers
 //! waiting for their events. A client silent for `IDLE_TIMEOUT` (its SDK
 //! sends a keep-alive every 45 s) is gone; the server pings every
@@ -39,7 +39,7 @@ use crate::codec::now_ms;
 use crate::edge::Encoder;
 use crate::firebase::stream::Translator;
 use crate::tree::path;
-use crate::watch::{Message, Outbox, OutboxReader, Tag, Tagged};
+use crate::watch::{Message, Outlet, OutletReader, Tag, Tagged};
 
 /// Client frames read but not yet acted on.
 const CLIENT_MESSAGES_PENDING_MAX: usize = 16;
@@ -47,7 +47,7 @@ const CLIENT_MESSAGES_PENDING_MAX: usize = 16;
 const OUTBOUND_MESSAGES_MAX: usize = 256;
 /// Listen messages turned into frames before one flush.
 const MESSAGES_PER_FLUSH_MAX: usize = 256;
-/// Listens one connection may hold (as `/v1/ws`'s subscriptions).
+/// Listens one connection may hold (as `/v1/ws`'s watches).
 pub const LISTENS_PER_CONNECTION_MAX: usize = 1000;
 /// Write answers waiting for their events.
 const PENDING_ACKS_MAX: usize = 1024;
@@ -70,7 +70,7 @@ pub async fn serve(mut requests: Requests, socket: WebSocket, host: String, mut 
     let (sink, stream) = socket.split();
     let (frames_tx, mut frames) = mpsc::channel::<WsMessage>(CLIENT_MESSAGES_PENDING_MAX);
     let reader = AbortOnDrop(tokio::spawn(read_frames(stream, frames_tx)));
-    let outbox = OutboxReader::new(OUTBOUND_MESSAGES_MAX);
+    let outlet = OutletReader::new(OUTBOUND_MESSAGES_MAX);
     let mut out = Output::new(sink);
     out.send(wire::hello(now_ms(), &host, &requests.session));
     let mut joiner = Reassembler::default();
@@ -78,7 +78,7 @@ pub async fn serve(mut requests: Requests, socket: WebSocket, host: String, mut 
     loop {
         let frame = tokio::select! {
             biased;
-            () = out.drive(&outbox) => break,
+            () = out.drive(&outlet) => break,
             _ = closing.changed() => break,
             frame = frames.recv() => frame,
         };
@@ -96,18 +96,18 @@ pub async fn serve(mut requests: Requests, socket: WebSocket, host: String, mut 
                 break;
             }
         };
-        let mut listen_outbox = None;
+        let mut listen_outlet = None;
         if action == "q" {
             if out.listens.len() >= LISTENS_PER_CONNECTION_MAX && !out.keys.contains_key(&listen_key(&body)) {
                 out.send(wire::response(r, "invalid_args", format!("at most {LISTENS_PER_CONNECTION_MAX} listens per connection").into()));
                 continue;
             }
             listen_ids += 1;
-            listen_outbox = Some((listen_ids, Outbox::tagged(&outbox, Tag::Stream(listen_ids))));
+            listen_outlet = Some((listen_ids, Outlet::tagged(&outlet, Tag::Stream(listen_ids))));
         }
-        let id = listen_outbox.as_ref().map_or(0, |(id, _)| *id);
+        let id = listen_outlet.as_ref().map_or(0, |(id, _)| *id);
         let (effect, closing_now) = {
-            let handled = requests.handle(r, &action, body, listen_outbox.map(|(_, o)| o));
+            let handled = requests.handle(r, &action, body, listen_outlet.map(|(_, o)| o));
             tokio::pin!(handled);
             tokio::select! {
                 biased;
@@ -115,7 +115,7 @@ pub async fn serve(mut requests: Requests, socket: WebSocket, host: String, mut 
                 // ended by itself): the request is still finished, so that
                 // a write is not left half done, and its answer goes out if
                 // the socket still takes it.
-                () = out.drive(&outbox) => (handled.await, true),
+                () = out.drive(&outlet) => (handled.await, true),
                 effect = &mut handled => (effect, false),
             }
         };
@@ -342,17 +342,17 @@ impl Output {
 
     /// Runs the listens and writes until the socket fails or a listen's
     /// watch ended by itself; cancel-safe (everything lives in `self`).
-    fn drive<'a>(&'a mut self, outbox: &'a OutboxReader) -> impl Future<Output = ()> + 'a {
-        std::future::poll_fn(move |cx| self.poll_drive(cx, outbox))
+    fn drive<'a>(&'a mut self, outlet: &'a OutletReader) -> impl Future<Output = ()> + 'a {
+        std::future::poll_fn(move |cx| self.poll_drive(cx, outlet))
     }
 
-    fn poll_drive(&mut self, cx: &mut Context<'_>, outbox: &OutboxReader) -> Poll<()> {
+    fn poll_drive(&mut self, cx: &mut Context<'_>, outlet: &OutletReader) -> Poll<()> {
         loop {
             // Finished sessions (aborted or ended) need nothing more: their
             // listens go when their translators end or are stopped.
             while let Poll::Ready(Some(_)) = self.sessions.poll_next_unpin(cx) {}
             if self.frames.is_empty() {
-                if outbox.take(&mut self.batch, MESSAGES_PER_FLUSH_MAX) > 0 {
+                if outlet.take(&mut self.batch, MESSAGES_PER_FLUSH_MAX) > 0 {
                     self.encode_batch();
                 }
                 self.release_acks(Instant::now());

@@ -44,7 +44,7 @@ use crate::tree::path;
 use crate::tree::query::{self as tree_query, OrderBy};
 use crate::tree::value::{etag, validate_write};
 use crate::tree::TREE_PK;
-use crate::watch::{self, ConnectionId, Outbox};
+use crate::watch::{self, ConnectionId, Outlet};
 
 /// How long a write waits to be applied here before it is answered as failed.
 const WRITE_WAIT: Duration = Duration::from_millis(crate::limits::WAIT_MS_MAX);
@@ -117,8 +117,8 @@ pub fn listen_key(body: &Value) -> String {
 }
 
 impl Requests {
-    /// Handles request `r`; `outbox` is the new listen's end (action `q`).
-    pub async fn handle(&mut self, r: u64, action: &str, body: Value, outbox: Option<Outbox>) -> Effect {
+    /// Handles request `r`; `outlet` is the new listen's end (action `q`).
+    pub async fn handle(&mut self, r: u64, action: &str, body: Value, outlet: Option<Outlet>) -> Effect {
         let result = match action {
             "s" | "appcheck" | "unappeck" => Ok(Effect::Reply(ok(r, json!("")))),
             "echo" => Ok(Effect::Reply(ok(r, body.get("d").cloned().unwrap_or(Value::Null)))),
@@ -127,7 +127,7 @@ impl Requests {
                 self.credential = Credential::Anonymous;
                 Ok(Effect::Reply(ok(r, json!(""))))
             }
-            "q" => self.listen(r, &body, outbox.expect("a listen comes with its outbox")).await,
+            "q" => self.listen(r, &body, outlet.expect("a listen comes with its outlet")).await,
             "n" => Ok(Effect::Unlisten { key: listen_key(&body), reply: ok(r, json!("")) }),
             "p" => self.write(r, &body, false).await,
             "m" => self.write(r, &body, true).await,
@@ -189,7 +189,7 @@ impl Requests {
         Ok(Effect::Reply(ok(r, json!({"auth": auth, "expires": expires}))))
     }
 
-    async fn listen(&mut self, r: u64, body: &Value, outbox: Outbox) -> Result<Effect, (String, String)> {
+    async fn listen(&mut self, r: u64, body: &Value, outlet: Outlet) -> Result<Effect, (String, String)> {
         let sk = path_of(body)?;
         let tag = body.get("t").and_then(Value::as_u64);
         let query_object = body.get("q").cloned().unwrap_or(Value::Null);
@@ -210,7 +210,7 @@ impl Requests {
         }
         let format = Format::Realtime { tag, query: query_object, response: Some(ok(r, answer)) };
         let key = listen_key(body);
-        let (session, translator) = open_listen(state, namespace.clone(), caller, sk.clone(), query, watch::From::CurrentState, format, self.connection, outbox)
+        let (session, translator) = open_listen(state, namespace.clone(), caller, sk.clone(), query, watch::Since::CurrentState, format, self.connection, outlet)
             .await
             .map_err(from_fb)?;
         Ok(Effect::Listen(Box::new(Opened { key, sk, session, translator })))

@@ -42,7 +42,7 @@ const HANDSHAKE_WAIT_MAX: Duration = Duration::from_secs(10);
 /// open stream through a whole `idle` wait (checked every `idle`: closed
 /// within twice that), or until `stopping` turns true and its streams have
 /// finished. Either end is GOAWAY, then the open streams run to their end
-/// (watches end as the node closes their subscriptions).
+/// (watches end as the node closes their watches).
 pub async fn serve<S, IO>(
     stream: IO,
     protocols: Protocols,
@@ -110,7 +110,7 @@ where
         request.extensions_mut().insert(connection);
         request.extensions_mut().insert(peer);
         if firebase::is_stream_request(&request) {
-            match firebase::open_h2c_stream(&protocols.firebase, request.uri(), request.headers(), Some(peer.0), connection, watches.next_outbox()).await {
+            match firebase::open_h2c_stream(&protocols.firebase, request.uri(), request.headers(), Some(peer.0), connection, watches.next_outlet()).await {
                 Ok((session, encoder)) => watches.start(respond, session, encoder),
                 Err(response) => {
                     tokio::spawn(send_response(respond, response));
@@ -124,7 +124,7 @@ where
                 // Served here, not by the service: authenticated here (`access`).
                 let app = &protocols.api;
                 let opened = match identify(app, request.headers(), request.uri(), Some(peer.0)) {
-                    Ok(identity) => api::open_sse(app, &identity, &ns, query, request.headers(), connection, watches.next_outbox()).await,
+                    Ok(identity) => api::open_sse(app, &identity, &ns, query, request.headers(), connection, watches.next_outlet()).await,
                     Err(error) => Err(error),
                 };
                 match opened {

@@ -3,7 +3,7 @@
 //!
 //! Why not hyper's HTTP/2 server: it runs every stream in a task of its own
 //! and pipes each response body through generic layers, two polls per
-//! chunk. At 10,000 SSE subscribers on 100 connections a put then woke
+//! chunk. At 10,000 SSE watches on 100 connections a put then woke
 //! 10,000 tasks and wrote each event with a system call of its own (22,000
 //! `writev`/s for 1,000 connection-puts/s); put → event read 28–34 ms p50.
 //! Here (BENCHMARKS.md has the numbers after):

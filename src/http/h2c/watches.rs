@@ -1,8 +1,8 @@
 //! An HTTP/2 connection's watch streams (`GET /v1/ns/{ns}/watch`), run by
 //! the connection's own task the way a WebSocket connection runs its
-//! subscriptions:
+//! watches:
 //!
-//! - every session leaves its messages in one outbox the connection's
+//! - every session leaves its messages in one outlet the connection's
 //!   sessions share, tagged with its stream's key;
 //! - a wake-up of the task polls just the woken sessions, takes all they
 //!   left at once, and hands each stream what it got in that round as one
@@ -10,7 +10,7 @@
 //!   together, a system call per 16 KiB;
 //! - a session lives in its stream's entry and is woken by a waker that
 //!   names the stream (`Woken`): no task, no `FuturesUnordered` node and no
-//!   abort handle of its own. At 10,000 subscribers a put is 10,000
+//!   abort handle of its own. At 10,000 watches a put is 10,000
 //!   wake-ups, each bound by the memory it touches; the entry is the only
 //!   per-stream memory a delivery reaches besides the session itself.
 //!   Ending a session (its stream reset) is dropping it;
@@ -22,7 +22,7 @@
 //! Flow control: `send_data` never refuses; h2 buffers what the client's
 //! window does not let through yet. So after every `WINDOW_CHECK_BYTES` a
 //! stream sends, it checks that its windows take everything it buffered. If
-//! not, its session's sender is shut (`OutboxReader::shut`): that session
+//! not, its session's sender is shut (`OutletReader::shut`): that session
 //! waits, and its queue conflates or cancels as its mode says, while the
 //! connection's other streams go on. The stream's waker opens it again when
 //! h2 assigns the stream capacity. A stream thus holds at most
@@ -30,7 +30,7 @@
 //! client lets through.
 //!
 //! A stream's key (its `Slab` index) is reused only after its session ended
-//! and the outbox was emptied: no message left for one stream can reach
+//! and the outlet was emptied: no message left for one stream can reach
 //! another.
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -45,11 +45,11 @@ use parking_lot::Mutex;
 use slab::Slab;
 
 use crate::edge::{Encoder, SessionFuture, SSE_HEADERS};
-use crate::watch::{Outbox, OutboxReader, Tag, Tagged};
+use crate::watch::{Outlet, OutletReader, Tag, Tagged};
 
 /// Messages the connection's sessions may leave before the task takes them
-/// (a session that finds the outbox full waits for the next round).
-const OUTBOX_MESSAGES_MAX: usize = 256;
+/// (a session that finds the outlet full waits for the next round).
+const OUTLET_MESSAGES_MAX: usize = 256;
 /// Bytes a stream sends between two looks at its window.
 const WINDOW_CHECK_BYTES: usize = 16 * 1024;
 /// How many polls ahead a session's memory is asked for, and at most how
@@ -58,7 +58,7 @@ const WINDOW_CHECK_BYTES: usize = 16 * 1024;
 /// the compiler lays the `async fn` out (the state's tag sat 585 bytes in,
 /// past the first four lines the prefetch used to cover). The session's
 /// future is ~1.1 KiB (18 lines); asking for all of it cut the server's CPU
-/// per event at 10,000 subscribers from 1.7-1.8 to 1.5-1.6 µs.
+/// per event at 10,000 watches from 1.7-1.8 to 1.5-1.6 µs.
 const PREFETCH_AHEAD: usize = 4;
 const SESSION_PREFETCH_LINES_MAX: usize = 20;
 
@@ -66,7 +66,7 @@ const SESSION_PREFETCH_LINES_MAX: usize = 20;
 pub struct Watches {
     streams: Slab<WatchStream>,
     /// Where every session leaves its messages.
-    outbox: OutboxReader,
+    outlet: OutletReader,
     /// Streams whose session or whose h2 state woke since the last round.
     woken: Arc<Woken>,
     /// Reused by every round: sessions to poll, streams to look at,
@@ -83,7 +83,7 @@ impl Watches {
         let woken = Woken { sessions: Mutex::new(Vec::new()), h2: Mutex::new(Vec::new()), task: AtomicWaker::new() };
         Watches {
             streams: Slab::new(),
-            outbox: OutboxReader::new(OUTBOX_MESSAGES_MAX),
+            outlet: OutletReader::new(OUTLET_MESSAGES_MAX),
             woken: Arc::new(woken),
             ready: Vec::new(),
             attend: Vec::new(),
@@ -98,14 +98,14 @@ impl Watches {
         self.streams.len()
     }
 
-    /// The outbox end for the next watch's session (tagged with the key its
+    /// The outlet end for the next watch's session (tagged with the key its
     /// stream gets in `start`).
-    pub fn next_outbox(&self) -> Outbox {
-        Outbox::tagged(&self.outbox, Tag::Stream(self.streams.vacant_key()))
+    pub fn next_outlet(&self) -> Outlet {
+        Outlet::tagged(&self.outlet, Tag::Stream(self.streams.vacant_key()))
     }
 
     /// Answers a watch request with the SSE head and starts running its
-    /// session, set up with `next_outbox` (no other stream started since).
+    /// session, set up with `next_outlet` (no other stream started since).
     /// `encoder` turns its messages into bytes (Tern's SSE events, or
     /// Firebase's), after its preamble. Nothing runs if the client already
     /// reset the stream.
@@ -135,10 +135,10 @@ impl Watches {
             shut: false,
             reset: false,
         };
-        assert_eq!(self.streams.insert(stream), key, "the session's outbox is tagged with this key");
+        assert_eq!(self.streams.insert(stream), key, "the session's outlet is tagged with this key");
         self.touched.push(key);
         // Registers the h2 waker, for a reset; the session runs this round.
-        self.streams[key].attend(key, &self.outbox, &mut self.ended);
+        self.streams[key].attend(key, &self.outlet, &mut self.ended);
         self.streams[key].session_wake.wake_by_ref();
     }
 
@@ -158,7 +158,7 @@ impl Watches {
         for key in self.attend.drain(..) {
             // A key whose stream is gone (or reused) costs a look, nothing more.
             if let Some(stream) = self.streams.get_mut(key) {
-                stream.attend(key, &self.outbox, &mut self.ended);
+                stream.attend(key, &self.outlet, &mut self.ended);
             }
         }
     }
@@ -182,10 +182,10 @@ impl Watches {
         self.ready.clear();
     }
 
-    /// Takes everything the sessions left (a take of the outbox's size
+    /// Takes everything the sessions left (a take of the outlet's size
     /// empties it) and hands each stream its part as one chunk.
     fn send_taken(&mut self) {
-        self.outbox.take(&mut self.taken, OUTBOX_MESSAGES_MAX);
+        self.outlet.take(&mut self.taken, OUTLET_MESSAGES_MAX);
         for tagged in self.taken.drain(..) {
             let Tag::Stream(key) = tagged.tag else { unreachable!("h2c sessions are tagged with their stream") };
             let stream = self.streams.get_mut(key).expect("a stream outlives its session's messages");
@@ -203,18 +203,18 @@ impl Watches {
         }
         for key in self.touched.drain(..) {
             if let Some(stream) = self.streams.get_mut(key) {
-                stream.flush(key, &self.outbox, &mut self.ended);
+                stream.flush(key, &self.outlet, &mut self.ended);
             }
         }
     }
 
     /// Ends the streams whose sessions ended or were dropped: all they sent
-    /// is out of the outbox by now (`send_taken` ran after they ended).
+    /// is out of the outlet by now (`send_taken` ran after they ended).
     fn close_ended(&mut self) {
         for key in self.ended.drain(..) {
             let mut stream = self.streams.remove(key);
             debug_assert!(stream.session.is_none() && stream.pending.is_empty(), "ended and flushed before it is closed");
-            self.outbox.open(&Tag::Stream(key));
+            self.outlet.open(&Tag::Stream(key));
             if !stream.reset {
                 let _ = stream.send.send_data(Bytes::new(), true);
             }
@@ -266,19 +266,19 @@ impl WatchStream {
 
     /// Sends the round's chunk, then looks at the window if enough went
     /// out since the last look.
-    fn flush(&mut self, key: usize, outbox: &OutboxReader, ended: &mut Vec<usize>) {
+    fn flush(&mut self, key: usize, outlet: &OutletReader, ended: &mut Vec<usize>) {
         let chunk = self.pending.take();
         if self.reset || chunk.is_empty() {
             return;
         }
         let len = chunk.len();
         if self.send.send_data(chunk, false).is_err() {
-            self.end_by_client(key, outbox, ended);
+            self.end_by_client(key, outlet, ended);
             return;
         }
         self.unchecked_bytes += len;
         if self.unchecked_bytes >= WINDOW_CHECK_BYTES {
-            self.check_window(key, outbox, ended);
+            self.check_window(key, outlet, ended);
         }
     }
 
@@ -286,46 +286,46 @@ impl WatchStream {
     /// stream's and the connection's windows take all of it (and the
     /// buffer is under `max_send_buffer_size`). Without it, the session's
     /// sender is shut until h2 assigns capacity (which wakes this stream).
-    fn check_window(&mut self, key: usize, outbox: &OutboxReader, ended: &mut Vec<usize>) {
+    fn check_window(&mut self, key: usize, outlet: &OutletReader, ended: &mut Vec<usize>) {
         self.send.reserve_capacity(1);
         if self.send.capacity() > 0 {
             self.unchecked_bytes = 0;
             return;
         }
         self.shut = true;
-        outbox.shut(Tag::Stream(key));
-        self.poll_window(key, outbox, ended);
+        outlet.shut(Tag::Stream(key));
+        self.poll_window(key, outlet, ended);
     }
 
     /// Looks at what h2 woke this stream for: a reset, or a window that opened.
-    fn attend(&mut self, key: usize, outbox: &OutboxReader, ended: &mut Vec<usize>) {
+    fn attend(&mut self, key: usize, outlet: &OutletReader, ended: &mut Vec<usize>) {
         if self.reset {
             return;
         }
         if self.send.poll_reset(&mut Context::from_waker(&self.h2_waker)).is_ready() {
-            self.end_by_client(key, outbox, ended);
+            self.end_by_client(key, outlet, ended);
             return;
         }
         if self.shut {
-            self.poll_window(key, outbox, ended);
+            self.poll_window(key, outlet, ended);
         }
     }
 
     /// Opens the session's sender if the window takes what is buffered;
     /// otherwise h2 wakes this stream when it assigns capacity.
-    fn poll_window(&mut self, key: usize, outbox: &OutboxReader, ended: &mut Vec<usize>) {
+    fn poll_window(&mut self, key: usize, outlet: &OutletReader, ended: &mut Vec<usize>) {
         loop {
             if self.send.capacity() > 0 {
                 self.shut = false;
                 self.unchecked_bytes = 0;
-                outbox.open(&Tag::Stream(key));
+                outlet.open(&Tag::Stream(key));
                 return;
             }
             match self.send.poll_capacity(&mut Context::from_waker(&self.h2_waker)) {
                 Poll::Pending => return,
                 Poll::Ready(Some(Ok(_))) => continue,
                 Poll::Ready(None | Some(Err(_))) => {
-                    self.end_by_client(key, outbox, ended);
+                    self.end_by_client(key, outlet, ended);
                     return;
                 }
             }
@@ -334,11 +334,11 @@ impl WatchStream {
 
     /// The client reset the stream (closed its `EventSource`): the session
     /// is dropped (it unregisters from its feeds); the stream is closed at
-    /// the end of the round, once the outbox holds nothing of its.
-    fn end_by_client(&mut self, key: usize, outbox: &OutboxReader, ended: &mut Vec<usize>) {
+    /// the end of the round, once the outlet holds nothing of its.
+    fn end_by_client(&mut self, key: usize, outlet: &OutletReader, ended: &mut Vec<usize>) {
         self.reset = true;
         self.pending = Pending::None;
-        outbox.open(&Tag::Stream(key));
+        outlet.open(&Tag::Stream(key));
         if self.session.take().is_some() {
             ended.push(key);
         }

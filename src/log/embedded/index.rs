@@ -48,7 +48,7 @@ pub struct PartitionState {
     pub topic_id: u32,
     pub partition: u32,
     pub index: Mutex<PartitionIndex>,
-    /// Durable end offset (next offset to be written), published after fsync.
+    /// Durable end offset (next offset to be written), acknowledged after fsync.
     pub durable_end: watch::Sender<u64>,
 }
 
@@ -141,7 +141,7 @@ impl PartitionIndex {
 
     /// Drops runs of segments `< segment_id_min` and advances `start_offset`.
     pub fn forget_segments_below(&mut self, segment_id_min: u64) {
-        // Only indexed (durable, published) entries move the start: an append
+        // Only indexed (durable, acknowledged) entries move the start: an append
         // in flight has taken `next_offset` but is not indexed yet, and must
         // stay above the start (it is acknowledged once its fsync returns).
         while self.runs.front().is_some_and(|run| run.segment_id < segment_id_min) {

@@ -3,7 +3,7 @@
 //! Appenders send requests over a bounded queue. The writer takes the first
 //! request, then everything already queued (up to `BATCH_REQUESTS_MAX` /
 //! `BATCH_BYTES_MAX`), assigns offsets, writes all frames with one `write`,
-//! and makes them durable with one `fdatasync`. Only then does it publish the
+//! and makes them durable with one `fdatasync`. Only then does it acknowledge the
 //! new durable end offsets and answer every appender: many concurrent writers
 //! share one fsync, and no reader ever sees an entry that is not durable.
 
@@ -96,7 +96,7 @@ impl Writer {
         match result {
             Ok(()) => {
                 self.active_bytes += buf.len() as u64;
-                self.publish(pending);
+                self.acknowledge(pending);
             }
             Err(e) => {
                 let reason = format!("write or fsync of segment {} failed: {e}", self.active_id);
@@ -133,7 +133,7 @@ impl Writer {
     }
 
     /// Makes durable entries visible: index, tail cache, end offset, reply.
-    fn publish(&mut self, pending: Vec<Pending>) {
+    fn acknowledge(&mut self, pending: Vec<Pending>) {
         for p in pending {
             {
                 let mut index = p.partition.index.lock();

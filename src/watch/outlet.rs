@@ -6,15 +6,15 @@
 //! nobody: the driver looks here after every poll of its sessions (a
 //! channel would wake the driver's own task, which is already running, and
 //! cost it a wasted second poll per delivery). Only a session that finds
-//! the outbox full, or its own sender shut, waits; the driver wakes it when
+//! the outlet full, or its own sender shut, waits; the driver wakes it when
 //! it takes messages out, or opens the sender again.
 //!
-//! A driver that writes several subscriptions to separate flow-controlled
+//! A driver that writes several watches to separate flow-controlled
 //! streams (HTTP/2) shuts the sender of one whose stream cannot take more
 //! (`shut`), so one slow stream holds back its own session only, never the
-//! outbox the others share.
+//! outlet the others share.
 //!
-//! The outbox lives exactly as long as the sessions that send to it (the
+//! The outlet lives exactly as long as the sessions that send to it (the
 //! driver owns both), so a send never fails.
 
 use std::collections::VecDeque;
@@ -26,12 +26,12 @@ use parking_lot::Mutex;
 
 use super::session::Message;
 
-/// Which subscription on its transport a message belongs to.
+/// Which watch on its transport a message belongs to.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Tag {
-    /// The transport carries one subscription (an HTTP/1.1 SSE body).
+    /// The transport carries one watch (an HTTP/1.1 SSE body).
     Only,
-    /// A WebSocket subscription: the client's id for it, JSON-encoded.
+    /// A WebSocket watch: the client's id for it, JSON-encoded.
     Id(Arc<str>),
     /// An HTTP/2 watch: the connection's key for its stream.
     Stream(usize),
@@ -44,14 +44,14 @@ pub struct Tagged {
     pub message: Message,
 }
 
-/// A session's end of the outbox.
-pub struct Outbox {
+/// A session's end of the outlet.
+pub struct Outlet {
     shared: Arc<Mutex<Shared>>,
     tag: Tag,
 }
 
 /// The driver's end: it takes the messages out.
-pub struct OutboxReader {
+pub struct OutletReader {
     shared: Arc<Mutex<Shared>>,
 }
 
@@ -67,17 +67,17 @@ struct Shared {
     shut: Vec<(Tag, Option<Waker>)>,
 }
 
-impl Outbox {
-    /// An outbox holding at most `messages_max` messages, for one session
-    /// (one subscription per transport).
-    pub fn new(messages_max: usize) -> (Outbox, OutboxReader) {
-        let reader = OutboxReader::new(messages_max);
-        (Outbox { shared: reader.shared.clone(), tag: Tag::Only }, reader)
+impl Outlet {
+    /// An outlet holding at most `messages_max` messages, for one session
+    /// (one watch per transport).
+    pub fn new(messages_max: usize) -> (Outlet, OutletReader) {
+        let reader = OutletReader::new(messages_max);
+        (Outlet { shared: reader.shared.clone(), tag: Tag::Only }, reader)
     }
 
-    /// Another session's end of the same outbox, its messages tagged `tag`.
-    pub fn tagged(reader: &OutboxReader, tag: Tag) -> Outbox {
-        Outbox { shared: reader.shared.clone(), tag }
+    /// Another session's end of the same outlet, its messages tagged `tag`.
+    pub fn tagged(reader: &OutletReader, tag: Tag) -> Outlet {
+        Outlet { shared: reader.shared.clone(), tag }
     }
 
     /// Leaves `message` if there is room and this sender is not shut;
@@ -126,15 +126,15 @@ impl Shared {
     }
 }
 
-impl OutboxReader {
-    /// An outbox holding at most `messages_max` messages; sessions get
-    /// their ends with `Outbox::tagged`.
-    pub fn new(messages_max: usize) -> OutboxReader {
+impl OutletReader {
+    /// An outlet holding at most `messages_max` messages; sessions get
+    /// their ends with `Outlet::tagged`.
+    pub fn new(messages_max: usize) -> OutletReader {
         assert!(messages_max > 0);
-        // Grown on demand: most of the time an outbox holds a message or two,
+        // Grown on demand: most of the time an outlet holds a message or two,
         // and there is one per connection.
         let shared = Shared { messages: VecDeque::new(), messages_max, waiting: Vec::new(), shut: Vec::new() };
-        OutboxReader { shared: Arc::new(Mutex::new(shared)) }
+        OutletReader { shared: Arc::new(Mutex::new(shared)) }
     }
 
     /// Moves up to `max` messages into `out` (in the order they were left)
@@ -152,7 +152,7 @@ impl OutboxReader {
     }
 
     /// Holds back the sender tagged `tag`: its next send waits until `open`.
-    /// What it left before stays in the outbox, in order.
+    /// What it left before stays in the outlet, in order.
     pub fn shut(&self, tag: Tag) {
         let mut shared = self.shared.lock();
         if !shared.is_shut(&tag) {
@@ -180,12 +180,12 @@ mod tests {
     use futures::FutureExt;
 
     #[test]
-    fn a_full_outbox_holds_the_sender_until_the_reader_takes_and_keeps_the_order() {
-        let (outbox, reader) = Outbox::new(2);
-        let tagged = Outbox::tagged(&reader, Tag::Id("\"b\"".into()));
-        assert!(outbox.send(Message::KeepAlive).now_or_never().is_some());
+    fn a_full_outlet_holds_the_sender_until_the_reader_takes_and_keeps_the_order() {
+        let (outlet, reader) = Outlet::new(2);
+        let tagged = Outlet::tagged(&reader, Tag::Id("\"b\"".into()));
+        assert!(outlet.send(Message::KeepAlive).now_or_never().is_some());
         assert!(tagged.send(Message::KeepAlive).now_or_never().is_some());
-        let mut third = Box::pin(outbox.send(Message::Progress { position: "p".into() }));
+        let mut third = Box::pin(outlet.send(Message::Progress { position: "p".into() }));
         let (waker, woken) = futures_test_waker();
         let mut cx = std::task::Context::from_waker(&waker);
         assert!(third.as_mut().poll(&mut cx).is_pending(), "full: the sender waits");
@@ -202,8 +202,8 @@ mod tests {
 
     #[test]
     fn a_shut_sender_waits_with_room_to_spare_and_the_others_do_not() {
-        let reader = OutboxReader::new(8);
-        let (one, two) = (Outbox::tagged(&reader, Tag::Stream(1)), Outbox::tagged(&reader, Tag::Stream(2)));
+        let reader = OutletReader::new(8);
+        let (one, two) = (Outlet::tagged(&reader, Tag::Stream(1)), Outlet::tagged(&reader, Tag::Stream(2)));
         assert!(one.send(Message::KeepAlive).now_or_never().is_some());
         reader.shut(Tag::Stream(1));
         reader.shut(Tag::Stream(1));
@@ -227,8 +227,8 @@ mod tests {
 
     #[test]
     fn try_send_leaves_the_message_only_with_room_and_an_open_sender() {
-        let reader = OutboxReader::new(2);
-        let (one, two) = (Outbox::tagged(&reader, Tag::Stream(1)), Outbox::tagged(&reader, Tag::Stream(2)));
+        let reader = OutletReader::new(2);
+        let (one, two) = (Outlet::tagged(&reader, Tag::Stream(1)), Outlet::tagged(&reader, Tag::Stream(2)));
         assert!(one.try_send(Message::KeepAlive).is_ok());
         reader.shut(Tag::Stream(1));
         let back = one.try_send(Message::Progress { position: "p".into() });

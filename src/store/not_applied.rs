@@ -1,15 +1,15 @@
-//! The not-applied journal: which offsets decoded but did not apply (a
+//! The not-applied record: which offsets decoded but did not apply (a
 //! failed condition, a duplicate write id), so a watch replaying the log
 //! skips exactly what the apply loop skipped. It covers offsets from
-//! `journal_from` on: where this store began applying (0, or a restored
+//! `not_applied_from` on: where this store began applying (0, or a restored
 //! snapshot's offset).
 
 
-use super::layout::{meta_u64, META_JOURNAL_FROM, META_NOT_APPLIED};
+use super::layout::{meta_u64, META_NOT_APPLIED_FROM, META_NOT_APPLIED};
 use super::{ApplyTxn, StoreError, StoreReader};
 
 impl ApplyTxn<'_, '_> {
-    /// Journals that the mutation at `offset` decoded but did not apply.
+    /// Records that the mutation at `offset` decoded but did not apply.
     pub fn record_not_applied(&mut self, offset: u64) -> Result<(), StoreError> {
         let key = [META_NOT_APPLIED, &offset.to_be_bytes()[..]].concat();
         self.put_meta(&key, &[])
@@ -26,9 +26,9 @@ impl ApplyTxn<'_, '_> {
 }
 
 impl StoreReader {
-    /// The lowest offset whose outcome the not-applied journal knows.
-    pub fn journal_from(&self) -> Result<u64, StoreError> {
-        meta_u64(&self.table, META_JOURNAL_FROM).map_err(|e| self.error(e))
+    /// The lowest offset whose outcome the not-applied record knows.
+    pub fn not_applied_from(&self) -> Result<u64, StoreError> {
+        meta_u64(&self.table, META_NOT_APPLIED_FROM).map_err(|e| self.error(e))
     }
 
     /// Offsets in `[from, to)` whose mutations decoded but did not apply.
@@ -41,7 +41,7 @@ impl StoreReader {
         }
         for entry in self.table.range::<&[u8]>(start.as_slice()..end.as_slice()).map_err(|e| self.error(e))? {
             let key = entry.map_err(|e| self.error(e))?.0.value().to_vec();
-            out.insert(u64::from_be_bytes(key[META_NOT_APPLIED.len()..].try_into().expect("journal keys end with an offset")));
+            out.insert(u64::from_be_bytes(key[META_NOT_APPLIED.len()..].try_into().expect("not-applied keys end with an offset")));
         }
         Ok(out)
     }

@@ -1,4 +1,4 @@
-//! Namespace settings: `write_mode` (issue 19), set by `PUT /v1/ns/{ns}`
+//! Namespace options: `write_mode` (issue 19), set by `PUT /v1/ns/{ns}`
 //! and shown by `GET /v1/ns/{ns}`; the write path reads it for every
 //! client write that does not say how durable it must be (`write.rs`).
 //!
@@ -11,15 +11,15 @@
 //! second source of truth to keep in step.
 //!
 //! A node reads them where it can:
-//! - when it holds the settings record's partition: from its store, read
+//! - when it holds the options record's partition: from its store, read
 //!   again only after that partition applied something (the applied
 //!   position is taken before the read, so the cache is never older than
-//!   what it is kept under; a write of the settings waits until applied
+//!   what it is kept under; a write of the options waits until applied
 //!   here, so the next write on this node sees the new mode);
 //! - else from a holder (`Node::read_elsewhere`, which the cluster sets),
 //!   asked at most every `REMOTE_TTL` (a mode changed on another node
 //!   reaches this one within that); if no holder answers, the last known
-//!   settings (at first: the defaults) stay in force.
+//!   options (at first: the defaults) stay in force.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -28,14 +28,14 @@ use bytes::Bytes;
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 
-use super::reserved::{Writer, NAMESPACE_SETTINGS_SK, SETTINGS_PK};
+use super::reserved::{Writer, NAMESPACE_OPTIONS_SK, OPTIONS_PK};
 use super::write::{Durability, Entry, WriteError, WriteRequest};
 use super::{Namespace, Node, RecordAt};
 use crate::codec::{Mutation, Op, OpKind};
 
-/// How long settings read from another node are used before asking again.
+/// How long options read from another node are used before asking again.
 const REMOTE_TTL: Duration = Duration::from_secs(5);
-/// How long writing the settings waits for this node to apply them.
+/// How long writing the options waits for this node to apply them.
 const APPLY_WAIT: Duration = Duration::from_secs(10);
 
 /// How a write to the namespace is acknowledged when the request does not
@@ -61,93 +61,93 @@ impl WriteMode {
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct NamespaceSettings {
+pub struct NamespaceOptions {
     #[serde(default)]
     pub write_mode: WriteMode,
 }
 
-/// Per namespace, the settings this node last read. Bounded by the
+/// Per namespace, the options this node last read. Bounded by the
 /// namespaces this node knows.
 #[derive(Default)]
-pub(super) struct SettingsCache {
+pub(super) struct OptionsCache {
     entries: Mutex<HashMap<String, Cached>>,
 }
 
 #[derive(Clone, Copy)]
 struct Cached {
-    settings: NamespaceSettings,
-    /// Read from this node's store at this applied position of the settings' partition.
+    options: NamespaceOptions,
+    /// Read from this node's store at this applied position of the options' partition.
     applied_next: Option<u64>,
     /// Read from a holder at this moment.
     fetched_at: Instant,
 }
 
 impl Node {
-    /// The settings of `namespace` as this node knows them (see the module doc).
-    pub async fn namespace_settings(&self, namespace: &Namespace) -> NamespaceSettings {
-        let partition = namespace.partition_of(SETTINGS_PK);
+    /// The options of `namespace` as this node knows them (see the module doc).
+    pub async fn namespace_options(&self, namespace: &Namespace) -> NamespaceOptions {
+        let partition = namespace.partition_of(OPTIONS_PK);
         let handle = namespace.handle(partition);
         if handle.is_held() {
             let applied_next = handle.applied_next();
-            if let Some(cached) = self.cached_settings(namespace) {
+            if let Some(cached) = self.cached_options(namespace) {
                 if cached.applied_next == Some(applied_next) {
-                    return cached.settings;
+                    return cached.options;
                 }
             }
-            let settings = match handle.store().read().and_then(|r| r.get(SETTINGS_PK, NAMESPACE_SETTINGS_SK)) {
+            let options = match handle.store().read().and_then(|r| r.get(OPTIONS_PK, NAMESPACE_OPTIONS_SK)) {
                 Ok(record) => record.map(|r| parse(&r.value)).unwrap_or_default(),
                 Err(e) => {
-                    tracing::warn!(ns = %namespace.name, error = %e, "reading the namespace settings failed; using the last known");
-                    return self.cached_settings(namespace).map(|c| c.settings).unwrap_or_default();
+                    tracing::warn!(ns = %namespace.name, error = %e, "reading the namespace options failed; using the last known");
+                    return self.cached_options(namespace).map(|c| c.options).unwrap_or_default();
                 }
             };
-            self.remember_settings(namespace, Cached { settings, applied_next: Some(applied_next), fetched_at: Instant::now() });
-            return settings;
+            self.remember_options(namespace, Cached { options, applied_next: Some(applied_next), fetched_at: Instant::now() });
+            return options;
         }
-        if let Some(cached) = self.cached_settings(namespace) {
+        if let Some(cached) = self.cached_options(namespace) {
             if cached.applied_next.is_none() && cached.fetched_at.elapsed() < REMOTE_TTL {
-                return cached.settings;
+                return cached.options;
             }
         }
-        let known = self.cached_settings(namespace).map(|c| c.settings).unwrap_or_default();
-        let at = RecordAt { ns: namespace.name.to_string(), partition, pk: SETTINGS_PK.into(), sk: NAMESPACE_SETTINGS_SK.into() };
-        let settings = match self.read_elsewhere(at).await {
+        let known = self.cached_options(namespace).map(|c| c.options).unwrap_or_default();
+        let at = RecordAt { ns: namespace.name.to_string(), partition, pk: OPTIONS_PK.into(), sk: NAMESPACE_OPTIONS_SK.into() };
+        let options = match self.read_elsewhere(at).await {
             // No record: the defaults.
             Ok(value) => value.map(|v| parse(&v)).unwrap_or_default(),
             Err(e) => {
-                tracing::warn!(ns = %namespace.name, error = %e, "no holder told the namespace settings; using the last known");
+                tracing::warn!(ns = %namespace.name, error = %e, "no holder told the namespace options; using the last known");
                 known
             }
         };
-        self.remember_settings(namespace, Cached { settings, applied_next: None, fetched_at: Instant::now() });
-        settings
+        self.remember_options(namespace, Cached { options, applied_next: None, fetched_at: Instant::now() });
+        options
     }
 
-    /// Writes the settings of `namespace` through the log. When this node
+    /// Writes the options of `namespace` through the log. When this node
     /// holds their partition it waits until it applied them, so its next
     /// write sees them; else it remembers them at once (holders learn them
     /// from the log).
-    pub async fn write_namespace_settings(&self, namespace: &Namespace, settings: NamespaceSettings) -> Result<(), WriteError> {
-        let partition = namespace.partition_of(SETTINGS_PK);
-        let value = Bytes::from(serde_json::to_vec(&settings).expect("settings serialize"));
-        let op = Op { pk: SETTINGS_PK.into(), sk: NAMESPACE_SETTINGS_SK.into(), kind: OpKind::Put(value), condition: None };
-        let request = WriteRequest::new(Writer::NamespaceSettings, partition, Entry::Mutation(Mutation { write_id: Bytes::new(), ops: vec![op] }));
+    pub async fn write_namespace_options(&self, namespace: &Namespace, options: NamespaceOptions) -> Result<(), WriteError> {
+        let partition = namespace.partition_of(OPTIONS_PK);
+        let value = Bytes::from(serde_json::to_vec(&options).expect("options serialize"));
+        let op = Op { pk: OPTIONS_PK.into(), sk: NAMESPACE_OPTIONS_SK.into(), kind: OpKind::Put(value), condition: None };
+        let request = WriteRequest::new(Writer::NamespaceOptions, partition, Entry::Mutation(Mutation { write_id: Bytes::new(), ops: vec![op] }));
         let held = namespace.handle(partition).is_held();
         let request = if held { request.applied_within(APPLY_WAIT) } else { request };
         self.write_sequenced(namespace, request).await?;
         if !held {
-            self.remember_settings(namespace, Cached { settings, applied_next: None, fetched_at: Instant::now() });
+            self.remember_options(namespace, Cached { options, applied_next: None, fetched_at: Instant::now() });
         }
         Ok(())
     }
 
-    fn cached_settings(&self, namespace: &Namespace) -> Option<Cached> {
-        self.settings_cache.entries.lock().get(&*namespace.name).copied()
+    fn cached_options(&self, namespace: &Namespace) -> Option<Cached> {
+        self.options_cache.entries.lock().get(&*namespace.name).copied()
     }
 
-    fn remember_settings(&self, namespace: &Namespace, cached: Cached) {
+    fn remember_options(&self, namespace: &Namespace, cached: Cached) {
         // On the write path: the key is allocated only the first time.
-        let mut entries = self.settings_cache.entries.lock();
+        let mut entries = self.options_cache.entries.lock();
         match entries.get_mut(&*namespace.name) {
             Some(entry) => *entry = cached,
             None => {
@@ -157,11 +157,11 @@ impl Node {
     }
 }
 
-/// A stored settings value (or a holder's answer: the record's value).
-fn parse(value: &[u8]) -> NamespaceSettings {
+/// A stored options value (or a holder's answer: the record's value).
+fn parse(value: &[u8]) -> NamespaceOptions {
     serde_json::from_slice(value).unwrap_or_else(|e| {
         // A record a foreign writer broke: the defaults, said once per read.
-        tracing::warn!(error = %e, "the namespace settings record does not parse; using the defaults");
-        NamespaceSettings::default()
+        tracing::warn!(error = %e, "the namespace options record does not parse; using the defaults");
+        NamespaceOptions::default()
     })
 }

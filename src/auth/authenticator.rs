@@ -1,0 +1,65 @@
+//! `Authenticator`: verifies a request's token (the root token, an API key
+//! from the key ring, a JWT) into an `Identity`, with the failed-
+//! authentication limiter beside it.
+
+use super::keys;
+use std::sync::Arc;
+use super::jwt::{JwtConfig, JwtVerifier};
+use super::keys::KeyRing;
+use super::limiter::FailureLimiter;
+use super::identity::{AuthError, Identity};
+
+/// How a node authenticates (built from the settings).
+#[derive(Debug, Clone, Default)]
+pub struct AuthConfig {
+    /// The root token (the admin token file's contents).
+    pub root_token: Option<String>,
+    pub jwt: JwtConfig,
+    /// Failed authentications per minute per source address (0: unlimited).
+    pub failures_per_minute: u32,
+}
+
+/// Verifies tokens. One per node, shared by every request.
+pub struct Authenticator {
+    pub(super) root: Option<blake3::Hash>,
+    pub keys: KeyRing,
+    pub(super) jwt: Option<JwtVerifier>,
+    pub limiter: FailureLimiter,
+}
+
+impl Authenticator {
+    pub fn new(config: &AuthConfig) -> anyhow::Result<Authenticator> {
+        Ok(Authenticator {
+            root: config.root_token.as_deref().map(|t| blake3::hash(t.as_bytes())),
+            keys: KeyRing::default(),
+            jwt: JwtVerifier::load(&config.jwt)?,
+            limiter: FailureLimiter::new(config.failures_per_minute),
+        })
+    }
+
+    /// Who `token` is.
+    pub fn authenticate(&self, token: &str) -> Result<Identity, AuthError> {
+        let token = token.trim();
+        if token.is_empty() {
+            return Err(AuthError::Missing);
+        }
+        // An API key first (the common case; a root token never has its shape).
+        if keys::split(token).is_some() {
+            return self.keys.verify(token).map(Identity::Key).ok_or_else(|| AuthError::Invalid("no such API key, or it was revoked".into()));
+        }
+        // Constant-time: blake3::Hash's equality.
+        if self.root.is_some_and(|root| blake3::hash(token.as_bytes()) == root) {
+            return Ok(Identity::Root);
+        }
+        if token.starts_with(keys::KEY_PREFIX) {
+            return Err(AuthError::Invalid("it starts like an API key but is not one (tern_<16 hex>_<secret>)".into()));
+        }
+        if token.split('.').count() == 3 {
+            let Some(jwt) = &self.jwt else {
+                return Err(AuthError::Invalid("this node verifies no JWTs (no jwt_keys or jwt_jwks_file)".into()));
+            };
+            return jwt.verify(token).map(|v| Identity::Jwt(Arc::new(v))).map_err(AuthError::Invalid);
+        }
+        Err(AuthError::Invalid("it is neither an API key (tern_…) nor a JWT".into()))
+    }
+}

@@ -1,0 +1,77 @@
+//! `tern`'s entry: parse the command line, set up logging, and run the
+//! command (a node, or a client command over HTTP).
+
+use super::{client, procedure, token, watch};
+use clap::Parser;
+use crate::settings::Settings;
+use super::args::{Cli, Command};
+
+pub(super) fn init_tracing(format: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("TERN_LOG_LEVEL")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    if format == "json" {
+        builder.json().init();
+    } else {
+        builder.init();
+    }
+}
+
+/// `tern dev`'s `default` namespace has this many partitions (the spec's).
+pub(super) const DEV_DEFAULT_PARTITIONS: u32 = 16;
+
+pub fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    runtime.block_on(async move {
+        match cli.command {
+            Command::Dev(args) => {
+                init_tracing("text");
+                // The defaults, but for what `tern dev` sets itself.
+                let mut settings = Settings { namespaces: vec![format!("default:{DEV_DEFAULT_PARTITIONS}")], ..Settings::default() };
+                if let Some(listen) = args.listen {
+                    settings.listen = listen;
+                }
+                if let Some(data_dir) = args.data_dir {
+                    settings.data_dir = data_dir;
+                }
+                settings.restore = args.restore;
+                settings.auth = args.auth;
+                // The Firebase emulator's conventions (docs/firebase.md).
+                settings.firebase_owner_token = Some("owner".into());
+                settings.firebase_emulator = true;
+                // Journaled writes when the log refuses them (docs/api.md).
+                settings.ripcord = true;
+                // The journal's copy in object storage only where it adds durability: not on the same disk.
+                settings.journal_objects = args.snapshots.is_some();
+                settings.snapshots = Some(match args.snapshots {
+                    Some(url) => url,
+                    None => {
+                        // file://<data-dir>/snapshots: object_store wants an absolute path.
+                        std::fs::create_dir_all(&settings.data_dir)?;
+                        let dir = std::fs::canonicalize(&settings.data_dir)?.join("snapshots");
+                        format!("file://{}", dir.display())
+                    }
+                });
+                crate::server::run(settings, "tern dev:").await
+            }
+            Command::Serve(args) => {
+                let args = *args;
+                let settings = Settings::load(args.config.as_deref(), args.settings)?;
+                init_tracing(&settings.log_format);
+                crate::server::run(settings, "tern serve:").await
+            }
+            Command::Put(args) => client::put(args).await,
+            Command::Get(args) => client::get(args).await,
+            Command::WriteStatus(args) => client::write_status(args).await,
+            Command::Del(args) => client::del(args).await,
+            Command::Ls(args) => client::ls(args).await,
+            Command::Ns(args) => client::ns(args).await,
+            Command::Watch(args) => watch::watch(args).await,
+            Command::Cluster(args) => client::cluster(args).await,
+            Command::Snapshot(args) => client::snapshot(args).await,
+            Command::Token(args) => token::token(args).await,
+            Command::Procedure(args) => procedure::procedure(args).await,
+        }
+    })
+}

@@ -1,0 +1,426 @@
+//! The local journal: an embedded log of its own in `<data_dir>/journal`,
+//! bounded, whose entries are released once applied; the write ids of
+//! pending entries; what a restart must sequence again; and its slot for
+//! the copy in object storage (`objects.rs`).
+
+use super::objects;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use bytes::Bytes;
+use parking_lot::Mutex;
+use crate::codec::{self, Mutation};
+use crate::log::embedded::segments::write_atomically;
+use crate::log::embedded::{EmbeddedLog, EmbeddedLogConfig};
+use crate::log::{CreateOutcome, Log, LogError, LogReader, TopicPartition};
+
+/// Segments are small, so that releasing a few seconds of writes frees disk
+/// soon (a segment is deleted once all of its entries are released).
+pub(super) const SEGMENT_BYTES_MAX: u64 = 8 * 1024 * 1024;
+
+/// How much the journal may hold that is not released yet.
+#[derive(Debug, Clone, Copy)]
+pub struct JournalLimits {
+    pub entries_max: u64,
+    pub bytes_max: u64,
+    /// The oldest entry not yet applied may be at most this old (the
+    /// sequencer has been unable to sequence it for that long).
+    pub age_max: std::time::Duration,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum JournalError {
+    #[error("the journal is full: {entries} entries and {bytes} bytes not yet sequenced and applied (bounds: {entries_max} entries, {bytes_max} bytes); the write was not journaled")]
+    Full { entries: u64, bytes: u64, entries_max: u64, bytes_max: u64 },
+    #[error("the journal's oldest write has waited {age_ms} ms to be sequenced and applied (bound: {age_max_ms} ms): the log has been unavailable too long; the write was not journaled")]
+    TooOld { age_ms: u64, age_max_ms: u64 },
+    #[error("namespace {ns:?} has {partitions} partitions but its journal has {journaled}: the namespace was made again; sequence or drop its journal first")]
+    PartitionsChanged { ns: String, partitions: u32, journaled: u32 },
+    #[error("the journal failed: {0}")]
+    Log(#[from] LogError),
+    /// The local journal has the write (it will be sequenced and applied),
+    /// object storage did not take it: not as durable as asked.
+    #[error("the write is in this node's journal and will be applied, but object storage did not take it ({0}); retry with the same Idempotency-Key to be sure, it is applied once")]
+    Objects(String),
+    /// Object storage has not answered since the node started: a
+    /// journaled write cannot be made as durable as configured.
+    #[error("the journal's object storage is not reachable ({0}); the write was not journaled")]
+    ObjectsUnavailable(String),
+}
+
+/// What a partition's journal holds: entries in `[start, end)` are
+/// journaled and not released.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Pending {
+    pub ns: String,
+    pub partition: u32,
+    pub start: u64,
+    pub end: u64,
+}
+
+/// Entries and bytes not yet released.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Backlog {
+    pub entries: u64,
+    pub bytes: u64,
+}
+
+pub struct Journal {
+    pub(super) log: EmbeddedLog,
+    pub(super) limits: JournalLimits,
+    /// Per namespace: its partitions (as its journal topic was made).
+    pub(super) topics: Mutex<HashMap<String, u32>>,
+    /// Per "ns:partition": the offset below which everything is released,
+    /// persisted in `RELEASED_FILE` (a restarted node replays from there).
+    pub(super) released: Mutex<HashMap<String, u64>>,
+    pub(super) released_file: PathBuf,
+    /// The write ids of the entries not released (bounded by the journal's
+    /// own bounds): what `find` answers.
+    pub(super) ids: Mutex<PendingIds>,
+    pub(super) replayed_at_open: u64,
+    /// The journal's copy in object storage, when configured.
+    pub(super) objects: Option<Arc<ObjectsSlot>>,
+}
+
+/// The journal's copy in object storage: opened at start, or — when object
+/// storage does not answer then — by a task that keeps trying, so a node
+/// starts and serves without it (journaled writes are refused meanwhile).
+pub(super) struct ObjectsSlot {
+    pub(super) id: String,
+    pub(super) journal: std::sync::OnceLock<objects::ObjectJournal>,
+    /// Why it is not open yet.
+    pub(super) last_error: Mutex<String>,
+    pub(super) opener: Mutex<Option<tokio::task::JoinHandle<()>>>,
+}
+
+/// Retries of opening the journal's objects: the wait doubles up to this.
+pub(super) const OBJECTS_OPEN_RETRY_MAX: std::time::Duration = std::time::Duration::from_secs(30);
+
+impl ObjectsSlot {
+    pub(super) async fn try_open(&self, config: &ObjectsConfig) -> bool {
+        match objects::ObjectJournal::open(config.objects.clone(), &self.id, &config.node, config.lease_renew).await {
+            Ok(journal) => {
+                let _ = self.journal.set(journal);
+                true
+            }
+            Err(e) => {
+                *self.last_error.lock() = e;
+                false
+            }
+        }
+    }
+
+    pub(super) fn ready(&self) -> Result<&objects::ObjectJournal, JournalError> {
+        self.journal.get().ok_or_else(|| JournalError::ObjectsUnavailable(self.last_error.lock().clone()))
+    }
+}
+
+/// Where and as whom the journal keeps its copy in object storage.
+#[derive(Debug, Clone)]
+pub struct ObjectsConfig {
+    pub objects: objects::JournalObjects,
+    /// Shown in the lease (who owns the journal).
+    pub node: String,
+    /// How often the lease is renewed.
+    pub lease_renew: std::time::Duration,
+}
+
+#[derive(Default)]
+pub(super) struct PendingIds {
+    pub(super) by_id: HashMap<Bytes, (String, u32, u64)>,
+    /// Per "ns:partition", in journal order: what a release forgets.
+    pub(super) order: HashMap<String, std::collections::VecDeque<(u64, Bytes, std::time::Instant)>>,
+}
+
+impl PendingIds {
+    pub(super) fn add(&mut self, ns: &str, partition: u32, offset: u64, write_id: Bytes) {
+        if write_id.is_empty() {
+            return;
+        }
+        self.order.entry(released_key(ns, partition)).or_default().push_back((offset, write_id.clone(), std::time::Instant::now()));
+        self.by_id.insert(write_id, (ns.to_string(), partition, offset));
+    }
+
+    pub(super) fn release_below(&mut self, ns: &str, partition: u32, offset: u64) {
+        let Some(order) = self.order.get_mut(&released_key(ns, partition)) else { return };
+        while order.front().is_some_and(|(at, _, _)| *at < offset) {
+            let (at, id, _) = order.pop_front().expect("checked");
+            // A later entry with the same id keeps it.
+            if self.by_id.get(&id).is_some_and(|(n, p, o)| n == ns && *p == partition && *o == at) {
+                self.by_id.remove(&id);
+            }
+        }
+    }
+}
+
+/// Where the released offsets are kept (JSON, written atomically).
+pub(super) const RELEASED_FILE: &str = "released.json";
+
+/// The journal's id (its folder in object storage), made at first open.
+pub(super) const ID_FILE: &str = "journal_id";
+
+/// Reads the journal's id, making one at first open.
+pub(super) fn journal_id(dir: &Path) -> Result<String, JournalError> {
+    let path = dir.join(ID_FILE);
+    match std::fs::read_to_string(&path) {
+        Ok(id) if !id.trim().is_empty() => return Ok(id.trim().to_string()),
+        Ok(_) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(LogError::from(e).into()),
+    }
+    let id = format!("{:032x}", rand::random::<u128>());
+    write_atomically(&path, id.as_bytes()).map_err(LogError::from)?;
+    Ok(id)
+}
+
+impl Journal {
+    /// Opens (recovering) or creates the journal in `dir`.
+    pub async fn open(dir: &Path, limits: JournalLimits, objects: Option<ObjectsConfig>) -> Result<Journal, JournalError> {
+        assert!(limits.entries_max > 0 && limits.bytes_max > 0 && !limits.age_max.is_zero(), "journal bounds are positive");
+        let mut config = EmbeddedLogConfig::new(dir);
+        config.segment_bytes_max = SEGMENT_BYTES_MAX;
+        // Every closed segment whose entries are all released goes.
+        config.retention_bytes = Some(0);
+        let log = EmbeddedLog::open(config)?;
+        let topics = log.list_topics().await?.into_iter().map(|t| (t.name, t.partitions)).collect();
+        let released_file = dir.join(RELEASED_FILE);
+        let released = match std::fs::read(&released_file) {
+            Ok(bytes) => serde_json::from_slice(&bytes)
+                .map_err(|e| LogError::Corrupt(format!("{}: {e}", released_file.display())))?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => HashMap::new(),
+            Err(e) => return Err(LogError::from(e).into()),
+        };
+        let objects = match objects {
+            Some(config) => Some(open_objects(journal_id(dir)?, config).await),
+            None => None,
+        };
+        let mut journal = Journal {
+            objects,
+            log,
+            limits,
+            topics: Mutex::new(topics),
+            released: Mutex::new(released),
+            released_file,
+            ids: Mutex::default(),
+            replayed_at_open: 0,
+        };
+        journal.index_pending_ids().await?;
+        journal.replayed_at_open = journal.backlog().entries;
+        let journaled: u64 = journal.pending().await?.iter().map(|p| p.end - p.start).sum();
+        if journaled != journal.replayed_at_open {
+            // An entry that did not decode has no write id to count it by.
+            tracing::warn!(journaled, counted = journal.replayed_at_open, "journal entries without a readable write id; the backlog undercounts them");
+        }
+        if journal.replayed_at_open > 0 {
+            tracing::info!(entries = journal.replayed_at_open, "the journal holds writes not yet applied; sequencing them");
+        }
+        Ok(journal)
+    }
+
+    /// Makes `mutation`, a write to `partition` of namespace `ns` (of
+    /// `partitions`), durable in the journal; returns its journal offset.
+    /// Refused when the journal is full.
+    pub async fn append(&self, ns: &str, partitions: u32, partition: u32, mutation: &Mutation) -> Result<u64, JournalError> {
+        assert!(partition < partitions, "a partition of the namespace");
+        let backlog = self.backlog();
+        if backlog.entries >= self.limits.entries_max || backlog.bytes >= self.limits.bytes_max {
+            return Err(JournalError::Full {
+                entries: backlog.entries,
+                bytes: backlog.bytes,
+                entries_max: self.limits.entries_max,
+                bytes_max: self.limits.bytes_max,
+            });
+        }
+        if let Some(age) = self.oldest_age() {
+            if age > self.limits.age_max {
+                return Err(JournalError::TooOld { age_ms: age.as_millis() as u64, age_max_ms: self.limits.age_max.as_millis() as u64 });
+            }
+        }
+        if let Some(slot) = &self.objects {
+            slot.ready()?;
+        }
+        self.topic(ns, partitions).await?;
+        let payload = Bytes::from(codec::encode(mutation));
+        let offset = self.log.append(&tp(ns, partition), payload.clone()).await?;
+        self.ids.lock().add(ns, partition, offset, mutation.write_id.clone());
+        if let Some(slot) = &self.objects {
+            let entry = objects::Entry { ns: ns.to_string(), partitions, partition, offset, payload };
+            slot.ready()?.append(entry).await.map_err(JournalError::Objects)?;
+        }
+        Ok(offset)
+    }
+
+    /// Deletes the journal's objects whose entries were all released.
+    pub async fn delete_released_objects(&self) -> Result<usize, JournalError> {
+        let Some(objects) = self.objects.as_ref().and_then(|slot| slot.journal.get()) else { return Ok(0) };
+        let released = self.released.lock().clone();
+        objects.delete_released(|ns, p| released.get(&released_key(ns, p)).copied().unwrap_or(0)).await.map_err(JournalError::Objects)
+    }
+
+    /// The journal's id in object storage, when it keeps a copy there.
+    pub fn objects_id(&self) -> Option<&str> {
+        self.objects.as_ref().map(|slot| slot.id.as_str())
+    }
+
+    /// How long the oldest entry not yet released has waited (since it was
+    /// appended, or since this node opened its journal for one from before).
+    pub fn oldest_age(&self) -> Option<std::time::Duration> {
+        self.ids.lock().order.values().filter_map(|o| o.front().map(|(_, _, at)| at.elapsed())).max()
+    }
+
+    /// Entries found pending when the journal was opened: what this node replays.
+    pub fn replayed_at_open(&self) -> u64 {
+        self.replayed_at_open
+    }
+
+    /// Where the pending entry with `write_id` is: namespace, partition and
+    /// journal offset; none once it was released (or never journaled here).
+    pub fn find(&self, write_id: &[u8]) -> Option<(String, u32, u64)> {
+        self.ids.lock().by_id.get(write_id).cloned()
+    }
+
+    /// Reads the write ids of the pending entries (at open).
+    pub(super) async fn index_pending_ids(&self) -> Result<(), JournalError> {
+        for p in self.pending().await? {
+            let partitions = self.topics.lock().get(&p.ns).copied().unwrap_or(p.partition + 1);
+            let mut reader = self.reader(&p.ns, p.partition, p.start).await?;
+            let mut at = p.start;
+            while at < p.end {
+                let batch = reader.next_batch(1024, std::time::Duration::ZERO).await?;
+                let Some(last) = batch.last() else { break };
+                at = last.offset + 1;
+                for record in batch {
+                    if let Ok(mutation) = codec::decode(record.payload, p.partition, partitions) {
+                        self.ids.lock().add(&p.ns, p.partition, record.offset, mutation.write_id);
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The journal of `partition` of `ns` from `from` on (entries decode
+    /// with `codec::decode`).
+    pub async fn reader(&self, ns: &str, partition: u32, from: u64) -> Result<Box<dyn LogReader>, JournalError> {
+        Ok(self.log.reader(&tp(ns, partition), from).await?)
+    }
+
+    /// Every write of `partition` of `ns` below journal offset `offset` was
+    /// applied: those entries go (their segments once nothing else in them
+    /// is pending).
+    /// Persisted before segments go, so a restart never replays what was
+    /// released (each call writes one small file: callers batch).
+    pub fn release_below(&self, ns: &str, partition: u32, offset: u64) -> Result<(), JournalError> {
+        let tp = tp(ns, partition);
+        {
+            let mut released = self.released.lock();
+            let at = released.entry(released_key(ns, partition)).or_insert(0);
+            if offset <= *at {
+                return Ok(());
+            }
+            *at = offset;
+            let bytes = serde_json::to_vec(&*released).expect("a map of offsets serializes");
+            write_atomically(&self.released_file, &bytes).map_err(LogError::from)?;
+        }
+        self.ids.lock().release_below(ns, partition, offset);
+        self.log.release_below(&tp, offset);
+        self.log.enforce_retention()?;
+        Ok(())
+    }
+
+    /// Where the pending entries of `tp` start: past what was released and
+    /// what the journal no longer has.
+    pub(super) async fn released_from(&self, ns: &str, partition: u32) -> Result<u64, JournalError> {
+        let released = self.released.lock().get(&released_key(ns, partition)).copied().unwrap_or(0);
+        Ok(released.max(self.log.start_offset(&tp(ns, partition)).await?))
+    }
+
+    /// What each partition holds that is not released, in namespace and
+    /// partition order (what a restarted node sequences again).
+    pub async fn pending(&self) -> Result<Vec<Pending>, JournalError> {
+        let topics: Vec<(String, u32)> = {
+            let mut topics: Vec<(String, u32)> = self.topics.lock().iter().map(|(ns, n)| (ns.clone(), *n)).collect();
+            topics.sort();
+            topics
+        };
+        let mut out = Vec::new();
+        for (ns, partitions) in topics {
+            for partition in 0..partitions {
+                let start = self.released_from(&ns, partition).await?;
+                let end = self.log.end_offset(&tp(&ns, partition)).await?;
+                if end > start {
+                    out.push(Pending { ns: ns.clone(), partition, start, end });
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Entries and bytes not yet released.
+    /// Counted from the write ids of the pending entries (every journaled
+    /// write has one), so an append does not walk every partition.
+    pub fn backlog(&self) -> Backlog {
+        let entries = self.ids.lock().order.values().map(|o| o.len() as u64).sum();
+        Backlog { entries, bytes: if entries == 0 { 0 } else { self.log.bytes() } }
+    }
+
+    /// The namespace's journal topic, made on its first write.
+    pub(super) async fn topic(&self, ns: &str, partitions: u32) -> Result<(), JournalError> {
+        if let Some(&journaled) = self.topics.lock().get(ns) {
+            if journaled != partitions {
+                return Err(JournalError::PartitionsChanged { ns: ns.to_string(), partitions, journaled });
+            }
+            return Ok(());
+        }
+        match self.log.create_topic(ns, partitions).await? {
+            CreateOutcome::Created | CreateOutcome::AlreadyExists => {}
+        }
+        self.topics.lock().insert(ns.to_string(), partitions);
+        Ok(())
+    }
+
+    pub async fn close(&self) {
+        if let Some(opener) = self.objects.as_ref().and_then(|slot| slot.opener.lock().take()) {
+            opener.abort();
+        }
+        self.log.close().await;
+    }
+}
+
+/// Opens the journal's objects now, or starts a task that keeps trying.
+pub(super) async fn open_objects(id: String, config: ObjectsConfig) -> Arc<ObjectsSlot> {
+    let slot = Arc::new(ObjectsSlot {
+        id,
+        journal: std::sync::OnceLock::new(),
+        last_error: Mutex::new(String::new()),
+        opener: Mutex::new(None),
+    });
+    if slot.try_open(&config).await {
+        return slot;
+    }
+    tracing::warn!(error = %slot.last_error.lock(), "the journal's object storage does not answer; journaled writes are refused until it does");
+    let weak = Arc::downgrade(&slot);
+    let opener = tokio::spawn(async move {
+        let mut wait = std::time::Duration::from_secs(1);
+        loop {
+            tokio::time::sleep(wait).await;
+            let Some(slot) = weak.upgrade() else { return };
+            if slot.try_open(&config).await {
+                tracing::info!("the journal's object storage answers; journaled writes are taken again");
+                return;
+            }
+            wait = (wait * 2).min(OBJECTS_OPEN_RETRY_MAX);
+        }
+    });
+    *slot.opener.lock() = Some(opener);
+    slot
+}
+
+pub(super) fn tp(ns: &str, partition: u32) -> TopicPartition {
+    TopicPartition { topic: ns.into(), partition }
+}
+
+pub(super) fn released_key(ns: &str, partition: u32) -> String {
+    format!("{ns}:{partition}")
+}
+

@@ -1,0 +1,460 @@
+//! `EmbeddedLog`: the log on one machine — open (recovering a torn tail),
+//! topics and their metadata, append through the group-commit writer,
+//! readers, retention.
+
+use super::{frame, reader};
+use std::collections::HashMap;
+use std::io::{BufReader, Read};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use async_trait::async_trait;
+use bytes::Bytes;
+use parking_lot::{Mutex, RwLock};
+use serde::{Deserialize, Serialize};
+use tokio::sync::{mpsc, oneshot};
+use super::index::PartitionState;
+use super::segments::{write_atomically, Segments};
+use super::writer::{AppendRequest, Writer};
+use super::super::{CreateOutcome, Log, LogError, LogReader, TopicInfo, TopicPartition};
+
+/// Longest an append waits for the writer to make its entry durable.
+pub(super) const APPEND_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
+
+#[derive(Debug, Clone)]
+pub struct EmbeddedLogConfig {
+    pub dir: PathBuf,
+    /// A segment is closed and a new one started past this size.
+    pub segment_bytes_max: u64,
+    /// Delete the oldest segments while the log is larger than this.
+    pub retention_bytes: Option<u64>,
+    /// Delete segments whose newest write is older than this.
+    pub retention_ms: Option<u64>,
+    /// Per partition: bytes of newest entries kept in memory for tail readers.
+    pub tail_cache_bytes: usize,
+    /// Appends waiting for the writer; senders wait when it is full.
+    pub queue_capacity: usize,
+}
+
+impl EmbeddedLogConfig {
+    pub fn new(dir: impl Into<PathBuf>) -> EmbeddedLogConfig {
+        EmbeddedLogConfig {
+            dir: dir.into(),
+            segment_bytes_max: 64 * 1024 * 1024,
+            retention_bytes: None,
+            retention_ms: None,
+            tail_cache_bytes: 1024 * 1024,
+            queue_capacity: 16 * 1024,
+        }
+    }
+}
+
+#[derive(Debug, Default, Clone, Serialize, Deserialize)]
+pub(super) struct LogMeta {
+    /// Random, made when the log is created (or first opened by a build that
+    /// names logs): the log part of `Log::identity`.
+    #[serde(default)]
+    pub(super) log_id: String,
+    pub(super) topics: Vec<TopicMeta>,
+    /// "topic_id:partition" → first retained offset, written before deletions.
+    #[serde(default)]
+    pub(super) start_offsets: HashMap<String, u64>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(super) struct TopicMeta {
+    pub(super) name: String,
+    pub(super) id: u32,
+    pub(super) partitions: u32,
+    /// Random, made when the topic is created: a topic deleted and created
+    /// again under its name is another topic.
+    #[serde(default)]
+    pub(super) uid: String,
+}
+
+/// 128 random bits, hex: the ids the embedded log names itself and its topics by.
+pub(super) fn random_id() -> String {
+    format!("{:032x}", rand::random::<u128>())
+}
+
+pub(super) struct Topic {
+    pub(super) partitions: Vec<Arc<PartitionState>>,
+}
+
+pub(crate) struct Inner {
+    pub(super) config: EmbeddedLogConfig,
+    pub(super) meta: Mutex<LogMeta>,
+    pub(super) topics: RwLock<HashMap<Arc<str>, Arc<Topic>>>,
+    pub(super) segments: Arc<Segments>,
+    pub(super) queue: RwLock<Option<mpsc::Sender<AppendRequest>>>,
+    pub(super) writer_thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+}
+
+/// The embedded log. Cheap to clone.
+#[derive(Clone)]
+pub struct EmbeddedLog {
+    pub(super) inner: Arc<Inner>,
+}
+
+impl EmbeddedLog {
+    /// Opens (recovering) or creates the log in `config.dir`.
+    pub fn open(config: EmbeddedLogConfig) -> Result<EmbeddedLog, LogError> {
+        std::fs::create_dir_all(&config.dir)?;
+        let mut meta = read_meta(&config.dir)?;
+        if meta.log_id.is_empty() || meta.topics.iter().any(|t| t.uid.is_empty()) {
+            meta.log_id = if meta.log_id.is_empty() { random_id() } else { meta.log_id };
+            for topic in meta.topics.iter_mut().filter(|t| t.uid.is_empty()) {
+                topic.uid = random_id();
+            }
+            write_meta(&config.dir, &meta)?;
+        }
+        let (segments, ids) = Segments::open(&config.dir.join("wal"))?;
+        let segments = Arc::new(segments);
+        let mut by_id: HashMap<u32, (Arc<str>, Vec<Arc<PartitionState>>)> = HashMap::new();
+        for topic in &meta.topics {
+            let partitions = (0..topic.partitions)
+                .map(|p| {
+                    let start = meta.start_offsets.get(&format!("{}:{p}", topic.id)).copied().unwrap_or(0);
+                    Arc::new(PartitionState::new(topic.id, p, start, config.tail_cache_bytes))
+                })
+                .collect();
+            by_id.insert(topic.id, (Arc::from(topic.name.as_str()), partitions));
+        }
+        let mut active_bytes = 0;
+        for (i, id) in ids.iter().enumerate() {
+            let is_newest = i + 1 == ids.len();
+            active_bytes = recover_segment(&segments, *id, is_newest, &by_id)?;
+        }
+        for (_, partitions) in by_id.values() {
+            for p in partitions {
+                let next = p.index.lock().next_offset;
+                p.durable_end.send_replace(next);
+            }
+        }
+        let active_id = ids.last().copied().unwrap_or(0);
+        let active = segments.open_for_append(active_id)?;
+        let (queue_tx, queue_rx) = mpsc::channel(config.queue_capacity);
+        let writer = Writer {
+            segments: segments.clone(),
+            active,
+            active_id,
+            active_bytes,
+            segment_bytes_max: config.segment_bytes_max,
+            failed: None,
+        };
+        let writer_thread = std::thread::Builder::new()
+            .name("tern-log-writer".into())
+            .spawn(move || writer.run(queue_rx))?;
+        let topics = by_id
+            .into_values()
+            .map(|(name, partitions)| (name, Arc::new(Topic { partitions })))
+            .collect();
+        tracing::info!(dir = %config.dir.display(), segments = ids.len(), "embedded log open");
+        Ok(EmbeddedLog {
+            inner: Arc::new(Inner {
+                config,
+                meta: Mutex::new(meta),
+                topics: RwLock::new(topics),
+                segments,
+                queue: RwLock::new(Some(queue_tx)),
+                writer_thread: Mutex::new(Some(writer_thread)),
+            }),
+        })
+    }
+
+    pub(super) fn partition(&self, tp: &TopicPartition) -> Result<Arc<PartitionState>, LogError> {
+        self.inner
+            .topics
+            .read()
+            .get(&tp.topic)
+            .and_then(|t| t.partitions.get(tp.partition as usize).cloned())
+            .ok_or_else(|| LogError::UnknownPartition(tp.to_string()))
+    }
+
+    /// Deletes the oldest closed segments that retention allows and no local
+    /// consumer still needs. Returns how many were deleted.
+    pub fn enforce_retention(&self) -> Result<usize, LogError> {
+        let config = &self.inner.config;
+        let partitions = self.all_partitions();
+        // With snapshots, a segment every partition's oldest retained snapshot
+        // covers is deleted whatever the size and age limits say.
+        let snapshots_in_use = partitions.iter().any(|p| p.index.lock().snapshot_floor.is_some());
+        if config.retention_bytes.is_none() && config.retention_ms.is_none() && !snapshots_in_use {
+            return Ok(0);
+        }
+        let ids = self.inner.segments.ids();
+        let Some((_active, closed)) = ids.split_last() else { return Ok(0) };
+        let mut total_bytes: u64 = ids.iter().map(|id| self.inner.segments.size_bytes(*id)).sum();
+        let mut deleted = 0;
+        for id in closed {
+            let over_size = config.retention_bytes.is_some_and(|max| total_bytes > max);
+            let too_old = config.retention_ms.is_some_and(|max| self.inner.segments.age_ms(*id) > max);
+            // Never above what a local store still needs, nor above the oldest
+            // retained snapshot (a replica restoring it must find the rest here).
+            let unneeded = partitions.iter().all(|p| {
+                let index = p.index.lock();
+                let floor = index.snapshot_floor.map_or(index.release_below, |f| f.min(index.release_below));
+                index.end_below_segment(id + 1) <= floor
+            });
+            // Every partition with entries in it has a snapshot (an empty one needs none).
+            let covered_by_snapshots = snapshots_in_use
+                && partitions.iter().all(|p| {
+                    let index = p.index.lock();
+                    index.snapshot_floor.is_some() || index.end_below_segment(id + 1) <= index.start_offset
+                });
+            if !(over_size || too_old || covered_by_snapshots) || !unneeded {
+                break;
+            }
+            self.record_start_offsets(&partitions, id + 1)?;
+            let size = self.inner.segments.size_bytes(*id);
+            self.inner.segments.delete(*id)?;
+            for p in &partitions {
+                p.index.lock().forget_segments_below(id + 1);
+            }
+            total_bytes -= size;
+            deleted += 1;
+            tracing::info!(segment = id, size_bytes = size, "retention deleted a log segment");
+        }
+        Ok(deleted)
+    }
+
+    /// Bytes of all segments on disk.
+    pub fn bytes(&self) -> u64 {
+        self.inner.segments.ids().iter().map(|id| self.inner.segments.size_bytes(*id)).sum()
+    }
+
+    /// Tells retention where the oldest retained snapshot of `tp` starts
+    /// (its `applied_next`): entries below it may go once local stores are
+    /// durable past them too; entries at or above it stay.
+    pub fn set_snapshot_floor(&self, tp: &TopicPartition, offset: u64) {
+        if let Ok(partition) = self.partition(tp) {
+            partition.index.lock().snapshot_floor = Some(offset);
+        }
+    }
+
+    pub(super) fn all_partitions(&self) -> Vec<Arc<PartitionState>> {
+        self.inner.topics.read().values().flat_map(|t| t.partitions.iter().cloned()).collect()
+    }
+
+    /// Persists where each partition will start once segments `< segment_id_min` are gone.
+    pub(super) fn record_start_offsets(&self, partitions: &[Arc<PartitionState>], segment_id_min: u64) -> Result<(), LogError> {
+        let mut meta = self.inner.meta.lock();
+        for p in partitions {
+            let index = p.index.lock();
+            // The end of what is indexed below the cut, never `next_offset`:
+            // an append in flight has taken its offset but is not indexed yet.
+            let start = index.end_below_segment(segment_id_min);
+            meta.start_offsets.insert(format!("{}:{}", p.topic_id, p.partition), start);
+        }
+        write_meta(&self.inner.config.dir, &meta)
+    }
+}
+
+pub(super) fn read_meta(dir: &Path) -> Result<LogMeta, LogError> {
+    match std::fs::read(dir.join("log-meta.json")) {
+        Ok(bytes) => serde_json::from_slice(&bytes)
+            .map_err(|e| LogError::Corrupt(format!("{}/log-meta.json: {e}", dir.display()))),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(LogMeta::default()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+pub(super) fn write_meta(dir: &Path, meta: &LogMeta) -> Result<(), LogError> {
+    let bytes = serde_json::to_vec_pretty(meta).expect("meta serializes");
+    write_atomically(&dir.join("log-meta.json"), &bytes)?;
+    Ok(())
+}
+
+/// Scans one segment, indexing every valid frame. Returns the valid length.
+pub(super) fn recover_segment(
+    segments: &Segments,
+    id: u64,
+    is_newest: bool,
+    topics: &HashMap<u32, (Arc<str>, Vec<Arc<PartitionState>>)>,
+) -> Result<u64, LogError> {
+    let path = segments.path(id);
+    let file = std::fs::File::open(&path)?;
+    let file_len = file.metadata()?.len();
+    let mut reader = BufReader::with_capacity(1024 * 1024, file);
+    let mut position: u64 = 0;
+    let mut payload = Vec::new();
+    let problem = loop {
+        if position == file_len {
+            break None;
+        }
+        let mut header_bytes = [0u8; frame::HEADER_BYTES];
+        if reader.read_exact(&mut header_bytes).is_err() {
+            break Some("a partial frame header");
+        }
+        let Some(header) = frame::decode_header(&header_bytes) else { break Some("an impossible frame length") };
+        payload.resize(header.payload_len as usize, 0);
+        if reader.read_exact(&mut payload).is_err() {
+            break Some("a partial frame payload");
+        }
+        if !frame::verify(&header, &header_bytes, &payload) {
+            break Some("a frame checksum mismatch");
+        }
+        let partition = topics
+            .get(&header.topic_id)
+            .and_then(|(_, ps)| ps.get(header.partition as usize))
+            .ok_or_else(|| {
+                LogError::Corrupt(format!(
+                    "{}: frame at byte {position} names unknown topic id {} partition {}",
+                    path.display(),
+                    header.topic_id,
+                    header.partition
+                ))
+            })?;
+        let mut index = partition.index.lock();
+        if header.offset < index.start_offset && index.runs.is_empty() {
+            // Below the recorded start: retention wrote the new start and
+            // crashed before deleting this segment. Deleted in effect; skipped.
+            position += (frame::HEADER_BYTES + payload.len()) as u64;
+            continue;
+        }
+        if header.offset != index.next_offset {
+            return Err(LogError::Corrupt(format!(
+                "{}: frame at byte {position} has offset {} but partition {}:{} expects {}",
+                path.display(),
+                header.offset,
+                header.topic_id,
+                header.partition,
+                index.next_offset
+            )));
+        }
+        index.record_position(id, header.offset, position as u32);
+        index.next_offset += 1;
+        position += (frame::HEADER_BYTES + payload.len()) as u64;
+    };
+    if let Some(problem) = problem {
+        if !is_newest {
+            return Err(LogError::Corrupt(format!(
+                "{}: {problem} at byte {position} inside a closed segment; restore the node from a snapshot or another replica",
+                path.display()
+            )));
+        }
+        tracing::warn!(segment = %path.display(), at_byte = position, file_bytes = file_len, %problem,
+            "truncating the torn tail of the embedded log (an unacknowledged write)");
+        let file = std::fs::OpenOptions::new().write(true).open(&path)?;
+        file.set_len(position)?;
+        file.sync_all()?;
+    }
+    Ok(position)
+}
+
+#[async_trait]
+impl Log for EmbeddedLog {
+    fn entry_bytes_max(&self) -> usize {
+        frame::PAYLOAD_BYTES_MAX
+    }
+
+    async fn create_topic(&self, name: &str, partitions: u32) -> Result<CreateOutcome, LogError> {
+        let mut meta = self.inner.meta.lock();
+        if let Some(existing) = meta.topics.iter().find(|t| t.name == name) {
+            if existing.partitions != partitions {
+                return Err(LogError::PartitionCountMismatch {
+                    topic: name.to_string(),
+                    existing: existing.partitions,
+                    requested: partitions,
+                });
+            }
+            return Ok(CreateOutcome::AlreadyExists);
+        }
+        let id = meta.topics.iter().map(|t| t.id + 1).max().unwrap_or(0);
+        let mut next = meta.clone();
+        next.topics.push(TopicMeta { name: name.to_string(), id, partitions, uid: random_id() });
+        write_meta(&self.inner.config.dir, &next)?;
+        *meta = next;
+        let states = (0..partitions)
+            .map(|p| Arc::new(PartitionState::new(id, p, 0, self.inner.config.tail_cache_bytes)))
+            .collect();
+        self.inner.topics.write().insert(Arc::from(name), Arc::new(Topic { partitions: states }));
+        Ok(CreateOutcome::Created)
+    }
+
+    async fn list_topics(&self) -> Result<Vec<TopicInfo>, LogError> {
+        let meta = self.inner.meta.lock();
+        Ok(meta.topics.iter().map(|t| TopicInfo { name: t.name.clone(), partitions: t.partitions, source_topic: None }).collect())
+    }
+
+    async fn append(&self, tp: &TopicPartition, payload: Bytes) -> Result<u64, LogError> {
+        if payload.len() > frame::PAYLOAD_BYTES_MAX {
+            return Err(LogError::EntryTooLarge { size_bytes: payload.len(), max_bytes: frame::PAYLOAD_BYTES_MAX });
+        }
+        let partition = self.partition(tp)?;
+        let queue = self.inner.queue.read().clone().ok_or(LogError::Closed)?;
+        let (reply, answer) = oneshot::channel();
+        let appended = async {
+            queue.send(AppendRequest { partition, payload, reply }).await.map_err(|_| LogError::Closed)?;
+            answer.await.map_err(|_| LogError::Closed)?
+        };
+        // Bounded even if the disk hangs in fsync: the caller learns the outcome
+        // is unknown (the entry may still become durable) instead of waiting forever.
+        match tokio::time::timeout(APPEND_WAIT, appended).await {
+            Ok(result) => result,
+            Err(_) => Err(LogError::Unavailable(format!(
+                "{tp}: the entry was not made durable within {APPEND_WAIT:?} (the disk is stalled?); it may still be \
+                 appended: its outcome is unknown"
+            ))),
+        }
+    }
+
+    async fn identity(&self, topic: &str) -> Result<String, LogError> {
+        let meta = self.inner.meta.lock();
+        let uid = meta.topics.iter().find(|t| t.name == topic).map(|t| t.uid.clone());
+        let uid = uid.ok_or_else(|| LogError::UnknownPartition(topic.to_string()))?;
+        Ok(format!("embedded:{}/{topic}#{uid}", meta.log_id))
+    }
+
+    async fn rebase_empty(&self, tp: &TopicPartition, offset: u64) -> Result<(), LogError> {
+        let partition = self.partition(tp)?;
+        let mut meta = self.inner.meta.lock();
+        // Held throughout, so no append takes an offset meanwhile.
+        let mut index = partition.index.lock();
+        if index.start_offset != index.next_offset || partition.durable_end() != index.next_offset {
+            return Err(LogError::Unavailable(format!(
+                "{tp} holds entries {}..{}: only an empty partition is moved",
+                index.start_offset, index.next_offset
+            )));
+        }
+        if offset <= index.next_offset {
+            return Ok(());
+        }
+        // Recorded first: after a crash the partition reopens at the new start.
+        meta.start_offsets.insert(format!("{}:{}", partition.topic_id, partition.partition), offset);
+        write_meta(&self.inner.config.dir, &meta)?;
+        index.start_offset = offset;
+        index.next_offset = offset;
+        partition.durable_end.send_replace(offset);
+        tracing::warn!(%tp, offset, "empty log partition moved to start at a restored snapshot's offset");
+        Ok(())
+    }
+
+    async fn end_offset(&self, tp: &TopicPartition) -> Result<u64, LogError> {
+        Ok(self.partition(tp)?.durable_end())
+    }
+
+    async fn start_offset(&self, tp: &TopicPartition) -> Result<u64, LogError> {
+        Ok(self.partition(tp)?.index.lock().start_offset)
+    }
+
+    async fn reader(&self, tp: &TopicPartition, from: u64) -> Result<Box<dyn LogReader>, LogError> {
+        let partition = self.partition(tp)?;
+        Ok(Box::new(reader::EmbeddedReader::new(tp.clone(), partition, self.inner.segments.clone(), from)))
+    }
+
+    fn release_below(&self, tp: &TopicPartition, offset: u64) {
+        if let Ok(partition) = self.partition(tp) {
+            let mut index = partition.index.lock();
+            index.release_below = index.release_below.max(offset);
+        }
+    }
+
+    async fn close(&self) {
+        let queue = self.inner.queue.write().take();
+        drop(queue);
+        let thread = self.inner.writer_thread.lock().take();
+        if let Some(thread) = thread {
+            let _ = tokio::task::spawn_blocking(move || thread.join()).await;
+        }
+    }
+}

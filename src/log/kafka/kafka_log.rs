@@ -1,0 +1,581 @@
+//! `KafkaLog`: the log on Kafka — one idempotent producer (`acks=all`),
+//! one assign-mode consumer, an admin client for topics, and the `Log`
+//! interface over them: appends, offsets, readers, topics (a namespace's
+//! own, or a source topic), the outbox's publisher.
+
+use super::{Membership, breaker, fetch_source, group, publisher, reader, sources, topic_id};
+use std::sync::Arc;
+use std::time::Duration;
+use async_trait::async_trait;
+use bytes::Bytes;
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, ResourceSpecifier, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{CommitMode, Consumer};
+use rdkafka::message::Message;
+use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
+use rdkafka::types::RDKafkaErrorCode;
+use rdkafka::util::Timeout;
+use rdkafka::{Offset, TopicPartitionList};
+use super::super::{Assignment, CreateOutcome, Log, LogError, LogReader, TopicInfo, TopicPartition};
+use super::config::KafkaLogConfig;
+
+/// Watermark requests (a partition's start and end offsets) in flight at
+/// once; each is a broker round trip on a blocking thread.
+pub(super) const WATERMARK_REQUESTS_MAX: usize = 16;
+
+/// Replicas per partition when the cluster has enough brokers: with
+/// `min.insync.replicas` 2 and `acks=all`, one broker can be lost with no
+/// acknowledged write lost and writes going on.
+pub(super) const SAFE_REPLICATION_FACTOR: i32 = 3;
+
+pub(super) struct Inner {
+    pub(super) config: KafkaLogConfig,
+    pub(super) producer: FutureProducer,
+    pub(super) admin: AdminClient<DefaultClientContext>,
+    pub(super) consumer: Arc<fetch_source::LogConsumer>,
+    /// Set with `Membership::Group`.
+    pub(super) group: Option<group::GroupMember>,
+    /// The client settings every Kafka client of this node shares.
+    pub(super) base: ClientConfig,
+    /// Bounds the short-lived consumers of `history_reader` (each is a
+    /// librdkafka client with threads of its own).
+    pub(super) history_slots: Arc<tokio::sync::Semaphore>,
+    /// Bounds the watermark (start/end offset) requests in flight.
+    pub(super) watermark_slots: Arc<tokio::sync::Semaphore>,
+    /// The task serving the consumer's main queue. It holds a clone of the
+    /// consumer, so it is stopped when the log is dropped; otherwise the
+    /// consumer (its threads and broker connections) would outlive the log.
+    pub(super) main_queue: tokio::task::AbortHandle,
+    /// Fails writes at once to a partition whose last write failed (`breaker.rs`).
+    pub(super) breaker: breaker::Breaker,
+    /// Namespaces reading existing topics (`sources.rs`).
+    pub(super) sources: Arc<sources::Sources>,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        self.main_queue.abort();
+    }
+}
+
+/// Most history readers (watches replaying the log) open at once.
+pub(super) const HISTORY_READERS_MAX: usize = 4;
+
+/// The Kafka log. Cheap to clone.
+#[derive(Clone)]
+pub struct KafkaLog {
+    pub(super) inner: Arc<Inner>,
+}
+
+/// How often the producer refreshes the leaders of the topics it writes
+/// (see `KafkaLog::connect`): bounds how long a write keeps going to a
+/// leader that was replaced while unreachable.
+pub(super) const PRODUCER_METADATA_REFRESH_MS: u64 = 1_000;
+
+/// The largest entry Tern appends to Kafka: the embedded log's bound, above
+/// the largest mutation the API makes (4 MiB of keys and values, encoded).
+/// Kafka's defaults (librdkafka's `message.max.bytes`, a topic's
+/// `max.message.bytes`: about 1 MB) would refuse a record of the spec's
+/// largest value; so the producer and the topics Tern creates allow it, and
+/// a larger entry is refused before it is written (`node::write`).
+pub const ENTRY_BYTES_MAX: usize = 8 * 1024 * 1024;
+
+/// The producer's request and a topic's record batch: one entry of
+/// `ENTRY_BYTES_MAX` and the framing around it.
+pub(super) const MESSAGE_BYTES_MAX: usize = ENTRY_BYTES_MAX + 64 * 1024;
+
+pub(super) fn unavailable(e: impl std::fmt::Display) -> LogError {
+    LogError::Unavailable(format!("kafka: {e}"))
+}
+
+impl KafkaLog {
+    pub fn connect(config: KafkaLogConfig) -> Result<KafkaLog, LogError> {
+        let mut base = ClientConfig::new();
+        base.set("bootstrap.servers", &config.bootstrap_servers)
+            .set("client.id", &config.client_id)
+            // Small produce and fetch requests must not wait for Nagle's algorithm
+            // (librdkafka leaves it on): it cost milliseconds per write.
+            .set("socket.nagle.disable", "true");
+        if !config.rack.is_empty() {
+            base.set("client.rack", &config.rack);
+        }
+        config.security.apply(&mut base);
+        let producer: FutureProducer = base
+            .clone()
+            .set("enable.idempotence", "true")
+            .set("acks", "all")
+            .set("message.max.bytes", MESSAGE_BYTES_MAX.to_string())
+            // Batch a little: waiting up to `linger` for more writes to the same
+            // broker amortizes produce requests (the broker's CPU is per request).
+            .set("linger.ms", config.linger.as_millis().to_string())
+            .set("delivery.timeout.ms", config.delivery_timeout.as_millis().to_string())
+            // A produce the leader never answers (its region cut off) is sent
+            // again, to the new leader, after a third of the delivery bound,
+            // not after librdkafka's default 30 s, past the bound.
+            .set("request.timeout.ms", (config.delivery_timeout.as_millis() / 3).max(1).to_string())
+            // ... and only if the producer has learned the new leader by then.
+            // librdkafka asks for metadata when a broker connection fails, but
+            // a cut-off leader's connection does not fail, it goes silent:
+            // the ask after the first timed-out produce can come before the
+            // controller moved the leadership, and the next one came only
+            // after `topic.metadata.refresh.interval.ms` (5 min), so the write
+            // failed at the delivery bound (10 s) on the region bed. Asking
+            // every second (one small request, topics in use only) redirects
+            // it within a second of the move.
+            .set("topic.metadata.refresh.interval.ms", PRODUCER_METADATA_REFRESH_MS.to_string())
+            // The ask for metadata can itself go to the silent broker (its
+            // connection still looks up), and while one ask is out no other
+            // is sent: with librdkafka's default `socket.timeout.ms` (60 s)
+            // a write still failed at the delivery bound in 1 of ~10 cuts.
+            // Bounded like a produce, the ask times out, the silent
+            // connection is dropped (`socket.max.fails` 1), and the next
+            // ask goes to a broker that answers.
+            .set("socket.timeout.ms", (config.delivery_timeout.as_millis() / 3).max(10).to_string())
+            .create()
+            .map_err(unavailable)?;
+        let consumer: fetch_source::LogConsumer = base
+            .clone()
+            .set("group.id", format!("{}node.{}", config.topic_prefix, config.client_id))
+            .set("statistics.interval.ms", fetch_source::STATISTICS_INTERVAL_MS.to_string())
+            .set("enable.auto.commit", "false")
+            .set("enable.auto.offset.store", "false")
+            .set("auto.offset.reset", "error")
+            .set("enable.partition.eof", "false")
+            // Under load the broker answers a fetch once `fetch_min_bytes` are
+            // ready; idle, within `fetch_wait_max`. Answering every fetch at the
+            // first byte (librdkafka's default) cost a third of write throughput
+            // on a shared 2-core machine (broker CPU per fetch); this bounds the
+            // extra visibility delay at `fetch_wait_max`.
+            .set("fetch.wait.max.ms", config.fetch_wait_max.as_millis().to_string())
+            .set("fetch.min.bytes", config.fetch_min_bytes.to_string())
+            .create_with_context(fetch_source::FetchContext::default())
+            .map_err(unavailable)?;
+        let admin: AdminClient<DefaultClientContext> = base.create().map_err(unavailable)?;
+        let consumer = Arc::new(consumer);
+        // The main queue must be served for callbacks; every message goes to a
+        // partition queue, so anything arriving here is logged and dropped.
+        let main = consumer.clone();
+        let main_queue = tokio::spawn(async move {
+            loop {
+                match main.recv().await {
+                    Ok(m) => tracing::error!(topic = m.topic(), partition = m.partition(), "kafka message on the main queue"),
+                    Err(e) => tracing::warn!(error = %e, "kafka consumer error"),
+                }
+            }
+        })
+        .abort_handle();
+        let sources = Arc::new(sources::Sources::default());
+        let group = match &config.membership {
+            Membership::AssignAll => None,
+            Membership::Group { group, instance_id, session_timeout } => {
+                Some(group::GroupMember::start(&base, &config.topic_prefix, sources.clone(), group, instance_id, *session_timeout)?)
+            }
+        };
+        let history_slots = Arc::new(tokio::sync::Semaphore::new(HISTORY_READERS_MAX));
+        let watermark_slots = Arc::new(tokio::sync::Semaphore::new(WATERMARK_REQUESTS_MAX));
+        Ok(KafkaLog {
+            inner: Arc::new(Inner {
+                config,
+                producer,
+                admin,
+                consumer,
+                group,
+                base,
+                history_slots,
+                watermark_slots,
+                main_queue,
+                breaker: breaker::Breaker::default(),
+                sources,
+            }),
+        })
+    }
+
+    /// The Kafka topic of `namespace`: its source topic, or `<prefix><namespace>`.
+    pub(super) fn topic_name(&self, namespace: &str) -> String {
+        match self.inner.sources.topic_of(namespace) {
+            Some(source) => source,
+            None => format!("{}{namespace}", self.inner.config.topic_prefix),
+        }
+    }
+
+    /// Creates one topic through the admin API: true if created, false if
+    /// it existed already (its settings are the caller's to check).
+    pub(super) async fn create_one(&self, new_topic: &NewTopic<'_>, name: &str) -> Result<bool, LogError> {
+        let options = AdminOptions::new().operation_timeout(Some(Timeout::After(self.inner.config.request_timeout)));
+        let results = self.inner.admin.create_topics([new_topic], &options).await.map_err(unavailable)?;
+        match results.into_iter().next() {
+            Some(Ok(_)) => Ok(true),
+            Some(Err((_, RDKafkaErrorCode::TopicAlreadyExists))) => Ok(false),
+            Some(Err((_, code))) => Err(unavailable(format!("creating topic {name}: {code}"))),
+            None => Err(unavailable(format!("creating topic {name}: no result"))),
+        }
+    }
+
+    /// Every topic's partition count, from one metadata request.
+    pub(super) async fn topic_partitions(&self) -> Result<std::collections::HashMap<String, u32>, LogError> {
+        let (consumer, timeout) = (self.inner.consumer.clone(), self.inner.config.request_timeout);
+        tokio::task::spawn_blocking(move || {
+            let metadata = consumer.fetch_metadata(None, timeout).map_err(unavailable)?;
+            Ok(metadata
+                .topics()
+                .iter()
+                .filter(|t| t.error().is_none() && !t.partitions().is_empty())
+                .map(|t| (t.name().to_string(), t.partitions().len() as u32))
+                .collect())
+        })
+        .await
+        .map_err(unavailable)?
+    }
+
+    pub(super) async fn partition_count(&self, topic: &str) -> Result<Option<u32>, LogError> {
+        let (consumer, topic, timeout) = (self.inner.consumer.clone(), topic.to_string(), self.inner.config.request_timeout);
+        tokio::task::spawn_blocking(move || {
+            let metadata = consumer.fetch_metadata(Some(&topic), timeout).map_err(unavailable)?;
+            Ok(metadata
+                .topics()
+                .iter()
+                .find(|t| t.name() == topic && t.error().is_none())
+                .map(|t| t.partitions().len() as u32)
+                .filter(|n| *n > 0))
+        })
+        .await
+        .map_err(unavailable)?
+    }
+
+    /// The replication factor and `min.insync.replicas` of a new topic: as
+    /// configured, else safe for production (3 and 2) when the cluster has
+    /// at least 3 brokers, else the broker count and 1, loudly: with fewer
+    /// than 3 replicas a lost broker can lose acknowledged writes.
+    pub(super) async fn replication(&self) -> Result<(i32, i32), LogError> {
+        let config = &self.inner.config;
+        let factor = match config.replication_factor {
+            Some(factor) => factor,
+            None => {
+                let (consumer, timeout) = (self.inner.consumer.clone(), config.request_timeout);
+                let brokers = tokio::task::spawn_blocking(move || consumer.fetch_metadata(None, timeout).map(|m| m.brokers().len()))
+                    .await
+                    .map_err(unavailable)?
+                    .map_err(unavailable)?;
+                let factor = brokers.clamp(1, SAFE_REPLICATION_FACTOR as usize) as i32;
+                if factor < SAFE_REPLICATION_FACTOR {
+                    tracing::warn!(
+                        brokers, replication_factor = factor,
+                        "the Kafka cluster has fewer than {SAFE_REPLICATION_FACTOR} brokers: new topics get a replication \
+                         factor of {factor}, so losing a broker can lose acknowledged writes. Fine for development; in \
+                         production run 3 or more brokers (or set kafka_replication_factor explicitly)"
+                    );
+                }
+                factor
+            }
+        };
+        let min_isr = config.min_insync_replicas.unwrap_or(if factor >= SAFE_REPLICATION_FACTOR { 2 } else { 1 });
+        Ok((factor, min_isr))
+    }
+
+    /// The topic's `retention.ms` (None: unlimited, -1).
+    pub async fn topic_retention_ms(&self, namespace: &str) -> Result<Option<u64>, LogError> {
+        let topic = self.topic_name(namespace);
+        let options = AdminOptions::new().request_timeout(Some(Timeout::After(self.inner.config.request_timeout)));
+        let results = self.inner.admin.describe_configs([&ResourceSpecifier::Topic(&topic)], &options).await.map_err(unavailable)?;
+        let resource = results
+            .into_iter()
+            .next()
+            .ok_or_else(|| unavailable(format!("no configuration returned for {topic}")))?
+            .map_err(|e| unavailable(format!("describing {topic}: {e}")))?;
+        let value = resource.get("retention.ms").and_then(|e| e.value.clone()).unwrap_or_else(|| "-1".into());
+        let ms: i64 = value.parse().map_err(|_| unavailable(format!("{topic} has retention.ms {value:?}")))?;
+        Ok((ms >= 0).then_some(ms as u64))
+    }
+
+    pub(super) async fn watermarks(&self, tp: &TopicPartition) -> Result<(u64, u64), LogError> {
+        let (consumer, topic, timeout) = (self.inner.consumer.clone(), self.topic_name(&tp.topic), self.inner.config.request_timeout);
+        let partition = tp.partition as i32;
+        // The permit travels into the blocking call and is released when the
+        // call ends, even if the caller stopped waiting (a bounded describe, a
+        // strong read's timeout): broker round trips in flight stay bounded
+        // however many callers give up on them.
+        let permit = self.inner.watermark_slots.clone().acquire_owned().await.map_err(|_| LogError::Closed)?;
+        let (low, high) = tokio::task::spawn_blocking(move || {
+            let answer = consumer.fetch_watermarks(&topic, partition, timeout);
+            drop(permit);
+            answer
+        })
+        .await
+            .map_err(unavailable)?
+            .map_err(unavailable)?;
+        Ok((low.max(0) as u64, high.max(0) as u64))
+    }
+}
+
+#[async_trait]
+impl Log for KafkaLog {
+    fn entry_bytes_max(&self) -> usize {
+        ENTRY_BYTES_MAX
+    }
+
+    async fn create_topic(&self, name: &str, partitions: u32) -> Result<CreateOutcome, LogError> {
+        let prefix = &self.inner.config.topic_prefix;
+        let topic = format!("{prefix}{name}");
+        // A namespace on a source topic has no topic of its own; never give it one.
+        let bound = self.topic_partitions().await?.into_keys().find(|t| sources::parse_marker(prefix, t).is_some_and(|(ns, _)| ns == name));
+        if let Some(marker) = bound {
+            let (_, source) = sources::parse_marker(prefix, &marker).expect("found by parsing");
+            return Err(LogError::SourceConflict(format!("namespace {name:?} exists and reads the topic {source:?}")));
+        }
+        let config = &self.inner.config;
+        let (factor, min_isr) = self.replication().await?;
+        let min_isr = min_isr.to_string();
+        let max_message_bytes = MESSAGE_BYTES_MAX.to_string();
+        let new_topic = NewTopic::new(&topic, partitions as i32, TopicReplication::Fixed(factor))
+            .set("min.insync.replicas", &min_isr)
+            .set("max.message.bytes", &max_message_bytes);
+        let created = self.create_one(&new_topic, &topic).await?;
+        // Wait (bounded) until the topic's metadata shows its partitions.
+        let deadline = tokio::time::Instant::now() + config.request_timeout;
+        loop {
+            if let Some(existing) = self.partition_count(&topic).await? {
+                if existing != partitions {
+                    return Err(LogError::PartitionCountMismatch { topic: name.to_string(), existing, requested: partitions });
+                }
+                return Ok(if created { CreateOutcome::Created } else { CreateOutcome::AlreadyExists });
+            }
+            if tokio::time::Instant::now() > deadline {
+                return Err(unavailable(format!("topic {topic} did not appear within {:?}", config.request_timeout)));
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    async fn list_topics(&self) -> Result<Vec<TopicInfo>, LogError> {
+        let prefix = &self.inner.config.topic_prefix;
+        let all = self.topic_partitions().await?;
+        let mut topics = Vec::new();
+        for (name, partitions) in &all {
+            if let Some((namespace, source)) = sources::parse_marker(prefix, name) {
+                // A marker whose source topic is gone: its namespace cannot be read.
+                let Some(partitions) = all.get(source) else {
+                    tracing::warn!(namespace, source, "the source topic of a namespace does not exist; the namespace is not opened");
+                    continue;
+                };
+                self.inner.sources.bind(namespace, source);
+                topics.push(TopicInfo { name: namespace.to_string(), partitions: *partitions, source_topic: Some(source.to_string()) });
+                continue;
+            }
+            let Some(namespace) = name.strip_prefix(prefix.as_str()) else { continue };
+            if crate::limits::check_namespace_name(namespace).is_ok() {
+                topics.push(TopicInfo { name: namespace.to_string(), partitions: *partitions, source_topic: None });
+            }
+        }
+        topics.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(topics)
+    }
+
+    async fn create_sourced(&self, name: &str, source: &str, requested: Option<u32>) -> Result<(CreateOutcome, u32), LogError> {
+        let prefix = self.inner.config.topic_prefix.clone();
+        sources::check_source_name(&prefix, name, source).map_err(LogError::Unsupported)?;
+        let all = self.topic_partitions().await?;
+        let Some(&partitions) = all.get(source) else {
+            return Err(LogError::Unsupported(format!(
+                "source_topic {source:?} does not exist in the Kafka cluster; create it first (Tern reads it, never creates it)"
+            )));
+        };
+        if let Some(requested) = requested.filter(|r| *r != partitions) {
+            return Err(LogError::PartitionCountMismatch { topic: source.to_string(), existing: partitions, requested });
+        }
+        if all.contains_key(&format!("{prefix}{name}")) {
+            return Err(LogError::SourceConflict(format!("namespace {name:?} exists with a log of its own; it cannot read {source:?}")));
+        }
+        for topic in all.keys() {
+            let Some((namespace, bound)) = sources::parse_marker(&prefix, topic) else { continue };
+            if namespace == name && bound == source {
+                self.inner.sources.bind(name, source);
+                return Ok((CreateOutcome::AlreadyExists, partitions));
+            }
+            if namespace == name {
+                return Err(LogError::SourceConflict(format!("namespace {name:?} exists and reads the topic {bound:?}")));
+            }
+            if bound == source {
+                return Err(LogError::SourceConflict(format!(
+                    "the topic {source:?} is already the source of namespace {namespace:?}; a topic is the log of one namespace"
+                )));
+            }
+        }
+        let marker = sources::marker_name(&prefix, name, source);
+        let (factor, _) = self.replication().await?;
+        let new_topic = NewTopic::new(&marker, 1, TopicReplication::Fixed(factor));
+        let created = self.create_one(&new_topic, &marker).await?;
+        // Bounded wait until the marker shows in metadata (other nodes find it there).
+        let deadline = tokio::time::Instant::now() + self.inner.config.request_timeout;
+        while self.partition_count(&marker).await?.is_none() {
+            if tokio::time::Instant::now() > deadline {
+                return Err(unavailable(format!("topic {marker} did not appear within {:?}", self.inner.config.request_timeout)));
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        self.inner.sources.bind(name, source);
+        Ok((if created { CreateOutcome::Created } else { CreateOutcome::AlreadyExists }, partitions))
+    }
+
+    async fn append(&self, tp: &TopicPartition, payload: Bytes) -> Result<u64, LogError> {
+        let topic = self.topic_name(&tp.topic);
+        let ticket = match self.inner.breaker.admit(&topic, tp.partition) {
+            Ok(ticket) => ticket,
+            Err(failing_ms) => {
+                return Err(unavailable(format!(
+                    "{topic}/{} took no write for {failing_ms} ms (its leader is unreachable: a broker or region \
+                     lost?); failing at once while one write probes it; nothing was written, retry later",
+                    tp.partition
+                )))
+            }
+        };
+        let appended = self.append_now(&topic, tp, &payload).await;
+        ticket.ended(appended.is_ok());
+        appended
+    }
+
+
+    async fn identity(&self, topic: &str) -> Result<String, LogError> {
+        let (consumer, topic, timeout) = (self.inner.consumer.clone(), self.topic_name(topic), self.inner.config.request_timeout);
+        tokio::task::spawn_blocking(move || {
+            let cluster = consumer.client().fetch_cluster_id(timeout).ok_or_else(|| unavailable("the cluster id is unknown"))?;
+            // SAFETY: the consumer (and so its librdkafka handle) lives for the call.
+            let id = unsafe { topic_id::describe(consumer.client().native_ptr(), &topic, timeout) }.map_err(unavailable)?;
+            Ok(format!("kafka:{cluster}/{topic}#{id}"))
+        })
+        .await
+        .map_err(unavailable)?
+    }
+
+    async fn end_offset(&self, tp: &TopicPartition) -> Result<u64, LogError> {
+        Ok(self.watermarks(tp).await?.1)
+    }
+
+    async fn start_offset(&self, tp: &TopicPartition) -> Result<u64, LogError> {
+        Ok(self.watermarks(tp).await?.0)
+    }
+
+    fn fetch_source(&self, tp: &TopicPartition) -> Option<crate::log::FetchSource> {
+        self.inner.consumer.context().source(&self.topic_name(&tp.topic), tp.partition as i32)
+    }
+
+    fn has_output_topics(&self) -> bool {
+        true
+    }
+
+    async fn publisher(&self, tp: &TopicPartition, partitions: u32) -> Result<Box<dyn crate::log::Publisher>, LogError> {
+        let (factor, _) = self.replication().await?;
+        let config = &self.inner.config;
+        let topic = self.topic_name(&tp.topic);
+        let publisher = publisher::KafkaPublisher::start(&self.inner.base, &config.topic_prefix, &tp.topic, &topic, tp.partition, partitions, factor, config.delivery_timeout).await?;
+        Ok(Box::new(publisher))
+    }
+
+    async fn reader(&self, tp: &TopicPartition, from: u64) -> Result<Box<dyn LogReader>, LogError> {
+        let topic = self.topic_name(&tp.topic);
+        let sourced = self.inner.sources.is_sourced(&tp.topic);
+        Ok(Box::new(reader::KafkaReader::open(&self.inner.consumer, tp.clone(), &topic, from, sourced)?))
+    }
+
+    /// A consumer of its own (assign mode, no commits) for one watch's
+    /// look at history, so the apply loop's reader is never disturbed.
+    async fn history_reader(&self, tp: &TopicPartition, from: u64) -> Result<Box<dyn LogReader>, LogError> {
+        let permit = self.inner.history_slots.clone().acquire_owned().await.map_err(|_| LogError::Closed)?;
+        let consumer: fetch_source::LogConsumer = self
+            .inner
+            .base
+            .clone()
+            .set("group.id", format!("{}history.{}", self.inner.config.topic_prefix, self.inner.config.client_id))
+            .set("enable.auto.commit", "false")
+            .set("enable.auto.offset.store", "false")
+            .set("auto.offset.reset", "error")
+            .set("enable.partition.eof", "false")
+            .create_with_context(fetch_source::FetchContext::default())
+            .map_err(unavailable)?;
+        let topic = self.topic_name(&tp.topic);
+        let sourced = self.inner.sources.is_sourced(&tp.topic);
+        let reader = reader::KafkaReader::open(&Arc::new(consumer), tp.clone(), &topic, from, sourced)?;
+        Ok(Box::new(reader::HistoryReader { reader, _permit: permit }))
+    }
+
+    /// Called after the partition's store became durable below `offset`:
+    /// commits it as the consumer group's offset, so standard Kafka tooling
+    /// (`kafka-consumer-groups`, lag exporters) sees how far this node is.
+    /// For monitoring only: Tern never reads its position back from Kafka.
+    fn release_below(&self, tp: &TopicPartition, offset: u64) {
+        let topic = self.topic_name(&tp.topic);
+        if let Some(group) = &self.inner.group {
+            group.commit(&topic, tp, offset);
+            return;
+        }
+        let mut committed = TopicPartitionList::new();
+        if let Err(e) = committed.add_partition_offset(&topic, tp.partition as i32, Offset::Offset(offset as i64)) {
+            tracing::warn!(%tp, error = %e, "cannot build the offset commit");
+            return;
+        }
+        if let Err(e) = self.inner.consumer.commit(&committed, CommitMode::Async) {
+            tracing::warn!(%tp, error = %e, "kafka offset commit (for lag monitoring) failed");
+        }
+    }
+
+    fn assignment(&self) -> tokio::sync::watch::Receiver<Assignment> {
+        match &self.inner.group {
+            Some(group) => group.assignment(),
+            None => tokio::sync::watch::channel(Assignment::All).1,
+        }
+    }
+
+    fn follow_topics(&self, namespaces: &[String]) {
+        if let Some(group) = &self.inner.group {
+            group.follow(namespaces);
+        }
+    }
+
+    async fn close(&self) {
+        let producer = self.inner.producer.clone();
+        let timeout = self.inner.config.delivery_timeout;
+        let _ = tokio::task::spawn_blocking(move || producer.flush(timeout)).await;
+    }
+}
+
+impl KafkaLog {
+    /// One produce, acknowledged by every in-sync replica (`acks=all`).
+    pub(super) async fn append_now(&self, topic: &str, tp: &TopicPartition, payload: &Bytes) -> Result<u64, LogError> {
+        let mut record: FutureRecord<'_, [u8], [u8]> = FutureRecord::to(topic).partition(tp.partition as i32).payload(payload);
+        // In a source topic, Tern's entries are told from the topic's own records by a header.
+        if self.inner.sources.is_sourced(&tp.topic) {
+            let header = rdkafka::message::Header { key: crate::log::TERN_ENTRY_HEADER, value: Some(&b"1"[..]) };
+            record = record.headers(rdkafka::message::OwnedHeaders::new().insert(header));
+        }
+        match self.inner.producer.send(record, Timeout::After(self.inner.config.delivery_timeout)).await {
+            Ok(delivery) => {
+                debug_assert_eq!(delivery.partition, tp.partition as i32);
+                // A retried idempotent send the broker already had (a leader
+                // moving mid-send) is reported delivered with no offset
+                // (-1001): in the log, position unknown. Never a version.
+                if delivery.offset < 0 {
+                    return Err(unavailable(format!(
+                        "the write to {topic}/{} is in the log but the broker did not say at which offset (a retried \
+                         send it already had); its outcome is unknown here: read the record, or retry with the same \
+                         Idempotency-Key header, which applies it at most once",
+                        tp.partition
+                    )));
+                }
+                Ok(delivery.offset as u64)
+            }
+            // Refused before it was sent (or by the broker for the topic's
+            // `max.message.bytes`): never in the log, and never will be.
+            Err((rdkafka::error::KafkaError::MessageProduction(rdkafka::types::RDKafkaErrorCode::MessageSizeTooLarge), _)) => {
+                Err(LogError::TooLargeForTopic {
+                    size_bytes: payload.len(),
+                    reason: format!("{topic} takes smaller records (its max.message.bytes); raise it or write less at once"),
+                })
+            }
+            Err((e, _)) => Err(unavailable(format!(
+                "produce to {topic}/{} failed ({e}); the write may or may not be in the log: retry it with the same \
+                 Idempotency-Key header to apply it exactly once",
+                tp.partition
+            ))),
+        }
+    }
+}

@@ -1,0 +1,150 @@
+//! The log's interface: `Log` (every implementation keeps the contract in
+//! the room's doc), its readers and the outbox's publisher. The embedded
+//! log (`embedded/`) and Kafka (`kafka/`) implement it; everything above
+//! it is the same code for both.
+
+use std::time::Duration;
+use async_trait::async_trait;
+use bytes::Bytes;
+use super::types::Assignment;
+use super::types::CreateOutcome;
+use super::types::FetchSource;
+use super::types::LogError;
+use super::types::LogRecord;
+use super::types::Outgoing;
+use super::types::TopicInfo;
+use super::types::TopicPartition;
+
+#[async_trait]
+pub trait Log: Send + Sync + 'static {
+    /// Creates a topic with `partitions` partitions, or says it exists (with
+    /// the same count; a different count is `PartitionCountMismatch`).
+    async fn create_topic(&self, name: &str, partitions: u32) -> Result<CreateOutcome, LogError>;
+
+    async fn list_topics(&self) -> Result<Vec<TopicInfo>, LogError>;
+
+    /// Makes namespace `name` read the existing topic `source` as its log
+    /// (its partitions are the namespace's): records without the
+    /// `TERN_ENTRY_HEADER` are inputs to procedures, and Tern's own entries
+    /// for the namespace are written there with it. Returns the partition
+    /// count; `partitions`, when given, must be the topic's (else
+    /// `PartitionCountMismatch`, and nothing is created). The binding is
+    /// fixed at creation, like a partition count.
+    /// Default: not possible (the embedded log has no foreign topics).
+    async fn create_sourced(&self, name: &str, source: &str, partitions: Option<u32>) -> Result<(CreateOutcome, u32), LogError> {
+        let _ = (name, partitions);
+        Err(LogError::Unsupported(format!(
+            "source_topic {source:?}: only the Kafka log has foreign topics to read; run Tern with --kafka"
+        )))
+    }
+
+    /// Appends one entry; returns its offset once it is durable. Above the
+    /// log, only the write path calls it (`node::write::append`).
+    async fn append(&self, tp: &TopicPartition, payload: Bytes) -> Result<u64, LogError>;
+
+    /// The largest entry `append` takes, in bytes: the write path refuses a
+    /// larger one before anything is made durable (`node::write`), so a
+    /// journaled write is never one the log can never take.
+    fn entry_bytes_max(&self) -> usize;
+
+    /// The next offset to be written (Kafka's high watermark).
+    async fn end_offset(&self, tp: &TopicPartition) -> Result<u64, LogError>;
+
+    /// Which broker `tp` is read from, and its leader (a replicated log
+    /// only; None where it does not apply or is not known yet).
+    fn fetch_source(&self, _tp: &TopicPartition) -> Option<FetchSource> {
+        None
+    }
+
+    /// The lowest offset still held (entries below were deleted by retention).
+    async fn start_offset(&self, tp: &TopicPartition) -> Result<u64, LogError>;
+
+    /// Names this log's copy of `topic`, for snapshots: equal only for the
+    /// same topic of the same log. Embedded: the log directory's id and the
+    /// topic's; Kafka: the cluster id and the topic id (a topic deleted and
+    /// re-created under the same name has a new one).
+    async fn identity(&self, topic: &str) -> Result<String, LogError>;
+
+    /// Moves an empty partition (start = end) to start at `offset`, so its
+    /// next entry gets that offset: a node restored from snapshots into a new
+    /// log (`--restore`) continues with versions above the restored ones.
+    /// Default: not possible (a Kafka partition's offsets cannot be moved).
+    async fn rebase_empty(&self, tp: &TopicPartition, offset: u64) -> Result<(), LogError> {
+        Err(LogError::Unavailable(format!(
+            "{tp}: this log cannot move a partition's offsets to {offset}; restore into the log the snapshots were taken of"
+        )))
+    }
+
+    /// Whether `publisher` can relay outboxes (has output topics).
+    fn has_output_topics(&self) -> bool {
+        false
+    }
+
+    /// The outbox publisher of `tp` (one per namespace partition: a new one
+    /// fences the one before). Default: none (the embedded log has no
+    /// output topics; its outboxes are read through the API).
+    async fn publisher(&self, tp: &TopicPartition, partitions: u32) -> Result<Box<dyn Publisher>, LogError> {
+        let _ = partitions;
+        Err(LogError::Unsupported(format!("{tp}: this log has no output topics to publish procedure outputs to (only Kafka has)")))
+    }
+
+    /// Opens a reader of `tp` positioned at `from`.
+    async fn reader(&self, tp: &TopicPartition, from: u64) -> Result<Box<dyn LogReader>, LogError>;
+
+    /// Opens a reader of `tp` at `from` for a one-off look at history (a
+    /// watch resuming), independent of the apply loop's reader.
+    /// Default: `reader`, for logs whose readers are independent already.
+    async fn history_reader(&self, tp: &TopicPartition, from: u64) -> Result<Box<dyn LogReader>, LogError> {
+        self.reader(tp, from).await
+    }
+
+    /// Tells the log that local consumers no longer need entries of `tp`
+    /// below `offset` (their state is durable past it). Retention never
+    /// deletes an entry at or above it.
+    fn release_below(&self, tp: &TopicPartition, offset: u64);
+
+    /// Which partitions this node should hold, and every change to that.
+    /// Default: all of them, forever.
+    fn assignment(&self) -> tokio::sync::watch::Receiver<Assignment> {
+        tokio::sync::watch::channel(Assignment::All).1
+    }
+
+    /// Tells the log which namespaces this node knows, so a consumer group
+    /// can assign their partitions. Default: nothing to do.
+    fn follow_topics(&self, _namespaces: &[String]) {}
+
+    /// Flushes and stops. Appends after `close` fail with `Closed`.
+    async fn close(&self);
+}
+
+/// Relays one partition's outbox to its output topics, exactly once.
+#[async_trait]
+pub trait Publisher: Send {
+    /// The outbox id `(input offset, index)` of the next message to
+    /// publish: every message before it is published (as committed with the
+    /// last batch; (0, 0) before the first).
+    async fn position(&mut self) -> Result<(u64, u32), LogError>;
+
+    /// Publishes `messages` (the outbox's, in order, from `position` up to
+    /// `next`) and moves `position` to `next`, atomically: all of it becomes
+    /// visible, or none. After an error the publisher is dropped; the next
+    /// one starts from the committed position.
+    async fn publish(&mut self, messages: Vec<Outgoing>, next: (u64, u32)) -> Result<(), LogError>;
+}
+
+#[async_trait]
+pub trait LogReader: Send {
+    /// Returns up to `records_max` entries in offset order, starting where the
+    /// previous batch ended. Waits up to `wait` for the first one; returns an
+    /// empty batch if none arrived by then.
+    async fn next_batch(&mut self, records_max: usize, wait: Duration) -> Result<Vec<LogRecord>, LogError>;
+
+    /// The lowest offset the next entry can have: past the last entry
+    /// returned and past offsets the log used without entries (Kafka's
+    /// transaction markers, which no consumer sees). The apply loop moves
+    /// its applied offset there when idle, or a partition whose log ends
+    /// with a marker would never reach the end. Default: nothing skipped.
+    fn position(&self) -> Option<u64> {
+        None
+    }
+}

@@ -1,0 +1,162 @@
+//! The namespaces this node knows: opened at start from the log's topics,
+//! created through the API (each a topic and one store per partition),
+//! discovered when another node created one. A partition of a namespace
+//! runs an apply loop here only if the log assigns it (`ownership.rs`).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use parking_lot::RwLock;
+
+use super::Node;
+use crate::limits;
+use crate::log::{CreateOutcome, LogError};
+use crate::partition::{Namespace, PartitionHandle};
+use crate::store::PartitionStore;
+
+#[derive(Debug, thiserror::Error)]
+pub enum NamespaceError {
+    #[error("{}", .0.message)]
+    Invalid(limits::LimitError),
+    #[error("namespace {name} already exists with {existing} partitions; the partition count is fixed at creation")]
+    Mismatch { name: String, existing: u32 },
+    #[error("{0}")]
+    Log(LogError),
+    /// A namespace's source topic asked for differs from what it has, or
+    /// the topic is taken by another namespace.
+    #[error("{0}")]
+    SourceMismatch(String),
+    #[error("cannot open partition stores: {0}")]
+    Store(String),
+}
+
+/// The namespaces by name, and the lock that serializes their creation.
+#[derive(Default)]
+pub(super) struct Namespaces {
+    by_name: RwLock<BTreeMap<String, Arc<Namespace>>>,
+    /// Serializes namespace creation so two requests cannot open the same stores.
+    creating: tokio::sync::Mutex<()>,
+}
+
+impl Node {
+    /// Opens namespaces created elsewhere (another node, or before a restart)
+    /// that this node does not know yet.
+    pub(super) async fn discover_namespaces(&self) -> anyhow::Result<()> {
+        let topics = self.log.list_topics().await?;
+        if topics.iter().all(|t| self.namespace(&t.name).is_some()) {
+            return Ok(());
+        }
+        let _guard = self.namespaces.creating.lock().await;
+        for topic in topics {
+            if self.namespace(&topic.name).is_none() {
+                self.open_namespace(&topic.name, topic.partitions, topic.source_topic.as_deref()).await?;
+            }
+        }
+        Ok(())
+    }
+
+    pub fn namespace(&self, name: &str) -> Option<Arc<Namespace>> {
+        self.namespaces.by_name.read().get(name).cloned()
+    }
+
+    pub fn namespaces(&self) -> Vec<Arc<Namespace>> {
+        self.namespaces.by_name.read().values().cloned().collect()
+    }
+
+    /// Creates a namespace (its log topic and partition stores). Returns true if created.
+    pub async fn create_namespace(&self, name: &str, partitions: u32) -> Result<bool, NamespaceError> {
+        limits::check_namespace_name(name).map_err(NamespaceError::Invalid)?;
+        self.create_named(name, partitions).await
+    }
+
+    /// Creates a system namespace: `_` and a valid name, which no user's can
+    /// be (the API keys live in one: `auth::SYSTEM_NAMESPACE`).
+    pub async fn create_system_namespace(&self, name: &str, partitions: u32) -> Result<bool, NamespaceError> {
+        let rest = name.strip_prefix('_').expect("a system namespace's name starts with _");
+        limits::check_namespace_name(rest).map_err(NamespaceError::Invalid)?;
+        self.create_named(name, partitions).await
+    }
+
+    async fn create_named(&self, name: &str, partitions: u32) -> Result<bool, NamespaceError> {
+        limits::check_partitions(partitions).map_err(NamespaceError::Invalid)?;
+        let _guard = self.namespaces.creating.lock().await;
+        if let Some(existing) = self.namespace(name) {
+            if existing.partitions != partitions {
+                return Err(NamespaceError::Mismatch { name: name.to_string(), existing: existing.partitions });
+            }
+            return Ok(false);
+        }
+        let created = match self.log.create_topic(name, partitions).await {
+            Ok(CreateOutcome::Created) => true,
+            Ok(CreateOutcome::AlreadyExists) => false,
+            Err(LogError::PartitionCountMismatch { existing, .. }) => {
+                return Err(NamespaceError::Mismatch { name: name.to_string(), existing })
+            }
+            Err(e) => return Err(NamespaceError::Log(e)),
+        };
+        self.open_namespace(name, partitions, None).await.map_err(|e| NamespaceError::Store(e.to_string()))?;
+        Ok(created)
+    }
+
+    /// Creates namespace `name` on the existing topic `source` (its log:
+    /// `Log::create_sourced`); its partitions are the topic's. `partitions`,
+    /// when given, must be the topic's count. Ok(true) when created.
+    pub async fn create_sourced_namespace(&self, name: &str, source: &str, partitions: Option<u32>) -> Result<bool, NamespaceError> {
+        limits::check_namespace_name(name).map_err(NamespaceError::Invalid)?;
+        let _guard = self.namespaces.creating.lock().await;
+        if let Some(existing) = self.namespace(name) {
+            if existing.source_topic.as_deref() != Some(source) {
+                let reads = match &existing.source_topic {
+                    Some(topic) => format!("reads the topic {topic:?}"),
+                    None => "has a log of its own".to_string(),
+                };
+                return Err(NamespaceError::SourceMismatch(format!(
+                    "namespace {name:?} exists and {reads}; a namespace's source_topic is fixed at creation"
+                )));
+            }
+            if partitions.is_some_and(|p| p != existing.partitions) {
+                return Err(NamespaceError::Mismatch { name: name.to_string(), existing: existing.partitions });
+            }
+            return Ok(false);
+        }
+        let (outcome, count) = self.log.create_sourced(name, source, partitions).await.map_err(|e| match e {
+            LogError::SourceConflict(message) => NamespaceError::SourceMismatch(message),
+            LogError::PartitionCountMismatch { existing, .. } => NamespaceError::Mismatch { name: name.to_string(), existing },
+            other => NamespaceError::Log(other),
+        })?;
+        self.open_namespace(name, count, Some(source)).await.map_err(|e| NamespaceError::Store(e.to_string()))?;
+        Ok(outcome == CreateOutcome::Created)
+    }
+
+    async fn open_namespace(&self, name: &str, partitions: u32, source_topic: Option<&str>) -> anyhow::Result<()> {
+        let name: Arc<str> = Arc::from(name);
+        let mut handles = Vec::with_capacity(partitions as usize);
+        for partition in 0..partitions {
+            let path = self.config.data_dir.join("stores").join(name.as_ref()).join(format!("{partition:05}.redb"));
+            let cache_bytes = self.config.store_cache_bytes;
+            // A new store starts empty; its apply loop restores it from a snapshot (apply/open.rs).
+            let store = tokio::task::spawn_blocking(move || PartitionStore::open(&path, partitions, cache_bytes)).await??;
+            let applied_next = store.read()?.applied_next()?;
+            let ring = self.config.watch.ring;
+            handles.push(Arc::new(PartitionHandle::new(name.clone(), partition, partitions, Arc::new(store), applied_next, ring)));
+        }
+        let assignment = self.log.assignment().borrow().clone();
+        for handle in &handles {
+            if assignment.holds(&handle.tp) {
+                self.start_loop(handle);
+            } else {
+                handle.set_not_held();
+            }
+        }
+        let source_topic = source_topic.map(Arc::from);
+        let namespace = Arc::new(Namespace { name: name.clone(), partitions, handles, source_topic });
+        let names: Vec<String> = {
+            let mut namespaces = self.namespaces.by_name.write();
+            namespaces.insert(name.to_string(), namespace);
+            namespaces.keys().cloned().collect()
+        };
+        self.log.follow_topics(&names);
+        tracing::info!(ns = %name, partitions, "namespace open");
+        Ok(())
+    }
+}

@@ -1,0 +1,40 @@
+//! The simulation's tests: CI's fixed seeds, a failure's replay, and that a
+//! seed replays its run exactly.
+
+use super::world::{run_seed, run_seeds, World, STATS};
+
+/// CI's fixed seeds (a few seconds); `scripts/sim.sh --seeds N` runs more.
+const CI_SEEDS: u64 = 200;
+
+#[test]
+fn fixed_seeds_keep_every_guarantee() {
+    let first: u64 = std::env::var("TERN_SIM_FIRST").ok().and_then(|s| s.parse().ok()).unwrap_or(1);
+    let count: u64 = std::env::var("TERN_SIM_SEEDS").ok().and_then(|s| s.parse().ok()).unwrap_or(CI_SEEDS);
+    let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
+    let failures = run_seeds(first, count, threads);
+    assert!(failures.is_empty(), "{} of {count} seeds failed; first: {}", failures.len(), failures[0]);
+    eprintln!("simulation: {count} seeds from {first}, all guarantees kept; {STATS}");
+}
+
+/// `TERN_SIM_SEED=<seed>`: one run, for a failure's replay.
+#[test]
+fn replay() {
+    let Some(seed) = std::env::var("TERN_SIM_SEED").ok().and_then(|s| s.parse().ok()) else { return };
+    if let Err(failure) = run_seed(seed) {
+        panic!("{failure}");
+    }
+    eprintln!("seed {seed}: all guarantees kept");
+}
+
+/// One seed, one run: the same seed gives the same log and the same states.
+#[test]
+fn a_seed_replays_its_run_exactly() {
+    let fingerprint = |seed: u64| {
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let mut world = World::new(seed);
+        runtime.block_on(world.run()).unwrap();
+        (world.log.history(), world.hashes.clone())
+    };
+    assert_eq!(fingerprint(7), fingerprint(7));
+    assert_ne!(fingerprint(7).0, fingerprint(8).0);
+}

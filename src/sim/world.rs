@@ -1,0 +1,565 @@
+//! The simulated world: a seeded replica set over one faulty log, its
+//! random steps (writes, applies, faults, snapshots, crashes, moves) and the
+//! checks at the end.
+
+use super::model;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use bytes::Bytes;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use super::log::{Faults, SimLog};
+use crate::apply::open::{try_open, Step};
+use crate::apply::Recovery;
+use crate::codec::{Condition, Mutation, Op, OpKind};
+use crate::log::{Log, LogError, LogReader, TopicPartition};
+use crate::partition::{PartitionHandle, PartitionStatus};
+use crate::snapshot::Snapshots;
+use crate::store::hash::StateHash;
+use crate::store::PartitionStore;
+
+/// The one namespace and partition every replica holds.
+pub(super) const NAMESPACE: &str = "sim";
+
+/// The log's identity; `OTHER_LOG` is a cluster sharing the snapshot bucket.
+pub(crate) const LOG_IDENTITY: &str = "sim:log";
+
+pub(super) const OTHER_LOG: &str = "sim:other-log";
+
+/// Replicas of the one partition in each run.
+pub(super) const REPLICAS: usize = 3;
+
+/// Random steps per run (writes, applies, faults, snapshots).
+pub(super) const STEPS: usize = 160;
+
+/// Rounds (one apply step per replica each) to reach the log's end after
+/// healing; a replica still behind then is stuck.
+pub(super) const QUIESCE_ROUNDS_MAX: usize = 200;
+
+/// Keys are drawn from a small space, so writes collide and conditions matter.
+pub(super) const KEYS: usize = 6;
+
+/// Most entries one apply step reads.
+pub(super) const BATCH_MAX: usize = 8;
+
+/// What the runs did, summed over seeds (printed, so a run shows it
+/// exercised what it claims to).
+#[derive(Debug, Default)]
+pub struct Stats {
+    pub writes_acknowledged: AtomicU64,
+    pub writes_failed: AtomicU64,
+    pub retries: AtomicU64,
+    pub crashes: AtomicU64,
+    pub wipes: AtomicU64,
+    pub snapshots: AtomicU64,
+    pub restores: AtomicU64,
+    pub overtaken_readers: AtomicU64,
+}
+
+pub static STATS: Stats = Stats {
+    writes_acknowledged: AtomicU64::new(0),
+    writes_failed: AtomicU64::new(0),
+    retries: AtomicU64::new(0),
+    crashes: AtomicU64::new(0),
+    wipes: AtomicU64::new(0),
+    snapshots: AtomicU64::new(0),
+    restores: AtomicU64::new(0),
+    overtaken_readers: AtomicU64::new(0),
+};
+
+pub(super) fn count(counter: &AtomicU64) {
+    counter.fetch_add(1, Ordering::Relaxed);
+}
+
+impl std::fmt::Display for Stats {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let n = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        write!(
+            f,
+            "writes acknowledged {}, failed {} (retried with their write id {}), crashes {}, wipes {}, snapshots {}, \
+             restores {}, readers overtaken by retention {}",
+            n(&self.writes_acknowledged),
+            n(&self.writes_failed),
+            n(&self.retries),
+            n(&self.crashes),
+            n(&self.wipes),
+            n(&self.snapshots),
+            n(&self.restores),
+            n(&self.overtaken_readers)
+        )
+    }
+}
+
+/// What one run found wrong, with the seed that reproduces it.
+#[derive(Debug)]
+pub struct Failure {
+    pub seed: u64,
+    pub step: usize,
+    pub what: String,
+}
+
+impl std::fmt::Display for Failure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "simulation seed {} failed at step {}: {}\n  replay: TERN_SIM_SEED={} cargo test --release --lib sim::tests::replay -- --nocapture",
+            self.seed, self.step, self.what, self.seed
+        )
+    }
+}
+
+/// One replica: a handle over a store, and where its apply loop stands.
+pub(super) struct Replica {
+    pub(super) dir: PathBuf,
+    /// Which incarnation of the store file (a crash starts the next).
+    pub(super) generation: u32,
+    pub(super) handle: Arc<PartitionHandle>,
+    pub(super) reader: Option<Box<dyn LogReader>>,
+    /// Held (applying) or let go.
+    pub(super) held: bool,
+    pub(super) refused: Option<String>,
+}
+
+impl Replica {
+    pub(super) fn store_path(dir: &Path, generation: u32) -> PathBuf {
+        dir.join(format!("store-{generation}.redb"))
+    }
+
+    pub(super) fn durable_path(dir: &Path) -> PathBuf {
+        dir.join("durable.redb")
+    }
+
+    /// Opens the store at its path (as a node does at start).
+    pub(super) fn open(dir: PathBuf, generation: u32) -> Replica {
+        let store = PartitionStore::open(&Replica::store_path(&dir, generation), 1, 1 << 20).expect("a sim store opens");
+        let applied_next = store.read().and_then(|r| r.applied_next()).expect("a sim store reads");
+        let ring = crate::fanout::RingLimits::TEST;
+        let handle = Arc::new(PartitionHandle::new(Arc::from(NAMESPACE), 0, 1, Arc::new(store), applied_next, ring));
+        Replica { dir, generation, handle, reader: None, held: true, refused: None }
+    }
+
+    pub(super) fn status_serving(&self) -> bool {
+        self.held && self.refused.is_none() && self.reader.is_some()
+    }
+}
+
+/// One run's world.
+pub(super) struct World {
+    pub(super) rng: StdRng,
+    pub(super) log: Arc<SimLog>,
+    pub(super) snapshots: Snapshots,
+    pub(super) recovery: Recovery,
+    pub(super) replicas: Vec<Replica>,
+    /// The state hash seen at each applied offset, by any replica.
+    pub(super) hashes: BTreeMap<u64, StateHash>,
+    /// Writes whose append failed, to retry with their write id.
+    pub(super) retries: Vec<Mutation>,
+    /// What writers know: the last acknowledged version of each key.
+    pub(super) versions: BTreeMap<String, u64>,
+    pub(super) next_write_id: u64,
+    pub(super) step: usize,
+    pub(super) root: tempfile::TempDir,
+}
+
+/// Runs one seed; `Err` says what broke and how to replay it.
+pub fn run_seed(seed: u64) -> Result<(), Failure> {
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a runtime");
+    let mut world = World::new(seed);
+    let result = runtime.block_on(world.run());
+    result.map_err(|what| Failure { seed, step: world.step, what })
+}
+
+impl World {
+    pub(super) fn new(seed: u64) -> World {
+        let root = tempfile::Builder::new().prefix("tern-sim").tempdir_in(sim_tmp()).expect("a temp dir");
+        let snapshots = Snapshots::open("memory://").expect("memory snapshots");
+        let recovery = Recovery { snapshots: Some(snapshots.clone()), into_new_log: false, store_cache_bytes: 1 << 20 };
+        let replicas = (0..REPLICAS)
+            .map(|i| {
+                let dir = root.path().join(format!("r{i}"));
+                std::fs::create_dir_all(&dir).expect("a replica dir");
+                Replica::open(dir, 0)
+            })
+            .collect();
+        World {
+            rng: StdRng::seed_from_u64(seed),
+            log: Arc::new(SimLog::new(LOG_IDENTITY)),
+            snapshots,
+            recovery,
+            replicas,
+            hashes: BTreeMap::new(),
+            retries: Vec::new(),
+            versions: BTreeMap::new(),
+            next_write_id: 0,
+            step: 0,
+            root: root,
+        }
+    }
+
+    pub(super) async fn run(&mut self) -> Result<(), String> {
+        // The log is not empty from the start: an empty log beside only
+        // another log's snapshots is the signature of a lost log, refused
+        // by design (README, "Recovering from snapshots").
+        self.marker();
+        self.plant_another_logs_snapshot().await?;
+        for step in 0..STEPS {
+            self.step = step;
+            self.log.set_faults(Faults {
+                append_fails_before: self.rng.random_bool(0.05),
+                append_fails_after: self.rng.random_bool(0.05),
+                read_fails: self.rng.random_bool(0.05),
+            });
+            match self.rng.random_range(0..100u32) {
+                0..40 => self.write().await,
+                40..75 => {
+                    let r = self.rng.random_range(0..REPLICAS);
+                    self.apply_step(r).await?;
+                }
+                75..80 => self.marker(),
+                80..85 => self.snapshot().await?,
+                85..89 => self.retention(),
+                89..93 => {
+                    let r = self.rng.random_range(0..REPLICAS);
+                    self.crash(r, false);
+                }
+                93..95 => {
+                    let r = self.rng.random_range(0..REPLICAS);
+                    self.crash(r, true);
+                }
+                95..98 => {
+                    let r = self.rng.random_range(0..REPLICAS);
+                    self.let_go(r);
+                }
+                _ => {
+                    let r = self.rng.random_range(0..REPLICAS);
+                    self.replicas[r].held = true;
+                }
+            }
+        }
+        self.quiesce().await
+    }
+
+    /// A snapshot of another log in the same bucket, far ahead: never restored.
+    pub(super) async fn plant_another_logs_snapshot(&mut self) -> Result<(), String> {
+        let dir = self.root.path().join("other");
+        let store = PartitionStore::open(&dir.join("o.redb"), 1, 1 << 20).map_err(|e| e.to_string())?;
+        store
+            .apply(true, |tx| {
+                tx.put("k0", "", 1_000, b"\"another log's\"")?;
+                tx.mark_applied(1_000, false);
+                Ok(())
+            })
+            .map_err(|e| e.to_string())?;
+        let reader = store.read().map_err(|e| e.to_string())?;
+        self.snapshots.create(NAMESPACE, 0, 1, reader, OTHER_LOG).await.map_err(|e| e.to_string())?;
+        Ok(())
+    }
+
+    /// A writer: a new mutation, or a retry (same write id) of one whose append failed.
+    pub(super) async fn write(&mut self) {
+        let mutation = if !self.retries.is_empty() && self.rng.random_bool(0.5) {
+            let i = self.rng.random_range(0..self.retries.len());
+            count(&STATS.retries);
+            self.retries.swap_remove(i)
+        } else {
+            self.new_mutation()
+        };
+        // Time 0: the simulated log must be the same bytes for the same seed.
+        let payload = Bytes::from(crate::codec::encode_at(&mutation, 0));
+        match self.log.append(&tp(), payload).await {
+            Ok(offset) => {
+                count(&STATS.writes_acknowledged);
+                for op in &mutation.ops {
+                    self.versions.insert(op.pk.clone(), offset);
+                }
+            }
+            // The outcome is unknown (or it failed): retry it, with its write id when it has one.
+            Err(_) if !mutation.write_id.is_empty() => {
+                count(&STATS.writes_failed);
+                self.retries.push(mutation)
+            }
+            Err(_) => count(&STATS.writes_failed),
+        }
+    }
+
+    pub(super) fn new_mutation(&mut self) -> Mutation {
+        let ops_count = self.rng.random_range(1..=2usize);
+        let mut ops = Vec::with_capacity(ops_count);
+        for _ in 0..ops_count {
+            let pk = format!("k{}", self.rng.random_range(0..KEYS));
+            let condition = match self.rng.random_range(0..10u32) {
+                0..2 => Some(Condition::IfAbsent),
+                2..5 => Some(Condition::IfVersion(self.versions.get(&pk).copied().unwrap_or(0))),
+                _ => None,
+            };
+            let kind = if self.rng.random_bool(0.15) {
+                OpKind::Delete
+            } else {
+                OpKind::Put(Bytes::from(format!("{}", self.rng.random_range(0..1_000u32))))
+            };
+            ops.push(Op { pk, sk: String::new(), kind, condition });
+        }
+        let write_id = if self.rng.random_bool(0.6) {
+            self.next_write_id += 1;
+            Bytes::from(format!("w{}", self.next_write_id))
+        } else {
+            Bytes::new()
+        };
+        Mutation { write_id, ops }
+    }
+
+    /// An offset without an entry (a Kafka transaction marker).
+    pub(super) fn marker(&mut self) {
+        self.log.append_marker(&tp());
+    }
+
+    /// One step of replica `r`'s apply loop: open if needed, else read and apply a batch.
+    pub(super) async fn apply_step(&mut self, r: usize) -> Result<(), String> {
+        let replica = &mut self.replicas[r];
+        if !replica.held || replica.refused.is_some() {
+            return Ok(());
+        }
+        if replica.reader.is_none() {
+            return self.open(r).await;
+        }
+        let max = self.rng.random_range(1..=BATCH_MAX);
+        let replica = &mut self.replicas[r];
+        let batch = replica.reader.as_mut().expect("open").next_batch(max, std::time::Duration::ZERO).await;
+        match batch {
+            Ok(entries) if entries.is_empty() => {
+                let position = replica.reader.as_ref().and_then(|reader| reader.position());
+                if let Some(position) = position.filter(|p| *p > replica.handle.applied_next()) {
+                    if !crate::apply::skip_to(&replica.handle, position) {
+                        return Err(format!("replica {r}: skipping markers refused it: {:?}", replica.handle.status()));
+                    }
+                }
+            }
+            Ok(entries) => {
+                // The simulated log holds no deployments: each batch's procedures start empty.
+                let procedures = crate::apply::partition_procedures(&replica.handle);
+                if !crate::apply::apply(&replica.handle, &procedures, entries).await {
+                    return Err(format!("replica {r}: applying refused it: {:?}", replica.handle.status()));
+                }
+            }
+            // Retention overtook the reader: open again (restore or refuse), as the loop does.
+            Err(LogError::OffsetOutOfRange { .. }) => {
+                count(&STATS.overtaken_readers);
+                replica.reader = None
+            }
+            Err(_) => {}
+        }
+        self.check_hash(r)?;
+        if self.rng.random_bool(0.3) {
+            self.flush(r).await?;
+        }
+        Ok(())
+    }
+
+    pub(super) async fn open(&mut self, r: usize) -> Result<(), String> {
+        let before = self.replicas[r].handle.applied_next();
+        for _ in 0..4 {
+            let replica = &mut self.replicas[r];
+            match try_open(&replica.handle, self.log.as_ref(), &self.recovery).await {
+                Ok((reader, _end)) => {
+                    if replica.handle.applied_next() != before {
+                        count(&STATS.restores);
+                    }
+                    replica.reader = Some(reader);
+                    return self.check_hash(r);
+                }
+                Err(Step::Again) => continue,
+                Err(Step::Retry(_)) => return Ok(()),
+                Err(Step::Refuse(reason)) => {
+                    replica.refused = Some(reason);
+                    return Ok(());
+                }
+            }
+        }
+        Err(format!("replica {r}: opening kept recovering without end"))
+    }
+
+    /// Makes the store durable and keeps a copy: what a crash returns to.
+    pub(super) async fn flush(&mut self, r: usize) -> Result<(), String> {
+        let replica = &self.replicas[r];
+        if !crate::apply::flush(&replica.handle, self.log.as_ref()).await {
+            return Err(format!("replica {r}: flushing refused it: {:?}", replica.handle.status()));
+        }
+        let store = replica.handle.store();
+        std::fs::copy(store.path(), Replica::durable_path(&replica.dir)).map_err(|e| format!("keeping the durable image: {e}"))?;
+        Ok(())
+    }
+
+    /// Equal applied offsets, equal state hashes, on every replica, always.
+    pub(super) fn check_hash(&mut self, r: usize) -> Result<(), String> {
+        let state = self.replicas[r].handle.read_view().and_then(|v| v.reader.state()).map_err(|e| e.to_string())?;
+        match self.hashes.get(&state.applied_next) {
+            Some(seen) if *seen != state.state_hash => Err(format!(
+                "replica {r} at applied offset {} has state hash {}, another replica had {} there",
+                state.applied_next,
+                state.state_hash.to_hex(),
+                seen.to_hex()
+            )),
+            Some(_) => Ok(()),
+            None => {
+                self.hashes.insert(state.applied_next, state.state_hash);
+                Ok(())
+            }
+        }
+    }
+
+    /// A snapshot of a serving replica, at whatever it has applied.
+    pub(super) async fn snapshot(&mut self) -> Result<(), String> {
+        let r = self.rng.random_range(0..REPLICAS);
+        let replica = &self.replicas[r];
+        if !replica.status_serving() {
+            return Ok(());
+        }
+        let reader = replica.handle.store().read().map_err(|e| e.to_string())?;
+        let report = self.snapshots.create(NAMESPACE, 0, 1, reader, LOG_IDENTITY).await.map_err(|e| e.to_string())?;
+        count(&STATS.snapshots);
+        self.log.snapshot_taken(report.applied_next);
+        Ok(())
+    }
+
+    /// Retention deletes a prefix of the log, never past the newest snapshot
+    /// of this log (a replica behind it restores it and reads on).
+    pub(super) fn retention(&mut self) {
+        let floor = self.log.snapshot_floor();
+        if floor > 0 {
+            let to = self.rng.random_range(0..=floor);
+            self.log.delete_below(to);
+        }
+    }
+
+    /// Kills replica `r`: what it did not flush is lost; `wipe` loses the store too.
+    /// The restarted replica opens a new incarnation of the store file (the
+    /// durable image, or nothing), so the old one is never touched while open.
+    pub(super) fn crash(&mut self, r: usize, wipe: bool) {
+        count(if wipe { &STATS.wipes } else { &STATS.crashes });
+        let (dir, held, generation) = (self.replicas[r].dir.clone(), self.replicas[r].held, self.replicas[r].generation + 1);
+        let durable = Replica::durable_path(&dir);
+        if wipe {
+            let _ = std::fs::remove_file(&durable);
+        } else if durable.exists() {
+            std::fs::copy(&durable, Replica::store_path(&dir, generation)).expect("restoring the durable image");
+        }
+        let mut reopened = Replica::open(dir.clone(), generation);
+        reopened.held = held;
+        let old = std::mem::replace(&mut self.replicas[r], reopened);
+        drop(old);
+        let _ = std::fs::remove_file(Replica::store_path(&dir, generation - 1));
+    }
+
+    /// The replica group moves the partition away: the replica stops reading.
+    pub(super) fn let_go(&mut self, r: usize) {
+        let replica = &mut self.replicas[r];
+        replica.held = false;
+        replica.reader = None;
+    }
+
+    /// Heals every fault, takes every replica back, and runs them until
+    /// each has reached the log's end; then compares each with the model.
+    pub(super) async fn quiesce(&mut self) -> Result<(), String> {
+        self.step = STEPS;
+        self.log.set_faults(Faults::default());
+        for replica in &mut self.replicas {
+            replica.held = true;
+        }
+        let end = self.log.end_offset(&tp()).await.map_err(|e| e.to_string())?;
+        for round in 0..QUIESCE_ROUNDS_MAX {
+            let mut done = true;
+            for r in 0..REPLICAS {
+                if let Some(reason) = &self.replicas[r].refused {
+                    return Err(format!("replica {r} was refused (every gap is covered by a snapshot): {reason}"));
+                }
+                if self.replicas[r].handle.applied_next() < end || self.replicas[r].reader.is_none() {
+                    done = false;
+                    self.apply_step(r).await?;
+                }
+            }
+            if done {
+                break;
+            }
+            if round + 1 == QUIESCE_ROUNDS_MAX {
+                let stuck: Vec<String> = self
+                    .replicas
+                    .iter()
+                    .enumerate()
+                    .map(|(i, r)| format!("replica {i} at {} ({:?})", r.handle.applied_next(), r.handle.status()))
+                    .collect();
+                return Err(format!("silently stuck below the log's end {end}: {}", stuck.join(", ")));
+            }
+        }
+        let expected = model::apply_all(&self.log.history());
+        for (r, replica) in self.replicas.iter().enumerate() {
+            let mut records = BTreeMap::new();
+            let view = replica.handle.read_view().map_err(|e| e.to_string())?;
+            view.reader
+                .scan_all(|record| {
+                    records.insert(record.pk.clone(), (record.version, record.value.clone()));
+                })
+                .map_err(|e| e.to_string())?;
+            if records != expected {
+                return Err(format!("replica {r} holds {records:?}, the model says {expected:?}"));
+            }
+            if replica.handle.status() != PartitionStatus::Serving && replica.handle.status() != PartitionStatus::CatchingUp {
+                return Err(format!("replica {r} ends {:?}", replica.handle.status()));
+            }
+        }
+        Ok(())
+    }
+}
+
+pub(super) fn tp() -> TopicPartition {
+    TopicPartition { topic: Arc::from(NAMESPACE), partition: 0 }
+}
+
+/// Stores live in memory-backed `/dev/shm` when there is one: many small runs.
+pub(super) fn sim_tmp() -> PathBuf {
+    let shm = Path::new("/dev/shm");
+    if shm.is_dir() {
+        shm.to_path_buf()
+    } else {
+        std::env::temp_dir()
+    }
+}
+
+/// Runs seeds `first..first + count` on `threads` threads; the failures.
+pub fn run_seeds(first: u64, count: u64, threads: usize) -> Vec<Failure> {
+    let next = Arc::new(std::sync::atomic::AtomicU64::new(first));
+    let failures = Arc::new(parking_lot::Mutex::new(Vec::new()));
+    let workers: Vec<_> = (0..threads.max(1))
+        .map(|_| {
+            let (next, failures) = (next.clone(), failures.clone());
+            std::thread::spawn(move || loop {
+                let seed = next.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                if seed >= first + count {
+                    return;
+                }
+                let outcome = std::panic::catch_unwind(|| run_seed(seed));
+                let failure = match outcome {
+                    Ok(Ok(())) => continue,
+                    Ok(Err(failure)) => failure,
+                    Err(panic) => Failure {
+                        seed,
+                        step: 0,
+                        what: format!(
+                            "panicked: {}",
+                            panic.downcast_ref::<String>().cloned().or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string())).unwrap_or_default()
+                        ),
+                    },
+                };
+                eprintln!("{failure}");
+                failures.lock().push(failure);
+            })
+        })
+        .collect();
+    for worker in workers {
+        worker.join().expect("a sim worker");
+    }
+    let mut failures = std::mem::take(&mut *failures.lock());
+    failures.sort_by_key(|f| f.seed);
+    failures
+}

@@ -1,0 +1,50 @@
+//! Pruning: keep the newest `retain` manifests of a partition, and delete
+//! chunks no manifest names once they are older than `CHUNK_GC_GRACE`
+//! (another writer may be mid-upload).
+
+use super::store_error;
+use super::SnapshotError;
+use super::snapshots::Snapshots;
+use futures::TryStreamExt;
+use object_store::{ObjectStore, ObjectStoreExt};
+use super::format::Manifest;
+
+/// Unreferenced chunks younger than this survive pruning (see `prune`).
+pub(super) const CHUNK_GC_GRACE: chrono::TimeDelta = chrono::TimeDelta::hours(1);
+
+impl Snapshots {
+    /// Keeps the `retain` newest snapshots of a partition and deletes the
+    /// older manifests, then the chunks no remaining manifest names. A chunk
+    /// younger than `CHUNK_GC_GRACE` is kept even if unreferenced: another
+    /// writer may have uploaded it for a manifest it has not written yet.
+    pub async fn prune(&self, namespace: &str, partition: u32, retain: usize) -> Result<usize, SnapshotError> {
+        assert!(retain >= 1, "at least one snapshot is kept");
+        let manifests = self.list(namespace, partition).await?;
+        if manifests.len() <= retain {
+            return Ok(0);
+        }
+        let mut referenced = std::collections::HashSet::new();
+        for (_, path) in &manifests[..retain] {
+            let bytes = self.store.get(path).await.map_err(store_error)?.bytes().await.map_err(store_error)?;
+            // An unreadable kept manifest protects nothing; it is never restored either.
+            if let Ok(manifest) = Manifest::open(&bytes) {
+                referenced.extend(manifest.chunks.into_iter().map(|c| c.hash));
+            }
+        }
+        for (_, path) in &manifests[retain..] {
+            self.store.delete(path).await.map_err(store_error)?;
+        }
+        let chunks_dir = self.partition_dir(namespace, partition).join("chunks");
+        let chunks: Vec<object_store::ObjectMeta> = self.store.list(Some(&chunks_dir)).try_collect().await.map_err(store_error)?;
+        let grace_start = chrono::Utc::now() - CHUNK_GC_GRACE;
+        let mut deleted = 0;
+        for chunk in chunks {
+            let name = chunk.location.filename().unwrap_or_default().to_string();
+            if !referenced.contains(&name) && chunk.last_modified < grace_start {
+                self.store.delete(&chunk.location).await.map_err(store_error)?;
+                deleted += 1;
+            }
+        }
+        Ok(manifests.len() - retain + deleted)
+    }
+}

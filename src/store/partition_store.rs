@@ -1,0 +1,354 @@
+//! `PartitionStore`: a partition's redb database — opening it (its format
+//! checked, an older one upgraded), the apply transaction, read views,
+//! durability, and building one beside its final path (restore).
+
+use super::{ApplyTxn, StoreReader, is_outcome_meta};
+use super::key;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use redb::{Database, Durability, ReadTransaction, ReadableDatabase, ReadableTable};
+use super::hash::StateHash;
+use super::layout::{
+    decode_value, meta_u64, read_state, storage_error, write_state, FORMAT_VERSION, META_FORMAT, META_NOT_APPLIED_FROM,
+    META_PARTITIONS, META_PREFIX, RECORDS,
+};
+
+#[derive(Debug, thiserror::Error)]
+#[error("store {path}: {message}")]
+pub struct StoreError {
+    pub path: String,
+    pub message: String,
+}
+
+/// One record as read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Record {
+    pub pk: String,
+    pub sk: String,
+    pub version: u64,
+    /// JSON text.
+    pub value: Vec<u8>,
+}
+
+/// Applied-state summary, from one read transaction.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoreState {
+    pub applied_next: u64,
+    pub applied_entries: u64,
+    pub skipped_entries: u64,
+    pub record_count: u64,
+    pub state_hash: StateHash,
+}
+
+pub struct PartitionStore {
+    pub(super) db: Database,
+    pub(super) path: Arc<PathBuf>,
+}
+
+impl PartitionStore {
+    /// Opens or creates the store of a partition of a namespace of `partitions` partitions.
+    pub fn open(path: &Path, partitions: u32, cache_bytes: usize) -> Result<PartitionStore, StoreError> {
+        let err = |message: String| StoreError { path: path.display().to_string(), message };
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir).map_err(|e| err(e.to_string()))?;
+        }
+        let db = Database::builder().set_cache_size(cache_bytes).create(path).map_err(|e| err(e.to_string()))?;
+        let store = PartitionStore { db, path: Arc::new(path.to_path_buf()) };
+        let txn = store.db.begin_write().map_err(|e| err(e.to_string()))?;
+        {
+            let mut meta = txn.open_table(RECORDS).map_err(|e| err(e.to_string()))?;
+            let format = meta_u64(&meta, META_FORMAT).map_err(|e| err(e.to_string()))?;
+            let is_empty = meta.first().map_err(|e| err(e.to_string()))?.is_none();
+            match (format, is_empty) {
+                (0, true) => {
+                    meta.insert(META_FORMAT, FORMAT_VERSION.to_le_bytes().as_slice()).map_err(|e| err(e.to_string()))?;
+                }
+                (FORMAT_VERSION, _) => {}
+                (1, _) => upgrade_from_format_1(&mut meta).map_err(|e| err(e.to_string()))?,
+                (other, _) => {
+                    return Err(err(format!(
+                        "has store format {other}, this build reads format {FORMAT_VERSION}; move it away to rebuild it from the log"
+                    )))
+                }
+            }
+            let stored = meta_u64(&meta, META_PARTITIONS).map_err(|e| err(e.to_string()))?;
+            let stored = (stored != 0).then_some(stored);
+            match stored {
+                None => {
+                    meta.insert(META_PARTITIONS, u64::from(partitions).to_le_bytes().as_slice())
+                        .map_err(|e| err(e.to_string()))?;
+                }
+                Some(p) if p == u64::from(partitions) => {}
+                Some(p) => {
+                    return Err(err(format!(
+                        "belongs to a namespace of {p} partitions, not {partitions}; move it away to rebuild from the log"
+                    )))
+                }
+            }
+            if meta.get(META_NOT_APPLIED_FROM).map_err(|e| err(e.to_string()))?.is_none() {
+                let applied_next = read_state(&meta).map_err(|e| err(e.to_string()))?.applied_next;
+                meta.insert(META_NOT_APPLIED_FROM, applied_next.to_le_bytes().as_slice()).map_err(|e| err(e.to_string()))?;
+            }
+        }
+        txn.commit().map_err(|e| err(e.to_string()))?;
+        Ok(store)
+    }
+
+    pub(super) fn error(&self, e: impl std::fmt::Display) -> StoreError {
+        StoreError { path: self.path.display().to_string(), message: e.to_string() }
+    }
+
+    /// The store's file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// A consistent read view.
+    pub fn read(&self) -> Result<StoreReader, StoreError> {
+        let txn: ReadTransaction = self.db.begin_read().map_err(|e| self.error(e))?;
+        let table = txn.open_table(RECORDS).map_err(|e| self.error(e))?;
+        Ok(StoreReader { table, path: self.path.clone() })
+    }
+
+    /// Applies one batch in one transaction. `f` sees the state as of the
+    /// previous batch plus its own changes; the transaction commits only if
+    /// `f` returns Ok. `durable` makes this commit (and all before it) survive
+    /// a crash.
+    pub fn apply<T>(&self, durable: bool, f: impl FnOnce(&mut ApplyTxn) -> Result<T, StoreError>) -> Result<T, StoreError> {
+        let mut txn = self.db.begin_write().map_err(|e| self.error(e))?;
+        let durability = if durable { Durability::Immediate } else { Durability::None };
+        txn.set_durability(durability).map_err(|e| self.error(e))?;
+        let result = {
+            let mut records = txn.open_table(RECORDS).map_err(|e| self.error(e))?;
+            let state = read_state(&records).map_err(|e| self.error(e))?;
+            let mut apply = ApplyTxn { records: &mut records, state, path: self.path.as_path() };
+            let result = f(&mut apply)?;
+            let state = apply.state.clone();
+            write_state(&mut records, &state).map_err(|e| self.error(e))?;
+            result
+        };
+        txn.commit().map_err(|e| self.error(e))?;
+        Ok(result)
+    }
+
+    /// Makes every commit so far durable (one fsync).
+    pub fn flush_durable(&self) -> Result<(), StoreError> {
+        self.apply(true, |_| Ok(()))
+    }
+}
+
+/// Format 1 → 2: the state hash starts covering the outcome metadata (write
+/// ids, the not-applied record), so it is added once here, in the same
+/// transaction that records the new format.
+pub(super) fn upgrade_from_format_1(table: &mut redb::Table<&'static [u8], &'static [u8]>) -> Result<(), redb::StorageError> {
+    let mut state = read_state(table)?;
+    let first_record = key::prefix_successor(&META_PREFIX).expect("meta prefix has a successor");
+    let mut added = 0u64;
+    for entry in table.range::<&[u8]>(&META_PREFIX[..]..first_record.as_slice())? {
+        let (k, v) = entry?;
+        if is_outcome_meta(k.value()) {
+            state.state_hash.add(&StateHash::of_meta(k.value(), v.value()));
+            added += 1;
+        }
+    }
+    write_state(table, &state)?;
+    table.insert(META_FORMAT, FORMAT_VERSION.to_le_bytes().as_slice())?;
+    tracing::info!(outcome_meta_entries = added, "store upgraded from format 1 to {FORMAT_VERSION}");
+    Ok(())
+}
+
+/// The state a restored store starts from (a snapshot's manifest).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RestoredState {
+    pub applied_next: u64,
+    pub applied_entries: u64,
+    pub skipped_entries: u64,
+    /// The lowest offset whose outcome the snapshot's not-applied record knows.
+    pub not_applied_from: u64,
+}
+
+impl PartitionStore {
+    /// Builds a new store at `path` from raw entries (`scan_snapshot`'s form:
+    /// outcome metadata and records, in key order) and the applied state they
+    /// reflect, durably, then opens it. Writes to `path.restoring` and renames
+    /// it into place only when complete, so a crash mid-restore leaves no half
+    /// store at `path`; an existing store at `path` is replaced only by the
+    /// rename (`replace`: a stale store the log has moved past). Returns the
+    /// store and the state hash recomputed from the entries (the caller
+    /// compares it with the snapshot's).
+    pub fn restore(
+        path: &Path,
+        partitions: u32,
+        cache_bytes: usize,
+        state: &RestoredState,
+        entries: impl IntoIterator<Item = (Vec<u8>, Vec<u8>)>,
+        replace: bool,
+        verify: impl FnOnce(StateHash, u64) -> Result<(), String>,
+    ) -> Result<(PartitionStore, StateHash), StoreError> {
+        let err = |message: String| StoreError { path: path.display().to_string(), message };
+        assert!(replace || !path.exists(), "restore replaces an existing store only when asked to");
+        let staging = path.with_extension("restoring");
+        if staging.exists() {
+            std::fs::remove_file(&staging).map_err(|e| err(format!("removing a stale {}: {e}", staging.display())))?;
+        }
+        let hash = {
+            let store = PartitionStore::open(&staging, partitions, cache_bytes)?;
+            let restored = store.apply(true, |tx| {
+                let error = storage_error(tx.path);
+                let mut previous: Option<Vec<u8>> = None;
+                for (key, stored) in entries {
+                    assert!(previous.as_ref().is_none_or(|p| *p < key), "restored entries come in strictly increasing key order");
+                    if is_outcome_meta(&key) {
+                        tx.put_meta(&key, &stored)?;
+                    } else {
+                        assert!(key.len() >= 2 && key[..2] != META_PREFIX, "restored keys are outcome metadata or record keys");
+                        let (version, value) = decode_value(&stored);
+                        tx.state.state_hash.add(&StateHash::of_record(&key, version, value));
+                        tx.state.record_count += 1;
+                        tx.records.insert(key.as_slice(), stored.as_slice()).map_err(&error)?;
+                    }
+                    previous = Some(key);
+                }
+                tx.state.applied_next = state.applied_next;
+                assert!(state.not_applied_from <= state.applied_next, "the not-applied record starts at or below the applied offset");
+                tx.records.insert(META_NOT_APPLIED_FROM, state.not_applied_from.to_le_bytes().as_slice()).map_err(&error)?;
+                tx.state.applied_entries = state.applied_entries;
+                tx.state.skipped_entries = state.skipped_entries;
+                Ok((tx.state.state_hash, tx.state.record_count))
+            })?;
+            restored
+        };
+        let (hash, record_count) = hash;
+        // Checked before it takes the store's place: a store is only ever
+        // replaced by one that verified.
+        if let Err(reason) = verify(hash, record_count) {
+            let _ = std::fs::remove_file(&staging);
+            return Err(err(reason));
+        }
+        std::fs::rename(&staging, path).map_err(|e| err(format!("moving the restored store into place: {e}")))?;
+        if let Some(dir) = path.parent() {
+            std::fs::File::open(dir).and_then(|d| d.sync_all()).map_err(|e| err(format!("syncing {}: {e}", dir.display())))?;
+        }
+        Ok((PartitionStore::open(path, partitions, cache_bytes)?, hash))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::SkRange;
+
+    fn store() -> (tempfile::TempDir, PartitionStore) {
+        let dir = tempfile::tempdir().unwrap();
+        let store = PartitionStore::open(&dir.path().join("p0.redb"), 4, 1 << 20).unwrap();
+        (dir, store)
+    }
+
+    #[test]
+    fn apply_then_read_with_offset_and_hash() {
+        let (_dir, store) = store();
+        store
+            .apply(false, |tx| {
+                tx.put("u", "a", 0, b"1")?;
+                tx.mark_applied(0, false);
+                tx.put("u", "b", 1, b"2")?;
+                tx.mark_applied(1, false);
+                Ok(())
+            })
+            .unwrap();
+        let reader = store.read().unwrap();
+        let state = reader.state().unwrap();
+        assert_eq!((state.applied_next, state.applied_entries, state.record_count), (2, 2, 2));
+        assert_eq!(reader.get("u", "b").unwrap().unwrap().version, 1);
+        assert!(reader.get("u", "c").unwrap().is_none());
+        drop(reader);
+        store
+            .apply(true, |tx| {
+                tx.delete("u", "b")?;
+                tx.mark_applied(2, false);
+                Ok(())
+            })
+            .unwrap();
+        let state = store.read().unwrap().state().unwrap();
+        let mut expected = StateHash::default();
+        expected.add(&StateHash::of_record(&key::encode("u", "a"), 0, b"1"));
+        assert_eq!(state.state_hash, expected);
+        assert_eq!(state.record_count, 1);
+    }
+
+    #[test]
+    fn failed_apply_changes_nothing() {
+        let (_dir, store) = store();
+        let result: Result<(), StoreError> = store.apply(false, |tx| {
+            tx.put("u", "a", 0, b"1")?;
+            Err(StoreError { path: String::new(), message: "boom".into() })
+        });
+        assert!(result.is_err());
+        assert!(store.read().unwrap().get("u", "a").unwrap().is_none());
+    }
+
+    #[test]
+    fn list_pages_both_ways() {
+        let (_dir, store) = store();
+        store
+            .apply(false, |tx| {
+                for (i, sk) in ["a", "b1", "b2", "b3", "c"].iter().enumerate() {
+                    tx.put("p", sk, i as u64, b"0")?;
+                }
+                tx.put("q", "b1", 9, b"0")?;
+                Ok(())
+            })
+            .unwrap();
+        let reader = store.read().unwrap();
+        let sks = |range: SkRange, limit| {
+            let (items, more) = reader.list("p", &range, limit).unwrap();
+            (items.into_iter().map(|r| r.sk).collect::<Vec<_>>(), more)
+        };
+        assert_eq!(sks(SkRange::default(), 10).0, ["a", "b1", "b2", "b3", "c"]);
+        assert_eq!(sks(SkRange { prefix: Some("b".into()), ..Default::default() }, 2), (vec!["b1".into(), "b2".into()], true));
+        assert_eq!(
+            sks(SkRange { prefix: Some("b".into()), page_after: Some("b2".into()), ..Default::default() }, 2),
+            (vec!["b3".into()], false)
+        );
+        assert_eq!(sks(SkRange { reverse: true, ..Default::default() }, 2), (vec!["c".into(), "b3".into()], true));
+        assert_eq!(
+            sks(SkRange { start: Some("b2".into()), end: Some("c".into()), ..Default::default() }, 10).0,
+            ["b2", "b3"]
+        );
+    }
+
+    #[test]
+    fn a_restored_store_knows_outcomes_from_its_snapshots_not_applied_from_on() {
+        let dir = tempfile::tempdir().unwrap();
+        let fresh = PartitionStore::open(&dir.path().join("fresh"), 1, 1 << 20).unwrap();
+        assert_eq!(fresh.read().unwrap().not_applied_from().unwrap(), 0);
+        let state = RestoredState { applied_next: 42, applied_entries: 42, skipped_entries: 0, not_applied_from: 7 };
+        let (restored, _) =
+            PartitionStore::restore(&dir.path().join("restored"), 1, 1 << 20, &state, Vec::new(), false, |_, _| Ok(())).unwrap();
+        let reader = restored.read().unwrap();
+        assert_eq!((reader.applied_next().unwrap(), reader.not_applied_from().unwrap()), (42, 7));
+    }
+
+    #[test]
+    fn unknown_store_format_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("p.redb");
+        {
+            let db = Database::create(&path).unwrap();
+            let txn = db.begin_write().unwrap();
+            txn.open_table(RECORDS).unwrap().insert(META_FORMAT, 99u64.to_le_bytes().as_slice()).unwrap();
+            txn.commit().unwrap();
+        }
+        let err = PartitionStore::open(&path, 4, 1 << 20).err().expect("refused");
+        assert!(err.message.contains("format 99"), "{err}");
+    }
+
+    #[test]
+    fn partition_count_mismatch_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("p.redb");
+        drop(PartitionStore::open(&path, 4, 1 << 20).unwrap());
+        assert!(PartitionStore::open(&path, 8, 1 << 20).is_err());
+        assert!(PartitionStore::open(&path, 4, 1 << 20).is_ok());
+    }
+}
