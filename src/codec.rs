@@ -307,12 +307,7 @@ mod tests {
         Mutation {
             write_id: Bytes::from_static(b"0123456789abcdef"),
             ops: vec![
-                Op {
-                    pk: pk.clone(),
-                    sk: "a".into(),
-                    kind: OpKind::Put(Bytes::from_static(br#"{"x":1}"#)),
-                    condition: Some(Condition::IfVersion(0)),
-                },
+                Op { pk: pk.clone(), sk: "a".into(), kind: OpKind::Put(Bytes::from_static(br#"{"x":1}"#)), condition: Some(Condition::IfVersion(0)) },
                 Op { pk: pk.clone(), sk: "".into(), kind: OpKind::Delete, condition: Some(Condition::IfAbsent) },
                 Op { pk, sk: "b".into(), kind: OpKind::Put(Bytes::from_static(b"[1,2]")), condition: None },
             ],

@@ -54,20 +54,14 @@ pub fn check_pk(pk: &str) -> Result<(), LimitError> {
         return Err(LimitError::invalid("invalid_key", "pk must not be empty".into()));
     }
     if pk.len() > PK_BYTES_MAX {
-        return Err(LimitError::too_large(
-            "key_too_large",
-            format!("pk is {} bytes; the limit is {PK_BYTES_MAX} bytes of UTF-8", pk.len()),
-        ));
+        return Err(LimitError::too_large("key_too_large", format!("pk is {} bytes; the limit is {PK_BYTES_MAX} bytes of UTF-8", pk.len())));
     }
     Ok(())
 }
 
 pub fn check_sk(sk: &str) -> Result<(), LimitError> {
     if sk.len() > SK_BYTES_MAX {
-        return Err(LimitError::too_large(
-            "key_too_large",
-            format!("sk is {} bytes; the limit is {SK_BYTES_MAX} bytes of UTF-8", sk.len()),
-        ));
+        return Err(LimitError::too_large("key_too_large", format!("sk is {} bytes; the limit is {SK_BYTES_MAX} bytes of UTF-8", sk.len())));
     }
     Ok(())
 }
@@ -87,10 +81,7 @@ pub fn check_ops_count(count: usize) -> Result<(), LimitError> {
         return Err(LimitError::invalid("invalid_batch", "a batch needs at least one op".into()));
     }
     if count > OPS_PER_MUTATION_MAX {
-        return Err(LimitError::too_large(
-            "batch_too_large",
-            format!("batch has {count} ops; the limit is {OPS_PER_MUTATION_MAX} ops per batch"),
-        ));
+        return Err(LimitError::too_large("batch_too_large", format!("batch has {count} ops; the limit is {OPS_PER_MUTATION_MAX} ops per batch")));
     }
     Ok(())
 }
@@ -99,9 +90,7 @@ pub fn check_mutation_bytes(total_bytes: usize) -> Result<(), LimitError> {
     if total_bytes > MUTATION_BYTES_MAX {
         return Err(LimitError::too_large(
             "batch_too_large",
-            format!(
-                "batch keys and values total {total_bytes} bytes; the limit is {MUTATION_BYTES_MAX} bytes (4 MiB)"
-            ),
+            format!("batch keys and values total {total_bytes} bytes; the limit is {MUTATION_BYTES_MAX} bytes (4 MiB)"),
         ));
     }
     Ok(())
@@ -125,10 +114,7 @@ pub fn check_namespace_name(name: &str) -> Result<(), LimitError> {
 
 pub fn check_partitions(partitions: u32) -> Result<(), LimitError> {
     if partitions == 0 || partitions > PARTITIONS_MAX {
-        return Err(LimitError::invalid(
-            "invalid_partitions",
-            format!("partitions must be between 1 and {PARTITIONS_MAX}; got {partitions}"),
-        ));
+        return Err(LimitError::invalid("invalid_partitions", format!("partitions must be between 1 and {PARTITIONS_MAX}; got {partitions}")));
     }
     Ok(())
 }

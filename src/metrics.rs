@@ -4,9 +4,8 @@
 use std::sync::LazyLock;
 
 use prometheus::{
-    register_gauge_vec, register_histogram, register_histogram_vec, register_int_counter, register_int_counter_vec,
-    register_int_gauge, register_int_gauge_vec, GaugeVec, Histogram, HistogramVec, IntCounter, IntCounterVec, IntGauge,
-    IntGaugeVec,
+    register_gauge_vec, register_histogram, register_histogram_vec, register_int_counter, register_int_counter_vec, register_int_gauge,
+    register_int_gauge_vec, GaugeVec, Histogram, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec,
 };
 
 /// Buckets from 25 µs to ~6.5 s: reads are microseconds, waits are seconds.
@@ -25,12 +24,8 @@ pub static HTTP_REQUEST_SECONDS: LazyLock<HistogramVec> = LazyLock::new(|| {
 });
 
 pub static FORWARD_SECONDS: LazyLock<Histogram> = LazyLock::new(|| {
-    register_histogram!(
-        "tern_forward_duration_seconds",
-        "Latency of one request forwarded to the node that holds its partition",
-        latency_buckets()
-    )
-    .expect("metric registers")
+    register_histogram!("tern_forward_duration_seconds", "Latency of one request forwarded to the node that holds its partition", latency_buckets())
+        .expect("metric registers")
 });
 
 pub static AUTH_FAILURES: LazyLock<IntCounterVec> = LazyLock::new(|| {
@@ -47,8 +42,11 @@ pub static AUTH_DENIED: LazyLock<IntCounter> = LazyLock::new(|| {
 });
 
 pub static TLS_HANDSHAKE_FAILURES: LazyLock<IntCounter> = LazyLock::new(|| {
-    register_int_counter!("tern_tls_handshake_failures_total", "Connections to the TLS listener whose handshake failed or timed out (plaintext, a refused client certificate, ...)")
-        .expect("metric registers")
+    register_int_counter!(
+        "tern_tls_handshake_failures_total",
+        "Connections to the TLS listener whose handshake failed or timed out (plaintext, a refused client certificate, ...)"
+    )
+    .expect("metric registers")
 });
 
 pub static FIREBASE_REALTIME_CONNECTIONS: LazyLock<IntGauge> = LazyLock::new(|| {
@@ -92,10 +90,8 @@ pub static PEER_RTT_SECONDS: LazyLock<GaugeVec> = LazyLock::new(|| {
     .expect("metric registers")
 });
 
-pub static FORWARD_FAILURES: LazyLock<IntCounter> = LazyLock::new(|| {
-    register_int_counter!("tern_forward_failures_total", "Forwarded requests that reached no holder")
-        .expect("metric registers")
-});
+pub static FORWARD_FAILURES: LazyLock<IntCounter> =
+    LazyLock::new(|| register_int_counter!("tern_forward_failures_total", "Forwarded requests that reached no holder").expect("metric registers"));
 
 pub static GROUP_PARTITIONS_ASSIGNED: LazyLock<IntCounter> = LazyLock::new(|| {
     register_int_counter!("tern_replica_group_assigned_partitions_total", "Partitions the replica group's consumer group assigned to this node")
@@ -192,13 +188,11 @@ pub static SNAPSHOT_REJECTED: LazyLock<IntCounter> = LazyLock::new(|| {
 });
 
 pub static LOG_APPEND_SECONDS: LazyLock<Histogram> = LazyLock::new(|| {
-    register_histogram!("tern_log_append_seconds", "Latency of one append until durable in the log", latency_buckets())
-        .expect("metric registers")
+    register_histogram!("tern_log_append_seconds", "Latency of one append until durable in the log", latency_buckets()).expect("metric registers")
 });
 
 pub static LOG_FSYNC_SECONDS: LazyLock<Histogram> = LazyLock::new(|| {
-    register_histogram!("tern_log_fsync_seconds", "Embedded log: write+fsync time of one group commit", latency_buckets())
-        .expect("metric registers")
+    register_histogram!("tern_log_fsync_seconds", "Embedded log: write+fsync time of one group commit", latency_buckets()).expect("metric registers")
 });
 
 pub static LOG_FSYNC_BATCH_ENTRIES: LazyLock<Histogram> = LazyLock::new(|| {
@@ -220,17 +214,12 @@ pub static APPLY_BATCH_ENTRIES: LazyLock<Histogram> = LazyLock::new(|| {
 });
 
 pub static STORE_FSYNC_SECONDS: LazyLock<Histogram> = LazyLock::new(|| {
-    register_histogram!("tern_store_fsync_seconds", "Time of one durable store commit", latency_buckets())
-        .expect("metric registers")
+    register_histogram!("tern_store_fsync_seconds", "Time of one durable store commit", latency_buckets()).expect("metric registers")
 });
 
 pub static APPLY_SKIPPED_ENTRIES: LazyLock<IntCounterVec> = LazyLock::new(|| {
-    register_int_counter_vec!(
-        "tern_apply_skipped_entries_total",
-        "Malformed log entries skipped by the apply loop",
-        &["ns", "reason"]
-    )
-    .expect("metric registers")
+    register_int_counter_vec!("tern_apply_skipped_entries_total", "Malformed log entries skipped by the apply loop", &["ns", "reason"])
+        .expect("metric registers")
 });
 
 pub static APPLY_DUPLICATES: LazyLock<IntCounterVec> = LazyLock::new(|| {
@@ -243,26 +232,17 @@ pub static APPLY_DUPLICATES: LazyLock<IntCounterVec> = LazyLock::new(|| {
 });
 
 pub static APPLY_CONDITION_FAILED: LazyLock<IntCounterVec> = LazyLock::new(|| {
-    register_int_counter_vec!(
-        "tern_apply_condition_failed_total",
-        "Mutations not applied because a condition failed",
-        &["ns"]
-    )
-    .expect("metric registers")
+    register_int_counter_vec!("tern_apply_condition_failed_total", "Mutations not applied because a condition failed", &["ns"])
+        .expect("metric registers")
 });
 
 pub static PARTITION_APPLIED_OFFSET: LazyLock<IntGaugeVec> = LazyLock::new(|| {
-    register_int_gauge_vec!(
-        "tern_partition_applied_offset",
-        "Offset of the last applied log entry (-1: none)",
-        &["ns", "partition"]
-    )
-    .expect("metric registers")
+    register_int_gauge_vec!("tern_partition_applied_offset", "Offset of the last applied log entry (-1: none)", &["ns", "partition"])
+        .expect("metric registers")
 });
 
 pub static PARTITION_LOG_END_OFFSET: LazyLock<IntGaugeVec> = LazyLock::new(|| {
-    register_int_gauge_vec!("tern_partition_log_end_offset", "Next offset to be written to the log", &["ns", "partition"])
-        .expect("metric registers")
+    register_int_gauge_vec!("tern_partition_log_end_offset", "Next offset to be written to the log", &["ns", "partition"]).expect("metric registers")
 });
 
 pub static PARTITION_STALENESS_SECONDS: LazyLock<GaugeVec> = LazyLock::new(|| {
@@ -276,8 +256,7 @@ pub static PARTITION_STALENESS_SECONDS: LazyLock<GaugeVec> = LazyLock::new(|| {
 });
 
 pub static PARTITION_LAG: LazyLock<IntGaugeVec> = LazyLock::new(|| {
-    register_int_gauge_vec!("tern_partition_lag", "Log entries not yet applied by this replica", &["ns", "partition"])
-        .expect("metric registers")
+    register_int_gauge_vec!("tern_partition_lag", "Log entries not yet applied by this replica", &["ns", "partition"]).expect("metric registers")
 });
 
 pub static PARTITION_REFUSED: LazyLock<IntGaugeVec> = LazyLock::new(|| {
@@ -298,8 +277,7 @@ pub fn render() -> String {
 }
 
 pub static WATCHES_OPEN: LazyLock<prometheus::IntGauge> = LazyLock::new(|| {
-    prometheus::register_int_gauge!("tern_watch_subscribers", "Subscriptions (SSE and WebSocket) this node serves now")
-        .expect("metric registers")
+    prometheus::register_int_gauge!("tern_watch_subscribers", "Subscriptions (SSE and WebSocket) this node serves now").expect("metric registers")
 });
 
 pub static WATCH_RESETS: LazyLock<IntCounterVec> = LazyLock::new(|| {
@@ -312,8 +290,7 @@ pub static WATCH_RESETS: LazyLock<IntCounterVec> = LazyLock::new(|| {
 });
 
 pub static WATCH_CANCELLED: LazyLock<IntCounterVec> = LazyLock::new(|| {
-    register_int_counter_vec!("tern_watch_cancelled_total", "Subscriptions the node ended, by reason", &["reason"])
-        .expect("metric registers")
+    register_int_counter_vec!("tern_watch_cancelled_total", "Subscriptions the node ended, by reason", &["reason"]).expect("metric registers")
 });
 
 pub static WATCH_CONFLATED_EVENTS: LazyLock<IntCounter> = LazyLock::new(|| {
@@ -322,8 +299,7 @@ pub static WATCH_CONFLATED_EVENTS: LazyLock<IntCounter> = LazyLock::new(|| {
 });
 
 pub static WATCH_REPLAYED_EVENTS: LazyLock<IntCounter> = LazyLock::new(|| {
-    register_int_counter!("tern_watch_replayed_events_total", "Events sent to resuming watches from the ring or the log")
-        .expect("metric registers")
+    register_int_counter!("tern_watch_replayed_events_total", "Events sent to resuming watches from the ring or the log").expect("metric registers")
 });
 
 pub static WATCH_DISPATCH_LOST: LazyLock<IntCounter> = LazyLock::new(|| {
@@ -359,13 +335,16 @@ pub static PROCEDURE_DEAD_LETTERS: LazyLock<IntCounterVec> = LazyLock::new(|| {
 });
 
 pub static PROCEDURE_FUEL: LazyLock<IntCounterVec> = LazyLock::new(|| {
-    register_int_counter_vec!("tern_procedure_fuel_used_total", "Fuel procedures used (interrupts at calls and loop back-edges)", &["ns", "procedure"])
-        .expect("metric registers")
+    register_int_counter_vec!(
+        "tern_procedure_fuel_used_total",
+        "Fuel procedures used (interrupts at calls and loop back-edges)",
+        &["ns", "procedure"]
+    )
+    .expect("metric registers")
 });
 
 pub static PROCEDURE_TIMERS_FIRED: LazyLock<IntCounterVec> = LazyLock::new(|| {
-    register_int_counter_vec!("tern_procedure_timers_fired_total", "Timers that fired (on_timer)", &["ns", "procedure"])
-        .expect("metric registers")
+    register_int_counter_vec!("tern_procedure_timers_fired_total", "Timers that fired (on_timer)", &["ns", "procedure"]).expect("metric registers")
 });
 
 pub static PROCEDURE_CALL_SECONDS: LazyLock<HistogramVec> = LazyLock::new(|| {

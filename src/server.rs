@@ -51,9 +51,7 @@ pub async fn run(settings: Settings, banner: &'static str) -> anyhow::Result<()>
         // Graceful: a snapshot being taken is finished first.
         tasks.spawn_graceful("snapshot schedule", move |stopping| schedule::run(node, snapshots, policy, stopping));
     }
-    let listener = tokio::net::TcpListener::bind(&settings.listen)
-        .await
-        .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", settings.listen))?;
+    let listener = tokio::net::TcpListener::bind(&settings.listen).await.map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", settings.listen))?;
     let address = listener.local_addr()?;
     let client = peer_client(&settings, auth.as_ref().and_then(|a| a.root_token.clone()))?;
     let cluster = join_cluster(&settings, &node, address, client).await?;
@@ -235,8 +233,7 @@ async fn join_cluster(settings: &Settings, node: &Arc<Node>, api: std::net::Sock
         api_for: settings.advertise_api_for.clone(),
     };
     let Some(gossip) = &settings.gossip else { return Ok(Cluster::alone(me, node.clone(), client)) };
-    let listen: std::net::SocketAddr =
-        gossip.parse().map_err(|e| anyhow::anyhow!("gossip must be IP:PORT (UDP), got {gossip:?}: {e}"))?;
+    let listen: std::net::SocketAddr = gossip.parse().map_err(|e| anyhow::anyhow!("gossip must be IP:PORT (UDP), got {gossip:?}: {e}"))?;
     anyhow::ensure!(listen.port() != 0, "gossip needs a fixed port: peers reach this node there (got {gossip:?})");
     let advertise = settings.gossip_advertise_addr()?.unwrap_or(listen);
     let config = GossipConfig {
@@ -333,8 +330,7 @@ async fn reach_kafka(kafka: &KafkaLog, servers: &str) -> anyhow::Result<()> {
 
 /// Resolves on SIGTERM or SIGINT.
 pub async fn shutdown_signal() {
-    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        .expect("SIGTERM handler installs");
+    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("SIGTERM handler installs");
     tokio::select! {
         _ = terminate.recv() => tracing::info!("SIGTERM received"),
         _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT received"),

@@ -8,8 +8,7 @@ use tern::log::kafka::{KafkaLog, KafkaLogConfig};
 use tern::log::Log;
 
 fn bootstrap() -> String {
-    std::env::var("TERN_TEST_KAFKA")
-        .expect("TERN_TEST_KAFKA must name a Kafka broker: run scripts/test.sh, or scripts/kafka.sh start and export it")
+    std::env::var("TERN_TEST_KAFKA").expect("TERN_TEST_KAFKA must name a Kafka broker: run scripts/test.sh, or scripts/kafka.sh start and export it")
 }
 
 /// Threads of this process that librdkafka started (it names them `rdk:…`).

@@ -88,7 +88,13 @@ fn usage_of(session: u64, seqno: u64) -> u64 {
 
 fn line_of(session: u64, seqno: u64, start_ms: u64) -> String {
     let kind = if seqno == 0 { "S" } else { "I" };
-    format!("{session},{start_ms},{seqno},4155550{:04},4155551{:04},{kind},{},{}", session % 10_000, (session + 7) % 10_000, start_ms + seqno * 1000, usage_of(session, seqno))
+    format!(
+        "{session},{start_ms},{seqno},4155550{:04},4155551{:04},{kind},{},{}",
+        session % 10_000,
+        (session + 7) % 10_000,
+        start_ms + seqno * 1000,
+        usage_of(session, seqno)
+    )
 }
 
 /// Counts failed deliveries (the generator's sends must all land).
@@ -226,7 +232,10 @@ impl Checked {
             ("aggregated", "QTY") => {
                 let session = row["sessionId"].as_u64().unwrap_or(u64::MAX);
                 let expected_usage: u64 = (0..RECORDS_PER_SESSION).map(|s| usage_of(session, s)).sum();
-                let fits = row["count"] == RECORDS_PER_SESSION && row["min_seqno"] == 0 && row["max_seqno"] == RECORDS_PER_SESSION - 1 && row["recordUsage"] == expected_usage;
+                let fits = row["count"] == RECORDS_PER_SESSION
+                    && row["min_seqno"] == 0
+                    && row["max_seqno"] == RECORDS_PER_SESSION - 1
+                    && row["recordUsage"] == expected_usage;
                 if !fits {
                     self.violation(format!("a row that differs from what was sent: {row}"));
                 }
@@ -243,7 +252,13 @@ impl Checked {
 
 /// Reads the output topics (read_committed) until `done` says the
 /// generator finished and every expected row arrived, or `DRAIN_WAIT` after it.
-fn check(bootstrap: &str, topics: &[String], partitions: i32, generated: Arc<std::sync::Mutex<Option<Sent>>>, stop: Arc<AtomicBool>) -> anyhow::Result<Checked> {
+fn check(
+    bootstrap: &str,
+    topics: &[String],
+    partitions: i32,
+    generated: Arc<std::sync::Mutex<Option<Sent>>>,
+    stop: Arc<AtomicBool>,
+) -> anyhow::Result<Checked> {
     let consumer: BaseConsumer = client_config(bootstrap)
         .set("group.id", "tern-bench-aggdemo-checker")
         .set("isolation.level", "read_committed")
@@ -344,7 +359,8 @@ pub async fn run(args: AggdemoBenchArgs) -> anyhow::Result<()> {
 async fn measure(args: &AggdemoBenchArgs, scratch: &std::path::Path, kafka_dir: &std::path::Path, bootstrap: &str) -> anyhow::Result<()> {
     let input = "aggdemo-in".to_string();
     let outputs = [format!("{NS}.aggregated"), format!("{NS}.bad")];
-    create_topics(bootstrap, &[input.clone(), outputs[0].clone(), outputs[1].clone(), "floor.out".into(), "ingest-only".into()], args.partitions).await?;
+    create_topics(bootstrap, &[input.clone(), outputs[0].clone(), outputs[1].clone(), "floor.out".into(), "ingest-only".into()], args.partitions)
+        .await?;
     let data = scratch.join("tern").display().to_string();
     let log = format!("kafka://{bootstrap}");
     let mut tern_args: Vec<&str> = vec!["serve", "--node-id", "bench", "--listen", "127.0.0.1:0", "--data-dir", &data, "--log", &log];
@@ -361,7 +377,8 @@ async fn measure(args: &AggdemoBenchArgs, scratch: &std::path::Path, kafka_dir: 
     let stop = Arc::new(AtomicBool::new(false));
     let meter = CpuMeter::start(&[("tern", tern_pid), ("broker", broker_pid), ("generator + checker", std::process::id())])?;
     let checker = {
-        let (bootstrap, outputs, generated, stop, partitions) = (bootstrap.to_string(), outputs.to_vec(), generated.clone(), stop.clone(), args.partitions);
+        let (bootstrap, outputs, generated, stop, partitions) =
+            (bootstrap.to_string(), outputs.to_vec(), generated.clone(), stop.clone(), args.partitions);
         std::thread::spawn(move || check(&bootstrap, &outputs, partitions, generated, stop))
     };
     let sent = {
@@ -438,7 +455,8 @@ async fn measure(args: &AggdemoBenchArgs, scratch: &std::path::Path, kafka_dir: 
 }
 
 fn render(report: &Value) -> String {
-    let mut md = String::from("| run | records | records/s | violations | latency p50 / p99 / max (ms) | CPU µs per record |\n|---|---|---|---|---|---|\n");
+    let mut md =
+        String::from("| run | records | records/s | violations | latency p50 / p99 / max (ms) | CPU µs per record |\n|---|---|---|---|---|---|\n");
     for row in report["rows"].as_array().into_iter().flatten() {
         let cpu: Vec<String> = row["cpu_us_per_record"].as_object().into_iter().flatten().map(|(k, v)| format!("{k} {v}")).collect();
         let latency = match row.get("latency_ms") {
@@ -446,7 +464,13 @@ fn render(report: &Value) -> String {
             None => "–".into(),
         };
         let violations = row.get("violations").map_or("–".to_string(), Value::to_string);
-        md += &format!("| {} | {} | {} | {violations} | {latency} | {} |\n", row["name"].as_str().unwrap_or(""), row["records"], row["records_per_s"], cpu.join(", "));
+        md += &format!(
+            "| {} | {} | {} | {violations} | {latency} | {} |\n",
+            row["name"].as_str().unwrap_or(""),
+            row["records"],
+            row["records_per_s"],
+            cpu.join(", ")
+        );
     }
     md
 }

@@ -64,9 +64,7 @@ async fn serve_on(listener: TcpListener) -> anyhow::Result<()> {
             // An h2c client writes the whole preface at once; anything else is HTTP/1.1.
             let mut first = [0u8; H2_PREFACE.len()];
             let result = match stream.peek(&mut first).await {
-                Ok(n) if first[..n] == H2_PREFACE[..n] && n == H2_PREFACE.len() => {
-                    h2_connection(stream, fanout.h2_events.subscribe()).await
-                }
+                Ok(n) if first[..n] == H2_PREFACE[..n] && n == H2_PREFACE.len() => h2_connection(stream, fanout.h2_events.subscribe()).await,
                 Ok(_) => connection(stream, fanout).await,
                 Err(e) => Err(e.into()),
             };
@@ -121,7 +119,8 @@ async fn connection(mut stream: TcpStream, fanout: Fanout) -> anyhow::Result<()>
             // client that read the head and then PUTs gets that event (written
             // first and pushed after, a PUT could fan out in between and miss it).
             use std::io::Write;
-            const HEAD: &[u8] = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncache-control: no-cache\r\n\r\nevent: progress\ndata: null\n\n";
+            const HEAD: &[u8] =
+                b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncache-control: no-cache\r\n\r\nevent: progress\ndata: null\n\n";
             let mut socket = stream.into_std()?;
             let mut kept = fanout.subscribers.lock().expect("not poisoned");
             anyhow::ensure!(kept.len() < SUBSCRIBERS_MAX, "more than {SUBSCRIBERS_MAX} subscribers");

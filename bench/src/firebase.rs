@@ -94,13 +94,7 @@ pub async fn run(args: FirebaseBenchArgs) -> anyhow::Result<()> {
     let base = format!("http://{tern_addr}");
     let client = reqwest::Client::new();
     eprintln!("tern {tern_addr}  hello {hello_addr}");
-    client
-        .put(format!("{base}/.settings/rules.json?ns={DB}"))
-        .bearer_auth("owner")
-        .body(RULES)
-        .send()
-        .await?
-        .error_for_status()?;
+    client.put(format!("{base}/.settings/rules.json?ns={DB}")).bearer_auth("owner").body(RULES).send().await?.error_for_status()?;
 
     eprintln!("preloading {} keys of {} bytes into /v1 and the Firebase tree", args.load.keys, args.load.value_bytes);
     let tern_url: hyper::Uri = base.parse()?;
@@ -215,7 +209,13 @@ async fn tree_firebase(args: &FirebaseBenchArgs, client: &reqwest::Client, base:
         let url = format!("{base}/big/users.json?ns={DB}&print=silent");
         client.patch(url).body(body.clone()).send().await?.error_for_status()?;
     }
-    rows.push(row(format!("firebase: write the tree (PATCH /big/users, ≤ {} B each)", args.tree_write_bytes), writes.len(), bytes, started.elapsed(), pid)?);
+    rows.push(row(
+        format!("firebase: write the tree (PATCH /big/users, ≤ {} B each)", args.tree_write_bytes),
+        writes.len(),
+        bytes,
+        started.elapsed(),
+        pid,
+    )?);
 
     let middle = user_key(args.tree_users / 2);
     let reads = [
@@ -233,7 +233,10 @@ async fn tree_firebase(args: &FirebaseBenchArgs, client: &reqwest::Client, base:
     // the next ones walk it; after a write to one child, the next query
     // brings the index up to date by re-reading that child.
     let queries = [
-        ("10 users by key from the middle (orderBy $key, startAt, limitToFirst)", format!("/big/users.json?orderBy=%22$key%22&startAt=%22{middle}%22&limitToFirst=10")),
+        (
+            "10 users by key from the middle (orderBy $key, startAt, limitToFirst)",
+            format!("/big/users.json?orderBy=%22$key%22&startAt=%22{middle}%22&limitToFirst=10"),
+        ),
         ("top 10 users by score (orderBy score with .indexOn, limitToLast)", "/big/users.json?orderBy=%22score%22&limitToLast=10".to_string()),
     ];
     for (i, (what, path)) in queries.into_iter().enumerate() {
@@ -317,7 +320,15 @@ async fn median_read(client: &reqwest::Client, url: &str, times: usize) -> anyho
 fn row(what: String, requests: usize, bytes: u64, elapsed: Duration, pid: u32) -> anyhow::Result<TreeRow> {
     let (rss, peak) = server_memory_mib(pid)?;
     let ms = elapsed.as_secs_f64() * 1000.0;
-    let row = TreeRow { what, requests, bytes, ms, mb_per_s: bytes as f64 / 1e6 / elapsed.as_secs_f64().max(1e-9), server_rss_mib: rss, server_peak_rss_mib: peak };
+    let row = TreeRow {
+        what,
+        requests,
+        bytes,
+        ms,
+        mb_per_s: bytes as f64 / 1e6 / elapsed.as_secs_f64().max(1e-9),
+        server_rss_mib: rss,
+        server_peak_rss_mib: peak,
+    };
     eprintln!("{row:?}");
     Ok(row)
 }

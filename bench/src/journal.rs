@@ -126,7 +126,8 @@ async fn alternate(args: &JournalBenchArgs, url: &hyper::Uri, ns: &str, config: 
 
 async fn acknowledgement_embedded(args: &JournalBenchArgs, dir: &Path) -> anyhow::Result<Vec<Vec<BenchResult>>> {
     let data_dir = dir.join("tern");
-    let (mut tern, addr) = spawn_listening(crate::paths::tern(), &["dev", "--listen", "127.0.0.1:0", "--data-dir", data_dir.to_str().unwrap()]).await?;
+    let (mut tern, addr) =
+        spawn_listening(crate::paths::tern(), &["dev", "--listen", "127.0.0.1:0", "--data-dir", data_dir.to_str().unwrap()]).await?;
     let measured = alternate(args, &format!("http://{addr}").parse()?, "default", "embedded log").await;
     let _ = tern.start_kill();
     let _ = tern.wait().await;
@@ -146,14 +147,20 @@ async fn acknowledgement_kafka(args: &JournalBenchArgs, dir: &Path, bootstrap: S
 async fn spawn_on_kafka(dir: &Path, bootstrap: &str, namespace: &str, s3: Option<&S3>) -> anyhow::Result<(tokio::process::Child, String)> {
     let data = dir.join("tern").display().to_string();
     let log = format!("kafka://{bootstrap}");
-    let mut args: Vec<String> = ["serve", "--node-id", "bench-journal", "--listen", "127.0.0.1:0", "--data-dir", &data, "--log", &log, "--namespace", namespace]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
+    let mut args: Vec<String> =
+        ["serve", "--node-id", "bench-journal", "--listen", "127.0.0.1:0", "--data-dir", &data, "--log", &log, "--namespace", namespace]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
     if let Some(s3) = s3 {
         args.extend(["--snapshots".into(), format!("s3://{}/bench", s3.bucket), "--snapshot-writer".into(), "false".into()]);
-        for option in [format!("aws_endpoint={}", s3.endpoint), "aws_allow_http=true".into(), "aws_region=us-east-1".into(),
-                       "aws_access_key_id=test".into(), "aws_secret_access_key=test".into()] {
+        for option in [
+            format!("aws_endpoint={}", s3.endpoint),
+            "aws_allow_http=true".into(),
+            "aws_region=us-east-1".into(),
+            "aws_access_key_id=test".into(),
+            "aws_secret_access_key=test".into(),
+        ] {
             args.extend(["--snapshot-option".into(), option]);
         }
     }

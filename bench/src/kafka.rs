@@ -86,15 +86,20 @@ pub(super) async fn visibility(name: &str, a: &str, b: &str, clients: usize, dur
                 let key = key_name(c as u64 * 1_000_000 + n);
                 n += 1;
                 let sent = Instant::now();
-                let put = Request::builder().method(Method::PUT).uri(format!("/v1/ns/default/kv/{key}/"))
-                    .header(hyper::header::HOST, &a).body(Full::new(value.clone()))?;
+                let put = Request::builder()
+                    .method(Method::PUT)
+                    .uri(format!("/v1/ns/default/kv/{key}/"))
+                    .header(hyper::header::HOST, &a)
+                    .body(Full::new(value.clone()))?;
                 let response = to_a.send_request(put).await?;
                 anyhow::ensure!(response.status().is_success(), "put failed: {}", response.status());
                 let body: serde_json::Value = serde_json::from_slice(&response.into_body().collect().await?.to_bytes())?;
                 let position = body["position"].as_str().unwrap_or_default().to_string();
-                let get = Request::builder().method(Method::GET)
+                let get = Request::builder()
+                    .method(Method::GET)
                     .uri(format!("/v1/ns/default/kv/{key}/?after={position}&timeout_ms=10000"))
-                    .header(hyper::header::HOST, &b).body(Full::new(bytes::Bytes::new()))?;
+                    .header(hyper::header::HOST, &b)
+                    .body(Full::new(bytes::Bytes::new()))?;
                 let response = to_b.send_request(get).await?;
                 anyhow::ensure!(response.status().is_success(), "read on the other node failed: {}", response.status());
                 response.into_body().collect().await?;
@@ -170,8 +175,17 @@ async fn visibility_as_kafka_tool(exe: &Path, scratch: &Path, log: &str, duratio
 /// the same producer settings) appending from `writers` tasks, one record at
 /// a time each, to the partitions Tern would pick for the same keys — no
 /// HTTP, no apply loop, no consumer. Tern's PUT throughput cannot exceed it.
-pub(super) async fn librdkafka_floor(bootstrap: &str, writers: usize, warmup: Duration, duration: Duration, value_bytes: usize) -> anyhow::Result<BenchResult> {
-    use tern::log::{kafka::{KafkaLog, KafkaLogConfig}, Log, TopicPartition};
+pub(super) async fn librdkafka_floor(
+    bootstrap: &str,
+    writers: usize,
+    warmup: Duration,
+    duration: Duration,
+    value_bytes: usize,
+) -> anyhow::Result<BenchResult> {
+    use tern::log::{
+        kafka::{KafkaLog, KafkaLogConfig},
+        Log, TopicPartition,
+    };
     const PARTITIONS: u32 = 16;
     let mut config = KafkaLogConfig::new(bootstrap);
     config.topic_prefix = "floor.".into();
@@ -209,7 +223,14 @@ pub(super) async fn librdkafka_floor(bootstrap: &str, writers: usize, warmup: Du
         merged.add(&task.await??)?;
     }
     log.close().await;
-    Ok(BenchResult::from_histogram("librdkafka alone: single-record appends (floor of Tern's PUT)", writers, "closed".into(), duration.as_secs_f64(), 0, &merged))
+    Ok(BenchResult::from_histogram(
+        "librdkafka alone: single-record appends (floor of Tern's PUT)",
+        writers,
+        "closed".into(),
+        duration.as_secs_f64(),
+        0,
+        &merged,
+    ))
 }
 
 fn render_cpu(row: &str, cpu: &serde_json::Map<String, serde_json::Value>) -> String {
@@ -239,7 +260,10 @@ async fn forwarded_vs_local(args: &KafkaArgs, scratch: &Path, exe: &Path, log: &
     let deadline = Instant::now() + Duration::from_secs(60);
     let y_partitions: Vec<u32> = loop {
         let view: serde_json::Value = client.get(format!("http://{addr_x}/v1/cluster")).send().await?.json().await?;
-        let held: Vec<u32> = view["nodes"].as_array().into_iter().flatten()
+        let held: Vec<u32> = view["nodes"]
+            .as_array()
+            .into_iter()
+            .flatten()
             .filter(|n| n["id"] == "bench-y")
             .flat_map(|n| n["partitions"].as_array().cloned().unwrap_or_default())
             .filter_map(|p| p["partition"].as_u64().map(|p| p as u32))
@@ -251,10 +275,7 @@ async fn forwarded_vs_local(args: &KafkaArgs, scratch: &Path, exe: &Path, log: &
         anyhow::ensure!(Instant::now() < deadline, "the replica group did not split within 60 s: {view}");
         tokio::time::sleep(Duration::from_millis(200)).await;
     };
-    let keys: Vec<String> = (0..args.load.keys)
-        .map(key_name)
-        .filter(|k| y_partitions.contains(&tern::partitioner::partition_of(k, 16)))
-        .collect();
+    let keys: Vec<String> = (0..args.load.keys).map(key_name).filter(|k| y_partitions.contains(&tern::partitioner::partition_of(k, 16))).collect();
     let url_y: hyper::Uri = format!("http://{addr_y}").parse()?;
     load::preload_tern(&url_y, "default", args.load.keys, args.load.value_bytes, 16).await?;
     // Every key applied on Y before measuring (a strong read of the last one per partition).
@@ -263,9 +284,11 @@ async fn forwarded_vs_local(args: &KafkaArgs, scratch: &Path, exe: &Path, log: &
     }
     let keys = std::sync::Arc::new(keys);
     let closed = LoadArgs { rate: None, ..args.load.clone() };
-    let local = load::run(&url_y, &closed.spec("tern GET local (on the holder)", Operation::TernGetOf { ns: "default".into(), keys: keys.clone() })).await?;
+    let local =
+        load::run(&url_y, &closed.spec("tern GET local (on the holder)", Operation::TernGetOf { ns: "default".into(), keys: keys.clone() })).await?;
     let url_x: hyper::Uri = format!("http://{addr_x}").parse()?;
-    let forwarded = load::run(&url_x, &closed.spec("tern GET forwarded (non-holder → holder)", Operation::TernGetOf { ns: "default".into(), keys })).await?;
+    let forwarded =
+        load::run(&url_x, &closed.spec("tern GET forwarded (non-holder → holder)", Operation::TernGetOf { ns: "default".into(), keys })).await?;
     stop_nodes([&mut x, &mut y]).await;
     Ok(vec![local, forwarded])
 }
@@ -306,8 +329,11 @@ async fn measure(args: &KafkaArgs, scratch: &Path, kafka_dir: &Path, bootstrap: 
     results.push(visibility_as_kafka_tool(exe, scratch, &log, seconds, args.load.value_bytes).await?);
 
     eprintln!("kafka EndToEndLatency (acks=all, {} B)", args.load.value_bytes);
-    kafka_tool(kafka_dir, "org.apache.kafka.tools.TopicCommand",
-        &["--bootstrap-server", bootstrap, "--create", "--topic", "e2e", "--partitions", "1"])?;
+    kafka_tool(
+        kafka_dir,
+        "org.apache.kafka.tools.TopicCommand",
+        &["--bootstrap-server", bootstrap, "--create", "--topic", "e2e", "--partitions", "1"],
+    )?;
     let size = args.load.value_bytes.to_string();
     let e2e = kafka_tool(kafka_dir, "org.apache.kafka.tools.EndToEndLatency", &[bootstrap, "e2e", "10000", "all", &size])?;
     let e2e_avg_ms = number_after(&e2e, "Avg latency:");
@@ -318,8 +344,12 @@ async fn measure(args: &KafkaArgs, scratch: &Path, kafka_dir: &Path, bootstrap: 
     let url: hyper::Uri = format!("http://{addr_a}").parse()?;
     let closed = LoadArgs { rate: None, ..args.load.clone() };
     let broker_pid: u32 = std::fs::read_to_string(kafka_dir.join("node-1.pid"))?.trim().parse()?;
-    let processes = [("tern A", a.id().unwrap_or_default()), ("tern B", b.id().unwrap_or_default()),
-                     ("broker", broker_pid), ("load generator", std::process::id())];
+    let processes = [
+        ("tern A", a.id().unwrap_or_default()),
+        ("tern B", b.id().unwrap_or_default()),
+        ("broker", broker_pid),
+        ("load generator", std::process::id()),
+    ];
     // Warm-up included in the CPU time but not in the count: divide by all requests made.
     let meter = CpuMeter::start(&processes)?;
     let put = load::run(&url, &closed.spec("tern PUT via Kafka", Operation::TernPut { ns: "default".into() })).await?;
@@ -346,12 +376,17 @@ async fn measure(args: &KafkaArgs, scratch: &Path, kafka_dir: &Path, bootstrap: 
     results.extend(forwarded_vs_local(args, scratch, exe, &log).await?);
 
     eprintln!("kafka ProducerPerformance (acks=all, {} B)", args.load.value_bytes);
-    kafka_tool(kafka_dir, "org.apache.kafka.tools.TopicCommand",
-        &["--bootstrap-server", bootstrap, "--create", "--topic", "perf", "--partitions", "16"])?;
+    kafka_tool(
+        kafka_dir,
+        "org.apache.kafka.tools.TopicCommand",
+        &["--bootstrap-server", bootstrap, "--create", "--topic", "perf", "--partitions", "16"],
+    )?;
     let props = format!("bootstrap.servers={bootstrap}");
-    let perf = kafka_tool(kafka_dir, "org.apache.kafka.tools.ProducerPerformance",
-        &["--topic", "perf", "--num-records", "1000000", "--record-size", &size, "--throughput", "-1",
-          "--producer-props", &props, "acks=all"])?;
+    let perf = kafka_tool(
+        kafka_dir,
+        "org.apache.kafka.tools.ProducerPerformance",
+        &["--topic", "perf", "--num-records", "1000000", "--record-size", &size, "--throughput", "-1", "--producer-props", &props, "acks=all"],
+    )?;
     let perf_line = perf.lines().last().unwrap_or_default().to_string();
     let perf_records_per_s = perf_line.split(" records sent, ").nth(1).and_then(|r| r.split(' ').next()).and_then(|n| n.parse::<f64>().ok());
 

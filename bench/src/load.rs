@@ -64,7 +64,10 @@ pub fn tls_client(ca_pem: &std::path::Path, alpn: &[u8]) -> anyhow::Result<std::
         roots.add(cert?)?;
     }
     let provider = std::sync::Arc::new(rustls::crypto::aws_lc_rs::default_provider());
-    let mut config = rustls::ClientConfig::builder_with_provider(provider).with_safe_default_protocol_versions()?.with_root_certificates(roots).with_no_client_auth();
+    let mut config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
     config.alpn_protocols = vec![alpn.to_vec()];
     Ok(std::sync::Arc::new(config))
 }
@@ -82,17 +85,19 @@ pub fn value_of(bytes: usize) -> Bytes {
     Bytes::from(format!("\"{inner}\""))
 }
 
-fn request(spec: &LoadSpec, authority: &str, authorization: Option<&hyper::header::HeaderValue>, value: &Bytes, rng: &mut impl Rng) -> Request<Full<Bytes>> {
+fn request(
+    spec: &LoadSpec,
+    authority: &str,
+    authorization: Option<&hyper::header::HeaderValue>,
+    value: &Bytes,
+    rng: &mut impl Rng,
+) -> Request<Full<Bytes>> {
     let key = rng.random_range(0..spec.keys);
     let (method, path, body) = match &spec.operation {
         Operation::TernGet { ns } => (Method::GET, format!("/v1/ns/{ns}/kv/{}/", key_name(key)), Bytes::new()),
         Operation::TernPut { ns } => (Method::PUT, format!("/v1/ns/{ns}/kv/{}/", key_name(key)), value.clone()),
-        Operation::TernPutJournaled { ns } => {
-            (Method::PUT, format!("/v1/ns/{ns}/kv/{}/?durability=journaled", key_name(key)), value.clone())
-        }
-        Operation::TernGetOf { ns, keys } => {
-            (Method::GET, format!("/v1/ns/{ns}/kv/{}/", keys[rng.random_range(0..keys.len())]), Bytes::new())
-        }
+        Operation::TernPutJournaled { ns } => (Method::PUT, format!("/v1/ns/{ns}/kv/{}/?durability=journaled", key_name(key)), value.clone()),
+        Operation::TernGetOf { ns, keys } => (Method::GET, format!("/v1/ns/{ns}/kv/{}/", keys[rng.random_range(0..keys.len())]), Bytes::new()),
         Operation::TernBatch { ns, ops } => (Method::POST, format!("/v1/ns/{ns}/batch"), batch_body(key, *ops, value)),
         Operation::FirebaseGet { ns } => (Method::GET, format!("/bench/{}.json?ns={ns}", key_name(key)), Bytes::new()),
         Operation::Hello => (Method::GET, "/hello".to_string(), Bytes::new()),
@@ -232,11 +237,8 @@ pub async fn run(url: &Uri, spec: &LoadSpec) -> anyhow::Result<BenchResult> {
         let end = start + spec.warmup + spec.duration;
         std::thread::Builder::new().name("bench-pacer".into()).spawn(move || pace(senders, rate, start, end))?;
     }
-    let tasks: Vec<_> = schedules
-        .into_iter()
-        .enumerate()
-        .map(|(i, schedule)| tokio::spawn(connection(url.clone(), spec.clone(), i, start, schedule)))
-        .collect();
+    let tasks: Vec<_> =
+        schedules.into_iter().enumerate().map(|(i, schedule)| tokio::spawn(connection(url.clone(), spec.clone(), i, start, schedule))).collect();
     let mut merged = Histogram::<u64>::new_with_bounds(1, LATENCY_US_MAX, 3)?;
     let mut errors = 0;
     for task in tasks {
@@ -267,7 +269,8 @@ pub async fn preload_tern_as(
     let value = value_of(value_bytes);
     let mut tasks = Vec::new();
     for c in 0..connections as u64 {
-        let (authority, value, ns, url, tls, authorization) = (authority.clone(), value.clone(), ns.to_string(), url.clone(), tls.clone(), authorization.clone());
+        let (authority, value, ns, url, tls, authorization) =
+            (authority.clone(), value.clone(), ns.to_string(), url.clone(), tls.clone(), authorization.clone());
         tasks.push(tokio::spawn(async move {
             let mut sender = open(&url, tls.as_ref()).await?;
             let mut key = c;

@@ -64,14 +64,21 @@ fn line(round: u64, stream: u64, i: u64, start: u64) -> String {
         255 => "E",
         _ => "I",
     };
-    format!("{session},{start},{seqno},4155550{:04},4155551{:04},{kind},{},{}", session % 10_000, (session + 7) % 10_000, start + seqno * 1000, 1_000 + (i * 7919) % 20_000)
+    format!(
+        "{session},{start},{seqno},4155550{:04},4155551{:04},{kind},{},{}",
+        session % 10_000,
+        (session + 7) % 10_000,
+        start + seqno * 1000,
+        1_000 + (i * 7919) % 20_000
+    )
 }
 
 pub async fn run(args: ProceduresBenchArgs) -> anyhow::Result<()> {
     std::fs::create_dir_all(&args.out)?;
     let dir = tempfile::tempdir()?;
     let data_dir = dir.path().join("tern");
-    let (mut tern, addr) = spawn_listening(crate::paths::tern(), &["dev", "--listen", "127.0.0.1:0", "--data-dir", data_dir.to_str().unwrap()]).await?;
+    let (mut tern, addr) =
+        spawn_listening(crate::paths::tern(), &["dev", "--listen", "127.0.0.1:0", "--data-dir", data_dir.to_str().unwrap()]).await?;
     let pid = tern.id().ok_or_else(|| anyhow::anyhow!("tern has no pid"))?;
     let base = format!("http://{addr}");
     let client = reqwest::Client::builder().pool_max_idle_per_host(args.connections).build()?;
@@ -98,7 +105,13 @@ pub async fn run(args: ProceduresBenchArgs) -> anyhow::Result<()> {
     }
     let dead = outbox_count(&client, &base, "agg", "aggdemo.dead").await?;
     let metrics = client.get(format!("{base}/metrics")).send().await?.text().await?;
-    let sample = |name: &str| metrics.lines().find(|l| l.starts_with(name) && l.contains("procedure=\"aggdemo\"")).and_then(|l| l.rsplit(' ').next()?.parse::<f64>().ok()).unwrap_or(0.0);
+    let sample = |name: &str| {
+        metrics
+            .lines()
+            .find(|l| l.starts_with(name) && l.contains("procedure=\"aggdemo\""))
+            .and_then(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
     let calls = sample("tern_procedure_call_seconds_count");
     let inside = json!({
         "calls": calls,
@@ -183,7 +196,9 @@ async fn outbox_count(client: &reqwest::Client, base: &str, ns: &str, topic_suff
     let mut count = 0;
     for p in 0..PARTITIONS {
         let body: Value = client.get(format!("{base}/v1/ns/{ns}/outbox?partition={p}&limit=1000")).send().await?.json().await?;
-        count += body["messages"].as_array().map_or(0, |m| m.iter().filter(|m| m["topic"].as_str().is_some_and(|t| t.ends_with(topic_suffix))).count() as u64);
+        count += body["messages"]
+            .as_array()
+            .map_or(0, |m| m.iter().filter(|m| m["topic"].as_str().is_some_and(|t| t.ends_with(topic_suffix))).count() as u64);
     }
     Ok(count)
 }
@@ -191,7 +206,14 @@ async fn outbox_count(client: &reqwest::Client, base: &str, ns: &str, topic_suff
 fn markdown(rows: &[Value]) -> String {
     let mut md = String::from("| round | namespace | procedure | records/s | tern CPU µs per record |\n|---|---|---|---|---|\n");
     for r in rows {
-        md.push_str(&format!("| {} | {} | {} | {} | {} |\n", r["round"], r["namespace"].as_str().unwrap_or(""), r["procedure"].as_str().unwrap_or(""), r["records_per_s"], r["tern_cpu_us_per_record"]));
+        md.push_str(&format!(
+            "| {} | {} | {} | {} | {} |\n",
+            r["round"],
+            r["namespace"].as_str().unwrap_or(""),
+            r["procedure"].as_str().unwrap_or(""),
+            r["records_per_s"],
+            r["tern_cpu_us_per_record"]
+        ));
     }
     md
 }

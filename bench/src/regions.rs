@@ -141,7 +141,10 @@ async fn measure(args: &RegionsArgs, bed: &Bed) -> anyhow::Result<()> {
         results.push(kafka_end_to_end(bed, &a.region, &b.region, seconds, args.load.value_bytes).await?);
 
         eprintln!("PUT throughput in {} ({} connections, RF 3 across regions)", a.region, closed.connections);
-        results.push(load::run(&url_a, &closed.spec(&format!("PUT in {} (RF 3 across regions)", a.region), Operation::TernPut { ns: "default".into() })).await?);
+        results.push(
+            load::run(&url_a, &closed.spec(&format!("PUT in {} (RF 3 across regions)", a.region), Operation::TernPut { ns: "default".into() }))
+                .await?,
+        );
         eprintln!("floor: librdkafka single-record appends from {} writers in {}", closed.connections, a.region);
         let warmup = Duration::from_secs(args.load.warmup_seconds);
         let mut floor = super::kafka::librdkafka_floor(&bed.bootstrap(&a.region), closed.connections, warmup, seconds, args.load.value_bytes).await?;

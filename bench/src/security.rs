@@ -78,7 +78,26 @@ pub(super) fn make_certificates(dir: &Path) -> anyhow::Result<(PathBuf, PathBuf,
     openssl(dir, &[&["req", "-x509"][..], &ec, &["-keyout", "ca.key", "-out", "ca.pem", "-days", "2", "-subj", "/CN=bench-ca"]].concat())?;
     openssl(dir, &[&["req"][..], &ec, &["-keyout", "node.key", "-out", "node.csr", "-subj", "/CN=node"]].concat())?;
     std::fs::write(dir.join("node.ext"), "subjectAltName=IP:127.0.0.1\n")?;
-    openssl(dir, &["x509", "-req", "-in", "node.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial", "-out", "node.pem", "-days", "2", "-extfile", "node.ext"])?;
+    openssl(
+        dir,
+        &[
+            "x509",
+            "-req",
+            "-in",
+            "node.csr",
+            "-CA",
+            "ca.pem",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-out",
+            "node.pem",
+            "-days",
+            "2",
+            "-extfile",
+            "node.ext",
+        ],
+    )?;
     Ok((dir.join("ca.pem"), dir.join("node.pem"), dir.join("node.key")))
 }
 
@@ -88,7 +107,13 @@ async fn start(name: &'static str, dir: &Path, auth: bool, certificates: Option<
     let mut args: Vec<String> = ["serve", "--listen", "127.0.0.1:0", "--namespace", "default:16", "--data-dir"].map(String::from).to_vec();
     args.push(data.display().to_string());
     if auth {
-        args.extend(["--auth".into(), "--auth-failures-per-minute".into(), "0".into(), "--admin-token-file".into(), token_file.display().to_string()]);
+        args.extend([
+            "--auth".into(),
+            "--auth-failures-per-minute".into(),
+            "0".into(),
+            "--admin-token-file".into(),
+            token_file.display().to_string(),
+        ]);
     }
     if let Some((_, cert, key)) = certificates {
         args.extend(["--tls-cert-file".into(), cert.display().to_string(), "--tls-key-file".into(), key.display().to_string()]);
@@ -162,7 +187,9 @@ pub async fn run(args: SecurityBenchArgs) -> anyhow::Result<()> {
         let order: Vec<usize> = (0..targets.len()).map(|i| (i + round - 1) % targets.len()).collect();
         eprintln!("round {round}/{}: GET, then PUT, starting at {}", args.rounds, targets[order[0]].name);
         let mut results: Vec<Option<BenchResult>> = vec![None; 2 * targets.len()];
-        for (v, (verb, operation)) in [("GET", Operation::TernGet { ns: ns.clone() }), ("PUT", Operation::TernPut { ns: ns.clone() })].into_iter().enumerate() {
+        for (v, (verb, operation)) in
+            [("GET", Operation::TernGet { ns: ns.clone() }), ("PUT", Operation::TernPut { ns: ns.clone() })].into_iter().enumerate()
+        {
             for &i in &order {
                 let target = &targets[i];
                 let mut spec = closed.spec(&format!("tern {verb} ({})", target.name), operation.clone());

@@ -96,8 +96,19 @@ async fn restore_and_catch_up(args: &SnapshotBenchArgs, scratch: &Path) -> anyho
     let data = scratch.join("node");
     let snapshots = format!("file://{}", scratch.join("node-snapshots").display());
     let node_args = [
-        "serve", "--listen", "127.0.0.1:0", "--data-dir", data.to_str().unwrap_or_default(), "--namespace", "bench:4",
-        "--snapshots", &snapshots, "--snapshot-interval-ms", "86400000", "--snapshot-entries", "1000000000",
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--data-dir",
+        data.to_str().unwrap_or_default(),
+        "--namespace",
+        "bench:4",
+        "--snapshots",
+        &snapshots,
+        "--snapshot-interval-ms",
+        "86400000",
+        "--snapshot-entries",
+        "1000000000",
     ];
     let client = reqwest::Client::new();
     let (mut node, address) = super::suite::spawn_listening(exe, &node_args).await?;
@@ -119,9 +130,8 @@ async fn restore_and_catch_up(args: &SnapshotBenchArgs, scratch: &Path) -> anyho
     }
     let elapsed = started.elapsed().as_secs_f64();
     let restored: serde_json::Value = client.get(format!("{url}/v1/ns/bench")).send().await?.json().await?;
-    let hashes = |v: &serde_json::Value| -> Vec<serde_json::Value> {
-        v["state"].as_array().into_iter().flatten().map(|p| p["state_hash"].clone()).collect()
-    };
+    let hashes =
+        |v: &serde_json::Value| -> Vec<serde_json::Value> { v["state"].as_array().into_iter().flatten().map(|p| p["state_hash"].clone()).collect() };
     anyhow::ensure!(hashes(&restored) == hashes(&expected), "restored state differs: {restored} vs {expected}");
     terminate(&mut node).await?;
     Ok(json!({ "records": args.records, "written_after_snapshot": after, "restore_and_catch_up_s": elapsed }))
@@ -150,7 +160,13 @@ async fn terminate(node: &mut tokio::process::Child) -> anyhow::Result<()> {
 }
 
 /// One target's numbers.
-async fn measure(name: &str, snapshots: &Snapshots, store: &PartitionStore, scratch: &Path, args: &SnapshotBenchArgs) -> anyhow::Result<serde_json::Value> {
+async fn measure(
+    name: &str,
+    snapshots: &Snapshots,
+    store: &PartitionStore,
+    scratch: &Path,
+    args: &SnapshotBenchArgs,
+) -> anyhow::Result<serde_json::Value> {
     eprintln!("{name}: full snapshot");
     let started = Instant::now();
     let full = snapshots.create("bench", 0, 1, store.read()?, "bench-log").await?;
@@ -263,7 +279,9 @@ pub async fn run(args: SnapshotBenchArgs) -> anyhow::Result<()> {
     md.push_str(&format!(
         "\nend to end (tern serve, embedded log): {} records, snapshot, {} more written, stores deleted, restart: \
          ready after {:.2} s (restore + catch-up)\n",
-        end_to_end["records"], end_to_end["written_after_snapshot"], end_to_end["restore_and_catch_up_s"].as_f64().unwrap_or(0.0)
+        end_to_end["records"],
+        end_to_end["written_after_snapshot"],
+        end_to_end["restore_and_catch_up_s"].as_f64().unwrap_or(0.0)
     ));
     std::fs::write(args.out.join("snapshot.md"), &md)?;
     print!("{md}");

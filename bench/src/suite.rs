@@ -44,12 +44,7 @@ const START_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Spawns `program args` and waits for a stdout line containing "listening on http://ADDR" (or https).
 pub(super) async fn spawn_listening(program: &std::path::Path, args: &[&str]) -> anyhow::Result<(Child, String)> {
-    let mut child = Command::new(program)
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()?;
+    let mut child = Command::new(program).args(args).stdout(Stdio::piped()).stderr(Stdio::null()).kill_on_drop(true).spawn()?;
     let stdout = child.stdout.take().expect("piped");
     let mut lines = BufReader::new(stdout).lines();
     let address = tokio::time::timeout(START_TIMEOUT, async {
@@ -203,11 +198,8 @@ pub async fn run(args: SuiteArgs) -> anyhow::Result<()> {
     md.push_str(&format!("\n{}\n", serde_json::to_string_pretty(&ratios)?));
     std::fs::write(args.out.join("results.md"), &md)?;
     print!("{md}");
-    let chart = std::process::Command::new("python3")
-        .arg(crate::paths::bench_file("chart.py"))
-        .arg(&json_path)
-        .arg(args.out.join("results.png"))
-        .status();
+    let chart =
+        std::process::Command::new("python3").arg(crate::paths::bench_file("chart.py")).arg(&json_path).arg(args.out.join("results.png")).status();
     match chart {
         Ok(status) if status.success() => eprintln!("chart: {}", args.out.join("results.png").display()),
         other => eprintln!("chart not drawn ({other:?}); run scripts/setup.sh to install matplotlib"),

@@ -32,8 +32,8 @@
 //! Node process (`tests/firebase-js/sdk-fanout.mjs`), each `onValue` of
 //! `/bench`, the writer's puts made and timed by that process (its clock).
 
-use std::path::PathBuf;
 use std::future::Future;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::task::Poll;
 use std::time::{Duration, Instant};
@@ -240,8 +240,16 @@ async fn run_subscribers(args: &WatchBenchArgs, n: usize, transport: Transport, 
     };
     let tls_args: Vec<String> = match &certificates {
         Some((_, cert, key)) => vec![
-            "serve".into(), "--listen".into(), "127.0.0.1:0".into(), "--data-dir".into(), data_dir.display().to_string(),
-            "--namespace".into(), "default:16".into(), "--tls-cert-file".into(), cert.display().to_string(), "--tls-key-file".into(),
+            "serve".into(),
+            "--listen".into(),
+            "127.0.0.1:0".into(),
+            "--data-dir".into(),
+            data_dir.display().to_string(),
+            "--namespace".into(),
+            "default:16".into(),
+            "--tls-cert-file".into(),
+            cert.display().to_string(),
+            "--tls-key-file".into(),
             key.display().to_string(),
         ],
         None => Vec::new(),
@@ -412,8 +420,7 @@ where
 const SEQ_MARK: &[u8] = b"\"seq\":";
 
 /// Built once: building a finder costs more than a search of one read.
-static SEQ_FINDER: std::sync::LazyLock<memchr::memmem::Finder<'static>> =
-    std::sync::LazyLock::new(|| memchr::memmem::Finder::new(SEQ_MARK));
+static SEQ_FINDER: std::sync::LazyLock<memchr::memmem::Finder<'static>> = std::sync::LazyLock::new(|| memchr::memmem::Finder::new(SEQ_MARK));
 
 /// Finds every `"seq":N` in `bytes`, `carry` being what the last read left
 /// unfinished (a mark or a number cut by the read's end). Reads are scanned
@@ -754,7 +761,8 @@ async fn run_sdk(args: &WatchBenchArgs) -> anyhow::Result<WatchResult> {
     let node_pid = node.id().ok_or_else(|| anyhow::anyhow!("node exited"))?;
     let meter = CpuMeter::start(&[("server", pid), ("harness", node_pid)])?;
     node.stdin.take().expect("piped").write_all(b"go\n").await?;
-    let report = tokio::time::timeout(Duration::from_secs(600), lines.next_line()).await??.ok_or_else(|| anyhow::anyhow!("no report from the SDK run"))?;
+    let report =
+        tokio::time::timeout(Duration::from_secs(600), lines.next_line()).await??.ok_or_else(|| anyhow::anyhow!("no report from the SDK run"))?;
     let report: SdkReport = serde_json::from_str(&report)?;
     let cpu = meter.per_op_us_each(report.events_received.max(1) as f64)?;
     let _ = node.wait().await;
@@ -823,13 +831,7 @@ async fn run_etcd(args: &WatchBenchArgs, n: usize, per_connection: usize) -> any
     summarize("etcd watch", n, per_connection, args, &measured)
 }
 
-fn summarize(
-    peer: &str,
-    n: usize,
-    per_connection: usize,
-    args: &WatchBenchArgs,
-    measured: &Measured,
-) -> anyhow::Result<WatchResult> {
+fn summarize(peer: &str, n: usize, per_connection: usize, args: &WatchBenchArgs, measured: &Measured) -> anyhow::Result<WatchResult> {
     let mut histogram = Histogram::<u64>::new_with_bounds(1, 600_000_000, 3)?;
     let mut received = 0u64;
     for subscriber in &measured.arrivals {

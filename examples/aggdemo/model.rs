@@ -118,7 +118,12 @@ impl Generated {
     fn with_late(mut self, late: Vec<(u64, u32)>, t0_ms: u64) -> Generated {
         for (id, seqno) in late {
             let start = t0_ms - 3_600_000;
-            let line = format!("{id},{start},{seqno},41555{:05},41566{:05},I,{},{LATE_USAGE}", id % 100_000, (id * 7) % 100_000, start + u64::from(seqno) * 1000);
+            let line = format!(
+                "{id},{start},{seqno},41555{:05},41566{:05},I,{},{LATE_USAGE}",
+                id % 100_000,
+                (id * 7) % 100_000,
+                start + u64::from(seqno) * 1000
+            );
             self.sent.push(Sent { line, session: id, seqno, usage: LATE_USAGE, counts: true });
             // Until it arrives it is a hole: the stale close reports it missing.
             self.never_sent.entry(id).or_default().insert(seqno);
@@ -126,7 +131,6 @@ impl Generated {
         self
     }
 }
-
 
 /// Checks outputs `(topic, row)` (topics end in `.aggregated` or `.bad`)
 /// against what was generated: every output is one a rule makes, nothing
@@ -164,7 +168,17 @@ pub fn check(generated: &Generated, outputs: &[(String, Value)]) -> BTreeMap<Str
             other => panic!("an output no rule makes: {other:?} {row}"),
         }
     }
-    for reason in ["aggregated:END", "aggregated:QTY", "aggregated:AGE", "bad:DUP", "bad:BADFORMAT", "bad:LATE", "bad:TOOLATE", "bad:LATERECORD", "bad:LATESESSION"] {
+    for reason in [
+        "aggregated:END",
+        "aggregated:QTY",
+        "aggregated:AGE",
+        "bad:DUP",
+        "bad:BADFORMAT",
+        "bad:LATE",
+        "bad:TOOLATE",
+        "bad:LATERECORD",
+        "bad:LATESESSION",
+    ] {
         assert!(reasons.contains_key(reason), "the generator reaches {reason}: {reasons:?}");
     }
 

@@ -12,8 +12,8 @@ use serde::Deserialize;
 use serde_json::json;
 
 use super::body;
-use crate::edge::{ApiError, AppState, Caller, require_everywhere};
 use crate::auth::Verb;
+use crate::edge::{require_everywhere, ApiError, AppState, Caller};
 use crate::node::snapshots::take_now;
 use crate::snapshot::Snapshots;
 
@@ -46,10 +46,7 @@ pub async fn create(State(state): State<AppState>, Caller(identity): Caller, bod
     if let Some(ns) = &request.ns {
         let namespace = state.node.namespace(ns).ok_or_else(|| ApiError::unknown_namespace(ns))?;
         if let Some(p) = request.partition.filter(|p| *p >= namespace.partitions) {
-            return Err(ApiError::bad_request(
-                "invalid_partition",
-                format!("namespace {ns:?} has partitions 0..{}, not {p}", namespace.partitions),
-            ));
+            return Err(ApiError::bad_request("invalid_partition", format!("namespace {ns:?} has partitions 0..{}, not {p}", namespace.partitions)));
         }
     } else if request.partition.is_some() {
         return Err(ApiError::bad_request("invalid_request", "partition needs ns"));

@@ -8,11 +8,11 @@ use axum::response::Response;
 use bytes::Bytes;
 use serde::Deserialize;
 
+use super::body;
+use super::keys::namespace;
 use super::keys::NsName;
 use super::params::Params;
 use super::write::{condition_of, write_id, write_records};
-use super::body;
-use super::keys::namespace;
 use crate::auth::Verb;
 use crate::codec::{Mutation, Op, OpKind};
 use crate::edge::{require, require_anywhere, ApiError, AppState, Caller, Incoming};
@@ -63,9 +63,7 @@ fn batch_op(index: usize, op: BatchOp) -> Result<Op, ApiError> {
         // A uniform op shape may carry `"value": null` on a delete: nothing to put.
         ("delete", Some(value)) if value.get() == "null" => OpKind::Delete,
         ("delete", Some(_)) => return Err(at(ApiError::bad_request("invalid_op", "a delete takes no value"))),
-        (other, _) => {
-            return Err(at(ApiError::bad_request("invalid_op", format!("op must be \"put\" or \"delete\", got {other:?}"))))
-        }
+        (other, _) => return Err(at(ApiError::bad_request("invalid_op", format!("op must be \"put\" or \"delete\", got {other:?}")))),
     };
     Ok(Op { pk: op.pk, sk: op.sk, kind, condition })
 }

@@ -6,13 +6,11 @@ use axum::http::StatusCode;
 use bytes::Bytes;
 use serde::de::DeserializeOwned;
 
-
 /// Reads at most `limit_bytes`; more is a 413 with `code`.
 pub async fn read(body: Body, limit_bytes: usize, code: &'static str, what: &str) -> Result<Bytes, ApiError> {
     axum::body::to_bytes(body, limit_bytes).await.map_err(|e| {
-        let too_large = std::error::Error::source(&e)
-            .is_some_and(|s| s.is::<http_body_util::LengthLimitError>())
-            || e.to_string().contains("length limit");
+        let too_large =
+            std::error::Error::source(&e).is_some_and(|s| s.is::<http_body_util::LengthLimitError>()) || e.to_string().contains("length limit");
         if too_large {
             ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, code, format!("{what} is larger than the limit of {limit_bytes} bytes"))
         } else {
@@ -37,5 +35,5 @@ pub fn json_value(bytes: Bytes) -> Result<Bytes, ApiError> {
     let start = bytes.iter().position(|b| !b.is_ascii_whitespace()).unwrap_or(0);
     let end = bytes.iter().rposition(|b| !b.is_ascii_whitespace()).map_or(start, |e| e + 1);
     Ok(bytes.slice(start..end))
-}use crate::edge::{ApiError};
-
+}
+use crate::edge::ApiError;

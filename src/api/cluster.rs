@@ -10,8 +10,8 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::json;
 
-use crate::edge::{AppState, Caller, require_everywhere};
 use crate::auth::Verb;
+use crate::edge::{require_everywhere, AppState, Caller};
 
 pub async fn show(State(state): State<AppState>, Caller(identity): Caller) -> Response {
     if let Err(e) = require_everywhere(&identity, Verb::Admin) {
@@ -28,9 +28,7 @@ pub async fn show(State(state): State<AppState>, Caller(identity): Caller) -> Re
             let refused: Vec<serde_json::Value> = m
                 .refused
                 .iter()
-                .flat_map(|(ns, refused)| {
-                    refused.iter().map(move |(p, reason)| json!({ "ns": ns, "partition": p, "reason": reason }))
-                })
+                .flat_map(|(ns, refused)| refused.iter().map(move |(p, reason)| json!({ "ns": ns, "partition": p, "reason": reason })))
                 .collect();
             json!({
                 "id": m.id,
@@ -60,13 +58,17 @@ fn routes(state: &AppState) -> Vec<serde_json::Value> {
     for namespace in state.node.namespaces() {
         for handle in &namespace.handles {
             let route = match handle.is_held() {
-                true => json!({ "ns": &*namespace.name, "partition": handle.partition, "holder": me.id, "region": me.region, "local": true, "rtt_ms": null }),
+                true => {
+                    json!({ "ns": &*namespace.name, "partition": handle.partition, "holder": me.id, "region": me.region, "local": true, "rtt_ms": null })
+                }
                 false => match cluster.holders(&namespace.name, handle.partition).first() {
                     Some(holder) => json!({
                         "ns": &*namespace.name, "partition": handle.partition, "holder": holder.id, "region": holder.region,
                         "local": false, "rtt_ms": cluster.rtt(&holder.id).and_then(|rtt| rtt.ms()),
                     }),
-                    None => json!({ "ns": &*namespace.name, "partition": handle.partition, "holder": null, "region": null, "local": false, "rtt_ms": null }),
+                    None => {
+                        json!({ "ns": &*namespace.name, "partition": handle.partition, "holder": null, "region": null, "local": false, "rtt_ms": null })
+                    }
                 },
             };
             routes.push(route);

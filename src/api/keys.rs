@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use percent_encoding::percent_decode_str;
 
-use crate::edge::{ApiError};
+use crate::edge::ApiError;
 use crate::edge::AppState;
 use crate::limits;
 use crate::partition::Namespace;
@@ -39,10 +39,7 @@ pub fn parse(raw_path: &str) -> Result<KeyPath, ApiError> {
     let pk = decode(segments.next().unwrap_or(""), "pk")?;
     let sk = segments.next().map(|s| decode(s, "sk")).transpose()?;
     if segments.next().is_some() {
-        return Err(ApiError::bad_request(
-            "invalid_key",
-            "the path has more than two key segments; percent-encode a / inside a key as %2F",
-        ));
+        return Err(ApiError::bad_request("invalid_key", "the path has more than two key segments; percent-encode a / inside a key as %2F"));
     }
     limits::check_pk(&pk)?;
     if let Some(sk) = &sk {
@@ -73,10 +70,7 @@ mod tests {
         // Route words are ordinary names in every position.
         for word in ["kv", "watch", "get", "batch", "ns", "v1"] {
             assert_eq!(parse(&format!("/v1/ns/{word}/kv/user")).unwrap(), KeyPath { pk: "user".into(), sk: None });
-            assert_eq!(
-                parse(&format!("/v1/ns/{word}/kv/{word}/{word}")).unwrap(),
-                KeyPath { pk: word.into(), sk: Some(word.into()) }
-            );
+            assert_eq!(parse(&format!("/v1/ns/{word}/kv/{word}/{word}")).unwrap(), KeyPath { pk: word.into(), sk: Some(word.into()) });
             assert_eq!(parse(&format!("/v1/ns/d/kv/{word}")).unwrap(), KeyPath { pk: word.into(), sk: None });
         }
         assert_eq!(parse("/v1/ns/kv/kv").unwrap_err().code, "invalid_key");
@@ -94,9 +88,9 @@ impl<S: Send + Sync> axum::extract::FromRequestParts<S> for NsName {
 
     async fn from_request_parts(parts: &mut axum::http::request::Parts, _: &S) -> Result<Self, Self::Rejection> {
         let segment = parts.uri.path().strip_prefix("/v1/ns/").and_then(|rest| rest.split('/').next()).unwrap_or("");
-        let name = percent_decode_str(segment).decode_utf8().map_err(|_| {
-            ApiError::bad_request("invalid_namespace", "the namespace name is not valid UTF-8 after percent-decoding")
-        })?;
+        let name = percent_decode_str(segment)
+            .decode_utf8()
+            .map_err(|_| ApiError::bad_request("invalid_namespace", "the namespace name is not valid UTF-8 after percent-decoding"))?;
         Ok(NsName(name.into_owned()))
     }
 }

@@ -8,8 +8,8 @@ use serde_json::json;
 
 use super::params::Params;
 use super::records::{partition_param, reads_here};
-use super::render::json_response;
 use super::render;
+use super::render::json_response;
 use crate::edge::{to_holder, ApiError, AppState, Incoming};
 use crate::limits;
 use crate::node::read::await_consistency;
@@ -37,16 +37,10 @@ pub(super) async fn list(
     pk: String,
     query: Option<&str>,
 ) -> Result<Response, ApiError> {
-    let params = Params::parse(
-        query,
-        &["prefix", "start", "end", "limit", "cursor", "reverse", "after", "consistency", "timeout_ms", "partition"],
-    )?;
+    let params = Params::parse(query, &["prefix", "start", "end", "limit", "cursor", "reverse", "after", "consistency", "timeout_ms", "partition"])?;
     let limit = params.u64("limit")?.map_or(limits::LIST_LIMIT_DEFAULT, |l| l as usize);
     if limit == 0 || limit > limits::LIST_LIMIT_MAX {
-        return Err(ApiError::bad_request(
-            "invalid_parameter",
-            format!("limit must be between 1 and {}, got {limit}", limits::LIST_LIMIT_MAX),
-        ));
+        return Err(ApiError::bad_request("invalid_parameter", format!("limit must be between 1 and {}, got {limit}", limits::LIST_LIMIT_MAX)));
     }
     let range = SkRange {
         prefix: params.str("prefix").map(str::to_string),

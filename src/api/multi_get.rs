@@ -12,12 +12,12 @@ use bytes::Bytes;
 use serde::Deserialize;
 use serde_json::json;
 
+use super::body;
+use super::keys::namespace;
 use super::keys::NsName;
 use super::params::Params;
-use super::body;
-use super::render::json_response;
-use super::keys::namespace;
 use super::render;
+use super::render::json_response;
 use crate::auth::Verb;
 use crate::cluster::Member;
 use crate::edge::{no_holder, not_held, require, require_anywhere, send, ApiError, AppState, Caller, Incoming};
@@ -78,9 +78,7 @@ pub async fn multi_get(
         let incoming = Incoming::new(axum::http::Method::POST, &uri, &headers);
         let keys: Vec<(&str, &str)> = request.keys.iter().map(|k| (k.pk.as_str(), k.sk.as_str())).collect();
         let key_partitions: Vec<u32> = request.keys.iter().map(|k| namespace.partition_of(&k.pk)).collect();
-        let fetched =
-            multi_get_remote(&state, &incoming, &namespace.name, &remote, &keys, &key_partitions, &mut items, &mut offsets)
-                .await;
+        let fetched = multi_get_remote(&state, &incoming, &namespace.name, &remote, &keys, &key_partitions, &mut items, &mut offsets).await;
         if let Err(response) = fetched {
             return Ok(response);
         }
@@ -170,11 +168,10 @@ async fn multi_get_remote(
         if response.status() != StatusCode::OK {
             return Err(response);
         }
-        let body = axum::body::to_bytes(response.into_body(), usize::MAX)
-            .await
-            .map_err(|e| holder_error(format!("reading {}'s answer: {e}", holder.id)))?;
-        let answer: RemoteItems = serde_json::from_slice(&body)
-            .map_err(|e| holder_error(format!("{} answered a multi-get with unexpected JSON: {e}", holder.id)))?;
+        let body =
+            axum::body::to_bytes(response.into_body(), usize::MAX).await.map_err(|e| holder_error(format!("reading {}'s answer: {e}", holder.id)))?;
+        let answer: RemoteItems =
+            serde_json::from_slice(&body).map_err(|e| holder_error(format!("{} answered a multi-get with unexpected JSON: {e}", holder.id)))?;
         if answer.items.len() != indexes.len() {
             return Err(holder_error(format!("{} answered {} items for {} keys", holder.id, answer.items.len(), indexes.len())));
         }

@@ -8,10 +8,10 @@ use axum::Json;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use crate::edge::{ApiError, AppState, Caller, require, require_anywhere};
-use crate::auth::{Identity, Verb};
-use super::keys::NsName;
 use super::body;
+use super::keys::NsName;
+use crate::auth::{Identity, Verb};
+use crate::edge::{require, require_anywhere, ApiError, AppState, Caller};
 use crate::node::namespace_options::WriteMode;
 use crate::partition::PartitionStatus;
 
@@ -51,10 +51,7 @@ pub async fn create(State(state): State<AppState>, Caller(identity): Caller, NsN
         (None, Some(partitions)) => state.node.create_namespace(&ns, partitions).await?,
         (None, None) if state.node.namespace(&ns).is_some() => false,
         (None, None) => {
-            return Err(ApiError::bad_request(
-                "invalid_request",
-                format!("namespace {ns:?} does not exist: creating it needs \"partitions\""),
-            ))
+            return Err(ApiError::bad_request("invalid_request", format!("namespace {ns:?} does not exist: creating it needs \"partitions\"")))
         }
     };
     let namespace = state.node.namespace(&ns).ok_or_else(|| ApiError::unknown_namespace(&ns))?;
@@ -168,10 +165,7 @@ const LOG_OFFSETS_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 const LOG_OFFSET_REQUESTS_MAX: usize = 32;
 
 /// `(start, end)` of each partition's log, asked concurrently, all within `LOG_OFFSETS_WAIT`.
-async fn log_offsets(
-    log: std::sync::Arc<dyn crate::log::Log>,
-    tps: Vec<crate::log::TopicPartition>,
-) -> Vec<(Option<u64>, Option<u64>)> {
+async fn log_offsets(log: std::sync::Arc<dyn crate::log::Log>, tps: Vec<crate::log::TopicPartition>) -> Vec<(Option<u64>, Option<u64>)> {
     use futures::StreamExt;
     let deadline = tokio::time::Instant::now() + LOG_OFFSETS_WAIT;
     futures::stream::iter(tps)

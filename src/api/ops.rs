@@ -7,8 +7,8 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::json;
 
-use crate::edge::{ApiError, AppState, caller_of, require_everywhere};
 use crate::auth::Verb;
+use crate::edge::{caller_of, require_everywhere, ApiError, AppState};
 
 pub async fn healthz() -> Response {
     Json(json!({ "status": "ok" })).into_response()
@@ -25,13 +25,9 @@ pub async fn readyz(State(state): State<AppState>) -> Response {
         }
         return Json(json!({ "ready": true })).into_response();
     }
-    ApiError::new(
-        StatusCode::SERVICE_UNAVAILABLE,
-        "not_ready",
-        format!("{} partition(s) not ready: {}", problems.len(), problems.join("; ")),
-    )
-    .with("problems", problems)
-    .into_response()
+    ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "not_ready", format!("{} partition(s) not ready: {}", problems.len(), problems.join("; ")))
+        .with("problems", problems)
+        .into_response()
 }
 
 /// Prometheus text: public with `public_metrics`, else `read` on every namespace.

@@ -96,7 +96,8 @@ pub async fn read(
 
 /// `?partition=P` of an outbox call: every outbox is one partition's.
 fn outbox_partition(params: &Params, namespace: &Namespace) -> Result<u32, ApiError> {
-    let partition = params.str("partition").ok_or_else(|| ApiError::bad_request("invalid_request", "outbox calls name their partition: ?partition=P"))?;
+    let partition =
+        params.str("partition").ok_or_else(|| ApiError::bad_request("invalid_request", "outbox calls name their partition: ?partition=P"))?;
     partition
         .parse()
         .ok()
@@ -122,7 +123,9 @@ pub async fn trim(
     let namespace = namespace_of(&state, &ns)?;
     let params = Params::parse(query.as_deref(), &["partition", "below"])?;
     let partition = outbox_partition(&params, &namespace)?;
-    let below = params.str("below").ok_or_else(|| ApiError::bad_request("invalid_request", "say what was taken: ?below=OFFSET (the input offset of the first message not taken)"))?;
+    let below = params.str("below").ok_or_else(|| {
+        ApiError::bad_request("invalid_request", "say what was taken: ?below=OFFSET (the input offset of the first message not taken)")
+    })?;
     let below: u64 = below
         .parse()
         .ok()
@@ -140,7 +143,9 @@ pub async fn trim(
     }
     let handle = namespace.handle(partition).clone();
     if !handle.is_held() {
-        let uri: Uri = format!("/v1/ns/{ns}/outbox?{}", query.unwrap_or_default()).parse().map_err(|e| ApiError::bad_request("invalid_request", format!("{e}")))?;
+        let uri: Uri = format!("/v1/ns/{ns}/outbox?{}", query.unwrap_or_default())
+            .parse()
+            .map_err(|e| ApiError::bad_request("invalid_request", format!("{e}")))?;
         return to_holder(&state, &Incoming::new(Method::DELETE, &uri, &headers), &namespace.name, partition, Bytes::new()).await;
     }
     let end = state.node.log.end_offset(&handle.tp).await?;
@@ -162,7 +167,10 @@ pub async fn trim(
                 return Err(ApiError::new(
                     StatusCode::SERVICE_UNAVAILABLE,
                     "not_caught_up",
-                    format!("the trim is in the log at {ns}:{partition}:{version} but was not applied within {} ms; it will be", TRIM_APPLIED_WAIT.as_millis()),
+                    format!(
+                        "the trim is in the log at {ns}:{partition}:{version} but was not applied within {} ms; it will be",
+                        TRIM_APPLIED_WAIT.as_millis()
+                    ),
                 ))
             }
             Err(e) => return Err(e.into()),

@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use crate::edge::{ApiError};
+use crate::edge::ApiError;
 use crate::limits::{WAIT_MS_DEFAULT, WAIT_MS_MAX};
 use crate::node::read::Consistency;
 use crate::position::Position;
@@ -39,9 +39,7 @@ impl Params {
     pub fn u64(&self, key: &str) -> Result<Option<u64>, ApiError> {
         self.str(key)
             .map(|v| {
-                v.parse::<u64>().map_err(|_| {
-                    ApiError::bad_request("invalid_parameter", format!("{key} must be a non-negative integer, got {v:?}"))
-                })
+                v.parse::<u64>().map_err(|_| ApiError::bad_request("invalid_parameter", format!("{key} must be a non-negative integer, got {v:?}")))
             })
             .transpose()
     }
@@ -58,20 +56,15 @@ impl Params {
     pub fn timeout(&self) -> Result<Duration, ApiError> {
         let ms = self.u64("timeout_ms")?.unwrap_or(WAIT_MS_DEFAULT);
         if ms > WAIT_MS_MAX {
-            return Err(ApiError::bad_request(
-                "invalid_parameter",
-                format!("timeout_ms is at most {WAIT_MS_MAX}, got {ms}"),
-            ));
+            return Err(ApiError::bad_request("invalid_parameter", format!("timeout_ms is at most {WAIT_MS_MAX}, got {ms}")));
         }
         Ok(Duration::from_millis(ms))
     }
 
     /// `after=POSITION` and/or `consistency=local|strong`.
     pub fn consistency(&self) -> Result<Consistency, ApiError> {
-        let after = self
-            .str("after")
-            .map(|p| Position::parse(p).map_err(|e| ApiError::bad_request("invalid_position", e.to_string())))
-            .transpose()?;
+        let after =
+            self.str("after").map(|p| Position::parse(p).map_err(|e| ApiError::bad_request("invalid_position", e.to_string()))).transpose()?;
         match (self.str("consistency"), after) {
             (Some("strong"), Some(_)) => Err(ApiError::bad_request(
                 "invalid_parameter",
@@ -80,10 +73,7 @@ impl Params {
             (Some("strong"), None) => Ok(Consistency::Strong),
             (None | Some("local"), Some(position)) => Ok(Consistency::After(position)),
             (None | Some("local"), None) => Ok(Consistency::Local),
-            (Some(other), _) => Err(ApiError::bad_request(
-                "invalid_parameter",
-                format!("consistency must be local or strong, got {other:?}"),
-            )),
+            (Some(other), _) => Err(ApiError::bad_request("invalid_parameter", format!("consistency must be local or strong, got {other:?}"))),
         }
     }
 

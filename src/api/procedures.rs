@@ -16,7 +16,6 @@
 //! holder's, forwarded. Deploying and removing take the admin verb on the
 //! namespace; reading takes read; trimming the outbox takes write.
 
-
 use axum::body::Body;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, Method, StatusCode, Uri};
@@ -208,7 +207,11 @@ async fn read_procedure(state: &AppState, headers: &HeaderMap, namespace: &Names
     let reader = &view.reader;
     let versions = reader.procedure_versions(name)?;
     let Some((_, latest)) = versions.last() else {
-        return Err(ApiError::new(StatusCode::NOT_FOUND, "not_found", format!("no procedure {name:?} was deployed on namespace {:?}", namespace.name)));
+        return Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            "not_found",
+            format!("no procedure {name:?} was deployed on namespace {:?}", namespace.name),
+        ));
     };
     let active = Definition::parse(latest).map_err(|e| ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "unreadable_procedure", e))?;
     let kept: Vec<Value> = versions
@@ -230,7 +233,13 @@ async fn read_procedure(state: &AppState, headers: &HeaderMap, namespace: &Names
 
 /// A GET of `path` forwarded to a holder of `partition`, with the caller's
 /// headers (its token: the holder checks it again).
-pub(super) async fn forward_get(state: &AppState, headers: &HeaderMap, namespace: &Namespace, partition: u32, path: &str) -> Result<Response, ApiError> {
+pub(super) async fn forward_get(
+    state: &AppState,
+    headers: &HeaderMap,
+    namespace: &Namespace,
+    partition: u32,
+    path: &str,
+) -> Result<Response, ApiError> {
     let uri: Uri = path.parse().map_err(|e| ApiError::bad_request("invalid_request", format!("{e}")))?;
     let incoming = Incoming::new(Method::GET, &uri, headers);
     to_holder(state, &incoming, &namespace.name, partition, Bytes::new()).await

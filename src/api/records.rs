@@ -9,14 +9,14 @@ use axum::http::{HeaderMap, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 
+use super::body;
+use super::keys::namespace;
 use super::keys::{self, NsName};
 use super::list::list;
 use super::params::Params;
-use super::write::{condition, write_one};
-use super::body;
-use super::render::json_response;
-use super::keys::namespace;
 use super::render;
+use super::render::json_response;
+use super::write::{condition, write_one};
 use crate::auth::{Identity, Verb};
 use crate::codec::{Op, OpKind};
 use crate::edge::{require, to_holder, ApiError, AppState, Caller, Incoming, STALENESS_HEADER};
@@ -63,9 +63,7 @@ pub async fn kv(
 pub(super) fn reads_here(state: &AppState, incoming: &Incoming<'_>, namespace: &Namespace, partition: u32) -> bool {
     let handle = namespace.handle(partition);
     match handle.status() {
-        PartitionStatus::CatchingUp => {
-            incoming.forwarded_by.is_some() || state.cluster.holders(&namespace.name, partition).is_empty()
-        }
+        PartitionStatus::CatchingUp => incoming.forwarded_by.is_some() || state.cluster.holders(&namespace.name, partition).is_empty(),
         _ => handle.is_held(),
     }
 }
@@ -138,8 +136,7 @@ async fn get(
         }
         None => {
             let position = crate::position::Position::single_string(&namespace.name, partition, applied_next);
-            Err(ApiError::new(StatusCode::NOT_FOUND, "not_found", format!("no record at pk {pk:?} sk {sk:?}"))
-                .with("position", position))
+            Err(ApiError::new(StatusCode::NOT_FOUND, "not_found", format!("no record at pk {pk:?} sk {sk:?}")).with("position", position))
         }
     }
 }
@@ -150,7 +147,9 @@ async fn get(
 pub(super) fn partition_param(namespace: &Namespace, text: Option<&str>) -> Result<Option<u32>, ApiError> {
     let Some(text) = text else { return Ok(None) };
     let partition = text.parse::<u32>().ok().filter(|p| *p < namespace.partitions);
-    partition.map(Some).ok_or_else(|| ApiError::bad_request("invalid_request", format!("partition is 0 to {}, got {text:?}", namespace.partitions - 1)))
+    partition
+        .map(Some)
+        .ok_or_else(|| ApiError::bad_request("invalid_request", format!("partition is 0 to {}, got {text:?}", namespace.partitions - 1)))
 }
 
 /// `x-tern-staleness-ms`: how stale this replica's answer may be at most
@@ -190,4 +189,3 @@ async fn delete(
     let op = Op { pk, sk, kind: OpKind::Delete, condition: condition(&params)? };
     write_one(state, incoming, namespace, op, &params, Bytes::new()).await
 }
-

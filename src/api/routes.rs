@@ -81,6 +81,5 @@ async fn fallback(request: Request) -> Response {
 }
 
 async fn method_not_allowed(method: Method, uri: Uri) -> Response {
-    ApiError::new(StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed", format!("{method} is not allowed on {}", uri.path()))
-        .into_response()
+    ApiError::new(StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed", format!("{method} is not allowed on {}", uri.path())).into_response()
 }

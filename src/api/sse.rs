@@ -41,21 +41,11 @@ pub struct WatchRequest {
 }
 
 impl WatchRequest {
-    pub fn parse(
-        pk: Option<&str>,
-        prefix: Option<&str>,
-        sk: Option<&str>,
-        from: Option<&str>,
-        mode: Option<&str>,
-    ) -> Result<WatchRequest, ApiError> {
+    pub fn parse(pk: Option<&str>, prefix: Option<&str>, sk: Option<&str>, from: Option<&str>, mode: Option<&str>) -> Result<WatchRequest, ApiError> {
         let filter = match (pk, prefix, sk) {
             (None, None, None) => Filter::Namespace,
-            (None, _, _) => {
-                return Err(ApiError::bad_request("invalid_parameter", "prefix and sk need pk: they select records of one pk"))
-            }
-            (Some(_), Some(_), Some(_)) => {
-                return Err(ApiError::bad_request("invalid_parameter", "give prefix or sk, not both"))
-            }
+            (None, _, _) => return Err(ApiError::bad_request("invalid_parameter", "prefix and sk need pk: they select records of one pk")),
+            (Some(_), Some(_), Some(_)) => return Err(ApiError::bad_request("invalid_parameter", "give prefix or sk, not both")),
             (Some(pk), prefix, sk) => {
                 limits::check_pk(pk)?;
                 match (prefix, sk) {
@@ -74,16 +64,12 @@ impl WatchRequest {
         let from = match from {
             None | Some("now") => watch::Since::Now,
             Some("snapshot") => watch::Since::CurrentState,
-            Some(position) => watch::Since::Cursor(
-                Cursor::parse(position).map_err(|e| ApiError::bad_request("invalid_position", e.to_string()))?,
-            ),
+            Some(position) => watch::Since::Cursor(Cursor::parse(position).map_err(|e| ApiError::bad_request("invalid_position", e.to_string()))?),
         };
         let mode = match mode {
             None | Some("state") => Mode::State,
             Some("log") => Mode::Log,
-            Some(other) => {
-                return Err(ApiError::bad_request("invalid_parameter", format!("mode must be state or log, got {other:?}")))
-            }
+            Some(other) => return Err(ApiError::bad_request("invalid_parameter", format!("mode must be state or log, got {other:?}"))),
         };
         Ok(WatchRequest { filter, from, mode })
     }
@@ -152,11 +138,9 @@ pub async fn open_sse(
     // token scoped to a pk prefix is refused, not filtered (docs/security.md).
     require(identity, ns, params.str("pk").unwrap_or_default(), Verb::Watch)?;
     let last_event_id = match headers.get("last-event-id") {
-        Some(value) => Some(
-            value
-                .to_str()
-                .map_err(|_| ApiError::bad_request("invalid_position", "Last-Event-ID is not a position (not visible ASCII)"))?,
-        ),
+        Some(value) => {
+            Some(value.to_str().map_err(|_| ApiError::bad_request("invalid_position", "Last-Event-ID is not a position (not visible ASCII)"))?)
+        }
         None => None,
     };
     let from = last_event_id.filter(|id| !id.is_empty()).or(params.str("from"));

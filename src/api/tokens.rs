@@ -23,11 +23,11 @@ use serde::Deserialize;
 use serde_json::json;
 
 use super::body;
-use crate::edge::{require, require_everywhere, ApiError, AppState, Caller};
 use crate::auth::grant::{Grant, Verbs, ANY_NAMESPACE, GRANTS_PER_TOKEN_MAX};
 use crate::auth::keys::{self, KeyRecord, DESCRIPTION_BYTES_MAX, KEYS_MAX};
 use crate::auth::{Identity, Verb, KEYS_PK, SYSTEM_NAMESPACE};
 use crate::codec::{Mutation, Op, OpKind};
+use crate::edge::{require, require_everywhere, ApiError, AppState, Caller};
 use crate::node::reserved::Writer;
 use crate::node::write::{Entry, WriteRequest};
 
@@ -101,7 +101,11 @@ pub async fn create(State(state): State<AppState>, Caller(identity): Caller, bod
         require_admin_of(&identity, grant)?;
     }
     if authenticator.keys.len() >= KEYS_MAX {
-        return Err(ApiError::new(StatusCode::INSUFFICIENT_STORAGE, "too_many_tokens", format!("the cluster holds {KEYS_MAX} tokens, the most; revoke some")));
+        return Err(ApiError::new(
+            StatusCode::INSUFFICIENT_STORAGE,
+            "too_many_tokens",
+            format!("the cluster holds {KEYS_MAX} tokens, the most; revoke some"),
+        ));
     }
     let new = keys::generate(grants, identity.name(), description, now_ms());
     new.record.check().map_err(|e| ApiError::bad_request("invalid_grant", e))?;

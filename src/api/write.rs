@@ -7,8 +7,8 @@ use bytes::Bytes;
 use serde_json::json;
 
 use super::params::Params;
-use super::render::json_response;
 use super::render;
+use super::render::json_response;
 use crate::codec::{Condition, Mutation, Op};
 use crate::edge::{to_holder, ApiError, AppState, Incoming};
 use crate::limits;
@@ -38,11 +38,7 @@ pub(super) fn write_id(incoming: &Incoming<'_>) -> Result<Bytes, ApiError> {
     if key.is_empty() || key.len() > limits::WRITE_ID_BYTES_MAX || !key.iter().all(|b| (0x21..=0x7e).contains(b)) {
         return Err(ApiError::bad_request(
             "invalid_idempotency_key",
-            format!(
-                "Idempotency-Key must be 1 to {} visible ASCII characters (no spaces), got {} bytes",
-                limits::WRITE_ID_BYTES_MAX,
-                key.len()
-            ),
+            format!("Idempotency-Key must be 1 to {} visible ASCII characters (no spaces), got {} bytes", limits::WRITE_ID_BYTES_MAX, key.len()),
         ));
     }
     Ok(Bytes::copy_from_slice(key))

@@ -23,8 +23,8 @@ use std::task::Poll;
 
 use axum::extract::ws::{Message as WsMessage, Utf8Bytes, WebSocket, WebSocketUpgrade};
 use axum::extract::State;
-use axum::Extension;
 use axum::response::Response;
+use axum::Extension;
 use futures::future::{AbortHandle, Abortable};
 use futures::stream::{FuturesUnordered, SplitSink, SplitStream};
 use futures::{SinkExt, StreamExt};
@@ -33,9 +33,9 @@ use serde_json::json;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
-use crate::edge::{ApiError, AppState, Caller, require};
-use crate::auth::{Identity, Verb};
 use super::sse::WatchRequest;
+use crate::auth::{Identity, Verb};
+use crate::edge::{require, ApiError, AppState, Caller};
 use crate::watch::{self, ConnectionId, Message, Outlet, OutletReader, Tag, Tagged};
 
 /// Most watches on one connection.
@@ -251,10 +251,7 @@ async fn open(
         return Err(ApiError::bad_request("duplicate_subscription", format!("watch {:?} exists on this connection; unsub it first", sub.id)));
     }
     if running.len() >= WATCHES_PER_CONNECTION_MAX {
-        return Err(ApiError::bad_request(
-            "too_many_subscriptions",
-            format!("at most {WATCHES_PER_CONNECTION_MAX} watches per connection"),
-        ));
+        return Err(ApiError::bad_request("too_many_subscriptions", format!("at most {WATCHES_PER_CONNECTION_MAX} watches per connection")));
     }
     // Decided per watch, like an SSE watch (`sse::open_sse`).
     require(identity, &sub.ns, sub.pk.as_deref().unwrap_or_default(), Verb::Watch)?;

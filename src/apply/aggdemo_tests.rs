@@ -11,21 +11,19 @@
 //! as the value, the session id as the key, a `gen_ns` header): the same
 //! decisions either way.
 
-
-
 use bytes::Bytes;
 use serde_json::Value;
 
 #[path = "../../examples/aggdemo/model.rs"]
 mod model;
 
-use model::{generate, Generated};
 use super::batch::apply_entries_with;
 use crate::codec::{encode_at, encode_tick, Mutation, Op, OpKind};
 use crate::log::LogRecord;
 use crate::procedure::outbox::OutboxMessage;
 use crate::procedure::Procedures;
 use crate::store::PartitionStore;
+use model::{generate, Generated};
 
 const AGGDEMO: &[u8] = include_bytes!("../../examples/aggdemo/build/aggdemo.wasm");
 const T0_MS: u64 = 1_800_000_000_000;
@@ -80,7 +78,8 @@ fn foreign_log_of(generated: &Generated, late_from: usize) -> Vec<LogRecord> {
             let sent = &generated.sent[next];
             next += 1;
             let headers = vec![("gen_ns".to_string(), Bytes::from((next - 1).to_string()))];
-            let foreign = crate::log::ForeignRecord { key: Some(Bytes::copy_from_slice(&sent.session.to_be_bytes())), headers, timestamp_ms: time_ms };
+            let foreign =
+                crate::log::ForeignRecord { key: Some(Bytes::copy_from_slice(&sent.session.to_be_bytes())), headers, timestamp_ms: time_ms };
             LogRecord { offset: entry.offset, payload: Bytes::from(sent.line.clone()), foreign: Some(Box::new(foreign)) }
         })
         .collect()
@@ -117,7 +116,11 @@ fn aggdemo_bills_every_record_once_reports_the_rest_and_is_the_same_on_every_rep
     let late_from = generated.late_from();
     let entries = log_of(&generated, late_from);
     let (hash, outputs) = run(&entries, 1_000, false);
-    assert!(!outputs.iter().any(|(topic, _)| topic == "billing.aggdemo.dead"), "no record failed: {:?}", outputs.iter().find(|(t, _)| t.ends_with(".dead")));
+    assert!(
+        !outputs.iter().any(|(topic, _)| topic == "billing.aggdemo.dead"),
+        "no record failed: {:?}",
+        outputs.iter().find(|(t, _)| t.ends_with(".dead"))
+    );
 
     model::check(&generated, &outputs);
     // The same outputs and state whatever the batching, and with a fresh instance every batch.

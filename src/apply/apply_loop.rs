@@ -4,15 +4,15 @@
 
 use super::Recovery;
 use super::{batch, open};
-use std::sync::Arc;
-use std::time::{Duration, Instant};
-use tokio::sync::watch;
 use crate::fanout::Event;
 use crate::log::{Log, LogError};
 use crate::metrics;
 use crate::partition::Outcome;
 use crate::partition::{PartitionHandle, PartitionStatus};
 use crate::procedure::Procedures;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::sync::watch;
 
 #[derive(Debug, Clone)]
 pub struct ApplyConfig {
@@ -205,7 +205,11 @@ pub(crate) async fn apply(handle: &Arc<PartitionHandle>, procedures: &PartitionP
 /// the change events for watches (encoded once, here).
 pub(super) type Applied = (Vec<(u64, Outcome)>, u64, Vec<Arc<Event>>);
 
-pub(super) fn commit_batch(handle: &PartitionHandle, procedures: &mut Procedures, entries: &[crate::log::LogRecord]) -> Result<Applied, crate::store::StoreError> {
+pub(super) fn commit_batch(
+    handle: &PartitionHandle,
+    procedures: &mut Procedures,
+    entries: &[crate::log::LogRecord],
+) -> Result<Applied, crate::store::StoreError> {
     let applied = handle.store().apply(false, |tx| {
         let mut events = Vec::new();
         let partition = handle.partition;

@@ -18,9 +18,9 @@
 //!   survives restarts. Only writes that carry an id pay for it (Tern's API
 //!   sets one from the `Idempotency-Key` header).
 
-use crate::partition::Outcome;
 use crate::codec::{self, Condition, Mutation, OpKind};
 use crate::log::LogRecord;
+use crate::partition::Outcome;
 use crate::procedure::Procedures;
 use crate::store::{ApplyTxn, StoreError};
 
@@ -358,8 +358,7 @@ mod tests {
 
     #[test]
     fn replay_on_another_replica_gives_identical_hash() {
-        let entries: Vec<LogRecord> =
-            (0..50).map(|i| entry(i, vec![put(&format!("k{}", i % 7), &format!("s{}", i % 3), "[1]", None)])).collect();
+        let entries: Vec<LogRecord> = (0..50).map(|i| entry(i, vec![put(&format!("k{}", i % 7), &format!("s{}", i % 3), "[1]", None)])).collect();
         let hash_after = |chunks: &[usize]| {
             let dir = tempfile::tempdir().unwrap();
             let store = PartitionStore::open(&dir.path().join("p"), 1, 1 << 20).unwrap();

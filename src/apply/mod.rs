@@ -18,23 +18,23 @@
 //! longer holds the offset it needs and no snapshot covers it, or the store
 //! is ahead of the log, the partition is refused, loudly.
 
+/// The aggdemo procedure (`examples/aggdemo/`) against a generator with every fault.
+#[cfg(test)]
+mod aggdemo_tests;
 pub(crate) mod batch;
 pub(crate) mod open;
 /// Procedures run by the apply engine (`crate::procedure`), over a real store.
 #[cfg(test)]
 mod procedure_tests;
-/// The aggdemo procedure (`examples/aggdemo/`) against a generator with every fault.
-#[cfg(test)]
-mod aggdemo_tests;
 /// Tree ops (the Firebase model) applied as leaf records.
 pub(crate) mod tree;
 
 pub use self::open::Recovery;
 mod apply_loop;
 
-pub use self::apply_loop::{ApplyConfig, run};
-use self::apply_loop::{RETRY_DELAY_MAX, RETRY_DELAY_MIN};
 /// The apply engine's own functions, which the simulation and the apply
 /// tests drive step by step.
 #[cfg(test)]
 pub(crate) use self::apply_loop::{apply, flush, partition_procedures, skip_to};
+pub use self::apply_loop::{run, ApplyConfig};
+use self::apply_loop::{RETRY_DELAY_MAX, RETRY_DELAY_MIN};

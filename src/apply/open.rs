@@ -129,9 +129,7 @@ pub(crate) async fn try_open(handle: &Arc<PartitionHandle>, log: &dyn Log, recov
         }
     }
     if applied_next < start {
-        let needs = format!(
-            "needs log offset {applied_next} but the log starts at {start} (older entries were deleted by retention)"
-        );
+        let needs = format!("needs log offset {applied_next} but the log starts at {start} (older entries were deleted by retention)");
         let Some(snapshots) = &recovery.snapshots else {
             return Err(Step::Refuse(format!("{needs} and no snapshot store is configured (--snapshots)")));
         };

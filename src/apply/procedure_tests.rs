@@ -8,11 +8,11 @@
 use bytes::Bytes;
 
 use super::batch::apply_entries_with;
-use crate::procedure::outbox::OutboxMessage;
-use crate::procedure::Procedures;
 use crate::codec::{encode_at, Mutation, Op, OpKind};
 use crate::log::LogRecord;
 use crate::partition::Outcome;
+use crate::procedure::outbox::OutboxMessage;
+use crate::procedure::Procedures;
 use crate::store::{PartitionStore, StoreReader};
 
 const NS: &str = "t";
@@ -154,8 +154,16 @@ fn bad_deployments_are_skipped_alike_and_older_versions_do_not_replace_newer() {
     let entries = vec![
         entry(0, 1, vec![deploy_op("bad name", wasm(COUNTER))]),
         entry(1, 1, vec![deploy_op("p", wasm(b"\0asm garbage"))]),
-        entry(2, 1, vec![deploy_op("p", wasm(br#"(module (memory (export "memory") 1) (func (export "input") (param i32) (result i32) (i32.const 0)))"#))]),
-        entry(3, 1, vec![deploy_op("p", wasm(br#"(module (import "wasi_snapshot_preview1" "fd_write" (func (param i32 i32 i32 i32) (result i32))))"#))]),
+        entry(
+            2,
+            1,
+            vec![deploy_op("p", wasm(br#"(module (memory (export "memory") 1) (func (export "input") (param i32) (result i32) (i32.const 0)))"#))],
+        ),
+        entry(
+            3,
+            1,
+            vec![deploy_op("p", wasm(br#"(module (import "wasi_snapshot_preview1" "fd_write" (func (param i32 i32 i32 i32) (result i32))))"#))],
+        ),
         entry(4, 1, vec![deploy_op("p", serde_json::json!({"runtime": "wasm"}))]),
         entry(5, 1, vec![deploy_op("p", wasm(SANDBOX.as_bytes()))]),
         // Partition 0 carries no version; another partition's entry names one: older than 5 here.
@@ -163,7 +171,13 @@ fn bad_deployments_are_skipped_alike_and_older_versions_do_not_replace_newer() {
         entry(7, 1, vec![put("f", "1")]),
     ];
     let outcomes = apply(&store, &mut procedures, &entries);
-    for (offset, expected) in [(0, "letters, digits"), (1, "not a valid WebAssembly module"), (2, "does not export \"on_record\""), (3, "wasi_snapshot_preview1.fd_write"), (4, "module is empty")] {
+    for (offset, expected) in [
+        (0, "letters, digits"),
+        (1, "not a valid WebAssembly module"),
+        (2, "does not export \"on_record\""),
+        (3, "wasi_snapshot_preview1.fd_write"),
+        (4, "module is empty"),
+    ] {
         match &outcomes[offset].1 {
             Outcome::Skipped(e) => assert!(e.to_string().contains(expected), "{offset}: {e}"),
             other => panic!("{offset}: {other:?}"),
@@ -227,12 +241,7 @@ fn timers_fire_in_log_time_in_order_and_can_be_moved_or_cancelled() {
     let fired: Vec<(u64, String)> = outbox(&reader).into_iter().map(|(o, _, m)| (o, String::from_utf8(m.value).unwrap())).collect();
     assert_eq!(
         fired,
-        vec![
-            (3, "a@5000 now 5500".into()),
-            (3, "b@5000 now 5500".into()),
-            (3, "again@5001 now 5500".into()),
-            (4, "late@7000 now 8000".into()),
-        ]
+        vec![(3, "a@5000 now 5500".into()), (3, "b@5000 now 5500".into()), (3, "again@5001 now 5500".into()), (4, "late@7000 now 8000".into()),]
     );
 }
 

@@ -2,12 +2,12 @@
 //! from the key ring, a JWT) into an `Identity`, with the failed-
 //! authentication limiter beside it.
 
-use super::keys;
-use std::sync::Arc;
+use super::identity::{AuthError, Identity};
 use super::jwt::{JwtConfig, JwtVerifier};
+use super::keys;
 use super::keys::KeyRing;
 use super::limiter::FailureLimiter;
-use super::identity::{AuthError, Identity};
+use std::sync::Arc;
 
 /// How a node authenticates (built from the settings).
 #[derive(Debug, Clone, Default)]

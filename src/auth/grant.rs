@@ -43,10 +43,7 @@ impl Verb {
     }
 
     pub fn parse(text: &str) -> Result<Verb, String> {
-        Verb::ALL
-            .into_iter()
-            .find(|v| v.name() == text)
-            .ok_or_else(|| format!("unknown verb {text:?}: use read, write, watch or admin"))
+        Verb::ALL.into_iter().find(|v| v.name() == text).ok_or_else(|| format!("unknown verb {text:?}: use read, write, watch or admin"))
     }
 
     fn bit(self) -> u8 {

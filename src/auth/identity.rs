@@ -2,11 +2,11 @@
 //! an API key, a JWT), what it may do (`allows`: its grants decide), and why
 //! a token was not accepted (`AuthError`).
 
-use super::{Denied, Grant, Verb, grant};
-use std::sync::Arc;
-use serde_json::{json, Value};
 use super::jwt::Verified;
 use super::keys::Key;
+use super::{grant, Denied, Grant, Verb};
+use serde_json::{json, Value};
+use std::sync::Arc;
 
 /// Who a request is from.
 #[derive(Debug, Clone)]

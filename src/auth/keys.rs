@@ -76,10 +76,7 @@ pub fn generate(grants: Vec<Grant>, created_by: String, description: String, now
     let id: String = id_bytes.iter().map(|b| format!("{b:02x}")).collect();
     let secret = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(secret_bytes);
     let hash = blake3::hash(secret.as_bytes()).to_hex().to_string();
-    NewKey {
-        token: format!("{KEY_PREFIX}{id}_{secret}"),
-        record: KeyRecord { id, hash, grants, created_ms: now_ms, created_by, description },
-    }
+    NewKey { token: format!("{KEY_PREFIX}{id}_{secret}"), record: KeyRecord { id, hash, grants, created_ms: now_ms, created_by, description } }
 }
 
 fn is_id(id: &str) -> bool {
@@ -161,7 +158,9 @@ impl KeyRing {
         // Read before the keys: a change after this makes the cached entry stale, never wrong.
         let generation = self.generation.load(Ordering::Acquire);
         let cached = LAST_VERIFIED.with(|last| match &*last.borrow() {
-            Some((g, t, key)) if *g == generation && generation != 0 && constant_time_eq::constant_time_eq(t.as_bytes(), token.as_bytes()) => Some(key.clone()),
+            Some((g, t, key)) if *g == generation && generation != 0 && constant_time_eq::constant_time_eq(t.as_bytes(), token.as_bytes()) => {
+                Some(key.clone())
+            }
             _ => None,
         });
         if cached.is_some() {

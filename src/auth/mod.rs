@@ -26,18 +26,16 @@ pub mod key_refresh;
 pub mod keys;
 pub mod limiter;
 
-
-
 pub use self::grant::{Denied, Grant, Verb, Verbs};
 
 /// The system namespace that holds the API keys (pk `KEYS_PK`, sk = key id).
 /// Its name cannot be a user's (names start with a letter or digit), and
 /// no grant's `*` covers it.
 pub use crate::node::reserved::{KEYS_PK, SYSTEM_NAMESPACE};
-mod identity;
 mod authenticator;
+mod identity;
 mod root_token;
 
-pub use self::identity::{AuthError, Identity};
 pub use self::authenticator::{AuthConfig, Authenticator};
-pub use self::root_token::{load_or_create_root_token};
+pub use self::identity::{AuthError, Identity};
+pub use self::root_token::load_or_create_root_token;

@@ -87,12 +87,8 @@ mod tests {
             assert!(matches!(error, AuthError::Invalid(_)), "{bad}");
             assert!(!error.message().contains(bad), "{bad}: {}", error.message());
         }
-        let new = keys::generate(
-            vec![Grant { ns: "app".into(), prefix: String::new(), verbs: Verbs::of(&[Verb::Read]) }],
-            "root".into(),
-            String::new(),
-            0,
-        );
+        let new =
+            keys::generate(vec![Grant { ns: "app".into(), prefix: String::new(), verbs: Verbs::of(&[Verb::Read]) }], "root".into(), String::new(), 0);
         auth.keys.insert(new.record.clone());
         let identity = auth.authenticate(&new.token).unwrap();
         assert_eq!(identity.name(), format!("key:{}", new.record.id));

@@ -2,9 +2,9 @@
 //! `dev` and `serve` (every other setting comes through `Overrides`).
 
 use super::{client, procedure, token, watch};
-use std::path::PathBuf;
-use clap::{Args, Parser, Subcommand};
 use crate::settings::Overrides;
+use clap::{Args, Parser, Subcommand};
+use std::path::PathBuf;
 
 #[derive(Parser)]
 #[command(name = "tern", version, about = "Tern: a replicated, realtime key-value database for configuration data")]

@@ -185,8 +185,7 @@ pub(super) fn print(common: &Common, body: &Value, human: impl FnOnce(&Value)) {
 
 fn parse_value(text: &str) -> anyhow::Result<String> {
     let text = if text == "-" { std::io::read_to_string(std::io::stdin())? } else { text.to_string() };
-    serde_json::from_str::<Value>(&text)
-        .map_err(|e| anyhow::anyhow!("VALUE must be JSON ({e}); to store a string, quote it: '\"{text}\"'"))?;
+    serde_json::from_str::<Value>(&text).map_err(|e| anyhow::anyhow!("VALUE must be JSON ({e}); to store a string, quote it: '\"{text}\"'"))?;
     Ok(text)
 }
 
@@ -209,11 +208,8 @@ pub async fn put(a: PutArgs) -> anyhow::Result<()> {
     if a.journaled {
         query.push(("durability", "journaled".to_string()));
     }
-    let request = a.common.client()?
-        .put(key_url(&a.common, pk, Some(sk)))
-        .query(&query)
-        .header("content-type", "application/json")
-        .body(parse_value(value)?);
+    let request =
+        a.common.client()?.put(key_url(&a.common, pk, Some(sk))).query(&query).header("content-type", "application/json").body(parse_value(value)?);
     let body = send(request).await?;
     print(&a.common, &body, |b| match b["write_id"].as_str() {
         Some(id) => println!("journaled  write id {id}  (tern write-status {id})"),
@@ -403,7 +399,13 @@ async fn print_procedures(common: &Common, client: &reqwest::Client, base: &str,
     for p in shown["state"].as_array().into_iter().flatten().filter(|p| !p["procedures"].is_null()) {
         let procedures = &p["procedures"];
         let unpublished = procedures["unpublished_messages"].as_i64().map_or("-".to_string(), |n| n.to_string());
-        println!("{:>9} {:>16} {:>16} {:>16}", p["partition"].to_string(), procedures["outbox_messages"].to_string(), unpublished, procedures["log_time_ms"].to_string());
+        println!(
+            "{:>9} {:>16} {:>16} {:>16}",
+            p["partition"].to_string(),
+            procedures["outbox_messages"].to_string(),
+            unpublished,
+            procedures["log_time_ms"].to_string()
+        );
     }
     Ok(())
 }
@@ -430,11 +432,7 @@ pub async fn cluster(a: ClusterArgs) -> anyhow::Result<()> {
                 .flatten()
                 .map(|p| format!("{}/{}@{}", p["ns"].as_str().unwrap_or(""), p["partition"], p["applied_offset"]))
                 .chain(
-                    n["refused"]
-                        .as_array()
-                        .into_iter()
-                        .flatten()
-                        .map(|p| format!("{}/{}:REFUSED", p["ns"].as_str().unwrap_or(""), p["partition"])),
+                    n["refused"].as_array().into_iter().flatten().map(|p| format!("{}/{}:REFUSED", p["ns"].as_str().unwrap_or(""), p["partition"])),
                 )
                 .collect();
             let id = format!("{}{}", n["id"].as_str().unwrap_or(""), if n["self"] == true { " *" } else { "" });
@@ -515,12 +513,20 @@ pub async fn snapshot(a: SnapshotArgs) -> anyhow::Result<()> {
             let body = serde_json::json!({ "ns": ns, "partition": partition });
             let answer = send(client.post(format!("{base}/v1/admin/snapshots")).json(&body)).await?;
             print(&common, &answer, |b| {
-                println!("{:<24} {:>9} {:>14} {:>10} {:>8} {:>12} {:>12}", "NAMESPACE", "PARTITION", "APPLIED", "RECORDS", "CHUNKS", "UPLOADED B", "TOTAL B");
+                println!(
+                    "{:<24} {:>9} {:>14} {:>10} {:>8} {:>12} {:>12}",
+                    "NAMESPACE", "PARTITION", "APPLIED", "RECORDS", "CHUNKS", "UPLOADED B", "TOTAL B"
+                );
                 for s in b["snapshots"].as_array().into_iter().flatten() {
                     println!(
                         "{:<24} {:>9} {:>14} {:>10} {:>8} {:>12} {:>12}",
-                        s["ns"].as_str().unwrap_or(""), s["partition"].to_string(), s["applied_offset"].to_string(),
-                        s["records"].to_string(), s["chunks"].to_string(), s["bytes_uploaded"].to_string(), s["bytes_total"].to_string()
+                        s["ns"].as_str().unwrap_or(""),
+                        s["partition"].to_string(),
+                        s["applied_offset"].to_string(),
+                        s["records"].to_string(),
+                        s["chunks"].to_string(),
+                        s["bytes_uploaded"].to_string(),
+                        s["bytes_total"].to_string()
                     );
                 }
             });

@@ -2,12 +2,12 @@
 //! (`put`, `get`, `del`, `ls`, `watch`, `ns`, `cluster`, `snapshot`) talk to one over HTTP.
 //! (The benchmark harness is a program of its own: `tern-bench`, in `bench/`.)
 
+mod args;
 mod client;
 mod procedure;
+mod run;
 mod token;
 mod watch;
-mod args;
-mod run;
 
 pub use self::args::{Cli, Command, DevArgs, ServeArgs};
-pub use self::run::{main};
+pub use self::run::main;

@@ -123,7 +123,12 @@ pub async fn procedure(a: ProcedureArgs) -> anyhow::Result<()> {
                 println!("{:>12}  {:>10}  MODULE", "VERSION", "BYTES");
                 for v in b["versions"].as_array().into_iter().flatten() {
                     let removed = if v["summary"]["removed"] == true { "  (removal)" } else { "" };
-                    println!("{:>12}  {:>10}  blake3 {:.16}{removed}", v["version"], v["summary"]["module_bytes"], v["summary"]["module_blake3"].as_str().unwrap_or(""));
+                    println!(
+                        "{:>12}  {:>10}  blake3 {:.16}{removed}",
+                        v["version"],
+                        v["summary"]["module_bytes"],
+                        v["summary"]["module_blake3"].as_str().unwrap_or("")
+                    );
                 }
             });
         }
@@ -144,7 +149,12 @@ pub async fn procedure(a: ProcedureArgs) -> anyhow::Result<()> {
                 println!("{:<24} {:<24} {:<24}  VALUE", "ID", "PROCEDURE", "TOPIC");
                 for m in b["messages"].as_array().into_iter().flatten() {
                     let value = m["value"].as_str().unwrap_or("(unreadable)");
-                    println!("{:<24} {:<24} {:<24}  {value}", m["id"].as_str().unwrap_or(""), m["procedure"].as_str().unwrap_or(""), m["topic"].as_str().unwrap_or(""));
+                    println!(
+                        "{:<24} {:<24} {:<24}  {value}",
+                        m["id"].as_str().unwrap_or(""),
+                        m["procedure"].as_str().unwrap_or(""),
+                        m["topic"].as_str().unwrap_or("")
+                    );
                 }
                 if let Some(next) = b["next_after"].as_str() {
                     println!("next page: --after {next}");

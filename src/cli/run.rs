@@ -1,14 +1,13 @@
 //! `tern`'s entry: parse the command line, set up logging, and run the
 //! command (a node, or a client command over HTTP).
 
-use super::{client, procedure, token, watch};
-use clap::Parser;
-use crate::settings::Settings;
 use super::args::{Cli, Command};
+use super::{client, procedure, token, watch};
+use crate::settings::Settings;
+use clap::Parser;
 
 pub(super) fn init_tracing(format: &str) {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("TERN_LOG_LEVEL")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let filter = tracing_subscriber::EnvFilter::try_from_env("TERN_LOG_LEVEL").unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
     if format == "json" {
         builder.json().init();

@@ -51,7 +51,12 @@ pub async fn token(a: TokenArgs) -> anyhow::Result<()> {
             let answer = send(client.get(&base)).await?;
             print(&a.common, &answer, |b| {
                 for token in b["tokens"].as_array().map(Vec::as_slice).unwrap_or_default() {
-                    println!("{}  {}  {}", token["id"].as_str().unwrap_or(""), grants_text(&token["grants"]), token["description"].as_str().unwrap_or(""));
+                    println!(
+                        "{}  {}  {}",
+                        token["id"].as_str().unwrap_or(""),
+                        grants_text(&token["grants"]),
+                        token["description"].as_str().unwrap_or("")
+                    );
                 }
             });
         }

@@ -80,20 +80,16 @@ impl Gossip {
             extra_liveness_predicate: None,
             protocol_version: chitchat::ProtocolVersion::V0,
         };
-        let mut initial = vec![
-            ("region".to_string(), me.region.clone()),
-            ("group".to_string(), me.group.clone()),
-            ("api".to_string(), me.api.clone()),
-        ];
+        let mut initial =
+            vec![("region".to_string(), me.region.clone()), ("group".to_string(), me.group.clone()), ("api".to_string(), me.api.clone())];
         initial.extend(me.api_for.iter().map(|(region, address)| (format!("{API_PREFIX}{region}"), address.clone())));
         let sealed = config.key.clone().map(|key| super::sealed::SealedTransport { key });
         let transport: &dyn chitchat::transport::Transport = match &sealed {
             Some(sealed) => sealed,
             None => &UdpTransport,
         };
-        let handle = spawn_chitchat(chitchat_config, initial, transport)
-            .await
-            .map_err(|e| anyhow::anyhow!("cannot gossip on {}: {e}", config.listen))?;
+        let handle =
+            spawn_chitchat(chitchat_config, initial, transport).await.map_err(|e| anyhow::anyhow!("cannot gossip on {}: {e}", config.listen))?;
         tracing::info!(listen = %config.listen, seeds = ?config.seeds, "gossip started");
         let (stop, stopped) = watch::channel(false);
         tokio::spawn(advertise(handle.chitchat(), Arc::downgrade(&node), rtts, stopped.clone()));
@@ -123,10 +119,8 @@ async fn advertise(chitchat: Chitchat, node: std::sync::Weak<Node>, rtts: Arc<Rw
             _ = stop.changed() => return,
         }
         let Some(node) = node.upgrade() else { return };
-        let mut current: BTreeMap<String, String> = held_partitions(&node)
-            .into_iter()
-            .map(|(ns, partitions)| (format!("{HELD_PREFIX}{ns}"), encode_held(&partitions)))
-            .collect();
+        let mut current: BTreeMap<String, String> =
+            held_partitions(&node).into_iter().map(|(ns, partitions)| (format!("{HELD_PREFIX}{ns}"), encode_held(&partitions))).collect();
         for (ns, partitions) in handing_off_partitions(&node) {
             current.insert(format!("{HANDOFF_PREFIX}{ns}"), encode_held(&partitions));
         }
@@ -162,12 +156,8 @@ async fn observe(
 ) {
     let mut ever_seen: BTreeMap<String, Member> = BTreeMap::new();
     loop {
-        let current: Vec<Member> = live
-            .borrow_and_update()
-            .iter()
-            .filter(|(id, _)| *id.node_id != *me.id)
-            .map(|(id, state)| member_of(id, state, &me.region))
-            .collect();
+        let current: Vec<Member> =
+            live.borrow_and_update().iter().filter(|(id, _)| *id.node_id != *me.id).map(|(id, state)| member_of(id, state, &me.region)).collect();
         let live_ids: HashSet<String> = current.iter().map(|m| m.id.clone()).collect();
         for member in current {
             ever_seen.insert(member.id.clone(), member);

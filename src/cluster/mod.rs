@@ -28,16 +28,13 @@ pub mod peer_client;
 pub mod probe;
 pub mod sealed;
 
-
-
-
 pub use gossip::GossipConfig;
 pub use peer_client::PeerClient;
 mod member;
-mod view;
-mod routing;
 mod node_hooks;
+mod routing;
+mod view;
 
 pub use self::member::{Member, Rtt, SelfInfo};
-pub use self::view::{Cluster};
 pub use self::node_hooks::{handing_off_partitions, held_partitions, refused_partitions};
+pub use self::view::Cluster;

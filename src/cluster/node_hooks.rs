@@ -2,14 +2,14 @@
 //! what it reads of the node for gossip: the partitions this node serves,
 //! refuses or hands off.
 
-use super::PeerClient;
-use std::collections::BTreeMap;
-use std::sync::Arc;
-use parking_lot::RwLock;
-use crate::partition::PartitionStatus;
-use crate::node::Node;
 use super::member::{Member, Rtt, SelfInfo};
 use super::routing::rank_holders;
+use super::PeerClient;
+use crate::node::Node;
+use crate::partition::PartitionStatus;
+use parking_lot::RwLock;
+use std::collections::BTreeMap;
+use std::sync::Arc;
 
 /// Most holders asked for one record (`read_elsewhere`), best first.
 pub(super) const RECORD_HOLDERS_TRIED_MAX: usize = 3;
@@ -65,9 +65,7 @@ pub fn refused_partitions(node: &Node) -> BTreeMap<String, BTreeMap<u32, String>
 
 /// Whether a live peer of replica group `group` serves a partition (gossip's view).
 pub(super) fn served_in_group(peers: Arc<RwLock<Vec<Arc<Member>>>>, group: String) -> crate::node::ServedElsewhere {
-    Arc::new(move |tp| {
-        peers.read().iter().any(|m| m.state == "live" && m.group == group && m.holds(&tp.topic, tp.partition).is_some())
-    })
+    Arc::new(move |tp| peers.read().iter().any(|m| m.state == "live" && m.group == group && m.holds(&tp.topic, tp.partition).is_some()))
 }
 
 /// How far live members apply a partition (the highest `applied_next`

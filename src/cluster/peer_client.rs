@@ -74,7 +74,8 @@ impl PeerClient {
         if let Some((cert, key)) = identity {
             let mut pem = std::fs::read(cert).map_err(|e| anyhow::anyhow!("tls_cert_file {}: {e}", cert.display()))?;
             pem.extend(std::fs::read(key).map_err(|e| anyhow::anyhow!("tls_key_file {}: {e}", key.display()))?);
-            builder = builder.identity(reqwest::Identity::from_pem(&pem).map_err(|e| anyhow::anyhow!("this node's certificate as a client identity: {e}"))?);
+            builder = builder
+                .identity(reqwest::Identity::from_pem(&pem).map_err(|e| anyhow::anyhow!("this node's certificate as a client identity: {e}"))?);
         }
         let client = builder.build().map_err(|e| anyhow::anyhow!("the client to other nodes: {e}"))?;
         Ok(PeerClient { client, scheme: "https", credential: None })

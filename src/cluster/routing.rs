@@ -2,10 +2,10 @@
 //! handing off, same region, reachable, nearest, least lag), and whether
 //! this node is cut off from every other region (`isolated`).
 
+use super::member::{Member, Rtt};
+use parking_lot::RwLock;
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use parking_lot::RwLock;
-use super::member::{Member, Rtt};
 
 /// Whether gossip knows nodes of other regions and hears none of them.
 /// `Cluster::holders`, on a given view: the live `peers` serving

@@ -2,16 +2,16 @@
 //! peer gossip knows — and the questions asked of it: who holds a
 //! partition (best first), how far a peer is, how to reach one.
 
-use super::{GossipConfig, PeerClient};
 use super::gossip;
-use std::collections::BTreeMap;
-use std::sync::Arc;
-use std::time::Duration;
-use parking_lot::RwLock;
-use crate::node::Node;
 use super::member::{Member, Rtt, SelfInfo};
 use super::node_hooks::{applied_elsewhere, handing_off_partitions, held_partitions, read_elsewhere, refused_partitions, served_in_group};
 use super::routing::{isolated, rank_holders};
+use super::{GossipConfig, PeerClient};
+use crate::node::Node;
+use parking_lot::RwLock;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
 
 /// Weight of a new probe in the smoothed round trip: a quarter, so one slow
 /// probe (a pause, a new connection) moves it little and a lasting change shows within a few seconds.

@@ -59,11 +59,7 @@ impl From<LogError> for ApiError {
             }
             LogError::Unsupported(message) => ApiError::bad_request("invalid_source_topic", message),
             LogError::SourceConflict(message) => ApiError::new(StatusCode::CONFLICT, "source_topic_conflict", message),
-            other => ApiError::new(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "log_unavailable",
-                format!("{other}; the write was not acknowledged, retry it"),
-            ),
+            other => ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "log_unavailable", format!("{other}; the write was not acknowledged, retry it")),
         }
     }
 }
@@ -157,9 +153,7 @@ impl From<crate::watch::WatchError> for ApiError {
             WatchError::NamespaceNotFound(ns) => ApiError::unknown_namespace(&ns),
             WatchError::InvalidPosition(_) => ApiError::bad_request("invalid_position", message),
             WatchError::Unavailable(_) => ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "partition_unavailable", message),
-            WatchError::NotHeld { partition } => {
-                ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "not_held", message).with("partition", partition)
-            }
+            WatchError::NotHeld { partition } => ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "not_held", message).with("partition", partition),
             WatchError::TooMany { .. } => ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "too_many_subscribers", message),
         }
     }

@@ -100,10 +100,7 @@ pub async fn to_holder(state: &AppState, incoming: &Incoming<'_>, namespace: &st
     Err(ApiError::new(
         StatusCode::SERVICE_UNAVAILABLE,
         "holder_unreachable",
-        format!(
-            "partition {partition} of namespace {namespace:?} is held by other nodes, and forwarding failed: {}; retry",
-            failures.join("; ")
-        ),
+        format!("partition {partition} of namespace {namespace:?} is held by other nodes, and forwarding failed: {}; retry", failures.join("; ")),
     ))
 }
 

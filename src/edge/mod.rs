@@ -25,8 +25,7 @@ mod sse;
 mod state;
 
 pub use self::access::{
-    admit, attach, caller_of, challenge, identify, is_public, require, require_anywhere, require_everywhere, unauthenticated,
-    Access, Caller, Peer,
+    admit, attach, caller_of, challenge, identify, is_public, require, require_anywhere, require_everywhere, unauthenticated, Access, Caller, Peer,
 };
 pub use self::error::ApiError;
 pub use self::forward::{no_holder, not_held, send, to_holder, Incoming, SERVED_BY, STALENESS_HEADER};

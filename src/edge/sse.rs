@@ -20,11 +20,8 @@ use crate::watch::{Message, OutletReader, Tagged};
 const MESSAGES_PER_CHUNK_MAX: usize = 64;
 
 /// The headers of every SSE response.
-pub const SSE_HEADERS: [(header::HeaderName, &str); 3] = [
-    (header::CONTENT_TYPE, "text/event-stream"),
-    (header::CACHE_CONTROL, "no-cache"),
-    (header::HeaderName::from_static("x-accel-buffering"), "no"),
-];
+pub const SSE_HEADERS: [(header::HeaderName, &str); 3] =
+    [(header::CONTENT_TYPE, "text/event-stream"), (header::CACHE_CONTROL, "no-cache"), (header::HeaderName::from_static("x-accel-buffering"), "no")];
 
 /// How a watch stream's messages become its bytes. A transport that runs
 /// watch sessions sends the preamble, then asks for each message's bytes,

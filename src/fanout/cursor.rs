@@ -131,11 +131,7 @@ impl Cursor {
             plain.push_str(offset);
         }
         let position = Position::parse(&plain).map_err(|_| err())?;
-        let marks = position
-            .offsets
-            .into_iter()
-            .map(|(p, offset)| (p, Mark { offset, ops_done: ops_done.get(&p).copied().unwrap_or(0) }))
-            .collect();
+        let marks = position.offsets.into_iter().map(|(p, offset)| (p, Mark { offset, ops_done: ops_done.get(&p).copied().unwrap_or(0) })).collect();
         Ok(Cursor { namespace: position.namespace, marks })
     }
 

@@ -81,7 +81,8 @@ impl Event {
     pub fn position_after(&self, namespace: &str) -> &str {
         let text = self.position_after.get_or_init(|| {
             // The one-partition cursor's own wire form, not a second copy of it.
-            let cursor = super::cursor::Cursor { namespace: namespace.to_string(), marks: [(self.partition, self.mark_after())].into_iter().collect() };
+            let cursor =
+                super::cursor::Cursor { namespace: namespace.to_string(), marks: [(self.partition, self.mark_after())].into_iter().collect() };
             cursor.to_string().into()
         });
         // An event belongs to one namespace: every caller names the same.

@@ -36,9 +36,7 @@ impl Filter {
             Filter::Pk { pk: want } => want == pk,
             Filter::Prefix { pk: want, prefix } => want == pk && sk.starts_with(prefix.as_str()),
             Filter::Record { pk: want, sk: want_sk } => want == pk && want_sk == sk,
-            Filter::Tree { pk: want, path } => {
-                want == pk && crate::tree::path::relation(path, sk) != crate::tree::path::Relation::Unrelated
-            }
+            Filter::Tree { pk: want, path } => want == pk && crate::tree::path::relation(path, sk) != crate::tree::path::Relation::Unrelated,
         }
     }
 

@@ -62,7 +62,9 @@ pub fn caller(config: &FirebaseConfig, identity: Option<&Identity>, headers: &He
     let as_admin = || -> Result<Caller, FbError> {
         let as_auth = match query.get("auth_variable_override") {
             None => None,
-            Some(text) => Some(serde_json::from_str::<Value>(text).map_err(|_| FbError::bad("auth_variable_override must be a JSON object or null"))?),
+            Some(text) => {
+                Some(serde_json::from_str::<Value>(text).map_err(|_| FbError::bad("auth_variable_override must be a JSON object or null"))?)
+            }
         };
         Ok(Caller::Admin { as_auth })
     };
@@ -87,7 +89,9 @@ pub fn legacy_caller(config: &FirebaseConfig, headers: &HeaderMap, query: &Query
     if config.owner_token.as_deref() == Some(token) {
         let as_auth = match query.get("auth_variable_override") {
             None => None,
-            Some(text) => Some(serde_json::from_str::<Value>(text).map_err(|_| FbError::bad("auth_variable_override must be a JSON object or null"))?),
+            Some(text) => {
+                Some(serde_json::from_str::<Value>(text).map_err(|_| FbError::bad("auth_variable_override must be a JSON object or null"))?)
+            }
         };
         return Ok(Caller::Admin { as_auth });
     }

@@ -60,10 +60,7 @@ async fn dispatch(state: Firebase, request: Request) -> Result<Response, FbError
 /// (`open_h2c_stream`).
 pub fn is_stream_request<B>(request: &http::Request<B>) -> bool {
     let path = request.uri().path();
-    request.method() == axum::http::Method::GET
-        && is_firebase_path(path)
-        && path != "/.settings/rules.json"
-        && wants_stream(request.headers())
+    request.method() == axum::http::Method::GET && is_firebase_path(path) && path != "/.settings/rules.json" && wants_stream(request.headers())
 }
 
 fn wants_stream(headers: &HeaderMap) -> bool {

@@ -42,7 +42,9 @@ impl IntoResponse for FbError {
 impl From<ApiError> for FbError {
     fn from(e: ApiError) -> FbError {
         match e.code {
-            "unauthenticated" | "permission_denied" | "too_many_failed_authentications" => FbError::new(e.status, format!("{}: {}", e.code, e.message)),
+            "unauthenticated" | "permission_denied" | "too_many_failed_authentications" => {
+                FbError::new(e.status, format!("{}: {}", e.code, e.message))
+            }
             _ => FbError::new(e.status, e.message),
         }
     }
@@ -62,7 +64,6 @@ impl From<crate::store::tree::TreeError> for FbError {
         }
     }
 }
-
 
 impl From<crate::node::write::WriteError> for FbError {
     fn from(e: crate::node::write::WriteError) -> FbError {

@@ -13,4 +13,3 @@ impl Query {
         self.0.iter().rev().find(|(n, _)| n == name).map(|(_, v)| v.as_str())
     }
 }
-

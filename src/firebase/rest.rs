@@ -91,10 +91,7 @@ pub fn parse_query(state: &Firebase, namespace: &Namespace, sk: &str, query: &Qu
     let Some(parsed) = query::parse(&query_params(query)).map_err(FbError::bad)? else { return Ok(None) };
     if let Some(needed) = query::index_needed(&parsed) {
         if !state.db.rules_of(namespace)?.index_on(sk).contains(&needed) {
-            return Err(FbError::bad(format!(
-                "Index not defined, add \".indexOn\": \"{needed}\", for path \"{}\", to the rules",
-                path::display(sk)
-            )));
+            return Err(FbError::bad(format!("Index not defined, add \".indexOn\": \"{needed}\", for path \"{}\", to the rules", path::display(sk))));
         }
     }
     Ok(Some(parsed))
@@ -195,7 +192,8 @@ async fn set(
     merge: bool,
 ) -> Result<Response, FbError> {
     check_write_size_limit(query)?;
-    let timeout = check_timeout(query)?.unwrap_or(Duration::from_millis(crate::limits::WAIT_MS_DEFAULT)).min(Duration::from_millis(crate::limits::WAIT_MS_MAX));
+    let timeout =
+        check_timeout(query)?.unwrap_or(Duration::from_millis(crate::limits::WAIT_MS_DEFAULT)).min(Duration::from_millis(crate::limits::WAIT_MS_MAX));
     validate_write(&sk, &body, merge).map_err(FbError::bad)?;
     let written: Value = serde_json::from_slice(&body).expect("validated above");
     let time_ms = now_ms();
@@ -223,7 +221,11 @@ async fn set(
             let current = value_at(&tree_view(namespace)?.reader, TREE_PK, &sk, false, READ_BYTES_MAX)?;
             let tag = etag_text(&etag(&current));
             let body = serde_json::to_string(&current).expect("a Value serializes");
-            let mut response = axum::response::IntoResponse::into_response((StatusCode::PRECONDITION_FAILED, [(header::CONTENT_TYPE, "application/json; charset=utf-8")], body));
+            let mut response = axum::response::IntoResponse::into_response((
+                StatusCode::PRECONDITION_FAILED,
+                [(header::CONTENT_TYPE, "application/json; charset=utf-8")],
+                body,
+            ));
             if let Ok(value) = tag.parse() {
                 response.headers_mut().insert(header::ETAG, value);
             }
@@ -259,7 +261,15 @@ async fn set(
 
 /// Whether the rules let `caller` write `written` at `sk` (a set, or an
 /// update when `merge`), judged against this node's applied tree.
-pub fn check_write(state: &Firebase, namespace: &Namespace, caller: &Caller, sk: &str, written: &Value, merge: bool, time_ms: u64) -> Result<(), FbError> {
+pub fn check_write(
+    state: &Firebase,
+    namespace: &Namespace,
+    caller: &Caller,
+    sk: &str,
+    written: &Value,
+    merge: bool,
+    time_ms: u64,
+) -> Result<(), FbError> {
     let Some(auth) = caller.rules_auth() else { return Ok(()) };
     let rules = state.db.rules_of(namespace)?;
     let data = TreeData { view: tree_view(namespace)? };

@@ -15,12 +15,19 @@ use super::error::FbError;
 use super::query::Query;
 use super::state::Firebase;
 use crate::codec::{Mutation, Op, OpKind};
+use crate::firebase::rules::Rules;
 use crate::node::reserved::Writer;
 use crate::node::write::{Entry, WriteRequest};
 use crate::partition::Namespace;
-use crate::firebase::rules::Rules;
 
-pub async fn handle(state: &Firebase, namespace: &Namespace, caller: &Caller, method: &Method, query: &Query, body: Bytes) -> Result<Response, FbError> {
+pub async fn handle(
+    state: &Firebase,
+    namespace: &Namespace,
+    caller: &Caller,
+    method: &Method,
+    query: &Query,
+    body: Bytes,
+) -> Result<Response, FbError> {
     if !matches!(caller, Caller::Admin { .. }) {
         return Err(FbError::new(StatusCode::UNAUTHORIZED, "Unauthorized request: only the owner reads or writes rules"));
     }

@@ -51,9 +51,9 @@ use crate::edge::{self, Encoder, SessionFuture, SSE_HEADERS};
 use crate::fanout::event::Kind;
 use crate::fanout::{Cursor, Event, Filter, Mode};
 use crate::partition::Namespace;
+use crate::store::tree::value_at;
 use crate::tree::path::{self, Relation};
 use crate::tree::query::{self as tree_query};
-use crate::store::tree::value_at;
 use crate::tree::value::{at_path, has_server_values, into_arrays, set_at_path, strip_priorities, with_priorities, Builder};
 use crate::tree::TREE_PK;
 use crate::watch::{self, ChangeId, ConnectionId, Message, Outlet};
@@ -64,7 +64,15 @@ const MESSAGES_PENDING_MAX: usize = 64;
 const STATE_BYTES_MAX: usize = crate::store::tree::READ_BYTES_MAX;
 
 /// A streaming request over HTTP/1.1: the response body runs the session.
-pub async fn open(state: &Firebase, namespace: Arc<Namespace>, caller: Caller, sk: String, query: &Query, headers: &HeaderMap, connection: ConnectionId) -> Result<Response, FbError> {
+pub async fn open(
+    state: &Firebase,
+    namespace: Arc<Namespace>,
+    caller: Caller,
+    sk: String,
+    query: &Query,
+    headers: &HeaderMap,
+    connection: ConnectionId,
+) -> Result<Response, FbError> {
     let (outlet, messages) = Outlet::new(MESSAGES_PENDING_MAX);
     let (session, translator) = open_session(state, namespace, caller, sk, query, headers, connection, outlet).await?;
     let body = axum::body::Body::from_stream(edge::body(session, messages, translator));
@@ -118,7 +126,19 @@ pub async fn open_listen(
         .await
         .map_err(|e| FbError::new(StatusCode::SERVICE_UNAVAILABLE, e.to_string()))?;
     let session: SessionFuture = Box::pin(session.run(start));
-    let translator = Translator { state: state.clone(), namespace, caller, sk, query, format, gathering: None, value: None, last_result: None, ended: false, reconnect: false };
+    let translator = Translator {
+        state: state.clone(),
+        namespace,
+        caller,
+        sk,
+        query,
+        format,
+        gathering: None,
+        value: None,
+        last_result: None,
+        ended: false,
+        reconnect: false,
+    };
     Ok((session, translator))
 }
 
@@ -185,7 +205,8 @@ impl Translator {
             Message::Begin { .. } => self.gathering = Some(Builder::default()),
             Message::Synced { position } => {
                 let builder = self.gathering.take().unwrap_or_default();
-                let mut value = builder.finish(self.format.sends_priorities() || self.query.as_ref().is_some_and(|q| q.order_by == tree_query::OrderBy::Priority));
+                let mut value = builder
+                    .finish(self.format.sends_priorities() || self.query.as_ref().is_some_and(|q| q.order_by == tree_query::OrderBy::Priority));
                 into_arrays(&mut value);
                 self.whole(value, Some(position), out);
             }
@@ -362,7 +383,6 @@ fn current_value(namespace: &Namespace, sk: &str, export: bool) -> Option<Value>
     let view = tree_view(namespace).ok()?;
     value_at(&view.reader, TREE_PK, sk, export, STATE_BYTES_MAX).ok()
 }
-
 
 /// The wire form a translator writes.
 pub enum Format {

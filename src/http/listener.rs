@@ -32,9 +32,9 @@ use hyper_util::service::TowerToHyperService;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 
+use super::front::Protocols;
 use super::h2c;
 use super::tls::{self, Tls};
-use super::front::Protocols;
 use crate::edge::Peer;
 use crate::watch::ConnectionId;
 
@@ -60,8 +60,7 @@ pub async fn serve<S>(
     idle: Duration,
     tls: Option<Arc<Tls>>,
     shutdown: impl Future<Output = ()>,
-)
-where
+) where
     S: tower::Service<Request, Response = Response, Error = Infallible> + Clone + Send + 'static,
     S::Future: Send + 'static,
 {
@@ -116,7 +115,14 @@ struct Connection<S> {
     stopping: watch::Receiver<bool>,
 }
 
-fn serve_connection<S>(stream: TcpStream, peer: Peer, protocols: Protocols, service: S, idle: Duration, stopping: watch::Receiver<bool>) -> Connection<S> {
+fn serve_connection<S>(
+    stream: TcpStream,
+    peer: Peer,
+    protocols: Protocols,
+    service: S,
+    idle: Duration,
+    stopping: watch::Receiver<bool>,
+) -> Connection<S> {
     Connection { stream, peer, protocols, service, idle, stopping }
 }
 

@@ -4,15 +4,15 @@
 //! the copy in object storage (`objects.rs`).
 
 use super::objects;
-use std::collections::HashMap;
-use std::path::{Path, PathBuf};
-use std::sync::Arc;
-use bytes::Bytes;
-use parking_lot::Mutex;
 use crate::codec::{self, Mutation};
 use crate::log::embedded::segments::write_atomically;
 use crate::log::embedded::{EmbeddedLog, EmbeddedLogConfig};
 use crate::log::{CreateOutcome, Log, LogError, LogReader, TopicPartition};
+use bytes::Bytes;
+use parking_lot::Mutex;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 /// Segments are small, so that releasing a few seconds of writes frees disk
 /// soon (a segment is deleted once all of its entries are released).
@@ -185,8 +185,7 @@ impl Journal {
         let topics = log.list_topics().await?.into_iter().map(|t| (t.name, t.partitions)).collect();
         let released_file = dir.join(RELEASED_FILE);
         let released = match std::fs::read(&released_file) {
-            Ok(bytes) => serde_json::from_slice(&bytes)
-                .map_err(|e| LogError::Corrupt(format!("{}: {e}", released_file.display())))?,
+            Ok(bytes) => serde_json::from_slice(&bytes).map_err(|e| LogError::Corrupt(format!("{}: {e}", released_file.display())))?,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => HashMap::new(),
             Err(e) => return Err(LogError::from(e).into()),
         };
@@ -209,7 +208,11 @@ impl Journal {
         let journaled: u64 = journal.pending().await?.iter().map(|p| p.end - p.start).sum();
         if journaled != journal.replayed_at_open {
             // An entry that did not decode has no write id to count it by.
-            tracing::warn!(journaled, counted = journal.replayed_at_open, "journal entries without a readable write id; the backlog undercounts them");
+            tracing::warn!(
+                journaled,
+                counted = journal.replayed_at_open,
+                "journal entries without a readable write id; the backlog undercounts them"
+            );
         }
         if journal.replayed_at_open > 0 {
             tracing::info!(entries = journal.replayed_at_open, "the journal holds writes not yet applied; sequencing them");
@@ -389,12 +392,7 @@ impl Journal {
 
 /// Opens the journal's objects now, or starts a task that keeps trying.
 pub(super) async fn open_objects(id: String, config: ObjectsConfig) -> Arc<ObjectsSlot> {
-    let slot = Arc::new(ObjectsSlot {
-        id,
-        journal: std::sync::OnceLock::new(),
-        last_error: Mutex::new(String::new()),
-        opener: Mutex::new(None),
-    });
+    let slot = Arc::new(ObjectsSlot { id, journal: std::sync::OnceLock::new(), last_error: Mutex::new(String::new()), opener: Mutex::new(None) });
     if slot.try_open(&config).await {
         return slot;
     }
@@ -423,4 +421,3 @@ pub(super) fn tp(ns: &str, partition: u32) -> TopicPartition {
 pub(super) fn released_key(ns: &str, partition: u32) -> String {
     format!("{ns}:{partition}")
 }
-

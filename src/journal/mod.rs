@@ -25,8 +25,8 @@
 //! sequencer does), decides whether a write was applied (the partition's
 //! handle knows).
 
-pub mod objects;
 mod local;
+pub mod objects;
 
 pub use self::local::{Backlog, Journal, JournalError, JournalLimits, ObjectsConfig, Pending};
 

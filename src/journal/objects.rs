@@ -139,10 +139,8 @@ impl JournalObjects {
     pub async fn entries(&self, journal_id: &str) -> Result<Vec<(u64, ObjectPath)>, String> {
         let prefix = self.folder(journal_id).join("entries");
         let objects: Vec<_> = self.store.list(Some(&prefix)).try_collect().await.map_err(store_error)?;
-        let mut out: Vec<(u64, ObjectPath)> = objects
-            .into_iter()
-            .filter_map(|o| o.location.filename().and_then(|n| n.parse().ok()).map(|seq| (seq, o.location.clone())))
-            .collect();
+        let mut out: Vec<(u64, ObjectPath)> =
+            objects.into_iter().filter_map(|o| o.location.filename().and_then(|n| n.parse().ok()).map(|seq| (seq, o.location.clone()))).collect();
         out.sort_by_key(|(seq, _)| *seq);
         Ok(out)
     }

@@ -18,8 +18,11 @@
 
 pub mod embedded;
 pub mod kafka;
-mod types;
 mod traits;
+mod types;
 
-pub use self::types::{Assignment, CreateOutcome, FOREIGN_HEADERS_MAX, FetchSource, ForeignRecord, LogError, LogRecord, Outgoing, TERN_ENTRY_HEADER, TopicInfo, TopicPartition};
 pub use self::traits::{Log, LogReader, Publisher};
+pub use self::types::{
+    Assignment, CreateOutcome, FetchSource, ForeignRecord, LogError, LogRecord, Outgoing, TopicInfo, TopicPartition, FOREIGN_HEADERS_MAX,
+    TERN_ENTRY_HEADER,
+};

@@ -3,9 +3,6 @@
 //! log (`embedded/`) and Kafka (`kafka/`) implement it; everything above
 //! it is the same code for both.
 
-use std::time::Duration;
-use async_trait::async_trait;
-use bytes::Bytes;
 use super::types::Assignment;
 use super::types::CreateOutcome;
 use super::types::FetchSource;
@@ -14,6 +11,9 @@ use super::types::LogRecord;
 use super::types::Outgoing;
 use super::types::TopicInfo;
 use super::types::TopicPartition;
+use async_trait::async_trait;
+use bytes::Bytes;
+use std::time::Duration;
 
 #[async_trait]
 pub trait Log: Send + Sync + 'static {
@@ -33,9 +33,7 @@ pub trait Log: Send + Sync + 'static {
     /// Default: not possible (the embedded log has no foreign topics).
     async fn create_sourced(&self, name: &str, source: &str, partitions: Option<u32>) -> Result<(CreateOutcome, u32), LogError> {
         let _ = (name, partitions);
-        Err(LogError::Unsupported(format!(
-            "source_topic {source:?}: only the Kafka log has foreign topics to read; run Tern with --kafka"
-        )))
+        Err(LogError::Unsupported(format!("source_topic {source:?}: only the Kafka log has foreign topics to read; run Tern with --kafka")))
     }
 
     /// Appends one entry; returns its offset once it is durable. Above the

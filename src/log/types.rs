@@ -1,9 +1,9 @@
 //! What the log's interface speaks in: topic partitions, records (Tern's
 //! entries and a source topic's foreign ones), assignments, errors.
 
+use bytes::Bytes;
 use std::collections::BTreeSet;
 use std::sync::Arc;
-use bytes::Bytes;
 
 /// One partition of one topic.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]

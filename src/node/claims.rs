@@ -35,7 +35,13 @@ const APPLIED_POLL: Duration = Duration::from_millis(50);
 const SCAN_INTERVAL_MAX: Duration = Duration::from_secs(30);
 
 /// Scans the journals in `objects` every so often and replays lost ones.
-pub(super) async fn run(node: Weak<Node>, objects: JournalObjects, own: String, claim_after: Duration, mut shutdown: tokio::sync::watch::Receiver<bool>) {
+pub(super) async fn run(
+    node: Weak<Node>,
+    objects: JournalObjects,
+    own: String,
+    claim_after: Duration,
+    mut shutdown: tokio::sync::watch::Receiver<bool>,
+) {
     let interval = (claim_after / 2).min(SCAN_INTERVAL_MAX);
     loop {
         tokio::select! {

@@ -30,12 +30,8 @@ impl Node {
             for handle in &namespace.handles {
                 match handle.status() {
                     PartitionStatus::Serving | PartitionStatus::NotHeld => {}
-                    PartitionStatus::CatchingUp => {
-                        problems.push(format!("{}/{}: catching up", namespace.name, handle.partition))
-                    }
-                    PartitionStatus::Refused(reason) => {
-                        problems.push(format!("{}/{}: refused: {reason}", namespace.name, handle.partition))
-                    }
+                    PartitionStatus::CatchingUp => problems.push(format!("{}/{}: catching up", namespace.name, handle.partition)),
+                    PartitionStatus::Refused(reason) => problems.push(format!("{}/{}: refused: {reason}", namespace.name, handle.partition)),
                 }
             }
         }

@@ -91,7 +91,13 @@ impl Node {
         let sequencer = sequencer::run(Arc::downgrade(&node), node.writes.sequencer_wake.clone(), node.tasks.shutdown.subscribe());
         node.tasks.running.lock().push(tokio::spawn(sequencer));
         if let (Some(objects), Some(own)) = (node.config.journal_objects_config(), node.journal.objects_id()) {
-            let claims = claims::run(Arc::downgrade(&node), objects.objects, own.to_string(), node.config.journal_claim_after, node.tasks.shutdown.subscribe());
+            let claims = claims::run(
+                Arc::downgrade(&node),
+                objects.objects,
+                own.to_string(),
+                node.config.journal_claim_after,
+                node.tasks.shutdown.subscribe(),
+            );
             node.tasks.running.lock().push(tokio::spawn(claims));
         }
         node.every(LAG_REFRESH, |node| async move {

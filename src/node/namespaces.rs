@@ -89,9 +89,7 @@ impl Node {
         let created = match self.log.create_topic(name, partitions).await {
             Ok(CreateOutcome::Created) => true,
             Ok(CreateOutcome::AlreadyExists) => false,
-            Err(LogError::PartitionCountMismatch { existing, .. }) => {
-                return Err(NamespaceError::Mismatch { name: name.to_string(), existing })
-            }
+            Err(LogError::PartitionCountMismatch { existing, .. }) => return Err(NamespaceError::Mismatch { name: name.to_string(), existing }),
             Err(e) => return Err(NamespaceError::Log(e)),
         };
         self.open_namespace(name, partitions, None).await.map_err(|e| NamespaceError::Store(e.to_string()))?;

@@ -59,10 +59,7 @@ pub async fn await_consistency(
         Consistency::Local => return Ok(()),
         Consistency::After(position) => {
             if position.namespace != *namespace.name {
-                return Err(ReadError::WrongNamespace {
-                    position_ns: position.namespace.clone(),
-                    ns: namespace.name.to_string(),
-                });
+                return Err(ReadError::WrongNamespace { position_ns: position.namespace.clone(), ns: namespace.name.to_string() });
             }
             partitions.iter().filter_map(|p| position.offsets.get(p).map(|o| (*p, *o))).collect()
         }
@@ -78,12 +75,7 @@ pub async fn await_consistency(
             }));
             match tokio::time::timeout_at(deadline, ends).await {
                 Ok(ends) => ends?,
-                Err(_) => {
-                    return Err(ReadError::Log(format!(
-                        "the log did not say where it ends within timeout_ms={}",
-                        timeout.as_millis()
-                    )))
-                }
+                Err(_) => return Err(ReadError::Log(format!("the log did not say where it ends within timeout_ms={}", timeout.as_millis()))),
             }
         }
     };

@@ -74,9 +74,7 @@ pub enum Touches<'a> {
 pub fn check(writer: Writer, ns: &str, entry: Touches<'_>) -> Result<(), Reserved> {
     let mutation = match entry {
         Touches::ProceduresTick if writer == Writer::Procedures => return Ok(()),
-        Touches::ProceduresTick => {
-            return Err(Reserved { op_index: 0, message: "ticks and outbox trims are written by procedures only".into() })
-        }
+        Touches::ProceduresTick => return Err(Reserved { op_index: 0, message: "ticks and outbox trims are written by procedures only".into() }),
         Touches::Mutation(mutation) => mutation,
     };
     for (op_index, op) in mutation.ops.iter().enumerate() {
@@ -159,7 +157,17 @@ mod tests {
         for pk in ["config", "a.b", "x.", "tree", "settings", "x..", "é"] {
             assert!(check(Writer::Client, "app", Touches::Mutation(&put(pk, ""))).is_ok(), "{pk}");
         }
-        for (pk, sk) in [(".settings", "namespace"), (".settings", "rules"), (".settings", "x"), (".tree", "a"), (".ondisconnect", "s"), (".ondisconnect.7", "s"), (".", ""), (".x", ""), ("..x", "")] {
+        for (pk, sk) in [
+            (".settings", "namespace"),
+            (".settings", "rules"),
+            (".settings", "x"),
+            (".tree", "a"),
+            (".ondisconnect", "s"),
+            (".ondisconnect.7", "s"),
+            (".", ""),
+            (".x", ""),
+            ("..x", ""),
+        ] {
             let refused = check(Writer::Client, "app", Touches::Mutation(&put(pk, sk))).unwrap_err();
             assert!(refused.message.contains("may not start with '.'"), "{pk}: {}", refused.message);
         }

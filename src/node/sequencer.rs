@@ -117,10 +117,8 @@ async fn round(node: &Node, lanes: &mut HashMap<(String, u32), Lane>) -> Result<
         });
         work.insert(key, (p, namespace));
     }
-    let rounds: Vec<_> = lanes
-        .iter_mut()
-        .filter_map(|(key, lane)| work.remove(key).map(|(p, namespace)| lane_round(node, p, namespace, lane)))
-        .collect();
+    let rounds: Vec<_> =
+        lanes.iter_mut().filter_map(|(key, lane)| work.remove(key).map(|(p, namespace)| lane_round(node, p, namespace, lane))).collect();
     let mut busy = false;
     for result in futures::future::join_all(rounds).await {
         busy |= result?;
@@ -153,7 +151,13 @@ async fn lane_round(
 /// taken in order: at the first refusal the lane stops there and tries that
 /// entry again later; entries after it that the log did take are appended
 /// again then, and applied once (their write ids).
-async fn append(node: &Node, namespace: &crate::partition::Namespace, partition: u32, lane: &mut Lane, end: u64) -> Result<usize, crate::journal::JournalError> {
+async fn append(
+    node: &Node,
+    namespace: &crate::partition::Namespace,
+    partition: u32,
+    lane: &mut Lane,
+    end: u64,
+) -> Result<usize, crate::journal::JournalError> {
     if lane.next >= end || lane.in_flight.len() >= IN_FLIGHT_MAX || lane.retry_at.is_some_and(|at| Instant::now() < at) {
         return Ok(0);
     }
@@ -199,7 +203,13 @@ async fn append(node: &Node, namespace: &crate::partition::Namespace, partition:
 }
 
 /// Releases the journal entries whose writes were seen applied.
-fn release(node: &Node, namespace: &crate::partition::Namespace, partition: u32, lane: &mut Lane, end: u64) -> Result<(), crate::journal::JournalError> {
+fn release(
+    node: &Node,
+    namespace: &crate::partition::Namespace,
+    partition: u32,
+    lane: &mut Lane,
+    end: u64,
+) -> Result<(), crate::journal::JournalError> {
     let applied_next = node.applied_next(&namespace.name, partition);
     while let Some(&(journal_offset, log_offset)) = lane.in_flight.front() {
         if log_offset >= applied_next {

@@ -8,10 +8,10 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
 
-use crate::snapshot::{SnapshotError, SnapshotReport, Snapshots};
-use crate::partition::PartitionStatus;
-use crate::log::TopicPartition;
 use super::Node;
+use crate::log::TopicPartition;
+use crate::partition::PartitionStatus;
+use crate::snapshot::{SnapshotError, SnapshotReport, Snapshots};
 
 #[derive(Debug, Clone)]
 pub struct SnapshotPolicy {

@@ -351,7 +351,9 @@ impl Node {
 
     /// The log took a write (a load, and a store only when it had refused one).
     pub fn log_took(&self) {
-        if self.writes.log_refused.load(std::sync::atomic::Ordering::Relaxed) && self.writes.log_refused.swap(false, std::sync::atomic::Ordering::Relaxed) {
+        if self.writes.log_refused.load(std::sync::atomic::Ordering::Relaxed)
+            && self.writes.log_refused.swap(false, std::sync::atomic::Ordering::Relaxed)
+        {
             tracing::info!("the log takes writes again");
         }
     }

@@ -211,7 +211,13 @@ mod tests {
             (format!(r#"{{"runtime": "wasm", {m}, "fuel_per_record": {}}}"#, FUEL_PER_RECORD_MAX + 1), "fuel_per_record is 1 to"),
             (format!(r#"{{"runtime": "wasm", {m}, "memory_bytes": {}}}"#, MEMORY_BYTES_MAX + 1), "memory_bytes is"),
             (format!(r#"{{"runtime": "wasm", {m}, "params": {{"p": "{}"}}}}"#, "x".repeat(PARAMS_BYTES_MAX)), "params has"),
-            (format!(r#"{{"runtime": "wasm", {m}, "outputs": {{{}}}}}"#, (0..=OUTPUTS_MAX).map(|i| format!(r#""o{i}": "t""#)).collect::<Vec<_>>().join(",")), "at most 64 outputs"),
+            (
+                format!(
+                    r#"{{"runtime": "wasm", {m}, "outputs": {{{}}}}}"#,
+                    (0..=OUTPUTS_MAX).map(|i| format!(r#""o{i}": "t""#)).collect::<Vec<_>>().join(",")
+                ),
+                "at most 64 outputs",
+            ),
         ];
         for (text, expected) in cases {
             let error = Definition::parse(text.as_bytes()).unwrap_err();

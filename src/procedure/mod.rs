@@ -32,7 +32,7 @@
 pub mod definition;
 pub mod effects;
 pub mod outbox;
-pub mod wasm;
 mod procedures;
+pub mod wasm;
 
 pub use self::procedures::{Procedures, TIMERS_FIRED_PER_ENTRY_MAX, VERSIONS_KEPT};

@@ -2,18 +2,18 @@
 //! entry in the apply transaction, their effects applied whole or not at all
 //! (a dead letter), and their due timers fired in log time.
 
-use super::{definition, wasm};
-use std::collections::BTreeMap;
-use std::sync::Arc;
-use std::time::Instant;
 use super::definition::Definition;
 use super::effects::{Effects, TimerChange, Write};
-use super::wasm::{Failed, Input, Returned, StateRead, Vm};
 use super::outbox::OutboxMessage;
+use super::wasm::{Failed, Input, Returned, StateRead, Vm};
+use super::{definition, wasm};
 use crate::codec::{Mutation, OpKind};
 use crate::log::ForeignRecord;
 use crate::metrics;
 use crate::store::{ApplyTxn, StoreError};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Instant;
 
 /// Versions of each procedure a partition keeps (the newest; older ones are forgotten).
 pub const VERSIONS_KEPT: usize = 16;
@@ -139,7 +139,9 @@ impl Procedures {
                     self.loaded.insert(name, loaded);
                 }
                 Ok(_) => {}
-                Err(e) => tracing::error!(ns = %self.namespace, partition = self.partition, procedure = %name, error = %e, "a stored procedure definition does not parse"),
+                Err(e) => {
+                    tracing::error!(ns = %self.namespace, partition = self.partition, procedure = %name, error = %e, "a stored procedure definition does not parse")
+                }
             }
         }
         self.in_step_at = Some(tx.state().applied_next);
@@ -404,7 +406,8 @@ pub(super) fn apply_effects(
     }
     let outputs = effects.outputs.len() as u64;
     for output in effects.outputs {
-        let message = OutboxMessage { procedure: name.to_string(), topic: definition.topic_of(ns, &output.output), key: output.key, value: output.value };
+        let message =
+            OutboxMessage { procedure: name.to_string(), topic: definition.topic_of(ns, &output.output), key: output.key, value: output.value };
         put_outbox(tx, offset, index, &message)?;
     }
     loaded.metrics.outputs.inc_by(outputs);

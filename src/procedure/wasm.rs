@@ -242,30 +242,38 @@ fn call_of<'a>(host: &'a mut Host, import: &str) -> wasmtime::Result<&'a mut Cal
 
 fn linker() -> Result<Linker<Host>, wasmtime::Error> {
     let mut linker: Linker<Host> = Linker::new(&ENGINE);
-    linker.func_wrap("tern", "get", |mut caller: Caller<'_, Host>, pk: i32, pk_len: i32, sk: i32, sk_len: i32, out: i32, cap: i32| -> wasmtime::Result<i32> {
-        let memory = memory_of(&mut caller)?;
-        let (data, host) = memory.data_and_store_mut(&mut caller);
-        let (pk, sk) = (text(data, pk, pk_len, "pk")?, text(data, sk, sk_len, "sk")?);
-        let call = call_of(host, "get")?;
-        let value = match call.effects.written(&pk, &sk) {
-            Some(written) => written.map(<[u8]>::to_vec),
-            // SAFETY: see `Call::read`: set for this call, which is running.
-            None => unsafe { &mut *call.read.0 }.get(&pk, &sk).map_err(fail)?,
-        };
-        match value {
-            Some(v) => copy_out(data, out, cap, &v),
-            None => Ok(-1),
-        }
-    })?;
-    linker.func_wrap("tern", "put", |mut caller: Caller<'_, Host>, pk: i32, pk_len: i32, sk: i32, sk_len: i32, v: i32, v_len: i32| -> wasmtime::Result<()> {
-        let memory = memory_of(&mut caller)?;
-        let (data, host) = memory.data_and_store_mut(&mut caller);
-        let (pk, sk, value) = (text(data, pk, pk_len, "pk")?, text(data, sk, sk_len, "sk")?, slice(data, v, v_len, "value")?);
-        if !crate::codec::is_json_text(&value) {
-            return Err(fail(format!("tern.put({pk:?}, {sk:?}): the value is not JSON text")));
-        }
-        call_of(host, "put")?.effects.write(&pk, &sk, Some(value)).map_err(fail)
-    })?;
+    linker.func_wrap(
+        "tern",
+        "get",
+        |mut caller: Caller<'_, Host>, pk: i32, pk_len: i32, sk: i32, sk_len: i32, out: i32, cap: i32| -> wasmtime::Result<i32> {
+            let memory = memory_of(&mut caller)?;
+            let (data, host) = memory.data_and_store_mut(&mut caller);
+            let (pk, sk) = (text(data, pk, pk_len, "pk")?, text(data, sk, sk_len, "sk")?);
+            let call = call_of(host, "get")?;
+            let value = match call.effects.written(&pk, &sk) {
+                Some(written) => written.map(<[u8]>::to_vec),
+                // SAFETY: see `Call::read`: set for this call, which is running.
+                None => unsafe { &mut *call.read.0 }.get(&pk, &sk).map_err(fail)?,
+            };
+            match value {
+                Some(v) => copy_out(data, out, cap, &v),
+                None => Ok(-1),
+            }
+        },
+    )?;
+    linker.func_wrap(
+        "tern",
+        "put",
+        |mut caller: Caller<'_, Host>, pk: i32, pk_len: i32, sk: i32, sk_len: i32, v: i32, v_len: i32| -> wasmtime::Result<()> {
+            let memory = memory_of(&mut caller)?;
+            let (data, host) = memory.data_and_store_mut(&mut caller);
+            let (pk, sk, value) = (text(data, pk, pk_len, "pk")?, text(data, sk, sk_len, "sk")?, slice(data, v, v_len, "value")?);
+            if !crate::codec::is_json_text(&value) {
+                return Err(fail(format!("tern.put({pk:?}, {sk:?}): the value is not JSON text")));
+            }
+            call_of(host, "put")?.effects.write(&pk, &sk, Some(value)).map_err(fail)
+        },
+    )?;
     linker.func_wrap("tern", "delete", |mut caller: Caller<'_, Host>, pk: i32, pk_len: i32, sk: i32, sk_len: i32| -> wasmtime::Result<()> {
         let memory = memory_of(&mut caller)?;
         let (data, host) = memory.data_and_store_mut(&mut caller);
@@ -324,9 +332,8 @@ fn linker() -> Result<Linker<Host>, wasmtime::Error> {
         let name = text(data, n, n_len, "timer name")?;
         call_of(host, "cancel")?.effects.timer(TimerChange::Cancel { name }).map_err(fail)
     })?;
-    linker.func_wrap("tern", "now", |mut caller: Caller<'_, Host>| -> wasmtime::Result<i64> {
-        Ok(call_of(caller.data_mut(), "now")?.now_ms as i64)
-    })?;
+    linker
+        .func_wrap("tern", "now", |mut caller: Caller<'_, Host>| -> wasmtime::Result<i64> { Ok(call_of(caller.data_mut(), "now")?.now_ms as i64) })?;
     linker.func_wrap("tern", "params", |mut caller: Caller<'_, Host>, out: i32, cap: i32| -> wasmtime::Result<i32> {
         let memory = memory_of(&mut caller)?;
         let (data, host) = memory.data_and_store_mut(&mut caller);
@@ -355,7 +362,8 @@ fn linker() -> Result<Linker<Host>, wasmtime::Error> {
             let Some(len) = ptr.checked_sub(4).and_then(|at| data.get(at..ptr)).map(|b| u32::from_le_bytes(b.try_into().unwrap()) as usize) else {
                 return String::new();
             };
-            let units: Vec<u16> = data.get(ptr..ptr + len.min(2048)).unwrap_or_default().chunks_exact(2).map(|c| u16::from_le_bytes([c[0], c[1]])).collect();
+            let units: Vec<u16> =
+                data.get(ptr..ptr + len.min(2048)).unwrap_or_default().chunks_exact(2).map(|c| u16::from_le_bytes([c[0], c[1]])).collect();
             String::from_utf16_lossy(&units)
         };
         let file = string(file);
@@ -373,7 +381,8 @@ impl Vm {
         let bytes = definition.module_bytes()?;
         check_module(&bytes)?;
         let module = module_of(&bytes)?;
-        let limits = StoreLimitsBuilder::new().memory_size(definition.memory_bytes).instances(1).tables(4).memories(1).trap_on_grow_failure(true).build();
+        let limits =
+            StoreLimitsBuilder::new().memory_size(definition.memory_bytes).instances(1).tables(4).memories(1).trap_on_grow_failure(true).build();
         let host = Host { limits, params: definition.params.to_string().into_bytes(), partition, call: None, memory: None };
         let mut store = Store::new(&ENGINE, host);
         store.limiter(|host| &mut host.limits);

@@ -36,10 +36,7 @@ pub struct Overrides(pub(super) Vec<(&'static str, Vec<String>)>);
 
 impl clap::FromArgMatches for Overrides {
     fn from_arg_matches(matches: &clap::ArgMatches) -> Result<Self, clap::Error> {
-        let given = SETTINGS
-            .iter()
-            .filter_map(|s| matches.get_many::<String>(s.name).map(|values| (s.name, values.cloned().collect())))
-            .collect();
+        let given = SETTINGS.iter().filter_map(|s| matches.get_many::<String>(s.name).map(|values| (s.name, values.cloned().collect()))).collect();
         Ok(Overrides(given))
     }
 
@@ -67,12 +64,8 @@ fn argument(s: &Setting) -> clap::Arg {
     if !bound.is_empty() {
         long_help.push_str(&format!(" [bound: {bound}]"));
     }
-    let arg = clap::Arg::new(s.name)
-        .long(s.flag())
-        .env(s.env())
-        .value_name("VALUE")
-        .help(format!("{} [default: {default}]", s.doc()))
-        .long_help(long_help);
+    let arg =
+        clap::Arg::new(s.name).long(s.flag()).env(s.env()).value_name("VALUE").help(format!("{} [default: {default}]", s.doc())).long_help(long_help);
     match (s.list, s.switch) {
         (true, _) => arg.action(clap::ArgAction::Append).value_delimiter(','),
         (false, true) => arg.action(clap::ArgAction::Set).num_args(0..=1).default_missing_value("true"),

@@ -22,14 +22,8 @@ fn every_bound_and_cross_check_is_enforced() {
     );
     bad(|s| s.gossip_interval_ms = 1, "gossip_interval_ms");
     bad(|s| s.gossip_advertise = Some("127.0.0.1:7946".into()), "needs gossip set");
-    bad(
-        |s| (s.gossip, s.gossip_advertise) = (Some("127.0.0.1:7946".into()), Some("relay:7946".into())),
-        "gossip_advertise must be IP:PORT",
-    );
-    bad(
-        |s| (s.gossip, s.gossip_advertise) = (Some("127.0.0.1:7946".into()), Some("127.0.0.1:0".into())),
-        "gossip_advertise needs a port",
-    );
+    bad(|s| (s.gossip, s.gossip_advertise) = (Some("127.0.0.1:7946".into()), Some("relay:7946".into())), "gossip_advertise must be IP:PORT");
+    bad(|s| (s.gossip, s.gossip_advertise) = (Some("127.0.0.1:7946".into()), Some("127.0.0.1:0".into())), "gossip_advertise needs a port");
     for (region, address) in [("eu", ""), ("eu", "127.0.0.1"), ("eu", ":80"), ("eu", "h:0"), ("eu", "h:65536"), ("eu", "h:x"), ("", "h:80")] {
         let mut s = Settings::default();
         s.advertise_api_for = [(region.to_string(), address.to_string())].into();
@@ -68,7 +62,10 @@ fn every_bound_and_cross_check_is_enforced() {
     bad(|s| (s.auth, s.gossip) = (true, Some("127.0.0.1:7946".into())), "auth with gossip needs cluster_key_file");
     bad(|s| s.tls_cert_file = Some("c.pem".into()), "tls_cert_file and tls_key_file go together");
     bad(|s| s.tls_client_ca_file = Some("ca.pem".into()), "tls_client_ca_file (mTLS) needs TLS");
-    for exposed in [Settings { listen: "0.0.0.0:7070".into(), auth: true, ..Default::default() }, Settings { listen: "0.0.0.0:7070".into(), insecure: true, ..Default::default() }] {
+    for exposed in [
+        Settings { listen: "0.0.0.0:7070".into(), auth: true, ..Default::default() },
+        Settings { listen: "0.0.0.0:7070".into(), insecure: true, ..Default::default() },
+    ] {
         exposed.validate().unwrap();
     }
     for loopback in ["127.0.0.1:0", "127.0.0.2:7070", "[::1]:7070", "localhost:7070"] {
@@ -108,9 +105,8 @@ fn file_then_flags_override_defaults_and_unknown_keys_are_refused() {
 fn flags_and_variables_come_from_the_table() {
     use clap::{Args, FromArgMatches};
     let command = Overrides::augment_args(clap::Command::new("t"));
-    let matches = command
-        .try_get_matches_from(["t", "--snapshot-option", "aws_region=x", "--snapshot-option", "aws_endpoint=y", "--seeds", "a,b"])
-        .unwrap();
+    let matches =
+        command.try_get_matches_from(["t", "--snapshot-option", "aws_region=x", "--snapshot-option", "aws_endpoint=y", "--seeds", "a,b"]).unwrap();
     let overrides = Overrides::from_arg_matches(&matches).unwrap();
     let s = Settings::load(None, overrides).unwrap();
     assert_eq!(s.snapshot_options.len(), 2);

@@ -2,7 +2,6 @@
 //! depends on several (authentication and exposure, TLS, gossip), with a
 //! message that says which setting to change.
 
-
 use super::table::Settings;
 
 impl Settings {
@@ -10,10 +9,7 @@ impl Settings {
     pub fn validate(&self) -> anyhow::Result<()> {
         self.check_bounds().map_err(anyhow::Error::msg)?;
         if let (Some(min_isr), Some(factor)) = (self.kafka_min_insync_replicas, self.kafka_replication_factor) {
-            anyhow::ensure!(
-                min_isr <= factor,
-                "kafka_min_insync_replicas must be at most kafka_replication_factor ({factor})"
-            );
+            anyhow::ensure!(min_isr <= factor, "kafka_min_insync_replicas must be at most kafka_replication_factor ({factor})");
         }
         anyhow::ensure!(
             self.gossip_advertise.is_none() || self.gossip.is_some(),
@@ -68,9 +64,7 @@ impl Settings {
     pub fn cluster_key(&self) -> anyhow::Result<Option<crate::cluster::sealed::ClusterKey>> {
         let Some(path) = &self.cluster_key_file else { return Ok(None) };
         let secret = std::fs::read_to_string(path).map_err(|e| anyhow::anyhow!("cluster_key_file {}: {e}", path.display()))?;
-        crate::cluster::sealed::ClusterKey::from_secret(&secret)
-            .map(Some)
-            .map_err(|e| anyhow::anyhow!("cluster_key_file {}: {e}", path.display()))
+        crate::cluster::sealed::ClusterKey::from_secret(&secret).map(Some).map_err(|e| anyhow::anyhow!("cluster_key_file {}: {e}", path.display()))
     }
 
     /// `tern serve` refuses to listen beyond loopback without authentication
@@ -119,8 +113,7 @@ impl Settings {
         self.namespaces
             .iter()
             .map(|spec| {
-                let (name, partitions) =
-                    spec.split_once(':').ok_or_else(|| anyhow::anyhow!("namespaces: each is NAME:PARTITIONS, got {spec:?}"))?;
+                let (name, partitions) = spec.split_once(':').ok_or_else(|| anyhow::anyhow!("namespaces: each is NAME:PARTITIONS, got {spec:?}"))?;
                 let partitions = partitions.parse().map_err(|_| anyhow::anyhow!("namespaces: bad partition count in {spec:?}"))?;
                 Ok((name.to_string(), partitions))
             })

@@ -2,15 +2,8 @@
 //! random steps (writes, applies, faults, snapshots, crashes, moves) and the
 //! checks at the end.
 
-use super::model;
-use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
-use bytes::Bytes;
-use rand::rngs::StdRng;
-use rand::{Rng, SeedableRng};
 use super::log::{Faults, SimLog};
+use super::model;
 use crate::apply::open::{try_open, Step};
 use crate::apply::Recovery;
 use crate::codec::{Condition, Mutation, Op, OpKind};
@@ -19,6 +12,13 @@ use crate::partition::{PartitionHandle, PartitionStatus};
 use crate::snapshot::Snapshots;
 use crate::store::hash::StateHash;
 use crate::store::PartitionStore;
+use bytes::Bytes;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 /// The one namespace and partition every replica holds.
 pub(super) const NAMESPACE: &str = "sim";
@@ -294,11 +294,8 @@ impl World {
                 2..5 => Some(Condition::IfVersion(self.versions.get(&pk).copied().unwrap_or(0))),
                 _ => None,
             };
-            let kind = if self.rng.random_bool(0.15) {
-                OpKind::Delete
-            } else {
-                OpKind::Put(Bytes::from(format!("{}", self.rng.random_range(0..1_000u32))))
-            };
+            let kind =
+                if self.rng.random_bool(0.15) { OpKind::Delete } else { OpKind::Put(Bytes::from(format!("{}", self.rng.random_range(0..1_000u32)))) };
             ops.push(Op { pk, sk: String::new(), kind, condition });
         }
         let write_id = if self.rng.random_bool(0.6) {
@@ -547,7 +544,11 @@ pub fn run_seeds(first: u64, count: u64, threads: usize) -> Vec<Failure> {
                         step: 0,
                         what: format!(
                             "panicked: {}",
-                            panic.downcast_ref::<String>().cloned().or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string())).unwrap_or_default()
+                            panic
+                                .downcast_ref::<String>()
+                                .cloned()
+                                .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+                                .unwrap_or_default()
                         ),
                     },
                 };

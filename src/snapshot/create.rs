@@ -3,16 +3,16 @@
 //! uploaded, then the manifest that names them (a snapshot without a
 //! manifest that verifies does not exist).
 
-use super::{REQUESTS_IN_FLIGHT_MAX, store_error};
-use super::snapshots::Snapshots;
+use super::error::SnapshotError;
 use super::format;
-use std::time::Duration;
+use super::format::{ChunkRef, Chunker, Manifest, MANIFEST_FORMAT};
+use super::snapshots::Snapshots;
+use super::{store_error, REQUESTS_IN_FLIGHT_MAX};
+use crate::store::StoreReader;
 use bytes::Bytes;
 use futures::StreamExt;
 use object_store::{ObjectStoreExt, PutPayload};
-use super::format::{ChunkRef, Chunker, Manifest, MANIFEST_FORMAT};
-use crate::store::StoreReader;
-use super::error::SnapshotError;
+use std::time::Duration;
 
 /// Chunks in flight between the store scan and the uploader: bounds memory
 /// to a few chunks however large the partition.
@@ -98,8 +98,7 @@ impl Snapshots {
             }
             chunks.push(chunk);
         }
-        let (meta_entries, record_count) =
-            scan.await.map_err(|e| SnapshotError::Partition(format!("snapshot scan failed: {e}")))??;
+        let (meta_entries, record_count) = scan.await.map_err(|e| SnapshotError::Partition(format!("snapshot scan failed: {e}")))??;
         assert_eq!(record_count, state.record_count, "a snapshot holds every record of its view");
         assert_eq!(chunks.iter().map(|c| c.entries).sum::<u64>(), meta_entries + record_count, "every scanned entry is in a chunk");
         let manifest = Manifest {

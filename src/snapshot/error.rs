@@ -1,6 +1,5 @@
 //! Why a snapshot could not be taken, listed or restored.
 
-
 #[derive(Debug, thiserror::Error)]
 pub enum SnapshotError {
     #[error("object store: {0}")]

@@ -18,16 +18,16 @@
 //! count against the manifest; any failure falls back to the next older
 //! snapshot.
 
-pub mod format;
-mod error;
-mod snapshots;
 mod create;
+mod error;
+pub mod format;
 mod prune;
 mod restore;
+mod snapshots;
 
-pub use self::error::{SnapshotError};
-use self::error::{store_error};
-pub use self::snapshots::{CA_FILE_OPTION, Snapshots};
+pub use self::create::SnapshotReport;
+use self::error::store_error;
+pub use self::error::SnapshotError;
+pub use self::restore::RestoreTarget;
 use self::snapshots::REQUESTS_IN_FLIGHT_MAX;
-pub use self::create::{SnapshotReport};
-pub use self::restore::{RestoreTarget};
+pub use self::snapshots::{Snapshots, CA_FILE_OPTION};

@@ -2,12 +2,12 @@
 //! chunks no manifest names once they are older than `CHUNK_GC_GRACE`
 //! (another writer may be mid-upload).
 
+use super::format::Manifest;
+use super::snapshots::Snapshots;
 use super::store_error;
 use super::SnapshotError;
-use super::snapshots::Snapshots;
 use futures::TryStreamExt;
 use object_store::{ObjectStore, ObjectStoreExt};
-use super::format::Manifest;
 
 /// Unreferenced chunks younger than this survive pruning (see `prune`).
 pub(super) const CHUNK_GC_GRACE: chrono::TimeDelta = chrono::TimeDelta::hours(1);

@@ -3,17 +3,17 @@
 //! hash and record count recomputed, the store built beside its final path
 //! and renamed into place only when complete.
 
-use super::{REQUESTS_IN_FLIGHT_MAX, store_error};
-use super::SnapshotError;
-use super::snapshots::Snapshots;
 use super::format;
-use std::path::Path;
+use super::format::{ChunkRef, Manifest};
+use super::snapshots::Snapshots;
+use super::SnapshotError;
+use super::{store_error, REQUESTS_IN_FLIGHT_MAX};
+use crate::store::{PartitionStore, RestoredState};
 use bytes::Bytes;
 use futures::{StreamExt, TryStreamExt};
 use object_store::path::Path as ObjectPath;
 use object_store::ObjectStoreExt;
-use super::format::{ChunkRef, Manifest};
-use crate::store::{PartitionStore, RestoredState};
+use std::path::Path;
 
 /// Largest manifest read (a 1,000,000-record partition has ~2,500 chunks).
 pub(super) const MANIFEST_BYTES_MAX: usize = 64 * 1024 * 1024;
@@ -119,7 +119,11 @@ impl Snapshots {
         Err(SnapshotError::NoneValid { namespace: namespace.to_string(), partition, tried: tried.join("; "), other_log })
     }
 
-    pub(super) async fn try_restore(&self, manifest_path: &ObjectPath, target: &RestoreTarget<'_>) -> Result<(PartitionStore, Manifest), SnapshotError> {
+    pub(super) async fn try_restore(
+        &self,
+        manifest_path: &ObjectPath,
+        target: &RestoreTarget<'_>,
+    ) -> Result<(PartitionStore, Manifest), SnapshotError> {
         let RestoreTarget { namespace, partition, partitions, path, cache_bytes, .. } = *target;
         let invalid = |reason: String| SnapshotError::Invalid { path: manifest_path.to_string(), reason, other_log: false };
         let bytes = self.store.get(manifest_path).await.map_err(store_error)?.bytes().await.map_err(store_error)?;
@@ -135,12 +139,16 @@ impl Snapshots {
         }
         if let Some(log) = target.log {
             if manifest.log != log {
-                return Err(SnapshotError::Invalid { path: manifest_path.to_string(), other_log: true, reason: format!(
-                    "it is of the log {:?}, this node's log is {log:?} (another cluster sharing the bucket, or a topic \
+                return Err(SnapshotError::Invalid {
+                    path: manifest_path.to_string(),
+                    other_log: true,
+                    reason: format!(
+                        "it is of the log {:?}, this node's log is {log:?} (another cluster sharing the bucket, or a topic \
                      deleted and re-created): its offsets are not this log's; restore it into this log only with \
                      --restore",
-                    manifest.log
-                ) });
+                        manifest.log
+                    ),
+                });
             }
         }
         let fetches = futures::stream::iter(manifest.chunks.iter().cloned()).map(|chunk| async move {
@@ -164,8 +172,7 @@ impl Snapshots {
             not_applied_from: manifest.not_applied_from,
         };
         let (path_owned, expected, replace) = (path.to_path_buf(), manifest.clone(), target.replace);
-        let rebuilt =
-            tokio::task::spawn_blocking(move || rebuild(&path_owned, partitions, cache_bytes, &state, compressed, &expected, replace))
+        let rebuilt = tokio::task::spawn_blocking(move || rebuild(&path_owned, partitions, cache_bytes, &state, compressed, &expected, replace))
             .await
             .map_err(|e| SnapshotError::Partition(format!("restore task failed: {e}")))?;
         match rebuilt {

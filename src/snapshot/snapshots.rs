@@ -3,12 +3,12 @@
 //! (bounded retries, an https endpoint's private CA), where each snapshot's
 //! chunks and manifest live, and listing them newest first.
 
-use std::sync::Arc;
-use std::time::Duration;
+use super::error::{store_error, SnapshotError};
 use futures::TryStreamExt;
 use object_store::path::Path as ObjectPath;
 use object_store::ObjectStore;
-use super::error::{SnapshotError, store_error};
+use std::sync::Arc;
+use std::time::Duration;
 
 /// S3 bounds: retries per request, total retry time, one request, one connect.
 /// The snapshot option naming a PEM CA bundle to trust for an `https://`
@@ -70,19 +70,14 @@ impl Snapshots {
             // snapshot within seconds (the next attempt retries), never hangs it.
             // (These client options replace the ones `from_env` read, so
             // AWS_ALLOW_HTTP is carried over by hand.)
-            let configured_allow_http =
-                options.iter().find(|(k, _)| k.eq_ignore_ascii_case("aws_allow_http")).map(|(_, v)| v.clone());
-            let allow_http = configured_allow_http
-                .or_else(|| std::env::var("AWS_ALLOW_HTTP").ok())
-                .is_some_and(|v| v.eq_ignore_ascii_case("true"));
+            let configured_allow_http = options.iter().find(|(k, _)| k.eq_ignore_ascii_case("aws_allow_http")).map(|(_, v)| v.clone());
+            let allow_http = configured_allow_http.or_else(|| std::env::var("AWS_ALLOW_HTTP").ok()).is_some_and(|v| v.eq_ignore_ascii_case("true"));
             let mut builder = object_store::aws::AmazonS3Builder::from_env().with_url(url);
             // `ca_file` is Tern's own: a PEM CA bundle to trust for an https:// endpoint.
             let ca_file = options.iter().find(|(k, _)| k.eq_ignore_ascii_case(CA_FILE_OPTION)).map(|(_, v)| v.clone());
             for (key, value) in options.iter().filter(|(k, _)| !k.eq_ignore_ascii_case(CA_FILE_OPTION)) {
-                let key: object_store::aws::AmazonS3ConfigKey = key
-                    .to_ascii_lowercase()
-                    .parse()
-                    .map_err(|e| store_error(format!("snapshot option {key:?}: {e}")))?;
+                let key: object_store::aws::AmazonS3ConfigKey =
+                    key.to_ascii_lowercase().parse().map_err(|e| store_error(format!("snapshot option {key:?}: {e}")))?;
                 builder = builder.with_config(key, value);
             }
             let mut client = object_store::ClientOptions::new()
@@ -91,18 +86,14 @@ impl Snapshots {
                 .with_allow_http(allow_http);
             if let Some(path) = ca_file {
                 let pem = std::fs::read(&path).map_err(|e| store_error(format!("snapshot option ca_file {path}: {e}")))?;
-                let certificates = object_store::Certificate::from_pem_bundle(&pem)
-                    .map_err(|e| store_error(format!("snapshot option ca_file {path}: {e}")))?;
+                let certificates =
+                    object_store::Certificate::from_pem_bundle(&pem).map_err(|e| store_error(format!("snapshot option ca_file {path}: {e}")))?;
                 for certificate in certificates {
                     client = client.with_root_certificate(certificate);
                 }
             }
             let store = builder
-                .with_retry(object_store::RetryConfig {
-                    max_retries: S3_RETRIES_MAX,
-                    retry_timeout: S3_RETRY_TIMEOUT,
-                    ..Default::default()
-                })
+                .with_retry(object_store::RetryConfig { max_retries: S3_RETRIES_MAX, retry_timeout: S3_RETRY_TIMEOUT, ..Default::default() })
                 .with_client_options(client)
                 .build()
                 .map_err(store_error)?;
@@ -133,7 +124,6 @@ impl Snapshots {
         self.partition_dir(namespace, partition).join("manifests").join(format!("{applied_next:020}.json"))
     }
 
-
     /// Manifests of a partition, newest (highest applied offset) first.
     pub async fn list(&self, namespace: &str, partition: u32) -> Result<Vec<(u64, ObjectPath)>, SnapshotError> {
         let dir = self.partition_dir(namespace, partition).join("manifests");
@@ -148,9 +138,6 @@ impl Snapshots {
         manifests.sort_by(|a, b| b.0.cmp(&a.0));
         Ok(manifests)
     }
-
-
-
 }
 
 #[cfg(test)]

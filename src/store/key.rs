@@ -115,7 +115,13 @@ fn max_lower(a: Bound<Vec<u8>>, b: Bound<Vec<u8>>) -> Bound<Vec<u8>> {
     match (&a, &b) {
         (Unbounded, _) => b,
         (_, Unbounded) => a,
-        (Included(x) | Excluded(x), Included(y) | Excluded(y)) if x != y => if x > y { a } else { b },
+        (Included(x) | Excluded(x), Included(y) | Excluded(y)) if x != y => {
+            if x > y {
+                a
+            } else {
+                b
+            }
+        }
         (Excluded(_), _) => a,
         _ => b,
     }
@@ -126,7 +132,13 @@ fn min_upper(a: Bound<Vec<u8>>, b: Bound<Vec<u8>>) -> Bound<Vec<u8>> {
     match (&a, &b) {
         (Unbounded, _) => b,
         (_, Unbounded) => a,
-        (Included(x) | Excluded(x), Included(y) | Excluded(y)) if x != y => if x < y { a } else { b },
+        (Included(x) | Excluded(x), Included(y) | Excluded(y)) if x != y => {
+            if x < y {
+                a
+            } else {
+                b
+            }
+        }
         (Excluded(_), _) => a,
         _ => b,
     }

@@ -71,25 +71,13 @@ pub(super) fn decode_value(stored: &[u8]) -> (u64, &[u8]) {
 
 pub(super) fn read_state(table: &impl ReadableTable<&'static [u8], &'static [u8]>) -> Result<StoreState, redb::StorageError> {
     let Some(guard) = table.get(META_STATE)? else {
-        return Ok(StoreState {
-            applied_next: 0,
-            applied_entries: 0,
-            skipped_entries: 0,
-            record_count: 0,
-            state_hash: StateHash::default(),
-        });
+        return Ok(StoreState { applied_next: 0, applied_entries: 0, skipped_entries: 0, record_count: 0, state_hash: StateHash::default() });
     };
     let bytes = guard.value();
     assert_eq!(bytes.len(), META_STATE_BYTES, "the stored state is {META_STATE_BYTES} bytes");
     let get = |i: usize| -> Result<u64, redb::StorageError> { Ok(u64::from_le_bytes(bytes[i * 8..i * 8 + 8].try_into().unwrap())) };
     let state_hash = StateHash::from_bytes(&bytes[32..64]);
-    Ok(StoreState {
-        applied_next: get(0)?,
-        applied_entries: get(1)?,
-        skipped_entries: get(2)?,
-        record_count: get(3)?,
-        state_hash,
-    })
+    Ok(StoreState { applied_next: get(0)?, applied_entries: get(1)?, skipped_entries: get(2)?, record_count: get(3)?, state_hash })
 }
 
 pub(super) fn write_state(table: &mut Table<&'static [u8], &'static [u8]>, state: &StoreState) -> Result<(), redb::StorageError> {
@@ -107,7 +95,6 @@ pub(super) fn storage_error(path: &Path) -> impl Fn(redb::StorageError) -> Store
     move |e| StoreError { path: path.display().to_string(), message: e.to_string() }
 }
 
-
 /// A key bound as a borrowed slice bound (what redb's `range` takes).
 pub(super) fn slice_bound(b: &std::ops::Bound<Vec<u8>>) -> std::ops::Bound<&[u8]> {
     match b {
@@ -121,7 +108,11 @@ pub(super) fn slice_bound(b: &std::ops::Bound<Vec<u8>>) -> std::ops::Bound<&[u8]
 /// `prefix`, from `from` on, in sk order, while `visit` returns true: one
 /// walk for read views and apply transactions alike (`scan_prefix`).
 /// The highest version among `pk`'s records whose sk starts with `prefix`.
-pub(super) fn max_version(table: &impl ReadableTable<&'static [u8], &'static [u8]>, pk: &str, prefix: &str) -> Result<Option<u64>, redb::StorageError> {
+pub(super) fn max_version(
+    table: &impl ReadableTable<&'static [u8], &'static [u8]>,
+    pk: &str,
+    prefix: &str,
+) -> Result<Option<u64>, redb::StorageError> {
     let (lower, upper) = super::key::prefix_bounds(pk, prefix, None);
     let mut max = None;
     for entry in table.range::<&[u8]>((slice_bound(&lower), slice_bound(&upper)))? {

@@ -19,17 +19,15 @@
 
 pub mod hash;
 pub mod key;
-mod not_applied;
 mod layout;
+mod not_applied;
 /// What procedures keep beside the records: definitions, log time, timers, outbox.
 mod procedures;
 mod reader;
-mod txn;
 /// Reading JSON trees (`crate::tree`) from their leaf records.
 pub mod tree;
+mod txn;
 mod write_ids;
-
-
 
 pub use self::key::SkRange;
 pub(crate) use self::layout::is_outcome_meta;

@@ -4,8 +4,7 @@
 //! `not_applied_from` on: where this store began applying (0, or a restored
 //! snapshot's offset).
 
-
-use super::layout::{meta_u64, META_NOT_APPLIED_FROM, META_NOT_APPLIED};
+use super::layout::{meta_u64, META_NOT_APPLIED, META_NOT_APPLIED_FROM};
 use super::{ApplyTxn, StoreError, StoreReader};
 
 impl ApplyTxn<'_, '_> {

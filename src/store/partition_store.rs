@@ -2,16 +2,16 @@
 //! checked, an older one upgraded), the apply transaction, read views,
 //! durability, and building one beside its final path (restore).
 
-use super::{ApplyTxn, StoreReader, is_outcome_meta};
+use super::hash::StateHash;
 use super::key;
+use super::layout::{
+    decode_value, meta_u64, read_state, storage_error, write_state, FORMAT_VERSION, META_FORMAT, META_NOT_APPLIED_FROM, META_PARTITIONS, META_PREFIX,
+    RECORDS,
+};
+use super::{is_outcome_meta, ApplyTxn, StoreReader};
+use redb::{Database, Durability, ReadTransaction, ReadableDatabase, ReadableTable};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use redb::{Database, Durability, ReadTransaction, ReadableDatabase, ReadableTable};
-use super::hash::StateHash;
-use super::layout::{
-    decode_value, meta_u64, read_state, storage_error, write_state, FORMAT_VERSION, META_FORMAT, META_NOT_APPLIED_FROM,
-    META_PARTITIONS, META_PREFIX, RECORDS,
-};
 
 #[derive(Debug, thiserror::Error)]
 #[error("store {path}: {message}")]
@@ -75,14 +75,11 @@ impl PartitionStore {
             let stored = (stored != 0).then_some(stored);
             match stored {
                 None => {
-                    meta.insert(META_PARTITIONS, u64::from(partitions).to_le_bytes().as_slice())
-                        .map_err(|e| err(e.to_string()))?;
+                    meta.insert(META_PARTITIONS, u64::from(partitions).to_le_bytes().as_slice()).map_err(|e| err(e.to_string()))?;
                 }
                 Some(p) if p == u64::from(partitions) => {}
                 Some(p) => {
-                    return Err(err(format!(
-                        "belongs to a namespace of {p} partitions, not {partitions}; move it away to rebuild from the log"
-                    )))
+                    return Err(err(format!("belongs to a namespace of {p} partitions, not {partitions}; move it away to rebuild from the log")))
                 }
             }
             if meta.get(META_NOT_APPLIED_FROM).map_err(|e| err(e.to_string()))?.is_none() {
@@ -306,15 +303,9 @@ mod tests {
         };
         assert_eq!(sks(SkRange::default(), 10).0, ["a", "b1", "b2", "b3", "c"]);
         assert_eq!(sks(SkRange { prefix: Some("b".into()), ..Default::default() }, 2), (vec!["b1".into(), "b2".into()], true));
-        assert_eq!(
-            sks(SkRange { prefix: Some("b".into()), page_after: Some("b2".into()), ..Default::default() }, 2),
-            (vec!["b3".into()], false)
-        );
+        assert_eq!(sks(SkRange { prefix: Some("b".into()), page_after: Some("b2".into()), ..Default::default() }, 2), (vec!["b3".into()], false));
         assert_eq!(sks(SkRange { reverse: true, ..Default::default() }, 2), (vec!["c".into(), "b3".into()], true));
-        assert_eq!(
-            sks(SkRange { start: Some("b2".into()), end: Some("c".into()), ..Default::default() }, 10).0,
-            ["b2", "b3"]
-        );
+        assert_eq!(sks(SkRange { start: Some("b2".into()), end: Some("c".into()), ..Default::default() }, 10).0, ["b2", "b3"]);
     }
 
     #[test]
@@ -323,8 +314,7 @@ mod tests {
         let fresh = PartitionStore::open(&dir.path().join("fresh"), 1, 1 << 20).unwrap();
         assert_eq!(fresh.read().unwrap().not_applied_from().unwrap(), 0);
         let state = RestoredState { applied_next: 42, applied_entries: 42, skipped_entries: 0, not_applied_from: 7 };
-        let (restored, _) =
-            PartitionStore::restore(&dir.path().join("restored"), 1, 1 << 20, &state, Vec::new(), false, |_, _| Ok(())).unwrap();
+        let (restored, _) = PartitionStore::restore(&dir.path().join("restored"), 1, 1 << 20, &state, Vec::new(), false, |_, _| Ok(())).unwrap();
         let reader = restored.read().unwrap();
         assert_eq!((reader.applied_next().unwrap(), reader.not_applied_from().unwrap()), (42, 7));
     }

@@ -5,7 +5,6 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-
 use super::key::{self, SkRange};
 use super::layout::{self, decode_value, is_outcome_meta, read_state, slice_bound, META_PREFIX, META_STATE};
 use super::{Record, StoreError, StoreState};
@@ -43,11 +42,12 @@ impl StoreReader {
     pub fn get_with(&self, pk: &str, sk: &str, visit: impl FnOnce(u64, &[u8])) -> Result<bool, StoreError> {
         let key = key::encode(pk, sk);
         let guard = self.table.get(key.as_slice()).map_err(|e| self.error(e))?;
-        Ok(guard.map(|g| {
-            let (version, value) = decode_value(g.value());
-            visit(version, value);
-        })
-        .is_some())
+        Ok(guard
+            .map(|g| {
+                let (version, value) = decode_value(g.value());
+                visit(version, value);
+            })
+            .is_some())
     }
 
     /// Up to `limit` records with keys after `after` (all records when
@@ -120,13 +120,7 @@ impl StoreReader {
     /// Visits `(sk, value)` of `pk`'s records whose sk starts with `prefix`,
     /// from `from` (inclusive, at least the prefix) on, in sk order, while
     /// `visit` returns true: the JSON tree's subtree reads (`store/tree.rs`).
-    pub fn scan_prefix(
-        &self,
-        pk: &str,
-        prefix: &str,
-        from: Option<&str>,
-        visit: &mut dyn FnMut(&str, &[u8]) -> bool,
-    ) -> Result<(), StoreError> {
+    pub fn scan_prefix(&self, pk: &str, prefix: &str, from: Option<&str>, visit: &mut dyn FnMut(&str, &[u8]) -> bool) -> Result<(), StoreError> {
         layout::scan_prefix(&self.table, pk, prefix, from, visit).map_err(|e| self.error(e))
     }
 

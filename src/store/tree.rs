@@ -4,9 +4,9 @@
 
 use serde_json::Value;
 
+use super::{ApplyTxn, StoreError, StoreReader};
 use crate::tree::path::{self, PRIORITY_KEY};
 use crate::tree::value::{into_arrays, Builder};
-use super::{ApplyTxn, StoreError, StoreReader};
 
 /// The most bytes of leaves one read assembles: a request for more is
 /// refused (Firebase's own bound is 256 MB) instead of filling memory.

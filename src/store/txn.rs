@@ -70,13 +70,7 @@ impl ApplyTxn<'_, '_> {
     /// Visits `(sk, value)` of `pk`'s records whose sk starts with `prefix`,
     /// from `from` on, while `visit` returns true (as `StoreReader::scan_prefix`,
     /// but seeing this transaction's own writes).
-    pub fn scan_prefix(
-        &self,
-        pk: &str,
-        prefix: &str,
-        from: Option<&str>,
-        visit: &mut dyn FnMut(&str, &[u8]) -> bool,
-    ) -> Result<(), StoreError> {
+    pub fn scan_prefix(&self, pk: &str, prefix: &str, from: Option<&str>, visit: &mut dyn FnMut(&str, &[u8]) -> bool) -> Result<(), StoreError> {
         super::layout::scan_prefix(&*self.records, pk, prefix, from, visit).map_err(|e| self.error(e))
     }
 
@@ -129,11 +123,7 @@ impl ApplyTxn<'_, '_> {
 
     /// Marks log entry `offset` applied (or skipped). Offsets only move forward.
     pub fn mark_applied(&mut self, offset: u64, skipped: bool) {
-        assert!(
-            offset >= self.state.applied_next,
-            "offset {offset} is below applied_next {}: it would be applied twice",
-            self.state.applied_next
-        );
+        assert!(offset >= self.state.applied_next, "offset {offset} is below applied_next {}: it would be applied twice", self.state.applied_next);
         self.state.applied_next = offset + 1;
         self.state.applied_entries += 1;
         if skipped {

@@ -133,7 +133,10 @@ impl Index {
     /// The keys `query` selects (same order as the index's), in query order.
     pub fn select(&self, query: &Query) -> Vec<String> {
         assert_eq!(query.order_by, self.order_by, "a query walks the index of its own order");
-        assert!(query.start_name.is_none() && query.end_name.is_none(), "a query with key tie-breaks runs on the location's value (tree::query::run)");
+        assert!(
+            query.start_name.is_none() && query.end_name.is_none(),
+            "a query with key tie-breaks runs on the location's value (tree::query::run)"
+        );
         let lower = match &query.start {
             None => Bound::Unbounded,
             Some((value, true)) => Bound::Included(self.probe(value, true)),
@@ -198,7 +201,6 @@ fn reduced(sort: Value) -> Value {
     }
 }
 
-
 #[cfg(test)]
 mod tests {
     use rand::rngs::SmallRng;
@@ -253,7 +255,11 @@ mod tests {
             return ["null", "0", "1", "2", "\"a\"", "\"b\""][rng.random_range(0..6)].to_string();
         }
         let v = random_primitive(rng);
-        if v.is_object() { "1".to_string() } else { v.to_string() }
+        if v.is_object() {
+            "1".to_string()
+        } else {
+            v.to_string()
+        }
     }
 
     #[test]

@@ -25,4 +25,3 @@ pub mod value;
 
 pub use path::TREE_PK;
 pub use value::validate_write;
-

@@ -123,9 +123,7 @@ pub fn parse(params: &QueryParams) -> Result<Option<Query>, String> {
             (OrderBy::Key, Value::String(_)) => {}
             (OrderBy::Key, _) => return Err("When ordering by key, startAt, endAt and equalTo must be strings".into()),
             (OrderBy::Priority, Value::Null | Value::Number(_) | Value::String(_)) => {}
-            (OrderBy::Priority, _) => {
-                return Err("When ordering by priority, startAt, endAt and equalTo must be null, a number or a string".into())
-            }
+            (OrderBy::Priority, _) => return Err("When ordering by priority, startAt, endAt and equalTo must be null, a number or a string".into()),
             (_, Value::Object(_) | Value::Array(_)) => {
                 return Err("startAt, endAt and equalTo must be a primitive: null, a boolean, a number or a string".into())
             }

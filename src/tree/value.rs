@@ -428,7 +428,8 @@ mod tests {
 
     #[test]
     fn server_values_resolve_from_the_entry_and_the_state() {
-        let mut v = json!({"t": {".sv": "timestamp"}, "n": {".sv": {"increment": 2}}, "m": {".sv": {"increment": 1.5}}, "o": {".sv": {"increment": 1}}});
+        let mut v =
+            json!({"t": {".sv": "timestamp"}, "n": {".sv": {"increment": 2}}, "m": {".sv": {"increment": 1.5}}, "o": {".sv": {"increment": 1}}});
         let mut current = |sk: &str| match sk {
             "a/n" => Some(json!(40)),
             "a/m" => Some(json!(i64::MAX)),

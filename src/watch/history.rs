@@ -11,11 +11,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::apply::batch::WRITE_ID_WINDOW_OFFSETS;
 use crate::fanout::event::{Event, Mark};
 use crate::fanout::feed::Chunk;
-use crate::apply::batch::WRITE_ID_WINDOW_OFFSETS;
-use crate::partition::PartitionHandle;
 use crate::log::{Log, LogError};
+use crate::partition::PartitionHandle;
 
 /// How long one read waits for the log before giving up on this chunk.
 const LOG_READ_WAIT: Duration = Duration::from_secs(5);
@@ -32,16 +32,9 @@ pub enum HistoryError {
     Store(String),
 }
 
-
 /// The events of `[from, to)` (at most about `events_max`, cut at an entry
 /// boundary), read from the log. `to` must not pass the applied offset.
-pub async fn chunk_from_log(
-    handle: &PartitionHandle,
-    log: &dyn Log,
-    from: Mark,
-    to: u64,
-    events_max: usize,
-) -> Result<Chunk, HistoryError> {
+pub async fn chunk_from_log(handle: &PartitionHandle, log: &dyn Log, from: Mark, to: u64, events_max: usize) -> Result<Chunk, HistoryError> {
     assert!(to <= handle.applied_next(), "history is read only below the applied offset");
     let store_error = |e: crate::store::StoreError| HistoryError::Store(e.to_string());
     let reader = handle.store().read().map_err(store_error)?;

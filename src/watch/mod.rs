@@ -29,7 +29,6 @@ pub(crate) mod outlet;
 pub(crate) mod session;
 pub(crate) mod wakes;
 
-
 pub(crate) use self::outlet::{Outlet, OutletReader, Tag, Tagged};
 pub(crate) use self::session::{ChangeId, Message, Session};
 mod watches;

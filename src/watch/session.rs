@@ -14,18 +14,18 @@ use std::task::{Context, Poll};
 
 use smallvec::SmallVec;
 
+use super::history::{self, HistoryError};
+use super::outlet::Outlet;
+use super::wakes::{LiveWakes, Wake};
+use super::{Start, WatchConfig};
 use crate::fanout::cursor::{Cursor, Marks};
 use crate::fanout::event::{Event, Mark};
 use crate::fanout::feed::Chunk;
 use crate::fanout::filter::Filter;
-use super::history::{self, HistoryError};
-use super::outlet::Outlet;
 use crate::fanout::queue::{Batch, Drained, Mode, WatchQueue};
-use super::wakes::{LiveWakes, Wake};
-use super::{Start, WatchConfig};
-use crate::partition::PartitionStatus;
 use crate::log::Log;
 use crate::partition::Namespace;
+use crate::partition::PartitionStatus;
 
 /// Events sent per catch-up step (then the cursor moves and the step repeats).
 const CATCH_UP_EVENTS_MAX: usize = 1024;
@@ -37,16 +37,30 @@ const STATE_PAGE_RECORDS: usize = 1000;
 pub enum Message {
     /// A put or delete; `id` is the cursor after it (none inside a
     /// conflated or current-state run, whose end carries it).
-    Change { event: Arc<Event>, id: ChangeId },
+    Change {
+        event: Arc<Event>,
+        id: ChangeId,
+    },
     /// The full state of what is watched follows (as puts), then `Synced`.
     /// `reason` is `snapshot` when asked for (`from=snapshot`), otherwise
     /// why the watch is reset (`history_gone`, `slow_consumer`).
-    Begin { position: String, reason: &'static str },
-    Synced { position: String },
-    Progress { position: String },
+    Begin {
+        position: String,
+        reason: &'static str,
+    },
+    Synced {
+        position: String,
+    },
+    Progress {
+        position: String,
+    },
     KeepAlive,
     /// The watch ends; it may resume from `position`.
-    Cancel { reason: &'static str, position: String, message: String },
+    Cancel {
+        reason: &'static str,
+        position: String,
+        message: String,
+    },
     /// Encoded by the transport itself (a WebSocket reply to a client
     /// message), passed through in order with the watches' messages.
     Reply(String),

@@ -3,12 +3,12 @@
 //! how many run at once, and why one cannot open (`WatchError`).
 
 use super::{Outlet, Session};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::Arc;
-use std::time::Duration;
 use crate::fanout::{event, queue, Cursor, Filter, Mode, QueueLimits, RingLimits};
 use crate::log::Log;
 use crate::partition::{Namespace, PartitionStatus};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
 
 /// Names the connection a watch is delivered on (a request extension): the
 /// watches of one connection sit together in the dispatch index, so an
@@ -80,13 +80,7 @@ impl Drop for Slot {
 
 impl Watches {
     pub fn new(config: WatchConfig, log: Arc<dyn Log>) -> Watches {
-        Watches {
-            config,
-            log,
-            next_id: AtomicU64::new(0),
-            active: Arc::new(AtomicUsize::new(0)),
-            closing: tokio::sync::watch::Sender::new(false),
-        }
+        Watches { config, log, next_id: AtomicU64::new(0), active: Arc::new(AtomicUsize::new(0)), closing: tokio::sync::watch::Sender::new(false) }
     }
 
     pub fn config(&self) -> &WatchConfig {
@@ -143,9 +137,7 @@ impl Watches {
         for &p in &partitions {
             match ns.handle(p).status() {
                 PartitionStatus::NotHeld => return Err(WatchError::NotHeld { partition: p }),
-                PartitionStatus::Refused(reason) => {
-                    return Err(WatchError::Unavailable(format!("partition {p} is refused: {reason}")))
-                }
+                PartitionStatus::Refused(reason) => return Err(WatchError::Unavailable(format!("partition {p} is refused: {reason}"))),
                 PartitionStatus::Serving | PartitionStatus::CatchingUp => {}
             }
         }
@@ -155,10 +147,7 @@ impl Watches {
             Since::CurrentState => Start::CurrentState,
             Since::Cursor(given) => {
                 if given.namespace != namespace {
-                    return Err(WatchError::InvalidPosition(format!(
-                        "the position is for namespace {:?}, not {namespace:?}",
-                        given.namespace
-                    )));
+                    return Err(WatchError::InvalidPosition(format!("the position is for namespace {:?}, not {namespace:?}", given.namespace)));
                 }
                 for &p in &partitions {
                     let mark = given.marks.get(p).ok_or_else(|| {

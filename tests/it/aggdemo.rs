@@ -42,11 +42,24 @@ async fn serve(bootstrap: &str, data: &std::path::Path, prefix: &str, node_id: &
     let log = format!("kafka://{bootstrap}");
     let publish = publish.to_string();
     let args = [
-        "serve", "--node-id", node_id, "--listen", "127.0.0.1:0", "--data-dir", data.to_str().unwrap(),
-        "--log", &log, "--kafka-topic-prefix", prefix,
+        "serve",
+        "--node-id",
+        node_id,
+        "--listen",
+        "127.0.0.1:0",
+        "--data-dir",
+        data.to_str().unwrap(),
+        "--log",
+        &log,
+        "--kafka-topic-prefix",
+        prefix,
         // Each node alone in a replica group of its own: it holds every partition.
-        "--group", node_id,
-        "--procedure-tick-ms", "200", "--procedure-publish", &publish,
+        "--group",
+        node_id,
+        "--procedure-tick-ms",
+        "200",
+        "--procedure-publish",
+        &publish,
     ];
     Tern::spawn(&args, data).await
 }

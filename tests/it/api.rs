@@ -425,9 +425,8 @@ async fn plain_get_fast_path_answers_exactly_like_the_router() {
 async fn idempotency_key_applies_a_retried_write_once_even_across_a_restart() {
     let dir = tempfile::tempdir().unwrap();
     let mut t = Tern::dev(dir.path()).await;
-    let put_with_key = |t: &Tern, key: &str, value: Value| {
-        t.client.put(t.kv_url("default", "retried", Some(""))).header("Idempotency-Key", key).json(&value)
-    };
+    let put_with_key =
+        |t: &Tern, key: &str, value: Value| t.client.put(t.kv_url("default", "retried", Some(""))).header("Idempotency-Key", key).json(&value);
     let (status, first) = t.send(put_with_key(&t, "req-1", json!("first"))).await;
     assert_eq!(status, 200, "{first}");
     assert_eq!(first.get("duplicate"), None);
@@ -442,12 +441,8 @@ async fn idempotency_key_applies_a_retried_write_once_even_across_a_restart() {
     assert_eq!(got["value"], "second", "the retry applied nothing");
 
     // A conditional write that failed fails again on retry, with the original's answer.
-    let conditional = |t: &Tern| {
-        t.client
-            .put(format!("{}?if_absent=true", t.kv_url("default", "retried", Some(""))))
-            .header("Idempotency-Key", "req-2")
-            .body("1")
-    };
+    let conditional =
+        |t: &Tern| t.client.put(format!("{}?if_absent=true", t.kv_url("default", "retried", Some("")))).header("Idempotency-Key", "req-2").body("1");
     let (status, failed) = t.send(conditional(&t)).await;
     assert_eq!((status, error_code(&failed)), (409, "condition_failed"), "{failed}");
     let (status, again) = t.send(conditional(&t)).await;
@@ -519,10 +514,7 @@ async fn an_http2_handshake_that_never_finishes_is_closed() {
     let mut received = Vec::new();
     let early = tokio::time::timeout(std::time::Duration::from_secs(2), stream.read_to_end(&mut received)).await;
     assert!(early.is_err(), "still open while the handshake may go on: {received:?}");
-    tokio::time::timeout(H2_TEST_WAIT, stream.read_to_end(&mut received))
-        .await
-        .expect("closed once the handshake wait is over")
-        .ok();
+    tokio::time::timeout(H2_TEST_WAIT, stream.read_to_end(&mut received)).await.expect("closed once the handshake wait is over").ok();
     let (status, _) = t.send(t.client.get(t.kv_url("default", "a", Some("b")))).await;
     assert_eq!(status, 404, "the node still serves");
 }
@@ -726,12 +718,7 @@ async fn route_words_are_ordinary_names_on_every_route() {
         let (_, got) = t.send(t.client.get(&url)).await;
         assert_eq!(got["value"].as_i64(), Some(3), "{word}");
         // A watch of pk `word` in namespace `word` sees the current state.
-        let response = t
-            .client
-            .get(format!("{}/v1/ns/{word}/watch?pk={word}&from=snapshot", t.url))
-            .send()
-            .await
-            .unwrap();
+        let response = t.client.get(format!("{}/v1/ns/{word}/watch?pk={word}&from=snapshot", t.url)).send().await.unwrap();
         assert_eq!(response.status(), 200, "{word}");
         let mut stream = response.bytes_stream();
         let mut seen = String::new();

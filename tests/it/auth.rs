@@ -26,9 +26,23 @@ async fn secured(dir: &Path, extra: &[&str]) -> (Tern, String) {
     let token_file = dir.join("admin.token");
     let jwt_key = format!("HS256:{}", dir.join("hs.key").display());
     let mut args = vec![
-        "serve", "--listen", "127.0.0.1:0", "--data-dir", data.to_str().unwrap(), "--auth",
-        "--admin-token-file", token_file.to_str().unwrap(), "--jwt-key", &jwt_key, "--jwt-audience", "tern",
-        "--namespace", "app:4", "--namespace", "other:2", "--firebase-emulator",
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--data-dir",
+        data.to_str().unwrap(),
+        "--auth",
+        "--admin-token-file",
+        token_file.to_str().unwrap(),
+        "--jwt-key",
+        &jwt_key,
+        "--jwt-audience",
+        "tern",
+        "--namespace",
+        "app:4",
+        "--namespace",
+        "other:2",
+        "--firebase-emulator",
     ];
     args.extend_from_slice(extra);
     let tern = Tern::spawn(&args, dir).await;
@@ -366,10 +380,24 @@ async fn a_key_revoked_on_one_node_is_refused_by_another_within_seconds() {
     let node = |id: &str| {
         let data = dir.path().join(id);
         vec![
-            "serve".to_string(), "--listen".into(), "127.0.0.1:0".into(), "--data-dir".into(), data.display().to_string(),
-            "--node-id".into(), id.into(), "--log".into(), log.clone(), "--kafka-topic-prefix".into(), prefix.clone(),
-            "--kafka-membership".into(), "assign".into(), "--auth".into(), "--admin-token-file".into(),
-            token_file.display().to_string(), "--namespace".into(), "app:2".into(),
+            "serve".to_string(),
+            "--listen".into(),
+            "127.0.0.1:0".into(),
+            "--data-dir".into(),
+            data.display().to_string(),
+            "--node-id".into(),
+            id.into(),
+            "--log".into(),
+            log.clone(),
+            "--kafka-topic-prefix".into(),
+            prefix.clone(),
+            "--kafka-membership".into(),
+            "assign".into(),
+            "--auth".into(),
+            "--admin-token-file".into(),
+            token_file.display().to_string(),
+            "--namespace".into(),
+            "app:2".into(),
         ]
     };
     let a_args = node("a");
@@ -437,9 +465,28 @@ async fn jwts_of_every_algorithm_and_a_jwks_file_verify() {
     let data = dir.path().join("data");
     let keys = [format!("RS256:{}", rsa_pub.display()), format!("ES256:{}", ec_pub.display()), format!("EdDSA:{}", ed_pub.display())];
     let tern = Tern::spawn(
-        &["serve", "--listen", "127.0.0.1:0", "--data-dir", data.to_str().unwrap(), "--auth", "--namespace", "app:2",
-          "--jwt-key", &keys[0], "--jwt-key", &keys[1], "--jwt-key", &keys[2], "--jwt-jwks-file", jwks.to_str().unwrap(),
-          "--jwt-issuer", "https://issuer", "--auth-failures-per-minute", "0"],
+        &[
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--data-dir",
+            data.to_str().unwrap(),
+            "--auth",
+            "--namespace",
+            "app:2",
+            "--jwt-key",
+            &keys[0],
+            "--jwt-key",
+            &keys[1],
+            "--jwt-key",
+            &keys[2],
+            "--jwt-jwks-file",
+            jwks.to_str().unwrap(),
+            "--jwt-issuer",
+            "https://issuer",
+            "--auth-failures-per-minute",
+            "0",
+        ],
         dir.path(),
     )
     .await;

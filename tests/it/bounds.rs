@@ -3,7 +3,6 @@
 //! the settings' bounds are in `docs/settings.md`, generated likewise.
 //! `TERN_UPDATE_DOCS=1 cargo test --release --test it bounds` rewrites it.
 
-
 /// The types a bound has.
 const BOUND_TYPES: &[&str] = &["usize", "u64", "u32", "u16", "i32", "i64", "Duration", "std::time::Duration", "chrono::TimeDelta"];
 

@@ -16,8 +16,6 @@ use serde_json::{json, Value};
 
 const PARTITIONS: u32 = 4;
 
-
-
 struct Cluster {
     nodes: BTreeMap<&'static str, Tern>,
     /// The topic prefix of this cluster's namespaces (and consumer groups).
@@ -40,25 +38,45 @@ async fn start_cluster() -> Cluster {
         let gossip_addr = format!("127.0.0.1:{}", gossip[id]);
         let ns = format!("default:{PARTITIONS}");
         let args = [
-            "serve", "--node-id", id, "--group", group, "--region", "r1", "--listen", "127.0.0.1:0",
-            "--data-dir", dir.path().to_str().unwrap(), "--log", &log, "--kafka-topic-prefix", &prefix,
-            "--namespace", &ns, "--gossip", &gossip_addr, "--seeds", &seed,
+            "serve",
+            "--node-id",
+            id,
+            "--group",
+            group,
+            "--region",
+            "r1",
+            "--listen",
+            "127.0.0.1:0",
+            "--data-dir",
+            dir.path().to_str().unwrap(),
+            "--log",
+            &log,
+            "--kafka-topic-prefix",
+            &prefix,
+            "--namespace",
+            &ns,
+            "--gossip",
+            &gossip_addr,
+            "--seeds",
+            &seed,
             // A killed member's partitions move after 3 s of silence.
-            "--kafka-session-timeout-ms", "3000",
+            "--kafka-session-timeout-ms",
+            "3000",
         ];
         let tern = Tern::spawn(&args, dir.path()).await;
         nodes.insert(id, tern);
         dirs.push(dir);
     }
     let cluster = Cluster { nodes, prefix, _dirs: dirs };
-    cluster.wait_until("all nodes live, group b split", |views| {
-        views.values().all(|v| live_ids(v).len() == 3)
-            && held_by(&views["b1"], "b1").len() + held_by(&views["b1"], "b2").len() == PARTITIONS as usize
-            && !held_by(&views["b1"], "b1").is_empty()
-            && !held_by(&views["b1"], "b2").is_empty()
-            && held_by(&views["a"], "a").len() == PARTITIONS as usize
-    })
-    .await;
+    cluster
+        .wait_until("all nodes live, group b split", |views| {
+            views.values().all(|v| live_ids(v).len() == 3)
+                && held_by(&views["b1"], "b1").len() + held_by(&views["b1"], "b2").len() == PARTITIONS as usize
+                && !held_by(&views["b1"], "b1").is_empty()
+                && !held_by(&views["b1"], "b2").is_empty()
+                && held_by(&views["a"], "a").len() == PARTITIONS as usize
+        })
+        .await;
     cluster
 }
 
@@ -110,7 +128,8 @@ impl Cluster {
             .iter()
             .filter(|p| p["held"] == true)
             .map(|p| {
-                let state = (p["applied_offset"].as_i64().unwrap(), p["state_hash"].as_str().unwrap().to_string(), p["applied_entries"].as_u64().unwrap());
+                let state =
+                    (p["applied_offset"].as_i64().unwrap(), p["state_hash"].as_str().unwrap().to_string(), p["applied_entries"].as_u64().unwrap());
                 (p["partition"].as_u64().unwrap(), state)
             })
             .collect()
@@ -156,7 +175,8 @@ async fn three_nodes_two_groups_serve_the_same_data_through_every_node() {
     for i in 0..60 {
         let node = &cluster.nodes[ids[i % 3]];
         let pk = format!("key-{i}");
-        let url = if i % 4 == 0 { format!("{}?wait=applied", node.kv_url("default", &pk, Some("s"))) } else { node.kv_url("default", &pk, Some("s")) };
+        let url =
+            if i % 4 == 0 { format!("{}?wait=applied", node.kv_url("default", &pk, Some("s"))) } else { node.kv_url("default", &pk, Some("s")) };
         let (status, body) = node.send(node.client.put(url).json(&json!({ "i": i }))).await;
         assert_eq!(status, 200, "put through {}: {body}", ids[i % 3]);
         expected.insert(pk, json!({ "i": i }));
@@ -189,7 +209,9 @@ async fn three_nodes_two_groups_serve_the_same_data_through_every_node() {
     // Retried writes with an Idempotency-Key apply once, whichever node
     // takes them (keyed writes of partitions b1 does not hold go to a holder).
     let b1 = &cluster.nodes["b1"];
-    let pks: Vec<String> = (0..PARTITIONS).map(|p| (0..).map(|i| format!("idem-{i}")).find(|pk| tern::partitioner::partition_of(pk, PARTITIONS) == p).unwrap()).collect();
+    let pks: Vec<String> = (0..PARTITIONS)
+        .map(|p| (0..).map(|i| format!("idem-{i}")).find(|pk| tern::partitioner::partition_of(pk, PARTITIONS) == p).unwrap())
+        .collect();
     for pk in &pks {
         let keyed = |node: &Tern| node.client.put(node.kv_url("default", pk, Some(""))).header("Idempotency-Key", format!("key-{pk}")).body("1");
         let (status, first) = b1.send(keyed(b1)).await;
@@ -305,9 +327,7 @@ async fn kill_9_of_a_group_member_moves_its_partitions_and_loses_nothing() {
     assert!(!b1_had.is_empty());
     cluster.nodes.get_mut("b1").unwrap().kill9();
     // b2 takes over every partition of group b and serves them.
-    cluster
-        .wait_until("b2 holds every partition", |views| held_by(&views["b2"], "b2").len() == PARTITIONS as usize)
-        .await;
+    cluster.wait_until("b2 holds every partition", |views| held_by(&views["b2"], "b2").len() == PARTITIONS as usize).await;
     tokio::time::sleep(Duration::from_millis(1000)).await;
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let mut acked = Vec::new();

@@ -7,13 +7,27 @@ use std::time::{Duration, Instant};
 
 use crate::common::Tern;
 
-
 async fn node(dir: &std::path::Path, id: &str, gossip: u16, seed: u16, key_file: &std::path::Path) -> Tern {
     let data = dir.join(id);
     let (gossip, seed) = (format!("127.0.0.1:{gossip}"), format!("127.0.0.1:{seed}"));
     Tern::spawn(
-        &["serve", "--listen", "127.0.0.1:0", "--data-dir", data.to_str().unwrap(), "--node-id", id, "--gossip", &gossip,
-          "--seeds", &seed, "--gossip-interval-ms", "50", "--cluster-key-file", key_file.to_str().unwrap()],
+        &[
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--data-dir",
+            data.to_str().unwrap(),
+            "--node-id",
+            id,
+            "--gossip",
+            &gossip,
+            "--seeds",
+            &seed,
+            "--gossip-interval-ms",
+            "50",
+            "--cluster-key-file",
+            key_file.to_str().unwrap(),
+        ],
         dir,
     )
     .await
@@ -94,12 +108,42 @@ async fn a_secured_cluster_forwards_over_mutual_tls_and_checks_the_caller_again(
         let data = dir.path().join(id);
         let gossip = format!("127.0.0.1:{}", ports[i]);
         let args = [
-            "serve", "--node-id", id, "--listen", "127.0.0.1:0", "--data-dir", data.to_str().unwrap(), "--log", &log,
-            "--kafka-topic-prefix", &prefix, "--namespace", "app:4", "--gossip", &gossip, "--seeds", &seed,
-            "--gossip-interval-ms", "50", "--kafka-membership", "group", "--cluster-key-file", key_file.to_str().unwrap(),
-            "--auth", "--admin-token-file", token_file.to_str().unwrap(), "--auth-failures-per-minute", "0",
-            "--tls-cert-file", cert.to_str().unwrap(), "--tls-key-file", key.to_str().unwrap(),
-            "--tls-client-ca-file", ca.to_str().unwrap(), "--cluster-ca-file", ca.to_str().unwrap(),
+            "serve",
+            "--node-id",
+            id,
+            "--listen",
+            "127.0.0.1:0",
+            "--data-dir",
+            data.to_str().unwrap(),
+            "--log",
+            &log,
+            "--kafka-topic-prefix",
+            &prefix,
+            "--namespace",
+            "app:4",
+            "--gossip",
+            &gossip,
+            "--seeds",
+            &seed,
+            "--gossip-interval-ms",
+            "50",
+            "--kafka-membership",
+            "group",
+            "--cluster-key-file",
+            key_file.to_str().unwrap(),
+            "--auth",
+            "--admin-token-file",
+            token_file.to_str().unwrap(),
+            "--auth-failures-per-minute",
+            "0",
+            "--tls-cert-file",
+            cert.to_str().unwrap(),
+            "--tls-key-file",
+            key.to_str().unwrap(),
+            "--tls-client-ca-file",
+            ca.to_str().unwrap(),
+            "--cluster-ca-file",
+            ca.to_str().unwrap(),
         ];
         nodes.push(Tern::spawn_listening(&args, &[], dir.path()));
         // b joins once a made the admin token and the topics.
@@ -111,12 +155,18 @@ async fn a_secured_cluster_forwards_over_mutual_tls_and_checks_the_caller_again(
     // Wait until the group split the partitions between a and b.
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        let view: serde_json::Value = client.get(format!("{}/v1/cluster", nodes[0].url)).bearer_auth(&root).send().await.unwrap().json().await.unwrap();
+        let view: serde_json::Value =
+            client.get(format!("{}/v1/cluster", nodes[0].url)).bearer_auth(&root).send().await.unwrap().json().await.unwrap();
         let holders: Vec<usize> = ["a", "b"]
             .iter()
             .map(|id| {
-                view["nodes"].as_array().unwrap().iter().filter(|n| n["id"] == *id && n["state"] == "live")
-                    .flat_map(|n| n["partitions"].as_array().unwrap().iter().filter(|p| p["ns"] == "app")).count()
+                view["nodes"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .filter(|n| n["id"] == *id && n["state"] == "live")
+                    .flat_map(|n| n["partitions"].as_array().unwrap().iter().filter(|p| p["ns"] == "app"))
+                    .count()
             })
             .collect();
         if holders[0] > 0 && holders[1] > 0 && holders[0] + holders[1] == 4 {

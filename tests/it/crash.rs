@@ -61,9 +61,7 @@ async fn writer(client: reqwest::Client, t_url: String, w: usize, stop: Arc<Atom
 
 async fn run_writers(t: &Tern, stop_after: Duration, interrupt: impl FnOnce()) -> Vec<WriterLog> {
     let stop = Arc::new(AtomicBool::new(false));
-    let tasks: Vec<_> = (0..WRITERS)
-        .map(|w| tokio::spawn(writer(reqwest::Client::new(), t.url.clone(), w, stop.clone())))
-        .collect();
+    let tasks: Vec<_> = (0..WRITERS).map(|w| tokio::spawn(writer(reqwest::Client::new(), t.url.clone(), w, stop.clone()))).collect();
     tokio::time::sleep(stop_after).await;
     interrupt();
     stop.store(true, Ordering::Relaxed);
@@ -133,12 +131,7 @@ async fn kill_9_mid_stream_loses_no_acknowledged_write() {
 
     // ...and equal to a replica rebuilt from the log alone.
     let rebuilt_dir = tempfile::tempdir().unwrap();
-    let copy = std::process::Command::new("cp")
-        .arg("-r")
-        .arg(dir.path().join("log"))
-        .arg(rebuilt_dir.path().join("log"))
-        .status()
-        .unwrap();
+    let copy = std::process::Command::new("cp").arg("-r").arg(dir.path().join("log")).arg(rebuilt_dir.path().join("log")).status().unwrap();
     assert!(copy.success());
     let rebuilt = Tern::dev(rebuilt_dir.path()).await;
     rebuilt.wait_caught_up("default").await;

@@ -49,7 +49,12 @@ async fn errors_and_limits_are_firebases_and_write_nothing() {
         ("overlapping update paths", c.patch(fb(&t, "/x", "")).body(r#"{"a": 1, "a/b": 2}"#), 400, "ancestor"),
         ("a query without orderBy", c.get(fb(&t, "/app", "&limitToFirst=1")), 400, "orderBy must be defined when other query parameters are defined"),
         ("orderBy not JSON", c.get(fb(&t, "/app", "&orderBy=n")), 400, "orderBy must be a valid JSON encoded path"),
-        ("an order without .indexOn", c.get(fb(&t, "/app", "&orderBy=%22zz%22")), 400, "Index not defined, add \".indexOn\": \"zz\", for path \"/app\", to the rules"),
+        (
+            "an order without .indexOn",
+            c.get(fb(&t, "/app", "&orderBy=%22zz%22")),
+            400,
+            "Index not defined, add \".indexOn\": \"zz\", for path \"/app\", to the rules",
+        ),
         ("both limits", c.get(fb(&t, "/app", "&orderBy=%22n%22&limitToFirst=1&limitToLast=1")), 400, "cannot both be defined"),
         ("a zero limit", c.get(fb(&t, "/app", "&orderBy=%22n%22&limitToFirst=0")), 400, "positive integer"),
         ("shallow with a query", c.get(fb(&t, "/app", "&shallow=true&orderBy=%22$key%22")), 400, "Mixing 'shallow' and querying parameters"),
@@ -60,8 +65,18 @@ async fn errors_and_limits_are_firebases_and_write_nothing() {
         ("an unknown method override", c.post(fb(&t, "/x", "")).header("X-HTTP-Method-Override", "BREW").body("1"), 400, "X-HTTP-Method-Override"),
         ("a token that is not one", c.get(fb(&t, "/app", "&auth=nonsense")), 401, "Could not parse auth token."),
         ("rules without the owner", c.get(fb(&t, "/.settings/rules", "")), 401, "only the owner"),
-        ("rules that do not parse", c.put(fb(&t, "/.settings/rules", "")).bearer_auth("owner").body(r#"{"rules": {".write": "auth.uid =="}}"#), 400, "Error parsing rule /rules/.write"),
-        ("rules with an unknown key", c.put(fb(&t, "/.settings/rules", "")).bearer_auth("owner").body(r#"{"rules": {".wirte": true}}"#), 400, "unknown rule /rules/.wirte"),
+        (
+            "rules that do not parse",
+            c.put(fb(&t, "/.settings/rules", "")).bearer_auth("owner").body(r#"{"rules": {".write": "auth.uid =="}}"#),
+            400,
+            "Error parsing rule /rules/.write",
+        ),
+        (
+            "rules with an unknown key",
+            c.put(fb(&t, "/.settings/rules", "")).bearer_auth("owner").body(r#"{"rules": {".wirte": true}}"#),
+            400,
+            "unknown rule /rules/.wirte",
+        ),
         ("a bad database name", c.get(format!("{}/x.json?ns=no%20spaces", t.url)), 400, ""),
     ];
     for (what, request, status, needle) in cases {
@@ -141,7 +156,11 @@ async fn events(response: &mut reqwest::Response, buffer: &mut String, count: us
         if out.len() >= count {
             break;
         }
-        let chunk = tokio::time::timeout(Duration::from_secs(10), response.chunk()).await.expect("an event within 10 s").unwrap().expect("the stream is open");
+        let chunk = tokio::time::timeout(Duration::from_secs(10), response.chunk())
+            .await
+            .expect("an event within 10 s")
+            .unwrap()
+            .expect("the stream is open");
         buffer.push_str(std::str::from_utf8(&chunk).unwrap());
     }
     out
@@ -185,10 +204,16 @@ async fn a_stream_resumes_from_last_event_id_with_exactly_what_it_missed() {
         "exactly the missed changes, in order, none twice"
     );
     // A position from the future is refused, not waited on.
-    let status = c.get(fb(&t, "/room", "")).header("Accept", "text/event-stream").header("Last-Event-ID", "fbtest:0:999999").send().await.unwrap().status();
+    let status =
+        c.get(fb(&t, "/room", "")).header("Accept", "text/event-stream").header("Last-Event-ID", "fbtest:0:999999").send().await.unwrap().status();
     assert!(status.is_client_error() || status.is_server_error());
     // A query stream: the query's whole result each time it changes.
-    c.put(fb(&t, "/.settings/rules", "")).bearer_auth("owner").body(r#"{"rules": {".read": true, ".write": true, "s": {".indexOn": ".value"}}}"#).send().await.unwrap();
+    c.put(fb(&t, "/.settings/rules", ""))
+        .bearer_auth("owner")
+        .body(r#"{"rules": {".read": true, ".write": true, "s": {".indexOn": ".value"}}}"#)
+        .send()
+        .await
+        .unwrap();
     c.put(fb(&t, "/s", "")).body(r#"{"a": 3, "b": 1, "c": 2}"#).send().await.unwrap();
     let mut top = c.get(fb(&t, "/s", "&orderBy=%22$value%22&limitToLast=2")).header("Accept", "text/event-stream").send().await.unwrap();
     let mut buffer = String::new();
@@ -223,9 +248,17 @@ async fn streams_over_http2_share_a_connection_and_each_get_their_locations_even
     // The update at /room is a patch of its direct child `a` and a put below it.
     let expected = |location: &str| -> Vec<(&str, Value)> {
         match location {
-            "/room" => vec![("put", json!({"path": "/b/x", "data": 2})), ("patch", json!({"path": "/", "data": {"a": 5}})), ("put", json!({"path": "/b/y", "data": 3}))],
+            "/room" => vec![
+                ("put", json!({"path": "/b/x", "data": 2})),
+                ("patch", json!({"path": "/", "data": {"a": 5}})),
+                ("put", json!({"path": "/b/y", "data": 3})),
+            ],
             "/room/b" => vec![("put", json!({"path": "/x", "data": 2})), ("put", json!({"path": "/y", "data": 3}))],
-            _ => vec![("put", json!({"path": "/room/b/x", "data": 2})), ("patch", json!({"path": "/room", "data": {"a": 5}})), ("put", json!({"path": "/room/b/y", "data": 3}))],
+            _ => vec![
+                ("put", json!({"path": "/room/b/x", "data": 2})),
+                ("patch", json!({"path": "/room", "data": {"a": 5}})),
+                ("put", json!({"path": "/room/b/y", "data": 3})),
+            ],
         }
     };
     let mut ids = Vec::new();
@@ -311,12 +344,49 @@ async fn query_indexes_follow_every_write_without_a_rebuild() {
 
     // Writes of every kind, each followed by a query.
     let writes: Vec<(&str, reqwest::RequestBuilder, Box<dyn Fn(&mut std::collections::BTreeMap<String, Option<i64>>)>)> = vec![
-        ("a set below a child", c.put(fb(&t, "/players/p007/score", "")).body("1000"), Box::new(|m| { m.insert("p007".into(), Some(1000)); })),
-        ("an update at the location", c.patch(fb(&t, "/players", "")).body(r#"{"p008/score": 2000, "p009": null}"#), Box::new(|m| { m.insert("p008".into(), Some(2000)); m.remove("p009"); })),
-        ("a new child", c.put(fb(&t, "/players/zz", "")).body(r#"{"score": 3000}"#), Box::new(|m| { m.insert("zz".into(), Some(3000)); })),
-        ("a child without the indexed path", c.put(fb(&t, "/players/p299", "")).body(r#"{"name": "no score"}"#), Box::new(|m| { m.insert("p299".into(), None); })),
-        ("a delete", c.delete(fb(&t, "/players/zz", "")), Box::new(|m| { m.remove("zz"); })),
-        ("an update above the location", c.patch(fb(&t, "", "")).body(r#"{"players/p010/score": 4000, "elsewhere": 1}"#), Box::new(|m| { m.insert("p010".into(), Some(4000)); })),
+        (
+            "a set below a child",
+            c.put(fb(&t, "/players/p007/score", "")).body("1000"),
+            Box::new(|m| {
+                m.insert("p007".into(), Some(1000));
+            }),
+        ),
+        (
+            "an update at the location",
+            c.patch(fb(&t, "/players", "")).body(r#"{"p008/score": 2000, "p009": null}"#),
+            Box::new(|m| {
+                m.insert("p008".into(), Some(2000));
+                m.remove("p009");
+            }),
+        ),
+        (
+            "a new child",
+            c.put(fb(&t, "/players/zz", "")).body(r#"{"score": 3000}"#),
+            Box::new(|m| {
+                m.insert("zz".into(), Some(3000));
+            }),
+        ),
+        (
+            "a child without the indexed path",
+            c.put(fb(&t, "/players/p299", "")).body(r#"{"name": "no score"}"#),
+            Box::new(|m| {
+                m.insert("p299".into(), None);
+            }),
+        ),
+        (
+            "a delete",
+            c.delete(fb(&t, "/players/zz", "")),
+            Box::new(|m| {
+                m.remove("zz");
+            }),
+        ),
+        (
+            "an update above the location",
+            c.patch(fb(&t, "", "")).body(r#"{"players/p010/score": 4000, "elsewhere": 1}"#),
+            Box::new(|m| {
+                m.insert("p010".into(), Some(4000));
+            }),
+        ),
         ("a write elsewhere", c.put(fb(&t, "/other", "")).body("1"), Box::new(|_| {})),
     ];
     for (what, request, apply) in writes {

@@ -165,7 +165,6 @@ async fn a_listens_data_comes_before_its_answer_and_a_writes_events_before_its_a
     assert_eq!(current["d"], 19);
 }
 
-
 /// Two nodes in separate replica groups on one Kafka topic, gossiping: a
 /// connection on `a` registers onDisconnect writes; `a` is `kill -9`ed;
 /// `b` sees it dead and makes them, once (an increment shows how often).
@@ -181,8 +180,25 @@ async fn another_node_makes_the_ondisconnect_writes_of_a_killed_node_once() {
         async move {
             let gossip = format!("127.0.0.1:{gossip}");
             let args = [
-                "serve", "--node-id", id, "--group", id, "--listen", "127.0.0.1:0", "--data-dir", dir.to_str().unwrap(),
-                "--log", &log, "--kafka-topic-prefix", &prefix, "--namespace", "fbx:1", "--gossip", &gossip, "--seeds", &seed,
+                "serve",
+                "--node-id",
+                id,
+                "--group",
+                id,
+                "--listen",
+                "127.0.0.1:0",
+                "--data-dir",
+                dir.to_str().unwrap(),
+                "--log",
+                &log,
+                "--kafka-topic-prefix",
+                &prefix,
+                "--namespace",
+                "fbx:1",
+                "--gossip",
+                &gossip,
+                "--seeds",
+                &seed,
                 "--firebase-emulator",
             ];
             Tern::spawn(&args, &dir).await
@@ -277,8 +293,26 @@ async fn a_node_that_does_not_hold_the_database_resets_the_client_to_one_that_do
     for (id, gossip, dir) in [("n1", gossip_1, dirs[0].path()), ("n2", gossip_2, dirs[1].path())] {
         let gossip = format!("127.0.0.1:{gossip}");
         let args = [
-            "serve", "--node-id", id, "--group", "g", "--listen", "127.0.0.1:0", "--data-dir", dir.to_str().unwrap(), "--log", &log,
-            "--kafka-topic-prefix", &prefix, "--namespace", "fbr:1,spread:4", "--gossip", &gossip, "--seeds", &seed, "--firebase-emulator",
+            "serve",
+            "--node-id",
+            id,
+            "--group",
+            "g",
+            "--listen",
+            "127.0.0.1:0",
+            "--data-dir",
+            dir.to_str().unwrap(),
+            "--log",
+            &log,
+            "--kafka-topic-prefix",
+            &prefix,
+            "--namespace",
+            "fbr:1,spread:4",
+            "--gossip",
+            &gossip,
+            "--seeds",
+            &seed,
+            "--firebase-emulator",
         ];
         nodes.push(Tern::spawn_listening(&args, &[], dir));
     }

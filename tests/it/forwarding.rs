@@ -41,12 +41,7 @@ async fn serve_with(dir: &std::path::Path, peers: Vec<Member>, firebase: tern::f
 }
 
 /// A live peer in region r1, group g, at `api`, with what it serves.
-fn peer(
-    id: &str,
-    api: impl Into<String>,
-    held: BTreeMap<String, BTreeMap<u32, u64>>,
-    handing_off: BTreeMap<String, BTreeMap<u32, u64>>,
-) -> Member {
+fn peer(id: &str, api: impl Into<String>, held: BTreeMap<String, BTreeMap<u32, u64>>, handing_off: BTreeMap<String, BTreeMap<u32, u64>>) -> Member {
     Member {
         id: id.into(),
         region: "r1".into(),
@@ -154,7 +149,8 @@ async fn a_partition_being_handed_off_is_served_by_its_old_owner() {
     let (status, _) = old_owner.send(old_owner.client.put(format!("{}/v1/ns/ns/kv/k/?wait=applied", old_owner.url)).body("7")).await;
     assert_eq!(status, 200);
     let handing_off: BTreeMap<u32, u64> = [(0, 1), (1, 1)].into_iter().collect();
-    let old = peer("old-owner", old_owner.url.trim_start_matches("http://"), BTreeMap::new(), [("ns".to_string(), handing_off)].into_iter().collect());
+    let old =
+        peer("old-owner", old_owner.url.trim_start_matches("http://"), BTreeMap::new(), [("ns".to_string(), handing_off)].into_iter().collect());
     let dir = tempfile::tempdir().unwrap();
     let (url, _node) = serve(dir.path(), vec![old]).await;
     let client = reqwest::Client::new();

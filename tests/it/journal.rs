@@ -127,8 +127,19 @@ async fn journaled_writes_survive_a_log_outage_and_a_crash_and_apply_once() {
     let log = format!("kafka://{}", broker.bootstrap);
     let data_dir = dir.path().to_str().unwrap();
     let args = [
-        "serve", "--node-id", "journal", "--listen", "127.0.0.1:0", "--data-dir", data_dir, "--log", &log, "--namespace", "default:2",
-        "--ripcord", "true",
+        "serve",
+        "--node-id",
+        "journal",
+        "--listen",
+        "127.0.0.1:0",
+        "--data-dir",
+        data_dir,
+        "--log",
+        &log,
+        "--namespace",
+        "default:2",
+        "--ripcord",
+        "true",
     ];
     let mut t = Tern::spawn(&args, dir.path()).await;
     let (status, _) = t.put("before", "", &json!(0)).await;
@@ -316,11 +327,33 @@ async fn a_lost_nodes_journal_is_replayed_from_object_storage_by_another_node_on
     let s3_endpoint_option = format!("aws_endpoint={endpoint}");
     let args = |id: &'static str, dir: &tempfile::TempDir| -> Vec<String> {
         [
-            "serve", "--node-id", id, "--listen", "127.0.0.1:0", "--data-dir", dir.path().to_str().unwrap(), "--log", &log,
-            "--namespace", "default:2", "--snapshots", &snapshots, "--snapshot-writer", "false",
-            "--snapshot-option", &s3_endpoint_option, "--snapshot-option", "aws_allow_http=true",
-            "--snapshot-option", "aws_region=us-east-1", "--snapshot-option", "aws_access_key_id=test",
-            "--snapshot-option", "aws_secret_access_key=test", "--journal-claim-after-ms", "2000",
+            "serve",
+            "--node-id",
+            id,
+            "--listen",
+            "127.0.0.1:0",
+            "--data-dir",
+            dir.path().to_str().unwrap(),
+            "--log",
+            &log,
+            "--namespace",
+            "default:2",
+            "--snapshots",
+            &snapshots,
+            "--snapshot-writer",
+            "false",
+            "--snapshot-option",
+            &s3_endpoint_option,
+            "--snapshot-option",
+            "aws_allow_http=true",
+            "--snapshot-option",
+            "aws_region=us-east-1",
+            "--snapshot-option",
+            "aws_access_key_id=test",
+            "--snapshot-option",
+            "aws_secret_access_key=test",
+            "--journal-claim-after-ms",
+            "2000",
         ]
         .iter()
         .map(|s| s.to_string())
@@ -407,12 +440,22 @@ async fn writes_under_load_through_a_two_minute_broker_outage_apply_once_in_jour
     let dir = tempfile::tempdir().unwrap();
     let log = format!("kafka://{}", broker.bootstrap);
     let args = [
-        "serve", "--node-id", "outage", "--listen", "127.0.0.1:0", "--data-dir", dir.path().to_str().unwrap(), "--log", &log,
-        "--namespace", "meter:4",
+        "serve",
+        "--node-id",
+        "outage",
+        "--listen",
+        "127.0.0.1:0",
+        "--data-dir",
+        dir.path().to_str().unwrap(),
+        "--log",
+        &log,
+        "--namespace",
+        "meter:4",
         // A small watch queue: the burst when the log is back cuts the watch
         // off (`slow_consumer`), and it resumes from the position it reached,
         // as any client does (CI once cut it off at the default size).
-        "--watch-queue-events-max", "64",
+        "--watch-queue-events-max",
+        "64",
     ];
     let t = Tern::spawn(&args, dir.path()).await;
     let (status, _) = t.send(t.client.put(format!("{}/v1/ns/meter", t.url)).json(&json!({"write_mode": "journaled"}))).await;
@@ -428,7 +471,8 @@ async fn writes_under_load_through_a_two_minute_broker_outage_apply_once_in_jour
         writers.push(tokio::spawn(async move {
             let mut acked = 0u64;
             while !stop.load(std::sync::atomic::Ordering::SeqCst) {
-                let response = client.put(format!("{url}/v1/ns/meter/kv/w{w}/{acked:06}")).json(&json!(acked)).timeout(WRITE_TIMEOUT).send().await.unwrap();
+                let response =
+                    client.put(format!("{url}/v1/ns/meter/kv/w{w}/{acked:06}")).json(&json!(acked)).timeout(WRITE_TIMEOUT).send().await.unwrap();
                 assert_eq!(response.status(), 202, "writer {w}, write {acked}: {:?}", response.text().await);
                 acked += 1;
                 tokio::time::sleep(Duration::from_millis(40)).await;
@@ -519,10 +563,27 @@ async fn a_node_starts_and_serves_while_its_journal_object_storage_is_unreachabl
     let dir = tempfile::tempdir().unwrap();
     let (snapshots, through_proxy) = (format!("s3://{bucket}/x"), format!("aws_endpoint=http://{}", proxy.address));
     let args = [
-        "serve", "--listen", "127.0.0.1:0", "--data-dir", dir.path().to_str().unwrap(), "--namespace", "default:2",
-        "--snapshots", &snapshots, "--snapshot-writer", "false", "--snapshot-option", &through_proxy,
-        "--snapshot-option", "aws_allow_http=true", "--snapshot-option", "aws_region=us-east-1",
-        "--snapshot-option", "aws_access_key_id=test", "--snapshot-option", "aws_secret_access_key=test",
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--data-dir",
+        dir.path().to_str().unwrap(),
+        "--namespace",
+        "default:2",
+        "--snapshots",
+        &snapshots,
+        "--snapshot-writer",
+        "false",
+        "--snapshot-option",
+        &through_proxy,
+        "--snapshot-option",
+        "aws_allow_http=true",
+        "--snapshot-option",
+        "aws_region=us-east-1",
+        "--snapshot-option",
+        "aws_access_key_id=test",
+        "--snapshot-option",
+        "aws_secret_access_key=test",
     ];
     // Stores exist (a new store would wait to restore from snapshots: another matter).
     let mut first = Tern::spawn(&args[..7], dir.path()).await;

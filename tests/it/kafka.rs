@@ -12,7 +12,6 @@ use rdkafka::producer::{FutureProducer, FutureRecord};
 use serde_json::{json, Value};
 use tern::codec::{self, Mutation, Op, OpKind};
 
-
 /// A topic prefix of its own, so tests share the broker without sharing topics.
 fn unique_prefix() -> String {
     format!("t{}.", rand::random::<u32>())
@@ -25,10 +24,22 @@ async fn serve(data: &std::path::Path, prefix: &str) -> Tern {
 async fn serve_as(data: &std::path::Path, prefix: &str, node_id: &str) -> Tern {
     let log = format!("kafka://{}", common::kafka_bootstrap());
     let args = [
-        "serve", "--node-id", node_id, "--listen", "127.0.0.1:0", "--data-dir", data.to_str().unwrap(),
-        "--log", &log, "--kafka-topic-prefix", prefix, "--namespace", "default:4",
+        "serve",
+        "--node-id",
+        node_id,
+        "--listen",
+        "127.0.0.1:0",
+        "--data-dir",
+        data.to_str().unwrap(),
+        "--log",
+        &log,
+        "--kafka-topic-prefix",
+        prefix,
+        "--namespace",
+        "default:4",
         // Each node alone in a replica group of its own: it holds every partition.
-        "--group", node_id,
+        "--group",
+        node_id,
     ];
     Tern::spawn(&args, data).await
 }
@@ -123,8 +134,19 @@ async fn a_node_behind_the_retained_log_refuses_the_partition_and_says_why() {
     let data = dir.path().to_path_buf();
     let log = format!("kafka://{}", common::kafka_bootstrap());
     let args = [
-        "serve", "--node-id", "kafka-test", "--listen", "127.0.0.1:0", "--data-dir", data.to_str().unwrap(),
-        "--log", &log, "--kafka-topic-prefix", &prefix, "--namespace", "default:4",
+        "serve",
+        "--node-id",
+        "kafka-test",
+        "--listen",
+        "127.0.0.1:0",
+        "--data-dir",
+        data.to_str().unwrap(),
+        "--log",
+        &log,
+        "--kafka-topic-prefix",
+        &prefix,
+        "--namespace",
+        "default:4",
     ];
     let t = spawn_not_ready(&args).await;
     let (status, ready) = t.get_json("/readyz").await;
@@ -253,12 +275,8 @@ async fn five_more_writes_then_retention_to_4(prefix: &str, pk: &str, partition:
 /// Starts a node that is expected never to become ready; waits for it to listen.
 async fn spawn_not_ready(args: &[&str]) -> Tern {
     use std::io::{BufRead, BufReader};
-    let mut child = std::process::Command::new(common::bin())
-        .args(args)
-        .env("TERN_LOG_LEVEL", "warn")
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child =
+        std::process::Command::new(common::bin()).args(args).env("TERN_LOG_LEVEL", "warn").stdout(std::process::Stdio::piped()).spawn().unwrap();
     let stdout = child.stdout.take().unwrap();
     let line = BufReader::new(stdout).lines().map_while(Result::ok).find(|l| l.contains("listening on ")).unwrap();
     let url = line.split_once("listening on ").unwrap().1.trim().to_string();
@@ -358,6 +376,7 @@ async fn the_largest_value_and_batch_go_through_kafka() {
     assert_eq!(status, 200, "{batch}");
     let (status, got) = t.send(t.client.get(format!("{}?after={}", t.kv_url("default", "big", Some("v")), body["position"].as_str().unwrap()))).await;
     assert_eq!((status, got["value"].as_str().map(str::len)), (200, Some(MIB - 2)));
-    let (status, got) = t.send(t.client.get(format!("{}?after={}", t.kv_url("default", "batch", Some("3")), batch["position"].as_str().unwrap()))).await;
+    let (status, got) =
+        t.send(t.client.get(format!("{}?after={}", t.kv_url("default", "batch", Some("3")), batch["position"].as_str().unwrap()))).await;
     assert_eq!((status, got["value"].as_str().map(str::len)), (200, Some(MIB - 100)));
 }

@@ -52,9 +52,18 @@ async fn killing_one_of_three_brokers_loses_no_acknowledged_write() {
     let dir = tempfile::tempdir().unwrap();
     let log = format!("kafka://{}", brokers.bootstrap);
     let args = [
-        "serve", "--node-id", "rf3", "--listen", "127.0.0.1:0", "--data-dir", dir.path().to_str().unwrap(),
+        "serve",
+        "--node-id",
+        "rf3",
+        "--listen",
+        "127.0.0.1:0",
+        "--data-dir",
+        dir.path().to_str().unwrap(),
         // No replication flags: with 3 brokers the defaults are 3 and 2.
-        "--log", &log, "--namespace", "default:4",
+        "--log",
+        &log,
+        "--namespace",
+        "default:4",
     ];
     let t = Tern::spawn(&args, dir.path()).await;
     assert_eq!(topic_replication(&brokers.bootstrap, "tern.default").await, (3, "2".to_string()), "safe defaults on 3 brokers");
@@ -62,8 +71,21 @@ async fn killing_one_of_three_brokers_loses_no_acknowledged_write() {
     let member_dir = tempfile::tempdir().unwrap();
     let gossip = format!("127.0.0.1:{}", std::net::UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port());
     let member_args = [
-        "serve", "--node-id", "member", "--group", "g", "--listen", "127.0.0.1:0", "--data-dir",
-        member_dir.path().to_str().unwrap(), "--log", &log, "--gossip", &gossip, "--kafka-session-timeout-ms", "3000",
+        "serve",
+        "--node-id",
+        "member",
+        "--group",
+        "g",
+        "--listen",
+        "127.0.0.1:0",
+        "--data-dir",
+        member_dir.path().to_str().unwrap(),
+        "--log",
+        &log,
+        "--gossip",
+        &gossip,
+        "--kafka-session-timeout-ms",
+        "3000",
     ];
     let member = Tern::spawn(&member_args, member_dir.path()).await;
     let (status, put) = t.put("config", "", &json!("v1")).await;

@@ -31,8 +31,19 @@ async fn broker_restart_under_load_loses_no_acknowledged_write() {
     let prefix = format!("o{}.", rand::random::<u32>());
     let log = format!("kafka://{bootstrap}");
     let args = [
-        "serve", "--node-id", "outage", "--listen", "127.0.0.1:0", "--data-dir", dir.path().to_str().unwrap(),
-        "--log", &log, "--kafka-topic-prefix", &prefix, "--namespace", "default:4",
+        "serve",
+        "--node-id",
+        "outage",
+        "--listen",
+        "127.0.0.1:0",
+        "--data-dir",
+        dir.path().to_str().unwrap(),
+        "--log",
+        &log,
+        "--kafka-topic-prefix",
+        &prefix,
+        "--namespace",
+        "default:4",
     ];
     let t = Tern::spawn(&args, dir.path()).await;
     let stop = Arc::new(AtomicBool::new(false));

@@ -13,9 +13,27 @@ use crate::common::Tern;
 
 fn args<'a>(data: &'a str, log: &'a str, ca: &'a str, password_file: &'a str, prefix: &'a str) -> Vec<&'a str> {
     vec![
-        "serve", "--listen", "127.0.0.1:0", "--data-dir", data, "--log", log, "--kafka-topic-prefix", prefix,
-        "--kafka-security-protocol", "sasl_ssl", "--kafka-ssl-ca-file", ca, "--kafka-sasl-mechanism", "PLAIN",
-        "--kafka-sasl-username", "tern", "--kafka-sasl-password-file", password_file, "--namespace", "app:2",
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--data-dir",
+        data,
+        "--log",
+        log,
+        "--kafka-topic-prefix",
+        prefix,
+        "--kafka-security-protocol",
+        "sasl_ssl",
+        "--kafka-ssl-ca-file",
+        ca,
+        "--kafka-sasl-mechanism",
+        "PLAIN",
+        "--kafka-sasl-username",
+        "tern",
+        "--kafka-sasl-password-file",
+        password_file,
+        "--namespace",
+        "app:2",
     ]
 }
 

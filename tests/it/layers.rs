@@ -324,7 +324,9 @@ fn nothing_but_the_write_path_appends_to_the_log() {
 /// The check finds what it must (and passes what is allowed).
 #[test]
 fn the_write_path_check_catches_appends_elsewhere() {
-    for line in ["self.log.append(&tp, payload).await", "state.node.log.as_ref().append(&tp, p)", "node.journal.append(ns, 1, 0, &m)", "let f = Log::append;"] {
+    for line in
+        ["self.log.append(&tp, payload).await", "state.node.log.as_ref().append(&tp, p)", "node.journal.append(ns, 1, 0, &m)", "let f = Log::append;"]
+    {
         assert_eq!(appends_outside_the_write_path(Path::new("api/records.rs"), line).len(), 1, "{line}");
     }
     assert!(appends_outside_the_write_path(Path::new(WRITE_PATH), "log.append(tp, payload)").is_empty());

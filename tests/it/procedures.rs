@@ -177,9 +177,21 @@ async fn bad_procedure_requests_get_clear_errors_and_append_nothing() {
         ("/v1/ns/nope/procedures/p", json!({"runtime": "wasm", "module": "AA=="}), 404, "namespace_not_found", ""),
         ("/v1/ns/default/procedures/p", json!({"runtime": "lua", "module": "AA=="}), 400, "invalid_procedure", "unknown variant"),
         ("/v1/ns/default/procedures/p", json!({"runtime": "wasm", "module": "!!"}), 400, "invalid_procedure", "not base64"),
-        ("/v1/ns/default/procedures/p", json!({"runtime": "wasm", "module": module(b"\0asm garbage")}), 400, "invalid_procedure", "not a valid WebAssembly module"),
+        (
+            "/v1/ns/default/procedures/p",
+            json!({"runtime": "wasm", "module": module(b"\0asm garbage")}),
+            400,
+            "invalid_procedure",
+            "not a valid WebAssembly module",
+        ),
         ("/v1/ns/default/procedures/p", json!({"runtime": "wasm", "module": wasi}), 400, "invalid_procedure", "no WASI"),
-        ("/v1/ns/default/procedures/p", json!({"runtime": "wasm", "module": "AA==", "fuel_per_record": 0}), 400, "invalid_procedure", "fuel_per_record"),
+        (
+            "/v1/ns/default/procedures/p",
+            json!({"runtime": "wasm", "module": "AA==", "fuel_per_record": 0}),
+            400,
+            "invalid_procedure",
+            "fuel_per_record",
+        ),
         ("/v1/ns/default/procedures/p", json!({"runtime": "wasm", "module": "AA==", "removed": true}), 400, "invalid_procedure", "DELETE"),
         ("/v1/ns/default/procedures/p", json!({"from_version": 7}), 404, "not_found", "no procedure \"p\""),
         // Names equal to route words are names like any other: here, a module that does not load.

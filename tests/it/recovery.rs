@@ -125,10 +125,27 @@ async fn a_stale_store_is_replaced_by_a_snapshot_that_covers_the_gap() {
     let (data, objects) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     let url = file_url(objects.path());
     let args = [
-        "serve", "--listen", "127.0.0.1:0", "--data-dir", data.path().to_str().unwrap(), "--namespace", "default:1",
-        "--snapshots", &url, "--log-segment-bytes", "1048576", "--log-retention-bytes", "1048576",
-        "--log-retention-check-ms", "100", "--store-fsync-interval-ms", "100",
-        "--snapshot-interval-ms", "86400000", "--snapshot-entries", "1000000000",
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--data-dir",
+        data.path().to_str().unwrap(),
+        "--namespace",
+        "default:1",
+        "--snapshots",
+        &url,
+        "--log-segment-bytes",
+        "1048576",
+        "--log-retention-bytes",
+        "1048576",
+        "--log-retention-check-ms",
+        "100",
+        "--store-fsync-interval-ms",
+        "100",
+        "--snapshot-interval-ms",
+        "86400000",
+        "--snapshot-entries",
+        "1000000000",
     ];
     let big = "x".repeat(200_000);
     let mut t = Tern::spawn(&args, data.path()).await;

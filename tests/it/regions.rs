@@ -170,7 +170,11 @@ async fn regions_read_locally_and_survive_losing_one() {
                 if bed.broker_region(from) != *region {
                     all_local = false;
                     if Instant::now() > deadline {
-                        panic!("{id} ({region}) reads partition {} from broker {from} ({}), leader {leader}", p["partition"], bed.broker_region(from));
+                        panic!(
+                            "{id} ({region}) reads partition {} from broker {from} ({}), leader {leader}",
+                            p["partition"],
+                            bed.broker_region(from)
+                        );
                     }
                 }
             }
@@ -299,10 +303,10 @@ async fn regions_read_locally_and_survive_losing_one() {
         for (_, _, url) in &nodes {
             let ns = json(&client, &format!("{url}/v1/ns/{NS}")).await;
             for p in ns["state"].as_array().unwrap().iter().filter(|p| p["held"] == true) {
-                states.entry(p["partition"].as_u64().unwrap()).or_insert_with(BTreeSet::new).insert((
-                    p["applied_offset"].as_i64().unwrap(),
-                    p["state_hash"].as_str().unwrap().to_string(),
-                ));
+                states
+                    .entry(p["partition"].as_u64().unwrap())
+                    .or_insert_with(BTreeSet::new)
+                    .insert((p["applied_offset"].as_i64().unwrap(), p["state_hash"].as_str().unwrap().to_string()));
             }
         }
         // Each partition is held once per region: three replicas, one state.

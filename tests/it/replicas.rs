@@ -17,12 +17,7 @@ use tern::settings::Settings;
 
 /// The node settings' defaults, but for a small cache and frequent store fsyncs.
 fn node_config(dir: &std::path::Path, id: &str) -> NodeConfig {
-    let settings = Settings {
-        data_dir: dir.join(id),
-        store_cache_bytes: 1 << 20,
-        store_fsync_interval_ms: 50,
-        ..Settings::default()
-    };
+    let settings = Settings { data_dir: dir.join(id), store_cache_bytes: 1 << 20, store_fsync_interval_ms: 50, ..Settings::default() };
     settings.node_config(None)
 }
 
@@ -58,7 +53,9 @@ async fn replicas_skip_foreign_garbage_alike_and_converge() {
         put("k1", "1"),
         Bytes::from_static(b"\xff\xfe not protobuf"),
         put("k2", "{\"a\": [1, 2]}"),
-        Bytes::from(proto::Mutation { format: 7, write_id: Bytes::new(), ops: vec![], time_ms: 0, tick: false, outbox_published_below: 0 }.encode_to_vec()),
+        Bytes::from(
+            proto::Mutation { format: 7, write_id: Bytes::new(), ops: vec![], time_ms: 0, tick: false, outbox_published_below: 0 }.encode_to_vec(),
+        ),
         Bytes::from(wrong_kind.encode_to_vec()),
         put("k1", "3"),
     ];

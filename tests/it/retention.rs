@@ -14,8 +14,19 @@ async fn segments_below_durable_state_are_deleted_and_nothing_is_lost() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
     let args = [
-        "serve", "--listen", "127.0.0.1:0", "--data-dir", data.to_str().unwrap(), "--namespace", "default:4",
-        "--log-segment-bytes", "1048576", "--log-retention-bytes", "1", "--store-fsync-interval-ms", "100",
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--data-dir",
+        data.to_str().unwrap(),
+        "--namespace",
+        "default:4",
+        "--log-segment-bytes",
+        "1048576",
+        "--log-retention-bytes",
+        "1",
+        "--store-fsync-interval-ms",
+        "100",
     ];
     let mut t = Tern::spawn(&args, &data).await;
     let big = "x".repeat(100 * 1024);
@@ -65,9 +76,25 @@ async fn snapshots_let_the_log_drop_what_they_cover_and_a_replay_from_them_recon
     let data = dir.path().join("data");
     let snapshots = format!("file://{}", dir.path().join("snapshots").display());
     let args = [
-        "serve", "--listen", "127.0.0.1:0", "--data-dir", data.to_str().unwrap(), "--namespace", "default:4",
-        "--log-segment-bytes", "1048576", "--store-fsync-interval-ms", "100", "--log-retention-check-ms", "200",
-        "--snapshots", &snapshots, "--snapshot-interval-ms", "86400000", "--snapshot-entries", "1000000000",
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--data-dir",
+        data.to_str().unwrap(),
+        "--namespace",
+        "default:4",
+        "--log-segment-bytes",
+        "1048576",
+        "--store-fsync-interval-ms",
+        "100",
+        "--log-retention-check-ms",
+        "200",
+        "--snapshots",
+        &snapshots,
+        "--snapshot-interval-ms",
+        "86400000",
+        "--snapshot-entries",
+        "1000000000",
     ];
     let mut t = Tern::spawn(&args, &data).await;
     let big = "x".repeat(100 * 1024);

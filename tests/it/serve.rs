@@ -14,10 +14,7 @@ async fn config_file_env_and_flags_are_merged() {
     let data_dir = dir.path().join("data");
     std::fs::write(
         &config,
-        format!(
-            "node_id = \"from-file\"\nlisten = \"127.0.0.1:1\"\ndata_dir = \"{}\"\nstore_fsync_interval_ms = 200\n",
-            data_dir.display()
-        ),
+        format!("node_id = \"from-file\"\nlisten = \"127.0.0.1:1\"\ndata_dir = \"{}\"\nstore_fsync_interval_ms = 200\n", data_dir.display()),
     )
     .unwrap();
     // The file's listen address (port 1) is overridden by the flag; the
@@ -40,10 +37,7 @@ fn bad_settings_are_refused_clearly() {
     assert_refused(Command::new(bin()).args(["serve", "--config", config.to_str().unwrap()]), "no_such_key");
     assert_refused(Command::new(bin()).args(["serve", "--data-dir", data_dir, "--log", "zookeeper://x"]), "log must be");
     assert_refused(Command::new(bin()).env("TERN_APPLY_BATCH_MAX", "0").args(["serve", "--data-dir", data_dir]), "apply_batch_max");
-    assert_refused(
-        Command::new(bin()).args(["serve", "--data-dir", data_dir, "--http-idle-ms", "10"]),
-        "http_idle_ms must be 1000..=3600000",
-    );
+    assert_refused(Command::new(bin()).args(["serve", "--data-dir", data_dir, "--http-idle-ms", "10"]), "http_idle_ms must be 1000..=3600000");
 }
 
 /// Runs `command`: it must fail, saying `message` on stderr.

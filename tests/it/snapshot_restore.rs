@@ -13,10 +13,28 @@ use serde_json::json;
 async fn serve(id: &str, data: &std::path::Path, prefix: &str, snapshots: &str) -> Tern {
     let log = format!("kafka://{}", common::kafka_bootstrap());
     let args = [
-        "serve", "--node-id", id, "--group", id, "--listen", "127.0.0.1:0", "--data-dir", data.to_str().unwrap(),
-        "--log", &log, "--kafka-topic-prefix", prefix, "--namespace", "default:4", "--snapshots", snapshots,
+        "serve",
+        "--node-id",
+        id,
+        "--group",
+        id,
+        "--listen",
+        "127.0.0.1:0",
+        "--data-dir",
+        data.to_str().unwrap(),
+        "--log",
+        &log,
+        "--kafka-topic-prefix",
+        prefix,
+        "--namespace",
+        "default:4",
+        "--snapshots",
+        snapshots,
         // Only on demand in this test.
-        "--snapshot-interval-ms", "86400000", "--snapshot-entries", "1000000000",
+        "--snapshot-interval-ms",
+        "86400000",
+        "--snapshot-entries",
+        "1000000000",
     ];
     Tern::spawn(&args, data).await
 }
@@ -85,9 +103,25 @@ async fn a_topic_retention_shorter_than_the_snapshot_interval_is_reported() {
     let log = format!("kafka://{}", common::kafka_bootstrap());
     let snapshots = format!("file://{}", objects.path().display());
     let args = [
-        "serve", "--node-id", "retention", "--listen", "127.0.0.1:0", "--data-dir", data.path().to_str().unwrap(),
-        "--log", &log, "--kafka-topic-prefix", &prefix, "--namespace", "short:1", "--namespace", "long:1",
-        "--snapshots", &snapshots, "--snapshot-interval-ms", "3600000",
+        "serve",
+        "--node-id",
+        "retention",
+        "--listen",
+        "127.0.0.1:0",
+        "--data-dir",
+        data.path().to_str().unwrap(),
+        "--log",
+        &log,
+        "--kafka-topic-prefix",
+        &prefix,
+        "--namespace",
+        "short:1",
+        "--namespace",
+        "long:1",
+        "--snapshots",
+        &snapshots,
+        "--snapshot-interval-ms",
+        "3600000",
     ];
     let t = Tern::spawn(&args, data.path()).await;
     let metrics = t.client.get(format!("{}/metrics", t.url)).send().await.unwrap().text().await.unwrap();
@@ -129,8 +163,21 @@ async fn a_recreated_topic_never_restores_the_old_topics_snapshot() {
     // A node without snapshots creates the new topic and writes 40 entries to it.
     let log = format!("kafka://{}", common::kafka_bootstrap());
     let args = [
-        "serve", "--node-id", "writer", "--group", "writer", "--listen", "127.0.0.1:0", "--data-dir",
-        other.path().to_str().unwrap(), "--log", &log, "--kafka-topic-prefix", &prefix, "--namespace", "default:4",
+        "serve",
+        "--node-id",
+        "writer",
+        "--group",
+        "writer",
+        "--listen",
+        "127.0.0.1:0",
+        "--data-dir",
+        other.path().to_str().unwrap(),
+        "--log",
+        &log,
+        "--kafka-topic-prefix",
+        &prefix,
+        "--namespace",
+        "default:4",
     ];
     let mut writer = Tern::spawn(&args, other.path()).await;
     for i in 0..40 {

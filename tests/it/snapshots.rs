@@ -85,19 +85,18 @@ async fn two_snapshots(dir: &Path) -> (Snapshots, std::path::PathBuf) {
 
 /// The chunk files the newest manifest names that the older one does not.
 fn newest_only_chunks(partition_dir: &Path) -> Vec<std::path::PathBuf> {
-    let read = |name: &str| -> serde_json::Value {
-        serde_json::from_slice(&std::fs::read(partition_dir.join("manifests").join(name)).unwrap()).unwrap()
-    };
-    let hashes = |m: &serde_json::Value| -> Vec<String> {
-        m["chunks"].as_array().unwrap().iter().map(|c| c["hash"].as_str().unwrap().to_string()).collect()
-    };
+    let read =
+        |name: &str| -> serde_json::Value { serde_json::from_slice(&std::fs::read(partition_dir.join("manifests").join(name)).unwrap()).unwrap() };
+    let hashes =
+        |m: &serde_json::Value| -> Vec<String> { m["chunks"].as_array().unwrap().iter().map(|c| c["hash"].as_str().unwrap().to_string()).collect() };
     let (old, new) = (hashes(&read(&format!("{:020}.json", 1))), hashes(&read(&format!("{:020}.json", 2))));
     new.iter().filter(|h| !old.contains(h)).map(|h| partition_dir.join("chunks").join(h)).collect()
 }
 
 async fn restored_offset(snapshots: &Snapshots, dir: &Path) -> Result<u64, SnapshotError> {
     let path = dir.join(format!("restore-{}.redb", rand::random::<u32>()));
-    let restored = snapshots.restore(&tern::snapshot::RestoreTarget::new("ns", 0, PARTITIONS, &path, 1 << 20)).await.map(|(_, manifest)| manifest.applied_next);
+    let restored =
+        snapshots.restore(&tern::snapshot::RestoreTarget::new("ns", 0, PARTITIONS, &path, 1 << 20)).await.map(|(_, manifest)| manifest.applied_next);
     if restored.is_err() {
         assert!(!path.exists() && !path.with_extension("restoring").exists(), "no half-restored store is left behind");
     }
@@ -237,7 +236,8 @@ async fn snapshots_on_an_s3_server_restore_exactly_and_survive_the_server_stoppi
     write(&store, 5_000..5_200, 1, "v2");
     let incremental = snapshots.create("ns", 1, PARTITIONS, store.read().unwrap(), "test-log").await.unwrap();
     assert!(incremental.chunks_uploaded < full.chunks_uploaded / 4, "{incremental:?} vs {full:?}");
-    let (restored, manifest) = snapshots.restore(&tern::snapshot::RestoreTarget::new("ns", 1, PARTITIONS, &dir.path().join("r1.redb"), 8 << 20)).await.unwrap();
+    let (restored, manifest) =
+        snapshots.restore(&tern::snapshot::RestoreTarget::new("ns", 1, PARTITIONS, &dir.path().join("r1.redb"), 8 << 20)).await.unwrap();
     assert_eq!(manifest.applied_next, 2);
     assert_eq!(state_of(&restored), state_of(&store));
 
@@ -260,12 +260,14 @@ async fn snapshots_on_an_s3_server_restore_exactly_and_survive_the_server_stoppi
     assert!(matches!(down, Err(SnapshotError::Store(_))), "{:?}", down.map(|(_, m)| m.applied_next));
     proxy.resume();
     // Its chunks are partly in S3, its manifest is not: it does not exist.
-    let (_, manifest) = snapshots.restore(&tern::snapshot::RestoreTarget::new("ns", 1, PARTITIONS, &dir.path().join("r2.redb"), 8 << 20)).await.unwrap();
+    let (_, manifest) =
+        snapshots.restore(&tern::snapshot::RestoreTarget::new("ns", 1, PARTITIONS, &dir.path().join("r2.redb"), 8 << 20)).await.unwrap();
     assert_eq!(manifest.applied_next, 2, "the half snapshot is never used");
     // The next attempt succeeds and is the one restored.
     let retried = snapshots.create("ns", 1, PARTITIONS, store.read().unwrap(), "test-log").await.unwrap();
     assert_eq!(retried.applied_next, 3);
-    let (restored, manifest) = snapshots.restore(&tern::snapshot::RestoreTarget::new("ns", 1, PARTITIONS, &dir.path().join("r3.redb"), 8 << 20)).await.unwrap();
+    let (restored, manifest) =
+        snapshots.restore(&tern::snapshot::RestoreTarget::new("ns", 1, PARTITIONS, &dir.path().join("r3.redb"), 8 << 20)).await.unwrap();
     assert_eq!(manifest.applied_next, 3);
     assert_eq!(state_of(&restored), state_of(&store));
 }

@@ -25,8 +25,26 @@ impl Pki {
     /// A CA named `name` in `dir`.
     pub fn new(dir: &Path, name: &str) -> Pki {
         let subject = format!("/CN={name}");
-        openssl(dir, &["req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-keyout", &format!("{name}.key"),
-            "-out", &format!("{name}.pem"), "-days", "2", "-subj", &subject]);
+        openssl(
+            dir,
+            &[
+                "req",
+                "-x509",
+                "-newkey",
+                "ec",
+                "-pkeyopt",
+                "ec_paramgen_curve:P-256",
+                "-nodes",
+                "-keyout",
+                &format!("{name}.key"),
+                "-out",
+                &format!("{name}.pem"),
+                "-days",
+                "2",
+                "-subj",
+                &subject,
+            ],
+        );
         Pki { dir: dir.join(name) }
     }
 
@@ -38,11 +56,45 @@ impl Pki {
     pub fn issue(&self, name: &str) -> (PathBuf, PathBuf) {
         let dir = self.dir.parent().unwrap();
         let ca = self.dir.file_name().unwrap().to_str().unwrap();
-        std::fs::write(dir.join(format!("{name}.ext")), "subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth,clientAuth\n").unwrap();
-        openssl(dir, &["req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-keyout", &format!("{name}.key"),
-            "-out", &format!("{name}.csr"), "-subj", &format!("/CN={name}")]);
-        openssl(dir, &["x509", "-req", "-in", &format!("{name}.csr"), "-CA", &format!("{ca}.pem"), "-CAkey", &format!("{ca}.key"),
-            "-CAcreateserial", "-out", &format!("{name}.pem"), "-days", "2", "-extfile", &format!("{name}.ext")]);
+        std::fs::write(dir.join(format!("{name}.ext")), "subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth,clientAuth\n")
+            .unwrap();
+        openssl(
+            dir,
+            &[
+                "req",
+                "-newkey",
+                "ec",
+                "-pkeyopt",
+                "ec_paramgen_curve:P-256",
+                "-nodes",
+                "-keyout",
+                &format!("{name}.key"),
+                "-out",
+                &format!("{name}.csr"),
+                "-subj",
+                &format!("/CN={name}"),
+            ],
+        );
+        openssl(
+            dir,
+            &[
+                "x509",
+                "-req",
+                "-in",
+                &format!("{name}.csr"),
+                "-CA",
+                &format!("{ca}.pem"),
+                "-CAkey",
+                &format!("{ca}.key"),
+                "-CAcreateserial",
+                "-out",
+                &format!("{name}.pem"),
+                "-days",
+                "2",
+                "-extfile",
+                &format!("{name}.ext"),
+            ],
+        );
         (dir.join(format!("{name}.pem")), dir.join(format!("{name}.key")))
     }
 }
@@ -60,8 +112,19 @@ pub fn client(ca: &Path, identity: Option<(&Path, &Path)>) -> reqwest::ClientBui
 
 async fn serve(dir: &Path, cert: &Path, key: &Path, extra: &[&str]) -> Tern {
     let data = dir.join("data");
-    let mut args = vec!["serve", "--listen", "127.0.0.1:0", "--data-dir", data.to_str().unwrap(), "--namespace", "default:2",
-        "--tls-cert-file", cert.to_str().unwrap(), "--tls-key-file", key.to_str().unwrap()];
+    let mut args = vec![
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--data-dir",
+        data.to_str().unwrap(),
+        "--namespace",
+        "default:2",
+        "--tls-cert-file",
+        cert.to_str().unwrap(),
+        "--tls-key-file",
+        key.to_str().unwrap(),
+    ];
     args.extend_from_slice(extra);
     let tern = Tern::spawn_listening(&args, &[], dir);
     assert!(tern.url.starts_with("https://"), "{}", tern.url);

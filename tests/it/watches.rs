@@ -225,9 +225,7 @@ async fn watches_are_streams_of_an_http2_connection() {
     // Quiet subscriptions send nothing for ten minutes: only the reset can end one.
     let mut t = serve(dir.path(), &["--watch-progress-ms", "600000", "--watch-keep-alive-ms", "600000"]).await;
     let h2 = h2_client();
-    for (path, status, code) in
-        [("/v1/ns/w/watch?mode=fast", 400, "invalid_parameter"), ("/v1/ns/nope/watch", 404, "namespace_not_found")]
-    {
+    for (path, status, code) in [("/v1/ns/w/watch?mode=fast", 400, "invalid_parameter"), ("/v1/ns/nope/watch", 404, "namespace_not_found")] {
         let response = h2.get(format!("{}{path}", t.url)).send().await.unwrap();
         assert_eq!((response.version(), response.status().as_u16()), (reqwest::Version::HTTP_2, status), "{path}");
         let body: Value = response.json().await.unwrap();
@@ -271,10 +269,7 @@ async fn resumed_subscribers_get_exactly_the_log_on_kafka() {
     let dir = tempfile::tempdir().unwrap();
     let log = format!("kafka://{bootstrap}");
     let prefix = format!("t{}.", rand::random::<u32>());
-    let args = [
-        "--log", &log, "--kafka-topic-prefix", &prefix, "--group", "watch", "--watch-ring-events-max", "16",
-        "--watch-progress-ms", "50",
-    ];
+    let args = ["--log", &log, "--kafka-topic-prefix", &prefix, "--group", "watch", "--watch-ring-events-max", "16", "--watch-progress-ms", "50"];
     let t = serve(dir.path(), &args).await;
     let client = t.client.clone();
     no_loss_no_duplicates(t, client).await;
@@ -495,8 +490,16 @@ async fn from_snapshot_is_consistent_with_its_position_under_concurrent_writes()
 async fn history_gone_resets_with_the_full_state() {
     let dir = tempfile::tempdir().unwrap();
     let args = [
-        "--log-segment-bytes", "1048576", "--log-retention-bytes", "1", "--store-fsync-interval-ms", "100",
-        "--log-retention-check-ms", "100", "--watch-ring-events-max", "4",
+        "--log-segment-bytes",
+        "1048576",
+        "--log-retention-bytes",
+        "1",
+        "--store-fsync-interval-ms",
+        "100",
+        "--log-retention-check-ms",
+        "100",
+        "--watch-ring-events-max",
+        "4",
     ];
     let t = serve(dir.path(), &args).await;
     let big = "x".repeat(100 * 1024);
@@ -544,12 +547,14 @@ async fn write_burst(t: &Tern, batches: usize) -> Truth {
     let pad = "y".repeat(2048);
     for b in 0..batches {
         let pk = format!("slow-{}", b % 8);
-        let ops: Vec<Value> = (0..100).map(|i| json!({"op": "put", "pk": pk, "sk": format!("s{}", i % 50), "value": {"b": b, "i": i, "pad": pad}})).collect();
+        let ops: Vec<Value> =
+            (0..100).map(|i| json!({"op": "put", "pk": pk, "sk": format!("s{}", i % 50), "value": {"b": b, "i": i, "pad": pad}})).collect();
         let (status, body) = t.send(t.client.post(format!("{}/v1/ns/w/batch", t.url)).json(&json!({ "ops": ops }))).await;
         assert_eq!(status, 200, "{body}");
         let version = body["version"].as_u64().unwrap();
         let partition = *offsets_of(body["position"].as_str().unwrap()).keys().next().unwrap();
-        let changes = ops.iter().map(|op| change("put", op["pk"].as_str().unwrap(), op["sk"].as_str().unwrap(), op["value"].clone(), version)).collect();
+        let changes =
+            ops.iter().map(|op| change("put", op["pk"].as_str().unwrap(), op["sk"].as_str().unwrap(), op["value"].clone(), version)).collect();
         truth.record(partition, version, changes);
     }
     truth
@@ -791,9 +796,8 @@ async fn the_cli_prints_changes_and_stops_after_count() {
     let t = serve(dir.path(), &[]).await;
     t.send(t.client.put(t.kv_url("w", "cfg", Some("a"))).json(&json!(1))).await;
     let url = t.url.clone();
-    let watcher = tokio::task::spawn_blocking(move || {
-        common::cli(&url, &["watch", "--ns", "w", "cfg", "--from", "snapshot", "--count", "3", "--json"])
-    });
+    let watcher =
+        tokio::task::spawn_blocking(move || common::cli(&url, &["watch", "--ns", "w", "cfg", "--from", "snapshot", "--count", "3", "--json"]));
     // The snapshot's put counts as one; two more changes end it.
     tokio::time::sleep(Duration::from_millis(500)).await;
     t.send(t.client.put(t.kv_url("w", "cfg", Some("b"))).json(&json!(2))).await;

@@ -55,8 +55,35 @@ const HOMONYMS: &[(&str, &[&str], &str)] = &[
 
 /// Names of the prelude that no type of Tern's takes.
 const PRELUDE: &[&str] = &[
-    "From", "Into", "Option", "Result", "Vec", "String", "Box", "Some", "None", "Ok", "Err", "Default", "Clone", "Copy", "Drop",
-    "Send", "Sync", "Sized", "Iterator", "Extend", "ToString", "ToOwned", "Fn", "FnMut", "FnOnce", "PartialEq", "Eq", "PartialOrd", "Ord",
+    "From",
+    "Into",
+    "Option",
+    "Result",
+    "Vec",
+    "String",
+    "Box",
+    "Some",
+    "None",
+    "Ok",
+    "Err",
+    "Default",
+    "Clone",
+    "Copy",
+    "Drop",
+    "Send",
+    "Sync",
+    "Sized",
+    "Iterator",
+    "Extend",
+    "ToString",
+    "ToOwned",
+    "Fn",
+    "FnMut",
+    "FnOnce",
+    "PartialEq",
+    "Eq",
+    "PartialOrd",
+    "Ord",
 ];
 
 /// The code of a line: no comment, string literals emptied.

@@ -100,7 +100,14 @@ impl Indexes {
     /// priorities when `priorities` (the realtime protocol sends them). A
     /// query with key tie-breaks (`startAt(value, key)`) runs on the
     /// location's value: an index walks sort values only.
-    pub async fn run(&self, namespace: &Namespace, view: &Arc<ReadView>, sk: &str, query: &Query, priorities: bool) -> Result<Vec<(String, Value)>, TreeError> {
+    pub async fn run(
+        &self,
+        namespace: &Namespace,
+        view: &Arc<ReadView>,
+        sk: &str,
+        query: &Query,
+        priorities: bool,
+    ) -> Result<Vec<(String, Value)>, TreeError> {
         if query.start_name.is_some() || query.end_name.is_some() {
             return run_on_location(view, sk, query, priorities);
         }
@@ -130,9 +137,10 @@ impl Indexes {
         let mut cache = self.cache.lock();
         cache.clock += 1;
         let clock = cache.clock;
-        let (slot, _) = cache.by_id.entry(id.clone()).or_insert_with(|| {
-            (Arc::new(Slot { last_used: AtomicU64::new(clock), cached: Mutex::new(Cached { index: None, built_next: 0 }) }), 0)
-        });
+        let (slot, _) = cache
+            .by_id
+            .entry(id.clone())
+            .or_insert_with(|| (Arc::new(Slot { last_used: AtomicU64::new(clock), cached: Mutex::new(Cached { index: None, built_next: 0 }) }), 0));
         slot.last_used.store(clock, Ordering::Relaxed);
         slot.clone()
     }

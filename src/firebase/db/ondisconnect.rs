@@ -163,7 +163,8 @@ impl Registrations {
 
     /// Cancels the writes registered at `sk` and below (`oc`).
     pub async fn cancel(&mut self, by: Firer<'_>, namespace: &Namespace, session: &str, sk: &str) -> Result<(), RegisterError> {
-        let ops: Vec<Registered> = self.ops.iter().filter(|op| !matches!(path::relation(sk, &op.sk), path::Relation::Same | path::Relation::Descendant)).cloned().collect();
+        let ops: Vec<Registered> =
+            self.ops.iter().filter(|op| !matches!(path::relation(sk, &op.sk), path::Relation::Same | path::Relation::Descendant)).cloned().collect();
         if ops.len() == self.ops.len() {
             return Ok(());
         }

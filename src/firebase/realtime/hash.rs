@@ -24,11 +24,10 @@ use crate::tree::query::{compare_keys, compare_priorities};
 pub fn hash(value: &Value) -> String {
     match value {
         Value::Null => String::new(),
-        Value::Object(map) if map.contains_key(".value") => {
-            leaf(map.get(".value").expect("checked"), map.get(PRIORITY_KEY).unwrap_or(&Value::Null))
-        }
+        Value::Object(map) if map.contains_key(".value") => leaf(map.get(".value").expect("checked"), map.get(PRIORITY_KEY).unwrap_or(&Value::Null)),
         Value::Object(map) => {
-            let mut children: Vec<(&str, &Value)> = map.iter().filter(|(k, v)| *k != PRIORITY_KEY && !v.is_null()).map(|(k, v)| (k.as_str(), v)).collect();
+            let mut children: Vec<(&str, &Value)> =
+                map.iter().filter(|(k, v)| *k != PRIORITY_KEY && !v.is_null()).map(|(k, v)| (k.as_str(), v)).collect();
             children.sort_by(|a, b| compare_priorities(priority_of(a.1), priority_of(b.1)).then_with(|| compare_keys(a.0, b.0)));
             let mut text = priority_prefix(map.get(PRIORITY_KEY).unwrap_or(&Value::Null));
             for (key, child) in children {
@@ -112,7 +111,11 @@ mod tests {
         assert_eq!(hash(&json!(-0.5)), "/r6we9NY8SVfOWrAH6omHfBJtYA=");
         assert_eq!(hash(&json!(true)), "E5z61QM0lN/U2WsOnusszCTkR8M=");
         assert_eq!(hash(&json!("héllo")), "efk23CQ3RaejCSSm7FPChxRZw0k=");
-        assert_eq!(hash(&json!({"b": 1, "a": "x", "10": false, "2": null})), "7wfRtUTDiWEKumFJZhZfVpGo4No=", "integer keys first, null children skipped");
+        assert_eq!(
+            hash(&json!({"b": 1, "a": "x", "10": false, "2": null})),
+            "7wfRtUTDiWEKumFJZhZfVpGo4No=",
+            "integer keys first, null children skipped"
+        );
         assert_eq!(hash(&json!({"a": {".value": 1, ".priority": 2}, "b": 1})), "H1jeUJqNDaUp47a1kwiwwypGtcc=", "no priority sorts first");
         // The same texts, spelled out: what the SDK hashes.
         assert_eq!(hash(&json!(1)), sha1_base64("number:3ff0000000000000"));

@@ -66,7 +66,12 @@ impl Credential {
     /// Tern's authentication on, the token it verifies to; else the owner
     /// token or an emulator ID token (`legacy_caller`). `authvar`: the
     /// `auth` an admin asked to act as (JSON).
-    pub fn of(state: &Firebase, headers: &axum::http::HeaderMap, peer: Option<std::net::IpAddr>, authvar: Option<String>) -> Result<Credential, FbError> {
+    pub fn of(
+        state: &Firebase,
+        headers: &axum::http::HeaderMap,
+        peer: Option<std::net::IpAddr>,
+        authvar: Option<String>,
+    ) -> Result<Credential, FbError> {
         if state.app.access.enabled() {
             let uri: axum::http::Uri = super::PATH.parse().expect("a fixed path");
             let identity = identify(&state.app, headers, &uri, peer)?;
@@ -177,7 +182,8 @@ impl Requests {
             _ => None,
         };
         let mut headers = axum::http::HeaderMap::new();
-        let bearer = format!("Bearer {cred}").parse().map_err(|_| ("invalid_token".to_string(), "the credential is not a valid header value".to_string()))?;
+        let bearer =
+            format!("Bearer {cred}").parse().map_err(|_| ("invalid_token".to_string(), "the credential is not a valid header value".to_string()))?;
         headers.insert(axum::http::header::AUTHORIZATION, bearer);
         self.credential = Credential::of(&self.state, &headers, self.peer, authvar).map_err(|e| ("invalid_token".to_string(), e.message))?;
         let auth = match self.credential_caller(Verb::Read) {
@@ -210,9 +216,10 @@ impl Requests {
         }
         let format = Format::Realtime { tag, query: query_object, response: Some(ok(r, answer)) };
         let key = listen_key(body);
-        let (session, translator) = open_listen(state, namespace.clone(), caller, sk.clone(), query, watch::Since::CurrentState, format, self.connection, outlet)
-            .await
-            .map_err(from_fb)?;
+        let (session, translator) =
+            open_listen(state, namespace.clone(), caller, sk.clone(), query, watch::Since::CurrentState, format, self.connection, outlet)
+                .await
+                .map_err(from_fb)?;
         Ok(Effect::Listen(Box::new(Opened { key, sk, session, translator })))
     }
 
@@ -294,7 +301,6 @@ impl Requests {
         Ok(Effect::Reply(ok(r, value)))
     }
 
-
     /// `o` (`merge` false), `om` (true), `oc` (None: cancel).
     async fn on_disconnect(&mut self, r: u64, body: &Value, merge: Option<bool>) -> Result<Effect, (String, String)> {
         let sk = path_of(body)?;
@@ -313,7 +319,9 @@ impl Requests {
         };
         match saved {
             Ok(()) => Ok(Effect::Reply(ok(r, json!("")))),
-            Err(RegisterError::Fired) => Ok(Effect::Close("this connection's onDisconnect writes were made while it was open (its node was thought dead); reconnect".into())),
+            Err(RegisterError::Fired) => {
+                Ok(Effect::Close("this connection's onDisconnect writes were made while it was open (its node was thought dead); reconnect".into()))
+            }
             Err(RegisterError::TooMany(message)) => Err(("invalid_args".into(), message)),
             Err(RegisterError::TooLarge(message)) => Err(("too_big".into(), message)),
             Err(RegisterError::Write(e)) => Err(from_fb(e)),
@@ -345,7 +353,10 @@ fn path_of(body: &Value) -> Result<String, (String, String)> {
 
 fn validate(sk: &str, bytes: &[u8], merge: bool) -> Result<(), (String, String)> {
     if bytes.len() > crate::limits::MUTATION_BYTES_MAX {
-        return Err(("too_big".into(), format!("a write is at most {} bytes in Tern, this one is {}", crate::limits::MUTATION_BYTES_MAX, bytes.len())));
+        return Err((
+            "too_big".into(),
+            format!("a write is at most {} bytes in Tern, this one is {}", crate::limits::MUTATION_BYTES_MAX, bytes.len()),
+        ));
     }
     validate_write(sk, bytes, merge).map_err(|e| ("invalid_args".to_string(), e))
 }
@@ -353,7 +364,9 @@ fn validate(sk: &str, bytes: &[u8], merge: bool) -> Result<(), (String, String)>
 /// The paths a write sets (an update's children, or its own path).
 fn written_sks(sk: &str, data: &Value, merge: bool) -> Vec<String> {
     match (merge, data) {
-        (true, Value::Object(update)) => update.keys().filter_map(|k| path::parse_relative(k).ok()).map(|keys| path::join(sk, &path::sk_of(&keys))).collect(),
+        (true, Value::Object(update)) => {
+            update.keys().filter_map(|k| path::parse_relative(k).ok()).map(|keys| path::join(sk, &path::sk_of(&keys))).collect()
+        }
         _ => vec![sk.to_string()],
     }
 }

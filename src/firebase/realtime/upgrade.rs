@@ -9,15 +9,15 @@ use axum::http::{header, HeaderMap};
 use axum::response::{IntoResponse, Response};
 use futures::SinkExt;
 
+use super::requests::{Credential, Requests};
+use super::{connection, wire};
+use crate::edge::Peer;
 use crate::firebase::dispatch::database;
 use crate::firebase::error::FbError;
 use crate::firebase::query::Query;
 use crate::firebase::state::Firebase;
-use crate::edge::Peer;
 use crate::tree::TREE_PK;
 use crate::watch::ConnectionId;
-use super::requests::{Credential, Requests};
-use super::{connection, wire};
 
 /// Where the realtime protocol is served.
 pub const PATH: &str = "/.ws";
@@ -54,7 +54,12 @@ pub async fn upgrade(state: Firebase, request: Request) -> Response {
     let (mut parts, _body) = request.into_parts();
     let query = Query::parse(parts.uri.query());
     if let Some(version) = query.get("v").filter(|v| *v != wire::PROTOCOL_VERSION) {
-        return FbError::bad(format!("this server speaks version {} of the realtime protocol (v={}), not v={version}", wire::PROTOCOL_VERSION, wire::PROTOCOL_VERSION)).into_response();
+        return FbError::bad(format!(
+            "this server speaks version {} of the realtime protocol (v={}), not v={version}",
+            wire::PROTOCOL_VERSION,
+            wire::PROTOCOL_VERSION
+        ))
+        .into_response();
     }
     let ws = match WebSocketUpgrade::from_request_parts(&mut parts, &state).await {
         Ok(ws) => ws,
@@ -72,16 +77,19 @@ pub async fn upgrade(state: Firebase, request: Request) -> Response {
     let connection = parts.extensions.get::<ConnectionId>().copied().unwrap_or(ConnectionId(0));
     let host = parts.headers.get(header::HOST).and_then(|v| v.to_str().ok()).unwrap_or("127.0.0.1").to_string();
     let partition = namespace.partition_of(TREE_PK);
-    let elsewhere = (!namespace.handle(partition).is_held()).then(|| state.app.cluster.holders(&namespace.name, partition).first().map(|m| m.api.clone()));
+    let elsewhere =
+        (!namespace.handle(partition).is_held()).then(|| state.app.cluster.holders(&namespace.name, partition).first().map(|m| m.api.clone()));
     let closing = state.closing.subscribe();
     let session = format!("{:032x}", rand::random::<u128>());
     let requests = Requests { state, namespace: namespace.clone(), session, connection, peer, credential, registrations: Default::default() };
-    ws.max_message_size(CLIENT_FRAME_BYTES_MAX).read_buffer_size(READ_BUFFER_BYTES).write_buffer_size(WRITE_BUFFER_BYTES).on_upgrade(move |socket| async move {
-        match elsewhere {
-            None => connection::serve(requests, socket, host, closing).await,
-            Some(holder) => redirect(socket, &namespace.name, holder).await,
-        }
-    })
+    ws.max_message_size(CLIENT_FRAME_BYTES_MAX).read_buffer_size(READ_BUFFER_BYTES).write_buffer_size(WRITE_BUFFER_BYTES).on_upgrade(
+        move |socket| async move {
+            match elsewhere {
+                None => connection::serve(requests, socket, host, closing).await,
+                Some(holder) => redirect(socket, &namespace.name, holder).await,
+            }
+        },
+    )
 }
 
 /// The connection's credential from the upgrade's `Authorization` (the

@@ -46,7 +46,10 @@ pub enum Assembled {
     /// A message over `MESSAGE_BYTES_MAX`, dropped as it came (memory stays
     /// bounded); `r` is its request's number when its start names one (the
     /// SDK writes `{"t":"d","d":{"r":N,...` first), so it can be refused.
-    TooLarge { r: Option<u64>, bytes: usize },
+    TooLarge {
+        r: Option<u64>,
+        bytes: usize,
+    },
 }
 
 impl Reassembler {
@@ -153,7 +156,11 @@ pub enum ClientMessage {
     Ping,
     Control,
     /// A request: its number, action and body.
-    Request { r: u64, action: String, body: Value },
+    Request {
+        r: u64,
+        action: String,
+        body: Value,
+    },
 }
 
 pub fn parse(text: &str) -> Result<ClientMessage, String> {

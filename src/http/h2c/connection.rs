@@ -2,7 +2,6 @@
 //! runs watch streams itself (`watches.rs`) and hands every other request
 //! to the service in a task of its own.
 
-
 use std::convert::Infallible;
 use std::future::Future;
 use std::pin::{pin, Pin};
@@ -110,7 +109,9 @@ where
         request.extensions_mut().insert(connection);
         request.extensions_mut().insert(peer);
         if firebase::is_stream_request(&request) {
-            match firebase::open_h2c_stream(&protocols.firebase, request.uri(), request.headers(), Some(peer.0), connection, watches.next_outlet()).await {
+            match firebase::open_h2c_stream(&protocols.firebase, request.uri(), request.headers(), Some(peer.0), connection, watches.next_outlet())
+                .await
+            {
                 Ok((session, encoder)) => watches.start(respond, session, encoder),
                 Err(response) => {
                     tokio::spawn(send_response(respond, response));
@@ -325,4 +326,3 @@ impl<IO: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for Flattened<IO> 
         false
     }
 }
-

@@ -2,20 +2,20 @@
 //! topics and their metadata, append through the group-commit writer,
 //! readers, retention.
 
+use super::super::{CreateOutcome, Log, LogError, LogReader, TopicInfo, TopicPartition};
+use super::index::PartitionState;
+use super::segments::{write_atomically, Segments};
+use super::writer::{AppendRequest, Writer};
 use super::{frame, reader};
-use std::collections::HashMap;
-use std::io::{BufReader, Read};
-use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use async_trait::async_trait;
 use bytes::Bytes;
 use parking_lot::{Mutex, RwLock};
 use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+use std::io::{BufReader, Read};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use tokio::sync::{mpsc, oneshot};
-use super::index::PartitionState;
-use super::segments::{write_atomically, Segments};
-use super::writer::{AppendRequest, Writer};
-use super::super::{CreateOutcome, Log, LogError, LogReader, TopicInfo, TopicPartition};
 
 /// Longest an append waits for the writer to make its entry durable.
 pub(super) const APPEND_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
@@ -133,21 +133,10 @@ impl EmbeddedLog {
         let active_id = ids.last().copied().unwrap_or(0);
         let active = segments.open_for_append(active_id)?;
         let (queue_tx, queue_rx) = mpsc::channel(config.queue_capacity);
-        let writer = Writer {
-            segments: segments.clone(),
-            active,
-            active_id,
-            active_bytes,
-            segment_bytes_max: config.segment_bytes_max,
-            failed: None,
-        };
-        let writer_thread = std::thread::Builder::new()
-            .name("tern-log-writer".into())
-            .spawn(move || writer.run(queue_rx))?;
-        let topics = by_id
-            .into_values()
-            .map(|(name, partitions)| (name, Arc::new(Topic { partitions })))
-            .collect();
+        let writer =
+            Writer { segments: segments.clone(), active, active_id, active_bytes, segment_bytes_max: config.segment_bytes_max, failed: None };
+        let writer_thread = std::thread::Builder::new().name("tern-log-writer".into()).spawn(move || writer.run(queue_rx))?;
+        let topics = by_id.into_values().map(|(name, partitions)| (name, Arc::new(Topic { partitions }))).collect();
         tracing::info!(dir = %config.dir.display(), segments = ids.len(), "embedded log open");
         Ok(EmbeddedLog {
             inner: Arc::new(Inner {
@@ -251,8 +240,7 @@ impl EmbeddedLog {
 
 pub(super) fn read_meta(dir: &Path) -> Result<LogMeta, LogError> {
     match std::fs::read(dir.join("log-meta.json")) {
-        Ok(bytes) => serde_json::from_slice(&bytes)
-            .map_err(|e| LogError::Corrupt(format!("{}/log-meta.json: {e}", dir.display()))),
+        Ok(bytes) => serde_json::from_slice(&bytes).map_err(|e| LogError::Corrupt(format!("{}/log-meta.json: {e}", dir.display()))),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(LogMeta::default()),
         Err(e) => Err(e.into()),
     }
@@ -293,17 +281,14 @@ pub(super) fn recover_segment(
         if !frame::verify(&header, &header_bytes, &payload) {
             break Some("a frame checksum mismatch");
         }
-        let partition = topics
-            .get(&header.topic_id)
-            .and_then(|(_, ps)| ps.get(header.partition as usize))
-            .ok_or_else(|| {
-                LogError::Corrupt(format!(
-                    "{}: frame at byte {position} names unknown topic id {} partition {}",
-                    path.display(),
-                    header.topic_id,
-                    header.partition
-                ))
-            })?;
+        let partition = topics.get(&header.topic_id).and_then(|(_, ps)| ps.get(header.partition as usize)).ok_or_else(|| {
+            LogError::Corrupt(format!(
+                "{}: frame at byte {position} names unknown topic id {} partition {}",
+                path.display(),
+                header.topic_id,
+                header.partition
+            ))
+        })?;
         let mut index = partition.index.lock();
         if header.offset < index.start_offset && index.runs.is_empty() {
             // Below the recorded start: retention wrote the new start and
@@ -351,11 +336,7 @@ impl Log for EmbeddedLog {
         let mut meta = self.inner.meta.lock();
         if let Some(existing) = meta.topics.iter().find(|t| t.name == name) {
             if existing.partitions != partitions {
-                return Err(LogError::PartitionCountMismatch {
-                    topic: name.to_string(),
-                    existing: existing.partitions,
-                    requested: partitions,
-                });
+                return Err(LogError::PartitionCountMismatch { topic: name.to_string(), existing: existing.partitions, requested: partitions });
             }
             return Ok(CreateOutcome::AlreadyExists);
         }
@@ -364,9 +345,7 @@ impl Log for EmbeddedLog {
         next.topics.push(TopicMeta { name: name.to_string(), id, partitions, uid: random_id() });
         write_meta(&self.inner.config.dir, &next)?;
         *meta = next;
-        let states = (0..partitions)
-            .map(|p| Arc::new(PartitionState::new(id, p, 0, self.inner.config.tail_cache_bytes)))
-            .collect();
+        let states = (0..partitions).map(|p| Arc::new(PartitionState::new(id, p, 0, self.inner.config.tail_cache_bytes))).collect();
         self.inner.topics.write().insert(Arc::from(name), Arc::new(Topic { partitions: states }));
         Ok(CreateOutcome::Created)
     }

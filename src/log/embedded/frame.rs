@@ -60,8 +60,7 @@ pub fn decode_header(bytes: &[u8; HEADER_BYTES]) -> Option<FrameHeader> {
 
 /// True when `payload` is the one `header` was written with.
 pub fn verify(header: &FrameHeader, header_bytes: &[u8; HEADER_BYTES], payload: &[u8]) -> bool {
-    payload.len() == header.payload_len as usize
-        && checksum(&header_bytes[8..24], header_bytes[0..4].try_into().unwrap(), payload) == header.crc
+    payload.len() == header.payload_len as usize && checksum(&header_bytes[8..24], header_bytes[0..4].try_into().unwrap(), payload) == header.crc
 }
 
 /// Reads and verifies the frame at `pos` of `file`.

@@ -152,11 +152,7 @@ impl PartitionIndex {
 
     /// The end offset of this partition's entries in segments `< segment_id_min`.
     pub fn end_below_segment(&self, segment_id_min: u64) -> u64 {
-        self.runs
-            .iter()
-            .take_while(|run| run.segment_id < segment_id_min)
-            .last()
-            .map_or(self.start_offset, SegmentRun::end_offset)
+        self.runs.iter().take_while(|run| run.segment_id < segment_id_min).last().map_or(self.start_offset, SegmentRun::end_offset)
     }
 }
 

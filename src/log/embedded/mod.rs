@@ -15,15 +15,15 @@
 //! end of the newest segment is the remains of an unacknowledged write and is
 //! truncated; corruption anywhere else is refused, loudly.
 
+mod embedded_log;
 pub mod frame;
 pub mod index;
 mod reader;
 pub mod segments;
-mod writer;
 #[cfg(test)]
 mod tests;
-mod embedded_log;
+mod writer;
 
-pub use self::embedded_log::{EmbeddedLog, EmbeddedLogConfig};
 #[cfg(test)]
 use self::embedded_log::read_meta;
+pub use self::embedded_log::{EmbeddedLog, EmbeddedLogConfig};

@@ -34,18 +34,11 @@ impl EmbeddedReader {
             let partition = self.partition.clone();
             let index = partition.index.lock();
             if self.next < index.start_offset {
-                return Err(LogError::OffsetOutOfRange {
-                    tp: self.tp.to_string(),
-                    requested: self.next,
-                    start: index.start_offset,
-                });
+                return Err(LogError::OffsetOutOfRange { tp: self.tp.to_string(), requested: self.next, start: index.start_offset });
             }
             if let Some(entries) = index.read_tail(self.next, records_max) {
-                let records: Vec<LogRecord> = entries
-                    .into_iter()
-                    .take_while(|(offset, _)| *offset < end)
-                    .map(|(offset, payload)| LogRecord::entry(offset, payload))
-                    .collect();
+                let records: Vec<LogRecord> =
+                    entries.into_iter().take_while(|(offset, _)| *offset < end).map(|(offset, payload)| LogRecord::entry(offset, payload)).collect();
                 drop(index);
                 return Ok(self.advance(records));
             }
@@ -72,13 +65,8 @@ fn read_frames(segments: &Segments, tp: &TopicPartition, located: Vec<(u64, u64,
     let mut records = Vec::with_capacity(located.len());
     let mut bytes = 0;
     for (segment_id, offset, position) in located {
-        let file = segments.get(segment_id).ok_or_else(|| LogError::OffsetOutOfRange {
-            tp: tp.to_string(),
-            requested: offset,
-            start: offset + 1,
-        })?;
-        let (header, payload) = frame::read_at(&file, u64::from(position))
-            .map_err(|e| LogError::Corrupt(format!("segment {segment_id}: {e}")))?;
+        let file = segments.get(segment_id).ok_or_else(|| LogError::OffsetOutOfRange { tp: tp.to_string(), requested: offset, start: offset + 1 })?;
+        let (header, payload) = frame::read_at(&file, u64::from(position)).map_err(|e| LogError::Corrupt(format!("segment {segment_id}: {e}")))?;
         if header.offset != offset || header.partition != tp.partition {
             return Err(LogError::Corrupt(format!(
                 "segment {segment_id} byte {position}: expected offset {offset} of partition {}, found {} of {}",

@@ -67,11 +67,7 @@ impl Segments {
     }
 
     pub fn age_ms(&self, id: u64) -> u64 {
-        std::fs::metadata(self.path(id))
-            .and_then(|m| m.modified())
-            .ok()
-            .and_then(|t| t.elapsed().ok())
-            .map_or(0, |d| d.as_millis() as u64)
+        std::fs::metadata(self.path(id)).and_then(|m| m.modified()).ok().and_then(|t| t.elapsed().ok()).map_or(0, |d| d.as_millis() as u64)
     }
 
     pub fn delete(&self, id: u64) -> std::io::Result<()> {

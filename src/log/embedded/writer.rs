@@ -121,13 +121,7 @@ impl Writer {
             let position = self.active_bytes + buf.len() as u64;
             assert!(position <= u64::from(u32::MAX), "segments stay below 4 GiB");
             frame::encode_into(buf, request.partition.topic_id, request.partition.partition, offset, &request.payload);
-            pending.push(Pending {
-                partition: request.partition,
-                offset,
-                position: position as u32,
-                payload: request.payload,
-                reply: request.reply,
-            });
+            pending.push(Pending { partition: request.partition, offset, position: position as u32, payload: request.payload, reply: request.reply });
         }
         pending
     }

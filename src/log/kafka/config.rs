@@ -3,8 +3,8 @@
 //! (`KafkaSecurity`, whose password never prints).
 
 use super::Membership;
-use std::time::Duration;
 use rdkafka::config::ClientConfig;
+use std::time::Duration;
 
 #[derive(Debug, Clone)]
 pub struct KafkaLogConfig {

@@ -3,9 +3,9 @@
 //! interface over them: appends, offsets, readers, topics (a namespace's
 //! own, or a source topic), the outbox's publisher.
 
-use super::{Membership, breaker, fetch_source, group, publisher, reader, sources, topic_id};
-use std::sync::Arc;
-use std::time::Duration;
+use super::super::{Assignment, CreateOutcome, Log, LogError, LogReader, TopicInfo, TopicPartition};
+use super::config::KafkaLogConfig;
+use super::{breaker, fetch_source, group, publisher, reader, sources, topic_id, Membership};
 use async_trait::async_trait;
 use bytes::Bytes;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, ResourceSpecifier, TopicReplication};
@@ -17,8 +17,8 @@ use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
 use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::util::Timeout;
 use rdkafka::{Offset, TopicPartitionList};
-use super::super::{Assignment, CreateOutcome, Log, LogError, LogReader, TopicInfo, TopicPartition};
-use super::config::KafkaLogConfig;
+use std::sync::Arc;
+use std::time::Duration;
 
 /// Watermark requests (a partition's start and end offsets) in flight at
 /// once; each is a broker round trip on a blocking thread.
@@ -232,12 +232,7 @@ impl KafkaLog {
         let (consumer, topic, timeout) = (self.inner.consumer.clone(), topic.to_string(), self.inner.config.request_timeout);
         tokio::task::spawn_blocking(move || {
             let metadata = consumer.fetch_metadata(Some(&topic), timeout).map_err(unavailable)?;
-            Ok(metadata
-                .topics()
-                .iter()
-                .find(|t| t.name() == topic && t.error().is_none())
-                .map(|t| t.partitions().len() as u32)
-                .filter(|n| *n > 0))
+            Ok(metadata.topics().iter().find(|t| t.name() == topic && t.error().is_none()).map(|t| t.partitions().len() as u32).filter(|n| *n > 0))
         })
         .await
         .map_err(unavailable)?
@@ -260,7 +255,8 @@ impl KafkaLog {
                 let factor = brokers.clamp(1, SAFE_REPLICATION_FACTOR as usize) as i32;
                 if factor < SAFE_REPLICATION_FACTOR {
                     tracing::warn!(
-                        brokers, replication_factor = factor,
+                        brokers,
+                        replication_factor = factor,
                         "the Kafka cluster has fewer than {SAFE_REPLICATION_FACTOR} brokers: new topics get a replication \
                          factor of {factor}, so losing a broker can lose acknowledged writes. Fine for development; in \
                          production run 3 or more brokers (or set kafka_replication_factor explicitly)"
@@ -302,8 +298,8 @@ impl KafkaLog {
             answer
         })
         .await
-            .map_err(unavailable)?
-            .map_err(unavailable)?;
+        .map_err(unavailable)?
+        .map_err(unavailable)?;
         Ok((low.max(0) as u64, high.max(0) as u64))
     }
 }
@@ -434,7 +430,6 @@ impl Log for KafkaLog {
         appended
     }
 
-
     async fn identity(&self, topic: &str) -> Result<String, LogError> {
         let (consumer, topic, timeout) = (self.inner.consumer.clone(), self.topic_name(topic), self.inner.config.request_timeout);
         tokio::task::spawn_blocking(move || {
@@ -467,7 +462,17 @@ impl Log for KafkaLog {
         let (factor, _) = self.replication().await?;
         let config = &self.inner.config;
         let topic = self.topic_name(&tp.topic);
-        let publisher = publisher::KafkaPublisher::start(&self.inner.base, &config.topic_prefix, &tp.topic, &topic, tp.partition, partitions, factor, config.delivery_timeout).await?;
+        let publisher = publisher::KafkaPublisher::start(
+            &self.inner.base,
+            &config.topic_prefix,
+            &tp.topic,
+            &topic,
+            tp.partition,
+            partitions,
+            factor,
+            config.delivery_timeout,
+        )
+        .await?;
         Ok(Box::new(publisher))
     }
 

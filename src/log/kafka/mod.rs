@@ -33,4 +33,4 @@ mod config;
 mod kafka_log;
 
 pub use self::config::{KafkaLogConfig, KafkaSecurity};
-pub use self::kafka_log::{ENTRY_BYTES_MAX, KafkaLog};
+pub use self::kafka_log::{KafkaLog, ENTRY_BYTES_MAX};

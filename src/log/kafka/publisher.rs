@@ -139,11 +139,13 @@ impl KafkaPublisher {
     /// Creates the output topics of `messages` that do not exist (the
     /// namespace's partition count, the cluster's replication).
     async fn ensure_topics(&mut self, messages: &[Outgoing]) -> Result<(), LogError> {
-        let new: Vec<String> = messages.iter().map(|m| m.topic.clone()).filter(|t| !self.ensured.contains(t)).collect::<HashSet<_>>().into_iter().collect();
+        let new: Vec<String> =
+            messages.iter().map(|m| m.topic.clone()).filter(|t| !self.ensured.contains(t)).collect::<HashSet<_>>().into_iter().collect();
         if new.is_empty() {
             return Ok(());
         }
-        let topics: Vec<NewTopic> = new.iter().map(|t| NewTopic::new(t, self.partitions as i32, TopicReplication::Fixed(self.replication_factor))).collect();
+        let topics: Vec<NewTopic> =
+            new.iter().map(|t| NewTopic::new(t, self.partitions as i32, TopicReplication::Fixed(self.replication_factor))).collect();
         let options = AdminOptions::new().operation_timeout(Some(Timeout::After(TRANSACTION_CALL_TIMEOUT)));
         let results = self.admin.create_topics(&topics, &options).await.map_err(|e| unavailable("creating output topics", e))?;
         for result in results {
@@ -175,7 +177,11 @@ impl KafkaPublisher {
         Ok(())
     }
 
-    async fn blocking<T: Send + 'static>(&self, what: &'static str, call: impl FnOnce(FutureProducer) -> Result<T, KafkaError> + Send + 'static) -> Result<T, LogError> {
+    async fn blocking<T: Send + 'static>(
+        &self,
+        what: &'static str,
+        call: impl FnOnce(FutureProducer) -> Result<T, KafkaError> + Send + 'static,
+    ) -> Result<T, LogError> {
         let producer = self.producer.clone();
         tokio::task::spawn_blocking(move || call(producer)).await.map_err(|e| unavailable(what, e))?.map_err(|e| unavailable(what, e))
     }
@@ -199,7 +205,10 @@ impl Publisher for KafkaPublisher {
             return Ok((offset as u64, 0));
         }
         let index = metadata.parse::<u32>().map_err(|_| {
-            unavailable("reading the position", format!("the committed position of {}/{} has metadata {metadata:?}, not an index", self.topic, self.partition))
+            unavailable(
+                "reading the position",
+                format!("the committed position of {}/{} has metadata {metadata:?}, not an index", self.topic, self.partition),
+            )
         })?;
         Ok((offset as u64, index))
     }
@@ -212,7 +221,9 @@ impl Publisher for KafkaPublisher {
             Ok(()) => {
                 let offsets = self.position_list(Some(next))?;
                 let metadata = self.consumer.group_metadata().ok_or_else(|| unavailable("group metadata", "none"))?;
-                let offered = self.blocking("send_offsets_to_transaction", move |p| p.send_offsets_to_transaction(&offsets, &metadata, TRANSACTION_CALL_TIMEOUT)).await;
+                let offered = self
+                    .blocking("send_offsets_to_transaction", move |p| p.send_offsets_to_transaction(&offsets, &metadata, TRANSACTION_CALL_TIMEOUT))
+                    .await;
                 match offered {
                     Ok(()) => self.blocking("commit_transaction", |p| p.commit_transaction(TRANSACTION_CALL_TIMEOUT)).await,
                     Err(e) => Err(e),

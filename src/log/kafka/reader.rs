@@ -31,9 +31,7 @@ impl KafkaReader {
     /// Splits off the partition's queue, then assigns the partition at `from`
     /// (in that order, so no message can land on the shared main queue).
     pub fn open(consumer: &Arc<LogConsumer>, tp: TopicPartition, topic: &str, from: u64, sourced: bool) -> Result<KafkaReader, LogError> {
-        let queue = consumer
-            .split_partition_queue(topic, tp.partition as i32)
-            .ok_or_else(|| LogError::UnknownPartition(tp.to_string()))?;
+        let queue = consumer.split_partition_queue(topic, tp.partition as i32).ok_or_else(|| LogError::UnknownPartition(tp.to_string()))?;
         let mut assignment = TopicPartitionList::new();
         assignment
             .add_partition_offset(topic, tp.partition as i32, Offset::Offset(from as i64))
@@ -89,9 +87,7 @@ impl Fetched {
             // With auto.offset.reset=error, librdkafka reports an out-of-range
             // fetch position as AUTO_OFFSET_RESET and stops fetching the
             // partition: retention overtook this reader. Never "unavailable".
-            Err(KafkaError::MessageConsumption(
-                RDKafkaErrorCode::OffsetOutOfRange | RDKafkaErrorCode::AutoOffsetReset,
-            )) => Fetched::OffsetOutOfRange,
+            Err(KafkaError::MessageConsumption(RDKafkaErrorCode::OffsetOutOfRange | RDKafkaErrorCode::AutoOffsetReset)) => Fetched::OffsetOutOfRange,
             Err(e) => Fetched::Failed(e),
         }
     }
@@ -142,9 +138,7 @@ impl KafkaReader {
                 self.next = offset + 1;
                 Ok(LogRecord { offset, payload, foreign })
             }
-            Fetched::OffsetOutOfRange => {
-                Err(LogError::OffsetOutOfRange { tp: self.tp.to_string(), requested: self.next, start: 0 })
-            }
+            Fetched::OffsetOutOfRange => Err(LogError::OffsetOutOfRange { tp: self.tp.to_string(), requested: self.next, start: 0 }),
             Fetched::Failed(e) => Err(LogError::Unavailable(format!("kafka: {e}"))),
         }
     }

@@ -20,12 +20,9 @@ pub(super) unsafe fn describe(rk: *mut rd::rd_kafka_t, topic: &str, timeout: Dur
     let timeout_ms = timeout.as_millis().min(i32::MAX as u128) as i32;
     // Each resource is destroyed by its guard, on every path out.
     let queue = Guard(rd::rd_kafka_queue_new(rk), |q| rd::rd_kafka_queue_destroy(q));
-    let topics = Guard(rd::rd_kafka_TopicCollection_of_topic_names(names.as_mut_ptr(), 1), |t| {
-        rd::rd_kafka_TopicCollection_destroy(t)
-    });
-    let options = Guard(rd::rd_kafka_AdminOptions_new(rk, rd::rd_kafka_admin_op_t::RD_KAFKA_ADMIN_OP_DESCRIBETOPICS), |o| {
-        rd::rd_kafka_AdminOptions_destroy(o)
-    });
+    let topics = Guard(rd::rd_kafka_TopicCollection_of_topic_names(names.as_mut_ptr(), 1), |t| rd::rd_kafka_TopicCollection_destroy(t));
+    let options =
+        Guard(rd::rd_kafka_AdminOptions_new(rk, rd::rd_kafka_admin_op_t::RD_KAFKA_ADMIN_OP_DESCRIBETOPICS), |o| rd::rd_kafka_AdminOptions_destroy(o));
     let mut errstr = [0 as std::ffi::c_char; 256];
     rd::rd_kafka_AdminOptions_set_request_timeout(options.0, timeout_ms, errstr.as_mut_ptr(), errstr.len());
     rd::rd_kafka_DescribeTopics(rk, topics.0, options.0, queue.0);

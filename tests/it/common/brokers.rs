@@ -27,11 +27,7 @@ impl Brokers {
 
     /// `scripts/kafka.sh ARGS --dir <these brokers' dir>`; asserts it succeeded.
     pub fn kafka(&self, args: &[&str]) {
-        let status = std::process::Command::new("scripts/kafka.sh")
-            .args(args)
-            .args(["--dir", self.dir.path().to_str().unwrap()])
-            .status()
-            .unwrap();
+        let status = std::process::Command::new("scripts/kafka.sh").args(args).args(["--dir", self.dir.path().to_str().unwrap()]).status().unwrap();
         assert!(status.success(), "kafka.sh {args:?}");
     }
 }

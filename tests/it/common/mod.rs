@@ -14,8 +14,7 @@ use serde_json::Value;
 
 /// The Kafka broker `scripts/test.sh` started (`TERN_TEST_KAFKA`).
 pub fn kafka_bootstrap() -> String {
-    std::env::var("TERN_TEST_KAFKA")
-        .expect("TERN_TEST_KAFKA must name a Kafka broker: run scripts/test.sh, or scripts/kafka.sh start and export it")
+    std::env::var("TERN_TEST_KAFKA").expect("TERN_TEST_KAFKA must name a Kafka broker: run scripts/test.sh, or scripts/kafka.sh start and export it")
 }
 
 /// A free UDP port on loopback for gossip (bound, read, released).
@@ -173,13 +172,7 @@ impl Tern {
             .as_array()
             .unwrap()
             .iter()
-            .map(|p| {
-                (
-                    p["applied_offset"].as_i64().unwrap(),
-                    p["state_hash"].as_str().unwrap().to_string(),
-                    p["applied_entries"].as_u64().unwrap(),
-                )
-            })
+            .map(|p| (p["applied_offset"].as_i64().unwrap(), p["state_hash"].as_str().unwrap().to_string(), p["applied_entries"].as_u64().unwrap()))
             .collect()
     }
 
