@@ -44,3 +44,13 @@ if ! command -v cargo >/dev/null; then
   echo "setup: cargo (Rust stable, 1.85 or newer) is required and not installed" >&2
   exit 1
 fi
+# The test command formats and lints (cargo fmt, cargo clippy).
+if ! cargo fmt --version >/dev/null 2>&1 || ! cargo clippy --version >/dev/null 2>&1; then
+  if command -v rustup >/dev/null; then
+    echo "setup: installing the rustfmt and clippy components" >&2
+    rustup component add rustfmt clippy
+  else
+    echo "setup: cargo fmt and cargo clippy are required (rustup component add rustfmt clippy)" >&2
+    exit 1
+  fi
+fi

@@ -11,6 +11,10 @@ examples/procedures/build.sh >/dev/null
 examples/aggdemo/build.sh >/dev/null
 git diff --exit-code --quiet -- examples/procedures/build examples/aggdemo/build \
   || { echo "examples/procedures/build or examples/aggdemo/build is stale: run their build.sh and commit the result"; exit 1; }
+# The formatter and the linter hold (rustfmt.toml; Cargo.toml's [lints],
+# warnings are errors), before anything is built for the tests.
+cargo fmt --all --check || { echo "the code is not formatted: run cargo fmt --all and commit the result"; exit 1; }
+cargo clippy --release --workspace --all-targets -- -D warnings
 cargo build --release --workspace --all-targets
 # A real Kafka broker for the Kafka tests, on a free loopback port, stopped on exit.
 KAFKA_DIR="$(mktemp -d "${TMPDIR:-/tmp}/tern-test-kafka.XXXXXX")"

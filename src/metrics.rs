@@ -13,7 +13,7 @@ fn latency_buckets() -> Vec<f64> {
     prometheus::exponential_buckets(0.000_025, 2.0, 19).expect("valid buckets")
 }
 
-pub static HTTP_REQUEST_SECONDS: LazyLock<HistogramVec> = LazyLock::new(|| {
+pub(crate) static HTTP_REQUEST_SECONDS: LazyLock<HistogramVec> = LazyLock::new(|| {
     register_histogram_vec!(
         "tern_http_request_duration_seconds",
         "HTTP request latency by route and status class",
@@ -23,12 +23,12 @@ pub static HTTP_REQUEST_SECONDS: LazyLock<HistogramVec> = LazyLock::new(|| {
     .expect("metric registers")
 });
 
-pub static FORWARD_SECONDS: LazyLock<Histogram> = LazyLock::new(|| {
+pub(crate) static FORWARD_SECONDS: LazyLock<Histogram> = LazyLock::new(|| {
     register_histogram!("tern_forward_duration_seconds", "Latency of one request forwarded to the node that holds its partition", latency_buckets())
         .expect("metric registers")
 });
 
-pub static AUTH_FAILURES: LazyLock<IntCounterVec> = LazyLock::new(|| {
+pub(crate) static AUTH_FAILURES: LazyLock<IntCounterVec> = LazyLock::new(|| {
     register_int_counter_vec!(
         "tern_auth_failures_total",
         "Requests refused for their credentials: missing, invalid, or rate_limited (the source failed too often)",
@@ -37,11 +37,11 @@ pub static AUTH_FAILURES: LazyLock<IntCounterVec> = LazyLock::new(|| {
     .expect("metric registers")
 });
 
-pub static AUTH_DENIED: LazyLock<IntCounter> = LazyLock::new(|| {
+pub(crate) static AUTH_DENIED: LazyLock<IntCounter> = LazyLock::new(|| {
     register_int_counter!("tern_auth_denied_total", "Authenticated requests refused for a missing grant (403)").expect("metric registers")
 });
 
-pub static TLS_HANDSHAKE_FAILURES: LazyLock<IntCounter> = LazyLock::new(|| {
+pub(crate) static TLS_HANDSHAKE_FAILURES: LazyLock<IntCounter> = LazyLock::new(|| {
     register_int_counter!(
         "tern_tls_handshake_failures_total",
         "Connections to the TLS listener whose handshake failed or timed out (plaintext, a refused client certificate, ...)"
@@ -49,11 +49,11 @@ pub static TLS_HANDSHAKE_FAILURES: LazyLock<IntCounter> = LazyLock::new(|| {
     .expect("metric registers")
 });
 
-pub static FIREBASE_REALTIME_CONNECTIONS: LazyLock<IntGauge> = LazyLock::new(|| {
+pub(crate) static FIREBASE_REALTIME_CONNECTIONS: LazyLock<IntGauge> = LazyLock::new(|| {
     register_int_gauge!("tern_firebase_realtime_connections", "Open Firebase realtime protocol connections (/.ws)").expect("metric registers")
 });
 
-pub static FIREBASE_ONDISCONNECT: LazyLock<IntCounterVec> = LazyLock::new(|| {
+pub(crate) static FIREBASE_ONDISCONNECT: LazyLock<IntCounterVec> = LazyLock::new(|| {
     register_int_counter_vec!(
         "tern_firebase_ondisconnect_total",
         "onDisconnect registrations fired: by their connection's close, by a sweep (an orphan: its node restarted or died, or its close could not write), or already (another firer's entry applied first: nothing done twice)",
@@ -62,7 +62,7 @@ pub static FIREBASE_ONDISCONNECT: LazyLock<IntCounterVec> = LazyLock::new(|| {
     .expect("metric registers")
 });
 
-pub static GOSSIP_REJECTED: LazyLock<IntCounterVec> = LazyLock::new(|| {
+pub(crate) static GOSSIP_REJECTED: LazyLock<IntCounterVec> = LazyLock::new(|| {
     register_int_counter_vec!(
         "tern_gossip_rejected_total",
         "Gossip datagrams dropped before chitchat saw them: forged (the MAC does not verify: no key, another key, tampered), stale (time over 30 s from this node's: replayed), malformed",
@@ -71,7 +71,7 @@ pub static GOSSIP_REJECTED: LazyLock<IntCounterVec> = LazyLock::new(|| {
     .expect("metric registers")
 });
 
-pub static FORWARDS: LazyLock<IntCounterVec> = LazyLock::new(|| {
+pub(crate) static FORWARDS: LazyLock<IntCounterVec> = LazyLock::new(|| {
     register_int_counter_vec!(
         "tern_forwards_total",
         "Requests forwarded to a holder, by where it is: same_region or other_region (a read served in the \
@@ -81,7 +81,7 @@ pub static FORWARDS: LazyLock<IntCounterVec> = LazyLock::new(|| {
     .expect("metric registers")
 });
 
-pub static PEER_RTT_SECONDS: LazyLock<GaugeVec> = LazyLock::new(|| {
+pub(crate) static PEER_RTT_SECONDS: LazyLock<GaugeVec> = LazyLock::new(|| {
     register_gauge_vec!(
         "tern_peer_rtt_seconds",
         "Smoothed round trip to a peer node, measured by this node's probes (-1: the last probe failed)",
@@ -90,15 +90,15 @@ pub static PEER_RTT_SECONDS: LazyLock<GaugeVec> = LazyLock::new(|| {
     .expect("metric registers")
 });
 
-pub static FORWARD_FAILURES: LazyLock<IntCounter> =
+pub(crate) static FORWARD_FAILURES: LazyLock<IntCounter> =
     LazyLock::new(|| register_int_counter!("tern_forward_failures_total", "Forwarded requests that reached no holder").expect("metric registers"));
 
-pub static GROUP_PARTITIONS_ASSIGNED: LazyLock<IntCounter> = LazyLock::new(|| {
+pub(crate) static GROUP_PARTITIONS_ASSIGNED: LazyLock<IntCounter> = LazyLock::new(|| {
     register_int_counter!("tern_replica_group_assigned_partitions_total", "Partitions the replica group's consumer group assigned to this node")
         .expect("metric registers")
 });
 
-pub static GROUP_PARTITIONS_REVOKED: LazyLock<IntCounter> = LazyLock::new(|| {
+pub(crate) static GROUP_PARTITIONS_REVOKED: LazyLock<IntCounter> = LazyLock::new(|| {
     register_int_counter!(
         "tern_replica_group_revoked_partitions_total",
         "Partitions the replica group's consumer group revoked from this node (or this node lost)"
@@ -106,7 +106,7 @@ pub static GROUP_PARTITIONS_REVOKED: LazyLock<IntCounter> = LazyLock::new(|| {
     .expect("metric registers")
 });
 
-pub static SNAPSHOT_BYTES_UPLOADED: LazyLock<IntCounter> = LazyLock::new(|| {
+pub(crate) static SNAPSHOT_BYTES_UPLOADED: LazyLock<IntCounter> = LazyLock::new(|| {
     register_int_counter!(
         "tern_snapshot_uploaded_bytes_total",
         "Bytes snapshots uploaded to object storage (chunks not already stored, and manifests)"
@@ -114,7 +114,7 @@ pub static SNAPSHOT_BYTES_UPLOADED: LazyLock<IntCounter> = LazyLock::new(|| {
     .expect("metric registers")
 });
 
-pub static KAFKA_RETENTION_SHORT: LazyLock<IntGaugeVec> = LazyLock::new(|| {
+pub(crate) static KAFKA_RETENTION_SHORT: LazyLock<IntGaugeVec> = LazyLock::new(|| {
     register_int_gauge_vec!(
         "tern_kafka_retention_shorter_than_snapshots",
         "1 when the namespace's Kafka topic keeps entries for less than the snapshot interval",
@@ -123,49 +123,49 @@ pub static KAFKA_RETENTION_SHORT: LazyLock<IntGaugeVec> = LazyLock::new(|| {
     .expect("metric registers")
 });
 
-pub static JOURNAL_SEQUENCED: LazyLock<IntCounter> = LazyLock::new(|| {
+pub(crate) static JOURNAL_SEQUENCED: LazyLock<IntCounter> = LazyLock::new(|| {
     register_int_counter!("tern_journal_sequenced_total", "Journaled writes the sequencer appended to the log").expect("metric registers")
 });
 
-pub static JOURNAL_BACKLOG_ENTRIES: LazyLock<IntGauge> = LazyLock::new(|| {
+pub(crate) static JOURNAL_BACKLOG_ENTRIES: LazyLock<IntGauge> = LazyLock::new(|| {
     register_int_gauge!("tern_journal_backlog_entries", "Journaled writes not yet sequenced and applied").expect("metric registers")
 });
 
-pub static JOURNAL_BACKLOG_BYTES: LazyLock<IntGauge> = LazyLock::new(|| {
+pub(crate) static JOURNAL_BACKLOG_BYTES: LazyLock<IntGauge> = LazyLock::new(|| {
     register_int_gauge!("tern_journal_backlog_bytes", "Bytes of the journal's files while it holds writes not yet applied").expect("metric registers")
 });
 
-pub static JOURNAL_OLDEST_AGE_SECONDS: LazyLock<prometheus::Gauge> = LazyLock::new(|| {
+pub(crate) static JOURNAL_OLDEST_AGE_SECONDS: LazyLock<prometheus::Gauge> = LazyLock::new(|| {
     prometheus::register_gauge!("tern_journal_oldest_age_seconds", "How long the journal's oldest write not yet applied has waited")
         .expect("metric registers")
 });
 
-pub static JOURNAL_REPLAYED: LazyLock<IntCounter> = LazyLock::new(|| {
+pub(crate) static JOURNAL_REPLAYED: LazyLock<IntCounter> = LazyLock::new(|| {
     register_int_counter!("tern_journal_replayed_total", "Journaled writes found not yet applied when this node opened its journal")
         .expect("metric registers")
 });
 
-pub static JOURNAL_OBJECTS_PUT: LazyLock<IntCounter> = LazyLock::new(|| {
+pub(crate) static JOURNAL_OBJECTS_PUT: LazyLock<IntCounter> = LazyLock::new(|| {
     register_int_counter!("tern_journal_objects_put_total", "Group commits of journaled writes put in object storage (one object each)")
         .expect("metric registers")
 });
 
-pub static JOURNAL_CLAIMS: LazyLock<IntCounter> = LazyLock::new(|| {
+pub(crate) static JOURNAL_CLAIMS: LazyLock<IntCounter> = LazyLock::new(|| {
     register_int_counter!("tern_journal_claims_total", "Journals of other nodes (lost, their lease expired) this node claimed to replay")
         .expect("metric registers")
 });
 
-pub static JOURNAL_CLAIMED_SEQUENCED: LazyLock<IntCounter> = LazyLock::new(|| {
+pub(crate) static JOURNAL_CLAIMED_SEQUENCED: LazyLock<IntCounter> = LazyLock::new(|| {
     register_int_counter!("tern_journal_claimed_sequenced_total", "Writes of claimed journals this node appended to the log")
         .expect("metric registers")
 });
 
-pub static FIREBASE_INDEX_BUILDS: LazyLock<IntCounter> = LazyLock::new(|| {
+pub(crate) static FIREBASE_INDEX_BUILDS: LazyLock<IntCounter> = LazyLock::new(|| {
     register_int_counter!("tern_firebase_index_builds_total", "Firebase query indexes built from a read of their whole location")
         .expect("metric registers")
 });
 
-pub static FIREBASE_INDEX_CHILDREN_UPDATED: LazyLock<IntCounter> = LazyLock::new(|| {
+pub(crate) static FIREBASE_INDEX_CHILDREN_UPDATED: LazyLock<IntCounter> = LazyLock::new(|| {
     register_int_counter!(
         "tern_firebase_index_children_updated_total",
         "Children re-read to bring a Firebase query index up to date (instead of a rebuild)"
@@ -173,29 +173,29 @@ pub static FIREBASE_INDEX_CHILDREN_UPDATED: LazyLock<IntCounter> = LazyLock::new
     .expect("metric registers")
 });
 
-pub static FIREBASE_INDEX_ENTRIES: LazyLock<IntGauge> = LazyLock::new(|| {
+pub(crate) static FIREBASE_INDEX_ENTRIES: LazyLock<IntGauge> = LazyLock::new(|| {
     register_int_gauge!("tern_firebase_index_entries", "Entries in this node's Firebase query indexes (bounded by INDEX_ENTRIES_MAX)")
         .expect("metric registers")
 });
 
-pub static SNAPSHOT_RESTORES: LazyLock<IntCounter> = LazyLock::new(|| {
+pub(crate) static SNAPSHOT_RESTORES: LazyLock<IntCounter> = LazyLock::new(|| {
     register_int_counter!("tern_snapshot_restores_total", "Partitions restored from a snapshot at start").expect("metric registers")
 });
 
-pub static SNAPSHOT_REJECTED: LazyLock<IntCounter> = LazyLock::new(|| {
+pub(crate) static SNAPSHOT_REJECTED: LazyLock<IntCounter> = LazyLock::new(|| {
     register_int_counter!("tern_snapshot_rejected_total", "Snapshots that failed verification on restore (an older one was tried)")
         .expect("metric registers")
 });
 
-pub static LOG_APPEND_SECONDS: LazyLock<Histogram> = LazyLock::new(|| {
+pub(crate) static LOG_APPEND_SECONDS: LazyLock<Histogram> = LazyLock::new(|| {
     register_histogram!("tern_log_append_seconds", "Latency of one append until durable in the log", latency_buckets()).expect("metric registers")
 });
 
-pub static LOG_FSYNC_SECONDS: LazyLock<Histogram> = LazyLock::new(|| {
+pub(crate) static LOG_FSYNC_SECONDS: LazyLock<Histogram> = LazyLock::new(|| {
     register_histogram!("tern_log_fsync_seconds", "Embedded log: write+fsync time of one group commit", latency_buckets()).expect("metric registers")
 });
 
-pub static LOG_FSYNC_BATCH_ENTRIES: LazyLock<Histogram> = LazyLock::new(|| {
+pub(crate) static LOG_FSYNC_BATCH_ENTRIES: LazyLock<Histogram> = LazyLock::new(|| {
     register_histogram!(
         "tern_log_fsync_batch_entries",
         "Embedded log: entries made durable by one fsync (group commit size)",
@@ -204,7 +204,7 @@ pub static LOG_FSYNC_BATCH_ENTRIES: LazyLock<Histogram> = LazyLock::new(|| {
     .expect("metric registers")
 });
 
-pub static APPLY_BATCH_ENTRIES: LazyLock<Histogram> = LazyLock::new(|| {
+pub(crate) static APPLY_BATCH_ENTRIES: LazyLock<Histogram> = LazyLock::new(|| {
     register_histogram!(
         "tern_apply_batch_entries",
         "Log entries applied by one store transaction",
@@ -213,16 +213,16 @@ pub static APPLY_BATCH_ENTRIES: LazyLock<Histogram> = LazyLock::new(|| {
     .expect("metric registers")
 });
 
-pub static STORE_FSYNC_SECONDS: LazyLock<Histogram> = LazyLock::new(|| {
+pub(crate) static STORE_FSYNC_SECONDS: LazyLock<Histogram> = LazyLock::new(|| {
     register_histogram!("tern_store_fsync_seconds", "Time of one durable store commit", latency_buckets()).expect("metric registers")
 });
 
-pub static APPLY_SKIPPED_ENTRIES: LazyLock<IntCounterVec> = LazyLock::new(|| {
+pub(crate) static APPLY_SKIPPED_ENTRIES: LazyLock<IntCounterVec> = LazyLock::new(|| {
     register_int_counter_vec!("tern_apply_skipped_entries_total", "Malformed log entries skipped by the apply loop", &["ns", "reason"])
         .expect("metric registers")
 });
 
-pub static APPLY_DUPLICATES: LazyLock<IntCounterVec> = LazyLock::new(|| {
+pub(crate) static APPLY_DUPLICATES: LazyLock<IntCounterVec> = LazyLock::new(|| {
     register_int_counter_vec!(
         "tern_apply_duplicate_writes_total",
         "Log entries not applied because their write id was applied within the window (retried writes)",
@@ -231,21 +231,21 @@ pub static APPLY_DUPLICATES: LazyLock<IntCounterVec> = LazyLock::new(|| {
     .expect("metric registers")
 });
 
-pub static APPLY_CONDITION_FAILED: LazyLock<IntCounterVec> = LazyLock::new(|| {
+pub(crate) static APPLY_CONDITION_FAILED: LazyLock<IntCounterVec> = LazyLock::new(|| {
     register_int_counter_vec!("tern_apply_condition_failed_total", "Mutations not applied because a condition failed", &["ns"])
         .expect("metric registers")
 });
 
-pub static PARTITION_APPLIED_OFFSET: LazyLock<IntGaugeVec> = LazyLock::new(|| {
+pub(crate) static PARTITION_APPLIED_OFFSET: LazyLock<IntGaugeVec> = LazyLock::new(|| {
     register_int_gauge_vec!("tern_partition_applied_offset", "Offset of the last applied log entry (-1: none)", &["ns", "partition"])
         .expect("metric registers")
 });
 
-pub static PARTITION_LOG_END_OFFSET: LazyLock<IntGaugeVec> = LazyLock::new(|| {
+pub(crate) static PARTITION_LOG_END_OFFSET: LazyLock<IntGaugeVec> = LazyLock::new(|| {
     register_int_gauge_vec!("tern_partition_log_end_offset", "Next offset to be written to the log", &["ns", "partition"]).expect("metric registers")
 });
 
-pub static PARTITION_STALENESS_SECONDS: LazyLock<GaugeVec> = LazyLock::new(|| {
+pub(crate) static PARTITION_STALENESS_SECONDS: LazyLock<GaugeVec> = LazyLock::new(|| {
     register_gauge_vec!(
         "tern_partition_staleness_seconds",
         "Upper bound on how stale this replica's local reads are: time since it was last known to have applied \
@@ -255,11 +255,11 @@ pub static PARTITION_STALENESS_SECONDS: LazyLock<GaugeVec> = LazyLock::new(|| {
     .expect("metric registers")
 });
 
-pub static PARTITION_LAG: LazyLock<IntGaugeVec> = LazyLock::new(|| {
+pub(crate) static PARTITION_LAG: LazyLock<IntGaugeVec> = LazyLock::new(|| {
     register_int_gauge_vec!("tern_partition_lag", "Log entries not yet applied by this replica", &["ns", "partition"]).expect("metric registers")
 });
 
-pub static PARTITION_REFUSED: LazyLock<IntGaugeVec> = LazyLock::new(|| {
+pub(crate) static PARTITION_REFUSED: LazyLock<IntGaugeVec> = LazyLock::new(|| {
     register_int_gauge_vec!(
         "tern_partition_refused",
         "1 when this replica refuses to serve the partition (see /readyz for why)",
@@ -269,18 +269,18 @@ pub static PARTITION_REFUSED: LazyLock<IntGaugeVec> = LazyLock::new(|| {
 });
 
 /// Text exposition of every registered metric.
-pub fn render() -> String {
+pub(crate) fn render() -> String {
     use prometheus::Encoder;
     let mut out = Vec::new();
     prometheus::TextEncoder::new().encode(&prometheus::gather(), &mut out).expect("text encoding cannot fail");
     String::from_utf8(out).expect("prometheus text is UTF-8")
 }
 
-pub static WATCHES_OPEN: LazyLock<prometheus::IntGauge> = LazyLock::new(|| {
+pub(crate) static WATCHES_OPEN: LazyLock<prometheus::IntGauge> = LazyLock::new(|| {
     prometheus::register_int_gauge!("tern_watch_subscribers", "Subscriptions (SSE and WebSocket) this node serves now").expect("metric registers")
 });
 
-pub static WATCH_RESETS: LazyLock<IntCounterVec> = LazyLock::new(|| {
+pub(crate) static WATCH_RESETS: LazyLock<IntCounterVec> = LazyLock::new(|| {
     register_int_counter_vec!(
         "tern_watch_resets_total",
         "Subscribers sent a reset (the full state) instead of the changes they missed, by reason",
@@ -289,20 +289,20 @@ pub static WATCH_RESETS: LazyLock<IntCounterVec> = LazyLock::new(|| {
     .expect("metric registers")
 });
 
-pub static WATCH_CANCELLED: LazyLock<IntCounterVec> = LazyLock::new(|| {
+pub(crate) static WATCH_CANCELLED: LazyLock<IntCounterVec> = LazyLock::new(|| {
     register_int_counter_vec!("tern_watch_cancelled_total", "Subscriptions the node ended, by reason", &["reason"]).expect("metric registers")
 });
 
-pub static WATCH_CONFLATED_EVENTS: LazyLock<IntCounter> = LazyLock::new(|| {
+pub(crate) static WATCH_CONFLATED_EVENTS: LazyLock<IntCounter> = LazyLock::new(|| {
     register_int_counter!("tern_watch_conflated_events_total", "Events sent conflated (latest value per key) to slow state-mode watches")
         .expect("metric registers")
 });
 
-pub static WATCH_REPLAYED_EVENTS: LazyLock<IntCounter> = LazyLock::new(|| {
+pub(crate) static WATCH_REPLAYED_EVENTS: LazyLock<IntCounter> = LazyLock::new(|| {
     register_int_counter!("tern_watch_replayed_events_total", "Events sent to resuming watches from the ring or the log").expect("metric registers")
 });
 
-pub static WATCH_DISPATCH_LOST: LazyLock<IntCounter> = LazyLock::new(|| {
+pub(crate) static WATCH_DISPATCH_LOST: LazyLock<IntCounter> = LazyLock::new(|| {
     register_int_counter!(
         "tern_watch_dispatch_fell_behind_total",
         "Times a partition's dispatcher fell a whole ring behind (its watches resynchronized)"
@@ -315,17 +315,17 @@ fn procedure_buckets() -> Vec<f64> {
     prometheus::exponential_buckets(0.000_001, 2.0, 21).expect("valid buckets")
 }
 
-pub static PROCEDURE_RECORDS: LazyLock<IntCounterVec> = LazyLock::new(|| {
+pub(crate) static PROCEDURE_RECORDS: LazyLock<IntCounterVec> = LazyLock::new(|| {
     register_int_counter_vec!("tern_procedure_records_total", "Input records a procedure was called on (on_record)", &["ns", "procedure"])
         .expect("metric registers")
 });
 
-pub static PROCEDURE_OUTPUTS: LazyLock<IntCounterVec> = LazyLock::new(|| {
+pub(crate) static PROCEDURE_OUTPUTS: LazyLock<IntCounterVec> = LazyLock::new(|| {
     register_int_counter_vec!("tern_procedure_outputs_total", "Messages procedures emitted into the outbox", &["ns", "procedure"])
         .expect("metric registers")
 });
 
-pub static PROCEDURE_DEAD_LETTERS: LazyLock<IntCounterVec> = LazyLock::new(|| {
+pub(crate) static PROCEDURE_DEAD_LETTERS: LazyLock<IntCounterVec> = LazyLock::new(|| {
     register_int_counter_vec!(
         "tern_procedure_dead_letters_total",
         "Records (and timers) a procedure failed on (an error, fuel or memory exhausted, a bound passed): sent to its dead-letter topic",
@@ -334,7 +334,7 @@ pub static PROCEDURE_DEAD_LETTERS: LazyLock<IntCounterVec> = LazyLock::new(|| {
     .expect("metric registers")
 });
 
-pub static PROCEDURE_FUEL: LazyLock<IntCounterVec> = LazyLock::new(|| {
+pub(crate) static PROCEDURE_FUEL: LazyLock<IntCounterVec> = LazyLock::new(|| {
     register_int_counter_vec!(
         "tern_procedure_fuel_used_total",
         "Fuel procedures used (interrupts at calls and loop back-edges)",
@@ -343,11 +343,11 @@ pub static PROCEDURE_FUEL: LazyLock<IntCounterVec> = LazyLock::new(|| {
     .expect("metric registers")
 });
 
-pub static PROCEDURE_TIMERS_FIRED: LazyLock<IntCounterVec> = LazyLock::new(|| {
+pub(crate) static PROCEDURE_TIMERS_FIRED: LazyLock<IntCounterVec> = LazyLock::new(|| {
     register_int_counter_vec!("tern_procedure_timers_fired_total", "Timers that fired (on_timer)", &["ns", "procedure"]).expect("metric registers")
 });
 
-pub static PROCEDURE_CALL_SECONDS: LazyLock<HistogramVec> = LazyLock::new(|| {
+pub(crate) static PROCEDURE_CALL_SECONDS: LazyLock<HistogramVec> = LazyLock::new(|| {
     register_histogram_vec!(
         "tern_procedure_call_seconds",
         "Time of one procedure call (on_record or on_timer), effects not included",
@@ -357,12 +357,12 @@ pub static PROCEDURE_CALL_SECONDS: LazyLock<HistogramVec> = LazyLock::new(|| {
     .expect("metric registers")
 });
 
-pub static PROCEDURE_TICKS: LazyLock<IntCounter> = LazyLock::new(|| {
+pub(crate) static PROCEDURE_TICKS: LazyLock<IntCounter> = LazyLock::new(|| {
     register_int_counter!("tern_procedure_ticks_total", "Ticks this node appended to idle partitions with procedures (their timers fire in log time)")
         .expect("metric registers")
 });
 
-pub static OUTBOX_PUBLISHED: LazyLock<IntCounterVec> = LazyLock::new(|| {
+pub(crate) static OUTBOX_PUBLISHED: LazyLock<IntCounterVec> = LazyLock::new(|| {
     register_int_counter_vec!(
         "tern_outbox_published_total",
         "Procedure outputs this node's publishers committed to their Kafka topics (exactly once: one transaction per batch)",
@@ -371,7 +371,7 @@ pub static OUTBOX_PUBLISHED: LazyLock<IntCounterVec> = LazyLock::new(|| {
     .expect("metric registers")
 });
 
-pub static OUTBOX_PUBLISH_ERRORS: LazyLock<IntCounterVec> = LazyLock::new(|| {
+pub(crate) static OUTBOX_PUBLISH_ERRORS: LazyLock<IntCounterVec> = LazyLock::new(|| {
     register_int_counter_vec!(
         "tern_outbox_publish_errors_total",
         "Outbox publishers that failed (the batch was aborted, nothing of it is visible) and start again from the committed position",
@@ -380,7 +380,7 @@ pub static OUTBOX_PUBLISH_ERRORS: LazyLock<IntCounterVec> = LazyLock::new(|| {
     .expect("metric registers")
 });
 
-pub static OUTBOX_UNPUBLISHED: LazyLock<IntGaugeVec> = LazyLock::new(|| {
+pub(crate) static OUTBOX_UNPUBLISHED: LazyLock<IntGaugeVec> = LazyLock::new(|| {
     register_int_gauge_vec!(
         "tern_outbox_unpublished_messages",
         "Per partition this node publishes: outbox messages not yet published (the publisher's lag; counted up to 100,000)",
@@ -389,7 +389,7 @@ pub static OUTBOX_UNPUBLISHED: LazyLock<IntGaugeVec> = LazyLock::new(|| {
     .expect("metric registers")
 });
 
-pub static OUTBOX_PUBLISH_SECONDS: LazyLock<HistogramVec> = LazyLock::new(|| {
+pub(crate) static OUTBOX_PUBLISH_SECONDS: LazyLock<HistogramVec> = LazyLock::new(|| {
     register_histogram_vec!(
         "tern_outbox_publish_seconds",
         "Time of one publisher transaction (send, position, commit)",
@@ -401,7 +401,7 @@ pub static OUTBOX_PUBLISH_SECONDS: LazyLock<HistogramVec> = LazyLock::new(|| {
 
 /// One procedure's counters on this node since it started (what `tern ns
 /// show` prints): the same series `/metrics` exports.
-pub fn procedure_counters(ns: &str, procedure: &str) -> serde_json::Value {
+pub(crate) fn procedure_counters(ns: &str, procedure: &str) -> serde_json::Value {
     let labels = [ns, procedure];
     let calls = PROCEDURE_CALL_SECONDS.with_label_values(&labels);
     let count = calls.get_sample_count();
@@ -418,6 +418,6 @@ pub fn procedure_counters(ns: &str, procedure: &str) -> serde_json::Value {
 }
 
 /// Outbox messages not yet published of a partition this node publishes.
-pub fn outbox_unpublished(ns: &str, partition: u32) -> i64 {
+pub(crate) fn outbox_unpublished(ns: &str, partition: u32) -> i64 {
     OUTBOX_UNPUBLISHED.with_label_values(&[ns, &partition.to_string()]).get()
 }

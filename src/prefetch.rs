@@ -10,13 +10,13 @@
 //! architectures it does nothing.
 
 /// Bytes in a cache line on the CPUs Tern runs on.
-pub const CACHE_LINE_BYTES: usize = 64;
+pub(crate) const CACHE_LINE_BYTES: usize = 64;
 /// Most lines one call asks for.
-pub const LINES_MAX: usize = 24;
+pub(crate) const LINES_MAX: usize = 24;
 
 /// Asks for the first `lines` cache lines (at most `LINES_MAX`) at `ptr`.
 #[inline]
-pub fn prefetch<T: ?Sized>(ptr: *const T, lines: usize) {
+pub(crate) fn prefetch<T: ?Sized>(ptr: *const T, lines: usize) {
     let start = ptr as *const u8;
     for line in 0..lines.min(LINES_MAX) {
         prefetch_line(start.wrapping_add(line * CACHE_LINE_BYTES));

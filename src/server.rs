@@ -20,7 +20,7 @@ use crate::snapshot::Snapshots;
 
 /// Runs a node with `settings` until SIGTERM or Ctrl-C; `banner` is printed
 /// with the URL once it serves (the test harness and scripts wait for it).
-pub async fn run(settings: Settings, banner: &'static str) -> anyhow::Result<()> {
+pub(crate) async fn run(settings: Settings, banner: &'static str) -> anyhow::Result<()> {
     settings.validate()?;
     let auth = settings.auth_config()?;
     let tls = tls_config(&settings).map(crate::http::tls::Tls::load).transpose()?.map(Arc::new);
@@ -329,7 +329,7 @@ async fn reach_kafka(kafka: &KafkaLog, servers: &str) -> anyhow::Result<()> {
 }
 
 /// Resolves on SIGTERM or SIGINT.
-pub async fn shutdown_signal() {
+pub(crate) async fn shutdown_signal() {
     let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("SIGTERM handler installs");
     tokio::select! {
         _ = terminate.recv() => tracing::info!("SIGTERM received"),

@@ -46,7 +46,7 @@ use serde_json::{json, Value};
 use super::cpu::CpuMeter;
 
 #[derive(Args)]
-pub struct AggdemoBenchArgs {
+pub(crate) struct AggdemoBenchArgs {
     /// Directory for aggdemo.json and aggdemo.md.
     #[arg(long, default_value = "bench/results/latest")]
     out: PathBuf,
@@ -345,7 +345,7 @@ fn floor(bootstrap: &str, input: &str, output: &str, partitions: i32, records: u
     Ok((consumed, started.elapsed().as_secs_f64()))
 }
 
-pub async fn run(args: AggdemoBenchArgs) -> anyhow::Result<()> {
+pub(crate) async fn run(args: AggdemoBenchArgs) -> anyhow::Result<()> {
     std::fs::create_dir_all(&args.out)?;
     let scratch = tempfile::tempdir()?;
     let kafka_dir = scratch.path().join("kafka");
@@ -365,7 +365,7 @@ async fn measure(args: &AggdemoBenchArgs, scratch: &std::path::Path, kafka_dir: 
     let log = format!("kafka://{bootstrap}");
     let mut tern_args: Vec<&str> = vec!["serve", "--node-id", "bench", "--listen", "127.0.0.1:0", "--data-dir", &data, "--log", &log];
     tern_args.extend(args.tern_args.iter().map(String::as_str));
-    let (mut tern, addr) = super::suite::spawn_listening(&crate::paths::tern(), &tern_args).await?;
+    let (mut tern, addr) = super::suite::spawn_listening(crate::paths::tern(), &tern_args).await?;
     let tern_pid = tern.id().ok_or_else(|| anyhow::anyhow!("tern has no pid"))?;
     let deploy = std::process::Command::new(crate::paths::repo_file("examples/aggdemo/deploy.sh"))
         .args([&format!("http://{addr}"), NS, &input, "--usage", "1000000000000", "--qtycount", &RECORDS_PER_SESSION.to_string()])

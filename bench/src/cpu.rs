@@ -2,7 +2,7 @@
 
 /// CPU time of processes over a measured row, from `/proc/<pid>/stat`
 /// (utime + stime), so a row can say where the machine's cores went.
-pub struct CpuMeter {
+pub(crate) struct CpuMeter {
     /// (label, pid, CPU seconds at the start).
     processes: Vec<(&'static str, u32, f64)>,
 }
@@ -22,20 +22,20 @@ fn cpu_seconds(pid: u32) -> anyhow::Result<f64> {
 }
 
 impl CpuMeter {
-    pub fn start(processes: &[(&'static str, u32)]) -> anyhow::Result<CpuMeter> {
+    pub(crate) fn start(processes: &[(&'static str, u32)]) -> anyhow::Result<CpuMeter> {
         let processes = processes.iter().map(|&(label, pid)| Ok((label, pid, cpu_seconds(pid)?))).collect::<anyhow::Result<_>>()?;
         Ok(CpuMeter { processes })
     }
 
     /// CPU µs each process spent per operation since `start`, by label.
-    pub fn per_op_us(&self, ops: f64) -> anyhow::Result<serde_json::Map<String, serde_json::Value>> {
+    pub(crate) fn per_op_us(&self, ops: f64) -> anyhow::Result<serde_json::Map<String, serde_json::Value>> {
         let each = self.per_op_us_each(ops)?;
         Ok(self.processes.iter().zip(each).map(|(&(label, _, _), us)| (label.to_string(), serde_json::json!(us))).collect())
     }
 
     /// CPU µs each process spent per operation since `start` (to a tenth),
     /// in the order they were given.
-    pub fn per_op_us_each(&self, ops: f64) -> anyhow::Result<Vec<f64>> {
+    pub(crate) fn per_op_us_each(&self, ops: f64) -> anyhow::Result<Vec<f64>> {
         self.processes
             .iter()
             .map(|&(_, pid, at_start)| {

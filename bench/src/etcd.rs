@@ -11,7 +11,7 @@ use rand::{Rng, SeedableRng};
 use super::load::{key_name, value_of, LoadSpec};
 use super::report::BenchResult;
 
-pub async fn preload(endpoint: &str, keys: u64, value_bytes: usize) -> anyhow::Result<()> {
+pub(crate) async fn preload(endpoint: &str, keys: u64, value_bytes: usize) -> anyhow::Result<()> {
     let mut client = Client::connect([endpoint], None).await?;
     let value = value_of(value_bytes);
     for key in 0..keys {
@@ -20,7 +20,7 @@ pub async fn preload(endpoint: &str, keys: u64, value_bytes: usize) -> anyhow::R
     Ok(())
 }
 
-pub async fn run_gets(endpoint: &str, spec: &LoadSpec) -> anyhow::Result<BenchResult> {
+pub(crate) async fn run_gets(endpoint: &str, spec: &LoadSpec) -> anyhow::Result<BenchResult> {
     let start = Instant::now() + Duration::from_millis(500);
     let mut tasks = Vec::new();
     for _ in 0..spec.connections {

@@ -40,7 +40,7 @@ const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0";
 /// system call, with no readiness bookkeeping in between.
 type Subscribers = Arc<Mutex<Vec<std::net::TcpStream>>>;
 
-pub async fn serve(listen: &str) -> anyhow::Result<()> {
+pub(crate) async fn serve(listen: &str) -> anyhow::Result<()> {
     let listener = TcpListener::bind(listen).await?;
     println!("fan-out floor listening on http://{}", listener.local_addr()?);
     serve_on(listener).await

@@ -36,7 +36,7 @@ use super::suite::spawn_listening;
 use super::LoadArgs;
 
 #[derive(Args)]
-pub struct FirebaseBenchArgs {
+pub(crate) struct FirebaseBenchArgs {
     /// Directory for firebase.json and firebase.md.
     #[arg(long, default_value = "bench/results/latest")]
     out: PathBuf,
@@ -83,7 +83,7 @@ struct TreeRow {
     server_peak_rss_mib: f64,
 }
 
-pub async fn run(args: FirebaseBenchArgs) -> anyhow::Result<()> {
+pub(crate) async fn run(args: FirebaseBenchArgs) -> anyhow::Result<()> {
     std::fs::create_dir_all(&args.out)?;
     let scratch = tempfile::Builder::new().prefix("tern-bench-firebase-").tempdir()?;
     let data_dir = scratch.path().join("tern");

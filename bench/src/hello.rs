@@ -2,7 +2,7 @@
 //! tokio multi-thread runtime), answering a fixed body. Its throughput is the
 //! ceiling a Tern GET can approach on this machine.
 
-pub async fn serve(listen: &str) -> anyhow::Result<()> {
+pub(crate) async fn serve(listen: &str) -> anyhow::Result<()> {
     let app = axum::Router::new().route("/hello", axum::routing::get(|| async { "hello" }));
     let listener = tokio::net::TcpListener::bind(listen).await?;
     println!("hello server listening on http://{}", listener.local_addr()?);

@@ -35,7 +35,7 @@ use super::suite::spawn_listening;
 use super::LoadArgs;
 
 #[derive(Args)]
-pub struct JournalBenchArgs {
+pub(crate) struct JournalBenchArgs {
     /// Directory for journal.json and journal.md.
     #[arg(long, default_value = "bench/results/latest")]
     out: PathBuf,
@@ -66,7 +66,7 @@ const OUTAGE_AFTER: Duration = Duration::from_secs(70);
 /// Longest wait for the last writes to be applied after the writers stop.
 const SETTLE_WAIT: Duration = Duration::from_secs(300);
 
-pub async fn run(args: JournalBenchArgs) -> anyhow::Result<()> {
+pub(crate) async fn run(args: JournalBenchArgs) -> anyhow::Result<()> {
     std::fs::create_dir_all(&args.out)?;
     let scratch = tempfile::Builder::new().prefix("tern-bench-journal-").tempdir()?;
     let mut results = Vec::new();

@@ -29,7 +29,7 @@ use super::report::{markdown, BenchResult};
 use super::LoadArgs;
 
 #[derive(Args)]
-pub struct KafkaArgs {
+pub(crate) struct KafkaArgs {
     /// Directory for kafka.json and kafka.md.
     #[arg(long, default_value = "bench/results/latest")]
     out: PathBuf,
@@ -293,7 +293,7 @@ async fn forwarded_vs_local(args: &KafkaArgs, scratch: &Path, exe: &Path, log: &
     Ok(vec![local, forwarded])
 }
 
-pub async fn run(args: KafkaArgs) -> anyhow::Result<()> {
+pub(crate) async fn run(args: KafkaArgs) -> anyhow::Result<()> {
     std::fs::create_dir_all(&args.out)?;
     let scratch = tempfile::Builder::new().prefix("tern-bench-kafka-").tempdir()?;
     let kafka_dir = scratch.path().join("kafka");

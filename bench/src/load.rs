@@ -48,16 +48,16 @@ pub struct LoadSpec {
 }
 
 /// What a connection carries requests over: TCP, or TLS over it.
-pub trait Stream: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send {}
+pub(crate) trait Stream: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send {}
 impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send> Stream for T {}
 
 /// A client TLS config that trusts the CA certificates in `ca_pem` (HTTP/1.1 by ALPN).
-pub fn tls_trusting(ca_pem: &std::path::Path) -> anyhow::Result<std::sync::Arc<rustls::ClientConfig>> {
+pub(crate) fn tls_trusting(ca_pem: &std::path::Path) -> anyhow::Result<std::sync::Arc<rustls::ClientConfig>> {
     tls_client(ca_pem, b"http/1.1")
 }
 
 /// A client TLS config that trusts the CA certificates in `ca_pem`, asking for `alpn`.
-pub fn tls_client(ca_pem: &std::path::Path, alpn: &[u8]) -> anyhow::Result<std::sync::Arc<rustls::ClientConfig>> {
+pub(crate) fn tls_client(ca_pem: &std::path::Path, alpn: &[u8]) -> anyhow::Result<std::sync::Arc<rustls::ClientConfig>> {
     use rustls::pki_types::pem::PemObject;
     let mut roots = rustls::RootCertStore::empty();
     for cert in rustls::pki_types::CertificateDer::pem_file_iter(ca_pem)? {
@@ -75,11 +75,11 @@ pub fn tls_client(ca_pem: &std::path::Path, alpn: &[u8]) -> anyhow::Result<std::
 /// Latencies above this are clamped (and still counted): 60 s.
 const LATENCY_US_MAX: u64 = 60_000_000;
 
-pub fn key_name(i: u64) -> String {
+pub(crate) fn key_name(i: u64) -> String {
     format!("bench-{i:08}")
 }
 
-pub fn value_of(bytes: usize) -> Bytes {
+pub(crate) fn value_of(bytes: usize) -> Bytes {
     // A JSON string of exactly `bytes` bytes including its quotes.
     let inner = "x".repeat(bytes.saturating_sub(2));
     Bytes::from(format!("\"{inner}\""))
@@ -222,7 +222,7 @@ fn pace(connections: Vec<tokio::sync::mpsc::Sender<Instant>>, rate: u64, start: 
 }
 
 /// Runs `spec` against `url` and returns the merged result.
-pub async fn run(url: &Uri, spec: &LoadSpec) -> anyhow::Result<BenchResult> {
+pub(crate) async fn run(url: &Uri, spec: &LoadSpec) -> anyhow::Result<BenchResult> {
     let start = Instant::now() + Duration::from_millis(200);
     let mut schedules: Vec<Option<Schedule>> = (0..spec.connections).map(|_| None).collect();
     if let Some(rate) = spec.rate_per_s {
@@ -251,12 +251,12 @@ pub async fn run(url: &Uri, spec: &LoadSpec) -> anyhow::Result<BenchResult> {
 }
 
 /// Writes every key once (values of `spec.value_bytes`), `connections` at a time.
-pub async fn preload_tern(url: &Uri, ns: &str, keys: u64, value_bytes: usize, connections: usize) -> anyhow::Result<()> {
+pub(crate) async fn preload_tern(url: &Uri, ns: &str, keys: u64, value_bytes: usize, connections: usize) -> anyhow::Result<()> {
     preload_tern_as(url, ns, keys, value_bytes, connections, None, None).await
 }
 
 /// `preload_tern`, sending `authorization` and over `tls`.
-pub async fn preload_tern_as(
+pub(crate) async fn preload_tern_as(
     url: &Uri,
     ns: &str,
     keys: u64,

@@ -8,7 +8,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
-pub struct Paths {
+pub(crate) struct Paths {
     /// The `tern` binary under test.
     pub tern: PathBuf,
     /// This harness (`tern-bench`), for the peers it serves itself.
@@ -22,7 +22,7 @@ static PATHS: OnceLock<Paths> = OnceLock::new();
 /// Resolves and checks the paths: `tern` defaults to the `tern` binary
 /// beside this one (both build into the same target directory), `repo` to
 /// the current directory (`scripts/bench.sh` runs from the repository root).
-pub fn init(tern: Option<PathBuf>, repo: Option<PathBuf>) -> anyhow::Result<()> {
+pub(crate) fn init(tern: Option<PathBuf>, repo: Option<PathBuf>) -> anyhow::Result<()> {
     let harness = std::env::current_exe()?;
     let tern = match tern {
         Some(path) => path,
@@ -47,25 +47,25 @@ fn get() -> &'static Paths {
     PATHS.get().expect("paths::init runs before any benchmark")
 }
 
-pub fn tern() -> &'static Path {
+pub(crate) fn tern() -> &'static Path {
     &get().tern
 }
 
-pub fn harness() -> &'static Path {
+pub(crate) fn harness() -> &'static Path {
     &get().harness
 }
 
 /// `scripts/<name>` of the repository.
-pub fn script(name: &str) -> PathBuf {
+pub(crate) fn script(name: &str) -> PathBuf {
     get().repo.join("scripts").join(name)
 }
 
 /// A file of the repository's `bench/` folder.
-pub fn bench_file(name: &str) -> PathBuf {
+pub(crate) fn bench_file(name: &str) -> PathBuf {
     get().repo.join("bench").join(name)
 }
 
 /// A file of the repository, by its path from the root.
-pub fn repo_file(path: &str) -> PathBuf {
+pub(crate) fn repo_file(path: &str) -> PathBuf {
     get().repo.join(path)
 }

@@ -24,7 +24,7 @@ use super::cpu::CpuMeter;
 use super::suite::spawn_listening;
 
 #[derive(Args)]
-pub struct ProceduresBenchArgs {
+pub(crate) struct ProceduresBenchArgs {
     /// Where results go (procedures.json, procedures.md).
     #[arg(long, default_value = "bench/results/latest")]
     out: PathBuf,
@@ -73,7 +73,7 @@ fn line(round: u64, stream: u64, i: u64, start: u64) -> String {
     )
 }
 
-pub async fn run(args: ProceduresBenchArgs) -> anyhow::Result<()> {
+pub(crate) async fn run(args: ProceduresBenchArgs) -> anyhow::Result<()> {
     std::fs::create_dir_all(&args.out)?;
     let dir = tempfile::tempdir()?;
     let data_dir = dir.path().join("tern");

@@ -30,7 +30,7 @@ use super::report::{markdown, BenchResult};
 use super::LoadArgs;
 
 #[derive(Args)]
-pub struct RegionsArgs {
+pub(crate) struct RegionsArgs {
     /// Directory for regions.json and regions.md.
     #[arg(long, default_value = "bench/results/latest")]
     out: PathBuf,
@@ -102,7 +102,7 @@ impl Drop for Bed {
     }
 }
 
-pub async fn run(args: RegionsArgs) -> anyhow::Result<()> {
+pub(crate) async fn run(args: RegionsArgs) -> anyhow::Result<()> {
     std::fs::create_dir_all(&args.out)?;
     let scratch = tempfile::Builder::new().prefix("tern-bench-regions-").tempdir()?;
     eprintln!("starting the region bed ({} ms one way)", args.delay_ms);

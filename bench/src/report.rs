@@ -5,7 +5,7 @@ use hdrhistogram::Histogram;
 use serde::Serialize;
 
 #[derive(Debug, Clone, Serialize)]
-pub struct BenchResult {
+pub(crate) struct BenchResult {
     pub name: String,
     pub connections: usize,
     /// "closed" or "open@<rate>/s".
@@ -22,7 +22,7 @@ pub struct BenchResult {
 }
 
 impl BenchResult {
-    pub fn from_histogram(name: &str, connections: usize, mode: String, seconds: f64, errors: u64, h: &Histogram<u64>) -> Self {
+    pub(crate) fn from_histogram(name: &str, connections: usize, mode: String, seconds: f64, errors: u64, h: &Histogram<u64>) -> Self {
         BenchResult {
             name: name.to_string(),
             connections,
@@ -40,7 +40,7 @@ impl BenchResult {
     }
 }
 
-pub fn markdown(results: &[BenchResult]) -> String {
+pub(crate) fn markdown(results: &[BenchResult]) -> String {
     let mut out = String::from(
         "| benchmark | conns | mode | req/s | p50 µs | p90 µs | p99 µs | p99.9 µs | max µs | errors |\n\
          |---|---:|---|---:|---:|---:|---:|---:|---:|---:|\n",

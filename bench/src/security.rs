@@ -22,7 +22,7 @@ use super::suite::{median, spawn_listening};
 use super::LoadArgs;
 
 #[derive(Args)]
-pub struct SecurityBenchArgs {
+pub(crate) struct SecurityBenchArgs {
     /// Directory for security.json and security.md.
     #[arg(long, default_value = "bench/results/latest")]
     out: PathBuf,
@@ -161,7 +161,7 @@ async fn wait_ready(client: &reqwest::Client, base: &str) -> anyhow::Result<()> 
 /// The stores' flush interval (1 s) and its fsyncs, after catching up.
 const SETTLE_AFTER_CAUGHT_UP: std::time::Duration = std::time::Duration::from_secs(3);
 
-pub async fn run(args: SecurityBenchArgs) -> anyhow::Result<()> {
+pub(crate) async fn run(args: SecurityBenchArgs) -> anyhow::Result<()> {
     std::fs::create_dir_all(&args.out)?;
     let scratch = tempfile::Builder::new().prefix("tern-bench-security-").tempdir()?;
     let certificates = make_certificates(scratch.path())?;

@@ -18,7 +18,7 @@ use tern::snapshot::Snapshots;
 use tern::store::PartitionStore;
 
 #[derive(Args)]
-pub struct SnapshotBenchArgs {
+pub(crate) struct SnapshotBenchArgs {
     /// Directory for snapshot.json and snapshot.md.
     #[arg(long, default_value = "bench/results/latest")]
     out: PathBuf,
@@ -190,7 +190,7 @@ async fn measure(
     }))
 }
 
-pub async fn run(args: SnapshotBenchArgs) -> anyhow::Result<()> {
+pub(crate) async fn run(args: SnapshotBenchArgs) -> anyhow::Result<()> {
     std::fs::create_dir_all(&args.out)?;
     let scratch = tempfile::Builder::new().prefix("tern-bench-snapshot-").tempdir()?;
     eprintln!("building a partition of {} records of {} B", args.records, args.value_bytes);

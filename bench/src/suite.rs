@@ -24,7 +24,7 @@ use super::report::{markdown, BenchResult};
 use super::{etcd, LoadArgs};
 
 #[derive(Args)]
-pub struct SuiteArgs {
+pub(crate) struct SuiteArgs {
     /// Directory for results.json, results.md and results.png.
     #[arg(long, default_value = "bench/results/latest")]
     out: PathBuf,
@@ -131,7 +131,7 @@ fn machine() -> serde_json::Value {
     })
 }
 
-pub async fn run(args: SuiteArgs) -> anyhow::Result<()> {
+pub(crate) async fn run(args: SuiteArgs) -> anyhow::Result<()> {
     std::fs::create_dir_all(&args.out)?;
     let scratch = tempfile::Builder::new().prefix("tern-bench-").tempdir()?;
     let data_dir = scratch.path().join("tern");

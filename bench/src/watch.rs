@@ -49,7 +49,7 @@ use super::cpu::CpuMeter;
 use super::suite::{spawn_etcd, spawn_listening};
 
 #[derive(Args)]
-pub struct WatchBenchArgs {
+pub(crate) struct WatchBenchArgs {
     /// Directory for watch.json and watch.md.
     #[arg(long, default_value = "bench/results/latest")]
     out: PathBuf,
@@ -119,7 +119,7 @@ enum Run {
 }
 
 #[derive(Debug, Serialize)]
-pub struct WatchResult {
+pub(crate) struct WatchResult {
     pub peer: String,
     pub subscribers: usize,
     pub subscribers_per_connection: usize,
@@ -146,7 +146,7 @@ const DRAIN: Duration = Duration::from_secs(10);
 /// Subscribers opened at once (the listen backlog is finite).
 const CONNECT_CONCURRENCY: usize = 200;
 
-pub async fn run(args: WatchBenchArgs) -> anyhow::Result<()> {
+pub(crate) async fn run(args: WatchBenchArgs) -> anyhow::Result<()> {
     std::fs::create_dir_all(&args.out)?;
     let mut results = Vec::new();
     for &n in &args.subscribers {

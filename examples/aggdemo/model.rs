@@ -15,7 +15,7 @@ const WEEK_MS: u64 = 7 * 24 * 3600 * 1000;
 const LATE_USAGE: u64 = 777;
 
 /// One generated record: the line, and what the generator knows of it.
-pub struct Sent {
+pub(super) struct Sent {
     pub line: String,
     pub session: u64,
     pub seqno: u32,
@@ -24,7 +24,7 @@ pub struct Sent {
     pub counts: bool,
 }
 
-pub struct Generated {
+pub(super) struct Generated {
     pub sent: Vec<Sent>,
     /// Per session: the seqnos never sent (holes).
     pub never_sent: BTreeMap<u64, BTreeSet<u32>>,
@@ -34,7 +34,7 @@ pub struct Generated {
 /// interleaved, with
 /// duplicates, holes, late arrivals, bad dates, malformed lines and a late
 /// session.
-pub fn generate(seed: u64, t0_ms: u64) -> Generated {
+pub(super) fn generate(seed: u64, t0_ms: u64) -> Generated {
     let mut rng = seed | 1;
     let mut next = move |bound: u64| {
         rng ^= rng << 13;
@@ -110,7 +110,7 @@ pub fn generate(seed: u64, t0_ms: u64) -> Generated {
 impl Generated {
     /// Where the held-back (late) records start in `sent`: send them after
     /// every session went stale.
-    pub fn late_from(&self) -> usize {
+    pub(super) fn late_from(&self) -> usize {
         self.sent.len() - self.sent.iter().rev().take_while(|s| s.usage == LATE_USAGE).count()
     }
 
@@ -138,7 +138,7 @@ impl Generated {
 /// billed usage = the usage of the records billed, every hole below a
 /// received seqno reported missing. Returns how many rows of each
 /// `kind:reason` there were.
-pub fn check(generated: &Generated, outputs: &[(String, Value)]) -> BTreeMap<String, usize> {
+pub(super) fn check(generated: &Generated, outputs: &[(String, Value)]) -> BTreeMap<String, usize> {
     let mut reasons: BTreeMap<String, usize> = BTreeMap::new();
     let mut billed: BTreeMap<u64, Vec<(u32, u32, u64)>> = BTreeMap::new();
     let mut reported_seqnos: BTreeMap<u64, BTreeSet<u32>> = BTreeMap::new();

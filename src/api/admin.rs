@@ -38,7 +38,7 @@ fn snapshots(state: &AppState) -> Result<&Snapshots, ApiError> {
 }
 
 /// `POST /v1/admin/snapshots` body `{"ns"?, "partition"?}`
-pub async fn create(State(state): State<AppState>, Caller(identity): Caller, body: Body) -> Result<Response, ApiError> {
+pub(super) async fn create(State(state): State<AppState>, Caller(identity): Caller, body: Body) -> Result<Response, ApiError> {
     require_everywhere(&identity, Verb::Admin)?;
     let snapshots = snapshots(&state)?;
     let bytes = body::read(body, CREATE_BODY_BYTES_MAX, "invalid_request", "the snapshot request").await?;
@@ -73,7 +73,7 @@ pub async fn create(State(state): State<AppState>, Caller(identity): Caller, bod
 }
 
 /// `GET /v1/admin/snapshots`
-pub async fn list(State(state): State<AppState>, Caller(identity): Caller) -> Result<Response, ApiError> {
+pub(super) async fn list(State(state): State<AppState>, Caller(identity): Caller) -> Result<Response, ApiError> {
     require_everywhere(&identity, Verb::Admin)?;
     let snapshots = snapshots(&state)?;
     let mut listed = Vec::new();

@@ -69,7 +69,7 @@ fn batch_op(index: usize, op: BatchOp) -> Result<Op, ApiError> {
 }
 
 /// `POST /v1/ns/{ns}/batch`
-pub async fn batch(
+pub(super) async fn batch(
     State(state): State<AppState>,
     Caller(identity): Caller,
     NsName(ns): NsName,

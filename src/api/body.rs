@@ -7,7 +7,7 @@ use bytes::Bytes;
 use serde::de::DeserializeOwned;
 
 /// Reads at most `limit_bytes`; more is a 413 with `code`.
-pub async fn read(body: Body, limit_bytes: usize, code: &'static str, what: &str) -> Result<Bytes, ApiError> {
+pub(super) async fn read(body: Body, limit_bytes: usize, code: &'static str, what: &str) -> Result<Bytes, ApiError> {
     axum::body::to_bytes(body, limit_bytes).await.map_err(|e| {
         let too_large =
             std::error::Error::source(&e).is_some_and(|s| s.is::<http_body_util::LengthLimitError>()) || e.to_string().contains("length limit");
@@ -20,7 +20,7 @@ pub async fn read(body: Body, limit_bytes: usize, code: &'static str, what: &str
 }
 
 /// Parses a JSON body into `T`; syntax errors are `invalid_json`, shape errors `invalid_request`.
-pub fn json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
+pub(super) fn json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
     serde_json::from_slice(bytes).map_err(|e| match e.classify() {
         serde_json::error::Category::Data => ApiError::bad_request("invalid_request", format!("request body: {e}")),
         _ => ApiError::bad_request("invalid_json", format!("request body is not valid JSON: {e}")),
@@ -28,7 +28,7 @@ pub fn json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
 }
 
 /// Checks that `bytes` is one JSON value; returns it without surrounding whitespace.
-pub fn json_value(bytes: Bytes) -> Result<Bytes, ApiError> {
+pub(super) fn json_value(bytes: Bytes) -> Result<Bytes, ApiError> {
     if let Err(e) = serde_json::from_slice::<&serde_json::value::RawValue>(&bytes) {
         return Err(ApiError::bad_request("invalid_json", format!("the value is not valid JSON: {e}")));
     }

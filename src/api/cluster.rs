@@ -13,7 +13,7 @@ use serde_json::json;
 use crate::auth::Verb;
 use crate::edge::{require_everywhere, AppState, Caller};
 
-pub async fn show(State(state): State<AppState>, Caller(identity): Caller) -> Response {
+pub(super) async fn show(State(state): State<AppState>, Caller(identity): Caller) -> Response {
     if let Err(e) = require_everywhere(&identity, Verb::Admin) {
         return e.into_response();
     }

@@ -27,22 +27,22 @@ const CLIENT_FILES: [(&str, &str); 6] = [
     ("watch.js", include_str!("../../clients/typescript/dist/watch.js")),
 ];
 
-pub async fn page() -> Response {
+pub(super) async fn page() -> Response {
     ([(header::CONTENT_TYPE, "text/html; charset=utf-8")], PAGE).into_response()
 }
 
-pub async fn firebase_page() -> Response {
+pub(super) async fn firebase_page() -> Response {
     ([(header::CONTENT_TYPE, "text/html; charset=utf-8")], FIREBASE_PAGE).into_response()
 }
 
-pub async fn firebase_sdk_file(Path(file): Path<String>) -> Response {
+pub(super) async fn firebase_sdk_file(Path(file): Path<String>) -> Response {
     match FIREBASE_SDK_FILES.iter().find(|(name, _)| *name == file) {
         Some((_, text)) => ([(header::CONTENT_TYPE, "text/javascript; charset=utf-8")], *text).into_response(),
         None => crate::edge::ApiError::new(StatusCode::NOT_FOUND, "not_found", format!("no Firebase SDK file {file:?}")).into_response(),
     }
 }
 
-pub async fn client_file(Path(file): Path<String>) -> Response {
+pub(super) async fn client_file(Path(file): Path<String>) -> Response {
     match CLIENT_FILES.iter().find(|(name, _)| *name == file) {
         Some((_, text)) => ([(header::CONTENT_TYPE, "text/javascript; charset=utf-8")], *text).into_response(),
         None => crate::edge::ApiError::new(StatusCode::NOT_FOUND, "not_found", format!("no demo file {file:?}")).into_response(),

@@ -15,12 +15,12 @@ use crate::limits;
 use crate::partition::Namespace;
 
 /// The namespace a request names, or 404 `namespace_not_found`.
-pub fn namespace(state: &AppState, ns: &str) -> Result<Arc<Namespace>, ApiError> {
+pub(super) fn namespace(state: &AppState, ns: &str) -> Result<Arc<Namespace>, ApiError> {
     state.node.namespace(ns).ok_or_else(|| ApiError::unknown_namespace(ns))
 }
 
 #[derive(Debug, PartialEq, Eq)]
-pub struct KeyPath {
+pub(super) struct KeyPath {
     pub pk: String,
     /// `None` when the path names only a pk (`/kv/{pk}`).
     pub sk: Option<String>,
@@ -29,7 +29,7 @@ pub struct KeyPath {
 /// Parses by segments: `/v1/ns/`, the namespace segment, `kv/`, then the
 /// keys. Never by searching for `/kv/`: a namespace (or key) named `kv` is
 /// an ordinary name.
-pub fn parse(raw_path: &str) -> Result<KeyPath, ApiError> {
+pub(super) fn parse(raw_path: &str) -> Result<KeyPath, ApiError> {
     let rest = raw_path
         .strip_prefix("/v1/ns/")
         .and_then(|rest| rest.split_once('/'))
@@ -55,6 +55,22 @@ fn decode(segment: &str, what: &str) -> Result<String, ApiError> {
         .map_err(|_| ApiError::bad_request("invalid_key", format!("{what} is not valid UTF-8 after percent-decoding")))
 }
 
+/// The `{ns}` segment of `/v1/ns/{ns}/...`, from the raw path, so that a bad
+/// segment gets Tern's JSON error rather than the router's plain text.
+pub(super) struct NsName(pub String);
+
+impl<S: Send + Sync> axum::extract::FromRequestParts<S> for NsName {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut axum::http::request::Parts, _: &S) -> Result<Self, Self::Rejection> {
+        let segment = parts.uri.path().strip_prefix("/v1/ns/").and_then(|rest| rest.split('/').next()).unwrap_or("");
+        let name = percent_decode_str(segment)
+            .decode_utf8()
+            .map_err(|_| ApiError::bad_request("invalid_namespace", "the namespace name is not valid UTF-8 after percent-decoding"))?;
+        Ok(NsName(name.into_owned()))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -76,21 +92,5 @@ mod tests {
         assert_eq!(parse("/v1/ns/kv/kv").unwrap_err().code, "invalid_key");
         let long = format!("/v1/ns/d/kv/{}", "k".repeat(1025));
         assert_eq!(parse(&long).unwrap_err().code, "key_too_large");
-    }
-}
-
-/// The `{ns}` segment of `/v1/ns/{ns}/...`, from the raw path, so that a bad
-/// segment gets Tern's JSON error rather than the router's plain text.
-pub struct NsName(pub String);
-
-impl<S: Send + Sync> axum::extract::FromRequestParts<S> for NsName {
-    type Rejection = ApiError;
-
-    async fn from_request_parts(parts: &mut axum::http::request::Parts, _: &S) -> Result<Self, Self::Rejection> {
-        let segment = parts.uri.path().strip_prefix("/v1/ns/").and_then(|rest| rest.split('/').next()).unwrap_or("");
-        let name = percent_decode_str(segment)
-            .decode_utf8()
-            .map_err(|_| ApiError::bad_request("invalid_namespace", "the namespace name is not valid UTF-8 after percent-decoding"))?;
-        Ok(NsName(name.into_owned()))
     }
 }

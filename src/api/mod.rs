@@ -35,6 +35,6 @@ mod write;
 mod write_status;
 mod ws;
 
-pub use self::records::fast_path;
-pub use self::routes::{router, routes, GET_RECORD_ROUTE, PUT_RECORD_ROUTE};
-pub use self::sse::{open_sse, TernEvents};
+pub(crate) use self::records::fast_path;
+pub(crate) use self::routes::{router, routes, GET_RECORD_ROUTE, PUT_RECORD_ROUTE};
+pub(crate) use self::sse::{open_sse, TernEvents};

@@ -41,7 +41,7 @@ struct KeyBody {
 }
 
 /// `POST /v1/ns/{ns}/get`
-pub async fn multi_get(
+pub(super) async fn multi_get(
     State(state): State<AppState>,
     Caller(identity): Caller,
     NsName(ns): NsName,

@@ -42,7 +42,7 @@ const NAMESPACE_BODY_BYTES_MAX: usize = 4096;
 /// topic T (its partitions; `partitions`, if given, must be T's count):
 /// 400 no such topic or not a usable name, 409 the namespace exists
 /// otherwise or T is another namespace's source.
-pub async fn create(State(state): State<AppState>, Caller(identity): Caller, NsName(ns): NsName, body: Body) -> Result<Response, ApiError> {
+pub(super) async fn create(State(state): State<AppState>, Caller(identity): Caller, NsName(ns): NsName, body: Body) -> Result<Response, ApiError> {
     require(&identity, &ns, "", Verb::Admin)?;
     let bytes = body::read(body, NAMESPACE_BODY_BYTES_MAX, "body_too_large", "the namespace body").await?;
     let request: CreateBody = body::json(&bytes)?;
@@ -75,7 +75,7 @@ pub async fn create(State(state): State<AppState>, Caller(identity): Caller, NsN
 
 /// `GET /v1/ns`
 /// Shows the namespaces the caller has some grant in (all to the root token).
-pub async fn list(State(state): State<AppState>, Caller(identity): Caller) -> Response {
+pub(super) async fn list(State(state): State<AppState>, Caller(identity): Caller) -> Response {
     let namespaces: Vec<_> = state
         .node
         .namespaces()
@@ -90,7 +90,7 @@ pub async fn list(State(state): State<AppState>, Caller(identity): Caller) -> Re
 }
 
 /// `GET /v1/ns/{ns}`: the namespace as this node sees it.
-pub async fn describe(State(state): State<AppState>, Caller(identity): Caller, NsName(ns): NsName) -> Result<Response, ApiError> {
+pub(super) async fn describe(State(state): State<AppState>, Caller(identity): Caller, NsName(ns): NsName) -> Result<Response, ApiError> {
     if !may_see(&identity, &ns) {
         require_anywhere(&identity, &ns, Verb::Read)?;
     }

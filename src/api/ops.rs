@@ -10,11 +10,11 @@ use serde_json::json;
 use crate::auth::Verb;
 use crate::edge::{caller_of, require_everywhere, ApiError, AppState};
 
-pub async fn healthz() -> Response {
+pub(super) async fn healthz() -> Response {
     Json(json!({ "status": "ok" })).into_response()
 }
 
-pub async fn readyz(State(state): State<AppState>) -> Response {
+pub(super) async fn readyz(State(state): State<AppState>) -> Response {
     let (ready, problems) = state.node.readiness();
     if ready {
         // Still ready for local reads and journaled writes while the log is down (ripcord).
@@ -31,7 +31,7 @@ pub async fn readyz(State(state): State<AppState>) -> Response {
 }
 
 /// Prometheus text: public with `public_metrics`, else `read` on every namespace.
-pub async fn metrics(State(state): State<AppState>, request: axum::extract::Request) -> Response {
+pub(super) async fn metrics(State(state): State<AppState>, request: axum::extract::Request) -> Response {
     if !state.access.public_metrics {
         let (parts, _) = request.into_parts();
         if let Err(e) = caller_of(&state, &parts).and_then(|identity| require_everywhere(&identity, Verb::Read)) {

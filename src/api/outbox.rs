@@ -34,7 +34,7 @@ const TRIM_ROUNDS_MAX: usize = 20;
 /// How long a trim waits for its tick to be applied here, each round.
 const TRIM_APPLIED_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 /// `GET /v1/ns/{ns}/outbox?partition=P&after=OFFSET.INDEX&limit=N`.
-pub async fn read(
+pub(super) async fn read(
     State(state): State<AppState>,
     Caller(identity): Caller,
     Path(ns): Path<String>,
@@ -112,7 +112,7 @@ fn outbox_partition(params: &Params, namespace: &Namespace) -> Result<u32, ApiEr
 /// (`outbox_published_below`). Answers once this node applied it:
 /// `{"partition", "below", "position", "done"}`; `done` is false when more
 /// than `TRIM_ROUNDS_MAX` ticks' worth was below (call again).
-pub async fn trim(
+pub(super) async fn trim(
     State(state): State<AppState>,
     Caller(identity): Caller,
     Path(ns): Path<String>,

@@ -10,13 +10,13 @@ use crate::limits::{WAIT_MS_DEFAULT, WAIT_MS_MAX};
 use crate::node::read::Consistency;
 use crate::position::Position;
 
-pub struct Params {
+pub(super) struct Params {
     values: HashMap<String, String>,
 }
 
 impl Params {
     /// Parses `query`, allowing only the parameters in `allowed`.
-    pub fn parse(query: Option<&str>, allowed: &[&str]) -> Result<Params, ApiError> {
+    pub(super) fn parse(query: Option<&str>, allowed: &[&str]) -> Result<Params, ApiError> {
         let mut values = HashMap::new();
         for (key, value) in form_urlencoded::parse(query.unwrap_or("").as_bytes()) {
             if !allowed.contains(&key.as_ref()) {
@@ -32,11 +32,11 @@ impl Params {
         Ok(Params { values })
     }
 
-    pub fn str(&self, key: &str) -> Option<&str> {
+    pub(super) fn str(&self, key: &str) -> Option<&str> {
         self.values.get(key).map(String::as_str)
     }
 
-    pub fn u64(&self, key: &str) -> Result<Option<u64>, ApiError> {
+    pub(super) fn u64(&self, key: &str) -> Result<Option<u64>, ApiError> {
         self.str(key)
             .map(|v| {
                 v.parse::<u64>().map_err(|_| ApiError::bad_request("invalid_parameter", format!("{key} must be a non-negative integer, got {v:?}")))
@@ -44,7 +44,7 @@ impl Params {
             .transpose()
     }
 
-    pub fn bool(&self, key: &str) -> Result<bool, ApiError> {
+    pub(super) fn bool(&self, key: &str) -> Result<bool, ApiError> {
         match self.str(key) {
             None | Some("false") => Ok(false),
             Some("true") | Some("") => Ok(true),
@@ -53,7 +53,7 @@ impl Params {
     }
 
     /// `timeout_ms`: how long a wait may take, bounded by `WAIT_MS_MAX`.
-    pub fn timeout(&self) -> Result<Duration, ApiError> {
+    pub(super) fn timeout(&self) -> Result<Duration, ApiError> {
         let ms = self.u64("timeout_ms")?.unwrap_or(WAIT_MS_DEFAULT);
         if ms > WAIT_MS_MAX {
             return Err(ApiError::bad_request("invalid_parameter", format!("timeout_ms is at most {WAIT_MS_MAX}, got {ms}")));
@@ -62,7 +62,7 @@ impl Params {
     }
 
     /// `after=POSITION` and/or `consistency=local|strong`.
-    pub fn consistency(&self) -> Result<Consistency, ApiError> {
+    pub(super) fn consistency(&self) -> Result<Consistency, ApiError> {
         let after =
             self.str("after").map(|p| Position::parse(p).map_err(|e| ApiError::bad_request("invalid_position", e.to_string()))).transpose()?;
         match (self.str("consistency"), after) {
@@ -78,7 +78,7 @@ impl Params {
     }
 
     /// `wait=applied` (the only value).
-    pub fn wait_applied(&self) -> Result<bool, ApiError> {
+    pub(super) fn wait_applied(&self) -> Result<bool, ApiError> {
         match self.str("wait") {
             None => Ok(false),
             Some("applied") => Ok(true),

@@ -51,7 +51,7 @@ fn checked_name(name: &str) -> Result<(), ApiError> {
 }
 
 /// `PUT /v1/ns/{ns}/procedures/{name}`.
-pub async fn deploy(
+pub(super) async fn deploy(
     State(state): State<AppState>,
     Caller(identity): Caller,
     Path((ns, name)): Path<(String, String)>,
@@ -77,7 +77,7 @@ pub async fn deploy(
 }
 
 /// `DELETE /v1/ns/{ns}/procedures/{name}`: from its version on, no code runs.
-pub async fn remove(
+pub(super) async fn remove(
     State(state): State<AppState>,
     Caller(identity): Caller,
     Path((ns, name)): Path<(String, String)>,
@@ -135,7 +135,12 @@ async fn kept_version(state: &AppState, headers: &HeaderMap, namespace: &Namespa
 }
 
 /// `GET /v1/ns/{ns}/procedures`.
-pub async fn list(State(state): State<AppState>, Caller(identity): Caller, Path(ns): Path<String>, headers: HeaderMap) -> Result<Response, ApiError> {
+pub(super) async fn list(
+    State(state): State<AppState>,
+    Caller(identity): Caller,
+    Path(ns): Path<String>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
     require(&identity, &ns, "", Verb::Read)?;
     let namespace = namespace_of(&state, &ns)?;
     let mut procedures = read_procedures(&state, &headers, &namespace).await?;
@@ -148,7 +153,7 @@ pub async fn list(State(state): State<AppState>, Caller(identity): Caller, Path(
 }
 
 /// `GET /v1/ns/{ns}/procedures/{name}`.
-pub async fn show(
+pub(super) async fn show(
     State(state): State<AppState>,
     Caller(identity): Caller,
     Path((ns, name)): Path<(String, String)>,

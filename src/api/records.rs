@@ -25,7 +25,8 @@ use crate::node::read::{await_consistency, Consistency};
 use crate::partition::{Namespace, PartitionStatus};
 
 /// `PUT|GET|DELETE /v1/ns/{ns}/kv/{pk}[/{sk}]`
-pub async fn kv(
+#[allow(clippy::too_many_arguments)] // axum extractors, one per argument
+pub(super) async fn kv(
     State(state): State<AppState>,
     Caller(identity): Caller,
     NsName(ns): NsName,
@@ -72,7 +73,7 @@ pub(super) fn reads_here(state: &AppState, incoming: &Incoming<'_>, namespace: &
 /// string), answered before the generic router and extractors run. Gives the
 /// request back when the path is not exactly that shape, so the router
 /// handles it (and any error).
-pub async fn fast_path(state: &AppState, identity: &Identity, request: axum::extract::Request) -> Result<Response, axum::extract::Request> {
+pub(crate) async fn fast_path(state: &AppState, identity: &Identity, request: axum::extract::Request) -> Result<Response, axum::extract::Request> {
     let Some((namespace, pk, sk)) = fast_key(state, request.uri().path()) else { return Err(request) };
     let (parts, body) = request.into_parts();
     let verb = if parts.method == axum::http::Method::GET { Verb::Read } else { Verb::Write };

@@ -8,7 +8,7 @@ use axum::response::{IntoResponse, Response};
 use crate::store::Record;
 
 /// A JSON answer of already-rendered bytes.
-pub fn json_response(status: StatusCode, body: Vec<u8>) -> Response {
+pub(super) fn json_response(status: StatusCode, body: Vec<u8>) -> Response {
     (status, [(header::CONTENT_TYPE, "application/json")], body).into_response()
 }
 
@@ -28,13 +28,13 @@ fn push_record_fields(out: &mut Vec<u8>, record: &Record) {
     out.extend_from_slice(itoa::Buffer::new().format(record.version).as_bytes());
 }
 
-pub fn record(out: &mut Vec<u8>, record: &Record) {
+pub(super) fn record(out: &mut Vec<u8>, record: &Record) {
     push_record_fields(out, record);
     out.push(b'}');
 }
 
 /// The body of a single-key GET, rendered from borrowed parts.
-pub fn get_response(pk: &str, sk: &str, version: u64, value: &[u8], namespace: &str, partition: u32, applied_next: u64) -> Vec<u8> {
+pub(super) fn get_response(pk: &str, sk: &str, version: u64, value: &[u8], namespace: &str, partition: u32, applied_next: u64) -> Vec<u8> {
     let mut out = Vec::with_capacity(96 + pk.len() + sk.len() + value.len() + namespace.len());
     out.extend_from_slice(b"{\"pk\":");
     push_str(&mut out, pk);
@@ -59,7 +59,7 @@ pub fn get_response(pk: &str, sk: &str, version: u64, value: &[u8], namespace: &
 /// `{"version", "position"}`: the answer to a write at offset `version`
 /// (its position is the offset after it); `"duplicate": true` when it was a
 /// retry of a write applied before at `version`.
-pub fn write_ack(version: u64, namespace: &str, partition: u32, duplicate: bool) -> Vec<u8> {
+pub(super) fn write_ack(version: u64, namespace: &str, partition: u32, duplicate: bool) -> Vec<u8> {
     let mut out = Vec::with_capacity(64 + namespace.len());
     out.extend_from_slice(b"{\"version\":");
     out.extend_from_slice(itoa::Buffer::new().format(version).as_bytes());
@@ -73,7 +73,7 @@ pub fn write_ack(version: u64, namespace: &str, partition: u32, duplicate: bool)
 }
 
 /// `{"items": [...], ...tail}` where `tail` is rendered JSON object members.
-pub fn items(records: &[Option<Record>], tail: &[(&str, serde_json::Value)]) -> Vec<u8> {
+pub(super) fn items(records: &[Option<Record>], tail: &[(&str, serde_json::Value)]) -> Vec<u8> {
     let mut out = Vec::with_capacity(64 + records.iter().flatten().map(|r| r.value.len() + 64).sum::<usize>());
     out.extend_from_slice(b"{\"items\":[");
     for (i, r) in records.iter().enumerate() {
@@ -91,7 +91,7 @@ pub fn items(records: &[Option<Record>], tail: &[(&str, serde_json::Value)]) -> 
 }
 
 /// Like `items`, from items already rendered as JSON text (`None` is null).
-pub fn rendered_items(rendered: &[Option<Vec<u8>>], tail: &[(&str, serde_json::Value)]) -> Vec<u8> {
+pub(super) fn rendered_items(rendered: &[Option<Vec<u8>>], tail: &[(&str, serde_json::Value)]) -> Vec<u8> {
     let mut out = Vec::with_capacity(64 + rendered.iter().flatten().map(|r| r.len() + 1).sum::<usize>());
     out.extend_from_slice(b"{\"items\":[");
     for (i, item) in rendered.iter().enumerate() {

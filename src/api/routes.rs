@@ -17,11 +17,11 @@ use RouteAccess::{Authenticated, Public, Scoped};
 
 /// The route of a single record's GET and PUT: the front's fast path
 /// answers the plain ones and records their latency under these names.
-pub const GET_RECORD_ROUTE: &str = "GET /v1/ns/{ns}/kv/{*rest}";
-pub const PUT_RECORD_ROUTE: &str = "PUT /v1/ns/{ns}/kv/{*rest}";
+pub(crate) const GET_RECORD_ROUTE: &str = "GET /v1/ns/{ns}/kv/{*rest}";
+pub(crate) const PUT_RECORD_ROUTE: &str = "PUT /v1/ns/{ns}/kv/{*rest}";
 
 /// Every route of the native API (and the operations and demo pages).
-pub fn routes() -> Vec<Route> {
+pub(crate) fn routes() -> Vec<Route> {
     table().into_iter().map(|(route, _)| route).collect()
 }
 
@@ -65,7 +65,7 @@ fn table() -> Vec<(Route, MethodRouter<AppState>)> {
 }
 
 /// The router of `routes`, with 404 and 405 answers of the API's own.
-pub fn router(state: AppState) -> Router {
+pub(crate) fn router(state: AppState) -> Router {
     table()
         .into_iter()
         .fold(Router::new(), |router, (route, handler)| router.route(route.path, handler))

@@ -34,14 +34,20 @@ use crate::limits;
 use crate::watch::{self, ChangeId, ConnectionId, Message, Outlet};
 
 /// What a watch asks for, from query parameters or a WebSocket `sub`.
-pub struct WatchRequest {
+pub(super) struct WatchRequest {
     pub filter: Filter,
     pub from: watch::Since,
     pub mode: Mode,
 }
 
 impl WatchRequest {
-    pub fn parse(pk: Option<&str>, prefix: Option<&str>, sk: Option<&str>, from: Option<&str>, mode: Option<&str>) -> Result<WatchRequest, ApiError> {
+    pub(super) fn parse(
+        pk: Option<&str>,
+        prefix: Option<&str>,
+        sk: Option<&str>,
+        from: Option<&str>,
+        mode: Option<&str>,
+    ) -> Result<WatchRequest, ApiError> {
         let filter = match (pk, prefix, sk) {
             (None, None, None) => Filter::Namespace,
             (None, _, _) => return Err(ApiError::bad_request("invalid_parameter", "prefix and sk need pk: they select records of one pk")),
@@ -80,11 +86,11 @@ const SSE_MESSAGES_PENDING_MAX: usize = 64;
 
 /// What every one of Tern's SSE streams starts with: how long a browser
 /// waits before it reconnects.
-pub const SSE_PREAMBLE: &[u8] = b"retry: 1000\n\n";
+pub(super) const SSE_PREAMBLE: &[u8] = b"retry: 1000\n\n";
 
 /// Tern's own SSE events (`sse_bytes`), as an edge `Encoder`: a stream
 /// that starts with `SSE_PREAMBLE` and ends when its session does.
-pub struct TernEvents;
+pub(crate) struct TernEvents;
 
 impl Encoder for TernEvents {
     fn preamble(&self) -> Option<Bytes> {
@@ -104,7 +110,7 @@ impl Encoder for TernEvents {
 /// alone): the session runs in the response body (`edge::body`). The
 /// API's own HTTP/2 connections run watches in the connection's task
 /// instead (`http/h2c/watches.rs`), set up by the same `open_sse`.
-pub async fn sse(
+pub(super) async fn sse(
     State(app): State<AppState>,
     Caller(identity): Caller,
     Path(ns): Path<String>,
@@ -124,7 +130,7 @@ pub async fn sse(
 /// Validates a watch request (query and `Last-Event-ID`) and sets up its
 /// session, which leaves its messages in `outlet`; errors come before
 /// anything is streamed, so they get a status.
-pub async fn open_sse(
+pub(crate) async fn open_sse(
     app: &AppState,
     identity: &Identity,
     ns: &str,
@@ -150,7 +156,7 @@ pub async fn open_sse(
 }
 
 /// One message in SSE form.
-pub fn sse_bytes(message: &Message) -> Bytes {
+pub(super) fn sse_bytes(message: &Message) -> Bytes {
     let mut out = Vec::with_capacity(128);
     match message {
         Message::Change { event, id: id @ ChangeId::Event } => {

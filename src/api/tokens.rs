@@ -92,7 +92,7 @@ fn authentication_off() -> ApiError {
     ApiError::bad_request("authentication_off", "this node runs without authentication (start it with --auth): there are no tokens")
 }
 
-pub async fn create(State(state): State<AppState>, Caller(identity): Caller, body: Body) -> Result<Response, ApiError> {
+pub(super) async fn create(State(state): State<AppState>, Caller(identity): Caller, body: Body) -> Result<Response, ApiError> {
     let Some(authenticator) = state.access.authenticator.clone() else { return Err(authentication_off()) };
     let bytes = body::read(body, CREATE_BODY_BYTES_MAX, "body_too_large", "the token request").await?;
     let request: CreateBody = body::json(&bytes)?;
@@ -117,7 +117,7 @@ pub async fn create(State(state): State<AppState>, Caller(identity): Caller, bod
     Ok((StatusCode::CREATED, axum::Json(body)).into_response())
 }
 
-pub async fn list(State(state): State<AppState>, Caller(identity): Caller) -> Result<Response, ApiError> {
+pub(super) async fn list(State(state): State<AppState>, Caller(identity): Caller) -> Result<Response, ApiError> {
     let Some(authenticator) = state.access.authenticator.clone() else { return Err(authentication_off()) };
     let tokens: Vec<serde_json::Value> = authenticator
         .keys
@@ -129,7 +129,7 @@ pub async fn list(State(state): State<AppState>, Caller(identity): Caller) -> Re
     Ok(axum::Json(json!({ "tokens": tokens })).into_response())
 }
 
-pub async fn revoke(State(state): State<AppState>, Caller(identity): Caller, Path(id): Path<String>) -> Result<Response, ApiError> {
+pub(super) async fn revoke(State(state): State<AppState>, Caller(identity): Caller, Path(id): Path<String>) -> Result<Response, ApiError> {
     let Some(authenticator) = state.access.authenticator.clone() else { return Err(authentication_off()) };
     let not_found = || ApiError::new(StatusCode::NOT_FOUND, "token_not_found", format!("no token {id:?} (ids are 16 hex digits: tern token ls)"));
     let record = authenticator.keys.get(&id).ok_or_else(not_found)?;

@@ -20,7 +20,7 @@ use serde_json::{json, Value};
 use crate::edge::{ApiError, AppState};
 use crate::partition::outcome::Outcome;
 
-pub async fn status(State(state): State<AppState>, Path(id): Path<String>) -> Result<Response, ApiError> {
+pub(super) async fn status(State(state): State<AppState>, Path(id): Path<String>) -> Result<Response, ApiError> {
     if id.is_empty() || id.len() > crate::limits::WRITE_ID_BYTES_MAX {
         return Err(ApiError::bad_request(
             "invalid_write_id",

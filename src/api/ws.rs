@@ -39,7 +39,7 @@ use crate::edge::{require, ApiError, AppState, Caller};
 use crate::watch::{self, ConnectionId, Message, Outlet, OutletReader, Tag, Tagged};
 
 /// Most watches on one connection.
-pub const WATCHES_PER_CONNECTION_MAX: usize = 1000;
+pub(super) const WATCHES_PER_CONNECTION_MAX: usize = 1000;
 /// Largest client message: watches are small.
 const CLIENT_MESSAGE_BYTES_MAX: usize = 64 * 1024;
 /// Client messages read but not yet acted on (then the reader waits, and
@@ -56,7 +56,7 @@ const WRITE_BUFFER_BYTES: usize = 16 * 1024;
 /// Frames fed to the socket before one flush (one write for a burst).
 const FRAMES_PER_FLUSH_MAX: usize = 256;
 
-pub async fn upgrade(
+pub(super) async fn upgrade(
     State(app): State<AppState>,
     Caller(identity): Caller,
     connection: Option<Extension<ConnectionId>>,
@@ -266,7 +266,7 @@ fn error_text(id: Option<&str>, error: &ApiError) -> String {
 }
 
 /// One message as a WebSocket text frame; `id_json` is the watch id, JSON-encoded.
-pub fn ws_text(id_json: &str, message: &Message) -> Utf8Bytes {
+pub(super) fn ws_text(id_json: &str, message: &Message) -> Utf8Bytes {
     let text = match message {
         Message::Change { event, id } => {
             let mut out = String::with_capacity(64 + event.data.len());

@@ -36,7 +36,7 @@ pub(super) const RETRY_DELAY_MIN: Duration = Duration::from_millis(100);
 
 pub(super) const RETRY_DELAY_MAX: Duration = Duration::from_secs(5);
 
-pub async fn run(handle: Arc<PartitionHandle>, log: Arc<dyn Log>, config: ApplyConfig, mut shutdown: watch::Receiver<bool>) {
+pub(crate) async fn run(handle: Arc<PartitionHandle>, log: Arc<dyn Log>, config: ApplyConfig, mut shutdown: watch::Receiver<bool>) {
     let Some((mut reader, mut catch_up_to)) = open::open_reader(&handle, log.as_ref(), &config, &mut shutdown).await else { return };
     let procedures = partition_procedures(&handle);
     let mut last_durable = Instant::now();

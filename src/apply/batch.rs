@@ -28,7 +28,7 @@ use crate::store::{ApplyTxn, StoreError};
 /// publisher's next tick trims the rest.
 const OUTBOX_TRIMMED_PER_TICK_MAX: usize = 50_000;
 /// How far back (in offsets of one partition) a write id is remembered.
-pub const WRITE_ID_WINDOW_OFFSETS: u64 = 1_000_000;
+pub(crate) const WRITE_ID_WINDOW_OFFSETS: u64 = 1_000_000;
 /// Most expired write ids forgotten per applied entry: eviction keeps pace
 /// with arrivals without ever making one batch long.
 const WRITE_IDS_FORGOTTEN_PER_ENTRY_MAX: usize = 2;
@@ -45,7 +45,7 @@ const WRITE_IDS_FORGOTTEN_PER_ENTRY_MAX: usize = 2;
 /// (`record_not_applied`), so a watch replaying the log later skips it
 /// exactly as this loop did.
 #[cfg(test)]
-pub fn apply_entries(
+pub(crate) fn apply_entries(
     tx: &mut ApplyTxn,
     entries: &[LogRecord],
     partition: u32,
@@ -58,7 +58,7 @@ pub fn apply_entries(
 /// As `apply_entries`, running the partition's `procedures` (kept in step
 /// with the store by their caller, the apply loop) after every entry that
 /// applied, in the same transaction (`procedure/mod.rs`).
-pub fn apply_entries_with(
+pub(crate) fn apply_entries_with(
     tx: &mut ApplyTxn,
     entries: &[LogRecord],
     partition: u32,
@@ -237,7 +237,7 @@ fn apply_mutation(tx: &mut ApplyTxn, mutation: &Mutation, offset: u64) -> Result
 }
 
 /// Whether a record condition holds (tree conditions: `tree::hash_matches`).
-pub fn condition_holds(condition: Condition, current_version: Option<u64>) -> bool {
+pub(crate) fn condition_holds(condition: Condition, current_version: Option<u64>) -> bool {
     match condition {
         Condition::IfVersion(expected) => current_version == Some(expected),
         Condition::IfAbsent => current_version.is_none(),

@@ -29,12 +29,12 @@ mod procedure_tests;
 /// Tree ops (the Firebase model) applied as leaf records.
 pub(crate) mod tree;
 
-pub use self::open::Recovery;
+pub(crate) use self::open::Recovery;
 mod apply_loop;
 
 /// The apply engine's own functions, which the simulation and the apply
 /// tests drive step by step.
 #[cfg(test)]
 pub(crate) use self::apply_loop::{apply, flush, partition_procedures, skip_to};
-pub use self::apply_loop::{run, ApplyConfig};
+pub(crate) use self::apply_loop::{run, ApplyConfig};
 use self::apply_loop::{RETRY_DELAY_MAX, RETRY_DELAY_MIN};

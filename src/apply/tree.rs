@@ -19,7 +19,7 @@ const REMOVE_CHUNK_KEYS: usize = 1024;
 
 /// Applies `op` at `sk` of tree `pk`; returns what was written, with server
 /// values resolved (what watches are sent).
-pub fn apply_op(tx: &mut ApplyTxn, pk: &str, sk: &str, op: &TreeOp, offset: u64) -> Result<Value, StoreError> {
+pub(crate) fn apply_op(tx: &mut ApplyTxn, pk: &str, sk: &str, op: &TreeOp, offset: u64) -> Result<Value, StoreError> {
     let mut value: Value = serde_json::from_slice(&op.value).expect("tree op values are validated when decoded");
     {
         let state: &ApplyTxn = tx;
@@ -39,7 +39,7 @@ pub fn apply_op(tx: &mut ApplyTxn, pk: &str, sk: &str, op: &TreeOp, offset: u64)
 
 /// Whether the value at `sk` hashes to `expected` (the ETag condition). A
 /// subtree too large to read fails it, alike on every replica.
-pub fn hash_matches(tx: &ApplyTxn, pk: &str, sk: &str, expected: &[u8; 32]) -> Result<bool, StoreError> {
+pub(crate) fn hash_matches(tx: &ApplyTxn, pk: &str, sk: &str, expected: &[u8; 32]) -> Result<bool, StoreError> {
     match value_at(tx, pk, sk, false, READ_BYTES_MAX) {
         Ok(value) => Ok(&etag(&value) == expected),
         Err(TreeError::TooLarge { .. }) => Ok(false),
@@ -48,7 +48,7 @@ pub fn hash_matches(tx: &ApplyTxn, pk: &str, sk: &str, expected: &[u8; 32]) -> R
 }
 
 /// Replaces the value at `sk` by `value` (already resolved).
-pub fn set(tx: &mut ApplyTxn, pk: &str, sk: &str, value: &Value, offset: u64) -> Result<(), StoreError> {
+pub(crate) fn set(tx: &mut ApplyTxn, pk: &str, sk: &str, value: &Value, offset: u64) -> Result<(), StoreError> {
     remove_subtree(tx, pk, sk)?;
     let mut new = Vec::new();
     leaves(sk, value, &mut new);

@@ -110,12 +110,15 @@ pub struct KeyRing {
 /// Where generations come from (never 0: 0 is "no generation yet").
 static GENERATIONS: AtomicU64 = AtomicU64::new(1);
 
+/// The last key a thread verified: the ring's generation, the token, the key.
+type LastVerified = (u64, Box<str>, Arc<Key>);
+
 thread_local! {
     /// This thread's last verified token: (ring generation, token, key).
     /// A connection sends the same token with every request, and a thread
     /// serves the same connections: comparing the token in constant time
     /// is cheaper than hashing its secret again.
-    static LAST_VERIFIED: std::cell::RefCell<Option<(u64, Box<str>, Arc<Key>)>> = const { std::cell::RefCell::new(None) };
+    static LAST_VERIFIED: std::cell::RefCell<Option<LastVerified>> = const { std::cell::RefCell::new(None) };
 }
 
 impl KeyRing {
@@ -184,6 +187,10 @@ impl KeyRing {
         let mut records: Vec<KeyRecord> = self.keys.read().values().map(|k| k.record.clone()).collect();
         records.sort_by(|a, b| a.created_ms.cmp(&b.created_ms).then_with(|| a.id.cmp(&b.id)));
         records
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
     }
 
     pub fn len(&self) -> usize {

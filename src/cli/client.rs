@@ -10,7 +10,7 @@ use serde_json::Value;
 const KEY_SEGMENT: &AsciiSet = &NON_ALPHANUMERIC.remove(b'-').remove(b'_').remove(b'.').remove(b'~');
 
 #[derive(Args, Clone)]
-pub struct Common {
+pub(super) struct Common {
     /// Base URL of a Tern node.
     #[arg(long, env = "TERN_URL", default_value = "http://127.0.0.1:7070", global = true)]
     pub url: String,
@@ -32,7 +32,7 @@ pub struct Common {
 impl Common {
     /// An HTTP client that sends the token (marked sensitive: never printed)
     /// and trusts `--ca`.
-    pub fn client(&self) -> anyhow::Result<reqwest::Client> {
+    pub(super) fn client(&self) -> anyhow::Result<reqwest::Client> {
         let mut builder = reqwest::Client::builder();
         if let Some(token) = &self.token {
             let mut value = reqwest::header::HeaderValue::from_str(&format!("Bearer {}", token.trim()))
@@ -189,7 +189,7 @@ fn parse_value(text: &str) -> anyhow::Result<String> {
     Ok(text)
 }
 
-pub async fn put(a: PutArgs) -> anyhow::Result<()> {
+pub(super) async fn put(a: PutArgs) -> anyhow::Result<()> {
     let (pk, sk, value) = match a.args.as_slice() {
         [pk, value] => (pk, "", value),
         [pk, sk, value] => (pk, sk.as_str(), value),
@@ -218,7 +218,7 @@ pub async fn put(a: PutArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-pub async fn write_status(a: WriteStatusArgs) -> anyhow::Result<()> {
+pub(super) async fn write_status(a: WriteStatusArgs) -> anyhow::Result<()> {
     let url = format!("{}/v1/writes/{}", a.common.url.trim_end_matches('/'), utf8_percent_encode(&a.id, KEY_SEGMENT));
     let body = send(a.common.client()?.get(url)).await?;
     print(&a.common, &body, |b| match b["state"].as_str() {
@@ -234,7 +234,7 @@ pub async fn write_status(a: WriteStatusArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-pub async fn get(a: GetArgs) -> anyhow::Result<()> {
+pub(super) async fn get(a: GetArgs) -> anyhow::Result<()> {
     let mut query = Vec::new();
     if let Some(after) = &a.after {
         query.push(("after", after.clone()));
@@ -250,7 +250,7 @@ pub async fn get(a: GetArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-pub async fn del(a: DelArgs) -> anyhow::Result<()> {
+pub(super) async fn del(a: DelArgs) -> anyhow::Result<()> {
     let mut query = Vec::new();
     if let Some(v) = a.if_version {
         query.push(("if_version", v.to_string()));
@@ -263,7 +263,7 @@ pub async fn del(a: DelArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-pub async fn ls(a: LsArgs) -> anyhow::Result<()> {
+pub(super) async fn ls(a: LsArgs) -> anyhow::Result<()> {
     let client = a.common.client()?;
     let mut cursor: Option<String> = None;
     let mut all_items = Vec::new();
@@ -309,7 +309,7 @@ fn print_items(items: &[Value], cursor: Option<&str>) {
     }
 }
 
-pub async fn ns(a: NsArgs) -> anyhow::Result<()> {
+pub(super) async fn ns(a: NsArgs) -> anyhow::Result<()> {
     let client = a.common.client()?;
     let base = a.common.url.trim_end_matches('/').to_string();
     match a.action.unwrap_or(NsAction::Ls) {
@@ -420,7 +420,7 @@ pub struct ClusterArgs {
 /// partitions each serves as `ns/partition@applied_offset` and the round
 /// trip from the asked node; then where the asked node sends a request for
 /// each partition it does not hold.
-pub async fn cluster(a: ClusterArgs) -> anyhow::Result<()> {
+pub(super) async fn cluster(a: ClusterArgs) -> anyhow::Result<()> {
     let base = a.common.url.trim_end_matches('/').to_string();
     let body = send(a.common.client()?.get(format!("{base}/v1/cluster"))).await?;
     print(&a.common, &body, |b| {
@@ -504,7 +504,7 @@ enum SnapshotAction {
 }
 
 /// `tern snapshot create|ls`.
-pub async fn snapshot(a: SnapshotArgs) -> anyhow::Result<()> {
+pub(super) async fn snapshot(a: SnapshotArgs) -> anyhow::Result<()> {
     let base = a.url.trim_end_matches('/').to_string();
     let common = Common { url: a.url.clone(), ns: String::new(), json: a.json, token: a.token.clone(), ca: a.ca.clone() };
     let client = common.client()?;

@@ -72,7 +72,7 @@ fn parse_output(text: &str) -> Result<(String, String), String> {
     Ok((output.to_string(), topic.to_string()))
 }
 
-pub async fn procedure(a: ProcedureArgs) -> anyhow::Result<()> {
+pub(super) async fn procedure(a: ProcedureArgs) -> anyhow::Result<()> {
     let client = a.common.client()?;
     let base = format!("{}/v1/ns/{}/procedures", a.common.url.trim_end_matches('/'), a.common.ns);
     let outbox = format!("{}/v1/ns/{}/outbox", a.common.url.trim_end_matches('/'), a.common.ns);

@@ -38,7 +38,7 @@ enum TokenCommand {
     Revoke { id: String },
 }
 
-pub async fn token(a: TokenArgs) -> anyhow::Result<()> {
+pub(super) async fn token(a: TokenArgs) -> anyhow::Result<()> {
     let client = a.common.client()?;
     let base = format!("{}/v1/tokens", a.common.url.trim_end_matches('/'));
     match a.command {

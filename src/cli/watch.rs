@@ -35,7 +35,7 @@ pub struct WatchArgs {
 const RETRY_DELAY_MIN: Duration = Duration::from_secs(1);
 const RETRY_DELAY_MAX: Duration = Duration::from_secs(30);
 
-pub async fn watch(a: WatchArgs) -> anyhow::Result<()> {
+pub(super) async fn watch(a: WatchArgs) -> anyhow::Result<()> {
     let mut query: Vec<(&str, String)> = Vec::new();
     for (key, value) in [("pk", &a.pk), ("prefix", &a.prefix), ("sk", &a.sk), ("mode", &a.mode)] {
         if let Some(value) = value {

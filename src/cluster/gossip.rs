@@ -48,13 +48,13 @@ const API_PREFIX: &str = "api.";
 /// Key of the round trips a node measured to its peers.
 const RTT_KEY: &str = "rtt";
 
-pub struct Gossip {
+pub(super) struct Gossip {
     handle: tokio::sync::Mutex<Option<ChitchatHandle>>,
     stop: watch::Sender<bool>,
 }
 
 impl Gossip {
-    pub async fn start(
+    pub(super) async fn start(
         me: &SelfInfo,
         node: Arc<Node>,
         peers: Arc<RwLock<Vec<Arc<Member>>>>,
@@ -98,7 +98,7 @@ impl Gossip {
         Ok(Gossip { handle: tokio::sync::Mutex::new(Some(handle)), stop })
     }
 
-    pub async fn shutdown(&self) {
+    pub(super) async fn shutdown(&self) {
         self.stop.send_replace(true);
         if let Some(handle) = self.handle.lock().await.take() {
             if let Err(e) = handle.shutdown().await {

@@ -7,12 +7,16 @@ use parking_lot::RwLock;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+/// How a holder ranks, compared in order: handing off (after owners), in
+/// another region, unreachable, its round-trip class, less applied.
+type Rank = (bool, bool, u8, u64, std::cmp::Reverse<u64>);
+
 /// Whether gossip knows nodes of other regions and hears none of them.
 /// `Cluster::holders`, on a given view: the live `peers` serving
 /// `partition` of `namespace`, best first for a caller in `region` that
 /// measured `rtts`.
 pub(super) fn rank_holders(peers: &[Arc<Member>], rtts: &BTreeMap<String, Rtt>, region: &str, namespace: &str, partition: u32) -> Vec<Arc<Member>> {
-    let mut holders: Vec<((bool, bool, u8, u64, std::cmp::Reverse<u64>), Arc<Member>)> = peers
+    let mut holders: Vec<(Rank, Arc<Member>)> = peers
         .iter()
         .filter(|m| m.state == "live")
         .filter_map(|m| {

@@ -17,9 +17,9 @@ use super::error::ApiError;
 use super::state::AppState;
 use crate::cluster::Member;
 
-pub use crate::cluster::peer_client::FORWARDED_BY;
+pub(super) use crate::cluster::peer_client::FORWARDED_BY;
 pub const SERVED_BY: &str = "x-tern-served-by";
-pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
+pub(super) const IDEMPOTENCY_KEY: &str = "idempotency-key";
 /// The caller's headers a forwarded request carries, so the holder decides
 /// as this node would have: who asks (`Authorization`, checked again
 /// there), and Firebase's conditional requests (`X-Firebase-ETag`,

@@ -53,21 +53,21 @@ impl Filter {
 /// others by the pk they watch. An event costs one hash lookup plus one
 /// check per queue of its own pk, whatever the number of queues.
 #[derive(Default)]
-pub struct Index {
+pub(crate) struct Index {
     pub everything: Vec<Arc<WatchQueue>>,
     pub by_pk: HashMap<Box<str>, Vec<Arc<WatchQueue>>>,
     count: usize,
 }
 
 impl Index {
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.count
     }
 
     /// Lists stay sorted by (connection, id): a dispatch round wakes one
     /// connection's queues one after the other, so its task runs once
     /// for all of them instead of once each while the round goes on.
-    pub fn insert(&mut self, queue: Arc<WatchQueue>) {
+    pub(crate) fn insert(&mut self, queue: Arc<WatchQueue>) {
         let list = match queue.filter.pk() {
             None => &mut self.everything,
             Some(pk) => self.by_pk.entry(pk.into()).or_default(),
@@ -79,7 +79,7 @@ impl Index {
     }
 
     /// Removes the queue with this id; returns whether it was there.
-    pub fn remove(&mut self, queue: &WatchQueue) -> bool {
+    pub(crate) fn remove(&mut self, queue: &WatchQueue) -> bool {
         let list = match queue.filter.pk() {
             None => &mut self.everything,
             Some(pk) => match self.by_pk.get_mut(pk) {

@@ -40,7 +40,7 @@ pub struct QueueLimits {
 }
 
 /// Events dispatched to one watch in one round (one partition).
-pub type Batch = Arc<[Arc<Event>]>;
+pub(crate) type Batch = Arc<[Arc<Event>]>;
 
 /// The fan-out's side of one watch: its filter, its bounded queue and the
 /// signal that wakes its session.
@@ -71,7 +71,7 @@ pub struct WatchQueue {
 
 /// The lines the fan-out touches (see `WatchQueue`).
 const CACHE_LINE_BYTES: usize = 64;
-const _: () = assert!(std::mem::size_of::<Mutex<QueueState>>() + 1 <= CACHE_LINE_BYTES, "the queue and the signal's flag share a line");
+const _: () = assert!(std::mem::size_of::<Mutex<QueueState>>() < CACHE_LINE_BYTES, "the queue and the signal's flag share a line");
 const _: () = assert!(std::mem::offset_of!(WatchQueue, signal) + std::mem::offset_of!(Signal, raised) < CACHE_LINE_BYTES);
 const _: () = assert!(std::mem::offset_of!(WatchQueue, whole_pk) < 2 * CACHE_LINE_BYTES);
 

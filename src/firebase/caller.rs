@@ -17,7 +17,7 @@ use crate::tree::TREE_PK;
 
 /// Who is asking.
 #[derive(Debug, Clone)]
-pub enum Caller {
+pub(super) enum Caller {
     /// The owner: rules do not apply, unless it asked to be seen as `auth`
     /// (`auth_variable_override`).
     Admin { as_auth: Option<Value> },
@@ -27,7 +27,7 @@ pub enum Caller {
 
 impl Caller {
     /// The `auth` rules see, or None when rules do not apply.
-    pub fn rules_auth(&self) -> Option<&Value> {
+    pub(super) fn rules_auth(&self) -> Option<&Value> {
         match self {
             Caller::Admin { as_auth: None } => None,
             Caller::Admin { as_auth: Some(auth) } | Caller::User { auth } => Some(auth),
@@ -37,7 +37,7 @@ impl Caller {
     /// Whether the caller's credential has expired by `now_ms` (its
     /// token's `exp`, in seconds; a credential without one never expires).
     /// A stream then ends with `auth_revoked`.
-    pub fn expired(&self, now_ms: u64) -> bool {
+    pub(super) fn expired(&self, now_ms: u64) -> bool {
         match self {
             // The SDKs' emulator tokens (`mockUserToken`) claim to be issued
             // at the epoch and expire an hour later; the emulator takes them
@@ -56,7 +56,13 @@ impl Caller {
 /// a JWT without such a grant is a user whose claims are `auth` (rules
 /// decide); an API key without one is refused (403). Without
 /// authentication: `legacy_caller`.
-pub fn caller(config: &FirebaseConfig, identity: Option<&Identity>, headers: &HeaderMap, query: &Query, verb: Verb) -> Result<Caller, FbError> {
+pub(super) fn caller(
+    config: &FirebaseConfig,
+    identity: Option<&Identity>,
+    headers: &HeaderMap,
+    query: &Query,
+    verb: Verb,
+) -> Result<Caller, FbError> {
     let Some(identity) = identity else { return legacy_caller(config, headers, query) };
     let ns = query.get("ns").unwrap_or("default");
     let as_admin = || -> Result<Caller, FbError> {
@@ -81,7 +87,7 @@ pub fn caller(config: &FirebaseConfig, identity: Option<&Identity>, headers: &He
 }
 
 /// Who is asking without authentication: `Authorization: Bearer <token>` or `?auth=<token>`.
-pub fn legacy_caller(config: &FirebaseConfig, headers: &HeaderMap, query: &Query) -> Result<Caller, FbError> {
+pub(super) fn legacy_caller(config: &FirebaseConfig, headers: &HeaderMap, query: &Query) -> Result<Caller, FbError> {
     let bearer = headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).and_then(|v| v.strip_prefix("Bearer ").map(str::trim));
     let Some(token) = bearer.or(query.get("auth")).or(query.get("access_token")) else {
         return Ok(Caller::User { auth: Value::Null });

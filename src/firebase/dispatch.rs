@@ -118,7 +118,7 @@ async fn read_body(body: axum::body::Body) -> Result<bytes::Bytes, FbError> {
 
 /// The database of a request: its namespace, created on first use in
 /// emulator mode.
-pub async fn database(state: &Firebase, query: &Query) -> Result<Arc<Namespace>, FbError> {
+pub(super) async fn database(state: &Firebase, query: &Query) -> Result<Arc<Namespace>, FbError> {
     let name = query.get("ns").unwrap_or("default");
     if let Some(ns) = state.app.node.namespace(name) {
         return Ok(ns);

@@ -8,7 +8,7 @@ use super::error::FbError;
 use super::query::Query;
 
 /// A JSON response, pretty when asked (`print=pretty`), empty when asked (`print=silent` → 204).
-pub fn json_response(status: StatusCode, value: &Value, query: &Query, extra: Vec<(header::HeaderName, String)>) -> Result<Response, FbError> {
+pub(super) fn json_response(status: StatusCode, value: &Value, query: &Query, extra: Vec<(header::HeaderName, String)>) -> Result<Response, FbError> {
     let mut response = match query.get("print") {
         Some("silent") => StatusCode::NO_CONTENT.into_response(),
         Some("pretty") => {

@@ -39,7 +39,7 @@ use crate::tree::TREE_PK;
 const SHALLOW_CHILDREN_MAX: usize = 1_000_000;
 
 #[allow(clippy::too_many_arguments)]
-pub async fn handle(
+pub(super) async fn handle(
     state: &Firebase,
     namespace: &Namespace,
     caller: &Caller,
@@ -87,7 +87,7 @@ fn query_params(query: &Query) -> QueryParams<'_> {
 }
 
 /// Parses a query and checks that the rules index what it orders by.
-pub fn parse_query(state: &Firebase, namespace: &Namespace, sk: &str, query: &Query) -> Result<Option<query::Query>, FbError> {
+pub(super) fn parse_query(state: &Firebase, namespace: &Namespace, sk: &str, query: &Query) -> Result<Option<query::Query>, FbError> {
     let Some(parsed) = query::parse(&query_params(query)).map_err(FbError::bad)? else { return Ok(None) };
     if let Some(needed) = query::index_needed(&parsed) {
         if !state.db.rules_of(namespace)?.index_on(sk).contains(&needed) {
@@ -97,7 +97,7 @@ pub fn parse_query(state: &Firebase, namespace: &Namespace, sk: &str, query: &Qu
     Ok(Some(parsed))
 }
 
-pub fn check_read(state: &Firebase, namespace: &Namespace, caller: &Caller, sk: &str, view: Arc<ReadView>) -> Result<Arc<ReadView>, FbError> {
+pub(super) fn check_read(state: &Firebase, namespace: &Namespace, caller: &Caller, sk: &str, view: Arc<ReadView>) -> Result<Arc<ReadView>, FbError> {
     let Some(auth) = caller.rules_auth() else { return Ok(view) };
     let rules = state.db.rules_of(namespace)?;
     let data = TreeData { view };
@@ -198,11 +198,7 @@ async fn set(
     let written: Value = serde_json::from_slice(&body).expect("validated above");
     let time_ms = now_ms();
     check_write(state, namespace, caller, &sk, &written, merge, time_ms)?;
-    let condition = match headers.get(header::IF_MATCH).and_then(|v| v.to_str().ok()) {
-        // A tag that does not parse matches no value: the write fails with 412.
-        Some(tag) => Some(Condition::IfTreeHash(parse_etag(tag).unwrap_or([0; 32]))),
-        None => None,
-    };
+    let condition = headers.get(header::IF_MATCH).and_then(|v| v.to_str().ok()).map(|tag| Condition::IfTreeHash(parse_etag(tag).unwrap_or([0; 32])));
     // Kept for a holder, should this node let the partition go before the write.
     let body_again = body.clone();
     let op = Op { pk: TREE_PK.into(), sk: sk.clone(), kind: OpKind::Tree(TreeOp { merge, value: body, time_ms }), condition };
@@ -261,7 +257,7 @@ async fn set(
 
 /// Whether the rules let `caller` write `written` at `sk` (a set, or an
 /// update when `merge`), judged against this node's applied tree.
-pub fn check_write(
+pub(super) fn check_write(
     state: &Firebase,
     namespace: &Namespace,
     caller: &Caller,

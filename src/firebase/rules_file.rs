@@ -20,7 +20,7 @@ use crate::node::reserved::Writer;
 use crate::node::write::{Entry, WriteRequest};
 use crate::partition::Namespace;
 
-pub async fn handle(
+pub(super) async fn handle(
     state: &Firebase,
     namespace: &Namespace,
     caller: &Caller,
@@ -49,7 +49,7 @@ pub async fn handle(
             };
             let timeout = std::time::Duration::from_millis(crate::limits::WAIT_MS_DEFAULT);
             let request = WriteRequest::new(Writer::FirebaseRules, partition, Entry::Mutation(mutation)).applied_within(timeout);
-            state.app.node.write_sequenced(namespace, request).await.map_err(|e| FbError::from(e))?;
+            state.app.node.write_sequenced(namespace, request).await.map_err(FbError::from)?;
             Ok(([(header::CONTENT_TYPE, "application/json; charset=utf-8")], r#"{"status":"ok"}"#).into_response())
         }
         ref other => Err(FbError::new(StatusCode::METHOD_NOT_ALLOWED, format!("{other} is not supported on rules; use GET or PUT"))),

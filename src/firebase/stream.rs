@@ -64,7 +64,7 @@ const MESSAGES_PENDING_MAX: usize = 64;
 const STATE_BYTES_MAX: usize = crate::store::tree::READ_BYTES_MAX;
 
 /// A streaming request over HTTP/1.1: the response body runs the session.
-pub async fn open(
+pub(super) async fn open(
     state: &Firebase,
     namespace: Arc<Namespace>,
     caller: Caller,
@@ -83,7 +83,7 @@ pub async fn open(
 /// sets up its session, which leaves its messages in `outlet`, and the
 /// translator of those messages; errors come before anything is streamed.
 #[allow(clippy::too_many_arguments)]
-pub async fn open_session(
+pub(super) async fn open_session(
     state: &Firebase,
     namespace: Arc<Namespace>,
     caller: Caller,
@@ -107,7 +107,7 @@ pub async fn open_session(
 /// Sets up the watch of one listened location (a stream, or a realtime
 /// listen) and the translator of its messages into `format`.
 #[allow(clippy::too_many_arguments)]
-pub async fn open_listen(
+pub(super) async fn open_listen(
     state: &Firebase,
     namespace: Arc<Namespace>,
     caller: Caller,
@@ -142,14 +142,14 @@ pub async fn open_listen(
     Ok((session, translator))
 }
 
-pub fn allowed(state: &Firebase, namespace: &Namespace, caller: &Caller, sk: &str) -> Result<bool, FbError> {
+pub(super) fn allowed(state: &Firebase, namespace: &Namespace, caller: &Caller, sk: &str) -> Result<bool, FbError> {
     let Some(auth) = caller.rules_auth() else { return Ok(true) };
     let rules = state.db.rules_of(namespace)?;
     Ok(rules.can_read(sk, auth, now_ms(), &TreeData { view: tree_view(namespace)? }))
 }
 
 /// Turns a watch's messages into Firebase events.
-pub struct Translator {
+pub(super) struct Translator {
     state: Firebase,
     namespace: Arc<Namespace>,
     caller: Caller,
@@ -193,7 +193,7 @@ impl Encoder for Translator {
 impl Translator {
     /// The watch ended by itself, not by the rules: a realtime connection
     /// closes so that its SDK listens again (see `Message::Cancel`).
-    pub fn must_reconnect(&self) -> bool {
+    pub(super) fn must_reconnect(&self) -> bool {
         self.reconnect
     }
 
@@ -385,7 +385,7 @@ fn current_value(namespace: &Namespace, sk: &str, export: bool) -> Option<Value>
 }
 
 /// The wire form a translator writes.
-pub enum Format {
+pub(super) enum Format {
     /// Server-sent events: `put` and `patch` with `path` relative to the
     /// listened location, `id:` the Tern position.
     Sse,

@@ -47,6 +47,10 @@ use tokio::sync::{mpsc, oneshot};
 
 const MAGIC: &[u8; 8] = b"TERNJRNL";
 const FORMAT_VERSION: u32 = 1;
+/// Uploaded objects not yet deleted: seq → per (namespace, partition) the
+/// highest local journal offset in it.
+type Uploaded = Arc<Mutex<BTreeMap<u64, Vec<((String, u32), u64)>>>>;
+
 /// One group commit's object holds at most this many entries …
 const GROUP_ENTRIES_MAX: usize = 4096;
 /// … and about this many bytes (an entry is at most one mutation, 5 MiB).
@@ -294,7 +298,7 @@ pub struct ObjectJournal {
     queue: mpsc::Sender<Upload>,
     /// Uploaded objects not deleted: seq → per (namespace, partition) the
     /// highest local journal offset in it.
-    uploaded: Arc<Mutex<BTreeMap<u64, Vec<((String, u32), u64)>>>>,
+    uploaded: Uploaded,
     tasks: Vec<tokio::task::JoinHandle<()>>,
 }
 
@@ -378,13 +382,7 @@ fn highest_offsets(entries: &[Entry]) -> Vec<((String, u32), u64)> {
 }
 
 /// Takes what is queued, puts it as one object, answers each append.
-async fn upload_loop(
-    objects: JournalObjects,
-    journal_id: String,
-    mut next_seq: u64,
-    mut queue: mpsc::Receiver<Upload>,
-    uploaded: Arc<Mutex<BTreeMap<u64, Vec<((String, u32), u64)>>>>,
-) {
+async fn upload_loop(objects: JournalObjects, journal_id: String, mut next_seq: u64, mut queue: mpsc::Receiver<Upload>, uploaded: Uploaded) {
     while let Some(first) = queue.recv().await {
         let mut group = vec![first];
         let mut bytes = group[0].entry.payload.len();

@@ -133,6 +133,6 @@ async fn a_journal_whose_oldest_write_waited_too_long_refuses_new_ones() {
     journal.close().await;
     let reopened = Journal::open(dir.path(), ROOMY, None).await.unwrap();
     assert_eq!(reopened.replayed_at_open(), 1, "the unreleased write is replayed");
-    assert_eq!(reopened.find(b"w2").map(|(ns, p, o)| (ns, p, o)), Some(("ns".to_string(), 0, 1)));
+    assert_eq!(reopened.find(b"w2"), Some(("ns".to_string(), 0, 1)));
     assert_eq!(reopened.find(b"w1"), None, "released");
 }

@@ -32,7 +32,7 @@ use crate::partition::PartitionHandle;
 use crate::procedure::outbox::OutboxMessage;
 
 /// How often the node looks for held partitions that need a publisher.
-pub const ROUND_INTERVAL: Duration = Duration::from_millis(500);
+pub(super) const ROUND_INTERVAL: Duration = Duration::from_millis(500);
 /// Most messages in one transaction.
 const BATCH_MESSAGES_MAX: usize = 5_000;
 /// Longest an idle publisher waits for the partition to apply something.

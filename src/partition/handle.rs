@@ -76,7 +76,7 @@ pub struct PartitionHandle {
 }
 
 /// How many recent outcomes each partition remembers for waiting writers.
-pub const OUTCOMES_MAX: usize = 65_536;
+pub(crate) const OUTCOMES_MAX: usize = 65_536;
 
 impl PartitionHandle {
     pub fn new(

@@ -10,6 +10,6 @@ pub(crate) mod handle;
 pub(crate) mod namespace;
 pub(crate) mod outcome;
 
-pub use self::handle::{PartitionHandle, PartitionStatus, ReadView};
-pub use self::namespace::Namespace;
-pub use self::outcome::Outcome;
+pub(crate) use self::handle::{PartitionHandle, PartitionStatus, ReadView};
+pub(crate) use self::namespace::Namespace;
+pub(crate) use self::outcome::Outcome;

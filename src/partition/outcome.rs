@@ -49,18 +49,18 @@ impl Outcome {
 }
 
 /// Outcomes of the newest applied offsets, oldest evicted first.
-pub struct OutcomeRing {
+pub(crate) struct OutcomeRing {
     entries: VecDeque<(u64, Outcome)>,
     capacity: usize,
 }
 
 impl OutcomeRing {
-    pub fn new(capacity: usize) -> OutcomeRing {
+    pub(crate) fn new(capacity: usize) -> OutcomeRing {
         assert!(capacity > 0);
         OutcomeRing { entries: VecDeque::with_capacity(capacity.min(4096)), capacity }
     }
 
-    pub fn push(&mut self, offset: u64, outcome: Outcome) {
+    pub(crate) fn push(&mut self, offset: u64, outcome: Outcome) {
         if let Some((last, _)) = self.entries.back() {
             assert!(offset > *last, "outcomes are recorded in offset order");
         }
@@ -70,7 +70,7 @@ impl OutcomeRing {
         self.entries.push_back((offset, outcome));
     }
 
-    pub fn get(&self, offset: u64) -> Option<Outcome> {
+    pub(crate) fn get(&self, offset: u64) -> Option<Outcome> {
         let i = self.entries.binary_search_by_key(&offset, |(o, _)| *o).ok()?;
         Some(self.entries[i].1.clone())
     }

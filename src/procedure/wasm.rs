@@ -442,9 +442,9 @@ impl Vm {
             buffer[written..written + part.len()].copy_from_slice(part);
             written += part.len();
         }
+        let read: *mut (dyn StateRead + '_) = read;
         // SAFETY: the lifetime is erased only while this call runs; the
         // pointer is taken out of the store below, before `read` goes.
-        let read: *mut (dyn StateRead + '_) = read;
         let read = ReadPtr(unsafe { std::mem::transmute::<*mut (dyn StateRead + '_), *mut (dyn StateRead + 'static)>(read) });
         let headers = HeadersPtr(headers as *const [(String, bytes::Bytes)]);
         self.store.data_mut().call = Some(Call { effects: Effects::default(), read, now_ms, headers });

@@ -25,13 +25,14 @@ fn every_bound_and_cross_check_is_enforced() {
     bad(|s| (s.gossip, s.gossip_advertise) = (Some("127.0.0.1:7946".into()), Some("relay:7946".into())), "gossip_advertise must be IP:PORT");
     bad(|s| (s.gossip, s.gossip_advertise) = (Some("127.0.0.1:7946".into()), Some("127.0.0.1:0".into())), "gossip_advertise needs a port");
     for (region, address) in [("eu", ""), ("eu", "127.0.0.1"), ("eu", ":80"), ("eu", "h:0"), ("eu", "h:65536"), ("eu", "h:x"), ("", "h:80")] {
-        let mut s = Settings::default();
-        s.advertise_api_for = [(region.to_string(), address.to_string())].into();
+        let s = Settings { advertise_api_for: [(region.to_string(), address.to_string())].into(), ..Default::default() };
         let error = s.validate().unwrap_err().to_string();
         assert!(error.contains("advertise_api_for takes REGION=HOST:PORT"), "{region:?}={address:?}: {error}");
     }
-    let mut s = Settings::default();
-    s.advertise_api_for = [("ap-south".to_string(), "[::1]:7070".to_string()), ("eu".to_string(), "eu.example:443".to_string())].into();
+    let s = Settings {
+        advertise_api_for: [("ap-south".to_string(), "[::1]:7070".to_string()), ("eu".to_string(), "eu.example:443".to_string())].into(),
+        ..Default::default()
+    };
     s.validate().expect("HOST:PORT addresses, IPv6 in brackets, are accepted");
     bad(|s| s.group = String::new(), "group must not be empty");
     bad(|s| s.node_id = String::new(), "node_id must not be empty");

@@ -16,7 +16,7 @@ use crate::log::{CreateOutcome, Log, LogError, LogReader, LogRecord, TopicInfo, 
 
 /// Faults in force for the next operations.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct Faults {
+pub(super) struct Faults {
     pub append_fails_before: bool,
     pub append_fails_after: bool,
     pub read_fails: bool,
@@ -33,42 +33,42 @@ struct State {
     faults: Faults,
 }
 
-pub struct SimLog {
+pub(super) struct SimLog {
     identity: String,
     state: Arc<Mutex<State>>,
 }
 
 impl SimLog {
-    pub fn new(identity: &str) -> SimLog {
+    pub(super) fn new(identity: &str) -> SimLog {
         SimLog { identity: identity.to_string(), state: Arc::new(Mutex::new(State::default())) }
     }
 
-    pub fn set_faults(&self, faults: Faults) {
+    pub(super) fn set_faults(&self, faults: Faults) {
         self.state.lock().faults = faults;
     }
 
-    pub fn append_marker(&self, _tp: &TopicPartition) {
+    pub(super) fn append_marker(&self, _tp: &TopicPartition) {
         self.state.lock().history.push(None);
     }
 
-    pub fn snapshot_taken(&self, applied_next: u64) {
+    pub(super) fn snapshot_taken(&self, applied_next: u64) {
         let mut state = self.state.lock();
         state.snapshot_floor = state.snapshot_floor.max(applied_next);
     }
 
-    pub fn snapshot_floor(&self) -> u64 {
+    pub(super) fn snapshot_floor(&self) -> u64 {
         self.state.lock().snapshot_floor
     }
 
     /// Retention: entries below `offset` are gone (never past the snapshot floor).
-    pub fn delete_below(&self, offset: u64) {
+    pub(super) fn delete_below(&self, offset: u64) {
         let mut state = self.state.lock();
         assert!(offset <= state.snapshot_floor, "retention never passes the newest snapshot");
         state.start = state.start.max(offset.min(state.history.len() as u64));
     }
 
     /// Every offset ever written, deleted or not: the reference model's input.
-    pub fn history(&self) -> Vec<Option<Bytes>> {
+    pub(super) fn history(&self) -> Vec<Option<Bytes>> {
         self.state.lock().history.clone()
     }
 }

@@ -13,7 +13,7 @@ use crate::apply::batch::WRITE_ID_WINDOW_OFFSETS;
 use crate::codec::{Condition, OpKind};
 
 /// pk -> (version, value), after applying every entry of `history`.
-pub fn apply_all(history: &[Option<Bytes>]) -> BTreeMap<String, (u64, Vec<u8>)> {
+pub(super) fn apply_all(history: &[Option<Bytes>]) -> BTreeMap<String, (u64, Vec<u8>)> {
     let mut records: BTreeMap<String, (u64, Vec<u8>)> = BTreeMap::new();
     let mut write_ids: HashMap<Bytes, u64> = HashMap::new();
     for (offset, entry) in history.iter().enumerate() {

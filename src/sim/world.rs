@@ -47,7 +47,7 @@ pub(super) const BATCH_MAX: usize = 8;
 /// What the runs did, summed over seeds (printed, so a run shows it
 /// exercised what it claims to).
 #[derive(Debug, Default)]
-pub struct Stats {
+pub(super) struct Stats {
     pub writes_acknowledged: AtomicU64,
     pub writes_failed: AtomicU64,
     pub retries: AtomicU64,
@@ -58,7 +58,7 @@ pub struct Stats {
     pub overtaken_readers: AtomicU64,
 }
 
-pub static STATS: Stats = Stats {
+pub(super) static STATS: Stats = Stats {
     writes_acknowledged: AtomicU64::new(0),
     writes_failed: AtomicU64::new(0),
     retries: AtomicU64::new(0),
@@ -94,7 +94,7 @@ impl std::fmt::Display for Stats {
 
 /// What one run found wrong, with the seed that reproduces it.
 #[derive(Debug)]
-pub struct Failure {
+pub(super) struct Failure {
     pub seed: u64,
     pub step: usize,
     pub what: String,
@@ -164,7 +164,7 @@ pub(super) struct World {
 }
 
 /// Runs one seed; `Err` says what broke and how to replay it.
-pub fn run_seed(seed: u64) -> Result<(), Failure> {
+pub(super) fn run_seed(seed: u64) -> Result<(), Failure> {
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a runtime");
     let mut world = World::new(seed);
     let result = runtime.block_on(world.run());
@@ -194,7 +194,7 @@ impl World {
             versions: BTreeMap::new(),
             next_write_id: 0,
             step: 0,
-            root: root,
+            root,
         }
     }
 
@@ -524,7 +524,7 @@ pub(super) fn sim_tmp() -> PathBuf {
 }
 
 /// Runs seeds `first..first + count` on `threads` threads; the failures.
-pub fn run_seeds(first: u64, count: u64, threads: usize) -> Vec<Failure> {
+pub(super) fn run_seeds(first: u64, count: u64, threads: usize) -> Vec<Failure> {
     let next = Arc::new(std::sync::atomic::AtomicU64::new(first));
     let failures = Arc::new(parking_lot::Mutex::new(Vec::new()));
     let workers: Vec<_> = (0..threads.max(1))

@@ -152,8 +152,11 @@ impl Chunker {
     }
 }
 
+/// One record of a chunk as stored: its key and its value, both raw.
+pub type RawRecord = (Vec<u8>, Vec<u8>);
+
 /// The records of a raw chunk, checked for framing.
-pub fn decode_chunk(raw: &[u8]) -> Result<Vec<(Vec<u8>, Vec<u8>)>, String> {
+pub fn decode_chunk(raw: &[u8]) -> Result<Vec<RawRecord>, String> {
     let mut records = Vec::new();
     let mut at = 0usize;
     let field = |at: &mut usize| -> Result<Vec<u8>, String> {

@@ -135,7 +135,7 @@ impl Snapshots {
                 Some((name, o.location))
             })
             .collect();
-        manifests.sort_by(|a, b| b.0.cmp(&a.0));
+        manifests.sort_by_key(|manifest| std::cmp::Reverse(manifest.0));
         Ok(manifests)
     }
 }

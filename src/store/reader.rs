@@ -9,6 +9,13 @@ use super::key::{self, SkRange};
 use super::layout::{self, decode_value, is_outcome_meta, read_state, slice_bound, META_PREFIX, META_STATE};
 use super::{Record, StoreError, StoreState};
 
+/// A page of a namespace-wide scan: (key, record) in key order, and whether
+/// more follow.
+pub(crate) type Page = (Vec<(Vec<u8>, Record)>, bool);
+
+/// One entry of a range over the records table, as redb yields it.
+type RangeEntry<'a> = Result<(redb::AccessGuard<'a, &'static [u8]>, redb::AccessGuard<'a, &'static [u8]>), redb::StorageError>;
+
 /// A consistent read view of one partition.
 pub struct StoreReader {
     pub(super) table: redb::ReadOnlyTable<&'static [u8], &'static [u8]>,
@@ -53,7 +60,7 @@ impl StoreReader {
     /// Up to `limit` records with keys after `after` (all records when
     /// `None`), in key order, plus whether more follow: a namespace-wide
     /// watch's snapshot, page by page.
-    pub fn scan_page(&self, after: Option<&[u8]>, limit: usize) -> Result<(Vec<(Vec<u8>, Record)>, bool), StoreError> {
+    pub fn scan_page(&self, after: Option<&[u8]>, limit: usize) -> Result<Page, StoreError> {
         let first_record = key::prefix_successor(&META_PREFIX).expect("meta prefix has a successor");
         let lower = match after {
             Some(key) => std::ops::Bound::Excluded(key),
@@ -82,7 +89,7 @@ impl StoreReader {
         let iter = self.table.range::<&[u8]>(bounds).map_err(|e| self.error(e))?;
         let mut out = Vec::with_capacity(limit.min(1024));
         let mut more = false;
-        let mut push = |entry: Result<(redb::AccessGuard<&[u8]>, redb::AccessGuard<&[u8]>), redb::StorageError>| {
+        let mut push = |entry: RangeEntry<'_>| {
             let (k, v) = entry.map_err(|e| self.error(e))?;
             if out.len() == limit {
                 more = true;

@@ -319,7 +319,7 @@ mod tests {
         assert_eq!(index.len(), 3);
         let top = Query { limit_last: Some(1), ..all };
         assert_eq!(index.select(&top), ["b"]);
-        let mut sorted = vec![("x", json!(1)), ("y", json!(1))];
+        let mut sorted = [("x", json!(1)), ("y", json!(1))];
         sorted.sort_by(|a, b| crate::tree::query::compare_entries(&order_by, (a.0, &a.1), (b.0, &b.1)));
         assert_eq!(sorted[0].0, "x", "ties go by key");
     }

@@ -23,7 +23,7 @@ const LOG_READ_WAIT: Duration = Duration::from_secs(5);
 const LOG_ENTRIES_PER_READ: usize = 256;
 
 #[derive(Debug, thiserror::Error)]
-pub enum HistoryError {
+pub(crate) enum HistoryError {
     #[error("history gone: {0}")]
     Gone(String),
     #[error("the log is unavailable: {0}")]
@@ -34,7 +34,7 @@ pub enum HistoryError {
 
 /// The events of `[from, to)` (at most about `events_max`, cut at an entry
 /// boundary), read from the log. `to` must not pass the applied offset.
-pub async fn chunk_from_log(handle: &PartitionHandle, log: &dyn Log, from: Mark, to: u64, events_max: usize) -> Result<Chunk, HistoryError> {
+pub(crate) async fn chunk_from_log(handle: &PartitionHandle, log: &dyn Log, from: Mark, to: u64, events_max: usize) -> Result<Chunk, HistoryError> {
     assert!(to <= handle.applied_next(), "history is read only below the applied offset");
     let store_error = |e: crate::store::StoreError| HistoryError::Store(e.to_string());
     let reader = handle.store().read().map_err(store_error)?;

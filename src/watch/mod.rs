@@ -33,4 +33,4 @@ pub(crate) use self::outlet::{Outlet, OutletReader, Tag, Tagged};
 pub(crate) use self::session::{ChangeId, Message, Session};
 mod watches;
 
-pub use self::watches::{ConnectionId, Since, Slot, Start, WatchConfig, WatchError, Watches};
+pub(crate) use self::watches::{ConnectionId, Since, Slot, Start, WatchConfig, WatchError, Watches};

@@ -120,7 +120,7 @@ enum Stop {
 pub struct Session {
     namespace: Arc<Namespace>,
     log: Arc<dyn Log>,
-    watch: Arc<WatchQueue>,
+    queue: Arc<WatchQueue>,
     cursor: Cursor,
     registered: BTreeSet<u32>,
     out: Outlet,
@@ -136,24 +136,25 @@ pub struct Session {
 }
 
 impl Session {
+    #[allow(clippy::too_many_arguments)] // each is a part the session owns; a struct of them would only rename them
     pub(super) fn new(
         namespace: Arc<Namespace>,
         log: Arc<dyn Log>,
-        watch: Arc<WatchQueue>,
+        queue: Arc<WatchQueue>,
         cursor: Cursor,
         out: Outlet,
         config: WatchConfig,
         slot: super::Slot,
         closing: tokio::sync::watch::Receiver<bool>,
     ) -> Session {
-        Session { namespace, log, watch, cursor, registered: BTreeSet::new(), out, config, sent: Marks::default(), _slot: slot, closing }
+        Session { namespace, log, queue, cursor, registered: BTreeSet::new(), out, config, sent: Marks::default(), _slot: slot, closing }
     }
 
     pub async fn run(mut self, start: Start) {
         let started = match start {
             Start::Now => {
                 for p in self.partitions() {
-                    let mark = self.namespace.handle(p).feed.register_at_head(&self.watch);
+                    let mark = self.namespace.handle(p).feed.register_at_head(&self.queue);
                     self.cursor.marks.insert(p, mark);
                     self.registered.insert(p);
                 }
@@ -180,7 +181,7 @@ impl Session {
             };
             match stop {
                 Stop::HistoryGone(why) => {
-                    tracing::debug!(watch = self.watch.id, %why, "history gone; resetting the watch");
+                    tracing::debug!(watch = self.queue.id, %why, "history gone; resetting the watch");
                     crate::metrics::WATCH_RESETS.with_label_values(&["history_gone"]).inc();
                     result = Box::pin(self.send_current_state("history_gone")).await;
                 }
@@ -211,7 +212,7 @@ impl Session {
         loop {
             self.check_partition(p)?;
             let mark = self.cursor.marks[p];
-            let head = match handle.feed.register(&self.watch, mark) {
+            let head = match handle.feed.register(&self.queue, mark) {
                 Ok(()) => {
                     self.registered.insert(p);
                     return Ok(());
@@ -233,7 +234,7 @@ impl Session {
 
     async fn deliver_chunk(&mut self, p: u32, chunk: Chunk) {
         for event in chunk.events {
-            if self.watch.filter.matches(&event.pk, &event.sk) {
+            if self.queue.filter.matches(&event.pk, &event.sk) {
                 self.deliver(&event).await;
             }
         }
@@ -292,7 +293,7 @@ impl Session {
     /// per partition, then registers every partition from there.
     async fn send_current_state(&mut self, reason: &'static str) -> Result<(), Stop> {
         // Anything queued is older than the views read below: the state sent has it.
-        self.watch.clear();
+        self.queue.clear();
         let mut views = Vec::new();
         for p in self.partitions() {
             self.check_partition(p)?;
@@ -320,14 +321,14 @@ impl Session {
     /// Every record of partition `p` the filter watches, page by page.
     async fn send_state(&self, p: u32, reader: &crate::store::StoreReader) -> Result<(), Stop> {
         let store_error = |e: crate::store::StoreError| Stop::Cancel { reason: "unavailable", message: e.to_string() };
-        match &self.watch.filter {
+        match &self.queue.filter {
             Filter::Record { pk, sk } => {
                 if let Some(record) = reader.get(pk, sk).map_err(store_error)? {
                     self.send(Message::Change { event: Event::of_record(p, &record), id: ChangeId::None }).await;
                 }
             }
             Filter::Pk { pk } | Filter::Prefix { pk, .. } | Filter::Tree { pk, .. } => {
-                let prefix = match &self.watch.filter {
+                let prefix = match &self.queue.filter {
                     Filter::Prefix { prefix, .. } => Some(prefix.clone()),
                     // A tree location's leaves: its own, then those below it.
                     Filter::Tree { path, .. } => {
@@ -406,7 +407,7 @@ impl Session {
                     // Everything dispatched is now reflected: the cursor can move to the head.
                     self.progress().await?;
                 }
-                Step::Overflowed => match self.watch.mode {
+                Step::Overflowed => match self.queue.mode {
                     Mode::Log => {
                         crate::metrics::WATCH_CANCELLED.with_label_values(&["slow_consumer"]).inc();
                         return Err(Stop::Cancel {
@@ -439,12 +440,12 @@ impl Session {
             if let Some(change) = self.deliver_drained(live) {
                 return Poll::Ready(Step::Wait(change));
             }
-            match live.wakes.poll_next(&self.watch.signal, cx) {
+            match live.wakes.poll_next(&self.queue.signal, cx) {
                 Poll::Pending => return Poll::Pending,
                 Poll::Ready(Wake::Queue) => {}
                 Poll::Ready(other) => return Poll::Ready(Step::Woke(other)),
             }
-            match self.watch.drain(&mut live.batches) {
+            match self.queue.drain(&mut live.batches) {
                 Drained::Empty | Drained::Batches => {}
                 Drained::Conflated(events) => return Poll::Ready(Step::Conflated(events)),
                 Drained::Overflowed => return Poll::Ready(Step::Overflowed),
@@ -483,7 +484,7 @@ impl Session {
             // Read the head first: everything dispatched below it is in the
             // queue by now, so an empty queue means none of it is pending.
             let head = self.namespace.handle(p).feed.dispatched_next();
-            if self.watch.is_empty() {
+            if self.queue.is_empty() {
                 let mark = self.cursor.marks.get_mut(p).expect("watched partition");
                 *mark = (*mark).max(Mark::at(head));
             }
@@ -510,7 +511,7 @@ impl Session {
 impl Drop for Session {
     fn drop(&mut self) {
         for &p in &self.registered {
-            self.namespace.handle(p).feed.unregister(&self.watch);
+            self.namespace.handle(p).feed.unregister(&self.queue);
         }
     }
 }

@@ -24,7 +24,7 @@ use crate::fanout::queue::Signal;
 
 /// Why a live session woke.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Wake {
+pub(crate) enum Wake {
     /// Its queue has something (the common case).
     Queue,
     /// Time to send its position if it moved.
@@ -35,7 +35,7 @@ pub enum Wake {
     NodeStopping,
 }
 
-pub struct LiveWakes {
+pub(crate) struct LiveWakes {
     progress: Pin<Box<Sleep>>,
     /// When `progress` fires, kept here to be compared without touching it.
     progress_at: Instant,
@@ -53,7 +53,7 @@ pub struct LiveWakes {
 }
 
 impl LiveWakes {
-    pub fn new(progress_interval: Duration, keep_alive_interval: Duration, closing: tokio::sync::watch::Receiver<bool>) -> LiveWakes {
+    pub(crate) fn new(progress_interval: Duration, keep_alive_interval: Duration, closing: tokio::sync::watch::Receiver<bool>) -> LiveWakes {
         let mut stopping = closing.clone();
         let now = Instant::now();
         let (progress_at, keep_alive_at) = (now + progress_interval, now + keep_alive_interval);
@@ -74,7 +74,7 @@ impl LiveWakes {
 
     /// The next reason to wake, once there is one; the queue first (a busy
     /// watch looks at nothing else), but never past the node stopping.
-    pub fn poll_next(&mut self, signal: &Signal, cx: &mut Context<'_>) -> Poll<Wake> {
+    pub(crate) fn poll_next(&mut self, signal: &Signal, cx: &mut Context<'_>) -> Poll<Wake> {
         if let Some(wake) = self.look(signal) {
             return Poll::Ready(wake);
         }
@@ -129,14 +129,14 @@ impl LiveWakes {
     }
 
     /// Starts the next `progress` interval (after it fired).
-    pub fn rearm_progress(&mut self) {
+    pub(crate) fn rearm_progress(&mut self) {
         self.progress_at = Instant::now() + self.progress_interval;
         self.progress.as_mut().reset(self.progress_at);
         self.registered = None;
     }
 
     /// Starts the next `keep-alive` interval (after it fired).
-    pub fn rearm_keep_alive(&mut self) {
+    pub(crate) fn rearm_keep_alive(&mut self) {
         self.keep_alive_at = Instant::now() + self.keep_alive_interval;
         self.keep_alive.as_mut().reset(self.keep_alive_at);
         self.registered = None;

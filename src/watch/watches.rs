@@ -67,7 +67,7 @@ pub struct Watches {
 }
 
 /// One counted watch; the count drops with it.
-pub struct Slot {
+pub(crate) struct Slot {
     pub(super) active: Arc<AtomicUsize>,
 }
 

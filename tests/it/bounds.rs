@@ -31,7 +31,12 @@ fn bounds_in(relative: &str, source: &str) -> Vec<BoundConst> {
             doc.push(text.trim());
             continue;
         }
-        let declaration = trimmed.strip_prefix("pub(crate) ").or_else(|| trimmed.strip_prefix("pub ")).unwrap_or(trimmed);
+        // Any visibility: `pub`, `pub(crate)`, `pub(super)`, `pub(in …)`.
+        let declaration = match trimmed.strip_prefix("pub") {
+            Some(rest) if rest.starts_with(' ') => rest.trim_start(),
+            Some(rest) if rest.starts_with('(') => rest.split_once(')').map_or(trimmed, |(_, after)| after.trim_start()),
+            _ => trimmed,
+        };
         if let (false, Some(rest)) = (in_test_block, declaration.strip_prefix("const ")) {
             if let Some((name, rest)) = rest.split_once(':') {
                 if let Some((ty, value)) = rest.split_once('=') {
@@ -85,12 +90,14 @@ fn the_bounds_doc_is_generated_from_the_sources() {
 #[test]
 fn bounds_are_found_with_their_docs_and_test_consts_are_not() {
     let source = "/// Most things. More words.\n#[allow(x)]\npub(crate) const THINGS_MAX: usize = 4 * 1024;\nconst NAME: &str = \"x\";\n\
+                  /// Fewer.\npub(super) const FEW_MAX: u32 = 2;\n\
                   const WAIT: Duration = Duration::from_secs(1);\n#[cfg(test)]\nmod tests {\n    const T_MAX: usize = 1;\n}\n";
     let found = bounds_in("a.rs", source);
     assert_eq!(
         found,
         [
             BoundConst { file: "a.rs".into(), name: "THINGS_MAX".into(), value: "4 * 1024".into(), doc: "Most things.".into() },
+            BoundConst { file: "a.rs".into(), name: "FEW_MAX".into(), value: "2".into(), doc: "Fewer.".into() },
             BoundConst { file: "a.rs".into(), name: "WAIT".into(), value: "Duration::from_secs(1)".into(), doc: String::new() },
         ]
     );

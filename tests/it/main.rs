@@ -7,6 +7,9 @@
 //! Only a test that needs a process of its own lives beside this folder:
 //! `tests/kafka_log_drop.rs` counts this process's librdkafka threads.
 
+// Tests spell out the tuples they compare; naming each would hide them.
+#![allow(clippy::type_complexity)]
+
 mod common;
 
 mod aggdemo;

@@ -193,7 +193,7 @@ async fn regions_read_locally_and_survive_losing_one() {
     let cut_at: Arc<Mutex<Option<Instant>>> = Arc::default();
     let resumed_after_cut: Arc<Mutex<BTreeMap<String, usize>>> = Arc::default();
     let mut writers = Vec::new();
-    for (region, id, url) in nodes.iter().cloned() {
+    for (region, id, url) in nodes.clone() {
         let (client, acknowledged, refusals, stop, cut_at, resumed) =
             (client.clone(), acknowledged.clone(), refusals.clone(), stop.clone(), cut_at.clone(), resumed_after_cut.clone());
         writers.push(tokio::spawn(async move {

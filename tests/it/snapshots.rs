@@ -139,13 +139,13 @@ async fn a_corrupt_newest_snapshot_is_rejected_for_the_previous_one() {
 }
 
 /// The S3 endpoint of the test server (`scripts/s3.sh`, started by scripts/test.sh).
-pub fn s3_endpoint() -> String {
+pub(crate) fn s3_endpoint() -> String {
     std::env::var("TERN_TEST_S3").expect("TERN_TEST_S3 must name an S3 endpoint: run scripts/test.sh, or scripts/s3.sh start and export it")
 }
 
 /// The options of a snapshot store at the S3 test server `endpoint`
 /// (endpoint and credentials from configuration, not the environment).
-pub fn s3_options(endpoint: String) -> Vec<(String, String)> {
+pub(crate) fn s3_options(endpoint: String) -> Vec<(String, String)> {
     [
         ("aws_endpoint", endpoint),
         ("aws_region", "us-east-1".to_string()),
@@ -159,7 +159,7 @@ pub fn s3_options(endpoint: String) -> Vec<(String, String)> {
 
 /// A TCP proxy in front of the S3 server that can "stop" it: refuse new
 /// connections and cut the open ones, while the server keeps what it has.
-pub struct Proxy {
+pub(crate) struct Proxy {
     pub address: String,
     down: Arc<AtomicBool>,
     forwarded_bytes: Arc<AtomicU64>,
@@ -167,7 +167,7 @@ pub struct Proxy {
 }
 
 impl Proxy {
-    pub async fn start(upstream: String) -> Proxy {
+    pub(crate) async fn start(upstream: String) -> Proxy {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let address = listener.local_addr().unwrap().to_string();
         let (down, forwarded_bytes) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicU64::new(0)));
@@ -204,14 +204,14 @@ impl Proxy {
         Proxy { address, down, forwarded_bytes, connections }
     }
 
-    pub fn stop(&self) {
+    pub(crate) fn stop(&self) {
         self.down.store(true, Ordering::SeqCst);
         for connection in self.connections.lock().unwrap().drain(..) {
             connection.abort();
         }
     }
 
-    pub fn resume(&self) {
+    pub(crate) fn resume(&self) {
         self.down.store(false, Ordering::SeqCst);
     }
 }

@@ -12,7 +12,7 @@ use serde_json::json;
 use crate::common::Tern;
 
 /// A test CA and certificates it signed, in a directory.
-pub struct Pki {
+pub(crate) struct Pki {
     dir: PathBuf,
 }
 
@@ -23,7 +23,7 @@ fn openssl(dir: &Path, args: &[&str]) {
 
 impl Pki {
     /// A CA named `name` in `dir`.
-    pub fn new(dir: &Path, name: &str) -> Pki {
+    pub(crate) fn new(dir: &Path, name: &str) -> Pki {
         let subject = format!("/CN={name}");
         openssl(
             dir,
@@ -48,12 +48,12 @@ impl Pki {
         Pki { dir: dir.join(name) }
     }
 
-    pub fn ca(&self) -> PathBuf {
+    pub(crate) fn ca(&self) -> PathBuf {
         self.dir.with_extension("pem")
     }
 
     /// A certificate for 127.0.0.1 (server and client use), signed by this CA: (cert, key).
-    pub fn issue(&self, name: &str) -> (PathBuf, PathBuf) {
+    pub(crate) fn issue(&self, name: &str) -> (PathBuf, PathBuf) {
         let dir = self.dir.parent().unwrap();
         let ca = self.dir.file_name().unwrap().to_str().unwrap();
         std::fs::write(dir.join(format!("{name}.ext")), "subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth,clientAuth\n")
@@ -99,7 +99,7 @@ impl Pki {
     }
 }
 
-pub fn client(ca: &Path, identity: Option<(&Path, &Path)>) -> reqwest::ClientBuilder {
+pub(crate) fn client(ca: &Path, identity: Option<(&Path, &Path)>) -> reqwest::ClientBuilder {
     let pem = std::fs::read(ca).unwrap();
     let mut builder = reqwest::Client::builder().add_root_certificate(reqwest::Certificate::from_pem(&pem).unwrap()).tls_info(true);
     if let Some((cert, key)) = identity {
@@ -131,7 +131,7 @@ async fn serve(dir: &Path, cert: &Path, key: &Path, extra: &[&str]) -> Tern {
     tern
 }
 
-pub async fn wait_ready(client: &reqwest::Client, url: &str) {
+pub(crate) async fn wait_ready(client: &reqwest::Client, url: &str) {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         if let Ok(r) = client.get(format!("{url}/readyz")).send().await {

@@ -747,7 +747,7 @@ async fn websocket_multiplexes_subscriptions_with_the_same_events_and_positions(
     for _ in 0..6 {
         replies.push(recv(&mut ws).await);
     }
-    let has = |pred: &dyn Fn(&Value) -> bool| replies.iter().any(|r| pred(r));
+    let has = |pred: &dyn Fn(&Value) -> bool| replies.iter().any(pred);
     assert!(has(&|r| r["type"] == "subscribed" && r["id"] == "a"));
     assert!(has(&|r| r["type"] == "snapshot" && r["id"] == "a"));
     assert!(has(&|r| r["type"] == "synced" && r["id"] == "a"));

@@ -48,7 +48,7 @@ const OUTBOUND_MESSAGES_MAX: usize = 256;
 /// Listen messages turned into frames before one flush.
 const MESSAGES_PER_FLUSH_MAX: usize = 256;
 /// Listens one connection may hold (as `/v1/ws`'s watches).
-pub const LISTENS_PER_CONNECTION_MAX: usize = 1000;
+pub(super) const LISTENS_PER_CONNECTION_MAX: usize = 1000;
 /// Write answers waiting for their events.
 const PENDING_ACKS_MAX: usize = 1024;
 /// How long a write's answer waits for its events at most.
@@ -62,7 +62,7 @@ const CLOSE_FLUSH_MAX: Duration = Duration::from_secs(1);
 
 /// Serves the connection until the client goes, the socket breaks, or the
 /// node stops (`closing`); then makes its onDisconnect writes.
-pub async fn serve(mut requests: Requests, socket: WebSocket, host: String, mut closing: tokio::sync::watch::Receiver<bool>) {
+pub(super) async fn serve(mut requests: Requests, socket: WebSocket, host: String, mut closing: tokio::sync::watch::Receiver<bool>) {
     // The registry lives with the databases; held here past `requests`.
     let databases = requests.state.db.clone();
     databases.registry.opened(&requests.session);

@@ -21,7 +21,7 @@ use crate::tree::path::PRIORITY_KEY;
 use crate::tree::query::{compare_keys, compare_priorities};
 
 /// The SDK's hash of `value` (read with priorities: `.priority`, `.value`).
-pub fn hash(value: &Value) -> String {
+pub(super) fn hash(value: &Value) -> String {
     match value {
         Value::Null => String::new(),
         Value::Object(map) if map.contains_key(".value") => leaf(map.get(".value").expect("checked"), map.get(PRIORITY_KEY).unwrap_or(&Value::Null)),

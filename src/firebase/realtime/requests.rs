@@ -50,7 +50,7 @@ use crate::watch::{self, ConnectionId, Outlet};
 const WRITE_WAIT: Duration = Duration::from_millis(crate::limits::WAIT_MS_MAX);
 
 /// Who the connection is.
-pub enum Credential {
+pub(super) enum Credential {
     /// No credential yet: `auth` is null (rules decide); with Tern's
     /// authentication on, nothing is allowed until an `auth` message.
     Anonymous,
@@ -66,7 +66,7 @@ impl Credential {
     /// Tern's authentication on, the token it verifies to; else the owner
     /// token or an emulator ID token (`legacy_caller`). `authvar`: the
     /// `auth` an admin asked to act as (JSON).
-    pub fn of(
+    pub(super) fn of(
         state: &Firebase,
         headers: &axum::http::HeaderMap,
         peer: Option<std::net::IpAddr>,
@@ -83,7 +83,7 @@ impl Credential {
 }
 
 /// What the connection does once a request was handled.
-pub enum Effect {
+pub(super) enum Effect {
     /// Send this answer.
     Reply(String),
     /// Send this answer once the connection's listens that the write at
@@ -97,7 +97,7 @@ pub enum Effect {
     Close(String),
 }
 
-pub struct Opened {
+pub(super) struct Opened {
     pub key: String,
     pub sk: String,
     pub session: SessionFuture,
@@ -105,7 +105,7 @@ pub struct Opened {
 }
 
 /// One connection's request handling: who it is, its onDisconnect writes.
-pub struct Requests {
+pub(super) struct Requests {
     pub state: Firebase,
     pub namespace: Arc<Namespace>,
     pub session: String,
@@ -116,14 +116,14 @@ pub struct Requests {
 }
 
 /// The key of a listen on its connection: its tag (queries) and path.
-pub fn listen_key(body: &Value) -> String {
+pub(super) fn listen_key(body: &Value) -> String {
     let tag = body.get("t").and_then(Value::as_u64).map_or(String::new(), |t| t.to_string());
     format!("{tag}|{}", body.get("p").and_then(Value::as_str).unwrap_or(""))
 }
 
 impl Requests {
     /// Handles request `r`; `outlet` is the new listen's end (action `q`).
-    pub async fn handle(&mut self, r: u64, action: &str, body: Value, outlet: Option<Outlet>) -> Effect {
+    pub(super) async fn handle(&mut self, r: u64, action: &str, body: Value, outlet: Option<Outlet>) -> Effect {
         let result = match action {
             "s" | "appcheck" | "unappeck" => Ok(Effect::Reply(ok(r, json!("")))),
             "echo" => Ok(Effect::Reply(ok(r, body.get("d").cloned().unwrap_or(Value::Null)))),
@@ -376,7 +376,7 @@ fn written_sks(sk: &str, data: &Value, merge: bool) -> Vec<String> {
 /// `sp`/`sn`/`sin` the start value, key and inclusiveness, `ep`/`en`/`ein`
 /// the end's, `l` the limit and `vf` which end it counts from (`l`, `r`).
 /// None: the default query (the whole location).
-pub fn query_of(object: &Value) -> Result<Option<tree_query::Query>, String> {
+pub(super) fn query_of(object: &Value) -> Result<Option<tree_query::Query>, String> {
     let Some(q) = object.as_object().filter(|q| !q.is_empty()) else { return Ok(None) };
     let order_by = match q.get("i").map(|i| i.as_str().ok_or("the index \"i\" must be a string")).transpose()? {
         None | Some(".priority") => OrderBy::Priority,

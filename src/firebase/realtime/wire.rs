@@ -19,16 +19,16 @@
 use serde_json::{json, Value};
 
 /// The SDK's frame size: a longer message is split.
-pub const FRAME_CHARS_MAX: usize = 16_384;
+pub(super) const FRAME_CHARS_MAX: usize = 16_384;
 /// Largest client message once joined: a write's data is bounded by the
 /// mutation limit, plus its envelope.
-pub const MESSAGE_BYTES_MAX: usize = crate::limits::MUTATION_BYTES_MAX + 64 * 1024;
+pub(super) const MESSAGE_BYTES_MAX: usize = crate::limits::MUTATION_BYTES_MAX + 64 * 1024;
 /// The protocol version this server speaks (`v=5`).
-pub const PROTOCOL_VERSION: &str = "5";
+pub(super) const PROTOCOL_VERSION: &str = "5";
 
 /// Joins the client's frames into messages.
 #[derive(Default)]
-pub struct Reassembler {
+pub(super) struct Reassembler {
     /// Frames still expected for the message being joined (0: none).
     expected: usize,
     joined: String,
@@ -41,7 +41,7 @@ pub struct Reassembler {
 
 /// What the client's frames made.
 #[derive(Debug, PartialEq)]
-pub enum Assembled {
+pub(super) enum Assembled {
     Message(String),
     /// A message over `MESSAGE_BYTES_MAX`, dropped as it came (memory stays
     /// bounded); `r` is its request's number when its start names one (the
@@ -54,7 +54,7 @@ pub enum Assembled {
 
 impl Reassembler {
     /// Takes one text frame; returns what it completes, if anything.
-    pub fn push(&mut self, frame: &str) -> Option<Assembled> {
+    pub(super) fn push(&mut self, frame: &str) -> Option<Assembled> {
         if self.expected > 0 {
             self.bytes += frame.len();
             if self.bytes > MESSAGE_BYTES_MAX && !self.over {
@@ -100,7 +100,7 @@ fn request_number(start: &str) -> Option<u64> {
 /// `message` as the frames it goes out in: itself, or the count and then
 /// pieces of at most `FRAME_CHARS_MAX` bytes cut at character boundaries
 /// (bytes bound the SDK's UTF-16 count from above).
-pub fn frames(message: String) -> Vec<String> {
+pub(super) fn frames(message: String) -> Vec<String> {
     if message.len() <= FRAME_CHARS_MAX {
         return vec![message];
     }
@@ -121,36 +121,36 @@ pub fn frames(message: String) -> Vec<String> {
 }
 
 /// The server's hello, sent first on every connection.
-pub fn hello(now_ms: u64, host: &str, session: &str) -> String {
+pub(super) fn hello(now_ms: u64, host: &str, session: &str) -> String {
     json!({"t": "c", "d": {"t": "h", "d": {"ts": now_ms, "v": PROTOCOL_VERSION, "h": host, "s": session}}}).to_string()
 }
 
-pub fn pong() -> String {
+pub(super) fn pong() -> String {
     json!({"t": "c", "d": {"t": "o", "d": {}}}).to_string()
 }
 
 /// Tells the client to connect to `host` instead (its SDK reconnects there).
-pub fn reset(host: &str) -> String {
+pub(super) fn reset(host: &str) -> String {
     json!({"t": "c", "d": {"t": "r", "d": host}}).to_string()
 }
 
 /// A server error the SDK logs (`Server Error: …`); the connection closes after it.
-pub fn error(text: &str) -> String {
+pub(super) fn error(text: &str) -> String {
     json!({"t": "c", "d": {"t": "e", "d": text}}).to_string()
 }
 
 /// The answer to request `r`.
-pub fn response(r: u64, status: &str, data: Value) -> String {
+pub(super) fn response(r: u64, status: &str, data: Value) -> String {
     json!({"t": "d", "d": {"r": r, "b": {"s": status, "d": data}}}).to_string()
 }
 
-pub fn ok(r: u64, data: Value) -> String {
+pub(super) fn ok(r: u64, data: Value) -> String {
     response(r, "ok", data)
 }
 
 /// One client message, parsed.
 #[derive(Debug, PartialEq)]
-pub enum ClientMessage {
+pub(super) enum ClientMessage {
     /// A control ping (`{"t":"c","d":{"t":"p"}}`); other control messages
     /// (a transport switch's `a`/`n`) need no answer.
     Ping,
@@ -163,7 +163,7 @@ pub enum ClientMessage {
     },
 }
 
-pub fn parse(text: &str) -> Result<ClientMessage, String> {
+pub(super) fn parse(text: &str) -> Result<ClientMessage, String> {
     let message: Value = serde_json::from_str(text).map_err(|e| format!("a message must be JSON: {e}"))?;
     let layer = message.get("t").and_then(Value::as_str).ok_or("a message needs its layer \"t\"")?;
     let payload = message.get("d").ok_or("a message needs its payload \"d\"")?;

@@ -258,10 +258,7 @@ fn binary(op: Op, a: Val, b: Val) -> Result<Val, String> {
 
 fn compare(op: Op, ordering: Option<std::cmp::Ordering>) -> bool {
     use std::cmp::Ordering::*;
-    match (op, ordering) {
-        (Op::Lt, Some(Less)) | (Op::Le, Some(Less | Equal)) | (Op::Gt, Some(Greater)) | (Op::Ge, Some(Greater | Equal)) => true,
-        _ => false,
-    }
+    matches!((op, ordering), (Op::Lt, Some(Less)) | (Op::Le, Some(Less | Equal)) | (Op::Gt, Some(Greater)) | (Op::Ge, Some(Greater | Equal)))
 }
 
 fn equal(a: &Val, b: &Val) -> bool {

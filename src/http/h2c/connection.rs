@@ -25,7 +25,7 @@ use crate::{api, firebase};
 
 /// Concurrent streams a client may open on one connection (a browser opens
 /// one per `EventSource`; hyper's default too).
-pub const STREAMS_PER_CONNECTION_MAX: u32 = 200;
+pub(super) const STREAMS_PER_CONNECTION_MAX: u32 = 200;
 /// Flow-control windows for request bodies (hyper's defaults).
 const STREAM_WINDOW_BYTES: u32 = 1024 * 1024;
 const CONNECTION_WINDOW_BYTES: u32 = 1024 * 1024;
@@ -42,7 +42,7 @@ const HANDSHAKE_WAIT_MAX: Duration = Duration::from_secs(10);
 /// within twice that), or until `stopping` turns true and its streams have
 /// finished. Either end is GOAWAY, then the open streams run to their end
 /// (watches end as the node closes their watches).
-pub async fn serve<S, IO>(
+pub(crate) async fn serve<S, IO>(
     stream: IO,
     protocols: Protocols,
     service: S,
@@ -146,11 +146,18 @@ where
     }
 }
 
+/// What `h2` accepted: a request and where to answer it, an error, or the
+/// connection's end (`None`).
+type Accepted = Option<Result<(http::Request<RecvStream>, SendResponse<Bytes>), h2::Error>>;
+
+/// What the connection's task does next. It lives for one turn of the loop
+/// on the stack: boxing the large variant would allocate per request.
+#[allow(clippy::large_enum_variant)]
 enum Next {
     Stop,
     /// Time to look whether the connection was idle since the last look.
     IdleCheck,
-    Accepted(Option<Result<(http::Request<RecvStream>, SendResponse<Bytes>), h2::Error>>),
+    Accepted(Accepted),
 }
 
 fn builder() -> h2::server::Builder {

@@ -25,4 +25,4 @@
 mod connection;
 mod watches;
 
-pub use self::connection::serve;
+pub(super) use self::connection::serve;

@@ -63,7 +63,7 @@ const PREFETCH_AHEAD: usize = 4;
 const SESSION_PREFETCH_LINES_MAX: usize = 20;
 
 /// The watch streams of one connection.
-pub struct Watches {
+pub(super) struct Watches {
     streams: Slab<WatchStream>,
     /// Where every session leaves its messages.
     outlet: OutletReader,
@@ -79,7 +79,7 @@ pub struct Watches {
 }
 
 impl Watches {
-    pub fn new() -> Watches {
+    pub(super) fn new() -> Watches {
         let woken = Woken { sessions: Mutex::new(Vec::new()), h2: Mutex::new(Vec::new()), task: AtomicWaker::new() };
         Watches {
             streams: Slab::new(),
@@ -94,13 +94,13 @@ impl Watches {
     }
 
     /// Open watch streams.
-    pub fn len(&self) -> usize {
+    pub(super) fn len(&self) -> usize {
         self.streams.len()
     }
 
     /// The outlet end for the next watch's session (tagged with the key its
     /// stream gets in `start`).
-    pub fn next_outlet(&self) -> Outlet {
+    pub(super) fn next_outlet(&self) -> Outlet {
         Outlet::tagged(&self.outlet, Tag::Stream(self.streams.vacant_key()))
     }
 
@@ -109,7 +109,7 @@ impl Watches {
     /// `encoder` turns its messages into bytes (Tern's SSE events, or
     /// Firebase's), after its preamble. Nothing runs if the client already
     /// reset the stream.
-    pub fn start(&mut self, mut respond: SendResponse<Bytes>, session: SessionFuture, encoder: Box<dyn Encoder>) {
+    pub(super) fn start(&mut self, mut respond: SendResponse<Bytes>, session: SessionFuture, encoder: Box<dyn Encoder>) {
         let mut head = http::Response::builder();
         for (name, value) in SSE_HEADERS {
             head = head.header(name, value);
@@ -145,7 +145,7 @@ impl Watches {
     /// One round: the streams h2 woke, then the sessions woken, then what
     /// they left goes to their streams, then the streams whose sessions
     /// ended are closed. The connection writes it all when the task polls it.
-    pub fn poll_round(&mut self, cx: &mut Context<'_>) {
+    pub(super) fn poll_round(&mut self, cx: &mut Context<'_>) {
         self.woken.task.register(cx.waker());
         self.attend_woken();
         self.run_ready();

@@ -15,7 +15,7 @@ use crate::log::{LogError, LogReader, LogRecord, TopicPartition};
 /// Most bytes one batch read from disk returns (at least one entry is returned).
 const DISK_BATCH_BYTES_MAX: usize = 16 * 1024 * 1024;
 
-pub struct EmbeddedReader {
+pub(super) struct EmbeddedReader {
     tp: TopicPartition,
     partition: Arc<PartitionState>,
     segments: Arc<Segments>,
@@ -24,7 +24,7 @@ pub struct EmbeddedReader {
 }
 
 impl EmbeddedReader {
-    pub fn new(tp: TopicPartition, partition: Arc<PartitionState>, segments: Arc<Segments>, from: u64) -> Self {
+    pub(super) fn new(tp: TopicPartition, partition: Arc<PartitionState>, segments: Arc<Segments>, from: u64) -> Self {
         let end = partition.durable_end.subscribe();
         EmbeddedReader { tp, partition, segments, end, next: from }
     }

@@ -22,17 +22,17 @@ use crate::log::LogError;
 use crate::metrics;
 
 /// Most appends made durable by one fsync.
-pub const BATCH_REQUESTS_MAX: usize = 4096;
+pub(super) const BATCH_REQUESTS_MAX: usize = 4096;
 /// Most bytes written per group commit.
-pub const BATCH_BYTES_MAX: usize = 16 * 1024 * 1024;
+pub(super) const BATCH_BYTES_MAX: usize = 16 * 1024 * 1024;
 
-pub struct AppendRequest {
+pub(super) struct AppendRequest {
     pub partition: Arc<PartitionState>,
     pub payload: Bytes,
     pub reply: oneshot::Sender<Result<u64, LogError>>,
 }
 
-pub struct Writer {
+pub(super) struct Writer {
     pub segments: Arc<Segments>,
     pub active: File,
     pub active_id: u64,
@@ -53,7 +53,7 @@ struct Pending {
 
 impl Writer {
     /// Runs until every sender is gone and the queue is drained.
-    pub fn run(mut self, mut queue: mpsc::Receiver<AppendRequest>) {
+    pub(super) fn run(mut self, mut queue: mpsc::Receiver<AppendRequest>) {
         let mut buf = Vec::with_capacity(1024 * 1024);
         while let Some(first) = queue.blocking_recv() {
             let mut batch = vec![first];

@@ -57,7 +57,7 @@ pub fn group_id(topic_prefix: &str, group: &str) -> String {
 
 /// Receives rebalance callbacks (on the consumer's poll task) and publishes
 /// the resulting assignment.
-pub struct GroupContext {
+pub(super) struct GroupContext {
     topic_prefix: String,
     /// Source topics are namespaces' topics too (`sources.rs`).
     sources: Arc<super::sources::Sources>,
@@ -118,7 +118,7 @@ impl GroupContext {
 }
 
 /// A member of a replica group's consumer group.
-pub struct GroupMember {
+pub(super) struct GroupMember {
     consumer: Arc<StreamConsumer<GroupContext>>,
     topic_prefix: String,
     sources: Arc<super::sources::Sources>,
@@ -129,7 +129,7 @@ pub struct GroupMember {
 
 impl GroupMember {
     /// Creates the member; it joins the group once `follow` names a topic.
-    pub fn start(
+    pub(super) fn start(
         base: &ClientConfig,
         topic_prefix: &str,
         sources: Arc<super::sources::Sources>,
@@ -175,13 +175,13 @@ impl GroupMember {
         Ok(GroupMember { consumer, topic_prefix: topic_prefix.to_string(), sources, assignment: receiver, followed: Mutex::new(BTreeSet::new()) })
     }
 
-    pub fn assignment(&self) -> watch::Receiver<Assignment> {
+    pub(super) fn assignment(&self) -> watch::Receiver<Assignment> {
         self.assignment.clone()
     }
 
     /// Subscribes to the topics of `namespaces` (a change triggers an
     /// incremental rebalance; partitions of unchanged topics stay put).
-    pub fn follow(&self, namespaces: &[String]) {
+    pub(super) fn follow(&self, namespaces: &[String]) {
         let topics: BTreeSet<String> =
             namespaces.iter().map(|ns| self.sources.topic_of(ns).unwrap_or_else(|| format!("{}{ns}", self.topic_prefix))).collect();
         let mut followed = self.followed.lock();
@@ -200,7 +200,7 @@ impl GroupMember {
 
     /// Commits `offset` as the group's position of `tp`, if this member holds
     /// it (a member may only commit what it owns). Monitoring only.
-    pub fn commit(&self, topic: &str, tp: &TopicPartition, offset: u64) {
+    pub(super) fn commit(&self, topic: &str, tp: &TopicPartition, offset: u64) {
         if !self.assignment.borrow().holds(tp) {
             return;
         }

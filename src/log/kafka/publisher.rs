@@ -52,7 +52,7 @@ const TRANSACTION_TIMEOUT_MS: u64 = 60_000;
 /// Output topics this publisher has made sure of (bounded by the outputs of a namespace's procedures).
 const ENSURED_TOPICS_MAX: usize = 4_096;
 
-pub struct KafkaPublisher {
+pub(super) struct KafkaPublisher {
     producer: FutureProducer,
     consumer: Arc<BaseConsumer>,
     admin: Arc<AdminClient<DefaultClientContext>>,
@@ -73,7 +73,7 @@ impl KafkaPublisher {
     /// Creates the producer and fences any earlier one of the partition
     /// (`init_transactions`), which also ends its open transaction.
     #[allow(clippy::too_many_arguments)]
-    pub async fn start(
+    pub(super) async fn start(
         base: &ClientConfig,
         prefix: &str,
         namespace: &str,

@@ -16,7 +16,7 @@ use rdkafka::{Offset, TopicPartitionList};
 use super::fetch_source::{FetchContext, LogConsumer};
 use crate::log::{ForeignRecord, LogError, LogReader, LogRecord, TopicPartition, FOREIGN_HEADERS_MAX, TERN_ENTRY_HEADER};
 
-pub struct KafkaReader {
+pub(super) struct KafkaReader {
     tp: TopicPartition,
     consumer: Arc<LogConsumer>,
     topic: String,
@@ -30,7 +30,7 @@ pub struct KafkaReader {
 impl KafkaReader {
     /// Splits off the partition's queue, then assigns the partition at `from`
     /// (in that order, so no message can land on the shared main queue).
-    pub fn open(consumer: &Arc<LogConsumer>, tp: TopicPartition, topic: &str, from: u64, sourced: bool) -> Result<KafkaReader, LogError> {
+    pub(super) fn open(consumer: &Arc<LogConsumer>, tp: TopicPartition, topic: &str, from: u64, sourced: bool) -> Result<KafkaReader, LogError> {
         let queue = consumer.split_partition_queue(topic, tp.partition as i32).ok_or_else(|| LogError::UnknownPartition(tp.to_string()))?;
         let mut assignment = TopicPartitionList::new();
         assignment
@@ -157,7 +157,7 @@ impl Drop for KafkaReader {
 
 /// A reader on a consumer of its own, holding one of the log's bounded
 /// history slots while it lives.
-pub struct HistoryReader {
+pub(super) struct HistoryReader {
     pub reader: KafkaReader,
     pub _permit: tokio::sync::OwnedSemaphorePermit,
 }

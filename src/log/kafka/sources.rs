@@ -20,15 +20,15 @@ use parking_lot::RwLock;
 /// What follows the topic prefix in a marker's name.
 const MARKER_INFIX: &str = "_src.";
 /// Kafka's longest topic name.
-pub const TOPIC_NAME_BYTES_MAX: usize = 249;
+pub(super) const TOPIC_NAME_BYTES_MAX: usize = 249;
 
 /// The marker topic binding `namespace` to `source`.
-pub fn marker_name(prefix: &str, namespace: &str, source: &str) -> String {
+pub(super) fn marker_name(prefix: &str, namespace: &str, source: &str) -> String {
     format!("{prefix}{MARKER_INFIX}{namespace}.{source}")
 }
 
 /// `(namespace, source topic)` of a marker topic's name, or None for any other topic.
-pub fn parse_marker<'a>(prefix: &str, topic: &'a str) -> Option<(&'a str, &'a str)> {
+pub(super) fn parse_marker<'a>(prefix: &str, topic: &'a str) -> Option<(&'a str, &'a str)> {
     let rest = topic.strip_prefix(prefix)?.strip_prefix(MARKER_INFIX)?;
     let (namespace, source) = rest.split_once('.')?;
     crate::limits::check_namespace_name(namespace).ok()?;
@@ -36,7 +36,7 @@ pub fn parse_marker<'a>(prefix: &str, topic: &'a str) -> Option<(&'a str, &'a st
 }
 
 /// Why `source` cannot be a namespace's source topic (its name alone), if it cannot.
-pub fn check_source_name(prefix: &str, namespace: &str, source: &str) -> Result<(), String> {
+pub(super) fn check_source_name(prefix: &str, namespace: &str, source: &str) -> Result<(), String> {
     let legal = source.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
     if source.is_empty() || !legal || source == "." || source == ".." {
         return Err(format!("source_topic {source:?} is not a Kafka topic name: use [A-Za-z0-9._-]"));
@@ -59,28 +59,28 @@ pub fn check_source_name(prefix: &str, namespace: &str, source: &str) -> Result<
 /// Which namespaces read which source topics, as this node has learned
 /// (from discovery or its own creations). Bounded by the namespaces.
 #[derive(Default)]
-pub struct Sources {
+pub(super) struct Sources {
     by_namespace: RwLock<HashMap<String, String>>,
     by_topic: RwLock<HashMap<String, String>>,
 }
 
 impl Sources {
-    pub fn bind(&self, namespace: &str, source: &str) {
+    pub(super) fn bind(&self, namespace: &str, source: &str) {
         self.by_namespace.write().insert(namespace.to_string(), source.to_string());
         self.by_topic.write().insert(source.to_string(), namespace.to_string());
     }
 
     /// The source topic `namespace` reads, if it has one.
-    pub fn topic_of(&self, namespace: &str) -> Option<String> {
+    pub(super) fn topic_of(&self, namespace: &str) -> Option<String> {
         self.by_namespace.read().get(namespace).cloned()
     }
 
     /// The namespace reading `topic`, if it is a source topic.
-    pub fn namespace_of(&self, topic: &str) -> Option<String> {
+    pub(super) fn namespace_of(&self, topic: &str) -> Option<String> {
         self.by_topic.read().get(topic).cloned()
     }
 
-    pub fn is_sourced(&self, namespace: &str) -> bool {
+    pub(super) fn is_sourced(&self, namespace: &str) -> bool {
         self.by_namespace.read().contains_key(namespace)
     }
 }

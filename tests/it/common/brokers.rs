@@ -2,18 +2,18 @@
 //! scratch directory), so stopping or killing one touches no other test;
 //! stopped however the test ends.
 
-pub struct Brokers {
+pub(crate) struct Brokers {
     pub dir: tempfile::TempDir,
     pub bootstrap: String,
 }
 
 impl Brokers {
-    pub fn start(brokers: usize) -> Brokers {
+    pub(crate) fn start(brokers: usize) -> Brokers {
         Brokers::start_with(brokers, &[])
     }
 
     /// `start` with more of `kafka.sh start`'s options (`--sasl-ssl`).
-    pub fn start_with(brokers: usize, options: &[&str]) -> Brokers {
+    pub(crate) fn start_with(brokers: usize, options: &[&str]) -> Brokers {
         let dir = tempfile::tempdir().unwrap();
         let output = std::process::Command::new("scripts/kafka.sh")
             .args(["start", "--brokers", &brokers.to_string(), "--dir", dir.path().to_str().unwrap()])
@@ -26,7 +26,7 @@ impl Brokers {
     }
 
     /// `scripts/kafka.sh ARGS --dir <these brokers' dir>`; asserts it succeeded.
-    pub fn kafka(&self, args: &[&str]) {
+    pub(crate) fn kafka(&self, args: &[&str]) {
         let status = std::process::Command::new("scripts/kafka.sh").args(args).args(["--dir", self.dir.path().to_str().unwrap()]).status().unwrap();
         assert!(status.success(), "kafka.sh {args:?}");
     }

@@ -1,9 +1,9 @@
 //! Test harness: a real `tern` process on a free loopback port, driven over HTTP.
 #![allow(dead_code)]
 
-pub mod brokers;
-pub mod steered_log;
-pub mod watch;
+pub(crate) mod brokers;
+pub(crate) mod steered_log;
+pub(crate) mod watch;
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -13,22 +13,22 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 /// The Kafka broker `scripts/test.sh` started (`TERN_TEST_KAFKA`).
-pub fn kafka_bootstrap() -> String {
+pub(crate) fn kafka_bootstrap() -> String {
     std::env::var("TERN_TEST_KAFKA").expect("TERN_TEST_KAFKA must name a Kafka broker: run scripts/test.sh, or scripts/kafka.sh start and export it")
 }
 
 /// A free UDP port on loopback for gossip (bound, read, released).
-pub fn free_udp_port() -> u16 {
+pub(crate) fn free_udp_port() -> u16 {
     std::net::UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
 /// The `tern` under test: this build's, or `TERN_TEST_BIN` (to show that a
 /// regression test fails on an older build).
-pub fn bin() -> String {
+pub(crate) fn bin() -> String {
     std::env::var("TERN_TEST_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_tern").to_string())
 }
 
-pub struct Tern {
+pub(crate) struct Tern {
     pub child: Option<Child>,
     pub url: String,
     pub data_dir: PathBuf,
@@ -41,27 +41,27 @@ const START_TIMEOUT: Duration = Duration::from_secs(60);
 /// a request that hangs fails its test saying so instead of hanging the
 /// suite. Far above any wait a test asks for (`timeout_ms` up to 60 s).
 /// Only on whole requests: a watch's stream may rightly sit unread longer.
-pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(120);
+pub(crate) const REQUEST_TIMEOUT: Duration = Duration::from_secs(120);
 
 impl Tern {
     /// `tern dev` on a free port with `data_dir`.
-    pub async fn dev(data_dir: &Path) -> Tern {
+    pub(crate) async fn dev(data_dir: &Path) -> Tern {
         Tern::spawn(&["dev", "--listen", "127.0.0.1:0", "--data-dir", data_dir.to_str().unwrap()], data_dir).await
     }
 
-    pub async fn spawn(args: &[&str], data_dir: &Path) -> Tern {
+    pub(crate) async fn spawn(args: &[&str], data_dir: &Path) -> Tern {
         Tern::spawn_with_env(args, &[], data_dir).await
     }
 
     /// Like `spawn`, with extra environment variables for the child only.
-    pub async fn spawn_with_env(args: &[&str], env: &[(&str, &str)], data_dir: &Path) -> Tern {
+    pub(crate) async fn spawn_with_env(args: &[&str], env: &[(&str, &str)], data_dir: &Path) -> Tern {
         let tern = Tern::spawn_listening(args, env, data_dir);
         tern.wait_ready().await;
         tern
     }
 
     /// Starts `tern` and returns once it listens, ready or not.
-    pub fn spawn_listening(args: &[&str], env: &[(&str, &str)], data_dir: &Path) -> Tern {
+    pub(crate) fn spawn_listening(args: &[&str], env: &[(&str, &str)], data_dir: &Path) -> Tern {
         let mut child = Command::new(bin())
             .args(args)
             .envs(env.iter().copied())
@@ -88,7 +88,7 @@ impl Tern {
     }
 
     /// Waits until `/readyz` names a problem containing `text`; returns the answer.
-    pub async fn wait_unready_with(&self, text: &str) -> Value {
+    pub(crate) async fn wait_unready_with(&self, text: &str) -> Value {
         let deadline = Instant::now() + START_TIMEOUT;
         loop {
             let (status, body) = self.get_json("/readyz").await;
@@ -100,7 +100,7 @@ impl Tern {
         }
     }
 
-    pub async fn wait_ready(&self) {
+    pub(crate) async fn wait_ready(&self) {
         let deadline = Instant::now() + START_TIMEOUT;
         loop {
             if let Ok(r) = self.client.get(format!("{}/readyz", self.url)).send().await {
@@ -113,7 +113,7 @@ impl Tern {
         }
     }
 
-    pub fn kill9(&mut self) {
+    pub(crate) fn kill9(&mut self) {
         if let Some(mut child) = self.child.take() {
             child.kill().expect("SIGKILL");
             child.wait().unwrap();
@@ -121,7 +121,7 @@ impl Tern {
     }
 
     /// SIGTERM, then wait for a clean exit.
-    pub fn terminate(&mut self) -> std::process::ExitStatus {
+    pub(crate) fn terminate(&mut self) -> std::process::ExitStatus {
         let mut child = self.child.take().expect("running");
         Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap();
         let deadline = Instant::now() + Duration::from_secs(60);
@@ -134,7 +134,7 @@ impl Tern {
         }
     }
 
-    pub fn kv_url(&self, ns: &str, pk: &str, sk: Option<&str>) -> String {
+    pub(crate) fn kv_url(&self, ns: &str, pk: &str, sk: Option<&str>) -> String {
         let enc = |s: &str| percent_encoding::utf8_percent_encode(s, percent_encoding::NON_ALPHANUMERIC).to_string();
         match sk {
             Some(sk) => format!("{}/v1/ns/{ns}/kv/{}/{}", self.url, enc(pk), enc(sk)),
@@ -142,22 +142,22 @@ impl Tern {
         }
     }
 
-    pub async fn put(&self, pk: &str, sk: &str, value: &Value) -> (u16, Value) {
+    pub(crate) async fn put(&self, pk: &str, sk: &str, value: &Value) -> (u16, Value) {
         let r = self.client.put(self.kv_url("default", pk, Some(sk))).json(value).timeout(REQUEST_TIMEOUT).send().await.unwrap();
         (r.status().as_u16(), r.json().await.unwrap())
     }
 
-    pub async fn get(&self, pk: &str, sk: &str) -> (u16, Value) {
+    pub(crate) async fn get(&self, pk: &str, sk: &str) -> (u16, Value) {
         let r = self.client.get(self.kv_url("default", pk, Some(sk))).timeout(REQUEST_TIMEOUT).send().await.unwrap();
         (r.status().as_u16(), r.json().await.unwrap())
     }
 
-    pub async fn get_json(&self, path: &str) -> (u16, Value) {
+    pub(crate) async fn get_json(&self, path: &str) -> (u16, Value) {
         let r = self.client.get(format!("{}{path}", self.url)).timeout(REQUEST_TIMEOUT).send().await.unwrap();
         (r.status().as_u16(), r.json().await.unwrap())
     }
 
-    pub async fn send(&self, request: reqwest::RequestBuilder) -> (u16, Value) {
+    pub(crate) async fn send(&self, request: reqwest::RequestBuilder) -> (u16, Value) {
         let r = request.timeout(REQUEST_TIMEOUT).send().await.unwrap();
         let status = r.status().as_u16();
         let text = r.text().await.unwrap();
@@ -165,7 +165,7 @@ impl Tern {
     }
 
     /// (applied_offset, state_hash, applied_entries) per partition of `ns`.
-    pub async fn partition_states(&self, ns: &str) -> Vec<(i64, String, u64)> {
+    pub(crate) async fn partition_states(&self, ns: &str) -> Vec<(i64, String, u64)> {
         let (status, body) = self.get_json(&format!("/v1/ns/{ns}")).await;
         assert_eq!(status, 200, "{body}");
         body["state"]
@@ -177,7 +177,7 @@ impl Tern {
     }
 
     /// Waits until every partition of `ns` has applied its whole log.
-    pub async fn wait_caught_up(&self, ns: &str) {
+    pub(crate) async fn wait_caught_up(&self, ns: &str) {
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
             let (_, body) = self.get_json(&format!("/v1/ns/{ns}")).await;
@@ -196,12 +196,12 @@ impl Drop for Tern {
     }
 }
 
-pub fn error_code(body: &Value) -> &str {
+pub(crate) fn error_code(body: &Value) -> &str {
     body["error"]["code"].as_str().unwrap_or_else(|| panic!("an error body: {body}"))
 }
 
 /// Runs the CLI; returns (success, stdout, stderr).
-pub fn cli(url: &str, args: &[&str]) -> (bool, String, String) {
+pub(crate) fn cli(url: &str, args: &[&str]) -> (bool, String, String) {
     let output = Command::new(bin()).args(args).env("TERN_URL", url).output().unwrap();
     (output.status.success(), String::from_utf8_lossy(&output.stdout).into(), String::from_utf8_lossy(&output.stderr).into())
 }
@@ -211,11 +211,11 @@ pub fn cli(url: &str, args: &[&str]) -> (bool, String, String) {
 /// The checkout under test: cargo runs tests from the package root. Not
 /// `CARGO_MANIFEST_DIR`, which names the checkout that built the binary —
 /// another one when several share a target directory.
-pub fn checkout() -> PathBuf {
+pub(crate) fn checkout() -> PathBuf {
     std::env::current_dir().expect("a working directory")
 }
 
-pub fn rust_sources() -> Vec<(PathBuf, String)> {
+pub(crate) fn rust_sources() -> Vec<(PathBuf, String)> {
     fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
         for entry in std::fs::read_dir(dir).expect("src/ is readable") {
             let path = entry.expect("a directory entry").path();

@@ -10,7 +10,7 @@ use bytes::Bytes;
 use tern::log::embedded::{EmbeddedLog, EmbeddedLogConfig};
 use tern::log::{Assignment, CreateOutcome, Log, LogError, LogReader, LogRecord, TopicInfo, TopicPartition};
 
-pub struct SteeredLog {
+pub(crate) struct SteeredLog {
     pub log: EmbeddedLog,
     /// What the node is assigned (`Log::assignment`).
     pub assignment: tokio::sync::watch::Sender<Assignment>,
@@ -22,7 +22,7 @@ pub struct SteeredLog {
 
 impl SteeredLog {
     /// An embedded log in `dir`: everything assigned, offsets answering.
-    pub fn new(dir: &std::path::Path) -> SteeredLog {
+    pub(crate) fn new(dir: &std::path::Path) -> SteeredLog {
         SteeredLog {
             log: EmbeddedLog::open(EmbeddedLogConfig::new(dir)).unwrap(),
             assignment: tokio::sync::watch::Sender::new(Assignment::All),

@@ -8,19 +8,19 @@ use std::time::Duration;
 use serde_json::Value;
 
 #[derive(Debug, Clone, PartialEq)]
-pub struct SseEvent {
+pub(crate) struct SseEvent {
     pub event: String,
     pub id: Option<String>,
     pub data: String,
 }
 
 impl SseEvent {
-    pub fn json(&self) -> Value {
+    pub(crate) fn json(&self) -> Value {
         serde_json::from_str(&self.data).unwrap_or_else(|e| panic!("event data is JSON ({e}): {:?}", self.data))
     }
 }
 
-pub struct Sse {
+pub(crate) struct Sse {
     response: reqwest::Response,
     buf: Vec<u8>,
     pending: VecDeque<SseEvent>,
@@ -28,7 +28,7 @@ pub struct Sse {
 
 impl Sse {
     /// Opens `url` (a watch URL); `last_event_id` as a browser would send it.
-    pub async fn connect(client: &reqwest::Client, url: &str, last_event_id: Option<&str>) -> Sse {
+    pub(crate) async fn connect(client: &reqwest::Client, url: &str, last_event_id: Option<&str>) -> Sse {
         let mut request = client.get(url);
         if let Some(id) = last_event_id {
             request = request.header("Last-Event-ID", id);
@@ -40,7 +40,7 @@ impl Sse {
     }
 
     /// The next event, `None` if none came within `wait` or the stream ended.
-    pub async fn next(&mut self, wait: Duration) -> Option<SseEvent> {
+    pub(crate) async fn next(&mut self, wait: Duration) -> Option<SseEvent> {
         let deadline = tokio::time::Instant::now() + wait;
         loop {
             if let Some(event) = self.pending.pop_front() {
@@ -62,7 +62,7 @@ impl Sse {
     /// keep-alives and progress events do not restart the wait (they come
     /// every few seconds, so a stalled watch would otherwise be waited on
     /// forever).
-    pub async fn next_change(&mut self, wait: Duration) -> Option<SseEvent> {
+    pub(crate) async fn next_change(&mut self, wait: Duration) -> Option<SseEvent> {
         let deadline = tokio::time::Instant::now() + wait;
         loop {
             let remaining = deadline.saturating_duration_since(tokio::time::Instant::now());
@@ -97,7 +97,7 @@ fn parse_block(block: &[u8]) -> Option<SseEvent> {
 
 /// One change as a subscriber sees it.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Change {
+pub(crate) struct Change {
     pub kind: String,
     pub pk: String,
     pub sk: String,
@@ -106,7 +106,7 @@ pub struct Change {
 }
 
 impl Change {
-    pub fn from_event(event: &SseEvent) -> Change {
+    pub(crate) fn from_event(event: &SseEvent) -> Change {
         let v = event.json();
         Change {
             kind: event.event.clone(),
@@ -120,17 +120,17 @@ impl Change {
 
 /// What the writers know was applied: per partition, in log order.
 #[derive(Default, Debug)]
-pub struct Truth {
+pub(crate) struct Truth {
     pub by_partition: BTreeMap<u32, BTreeMap<u64, Vec<Change>>>,
 }
 
 impl Truth {
-    pub fn record(&mut self, partition: u32, version: u64, changes: Vec<Change>) {
+    pub(crate) fn record(&mut self, partition: u32, version: u64, changes: Vec<Change>) {
         assert!(self.by_partition.entry(partition).or_default().insert(version, changes).is_none(), "one mutation per offset");
     }
 
     /// Every change `watches` selects, per partition, in log order.
-    pub fn expected(&self, watches: impl Fn(&str, &str) -> bool) -> BTreeMap<u32, Vec<Change>> {
+    pub(crate) fn expected(&self, watches: impl Fn(&str, &str) -> bool) -> BTreeMap<u32, Vec<Change>> {
         self.by_partition
             .iter()
             .map(|(p, mutations)| (*p, mutations.values().flatten().filter(|c| watches(&c.pk, &c.sk)).cloned().collect::<Vec<_>>()))
@@ -139,12 +139,12 @@ impl Truth {
     }
 
     /// The next offset of each partition (the position after every write).
-    pub fn end(&self, partitions: u32) -> BTreeMap<u32, u64> {
+    pub(crate) fn end(&self, partitions: u32) -> BTreeMap<u32, u64> {
         (0..partitions).map(|p| (p, self.by_partition.get(&p).and_then(|m| m.keys().last()).map_or(0, |v| v + 1))).collect()
     }
 
     /// The state after every write: (pk, sk) -> value.
-    pub fn state(&self) -> BTreeMap<(String, String), Value> {
+    pub(crate) fn state(&self) -> BTreeMap<(String, String), Value> {
         let mut state = BTreeMap::new();
         for mutations in self.by_partition.values() {
             for change in mutations.values().flatten() {
@@ -161,7 +161,7 @@ impl Truth {
 }
 
 /// `ns:p:o,...` → partition → offset (ignores marks inside a mutation).
-pub fn offsets_of(position: &str) -> BTreeMap<u32, u64> {
+pub(crate) fn offsets_of(position: &str) -> BTreeMap<u32, u64> {
     let (_, rest) = position.split_once(':').unwrap();
     rest.split(',')
         .map(|part| {
