@@ -11,8 +11,10 @@
 //! and restored at random points (a real `Snapshots` on `memory://`, with a
 //! snapshot of another log beside them); replicas crash (losing what was not
 //! flushed), are wiped, are let go and taken back. Everything runs on one
-//! current-thread runtime and every choice comes from the seed's RNG, so a
-//! seed replays its run exactly.
+//! current-thread runtime and every choice comes from a random stream named
+//! for its purpose and seeded from the seed (`menu.rs`: a weighted action
+//! table, a rate per fault drawn per seed), so a seed replays its run
+//! exactly, and adding a fault or an action shifts no other fault's draws.
 //!
 //! Checked during the run: replicas at equal applied offsets have equal state
 //! hashes; nothing panics. Checked at the end (faults healed, every replica
@@ -28,7 +30,9 @@
 //! `TERN_SIM_SEED=<seed> cargo test --release --lib sim::tests::replay -- --nocapture`.
 
 mod log;
+mod menu;
 mod model;
+mod streams;
 #[cfg(test)]
 mod tests;
 mod world;

@@ -1,6 +1,7 @@
 //! The simulation's tests: CI's fixed seeds, a failure's replay, and that a
 //! seed replays its run exactly.
 
+use super::menu::Dice;
 use super::world::{run_seed, run_seeds, World, STATS};
 
 /// CI's fixed seeds (a few seconds); `scripts/sim.sh --seeds N` runs more.
@@ -23,7 +24,7 @@ fn replay() {
     if let Err(failure) = run_seed(seed) {
         panic!("{failure}");
     }
-    eprintln!("seed {seed}: all guarantees kept");
+    eprintln!("seed {seed} (fault rates: {}): all guarantees kept", Dice::new(seed).fault_rates_text());
 }
 
 /// One seed, one run: the same seed gives the same log and the same states.

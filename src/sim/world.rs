@@ -3,6 +3,7 @@
 //! checks at the end.
 
 use super::log::{Faults, SimLog};
+use super::menu::{Action, Dice};
 use super::model;
 use crate::apply::open::{try_open, Step};
 use crate::apply::Recovery;
@@ -13,8 +14,7 @@ use crate::snapshot::Snapshots;
 use crate::store::hash::StateHash;
 use crate::store::PartitionStore;
 use bytes::Bytes;
-use rand::rngs::StdRng;
-use rand::{Rng, SeedableRng};
+use rand::Rng;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -104,8 +104,12 @@ impl std::fmt::Display for Failure {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "simulation seed {} failed at step {}: {}\n  replay: TERN_SIM_SEED={} cargo test --release --lib sim::tests::replay -- --nocapture",
-            self.seed, self.step, self.what, self.seed
+            "simulation seed {} (fault rates: {}) failed at step {}: {}\n  replay: TERN_SIM_SEED={} cargo test --release --lib sim::tests::replay -- --nocapture",
+            self.seed,
+            Dice::new(self.seed).fault_rates_text(),
+            self.step,
+            self.what,
+            self.seed
         )
     }
 }
@@ -147,7 +151,8 @@ impl Replica {
 
 /// One run's world.
 pub(super) struct World {
-    pub(super) rng: StdRng,
+    /// Every random choice, each from its named stream.
+    pub(super) dice: Dice,
     pub(super) log: Arc<SimLog>,
     pub(super) snapshots: Snapshots,
     pub(super) recovery: Recovery,
@@ -184,7 +189,7 @@ impl World {
             })
             .collect();
         World {
-            rng: StdRng::seed_from_u64(seed),
+            dice: Dice::new(seed),
             log: Arc::new(SimLog::new(LOG_IDENTITY)),
             snapshots,
             recovery,
@@ -206,39 +211,41 @@ impl World {
         self.plant_another_logs_snapshot().await?;
         for step in 0..STEPS {
             self.step = step;
-            self.log.set_faults(Faults {
-                append_fails_before: self.rng.random_bool(0.05),
-                append_fails_after: self.rng.random_bool(0.05),
-                read_fails: self.rng.random_bool(0.05),
-            });
-            match self.rng.random_range(0..100u32) {
-                0..40 => self.write().await,
-                40..75 => {
-                    let r = self.rng.random_range(0..REPLICAS);
+            let faults = self.dice.faults();
+            self.log.set_faults(faults);
+            match self.dice.action() {
+                Action::Write => self.write().await,
+                Action::Apply => {
+                    let r = self.replica();
                     self.apply_step(r).await?;
                 }
-                75..80 => self.marker(),
-                80..85 => self.snapshot().await?,
-                85..89 => self.retention(),
-                89..93 => {
-                    let r = self.rng.random_range(0..REPLICAS);
+                Action::Marker => self.marker(),
+                Action::Snapshot => self.snapshot().await?,
+                Action::Retention => self.retention(),
+                Action::Crash => {
+                    let r = self.replica();
                     self.crash(r, false);
                 }
-                93..95 => {
-                    let r = self.rng.random_range(0..REPLICAS);
+                Action::Wipe => {
+                    let r = self.replica();
                     self.crash(r, true);
                 }
-                95..98 => {
-                    let r = self.rng.random_range(0..REPLICAS);
+                Action::LetGo => {
+                    let r = self.replica();
                     self.let_go(r);
                 }
-                _ => {
-                    let r = self.rng.random_range(0..REPLICAS);
+                Action::TakeBack => {
+                    let r = self.replica();
                     self.replicas[r].held = true;
                 }
             }
         }
         self.quiesce().await
+    }
+
+    /// Which replica the next action acts on.
+    fn replica(&mut self) -> usize {
+        self.dice.replicas.random_range(0..REPLICAS)
     }
 
     /// A snapshot of another log in the same bucket, far ahead: never restored.
@@ -259,8 +266,8 @@ impl World {
 
     /// A writer: a new mutation, or a retry (same write id) of one whose append failed.
     pub(super) async fn write(&mut self) {
-        let mutation = if !self.retries.is_empty() && self.rng.random_bool(0.5) {
-            let i = self.rng.random_range(0..self.retries.len());
+        let mutation = if !self.retries.is_empty() && self.dice.retries.random_bool(0.5) {
+            let i = self.dice.retries.random_range(0..self.retries.len());
             count(&STATS.retries);
             self.retries.swap_remove(i)
         } else {
@@ -285,20 +292,20 @@ impl World {
     }
 
     pub(super) fn new_mutation(&mut self) -> Mutation {
-        let ops_count = self.rng.random_range(1..=2usize);
+        let rng = &mut self.dice.writes;
+        let ops_count = rng.random_range(1..=2usize);
         let mut ops = Vec::with_capacity(ops_count);
         for _ in 0..ops_count {
-            let pk = format!("k{}", self.rng.random_range(0..KEYS));
-            let condition = match self.rng.random_range(0..10u32) {
+            let pk = format!("k{}", rng.random_range(0..KEYS));
+            let condition = match rng.random_range(0..10u32) {
                 0..2 => Some(Condition::IfAbsent),
                 2..5 => Some(Condition::IfVersion(self.versions.get(&pk).copied().unwrap_or(0))),
                 _ => None,
             };
-            let kind =
-                if self.rng.random_bool(0.15) { OpKind::Delete } else { OpKind::Put(Bytes::from(format!("{}", self.rng.random_range(0..1_000u32)))) };
+            let kind = if rng.random_bool(0.15) { OpKind::Delete } else { OpKind::Put(Bytes::from(format!("{}", rng.random_range(0..1_000u32)))) };
             ops.push(Op { pk, sk: String::new(), kind, condition });
         }
-        let write_id = if self.rng.random_bool(0.6) {
+        let write_id = if rng.random_bool(0.6) {
             self.next_write_id += 1;
             Bytes::from(format!("w{}", self.next_write_id))
         } else {
@@ -321,7 +328,7 @@ impl World {
         if replica.reader.is_none() {
             return self.open(r).await;
         }
-        let max = self.rng.random_range(1..=BATCH_MAX);
+        let max = self.dice.batches.random_range(1..=BATCH_MAX);
         let replica = &mut self.replicas[r];
         let batch = replica.reader.as_mut().expect("open").next_batch(max, std::time::Duration::ZERO).await;
         match batch {
@@ -348,7 +355,7 @@ impl World {
             Err(_) => {}
         }
         self.check_hash(r)?;
-        if self.rng.random_bool(0.3) {
+        if self.dice.flushes.random_bool(0.3) {
             self.flush(r).await?;
         }
         Ok(())
@@ -408,7 +415,7 @@ impl World {
 
     /// A snapshot of a serving replica, at whatever it has applied.
     pub(super) async fn snapshot(&mut self) -> Result<(), String> {
-        let r = self.rng.random_range(0..REPLICAS);
+        let r = self.replica();
         let replica = &self.replicas[r];
         if !replica.status_serving() {
             return Ok(());
@@ -425,7 +432,7 @@ impl World {
     pub(super) fn retention(&mut self) {
         let floor = self.log.snapshot_floor();
         if floor > 0 {
-            let to = self.rng.random_range(0..=floor);
+            let to = self.dice.retention.random_range(0..=floor);
             self.log.delete_below(to);
         }
     }
