@@ -72,7 +72,9 @@ rootLogger.level = INFO
 rootLogger.appenderRef.file.ref = file
 appender.file.type = File
 appender.file.name = file
-appender.file.fileName = \${sys:kafka.node.log}
+# A tool run without -Dkafka.node.log logs to tools.log (not to a file named
+# after the unresolved lookup in the working directory).
+appender.file.fileName = \${sys:kafka.node.log:-$DIR/tools.log}
 appender.file.layout.type = PatternLayout
 appender.file.layout.pattern = [%d] %p %m (%c)%n
 LOG

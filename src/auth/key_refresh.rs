@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use super::keys::{KeyRecord, KEYS_MAX};
 use super::{Authenticator, KEYS_PK, SYSTEM_NAMESPACE};
-use crate::cluster::Cluster;
+use crate::cluster::{Cluster, RECORD_HOLDERS_TRIED_MAX};
 use crate::node::Node;
 use crate::store::SkRange;
 
@@ -63,8 +63,19 @@ async fn load(node: &Node, cluster: &Cluster) -> Result<Vec<KeyRecord>, String> 
         return Ok(records.iter().filter_map(|r| parse(&r.value)).collect());
     }
     let holders = cluster.holders(SYSTEM_NAMESPACE, partition);
-    let holder = holders.first().ok_or("no live node that holds the API keys is known")?;
-    load_from_holder(cluster, holder).await
+    if holders.is_empty() {
+        return Err("no live node that holds the API keys is known".into());
+    }
+    // The best holders in turn: one unreachable, or letting the partition
+    // go, must not stop the refresh until the probes rank it lower.
+    let mut failures = Vec::new();
+    for holder in holders.iter().take(RECORD_HOLDERS_TRIED_MAX) {
+        match load_from_holder(cluster, holder).await {
+            Ok(records) => return Ok(records),
+            Err(e) => failures.push(format!("{} ({}): {e}", holder.id, holder.api)),
+        }
+    }
+    Err(format!("no holder of the API keys answered: {}", failures.join("; ")))
 }
 
 fn parse(value: &[u8]) -> Option<KeyRecord> {

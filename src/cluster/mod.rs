@@ -36,5 +36,5 @@ mod routing;
 mod view;
 
 pub use self::member::{Member, Rtt, SelfInfo};
-pub use self::node_hooks::{handing_off_partitions, held_partitions, refused_partitions};
+pub use self::node_hooks::{handing_off_partitions, held_partitions, refused_partitions, RECORD_HOLDERS_TRIED_MAX};
 pub use self::view::Cluster;

@@ -11,8 +11,9 @@ use parking_lot::RwLock;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-/// Most holders asked for one record (`read_elsewhere`), best first.
-pub(super) const RECORD_HOLDERS_TRIED_MAX: usize = 3;
+/// Most holders asked for one record (`read_elsewhere`, the API keys'
+/// refresh), best first.
+pub const RECORD_HOLDERS_TRIED_MAX: usize = 3;
 
 /// Reads a record at the best holders of its partition (at most
 /// `RECORD_HOLDERS_TRIED_MAX`), as this node: what the node calls for a

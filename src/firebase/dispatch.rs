@@ -44,7 +44,7 @@ async fn dispatch(state: Firebase, request: Request) -> Result<Response, FbError
     let namespace = database(&state, &query).await?;
     if path == "/.settings/rules" {
         let body = read_body(body).await?;
-        return rules_file::handle(&state, &namespace, &caller, &method, &query, body).await;
+        return rules_file::handle(&state, &namespace, &caller, &method, &query, &parts.headers, &parts.uri, body).await;
     }
     let keys = crate::tree::path::parse_url_path(path).map_err(FbError::bad)?;
     let sk = crate::tree::path::sk_of(&keys);

@@ -57,18 +57,22 @@ pub(super) async fn handle(
     }
     match *method {
         Method::GET => get(state, namespace, caller, &sk, query, headers).await,
-        Method::PUT => set(state, namespace, caller, sk, query, headers, &incoming, body, false).await,
-        Method::PATCH => set(state, namespace, caller, sk, query, headers, &incoming, body, true).await,
+        Method::PUT => Ok(set(state, namespace, caller, sk, query, headers, &incoming, body, false).await?.response()),
+        Method::PATCH => Ok(set(state, namespace, caller, sk, query, headers, &incoming, body, true).await?.response()),
         Method::POST => {
             let name = state.db.push_id();
             let child = path::join(&sk, &name);
-            let response = set(state, namespace, caller, child, query, headers, &incoming, body, false).await?;
+            let response = match set(state, namespace, caller, child, query, headers, &incoming, body, false).await? {
+                Written::Here(response) => response,
+                // The holder took the POST and chose the push id: its answer names it.
+                Written::ByHolder(response) => return Ok(response),
+            };
             if response.status() == StatusCode::NO_CONTENT || !response.status().is_success() {
                 return Ok(response);
             }
             json_response(StatusCode::OK, &serde_json::json!({ "name": name }), query, Vec::new())
         }
-        Method::DELETE => set(state, namespace, caller, sk, query, headers, &incoming, Bytes::from_static(b"null"), false).await,
+        Method::DELETE => Ok(set(state, namespace, caller, sk, query, headers, &incoming, Bytes::from_static(b"null"), false).await?.response()),
         ref other => Err(FbError::new(StatusCode::METHOD_NOT_ALLOWED, format!("{other} is not supported; use GET, PUT, PATCH, POST or DELETE"))),
     }
 }
@@ -179,6 +183,21 @@ fn check_write_size_limit(query: &Query) -> Result<(), FbError> {
     }
 }
 
+/// Who answered a write: this node, or the holder it was forwarded to
+/// (the partition was let go between the check in `handle` and the write).
+enum Written {
+    Here(Response),
+    ByHolder(Response),
+}
+
+impl Written {
+    fn response(self) -> Response {
+        match self {
+            Written::Here(response) | Written::ByHolder(response) => response,
+        }
+    }
+}
+
 #[allow(clippy::too_many_arguments)]
 async fn set(
     state: &Firebase,
@@ -190,7 +209,7 @@ async fn set(
     incoming: &Incoming<'_>,
     body: Bytes,
     merge: bool,
-) -> Result<Response, FbError> {
+) -> Result<Written, FbError> {
     check_write_size_limit(query)?;
     let timeout =
         check_timeout(query)?.unwrap_or(Duration::from_millis(crate::limits::WAIT_MS_DEFAULT)).min(Duration::from_millis(crate::limits::WAIT_MS_MAX));
@@ -225,10 +244,13 @@ async fn set(
             if let Ok(value) = tag.parse() {
                 response.headers_mut().insert(header::ETAG, value);
             }
-            return Ok(response);
+            return Ok(Written::Here(response));
         }
         // Let go since the check in `handle`: nothing was written; a holder takes it.
-        Ok(Receipt::Forward) => return to_holder(&state.app, incoming, &namespace.name, partition, body_again).await.map_err(FbError::from),
+        Ok(Receipt::Forward) => {
+            let response = to_holder(&state.app, incoming, &namespace.name, partition, body_again).await.map_err(FbError::from)?;
+            return Ok(Written::ByHolder(response));
+        }
         Err(e) => return Err(FbError::from(e)),
     }
     // What was written, as it now reads (server values resolved), and its ETag when asked.
@@ -252,7 +274,7 @@ async fn set(
         plain
     };
     let extra = if wants_etag && !merge { vec![(header::ETAG, etag_text(&etag(&answer)))] } else { Vec::new() };
-    json_response(StatusCode::OK, &answer, query, extra)
+    json_response(StatusCode::OK, &answer, query, extra).map(Written::Here)
 }
 
 /// Whether the rules let `caller` write `written` at `sk` (a set, or an

@@ -3,9 +3,11 @@
 //! PUT parses the rules (a real parser: `crate::rules`) and refuses bad ones
 //! with where and why (400), then writes them as one record through the
 //! log, so every replica enforces the same rules. GET answers them as saved
-//! (comments kept), or strict JSON with `?format=strict`.
+//! (comments kept), or strict JSON with `?format=strict`. A node that does
+//! not hold the rules' partition forwards both to a holder (its store is
+//! not the rules every replica enforces).
 
-use axum::http::{header, Method, StatusCode};
+use axum::http::{header, HeaderMap, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 
@@ -15,23 +17,31 @@ use super::error::FbError;
 use super::query::Query;
 use super::state::Firebase;
 use crate::codec::{Mutation, Op, OpKind};
+use crate::edge::{to_holder, Incoming};
 use crate::firebase::rules::Rules;
 use crate::node::reserved::Writer;
-use crate::node::write::{Entry, WriteRequest};
+use crate::node::write::{Entry, WriteError, WriteRequest};
 use crate::partition::Namespace;
 
+#[allow(clippy::too_many_arguments)]
 pub(super) async fn handle(
     state: &Firebase,
     namespace: &Namespace,
     caller: &Caller,
     method: &Method,
     query: &Query,
+    headers: &HeaderMap,
+    uri: &Uri,
     body: Bytes,
 ) -> Result<Response, FbError> {
     if !matches!(caller, Caller::Admin { .. }) {
         return Err(FbError::new(StatusCode::UNAUTHORIZED, "Unauthorized request: only the owner reads or writes rules"));
     }
     let partition = namespace.partition_of(RULES_PK);
+    if !namespace.handle(partition).is_held() {
+        let incoming = Incoming::new(method.clone(), uri, headers);
+        return to_holder(&state.app, &incoming, &namespace.name, partition, body).await.map_err(FbError::from);
+    }
     match *method {
         Method::GET => {
             let record = namespace.handle(partition).store().read()?.get(RULES_PK, RULES_SK)?;
@@ -49,7 +59,15 @@ pub(super) async fn handle(
             };
             let timeout = std::time::Duration::from_millis(crate::limits::WAIT_MS_DEFAULT);
             let request = WriteRequest::new(Writer::FirebaseRules, partition, Entry::Mutation(mutation)).applied_within(timeout);
-            state.app.node.write_sequenced(namespace, request).await.map_err(FbError::from)?;
+            match state.app.node.write_sequenced(namespace, request).await {
+                Ok(_) => {}
+                // Let go since the check above: nothing was written; a holder takes it.
+                Err(WriteError::NotHeld { .. }) => {
+                    let incoming = Incoming::new(method.clone(), uri, headers);
+                    return to_holder(&state.app, &incoming, &namespace.name, partition, body).await.map_err(FbError::from);
+                }
+                Err(e) => return Err(FbError::from(e)),
+            }
             Ok(([(header::CONTENT_TYPE, "application/json; charset=utf-8")], r#"{"status":"ok"}"#).into_response())
         }
         ref other => Err(FbError::new(StatusCode::METHOD_NOT_ALLOWED, format!("{other} is not supported on rules; use GET or PUT"))),

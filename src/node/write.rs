@@ -13,7 +13,9 @@
 //!    touch Tern's own keys, and each of Tern's writers touches only its own;
 //! 2. **the log's size limit** (`Log::entry_bytes_max`): an entry the log
 //!    cannot take is refused before anything is made durable — a journaled
-//!    write the log can never take would hold up its partition for ever;
+//!    write the log can never take would hold up its partition for ever
+//!    (the limit is the log's, not yet each topic's: ARCHITECTURE.md, "Not
+//!    yet here");
 //! 3. **durability**: `Sequenced` (answered once the log has it) or
 //!    `Journaled` (answered once this node's journal has it; the sequencer
 //!    appends it to the log soon after, `sequencer.rs`). A client's write
@@ -200,29 +202,38 @@ impl Node {
             "every op of a mutation is in its partition"
         );
         let payload = Bytes::from(entry.encode());
+        let payload_bytes = payload.len();
         let max_bytes = self.log.entry_bytes_max();
-        if payload.len() > max_bytes {
-            return Err(WriteError::Log(LogError::EntryTooLarge { size_bytes: payload.len(), max_bytes }));
+        if payload_bytes > max_bytes {
+            return Err(WriteError::Log(LogError::EntryTooLarge { size_bytes: payload_bytes, max_bytes }));
         }
         match self.durability_of(namespace, writer, &entry, durability, wait).await? {
-            Durability::Journaled => return self.journal(namespace, partition, entry, false).await,
+            Durability::Journaled => return self.journal(namespace, partition, entry, payload_bytes, false).await,
             Durability::Sequenced => {}
         }
         let rides_ripcord = self.config.ripcord && writer == Writer::Client && wait == Wait::Durable && !entry.has_condition();
         if rides_ripcord && self.ripcord_engaged() {
-            return self.journal(namespace, partition, entry, true).await;
+            return self.journal(namespace, partition, entry, payload_bytes, true).await;
         }
+        // Only a client's writes (and the sequencer's appends) move the
+        // ripcord flag: Tern's own writes (ticks, trims, Firebase, keys) go
+        // to partitions of their own choosing, and one refused there must
+        // not journal every client's write on the node (nor one taken there
+        // end ripcord for the partitions still refusing).
+        let moves_flag = writer == Writer::Client;
         match self.sequence(namespace, partition, &entry, payload, wait, timeout).await {
             Ok(receipt) => {
-                if matches!(receipt, Receipt::Sequenced { .. }) {
+                if moves_flag && matches!(receipt, Receipt::Sequenced { .. }) {
                     self.log_took();
                 }
                 Ok(receipt)
             }
             Err(WriteError::Log(e)) if refuses_every_write(&e) => {
-                self.log_refused();
+                if moves_flag {
+                    self.log_refused();
+                }
                 match rides_ripcord {
-                    true => self.journal(namespace, partition, entry, true).await,
+                    true => self.journal(namespace, partition, entry, payload_bytes, true).await,
                     false => Err(WriteError::Log(e)),
                 }
             }
@@ -317,10 +328,19 @@ impl Node {
     /// Makes the mutation durable in this node's journal (with a write id
     /// made for it if it has none, so a journal sequenced twice applies it
     /// once) and wakes the sequencer. Conditions are decided when it is applied.
-    async fn journal(&self, namespace: &Namespace, partition: u32, entry: Entry, ripcord: bool) -> Result<Receipt, WriteError> {
+    async fn journal(&self, namespace: &Namespace, partition: u32, entry: Entry, payload_bytes: usize, ripcord: bool) -> Result<Receipt, WriteError> {
         let Entry::Mutation(mut mutation) = entry else { unreachable!("only mutations are journaled") };
         if mutation.write_id.is_empty() {
             mutation.write_id = Bytes::from(format!("j{:032x}", rand::random::<u128>()));
+            // The id grows the entry the sequencer appends (a protobuf bytes
+            // field: a tag byte, a one-byte length, the bytes): still within
+            // the log's limit?
+            debug_assert!(mutation.write_id.len() < 128, "its length is one varint byte");
+            let size_bytes = payload_bytes + 2 + mutation.write_id.len();
+            let max_bytes = self.log.entry_bytes_max();
+            if size_bytes > max_bytes {
+                return Err(WriteError::Log(LogError::EntryTooLarge { size_bytes, max_bytes }));
+            }
         }
         debug_assert!(mutation.write_id.len() <= crate::limits::WRITE_ID_BYTES_MAX);
         self.journal.append(&namespace.name, namespace.partitions, partition, &mutation).await.map_err(WriteError::Journal)?;
@@ -334,10 +354,10 @@ impl Node {
 pub(super) struct WritePathState {
     /// Wakes the sequencer after a journaled write.
     pub(super) sequencer_wake: Arc<tokio::sync::Notify>,
-    /// The log refused a write and has taken none since (a sequenced
-    /// write's append or the sequencer's): while set, ripcord journals plain
-    /// writes at once instead of waiting for the log first. An atomic: every
-    /// successful write looks at it.
+    /// The log refused a client's write and has taken none since (a
+    /// client's sequenced write or the sequencer's append): while set,
+    /// ripcord journals plain writes at once instead of waiting for the log
+    /// first. An atomic: every successful write looks at it.
     log_refused: std::sync::atomic::AtomicBool,
 }
 

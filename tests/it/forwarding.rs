@@ -244,3 +244,49 @@ async fn a_forwarded_firebase_request_carries_its_caller_and_conditions_and_rela
     assert_eq!(seen[1]["if-match"], "\"tag-1\"");
     assert_eq!(seen[1]["x-tern-forwarded-by"], "edge");
 }
+
+/// A database's rules file on a node that does not hold its partition is
+/// read and written at a holder: the store here is not the rules every
+/// replica enforces. Before: GET answered this node's empty store (the
+/// default rules), and PUT failed with 503 `not_held`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_rules_file_of_a_database_held_elsewhere_is_read_and_written_at_a_holder() {
+    use axum::http::{Method, Uri};
+    let seen: Arc<parking_lot::Mutex<Vec<(Method, String, bytes::Bytes)>>> = Arc::default();
+    let holder = axum::Router::new().fallback({
+        let seen = seen.clone();
+        move |method: Method, uri: Uri, body: bytes::Bytes| {
+            seen.lock().push((method, uri.to_string(), body));
+            async { ([("content-type", "application/json; charset=utf-8")], r#"{"rules": {".read": "auth != null"}}"#) }
+        }
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let holder_api = listener.local_addr().unwrap().to_string();
+    tokio::spawn(async move { axum::serve(listener, holder).await.unwrap() });
+    let held = BTreeMap::from([("ns".to_string(), BTreeMap::from([(0, 1), (1, 1)]))]);
+    let dir = tempfile::tempdir().unwrap();
+    let firebase = tern::firebase::FirebaseConfig::new(Some("owner".into()), false);
+    let (url, _node) = serve_with(dir.path(), vec![peer("holder", holder_api, held, BTreeMap::new())], firebase).await;
+    let client = reqwest::Client::new();
+    let rules_url = format!("{url}/.settings/rules.json?ns=ns");
+
+    let read = client.get(&rules_url).bearer_auth("owner").send().await.unwrap();
+    assert_eq!(read.status(), 200);
+    assert_eq!(read.headers()["x-tern-served-by"], "holder");
+    assert_eq!(read.text().await.unwrap(), r#"{"rules": {".read": "auth != null"}}"#);
+
+    let rules = r#"{"rules": {".read": true, ".write": false}}"#;
+    let written = client.put(&rules_url).bearer_auth("owner").body(rules).send().await.unwrap();
+    assert_eq!(written.status(), 200, "{:?}", written.text().await);
+    {
+        let seen = seen.lock();
+        assert_eq!(seen.len(), 2);
+        assert_eq!((seen[0].0.clone(), seen[0].1.as_str()), (Method::GET, "/.settings/rules.json?ns=ns"));
+        assert_eq!((seen[1].0.clone(), seen[1].1.as_str(), &seen[1].2[..]), (Method::PUT, "/.settings/rules.json?ns=ns", rules.as_bytes()));
+    }
+
+    // Only the owner reads or writes rules: refused here, never forwarded.
+    let anonymous = client.get(&rules_url).send().await.unwrap();
+    assert_eq!(anonymous.status(), 401);
+    assert_eq!(seen.lock().len(), 2, "the refused read was not forwarded");
+}

@@ -510,7 +510,14 @@ async fn writes_under_load_through_a_two_minute_broker_outage_apply_once_in_jour
     let mut seen = vec![0u64; WRITERS];
     let mut resumes = 0;
     while seen.iter().sum::<u64>() < total {
-        let event = sse.next_change(Duration::from_secs(120)).await.unwrap_or_else(|| panic!("the watch stalled at {seen:?} of {acked:?}"));
+        let Some(event) = sse.next_change(Duration::from_secs(120)).await else {
+            // Which side stalled: the sequencer (journal backlog, log offsets)
+            // or the apply loop and the watch (applied offsets).
+            let (_, ns) = t.get_json("/v1/ns/meter").await;
+            let metrics = t.client.get(format!("{}/metrics", t.url)).send().await.unwrap().text().await.unwrap();
+            let journal: Vec<&str> = metrics.lines().filter(|l| l.starts_with("tern_journal")).collect();
+            panic!("the watch stalled at {seen:?} of {acked:?}; the namespace: {}; {journal:#?}", ns["state"]);
+        };
         if event.event == "cancel" {
             let cancel = event.json();
             assert_eq!(cancel["reason"], "slow_consumer", "{cancel}");
