@@ -182,12 +182,14 @@ impl From<crate::store::StoreError> for ApiError {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let mut error = Map::new();
+        let code = axum::http::HeaderValue::from_static(self.code);
         error.insert("code".into(), Value::from(self.code));
         let challenge = super::access::challenge(&self);
         error.insert("message".into(), Value::from(self.message));
         let retry_after_s = self.details.get("retry_after_s").and_then(Value::as_u64);
         error.extend(self.details);
         let mut response = (self.status, axum::Json(json!({ "error": error }))).into_response();
+        response.headers_mut().insert(super::forward::ERROR_CODE_HEADER, code);
         if let Some(challenge) = challenge {
             response.headers_mut().insert(axum::http::header::WWW_AUTHENTICATE, challenge);
         }

@@ -33,6 +33,10 @@ const RELAYED_HEADERS: [header::HeaderName; 2] = [header::ETAG, header::HeaderNa
 pub const STALENESS_HEADER: &str = "x-tern-staleness-ms";
 /// Marks (internally) a relayed answer that said `not_held`.
 const NOT_HELD: &str = "x-tern-not-held";
+/// An error answer's code as a header, in every protocol's error shape
+/// (Firebase's `{"error": message}` has no room for it in the body): how a
+/// forwarding node tells a holder's `not_held` from any other 503.
+pub const ERROR_CODE_HEADER: &str = "x-tern-error-code";
 
 /// Most holders tried for one request (each failed attempt is a connect error).
 const HOLDERS_TRIED_MAX: usize = 3;
@@ -130,16 +134,14 @@ async fn send_to(state: &AppState, holder: &Member, incoming: &Incoming<'_>, bod
     let response = request.body(body).send().await?;
     let status = response.status();
     let content_type = response.headers().get(header::CONTENT_TYPE).cloned();
+    let error_code = response.headers().get(ERROR_CODE_HEADER).cloned();
     let relayed_headers: Vec<(header::HeaderName, HeaderValue)> =
         RELAYED_HEADERS.iter().filter_map(|name| response.headers().get(name).map(|v| (name.clone(), v.clone()))).collect();
     let bytes = read_bounded(response).await?;
     crate::metrics::FORWARD_SECONDS.observe(started.elapsed().as_secs_f64());
     let to = if holder.region == state.cluster.me().region { "same_region" } else { "other_region" };
     crate::metrics::FORWARDS.with_label_values(&[to]).inc();
-    let not_held = status == StatusCode::SERVICE_UNAVAILABLE && {
-        const CODE: &[u8] = b"\"not_held\"";
-        bytes.windows(CODE.len()).any(|w| w == CODE)
-    };
+    let not_held = status == StatusCode::SERVICE_UNAVAILABLE && said_not_held(&error_code, &bytes);
     let mut relayed = (status, bytes).into_response();
     if not_held {
         relayed.headers_mut().insert(NOT_HELD, HeaderValue::from_static("1"));
@@ -171,6 +173,16 @@ async fn read_bounded(mut response: reqwest::Response) -> Result<Bytes, reqwest:
 }
 
 /// Whether a holder answered that it no longer holds the partition (`not_held`).
+/// Whether a holder's 503 says `not_held`: its error-code header, or (a
+/// holder of an older version, native API only) the code in its body.
+fn said_not_held(error_code: &Option<HeaderValue>, body: &[u8]) -> bool {
+    const CODE: &[u8] = b"\"not_held\"";
+    match error_code {
+        Some(code) => code.as_bytes() == b"not_held",
+        None => body.windows(CODE.len()).any(|w| w == CODE),
+    }
+}
+
 fn is_not_held(response: &Response) -> bool {
     response.headers().get(NOT_HELD).is_some()
 }

@@ -28,7 +28,7 @@ pub use self::access::{
     admit, attach, caller_of, challenge, identify, is_public, require, require_anywhere, require_everywhere, unauthenticated, Access, Caller, Peer,
 };
 pub use self::error::ApiError;
-pub use self::forward::{no_holder, not_held, send, to_holder, Incoming, SERVED_BY, STALENESS_HEADER};
+pub use self::forward::{no_holder, not_held, send, to_holder, Incoming, ERROR_CODE_HEADER, SERVED_BY, STALENESS_HEADER};
 pub use self::route::{timed, Route, RouteAccess, RouteMetrics};
 pub use self::sse::{body, Encoder, SessionFuture, SSE_HEADERS};
 pub use self::state::AppState;

@@ -11,11 +11,15 @@ use crate::edge::ApiError;
 pub struct FbError {
     pub status: StatusCode,
     pub message: String,
+    /// Tern's error code when the error is Tern's (`From<ApiError>`), sent
+    /// as a header (`edge::ERROR_CODE_HEADER`): Firebase's body has no
+    /// place for it, and a forwarding node must tell `not_held` apart.
+    code: Option<&'static str>,
 }
 
 impl FbError {
     pub fn new(status: StatusCode, message: impl Into<String>) -> FbError {
-        FbError { status, message: message.into() }
+        FbError { status, message: message.into(), code: None }
     }
     pub fn bad(message: impl Into<String>) -> FbError {
         FbError::new(StatusCode::BAD_REQUEST, message)
@@ -34,19 +38,24 @@ impl std::fmt::Display for FbError {
 impl IntoResponse for FbError {
     fn into_response(self) -> Response {
         let body = serde_json::json!({ "error": self.message }).to_string();
-        (self.status, [(header::CONTENT_TYPE, "application/json; charset=utf-8")], body).into_response()
+        let mut response = (self.status, [(header::CONTENT_TYPE, "application/json; charset=utf-8")], body).into_response();
+        if let Some(code) = self.code {
+            response.headers_mut().insert(crate::edge::ERROR_CODE_HEADER, header::HeaderValue::from_static(code));
+        }
+        response
     }
 }
 
 /// A Tern error (a write's outcome, a forward) in Firebase's form.
 impl From<ApiError> for FbError {
     fn from(e: ApiError) -> FbError {
-        match e.code {
+        let error = match e.code {
             "unauthenticated" | "permission_denied" | "too_many_failed_authentications" => {
                 FbError::new(e.status, format!("{}: {}", e.code, e.message))
             }
             _ => FbError::new(e.status, e.message),
-        }
+        };
+        FbError { code: Some(e.code), ..error }
     }
 }
 

@@ -37,6 +37,10 @@ pub(super) async fn handle(
     if !matches!(caller, Caller::Admin { .. }) {
         return Err(FbError::new(StatusCode::UNAUTHORIZED, "Unauthorized request: only the owner reads or writes rules"));
     }
+    if !matches!(*method, Method::GET | Method::PUT) {
+        // Refused here, never forwarded: a holder would refuse it too.
+        return Err(FbError::new(StatusCode::METHOD_NOT_ALLOWED, format!("{method} is not supported on rules; use GET or PUT")));
+    }
     let partition = namespace.partition_of(RULES_PK);
     if !namespace.handle(partition).is_held() {
         let incoming = Incoming::new(method.clone(), uri, headers);
@@ -70,6 +74,6 @@ pub(super) async fn handle(
             }
             Ok(([(header::CONTENT_TYPE, "application/json; charset=utf-8")], r#"{"status":"ok"}"#).into_response())
         }
-        ref other => Err(FbError::new(StatusCode::METHOD_NOT_ALLOWED, format!("{other} is not supported on rules; use GET or PUT"))),
+        _ => unreachable!("other methods are refused above"),
     }
 }

@@ -15,10 +15,9 @@
 //! stormy one are walked, and a failure's replay prints which it was.
 
 use super::log::Faults;
-use super::streams::stream;
+use super::streams::{stream, Stream};
 use rand::distr::weighted::WeightedIndex;
 use rand::distr::Distribution;
-use rand::rngs::StdRng;
 use rand::Rng;
 
 /// What one step of a run does.
@@ -90,26 +89,26 @@ impl Fault {
 struct FaultDice {
     fault: Fault,
     rate: f64,
-    strikes: StdRng,
+    strikes: Stream,
 }
 
 /// Every random choice of one run, each from its named stream.
 pub(super) struct Dice {
-    actions: StdRng,
+    actions: Stream,
     action_table: WeightedIndex<u32>,
     faults: Vec<FaultDice>,
     /// Which replica an action acts on.
-    pub(super) replicas: StdRng,
+    pub(super) replicas: Stream,
     /// A new mutation's keys, conditions, values and write id.
-    pub(super) writes: StdRng,
+    pub(super) writes: Stream,
     /// Whether a writer retries a failed write, and which.
-    pub(super) retries: StdRng,
+    pub(super) retries: Stream,
     /// How many entries an apply step reads.
-    pub(super) batches: StdRng,
+    pub(super) batches: Stream,
     /// Whether an apply step flushes.
-    pub(super) flushes: StdRng,
+    pub(super) flushes: Stream,
     /// How far retention deletes.
-    pub(super) retention: StdRng,
+    pub(super) retention: Stream,
 }
 
 impl Dice {

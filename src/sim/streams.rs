@@ -6,21 +6,26 @@
 //! draw after it, so a seed that found a bug yesterday runs a different
 //! world today. With a stream per purpose, a change to how one purpose
 //! draws leaves every other purpose's draws as they were.
+//!
+//! The algorithm is named (ChaCha12), not rand's `StdRng`, which rand may
+//! change between releases: a dependency update must not move every seed.
 
-use rand::rngs::StdRng;
 use rand::SeedableRng;
+
+/// One purpose's stream of random draws.
+pub(super) type Stream = rand_chacha::ChaCha12Rng;
 
 /// The context string of the key derivation (BLAKE3's `derive_key`): no
 /// other use of BLAKE3 in Tern can produce the same streams.
 const STREAM_CONTEXT: &str = "tern sim 2026-11-27 named random stream";
 
 /// The stream called `name` of the run seeded with `seed`.
-pub(super) fn stream(seed: u64, name: &str) -> StdRng {
+pub(super) fn stream(seed: u64, name: &str) -> Stream {
     assert!(!name.is_empty(), "a stream has a name");
     let mut hasher = blake3::Hasher::new_derive_key(STREAM_CONTEXT);
     hasher.update(&seed.to_le_bytes());
     hasher.update(name.as_bytes());
-    StdRng::from_seed(*hasher.finalize().as_bytes())
+    Stream::from_seed(*hasher.finalize().as_bytes())
 }
 
 #[cfg(test)]

@@ -252,11 +252,12 @@ async fn a_forwarded_firebase_request_carries_its_caller_and_conditions_and_rela
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_rules_file_of_a_database_held_elsewhere_is_read_and_written_at_a_holder() {
     use axum::http::{Method, Uri};
-    let seen: Arc<parking_lot::Mutex<Vec<(Method, String, bytes::Bytes)>>> = Arc::default();
+    type Seen = (Method, String, Option<axum::http::HeaderValue>, bytes::Bytes);
+    let seen: Arc<parking_lot::Mutex<Vec<Seen>>> = Arc::default();
     let holder = axum::Router::new().fallback({
         let seen = seen.clone();
-        move |method: Method, uri: Uri, body: bytes::Bytes| {
-            seen.lock().push((method, uri.to_string(), body));
+        move |method: Method, uri: Uri, headers: axum::http::HeaderMap, body: bytes::Bytes| {
+            seen.lock().push((method, uri.to_string(), headers.get("authorization").cloned(), body));
             async { ([("content-type", "application/json; charset=utf-8")], r#"{"rules": {".read": "auth != null"}}"#) }
         }
     });
@@ -282,11 +283,51 @@ async fn the_rules_file_of_a_database_held_elsewhere_is_read_and_written_at_a_ho
         let seen = seen.lock();
         assert_eq!(seen.len(), 2);
         assert_eq!((seen[0].0.clone(), seen[0].1.as_str()), (Method::GET, "/.settings/rules.json?ns=ns"));
-        assert_eq!((seen[1].0.clone(), seen[1].1.as_str(), &seen[1].2[..]), (Method::PUT, "/.settings/rules.json?ns=ns", rules.as_bytes()));
+        assert_eq!((seen[1].0.clone(), seen[1].1.as_str(), &seen[1].3[..]), (Method::PUT, "/.settings/rules.json?ns=ns", rules.as_bytes()));
+        for (method, _, authorization, _) in seen.iter() {
+            assert_eq!(authorization.as_ref().map(|v| v.as_bytes()), Some(&b"Bearer owner"[..]), "{method}: the holder checks the owner again");
+        }
     }
 
-    // Only the owner reads or writes rules: refused here, never forwarded.
+    // Only the owner reads or writes rules, with GET or PUT: anything else
+    // is refused here, never forwarded.
     let anonymous = client.get(&rules_url).send().await.unwrap();
     assert_eq!(anonymous.status(), 401);
-    assert_eq!(seen.lock().len(), 2, "the refused read was not forwarded");
+    let deleted = client.delete(&rules_url).bearer_auth("owner").send().await.unwrap();
+    assert_eq!(deleted.status(), 405);
+    assert_eq!(seen.lock().len(), 2, "the refused requests were not forwarded");
+}
+
+/// A holder that let the partition go (gossip was behind) answers a
+/// forwarded Firebase request 503 `not_held`, and the next holder is asked.
+/// Before: Firebase's error body (`{"error": message}`) lost the code, so
+/// the forwarding node relayed the 503 instead of trying the next holder.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_firebase_request_goes_on_to_the_next_holder_when_one_no_longer_holds_it() {
+    let holder = axum::Router::new().fallback(|| async { ([("content-type", "application/json; charset=utf-8")], "42") });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let holder_api = listener.local_addr().unwrap().to_string();
+    tokio::spawn(async move { axum::serve(listener, holder).await.unwrap() });
+    let firebase = || tern::firebase::FirebaseConfig::new(Some("owner".into()), false);
+    // A real node that holds nothing: asked by another node, it says not_held.
+    let (stale_dir, edge_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let (stale_url, _stale) = serve_with(stale_dir.path(), Vec::new(), firebase()).await;
+    let held = BTreeMap::from([("ns".to_string(), BTreeMap::from([(0, 1), (1, 1)]))]);
+    // Ranked first: the same offsets, and its id sorts first.
+    let peers = vec![
+        peer("a-stale", stale_url.trim_start_matches("http://"), held.clone(), BTreeMap::new()),
+        peer("b-holder", holder_api, held, BTreeMap::new()),
+    ];
+    let (url, _node) = serve_with(edge_dir.path(), peers, firebase()).await;
+    let client = reqwest::Client::new();
+
+    let stale_says = client.get(format!("{stale_url}/scores/alice.json?ns=ns")).bearer_auth("owner").header("x-tern-forwarded-by", "test");
+    let stale_says = stale_says.send().await.unwrap();
+    assert_eq!(stale_says.status(), 503);
+    assert_eq!(stale_says.headers()["x-tern-error-code"], "not_held", "Firebase's error shape carries the code as a header");
+
+    let read = client.get(format!("{url}/scores/alice.json?ns=ns")).bearer_auth("owner").send().await.unwrap();
+    assert_eq!(read.status(), 200);
+    assert_eq!(read.headers()["x-tern-served-by"], "b-holder");
+    assert_eq!(read.text().await.unwrap(), "42");
 }
