@@ -182,14 +182,19 @@ impl From<crate::store::StoreError> for ApiError {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let mut error = Map::new();
-        let code = axum::http::HeaderValue::from_static(self.code);
+        // A code is snake_case, so a valid header value; an answer never
+        // panics for it, so a code that is not goes without the header.
+        let code = axum::http::HeaderValue::from_str(self.code).ok();
+        debug_assert!(code.is_some(), "error codes are snake_case: {:?}", self.code);
         error.insert("code".into(), Value::from(self.code));
         let challenge = super::access::challenge(&self);
         error.insert("message".into(), Value::from(self.message));
         let retry_after_s = self.details.get("retry_after_s").and_then(Value::as_u64);
         error.extend(self.details);
         let mut response = (self.status, axum::Json(json!({ "error": error }))).into_response();
-        response.headers_mut().insert(super::forward::ERROR_CODE_HEADER, code);
+        if let Some(code) = code {
+            response.headers_mut().insert(super::forward::ERROR_CODE_HEADER, code);
+        }
         if let Some(challenge) = challenge {
             response.headers_mut().insert(axum::http::header::WWW_AUTHENTICATE, challenge);
         }
@@ -197,5 +202,18 @@ impl IntoResponse for ApiError {
             response.headers_mut().insert(axum::http::header::RETRY_AFTER, seconds.into());
         }
         response
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The code is in the body and, for a forwarding node, in a header.
+    #[test]
+    fn an_error_answer_names_its_code_in_the_body_and_a_header() {
+        let response = ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "not_held", "node x no longer holds ns/0").into_response();
+        assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(response.headers()[crate::edge::ERROR_CODE_HEADER], "not_held");
     }
 }

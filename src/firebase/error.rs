@@ -39,8 +39,10 @@ impl IntoResponse for FbError {
     fn into_response(self) -> Response {
         let body = serde_json::json!({ "error": self.message }).to_string();
         let mut response = (self.status, [(header::CONTENT_TYPE, "application/json; charset=utf-8")], body).into_response();
-        if let Some(code) = self.code {
-            response.headers_mut().insert(crate::edge::ERROR_CODE_HEADER, header::HeaderValue::from_static(code));
+        // Never a panic on an answer: a code that is not a header value
+        // (codes are snake_case) goes without the header.
+        if let Some(code) = self.code.and_then(|code| header::HeaderValue::from_str(code).ok()) {
+            response.headers_mut().insert(crate::edge::ERROR_CODE_HEADER, code);
         }
         response
     }
@@ -88,4 +90,19 @@ pub fn refusal(error: ApiError) -> Response {
         response.headers_mut().insert(header::WWW_AUTHENTICATE, challenge);
     }
     response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Tern's code survives Firebase's error shape as a header; Firebase's
+    /// own errors carry none.
+    #[test]
+    fn a_tern_error_in_firebase_shape_keeps_its_code_in_a_header() {
+        let tern = FbError::from(ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "not_held", "node x no longer holds ns/0")).into_response();
+        assert_eq!(tern.headers()[crate::edge::ERROR_CODE_HEADER], "not_held");
+        let own = FbError::bad("Invalid data; couldn't parse JSON object").into_response();
+        assert!(own.headers().get(crate::edge::ERROR_CODE_HEADER).is_none());
+    }
 }
