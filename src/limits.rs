@@ -112,6 +112,13 @@ pub fn check_namespace_name(name: &str) -> Result<(), LimitError> {
     Ok(())
 }
 
+/// Whether `topic` is one of namespace `ns`'s own topics for procedure
+/// outputs: `<ns>.` and at least one more byte. A namespace name has no
+/// dot, so no two namespaces share one (log/kafka/outputs.rs).
+pub fn is_namespace_output_topic(ns: &str, topic: &str) -> bool {
+    topic.strip_prefix(ns).and_then(|rest| rest.strip_prefix('.')).is_some_and(|rest| !rest.is_empty())
+}
+
 pub fn check_partitions(partitions: u32) -> Result<(), LimitError> {
     if partitions == 0 || partitions > PARTITIONS_MAX {
         return Err(LimitError::invalid("invalid_partitions", format!("partitions must be between 1 and {PARTITIONS_MAX}; got {partitions}")));

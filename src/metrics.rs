@@ -320,6 +320,23 @@ pub(crate) static PROCEDURE_RECORDS: LazyLock<IntCounterVec> = LazyLock::new(|| 
         .expect("metric registers")
 });
 
+pub(crate) static SOURCE_ENTRIES_UNVERIFIED: LazyLock<IntCounter> = LazyLock::new(|| {
+    register_int_counter!(
+        "tern_source_entries_unverified_total",
+        "Source-topic records with a Tern entry header that does not verify (log/kafka/entry_mac.rs): read as foreign records"
+    )
+    .expect("metric registers")
+});
+
+pub(crate) static PROCEDURE_OUTPUTS_REFUSED: LazyLock<IntCounterVec> = LazyLock::new(|| {
+    register_int_counter_vec!(
+        "tern_procedure_outputs_refused_total",
+        "Outbox messages not published: their topic is not the namespace's to write (log/kafka/outputs.rs)",
+        &["ns"]
+    )
+    .expect("metric registers")
+});
+
 pub(crate) static PROCEDURE_OUTPUTS: LazyLock<IntCounterVec> = LazyLock::new(|| {
     register_int_counter_vec!("tern_procedure_outputs_total", "Messages procedures emitted into the outbox", &["ns", "procedure"])
         .expect("metric registers")

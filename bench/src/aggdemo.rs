@@ -363,7 +363,25 @@ async fn measure(args: &AggdemoBenchArgs, scratch: &std::path::Path, kafka_dir: 
         .await?;
     let data = scratch.join("tern").display().to_string();
     let log = format!("kafka://{bootstrap}");
-    let mut tern_args: Vec<&str> = vec!["serve", "--node-id", "bench", "--listen", "127.0.0.1:0", "--data-dir", &data, "--log", &log];
+    // A source topic is bound only when the operator allows it, and with the cluster key that signs Tern's entries there.
+    let key_file = scratch.join("cluster.key");
+    std::fs::write(&key_file, "aggdemo-bench-cluster-key-0123456789abcdef")?;
+    let key_file = key_file.display().to_string();
+    let mut tern_args: Vec<&str> = vec![
+        "serve",
+        "--node-id",
+        "bench",
+        "--listen",
+        "127.0.0.1:0",
+        "--data-dir",
+        &data,
+        "--log",
+        &log,
+        "--kafka-source-topic",
+        &input,
+        "--cluster-key-file",
+        &key_file,
+    ];
     tern_args.extend(args.tern_args.iter().map(String::as_str));
     let (mut tern, addr) = super::suite::spawn_listening(crate::paths::tern(), &tern_args).await?;
     let tern_pid = tern.id().ok_or_else(|| anyhow::anyhow!("tern has no pid"))?;

@@ -70,6 +70,7 @@ pub(super) async fn deploy(
         return Err(ApiError::bad_request("invalid_procedure", "a definition is not a removal: DELETE the procedure instead"));
     }
     definition.version = None;
+    checked_topics(&state, &ns, &name, &definition)?;
     // Refused here with the reason, before anything is appended: every replica would refuse it too.
     wasm::Vm::load(&definition, 0).map_err(|e| ApiError::bad_request("invalid_procedure", format!("the module does not load: {e}")))?;
     let (version, positions) = append_everywhere(&state, &namespace, &name, definition).await?;
@@ -104,6 +105,15 @@ pub(super) async fn remove(
     };
     let (version, positions) = append_everywhere(&state, &namespace, &name, removal).await?;
     Ok((StatusCode::OK, Json(json!({ "name": name, "version": version, "removed": true, "positions": positions }))).into_response())
+}
+
+/// Refuses a definition whose output or dead-letter topics are not the
+/// namespace's own, or are Tern's (its topics are written with Tern's credentials).
+fn checked_topics(state: &AppState, ns: &str, name: &str, definition: &Definition) -> Result<(), ApiError> {
+    definition.check_confined(ns).map_err(|e| ApiError::bad_request("invalid_procedure", e))?;
+    let dead = definition.dead_letter_topic(ns, name);
+    let topics: Vec<&str> = definition.outputs.values().map(String::as_str).chain([dead.as_str()]).collect();
+    state.node.log.check_outputs(ns, &topics).map_err(|e| ApiError::bad_request("invalid_procedure", e))
 }
 
 /// Appends the deploy entry to partition 0, then (carrying its offset as

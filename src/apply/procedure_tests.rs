@@ -150,7 +150,8 @@ fn equal_state_hashes_however_batched_and_however_often_the_vm_is_reloaded() {
 #[test]
 fn bad_deployments_are_skipped_alike_and_older_versions_do_not_replace_newer() {
     let (_dir, store) = store();
-    let mut procedures = Procedures::new(NS, 0);
+    // Partition 1: its deployments carry partition 0's version.
+    let mut procedures = Procedures::new(NS, 1);
     let entries = vec![
         entry(0, 1, vec![deploy_op("bad name", wasm(COUNTER))]),
         entry(1, 1, vec![deploy_op("p", wasm(b"\0asm garbage"))]),
@@ -166,7 +167,7 @@ fn bad_deployments_are_skipped_alike_and_older_versions_do_not_replace_newer() {
         ),
         entry(4, 1, vec![deploy_op("p", serde_json::json!({"runtime": "wasm"}))]),
         entry(5, 1, vec![deploy_op("p", wasm(SANDBOX.as_bytes()))]),
-        // Partition 0 carries no version; another partition's entry names one: older than 5 here.
+        // An entry without a version is versioned by its offset; one that names a version (older than 5 here) keeps it.
         entry(6, 1, vec![deploy_op("p", serde_json::json!({"runtime": "wasm", "module": wasm(COUNTER)["module"], "version": 3}))]),
         entry(7, 1, vec![put("f", "1")]),
     ];
@@ -186,6 +187,45 @@ fn bad_deployments_are_skipped_alike_and_older_versions_do_not_replace_newer() {
     let reader = store.read().unwrap();
     assert_eq!(value(&reader, "ok"), Some(serde_json::json!(1)), "the sandbox module (version 5) runs, not the counter (3)");
     assert_eq!(reader.procedure_versions("p").unwrap().iter().map(|(v, _)| *v).collect::<Vec<_>>(), vec![5]);
+}
+
+#[test]
+fn partition_zero_versions_a_deployment_by_its_offset_whatever_it_carries() {
+    // Before the fix, a deploy entry carrying u64::MAX pinned its procedure
+    // in partition 0 for good: no later deployment was newer.
+    let (_dir, store) = store();
+    let mut procedures = Procedures::new(NS, 0);
+    let pinned = serde_json::json!({"runtime": "wasm", "module": wasm(SANDBOX.as_bytes())["module"], "version": u64::MAX});
+    let entries = vec![entry(0, 1, vec![deploy_op("p", pinned)]), entry(1, 1, vec![deploy_op("p", wasm(COUNTER))])];
+    apply(&store, &mut procedures, &entries);
+    let reader = store.read().unwrap();
+    assert_eq!(
+        reader.procedure_versions("p").unwrap().iter().map(|(v, _)| *v).collect::<Vec<_>>(),
+        vec![0, 1],
+        "the later deployment replaced the pinned one"
+    );
+}
+
+#[test]
+fn a_deployment_naming_another_namespaces_topics_is_skipped_alike() {
+    // A definition with an output or dead-letter topic outside `<ns>.` (a
+    // foreign producer's entry, or one written before the API checked it)
+    // is refused by every replica: no procedure runs, nothing is published there.
+    let (_dir, store) = store();
+    let mut procedures = Procedures::new(NS, 0);
+    let module = wasm(COUNTER)["module"].clone();
+    let entries = vec![
+        entry(0, 1, vec![deploy_op("p", serde_json::json!({"runtime": "wasm", "module": module, "outputs": {"o": "tern.victim"}}))]),
+        entry(1, 1, vec![deploy_op("q", serde_json::json!({"runtime": "wasm", "module": module, "dead_letter_topic": "tern._src.victim.t"}))]),
+    ];
+    let outcomes = apply(&store, &mut procedures, &entries);
+    for (offset, outcome) in outcomes {
+        match outcome {
+            Outcome::Skipped(e) => assert!(e.to_string().contains("is not namespace"), "{offset}: {e}"),
+            other => panic!("{offset}: {other:?}"),
+        }
+    }
+    assert!(store.read().unwrap().procedure_versions("p").unwrap().is_empty());
 }
 
 #[test]

@@ -24,9 +24,9 @@ pub trait Log: Send + Sync + 'static {
     async fn list_topics(&self) -> Result<Vec<TopicInfo>, LogError>;
 
     /// Makes namespace `name` read the existing topic `source` as its log
-    /// (its partitions are the namespace's): records without the
-    /// `TERN_ENTRY_HEADER` are inputs to procedures, and Tern's own entries
-    /// for the namespace are written there with it. Returns the partition
+    /// (its partitions are the namespace's): records without a
+    /// `TERN_ENTRY_HEADER` that verifies are inputs to procedures, and Tern's
+    /// own entries for the namespace are written there with it. Returns the partition
     /// count; `partitions`, when given, must be the topic's (else
     /// `PartitionCountMismatch`, and nothing is created). The binding is
     /// fixed at creation, like a partition count.
@@ -71,6 +71,15 @@ pub trait Log: Send + Sync + 'static {
         Err(LogError::Unavailable(format!(
             "{tp}: this log cannot move a partition's offsets to {offset}; restore into the log the snapshots were taken of"
         )))
+    }
+
+    /// Why a procedure of `namespace` may not publish to `topics` (and to
+    /// `<namespace>.<output>` for outputs it names at run time), if it may
+    /// not. Default: the embedded log has no output topics (nothing is
+    /// published; outboxes are read through the API).
+    fn check_outputs(&self, namespace: &str, topics: &[&str]) -> Result<(), String> {
+        let _ = (namespace, topics);
+        Ok(())
     }
 
     /// Whether `publisher` can relay outboxes (has output topics).

@@ -48,7 +48,8 @@ pub struct ForeignRecord {
 
 /// The Kafka header that marks a Tern entry in a source topic (a namespace
 /// with `source_topic` writes its own entries there: deployments, ticks,
-/// records). Records without it are the topic's own, inputs to procedures.
+/// records), holding the entry's MAC (`kafka/entry_mac.rs`). Records
+/// without one that verifies are the topic's own, inputs to procedures.
 pub const TERN_ENTRY_HEADER: &str = "tern.entry";
 
 /// Most headers of a source record kept (the rest are left out); bounds

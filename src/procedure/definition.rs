@@ -166,6 +166,22 @@ impl Definition {
         serde_json::to_vec(self).expect("a definition serializes")
     }
 
+    /// Whether every topic this definition names is namespace `ns`'s own:
+    /// `<ns>.` and at least one more byte. An output or dead-letter topic
+    /// outside it would let the admin of one namespace write into topics
+    /// another namespace owns (its outputs, or a log Tern reads). The log
+    /// refuses the topics that are its own as well (`Log::check_outputs`).
+    pub fn check_confined(&self, ns: &str) -> Result<(), String> {
+        let named = self.outputs.iter().map(|(output, topic)| (format!("output {output:?}"), topic));
+        let dead = self.dead_letter_topic.iter().map(|topic| ("dead_letter_topic".to_string(), topic));
+        for (what, topic) in named.chain(dead) {
+            if !crate::limits::is_namespace_output_topic(ns, topic) {
+                return Err(format!("{what}: topic {topic:?} is not namespace {ns:?}'s: a procedure's topics start with \"{ns}.\""));
+            }
+        }
+        Ok(())
+    }
+
     /// The topic output `output` of this procedure goes to in namespace `ns`.
     pub fn topic_of(&self, ns: &str, output: &str) -> String {
         self.outputs.get(output).cloned().unwrap_or_else(|| format!("{ns}.{output}"))
@@ -232,6 +248,27 @@ mod tests {
             assert_eq!(check_name(bad).is_err(), bad != "kv", "{bad:?}");
         }
         assert!(check_topic("ns.aggregated").is_ok());
+        for (ns, topic, confined) in
+            [("ns", "ns.a", true), ("ns", "ns.", false), ("ns", "nsx.a", false), ("ns", "tern.ns", false), ("ns", "ns", false)]
+        {
+            assert_eq!(crate::limits::is_namespace_output_topic(ns, topic), confined, "{ns} {topic}");
+        }
+    }
+
+    #[test]
+    fn a_definitions_topics_are_its_namespaces() {
+        let m = r#""module": "AGFzbQEAAAA=""#;
+        let own =
+            Definition::parse(format!(r#"{{"runtime": "wasm", {m}, "outputs": {{"a": "billing.a"}}, "dead_letter_topic": "billing.d"}}"#).as_bytes())
+                .unwrap();
+        assert_eq!(own.check_confined("billing"), Ok(()));
+        for (field, topic) in
+            [("outputs", r#"{"a": "tern.victim"}"#), ("outputs", r#"{"a": "billingx.a"}"#), ("dead_letter_topic", r#""tern._src.v.t""#)]
+        {
+            let d = Definition::parse(format!(r#"{{"runtime": "wasm", {m}, "{field}": {topic}}}"#).as_bytes()).unwrap();
+            let error = d.check_confined("billing").unwrap_err();
+            assert!(error.contains("is not namespace \"billing\"'s"), "{error}");
+        }
         assert!(check_topic(&"t".repeat(250)).is_err());
     }
 }

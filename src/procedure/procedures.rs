@@ -201,8 +201,17 @@ impl Procedures {
             Ok(d) => d,
             Err(e) => return Ok(Err(e)),
         };
-        // Partition 0's entry is the version; the others carry it.
-        let version = definition.version.unwrap_or(offset);
+        // A foreign or old entry may name another namespace's topics: refused alike everywhere.
+        if let Err(e) = definition.check_confined(&self.namespace) {
+            return Ok(Err(e));
+        }
+        // Partition 0's entry is the version, whatever it carries (a version
+        // beyond what Tern assigned would pin the procedure for good); the
+        // others carry it.
+        let version = match self.partition {
+            0 => offset,
+            _ => definition.version.unwrap_or(offset),
+        };
         definition.version = Some(version);
         let active = tx.procedure(name)?.and_then(|b| Definition::parse(&b).ok()).and_then(|d| d.version);
         if active.is_some_and(|a| a >= version) {

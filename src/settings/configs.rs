@@ -100,6 +100,8 @@ impl Settings {
                 },
             },
             security: self.kafka_security()?,
+            entry_key: self.source_entry_key()?,
+            source_topics_allowed: self.kafka_source_topics.clone(),
             ..KafkaLogConfig::new(servers)
         })
     }

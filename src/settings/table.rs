@@ -143,6 +143,10 @@ settings! {
     log_format: String = "text".into(), Bound::OneOf(&["text", "json"]);
     /// Kafka: the topic of namespace N is `<prefix>N`.
     kafka_topic_prefix: String = "tern.".into(), Bound::Any;
+    /// Kafka: the existing topics namespaces may read as source topics (`PUT /v1/ns/{ns}` with
+    /// `source_topic`): exact names, or prefixes ending in `*`. Empty: none. A namespace's admin binds only
+    /// what the operator listed here, and binding needs `cluster_key_file` (Tern signs its own entries there).
+    kafka_source_topics ("kafka-source-topic"): Vec<String> = Vec::new(), Bound::Any;
     /// Kafka: replication factor of the topics Tern creates. Default (none): 3 when the cluster has at least 3
     /// brokers, else the broker count, with a loud warning (a lost broker then loses acknowledged writes).
     kafka_replication_factor: Option<i32> = None, Bound::Range(1, 16);

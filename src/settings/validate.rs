@@ -67,6 +67,13 @@ impl Settings {
         crate::cluster::sealed::ClusterKey::from_secret(&secret).map(Some).map_err(|e| anyhow::anyhow!("cluster_key_file {}: {e}", path.display()))
     }
 
+    /// The key that signs Tern's entries in source topics, from `cluster_key_file`.
+    pub fn source_entry_key(&self) -> anyhow::Result<Option<crate::log::kafka::EntryKey>> {
+        let Some(path) = &self.cluster_key_file else { return Ok(None) };
+        let secret = std::fs::read_to_string(path).map_err(|e| anyhow::anyhow!("cluster_key_file {}: {e}", path.display()))?;
+        crate::log::kafka::EntryKey::from_secret(&secret).map(Some).map_err(|e| anyhow::anyhow!("cluster_key_file {}: {e}", path.display()))
+    }
+
     /// `tern serve` refuses to listen beyond loopback without authentication
     /// unless told `insecure`.
     pub(super) fn check_exposure(&self) -> anyhow::Result<()> {

@@ -41,6 +41,9 @@ const AGE_SLACK_MS: u64 = 5_000;
 async fn serve(bootstrap: &str, data: &std::path::Path, prefix: &str, node_id: &str, publish: bool) -> Tern {
     let log = format!("kafka://{bootstrap}");
     let publish = publish.to_string();
+    // The operator allows the test's input topics (`in<n>`) and gives the key that signs Tern's entries in them.
+    let key_file = data.join("cluster.key");
+    std::fs::write(&key_file, "aggdemo-test-cluster-key-0123456789abcdef").unwrap();
     let args = [
         "serve",
         "--node-id",
@@ -60,6 +63,10 @@ async fn serve(bootstrap: &str, data: &std::path::Path, prefix: &str, node_id: &
         "200",
         "--procedure-publish",
         &publish,
+        "--kafka-source-topic",
+        "in*",
+        "--cluster-key-file",
+        key_file.to_str().unwrap(),
     ];
     Tern::spawn(&args, data).await
 }
@@ -321,6 +328,52 @@ async fn aggdemo_end_to_end(bootstrap: &str, disruption: Disruption<'_>) {
     eprintln!("aggdemo on Kafka: {} records in, {} outputs: {reasons:?}", generated.sent.len(), outputs.len());
 }
 
+/// Another producer of the source topic writes records shaped like Tern's
+/// entries (a put of `forged`), with the old header (`tern.entry: 1`) and a
+/// MAC of another key: both are foreign records, never applied. Before the
+/// fix, the first was decoded as Tern's and `forged` was written.
+async fn forged_entries_are_foreign(node: &Tern, bootstrap: &str, ns: &str, input: &str) {
+    use tern::codec::{Mutation, Op, OpKind};
+    let partition = tern::partitioner::partition_of("forged", PARTITIONS as u32);
+    let op = Op { pk: "forged".into(), sk: String::new(), kind: OpKind::Put(bytes::Bytes::from_static(b"666")), condition: None };
+    let payload = tern::codec::encode_at(&Mutation { write_id: bytes::Bytes::new(), ops: vec![op] }, tern::codec::now_ms());
+    let producer: FutureProducer = client_config(bootstrap).create().unwrap();
+    for header in [b"1".to_vec(), vec![7u8; 32]] {
+        let headers = OwnedHeaders::new().insert(Header { key: "tern.entry", value: Some(&header[..]) });
+        let record = FutureRecord::<[u8], [u8]>::to(input).partition(partition as i32).payload(&payload[..]).headers(headers);
+        producer.send(record, Duration::from_secs(10)).await.unwrap();
+    }
+    // A write of Tern's own after them, in the same partition: once it is applied, so are they.
+    let after = (0..).map(|i| format!("after{i}")).find(|k| tern::partitioner::partition_of(k, PARTITIONS as u32) == partition).unwrap();
+    let (status, answer) = node.send(node.client.put(format!("{}/v1/ns/{ns}/kv/{after}?wait=applied", node.url)).json(&1)).await;
+    assert_eq!(status, 200, "{answer}");
+    let (status, got) = node.get_json(&format!("/v1/ns/{ns}/kv/forged")).await;
+    assert_eq!((status, got["items"].as_array().map(Vec::len)), (200, Some(0)), "a forged entry was applied: {got}");
+    let metrics = node.client.get(format!("{}/metrics", node.url)).send().await.unwrap().text().await.unwrap();
+    let unverified = metrics.lines().find_map(|l| l.strip_prefix("tern_source_entries_unverified_total ")).and_then(|v| v.parse::<u64>().ok());
+    assert!(unverified >= Some(2), "both counted: {unverified:?}");
+}
+
+/// A procedure's topics are its namespace's own, never Tern's or a source topic.
+async fn a_procedure_cannot_publish_into_others_topics(node: &Tern, prefix: &str, input: &str) {
+    let module = {
+        use base64::Engine as _;
+        base64::engine::general_purpose::STANDARD.encode(std::fs::read(checkout().join("examples/procedures/build/counter.wasm")).unwrap())
+    };
+    let tern_named = prefix.trim_end_matches('.');
+    let cases = [
+        (tern_named.to_string(), serde_json::json!({"runtime": "wasm", "module": module}), "overlap Tern's own topics"),
+        ("victim".to_string(), serde_json::json!({"runtime": "wasm", "module": module, "outputs": {"o": input}}), "is not namespace"),
+    ];
+    for (ns, definition, why) in cases {
+        let (status, _) = node.send(node.client.put(format!("{}/v1/ns/{ns}", node.url)).json(&serde_json::json!({"partitions": 1}))).await;
+        assert!(status == 201 || status == 200, "{ns}");
+        let (status, answer) = node.send(node.client.put(format!("{}/v1/ns/{ns}/procedures/p", node.url)).json(&definition)).await;
+        assert_eq!((status, common::error_code(&answer)), (400, "invalid_procedure"), "{ns}: {answer}");
+        assert!(answer["error"]["message"].as_str().unwrap().contains(why), "{ns}: {answer}");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_source_topic_is_checked_and_bound_once() {
     let prefix = format!("t{}.", rand::random::<u32>());
@@ -336,7 +389,11 @@ async fn a_source_topic_is_checked_and_bound_once() {
     let ns = format!("src{}", rand::random::<u32>());
     let other = format!("own{}", rand::random::<u32>());
     let long = "a".repeat(250);
-    let refused: [(&str, Value, u16, &str); 6] = [
+    // A topic that exists but the operator did not allow (`--kafka-source-topic in*`).
+    let unlisted = format!("feed{}", rand::random::<u32>());
+    create_topic(&bootstrap, &unlisted).await;
+    let refused: [(&str, Value, u16, &str); 7] = [
+        (&ns, serde_json::json!({"source_topic": unlisted}), 400, "invalid_source_topic"),
         (&ns, serde_json::json!({"source_topic": format!("missing{}", rand::random::<u32>())}), 400, "invalid_source_topic"),
         (&ns, serde_json::json!({"source_topic": "bad name"}), 400, "invalid_source_topic"),
         (&ns, serde_json::json!({"source_topic": ""}), 400, "invalid_source_topic"),
@@ -368,6 +425,8 @@ async fn a_source_topic_is_checked_and_bound_once() {
     assert_eq!((status, got["items"][0]["value"].clone()), (200, serde_json::json!({"v": 1})), "{got}");
     let (_, listed) = node.get_json("/v1/ns").await;
     assert!(listed["namespaces"].as_array().unwrap().iter().any(|n| n["name"] == ns.as_str() && n["source_topic"] == input.as_str()), "{listed}");
+    forged_entries_are_foreign(&node, &bootstrap, &ns, &input).await;
+    a_procedure_cannot_publish_into_others_topics(&node, &prefix, &input).await;
     // The CLI shows it.
     let (ok, out, err) = common::cli(&node.url, &["ns", "show", &ns]);
     assert!(ok && out.contains(&format!("source_topic {input}")), "{out}{err}");

@@ -194,6 +194,21 @@ async fn bad_procedure_requests_get_clear_errors_and_append_nothing() {
         ),
         ("/v1/ns/default/procedures/p", json!({"runtime": "wasm", "module": "AA==", "removed": true}), 400, "invalid_procedure", "DELETE"),
         ("/v1/ns/default/procedures/p", json!({"from_version": 7}), 404, "not_found", "no procedure \"p\""),
+        // Topics that are not the namespace's own (before the fix, deployed: its outputs reached another namespace's log).
+        (
+            "/v1/ns/default/procedures/p",
+            json!({"runtime": "wasm", "module": "AA==", "outputs": {"o": "tern.victim"}}),
+            400,
+            "invalid_procedure",
+            "is not namespace \"default\"'s",
+        ),
+        (
+            "/v1/ns/default/procedures/p",
+            json!({"runtime": "wasm", "module": "AA==", "dead_letter_topic": "defaultx.d"}),
+            400,
+            "invalid_procedure",
+            "start with \"default.\"",
+        ),
         // Names equal to route words are names like any other: here, a module that does not load.
         ("/v1/ns/default/procedures/kv", json!({"runtime": "wasm", "module": "AA=="}), 400, "invalid_procedure", "not a valid WebAssembly module"),
     ];

@@ -31,6 +31,12 @@ pub struct KafkaLogConfig {
     pub membership: Membership,
     /// How the client reaches the brokers: TLS, SASL.
     pub security: KafkaSecurity,
+    /// Signs Tern's own entries in source topics (`entry_mac.rs`); from
+    /// `cluster_key_file`. None: no namespace may read a source topic.
+    pub entry_key: Option<super::EntryKey>,
+    /// The topics namespaces may read as source topics: exact names, or
+    /// prefixes ending in `*` (`kafka_source_topics`). Empty: none.
+    pub source_topics_allowed: Vec<String>,
 }
 
 /// The Kafka client's security settings (librdkafka's names in the docs).
@@ -104,6 +110,16 @@ impl KafkaLogConfig {
             fetch_min_bytes: 16 * 1024,
             membership: Membership::AssignAll,
             security: KafkaSecurity::default(),
+            entry_key: None,
+            source_topics_allowed: Vec::new(),
         }
+    }
+
+    /// Whether the operator allows namespaces to read `topic` as a source.
+    pub(super) fn source_allowed(&self, topic: &str) -> bool {
+        self.source_topics_allowed.iter().any(|allowed| match allowed.strip_suffix('*') {
+            Some(prefix) => topic.starts_with(prefix),
+            None => topic == allowed,
+        })
     }
 }

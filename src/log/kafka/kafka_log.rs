@@ -5,7 +5,7 @@
 
 use super::super::{Assignment, CreateOutcome, Log, LogError, LogReader, TopicInfo, TopicPartition};
 use super::config::KafkaLogConfig;
-use super::{breaker, fetch_source, group, publisher, reader, sources, topic_id, Membership};
+use super::{breaker, fetch_source, group, outputs, publisher, reader, sources, topic_id, Membership};
 use async_trait::async_trait;
 use bytes::Bytes;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, ResourceSpecifier, TopicReplication};
@@ -370,6 +370,20 @@ impl Log for KafkaLog {
     async fn create_sourced(&self, name: &str, source: &str, requested: Option<u32>) -> Result<(CreateOutcome, u32), LogError> {
         let prefix = self.inner.config.topic_prefix.clone();
         sources::check_source_name(&prefix, name, source).map_err(LogError::Unsupported)?;
+        if !self.inner.config.source_allowed(source) {
+            return Err(LogError::Unsupported(format!(
+                "source_topic {source:?} is not one the operator allows namespaces to read (kafka_source_topics: {:?}); \
+                 a topic is bound only when the operator lists it",
+                self.inner.config.source_topics_allowed
+            )));
+        }
+        if self.inner.config.entry_key.is_none() {
+            return Err(LogError::Unsupported(
+                "a source topic needs cluster_key_file: Tern signs its own entries in a topic other producers write, \
+                 so that theirs never pass for Tern's"
+                    .into(),
+            ));
+        }
         let all = self.topic_partitions().await?;
         let Some(&partitions) = all.get(source) else {
             return Err(LogError::Unsupported(format!(
@@ -454,6 +468,12 @@ impl Log for KafkaLog {
         self.inner.consumer.context().source(&self.topic_name(&tp.topic), tp.partition as i32)
     }
 
+    fn check_outputs(&self, namespace: &str, topics: &[&str]) -> Result<(), String> {
+        let prefix = &self.inner.config.topic_prefix;
+        outputs::check_namespace(prefix, namespace)?;
+        topics.iter().try_for_each(|topic| outputs::check_topic(prefix, &self.inner.sources, namespace, topic))
+    }
+
     fn has_output_topics(&self) -> bool {
         true
     }
@@ -465,6 +485,7 @@ impl Log for KafkaLog {
         let publisher = publisher::KafkaPublisher::start(
             &self.inner.base,
             &config.topic_prefix,
+            self.inner.sources.clone(),
             &tp.topic,
             &topic,
             tp.partition,
@@ -478,7 +499,7 @@ impl Log for KafkaLog {
 
     async fn reader(&self, tp: &TopicPartition, from: u64) -> Result<Box<dyn LogReader>, LogError> {
         let topic = self.topic_name(&tp.topic);
-        let sourced = self.inner.sources.is_sourced(&tp.topic);
+        let sourced = self.records_of(tp);
         Ok(Box::new(reader::KafkaReader::open(&self.inner.consumer, tp.clone(), &topic, from, sourced)?))
     }
 
@@ -498,7 +519,7 @@ impl Log for KafkaLog {
             .create_with_context(fetch_source::FetchContext::default())
             .map_err(unavailable)?;
         let topic = self.topic_name(&tp.topic);
-        let sourced = self.inner.sources.is_sourced(&tp.topic);
+        let sourced = self.records_of(tp);
         let reader = reader::KafkaReader::open(&Arc::new(consumer), tp.clone(), &topic, from, sourced)?;
         Ok(Box::new(reader::HistoryReader { reader, _permit: permit }))
     }
@@ -544,12 +565,29 @@ impl Log for KafkaLog {
 }
 
 impl KafkaLog {
+    /// Whose records `tp`'s topic holds: Tern's alone, or a source topic's.
+    fn records_of(&self, tp: &TopicPartition) -> reader::Records {
+        match self.inner.sources.is_sourced(&tp.topic) {
+            false => reader::Records::Tern,
+            true => reader::Records::Sourced(self.inner.config.entry_key),
+        }
+    }
+
     /// One produce, acknowledged by every in-sync replica (`acks=all`).
     pub(super) async fn append_now(&self, topic: &str, tp: &TopicPartition, payload: &Bytes) -> Result<u64, LogError> {
         let mut record: FutureRecord<'_, [u8], [u8]> = FutureRecord::to(topic).partition(tp.partition as i32).payload(payload);
-        // In a source topic, Tern's entries are told from the topic's own records by a header.
+        // In a source topic, Tern's entries are told from the topic's own
+        // records by a header holding their MAC (`entry_mac.rs`).
+        let mac;
         if self.inner.sources.is_sourced(&tp.topic) {
-            let header = rdkafka::message::Header { key: crate::log::TERN_ENTRY_HEADER, value: Some(&b"1"[..]) };
+            let Some(key) = &self.inner.config.entry_key else {
+                return Err(LogError::Unsupported(format!(
+                    "namespace {:?} reads a source topic and this node has no cluster_key_file: it cannot sign Tern's entries there",
+                    tp.topic
+                )));
+            };
+            mac = key.mac(topic, tp.partition, payload);
+            let header = rdkafka::message::Header { key: crate::log::TERN_ENTRY_HEADER, value: Some(&mac[..]) };
             record = record.headers(rdkafka::message::OwnedHeaders::new().insert(header));
         }
         match self.inner.producer.send(record, Timeout::After(self.inner.config.delivery_timeout)).await {

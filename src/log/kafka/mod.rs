@@ -20,8 +20,10 @@
 //!   for lag monitoring only.
 
 mod breaker;
+mod entry_mac;
 mod fetch_source;
 mod group;
+mod outputs;
 mod publisher;
 mod reader;
 mod sources;
@@ -33,4 +35,5 @@ mod config;
 mod kafka_log;
 
 pub use self::config::{KafkaLogConfig, KafkaSecurity};
+pub use self::entry_mac::EntryKey;
 pub use self::kafka_log::{KafkaLog, ENTRY_BYTES_MAX};

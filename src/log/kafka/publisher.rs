@@ -40,6 +40,8 @@ use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::util::Timeout;
 use rdkafka::{Offset, TopicPartitionList};
 
+use super::outputs;
+use super::sources::Sources;
 use crate::log::{LogError, Outgoing, Publisher};
 
 /// The header naming an output's deterministic id.
@@ -63,6 +65,11 @@ pub(super) struct KafkaPublisher {
     replication_factor: i32,
     ensured: HashSet<String>,
     delivery_timeout: Duration,
+    /// Tern's topic prefix, the namespace and the bound source topics: what
+    /// an output may not be sent to (`outputs.rs`).
+    prefix: String,
+    namespace: String,
+    sources: Arc<Sources>,
 }
 
 fn unavailable(what: &str, e: impl std::fmt::Display) -> LogError {
@@ -76,6 +83,7 @@ impl KafkaPublisher {
     pub(super) async fn start(
         base: &ClientConfig,
         prefix: &str,
+        sources: Arc<Sources>,
         namespace: &str,
         topic: &str,
         partition: u32,
@@ -122,6 +130,9 @@ impl KafkaPublisher {
             replication_factor,
             ensured: HashSet::new(),
             delivery_timeout,
+            prefix: prefix.to_string(),
+            namespace: namespace.to_string(),
+            sources,
         })
     }
 
@@ -159,6 +170,24 @@ impl KafkaPublisher {
         }
         self.ensured.extend(new);
         Ok(())
+    }
+
+    /// The messages whose topic this namespace may publish to. The others
+    /// (from a definition the API would refuse: forged, or older than the
+    /// check) are dropped, each with an error and a count: they can never be
+    /// sent, and holding them would stop every later output.
+    fn allowed(&self, messages: Vec<Outgoing>) -> Vec<Outgoing> {
+        messages
+            .into_iter()
+            .filter(|m| match outputs::check_topic(&self.prefix, &self.sources, &self.namespace, &m.topic) {
+                Ok(()) => true,
+                Err(why) => {
+                    tracing::error!(ns = %self.namespace, id = %m.id, "a procedure output is not published: {why}");
+                    crate::metrics::PROCEDURE_OUTPUTS_REFUSED.with_label_values(&[&self.namespace]).inc();
+                    false
+                }
+            })
+            .collect()
     }
 
     /// Sends every message inside the open transaction; waits for all.
@@ -214,6 +243,7 @@ impl Publisher for KafkaPublisher {
     }
 
     async fn publish(&mut self, messages: Vec<Outgoing>, next: (u64, u32)) -> Result<(), LogError> {
+        let messages = self.allowed(messages);
         self.ensure_topics(&messages).await?;
         self.blocking("begin_transaction", |p| p.begin_transaction()).await?;
         let sent = self.send_all(&messages).await;

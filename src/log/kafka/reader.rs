@@ -13,6 +13,7 @@ use rdkafka::message::Message;
 use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{Offset, TopicPartitionList};
 
+use super::entry_mac::EntryKey;
 use super::fetch_source::{FetchContext, LogConsumer};
 use crate::log::{ForeignRecord, LogError, LogReader, LogRecord, TopicPartition, FOREIGN_HEADERS_MAX, TERN_ENTRY_HEADER};
 
@@ -22,15 +23,24 @@ pub(super) struct KafkaReader {
     topic: String,
     queue: StreamPartitionQueue<FetchContext>,
     next: u64,
-    /// The topic is a namespace's source topic: records without the Tern
-    /// entry header are foreign (`LogRecord::foreign`).
-    sourced: bool,
+    sourced: Records,
+}
+
+/// Whose records a topic holds.
+#[derive(Clone, Copy)]
+pub(super) enum Records {
+    /// A namespace's own topic: every record is one of Tern's entries.
+    Tern,
+    /// A namespace's source topic: a record is Tern's only if its entry
+    /// header verifies with the key (`entry_mac.rs`); every other record is
+    /// foreign (`LogRecord::foreign`). Without a key, every record is.
+    Sourced(Option<EntryKey>),
 }
 
 impl KafkaReader {
     /// Splits off the partition's queue, then assigns the partition at `from`
     /// (in that order, so no message can land on the shared main queue).
-    pub(super) fn open(consumer: &Arc<LogConsumer>, tp: TopicPartition, topic: &str, from: u64, sourced: bool) -> Result<KafkaReader, LogError> {
+    pub(super) fn open(consumer: &Arc<LogConsumer>, tp: TopicPartition, topic: &str, from: u64, sourced: Records) -> Result<KafkaReader, LogError> {
         let queue = consumer.split_partition_queue(topic, tp.partition as i32).ok_or_else(|| LogError::UnknownPartition(tp.to_string()))?;
         let mut assignment = TopicPartitionList::new();
         assignment
@@ -45,7 +55,7 @@ impl KafkaReader {
 impl LogReader for KafkaReader {
     async fn next_batch(&mut self, records_max: usize, wait: Duration) -> Result<Vec<LogRecord>, LogError> {
         let first = match tokio::time::timeout(wait, self.queue.recv()).await {
-            Ok(message) => Fetched::of(message, self.sourced),
+            Ok(message) => Fetched::of(message, self.sourced, &self.topic),
             Err(_) => {
                 self.skip_markers();
                 return Ok(Vec::new());
@@ -55,7 +65,7 @@ impl LogReader for KafkaReader {
         records.push(self.accept(first)?);
         while records.len() < records_max {
             let Some(message) = self.queue.recv().now_or_never() else { break };
-            let fetched = Fetched::of(message, self.sourced);
+            let fetched = Fetched::of(message, self.sourced, &self.topic);
             records.push(self.accept(fetched)?);
         }
         Ok(records)
@@ -75,13 +85,16 @@ enum Fetched {
 }
 
 impl Fetched {
-    /// Takes a message off the queue; `sourced`: a record without the Tern
-    /// entry header is foreign, and keeps its key, headers and timestamp.
-    fn of(message: Result<rdkafka::message::BorrowedMessage<'_>, KafkaError>, sourced: bool) -> Fetched {
+    /// Takes a message off the queue; from a source topic, a record that is
+    /// not a verified Tern entry is foreign, and keeps its key, headers and timestamp.
+    fn of(message: Result<rdkafka::message::BorrowedMessage<'_>, KafkaError>, sourced: Records, topic: &str) -> Fetched {
         match message {
             Ok(m) => {
                 let payload = Bytes::copy_from_slice(m.payload().unwrap_or_default());
-                let foreign = if sourced { foreign_of(&m) } else { None };
+                let foreign = match sourced {
+                    Records::Tern => None,
+                    Records::Sourced(key) => foreign_of(&m, key.as_ref(), topic, &payload),
+                };
                 Fetched::Record(m.offset() as u64, payload, foreign)
             }
             // With auto.offset.reset=error, librdkafka reports an out-of-range
@@ -93,15 +106,26 @@ impl Fetched {
     }
 }
 
-/// A source topic's record as a foreign record, or None when it carries
-/// the Tern entry header (one of Tern's own entries, written there by Tern).
-fn foreign_of(m: &rdkafka::message::BorrowedMessage<'_>) -> Option<Box<ForeignRecord>> {
+/// A source topic's record as a foreign record, or None when its entry
+/// header verifies with `key` (one of Tern's own entries, written by Tern).
+/// A header that does not verify is counted and kept as a header like any other.
+fn foreign_of(m: &rdkafka::message::BorrowedMessage<'_>, key: Option<&EntryKey>, topic: &str, payload: &[u8]) -> Option<Box<ForeignRecord>> {
     use rdkafka::message::Headers;
     let mut headers = Vec::new();
     if let Some(all) = m.headers() {
         for header in all.iter() {
             if header.key == TERN_ENTRY_HEADER {
-                return None;
+                let mac = header.value.unwrap_or_default();
+                if key.is_some_and(|key| key.verifies(topic, m.partition() as u32, payload, mac)) {
+                    return None;
+                }
+                crate::metrics::SOURCE_ENTRIES_UNVERIFIED.inc();
+                tracing::debug!(
+                    topic,
+                    partition = m.partition(),
+                    offset = m.offset(),
+                    "a record claims to be a Tern entry and does not verify: foreign"
+                );
             }
             if headers.len() < FOREIGN_HEADERS_MAX {
                 headers.push((header.key.to_string(), Bytes::copy_from_slice(header.value.unwrap_or_default())));
