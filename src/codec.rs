@@ -105,10 +105,44 @@ impl Malformed {
     }
 }
 
+/// Bytes of a mutation's payload digest (`Mutation::payload_digest`).
+pub const PAYLOAD_DIGEST_BYTES: usize = 16;
+
 impl Mutation {
     /// Bytes of keys and values, the measure of the 4 MiB mutation limit.
     pub fn payload_bytes(&self) -> usize {
         self.ops.iter().map(Op::payload_bytes).sum()
+    }
+
+    /// What the write asks for, as a digest (128 bits of BLAKE3): every op's
+    /// keys, kind, value and condition — not the write id, and not a tree
+    /// op's clock, which a retry of the same request stamps anew. A write id
+    /// seen again with another digest is a reused key, not a retry.
+    pub fn payload_digest(&self) -> [u8; PAYLOAD_DIGEST_BYTES] {
+        let mut hasher = blake3::Hasher::new_derive_key("tern mutation payload v1");
+        let mut field = |bytes: &[u8]| {
+            hasher.update(&(bytes.len() as u64).to_le_bytes());
+            hasher.update(bytes);
+        };
+        for op in &self.ops {
+            field(op.pk.as_bytes());
+            field(op.sk.as_bytes());
+            match &op.kind {
+                OpKind::Put(value) => (field(b"put"), field(value)),
+                OpKind::Delete => (field(b"delete"), ()),
+                OpKind::Tree(tree) => (field(if tree.merge { b"merge" } else { b"set" }), field(&tree.value)),
+                OpKind::Procedure(definition) => (field(b"procedure"), field(definition)),
+            };
+            match op.condition {
+                None => field(b"none"),
+                Some(Condition::IfVersion(version)) => (field(b"if_version"), field(&version.to_le_bytes())).1,
+                Some(Condition::IfAbsent) => field(b"if_absent"),
+                Some(Condition::IfTreeHash(hash)) => (field(b"if_tree_hash"), field(&hash)).1,
+            }
+        }
+        let mut digest = [0; PAYLOAD_DIGEST_BYTES];
+        digest.copy_from_slice(&hasher.finalize().as_bytes()[..PAYLOAD_DIGEST_BYTES]);
+        digest
     }
 }
 

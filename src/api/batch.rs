@@ -88,7 +88,7 @@ pub(super) async fn batch(
     for op in &ops {
         require(&identity, &ns, &op.pk, Verb::Write)?;
     }
-    let incoming = Incoming::new(axum::http::Method::POST, &uri, &headers);
+    let incoming = Incoming::new(axum::http::Method::POST, &uri, &headers).by(&identity);
     let mutation = Mutation { write_id: write_id(&incoming)?, ops };
     limits::check_mutation_bytes(mutation.payload_bytes())?;
     let partition = namespace.partition_of(&mutation.ops[0].pk);

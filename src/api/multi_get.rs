@@ -150,6 +150,7 @@ async fn multi_get_remote(
             forwarded_by: None,
             idempotency_key: None,
             headers: incoming.headers,
+            principal: None,
         };
         let response = send(state, &holder, &sub, Bytes::from(serde_json::to_vec(&body).expect("JSON serializes"))).await;
         (holder, indexes, response)

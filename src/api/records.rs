@@ -40,7 +40,7 @@ pub(super) async fn kv(
     let verb = if method == axum::http::Method::GET { Verb::Read } else { Verb::Write };
     require(&identity, &ns, &key.pk, verb)?;
     let namespace = namespace(&state, &ns)?;
-    let incoming = Incoming::new(method.clone(), &uri, &headers);
+    let incoming = Incoming::new(method.clone(), &uri, &headers).by(&identity);
     let query = query.as_deref();
     match method {
         axum::http::Method::GET => match key.sk {
@@ -80,7 +80,7 @@ pub(crate) async fn fast_path(state: &AppState, identity: &Identity, request: ax
     if let Err(e) = require(identity, &namespace.name, &pk, verb) {
         return Ok(e.into_response());
     }
-    let incoming = Incoming::new(parts.method.clone(), &parts.uri, &parts.headers);
+    let incoming = Incoming::new(parts.method.clone(), &parts.uri, &parts.headers).by(identity);
     let response = match parts.method {
         axum::http::Method::GET => get(state, &incoming, &namespace, pk, sk, None).await,
         axum::http::Method::PUT => put(state, &incoming, &namespace, pk, sk, None, body).await,

@@ -23,11 +23,11 @@ use serde::Deserialize;
 use serde_json::json;
 
 use super::body;
-use crate::auth::grant::{Grant, Verbs, ANY_NAMESPACE, GRANTS_PER_TOKEN_MAX};
+use crate::auth::grant::{Grant, Verbs, GRANTS_PER_TOKEN_MAX};
 use crate::auth::keys::{self, KeyRecord, DESCRIPTION_BYTES_MAX, KEYS_MAX};
 use crate::auth::{Identity, Verb, KEYS_PK, SYSTEM_NAMESPACE};
 use crate::codec::{Mutation, Op, OpKind};
-use crate::edge::{require, require_everywhere, ApiError, AppState, Caller};
+use crate::edge::{require_all_of, ApiError, AppState, Caller};
 use crate::node::reserved::Writer;
 use crate::node::write::{Entry, WriteRequest};
 
@@ -75,13 +75,11 @@ impl CreateBody {
     }
 }
 
-/// 403 unless `identity` administers `grant`'s scope.
+/// 403 unless `identity` administers all of `grant`'s scope: a key minted
+/// with it could reach no key its maker cannot (a carve-out of the maker's
+/// inside the scope refuses it).
 fn require_admin_of(identity: &Identity, grant: &Grant) -> Result<(), ApiError> {
-    if grant.ns == ANY_NAMESPACE {
-        require_everywhere(identity, Verb::Admin)
-    } else {
-        require(identity, &grant.ns, &grant.prefix, Verb::Admin)
-    }
+    require_all_of(identity, &grant.ns, &grant.prefix, Verb::Admin)
 }
 
 fn administers(identity: &Identity, record: &KeyRecord) -> bool {

@@ -11,7 +11,6 @@ use super::render;
 use super::render::json_response;
 use crate::codec::{Condition, Mutation, Op};
 use crate::edge::{to_holder, ApiError, AppState, Incoming};
-use crate::limits;
 use crate::node::reserved::Writer;
 use crate::node::write::{Durability, Entry, Receipt, Wait, WriteRequest};
 use crate::partition::Namespace;
@@ -31,17 +30,10 @@ pub(super) fn condition(params: &Params) -> Result<Option<Condition>, ApiError> 
     condition_of(params.u64("if_version")?, params.bool("if_absent")?, "invalid_parameter")
 }
 
-/// The write id of a request: its `Idempotency-Key` (a retry with the same
-/// key within the window is applied once), or none.
+/// The write id of a request: its `Idempotency-Key` scoped to the caller
+/// (a retry with the same key within the window is applied once), or none.
 pub(super) fn write_id(incoming: &Incoming<'_>) -> Result<Bytes, ApiError> {
-    let Some(key) = incoming.idempotency_key else { return Ok(Bytes::new()) };
-    if key.is_empty() || key.len() > limits::WRITE_ID_BYTES_MAX || !key.iter().all(|b| (0x21..=0x7e).contains(b)) {
-        return Err(ApiError::bad_request(
-            "invalid_idempotency_key",
-            format!("Idempotency-Key must be 1 to {} visible ASCII characters (no spaces), got {} bytes", limits::WRITE_ID_BYTES_MAX, key.len()),
-        ));
-    }
-    Ok(Bytes::copy_from_slice(key))
+    incoming.write_id().map_err(|e| ApiError::bad_request("invalid_idempotency_key", e))
 }
 
 pub(super) async fn write_one(

@@ -11,30 +11,57 @@
 //!
 //! Answered from this node alone: its journal and the stores of the
 //! partitions it applies.
+//!
+//! A caller sees only its own writes: an `Idempotency-Key` is looked up
+//! scoped to the caller, as it was written (`edge::scoped_write_id`), and a
+//! write id the journal made is told only to a caller that may read the
+//! namespace it went to. Anything else is `unknown`, as a write never made.
 
 use axum::extract::{Path, State};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::{json, Value};
 
-use crate::edge::{ApiError, AppState};
+use crate::auth::{Identity, Verb};
+use crate::edge::{scoped_write_id, ApiError, AppState, Caller};
 use crate::partition::outcome::Outcome;
 
-pub(super) async fn status(State(state): State<AppState>, Path(id): Path<String>) -> Result<Response, ApiError> {
+pub(super) async fn status(State(state): State<AppState>, Caller(identity): Caller, Path(id): Path<String>) -> Result<Response, ApiError> {
     if id.is_empty() || id.len() > crate::limits::WRITE_ID_BYTES_MAX {
         return Err(ApiError::bad_request(
             "invalid_write_id",
             format!("a write id is 1 to {} bytes, got {}", crate::limits::WRITE_ID_BYTES_MAX, id.len()),
         ));
     }
+    let principal = match &identity {
+        Identity::Open => None,
+        named => Some(named.name()),
+    };
+    let scoped = scoped_write_id(principal.as_deref(), Some(id.as_bytes())).map_err(|e| ApiError::bad_request("invalid_write_id", e))?;
+    // The ids this caller may ask about: its own key, and a journal-made id as given.
+    let candidates: Vec<&[u8]> = match scoped.as_ref() == id.as_bytes() {
+        true => vec![id.as_bytes()],
+        false => vec![scoped.as_ref(), id.as_bytes()],
+    };
+    let may_read = |ns: &str| identity.allows_anywhere(ns, Verb::Read).is_ok();
     // Applied first: an entry stays in the journal a moment after it applied.
     for namespace in state.node.namespaces() {
+        if !may_read(&namespace.name) {
+            continue;
+        }
         for (partition, handle) in namespace.handles.iter().enumerate() {
             if !handle.is_held() {
                 continue;
             }
             let view = handle.read_view()?;
-            if let Some((version, outcome)) = view.reader.write_id_seen(id.as_bytes())? {
+            let mut seen = None;
+            for candidate in &candidates {
+                if let Some(found) = view.reader.write_id_seen(candidate)? {
+                    seen = Some(found);
+                    break;
+                }
+            }
+            if let Some((version, outcome)) = seen {
                 let position = crate::position::Position::single_string(&namespace.name, partition as u32, version + 1);
                 let mut body = json!({
                     "write_id": id, "state": "applied", "ns": &*namespace.name, "partition": partition,
@@ -45,7 +72,8 @@ pub(super) async fn status(State(state): State<AppState>, Path(id): Path<String>
             }
         }
     }
-    let body = match state.node.journal.find(id.as_bytes()) {
+    let journaled = candidates.iter().find_map(|candidate| state.node.journal.find(candidate)).filter(|(ns, _, _)| may_read(ns));
+    let body = match journaled {
         Some((ns, partition, _)) => json!({ "write_id": id, "state": "journaled", "ns": ns, "partition": partition }),
         None => json!({ "write_id": id, "state": "unknown" }),
     };

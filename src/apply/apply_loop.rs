@@ -241,6 +241,9 @@ pub(super) fn record_outcome_metrics(handle: &PartitionHandle, outcomes: &[(u64,
                 tracing::debug!(tp = %handle.tp, of, "dropped a retried write (its write id was applied before)");
                 metrics::APPLY_DUPLICATES.with_label_values(&[&handle.namespace]).inc();
             }
+            Outcome::KeyReused { of } => {
+                tracing::debug!(tp = %handle.tp, of, "refused a write whose write id was applied before for another payload");
+            }
             Outcome::Applied => {}
         }
     }

@@ -183,16 +183,22 @@ fn forget_expired(tx: &mut ApplyTxn) -> Result<(), StoreError> {
 }
 
 /// Applies a mutation that carries a write id, unless that id was applied
-/// within the window (then reports the original outcome).
+/// within the window: then a retry (the same payload) reports the original
+/// outcome, and a reused key (another payload) is refused, never dropped
+/// as if it had applied.
 fn apply_once(tx: &mut ApplyTxn, mutation: &Mutation, offset: u64) -> Result<(Outcome, Option<Mutation>), StoreError> {
+    let digest = mutation.payload_digest();
     if let Some((of, stored)) = tx.write_id_seen(&mutation.write_id)? {
         if offset - of < WRITE_ID_WINDOW_OFFSETS {
+            if Outcome::remembered_digest(&stored).is_some_and(|remembered| remembered != digest) {
+                return Ok((Outcome::KeyReused { of }, None));
+            }
             let original = Outcome::decode_remembered(&stored).expect("write id outcomes are written by encode_remembered");
             return Ok((Outcome::Duplicate { of, original: Box::new(original) }, None));
         }
     }
     let (outcome, resolved) = apply_mutation(tx, mutation, offset)?;
-    tx.remember_write_id(&mutation.write_id, offset, &outcome.encode_remembered())?;
+    tx.remember_write_id(&mutation.write_id, offset, &outcome.encode_remembered_for(&digest))?;
     Ok((outcome, resolved))
 }
 
@@ -272,12 +278,15 @@ mod tests {
         let window = WRITE_ID_WINDOW_OFFSETS;
         let entries = vec![
             entry_with_id(0, b"retry-me", vec![put("k", "", "1", None)]),
-            entry_with_id(1, b"retry-me", vec![put("k", "", "2", None)]),
+            entry_with_id(1, b"retry-me", vec![put("k", "", "1", None)]),
             entry_with_id(2, b"cas", vec![put("k", "", "3", Some(Condition::IfVersion(7)))]),
-            entry_with_id(3, b"cas", vec![put("k", "", "3", Some(Condition::IfVersion(0)))]),
+            entry_with_id(3, b"cas", vec![put("k", "", "3", Some(Condition::IfVersion(7)))]),
+            // The same key for another payload (another value, another condition): refused, not a retry.
+            entry_with_id(4, b"retry-me", vec![put("k", "", "2", None)]),
+            entry_with_id(5, b"cas", vec![put("k", "", "3", Some(Condition::IfVersion(0)))]),
             // Same id, beyond the window: a new write.
             entry_with_id(window, b"retry-me", vec![put("k", "", "4", None)]),
-            entry_with_id(window + 1, b"retry-me", vec![put("k", "", "5", None)]),
+            entry_with_id(window + 1, b"retry-me", vec![put("k", "", "4", None)]),
         ];
         let outcomes = store.apply(false, |tx| apply_entries(tx, &entries, 0, 1, &mut |_, _| {})).unwrap();
         let failed = Outcome::ConditionFailed { op_index: 0, current_version: Some(0) };
@@ -285,8 +294,10 @@ mod tests {
         assert_eq!(outcomes[1].1, Outcome::Duplicate { of: 0, original: Box::new(Outcome::Applied) });
         assert_eq!(outcomes[2].1, failed);
         assert_eq!(outcomes[3].1, Outcome::Duplicate { of: 2, original: Box::new(failed) });
-        assert_eq!(outcomes[4].1, Outcome::Applied);
-        assert_eq!(outcomes[5].1, Outcome::Duplicate { of: window, original: Box::new(Outcome::Applied) });
+        assert_eq!(outcomes[4].1, Outcome::KeyReused { of: 0 });
+        assert_eq!(outcomes[5].1, Outcome::KeyReused { of: 2 });
+        assert_eq!(outcomes[6].1, Outcome::Applied);
+        assert_eq!(outcomes[7].1, Outcome::Duplicate { of: window, original: Box::new(Outcome::Applied) });
         let record = store.read().unwrap().get("k", "").unwrap().unwrap();
         assert_eq!((record.version, record.value.as_slice()), (window, &b"4"[..]));
         // "cas" (offset 2) is still inside the window of offset window + 1.

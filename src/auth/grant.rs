@@ -165,6 +165,37 @@ pub fn decide_anywhere(grants: &[Grant], ns: &str, verb: Verb) -> Result<(), Den
     }
 }
 
+/// Decides `verb` on *all* of a scope: namespace `ns` (or `*`: every
+/// namespace but the system ones) and every pk starting with `prefix` —
+/// what a token minted with that grant could reach. The decision of
+/// `decide` changes only where a grant's scope begins, so it is taken at
+/// the scope's start and at each of `grants`' prefixes inside it, in the
+/// scope's namespace (for `*`: in each namespace a grant names, and in
+/// any other, which the `*` key stands for). A carve-out inside the scope
+/// (`{app, secrets/, []}` under `{app, "", [admin]}`) refuses the whole
+/// scope. At most `GRANTS_PER_TOKEN_MAX`² decisions.
+pub fn decide_all_of(grants: &[Grant], ns: &str, prefix: &str, verb: Verb) -> Result<(), Denied> {
+    let namespaces: Vec<&str> = match ns {
+        ANY_NAMESPACE => grants.iter().map(|g| g.ns.as_str()).filter(|n| !is_system_namespace(n)).chain([ANY_NAMESPACE]).collect(),
+        named => vec![named],
+    };
+    let starts = grants.iter().map(|g| g.prefix.as_str()).filter(|p| p.starts_with(prefix)).chain([prefix]);
+    for namespace in &namespaces {
+        for start in starts.clone() {
+            if let Err(denied) = decide(grants, namespace, start, verb) {
+                let within = match *namespace {
+                    ANY_NAMESPACE => "namespaces no grant names".to_string(),
+                    named => format!("ns={named} pk={start:?}"),
+                };
+                return Err(Denied {
+                    message: format!("missing grant: {} on all of ns={ns} prefix={prefix:?}: refused at {within} ({})", verb.name(), denied.message),
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
 fn missing(verb: Verb, ns: &str, pk: &str) -> String {
     if pk.is_empty() {
         format!("missing grant: {} on all of ns={ns} (a grant with an empty prefix)", verb.name())
@@ -179,6 +210,34 @@ mod tests {
 
     fn grant(ns: &str, prefix: &str, verbs: &[Verb]) -> Grant {
         Grant { ns: ns.into(), prefix: prefix.into(), verbs: Verbs::of(verbs) }
+    }
+
+    #[test]
+    fn all_of_a_scope_is_refused_when_a_carve_out_inside_it_refuses() {
+        let carved = [grant("app", "", &[Verb::Admin]), grant("app", "secrets/", &[])];
+        // Before the fix, minting {app, "", admin} needed only admin on app's
+        // start, so the minted key reached secrets/.
+        let refused = decide_all_of(&carved, "app", "", Verb::Admin).unwrap_err();
+        assert!(refused.message.contains("pk=\"secrets/\""), "{}", refused.message);
+        assert!(decide_all_of(&carved, "app", "public/", Verb::Admin).is_ok(), "a scope beside the carve-out");
+        assert!(decide_all_of(&carved, "app", "secrets/x", Verb::Admin).is_err(), "a scope inside it");
+        assert!(decide_all_of(&carved, "app", "secrets", Verb::Admin).is_err(), "a scope holding it");
+        // A carve-out with a hole back in it still refuses the whole.
+        let holed = [grant("app", "", &[Verb::Admin]), grant("app", "s/", &[Verb::Read]), grant("app", "s/ok", &[Verb::Admin])];
+        assert!(decide_all_of(&holed, "app", "", Verb::Admin).is_err());
+        assert!(decide_all_of(&holed, "app", "s/ok", Verb::Admin).is_ok());
+        // `*` against named namespaces: a named grant without admin refuses `*`.
+        let star = [grant("*", "", &[Verb::Admin]), grant("billing", "", &[Verb::Read])];
+        assert!(decide_all_of(&star, "*", "", Verb::Admin).is_err());
+        assert!(decide_all_of(&star, "app", "", Verb::Admin).is_ok());
+        assert!(decide_all_of(&star, "billing", "x", Verb::Admin).is_err());
+        let star_carved = [grant("*", "", &[Verb::Admin]), grant("*", "private/", &[])];
+        assert!(decide_all_of(&star_carved, "*", "", Verb::Admin).is_err());
+        assert!(decide_all_of(&star_carved, "app", "", Verb::Admin).is_err(), "the * carve-out reaches into app");
+        assert!(decide_all_of(&[grant("*", "", &[Verb::Admin])], "*", "", Verb::Admin).is_ok());
+        // A named namespace's admin is not `*`'s; system namespaces are never in `*`.
+        assert!(decide_all_of(&[grant("app", "", &[Verb::Admin])], "*", "", Verb::Admin).is_err());
+        assert!(decide_all_of(&[grant("*", "", &[Verb::Admin]), grant("_tern", "", &[])], "*", "", Verb::Admin).is_ok());
     }
 
     #[test]

@@ -54,6 +54,15 @@ impl Identity {
         }
     }
 
+    /// May it do `verb` on all of a scope (`ns` or `*`, every pk under
+    /// `prefix`), carve-outs inside it included (`grant::decide_all_of`)?
+    pub fn allows_all_of(&self, ns: &str, prefix: &str, verb: Verb) -> Result<(), Denied> {
+        match self {
+            Identity::Open | Identity::Root => Ok(()),
+            Identity::Key(_) | Identity::Jwt(_) => grant::decide_all_of(self.grants(), ns, prefix, verb),
+        }
+    }
+
     /// May it do `verb` on every key of every namespace (`*`, empty prefix)?
     pub fn allows_everywhere(&self, verb: Verb) -> Result<(), Denied> {
         match self {

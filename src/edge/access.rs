@@ -169,6 +169,11 @@ pub fn require_anywhere(identity: &Identity, ns: &str, verb: Verb) -> Result<(),
     identity.allows_anywhere(ns, verb).map_err(denied)
 }
 
+/// 403 unless `identity` may do `verb` on all of a scope, carve-outs included.
+pub fn require_all_of(identity: &Identity, ns: &str, prefix: &str, verb: Verb) -> Result<(), ApiError> {
+    identity.allows_all_of(ns, prefix, verb).map_err(denied)
+}
+
 /// 403 unless `identity` may do `verb` on every namespace.
 pub fn require_everywhere(identity: &Identity, verb: Verb) -> Result<(), ApiError> {
     identity.allows_everywhere(verb).map_err(denied)

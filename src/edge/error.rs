@@ -110,6 +110,7 @@ impl From<WriteError> for ApiError {
             WriteError::OutcomeUnknown { version } => {
                 ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "outcome_unknown", message).with("version", version)
             }
+            WriteError::KeyReused { of } => ApiError::new(StatusCode::CONFLICT, "idempotency_key_reused", message).with("version", of),
         }
     }
 }

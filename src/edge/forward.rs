@@ -54,6 +54,9 @@ pub struct Incoming<'a> {
     pub idempotency_key: Option<&'a [u8]>,
     /// The request's headers (those in `PASSED_HEADERS` go on with it).
     pub headers: Option<&'a HeaderMap>,
+    /// Who sent it, as its write id is scoped (`write_id.rs`); None: every
+    /// caller is the same one (authentication off).
+    pub principal: Option<String>,
 }
 
 impl<'a> Incoming<'a> {
@@ -64,7 +67,22 @@ impl<'a> Incoming<'a> {
             forwarded_by: headers.get(FORWARDED_BY).and_then(|v| v.to_str().ok()),
             idempotency_key: headers.get(IDEMPOTENCY_KEY).map(|v| v.as_bytes()),
             headers: Some(headers),
+            principal: None,
         }
+    }
+
+    /// The request as sent by `identity` (its write id is scoped to it).
+    pub fn by(mut self, identity: &crate::auth::Identity) -> Incoming<'a> {
+        self.principal = match identity {
+            crate::auth::Identity::Open => None,
+            named => Some(named.name()),
+        };
+        self
+    }
+
+    /// The write id of this request (`write_id.rs`).
+    pub fn write_id(&self) -> Result<Bytes, String> {
+        super::scoped_write_id(self.principal.as_deref(), self.idempotency_key)
     }
 }
 

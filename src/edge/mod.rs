@@ -11,6 +11,8 @@
 //!   on to a holder and its answer relayed (one hop);
 //! - `route.rs`: a route's description (`Route`, `RouteAccess`: who may
 //!   call it) and its latency metrics;
+//! - `write_id.rs`: a request's `Idempotency-Key`, checked and scoped to
+//!   the caller;
 //! - `sse.rs`: a watch stream's encoder (`Encoder`) and the body that runs
 //!   a session over HTTP/1.1, for Tern's events and Firebase's alike.
 //!
@@ -23,12 +25,15 @@ mod forward;
 mod route;
 mod sse;
 mod state;
+mod write_id;
 
 pub use self::access::{
-    admit, attach, caller_of, challenge, identify, is_public, require, require_anywhere, require_everywhere, unauthenticated, Access, Caller, Peer,
+    admit, attach, caller_of, challenge, identify, is_public, require, require_all_of, require_anywhere, require_everywhere, unauthenticated, Access,
+    Caller, Peer,
 };
 pub use self::error::ApiError;
 pub use self::forward::{no_holder, not_held, send, to_holder, Incoming, ERROR_CODE_HEADER, SERVED_BY, STALENESS_HEADER};
 pub use self::route::{timed, Route, RouteAccess, RouteMetrics};
 pub use self::sse::{body, Encoder, SessionFuture, SSE_HEADERS};
 pub use self::state::AppState;
+pub use self::write_id::scoped_write_id;

@@ -34,6 +34,16 @@ impl Caller {
         }
     }
 
+    /// Whom the caller's `Idempotency-Key`s are scoped to (`edge::scoped_write_id`):
+    /// the owner (everyone who may bypass the rules is one writer), a user
+    /// by uid; a signed-out caller by nobody (all of them are one).
+    pub(super) fn principal(&self) -> Option<String> {
+        match self {
+            Caller::Admin { .. } => Some("firebase:owner".into()),
+            Caller::User { auth } => auth.get("uid").and_then(Value::as_str).map(|uid| format!("firebase:uid:{uid}")),
+        }
+    }
+
     /// Whether the caller's credential has expired by `now_ms` (its
     /// token's `exp`, in seconds; a credential without one never expires).
     /// A stream then ends with `auth_revoked`.

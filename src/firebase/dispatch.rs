@@ -14,7 +14,7 @@ use super::query::Query;
 use super::routes::is_firebase_path;
 use super::state::Firebase;
 use super::{rest, rules_file, stream};
-use crate::auth::Verb;
+use crate::auth::{Identity, Verb};
 use crate::edge::{caller_of, identify, Encoder, SessionFuture};
 use crate::partition::Namespace;
 use crate::watch::ConnectionId;
@@ -41,7 +41,7 @@ async fn dispatch(state: Firebase, request: Request) -> Result<Response, FbError
     let verb = verb_of(&method, path, wants_stream(&parts.headers));
     let identity = if state.app.access.enabled() { Some(caller_of(&state.app, &parts).map_err(FbError::from)?) } else { None };
     let caller = caller(&state.config, identity.as_ref(), &parts.headers, &query, verb)?;
-    let namespace = database(&state, &query).await?;
+    let namespace = database(&state, &query, identity.as_ref()).await?;
     if path == "/.settings/rules" {
         let body = read_body(body).await?;
         return rules_file::handle(&state, &namespace, &caller, &method, &query, &parts.headers, &parts.uri, body).await;
@@ -83,7 +83,7 @@ pub async fn open_h2c_stream(
         let query = Query::parse(uri.query());
         let identity = if state.app.access.enabled() { Some(identify(&state.app, headers, uri, peer).map_err(FbError::from)?) } else { None };
         let caller = caller(&state.config, identity.as_ref(), headers, &query, Verb::Watch)?;
-        let namespace = database(state, &query).await?;
+        let namespace = database(state, &query, identity.as_ref()).await?;
         let path = uri.path().strip_suffix(".json").expect("a Firebase path");
         let keys = crate::tree::path::parse_url_path(path).map_err(FbError::bad)?;
         let sk = crate::tree::path::sk_of(&keys);
@@ -117,16 +117,27 @@ async fn read_body(body: axum::body::Body) -> Result<bytes::Bytes, FbError> {
 }
 
 /// The database of a request: its namespace, created on first use in
-/// emulator mode.
-pub(super) async fn database(state: &Firebase, query: &Query) -> Result<Arc<Namespace>, FbError> {
+/// emulator mode — with Tern's authentication on, only for `asker` with
+/// `admin` on the namespace (as `PUT /v1/ns/{ns}` takes), never for an
+/// anonymous caller (`asker` None).
+pub(super) async fn database(state: &Firebase, query: &Query, asker: Option<&Identity>) -> Result<Arc<Namespace>, FbError> {
     let name = query.get("ns").unwrap_or("default");
     if let Some(ns) = state.app.node.namespace(name) {
         return Ok(ns);
     }
-    if !state.config.emulator {
+    let may_create = state.config.emulator
+        && match state.app.access.enabled() {
+            false => true,
+            true => asker.is_some_and(|identity| identity.allows(name, "", Verb::Admin).is_ok()),
+        };
+    if !may_create {
+        let how = match state.config.emulator {
+            true => "; on first use only for a caller with admin on it",
+            false => "",
+        };
         return Err(FbError::new(
             StatusCode::NOT_FOUND,
-            format!("Database {name:?} does not exist: create it first (tern ns create {name} --partitions 1, or PUT /v1/ns/{name})"),
+            format!("Database {name:?} does not exist: create it first (tern ns create {name} --partitions 1, or PUT /v1/ns/{name}){how}"),
         ));
     }
     crate::limits::check_namespace_name(name).map_err(|e| FbError::bad(e.message))?;

@@ -50,7 +50,8 @@ pub(super) async fn handle(
     uri: &Uri,
     body: Bytes,
 ) -> Result<Response, FbError> {
-    let incoming = Incoming::new(method.clone(), uri, headers);
+    let mut incoming = Incoming::new(method.clone(), uri, headers);
+    incoming.principal = caller.principal();
     let partition = namespace.partition_of(TREE_PK);
     if !namespace.handle(partition).is_held() {
         return to_holder(&state.app, &incoming, &namespace.name, partition, body).await.map_err(FbError::from);
@@ -221,11 +222,7 @@ async fn set(
     // Kept for a holder, should this node let the partition go before the write.
     let body_again = body.clone();
     let op = Op { pk: TREE_PK.into(), sk: sk.clone(), kind: OpKind::Tree(TreeOp { merge, value: body, time_ms }), condition };
-    let write_id = match incoming.idempotency_key {
-        Some(key) if !key.is_empty() && key.len() <= crate::limits::WRITE_ID_BYTES_MAX => Bytes::copy_from_slice(key),
-        Some(_) => return Err(FbError::bad(format!("Idempotency-Key must be 1 to {} bytes", crate::limits::WRITE_ID_BYTES_MAX))),
-        None => Bytes::new(),
-    };
+    let write_id = incoming.write_id().map_err(FbError::bad)?;
     let mutation = Mutation { write_id, ops: vec![op] };
     let partition = namespace.partition_of(TREE_PK);
     let request = WriteRequest::new(Writer::FirebaseTree, partition, Entry::Mutation(mutation)).applied_within(timeout);

@@ -156,6 +156,12 @@ pub enum WriteError {
     Rejected { version: u64, reason: String },
     #[error("the write at version {version} was applied but its outcome is no longer remembered")]
     OutcomeUnknown { version: u64 },
+    /// Its write id (`Idempotency-Key`) was applied at `of` for another payload.
+    #[error(
+        "this Idempotency-Key was used at version {of} for a different write; nothing was applied: a retry sends the same \
+         write with the same key, a new write takes a new key"
+    )]
+    KeyReused { of: u64 },
 }
 
 impl Entry {
@@ -320,6 +326,7 @@ impl Node {
                 }
                 _ => Ok(Receipt::Sequenced { version: of, duplicate: true }),
             },
+            Some(Outcome::KeyReused { of }) => Err(WriteError::KeyReused { of }),
             Some(Outcome::Skipped(reason)) => Err(WriteError::Rejected { version, reason: reason.to_string() }),
             None => Err(WriteError::OutcomeUnknown { version }),
         }

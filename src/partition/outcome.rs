@@ -3,7 +3,7 @@
 
 use std::collections::VecDeque;
 
-use crate::codec::Malformed;
+use crate::codec::{Malformed, PAYLOAD_DIGEST_BYTES};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Outcome {
@@ -16,6 +16,9 @@ pub enum Outcome {
     /// Its write id was applied before, at offset `of`, with `original` as
     /// outcome (never `Duplicate` or `Skipped`): nothing applied this time.
     Duplicate { of: u64, original: Box<Outcome> },
+    /// Its write id was applied before, at offset `of`, for another payload:
+    /// the key was reused, not retried. Nothing applied; the writer is told.
+    KeyReused { of: u64 },
 }
 
 impl Outcome {
@@ -34,8 +37,32 @@ impl Outcome {
         }
     }
 
-    /// The inverse of `encode_remembered`; `None` for bytes it never wrote.
+    /// As `encode_remembered`, followed by the write's payload digest
+    /// (`Mutation::payload_digest`), which tells a retry from a reused key.
+    pub fn encode_remembered_for(&self, digest: &[u8; PAYLOAD_DIGEST_BYTES]) -> Vec<u8> {
+        let mut out = self.encode_remembered();
+        out.extend_from_slice(digest);
+        out
+    }
+
+    /// The payload digest remembered with an outcome; None for outcomes
+    /// remembered before digests were (any payload then counts as a retry).
+    pub fn remembered_digest(bytes: &[u8]) -> Option<[u8; PAYLOAD_DIGEST_BYTES]> {
+        let outcome_bytes = match bytes.first() {
+            Some(0) => 1,
+            Some(1) => 13,
+            _ => return None,
+        };
+        (bytes.len() == outcome_bytes + PAYLOAD_DIGEST_BYTES).then(|| bytes[outcome_bytes..].try_into().expect("length checked"))
+    }
+
+    /// The inverse of `encode_remembered` (with or without a digest after
+    /// it); `None` for bytes it never wrote.
     pub fn decode_remembered(bytes: &[u8]) -> Option<Outcome> {
+        let bytes = match Outcome::remembered_digest(bytes) {
+            Some(_) => &bytes[..bytes.len() - PAYLOAD_DIGEST_BYTES],
+            None => bytes,
+        };
         match bytes {
             [0] => Some(Outcome::Applied),
             [1, rest @ ..] if rest.len() == 12 => {

@@ -434,11 +434,16 @@ async fn idempotency_key_applies_a_retried_write_once_even_across_a_restart() {
     // Another write in between, so the retry lands at a later offset.
     let (status, _) = t.put("retried", "", &json!("second")).await;
     assert_eq!(status, 200);
-    let (status, retry) = t.send(put_with_key(&t, "req-1", json!("retry body is ignored"))).await;
+    let (status, retry) = t.send(put_with_key(&t, "req-1", json!("first"))).await;
     assert_eq!(status, 200, "{retry}");
     assert_eq!((retry["version"].as_u64(), &retry["duplicate"]), (Some(version), &json!(true)), "{retry}");
     let (_, got) = t.get("retried", "").await;
     assert_eq!(got["value"], "second", "the retry applied nothing");
+    // The same key for another write is not a retry: refused, never dropped as one (issue 35).
+    let (status, reused) = t.send(put_with_key(&t, "req-1", json!("another write"))).await;
+    assert_eq!((status, error_code(&reused), reused["error"]["version"].as_u64()), (409, "idempotency_key_reused", Some(version)), "{reused}");
+    let (_, got) = t.get("retried", "").await;
+    assert_eq!(got["value"], "second", "the reused key applied nothing");
 
     // A conditional write that failed fails again on retry, with the original's answer.
     let conditional =
@@ -463,7 +468,7 @@ async fn idempotency_key_applies_a_retried_write_once_even_across_a_restart() {
     // The memory of write ids is stored with the data: it survives a restart.
     assert!(t.terminate().success());
     let t = Tern::dev(dir.path()).await;
-    let (status, after_restart) = t.send(put_with_key(&t, "req-1", json!("after restart"))).await;
+    let (status, after_restart) = t.send(put_with_key(&t, "req-1", json!("first"))).await;
     assert_eq!(status, 200, "{after_restart}");
     assert_eq!((after_restart["version"].as_u64(), &after_restart["duplicate"]), (Some(version), &json!(true)));
     let (_, got) = t.get("retried", "").await;

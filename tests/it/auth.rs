@@ -285,6 +285,119 @@ async fn a_prefix_token_touches_its_prefix_only_in_batches_multi_gets_and_watche
     assert_eq!(body["namespaces"], json!([{"name": "app", "partitions": 4}]), "{body}");
 }
 
+/// Issue 35, defect 3: a scoped admin mints only what it could reach
+/// itself. Before the fix, a key with `admin` on `app` and `[]` on
+/// `app`/`secrets/` minted a key with `admin` on all of `app` that read and
+/// overwrote `secrets/db`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_scoped_admin_cannot_mint_a_key_past_its_own_carve_outs() {
+    let dir = tempfile::tempdir().unwrap();
+    let (tern, root) = secured(dir.path(), &["--auth-failures-per-minute", "0"]).await;
+    let url = &tern.url;
+    let (status, _) = tern.send(tern.client.put(format!("{url}/v1/ns/app/kv/secrets%2Fdb/s")).bearer_auth(&root).json(&json!("pw"))).await;
+    assert_eq!(status, 200);
+    let carved = json!({"grants": [{"ns": "app", "prefix": "", "verbs": ["admin"]}, {"ns": "app", "prefix": "secrets/", "verbs": []}]});
+    let (_, admin) = create_token(&tern, &root, carved).await;
+    let mint = |body: Value| tern.client.post(format!("{url}/v1/tokens")).bearer_auth(&admin).json(&body);
+    for (body, refused_at) in [
+        (json!({"ns": "app", "prefix": "", "verbs": ["admin"]}), "pk=\"secrets/\""),
+        (json!({"ns": "app", "prefix": "", "verbs": ["read"]}), "pk=\"secrets/\""),
+        (json!({"ns": "app", "prefix": "secrets/db", "verbs": ["read"]}), "pk=\"secrets/db\""),
+        (json!({"ns": "*", "prefix": "", "verbs": ["read"]}), "ns=*"),
+        (json!({"ns": "other", "prefix": "", "verbs": ["read"]}), "ns=other"),
+    ] {
+        let (status, answer) = tern.send(mint(body.clone())).await;
+        assert_eq!((status, crate::common::error_code(&answer)), (403, "permission_denied"), "{body}: {answer}");
+        assert!(answer["error"]["message"].as_str().unwrap().contains(refused_at), "{body}: {answer}");
+    }
+    // Beside the carve-out it may mint, and what it mints cannot reach the carve-out either.
+    let (status, answer) = tern.send(mint(json!({"ns": "app", "prefix": "public/", "verbs": ["admin"]}))).await;
+    assert_eq!(status, 201, "{answer}");
+    let minted = answer["token"].as_str().unwrap().to_string();
+    let (status, _) = tern.send(tern.client.get(format!("{url}/v1/ns/app/kv/secrets%2Fdb/s")).bearer_auth(&minted)).await;
+    assert_eq!(status, 403);
+    // `*` with a named namespace it only reads: it cannot mint for `*`.
+    let star = json!({"grants": [{"ns": "*", "prefix": "", "verbs": ["admin"]}, {"ns": "other", "prefix": "", "verbs": ["read"]}]});
+    let (_, star_admin) = create_token(&tern, &root, star).await;
+    let (status, answer) =
+        tern.send(tern.client.post(format!("{url}/v1/tokens")).bearer_auth(&star_admin).json(&json!({"ns": "*", "verbs": ["admin"]}))).await;
+    assert_eq!(status, 403, "{answer}");
+    let (status, answer) =
+        tern.send(tern.client.post(format!("{url}/v1/tokens")).bearer_auth(&star_admin).json(&json!({"ns": "app", "verbs": ["admin"]}))).await;
+    assert_eq!(status, 201, "{answer}");
+}
+
+/// Issue 35, defect 7: with authentication on (here with the emulator's
+/// create-on-first-use), an anonymous realtime upgrade creates nothing; a
+/// caller with admin on the namespace does. Before the fix, `/.ws?ns=fresh`
+/// with no credential created namespace `fresh`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_an_authenticated_admin_creates_a_database_on_first_use() {
+    let dir = tempfile::tempdir().unwrap();
+    let (tern, root) = secured(dir.path(), &["--auth-failures-per-minute", "0"]).await;
+    let ws_url = format!("{}/.ws?v=5&ns=fresh", tern.url.replacen("http", "ws", 1));
+    match tokio_tungstenite::connect_async(&ws_url).await {
+        Err(tokio_tungstenite::tungstenite::Error::Http(response)) => assert_eq!(response.status(), 404),
+        other => panic!("an anonymous upgrade to a database that does not exist: {:?}", other.map(|(_, r)| r.status())),
+    }
+    let (status, _) = tern.send(tern.client.get(format!("{}/v1/ns/fresh", tern.url)).bearer_auth(&root)).await;
+    assert_eq!(status, 404, "nothing was created");
+    // A reader of it is refused creation too; its admin creates it.
+    let (_, reader) = create_token(&tern, &root, json!({"ns": "fresh", "verbs": ["read"]})).await;
+    let (status, _) = tern.send(tern.client.get(format!("{}/x.json?ns=fresh", tern.url)).bearer_auth(&reader)).await;
+    assert_eq!(status, 404);
+    let (status, _) = tern.send(tern.client.get(format!("{}/v1/ns/fresh", tern.url)).bearer_auth(&root)).await;
+    assert_eq!(status, 404, "nothing was created");
+    let mut request = tokio_tungstenite::tungstenite::client::IntoClientRequest::into_client_request(ws_url.as_str()).unwrap();
+    request.headers_mut().insert("authorization", format!("Bearer {root}").parse().unwrap());
+    let (ws, _) = tokio_tungstenite::connect_async(request).await.expect("the root token creates it");
+    drop(ws);
+    let (status, _) = tern.send(tern.client.get(format!("{}/v1/ns/fresh", tern.url)).bearer_auth(&root)).await;
+    assert_eq!(status, 200);
+}
+
+/// Issue 35, defect 8: an `Idempotency-Key` is the caller's own. Before the
+/// fix, bob's PUT of `acct/bob` with the key alice used for `acct/alice`
+/// answered `duplicate: true` and was never applied, and a key reused for
+/// another payload was silently dropped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idempotency_keys_are_scoped_to_the_caller_and_a_reused_key_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let (tern, root) = secured(dir.path(), &["--auth-failures-per-minute", "0"]).await;
+    let url = &tern.url;
+    let (_, alice) = create_token(&tern, &root, json!({"ns": "app", "prefix": "acct/", "verbs": ["read", "write"]})).await;
+    let (_, bob) = create_token(&tern, &root, json!({"ns": "app", "prefix": "acct/", "verbs": ["read", "write"]})).await;
+    let put = |token: &str, pk: &str, value: Value| {
+        tern.client.put(format!("{url}/v1/ns/app/kv/{pk}/s")).bearer_auth(token).header("idempotency-key", "k-1").json(&value)
+    };
+    let (status, first) = tern.send(put(&alice, "acct%2Falice", json!(1))).await;
+    assert_eq!((status, first.get("duplicate")), (200, None), "{first}");
+    let (status, again) = tern.send(put(&alice, "acct%2Falice", json!(1))).await;
+    assert_eq!((status, again["duplicate"].as_bool(), &again["version"]), (200, Some(true), &first["version"]), "a retry: {again}");
+    let (status, other) = tern.send(put(&bob, "acct%2Fbob", json!(2))).await;
+    assert_eq!((status, other.get("duplicate")), (200, None), "another caller's key is not alice's: {other}");
+    let (status, got) = tern.send(tern.client.get(format!("{url}/v1/ns/app/kv/acct%2Fbob/s")).bearer_auth(&bob)).await;
+    assert_eq!((status, &got["value"]), (200, &json!(2)), "{got}");
+    let (status, reused) = tern.send(put(&alice, "acct%2Falice", json!(3))).await;
+    assert_eq!((status, crate::common::error_code(&reused)), (409, "idempotency_key_reused"), "{reused}");
+    let (_, got) = tern.send(tern.client.get(format!("{url}/v1/ns/app/kv/acct%2Falice/s")).bearer_auth(&alice)).await;
+    assert_eq!(got["value"], json!(1), "nothing of the reused key applied: {got}");
+    // Each sees its own write by its key, and not the other's.
+    let (_, seen) = tern.get_json_as("/v1/writes/k-1", &alice).await;
+    assert_eq!((seen["state"].as_str(), &seen["version"]), (Some("applied"), &first["version"]), "{seen}");
+    let (_, seen) = tern.get_json_as("/v1/writes/k-1", &bob).await;
+    assert_eq!((seen["state"].as_str(), &seen["version"]), (Some("applied"), &other["version"]), "{seen}");
+    let (_, outsider) = create_token(&tern, &root, json!({"ns": "other", "verbs": ["read", "write"]})).await;
+    let (_, seen) = tern.get_json_as("/v1/writes/k-1", &outsider).await;
+    assert_eq!(seen["state"].as_str(), Some("unknown"), "{seen}");
+    // Firebase REST: a reused key for another value is refused too.
+    let fb = |value: Value| tern.client.put(format!("{url}/acct/x.json?ns=app")).bearer_auth(&root).header("idempotency-key", "f-1").json(&value);
+    assert_eq!(tern.send(fb(json!(1))).await.0, 200);
+    assert_eq!(tern.send(fb(json!(1))).await.0, 200, "a retry");
+    let (status, answer) = tern.send(fb(json!(2))).await;
+    assert_eq!(status, 409, "{answer}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_jwt_is_firebase_rules_auth() {
     let dir = tempfile::tempdir().unwrap();

@@ -65,13 +65,19 @@ pub async fn upgrade(state: Firebase, request: Request) -> Response {
         Ok(ws) => ws,
         Err(rejection) => return rejection.into_response(),
     };
-    let namespace = match database(&state, &query).await {
-        Ok(namespace) => namespace,
-        Err(e) => return e.into_response(),
-    };
     let peer = parts.extensions.get::<Peer>().map(|p| p.0);
     let credential = match initial_credential(&state, &parts.headers, peer) {
         Ok(credential) => credential,
+        Err(e) => return e.into_response(),
+    };
+    // Authenticated before anything is created: an anonymous upgrade
+    // (browsers send their token later, in an `auth` message) never creates a database.
+    let asker = match &credential {
+        Credential::Identity { identity, .. } => Some(identity.as_ref()),
+        Credential::Anonymous | Credential::Legacy(_) => None,
+    };
+    let namespace = match database(&state, &query, asker).await {
+        Ok(namespace) => namespace,
         Err(e) => return e.into_response(),
     };
     let connection = parts.extensions.get::<ConnectionId>().copied().unwrap_or(ConnectionId(0));

@@ -157,6 +157,11 @@ impl Tern {
         (r.status().as_u16(), r.json().await.unwrap())
     }
 
+    /// `GET path` with `Authorization: Bearer token`.
+    pub(crate) async fn get_json_as(&self, path: &str, token: &str) -> (u16, Value) {
+        self.send(self.client.get(format!("{}{path}", self.url)).bearer_auth(token)).await
+    }
+
     pub(crate) async fn send(&self, request: reqwest::RequestBuilder) -> (u16, Value) {
         let r = request.timeout(REQUEST_TIMEOUT).send().await.unwrap();
         let status = r.status().as_u16();
