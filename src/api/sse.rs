@@ -152,7 +152,8 @@ pub(crate) async fn open_sse(
     let from = last_event_id.filter(|id| !id.is_empty()).or(params.str("from"));
     let request = WatchRequest::parse(params.str("pk"), params.str("prefix"), params.str("sk"), from, params.str("mode"))?;
     let (session, start) = app.node.open_watch(ns, request.filter, request.from, request.mode, outlet, connection).await?;
-    Ok(Box::pin(session.run(start)))
+    // Ends when the credential does (a revoked key, an expired JWT).
+    Ok(app.access.guard(identity, Box::pin(session.run(start))))
 }
 
 /// One message in SSE form.

@@ -116,8 +116,13 @@ async fn serve(app: AppState, identity: Identity, socket: WebSocket, connection:
     let mut batch = Vec::with_capacity(FRAMES_PER_FLUSH_MAX);
     let mut running: HashMap<String, Running> = HashMap::new();
     let mut sessions = FuturesUnordered::new();
+    // The connection ends when its credential does (a revoked key, an expired JWT).
+    let mut lapsed = std::pin::pin!(app.access.lapsed(&identity));
     loop {
         let step = std::future::poll_fn(|cx| {
+            if lapsed.as_mut().poll(cx).is_ready() {
+                return Poll::Ready(Step::Lapsed);
+            }
             // Sessions first (only the woken ones are polled; a finished one
             // frees its id before the next client message is acted on),
             // then what they sent, then the client.
@@ -140,6 +145,15 @@ async fn serve(app: AppState, identity: Identity, socket: WebSocket, connection:
                 continue;
             }
             Step::Frame(frame) => frame,
+            Step::Lapsed => {
+                let error =
+                    app.access.still_valid(&identity).err().unwrap_or_else(|| ApiError::bad_request("unauthenticated", "the credential lapsed"));
+                batch.clear();
+                batch.push(Tagged { tag: Tag::Only, message: Message::Reply(error_text(None, &error)) });
+                let _ = write_frames(&mut sink, &mut batch).await;
+                let _ = sink.send(WsMessage::Close(None)).await;
+                break;
+            }
         };
         let reply = match frame {
             Some(WsMessage::Text(text)) => handle(&app, &identity, connection, &text, &mut running, &mut sessions, &outlet).await,
@@ -163,6 +177,8 @@ enum Step {
     Write,
     /// Act on a client frame (none: the client is gone).
     Frame(Option<WsMessage>),
+    /// The connection's credential is no longer valid: say so and close.
+    Lapsed,
 }
 
 /// Passes the client's frames on until it closes or the connection ends.
@@ -253,7 +269,9 @@ async fn open(
     if running.len() >= WATCHES_PER_CONNECTION_MAX {
         return Err(ApiError::bad_request("too_many_subscriptions", format!("at most {WATCHES_PER_CONNECTION_MAX} watches per connection")));
     }
-    // Decided per watch, like an SSE watch (`sse::open_sse`).
+    // Decided per watch, like an SSE watch (`sse::open_sse`), with the
+    // credential as it is now, not as it was at the upgrade.
+    app.access.still_valid(identity)?;
     require(identity, &sub.ns, sub.pk.as_deref().unwrap_or_default(), Verb::Watch)?;
     let request = WatchRequest::parse(sub.pk.as_deref(), sub.prefix.as_deref(), sub.sk.as_deref(), sub.from.as_deref(), sub.mode.as_deref())?;
     let id_json: Arc<str> = serde_json::to_string(&sub.id).expect("a string serializes").into();

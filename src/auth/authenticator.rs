@@ -19,6 +19,13 @@ pub struct AuthConfig {
     pub failures_per_minute: u32,
 }
 
+/// When a verified JWT stops being valid, in ms since the epoch: its `exp`
+/// (required at verification) plus the skew verification tolerates.
+fn jwt_expires_ms(jwt: &super::jwt::Verified) -> Option<u64> {
+    let exp_s = jwt.claims.get("exp")?.as_f64()?;
+    Some((exp_s.max(0.0) as u64).saturating_add(super::jwt::LEEWAY_S).saturating_mul(1000))
+}
+
 /// Verifies tokens. One per node, shared by every request.
 pub struct Authenticator {
     pub(super) root: Option<blake3::Hash>,
@@ -35,6 +42,49 @@ impl Authenticator {
             jwt: JwtVerifier::load(&config.jwt)?,
             limiter: FailureLimiter::new(config.failures_per_minute),
         })
+    }
+
+    /// Why `identity`, authenticated earlier, is no longer valid now (its
+    /// API key was revoked, its JWT expired), if it is not. Open
+    /// connections ask before each request they decide (`lapsed` ends them).
+    pub fn still_valid(&self, identity: &Identity, now_ms: u64) -> Result<(), AuthError> {
+        match identity {
+            Identity::Open | Identity::Root => Ok(()),
+            Identity::Key(key) if self.keys.holds(key) => Ok(()),
+            Identity::Key(_) => Err(AuthError::Invalid("the API key was revoked".into())),
+            Identity::Jwt(jwt) => match jwt_expires_ms(jwt) {
+                Some(expires_ms) if expires_ms <= now_ms => Err(AuthError::Invalid("the JWT has expired (exp)".into())),
+                _ => Ok(()),
+            },
+        }
+    }
+
+    /// Resolves once `identity` is no longer valid (`still_valid`): at once
+    /// when a revocation removes its key (woken by revocations only, not by
+    /// every refresh), at its JWT's `exp` (with the skew tolerated at
+    /// verification). Never, for the root token or authentication off. Each
+    /// long-lived connection and watch runs until this resolves, so a
+    /// revoked or expired credential stops reading and writing within the
+    /// key refresh (about a second) everywhere.
+    pub async fn lapsed(&self, identity: &Identity) {
+        match identity {
+            Identity::Open | Identity::Root => std::future::pending().await,
+            Identity::Key(key) => {
+                let mut revocations = self.keys.revocations();
+                while self.keys.holds(key) {
+                    if revocations.changed().await.is_err() {
+                        return std::future::pending().await;
+                    }
+                }
+            }
+            Identity::Jwt(jwt) => match jwt_expires_ms(jwt) {
+                Some(expires_ms) => {
+                    let wait_ms = expires_ms.saturating_sub(crate::codec::now_ms());
+                    tokio::time::sleep(std::time::Duration::from_millis(wait_ms)).await
+                }
+                None => std::future::pending().await,
+            },
+        }
     }
 
     /// Who `token` is.

@@ -98,13 +98,22 @@ pub struct Key {
 }
 
 /// Every key this node knows, by id. Replaced whole by each refresh.
-#[derive(Default)]
 pub struct KeyRing {
     keys: RwLock<HashMap<String, Arc<Key>>>,
     /// Changes with every change of `keys` (unique across rings: from
     /// `GENERATIONS`), so a thread's cached verification (`LAST_VERIFIED`)
     /// is used only while nothing changed.
     generation: AtomicU64,
+    /// Counts revocations (a key that was here and is gone): what open
+    /// connections of a key wait on (`Authenticator::lapsed`), so they wake
+    /// only when some key went away, not at every refresh.
+    revocations: tokio::sync::watch::Sender<u64>,
+}
+
+impl Default for KeyRing {
+    fn default() -> KeyRing {
+        KeyRing { keys: RwLock::default(), generation: AtomicU64::new(0), revocations: tokio::sync::watch::Sender::new(0) }
+    }
 }
 
 /// Where generations come from (never 0: 0 is "no generation yet").
@@ -134,8 +143,16 @@ impl KeyRing {
             let hash = blake3::Hash::from_hex(&record.hash).expect("checked");
             keys.insert(record.id.clone(), Arc::new(Key { record, hash }));
         }
-        *self.keys.write() = keys;
+        let revoked = {
+            let mut current = self.keys.write();
+            let revoked = current.iter().any(|(id, key)| keys.get(id).is_none_or(|new| new.hash != key.hash));
+            *current = keys;
+            revoked
+        };
         self.changed();
+        if revoked {
+            self.revocations.send_modify(|count| *count += 1);
+        }
     }
 
     fn changed(&self) {
@@ -154,6 +171,17 @@ impl KeyRing {
     pub fn remove(&self, id: &str) {
         self.keys.write().remove(id);
         self.changed();
+        self.revocations.send_modify(|count| *count += 1);
+    }
+
+    /// Whether `key` is still one of this ring's (not revoked, not replaced).
+    pub fn holds(&self, key: &Key) -> bool {
+        self.keys.read().get(&key.record.id).is_some_and(|current| current.hash == key.hash)
+    }
+
+    /// Changes whenever a key is revoked (`Authenticator::lapsed`).
+    pub fn revocations(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.revocations.subscribe()
     }
 
     /// The key `token` names, if its secret matches (constant-time).

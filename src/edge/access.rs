@@ -55,6 +55,44 @@ impl Access {
     pub fn enabled(&self) -> bool {
         self.authenticator.is_some()
     }
+
+    /// 401 when `identity`, authenticated when its connection opened, is no
+    /// longer valid (a revoked key, an expired JWT): asked by long-lived
+    /// connections before each request they decide.
+    pub fn still_valid(&self, identity: &Identity) -> Result<(), ApiError> {
+        let Some(authenticator) = &self.authenticator else { return Ok(()) };
+        authenticator.still_valid(identity, crate::codec::now_ms()).map_err(|e| unauthenticated(&e))
+    }
+
+    /// Resolves once `identity` is no longer valid (never without
+    /// authentication): see `Authenticator::lapsed`.
+    pub fn lapsed(&self, identity: &Identity) -> impl std::future::Future<Output = ()> + Send + 'static {
+        let authenticator = self.authenticator.clone();
+        let identity = identity.clone();
+        async move {
+            match authenticator {
+                Some(authenticator) => authenticator.lapsed(&identity).await,
+                None => std::future::pending().await,
+            }
+        }
+    }
+
+    /// `session`, ended as soon as `identity` is no longer valid: every
+    /// watch (SSE, HTTP/2, WebSocket subscriptions, Firebase streams and
+    /// listens) runs through this, so a revoked key or an expired JWT stops
+    /// receiving data within the key refresh, not when it reconnects.
+    pub fn guard(&self, identity: &Identity, session: super::SessionFuture) -> super::SessionFuture {
+        if matches!(identity, Identity::Open | Identity::Root) {
+            return session;
+        }
+        let lapsed = self.lapsed(identity);
+        Box::pin(async move {
+            tokio::select! {
+                () = session => {}
+                () = lapsed => {}
+            }
+        })
+    }
 }
 
 /// Paths anyone may ask for: the demo page's static files (they hold no

@@ -49,7 +49,7 @@ async fn dispatch(state: Firebase, request: Request) -> Result<Response, FbError
     let keys = crate::tree::path::parse_url_path(path).map_err(FbError::bad)?;
     let sk = crate::tree::path::sk_of(&keys);
     if method == axum::http::Method::GET && wants_stream(&parts.headers) {
-        return stream::open(&state, namespace, caller, sk, &query, &parts.headers, connection).await;
+        return stream::open(&state, namespace, caller, identity.as_ref(), sk, &query, &parts.headers, connection).await;
     }
     let body = read_body(body).await?;
     rest::handle(&state, &namespace, &caller, &method, sk, &query, &parts.headers, &parts.uri, body).await
@@ -87,7 +87,13 @@ pub async fn open_h2c_stream(
         let path = uri.path().strip_suffix(".json").expect("a Firebase path");
         let keys = crate::tree::path::parse_url_path(path).map_err(FbError::bad)?;
         let sk = crate::tree::path::sk_of(&keys);
-        stream::open_session(state, namespace, caller, sk, &query, headers, connection, outlet).await
+        let (session, translator) = stream::open_session(state, namespace, caller, sk, &query, headers, connection, outlet).await?;
+        // Ends when the credential does (a revoked key, an expired JWT).
+        let session = match &identity {
+            Some(identity) => state.app.access.guard(identity, session),
+            None => session,
+        };
+        Ok::<_, FbError>((session, translator))
     };
     match opened.await {
         Ok((session, translator)) => Ok((session, Box::new(translator))),

@@ -46,6 +46,7 @@ use super::db::{tree_view, TreeData};
 use super::error::FbError;
 use super::query::Query;
 use super::state::Firebase;
+use crate::auth::Identity;
 use crate::codec::now_ms;
 use crate::edge::{self, Encoder, SessionFuture, SSE_HEADERS};
 use crate::fanout::event::Kind;
@@ -64,10 +65,12 @@ const MESSAGES_PENDING_MAX: usize = 64;
 const STATE_BYTES_MAX: usize = crate::store::tree::READ_BYTES_MAX;
 
 /// A streaming request over HTTP/1.1: the response body runs the session.
+#[allow(clippy::too_many_arguments)]
 pub(super) async fn open(
     state: &Firebase,
     namespace: Arc<Namespace>,
     caller: Caller,
+    identity: Option<&Identity>,
     sk: String,
     query: &Query,
     headers: &HeaderMap,
@@ -75,6 +78,11 @@ pub(super) async fn open(
 ) -> Result<Response, FbError> {
     let (outlet, messages) = Outlet::new(MESSAGES_PENDING_MAX);
     let (session, translator) = open_session(state, namespace, caller, sk, query, headers, connection, outlet).await?;
+    // Ends when the credential does (a revoked key, an expired JWT).
+    let session = match identity {
+        Some(identity) => state.app.access.guard(identity, session),
+        None => session,
+    };
     let body = axum::body::Body::from_stream(edge::body(session, messages, translator));
     Ok((SSE_HEADERS, body).into_response())
 }

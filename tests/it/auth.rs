@@ -398,6 +398,112 @@ async fn idempotency_keys_are_scoped_to_the_caller_and_a_reused_key_is_refused()
     assert_eq!(status, 409, "{answer}");
 }
 
+/// Reads an SSE body until it ends; false when it is still open after `wait`.
+async fn ends_within(mut response: reqwest::Response, wait: Duration) -> bool {
+    let deadline = tokio::time::Instant::now() + wait;
+    loop {
+        match tokio::time::timeout_at(deadline, response.chunk()).await {
+            Err(_) => return false,
+            Ok(Ok(Some(_))) => continue,
+            Ok(Ok(None) | Err(_)) => return true,
+        }
+    }
+}
+
+/// The next text frame of a WebSocket, or None when it closed (or after `wait`).
+async fn next_text<S>(ws: &mut S, wait: Duration) -> Option<String>
+where
+    S: futures::Stream<Item = Result<tokio_tungstenite::tungstenite::Message, tokio_tungstenite::tungstenite::Error>> + Unpin,
+{
+    use futures::StreamExt;
+    let deadline = tokio::time::Instant::now() + wait;
+    loop {
+        match tokio::time::timeout_at(deadline, ws.next()).await {
+            Ok(Some(Ok(tokio_tungstenite::tungstenite::Message::Text(text)))) => return Some(text.to_string()),
+            Ok(Some(Ok(tokio_tungstenite::tungstenite::Message::Close(_))) | Some(Err(_)) | None) | Err(_) => return None,
+            Ok(Some(Ok(_))) => continue,
+        }
+    }
+}
+
+/// Issue 35, defect 5: a key revoked while its connections are open stops
+/// reading and writing on every one of them within seconds. Before the fix
+/// the realtime connection kept its identity from its `auth` message and
+/// still wrote 2.5 s after the revocation, `/v1/ws` decided later `sub`s
+/// with the identity of the upgrade, and SSE and Firebase streams never
+/// looked again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_revoked_during_open_connections_stops_on_every_protocol() {
+    use futures::SinkExt;
+    use tokio_tungstenite::tungstenite::Message;
+    let dir = tempfile::tempdir().unwrap();
+    let (tern, root) = secured(dir.path(), &["--auth-failures-per-minute", "0"]).await;
+    let url = &tern.url;
+    let ws_base = url.replacen("http", "ws", 1);
+    let (id, key) = create_token(&tern, &root, json!({"ns": "app", "verbs": ["admin"]})).await;
+    // Open everything with the key.
+    let sse = tern.client.get(format!("{url}/v1/ns/app/watch")).bearer_auth(&key).send().await.unwrap();
+    assert_eq!(sse.status(), 200);
+    let fb_stream = tern.client.get(format!("{url}/s.json?ns=app")).bearer_auth(&key).header("accept", "text/event-stream").send().await.unwrap();
+    assert_eq!(fb_stream.status(), 200);
+    let (mut v1_ws, _) = tokio_tungstenite::connect_async(format!("{ws_base}/v1/ws?access_token={key}")).await.unwrap();
+    v1_ws.send(Message::text(json!({"type": "sub", "id": "a", "ns": "app", "pk": "p"}).to_string())).await.unwrap();
+    let subscribed = next_text(&mut v1_ws, Duration::from_secs(10)).await.unwrap();
+    assert!(subscribed.contains("subscribed"), "{subscribed}");
+    let (mut rt, _) = tokio_tungstenite::connect_async(format!("{ws_base}/.ws?v=5&ns=app")).await.unwrap();
+    let _hello = next_text(&mut rt, Duration::from_secs(10)).await.unwrap();
+    let request = |r: u64, action: &str, body: Value| Message::text(json!({"t": "d", "d": {"r": r, "a": action, "b": body}}).to_string());
+    rt.send(request(1, "auth", json!({"cred": key}))).await.unwrap();
+    let authed = next_text(&mut rt, Duration::from_secs(10)).await.unwrap();
+    assert!(authed.contains("\"s\":\"ok\""), "{authed}");
+    rt.send(request(2, "p", json!({"p": "/before", "d": 1}))).await.unwrap();
+    let wrote = next_text(&mut rt, Duration::from_secs(10)).await.unwrap();
+    assert!(wrote.contains("\"s\":\"ok\""), "a write before the revocation: {wrote}");
+
+    let (status, _) = tern.send(tern.client.delete(format!("{url}/v1/tokens/{id}")).bearer_auth(&root)).await;
+    assert_eq!(status, 200);
+    let revoked_at = Instant::now();
+
+    // The realtime connection says so and closes; a write sent now is not applied.
+    let _ = rt.send(request(3, "p", json!({"p": "/after", "d": 1}))).await;
+    let mut said = Vec::new();
+    while let Some(text) = next_text(&mut rt, Duration::from_secs(5)).await {
+        said.push(text);
+    }
+    assert!(said.iter().any(|t| t.contains("\"a\":\"ac\"") || t.contains("permission_denied")), "realtime after revocation: {said:?}");
+    assert!(!said.iter().any(|t| t.contains("\"r\":3") && t.contains("\"s\":\"ok\"")), "the write after the revocation was refused: {said:?}");
+    let (status, after) = tern.send(tern.client.get(format!("{url}/after.json?ns=app")).bearer_auth(&root)).await;
+    assert_eq!((status, after), (200, Value::Null), "nothing was written after the revocation");
+    // /v1/ws: an error, then the close.
+    let mut said = Vec::new();
+    while let Some(text) = next_text(&mut v1_ws, Duration::from_secs(5)).await {
+        said.push(text);
+    }
+    assert!(said.last().is_some_and(|t| t.contains("unauthenticated")), "an error, then closed: {said:?}");
+    // The streams end.
+    assert!(ends_within(sse, Duration::from_secs(5)).await, "the SSE watch ended");
+    assert!(ends_within(fb_stream, Duration::from_secs(5)).await, "the Firebase stream ended");
+    assert!(revoked_at.elapsed() < Duration::from_secs(15), "all within seconds: {:?}", revoked_at.elapsed());
+}
+
+/// Issue 35, defects 5 and 9: an open stream of a JWT ends when the JWT
+/// expires (with verification's 30 s of tolerated skew), whatever its `iat`
+/// says; before the fix `iat: 0` exempted it, and an owner never expired.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_open_stream_ends_when_its_jwt_expires() {
+    let dir = tempfile::tempdir().unwrap();
+    let (tern, _root) = secured(dir.path(), &["--auth-failures-per-minute", "0"]).await;
+    // Expired 27 s ago: still inside the skew for 3 s more.
+    let token = jwt(json!({"sub": "ann", "aud": "tern", "iat": 0, "exp": now_s() - 27,
+        "tern_grants": [{"ns": "app", "prefix": "", "verbs": ["read", "watch"]}]}));
+    let sse = tern.client.get(format!("{}/v1/ns/app/watch", tern.url)).bearer_auth(&token).send().await.unwrap();
+    assert_eq!(sse.status(), 200);
+    let fb = tern.client.get(format!("{}/s.json?ns=app", tern.url)).bearer_auth(&token).header("accept", "text/event-stream").send().await.unwrap();
+    assert_eq!(fb.status(), 200);
+    assert!(ends_within(sse, Duration::from_secs(20)).await, "the SSE watch ended at exp");
+    assert!(ends_within(fb, Duration::from_secs(5)).await, "the Firebase stream (the token is its owner) ended at exp");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_jwt_is_firebase_rules_auth() {
     let dir = tempfile::tempdir().unwrap();

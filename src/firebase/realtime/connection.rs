@@ -75,11 +75,18 @@ pub(super) async fn serve(mut requests: Requests, socket: WebSocket, host: Strin
     out.send(wire::hello(now_ms(), &host, &requests.session));
     let mut joiner = Reassembler::default();
     let mut listen_ids = 0usize;
+    let mut lapsed = requests.lapsed();
     loop {
         let frame = tokio::select! {
             biased;
             () = out.drive(&outlet) => break,
             _ = closing.changed() => break,
+            // The credential was revoked or expired: its listens end with the
+            // connection (the SDK reconnects, and its token is refused then).
+            () = &mut lapsed => {
+                out.send(wire::auth_revoked());
+                break;
+            }
             frame = frames.recv() => frame,
         };
         let (r, action, body) = match read(&mut joiner, frame) {
@@ -121,6 +128,9 @@ pub(super) async fn serve(mut requests: Requests, socket: WebSocket, host: Strin
         };
         if !out.apply(effect, id) || closing_now {
             break;
+        }
+        if action == "auth" {
+            lapsed = requests.lapsed();
         }
     }
     drop(reader);

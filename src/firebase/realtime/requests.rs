@@ -148,11 +148,24 @@ impl Requests {
     /// The caller for a request that needs `verb`; an expired credential
     /// (its token's `exp`) is refused as its listens are ended (`ac`).
     fn caller(&self, verb: Verb) -> Result<Caller, (String, String)> {
+        if let Credential::Identity { identity, .. } = &self.credential {
+            // As the credential is now, not as it was when it was sent.
+            self.state.app.access.still_valid(identity).map_err(|e| denied_text(&format!("permission_denied: {}", e.message)))?;
+        }
         let caller = self.credential_caller(verb)?;
         if caller.expired(now_ms()) {
             return Err(denied_text("permission_denied: the auth token is expired; the SDK authenticates again with a fresh one"));
         }
         Ok(caller)
+    }
+
+    /// Resolves once the connection's credential is no longer valid (a
+    /// revoked key, an expired JWT); never for other credentials.
+    pub(super) fn lapsed(&self) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>> {
+        match &self.credential {
+            Credential::Identity { identity, .. } => Box::pin(self.state.app.access.lapsed(identity)),
+            Credential::Anonymous | Credential::Legacy(_) => Box::pin(std::future::pending()),
+        }
     }
 
     fn credential_caller(&self, verb: Verb) -> Result<Caller, (String, String)> {

@@ -125,6 +125,12 @@ pub(super) fn hello(now_ms: u64, host: &str, session: &str) -> String {
     json!({"t": "c", "d": {"t": "h", "d": {"ts": now_ms, "v": PROTOCOL_VERSION, "h": host, "s": session}}}).to_string()
 }
 
+/// Tells the client its credential is no longer valid (`ac`, as Firebase
+/// sends when a token expires); the connection closes after it.
+pub(super) fn auth_revoked() -> String {
+    json!({"t": "d", "d": {"a": "ac", "b": {"s": "expired_token", "d": "Auth token is expired or revoked."}}}).to_string()
+}
+
 pub(super) fn pong() -> String {
     json!({"t": "c", "d": {"t": "o", "d": {}}}).to_string()
 }
