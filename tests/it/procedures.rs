@@ -171,6 +171,7 @@ async fn bad_procedure_requests_get_clear_errors_and_append_nothing() {
     };
     let offsets = |state: &Value| state["state"].as_array().unwrap().iter().map(|p| p["log_end_offset"].clone()).collect::<Vec<_>>();
     let (_, before) = node.get_json("/v1/ns/default").await;
+    let counter = module(&std::fs::read(counter_wasm()).unwrap());
     let wasi = module(br#"(module (import "wasi_snapshot_preview1" "fd_write" (func (param i32 i32 i32 i32) (result i32))))"#);
     let cases: Vec<(&str, Value, u16, &str, &str)> = vec![
         ("/v1/ns/default/procedures/a%20b", json!({"runtime": "wasm", "module": "AA=="}), 400, "invalid_procedure", "letters, digits"),
@@ -197,14 +198,14 @@ async fn bad_procedure_requests_get_clear_errors_and_append_nothing() {
         // Topics that are not the namespace's own (before the fix, deployed: its outputs reached another namespace's log).
         (
             "/v1/ns/default/procedures/p",
-            json!({"runtime": "wasm", "module": "AA==", "outputs": {"o": "tern.victim"}}),
+            json!({"runtime": "wasm", "module": counter, "outputs": {"o": "tern.victim"}}),
             400,
             "invalid_procedure",
             "is not namespace \"default\"'s",
         ),
         (
             "/v1/ns/default/procedures/p",
-            json!({"runtime": "wasm", "module": "AA==", "dead_letter_topic": "defaultx.d"}),
+            json!({"runtime": "wasm", "module": counter, "dead_letter_topic": "defaultx.d"}),
             400,
             "invalid_procedure",
             "start with \"default.\"",
