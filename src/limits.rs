@@ -20,6 +20,11 @@ pub const LIST_LIMIT_MAX: usize = 1000;
 pub const LIST_LIMIT_DEFAULT: usize = 100;
 /// Most keys in one multi-get.
 pub const MULTI_GET_KEYS_MAX: usize = 1000;
+/// Most bytes of records one answer holds (a multi-get, a page of a list):
+/// a list page ends early at it (its cursor goes on), a multi-get past it is
+/// refused (`answer_too_large`). Without it one small request for the same
+/// 1 MiB record 1,000 times made a 1 GB answer.
+pub const ANSWER_BYTES_MAX: usize = 64 * 1024 * 1024;
 /// Longest write id carried by a mutation.
 pub const WRITE_ID_BYTES_MAX: usize = 64;
 /// Most partitions a namespace may have (each is a store file and an apply task).
@@ -96,8 +101,20 @@ pub fn check_mutation_bytes(total_bytes: usize) -> Result<(), LimitError> {
     Ok(())
 }
 
+/// Names no namespace may take: the object store keeps each namespace's
+/// snapshots under `tern/<namespace>/` and the journals under
+/// `tern/journal/` (`journal::objects`), so a namespace `journal` would mix
+/// its snapshots into the journals a node replays.
+pub const RESERVED_NAMESPACE_NAMES: [&str; 1] = ["journal"];
+
 /// Namespace names become file and topic names, so they are kept to a safe alphabet.
 pub fn check_namespace_name(name: &str) -> Result<(), LimitError> {
+    if RESERVED_NAMESPACE_NAMES.contains(&name) {
+        return Err(LimitError::invalid(
+            "invalid_namespace",
+            format!("namespace name {name:?} is reserved: the object store keeps Tern's journals under tern/{name}/; choose another name"),
+        ));
+    }
     let ok_chars = name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
     let ok_start = name.bytes().next().is_some_and(|b| b.is_ascii_alphanumeric());
     if name.is_empty() || name.len() > NAMESPACE_NAME_BYTES_MAX || !ok_chars || !ok_start {
@@ -159,6 +176,16 @@ mod tests {
         assert!(check_ops_count(OPS_PER_MUTATION_MAX + 1).unwrap_err().too_large);
         assert!(check_mutation_bytes(MUTATION_BYTES_MAX).is_ok());
         assert!(check_mutation_bytes(MUTATION_BYTES_MAX + 1).is_err());
+    }
+
+    #[test]
+    fn a_namespace_cannot_take_the_journals_folder() {
+        // Before the fix, a namespace "journal" put its snapshots where a node
+        // lists the journals to replay (issue 35, defect 9).
+        let error = check_namespace_name("journal").unwrap_err();
+        assert!(error.message.contains("reserved"), "{}", error.message);
+        assert!(check_namespace_name("journals").is_ok());
+        assert!(check_namespace_name("Journal").is_ok(), "object paths are case-sensitive");
     }
 
     #[test]

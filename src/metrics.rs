@@ -37,6 +37,15 @@ pub(crate) static AUTH_FAILURES: LazyLock<IntCounterVec> = LazyLock::new(|| {
     .expect("metric registers")
 });
 
+pub(crate) static SLOW_CLIENTS_CLOSED: LazyLock<IntCounterVec> = LazyLock::new(|| {
+    register_int_counter_vec!(
+        "tern_slow_clients_closed_total",
+        "Connections closed because the client did not read what it was sent (its queue stayed over its bound)",
+        &["protocol"]
+    )
+    .expect("metric registers")
+});
+
 pub(crate) static AUTH_DENIED: LazyLock<IntCounter> = LazyLock::new(|| {
     register_int_counter!("tern_auth_denied_total", "Authenticated requests refused for a missing grant (403)").expect("metric registers")
 });

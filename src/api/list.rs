@@ -58,7 +58,8 @@ pub(super) async fn list(
     }
     await_consistency(&state.node, namespace, &[partition], &params.consistency()?, params.timeout()?).await?;
     let view = namespace.handle(partition).read_view()?;
-    let (records, more) = view.reader.list(&pk, &range, limit)?;
+    // A page ends early rather than pass the answer bound (its cursor goes on from there).
+    let (records, more) = view.reader.list(&pk, &range, limit, limits::ANSWER_BYTES_MAX)?;
     let position = crate::position::Position::single_string(&namespace.name, partition, view.applied_next);
     let next_cursor = if more { records.last().map(|r| encode_page_token(&r.sk)) } else { None };
     let records: Vec<Option<Record>> = records.into_iter().map(Some).collect();

@@ -67,6 +67,10 @@ pub(super) async fn multi_get(
         limits::check_sk(&key.sk)?;
         require(&identity, &ns, &key.pk, Verb::Read)?;
     }
+    // Each distinct key is read, rendered and asked of a holder once; the
+    // answer repeats it where the request does (`order`).
+    let (request, order) = distinct_keys(request.keys);
+    let copies = copies_of(&order, request.keys.len());
     let mut partitions: Vec<u32> = request.keys.iter().map(|k| namespace.partition_of(&k.pk)).collect();
     partitions.sort_unstable();
     partitions.dedup();
@@ -82,6 +86,7 @@ pub(super) async fn multi_get(
         if let Err(response) = fetched {
             return Ok(response);
         }
+        check_answer_bytes(&items, &copies)?;
     }
     await_consistency(&state.node, &namespace, &local, &params.consistency()?, params.timeout()?).await?;
     let mut readers = std::collections::HashMap::with_capacity(local.len());
@@ -90,13 +95,18 @@ pub(super) async fn multi_get(
         offsets.insert(p, view.applied_next);
         readers.insert(p, view);
     }
-    for (key, item) in request.keys.iter().zip(items.iter_mut()) {
+    let mut answer_bytes: usize = items.iter().zip(&copies).map(|(item, n)| item.as_ref().map_or(0, Vec::len) * n).sum();
+    for ((key, item), n) in request.keys.iter().zip(items.iter_mut()).zip(&copies) {
         if let Some(view) = readers.get(&namespace.partition_of(&key.pk)) {
             *item = view.reader.get(&key.pk, &key.sk)?.map(|record| {
                 let mut out = Vec::with_capacity(record.value.len() + 64);
                 render::record(&mut out, &record);
                 out
             });
+            answer_bytes += item.as_ref().map_or(0, Vec::len) * n;
+            if answer_bytes > limits::ANSWER_BYTES_MAX {
+                return Err(answer_too_large(answer_bytes));
+            }
         }
     }
     let position = if offsets.is_empty() {
@@ -104,7 +114,54 @@ pub(super) async fn multi_get(
     } else {
         json!(crate::position::Position { namespace: namespace.name.to_string(), offsets }.to_string())
     };
-    Ok(json_response(StatusCode::OK, render::rendered_items(&items, &[("position", position)])))
+    let ordered: Vec<Option<&[u8]>> = order.iter().map(|&d| items[d].as_deref()).collect();
+    Ok(json_response(StatusCode::OK, render::rendered_items(&ordered, &[("position", position)])))
+}
+
+/// The distinct keys of a request, in first-seen order, and for each key
+/// asked for the index of its distinct key.
+fn distinct_keys(keys: Vec<KeyBody>) -> (MultiGetBody, Vec<usize>) {
+    let mut first: std::collections::HashMap<(String, String), usize> = std::collections::HashMap::with_capacity(keys.len());
+    let mut distinct = Vec::with_capacity(keys.len());
+    let mut order = Vec::with_capacity(keys.len());
+    for key in keys {
+        let next = distinct.len();
+        let index = *first.entry((key.pk.clone(), key.sk.clone())).or_insert(next);
+        if index == next {
+            distinct.push(key);
+        }
+        order.push(index);
+    }
+    (MultiGetBody { keys: distinct }, order)
+}
+
+/// How many times the answer holds each distinct key.
+fn copies_of(order: &[usize], distinct: usize) -> Vec<usize> {
+    let mut copies = vec![0; distinct];
+    for &d in order {
+        copies[d] += 1;
+    }
+    copies
+}
+
+/// 413 once the items (each as often as asked) pass the answer bound.
+fn check_answer_bytes(items: &[Option<Vec<u8>>], copies: &[usize]) -> Result<(), ApiError> {
+    let bytes: usize = items.iter().zip(copies).map(|(item, n)| item.as_ref().map_or(0, Vec::len) * n).sum();
+    match bytes > limits::ANSWER_BYTES_MAX {
+        true => Err(answer_too_large(bytes)),
+        false => Ok(()),
+    }
+}
+
+fn answer_too_large(bytes: usize) -> ApiError {
+    ApiError::new(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        "answer_too_large",
+        format!(
+            "the records asked for hold more than {} bytes (at least {bytes}), the most one answer holds; ask for fewer keys per request",
+            limits::ANSWER_BYTES_MAX
+        ),
+    )
 }
 
 /// The answer of a holder to a forwarded multi-get.

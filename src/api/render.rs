@@ -91,14 +91,14 @@ pub(super) fn items(records: &[Option<Record>], tail: &[(&str, serde_json::Value
 }
 
 /// Like `items`, from items already rendered as JSON text (`None` is null).
-pub(super) fn rendered_items(rendered: &[Option<Vec<u8>>], tail: &[(&str, serde_json::Value)]) -> Vec<u8> {
+pub(super) fn rendered_items(rendered: &[Option<&[u8]>], tail: &[(&str, serde_json::Value)]) -> Vec<u8> {
     let mut out = Vec::with_capacity(64 + rendered.iter().flatten().map(|r| r.len() + 1).sum::<usize>());
     out.extend_from_slice(b"{\"items\":[");
     for (i, item) in rendered.iter().enumerate() {
         if i > 0 {
             out.push(b',');
         }
-        out.extend_from_slice(item.as_deref().unwrap_or(b"null"));
+        out.extend_from_slice(item.unwrap_or(b"null"));
     }
     out.push(b']');
     push_tail(&mut out, tail);

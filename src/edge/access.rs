@@ -123,17 +123,23 @@ pub fn admit(app: &AppState, request: &Request) -> Result<Option<Identity>, ApiE
 pub fn identify(app: &AppState, headers: &HeaderMap, uri: &Uri, peer: Option<IpAddr>) -> Result<Identity, ApiError> {
     let Some(authenticator) = &app.access.authenticator else { return Ok(Identity::Open) };
     let now = Instant::now();
-    if let Some(wait) = peer.and_then(|ip| authenticator.limiter.blocked_for(ip, now)) {
-        crate::metrics::AUTH_FAILURES.with_label_values(&["rate_limited"]).inc();
-        return Err(ApiError::new(
-            StatusCode::TOO_MANY_REQUESTS,
-            "too_many_failed_authentications",
-            format!("too many failed authentications from this address; retry in {} s", wait.as_secs().max(1)),
-        )
-        .with("retry_after_s", wait.as_secs().max(1)));
-    }
     let token = bearer(headers, uri).unwrap_or_default();
-    match authenticator.authenticate(token.as_ref()) {
+    // The token first: a good one is served whatever its address did, so
+    // one client's bad tokens never lock out the others behind the same
+    // proxy or forwarding node. Only failures are limited by address.
+    let authenticated = authenticator.authenticate(token.as_ref());
+    if authenticated.is_err() {
+        if let Some(wait) = peer.and_then(|ip| authenticator.limiter.blocked_for(ip, now)) {
+            crate::metrics::AUTH_FAILURES.with_label_values(&["rate_limited"]).inc();
+            return Err(ApiError::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                "too_many_failed_authentications",
+                format!("too many failed authentications from this address; retry in {} s", wait.as_secs().max(1)),
+            )
+            .with("retry_after_s", wait.as_secs().max(1)));
+        }
+    }
+    match authenticated {
         Ok(identity) => Ok(identity),
         Err(error) => {
             let reason = if error == AuthError::Missing { "missing" } else { "invalid" };

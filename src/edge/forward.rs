@@ -41,7 +41,11 @@ pub const ERROR_CODE_HEADER: &str = "x-tern-error-code";
 /// Most holders tried for one request (each failed attempt is a connect error).
 const HOLDERS_TRIED_MAX: usize = 3;
 /// Largest answer relayed: a multi-get of the most keys with the largest values.
-const ANSWER_BYTES_MAX: usize = crate::limits::MULTI_GET_KEYS_MAX * (crate::limits::VALUE_BYTES_MAX + 8 * 1024);
+/// A holder's answer holds at most `limits::ANSWER_BYTES_MAX` of records
+/// (a tree read at most `store::tree::READ_BYTES_MAX`, the same); twice that
+/// leaves room for keys, escaping and framing. It was ~1 GB: 1,000 keys of
+/// 1 MiB each, buffered here.
+const ANSWER_BYTES_MAX: usize = 2 * crate::limits::ANSWER_BYTES_MAX;
 
 /// How a request arrived, for passing it on.
 pub struct Incoming<'a> {

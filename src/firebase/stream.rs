@@ -213,6 +213,15 @@ impl Translator {
             Message::Begin { .. } => self.gathering = Some(Builder::default()),
             Message::Synced { position } => {
                 let builder = self.gathering.take().unwrap_or_default();
+                if builder.bytes > STATE_BYTES_MAX {
+                    // Refused, never sent cut short as if it were the whole value.
+                    let message = format!(
+                        "the location holds more than {STATE_BYTES_MAX} bytes, the most a listen's first value may: listen to a location below it"
+                    );
+                    self.format.cancel(out, &self.sk, &message);
+                    self.ended = true;
+                    return;
+                }
                 let mut value = builder
                     .finish(self.format.sends_priorities() || self.query.as_ref().is_some_and(|q| q.order_by == tree_query::OrderBy::Priority));
                 into_arrays(&mut value);

@@ -208,8 +208,9 @@ settings! {
     /// Security: serve `/healthz` and `/readyz` without a token (load balancers and orchestrators probe
     /// them); false: they take any valid token.
     public_health: bool = true, Bound::Any;
-    /// Security: failed authentications allowed per minute per client address; past it the address is
-    /// answered 429 until its budget refills (0: no limit).
+    /// Security: failed authentications allowed per minute per client address; past it the address's
+    /// requests with a token that does not verify are answered 429 until its budget refills (a good token
+    /// from it is still served: clients behind one proxy do not lock each other out) (0: no limit).
     auth_failures_per_minute: u32 = 60, Bound::Range(0, 1_000_000);
     /// Security: allow `listen` on an address other than loopback without `auth` (anyone who reaches the
     /// port can then read and write everything).

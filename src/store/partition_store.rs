@@ -298,7 +298,7 @@ mod tests {
             .unwrap();
         let reader = store.read().unwrap();
         let sks = |range: SkRange, limit| {
-            let (items, more) = reader.list("p", &range, limit).unwrap();
+            let (items, more) = reader.list("p", &range, limit, usize::MAX).unwrap();
             (items.into_iter().map(|r| r.sk).collect::<Vec<_>>(), more)
         };
         assert_eq!(sks(SkRange::default(), 10).0, ["a", "b1", "b2", "b3", "c"]);
@@ -306,6 +306,13 @@ mod tests {
         assert_eq!(sks(SkRange { prefix: Some("b".into()), page_after: Some("b2".into()), ..Default::default() }, 2), (vec!["b3".into()], false));
         assert_eq!(sks(SkRange { reverse: true, ..Default::default() }, 2), (vec!["c".into(), "b3".into()], true));
         assert_eq!(sks(SkRange { start: Some("b2".into()), end: Some("c".into()), ..Default::default() }, 10).0, ["b2", "b3"]);
+        // A byte bound ends a page early, never before its first record.
+        let (one, more) = reader.list("p", &SkRange::default(), 10, 1).unwrap();
+        assert_eq!((one.len(), more), (1, true));
+        let (two, more) = reader.list("p", &SkRange::default(), 10, 2 * (one[0].value.len() + 16)).unwrap();
+        assert!(!two.is_empty() && two.len() < 5 && more, "{}", two.len());
+        let (page, more) = reader.scan_page(None, 10, 1).unwrap();
+        assert_eq!((page.len(), more), (1, true));
     }
 
     #[test]

@@ -60,16 +60,18 @@ impl StoreReader {
     /// Up to `limit` records with keys after `after` (all records when
     /// `None`), in key order, plus whether more follow: a namespace-wide
     /// watch's snapshot, page by page.
-    pub fn scan_page(&self, after: Option<&[u8]>, limit: usize) -> Result<Page, StoreError> {
+    pub fn scan_page(&self, after: Option<&[u8]>, limit: usize, bytes_max: usize) -> Result<Page, StoreError> {
         let first_record = key::prefix_successor(&META_PREFIX).expect("meta prefix has a successor");
         let lower = match after {
             Some(key) => std::ops::Bound::Excluded(key),
             None => std::ops::Bound::Included(first_record.as_slice()),
         };
         let mut out = Vec::with_capacity(limit.min(1024));
+        let mut bytes = 0usize;
         for entry in self.table.range::<&[u8]>((lower, std::ops::Bound::Unbounded)).map_err(|e| self.error(e))? {
             let (k, v) = entry.map_err(|e| self.error(e))?;
-            if out.len() == limit {
+            bytes += k.value().len() + v.value().len();
+            if out.len() == limit || (!out.is_empty() && bytes > bytes_max) {
                 return Ok((out, true));
             }
             let (pk, sk) = key::decode(k.value());
@@ -79,8 +81,10 @@ impl StoreReader {
         Ok((out, false))
     }
 
-    /// Up to `limit` records of `pk` within `range`, plus whether more follow.
-    pub fn list(&self, pk: &str, range: &SkRange, limit: usize) -> Result<(Vec<Record>, bool), StoreError> {
+    /// Up to `limit` records of `pk` within `range`, plus whether more
+    /// follow; fewer when their keys and values would pass `bytes_max` (at
+    /// least one, whatever its size, so a page always moves on).
+    pub fn list(&self, pk: &str, range: &SkRange, limit: usize, bytes_max: usize) -> Result<(Vec<Record>, bool), StoreError> {
         let (lower, upper) = key::bounds(pk, range);
         if key::is_empty(&lower, &upper) {
             return Ok((Vec::new(), false));
@@ -89,9 +93,11 @@ impl StoreReader {
         let iter = self.table.range::<&[u8]>(bounds).map_err(|e| self.error(e))?;
         let mut out = Vec::with_capacity(limit.min(1024));
         let mut more = false;
+        let mut bytes = 0usize;
         let mut push = |entry: RangeEntry<'_>| {
             let (k, v) = entry.map_err(|e| self.error(e))?;
-            if out.len() == limit {
+            bytes += k.value().len() + v.value().len();
+            if out.len() == limit || (!out.is_empty() && bytes > bytes_max) {
                 more = true;
                 return Ok::<bool, StoreError>(false);
             }

@@ -31,6 +31,9 @@ use crate::partition::PartitionStatus;
 const CATCH_UP_EVENTS_MAX: usize = 1024;
 /// Records read per page of the current state.
 const STATE_PAGE_RECORDS: usize = 1000;
+/// Bytes of keys and values one page of state holds at most (at least one
+/// record): a state of large values is read a few records at a time.
+const STATE_PAGE_BYTES_MAX: usize = 4 * 1024 * 1024;
 
 /// What a watch tells its client.
 #[derive(Debug)]
@@ -343,7 +346,7 @@ impl Session {
                 };
                 let mut range = crate::store::SkRange { prefix, ..Default::default() };
                 loop {
-                    let (records, more) = reader.list(pk, &range, STATE_PAGE_RECORDS).map_err(store_error)?;
+                    let (records, more) = reader.list(pk, &range, STATE_PAGE_RECORDS, STATE_PAGE_BYTES_MAX).map_err(store_error)?;
                     range.page_after = records.last().map(|r| r.sk.clone());
                     for record in &records {
                         self.send(Message::Change { event: Event::of_record(p, record), id: ChangeId::None }).await;
@@ -356,7 +359,7 @@ impl Session {
             Filter::Namespace => {
                 let mut after: Option<Vec<u8>> = None;
                 loop {
-                    let (records, more) = reader.scan_page(after.as_deref(), STATE_PAGE_RECORDS).map_err(store_error)?;
+                    let (records, more) = reader.scan_page(after.as_deref(), STATE_PAGE_RECORDS, STATE_PAGE_BYTES_MAX).map_err(store_error)?;
                     after = records.last().map(|(key, _)| key.clone());
                     for (_, record) in &records {
                         self.send(Message::Change { event: Event::of_record(p, record), id: ChangeId::None }).await;

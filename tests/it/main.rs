@@ -24,6 +24,7 @@ mod firebase;
 mod firebase_realtime;
 mod forwarding;
 mod handoff;
+mod hostile;
 mod journal;
 mod kafka;
 mod kafka_brokers;

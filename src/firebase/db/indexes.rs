@@ -115,15 +115,32 @@ impl Indexes {
         wait_for_ring(handle, view.applied_next).await;
         let id = IndexId { handle: Arc::as_ptr(handle) as usize, location: sk.to_string(), order_by: format!("{:?}", query.order_by) };
         let slot = self.slot(&id);
+        // Building or moving an index may read the whole location: done on
+        // a blocking thread, never holding the slot's lock on a runtime
+        // thread (other tasks would stall behind it).
         let (selected, entries) = {
-            let mut cached = slot.cached.lock();
-            let selected = if cached.index.is_some() && cached.built_next > view.applied_next {
-                None // moved past this view by another query: read the location
-            } else {
-                bring_to(&mut cached, handle, view, sk, &query.order_by)?;
-                cached.index.as_ref().map(|index| index.select(query))
+            let task = {
+                let (slot, handle, view, sk, query) = (slot.clone(), handle.clone(), view.clone(), sk.to_string(), query.clone());
+                tokio::task::spawn_blocking(move || {
+                    let mut cached = slot.cached.lock();
+                    let selected = if cached.index.is_some() && cached.built_next > view.applied_next {
+                        None // moved past this view by another query: read the location
+                    } else {
+                        bring_to(&mut cached, &handle, &view, &sk, &query.order_by)?;
+                        cached.index.as_ref().map(|index| index.select(&query))
+                    };
+                    Ok::<_, TreeError>((selected, cached.index.as_ref().map_or(0, Index::len)))
+                })
             };
-            (selected, cached.index.as_ref().map_or(0, Index::len))
+            let built = task.await;
+            match built {
+                Ok(built) => built?,
+                Err(e) => match e.try_into_panic() {
+                    Ok(panic) => std::panic::resume_unwind(panic),
+                    // Cancelled (the runtime stops): read the location itself.
+                    Err(_) => return run_on_location(view, sk, query, priorities),
+                },
+            }
         };
         self.account(&id, &slot, entries);
         match selected {

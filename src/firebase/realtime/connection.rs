@@ -14,7 +14,9 @@
 //! the listens waiting for the socket (then their watches wait, and past
 //! their own queue conflate, as every Tern watch does),
 //! `LISTENS_PER_CONNECTION_MAX` listens, `PENDING_ACKS_MAX` answers
-//! waiting for their events. A client silent for `IDLE_TIMEOUT` (its SDK
+//! waiting for their events, `OUTBOUND_BYTES_MAX` bytes of frames for the
+//! socket (past it the client's requests are not read until it reads; one
+//! that does not for `SLOW_CLIENT_MAX` is closed). A client silent for `IDLE_TIMEOUT` (its SDK
 //! sends a keep-alive every 45 s) is gone; the server pings every
 //! `PING_INTERVAL` so that proxies keep the connection open.
 
@@ -43,6 +45,15 @@ use crate::watch::{Message, Outlet, OutletReader, Tag, Tagged};
 
 /// Client frames read but not yet acted on.
 const CLIENT_MESSAGES_PENDING_MAX: usize = 16;
+/// Bytes of frames queued for the socket past which no further request is
+/// read: a client that does not read its answers stops being read (its
+/// requests then wait in TCP), so it holds at most this plus one answer
+/// (a read is at most `store::tree::READ_BYTES_MAX`).
+const OUTBOUND_BYTES_MAX: usize = 4 * 1024 * 1024;
+/// Reading resumes once the queue is down to this.
+const OUTBOUND_BYTES_RESUME: usize = OUTBOUND_BYTES_MAX / 2;
+/// A client that leaves its queue over the bound this long is closed.
+const SLOW_CLIENT_MAX: Duration = Duration::from_secs(30);
 /// Messages from the listens waiting for the socket, all together.
 const OUTBOUND_MESSAGES_MAX: usize = 256;
 /// Listen messages turned into frames before one flush.
@@ -77,6 +88,18 @@ pub(super) async fn serve(mut requests: Requests, socket: WebSocket, host: Strin
     let mut listen_ids = 0usize;
     let mut lapsed = requests.lapsed();
     loop {
+        if out.queued_bytes > OUTBOUND_BYTES_MAX {
+            // Read nothing more until the client reads what it was sent.
+            match tokio::time::timeout(SLOW_CLIENT_MAX, out.drain_to(OUTBOUND_BYTES_RESUME, &outlet)).await {
+                Ok(true) => {}
+                Ok(false) => break,
+                Err(_) => {
+                    tracing::debug!(session = %requests.session, "a realtime client did not read its answers: closed");
+                    crate::metrics::SLOW_CLIENTS_CLOSED.with_label_values(&["realtime"]).inc();
+                    break;
+                }
+            }
+        }
         let frame = tokio::select! {
             biased;
             () = out.drive(&outlet) => break,
@@ -228,6 +251,15 @@ impl Listen {
     }
 }
 
+/// The bytes a queued frame holds.
+fn frame_bytes(frame: &WsMessage) -> usize {
+    match frame {
+        WsMessage::Text(text) => text.len(),
+        WsMessage::Binary(bytes) | WsMessage::Ping(bytes) | WsMessage::Pong(bytes) => bytes.len(),
+        WsMessage::Close(_) => 0,
+    }
+}
+
 /// The offset of a one-partition position `ns:partition:offset[.ops]`.
 fn offset_of(position: &str) -> u64 {
     let mark = position.rsplit(':').next().unwrap_or("");
@@ -246,6 +278,8 @@ struct PendingAck {
 struct Output {
     sink: SplitSink<WebSocket, WsMessage>,
     frames: VecDeque<WsMessage>,
+    /// Bytes of `frames` (their payloads).
+    queued_bytes: usize,
     unflushed: bool,
     listens: HashMap<usize, Listen>,
     keys: HashMap<String, usize>,
@@ -265,6 +299,7 @@ impl Output {
         Output {
             sink,
             frames: VecDeque::new(),
+            queued_bytes: 0,
             unflushed: false,
             listens: HashMap::new(),
             keys: HashMap::new(),
@@ -280,8 +315,27 @@ impl Output {
     /// Queues one message (split into frames when long).
     fn send(&mut self, message: String) {
         for frame in wire::frames(message) {
-            self.frames.push_back(WsMessage::Text(frame.into()));
+            self.queue(WsMessage::Text(frame.into()));
         }
+    }
+
+    fn queue(&mut self, frame: WsMessage) {
+        self.queued_bytes += frame_bytes(&frame);
+        self.frames.push_back(frame);
+    }
+
+    /// Writes until at most `bytes` are queued (true), or the socket or a
+    /// listen ended (false).
+    fn drain_to<'a>(&'a mut self, bytes: usize, outlet: &'a OutletReader) -> impl Future<Output = bool> + 'a {
+        std::future::poll_fn(move |cx| {
+            if self.poll_drive(cx, outlet).is_ready() {
+                return Poll::Ready(false);
+            }
+            match self.queued_bytes <= bytes {
+                true => Poll::Ready(true),
+                false => Poll::Pending,
+            }
+        })
     }
 
     /// Queues a translator's output: one message per line. A line that
@@ -298,7 +352,7 @@ impl Output {
             }
             if line.len() <= wire::FRAME_CHARS_MAX {
                 let text = Utf8Bytes::try_from(line).expect("translators write JSON text");
-                self.frames.push_back(WsMessage::Text(text));
+                self.queue(WsMessage::Text(text));
             } else {
                 self.send(String::from_utf8(line.to_vec()).expect("translators write JSON text"));
             }
@@ -376,6 +430,7 @@ impl Output {
                         return Poll::Pending;
                     }
                 }
+                self.queued_bytes -= frame_bytes(&frame);
                 if self.sink.start_send_unpin(frame).is_err() {
                     return Poll::Ready(());
                 }
@@ -393,7 +448,7 @@ impl Output {
                 return Poll::Ready(());
             }
             if self.ping.poll_tick(cx).is_ready() {
-                self.frames.push_back(WsMessage::Ping(Default::default()));
+                self.queue(WsMessage::Ping(Default::default()));
                 continue;
             }
             if let Some(deadline) = self.acks.iter().map(|a| a.deadline).min() {
