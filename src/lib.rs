@@ -33,6 +33,8 @@ pub(crate) mod fanout;
 /// Firebase's REST, streaming and realtime protocols; its databases' state
 /// (`firebase::db`) and rules language (`firebase::rules`) below the edge.
 pub mod firebase;
+/// Fuzz targets: every decoder of outside bytes, with its invariants.
+pub mod fuzz;
 /// The transport and the front: connections, HTTP/1.1 and h2c, TLS, and
 /// which protocol a request belongs to.
 pub mod http;

@@ -179,7 +179,7 @@ mod tests {
     }
 
     #[test]
-    fn a_namespace_cannot_take_the_journals_folder() {
+    fn reserved_namespace_names_are_refused() {
         // Before the fix, a namespace "journal" put its snapshots where a node
         // lists the journals to replay (issue 35, defect 9).
         let error = check_namespace_name("journal").unwrap_err();

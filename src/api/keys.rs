@@ -20,7 +20,7 @@ pub(super) fn namespace(state: &AppState, ns: &str) -> Result<Arc<Namespace>, Ap
 }
 
 #[derive(Debug, PartialEq, Eq)]
-pub(super) struct KeyPath {
+pub(crate) struct KeyPath {
     pub pk: String,
     /// `None` when the path names only a pk (`/kv/{pk}`).
     pub sk: Option<String>,
@@ -29,7 +29,7 @@ pub(super) struct KeyPath {
 /// Parses by segments: `/v1/ns/`, the namespace segment, `kv/`, then the
 /// keys. Never by searching for `/kv/`: a namespace (or key) named `kv` is
 /// an ordinary name.
-pub(super) fn parse(raw_path: &str) -> Result<KeyPath, ApiError> {
+pub(crate) fn parse(raw_path: &str) -> Result<KeyPath, ApiError> {
     let rest = raw_path
         .strip_prefix("/v1/ns/")
         .and_then(|rest| rest.split_once('/'))

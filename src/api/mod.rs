@@ -18,7 +18,7 @@ mod batch;
 mod body;
 mod cluster;
 mod demo;
-mod keys;
+pub(crate) mod keys;
 mod list;
 mod multi_get;
 mod namespaces;

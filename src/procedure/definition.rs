@@ -256,6 +256,17 @@ mod tests {
     }
 
     #[test]
+    fn a_definition_round_trips_through_its_json_exactly() {
+        // Found by the fuzz target `procedure_definition`: without exact
+        // float parsing (serde_json's float_roundtrip) a large number in
+        // params drifted with each re-serialization (1.1844674407370955e20
+        // came back as ...57e20), so a deployed version and its rollback differed.
+        let text = br#"{"runtime": "wasm", "module": "AGFzbQEAAAA=", "params": {"q": 118446744073709551615, "f": 0.1, "e": 5e-324}}"#;
+        let d = Definition::parse(text).unwrap();
+        assert_eq!(Definition::parse(&d.to_json()).unwrap(), d);
+    }
+
+    #[test]
     fn a_definitions_topics_are_its_namespaces() {
         let m = r#""module": "AGFzbQEAAAA=""#;
         let own =

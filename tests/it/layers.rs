@@ -21,6 +21,7 @@ use std::path::Path;
 /// process) to the foundations.
 const ROOMS: &[(&str, &[&str])] = &[
     ("sim", &["apply", "snapshot"]),
+    ("fuzz", &["api", "firebase", "procedure", "snapshot"]),
     ("cli", &["server"]),
     ("server", &["http", "settings"]),
     // The edge: the transport and front, the two protocols, what they share.

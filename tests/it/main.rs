@@ -23,6 +23,7 @@ mod crash;
 mod firebase;
 mod firebase_realtime;
 mod forwarding;
+mod fuzz;
 mod handoff;
 mod hostile;
 mod journal;

@@ -25,6 +25,6 @@ mod connection;
 mod hash;
 mod requests;
 mod upgrade;
-mod wire;
+pub(crate) mod wire;
 
 pub use self::upgrade::{upgrade, Closing, PATH};

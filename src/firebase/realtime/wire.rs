@@ -22,13 +22,13 @@ use serde_json::{json, Value};
 pub(super) const FRAME_CHARS_MAX: usize = 16_384;
 /// Largest client message once joined: a write's data is bounded by the
 /// mutation limit, plus its envelope.
-pub(super) const MESSAGE_BYTES_MAX: usize = crate::limits::MUTATION_BYTES_MAX + 64 * 1024;
+pub(crate) const MESSAGE_BYTES_MAX: usize = crate::limits::MUTATION_BYTES_MAX + 64 * 1024;
 /// The protocol version this server speaks (`v=5`).
 pub(super) const PROTOCOL_VERSION: &str = "5";
 
 /// Joins the client's frames into messages.
 #[derive(Default)]
-pub(super) struct Reassembler {
+pub(crate) struct Reassembler {
     /// Frames still expected for the message being joined (0: none).
     expected: usize,
     joined: String,
@@ -41,7 +41,7 @@ pub(super) struct Reassembler {
 
 /// What the client's frames made.
 #[derive(Debug, PartialEq)]
-pub(super) enum Assembled {
+pub(crate) enum Assembled {
     Message(String),
     /// A message over `MESSAGE_BYTES_MAX`, dropped as it came (memory stays
     /// bounded); `r` is its request's number when its start names one (the
@@ -54,7 +54,7 @@ pub(super) enum Assembled {
 
 impl Reassembler {
     /// Takes one text frame; returns what it completes, if anything.
-    pub(super) fn push(&mut self, frame: &str) -> Option<Assembled> {
+    pub(crate) fn push(&mut self, frame: &str) -> Option<Assembled> {
         if self.expected > 0 {
             self.bytes += frame.len();
             if self.bytes > MESSAGE_BYTES_MAX && !self.over {
@@ -156,7 +156,7 @@ pub(super) fn ok(r: u64, data: Value) -> String {
 
 /// One client message, parsed.
 #[derive(Debug, PartialEq)]
-pub(super) enum ClientMessage {
+pub(crate) enum ClientMessage {
     /// A control ping (`{"t":"c","d":{"t":"p"}}`); other control messages
     /// (a transport switch's `a`/`n`) need no answer.
     Ping,
@@ -169,7 +169,7 @@ pub(super) enum ClientMessage {
     },
 }
 
-pub(super) fn parse(text: &str) -> Result<ClientMessage, String> {
+pub(crate) fn parse(text: &str) -> Result<ClientMessage, String> {
     let message: Value = serde_json::from_str(text).map_err(|e| format!("a message must be JSON: {e}"))?;
     let layer = message.get("t").and_then(Value::as_str).ok_or("a message needs its layer \"t\"")?;
     let payload = message.get("d").ok_or("a message needs its payload \"d\"")?;

@@ -1,0 +1,3 @@
+#![no_main]
+//! libFuzzer's driver of `tern::fuzz::position` (see src/fuzz.rs).
+libfuzzer_sys::fuzz_target!(|data: &[u8]| tern::fuzz::position(data));
