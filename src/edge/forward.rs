@@ -159,7 +159,11 @@ async fn send_to(state: &AppState, holder: &Member, incoming: &Incoming<'_>, bod
     let error_code = response.headers().get(ERROR_CODE_HEADER).cloned();
     let relayed_headers: Vec<(header::HeaderName, HeaderValue)> =
         RELAYED_HEADERS.iter().filter_map(|name| response.headers().get(name).map(|v| (name.clone(), v.clone()))).collect();
-    let bytes = read_bounded(response).await?;
+    let Some(bytes) = read_bounded(response).await? else {
+        // Never relayed cut short as if it were the answer.
+        let message = format!("the holder {} answered more than the {ANSWER_BYTES_MAX} bytes any answer holds; not relayed", holder.id);
+        return Ok(ApiError::new(StatusCode::BAD_GATEWAY, "holder_error", message).into_response());
+    };
     crate::metrics::FORWARD_SECONDS.observe(started.elapsed().as_secs_f64());
     let to = if holder.region == state.cluster.me().region { "same_region" } else { "other_region" };
     crate::metrics::FORWARDS.with_label_values(&[to]).inc();
@@ -180,18 +184,18 @@ async fn send_to(state: &AppState, holder: &Member, incoming: &Incoming<'_>, bod
     Ok(relayed)
 }
 
-/// The answer's body, cut at `ANSWER_BYTES_MAX` (a holder never sends more;
-/// anything beyond is dropped rather than buffered without bound).
-async fn read_bounded(mut response: reqwest::Response) -> Result<Bytes, reqwest::Error> {
+/// The answer's body, or None past `ANSWER_BYTES_MAX` (a holder never sends
+/// more; the rest is not read, rather than buffered without bound).
+async fn read_bounded(mut response: reqwest::Response) -> Result<Option<Bytes>, reqwest::Error> {
     let mut body = bytes::BytesMut::new();
     while let Some(chunk) = response.chunk().await? {
         if body.len() + chunk.len() > ANSWER_BYTES_MAX {
-            tracing::error!(bytes_max = ANSWER_BYTES_MAX, "a holder's answer exceeds the largest possible answer; cut");
-            break;
+            tracing::error!(bytes_max = ANSWER_BYTES_MAX, "a holder's answer exceeds the largest possible answer; not relayed");
+            return Ok(None);
         }
         body.extend_from_slice(&chunk);
     }
-    Ok(body.freeze())
+    Ok(Some(body.freeze()))
 }
 
 /// Whether a holder answered that it no longer holds the partition (`not_held`).

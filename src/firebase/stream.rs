@@ -63,6 +63,12 @@ use crate::watch::{self, ChangeId, ConnectionId, Message, Outlet};
 const MESSAGES_PENDING_MAX: usize = 64;
 /// Bytes of state one stream gathers for a whole-value `put`.
 const STATE_BYTES_MAX: usize = crate::store::tree::READ_BYTES_MAX;
+/// Bytes of first values every stream and listen of this node gathers at
+/// once: a client opening many listens of a large location at once cannot
+/// hold more (past it, a listen is cancelled: retry).
+const GATHERING_BYTES_NODE_MAX: usize = 4 * STATE_BYTES_MAX;
+/// What every translator gathers now, counted against `GATHERING_BYTES_NODE_MAX`.
+static GATHERING_BYTES: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
 /// A streaming request over HTTP/1.1: the response body runs the session.
 #[allow(clippy::too_many_arguments)]
@@ -146,6 +152,8 @@ pub(super) async fn open_listen(
         last_result: None,
         ended: false,
         reconnect: false,
+        gathered_bytes: 0,
+        node_busy: false,
     };
     Ok((session, translator))
 }
@@ -172,6 +180,36 @@ pub(super) struct Translator {
     ended: bool,
     /// The watch ended by itself (realtime: the connection must close).
     reconnect: bool,
+    /// Bytes of `gathering` counted in `GATHERING_BYTES` (given back when
+    /// the first value is sent, or this is dropped).
+    gathered_bytes: usize,
+    /// The node's gathering bound refused this listen's first value.
+    node_busy: bool,
+}
+
+impl Translator {
+    /// Counts `bytes` more of a first value against the node's bound;
+    /// false (nothing counted) when they do not fit.
+    fn gather(&mut self, bytes: usize) -> bool {
+        use std::sync::atomic::Ordering;
+        if GATHERING_BYTES.fetch_add(bytes, Ordering::Relaxed) + bytes > GATHERING_BYTES_NODE_MAX {
+            GATHERING_BYTES.fetch_sub(bytes, Ordering::Relaxed);
+            self.node_busy = true;
+            return false;
+        }
+        self.gathered_bytes += bytes;
+        true
+    }
+
+    fn release_gathered(&mut self) {
+        GATHERING_BYTES.fetch_sub(std::mem::take(&mut self.gathered_bytes), std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+impl Drop for Translator {
+    fn drop(&mut self) {
+        self.release_gathered();
+    }
 }
 
 impl Encoder for Translator {
@@ -210,14 +248,24 @@ impl Translator {
             return;
         }
         match message {
-            Message::Begin { .. } => self.gathering = Some(Builder::default()),
+            Message::Begin { .. } => {
+                self.release_gathered();
+                self.node_busy = false;
+                self.gathering = Some(Builder::default());
+            }
             Message::Synced { position } => {
                 let builder = self.gathering.take().unwrap_or_default();
-                if builder.bytes > STATE_BYTES_MAX {
+                self.release_gathered();
+                if builder.bytes > STATE_BYTES_MAX || self.node_busy {
                     // Refused, never sent cut short as if it were the whole value.
-                    let message = format!(
-                        "the location holds more than {STATE_BYTES_MAX} bytes, the most a listen's first value may: listen to a location below it"
-                    );
+                    let message = match self.node_busy {
+                        true => format!(
+                            "this node is gathering {GATHERING_BYTES_NODE_MAX} bytes of first values for other listens: listen again in a moment"
+                        ),
+                        false => format!(
+                            "the location holds more than {STATE_BYTES_MAX} bytes, the most a listen's first value may: listen to a location below it"
+                        ),
+                    };
                     self.format.cancel(out, &self.sk, &message);
                     self.ended = true;
                     return;
@@ -229,9 +277,16 @@ impl Translator {
             }
             Message::Change { event, id } => {
                 let event_value = super::db::event_value(event);
-                if let Some(builder) = self.gathering.as_mut() {
-                    if builder.bytes <= STATE_BYTES_MAX {
-                        builder.add(path::relative(&self.sk, &event.sk), event_value.to_string().as_bytes());
+                if self.gathering.is_some() {
+                    let over = self.node_busy || self.gathering.as_ref().is_some_and(|b| b.bytes > STATE_BYTES_MAX);
+                    if !over {
+                        let relative = path::relative(&self.sk, &event.sk).to_string();
+                        let json = event_value.to_string();
+                        // As `Builder::add` counts it.
+                        let bytes = relative.len() + json.len() + 16;
+                        if self.gather(bytes) {
+                            self.gathering.as_mut().expect("checked").add(&relative, json.as_bytes());
+                        }
                     }
                     return;
                 }

@@ -459,6 +459,18 @@ async fn a_key_revoked_during_open_connections_stops_on_every_protocol() {
     rt.send(request(2, "p", json!({"p": "/before", "d": 1}))).await.unwrap();
     let wrote = next_text(&mut rt, Duration::from_secs(10)).await.unwrap();
     assert!(wrote.contains("\"s\":\"ok\""), "a write before the revocation: {wrote}");
+    // An onDisconnect write registered with the key: a revoked key writes nothing, not even at the close.
+    rt.send(request(4, "o", json!({"p": "/on_close", "d": 1}))).await.unwrap();
+    let registered = next_text(&mut rt, Duration::from_secs(10)).await.unwrap();
+    assert!(registered.contains("\"s\":\"ok\""), "{registered}");
+    // A second connection authenticated by `gauth` (the SDKs' other auth
+    // action), listening: before the fix its listen outlived the revocation.
+    let (mut rt2, _) = tokio_tungstenite::connect_async(format!("{ws_base}/.ws?v=5&ns=app")).await.unwrap();
+    let _hello = next_text(&mut rt2, Duration::from_secs(10)).await.unwrap();
+    rt2.send(request(1, "gauth", json!({"cred": key}))).await.unwrap();
+    let authed = next_text(&mut rt2, Duration::from_secs(10)).await.unwrap();
+    assert!(authed.contains("\"s\":\"ok\""), "{authed}");
+    rt2.send(request(2, "q", json!({"p": "/before", "h": ""}))).await.unwrap();
 
     let (status, _) = tern.send(tern.client.delete(format!("{url}/v1/tokens/{id}")).bearer_auth(&root)).await;
     assert_eq!(status, 200);
@@ -474,6 +486,13 @@ async fn a_key_revoked_during_open_connections_stops_on_every_protocol() {
     assert!(!said.iter().any(|t| t.contains("\"r\":3") && t.contains("\"s\":\"ok\"")), "the write after the revocation was refused: {said:?}");
     let (status, after) = tern.send(tern.client.get(format!("{url}/after.json?ns=app")).bearer_auth(&root)).await;
     assert_eq!((status, after), (200, Value::Null), "nothing was written after the revocation");
+    let mut said = Vec::new();
+    while let Some(text) = next_text(&mut rt2, Duration::from_secs(5)).await {
+        said.push(text);
+    }
+    assert!(said.iter().any(|t| t.contains("\"a\":\"ac\"")), "the gauth connection is told and closed: {said:?}");
+    let (status, on_close) = tern.send(tern.client.get(format!("{url}/on_close.json?ns=app")).bearer_auth(&root)).await;
+    assert_eq!((status, on_close), (200, Value::Null), "the revoked key's onDisconnect write was not made");
     // /v1/ws: an error, then the close.
     let mut said = Vec::new();
     while let Some(text) = next_text(&mut v1_ws, Duration::from_secs(5)).await {

@@ -217,6 +217,22 @@ impl Registrations {
     }
 }
 
+impl Registrations {
+    /// Drops the registered writes without making them: the connection's
+    /// credential was revoked or expired, and a revoked credential writes
+    /// nothing, not even at its connection's end. Errors are logged; the
+    /// sweeper would then fire the record (as for any connection it finds gone).
+    pub async fn discard(&mut self, node: &Node, namespace: &Namespace, session: &str) {
+        let (Some(version), false) = (self.version, self.ops.is_empty()) else { return };
+        self.ops.clear();
+        match fire(node, namespace, &registrations_pk(namespace), session, version, Vec::new()).await {
+            Ok(_) => count("discarded"),
+            Err(e) => tracing::warn!(namespace = %namespace.name, session, error = %e, "onDisconnect writes of a revoked credential not discarded"),
+        }
+        self.version = None;
+    }
+}
+
 fn count(by: &str) {
     crate::metrics::FIREBASE_ONDISCONNECT.with_label_values(&[by]).inc();
 }

@@ -87,6 +87,7 @@ pub(super) async fn serve(mut requests: Requests, socket: WebSocket, host: Strin
     let mut joiner = Reassembler::default();
     let mut listen_ids = 0usize;
     let mut lapsed = requests.lapsed();
+    let mut revoked = false;
     loop {
         if out.queued_bytes > OUTBOUND_BYTES_MAX {
             // Read nothing more until the client reads what it was sent.
@@ -108,6 +109,7 @@ pub(super) async fn serve(mut requests: Requests, socket: WebSocket, host: Strin
             // connection (the SDK reconnects, and its token is refused then).
             () = &mut lapsed => {
                 out.send(wire::auth_revoked());
+                revoked = true;
                 break;
             }
             frame = frames.recv() => frame,
@@ -152,14 +154,19 @@ pub(super) async fn serve(mut requests: Requests, socket: WebSocket, host: Strin
         if !out.apply(effect, id) || closing_now {
             break;
         }
-        if action == "auth" {
+        // Any request may have changed the credential (`auth`, `gauth`, `unauth`).
+        if matches!(action.as_str(), "auth" | "gauth" | "unauth") {
             lapsed = requests.lapsed();
         }
     }
     drop(reader);
     out.finish().await;
     let Requests { state, namespace, session, mut registrations, .. } = requests;
-    registrations.fire(&state.app.node, &namespace, &session).await;
+    match revoked {
+        // A revoked or expired credential writes nothing, not even now.
+        true => registrations.discard(&state.app.node, &namespace, &session).await,
+        false => registrations.fire(&state.app.node, &namespace, &session).await,
+    }
     databases.registry.closed(&session);
     crate::metrics::FIREBASE_REALTIME_CONNECTIONS.dec();
 }

@@ -233,6 +233,12 @@ impl Requests {
             open_listen(state, namespace.clone(), caller, sk.clone(), query, watch::Since::CurrentState, format, self.connection, outlet)
                 .await
                 .map_err(from_fb)?;
+        // Each listen ends with the credential it was opened with, whatever
+        // the connection authenticates as later (`auth`, `gauth` again).
+        let session = match &self.credential {
+            Credential::Identity { identity, .. } => state.app.access.guard(identity, session),
+            Credential::Anonymous | Credential::Legacy(_) => session,
+        };
         Ok(Effect::Listen(Box::new(Opened { key, sk, session, translator })))
     }
 

@@ -499,7 +499,7 @@ impl Log for KafkaLog {
 
     async fn reader(&self, tp: &TopicPartition, from: u64) -> Result<Box<dyn LogReader>, LogError> {
         let topic = self.topic_name(&tp.topic);
-        let sourced = self.records_of(tp);
+        let sourced = self.records_of(tp)?;
         Ok(Box::new(reader::KafkaReader::open(&self.inner.consumer, tp.clone(), &topic, from, sourced)?))
     }
 
@@ -519,7 +519,7 @@ impl Log for KafkaLog {
             .create_with_context(fetch_source::FetchContext::default())
             .map_err(unavailable)?;
         let topic = self.topic_name(&tp.topic);
-        let sourced = self.records_of(tp);
+        let sourced = self.records_of(tp)?;
         let reader = reader::KafkaReader::open(&Arc::new(consumer), tp.clone(), &topic, from, sourced)?;
         Ok(Box::new(reader::HistoryReader { reader, _permit: permit }))
     }
@@ -566,10 +566,18 @@ impl Log for KafkaLog {
 
 impl KafkaLog {
     /// Whose records `tp`'s topic holds: Tern's alone, or a source topic's.
-    fn records_of(&self, tp: &TopicPartition) -> reader::Records {
-        match self.inner.sources.is_sourced(&tp.topic) {
-            false => reader::Records::Tern,
-            true => reader::Records::Sourced(self.inner.config.entry_key),
+    /// A source topic is not read without the key: every entry of Tern's
+    /// would be taken for a foreign record, and this replica would silently
+    /// become another one than its peers.
+    fn records_of(&self, tp: &TopicPartition) -> Result<reader::Records, LogError> {
+        match (self.inner.sources.is_sourced(&tp.topic), self.inner.config.entry_key) {
+            (false, _) => Ok(reader::Records::Tern),
+            (true, Some(key)) => Ok(reader::Records::Sourced(Some(key))),
+            (true, None) => Err(LogError::Unsupported(format!(
+                "namespace {:?} reads a source topic, and this node has no cluster_key_file: without the key that \
+                 signs Tern's entries there it cannot tell them from other producers' records; give it the cluster's key",
+                tp.topic
+            ))),
         }
     }
 
