@@ -44,9 +44,16 @@ test("get, put, delete, list, getMany and batch", async () => {
   assert.equal(await client.get("flags", "search", { after: deleted.position }), undefined);
 
   const once = await client.put("flags", "idem", 1, { idempotencyKey: "k-1" });
-  const twice = await client.put("flags", "idem", 2, { idempotencyKey: "k-1" });
+  const twice = await client.put("flags", "idem", 1, { idempotencyKey: "k-1" });
   assert.equal(twice.duplicate, true);
   assert.equal(twice.version, once.version);
+  // The same key for another write is refused, never dropped as a retry.
+  await assert.rejects(client.put("flags", "idem", 2, { idempotencyKey: "k-1" }), (e) => {
+    assert.ok(e instanceof TernError);
+    assert.equal(e.status, 409);
+    assert.equal(e.code, "idempotency_key_reused");
+    return true;
+  });
 });
 
 test("errors are typed", async () => {
