@@ -99,6 +99,15 @@ test("with tern dev --auth, Tern's tokens authenticate the realtime protocol", a
   const secured = await Tern.start({ auth: true });
   const ns = freshNs();
   const root = readFileSync(join(secured.dataDir, "admin.token"), "utf8").trim();
+  // With authentication on, a database is made on first use only for an
+  // admin of it; the browser SDK authenticates after its upgrade, so its
+  // database is made first (issue 35: anonymous clients create nothing).
+  const created = await fetch(`${secured.url}/v1/ns/${ns}`, {
+    method: "PUT",
+    headers: { Authorization: `Bearer ${root}`, "Content-Type": "application/json" },
+    body: JSON.stringify({ partitions: 1 }),
+  });
+  assert.equal(created.status, 201);
   const token = (grant) =>
     execFileSync(BIN, ["token", "create", ...grant, "--url", secured.url, "--token", root], { encoding: "utf8" }).trim().split(/\s+/).at(-1);
   try {
