@@ -95,7 +95,7 @@ pub(super) async fn multi_get(
         offsets.insert(p, view.applied_next);
         readers.insert(p, view);
     }
-    let mut answer_bytes: usize = items.iter().zip(&copies).map(|(item, n)| item.as_ref().map_or(0, Vec::len) * n).sum();
+    let mut answer_bytes = answer_bytes_of(&items, &copies);
     for ((key, item), n) in request.keys.iter().zip(items.iter_mut()).zip(&copies) {
         if let Some(view) = readers.get(&namespace.partition_of(&key.pk)) {
             *item = view.reader.get(&key.pk, &key.sk)?.map(|record| {
@@ -144,9 +144,14 @@ fn copies_of(order: &[usize], distinct: usize) -> Vec<usize> {
     copies
 }
 
+/// Bytes of the rendered items, each as often as the answer holds it.
+fn answer_bytes_of(items: &[Option<Vec<u8>>], copies: &[usize]) -> usize {
+    items.iter().zip(copies).map(|(item, n)| item.as_ref().map_or(0, Vec::len) * n).sum()
+}
+
 /// 413 once the items (each as often as asked) pass the answer bound.
 fn check_answer_bytes(items: &[Option<Vec<u8>>], copies: &[usize]) -> Result<(), ApiError> {
-    let bytes: usize = items.iter().zip(copies).map(|(item, n)| item.as_ref().map_or(0, Vec::len) * n).sum();
+    let bytes = answer_bytes_of(items, copies);
     match bytes > limits::ANSWER_BYTES_MAX {
         true => Err(answer_too_large(bytes)),
         false => Ok(()),

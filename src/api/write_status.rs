@@ -22,7 +22,7 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::{json, Value};
 
-use crate::auth::{Identity, Verb};
+use crate::auth::Verb;
 use crate::edge::{scoped_write_id, ApiError, AppState, Caller};
 use crate::partition::outcome::Outcome;
 
@@ -33,10 +33,7 @@ pub(super) async fn status(State(state): State<AppState>, Caller(identity): Call
             format!("a write id is 1 to {} bytes, got {}", crate::limits::WRITE_ID_BYTES_MAX, id.len()),
         ));
     }
-    let principal = match &identity {
-        Identity::Open => None,
-        named => Some(named.name()),
-    };
+    let principal = identity.principal();
     let scoped = scoped_write_id(principal.as_deref(), Some(id.as_bytes())).map_err(|e| ApiError::bad_request("invalid_write_id", e))?;
     // The ids this caller may ask about: its own key, and a journal-made id as given.
     let candidates: Vec<&[u8]> = match scoped.as_ref() == id.as_bytes() {

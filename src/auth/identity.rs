@@ -86,6 +86,15 @@ impl Identity {
         }
     }
 
+    /// Whom this identity's `Idempotency-Key`s are scoped to: its name, or
+    /// None without authentication (every caller is then the same one).
+    pub fn principal(&self) -> Option<String> {
+        match self {
+            Identity::Open => None,
+            named => Some(named.name()),
+        }
+    }
+
     /// `open`, `root`, `key:<id>`, `jwt:<sub>`: for records and logs (never a secret).
     pub fn name(&self) -> String {
         match self {

@@ -77,10 +77,7 @@ impl<'a> Incoming<'a> {
 
     /// The request as sent by `identity` (its write id is scoped to it).
     pub fn by(mut self, identity: &crate::auth::Identity) -> Incoming<'a> {
-        self.principal = match identity {
-            crate::auth::Identity::Open => None,
-            named => Some(named.name()),
-        };
+        self.principal = identity.principal();
         self
     }
 
