@@ -38,3 +38,4 @@ mod ws;
 pub(crate) use self::records::fast_path;
 pub(crate) use self::routes::{router, routes, GET_RECORD_ROUTE, PUT_RECORD_ROUTE};
 pub(crate) use self::sse::{open_sse, TernEvents};
+pub(crate) use self::ws::MESSAGE_TYPES as WS_MESSAGE_TYPES;

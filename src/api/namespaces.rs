@@ -11,7 +11,7 @@ use serde_json::{json, Value};
 use super::body;
 use super::keys::NsName;
 use crate::auth::{Identity, Verb};
-use crate::edge::{require, require_anywhere, ApiError, AppState, Caller};
+use crate::edge::{require_all_of, require_anywhere, ApiError, AppState, Caller};
 use crate::node::namespace_options::WriteMode;
 use crate::partition::PartitionStatus;
 
@@ -43,7 +43,7 @@ const NAMESPACE_BODY_BYTES_MAX: usize = 4096;
 /// 400 no such topic or not a usable name, 409 the namespace exists
 /// otherwise or T is another namespace's source.
 pub(super) async fn create(State(state): State<AppState>, Caller(identity): Caller, NsName(ns): NsName, body: Body) -> Result<Response, ApiError> {
-    require(&identity, &ns, "", Verb::Admin)?;
+    require_all_of(&identity, &ns, "", Verb::Admin)?;
     let bytes = body::read(body, NAMESPACE_BODY_BYTES_MAX, "body_too_large", "the namespace body").await?;
     let request: CreateBody = body::json(&bytes)?;
     let created = match (request.source_topic.as_deref(), request.partitions) {

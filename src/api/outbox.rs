@@ -19,7 +19,7 @@ use super::keys::namespace as namespace_of;
 use super::params::Params;
 use super::procedures::forward_get;
 use crate::auth::Verb;
-use crate::edge::{require, to_holder, ApiError, AppState, Caller, Incoming};
+use crate::edge::{require_all_of, to_holder, ApiError, AppState, Caller, Incoming};
 use crate::node::reserved::Writer;
 use crate::node::write::{Entry, WriteError, WriteRequest};
 use crate::partition::Namespace;
@@ -41,7 +41,7 @@ pub(super) async fn read(
     RawQuery(query): RawQuery,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    require(&identity, &ns, "", Verb::Read)?;
+    require_all_of(&identity, &ns, "", Verb::Read)?;
     let namespace = namespace_of(&state, &ns)?;
     let params = Params::parse(query.as_deref(), &["partition", "after", "limit"])?;
     let partition = outbox_partition(&params, &namespace)?;
@@ -119,7 +119,7 @@ pub(super) async fn trim(
     RawQuery(query): RawQuery,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    require(&identity, &ns, "", Verb::Write)?;
+    require_all_of(&identity, &ns, "", Verb::Write)?;
     let namespace = namespace_of(&state, &ns)?;
     let params = Params::parse(query.as_deref(), &["partition", "below"])?;
     let partition = outbox_partition(&params, &namespace)?;

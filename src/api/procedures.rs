@@ -29,7 +29,7 @@ use super::body;
 use super::keys::namespace as namespace_of;
 use crate::auth::Verb;
 use crate::codec::{Mutation, Op, OpKind};
-use crate::edge::{require, to_holder, ApiError, AppState, Caller, Incoming};
+use crate::edge::{require_all_of, to_holder, ApiError, AppState, Caller, Incoming};
 use crate::node::reserved::Writer;
 use crate::node::write::{Entry, WriteRequest};
 use crate::partition::Namespace;
@@ -58,7 +58,7 @@ pub(super) async fn deploy(
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
-    require(&identity, &ns, "", Verb::Admin)?;
+    require_all_of(&identity, &ns, "", Verb::Admin)?;
     checked_name(&name)?;
     let namespace = namespace_of(&state, &ns)?;
     let bytes = body::read(body, DEFINITION_BODY_BYTES_MAX, "definition_too_large", "the procedure definition").await?;
@@ -84,7 +84,7 @@ pub(super) async fn remove(
     Path((ns, name)): Path<(String, String)>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    require(&identity, &ns, "", Verb::Admin)?;
+    require_all_of(&identity, &ns, "", Verb::Admin)?;
     checked_name(&name)?;
     let namespace = namespace_of(&state, &ns)?;
     let listed = read_procedures(&state, &headers, &namespace).await?;
@@ -151,7 +151,7 @@ pub(super) async fn list(
     Path(ns): Path<String>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    require(&identity, &ns, "", Verb::Read)?;
+    require_all_of(&identity, &ns, "", Verb::Read)?;
     let namespace = namespace_of(&state, &ns)?;
     let mut procedures = read_procedures(&state, &headers, &namespace).await?;
     // This node's counters since it started (its partitions' calls).
@@ -169,7 +169,7 @@ pub(super) async fn show(
     Path((ns, name)): Path<(String, String)>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    require(&identity, &ns, "", Verb::Read)?;
+    require_all_of(&identity, &ns, "", Verb::Read)?;
     checked_name(&name)?;
     let namespace = namespace_of(&state, &ns)?;
     Ok(Json(read_procedure(&state, &headers, &namespace, &name).await?).into_response())

@@ -28,7 +28,7 @@ use bytes::Bytes;
 
 use super::params::Params;
 use crate::auth::{Identity, Verb};
-use crate::edge::{self, require, ApiError, AppState, Caller, Encoder, SessionFuture, SSE_HEADERS};
+use crate::edge::{self, require, require_all_of, ApiError, AppState, Caller, Encoder, SessionFuture, SSE_HEADERS};
 use crate::fanout::{Cursor, Event, Filter, Mode};
 use crate::limits;
 use crate::watch::{self, ChangeId, ConnectionId, Message, Outlet};
@@ -127,6 +127,19 @@ pub(super) async fn sse(
     Ok((SSE_HEADERS, body).into_response())
 }
 
+/// Decides a watch of `pk` (None: the whole namespace) for `identity`. A
+/// namespace-wide watch needs the watch verb on *all* of the namespace: a
+/// token scoped to a pk prefix, or with a carve-out inside its grant
+/// (`{app, secrets/, []}` under `{app, "", [admin]}`), is refused, not
+/// filtered (docs/security.md). Before this was decided at pk "" alone, and
+/// the carve-out's records streamed to it (issue 35).
+pub(super) fn require_watch(identity: &Identity, ns: &str, pk: Option<&str>) -> Result<(), ApiError> {
+    match pk {
+        Some(pk) => require(identity, ns, pk, Verb::Watch),
+        None => require_all_of(identity, ns, "", Verb::Watch),
+    }
+}
+
 /// Validates a watch request (query and `Last-Event-ID`) and sets up its
 /// session, which leaves its messages in `outlet`; errors come before
 /// anything is streamed, so they get a status.
@@ -140,9 +153,7 @@ pub(crate) async fn open_sse(
     outlet: Outlet,
 ) -> Result<SessionFuture, ApiError> {
     let params = Params::parse(query, &["pk", "prefix", "sk", "from", "mode", "access_token"])?;
-    // A namespace-wide watch needs the watch verb on the whole namespace: a
-    // token scoped to a pk prefix is refused, not filtered (docs/security.md).
-    require(identity, ns, params.str("pk").unwrap_or_default(), Verb::Watch)?;
+    require_watch(identity, ns, params.str("pk"))?;
     let last_event_id = match headers.get("last-event-id") {
         Some(value) => {
             Some(value.to_str().map_err(|_| ApiError::bad_request("invalid_position", "Last-Event-ID is not a position (not visible ASCII)"))?)

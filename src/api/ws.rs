@@ -34,8 +34,8 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
 use super::sse::WatchRequest;
-use crate::auth::{Identity, Verb};
-use crate::edge::{require, ApiError, AppState, Caller};
+use crate::auth::Identity;
+use crate::edge::{ApiError, AppState, Caller};
 use crate::watch::{self, ConnectionId, Message, Outlet, OutletReader, Tag, Tagged};
 
 /// Most watches on one connection.
@@ -80,6 +80,13 @@ struct Sub {
     from: Option<String>,
     mode: Option<String>,
 }
+
+/// Every `type` of a client message: what `tests/it/isolation.rs` walks
+/// with every kind of principal (through `http::messages`). The unit test
+/// `message_types_are_every_client_message` keeps it equal to the enum's
+/// variants, so a message type added later is classified there or that
+/// test fails.
+pub(crate) const MESSAGE_TYPES: &[&str] = &["sub", "unsub"];
 
 #[derive(Deserialize)]
 #[serde(tag = "type", rename_all = "lowercase")]
@@ -272,7 +279,7 @@ async fn open(
     // Decided per watch, like an SSE watch (`sse::open_sse`), with the
     // credential as it is now, not as it was at the upgrade.
     app.access.still_valid(identity)?;
-    require(identity, &sub.ns, sub.pk.as_deref().unwrap_or_default(), Verb::Watch)?;
+    super::sse::require_watch(identity, &sub.ns, sub.pk.as_deref())?;
     let request = WatchRequest::parse(sub.pk.as_deref(), sub.prefix.as_deref(), sub.sk.as_deref(), sub.from.as_deref(), sub.mode.as_deref())?;
     let id_json: Arc<str> = serde_json::to_string(&sub.id).expect("a string serializes").into();
     let outlet = Outlet::tagged(outlet, Tag::Id(id_json));
@@ -317,4 +324,22 @@ pub(super) fn ws_text(id_json: &str, message: &Message) -> Utf8Bytes {
         ),
     };
     text.into()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{ClientMessage, MESSAGE_TYPES};
+
+    /// serde names every variant in the error for an unknown one: the list
+    /// there must be `MESSAGE_TYPES`, in order.
+    #[test]
+    fn message_types_are_every_client_message() {
+        let error = match serde_json::from_str::<ClientMessage>(r#"{"type":"no-such-type"}"#) {
+            Err(error) => error.to_string(),
+            Ok(_) => panic!("an unknown type decodes"),
+        };
+        let expected = error.split("expected ").nth(1).expect("serde lists the variants").split(" at line").next().unwrap();
+        let listed: Vec<String> = expected.replace(" or ", ", ").split(", ").map(|v| v.trim_matches('`').to_string()).collect();
+        assert_eq!(listed, MESSAGE_TYPES, "{error}");
+    }
 }

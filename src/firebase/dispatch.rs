@@ -134,7 +134,7 @@ pub(super) async fn database(state: &Firebase, query: &Query, asker: Option<&Ide
     let may_create = state.config.emulator
         && match state.app.access.enabled() {
             false => true,
-            true => asker.is_some_and(|identity| identity.allows(name, "", Verb::Admin).is_ok()),
+            true => asker.is_some_and(|identity| identity.allows_all_of(name, "", Verb::Admin).is_ok()),
         };
     if !may_create {
         let how = match state.config.emulator {

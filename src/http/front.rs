@@ -65,6 +65,16 @@ pub fn routes() -> Vec<Route> {
     routes
 }
 
+/// Every message type of the long-lived protocols, as (endpoint, type):
+/// `/v1/ws`'s client messages and the realtime protocol's actions
+/// (`/.ws`). `tests/it/isolation.rs` walks each with every kind of
+/// principal, as it walks `routes`.
+pub fn messages() -> Vec<(&'static str, &'static str)> {
+    let ws = api::WS_MESSAGE_TYPES.iter().map(|t| ("/v1/ws", *t));
+    let realtime = firebase::realtime::ACTIONS.iter().map(|a| (firebase::realtime::PATH, *a));
+    ws.chain(realtime).collect()
+}
+
 /// The service to serve: the front (see the module doc) before the API's router.
 pub fn service(
     protocols: Protocols,

@@ -16,11 +16,11 @@ use tern::http::routes;
 
 use crate::common::{cli, Tern};
 
-const HS_SECRET: &str = "a test secret of at least thirty-two bytes";
+pub(crate) const HS_SECRET: &str = "a test secret of at least thirty-two bytes";
 
 /// A node with authentication on, JWTs by `HS_SECRET` for audience `tern`,
 /// namespaces `app` and `other`, and `extra` flags.
-async fn secured(dir: &Path, extra: &[&str]) -> (Tern, String) {
+pub(crate) async fn secured(dir: &Path, extra: &[&str]) -> (Tern, String) {
     std::fs::write(dir.join("hs.key"), HS_SECRET).unwrap();
     let data = dir.join("data");
     let token_file = dir.join("admin.token");
@@ -50,15 +50,15 @@ async fn secured(dir: &Path, extra: &[&str]) -> (Tern, String) {
     (tern, root)
 }
 
-fn jwt(claims: Value) -> String {
+pub(crate) fn jwt(claims: Value) -> String {
     encode(&Header::new(Algorithm::HS256), &claims, &EncodingKey::from_secret(HS_SECRET.as_bytes())).unwrap()
 }
 
-fn now_s() -> u64 {
+pub(crate) fn now_s() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs()
 }
 
-async fn create_token(tern: &Tern, by: &str, body: Value) -> (String, String) {
+pub(crate) async fn create_token(tern: &Tern, by: &str, body: Value) -> (String, String) {
     let response = tern.client.post(format!("{}/v1/tokens", tern.url)).bearer_auth(by).json(&body).send().await.unwrap();
     assert_eq!(response.status(), 201, "{body}");
     let answer: Value = response.json().await.unwrap();
@@ -399,7 +399,7 @@ async fn idempotency_keys_are_scoped_to_the_caller_and_a_reused_key_is_refused()
 }
 
 /// Reads an SSE body until it ends; false when it is still open after `wait`.
-async fn ends_within(mut response: reqwest::Response, wait: Duration) -> bool {
+pub(crate) async fn ends_within(mut response: reqwest::Response, wait: Duration) -> bool {
     let deadline = tokio::time::Instant::now() + wait;
     loop {
         match tokio::time::timeout_at(deadline, response.chunk()).await {
@@ -411,7 +411,7 @@ async fn ends_within(mut response: reqwest::Response, wait: Duration) -> bool {
 }
 
 /// The next text frame of a WebSocket, or None when it closed (or after `wait`).
-async fn next_text<S>(ws: &mut S, wait: Duration) -> Option<String>
+pub(crate) async fn next_text<S>(ws: &mut S, wait: Duration) -> Option<String>
 where
     S: futures::Stream<Item = Result<tokio_tungstenite::tungstenite::Message, tokio_tungstenite::tungstenite::Error>> + Unpin,
 {
@@ -424,6 +424,18 @@ where
             Ok(Some(Ok(_))) => continue,
         }
     }
+}
+
+/// Every text frame a WebSocket sends until it closes (or is silent for `wait`).
+pub(crate) async fn drain<S>(ws: &mut S, wait: Duration) -> Vec<String>
+where
+    S: futures::Stream<Item = Result<tokio_tungstenite::tungstenite::Message, tokio_tungstenite::tungstenite::Error>> + Unpin,
+{
+    let mut said = Vec::new();
+    while let Some(text) = next_text(ws, wait).await {
+        said.push(text);
+    }
+    said
 }
 
 /// Issue 35, defect 5: a key revoked while its connections are open stops
@@ -478,26 +490,17 @@ async fn a_key_revoked_during_open_connections_stops_on_every_protocol() {
 
     // The realtime connection says so and closes; a write sent now is not applied.
     let _ = rt.send(request(3, "p", json!({"p": "/after", "d": 1}))).await;
-    let mut said = Vec::new();
-    while let Some(text) = next_text(&mut rt, Duration::from_secs(5)).await {
-        said.push(text);
-    }
+    let said = drain(&mut rt, Duration::from_secs(5)).await;
     assert!(said.iter().any(|t| t.contains("\"a\":\"ac\"") || t.contains("permission_denied")), "realtime after revocation: {said:?}");
     assert!(!said.iter().any(|t| t.contains("\"r\":3") && t.contains("\"s\":\"ok\"")), "the write after the revocation was refused: {said:?}");
     let (status, after) = tern.send(tern.client.get(format!("{url}/after.json?ns=app")).bearer_auth(&root)).await;
     assert_eq!((status, after), (200, Value::Null), "nothing was written after the revocation");
-    let mut said = Vec::new();
-    while let Some(text) = next_text(&mut rt2, Duration::from_secs(5)).await {
-        said.push(text);
-    }
+    let said = drain(&mut rt2, Duration::from_secs(5)).await;
     assert!(said.iter().any(|t| t.contains("\"a\":\"ac\"")), "the gauth connection is told and closed: {said:?}");
     let (status, on_close) = tern.send(tern.client.get(format!("{url}/on_close.json?ns=app")).bearer_auth(&root)).await;
     assert_eq!((status, on_close), (200, Value::Null), "the revoked key's onDisconnect write was not made");
     // /v1/ws: an error, then the close.
-    let mut said = Vec::new();
-    while let Some(text) = next_text(&mut v1_ws, Duration::from_secs(5)).await {
-        said.push(text);
-    }
+    let said = drain(&mut v1_ws, Duration::from_secs(5)).await;
     assert!(said.last().is_some_and(|t| t.contains("unauthenticated")), "an error, then closed: {said:?}");
     // The streams end.
     assert!(ends_within(sse, Duration::from_secs(5)).await, "the SSE watch ended");

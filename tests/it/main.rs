@@ -26,6 +26,7 @@ mod forwarding;
 mod fuzz;
 mod handoff;
 mod hostile;
+mod isolation;
 mod journal;
 mod kafka;
 mod kafka_brokers;

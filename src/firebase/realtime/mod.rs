@@ -27,4 +27,5 @@ mod requests;
 mod upgrade;
 pub(crate) mod wire;
 
+pub use self::requests::ACTIONS;
 pub use self::upgrade::{upgrade, Closing, PATH};

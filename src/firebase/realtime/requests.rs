@@ -104,6 +104,12 @@ pub(super) struct Opened {
     pub translator: Translator,
 }
 
+/// Every action a client may send (`a` of a `d` message): `handle` acts on
+/// these alone, and `tests/it/isolation.rs` walks each with every kind of
+/// principal (through `http::messages`), so an action added later is
+/// classified there or it fails.
+pub const ACTIONS: &[&str] = &["s", "appcheck", "unappeck", "echo", "auth", "gauth", "unauth", "q", "n", "p", "m", "g", "o", "om", "oc"];
+
 /// One connection's request handling: who it is, its onDisconnect writes.
 pub(super) struct Requests {
     pub state: Firebase,
@@ -125,6 +131,8 @@ impl Requests {
     /// Handles request `r`; `outlet` is the new listen's end (action `q`).
     pub(super) async fn handle(&mut self, r: u64, action: &str, body: Value, outlet: Option<Outlet>) -> Effect {
         let result = match action {
+            // Only listed actions are acted on (see `ACTIONS`).
+            unlisted if !ACTIONS.contains(&unlisted) => Err(("invalid_args".to_string(), format!("unknown action {unlisted:?}"))),
             "s" | "appcheck" | "unappeck" => Ok(Effect::Reply(ok(r, json!("")))),
             "echo" => Ok(Effect::Reply(ok(r, body.get("d").cloned().unwrap_or(Value::Null)))),
             "auth" | "gauth" => self.auth(r, &body),
