@@ -37,6 +37,11 @@ pub(crate) static AUTH_FAILURES: LazyLock<IntCounterVec> = LazyLock::new(|| {
     .expect("metric registers")
 });
 
+pub(crate) static CONNECTIONS_REFUSED: LazyLock<IntCounter> = LazyLock::new(|| {
+    register_int_counter!("tern_connections_refused_total", "Connections closed as accepted: the node had http_connections_max open")
+        .expect("metric registers")
+});
+
 pub(crate) static SLOW_CLIENTS_CLOSED: LazyLock<IntCounterVec> = LazyLock::new(|| {
     register_int_counter_vec!(
         "tern_slow_clients_closed_total",

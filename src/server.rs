@@ -93,8 +93,8 @@ pub(crate) async fn run(settings: Settings, banner: &'static str) -> anyhow::Res
         // shutdown is not kept waiting by their connections.
         closing_node.watches.close();
     };
-    let idle = Duration::from_millis(settings.http_idle_ms);
-    crate::http::serve(listener, protocols, service, idle, tls, signal).await;
+    let limits = crate::http::ConnectionLimits { idle: Duration::from_millis(settings.http_idle_ms), connections_max: settings.http_connections_max };
+    crate::http::serve(listener, protocols, service, limits, tls, signal).await;
     tracing::info!("stopped accepting requests; stopping the node");
     tasks.stop().await;
     cluster.shutdown().await;

@@ -50,14 +50,25 @@ const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0";
 const PREFACE_WAIT_MAX: Duration = Duration::from_secs(5);
 const PREFACE_RECHECK: Duration = Duration::from_millis(5);
 
+/// What the listener allows its connections.
+#[derive(Debug, Clone, Copy)]
+pub struct ConnectionLimits {
+    /// See the module doc (`http_idle_ms`).
+    pub idle: Duration,
+    /// Connections open at once (`http_connections_max`): one accepted past
+    /// it is closed at once, so what clients make the node hold is at most
+    /// this many times a connection's own bound (docs/bounds.md).
+    pub connections_max: u32,
+}
+
 /// Serves `service` (with `protocols`, whose watches HTTP/2 connections run
 /// themselves) on every connection `listener` accepts until `shutdown`
-/// resolves, then stops gracefully. `idle`: see the module doc.
+/// resolves, then stops gracefully.
 pub async fn serve<S>(
     listener: TcpListener,
     protocols: Protocols,
     service: S,
-    idle: Duration,
+    limits: ConnectionLimits,
     tls: Option<Arc<Tls>>,
     shutdown: impl Future<Output = ()>,
 ) where
@@ -67,6 +78,8 @@ pub async fn serve<S>(
     // Every connection holds a receiver; the stop sends `true` and waits
     // until all are dropped.
     let (stopping, _) = watch::channel(false);
+    let open = Arc::new(tokio::sync::Semaphore::new(limits.connections_max as usize));
+    let idle = limits.idle;
     let mut shutdown = pin!(shutdown);
     loop {
         let accepted = tokio::select! {
@@ -82,14 +95,31 @@ pub async fn serve<S>(
                 continue;
             }
         };
+        // Past the bound: closed before anything is read from it.
+        let Ok(permit) = open.clone().try_acquire_owned() else {
+            crate::metrics::CONNECTIONS_REFUSED.inc();
+            tracing::debug!(peer = %peer.0, max = limits.connections_max, "too many connections; closing a new one");
+            drop(stream);
+            continue;
+        };
         // Events and answers are small and wanted now: no Nagle delay.
         if let Err(e) = stream.set_nodelay(true) {
             tracing::debug!(error = %e, "cannot set TCP_NODELAY");
         }
         let connection = serve_connection(stream, peer, protocols.clone(), service.clone(), idle, stopping.subscribe());
+        // The permit is held as long as the connection is served.
         match &tls {
-            None => tokio::spawn(connection.plaintext()),
-            Some(tls) => tokio::spawn(connection.tls(tls.clone())),
+            None => tokio::spawn(async move {
+                connection.plaintext().await;
+                drop(permit);
+            }),
+            Some(tls) => {
+                let tls = tls.clone();
+                tokio::spawn(async move {
+                    connection.tls(tls).await;
+                    drop(permit);
+                })
+            }
         };
     }
     drop(listener);

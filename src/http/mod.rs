@@ -14,4 +14,4 @@ mod listener;
 pub mod tls;
 
 pub use self::front::{app, messages, routes, service, Protocols};
-pub use self::listener::serve;
+pub use self::listener::{serve, ConnectionLimits};

@@ -185,6 +185,10 @@ settings! {
     /// within a request head is closed, and an HTTP/2 connection without a stream through a whole wait gets
     /// GOAWAY (streams in flight are not idle). Longer than clients keep idle connections (reqwest: 90 s).
     http_idle_ms: u64 = 120_000, Bound::Range(1_000, 3_600_000);
+    /// Connections the node keeps open at once; one accepted past this is closed at once (counted in
+    /// `tern_connections_refused_total`). With the per-connection bounds (docs/bounds.md) it bounds what
+    /// clients can make a node hold. Keep the process's file descriptor limit above it.
+    http_connections_max: u32 = 50_000, Bound::Range(1, 1_000_000);
     /// Security: require `Authorization: Bearer TOKEN` on every route but `/healthz`, `/readyz`, the demo
     /// page (and `/metrics` with `public_metrics`); see docs/security.md. `tern dev --auth` turns it on.
     auth: bool = false, Bound::Any;

@@ -55,9 +55,20 @@ pub struct OutletReader {
     shared: Arc<Mutex<Shared>>,
 }
 
+/// Bytes of messages an outlet holds before its senders wait (one message
+/// is always let in, however large: a record is at most 1 MiB). With the
+/// count bound this is what a client that never reads costs the node per
+/// connection beside its socket buffers and its sessions' state pages: a
+/// count bound alone let 256 messages of 256 KiB (64 MiB) wait per
+/// connection, and as much again in the transport's hands (issue 35).
+pub(crate) const OUTLET_BYTES_MAX: usize = 1024 * 1024;
+
 struct Shared {
     messages: VecDeque<Tagged>,
     messages_max: usize,
+    /// What `messages` hold (`Message::size_bytes`), at most
+    /// `OUTLET_BYTES_MAX` plus one message.
+    bytes: usize,
     /// Sessions waiting for room, each once (at most one per session the
     /// driver runs).
     waiting: Vec<Waker>,
@@ -87,7 +98,7 @@ impl Outlet {
         if shared.is_shut(&self.tag) || shared.is_full() {
             return Err(message);
         }
-        shared.messages.push_back(Tagged { tag: self.tag.clone(), message });
+        shared.push(Tagged { tag: self.tag.clone(), message });
         Ok(())
     }
 
@@ -104,7 +115,7 @@ impl Outlet {
             }
             if !shared.is_full() {
                 let message = message.take().expect("a send completes once");
-                shared.messages.push_back(Tagged { tag: self.tag.clone(), message });
+                shared.push(Tagged { tag: self.tag.clone(), message });
                 return Poll::Ready(());
             }
             if !shared.waiting.iter().any(|w| w.will_wake(cx.waker())) {
@@ -116,8 +127,15 @@ impl Outlet {
 }
 
 impl Shared {
+    /// Full by count, or by bytes once it holds anything.
     fn is_full(&self) -> bool {
-        self.messages.len() >= self.messages_max
+        self.messages.len() >= self.messages_max || (self.bytes >= OUTLET_BYTES_MAX && !self.messages.is_empty())
+    }
+
+    fn push(&mut self, tagged: Tagged) {
+        self.bytes += tagged.message.size_bytes();
+        self.messages.push_back(tagged);
+        debug_assert!(self.messages.len() <= self.messages_max);
     }
 
     /// Nearly always empty: looked through only when it is not.
@@ -133,7 +151,7 @@ impl OutletReader {
         assert!(messages_max > 0);
         // Grown on demand: most of the time an outlet holds a message or two,
         // and there is one per connection.
-        let shared = Shared { messages: VecDeque::new(), messages_max, waiting: Vec::new(), shut: Vec::new() };
+        let shared = Shared { messages: VecDeque::new(), messages_max, bytes: 0, waiting: Vec::new(), shut: Vec::new() };
         OutletReader { shared: Arc::new(Mutex::new(shared)) }
     }
 
@@ -143,6 +161,9 @@ impl OutletReader {
         let (moved, waiting) = {
             let mut shared = self.shared.lock();
             let n = shared.messages.len().min(max);
+            let taken: usize = shared.messages.iter().take(n).map(|t| t.message.size_bytes()).sum();
+            shared.bytes -= taken;
+            debug_assert!(shared.bytes == 0 || n < shared.messages.len(), "an empty outlet holds no bytes");
             out.extend(shared.messages.drain(..n));
             let waiting = if n > 0 { std::mem::take(&mut shared.waiting) } else { Vec::new() };
             (n, waiting)
@@ -178,6 +199,27 @@ impl OutletReader {
 mod tests {
     use super::*;
     use futures::FutureExt;
+
+    /// Large messages fill an outlet by bytes long before its count: one is
+    /// always let in; then the sender waits until the reader takes.
+    #[test]
+    fn an_outlet_is_full_at_its_bytes_whatever_its_count() {
+        let reader = OutletReader::new(256);
+        let outlet = Outlet::tagged(&reader, Tag::Only);
+        let big = || Message::Reply("x".repeat(OUTLET_BYTES_MAX / 2));
+        assert!(outlet.try_send(big()).is_ok());
+        assert!(outlet.try_send(big()).is_ok());
+        assert!(outlet.try_send(big()).is_err(), "1 MiB held: full with 2 messages of 256");
+        let mut out = Vec::new();
+        assert_eq!(reader.take(&mut out, 1), 1);
+        assert!(outlet.try_send(big()).is_ok(), "room again once taken");
+        assert_eq!(reader.take(&mut out, 10), 2);
+        let huge = Message::Reply("x".repeat(2 * OUTLET_BYTES_MAX));
+        assert!(outlet.try_send(huge).is_ok(), "an empty outlet takes one message of any size");
+        assert!(outlet.try_send(Message::KeepAlive).is_err());
+        assert_eq!(reader.take(&mut out, 10), 1);
+        assert_eq!(reader.shared.lock().bytes, 0);
+    }
 
     #[test]
     fn a_full_outlet_holds_the_sender_until_the_reader_takes_and_keeps_the_order() {

@@ -32,8 +32,11 @@ const CATCH_UP_EVENTS_MAX: usize = 1024;
 /// Records read per page of the current state.
 const STATE_PAGE_RECORDS: usize = 1000;
 /// Bytes of keys and values one page of state holds at most (at least one
-/// record): a state of large values is read a few records at a time.
-const STATE_PAGE_BYTES_MAX: usize = 4 * 1024 * 1024;
+/// record): a state of large values is read a few records at a time. It
+/// waits in the session while its client does not read: per watch, what a
+/// client that never reads holds (4 MiB before issue 35: 16 such watches
+/// of a 32 MiB state held ~0.5 GiB with the outlets' share).
+const STATE_PAGE_BYTES_MAX: usize = 1024 * 1024;
 
 /// What a watch tells its client.
 #[derive(Debug)]
@@ -67,6 +70,20 @@ pub enum Message {
     /// Encoded by the transport itself (a WebSocket reply to a client
     /// message), passed through in order with the watches' messages.
     Reply(String),
+}
+
+impl Message {
+    /// Bytes this message holds, for the outlet's bound (`OUTLET_BYTES_MAX`).
+    pub fn size_bytes(&self) -> usize {
+        let held = match self {
+            Message::Change { event, .. } => event.size_bytes(),
+            Message::Begin { position, .. } | Message::Synced { position } | Message::Progress { position } => position.len(),
+            Message::KeepAlive => 0,
+            Message::Cancel { position, message, .. } => position.len() + message.len(),
+            Message::Reply(text) => text.len(),
+        };
+        std::mem::size_of::<Message>() + held
+    }
 }
 
 /// The `id` a change carries: the watch's cursor after it.

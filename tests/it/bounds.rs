@@ -61,6 +61,29 @@ fn markdown(bounds: &[BoundConst]) -> String {
         "# Bounds\n\n<!-- Generated from the sources by tests/it/bounds.rs: TERN_UPDATE_DOCS=1 cargo test --release --test it bounds. Do not edit. -->\n\n\
          Every bound written in Tern's code: queues, batches, retries, waits, sizes. The settings (each with its own\n\
          bound) are in [settings.md](settings.md); the limits a client meets are in [api.md](api.md).\n\n\
+         ## What one client can make a node hold\n\n\
+         Per connection, whatever the client does (never reads, reads slowly, sends at the maximum size, repeats):\n\n\
+         | protocol | bound |\n|---|---|\n\
+         | SSE watch (HTTP/1.1) | its watch queue (`watch_queue_*` settings; shared events are counted, not copied), a state page \
+         (`STATE_PAGE_BYTES_MAX`, 1 MiB), its outlet (`SSE_MESSAGES_PENDING_MAX` messages, at most `OUTLET_BYTES_MAX` = 1 MiB \
+         plus one message) and one chunk in the transport's hands (at most an outlet's worth) |\n\
+         | HTTP/2 connection | at most `STREAMS_PER_CONNECTION_MAX` (200) watches, each with its queue and state page; one \
+         outlet (`OUTLET_MESSAGES_MAX`, `OUTLET_BYTES_MAX`); per stream `WINDOW_CHECK_BYTES` plus one round of the outlet beyond \
+         the client's window |\n\
+         | `/v1/ws` connection | at most `WATCHES_PER_CONNECTION_MAX` (1,000) watches, each with its queue and state page; one \
+         outlet (`OUTBOUND_MESSAGES_MAX`, `OUTLET_BYTES_MAX`); client messages of `CLIENT_MESSAGE_BYTES_MAX` (64 KiB), \
+         `CLIENT_MESSAGES_PENDING_MAX` read ahead |\n\
+         | Firebase stream | its first value, at most `ANSWER_BYTES_MAX` (64 MiB; all first values being gathered on a node: \
+         `GATHERING_BYTES_NODE_MAX`, 256 MiB), then as an SSE watch |\n\
+         | realtime (`/.ws`) | `OUTBOUND_BYTES_MAX` (4 MiB) of unread answers, then the node stops reading it; closed after \
+         `SLOW_CLIENT_MAX` (30 s) |\n\
+         | any request | its body's limit (below), an answer of at most `ANSWER_BYTES_MAX` |\n\n\
+         Per node: at most `http_connections_max` connections (settings.md; one past it is closed as accepted). \
+         `tests/it/hostile.rs` holds 16 SSE, 16 HTTP/2 and 8 Firebase streams, 64 `/v1/ws` watches and 32 realtime \
+         listens that never read, 4 slow readers, a flood of 64 KiB frames and 1,000 sub/unsub pairs over a 32 MiB \
+         state with 16 MiB of writes: the node grows by ~300 MiB (asserted under `HOSTILE_GROWTH_MIB_MAX`, 450 MiB; \
+         1.5 GiB before issue 35) while a well-behaved client is served.\n\n\
+         ## Every constant\n\n\
          | where | constant | value | what |\n|---|---|---|---|\n",
     );
     for b in bounds {
