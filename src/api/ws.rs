@@ -35,7 +35,7 @@ use tokio::task::JoinHandle;
 
 use super::sse::WatchRequest;
 use crate::auth::Identity;
-use crate::edge::{ApiError, AppState, Caller};
+use crate::edge::{ApiError, AppState, Caller, ConnectionSlot};
 use crate::watch::{self, ConnectionId, Message, Outlet, OutletReader, Tag, Tagged};
 
 /// Most watches on one connection.
@@ -60,13 +60,17 @@ pub(super) async fn upgrade(
     State(app): State<AppState>,
     Caller(identity): Caller,
     connection: Option<Extension<ConnectionId>>,
+    slot: Option<Extension<ConnectionSlot>>,
     ws: WebSocketUpgrade,
 ) -> Response {
     let connection = connection.map_or(ConnectionId(0), |Extension(id)| id);
-    ws.max_message_size(CLIENT_MESSAGE_BYTES_MAX)
-        .read_buffer_size(READ_BUFFER_BYTES)
-        .write_buffer_size(WRITE_BUFFER_BYTES)
-        .on_upgrade(move |socket| serve(app, identity, socket, connection))
+    ws.max_message_size(CLIENT_MESSAGE_BYTES_MAX).read_buffer_size(READ_BUFFER_BYTES).write_buffer_size(WRITE_BUFFER_BYTES).on_upgrade(
+        move |socket| async move {
+            // The socket counts among the node's connections while it is served.
+            let _slot = slot;
+            serve(app, identity, socket, connection).await
+        },
+    )
 }
 
 #[derive(Deserialize)]
@@ -339,6 +343,8 @@ mod tests {
             Ok(_) => panic!("an unknown type decodes"),
         };
         let expected = error.split("expected ").nth(1).expect("serde lists the variants").split(" at line").next().unwrap();
+        // Two variants: "`a` or `b`"; more: "one of `a`, `b`, `c`".
+        let expected = expected.strip_prefix("one of ").unwrap_or(expected);
         let listed: Vec<String> = expected.replace(" or ", ", ").split(", ").map(|v| v.trim_matches('`').to_string()).collect();
         assert_eq!(listed, MESSAGE_TYPES, "{error}");
     }

@@ -13,6 +13,8 @@
 //!   call it) and its latency metrics;
 //! - `write_id.rs`: a request's `Idempotency-Key`, checked and scoped to
 //!   the caller;
+//! - `slot.rs`: a connection's place among the node's open connections,
+//!   kept by a protocol that takes the socket over (WebSocket upgrades);
 //! - `sse.rs`: a watch stream's encoder (`Encoder`) and the body that runs
 //!   a session over HTTP/1.1, for Tern's events and Firebase's alike.
 //!
@@ -23,6 +25,7 @@ mod access;
 mod error;
 mod forward;
 mod route;
+mod slot;
 mod sse;
 mod state;
 mod write_id;
@@ -34,6 +37,7 @@ pub use self::access::{
 pub use self::error::ApiError;
 pub use self::forward::{no_holder, not_held, send, to_holder, Incoming, ERROR_CODE_HEADER, SERVED_BY, STALENESS_HEADER};
 pub use self::route::{timed, Route, RouteAccess, RouteMetrics};
+pub use self::slot::ConnectionSlot;
 pub use self::sse::{body, Encoder, SessionFuture, SSE_HEADERS};
 pub use self::state::AppState;
 pub use self::write_id::scoped_write_id;

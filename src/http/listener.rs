@@ -35,7 +35,7 @@ use tokio::sync::watch;
 use super::front::Protocols;
 use super::h2c;
 use super::tls::{self, Tls};
-use crate::edge::Peer;
+use crate::edge::{ConnectionSlot, Peer};
 use crate::watch::ConnectionId;
 
 /// How long a stop waits for connections to finish their requests.
@@ -96,7 +96,7 @@ pub async fn serve<S>(
             }
         };
         // Past the bound: closed before anything is read from it.
-        let Ok(permit) = open.clone().try_acquire_owned() else {
+        let Ok(slot) = open.clone().try_acquire_owned().map(ConnectionSlot::new) else {
             crate::metrics::CONNECTIONS_REFUSED.inc();
             tracing::debug!(peer = %peer.0, max = limits.connections_max, "too many connections; closing a new one");
             drop(stream);
@@ -106,20 +106,11 @@ pub async fn serve<S>(
         if let Err(e) = stream.set_nodelay(true) {
             tracing::debug!(error = %e, "cannot set TCP_NODELAY");
         }
-        let connection = serve_connection(stream, peer, protocols.clone(), service.clone(), idle, stopping.subscribe());
-        // The permit is held as long as the connection is served.
+        // The slot is held as long as the connection is served, and by an upgraded socket as long as it lives.
+        let connection = serve_connection(stream, peer, slot, protocols.clone(), service.clone(), idle, stopping.subscribe());
         match &tls {
-            None => tokio::spawn(async move {
-                connection.plaintext().await;
-                drop(permit);
-            }),
-            Some(tls) => {
-                let tls = tls.clone();
-                tokio::spawn(async move {
-                    connection.tls(tls).await;
-                    drop(permit);
-                })
-            }
+            None => tokio::spawn(connection.plaintext()),
+            Some(tls) => tokio::spawn(connection.tls(tls.clone())),
         };
     }
     drop(listener);
@@ -139,6 +130,7 @@ fn is_connection_error(e: &std::io::Error) -> bool {
 struct Connection<S> {
     stream: TcpStream,
     peer: Peer,
+    slot: ConnectionSlot,
     protocols: Protocols,
     service: S,
     idle: Duration,
@@ -148,12 +140,13 @@ struct Connection<S> {
 fn serve_connection<S>(
     stream: TcpStream,
     peer: Peer,
+    slot: ConnectionSlot,
     protocols: Protocols,
     service: S,
     idle: Duration,
     stopping: watch::Receiver<bool>,
 ) -> Connection<S> {
-    Connection { stream, peer, protocols, service, idle, stopping }
+    Connection { stream, peer, slot, protocols, service, idle, stopping }
 }
 
 impl<S> Connection<S>
@@ -173,10 +166,10 @@ where
                 return;
             }
         };
-        let Connection { stream, peer, protocols, service, idle, stopping } = self;
+        let Connection { stream, peer, slot, protocols, service, idle, stopping } = self;
         let result = match is_h2 {
             Ok(true) => h2c::serve(stream, protocols, service, connection, peer, idle, stopping).await.map_err(|e| e.to_string()),
-            Ok(false) => serve_http1(stream, service, connection, peer, idle, stopping).await.map_err(|e| e.to_string()),
+            Ok(false) => serve_http1(stream, service, connection, peer, slot.clone(), idle, stopping).await.map_err(|e| e.to_string()),
             Err(e) => Err(e.to_string()),
         };
         if let Err(e) = result {
@@ -205,10 +198,10 @@ where
             _ = self.stopping.wait_for(|stopping| *stopping) => return,
         };
         let is_h2 = stream.get_ref().1.alpn_protocol() == Some(b"h2");
-        let Connection { peer, protocols, service, idle, stopping, .. } = self;
+        let Connection { peer, slot, protocols, service, idle, stopping, .. } = self;
         let result = match is_h2 {
             true => h2c::serve(stream, protocols, service, connection, peer, idle, stopping).await.map_err(|e| e.to_string()),
-            false => serve_http1(stream, service, connection, peer, idle, stopping).await.map_err(|e| e.to_string()),
+            false => serve_http1(stream, service, connection, peer, slot.clone(), idle, stopping).await.map_err(|e| e.to_string()),
         };
         if let Err(e) = result {
             tracing::debug!(error = %e, "TLS connection ended with an error");
@@ -244,6 +237,7 @@ async fn serve_http1<S, IO>(
     service: S,
     connection: ConnectionId,
     peer: Peer,
+    slot: ConnectionSlot,
     idle: Duration,
     mut stopping: watch::Receiver<bool>,
 ) -> hyper::Result<()>
@@ -257,6 +251,7 @@ where
         let mut request = request.map(Body::new);
         request.extensions_mut().insert(connection);
         request.extensions_mut().insert(peer);
+        request.extensions_mut().insert(slot.clone());
         hyper::service::Service::call(&tower, request)
     });
     // hyper's header read timeout runs while it waits for a request's head,

@@ -76,6 +76,7 @@ impl Message {
     /// Bytes this message holds, for the outlet's bound (`OUTLET_BYTES_MAX`).
     pub fn size_bytes(&self) -> usize {
         let held = match self {
+            Message::Change { event, id: ChangeId::Cursor(cursor) } => event.size_bytes() + cursor.len(),
             Message::Change { event, .. } => event.size_bytes(),
             Message::Begin { position, .. } | Message::Synced { position } | Message::Progress { position } => position.len(),
             Message::KeepAlive => 0,

@@ -308,27 +308,41 @@ async fn connections_past_the_node_bound_are_closed_and_counted() {
     let fresh = || reqwest::Client::builder().pool_max_idle_per_host(0).build().unwrap();
     let (status, _) = node.get_json("/v1/ns/default").await;
     assert_eq!(status, 200);
-    // Hold watches, each on a connection of its own, until one is refused:
-    // at most 4 connections are open, the helper's pooled one among them.
-    let mut held = Vec::new();
+    // Hold connections — a /v1/ws socket, a realtime socket, an SSE watch,
+    // in turn — until one is refused: at most 4 are open, the helper's
+    // pooled one among them. An upgraded socket counts as long as it is
+    // open (before the fix its place was given back at the upgrade).
+    let ws_base = node.url.replacen("http", "ws", 1);
+    let mut held: Vec<Box<dyn std::any::Any + Send>> = Vec::new();
     let refused = loop {
-        match fresh().get(format!("{}/v1/ns/default/watch", node.url)).send().await {
-            Ok(watch) => {
-                assert_eq!(watch.status(), 200);
-                held.push(watch);
-                assert!(held.len() < 4, "a fourth watch beside the pooled connection was let in");
+        let opened: Result<Box<dyn std::any::Any + Send>, String> = match held.len() % 3 {
+            0 => tokio_tungstenite::connect_async(format!("{ws_base}/v1/ws")).await.map(|(ws, _)| Box::new(ws) as _).map_err(|e| e.to_string()),
+            1 => tokio_tungstenite::connect_async(format!("{ws_base}/.ws?v=5&ns=default"))
+                .await
+                .map(|(ws, _)| Box::new(ws) as _)
+                .map_err(|e| e.to_string()),
+            _ => match fresh().get(format!("{}/v1/ns/default/watch", node.url)).send().await {
+                Ok(watch) if watch.status() == 200 => Ok(Box::new(watch) as _),
+                Ok(watch) => panic!("{}", watch.status()),
+                Err(e) => Err(e.to_string()),
+            },
+        };
+        match opened {
+            Ok(connection) => {
+                held.push(connection);
+                assert!(held.len() < 4, "a fourth connection beside the pooled one was let in");
             }
             Err(e) => break e,
         }
     };
-    assert!(!held.is_empty(), "the first watch was refused: {refused}");
+    assert!(held.len() >= 2, "two sockets fit beside the pooled connection: {refused}");
     // The pooled connection is still served; a held one closing makes room.
     let metrics = node.client.get(format!("{}/metrics", node.url)).send().await.unwrap();
     assert_eq!(metrics.status(), 200);
     let text = metrics.text().await.unwrap();
     let count: f64 = text.lines().find_map(|l| l.strip_prefix("tern_connections_refused_total ")).expect("the metric").parse().unwrap();
     assert!(count >= 1.0, "{count}");
-    held.pop();
+    drop(held.remove(0));
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     loop {
         match fresh().get(format!("{}/healthz", node.url)).send().await {

@@ -34,7 +34,7 @@ use crate::common::Tern;
 /// sooner when its first answer is complete).
 const STREAM_READ_WAIT: Duration = Duration::from_secs(5);
 
-/// A grant as the model sees it (no `*`: only the root key has one).
+/// A grant as the model sees it.
 #[derive(Clone, Copy)]
 struct G {
     ns: &'static str,
@@ -73,16 +73,26 @@ enum Need {
     AllOf(&'static str, &'static str, &'static str),
     /// Some grant in `ns`.
     Visible(&'static str),
-    /// `verb` on every namespace: the root key alone here.
-    Everywhere,
+    /// `verb` on every namespace (a `*` grant with an empty prefix).
+    Everywhere(&'static str),
     /// Each of these.
     Each(Vec<Need>),
 }
 
-/// The most specific grant covering (`ns`, `pk`) decides (docs/security.md).
+/// Whether a grant names `ns`, or is `*` (never a system namespace's).
+fn names(g: &G, ns: &str) -> bool {
+    g.ns == ns || (g.ns == "*" && !ns.starts_with('_'))
+}
+
+fn allows(g: &G, verb: &str) -> bool {
+    g.verbs.contains(&verb) || g.verbs.contains(&"admin")
+}
+
+/// The most specific grant covering (`ns`, `pk`) decides: naming the
+/// namespace beats `*`, then the longest prefix (docs/security.md).
 fn decide(grants: &[G], ns: &str, pk: &str, verb: &str) -> bool {
-    let winner = grants.iter().filter(|g| g.ns == ns && pk.starts_with(g.prefix)).max_by_key(|g| g.prefix.len());
-    winner.is_some_and(|g| g.verbs.contains(&verb) || g.verbs.contains(&"admin"))
+    let winner = grants.iter().filter(|g| names(g, ns) && pk.starts_with(g.prefix)).max_by_key(|g| (g.ns != "*", g.prefix.len()));
+    winner.is_some_and(|g| allows(g, verb))
 }
 
 impl Principal {
@@ -96,12 +106,13 @@ impl Principal {
         match need {
             Need::Nothing | Need::AnyToken => true,
             Need::Key(ns, pk, verb) => decide(grants, ns, pk, verb),
+            // Decided where any grant inside the scope begins, and at its start.
             Need::AllOf(ns, prefix, verb) => {
-                let inside = grants.iter().filter(|g| g.ns == *ns && g.prefix.starts_with(prefix)).map(|g| g.prefix);
+                let inside = grants.iter().filter(|g| names(g, ns) && g.prefix.starts_with(prefix)).map(|g| g.prefix);
                 inside.chain([*prefix]).all(|start| decide(grants, ns, start, verb))
             }
-            Need::Visible(ns) => grants.iter().any(|g| g.ns == *ns && !g.verbs.is_empty()),
-            Need::Everywhere => false,
+            Need::Visible(ns) => grants.iter().any(|g| names(g, ns) && !g.verbs.is_empty()),
+            Need::Everywhere(verb) => grants.iter().any(|g| g.ns == "*" && g.prefix.is_empty() && allows(g, verb)),
             Need::Each(needs) => needs.iter().all(|n| self.may(n)),
         }
     }
@@ -278,14 +289,14 @@ fn operations_of(method: &str, path: &str, mark: &mut dyn FnMut() -> String, tar
         ("DELETE", "/v1/tokens/{id}") => {
             vec![http("DELETE", &format!("/v1/tokens/{target}"), None, AllOf("app", "p", "admin"), Leaves::Revoked(target.to_string()))]
         }
-        ("GET", "/v1/cluster") => vec![http("GET", "/v1/cluster", None, Everywhere, Leaves::Nothing)],
-        ("POST", "/v1/admin/snapshots") => vec![http("POST", "/v1/admin/snapshots", Some(json!({})), Everywhere, Leaves::Nothing)],
-        ("GET", "/v1/admin/snapshots") => vec![http("GET", "/v1/admin/snapshots", None, Everywhere, Leaves::Nothing)],
+        ("GET", "/v1/cluster") => vec![http("GET", "/v1/cluster", None, Everywhere("admin"), Leaves::Nothing)],
+        ("POST", "/v1/admin/snapshots") => vec![http("POST", "/v1/admin/snapshots", Some(json!({})), Everywhere("admin"), Leaves::Nothing)],
+        ("GET", "/v1/admin/snapshots") => vec![http("GET", "/v1/admin/snapshots", None, Everywhere("admin"), Leaves::Nothing)],
         ("GET", "/demo") => vec![http("GET", "/demo", None, Nothing, Leaves::Nothing)],
         ("GET", "/demo/client/{file}") => vec![http("GET", "/demo/client/tern.js", None, Nothing, Leaves::Nothing)],
         ("GET", "/demo/firebase") => vec![http("GET", "/demo/firebase", None, Nothing, Leaves::Nothing)],
         ("GET", "/demo/firebase/sdk/{file}") => vec![http("GET", "/demo/firebase/sdk/firebase-app.js", None, Nothing, Leaves::Nothing)],
-        ("GET", "/metrics") => vec![http("GET", "/metrics", None, Everywhere, Leaves::Nothing)],
+        ("GET", "/metrics") => vec![http("GET", "/metrics", None, Everywhere("read"), Leaves::Nothing)],
         ("GET", "/healthz") => vec![http("GET", "/healthz", None, Nothing, Leaves::Nothing)],
         ("GET", "/readyz") => vec![http("GET", "/readyz", None, Nothing, Leaves::Nothing)],
         ("GET", "/{path}.json") => vec![
@@ -472,6 +483,8 @@ async fn send_realtime(node: &Tern, principal: &Principal, ns: &str, action: &st
     let mut text = String::new();
     let credential = principal.token.clone().map(|t| json!({"cred": t}));
     let mut body = body.clone();
+    // The credential was refused (`invalid_token`): what follows is refused too.
+    let mut auth_refused = false;
     match (action, &credential) {
         ("auth" | "gauth", Some(credential)) => body = credential.clone(),
         ("auth" | "gauth", None) => body = json!({"cred": ""}),
@@ -479,7 +492,9 @@ async fn send_realtime(node: &Tern, principal: &Principal, ns: &str, action: &st
             ws.send(request(1, "auth", credential.clone())).await.unwrap();
             while let Some(frame) = next_text(&mut ws, Duration::from_secs(10)).await {
                 text.push_str(&frame);
-                if frame.contains("\"r\":1") {
+                let frame: Value = serde_json::from_str(&frame).unwrap_or(Value::Null);
+                if frame["d"]["r"] == 1 {
+                    auth_refused = frame["d"]["b"]["s"] == "invalid_token";
                     break;
                 }
             }
@@ -487,18 +502,27 @@ async fn send_realtime(node: &Tern, principal: &Principal, ns: &str, action: &st
         _ => {}
     }
     let _ = ws.send(request(2, action, body)).await;
-    let mut ok = false;
+    // The reply's status; None when the connection closed first.
+    let mut status = None;
     while let Some(frame) = next_text(&mut ws, STREAM_READ_WAIT).await {
         text.push_str(&frame);
         let frame: Value = serde_json::from_str(&frame).unwrap_or(Value::Null);
         if frame["d"]["r"] == 2 {
-            ok = frame["d"]["b"]["s"] == "ok";
+            status = frame["d"]["b"]["s"].as_str().map(str::to_string);
             break;
         }
     }
     // Closing fires the onDisconnect writes the connection registered.
     let _ = ws.close(None).await;
-    Answer { refused: !ok, succeeded: ok, text }
+    // Refused is said so: `permission_denied`, or `invalid_token` for a
+    // credential (then nothing else is done); any other failure is not a refusal.
+    let refused = match status.as_deref() {
+        Some("permission_denied") => true,
+        Some("invalid_token") => true,
+        None => auth_refused,
+        Some(_) => false,
+    };
+    Answer { refused, succeeded: status.as_deref() == Some("ok"), text }
 }
 
 async fn send(node: &Tern, h2: &reqwest::Client, principal: &Principal, op: &Op) -> Answer {
@@ -598,6 +622,7 @@ async fn no_principal_reaches_past_its_grant_on_any_route_or_message() {
         ("other_prefix", vec![G { ns: "app", prefix: "zzz/", verbs: &["admin"] }]),
         ("carve_out", carve.to_vec()),
         ("read_only", vec![G { ns: "app", prefix: "", verbs: &["read"] }]),
+        ("star_reader", vec![G { ns: "*", prefix: "", verbs: &["read"] }]),
     ];
     for (name, grants) in keyed {
         let (_, token) = create_token(&node, &root, json!({"grants": grants.iter().map(G::json).collect::<Vec<_>>()})).await;
@@ -662,8 +687,37 @@ async fn no_principal_reaches_past_its_grant_on_any_route_or_message() {
         for (endpoint, kind) in &messages {
             ops.extend(messages_of(endpoint, kind, &mut mark));
         }
+        if principal.name == "root" {
+            // Only the root key may make a namespace, and it has not yet.
+            let (status, _) = node.get_json_as("/v1/ns/made", &root).await;
+            assert_eq!(status, 404, "namespace made was made before the root key's turn");
+        }
         for op in &ops {
+            // A delete's target is there before it, and gone after exactly when it was allowed.
+            let deletes = match &op.how {
+                How::Http { method, path, .. } if method == Method::DELETE && (path.contains("/kv/") || path.contains(".json")) => Some(path.clone()),
+                _ => None,
+            };
+            if let Some(path) = &deletes {
+                let plant = match path.contains(".json") {
+                    true => format!("{url}{path}"),
+                    false => format!("{url}{path}?wait=applied"),
+                };
+                let (status, _) = node.send(node.client.put(plant).bearer_auth(&root).json(&json!("keep"))).await;
+                assert_eq!(status, 200, "{path} planted");
+            }
             let answer = send(&node, &h2, principal, op).await;
+            if let Some(path) = &deletes {
+                let (status, value) = node.get_json_as(&present_query(path), &root).await;
+                let present = status == 200 && value != Value::Null;
+                assert_eq!(
+                    present,
+                    !principal.may(&op.need),
+                    "{} by {}: the target is gone exactly when allowed ({status} {value})",
+                    op.label,
+                    principal.name
+                );
+            }
             let may = principal.may(&op.need);
             assert_eq!(!answer.refused, may, "{} by {}: {}", op.label, principal.name, answer.text);
             for (value, ns, pk) in PLANTED {
@@ -730,6 +784,15 @@ async fn no_principal_reaches_past_its_grant_on_any_route_or_message() {
 fn twin_of(pk: &str) -> String {
     let partition = tern::partitioner::partition_of(pk, 4);
     (0..).map(|n| format!("t{n}")).find(|t| tern::partitioner::partition_of(t, 4) == partition).unwrap()
+}
+
+/// The URL that reads what a delete at `path` targets, read as the root key
+/// sees it now.
+fn present_query(path: &str) -> String {
+    match path.contains(".json") {
+        true => path.to_string(),
+        false => format!("{path}?consistency=strong"),
+    }
 }
 
 /// `{marker: marker}`.
@@ -803,5 +866,61 @@ async fn a_key_revoked_during_its_connections_sees_nothing_after() {
     for client in [&node.client, &h2] {
         let response = client.get(format!("{url}/v1/ns/app/watch")).bearer_auth(&key).send().await.unwrap();
         assert_eq!(response.status(), 401);
+    }
+}
+
+/// An onDisconnect write is made at the close only if the credential that
+/// registered it is still valid then, whatever the connection authenticated
+/// as since. Before the fix, a key that registered a write and was revoked
+/// after the connection moved to another key (or `unauth`) still had its
+/// write made at the close.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ondisconnect_write_is_made_only_if_its_registrant_is_still_valid() {
+    let dir = tempfile::tempdir().unwrap();
+    let (node, root) = secured(dir.path(), &["--auth-failures-per-minute", "0"]).await;
+    let url = node.url.clone();
+    let request = |r: u64, a: &str, b: Value| Message::text(json!({"t": "d", "d": {"r": r, "a": a, "b": b}}).to_string());
+    // Registers a write at `at` with key `a`, then authenticates as `then` (or `unauth`), revokes `a` if asked, closes.
+    let run = |at: &'static str, revoke: bool, then: Option<&'static str>| {
+        let (node, root, url) = (&node, root.clone(), url.clone());
+        async move {
+            let (a_id, a) = create_token(node, &root, json!({"ns": "app", "verbs": ["write"]})).await;
+            let (_, b) = create_token(node, &root, json!({"ns": "app", "prefix": "elsewhere/", "verbs": ["read"]})).await;
+            let (mut rt, _) = tokio_tungstenite::connect_async(format!("{}/.ws?v=5&ns=app", url.replacen("http", "ws", 1))).await.unwrap();
+            let _hello = next_text(&mut rt, Duration::from_secs(10)).await.unwrap();
+            rt.send(request(1, "auth", json!({"cred": a}))).await.unwrap();
+            assert!(next_text(&mut rt, Duration::from_secs(10)).await.unwrap_or_default().contains("\"s\":\"ok\""));
+            rt.send(request(2, "o", json!({"p": at, "d": "made"}))).await.unwrap();
+            assert!(next_text(&mut rt, Duration::from_secs(10)).await.unwrap_or_default().contains("\"s\":\"ok\""));
+            match then {
+                Some("b") => rt.send(request(3, "auth", json!({"cred": b}))).await.unwrap(),
+                _ => rt.send(request(3, "unauth", json!({}))).await.unwrap(),
+            }
+            assert!(next_text(&mut rt, Duration::from_secs(10)).await.unwrap_or_default().contains("\"s\":\"ok\""));
+            if revoke {
+                let (status, _) = node.send(node.client.delete(format!("{url}/v1/tokens/{a_id}")).bearer_auth(&root)).await;
+                assert_eq!(status, 200);
+            }
+            rt.close(None).await.unwrap();
+            drop(rt);
+        }
+    };
+    run("/kept_b", false, Some("b")).await;
+    run("/revoked_b", true, Some("b")).await;
+    run("/revoked_unauth", true, None).await;
+    // Written or not, once the closes are handled.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let (_, kept) = node.get_json_as("/kept_b.json?ns=app", &root).await;
+        if kept == json!("made") {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "the write of a key still valid was made: {kept}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    for at in ["/revoked_b", "/revoked_unauth"] {
+        let (status, value) = node.get_json_as(&format!("{at}.json?ns=app"), &root).await;
+        assert_eq!((status, value), (200, Value::Null), "{at}: a revoked key's onDisconnect write is not made");
     }
 }

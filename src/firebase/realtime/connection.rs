@@ -161,6 +161,9 @@ pub(super) async fn serve(mut requests: Requests, socket: WebSocket, host: Strin
     }
     drop(reader);
     out.finish().await;
+    // A credential that registered writes and was revoked since (the
+    // connection may have authenticated as someone else meanwhile) makes none.
+    let revoked = revoked || !requests.registrants_valid();
     let Requests { state, namespace, session, mut registrations, .. } = requests;
     match revoked {
         // A revoked or expired credential writes nothing, not even now.

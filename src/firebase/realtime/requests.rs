@@ -110,6 +110,10 @@ pub(super) struct Opened {
 /// classified there or it fails.
 pub const ACTIONS: &[&str] = &["s", "appcheck", "unappeck", "echo", "auth", "gauth", "unauth", "q", "n", "p", "m", "g", "o", "om", "oc"];
 
+/// Distinct principals that may register onDisconnect writes on one
+/// connection (an app uses one; each is checked again at the close).
+const REGISTRANTS_MAX: usize = 16;
+
 /// One connection's request handling: who it is, its onDisconnect writes.
 pub(super) struct Requests {
     pub state: Firebase,
@@ -119,6 +123,14 @@ pub(super) struct Requests {
     pub peer: Option<std::net::IpAddr>,
     pub credential: Credential,
     pub registrations: Registrations,
+    /// The credentials that registered onDisconnect writes here, one per
+    /// principal (its latest credential: an SDK's refreshed token of the
+    /// same user replaces the one that expires). At the close the writes
+    /// are made only if every one of them is still valid: a key revoked
+    /// after it registered writes nothing, whatever the connection's
+    /// credential is by then (`registrants_valid`). At most
+    /// `REGISTRANTS_MAX`.
+    pub registrants: Vec<Identity>,
 }
 
 /// The key of a listen on its connection: its tag (queries) and path.
@@ -193,6 +205,36 @@ impl Requests {
         }
     }
 
+    /// Whether every credential that registered onDisconnect writes on
+    /// this connection is still valid (see `registrants`).
+    pub(super) fn registrants_valid(&self) -> bool {
+        self.registrants.iter().all(|identity| self.state.app.access.still_valid(identity).is_ok())
+    }
+
+    /// Keeps the connection's credential as its principal's registrant
+    /// before it registers a write; false past `REGISTRANTS_MAX`.
+    fn note_registrant(&mut self) -> bool {
+        let Credential::Identity { identity, .. } = &self.credential else { return true };
+        let principal = identity.principal();
+        let count = self.registrants.len();
+        match self.registrants.iter_mut().find(|known| known.principal() == principal) {
+            Some(known) => *known = (**identity).clone(),
+            None if count >= REGISTRANTS_MAX => return false,
+            None => self.registrants.push((**identity).clone()),
+        }
+        true
+    }
+
+    /// The same principal authenticated again: its latest credential
+    /// replaces the one it registered with (an SDK's refreshed token).
+    fn renew_registrant(&mut self) {
+        let Credential::Identity { identity, .. } = &self.credential else { return };
+        let principal = identity.principal();
+        if let Some(known) = self.registrants.iter_mut().find(|known| known.principal() == principal) {
+            *known = (**identity).clone();
+        }
+    }
+
     fn auth(&mut self, r: u64, body: &Value) -> Result<Effect, (String, String)> {
         let Some(cred) = body.get("cred").and_then(Value::as_str) else {
             return Err(("invalid_token".into(), "auth needs its credential \"cred\"".into()));
@@ -207,6 +249,7 @@ impl Requests {
             format!("Bearer {cred}").parse().map_err(|_| ("invalid_token".to_string(), "the credential is not a valid header value".to_string()))?;
         headers.insert(axum::http::header::AUTHORIZATION, bearer);
         self.credential = Credential::of(&self.state, &headers, self.peer, authvar).map_err(|e| ("invalid_token".to_string(), e.message))?;
+        self.renew_registrant();
         let auth = match self.credential_caller(Verb::Read) {
             Ok(Caller::User { auth }) => auth,
             Ok(Caller::Admin { as_auth }) => as_auth.unwrap_or(json!({"provider": "owner"})),
@@ -341,6 +384,12 @@ impl Requests {
                 // Checked now, as Firebase does: the write is made later whatever the rules are then.
                 check_write(&self.state, &self.namespace, &caller, &sk, &data, merge, now_ms()).map_err(from_fb)?;
                 let op = Registered { sk, merge, value: data };
+                if !self.note_registrant() {
+                    return Err((
+                        "invalid_args".into(),
+                        format!("at most {REGISTRANTS_MAX} credentials register onDisconnect writes on one connection"),
+                    ));
+                }
                 self.registrations.add(firer(&self.state), &self.namespace, &self.session, op).await
             }
         };

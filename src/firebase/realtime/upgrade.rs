@@ -11,7 +11,7 @@ use futures::SinkExt;
 
 use super::requests::{Credential, Requests};
 use super::{connection, wire};
-use crate::edge::Peer;
+use crate::edge::{ConnectionSlot, Peer};
 use crate::firebase::dispatch::database;
 use crate::firebase::error::FbError;
 use crate::firebase::query::Query;
@@ -81,15 +81,27 @@ pub async fn upgrade(state: Firebase, request: Request) -> Response {
         Err(e) => return e.into_response(),
     };
     let connection = parts.extensions.get::<ConnectionId>().copied().unwrap_or(ConnectionId(0));
+    // The socket counts among the node's connections while it is served.
+    let slot = parts.extensions.get::<ConnectionSlot>().cloned();
     let host = parts.headers.get(header::HOST).and_then(|v| v.to_str().ok()).unwrap_or("127.0.0.1").to_string();
     let partition = namespace.partition_of(TREE_PK);
     let elsewhere =
         (!namespace.handle(partition).is_held()).then(|| state.app.cluster.holders(&namespace.name, partition).first().map(|m| m.api.clone()));
     let closing = state.closing.subscribe();
     let session = format!("{:032x}", rand::random::<u128>());
-    let requests = Requests { state, namespace: namespace.clone(), session, connection, peer, credential, registrations: Default::default() };
+    let requests = Requests {
+        state,
+        namespace: namespace.clone(),
+        session,
+        connection,
+        peer,
+        credential,
+        registrations: Default::default(),
+        registrants: Vec::new(),
+    };
     ws.max_message_size(CLIENT_FRAME_BYTES_MAX).read_buffer_size(READ_BUFFER_BYTES).write_buffer_size(WRITE_BUFFER_BYTES).on_upgrade(
         move |socket| async move {
+            let _slot = slot;
             match elsewhere {
                 None => connection::serve(requests, socket, host, closing).await,
                 Some(holder) => redirect(socket, &namespace.name, holder).await,
