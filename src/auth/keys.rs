@@ -108,11 +108,32 @@ pub struct KeyRing {
     /// connections of a key wait on (`Authenticator::lapsed`), so they wake
     /// only when some key went away, not at every refresh.
     revocations: tokio::sync::watch::Sender<u64>,
+    /// Keys created (`Some`) or revoked (`None`) here, each kept over the
+    /// refreshes until one loads it the same way, for at most
+    /// `LOCAL_CHANGE_PIN_MAX`: a refresh whose read began before the change
+    /// was applied would otherwise undo it — drop a key just made, killing
+    /// its first connections as if revoked, or bring back a key just
+    /// revoked — until the next refresh. At most `LOCAL_CHANGES_MAX`.
+    local: parking_lot::Mutex<HashMap<String, LocalChange>>,
 }
+
+/// A key made (`Some`) or revoked (`None`) here, and when.
+type LocalChange = (Option<Arc<Key>>, std::time::Instant);
+
+/// How long a key made or revoked here outlasts refreshes that do not
+/// show it yet (a refresh reads the store, or a holder, every second).
+const LOCAL_CHANGE_PIN_MAX: std::time::Duration = std::time::Duration::from_secs(10);
+/// Local changes kept at once (the oldest goes first).
+const LOCAL_CHANGES_MAX: usize = 10_000;
 
 impl Default for KeyRing {
     fn default() -> KeyRing {
-        KeyRing { keys: RwLock::default(), generation: AtomicU64::new(0), revocations: tokio::sync::watch::Sender::new(0) }
+        KeyRing {
+            keys: RwLock::default(),
+            generation: AtomicU64::new(0),
+            revocations: tokio::sync::watch::Sender::new(0),
+            local: parking_lot::Mutex::default(),
+        }
     }
 }
 
@@ -143,6 +164,7 @@ impl KeyRing {
             let hash = blake3::Hash::from_hex(&record.hash).expect("checked");
             keys.insert(record.id.clone(), Arc::new(Key { record, hash }));
         }
+        self.keep_local_changes(&mut keys);
         let revoked = {
             let mut current = self.keys.write();
             let revoked = current.iter().any(|(id, key)| keys.get(id).is_none_or(|new| new.hash != key.hash));
@@ -155,6 +177,37 @@ impl KeyRing {
         }
     }
 
+    /// Applies the changes made here that `loaded` does not show yet, and
+    /// forgets those it shows (or that are too old).
+    fn keep_local_changes(&self, loaded: &mut HashMap<String, Arc<Key>>) {
+        let mut local = self.local.lock();
+        local.retain(|id, (change, at)| {
+            let shown = match change {
+                Some(key) => loaded.get(id).is_some_and(|k| k.hash == key.hash),
+                None => !loaded.contains_key(id),
+            };
+            let keep = !shown && at.elapsed() < LOCAL_CHANGE_PIN_MAX;
+            if keep {
+                match change {
+                    Some(key) => loaded.insert(id.clone(), key.clone()),
+                    None => loaded.remove(id),
+                };
+            }
+            keep
+        });
+    }
+
+    /// Remembers a change made here (see `local`).
+    fn note_local(&self, id: &str, change: Option<Arc<Key>>) {
+        let mut local = self.local.lock();
+        if local.len() >= LOCAL_CHANGES_MAX && !local.contains_key(id) {
+            if let Some(oldest) = local.iter().min_by_key(|(_, (_, at))| *at).map(|(id, _)| id.clone()) {
+                local.remove(&oldest);
+            }
+        }
+        local.insert(id.to_string(), (change, std::time::Instant::now()));
+    }
+
     fn changed(&self) {
         self.generation.store(GENERATIONS.fetch_add(1, Ordering::Relaxed) + 1, Ordering::Release);
     }
@@ -162,13 +215,16 @@ impl KeyRing {
     /// Adds or replaces one key (one just created here, before the next refresh).
     pub fn insert(&self, record: KeyRecord) {
         if let Ok(hash) = blake3::Hash::from_hex(&record.hash) {
-            self.keys.write().insert(record.id.clone(), Arc::new(Key { record, hash }));
+            let key = Arc::new(Key { record, hash });
+            self.note_local(&key.record.id, Some(key.clone()));
+            self.keys.write().insert(key.record.id.clone(), key);
             self.changed();
         }
     }
 
     /// Forgets one key (revoked here, before the next refresh).
     pub fn remove(&self, id: &str) {
+        self.note_local(id, None);
         self.keys.write().remove(id);
         self.changed();
         self.revocations.send_modify(|count| *count += 1);
@@ -233,6 +289,32 @@ mod tests {
 
     fn grants() -> Vec<Grant> {
         vec![Grant { ns: "app".into(), prefix: String::new(), verbs: Verbs::of(&[Verb::Read]) }]
+    }
+
+    /// A refresh that read the keys before a key was made (or revoked) here
+    /// does not undo it: before, the new key vanished until the next
+    /// refresh (its connections woken as revoked), and a key just revoked
+    /// came back for a second.
+    #[test]
+    fn a_refresh_older_than_a_local_change_does_not_undo_it() {
+        let ring = KeyRing::default();
+        let old = generate(grants(), "root".into(), String::new(), 1);
+        ring.replace(vec![old.record.clone()]);
+        let stale = vec![old.record.clone()];
+        let revocations = ring.revocations();
+        let new = generate(grants(), "root".into(), String::new(), 2);
+        ring.insert(new.record.clone());
+        ring.replace(stale.clone());
+        assert!(ring.verify(&new.token).is_some(), "a key made here outlasts a refresh that does not show it yet");
+        assert_eq!(*revocations.borrow(), 0, "and nothing was revoked");
+        ring.remove(&old.record.id);
+        ring.replace(stale);
+        assert!(ring.verify(&old.token).is_none(), "a key revoked here stays revoked");
+        // A refresh that shows both changes ends the pins: the loaded state decides again.
+        ring.replace(vec![new.record.clone()]);
+        assert!(ring.local.lock().is_empty(), "{:?}", ring.local.lock().keys().collect::<Vec<_>>());
+        ring.replace(vec![]);
+        assert!(ring.verify(&new.token).is_none(), "revoked elsewhere: gone at the next refresh");
     }
 
     #[test]
