@@ -161,10 +161,10 @@ impl OutletReader {
         let (moved, waiting) = {
             let mut shared = self.shared.lock();
             let n = shared.messages.len().min(max);
-            let taken: usize = shared.messages.iter().take(n).map(|t| t.message.size_bytes()).sum();
+            let mut taken = 0;
+            out.extend(shared.messages.drain(..n).inspect(|t| taken += t.message.size_bytes()));
             shared.bytes -= taken;
-            debug_assert!(shared.bytes == 0 || n < shared.messages.len(), "an empty outlet holds no bytes");
-            out.extend(shared.messages.drain(..n));
+            debug_assert!(shared.bytes == 0 || !shared.messages.is_empty(), "an empty outlet holds no bytes");
             let waiting = if n > 0 { std::mem::take(&mut shared.waiting) } else { Vec::new() };
             (n, waiting)
         };

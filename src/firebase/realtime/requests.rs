@@ -211,28 +211,25 @@ impl Requests {
         self.registrants.iter().all(|identity| self.state.app.access.still_valid(identity).is_ok())
     }
 
-    /// Keeps the connection's credential as its principal's registrant
-    /// before it registers a write; false past `REGISTRANTS_MAX`.
-    fn note_registrant(&mut self) -> bool {
+    /// Makes the connection's credential its principal's registrant: it
+    /// replaces the one that principal registered with (an SDK's refreshed
+    /// token), and with `add` (before it registers a write) it is added if
+    /// new; false when that would pass `REGISTRANTS_MAX`.
+    fn keep_registrant(&mut self, add: bool) -> bool {
         let Credential::Identity { identity, .. } = &self.credential else { return true };
-        let principal = identity.principal();
-        let count = self.registrants.len();
-        match self.registrants.iter_mut().find(|known| known.principal() == principal) {
-            Some(known) => *known = (**identity).clone(),
-            None if count >= REGISTRANTS_MAX => return false,
-            None => self.registrants.push((**identity).clone()),
-        }
-        true
-    }
-
-    /// The same principal authenticated again: its latest credential
-    /// replaces the one it registered with (an SDK's refreshed token).
-    fn renew_registrant(&mut self) {
-        let Credential::Identity { identity, .. } = &self.credential else { return };
         let principal = identity.principal();
         if let Some(known) = self.registrants.iter_mut().find(|known| known.principal() == principal) {
             *known = (**identity).clone();
+            return true;
         }
+        if !add {
+            return true;
+        }
+        if self.registrants.len() >= REGISTRANTS_MAX {
+            return false;
+        }
+        self.registrants.push((**identity).clone());
+        true
     }
 
     fn auth(&mut self, r: u64, body: &Value) -> Result<Effect, (String, String)> {
@@ -249,7 +246,7 @@ impl Requests {
             format!("Bearer {cred}").parse().map_err(|_| ("invalid_token".to_string(), "the credential is not a valid header value".to_string()))?;
         headers.insert(axum::http::header::AUTHORIZATION, bearer);
         self.credential = Credential::of(&self.state, &headers, self.peer, authvar).map_err(|e| ("invalid_token".to_string(), e.message))?;
-        self.renew_registrant();
+        self.keep_registrant(false);
         let auth = match self.credential_caller(Verb::Read) {
             Ok(Caller::User { auth }) => auth,
             Ok(Caller::Admin { as_auth }) => as_auth.unwrap_or(json!({"provider": "owner"})),
@@ -384,7 +381,7 @@ impl Requests {
                 // Checked now, as Firebase does: the write is made later whatever the rules are then.
                 check_write(&self.state, &self.namespace, &caller, &sk, &data, merge, now_ms()).map_err(from_fb)?;
                 let op = Registered { sk, merge, value: data };
-                if !self.note_registrant() {
+                if !self.keep_registrant(true) {
                     return Err((
                         "invalid_args".into(),
                         format!("at most {REGISTRANTS_MAX} credentials register onDisconnect writes on one connection"),
