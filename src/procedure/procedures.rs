@@ -313,8 +313,8 @@ impl Procedures {
         let ns = self.namespace.clone();
         let loaded = self.loaded.get_mut(name).expect("running a loaded procedure");
         let started = Instant::now();
-        let result = match loaded.vm.as_mut() {
-            Some(vm) => vm.on_record(input, now_ms, &mut TxnRead { tx, procedure: name }),
+        let result = match loaded.vm.as_ref() {
+            Some(vm) => vm.on_record(input, now_ms, &mut TxnRead { tx, procedure: name }).map_err(unavailable)?,
             None => Err(Failed { reason: loaded.load_error.clone(), fuel_used: 0 }),
         };
         loaded.metrics.observe(started, &result);
@@ -346,8 +346,8 @@ impl Procedures {
             // A timer of a procedure removed since is dropped.
             let Some(loaded) = self.loaded.get_mut(&due.procedure) else { continue };
             let started = Instant::now();
-            let result = match loaded.vm.as_mut() {
-                Some(vm) => vm.on_timer(&due.timer, due.at_ms, now_ms, &mut TxnRead { tx, procedure: &due.procedure }),
+            let result = match loaded.vm.as_ref() {
+                Some(vm) => vm.on_timer(&due.timer, due.at_ms, now_ms, &mut TxnRead { tx, procedure: &due.procedure }).map_err(unavailable)?,
                 None => Err(Failed { reason: loaded.load_error.clone(), fuel_used: 0 }),
             };
             loaded.metrics.observe(started, &result);
@@ -374,6 +374,13 @@ impl Procedures {
         }
         Ok(())
     }
+}
+
+/// A call the host could not run (no instance could be made): the batch
+/// fails like a store that cannot write, and nothing of it is applied;
+/// never a dead letter, which would differ from a replica that ran it.
+fn unavailable(e: wasm::Unavailable) -> StoreError {
+    StoreError { path: "procedure runtime".into(), message: e.0 }
 }
 
 /// Applies a returned call's effects, in the order asked: record writes

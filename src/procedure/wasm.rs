@@ -16,9 +16,11 @@
 //! - floats: NaNs canonicalized, relaxed SIMD off; no threads (wasmtime is
 //!   built without them).
 //!
-//! Rule for procedure authors (docs/procedures.md): keep no state in the
-//! module's memory or globals from one call to the next. A replica that
-//! restarts instantiates the module afresh; only records and state survive.
+//! - history: every call runs on an instance of its own, fresh from the
+//!   module's image (the pooling allocator makes that a few microseconds),
+//!   so nothing in memory or globals survives from one call to the next,
+//!   and a replica that loaded the module at another offset computes the
+//!   same. Only records and procedure state (`state_put`) carry over.
 //!
 //! The guest ABI (`examples/procedures/tern.ts` wraps it for AssemblyScript):
 //! exports `memory`, `input(capacity: i32) -> i32` (a buffer of at least
@@ -43,13 +45,25 @@ use std::collections::HashMap;
 use std::sync::LazyLock;
 
 use parking_lot::Mutex;
-use wasmtime::{Caller, Config, Engine, Extern, Linker, Memory, Module, Store, StoreLimits, StoreLimitsBuilder, Trap, TypedFunc};
+use wasmtime::{
+    Caller, Config, Engine, Extern, InstanceAllocationStrategy, InstancePre, Linker, Memory, Module, ModuleExport, PoolingAllocationConfig, Store,
+    StoreLimits, StoreLimitsBuilder, Trap, TypedFunc,
+};
 
 use super::definition::Definition;
 use super::effects::{Effects, TimerChange};
 
 /// Fuel for instantiation (a module's start function and data).
 const INSTANTIATE_FUEL: u64 = 10_000_000;
+/// Instances alive at once, node-wide: one per call running (each apply
+/// loop runs one call at a time). The pool reserves their address space
+/// up front (4 GiB and a guard each: virtual, not resident).
+const INSTANCES_LIVE_MAX: u32 = 64;
+/// Tables a module may have (AssemblyScript's have one).
+const TABLES_PER_INSTANCE_MAX: u32 = 4;
+/// Bytes of a freed instance's memory reset with memset rather than
+/// returned to the kernel: a call's memory is reused without page faults.
+const MEMORY_KEPT_RESIDENT_BYTES: usize = 1 << 20;
 /// Compiled modules kept, by content hash (compiling takes milliseconds;
 /// every partition of a namespace loads the same module).
 const MODULES_CACHED_MAX: usize = 64;
@@ -116,7 +130,7 @@ pub struct Returned {
 /// The store's data: the bounds, and the current call.
 struct Host {
     limits: StoreLimits,
-    params: Vec<u8>,
+    params: std::sync::Arc<[u8]>,
     partition: u32,
     call: Option<Call>,
     /// The instance's exported memory, found once after instantiation
@@ -147,13 +161,76 @@ struct ReadPtr(*mut (dyn StateRead + 'static));
 // running that call (an instance is never shared while a call runs).
 unsafe impl Send for ReadPtr {}
 
+/// A procedure's module, ready to run: every call gets an instance of its
+/// own, fresh from the module's image (`InstancePre`), and drops it after.
+///
+/// Why fresh (issue 36): an instance reused from call to call carries its
+/// history in linear memory and globals (AssemblyScript's incremental
+/// collector keeps its state there), so the fuel a call burns and when
+/// memory grows depended on how many calls the instance had served since
+/// it was loaded: replicas that loaded the module at different offsets (a
+/// restart, a hand-off, a restore) disagreed on which call ran out of fuel,
+/// and their states diverged. With a fresh instance per call, a call's
+/// outcome is a function of (module, params, state, input, log time) only.
 pub struct Vm {
+    pre: InstancePre<Host>,
+    exports: Exports,
+    params: std::sync::Arc<[u8]>,
+    partition: u32,
+    memory_bytes: usize,
+    fuel_per_record: u64,
+}
+
+/// Where the ABI's exports are in the module (found once, at load).
+struct Exports {
+    memory: ModuleExport,
+    input: ModuleExport,
+    on_record: ModuleExport,
+    on_timer: Option<ModuleExport>,
+}
+
+/// One call's instance: its store (bounds, the call's context) and the
+/// exports the call uses.
+struct Fresh {
     store: Store<Host>,
     memory: Memory,
     input: TypedFunc<i32, i32>,
     on_record: TypedFunc<(i32, i32, i32, i32, i64, i64), ()>,
     on_timer: Option<TypedFunc<(i32, i64), ()>>,
-    fuel_per_record: u64,
+    /// Dropped after `store` (fields drop in order): the pool's slot is
+    /// free once the instance is gone.
+    _slot: Slot,
+}
+
+/// Instances alive now, at most `INSTANCES_LIVE_MAX` (the pool's size):
+/// a call waits for a slot rather than fail for want of one, which would
+/// make its outcome depend on the node's load.
+static INSTANCES_LIVE: (Mutex<u32>, parking_lot::Condvar) = (Mutex::new(0), parking_lot::Condvar::new());
+
+/// A slot of the instance pool, held while one call's instance lives.
+struct Slot;
+
+impl Slot {
+    /// Waits for a slot: slots are held for one call each, which fuel bounds.
+    fn take() -> Slot {
+        let (live, freed) = &INSTANCES_LIVE;
+        let mut live = live.lock();
+        while *live >= INSTANCES_LIVE_MAX {
+            freed.wait(&mut live);
+        }
+        *live += 1;
+        Slot
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        let (live, freed) = &INSTANCES_LIVE;
+        let mut live = live.lock();
+        assert!(*live > 0, "a slot is given back once");
+        *live -= 1;
+        freed.notify_one();
+    }
 }
 
 /// One engine for every procedure: the settings that make runs deterministic.
@@ -164,6 +241,15 @@ static ENGINE: LazyLock<Engine> = LazyLock::new(|| {
     config.wasm_relaxed_simd(false);
     config.relaxed_simd_deterministic(true);
     config.max_wasm_stack(WASM_STACK_BYTES_MAX);
+    let mut pool = PoolingAllocationConfig::new();
+    pool.total_core_instances(INSTANCES_LIVE_MAX)
+        .total_memories(INSTANCES_LIVE_MAX)
+        .total_tables(INSTANCES_LIVE_MAX * TABLES_PER_INSTANCE_MAX)
+        .max_tables_per_module(TABLES_PER_INSTANCE_MAX)
+        .max_memory_size(super::definition::MEMORY_BYTES_MAX)
+        .linear_memory_keep_resident(MEMORY_KEPT_RESIDENT_BYTES)
+        .table_keep_resident(MEMORY_KEPT_RESIDENT_BYTES);
+    config.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
     Engine::new(&config).expect("the procedure engine's settings are valid")
 });
 
@@ -375,68 +461,125 @@ fn linker() -> Result<Linker<Host>, wasmtime::Error> {
 
 static LINKER: LazyLock<Linker<Host>> = LazyLock::new(|| linker().expect("Tern's imports link"));
 
+/// Why a call could not run at all: not the module's doing (the host
+/// could not make an instance), so not a dead letter; the batch is tried
+/// again.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unavailable(pub String);
+
+/// A call's result: Ok(Ok) returned, Ok(Err) failed (a dead letter, the
+/// same on every replica), Err the host could not run it (retried).
+pub type Outcome = Result<Result<Returned, Failed>, Unavailable>;
+
 impl Vm {
-    /// Instantiates `definition`'s module with its bounds.
+    /// Prepares `definition`'s module with its bounds, and instantiates it
+    /// once to check that it can be (a start function that traps, or a
+    /// memory larger than `memory_bytes`, refuse the module here).
     pub fn load(definition: &Definition, partition: u32) -> Result<Vm, String> {
         let bytes = definition.module_bytes()?;
         check_module(&bytes)?;
         let module = module_of(&bytes)?;
-        let limits =
-            StoreLimitsBuilder::new().memory_size(definition.memory_bytes).instances(1).tables(4).memories(1).trap_on_grow_failure(true).build();
-        let host = Host { limits, params: definition.params.to_string().into_bytes(), partition, call: None, memory: None };
+        let export = |name: &str| module.get_export_index(name);
+        let exports = Exports {
+            memory: export("memory").ok_or("the module exports no memory")?,
+            input: export("input").ok_or("the module does not export \"input\"")?,
+            on_record: export("on_record").ok_or("the module does not export \"on_record\"")?,
+            on_timer: export("on_timer"),
+        };
+        let pre = LINKER.instantiate_pre(&module).map_err(|e| format!("linking the module failed: {}", reason_of(&e)))?;
+        let vm = Vm {
+            pre,
+            exports,
+            params: definition.params.to_string().into_bytes().into(),
+            partition,
+            memory_bytes: definition.memory_bytes,
+            fuel_per_record: definition.fuel_per_record,
+        };
+        // A module that cannot be instantiated fresh is refused here; one
+        // that could be always can (instantiation is deterministic), so a
+        // call's failure to instantiate is the host's (`Unavailable`).
+        vm.instantiate()?;
+        Ok(vm)
+    }
+
+    /// A fresh instance of the module.
+    fn instantiate(&self) -> Result<Fresh, String> {
+        let slot = Slot::take();
+        let limits = StoreLimitsBuilder::new().memory_size(self.memory_bytes).instances(1).tables(4).memories(1).trap_on_grow_failure(true).build();
+        let host = Host { limits, params: self.params.clone(), partition: self.partition, call: None, memory: None };
         let mut store = Store::new(&ENGINE, host);
         store.limiter(|host| &mut host.limits);
         store.set_fuel(INSTANTIATE_FUEL).map_err(|e| e.to_string())?;
-        let instance = LINKER.instantiate(&mut store, &module).map_err(|e| format!("instantiating the module failed: {}", reason_of(&e)))?;
-        let memory = instance.get_memory(&mut store, "memory").ok_or("the module exports no memory")?;
-        store.data_mut().memory = Some(memory);
-        let input = instance.get_typed_func::<i32, i32>(&mut store, "input").map_err(|e| format!("export input: {e}"))?;
-        let on_record = instance
-            .get_typed_func::<(i32, i32, i32, i32, i64, i64), ()>(&mut store, "on_record")
-            .map_err(|e| format!("export on_record(key_len: i32, sk_len: i32, value_len: i32, op: i32, timestamp_ms: i64, offset: i64): {e}"))?;
-        let on_timer = match instance.get_func(&mut store, "on_timer") {
-            None => None,
-            Some(f) => Some(f.typed::<(i32, i64), ()>(&store).map_err(|e| format!("export on_timer(name_len: i32, at_ms: i64): {e}"))?),
+        let instance = self.pre.instantiate(&mut store).map_err(|e| format!("instantiating the module failed: {}", reason_of(&e)))?;
+        let mut export = |at: &ModuleExport| instance.get_module_export(&mut store, at);
+        let Some(Extern::Memory(memory)) = export(&self.exports.memory) else {
+            return Err("the module's \"memory\" is not a memory".into());
         };
-        Ok(Vm { store, memory, input, on_record, on_timer, fuel_per_record: definition.fuel_per_record })
+        let func = |e: Option<Extern>, name: &str| e.and_then(Extern::into_func).ok_or_else(|| format!("the module's {name:?} is not a function"));
+        let (input, on_record) = (export(&self.exports.input), export(&self.exports.on_record));
+        let on_timer = self.exports.on_timer.as_ref().map(|at| instance.get_module_export(&mut store, at));
+        let input = func(input, "input")?.typed::<i32, i32>(&store).map_err(|e| format!("export input(capacity: i32) -> i32: {e}"))?;
+        let on_record = func(on_record, "on_record")?
+            .typed::<(i32, i32, i32, i32, i64, i64), ()>(&store)
+            .map_err(|e| format!("export on_record(key_len: i32, sk_len: i32, value_len: i32, op: i32, timestamp_ms: i64, offset: i64): {e}"))?;
+        let on_timer = match on_timer {
+            None => None,
+            Some(f) => {
+                Some(func(f, "on_timer")?.typed::<(i32, i64), ()>(&store).map_err(|e| format!("export on_timer(name_len: i32, at_ms: i64): {e}"))?)
+            }
+        };
+        store.data_mut().memory = Some(memory);
+        Ok(Fresh { store, memory, input, on_record, on_timer, _slot: slot })
     }
 
-    /// Calls `on_record`.
-    pub fn on_record(&mut self, input: &Input, now_ms: u64, read: &mut dyn StateRead) -> Result<Returned, Failed> {
+    /// Calls `on_record` on a fresh instance.
+    pub fn on_record(&self, input: &Input, now_ms: u64, read: &mut dyn StateRead) -> Outcome {
         let parts: [&[u8]; 3] = [input.key.unwrap_or_default(), input.sk.unwrap_or_default().as_bytes(), input.value.unwrap_or_default()];
         let lengths = parts.map(|p| p.len() as i32);
         let value_len = if input.value.is_some() { lengths[2] } else { -1 };
-        let f = self.on_record.clone();
         let (op, timestamp_ms, offset) = (input.op, input.timestamp_ms as i64, input.offset as i64);
-        self.call(now_ms, read, &parts, input.headers, move |store| f.call(store, (lengths[0], lengths[1], value_len, op, timestamp_ms, offset)))
+        self.call(now_ms, read, &parts, input.headers, move |fresh| {
+            fresh.on_record.clone().call(&mut fresh.store, (lengths[0], lengths[1], value_len, op, timestamp_ms, offset))
+        })
     }
 
-    /// Calls `on_timer`; a module without one ignores timers.
-    pub fn on_timer(&mut self, name: &str, at_ms: u64, now_ms: u64, read: &mut dyn StateRead) -> Result<Returned, Failed> {
-        let Some(f) = self.on_timer.clone() else {
-            return Ok(Returned { effects: Effects::default(), fuel_used: 0 });
-        };
+    /// Calls `on_timer` on a fresh instance; a module without one ignores timers.
+    pub fn on_timer(&self, name: &str, at_ms: u64, now_ms: u64, read: &mut dyn StateRead) -> Outcome {
+        if self.exports.on_timer.is_none() {
+            return Ok(Ok(Returned { effects: Effects::default(), fuel_used: 0 }));
+        }
         let len = name.len() as i32;
-        self.call(now_ms, read, &[name.as_bytes()], &[], move |store| f.call(store, (len, at_ms as i64)))
+        self.call(now_ms, read, &[name.as_bytes()], &[], move |fresh| match fresh.on_timer.clone() {
+            Some(f) => f.call(&mut fresh.store, (len, at_ms as i64)),
+            None => Ok(()),
+        })
     }
 
-    /// Runs one call: the input written into the guest's buffer, a fresh
-    /// fuel budget, empty effects.
+    /// Runs one call on a fresh instance: the input written into the
+    /// guest's buffer, a fresh fuel budget, empty effects.
     fn call(
-        &mut self,
+        &self,
         now_ms: u64,
         read: &mut dyn StateRead,
         input: &[&[u8]],
         headers: &[(String, bytes::Bytes)],
-        run: impl FnOnce(&mut Store<Host>) -> wasmtime::Result<()>,
-    ) -> Result<Returned, Failed> {
+        run: impl FnOnce(&mut Fresh) -> wasmtime::Result<()>,
+    ) -> Outcome {
         let fuel = self.fuel_per_record;
-        let failed = |reason: String, fuel_used: u64| Failed { reason, fuel_used };
-        self.store.set_fuel(fuel).map_err(|e| failed(e.to_string(), 0))?;
+        let failed = |reason: String, fuel_used: u64| Ok(Err(Failed { reason, fuel_used }));
+        let mut fresh = self.instantiate().map_err(Unavailable)?;
+        if let Err(e) = fresh.store.set_fuel(fuel) {
+            return Err(Unavailable(e.to_string()));
+        }
         let total: usize = input.iter().map(|p| p.len()).sum();
-        let at = self.input.call(&mut self.store, total as i32).map_err(|e| failed(reason_of(&e), 0))? as u32 as usize;
-        let data = self.memory.data_mut(&mut self.store);
-        let buffer = data.get_mut(at..at + total).ok_or_else(|| failed("input() returned a buffer outside the module's memory".into(), 0))?;
+        let at = match fresh.input.call(&mut fresh.store, total as i32) {
+            Ok(at) => at as u32 as usize,
+            Err(e) => return failed(reason_of(&e), fuel - fresh.store.get_fuel().unwrap_or(0)),
+        };
+        let data = fresh.memory.data_mut(&mut fresh.store);
+        let Some(buffer) = data.get_mut(at..at.saturating_add(total)) else {
+            return failed("input() returned a buffer outside the module's memory".into(), 0);
+        };
         let mut written = 0;
         for part in input {
             buffer[written..written + part.len()].copy_from_slice(part);
@@ -447,13 +590,13 @@ impl Vm {
         // pointer is taken out of the store below, before `read` goes.
         let read = ReadPtr(unsafe { std::mem::transmute::<*mut (dyn StateRead + '_), *mut (dyn StateRead + 'static)>(read) });
         let headers = HeadersPtr(headers as *const [(String, bytes::Bytes)]);
-        self.store.data_mut().call = Some(Call { effects: Effects::default(), read, now_ms, headers });
-        let result = run(&mut self.store);
-        let call = self.store.data_mut().call.take().expect("the call is set while it runs");
-        let fuel_used = fuel - self.store.get_fuel().unwrap_or(0);
+        fresh.store.data_mut().call = Some(Call { effects: Effects::default(), read, now_ms, headers });
+        let result = run(&mut fresh);
+        let call = fresh.store.data_mut().call.take().expect("the call is set while it runs");
+        let fuel_used = fuel - fresh.store.get_fuel().unwrap_or(0);
         match result {
-            Ok(()) => Ok(Returned { effects: call.effects, fuel_used }),
-            Err(e) => Err(failed(reason_of(&e), fuel_used)),
+            Ok(()) => Ok(Ok(Returned { effects: call.effects, fuel_used })),
+            Err(e) => failed(reason_of(&e), fuel_used),
         }
     }
 }
