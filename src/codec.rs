@@ -63,11 +63,28 @@ pub struct Op {
     pub condition: Option<Condition>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Mutation {
     pub write_id: Bytes,
     pub ops: Vec<Op>,
+    /// A journaled write's place in its journal (set when it is sequenced).
+    pub journal: Option<JournalPlace>,
 }
+
+/// Where a journaled write sits in its journal: applied in `lane` order,
+/// each offset once (`apply::batch`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JournalPlace {
+    /// One journal's topic for the namespace (its journal id and the
+    /// topic's incarnation), at most `JOURNAL_LANE_BYTES_MAX` bytes.
+    pub lane: Bytes,
+    pub offset: u64,
+    /// Every entry of the lane below this is known applied.
+    pub from: u64,
+}
+
+/// The longest journal lane name an entry may carry.
+pub const JOURNAL_LANE_BYTES_MAX: usize = 128;
 
 /// Why an entry was skipped. Stable names: they are metric label values.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -173,6 +190,7 @@ pub fn encode_at(mutation: &Mutation, time_ms: u64) -> Vec<u8> {
         time_ms,
         tick: false,
         outbox_published_below: 0,
+        journal: mutation.journal.as_ref().map(|place| proto::JournalPlace { lane: place.lane.clone(), offset: place.offset, from: place.from }),
     };
     message.encode_to_vec()
 }
@@ -192,8 +210,19 @@ pub fn encode_trim(time_ms: u64, published_below: u64) -> Vec<u8> {
         time_ms,
         tick: true,
         outbox_published_below: published_below,
+        journal: None,
     };
     message.encode_to_vec()
+}
+
+/// `entry` (an encoded mutation, as journaled) with its place in the
+/// journal set: what the sequencer appends. Everything else, the writer's
+/// time included, is kept as it was.
+pub fn with_journal_place(entry: &Bytes, place: &JournalPlace) -> Result<Bytes, Malformed> {
+    assert!(!place.lane.is_empty() && place.lane.len() <= JOURNAL_LANE_BYTES_MAX, "a lane name's length is bounded");
+    let mut message = proto::Mutation::decode(entry.clone()).map_err(|_| Malformed::Undecodable)?;
+    message.journal = Some(proto::JournalPlace { lane: place.lane.clone(), offset: place.offset, from: place.from });
+    Ok(Bytes::from(message.encode_to_vec()))
 }
 
 /// A tick's `outbox_published_below` (0 for any other entry, or none).
@@ -241,19 +270,23 @@ pub fn decode_timed(entry: Bytes, partition: u32, partitions: u32) -> Result<(Mu
     if message.write_id.len() > limits::WRITE_ID_BYTES_MAX {
         return Err(Malformed::Limit(format!("write_id longer than {} bytes", limits::WRITE_ID_BYTES_MAX)));
     }
+    if message.journal.as_ref().is_some_and(|place| place.lane.is_empty() || place.lane.len() > JOURNAL_LANE_BYTES_MAX) {
+        return Err(Malformed::Limit(format!("a journal lane has 1 to {JOURNAL_LANE_BYTES_MAX} bytes")));
+    }
     if message.tick {
-        if !message.ops.is_empty() || !message.write_id.is_empty() {
-            return Err(Malformed::Limit("a tick has no ops and no write id".into()));
+        if !message.ops.is_empty() || !message.write_id.is_empty() || message.journal.is_some() {
+            return Err(Malformed::Limit("a tick has no ops, no write id and no journal place".into()));
         }
         // The one mutation without ops: applying it moves the log time.
-        return Ok((Mutation { write_id: Bytes::new(), ops: Vec::new() }, message.time_ms));
+        return Ok((Mutation { write_id: Bytes::new(), ops: Vec::new(), journal: None }, message.time_ms));
     }
     limits::check_ops_count(message.ops.len()).map_err(|e| Malformed::Limit(e.message))?;
     let mut ops = Vec::with_capacity(message.ops.len());
     for op in message.ops {
         ops.push(decode_op(op, partition, partitions)?);
     }
-    let mutation = Mutation { write_id: message.write_id, ops };
+    let journal = message.journal.map(|place| JournalPlace { lane: place.lane, offset: place.offset, from: place.from });
+    let mutation = Mutation { write_id: message.write_id, ops, journal };
     limits::check_mutation_bytes(mutation.payload_bytes()).map_err(|e| Malformed::Limit(e.message))?;
     if mutation.ops.len() > 1 && mutation.ops.iter().any(|op| matches!(op.kind, OpKind::Procedure(_))) {
         return Err(Malformed::Procedure("a procedure op must be its mutation's only op".into()));
@@ -345,6 +378,7 @@ mod tests {
                 Op { pk: pk.clone(), sk: "".into(), kind: OpKind::Delete, condition: Some(Condition::IfAbsent) },
                 Op { pk, sk: "b".into(), kind: OpKind::Put(Bytes::from_static(b"[1,2]")), condition: None },
             ],
+            journal: None,
         }
     }
 
@@ -365,7 +399,8 @@ mod tests {
     #[test]
     fn garbage_and_bad_fields_are_malformed() {
         assert_eq!(decode(Bytes::from_static(&[0xff, 0xff, 0xff]), 0, 1).unwrap_err().label(), "undecodable");
-        let mut raw = proto::Mutation { format: 2, write_id: Bytes::new(), ops: vec![], time_ms: 0, tick: false, outbox_published_below: 0 };
+        let mut raw =
+            proto::Mutation { format: 2, write_id: Bytes::new(), ops: vec![], time_ms: 0, tick: false, outbox_published_below: 0, journal: None };
         assert_eq!(decode(Bytes::from(raw.encode_to_vec()), 0, 1).unwrap_err(), Malformed::UnknownFormat(2));
         raw.format = 1;
         assert_eq!(decode(Bytes::from(raw.encode_to_vec()), 0, 1).unwrap_err().label(), "limit");
@@ -395,6 +430,7 @@ mod tests {
                 kind: OpKind::Tree(TreeOp { merge, value: Bytes::from_static(value.as_bytes()), time_ms: 7 }),
                 condition,
             }],
+            journal: None,
         };
         let p = partition_of(".tree", 4);
         let good = tree("a/b", r#"{"c": {".sv": "timestamp"}}"#, false, Some(Condition::IfTreeHash([3; 32])));
@@ -413,11 +449,12 @@ mod tests {
 
     #[test]
     fn ticks_carry_only_a_time() {
-        assert_eq!(decode_timed(Bytes::from(encode_tick(42)), 3, 4).unwrap(), (Mutation { write_id: Bytes::new(), ops: vec![] }, 42));
+        assert_eq!(decode_timed(Bytes::from(encode_tick(42)), 3, 4).unwrap(), (Mutation { write_id: Bytes::new(), ops: vec![], journal: None }, 42));
         let mut raw = proto::Mutation::decode(Bytes::from(encode(&sample(4)))).unwrap();
         raw.tick = true;
         assert_eq!(decode(Bytes::from(raw.encode_to_vec()), 2, 4).unwrap_err().label(), "limit");
-        let empty = proto::Mutation { format: 1, write_id: Bytes::new(), ops: vec![], time_ms: 1, tick: false, outbox_published_below: 0 };
+        let empty =
+            proto::Mutation { format: 1, write_id: Bytes::new(), ops: vec![], time_ms: 1, tick: false, outbox_published_below: 0, journal: None };
         assert_eq!(decode(Bytes::from(empty.encode_to_vec()), 0, 1).unwrap_err().label(), "limit", "no ops and no tick");
     }
 

@@ -241,6 +241,13 @@ pub(super) fn record_outcome_metrics(handle: &PartitionHandle, outcomes: &[(u64,
                 tracing::debug!(tp = %handle.tp, of, "dropped a retried write (its write id was applied before)");
                 metrics::APPLY_DUPLICATES.with_label_values(&[&handle.namespace]).inc();
             }
+            Outcome::JournalRepeated { lane_next } => {
+                tracing::debug!(tp = %handle.tp, lane_next, "dropped a journaled write applied before (a copy appended again)");
+                metrics::APPLY_DUPLICATES.with_label_values(&[&handle.namespace]).inc();
+            }
+            Outcome::JournalAhead { lane_next } => {
+                tracing::debug!(tp = %handle.tp, lane_next, "a journaled write ahead of its lane waits to be appended again");
+            }
             Outcome::KeyReused { of } => {
                 tracing::debug!(tp = %handle.tp, of, "refused a write whose write id was applied before for another payload");
             }

@@ -98,10 +98,10 @@ pub(crate) fn apply_entries_with(
                 Outcome::Applied
             }
             Ok((mutation, time_ms)) => {
-                let (outcome, resolved) = if mutation.write_id.is_empty() {
-                    apply_mutation(tx, &mutation, entry.offset)?
-                } else {
-                    apply_once(tx, &mutation, entry.offset)?
+                let (outcome, resolved) = match &mutation.journal {
+                    Some(place) => apply_in_lane(tx, &mutation, place, entry.offset)?,
+                    None if mutation.write_id.is_empty() => apply_mutation(tx, &mutation, entry.offset)?,
+                    None => apply_once(tx, &mutation, entry.offset)?,
                 };
                 match outcome {
                     Outcome::Applied => {
@@ -141,7 +141,7 @@ fn report_applied(offset: u64, own: Option<&Mutation>, procedures: &mut Procedur
         },
         condition: None,
     }));
-    on_applied(offset, &Mutation { write_id: bytes::Bytes::new(), ops });
+    on_applied(offset, &Mutation { write_id: bytes::Bytes::new(), ops, journal: None });
 }
 
 /// Ends an entry: the store moves past it, expired write ids are forgotten,
@@ -200,6 +200,34 @@ fn apply_once(tx: &mut ApplyTxn, mutation: &Mutation, offset: u64) -> Result<(Ou
     let (outcome, resolved) = apply_mutation(tx, mutation, offset)?;
     tx.remember_write_id(&mutation.write_id, offset, &outcome.encode_remembered_for(&digest))?;
     Ok((outcome, resolved))
+}
+
+/// Applies a journaled write in its journal lane's order, each lane offset
+/// once (issue 36): the lane's next offset is `place.from` (everything
+/// below is known applied) or what the store remembers, whichever is
+/// later. An offset below it is a copy of a write applied before; one
+/// above it waits for the entries before it (its sequencer appends it
+/// again after them); the next one applies (by its write id, if it has one)
+/// and moves the lane, whatever its own outcome.
+fn apply_in_lane(
+    tx: &mut ApplyTxn,
+    mutation: &Mutation,
+    place: &codec::JournalPlace,
+    offset: u64,
+) -> Result<(Outcome, Option<Mutation>), StoreError> {
+    let lane_next = tx.journal_lane_next(&place.lane)?.unwrap_or(0).max(place.from);
+    if place.offset < lane_next {
+        return Ok((Outcome::JournalRepeated { lane_next }, None));
+    }
+    if place.offset > lane_next {
+        return Ok((Outcome::JournalAhead { lane_next }, None));
+    }
+    let applied = match mutation.write_id.is_empty() {
+        true => apply_mutation(tx, mutation, offset)?,
+        false => apply_once(tx, mutation, offset)?,
+    };
+    tx.set_journal_lane_next(&place.lane, place.offset + 1, offset)?;
+    Ok(applied)
 }
 
 /// Applies one mutation: all conditions first, then every op. Returns the
@@ -268,7 +296,7 @@ mod tests {
     }
 
     fn entry_with_id(offset: u64, write_id: &'static [u8], ops: Vec<Op>) -> LogRecord {
-        LogRecord::entry(offset, Bytes::from(encode(&Mutation { write_id: Bytes::from_static(write_id), ops })))
+        LogRecord::entry(offset, Bytes::from(encode(&Mutation { write_id: Bytes::from_static(write_id), ops, journal: None })))
     }
 
     #[test]
@@ -418,5 +446,68 @@ mod tests {
             store.read().unwrap().state().unwrap().state_hash
         };
         assert_ne!(with_id(b"x"), with_id(b"y"));
+    }
+
+    /// A journaled write as the sequencer appends it: placed in `lane`.
+    fn journaled(offset: u64, lane: &'static [u8], at: u64, from: u64, write_id: &'static [u8], value: &'static str) -> LogRecord {
+        let place = crate::codec::JournalPlace { lane: Bytes::from_static(lane), offset: at, from };
+        let mutation = Mutation { write_id: Bytes::from_static(write_id), ops: vec![put("k", "", value, None)], journal: Some(place) };
+        LogRecord::entry(offset, Bytes::from(encode(&mutation)))
+    }
+
+    fn value_after(entries: &[LogRecord]) -> (Vec<Outcome>, String) {
+        let dir = tempfile::tempdir().unwrap();
+        let store = PartitionStore::open(&dir.path().join("p"), 1, 1 << 20).unwrap();
+        let outcomes = store.apply(false, |tx| apply_entries(tx, entries, 0, 1, &mut |_, _| {})).unwrap();
+        let value = store.read().unwrap().get("k", "").unwrap().map(|r| String::from_utf8(r.value).unwrap()).unwrap_or_default();
+        (outcomes.into_iter().map(|(_, o)| o).collect(), value)
+    }
+
+    /// Issue 36, defect 4: the sequencer's first append failed, the two
+    /// after it landed, then it was appended again (and the two again).
+    /// Applied as they landed, "1" ended last; applied in lane order, "3".
+    #[test]
+    fn a_lane_applies_in_journal_order_whatever_order_its_copies_land_in() {
+        let entries = [
+            journaled(0, b"L", 1, 0, b"", "2"),
+            journaled(1, b"L", 2, 0, b"", "3"),
+            journaled(2, b"L", 0, 0, b"", "1"),
+            journaled(3, b"L", 1, 0, b"", "2"),
+            journaled(4, b"L", 2, 0, b"", "3"),
+            // A copy appended again later (a restart, a claim): once only.
+            journaled(5, b"L", 1, 0, b"", "2"),
+            // Another lane is its own.
+            journaled(6, b"M", 7, 7, b"", "\"m\""),
+        ];
+        let (outcomes, value) = value_after(&entries[..6]);
+        assert_eq!(value, "3");
+        let ahead = Outcome::JournalAhead { lane_next: 0 };
+        assert_eq!(outcomes[..3], [ahead.clone(), ahead, Outcome::Applied]);
+        assert_eq!(outcomes[3..], [Outcome::Applied, Outcome::Applied, Outcome::JournalRepeated { lane_next: 3 }]);
+        assert_eq!(value_after(&entries).1, "\"m\"", "a lane seen first starts at its `from`");
+    }
+
+    /// Issue 36, defect 6: a copy of a journaled write appended more than
+    /// the write-id window after it applied (a claim of a journal whose
+    /// object also held a stuck entry) was applied again over newer writes.
+    /// Its lane remembers it without a window; the same copy without a
+    /// place (as the sequencer appended them before) shows why.
+    #[test]
+    fn a_journaled_copy_never_applies_twice_however_late() {
+        let window = WRITE_ID_WINDOW_OFFSETS;
+        let late = window + 100;
+        let entries = [
+            journaled(0, b"L", 0, 0, b"j1", "\"old\""),
+            entry(late - 1, vec![put("k", "", "\"new\"", None)]),
+            journaled(late, b"L", 0, 0, b"j1", "\"old\""),
+        ];
+        let (outcomes, value) = value_after(&entries);
+        assert_eq!((outcomes[2].clone(), value.as_str()), (Outcome::JournalRepeated { lane_next: 1 }, "\"new\""));
+        let unplaced = [
+            entry_with_id(0, b"j1", vec![put("k", "", "\"old\"", None)]),
+            entries[1].clone(),
+            entry_with_id(late, b"j1", vec![put("k", "", "\"old\"", None)]),
+        ];
+        assert_eq!(value_after(&unplaced).1, "\"old\"", "past the window a write id alone no longer finds the original");
     }
 }

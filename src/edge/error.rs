@@ -59,6 +59,7 @@ impl From<LogError> for ApiError {
             }
             LogError::Unsupported(message) => ApiError::bad_request("invalid_source_topic", message),
             LogError::SourceConflict(message) => ApiError::new(StatusCode::CONFLICT, "source_topic_conflict", message),
+            LogError::Ambiguous(_) => ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "outcome_unknown", e.to_string()),
             other => ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "log_unavailable", format!("{other}; the write was not acknowledged, retry it")),
         }
     }
@@ -73,6 +74,9 @@ impl From<WriteError> for ApiError {
                 ApiError::bad_request("reserved_key", reserved.message).with("op_index", reserved.op_index)
             }
             WriteError::Journal(journal) => journal_error(journal),
+            WriteError::JournaledNotCopied { write_id, .. } => {
+                ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "journaled_not_copied", message).with("write_id", String::from_utf8_lossy(&write_id))
+            }
             WriteError::JournaledCannotWait => ApiError::bad_request(
                 "invalid_parameter",
                 "wait=applied cannot go with durability=journaled: a journaled write is answered before it is sequenced; use durability=sequenced to wait",

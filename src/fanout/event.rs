@@ -220,6 +220,7 @@ mod tests {
         let mutation = Mutation {
             write_id: Bytes::new(),
             ops: vec![Op { pk: "p".into(), sk: "s".into(), kind: OpKind::Put(Bytes::from_static(b"1")), condition: None }],
+            ..Default::default()
         };
         let event = &Event::of_mutation(0, 7, &mutation)[0];
         let mut encoded = 0;
@@ -244,6 +245,7 @@ mod tests {
                 Op { pk: "a\"".into(), sk: "x".into(), kind: OpKind::Put(Bytes::from_static(b"{\n \"k\": [1,\r\n2]}")), condition: None },
                 Op { pk: "a\"".into(), sk: "y".into(), kind: OpKind::Delete, condition: None },
             ],
+            ..Default::default()
         };
         let events = Event::of_mutation(3, 41, &mutation);
         assert_eq!(events.len(), 2);

@@ -341,7 +341,7 @@ mod tests {
             .iter()
             .map(|sk| Op { pk: pk.into(), sk: (*sk).into(), kind: OpKind::Put(bytes::Bytes::from_static(b"1")), condition: None })
             .collect();
-        Event::of_mutation(0, offset, &Mutation { write_id: bytes::Bytes::new(), ops })
+        Event::of_mutation(0, offset, &Mutation { write_id: bytes::Bytes::new(), ops, ..Default::default() })
     }
 
     fn queue(id: u64, filter: Filter) -> Arc<WatchQueue> {

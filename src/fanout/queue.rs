@@ -258,7 +258,7 @@ mod tests {
             .iter()
             .map(|k| Op { pk: "p".into(), sk: (*k).into(), kind: OpKind::Put(bytes::Bytes::from_static(b"1")), condition: None })
             .collect();
-        Event::of_mutation(0, offset, &Mutation { write_id: bytes::Bytes::new(), ops }).into()
+        Event::of_mutation(0, offset, &Mutation { write_id: bytes::Bytes::new(), ops, ..Default::default() }).into()
     }
 
     #[test]

@@ -223,7 +223,7 @@ async fn set(
     let body_again = body.clone();
     let op = Op { pk: TREE_PK.into(), sk: sk.clone(), kind: OpKind::Tree(TreeOp { merge, value: body, time_ms }), condition };
     let write_id = incoming.write_id().map_err(FbError::bad)?;
-    let mutation = Mutation { write_id, ops: vec![op] };
+    let mutation = Mutation { write_id, ops: vec![op], journal: None };
     let partition = namespace.partition_of(TREE_PK);
     let request = WriteRequest::new(Writer::FirebaseTree, partition, Entry::Mutation(mutation)).applied_within(timeout);
     match state.app.node.write(namespace, request).await {

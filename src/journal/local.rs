@@ -66,6 +66,8 @@ pub struct Backlog {
 }
 
 pub struct Journal {
+    /// The journal's id (its folder in object storage; its lanes' names).
+    pub(super) id: String,
     pub(super) log: EmbeddedLog,
     pub(super) limits: JournalLimits,
     /// Per namespace: its partitions (as its journal topic was made).
@@ -111,7 +113,11 @@ impl ObjectsSlot {
     }
 
     pub(super) fn ready(&self) -> Result<&objects::ObjectJournal, JournalError> {
-        self.journal.get().ok_or_else(|| JournalError::ObjectsUnavailable(self.last_error.lock().clone()))
+        let journal = self.journal.get().ok_or_else(|| JournalError::ObjectsUnavailable(self.last_error.lock().clone()))?;
+        match journal.refuses() {
+            Some(reason) => Err(JournalError::ObjectsUnavailable(reason)),
+            None => Ok(journal),
+        }
     }
 }
 
@@ -189,11 +195,13 @@ impl Journal {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => HashMap::new(),
             Err(e) => return Err(LogError::from(e).into()),
         };
+        let id = journal_id(dir)?;
         let objects = match objects {
-            Some(config) => Some(open_objects(journal_id(dir)?, config).await),
+            Some(config) => Some(open_objects(id.clone(), config).await),
             None => None,
         };
         let mut journal = Journal {
+            id,
             objects,
             log,
             limits,
@@ -258,6 +266,21 @@ impl Journal {
         let Some(objects) = self.objects.as_ref().and_then(|slot| slot.journal.get()) else { return Ok(0) };
         let released = self.released.lock().clone();
         objects.delete_released(|ns, p| released.get(&released_key(ns, p)).copied().unwrap_or(0)).await.map_err(JournalError::Objects)
+    }
+
+    /// Whether `ns`/`partition` has journaled writes not yet seen applied
+    /// (ripcord then journals that partition's plain writes too, so they
+    /// apply after them, in the order their clients saw).
+    pub fn holds_pending(&self, ns: &str, partition: u32) -> bool {
+        let ids = self.ids.lock();
+        !ids.by_id.is_empty() && ids.order.get(&released_key(ns, partition)).is_some_and(|order| !order.is_empty())
+    }
+
+    /// The lane of this journal's topic of `ns` (`super::lane_of`); the
+    /// topic exists (a journaled write made it), else None.
+    pub fn lane(&self, ns: &str) -> Option<bytes::Bytes> {
+        let partitions = *self.topics.lock().get(ns)?;
+        Some(super::lane_of(&self.id, ns, partitions))
     }
 
     /// The journal's id in object storage, when it keeps a copy there.
@@ -357,6 +380,16 @@ impl Journal {
             }
         }
         Ok(out)
+    }
+
+    /// What `ns`/`partition`'s journal holds not released, if anything.
+    pub async fn pending_of(&self, ns: &str, partition: u32) -> Result<Option<Pending>, JournalError> {
+        if self.topics.lock().get(ns).is_none_or(|&partitions| partition >= partitions) {
+            return Ok(None);
+        }
+        let start = self.released_from(ns, partition).await?;
+        let end = self.log.end_offset(&tp(ns, partition)).await?;
+        Ok((end > start).then(|| Pending { ns: ns.to_string(), partition, start, end }))
     }
 
     /// Entries and bytes not yet released.

@@ -28,6 +28,22 @@
 mod local;
 pub mod objects;
 
+/// The journal lane of `journal_id`'s topic of namespace `ns` (made with
+/// `partitions`): what a journaled write's `JournalPlace` names, the same
+/// for the owner's sequencer and for a node replaying the journal from
+/// object storage. A journal's topic is never made again with other
+/// partitions while it holds entries, and a new data directory is a new
+/// journal id, so a lane's offsets never start over.
+pub fn lane_of(journal_id: &str, ns: &str, partitions: u32) -> bytes::Bytes {
+    let mut hasher = blake3::Hasher::new_derive_key("tern journal lane v1");
+    for part in [journal_id.as_bytes(), ns.as_bytes()] {
+        hasher.update(&(part.len() as u64).to_le_bytes());
+        hasher.update(part);
+    }
+    hasher.update(&partitions.to_le_bytes());
+    bytes::Bytes::copy_from_slice(&hasher.finalize().as_bytes()[..16])
+}
+
 pub use self::local::{Backlog, Journal, JournalError, JournalLimits, ObjectsConfig, Pending};
 
 #[cfg(test)]

@@ -55,6 +55,11 @@ type Uploaded = Arc<Mutex<BTreeMap<u64, Vec<((String, u32), u64)>>>>;
 const GROUP_ENTRIES_MAX: usize = 4096;
 /// … and about this many bytes (an entry is at most one mutation, 5 MiB).
 const GROUP_BYTES_MAX: usize = 8 * 1024 * 1024;
+/// Entries whose object put failed, carried into the next object (so the
+/// objects never miss an entry a later one holds: a node replaying them
+/// applies a partition's entries in journal order, with no gap). At the
+/// bound, journaled writes are refused until object storage takes them.
+const CARRIED_ENTRIES_MAX: usize = 2048;
 /// Appends waiting for the uploader; at the bound an append waits.
 const UPLOADS_QUEUED_MAX: usize = 65_536;
 /// Largest entries object read back (a group commit is ≤ ~13 MiB).
@@ -299,6 +304,8 @@ pub struct ObjectJournal {
     /// Uploaded objects not deleted: seq → per (namespace, partition) the
     /// highest local journal offset in it.
     uploaded: Uploaded,
+    /// Entries carried since the last put that failed (0: none failed).
+    carried: Arc<std::sync::atomic::AtomicUsize>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
 }
 
@@ -317,7 +324,8 @@ impl ObjectJournal {
         objects.renew_lease(journal_id, node).await?;
         let uploaded = Arc::new(Mutex::new(uploaded));
         let (queue, receiver) = mpsc::channel(UPLOADS_QUEUED_MAX);
-        let uploader = tokio::spawn(upload_loop(objects.clone(), journal_id.to_string(), next_seq, receiver, uploaded.clone()));
+        let carried = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let uploader = tokio::spawn(upload_loop(objects.clone(), journal_id.to_string(), next_seq, receiver, uploaded.clone(), carried.clone()));
         let (o, id, node) = (objects.clone(), journal_id.to_string(), node.to_string());
         let renewer = tokio::spawn(async move {
             loop {
@@ -327,14 +335,23 @@ impl ObjectJournal {
                 }
             }
         });
-        Ok(ObjectJournal { objects, journal_id: journal_id.to_string(), queue, uploaded, tasks: vec![uploader, renewer] })
+        Ok(ObjectJournal { objects, journal_id: journal_id.to_string(), queue, uploaded, carried, tasks: vec![uploader, renewer] })
     }
 
     pub fn journal_id(&self) -> &str {
         &self.journal_id
     }
 
-    /// Returns once `entry` is in object storage (its group commit's object put).
+    /// Why a new journaled write must be refused before it is journaled:
+    /// object storage has not taken the last `CARRIED_ENTRIES_MAX` ones.
+    pub fn refuses(&self) -> Option<String> {
+        let carried = self.carried.load(std::sync::atomic::Ordering::Relaxed);
+        (carried >= CARRIED_ENTRIES_MAX)
+            .then(|| format!("object storage has not taken the last {carried} journaled writes (bound: {CARRIED_ENTRIES_MAX})"))
+    }
+
+    /// Returns once `entry` is in object storage (its group commit's object
+    /// put). Err: that put failed; the entry is carried into the next one.
     pub async fn append(&self, entry: Entry) -> Result<(), String> {
         let (done, answer) = oneshot::channel();
         self.queue.send(Upload { entry, done }).await.map_err(|_| "the journal's uploader stopped".to_string())?;
@@ -381,26 +398,41 @@ fn highest_offsets(entries: &[Entry]) -> Vec<((String, u32), u64)> {
     highest.into_iter().collect()
 }
 
-/// Takes what is queued, puts it as one object, answers each append.
-async fn upload_loop(objects: JournalObjects, journal_id: String, mut next_seq: u64, mut queue: mpsc::Receiver<Upload>, uploaded: Uploaded) {
+/// Takes what is queued, puts it as one object (after the entries of the
+/// last put that failed, in journal order), answers each append.
+async fn upload_loop(
+    objects: JournalObjects,
+    journal_id: String,
+    mut next_seq: u64,
+    mut queue: mpsc::Receiver<Upload>,
+    uploaded: Uploaded,
+    carried: Arc<std::sync::atomic::AtomicUsize>,
+) {
+    let mut carry: Vec<Entry> = Vec::new();
     while let Some(first) = queue.recv().await {
+        let mut bytes = carry.iter().map(|e| e.payload.len()).sum::<usize>() + first.entry.payload.len();
         let mut group = vec![first];
-        let mut bytes = group[0].entry.payload.len();
-        while group.len() < GROUP_ENTRIES_MAX && bytes < GROUP_BYTES_MAX {
+        while carry.len() + group.len() < GROUP_ENTRIES_MAX && bytes < GROUP_BYTES_MAX {
             let Ok(next) = queue.try_recv() else { break };
             bytes += next.entry.payload.len();
             group.push(next);
         }
-        let entries: Vec<Entry> = group.iter().map(|u| u.entry.clone()).collect();
+        let mut entries = std::mem::take(&mut carry);
+        entries.extend(group.iter().map(|u| u.entry.clone()));
         let encoded = encode(&entries);
         debug_assert_eq!(decode(&encoded).as_ref(), Ok(&entries), "an object reads back as written");
         let seq = next_seq;
         // A failed put still uses its number: it may have been stored.
         next_seq += 1;
         let result = objects.put(&objects.entries_path(&journal_id, seq), encoded).await;
-        if result.is_ok() {
-            uploaded.lock().insert(seq, highest_offsets(&entries));
+        match result {
+            Ok(()) => {
+                uploaded.lock().insert(seq, highest_offsets(&entries));
+            }
+            // Carried, so no later object holds an entry this one missed.
+            Err(_) => carry = entries,
         }
+        carried.store(carry.len(), std::sync::atomic::Ordering::Relaxed);
         crate::metrics::JOURNAL_OBJECTS_PUT.inc();
         for upload in group {
             let _ = upload.done.send(result.clone());
@@ -455,6 +487,38 @@ mod tests {
         assert_eq!(journal.delete_released(|_, _| 2).await.unwrap(), 2);
         assert!(objects.entries("j1").await.unwrap().is_empty());
         assert_eq!(objects.journals().await.unwrap(), vec!["j1".to_string()], "the lease stays while the owner runs");
+    }
+
+    /// Issue 36: an entry whose object put failed was in no object, while
+    /// later entries were: a node replaying the lost journal would have
+    /// applied them without it (and, applying in journal order, waited for
+    /// it for ever). It is carried into the next object; past the bound,
+    /// new journaled writes are refused before they are journaled. Failed
+    /// before: the second object held only "b".
+    #[tokio::test]
+    async fn an_entry_whose_put_failed_goes_into_the_next_object() {
+        let dir = tempfile::tempdir().unwrap();
+        let store: Arc<dyn ObjectStore> = Arc::new(object_store::local::LocalFileSystem::new_with_prefix(dir.path()).unwrap());
+        let objects = JournalObjects::new(store, &ObjectPath::from("root"));
+        let journal = ObjectJournal::open(objects.clone(), "j1", "n1", Duration::from_secs(60)).await.unwrap();
+        // A directory where object 0 goes: its put fails.
+        let blocked = dir.path().join(objects.entries_path("j1", 0).as_ref());
+        std::fs::create_dir_all(blocked.join("in-the-way")).unwrap();
+        assert!(journal.append(entry("a", 0, 0, b"a")).await.is_err());
+        assert_eq!(journal.refuses(), None, "one carried entry is within the bound");
+        journal.append(entry("a", 0, 1, b"b")).await.unwrap();
+        let held = objects.entries("j1").await.unwrap();
+        assert_eq!(held.iter().map(|(seq, _)| *seq).collect::<Vec<_>>(), vec![1]);
+        assert_eq!(objects.read_entries(&held[0].1).await.unwrap(), vec![entry("a", 0, 0, b"a"), entry("a", 0, 1, b"b")]);
+        // Failing for good: refused once CARRIED_ENTRIES_MAX are carried.
+        std::fs::create_dir_all(dir.path().join(objects.entries_path("j1", 2).as_ref()).join("in-the-way")).unwrap();
+        for seq in 3..3 + CARRIED_ENTRIES_MAX as u64 {
+            std::fs::create_dir_all(dir.path().join(objects.entries_path("j1", seq).as_ref()).join("in-the-way")).unwrap();
+        }
+        for offset in 2..2 + CARRIED_ENTRIES_MAX as u64 {
+            assert!(journal.append(entry("a", 0, offset, b"c")).await.is_err());
+        }
+        assert!(journal.refuses().is_some_and(|why| why.contains("has not taken the last 2048")), "{:?}", journal.refuses());
     }
 
     #[tokio::test]

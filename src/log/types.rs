@@ -113,8 +113,15 @@ pub enum LogError {
     /// topic's own `max.message.bytes`, below Tern's bound).
     #[error("the log refused an entry of {size_bytes} bytes as too large for its topic: {reason}")]
     TooLargeForTopic { size_bytes: usize, reason: String },
+    /// The log did not take the write: it is not in the log, and never
+    /// will be (a journaled copy is the only copy).
     #[error("the log is unavailable: {0}")]
     Unavailable(String),
+    /// The write may or may not be in the log (it was in flight when the
+    /// log failed, or landed at an offset the log did not say): never
+    /// journaled, since a copy could apply it twice.
+    #[error("the write's outcome is unknown: {0}")]
+    Ambiguous(String),
     #[error("the log is closed")]
     Closed,
     #[error("the log is corrupt: {0}")]

@@ -8,10 +8,12 @@
 //! journal order, waits until it sees them applied, and only then deletes
 //! each object; when none is left it retires the lease and the claim.
 //!
-//! Every journaled write has a write id, so a journal replayed twice (two
-//! claimers, a claimer that stopped half-way, or an owner that comes back
-//! with its data directory and sequences its local journal too) is applied
-//! once — within the write-id window. A claim only saves work.
+//! Every journaled write carries its place in its journal's lane, and the
+//! apply loop applies a lane in order, each offset once, so a journal
+//! replayed twice (two claimers, a claimer that stopped half-way, or an
+//! owner that comes back with its data directory and sequences its local
+//! journal too) is applied once, however late: no window. A claim only
+//! saves work.
 //!
 //! Bounds: one journal at a time; `APPENDS_IN_FLIGHT_MAX` appends in
 //! flight; `APPLIED_WAIT_MAX` for an object's entries to be seen applied
@@ -77,10 +79,35 @@ async fn scan(node: &Node, objects: &JournalObjects, own: &str, claim_after: Dur
 }
 
 /// Replays one claimed journal, object by object, in journal order.
+///
+/// Each entry carries its place in the journal (`JournalPlace`); a lane's
+/// `from` is the lowest offset left in the journal's objects: every entry
+/// below it was in an object deleted once all of its entries were applied
+/// (an entry whose put failed is carried into the next object, so none is
+/// missing in between).
 async fn replay(node: &Node, objects: &JournalObjects, journal: &str) -> Result<(), String> {
-    for (seq, path) in objects.entries(journal).await? {
+    let listed = objects.entries(journal).await?;
+    let mut from: BTreeMap<(String, u32), u64> = BTreeMap::new();
+    for (_, path) in &listed {
+        for entry in objects.read_entries(path).await? {
+            let lowest = from.entry((entry.ns.clone(), entry.partition)).or_insert(entry.offset);
+            *lowest = (*lowest).min(entry.offset);
+        }
+    }
+    for (seq, path) in listed {
         let entries = objects.read_entries(&path).await?;
-        let appended = append_all(node, &entries).await?;
+        let placed = entries
+            .iter()
+            .map(|entry| {
+                let place = crate::codec::JournalPlace {
+                    lane: crate::journal::lane_of(journal, &entry.ns, entry.partitions),
+                    offset: entry.offset,
+                    from: from.get(&(entry.ns.clone(), entry.partition)).copied().unwrap_or(entry.offset),
+                };
+                crate::codec::with_journal_place(&entry.payload, &place).map_err(|e| format!("journal {journal} object {seq}: {e}"))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let appended = append_all(node, &entries, placed).await?;
         wait_applied(node, &appended).await?;
         objects.delete(&path).await?;
         tracing::info!(journal, seq, entries = entries.len(), "a lost journal's object is applied; deleted");
@@ -90,9 +117,12 @@ async fn replay(node: &Node, objects: &JournalObjects, journal: &str) -> Result<
     Ok(())
 }
 
-/// Appends `entries` to the log in their order; returns, per namespace and
-/// partition, the highest log offset appended.
-async fn append_all(node: &Node, entries: &[Entry]) -> Result<BTreeMap<(String, u32), u64>, String> {
+/// Appends `entries` (as `payloads`: placed in their journal) to the log in
+/// their order; returns, per namespace and partition, the highest log
+/// offset appended. Any refusal, or an offset not above the last of its
+/// partition, fails the object: it is appended again whole at the next
+/// scan, and each entry applies once, in its lane's order.
+async fn append_all(node: &Node, entries: &[Entry], payloads: Vec<bytes::Bytes>) -> Result<BTreeMap<(String, u32), u64>, String> {
     let mut handles = Vec::with_capacity(entries.len());
     for entry in entries {
         let namespace = node.namespace(&entry.ns).ok_or_else(|| format!("namespace {:?} of a journaled write is unknown here", entry.ns))?;
@@ -106,7 +136,7 @@ async fn append_all(node: &Node, entries: &[Entry]) -> Result<BTreeMap<(String, 
     }
     let log = node.log.as_ref();
     // Collected first: a stream over a borrowing closure is not `Send` to the compiler.
-    let appends: Vec<_> = entries.iter().zip(&handles).map(|(entry, handle)| super::write::append(log, &handle.tp, entry.payload.clone())).collect();
+    let appends: Vec<_> = payloads.into_iter().zip(&handles).map(|(payload, handle)| super::write::append(log, &handle.tp, payload)).collect();
     let mut results = futures::stream::iter(appends).buffered(APPENDS_IN_FLIGHT_MAX);
     let mut highest = BTreeMap::new();
     let mut at = 0;
@@ -115,8 +145,12 @@ async fn append_all(node: &Node, entries: &[Entry]) -> Result<BTreeMap<(String, 
         at += 1;
         let log_offset = result.map_err(|e| format!("the log refused a replayed write: {e}"))?;
         crate::metrics::JOURNAL_CLAIMED_SEQUENCED.inc();
-        let top = highest.entry((entry.ns.clone(), entry.partition)).or_insert(log_offset);
-        *top = (*top).max(log_offset);
+        if let Some(&top) = highest.get(&(entry.ns.clone(), entry.partition)) {
+            if log_offset <= top {
+                return Err(format!("the log put a replayed write at {log_offset}, not after {top}; the object is kept"));
+            }
+        }
+        highest.insert((entry.ns.clone(), entry.partition), log_offset);
     }
     Ok(highest)
 }

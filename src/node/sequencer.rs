@@ -57,12 +57,79 @@ struct Lane {
     retry_wait: Duration,
 }
 
+impl Lane {
+    fn starting_at(start: u64) -> Lane {
+        Lane {
+            next: start,
+            reader: None,
+            in_flight: VecDeque::new(),
+            releasable: start,
+            released_at: Instant::now(),
+            retry_at: None,
+            retry_wait: RETRY_WAIT_MIN,
+        }
+    }
+}
+
+/// A lane's task, and what wakes it.
+struct Worker {
+    wake: Arc<Notify>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+/// The sequencer: starts a task per journal lane with entries to append
+/// (issue 36, defect 3: each lane goes at its own pace, so a partition
+/// whose appends wait on the log — its leader cut off — holds back no
+/// other; they used to share rounds that waited for every lane), wakes
+/// them, and deletes released journal objects. Bound: one task per
+/// partition with journaled writes not yet released.
 pub(super) async fn run(node: Weak<Node>, wake: Arc<Notify>, mut shutdown: tokio::sync::watch::Receiver<bool>) {
-    let mut lanes: HashMap<(String, u32), Lane> = HashMap::new();
-    let mut busy = false;
+    let mut workers: HashMap<(String, u32), Worker> = HashMap::new();
     let mut objects_deleted_at = Instant::now();
     loop {
-        // A round that left entries to append goes on at once (draining a
+        tokio::select! {
+            _ = wake.notified() => {}
+            _ = tokio::time::sleep(TICK) => {}
+            _ = shutdown.changed() => break,
+        }
+        if *shutdown.borrow() {
+            break;
+        }
+        let Some(strong) = node.upgrade() else { break };
+        match strong.journal.pending().await {
+            Ok(pending) => {
+                workers.retain(|_, worker| !worker.task.is_finished());
+                for p in pending {
+                    let key = (p.ns.clone(), p.partition);
+                    let worker = workers.entry(key).or_insert_with(|| {
+                        let wake = Arc::new(Notify::new());
+                        let task = tokio::spawn(lane_worker(node.clone(), p.ns.clone(), p.partition, wake.clone(), shutdown.clone()));
+                        Worker { wake, task }
+                    });
+                    worker.wake.notify_one();
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "the sequencer could not read what the journal holds; retrying"),
+        }
+        if objects_deleted_at.elapsed() >= OBJECTS_DELETE_INTERVAL {
+            objects_deleted_at = Instant::now();
+            if let Err(e) = strong.journal.delete_released_objects().await {
+                tracing::warn!(error = %e, "deleting released journal objects failed; retrying");
+            }
+        }
+    }
+    for worker in workers.into_values() {
+        worker.task.abort();
+    }
+}
+
+/// One lane's task: appends its entries in journal order and releases
+/// what was seen applied, until nothing of the lane is left unreleased.
+async fn lane_worker(node: Weak<Node>, ns: String, partition: u32, wake: Arc<Notify>, mut shutdown: tokio::sync::watch::Receiver<bool>) {
+    let mut lane: Option<Lane> = None;
+    let mut busy = false;
+    loop {
+        // A turn that left entries to append goes on at once (draining a
         // backlog is not paced by the tick); else it waits to be woken.
         if !busy {
             tokio::select! {
@@ -70,60 +137,34 @@ pub(super) async fn run(node: Weak<Node>, wake: Arc<Notify>, mut shutdown: tokio
                 _ = tokio::time::sleep(TICK) => {}
                 _ = shutdown.changed() => return,
             }
-        } else if *shutdown.borrow() {
+        }
+        if *shutdown.borrow() {
             return;
         }
         let Some(node) = node.upgrade() else { return };
-        busy = match round(&node, &mut lanes).await {
+        let p = match node.journal.pending_of(&ns, partition).await {
+            Ok(Some(p)) => p,
+            // Everything released: nothing in flight, the task is done.
+            Ok(None) => return,
+            Err(e) => {
+                tracing::warn!(ns, partition, error = %e, "the sequencer could not read the lane; retrying");
+                busy = false;
+                continue;
+            }
+        };
+        let Some(namespace) = node.namespace(&ns).filter(|namespace| partition < namespace.partitions) else { return };
+        let lane = lane.get_or_insert_with(|| Lane::starting_at(p.start));
+        busy = match lane_round(&node, p, namespace, lane).await {
             Ok(busy) => busy,
             Err(e) => {
-                tracing::warn!(error = %e, "the sequencer's round failed; retrying");
+                tracing::warn!(ns, partition, error = %e, "the sequencer's turn failed; retrying");
                 false
             }
         };
-        if objects_deleted_at.elapsed() >= OBJECTS_DELETE_INTERVAL {
-            objects_deleted_at = Instant::now();
-            if let Err(e) = node.journal.delete_released_objects().await {
-                tracing::warn!(error = %e, "deleting released journal objects failed; retrying");
-            }
-        }
-        // Let other tasks run between back-to-back rounds.
+        drop(node);
+        // Let other tasks run between back-to-back turns.
         tokio::task::yield_now().await;
     }
-}
-
-/// Appends what each lane may, then releases what was seen applied; the
-/// lanes run concurrently, so a partition whose appends wait on the log
-/// (its leader down) holds back no other.
-/// Returns whether some lane appended and has more to append.
-async fn round(node: &Node, lanes: &mut HashMap<(String, u32), Lane>) -> Result<bool, crate::journal::JournalError> {
-    let pending = node.journal.pending().await?;
-    lanes.retain(|key, _| pending.iter().any(|p| (p.ns.as_str(), p.partition) == (key.0.as_str(), key.1)));
-    let mut work = HashMap::new();
-    for p in pending {
-        let Some(namespace) = node.namespace(&p.ns) else { continue };
-        if p.partition >= namespace.partitions {
-            continue;
-        }
-        let key = (p.ns.clone(), p.partition);
-        lanes.entry(key.clone()).or_insert_with(|| Lane {
-            next: p.start,
-            reader: None,
-            in_flight: VecDeque::new(),
-            releasable: p.start,
-            released_at: Instant::now(),
-            retry_at: None,
-            retry_wait: RETRY_WAIT_MIN,
-        });
-        work.insert(key, (p, namespace));
-    }
-    let rounds: Vec<_> =
-        lanes.iter_mut().filter_map(|(key, lane)| work.remove(key).map(|(p, namespace)| lane_round(node, p, namespace, lane))).collect();
-    let mut busy = false;
-    for result in futures::future::join_all(rounds).await {
-        busy |= result?;
-    }
-    Ok(busy)
 }
 
 /// One lane's turn: append, then release. Returns whether it has more to append now.
@@ -134,7 +175,10 @@ async fn lane_round(
     lane: &mut Lane,
 ) -> Result<bool, crate::journal::JournalError> {
     lane.next = lane.next.max(p.start);
-    let appended = append(node, &namespace, p.partition, lane, p.end).await?;
+    // Every entry of the lane below its released mark was seen applied.
+    let Some(name) = node.journal.lane(&namespace.name) else { return Ok(false) };
+    let place = |offset: u64| crate::codec::JournalPlace { lane: name.clone(), offset, from: p.start };
+    let appended = append(node, &namespace, p.partition, lane, p.end, &place).await?;
     let busy = appended > 0 && lane.next < p.end && lane.in_flight.len() < IN_FLIGHT_MAX;
     release(node, &namespace, p.partition, lane, p.end)?;
     Ok(busy)
@@ -144,19 +188,27 @@ async fn lane_round(
 /// `ENTRIES_PER_ROUND_MAX` of them, `APPENDS_IN_FLIGHT_MAX` at a time;
 /// returns how many the log took.
 ///
+/// Each entry carries its place in the journal (`JournalPlace`: the lane,
+/// its offset, the lane's released mark), and the apply loop applies a
+/// lane's entries in lane order, each once (`apply::batch`).
+///
 /// The appends are issued in journal order (each is handed to the log, in
 /// order, before the next; both logs keep the order they were handed
 /// entries in: the embedded log's queue is FIFO, Kafka's idempotent
 /// producer keeps a partition's order across its retries). Results are
-/// taken in order: at the first refusal the lane stops there and tries that
-/// entry again later; entries after it that the log did take are appended
-/// again then, and applied once (their write ids).
+/// taken in order: at the first refusal — or an offset not above the one
+/// before, which no log should give — the lane stops there and tries that
+/// entry again later. Entries after it that the log did take are ahead of
+/// their lane where they landed, so not applied there; they are appended
+/// again after the retried one, and applied then, once (issue 36, defect 4:
+/// they used to apply before it, out of journal order).
 async fn append(
     node: &Node,
     namespace: &crate::partition::Namespace,
     partition: u32,
     lane: &mut Lane,
     end: u64,
+    place: &(dyn Fn(u64) -> crate::codec::JournalPlace + Sync),
 ) -> Result<usize, crate::journal::JournalError> {
     if lane.next >= end || lane.in_flight.len() >= IN_FLIGHT_MAX || lane.retry_at.is_some_and(|at| Instant::now() < at) {
         return Ok(0);
@@ -169,7 +221,8 @@ async fn append(
     let tp = &namespace.handle(partition).tp;
     let log = node.log.as_ref();
     // Collected first: a stream over a borrowing closure is not `Send` to the compiler.
-    let appends: Vec<_> = entries.iter().map(|entry| super::write::append(log, tp, entry.payload.clone())).collect();
+    let payloads = entries.iter().map(|entry| placed(&entry.payload, &place(entry.offset))).collect::<Result<Vec<_>, _>>()?;
+    let appends: Vec<_> = payloads.into_iter().map(|payload| super::write::append(log, tp, payload)).collect();
     let mut results = futures::stream::iter(appends).buffered(APPENDS_IN_FLIGHT_MAX);
     let mut appended = 0;
     let mut at = 0;
@@ -177,6 +230,14 @@ async fn append(
         let entry = &entries[at];
         at += 1;
         assert_eq!(entry.offset, lane.next, "journal entries are read in order, none skipped");
+        // The log gave an offset not above the last one appended: taken as
+        // a refusal, so that released entries are always applied in order.
+        let result = match result {
+            Ok(log_offset) if lane.in_flight.back().is_some_and(|&(_, last)| log_offset <= last) => {
+                Err(crate::log::LogError::Unavailable(format!("the log put journal entry {} at {log_offset}, not after the last", entry.offset)))
+            }
+            other => other,
+        };
         match result {
             Ok(log_offset) => {
                 lane.in_flight.push_back((entry.offset, log_offset));
@@ -188,6 +249,9 @@ async fn append(
             }
             Err(e) => {
                 tracing::warn!(tp = %tp, journal_offset = entry.offset, error = %e, wait_ms = lane.retry_wait.as_millis() as u64, "the log refused a journaled write; it stays journaled and is tried again");
+                // Its partition's log refuses writes: ripcord journals the
+                // partition's plain writes at once meanwhile.
+                node.log_refused(&namespace.name, partition);
                 lane.retry_at = Some(Instant::now() + lane.retry_wait);
                 lane.retry_wait = (lane.retry_wait * 2).min(RETRY_WAIT_MAX);
                 // The reader is past the entries not appended: read them again.
@@ -197,9 +261,16 @@ async fn append(
         }
     }
     if appended > 0 {
-        node.log_took();
+        node.log_took(&namespace.name, partition);
     }
     Ok(appended)
+}
+
+/// A journal entry with its place set; an entry that does not decode was
+/// never journaled by this node's write path: the journal is damaged.
+fn placed(payload: &bytes::Bytes, place: &crate::codec::JournalPlace) -> Result<bytes::Bytes, crate::journal::JournalError> {
+    crate::codec::with_journal_place(payload, place)
+        .map_err(|e| crate::journal::JournalError::Log(crate::log::LogError::Corrupt(format!("journal entry {} of a lane: {e}", place.offset))))
 }
 
 /// Releases the journal entries whose writes were seen applied.

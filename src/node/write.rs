@@ -28,6 +28,10 @@
 //! 5. **ripcord** (`ripcord` setting): a client's plain write (no
 //!    condition, no wait) that the log refuses — or would, while it refuses
 //!    every write — is journaled instead, answered as a journaled write.
+//!    Only a refusal is: a write whose outcome the log left unknown (in
+//!    flight when it failed: `LogError::Ambiguous`) may be in the log, and
+//!    a journaled copy would apply it a second time, after writes
+//!    acknowledged since; it is answered 503 `outcome_unknown`.
 //!
 //! The answer is a typed `Receipt` or a `WriteError`, never an HTTP
 //! response: each protocol renders it in its own words.
@@ -140,6 +144,17 @@ pub enum WriteError {
     Reserved(Reserved),
     #[error("the journal did not take the write: {0}")]
     Journal(crate::journal::JournalError),
+    /// In this node's journal (it will be sequenced and applied) but not in
+    /// object storage, as configured: not acknowledged as durable, and not
+    /// to be sent again either (it would apply twice): its write id says
+    /// where to ask for its outcome (issue 36, defect 7).
+    #[error(
+        "the write is in this node's journal as {} and will be applied, but object storage did not take it ({reason}); \
+         do not send it again: ask GET /v1/writes/{} for its outcome",
+        String::from_utf8_lossy(write_id),
+        String::from_utf8_lossy(write_id)
+    )]
+    JournaledNotCopied { write_id: Bytes, reason: String },
     #[error("a journaled write cannot wait to be applied: it is answered before it is sequenced; ask for a sequenced write to wait")]
     JournaledCannotWait,
     #[error("partition {partition} is not served by this node: {reason}")]
@@ -217,8 +232,15 @@ impl Node {
             Durability::Journaled => return self.journal(namespace, partition, entry, payload_bytes, false).await,
             Durability::Sequenced => {}
         }
-        let rides_ripcord = self.config.ripcord && writer == Writer::Client && wait == Wait::Durable && !entry.has_condition();
-        if rides_ripcord && self.ripcord_engaged() {
+        // A write that asked to be sequenced (`durability=sequenced`) wants
+        // the log's answer: ripcord journals only writes that did not say.
+        let rides_ripcord =
+            self.config.ripcord && writer == Writer::Client && wait == Wait::Durable && !entry.has_condition() && durability.is_none();
+        // Per partition (issue 36, defect 3): journaled at once while this
+        // partition's log refuses writes, and while it has journaled writes
+        // not yet applied, so a client's plain writes apply in the order it
+        // saw them; another partition's outage changes nothing here.
+        if rides_ripcord && (self.log_refuses(&namespace.name, partition) || self.journal.holds_pending(&namespace.name, partition)) {
             return self.journal(namespace, partition, entry, payload_bytes, true).await;
         }
         // Only a client's writes (and the sequencer's appends) move the
@@ -230,15 +252,18 @@ impl Node {
         match self.sequence(namespace, partition, &entry, payload, wait, timeout).await {
             Ok(receipt) => {
                 if moves_flag && matches!(receipt, Receipt::Sequenced { .. }) {
-                    self.log_took();
+                    self.log_took(&namespace.name, partition);
                 }
                 Ok(receipt)
             }
             Err(WriteError::Log(e)) if refuses_every_write(&e) => {
                 if moves_flag {
-                    self.log_refused();
+                    self.log_refused(&namespace.name, partition);
                 }
-                match rides_ripcord {
+                // Only a write the log surely did not take is journaled: a
+                // copy of one that may have landed would apply it twice,
+                // the copy after writes acknowledged since (issue 36).
+                match rides_ripcord && !may_be_in_the_log(&e) {
                     true => self.journal(namespace, partition, entry, payload_bytes, true).await,
                     false => Err(WriteError::Log(e)),
                 }
@@ -327,6 +352,8 @@ impl Node {
                 _ => Ok(Receipt::Sequenced { version: of, duplicate: true }),
             },
             Some(Outcome::KeyReused { of }) => Err(WriteError::KeyReused { of }),
+            // Only the sequencer's appends carry a journal place, and nobody waits on them.
+            Some(Outcome::JournalRepeated { .. } | Outcome::JournalAhead { .. }) => Err(WriteError::OutcomeUnknown { version }),
             Some(Outcome::Skipped(reason)) => Err(WriteError::Rejected { version, reason: reason.to_string() }),
             None => Err(WriteError::OutcomeUnknown { version }),
         }
@@ -350,50 +377,88 @@ impl Node {
             }
         }
         debug_assert!(mutation.write_id.len() <= crate::limits::WRITE_ID_BYTES_MAX);
-        self.journal.append(&namespace.name, namespace.partitions, partition, &mutation).await.map_err(WriteError::Journal)?;
+        match self.journal.append(&namespace.name, namespace.partitions, partition, &mutation).await {
+            Ok(_) => {}
+            Err(crate::journal::JournalError::Objects(reason)) => {
+                self.writes.sequencer_wake.notify_one();
+                return Err(WriteError::JournaledNotCopied { write_id: mutation.write_id, reason });
+            }
+            Err(e) => return Err(WriteError::Journal(e)),
+        }
         self.writes.sequencer_wake.notify_one();
         Ok(Receipt::Journaled { write_id: mutation.write_id, ripcord })
     }
 }
+
+/// A journaled write not applied after this long means the log is not
+/// taking the journal's writes (they apply within milliseconds when it is).
+const JOURNALING_AGE_MIN: Duration = Duration::from_secs(1);
 
 /// The write path's own state on the node.
 #[derive(Default)]
 pub(super) struct WritePathState {
     /// Wakes the sequencer after a journaled write.
     pub(super) sequencer_wake: Arc<tokio::sync::Notify>,
-    /// The log refused a client's write and has taken none since (a
-    /// client's sequenced write or the sequencer's append): while set,
-    /// ripcord journals plain writes at once instead of waiting for the log
-    /// first. An atomic: every successful write looks at it.
-    log_refused: std::sync::atomic::AtomicBool,
+    /// The partitions whose log refused a client's write and has taken none
+    /// since (a client's sequenced write or the sequencer's append): while
+    /// one is here, ripcord journals its plain writes at once instead of
+    /// waiting for the log first. At most one entry per partition of the
+    /// node's namespaces; `refusing_count` lets a write skip the lock while
+    /// none refuses.
+    refusing: parking_lot::Mutex<std::collections::HashSet<(Arc<str>, u32)>>,
+    refusing_count: std::sync::atomic::AtomicUsize,
 }
 
 impl Node {
-    /// The log refused a write: ripcord now journals plain writes at once.
-    pub fn log_refused(&self) {
-        if !self.writes.log_refused.swap(true, std::sync::atomic::Ordering::Relaxed) {
-            tracing::warn!("the log refuses writes; ripcord journals plain writes until it takes them again");
+    /// The log refused a write to `ns`/`partition`: ripcord now journals
+    /// that partition's plain writes at once.
+    pub fn log_refused(&self, ns: &str, partition: u32) {
+        let mut refusing = self.writes.refusing.lock();
+        if refusing.insert((Arc::from(ns), partition)) {
+            self.writes.refusing_count.store(refusing.len(), std::sync::atomic::Ordering::Relaxed);
+            tracing::warn!(ns, partition, "the log refuses writes; ripcord journals this partition's plain writes until it takes them again");
         }
     }
 
-    /// The log took a write (a load, and a store only when it had refused one).
-    pub fn log_took(&self) {
-        if self.writes.log_refused.load(std::sync::atomic::Ordering::Relaxed)
-            && self.writes.log_refused.swap(false, std::sync::atomic::Ordering::Relaxed)
-        {
-            tracing::info!("the log takes writes again");
+    /// The log took a write to `ns`/`partition` (a load, and a lock only when it had refused one).
+    pub fn log_took(&self, ns: &str, partition: u32) {
+        if self.writes.refusing_count.load(std::sync::atomic::Ordering::Relaxed) == 0 {
+            return;
+        }
+        let mut refusing = self.writes.refusing.lock();
+        if refusing.remove(&(Arc::from(ns), partition)) {
+            self.writes.refusing_count.store(refusing.len(), std::sync::atomic::Ordering::Relaxed);
+            tracing::info!(ns, partition, "the log takes writes again");
         }
     }
 
-    /// Whether ripcord is on and the log refused a write and has taken none since.
+    /// Whether the log refused a write to `ns`/`partition` and has taken none since.
+    fn log_refuses(&self, ns: &str, partition: u32) -> bool {
+        self.writes.refusing_count.load(std::sync::atomic::Ordering::Relaxed) > 0 && self.writes.refusing.lock().contains(&(Arc::from(ns), partition))
+    }
+
+    /// Whether ripcord is on and journals writes the log does not take now:
+    /// some partition's log refused a write, or the journal's oldest write
+    /// has waited `JOURNALING_AGE_MIN` (a partition with journaled writes
+    /// pending journals its plain writes without asking the log first).
     pub fn ripcord_engaged(&self) -> bool {
-        self.config.ripcord && self.writes.log_refused.load(std::sync::atomic::Ordering::Relaxed)
+        self.config.ripcord
+            && (self.writes.refusing_count.load(std::sync::atomic::Ordering::Relaxed) > 0
+                || self.journal.oldest_age().is_some_and(|age| age >= JOURNALING_AGE_MIN))
     }
 }
 
 /// Whether the log's error says it is down or slow (not that the write is wrong).
 fn refuses_every_write(error: &LogError) -> bool {
-    matches!(error, LogError::Unavailable(_) | LogError::Closed | LogError::Io(_))
+    matches!(error, LogError::Unavailable(_) | LogError::Ambiguous(_) | LogError::Closed | LogError::Io(_))
+}
+
+/// Whether the write the log failed on may be in the log all the same
+/// (in flight when it failed): then it is answered with its unknown
+/// outcome, never journaled. `Unavailable` and `Closed` are refusals
+/// before anything was written.
+fn may_be_in_the_log(error: &LogError) -> bool {
+    matches!(error, LogError::Ambiguous(_) | LogError::Io(_))
 }
 
 /// Appends one encoded entry to `tp`: the only call of `Log::append` above

@@ -19,6 +19,13 @@ pub enum Outcome {
     /// Its write id was applied before, at offset `of`, for another payload:
     /// the key was reused, not retried. Nothing applied; the writer is told.
     KeyReused { of: u64 },
+    /// A journaled write whose lane offset was applied before (a copy
+    /// appended again): nothing applied. `lane_next`: the lane's next offset.
+    JournalRepeated { lane_next: u64 },
+    /// A journaled write ahead of its lane (an earlier entry of the lane is
+    /// not applied yet: its append failed, this one's landed): nothing
+    /// applied now; its sequencer appends it again after the earlier one.
+    JournalAhead { lane_next: u64 },
 }
 
 impl Outcome {

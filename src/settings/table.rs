@@ -261,9 +261,10 @@ settings! {
     /// Journaled writes (`?durability=journaled`): entries this node's journal holds that are not yet
     /// sequenced and applied; past it, journaled writes are refused (507 `journal_full`), never dropped.
     journal_entries_max: u64 = 1_000_000, Bound::Range(1, 1_000_000_000);
-    /// Ripcord: while the log refuses writes, a plain write (no condition, no `wait=applied`) is journaled
-    /// instead of failing: answered 202 `{"write_id", "sequenced": false}` with `x-tern-ripcord: journaled`,
-    /// sequenced when the log returns. Off: such writes fail with 503 `log_unavailable`. `tern dev`: on.
+    /// Ripcord: while the log refuses writes, a plain write (no condition, no `wait=applied`, no
+    /// `durability=sequenced`) is journaled instead of failing: answered 202 `{"write_id", "sequenced": false}`
+    /// with `x-tern-ripcord: journaled`, sequenced when the log returns. A write that may have landed is never
+    /// journaled (503 `outcome_unknown`). Off: such writes fail with 503 `log_unavailable`. `tern dev`: on.
     ripcord: bool = false, Bound::Any;
     /// Journaled writes: bytes of the journal's files while it holds entries not yet applied (same
     /// consequence).

@@ -94,7 +94,7 @@ impl Log for SimLog {
         }
         state.history.push(Some(payload));
         if state.faults.append_fails_after {
-            return Err(LogError::Unavailable("sim: the append landed, its acknowledgement was lost".into()));
+            return Err(LogError::Ambiguous("sim: the append landed, its acknowledgement was lost".into()));
         }
         Ok(state.history.len() as u64 - 1)
     }

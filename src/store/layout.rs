@@ -40,6 +40,13 @@ pub(super) const META_NOT_APPLIED: &[u8] = b"\0\0n";
 /// The lowest offset the not-applied record covers: where this store began
 /// applying (0, a restored snapshot's offset, or the offset at upgrade).
 pub(super) const META_NOT_APPLIED_FROM: &[u8] = b"\0\0journal_from";
+/// `\0\0l<lane>` -> `[next u64 LE][at u64 LE]`: per journal lane (one
+/// node's journal of a namespace), the next lane offset to apply and the
+/// log offset that set it (`journal_lanes.rs`).
+pub(super) const META_JOURNAL_LANE: &[u8] = b"\0\0l";
+/// `\0\0m<at u64 BE><lane>` -> empty: the same lanes by the log offset that
+/// last moved them, to forget the least recent first.
+pub(super) const META_JOURNAL_LANE_BY_AT: &[u8] = b"\0\0m";
 /// `\0\0#...`: what procedures keep (definitions, log time, timers, outbox;
 /// `procedures.rs`).
 pub(super) const META_PROCEDURES: &[u8] = b"\0\0#";
@@ -50,7 +57,9 @@ pub(super) const META_PROCEDURES: &[u8] = b"\0\0#";
 /// hash and travels in snapshots with the records. The rest of the metadata
 /// (state, format, partition count, `not_applied_from`) describes this store.
 pub(crate) fn is_outcome_meta(key: &[u8]) -> bool {
-    [META_WRITE_ID, META_WRITE_ID_BY_OFFSET, META_NOT_APPLIED, META_PROCEDURES].iter().any(|prefix| key.starts_with(prefix))
+    [META_WRITE_ID, META_WRITE_ID_BY_OFFSET, META_NOT_APPLIED, META_PROCEDURES, META_JOURNAL_LANE, META_JOURNAL_LANE_BY_AT]
+        .iter()
+        .any(|prefix| key.starts_with(prefix))
 }
 
 pub(super) fn meta_u64(table: &impl ReadableTable<&'static [u8], &'static [u8]>, key: &[u8]) -> Result<u64, redb::StorageError> {

@@ -18,6 +18,7 @@
 //! `hash.rs` (the incremental state hash).
 
 pub mod hash;
+mod journal_lanes;
 pub mod key;
 mod layout;
 mod not_applied;

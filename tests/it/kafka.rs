@@ -88,7 +88,7 @@ async fn foreign_producers_are_applied_and_garbage_is_skipped() {
     let mutation = |pk: &str, value: &'static str| {
         let op = Op { pk: pk.into(), sk: "".into(), kind: OpKind::Put(Bytes::from_static(value.as_bytes())), condition: None };
         // Each mutation's own write id (a repeated id would be dropped as a retry).
-        codec::encode(&Mutation { write_id: Bytes::copy_from_slice(pk.as_bytes()), ops: vec![op] })
+        codec::encode(&Mutation { write_id: Bytes::copy_from_slice(pk.as_bytes()), ops: vec![op], journal: None })
     };
     // Keyed by pk, no partition: Kafka's own default partitioner must pick Tern's partition.
     for pk in ["alpha", "beta", "gamma", "delta", "epsilon"] {
@@ -229,7 +229,7 @@ async fn transaction_markers_do_not_keep_a_partition_behind() {
     producer.begin_transaction().unwrap();
     let topic = format!("{prefix}default");
     let op = Op { pk: pk.into(), sk: "s".into(), kind: OpKind::Put(Bytes::from_static(b"\"committed\"")), condition: None };
-    let payload = codec::encode(&Mutation { write_id: Bytes::new(), ops: vec![op] });
+    let payload = codec::encode(&Mutation { write_id: Bytes::new(), ops: vec![op], journal: None });
     let record: FutureRecord<'_, str, [u8]> = FutureRecord::to(&topic).key(pk).payload(&payload);
     producer.send(record, Duration::from_secs(10)).await.map_err(|(e, _)| e).unwrap();
     producer.commit_transaction(Duration::from_secs(30)).unwrap();
@@ -262,7 +262,7 @@ async fn five_more_writes_then_retention_to_4(prefix: &str, pk: &str, partition:
     let topic = format!("{prefix}default");
     for i in 0..5 {
         let op = Op { pk: pk.into(), sk: "s".into(), kind: OpKind::Put(Bytes::from(format!("{i}"))), condition: None };
-        let payload = codec::encode(&Mutation { write_id: Bytes::new(), ops: vec![op] });
+        let payload = codec::encode(&Mutation { write_id: Bytes::new(), ops: vec![op], journal: None });
         let record: FutureRecord<'_, str, [u8]> = FutureRecord::to(&topic).key(pk).payload(&payload);
         producer.send(record, Duration::from_secs(10)).await.map_err(|(e, _)| e).unwrap();
     }

@@ -94,7 +94,11 @@ async fn broker_restart_under_load_loses_no_acknowledged_write() {
         all.acked_after_restart += out.acked_after_restart;
     }
     assert!(!all.failed.is_empty(), "writes failed while the broker was down");
-    assert!(all.failed.iter().all(|code| code == "log_unavailable"), "failures say the log was unavailable: {:?}", all.failed);
+    assert!(
+        all.failed.iter().all(|code| code == "log_unavailable" || code == "outcome_unknown"),
+        "failures say the log was unavailable, or that a write in flight may be in it: {:?}",
+        all.failed
+    );
     assert!(all.acked_after_restart > 0, "writes succeed again after the restart");
 
     // Every acknowledged write is there, at its acknowledged version: once the

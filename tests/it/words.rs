@@ -33,7 +33,7 @@ const SYNONYMS: &[(&str, &str, &[&str])] = &[(
 const HOMONYMS: &[(&str, &[&str], &str)] = &[
     (
         "journal",
-        &["journal/", "node/", "edge/", "api/", "firebase/", "metrics.rs", "settings/", "cli/", "server.rs", "lib.rs"],
+        &["journal/", "node/", "edge/", "api/", "firebase/", "metrics.rs", "settings/", "cli/", "server.rs", "lib.rs", "codec.rs", "apply/", "partition/outcome.rs", "store/journal_lanes.rs", "store/layout.rs", "store/mod.rs", "sim/"],
         "the node's journal of journaled writes; what a store remembers of entries that did not apply is its `not_applied` record",
     ),
     (

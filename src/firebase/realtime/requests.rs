@@ -318,7 +318,7 @@ impl Requests {
         let sks = written_sks(&sk, &data, merge);
         let written_at = sk.clone();
         let op = Op { pk: TREE_PK.into(), sk, kind: OpKind::Tree(TreeOp { merge, value: bytes, time_ms }), condition };
-        let mutation = Mutation { write_id: Bytes::new(), ops: vec![op] };
+        let mutation = Mutation { write_id: Bytes::new(), ops: vec![op], journal: None };
         let request = WriteRequest::new(Writer::FirebaseTree, namespace.partition_of(TREE_PK), Entry::Mutation(mutation)).applied_within(WRITE_WAIT);
         match state.app.node.write(namespace, request).await {
             Ok(Receipt::Sequenced { version, .. }) => Ok(Effect::Written { reply: ok(r, json!("")), version, sks }),

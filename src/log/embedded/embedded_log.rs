@@ -370,7 +370,7 @@ impl Log for EmbeddedLog {
         // is unknown (the entry may still become durable) instead of waiting forever.
         match tokio::time::timeout(APPEND_WAIT, appended).await {
             Ok(result) => result,
-            Err(_) => Err(LogError::Unavailable(format!(
+            Err(_) => Err(LogError::Ambiguous(format!(
                 "{tp}: the entry was not made durable within {APPEND_WAIT:?} (the disk is stalled?); it may still be \
                  appended: its outcome is unknown"
             ))),

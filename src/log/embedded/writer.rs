@@ -101,8 +101,11 @@ impl Writer {
             Err(e) => {
                 let reason = format!("write or fsync of segment {} failed: {e}", self.active_id);
                 self.fail(reason.clone());
+                // Written but perhaps not durable: a frame may survive the
+                // restart's torn-tail check. Later appends are refused
+                // before writing (`failed`): those are never in the log.
                 for p in pending {
-                    let _ = p.reply.send(Err(LogError::Unavailable(reason.clone())));
+                    let _ = p.reply.send(Err(LogError::Ambiguous(reason.clone())));
                 }
             }
         }

@@ -5,6 +5,7 @@
 
 use super::super::{Assignment, CreateOutcome, Log, LogError, LogReader, TopicInfo, TopicPartition};
 use super::config::KafkaLogConfig;
+use super::producer::{Persisted, ReportingProducer};
 use super::{breaker, fetch_source, group, outputs, publisher, reader, sources, topic_id, Membership};
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -12,8 +13,8 @@ use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, ResourceSpecifier, Top
 use rdkafka::client::DefaultClientContext;
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{CommitMode, Consumer};
+use rdkafka::error::KafkaError;
 use rdkafka::message::Message;
-use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
 use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::util::Timeout;
 use rdkafka::{Offset, TopicPartitionList};
@@ -31,7 +32,7 @@ pub(super) const SAFE_REPLICATION_FACTOR: i32 = 3;
 
 pub(super) struct Inner {
     pub(super) config: KafkaLogConfig,
-    pub(super) producer: FutureProducer,
+    pub(super) producer: Arc<ReportingProducer>,
     pub(super) admin: AdminClient<DefaultClientContext>,
     pub(super) consumer: Arc<fetch_source::LogConsumer>,
     /// Set with `Membership::Group`.
@@ -101,8 +102,8 @@ impl KafkaLog {
             base.set("client.rack", &config.rack);
         }
         config.security.apply(&mut base);
-        let producer: FutureProducer = base
-            .clone()
+        let mut producer_config = base.clone();
+        producer_config
             .set("enable.idempotence", "true")
             .set("acks", "all")
             .set("message.max.bytes", MESSAGE_BYTES_MAX.to_string())
@@ -131,9 +132,8 @@ impl KafkaLog {
             // Bounded like a produce, the ask times out, the silent
             // connection is dropped (`socket.max.fails` 1), and the next
             // ask goes to a broker that answers.
-            .set("socket.timeout.ms", (config.delivery_timeout.as_millis() / 3).max(10).to_string())
-            .create()
-            .map_err(unavailable)?;
+            .set("socket.timeout.ms", (config.delivery_timeout.as_millis() / 3).max(10).to_string());
+        let producer = Arc::new(ReportingProducer::create(&producer_config).map_err(unavailable)?);
         let consumer: fetch_source::LogConsumer = base
             .clone()
             .set("group.id", format!("{}node.{}", config.topic_prefix, config.client_id))
@@ -583,10 +583,9 @@ impl KafkaLog {
 
     /// One produce, acknowledged by every in-sync replica (`acks=all`).
     pub(super) async fn append_now(&self, topic: &str, tp: &TopicPartition, payload: &Bytes) -> Result<u64, LogError> {
-        let mut record: FutureRecord<'_, [u8], [u8]> = FutureRecord::to(topic).partition(tp.partition as i32).payload(payload);
         // In a source topic, Tern's entries are told from the topic's own
         // records by a header holding their MAC (`entry_mac.rs`).
-        let mac;
+        let mut headers = None;
         if self.inner.sources.is_sourced(&tp.topic) {
             let Some(key) = &self.inner.config.entry_key else {
                 return Err(LogError::Unsupported(format!(
@@ -594,38 +593,35 @@ impl KafkaLog {
                     tp.topic
                 )));
             };
-            mac = key.mac(topic, tp.partition, payload);
+            let mac = key.mac(topic, tp.partition, payload);
             let header = rdkafka::message::Header { key: crate::log::TERN_ENTRY_HEADER, value: Some(&mac[..]) };
-            record = record.headers(rdkafka::message::OwnedHeaders::new().insert(header));
+            headers = Some(rdkafka::message::OwnedHeaders::new().insert(header));
         }
-        match self.inner.producer.send(record, Timeout::After(self.inner.config.delivery_timeout)).await {
-            Ok(delivery) => {
-                debug_assert_eq!(delivery.partition, tp.partition as i32);
-                // A retried idempotent send the broker already had (a leader
-                // moving mid-send) is reported delivered with no offset
-                // (-1001): in the log, position unknown. Never a version.
-                if delivery.offset < 0 {
-                    return Err(unavailable(format!(
-                        "the write to {topic}/{} is in the log but the broker did not say at which offset (a retried \
-                         send it already had); its outcome is unknown here: read the record, or retry with the same \
-                         Idempotency-Key header, which applies it at most once",
-                        tp.partition
-                    )));
-                }
-                Ok(delivery.offset as u64)
-            }
+        let delivery_timeout = self.inner.config.delivery_timeout;
+        match self.inner.producer.send(topic, tp.partition as i32, payload, headers, delivery_timeout).await {
+            // A retried idempotent send the broker already had (a leader
+            // moving mid-send) is reported delivered with no offset
+            // (-1001): in the log, position unknown. Never a version.
+            Ok(offset) if offset < 0 => Err(LogError::Ambiguous(format!(
+                "the write to {topic}/{} is in the log but the broker did not say at which offset (a retried send it \
+                 already had); read the record, or retry with the same Idempotency-Key header, which applies it at most once",
+                tp.partition
+            ))),
+            Ok(offset) => Ok(offset as u64),
             // Refused before it was sent (or by the broker for the topic's
             // `max.message.bytes`): never in the log, and never will be.
-            Err((rdkafka::error::KafkaError::MessageProduction(rdkafka::types::RDKafkaErrorCode::MessageSizeTooLarge), _)) => {
-                Err(LogError::TooLargeForTopic {
-                    size_bytes: payload.len(),
-                    reason: format!("{topic} takes smaller records (its max.message.bytes); raise it or write less at once"),
-                })
-            }
-            Err((e, _)) => Err(unavailable(format!(
-                "produce to {topic}/{} failed ({e}); the write may or may not be in the log: retry it with the same \
-                 Idempotency-Key header to apply it exactly once",
-                tp.partition
+            Err(failed) if failed.error == KafkaError::MessageProduction(RDKafkaErrorCode::MessageSizeTooLarge) => Err(LogError::TooLargeForTopic {
+                size_bytes: payload.len(),
+                reason: format!("{topic} takes smaller records (its max.message.bytes); raise it or write less at once"),
+            }),
+            Err(failed) if failed.persisted == Persisted::No => Err(unavailable(format!(
+                "produce to {topic}/{} failed ({}); the write was never sent, so it is not in the log",
+                tp.partition, failed.error
+            ))),
+            Err(failed) => Err(LogError::Ambiguous(format!(
+                "produce to {topic}/{} failed ({}) with the write in flight: it may or may not be in the log; retry it \
+                 with the same Idempotency-Key header to apply it exactly once",
+                tp.partition, failed.error
             ))),
         }
     }

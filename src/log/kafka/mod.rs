@@ -24,6 +24,7 @@ mod entry_mac;
 mod fetch_source;
 mod group;
 mod outputs;
+mod producer;
 mod publisher;
 mod reader;
 mod sources;

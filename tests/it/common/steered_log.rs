@@ -18,6 +18,22 @@ pub(crate) struct SteeredLog {
     pub offsets_open: tokio::sync::watch::Sender<bool>,
     /// Readers deliver every batch twice (a log that redelivers).
     pub redeliver: bool,
+    /// Faults of appends whose payload contains a needle, taken in order
+    /// (one per such append; none left: the append goes through).
+    pub append_faults: std::sync::Mutex<Vec<(Vec<u8>, std::collections::VecDeque<AppendFault>)>>,
+}
+
+/// What an append that matched a needle does.
+#[derive(Debug, Clone)]
+pub(crate) enum AppendFault {
+    /// Waits for a permit of the semaphore (the test holds the append),
+    /// then goes through.
+    Hold(std::sync::Arc<tokio::sync::Semaphore>),
+    /// Refused before anything is written (`LogError::Unavailable`).
+    RefuseBefore,
+    /// Lands in the log, then reports that its outcome is unknown
+    /// (`LogError::Ambiguous`: an acknowledgement lost).
+    LandThenAmbiguous,
 }
 
 impl SteeredLog {
@@ -28,7 +44,20 @@ impl SteeredLog {
             assignment: tokio::sync::watch::Sender::new(Assignment::All),
             offsets_open: tokio::sync::watch::Sender::new(true),
             redeliver: false,
+            append_faults: Default::default(),
         }
+    }
+
+    /// Makes the next appends whose payload contains `needle` do `faults`, in order.
+    pub(crate) fn fault_appends_of(&self, needle: &[u8], faults: &[AppendFault]) {
+        self.append_faults.lock().unwrap().push((needle.to_vec(), faults.iter().cloned().collect()));
+    }
+
+    fn fault_of(&self, payload: &[u8]) -> Option<AppendFault> {
+        let mut faults = self.append_faults.lock().unwrap();
+        let (_, queue) =
+            faults.iter_mut().find(|(needle, queue)| !queue.is_empty() && payload.windows(needle.len()).any(|w| w == needle.as_slice()))?;
+        queue.pop_front()
     }
 
     async fn offsets_gate(&self) {
@@ -46,7 +75,18 @@ impl Log for SteeredLog {
         self.log.list_topics().await
     }
     async fn append(&self, tp: &TopicPartition, payload: Bytes) -> Result<u64, LogError> {
-        self.log.append(tp, payload).await
+        match self.fault_of(&payload) {
+            None => self.log.append(tp, payload).await,
+            Some(AppendFault::Hold(gate)) => {
+                let _permit = gate.acquire().await.expect("the gate stays open");
+                self.log.append(tp, payload).await
+            }
+            Some(AppendFault::RefuseBefore) => Err(LogError::Unavailable("steered: refused before it was written".into())),
+            Some(AppendFault::LandThenAmbiguous) => {
+                let offset = self.log.append(tp, payload).await?;
+                Err(LogError::Ambiguous(format!("steered: landed at {offset}, its acknowledgement lost")))
+            }
+        }
     }
     fn entry_bytes_max(&self) -> usize {
         self.log.entry_bytes_max()

@@ -1,0 +1,132 @@
+//! The producer, and what became of a write it could not deliver.
+//!
+//! rdkafka's `FutureProducer` answers a failed send with the error alone;
+//! but "failed" is two very different things to a database: librdkafka
+//! knows whether the record was never sent (`NOT_PERSISTED`: no broker
+//! saw it, it never will) or may be in the log (`POSSIBLY_PERSISTED`: a
+//! request was in flight when it gave up). Ripcord may journal the first
+//! (a journaled copy is then the only copy) but never the second: a copy
+//! of a write that did land would be a second write, applied after writes
+//! acknowledged since (issue 36, defect 2). So this producer keeps
+//! librdkafka's message status (`rd_kafka_message_status`) with each
+//! delivery report.
+//!
+//! Bounds: librdkafka's own queue (`queue.buffering.max.*`); a send waits
+//! at most `queue_wait` for room in it, then fails as never sent.
+
+use std::time::{Duration, Instant};
+
+use rdkafka::client::ClientContext;
+use rdkafka::config::ClientConfig;
+use rdkafka::error::{KafkaError, KafkaResult};
+use rdkafka::message::Message;
+use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
+use rdkafka::types::RDKafkaErrorCode;
+use tokio::sync::oneshot;
+
+/// How often a send retries while librdkafka's queue is full.
+const QUEUE_FULL_RETRY: Duration = Duration::from_millis(20);
+
+/// Whether a record a send failed on may be in the log.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Persisted {
+    /// Never sent, or refused by the broker before it appended: not in the
+    /// log, and never will be.
+    No,
+    /// In flight when librdkafka gave up: it may be in the log.
+    Possibly,
+    /// In the log, though the send reported an error.
+    Yes,
+}
+
+/// A failed send: librdkafka's error, and whether the record may be in the log.
+#[derive(Debug)]
+pub(super) struct SendFailed {
+    pub(super) error: KafkaError,
+    pub(super) persisted: Persisted,
+}
+
+/// A delivery report: the offset, or why not.
+type Report = Result<i64, SendFailed>;
+
+/// The producer's context: answers each send's oneshot with its report.
+#[derive(Clone, Default)]
+pub(super) struct ReportingContext;
+
+impl ClientContext for ReportingContext {}
+
+impl ProducerContext for ReportingContext {
+    type DeliveryOpaque = Box<oneshot::Sender<Report>>;
+
+    fn delivery(&self, result: &DeliveryResult<'_>, reply: Self::DeliveryOpaque) {
+        let report = match result {
+            Ok(message) => Ok(message.offset()),
+            Err((error, message)) => {
+                // SAFETY: the message is librdkafka's, alive for this callback.
+                let status = unsafe { rdkafka::bindings::rd_kafka_message_status(message.ptr()) };
+                let persisted = match status {
+                    rdkafka::bindings::rd_kafka_msg_status_t::RD_KAFKA_MSG_STATUS_NOT_PERSISTED => Persisted::No,
+                    rdkafka::bindings::rd_kafka_msg_status_t::RD_KAFKA_MSG_STATUS_PERSISTED => Persisted::Yes,
+                    _ => Persisted::Possibly,
+                };
+                Err(SendFailed { error: error.clone(), persisted })
+            }
+        };
+        // The sender may have stopped waiting (its request was dropped).
+        let _ = reply.send(report);
+    }
+}
+
+/// librdkafka's producer with a polling thread of its own, reporting each
+/// delivery with its message status.
+pub(super) struct ReportingProducer {
+    inner: ThreadedProducer<ReportingContext>,
+}
+
+impl ReportingProducer {
+    pub(super) fn create(config: &ClientConfig) -> KafkaResult<ReportingProducer> {
+        Ok(ReportingProducer { inner: config.create_with_context(ReportingContext)? })
+    }
+
+    /// Sends `payload` to `topic`/`partition` with `headers`; waits for its
+    /// delivery report. A send librdkafka's queue had no room for within
+    /// `queue_wait` was never sent.
+    pub(super) async fn send(
+        &self,
+        topic: &str,
+        partition: i32,
+        payload: &[u8],
+        headers: Option<rdkafka::message::OwnedHeaders>,
+        queue_wait: Duration,
+    ) -> Report {
+        let started = Instant::now();
+        let (reply, report) = oneshot::channel();
+        let mut record: BaseRecord<'_, [u8], [u8], Box<oneshot::Sender<Report>>> =
+            BaseRecord::with_opaque_to(topic, Box::new(reply)).partition(partition).payload(payload);
+        if let Some(headers) = headers {
+            record = record.headers(headers);
+        }
+        loop {
+            match self.inner.send(record) {
+                Ok(()) => break,
+                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) if started.elapsed() < queue_wait => {
+                    record = back;
+                    tokio::time::sleep(QUEUE_FULL_RETRY).await;
+                }
+                // Refused before it was queued: never sent.
+                Err((error, _)) => return Err(SendFailed { error, persisted: Persisted::No }),
+            }
+        }
+        match report.await {
+            Ok(report) => report,
+            // The producer dropped the report unsent (torn down with the
+            // record queued or in flight): it may have been sent.
+            Err(_) => Err(SendFailed { error: KafkaError::Canceled, persisted: Persisted::Possibly }),
+        }
+    }
+
+    /// Waits (at most `timeout`) for every queued record to be delivered or fail.
+    pub(super) fn flush(&self, timeout: Duration) -> KafkaResult<()> {
+        self.inner.flush(timeout)
+    }
+}
