@@ -273,6 +273,10 @@ pub fn decode_timed(entry: Bytes, partition: u32, partitions: u32) -> Result<(Mu
     if message.journal.as_ref().is_some_and(|place| place.lane.is_empty() || place.lane.len() > JOURNAL_LANE_BYTES_MAX) {
         return Err(Malformed::Limit(format!("a journal lane has 1 to {JOURNAL_LANE_BYTES_MAX} bytes")));
     }
+    // The lane's next offset is one past it: never past u64::MAX.
+    if message.journal.as_ref().is_some_and(|place| place.offset == u64::MAX) {
+        return Err(Malformed::Limit("a journal offset is below 2^64 - 1".into()));
+    }
     if message.tick {
         if !message.ops.is_empty() || !message.write_id.is_empty() || message.journal.is_some() {
             return Err(Malformed::Limit("a tick has no ops, no write id and no journal place".into()));

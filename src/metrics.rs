@@ -70,7 +70,7 @@ pub(crate) static FIREBASE_REALTIME_CONNECTIONS: LazyLock<IntGauge> = LazyLock::
 pub(crate) static FIREBASE_ONDISCONNECT: LazyLock<IntCounterVec> = LazyLock::new(|| {
     register_int_counter_vec!(
         "tern_firebase_ondisconnect_total",
-        "onDisconnect registrations fired: by their connection's close, by a sweep (an orphan: its node restarted or died, or its close could not write), or already (another firer's entry applied first: nothing done twice); discarded: not made, the connection's credential was revoked or expired",
+        "onDisconnect registrations fired: by their connection's close, by a sweep (an orphan: its node restarted or died, or its close could not write), or already (another firer's entry applied first: nothing done twice); discarded: not made, the connection's credential was revoked or expired; fired_while_open: a connection found its writes made while it lived (a sweeper took its node for dead) and was closed",
         &["by"]
     )
     .expect("metric registers")

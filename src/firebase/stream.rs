@@ -472,11 +472,15 @@ pub(super) enum Format {
 impl Format {
     /// The key under which listeners of `sk` in this format share an
     /// event's encoding (`Event::keyed_frame`). A key never holds a
-    /// control character, so realtime keys never meet SSE keys.
+    /// control character, so realtime keys never meet SSE keys. A realtime
+    /// listen's tag is in its frames, so it is in the key too: a tagged
+    /// listen shares only with listens of its tag (issue 36: its tag went
+    /// to untagged listeners of the location, whose SDK dropped the push).
     fn share_key(&self, sk: &str) -> String {
         match self {
             Format::Sse => sk.to_string(),
-            Format::Realtime { .. } => format!("\u{1}{sk}"),
+            Format::Realtime { tag: None, .. } => format!("\u{1}{sk}"),
+            Format::Realtime { tag: Some(tag), .. } => format!("\u{2}{tag}\u{1}{sk}"),
         }
     }
 

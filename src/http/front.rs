@@ -95,7 +95,16 @@ pub fn app(
     node: Arc<Node>,
     cluster: Arc<Cluster>,
 ) -> impl tower::Service<Request, Response = Response, Error = std::convert::Infallible, Future: Send> + Clone + Send + 'static {
-    service(Protocols::new(AppState::new(node, cluster), firebase::FirebaseConfig::default()))
+    app_with(node, cluster, firebase::FirebaseConfig::default())
+}
+
+/// As `app`, with Firebase's settings (an owner token, the emulator's conventions).
+pub fn app_with(
+    node: Arc<Node>,
+    cluster: Arc<Cluster>,
+    firebase: firebase::FirebaseConfig,
+) -> impl tower::Service<Request, Response = Response, Error = std::convert::Infallible, Future: Send> + Clone + Send + 'static {
+    service(Protocols::new(AppState::new(node, cluster), firebase))
 }
 
 async fn front_door(State(front): State<Arc<Front>>, mut request: Request, next: Next) -> Response {

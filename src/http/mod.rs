@@ -13,5 +13,5 @@ mod h2c;
 mod listener;
 pub mod tls;
 
-pub use self::front::{app, messages, routes, service, Protocols};
+pub use self::front::{app, app_with, messages, routes, service, Protocols};
 pub use self::listener::{serve, ConnectionLimits};

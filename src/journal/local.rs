@@ -99,8 +99,8 @@ pub(super) struct ObjectsSlot {
 pub(super) const OBJECTS_OPEN_RETRY_MAX: std::time::Duration = std::time::Duration::from_secs(30);
 
 impl ObjectsSlot {
-    pub(super) async fn try_open(&self, config: &ObjectsConfig) -> bool {
-        match objects::ObjectJournal::open(config.objects.clone(), &self.id, &config.node, config.lease_renew).await {
+    pub(super) async fn try_open(&self, config: &ObjectsConfig, unreleased: &[objects::Entry]) -> bool {
+        match objects::ObjectJournal::open(config.objects.clone(), &self.id, &config.node, config.lease_renew, unreleased.to_vec()).await {
             Ok(journal) => {
                 let _ = self.journal.set(journal);
                 true
@@ -197,7 +197,10 @@ impl Journal {
         };
         let id = journal_id(dir)?;
         let objects = match objects {
-            Some(config) => Some(open_objects(id.clone(), config).await),
+            Some(config) => {
+                let unreleased = unreleased_entries(&log, &topics, &released).await?;
+                Some(open_objects(id.clone(), config, unreleased).await)
+            }
             None => None,
         };
         let mut journal = Journal {
@@ -247,16 +250,19 @@ impl Journal {
                 return Err(JournalError::TooOld { age_ms: age.as_millis() as u64, age_max_ms: self.limits.age_max.as_millis() as u64 });
             }
         }
-        if let Some(slot) = &self.objects {
-            slot.ready()?;
-        }
+        // Taken once, before the local append: past it, the write is in the
+        // journal and is answered with its write id whatever happens.
+        let objects = match &self.objects {
+            Some(slot) => Some(slot.ready()?),
+            None => None,
+        };
         self.topic(ns, partitions).await?;
         let payload = Bytes::from(codec::encode(mutation));
         let offset = self.log.append(&tp(ns, partition), payload.clone()).await?;
         self.ids.lock().add(ns, partition, offset, mutation.write_id.clone());
-        if let Some(slot) = &self.objects {
+        if let Some(objects) = objects {
             let entry = objects::Entry { ns: ns.to_string(), partitions, partition, offset, payload };
-            slot.ready()?.append(entry).await.map_err(JournalError::Objects)?;
+            objects.append(entry).await.map_err(JournalError::Objects)?;
         }
         Ok(offset)
     }
@@ -423,10 +429,43 @@ impl Journal {
     }
 }
 
+/// The local journal's entries not yet released, in journal order per
+/// partition (bounded by the journal's own bounds): what its objects must
+/// hold, put again when they are opened.
+async fn unreleased_entries(
+    log: &EmbeddedLog,
+    topics: &HashMap<String, u32>,
+    released: &HashMap<String, u64>,
+) -> Result<Vec<objects::Entry>, JournalError> {
+    let mut entries = Vec::new();
+    for (ns, &partitions) in topics {
+        for partition in 0..partitions {
+            let start = released.get(&released_key(ns, partition)).copied().unwrap_or(0).max(log.start_offset(&tp(ns, partition)).await?);
+            let end = log.end_offset(&tp(ns, partition)).await?;
+            if start >= end {
+                continue;
+            }
+            let mut reader = log.reader(&tp(ns, partition), start).await?;
+            let mut next = start;
+            while next < end {
+                let batch = reader.next_batch(1024, std::time::Duration::ZERO).await?;
+                if batch.is_empty() {
+                    break;
+                }
+                for record in batch {
+                    next = record.offset + 1;
+                    entries.push(objects::Entry { ns: ns.clone(), partitions, partition, offset: record.offset, payload: record.payload });
+                }
+            }
+        }
+    }
+    Ok(entries)
+}
+
 /// Opens the journal's objects now, or starts a task that keeps trying.
-pub(super) async fn open_objects(id: String, config: ObjectsConfig) -> Arc<ObjectsSlot> {
+pub(super) async fn open_objects(id: String, config: ObjectsConfig, unreleased: Vec<objects::Entry>) -> Arc<ObjectsSlot> {
     let slot = Arc::new(ObjectsSlot { id, journal: std::sync::OnceLock::new(), last_error: Mutex::new(String::new()), opener: Mutex::new(None) });
-    if slot.try_open(&config).await {
+    if slot.try_open(&config, &unreleased).await {
         return slot;
     }
     tracing::warn!(error = %slot.last_error.lock(), "the journal's object storage does not answer; journaled writes are refused until it does");
@@ -436,7 +475,7 @@ pub(super) async fn open_objects(id: String, config: ObjectsConfig) -> Arc<Objec
         loop {
             tokio::time::sleep(wait).await;
             let Some(slot) = weak.upgrade() else { return };
-            if slot.try_open(&config).await {
+            if slot.try_open(&config, &unreleased).await {
                 tracing::info!("the journal's object storage answers; journaled writes are taken again");
                 return;
             }

@@ -60,6 +60,12 @@ const GROUP_BYTES_MAX: usize = 8 * 1024 * 1024;
 /// applies a partition's entries in journal order, with no gap). At the
 /// bound, journaled writes are refused until object storage takes them.
 const CARRIED_ENTRIES_MAX: usize = 2048;
+/// … and this many bytes of them (an object then stays far below
+/// `OBJECT_BYTES_MAX`: the carry, plus a group, plus one entry each).
+const CARRIED_BYTES_MAX: usize = GROUP_BYTES_MAX;
+/// How often entries carried from a failed put are put again while no new
+/// entry comes (at the bound none can: they are refused).
+const CARRY_RETRY: Duration = Duration::from_secs(1);
 /// Appends waiting for the uploader; at the bound an append waits.
 const UPLOADS_QUEUED_MAX: usize = 65_536;
 /// Largest entries object read back (a group commit is ≤ ~13 MiB).
@@ -289,6 +295,13 @@ pub fn decode(bytes: &[u8]) -> Result<Vec<Entry>, String> {
     Ok(entries)
 }
 
+/// What the uploader carries into its next put, for `refuses`.
+#[derive(Default)]
+struct Carried {
+    entries: std::sync::atomic::AtomicUsize,
+    bytes: std::sync::atomic::AtomicUsize,
+}
+
 /// An append waiting for its group commit.
 struct Upload {
     entry: Entry,
@@ -304,8 +317,8 @@ pub struct ObjectJournal {
     /// Uploaded objects not deleted: seq → per (namespace, partition) the
     /// highest local journal offset in it.
     uploaded: Uploaded,
-    /// Entries carried since the last put that failed (0: none failed).
-    carried: Arc<std::sync::atomic::AtomicUsize>,
+    /// Entries and bytes carried since the last put that failed (0: none failed).
+    carried: Arc<Carried>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
 }
 
@@ -313,7 +326,17 @@ impl ObjectJournal {
     /// Starts this journal's uploader and lease (renewed every
     /// `lease_renew`), after reading what its folder already holds (objects
     /// of before a restart: deleted once their entries are released).
-    pub async fn open(objects: JournalObjects, journal_id: &str, node: &str, lease_renew: Duration) -> Result<ObjectJournal, String> {
+    /// `unreleased`: the local journal's entries not yet released, put
+    /// first (again, if an object has them already): a put that failed
+    /// before a restart carried entries that only the local journal has,
+    /// and the objects must never miss one a later object holds.
+    pub async fn open(
+        objects: JournalObjects,
+        journal_id: &str,
+        node: &str,
+        lease_renew: Duration,
+        unreleased: Vec<Entry>,
+    ) -> Result<ObjectJournal, String> {
         let mut uploaded = BTreeMap::new();
         let mut next_seq = 0;
         for (seq, path) in objects.entries(journal_id).await? {
@@ -324,8 +347,9 @@ impl ObjectJournal {
         objects.renew_lease(journal_id, node).await?;
         let uploaded = Arc::new(Mutex::new(uploaded));
         let (queue, receiver) = mpsc::channel(UPLOADS_QUEUED_MAX);
-        let carried = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-        let uploader = tokio::spawn(upload_loop(objects.clone(), journal_id.to_string(), next_seq, receiver, uploaded.clone(), carried.clone()));
+        let carried = Arc::new(Carried::default());
+        let uploader =
+            tokio::spawn(upload_loop(objects.clone(), journal_id.to_string(), next_seq, receiver, uploaded.clone(), carried.clone(), unreleased));
         let (o, id, node) = (objects.clone(), journal_id.to_string(), node.to_string());
         let renewer = tokio::spawn(async move {
             loop {
@@ -345,9 +369,14 @@ impl ObjectJournal {
     /// Why a new journaled write must be refused before it is journaled:
     /// object storage has not taken the last `CARRIED_ENTRIES_MAX` ones.
     pub fn refuses(&self) -> Option<String> {
-        let carried = self.carried.load(std::sync::atomic::Ordering::Relaxed);
-        (carried >= CARRIED_ENTRIES_MAX)
-            .then(|| format!("object storage has not taken the last {carried} journaled writes (bound: {CARRIED_ENTRIES_MAX})"))
+        let entries = self.carried.entries.load(std::sync::atomic::Ordering::Relaxed);
+        let bytes = self.carried.bytes.load(std::sync::atomic::Ordering::Relaxed);
+        (entries >= CARRIED_ENTRIES_MAX || bytes >= CARRIED_BYTES_MAX).then(|| {
+            format!(
+                "object storage has not taken the last {entries} journaled writes, {bytes} bytes (bounds: \
+                 {CARRIED_ENTRIES_MAX} writes, {CARRIED_BYTES_MAX} bytes)"
+            )
+        })
     }
 
     /// Returns once `entry` is in object storage (its group commit's object
@@ -399,23 +428,37 @@ fn highest_offsets(entries: &[Entry]) -> Vec<((String, u32), u64)> {
 }
 
 /// Takes what is queued, puts it as one object (after the entries of the
-/// last put that failed, in journal order), answers each append.
+/// last put that failed, in journal order), answers each append. Entries
+/// carried from a failed put are put again every `CARRY_RETRY` even when
+/// nothing new comes.
 async fn upload_loop(
     objects: JournalObjects,
     journal_id: String,
     mut next_seq: u64,
     mut queue: mpsc::Receiver<Upload>,
     uploaded: Uploaded,
-    carried: Arc<std::sync::atomic::AtomicUsize>,
+    carried: Arc<Carried>,
+    mut carry: Vec<Entry>,
 ) {
-    let mut carry: Vec<Entry> = Vec::new();
-    while let Some(first) = queue.recv().await {
-        let mut bytes = carry.iter().map(|e| e.payload.len()).sum::<usize>() + first.entry.payload.len();
-        let mut group = vec![first];
-        while carry.len() + group.len() < GROUP_ENTRIES_MAX && bytes < GROUP_BYTES_MAX {
-            let Ok(next) = queue.try_recv() else { break };
-            bytes += next.entry.payload.len();
-            group.push(next);
+    loop {
+        note_carried(&carried, &carry);
+        let first = tokio::select! {
+            upload = queue.recv() => match upload {
+                Some(upload) => Some(upload),
+                None => return,
+            },
+            _ = tokio::time::sleep(CARRY_RETRY), if !carry.is_empty() => None,
+        };
+        let mut bytes = carry.iter().map(|e| e.payload.len()).sum::<usize>();
+        let mut group = Vec::new();
+        if let Some(first) = first {
+            bytes += first.entry.payload.len();
+            group.push(first);
+            while carry.len() + group.len() < GROUP_ENTRIES_MAX && bytes < GROUP_BYTES_MAX {
+                let Ok(next) = queue.try_recv() else { break };
+                bytes += next.entry.payload.len();
+                group.push(next);
+            }
         }
         let mut entries = std::mem::take(&mut carry);
         entries.extend(group.iter().map(|u| u.entry.clone()));
@@ -432,12 +475,16 @@ async fn upload_loop(
             // Carried, so no later object holds an entry this one missed.
             Err(_) => carry = entries,
         }
-        carried.store(carry.len(), std::sync::atomic::Ordering::Relaxed);
         crate::metrics::JOURNAL_OBJECTS_PUT.inc();
         for upload in group {
             let _ = upload.done.send(result.clone());
         }
     }
+}
+
+fn note_carried(carried: &Carried, carry: &[Entry]) {
+    carried.entries.store(carry.len(), std::sync::atomic::Ordering::Relaxed);
+    carried.bytes.store(carry.iter().map(|e| e.payload.len()).sum(), std::sync::atomic::Ordering::Relaxed);
 }
 
 #[cfg(test)]
@@ -467,7 +514,7 @@ mod tests {
     async fn objects_are_deleted_only_once_every_entry_is_released() {
         let store: Arc<dyn ObjectStore> = Arc::new(object_store::memory::InMemory::new());
         let objects = JournalObjects::new(store, &ObjectPath::from("root"));
-        let journal = ObjectJournal::open(objects.clone(), "j1", "n1", Duration::from_secs(60)).await.unwrap();
+        let journal = ObjectJournal::open(objects.clone(), "j1", "n1", Duration::from_secs(60), Vec::new()).await.unwrap();
         journal.append(entry("a", 0, 0, b"0")).await.unwrap();
         journal.append(entry("a", 1, 0, b"1")).await.unwrap();
         assert_eq!(objects.entries("j1").await.unwrap().len(), 2);
@@ -479,7 +526,7 @@ mod tests {
         assert_eq!(left, vec![entry("a", 1, 0, b"1")]);
         // A reopened journal knows the object and numbers on after it.
         drop(journal);
-        let journal = ObjectJournal::open(objects.clone(), "j1", "n1", Duration::from_secs(60)).await.unwrap();
+        let journal = ObjectJournal::open(objects.clone(), "j1", "n1", Duration::from_secs(60), Vec::new()).await.unwrap();
         assert_eq!(journal.objects_held(), 1);
         journal.append(entry("a", 1, 1, b"2")).await.unwrap();
         let seqs: Vec<u64> = objects.entries("j1").await.unwrap().iter().map(|(s, _)| *s).collect();
@@ -500,7 +547,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store: Arc<dyn ObjectStore> = Arc::new(object_store::local::LocalFileSystem::new_with_prefix(dir.path()).unwrap());
         let objects = JournalObjects::new(store, &ObjectPath::from("root"));
-        let journal = ObjectJournal::open(objects.clone(), "j1", "n1", Duration::from_secs(60)).await.unwrap();
+        let journal = ObjectJournal::open(objects.clone(), "j1", "n1", Duration::from_secs(60), Vec::new()).await.unwrap();
         // A directory where object 0 goes: its put fails.
         let blocked = dir.path().join(objects.entries_path("j1", 0).as_ref());
         std::fs::create_dir_all(blocked.join("in-the-way")).unwrap();
@@ -510,15 +557,63 @@ mod tests {
         let held = objects.entries("j1").await.unwrap();
         assert_eq!(held.iter().map(|(seq, _)| *seq).collect::<Vec<_>>(), vec![1]);
         assert_eq!(objects.read_entries(&held[0].1).await.unwrap(), vec![entry("a", 0, 0, b"a"), entry("a", 0, 1, b"b")]);
-        // Failing for good: refused once CARRIED_ENTRIES_MAX are carried.
-        std::fs::create_dir_all(dir.path().join(objects.entries_path("j1", 2).as_ref()).join("in-the-way")).unwrap();
-        for seq in 3..3 + CARRIED_ENTRIES_MAX as u64 {
-            std::fs::create_dir_all(dir.path().join(objects.entries_path("j1", seq).as_ref()).join("in-the-way")).unwrap();
-        }
+        // Failing for good: refused once CARRIED_ENTRIES_MAX are carried
+        // (the seqs past them are blocked too: the carry is put again every
+        // CARRY_RETRY meanwhile).
+        let block = |seq: u64| std::fs::create_dir_all(dir.path().join(objects.entries_path("j1", seq).as_ref()).join("in-the-way")).unwrap();
+        (2..2 + CARRIED_ENTRIES_MAX as u64 + 64).for_each(block);
         for offset in 2..2 + CARRIED_ENTRIES_MAX as u64 {
             assert!(journal.append(entry("a", 0, offset, b"c")).await.is_err());
         }
         assert!(journal.refuses().is_some_and(|why| why.contains("has not taken the last 2048")), "{:?}", journal.refuses());
+        // Object storage back: the carry is put with no new append (none
+        // can come: they are refused), and writes are taken again. Before,
+        // only a new append put the carry: refused for ever.
+        for seq in 2..2 + CARRIED_ENTRIES_MAX as u64 + 64 {
+            std::fs::remove_dir_all(dir.path().join(objects.entries_path("j1", seq).as_ref())).unwrap();
+        }
+        for _ in 0..100 {
+            if journal.refuses().is_none() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert_eq!(journal.refuses(), None, "the carry was put again");
+        let offsets: Vec<u64> = {
+            let mut all = Vec::new();
+            for (_, path) in objects.entries("j1").await.unwrap() {
+                all.extend(objects.read_entries(&path).await.unwrap().into_iter().map(|e| e.offset));
+            }
+            all
+        };
+        assert_eq!(offsets, (0..2 + CARRIED_ENTRIES_MAX as u64).collect::<Vec<_>>(), "every entry, in order, once");
+    }
+
+    /// The carry is bounded in bytes too (an object must stay readable:
+    /// `OBJECT_BYTES_MAX`), and a journal opened again puts the local
+    /// journal's unreleased entries first.
+    #[tokio::test]
+    async fn the_carry_is_bounded_in_bytes_and_unreleased_entries_are_put_at_open() {
+        let dir = tempfile::tempdir().unwrap();
+        let store: Arc<dyn ObjectStore> = Arc::new(object_store::local::LocalFileSystem::new_with_prefix(dir.path()).unwrap());
+        let objects = JournalObjects::new(store, &ObjectPath::from("root"));
+        let unreleased = vec![entry("a", 0, 5, b"five"), entry("a", 0, 6, b"six")];
+        let journal = ObjectJournal::open(objects.clone(), "j1", "n1", Duration::from_secs(60), unreleased.clone()).await.unwrap();
+        for _ in 0..100 {
+            if !objects.entries("j1").await.unwrap().is_empty() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let held = objects.entries("j1").await.unwrap();
+        assert_eq!(objects.read_entries(&held[0].1).await.unwrap(), unreleased, "put at open, before any new entry");
+        let block = |seq: u64| std::fs::create_dir_all(dir.path().join(objects.entries_path("j1", seq).as_ref()).join("in-the-way")).unwrap();
+        (1..64).for_each(block);
+        let big = vec![7u8; 3 << 20];
+        for offset in 7..10 {
+            assert!(journal.append(entry("a", 0, offset, &big)).await.is_err());
+        }
+        assert!(journal.refuses().is_some_and(|why| why.contains("bytes")), "9 MiB carried: {:?}", journal.refuses());
     }
 
     #[tokio::test]

@@ -78,42 +78,63 @@ async fn scan(node: &Node, objects: &JournalObjects, own: &str, claim_after: Dur
     Ok(())
 }
 
-/// Replays one claimed journal, object by object, in journal order.
+/// Replays one claimed journal: every entry of its objects, each lane (a
+/// namespace's partition) in journal order, then deletes the objects.
 ///
+/// Objects need not hold a lane in order (two writes journaled at once
+/// can reach the uploader in either order; a put that failed is carried
+/// into a later object; a restart puts unreleased entries again), so the
+/// entries of every object are gathered first, deduplicated by offset and
+/// sorted (bounded: an owner's journal holds at most its journal bounds).
 /// Each entry carries its place in the journal (`JournalPlace`); a lane's
-/// `from` is the lowest offset left in the journal's objects: every entry
-/// below it was in an object deleted once all of its entries were applied
-/// (an entry whose put failed is carried into the next object, so none is
-/// missing in between).
+/// `from` is the lowest offset left in the objects: every entry below it
+/// was in an object deleted once all of its entries were applied. A lane
+/// with a gap (an offset missing between two it holds) is appended up to
+/// the gap only and the objects are kept: never an entry after a missing
+/// one (it would be ahead of its lane, and lost with the objects).
 async fn replay(node: &Node, objects: &JournalObjects, journal: &str) -> Result<(), String> {
     let listed = objects.entries(journal).await?;
-    let mut from: BTreeMap<(String, u32), u64> = BTreeMap::new();
+    let mut lanes: BTreeMap<(String, u32), BTreeMap<u64, Entry>> = BTreeMap::new();
     for (_, path) in &listed {
         for entry in objects.read_entries(path).await? {
-            let lowest = from.entry((entry.ns.clone(), entry.partition)).or_insert(entry.offset);
-            *lowest = (*lowest).min(entry.offset);
+            lanes.entry((entry.ns.clone(), entry.partition)).or_default().insert(entry.offset, entry);
         }
     }
-    for (seq, path) in listed {
-        let entries = objects.read_entries(&path).await?;
-        let placed = entries
-            .iter()
-            .map(|entry| {
-                let place = crate::codec::JournalPlace {
-                    lane: crate::journal::lane_of(journal, &entry.ns, entry.partitions),
-                    offset: entry.offset,
-                    from: from.get(&(entry.ns.clone(), entry.partition)).copied().unwrap_or(entry.offset),
-                };
-                crate::codec::with_journal_place(&entry.payload, &place).map_err(|e| format!("journal {journal} object {seq}: {e}"))
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        let appended = append_all(node, &entries, placed).await?;
-        wait_applied(node, &appended).await?;
-        objects.delete(&path).await?;
-        tracing::info!(journal, seq, entries = entries.len(), "a lost journal's object is applied; deleted");
+    let mut gaps = Vec::new();
+    let mut ordered: Vec<Entry> = Vec::new();
+    let mut froms: BTreeMap<(String, u32), u64> = BTreeMap::new();
+    for ((ns, partition), lane) in lanes {
+        let from = *lane.keys().next().expect("a lane holds an entry");
+        froms.insert((ns.clone(), partition), from);
+        for (expected, (offset, entry)) in (from..).zip(lane) {
+            if offset != expected {
+                gaps.push(format!("{ns}/{partition} misses journal offset {expected} (holds {offset})"));
+                break;
+            }
+            ordered.push(entry);
+        }
+    }
+    let placed = ordered
+        .iter()
+        .map(|entry| {
+            let from = froms.get(&(entry.ns.clone(), entry.partition)).copied().unwrap_or(entry.offset);
+            let place =
+                crate::codec::JournalPlace { lane: crate::journal::lane_of(journal, &entry.ns, entry.partitions), offset: entry.offset, from };
+            crate::codec::with_journal_place(&entry.payload, &place)
+                .map_err(|e| format!("journal {journal}, {}/{} offset {}: {e}", entry.ns, entry.partition, entry.offset))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let appended = append_all(node, &ordered, placed).await?;
+    wait_applied(node, &appended).await?;
+    if !gaps.is_empty() {
+        return Err(format!("journal {journal} has gaps: {}; its objects are kept", gaps.join("; ")));
+    }
+    for (seq, path) in &listed {
+        objects.delete(path).await?;
+        tracing::info!(journal, seq, "a lost journal's object is applied; deleted");
     }
     objects.retire(journal).await?;
-    tracing::info!(journal, "a lost journal is replayed and retired");
+    tracing::info!(journal, entries = ordered.len(), "a lost journal is replayed and retired");
     Ok(())
 }
 

@@ -221,7 +221,7 @@ async fn append(
     let tp = &namespace.handle(partition).tp;
     let log = node.log.as_ref();
     // Collected first: a stream over a borrowing closure is not `Send` to the compiler.
-    let payloads = entries.iter().map(|entry| placed(&entry.payload, &place(entry.offset))).collect::<Result<Vec<_>, _>>()?;
+    let payloads: Vec<_> = entries.iter().map(|entry| placed(&entry.payload, &place(entry.offset))).collect();
     let appends: Vec<_> = payloads.into_iter().map(|payload| super::write::append(log, tp, payload)).collect();
     let mut results = futures::stream::iter(appends).buffered(APPENDS_IN_FLIGHT_MAX);
     let mut appended = 0;
@@ -266,11 +266,14 @@ async fn append(
     Ok(appended)
 }
 
-/// A journal entry with its place set; an entry that does not decode was
-/// never journaled by this node's write path: the journal is damaged.
-fn placed(payload: &bytes::Bytes, place: &crate::codec::JournalPlace) -> Result<bytes::Bytes, crate::journal::JournalError> {
-    crate::codec::with_journal_place(payload, place)
-        .map_err(|e| crate::journal::JournalError::Log(crate::log::LogError::Corrupt(format!("journal entry {} of a lane: {e}", place.offset))))
+/// A journal entry with its place set. One that does not decode (the
+/// journal damaged) goes as it is: every replica skips it alike as
+/// malformed, and the lane goes on (held back, it would stop the lane).
+fn placed(payload: &bytes::Bytes, place: &crate::codec::JournalPlace) -> bytes::Bytes {
+    crate::codec::with_journal_place(payload, place).unwrap_or_else(|e| {
+        tracing::error!(journal_offset = place.offset, error = %e, "a journal entry does not decode; appended as it is, to be skipped");
+        payload.clone()
+    })
 }
 
 /// Releases the journal entries whose writes were seen applied.

@@ -383,6 +383,14 @@ impl Node {
                 self.writes.sequencer_wake.notify_one();
                 return Err(WriteError::JournaledNotCopied { write_id: mutation.write_id, reason });
             }
+            // The journal's own log may have the write (its fsync failed or
+            // stalled): its outcome is unknown, and it is told by write id.
+            Err(crate::journal::JournalError::Log(LogError::Ambiguous(reason))) => {
+                let id = String::from_utf8_lossy(&mutation.write_id).into_owned();
+                return Err(WriteError::Log(LogError::Ambiguous(format!(
+                    "the journal may hold the write as {id} ({reason}); ask GET /v1/writes/{id} before sending it again"
+                ))));
+            }
             Err(e) => return Err(WriteError::Journal(e)),
         }
         self.writes.sequencer_wake.notify_one();

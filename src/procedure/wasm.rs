@@ -59,6 +59,13 @@ const INSTANTIATE_FUEL: u64 = 10_000_000;
 /// loop runs one call at a time). The pool reserves their address space
 /// up front (4 GiB and a guard each: virtual, not resident).
 const INSTANCES_LIVE_MAX: u32 = 64;
+/// Pool slots beyond `INSTANCES_LIVE_MAX`: wasmtime's pool hands out slots
+/// from shards probed one after another, so a full-looking shard can send
+/// a call away while another has a slot; the slack (a slot per shard) and
+/// a bounded retry (`INSTANTIATE_TRIES_MAX`) keep that from failing a call.
+const POOL_SLACK: u32 = 16;
+/// Tries to make a call's instance before the host is taken as unable.
+const INSTANTIATE_TRIES_MAX: u32 = 50;
 /// Tables a module may have (AssemblyScript's have one).
 const TABLES_PER_INSTANCE_MAX: u32 = 4;
 /// Bytes of a freed instance's memory reset with memset rather than
@@ -242,9 +249,9 @@ static ENGINE: LazyLock<Engine> = LazyLock::new(|| {
     config.relaxed_simd_deterministic(true);
     config.max_wasm_stack(WASM_STACK_BYTES_MAX);
     let mut pool = PoolingAllocationConfig::new();
-    pool.total_core_instances(INSTANCES_LIVE_MAX)
-        .total_memories(INSTANCES_LIVE_MAX)
-        .total_tables(INSTANCES_LIVE_MAX * TABLES_PER_INSTANCE_MAX)
+    pool.total_core_instances(INSTANCES_LIVE_MAX + POOL_SLACK)
+        .total_memories(INSTANCES_LIVE_MAX + POOL_SLACK)
+        .total_tables((INSTANCES_LIVE_MAX + POOL_SLACK) * TABLES_PER_INSTANCE_MAX)
         .max_tables_per_module(TABLES_PER_INSTANCE_MAX)
         .max_memory_size(super::definition::MEMORY_BYTES_MAX)
         .linear_memory_keep_resident(MEMORY_KEPT_RESIDENT_BYTES)
@@ -462,13 +469,14 @@ fn linker() -> Result<Linker<Host>, wasmtime::Error> {
 static LINKER: LazyLock<Linker<Host>> = LazyLock::new(|| linker().expect("Tern's imports link"));
 
 /// Why a call could not run at all: not the module's doing (the host
-/// could not make an instance), so not a dead letter; the batch is tried
-/// again.
+/// could not make an instance, `INSTANTIATE_TRIES_MAX` times), so not a
+/// dead letter; the batch fails as a store write that fails does (the
+/// partition is refused on this node, nothing of the batch applied).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Unavailable(pub String);
 
 /// A call's result: Ok(Ok) returned, Ok(Err) failed (a dead letter, the
-/// same on every replica), Err the host could not run it (retried).
+/// same on every replica), Err the host could not run it.
 pub type Outcome = Result<Result<Returned, Failed>, Unavailable>;
 
 impl Vm {
@@ -500,6 +508,21 @@ impl Vm {
         // call's failure to instantiate is the host's (`Unavailable`).
         vm.instantiate()?;
         Ok(vm)
+    }
+
+    /// A fresh instance for a call: the module instantiated before (at
+    /// load), so a failure now is the host's; tried again a bounded number
+    /// of times (a millisecond apart) before the call is `Unavailable`.
+    fn instantiate_retrying(&self) -> Result<Fresh, Unavailable> {
+        let mut tries = 0;
+        loop {
+            tries += 1;
+            match self.instantiate() {
+                Ok(fresh) => return Ok(fresh),
+                Err(reason) if tries >= INSTANTIATE_TRIES_MAX => return Err(Unavailable(reason)),
+                Err(_) => std::thread::sleep(std::time::Duration::from_millis(1)),
+            }
+        }
     }
 
     /// A fresh instance of the module.
@@ -567,7 +590,7 @@ impl Vm {
     ) -> Outcome {
         let fuel = self.fuel_per_record;
         let failed = |reason: String, fuel_used: u64| Ok(Err(Failed { reason, fuel_used }));
-        let mut fresh = self.instantiate().map_err(Unavailable)?;
+        let mut fresh = self.instantiate_retrying()?;
         if let Err(e) = fresh.store.set_fuel(fuel) {
             return Err(Unavailable(e.to_string()));
         }

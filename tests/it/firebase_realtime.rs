@@ -165,6 +165,34 @@ async fn a_listens_data_comes_before_its_answer_and_a_writes_events_before_its_a
     assert_eq!(current["d"], 19);
 }
 
+/// Issue 36, defect 9: listeners of one location share an event's frames,
+/// but a listen with a tag (`t`) and an empty query took the shared path
+/// too, and its tag went into the frames every other listener there got:
+/// the SDK drops a push tagged for a query it does not have, so an
+/// untagged listener missed updates (1-2 of 30 arrived). Failed before:
+/// the untagged listener's pushes carried `t`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tagged_listen_never_lends_its_tag_to_another_clients_pushes() {
+    let dir = tempfile::tempdir().unwrap();
+    let tern = Tern::dev(dir.path()).await;
+    let (mut tagged, _) = Realtime::connect(&tern.url, "tags").await;
+    let (mut plain, _) = Realtime::connect(&tern.url, "tags").await;
+    assert_eq!(tagged.request("q", json!({"p": "/room", "t": 7, "q": {}, "h": ""})).await["s"], "ok");
+    assert_eq!(plain.request("q", json!({"p": "/room", "h": ""})).await["s"], "ok");
+    for i in 0..30 {
+        assert_eq!(tagged.request("p", json!({"p": "/room/n", "d": i})).await["s"], "ok");
+    }
+    // The plain listener's pushes (the 30 writes' events, and perhaps a
+    // first value): none carries a tag, and the last is the last write.
+    let mut last = Value::Null;
+    while last["d"]["b"]["d"] != json!(29) {
+        let push = plain.next().await.expect("the plain listener gets every write");
+        assert_eq!(push["d"]["a"], "d", "{push}");
+        assert!(push["d"]["b"].get("t").is_none(), "a push for an untagged listen carries no tag: {push}");
+        last = push;
+    }
+}
+
 /// Two nodes in separate replica groups on one Kafka topic, gossiping: a
 /// connection on `a` registers onDisconnect writes; `a` is `kill -9`ed;
 /// `b` sees it dead and makes them, once (an increment shows how often).
@@ -386,4 +414,46 @@ async fn a_credential_that_expires_is_refused_from_then_on() {
     assert_eq!(rt.request("auth", json!({"cred": token(now_s + 600)})).await["s"], "ok");
     assert_eq!(rt.request("p", json!({"p": "/x", "d": 3})).await["s"], "ok");
     assert_eq!(rt.request("g", json!({"p": "/x"})).await["d"], 3);
+}
+
+/// Issue 36, defect 11: a sweeper that wrongly took this node for dead
+/// (gossip can be wrong) fires a live connection's onDisconnect writes; the
+/// connection stayed open believing them armed, and they were never made
+/// again when it really went. Now a connection whose registration was
+/// fired while it lives is closed (within its armed check, 5 s), so the SDK
+/// reconnects and the app registers again. Failed before: no close (the
+/// helper's 20 s wait for a message ran out).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_whose_ondisconnect_was_fired_while_it_lives_is_closed() {
+    use tern::node::reserved::Writer;
+    use tern::node::write::{Entry, WriteRequest};
+    let dir = tempfile::tempdir().unwrap();
+    let log = std::sync::Arc::new(crate::common::steered_log::SteeredLog::new(&dir.path().join("log")));
+    let settings = tern::settings::Settings { data_dir: dir.path().join("node"), store_cache_bytes: 1 << 20, ..Default::default() };
+    let node = tern::node::Node::start(settings.node_config(None), log).await.unwrap();
+    node.create_namespace("presence", 1).await.unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap().to_string();
+    let me =
+        tern::cluster::SelfInfo { id: "alone".into(), region: "r1".into(), group: "g".into(), api: address.clone(), api_for: Default::default() };
+    let cluster = tern::cluster::Cluster::with_peers(me, node.clone(), Vec::new());
+    // The emulator's conventions (as `tern dev`): a database without rules is open.
+    let app = tern::http::app_with(node.clone(), cluster, tern::firebase::FirebaseConfig::new(None, true));
+    tokio::spawn(async move {
+        axum::serve(listener, axum::ServiceExt::<axum::extract::Request>::into_make_service(app)).await.unwrap();
+    });
+    let (mut rt, hello) = Realtime::connect(&format!("http://{address}"), "presence").await;
+    let session = hello["d"]["d"]["s"].as_str().unwrap().to_string();
+    assert_eq!(rt.request("o", json!({"p": "/status/me", "d": "offline"})).await["s"], "ok");
+    // Fired by someone else: the record goes (as a firing entry deletes it).
+    let namespace = node.namespace("presence").expect("the database's namespace");
+    let pk = tern::firebase::db::ondisconnect::registrations_pk(&namespace);
+    let op = tern::codec::Op { pk, sk: session, kind: tern::codec::OpKind::Delete, condition: None };
+    let mutation = tern::codec::Mutation { ops: vec![op], ..Default::default() };
+    let partition = namespace.partition_of(tern::tree::TREE_PK);
+    node.write_sequenced(&namespace, WriteRequest::new(Writer::FirebaseTree, partition, Entry::Mutation(mutation))).await.unwrap();
+    let started = Instant::now();
+    assert!(rt.next().await.is_none(), "the connection is closed, not pushed to");
+    assert!(started.elapsed() < Duration::from_secs(15), "closed at its next check: {:?}", started.elapsed());
+    node.stop_apply().await;
 }

@@ -218,6 +218,24 @@ impl Registrations {
 }
 
 impl Registrations {
+    /// Whether the writes this connection registered are still to be made:
+    /// false once someone fired them while the connection lives (a
+    /// sweeper that took this node for dead: gossip can be wrong). Then the
+    /// connection must close, so the SDK reconnects and the app registers
+    /// again (issue 36, defect 11); left open, it would believe its
+    /// onDisconnect armed while it was spent. Read here: the connection's
+    /// node holds the database's partition (else it was reset to a holder);
+    /// a read that fails says nothing, and the next check asks again.
+    pub fn still_armed(&self, namespace: &Namespace, session: &str) -> bool {
+        let (Some(version), false) = (self.version, self.ops.is_empty()) else { return true };
+        let handle = namespace.handle(namespace.partition_of(TREE_PK));
+        let Ok(reader) = handle.store().read() else { return true };
+        match reader.get(&registrations_pk(namespace), session) {
+            Ok(record) => record.is_some_and(|r| r.version == version),
+            Err(_) => true,
+        }
+    }
+
     /// Drops the registered writes without making them: the connection's
     /// credential was revoked or expired, and a revoked credential writes
     /// nothing, not even at its connection's end. Errors are logged; the

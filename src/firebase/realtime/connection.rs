@@ -68,6 +68,9 @@ const ACK_WAIT_MAX: Duration = Duration::from_secs(2);
 const IDLE_TIMEOUT: Duration = Duration::from_secs(120);
 /// The server's WebSocket pings.
 const PING_INTERVAL: Duration = Duration::from_secs(30);
+/// How often a connection with onDisconnect writes checks they were not
+/// fired meanwhile (by a sweeper that took this node for dead).
+const ARMED_CHECK_INTERVAL: Duration = Duration::from_secs(5);
 /// How long closing waits to flush what is left.
 const CLOSE_FLUSH_MAX: Duration = Duration::from_secs(1);
 
@@ -88,6 +91,8 @@ pub(super) async fn serve(mut requests: Requests, socket: WebSocket, host: Strin
     let mut listen_ids = 0usize;
     let mut lapsed = requests.lapsed();
     let mut revoked = false;
+    let mut armed_check = tokio::time::interval_at(tokio::time::Instant::now() + ARMED_CHECK_INTERVAL, ARMED_CHECK_INTERVAL);
+    armed_check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         if out.queued_bytes > OUTBOUND_BYTES_MAX {
             // Read nothing more until the client reads what it was sent.
@@ -111,6 +116,16 @@ pub(super) async fn serve(mut requests: Requests, socket: WebSocket, host: Strin
                 out.send(wire::auth_revoked());
                 revoked = true;
                 break;
+            }
+            // Its onDisconnect writes were made while it lives: closed, so
+            // the SDK reconnects and the app registers them again.
+            _ = armed_check.tick() => {
+                if !requests.registrations.still_armed(&requests.namespace, &requests.session) {
+                    tracing::info!(session = %requests.session, "this connection's onDisconnect writes were made while it lived: closing it");
+                    crate::metrics::FIREBASE_ONDISCONNECT.with_label_values(&["fired_while_open"]).inc();
+                    break;
+                }
+                continue;
             }
             frame = frames.recv() => frame,
         };

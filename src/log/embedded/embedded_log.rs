@@ -364,7 +364,9 @@ impl Log for EmbeddedLog {
         let (reply, answer) = oneshot::channel();
         let appended = async {
             queue.send(AppendRequest { partition, payload, reply }).await.map_err(|_| LogError::Closed)?;
-            answer.await.map_err(|_| LogError::Closed)?
+            // The writer took the entry and dropped its answer: it may have
+            // written it (only a send that failed is surely not in the log).
+            answer.await.map_err(|_| LogError::Ambiguous("the log's writer stopped with the entry in hand".into()))?
         };
         // Bounded even if the disk hangs in fsync: the caller learns the outcome
         // is unknown (the entry may still become durable) instead of waiting forever.
