@@ -432,16 +432,8 @@ async fn a_connection_whose_ondisconnect_was_fired_while_it_lives_is_closed() {
     let settings = tern::settings::Settings { data_dir: dir.path().join("node"), store_cache_bytes: 1 << 20, ..Default::default() };
     let node = tern::node::Node::start(settings.node_config(None), log).await.unwrap();
     node.create_namespace("presence", 1).await.unwrap();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let address = listener.local_addr().unwrap().to_string();
-    let me =
-        tern::cluster::SelfInfo { id: "alone".into(), region: "r1".into(), group: "g".into(), api: address.clone(), api_for: Default::default() };
-    let cluster = tern::cluster::Cluster::with_peers(me, node.clone(), Vec::new());
     // The emulator's conventions (as `tern dev`): a database without rules is open.
-    let app = tern::http::app_with(node.clone(), cluster, tern::firebase::FirebaseConfig::new(None, true));
-    tokio::spawn(async move {
-        axum::serve(listener, axum::ServiceExt::<axum::extract::Request>::into_make_service(app)).await.unwrap();
-    });
+    let address = crate::common::steered_log::serve_alone(node.clone(), tern::firebase::FirebaseConfig::new(None, true)).await;
     let (mut rt, hello) = Realtime::connect(&format!("http://{address}"), "presence").await;
     let session = hello["d"]["d"]["s"].as_str().unwrap().to_string();
     assert_eq!(rt.request("o", json!({"p": "/status/me", "d": "offline"})).await["s"], "ok");

@@ -5,7 +5,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tern::cluster::{Cluster, SelfInfo};
 use tern::node::Node;
 
 use crate::common::steered_log::{AppendFault, SteeredLog};
@@ -15,13 +14,7 @@ async fn node_over(log: Arc<SteeredLog>, dir: &std::path::Path, partitions: u32)
     let settings = tern::settings::Settings { data_dir: dir.join("node"), store_cache_bytes: 1 << 20, ripcord: true, ..Default::default() };
     let node = Node::start(settings.node_config(None), log).await.unwrap();
     node.create_namespace("ns", partitions).await.unwrap();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let address = listener.local_addr().unwrap().to_string();
-    let me = SelfInfo { id: "alone".into(), region: "r1".into(), group: "g".into(), api: address.clone(), api_for: Default::default() };
-    let app = tern::http::app(node.clone(), Cluster::with_peers(me, node.clone(), Vec::new()));
-    tokio::spawn(async move {
-        axum::serve(listener, axum::ServiceExt::<axum::extract::Request>::into_make_service(app)).await.unwrap();
-    });
+    let address = crate::common::steered_log::serve_alone(node.clone(), Default::default()).await;
     (node, format!("http://{address}"))
 }
 

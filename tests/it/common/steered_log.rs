@@ -136,3 +136,17 @@ impl LogReader for TwiceReader {
         Ok(batch)
     }
 }
+
+/// Serves `node` over HTTP on a free loopback port, alone in its cluster,
+/// with Firebase's `firebase` settings; its address (`host:port`).
+pub(crate) async fn serve_alone(node: std::sync::Arc<tern::node::Node>, firebase: tern::firebase::FirebaseConfig) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap().to_string();
+    let me =
+        tern::cluster::SelfInfo { id: "alone".into(), region: "r1".into(), group: "g".into(), api: address.clone(), api_for: Default::default() };
+    let app = tern::http::app_with(node.clone(), tern::cluster::Cluster::with_peers(me, node, Vec::new()), firebase);
+    tokio::spawn(async move {
+        axum::serve(listener, axum::ServiceExt::<axum::extract::Request>::into_make_service(app)).await.unwrap();
+    });
+    address
+}
