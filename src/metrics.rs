@@ -107,9 +107,27 @@ pub(crate) static PEER_RTT_SECONDS: LazyLock<GaugeVec> = LazyLock::new(|| {
 pub(crate) static FORWARD_FAILURES: LazyLock<IntCounter> =
     LazyLock::new(|| register_int_counter!("tern_forward_failures_total", "Forwarded requests that reached no holder").expect("metric registers"));
 
+pub(crate) static KAFKA_PRODUCER_REMADE: LazyLock<IntCounter> = LazyLock::new(|| {
+    register_int_counter!(
+        "tern_kafka_producer_remade_total",
+        "Times the Kafka producer failed for good (a fatal error: the broker lost its state or sequence) and a new \
+         one was made; the writes it held were answered as failed"
+    )
+    .expect("metric registers")
+});
+
 pub(crate) static GROUP_PARTITIONS_ASSIGNED: LazyLock<IntCounter> = LazyLock::new(|| {
     register_int_counter!("tern_replica_group_assigned_partitions_total", "Partitions the replica group's consumer group assigned to this node")
         .expect("metric registers")
+});
+
+pub(crate) static GROUP_CONSUMER_REBUILT: LazyLock<IntCounter> = LazyLock::new(|| {
+    register_int_counter!(
+        "tern_replica_group_consumer_rebuilt_total",
+        "Times the replica group's consumer failed for good (fenced by another member with this node's id, a fatal \
+         error) and was made again; while it is, the node holds no partition and /readyz says why"
+    )
+    .expect("metric registers")
 });
 
 pub(crate) static GROUP_PARTITIONS_REVOKED: LazyLock<IntCounter> = LazyLock::new(|| {

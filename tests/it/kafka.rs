@@ -380,3 +380,29 @@ async fn the_largest_value_and_batch_go_through_kafka() {
         t.send(t.client.get(format!("{}?after={}", t.kv_url("default", "batch", Some("3")), batch["position"].as_str().unwrap()))).await;
     assert_eq!((status, got["value"].as_str().map(str::len)), (200, Some(MIB - 100)));
 }
+
+/// Issue 36: an idempotent producer can fail for good (librdkafka's fatal
+/// errors: the broker lost the producer's state or sequence, as after a
+/// broker restart that lost its last writes). Every later write failed at
+/// once, and nothing made a new producer: a CI run's sequencer appended
+/// nothing for minutes after its broker came back. Now the next write
+/// makes a new producer and goes through. The fatal error is librdkafka's
+/// own test trigger (`rd_kafka_test_fatal_error`). Failed before: the
+/// write after it was refused ("Fatal error").
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_producer_that_failed_for_good_is_made_again() {
+    use tern::log::kafka::{KafkaLog, KafkaLogConfig};
+    use tern::log::{Log, TopicPartition};
+    let mut config = KafkaLogConfig::new(&common::kafka_bootstrap());
+    config.topic_prefix = unique_prefix();
+    let log = KafkaLog::connect(config).expect("connect");
+    log.create_topic("default", 1).await.expect("create topic");
+    let tp = TopicPartition { topic: "default".into(), partition: 0 };
+    let first = log.append(&tp, Bytes::from_static(b"before")).await.expect("the first write");
+    log.fail_producer_for_test();
+    let after = log.append(&tp, Bytes::from_static(b"after")).await;
+    assert_eq!(after.map_err(|e| e.to_string()), Ok(first + 1), "the write after the fatal error goes to a new producer");
+    let again = log.append(&tp, Bytes::from_static(b"again")).await.expect("and the one after");
+    assert_eq!(again, first + 2);
+    log.close().await;
+}

@@ -175,3 +175,87 @@ async fn killing_one_of_three_brokers_loses_no_acknowledged_write() {
         assert_eq!(p["skipped_entries"], 0, "{p}");
     }
 }
+
+/// Issue 36, defect 13: a member whose group consumer was fenced (another
+/// client joined its consumer group with its `group.instance.id`, as after
+/// a coordinator stall) never made its consumer again: it held no
+/// partition for good, and nothing said so. Now it holds nothing while
+/// fenced (`/readyz` says it is joining), makes its consumer again, and
+/// holds its partitions once the impostor's session is over. Failed
+/// before: the member stayed unready.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fenced_group_member_makes_its_consumer_again_and_holds_partitions() {
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    let brokers = Brokers::start(1);
+    let dir = tempfile::tempdir().unwrap();
+    let log = format!("kafka://{}", brokers.bootstrap);
+    let gossip = format!("127.0.0.1:{}", std::net::UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port());
+    let args = [
+        "serve",
+        "--node-id",
+        "fenced",
+        "--group",
+        "g",
+        "--listen",
+        "127.0.0.1:0",
+        "--data-dir",
+        dir.path().to_str().unwrap(),
+        "--log",
+        &log,
+        "--namespace",
+        "default:2",
+        // A member of a consumer group (it gossips, alone).
+        "--gossip",
+        &gossip,
+        "--kafka-session-timeout-ms",
+        "6000",
+    ];
+    let t = Tern::spawn(&args, dir.path()).await;
+    let ready = |t: &Tern| {
+        let (client, url) = (t.client.clone(), format!("{}/readyz", t.url));
+        async move { client.get(url).send().await.map(|r| r.status().as_u16()).unwrap_or(0) == 200 }
+    };
+    for _ in 0..200 {
+        if ready(&t).await {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(ready(&t).await, "the member holds its partitions");
+    // An impostor joins with the member's instance id: the member is fenced.
+    let impostor: BaseConsumer = rdkafka::config::ClientConfig::new()
+        .set("bootstrap.servers", &brokers.bootstrap)
+        .set("group.id", tern::log::kafka::group_id("tern.", "g"))
+        .set("group.instance.id", "fenced")
+        // The group's protocol: another would be refused, not fence anyone.
+        .set("partition.assignment.strategy", "cooperative-sticky")
+        .set("session.timeout.ms", "6000")
+        .create()
+        .unwrap();
+    impostor.subscribe(&["tern.default"]).unwrap();
+    let mut fenced = false;
+    for _ in 0..300 {
+        let _ = impostor.poll(Duration::from_millis(50));
+        if !ready(&t).await {
+            fenced = true;
+            break;
+        }
+    }
+    assert!(fenced, "the member saw it was fenced (it holds nothing meanwhile)");
+    drop(impostor);
+    // The impostor's session ends; the member's new consumer joins and holds all.
+    let mut back = false;
+    for _ in 0..600 {
+        if ready(&t).await {
+            back = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let metrics = t.client.get(format!("{}/metrics", t.url)).send().await.unwrap().text().await.unwrap();
+    let rebuilt = metrics.lines().find(|l| l.starts_with("tern_replica_group_consumer_rebuilt_total")).unwrap_or("").to_string();
+    assert!(back, "the member holds its partitions again; {rebuilt}");
+    assert_ne!(rebuilt, "tern_replica_group_consumer_rebuilt_total 0", "its consumer was made again");
+    let (status, body) = t.put("after", "", &json!(1)).await;
+    assert_eq!(status, 200, "{body}");
+}

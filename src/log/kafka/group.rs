@@ -16,6 +16,14 @@
 //!
 //! Revoked and lost partitions leave the published assignment at once; the
 //! node then stops applying and serving them.
+//!
+//! A consumer that fails for good (librdkafka's fatal errors: fenced by
+//! another member with this node's `group.instance.id`, e.g. after the
+//! coordinator stalled) is made again, with a backoff from
+//! `REBUILD_WAIT_MIN` to `REBUILD_WAIT_MAX`, and subscribed to the same
+//! topics; meanwhile the node holds nothing (`Assignment::Pending`, which
+//! `/readyz` reports) — issue 36: a fenced member held no partition for
+//! good, with no error anywhere.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -29,6 +37,16 @@ use rdkafka::{Offset, TopicPartitionList};
 use tokio::sync::watch;
 
 use crate::log::{Assignment, LogError, TopicPartition};
+
+/// Waits before making a failed consumer again, doubling to the max.
+const REBUILD_WAIT_MIN: Duration = Duration::from_millis(500);
+const REBUILD_WAIT_MAX: Duration = Duration::from_secs(30);
+/// A consumer fenced again within this long of being made waits longer
+/// (doubling) before the next: two nodes configured with one node id fence
+/// each other in turn, and must not do it every second.
+const REBUILT_STABLE: Duration = Duration::from_secs(60);
+/// One poll's wait; also how often a fatal error is looked for.
+const POLL_WAIT: Duration = Duration::from_secs(1);
 
 /// How a Kafka node decides which partitions it holds.
 #[derive(Debug, Clone)]
@@ -61,7 +79,8 @@ pub(super) struct GroupContext {
     topic_prefix: String,
     /// Source topics are namespaces' topics too (`sources.rs`).
     sources: Arc<super::sources::Sources>,
-    assignment: watch::Sender<Assignment>,
+    /// Shared by every consumer made for this member (a rebuilt one too).
+    assignment: Arc<watch::Sender<Assignment>>,
 }
 
 impl ClientContext for GroupContext {}
@@ -117,14 +136,33 @@ impl GroupContext {
     }
 }
 
+/// The consumer a member uses now (made again after a fatal error).
+type ConsumerSlot = Arc<parking_lot::RwLock<Arc<StreamConsumer<GroupContext>>>>;
+
 /// A member of a replica group's consumer group.
 pub(super) struct GroupMember {
-    consumer: Arc<StreamConsumer<GroupContext>>,
+    consumer: ConsumerSlot,
     topic_prefix: String,
     sources: Arc<super::sources::Sources>,
     assignment: watch::Receiver<Assignment>,
     /// The topics subscribed to; re-subscribing only when this changes.
-    followed: Mutex<BTreeSet<String>>,
+    followed: Arc<Mutex<BTreeSet<String>>>,
+}
+
+/// Everything needed to make the member's consumer (again).
+#[derive(Clone)]
+struct Recipe {
+    config: ClientConfig,
+    topic_prefix: String,
+    sources: Arc<super::sources::Sources>,
+    assignment: Arc<watch::Sender<Assignment>>,
+}
+
+impl Recipe {
+    fn make(&self) -> Result<StreamConsumer<GroupContext>, LogError> {
+        let context = GroupContext { topic_prefix: self.topic_prefix.clone(), sources: self.sources.clone(), assignment: self.assignment.clone() };
+        self.config.create_with_context(context).map_err(|e| LogError::Unavailable(format!("kafka: {e}")))
+    }
 }
 
 impl GroupMember {
@@ -138,10 +176,9 @@ impl GroupMember {
         session_timeout: Duration,
     ) -> Result<GroupMember, LogError> {
         let (sender, receiver) = watch::channel(Assignment::Pending);
-        let context = GroupContext { topic_prefix: topic_prefix.to_string(), sources: sources.clone(), assignment: sender };
         let session_ms = session_timeout.as_millis().max(1);
-        let consumer: StreamConsumer<GroupContext> = base
-            .clone()
+        let mut config = base.clone();
+        config
             .set("group.id", group_id(topic_prefix, group))
             .set("group.instance.id", instance_id)
             .set("partition.assignment.strategy", "cooperative-sticky")
@@ -152,27 +189,12 @@ impl GroupMember {
             .set("enable.auto.offset.store", "false")
             // Never used to fetch (partitions are paused); must not fail the assignment.
             .set("auto.offset.reset", "latest")
-            .set("enable.partition.eof", "false")
-            .create_with_context(context)
-            .map_err(|e| LogError::Unavailable(format!("kafka: {e}")))?;
-        let consumer = Arc::new(consumer);
-        // Polling serves the rebalance callbacks. A message can only slip through
-        // in the instant between an assignment and its pause: dropped.
-        let poller = Arc::downgrade(&consumer);
-        tokio::spawn(async move {
-            loop {
-                let Some(consumer) = poller.upgrade() else { return };
-                match tokio::time::timeout(Duration::from_secs(1), consumer.recv()).await {
-                    Ok(Ok(_)) | Err(_) => {}
-                    Ok(Err(e)) => {
-                        tracing::warn!(error = %e, "replica group consumer error");
-                        drop(consumer);
-                        tokio::time::sleep(Duration::from_millis(100)).await;
-                    }
-                }
-            }
-        });
-        Ok(GroupMember { consumer, topic_prefix: topic_prefix.to_string(), sources, assignment: receiver, followed: Mutex::new(BTreeSet::new()) })
+            .set("enable.partition.eof", "false");
+        let recipe = Recipe { config, topic_prefix: topic_prefix.to_string(), sources: sources.clone(), assignment: Arc::new(sender) };
+        let consumer: ConsumerSlot = Arc::new(parking_lot::RwLock::new(Arc::new(recipe.make()?)));
+        let followed = Arc::new(Mutex::new(BTreeSet::new()));
+        tokio::spawn(poll(Arc::downgrade(&consumer), recipe, followed.clone()));
+        Ok(GroupMember { consumer, topic_prefix: topic_prefix.to_string(), sources, assignment: receiver, followed })
     }
 
     pub(super) fn assignment(&self) -> watch::Receiver<Assignment> {
@@ -189,7 +211,7 @@ impl GroupMember {
             return;
         }
         let names: Vec<&str> = topics.iter().map(String::as_str).collect();
-        match self.consumer.subscribe(&names) {
+        match self.consumer.read().subscribe(&names) {
             Ok(()) => {
                 tracing::info!(topics = ?names, "replica group follows topics");
                 *followed = topics;
@@ -209,8 +231,80 @@ impl GroupMember {
             tracing::warn!(%tp, error = %e, "cannot build the offset commit");
             return;
         }
-        if let Err(e) = self.consumer.commit(&committed, CommitMode::Async) {
+        if let Err(e) = self.consumer.read().commit(&committed, CommitMode::Async) {
             tracing::debug!(%tp, error = %e, "replica group offset commit (for lag monitoring) failed");
+        }
+    }
+}
+
+/// Polls the member's consumer (polling serves the rebalance callbacks; a
+/// message can only slip through between an assignment and its pause:
+/// dropped), and makes it again after a fatal error. Ends with the member.
+async fn poll(slot: std::sync::Weak<parking_lot::RwLock<Arc<StreamConsumer<GroupContext>>>>, recipe: Recipe, followed: Arc<Mutex<BTreeSet<String>>>) {
+    let mut wait = REBUILD_WAIT_MIN;
+    let mut rebuilt_at: Option<std::time::Instant> = None;
+    loop {
+        let Some(consumer) = slot.upgrade().map(|slot| slot.read().clone()) else { return };
+        let polled = tokio::time::timeout(POLL_WAIT, consumer.recv()).await;
+        // A fatal error reaches the error callback, not `recv`: looked for
+        // every turn (so at most `POLL_WAIT` after it happened).
+        if let Some((code, reason)) = consumer.client().fatal_error() {
+            tracing::error!(?code, %reason, wait_ms = wait.as_millis() as u64, "the replica group consumer failed for good (fenced: \
+                another node with this node id, or the coordinator lost track of it); holding nothing until it is made again");
+            // Holds nothing meanwhile: another member may hold its partitions now.
+            recipe.assignment.send_replace(Assignment::Pending);
+            drop(consumer);
+            wait = match rebuilt_at {
+                Some(at) if at.elapsed() < REBUILT_STABLE => (wait * 2).min(REBUILD_WAIT_MAX),
+                _ => REBUILD_WAIT_MIN,
+            };
+            if !rebuild(&slot, &recipe, &followed, wait).await {
+                return;
+            }
+            rebuilt_at = Some(std::time::Instant::now());
+            continue;
+        }
+        if let Ok(Err(e)) = polled {
+            tracing::warn!(error = %e, "replica group consumer error");
+            drop(consumer);
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+}
+
+/// Makes the consumer again (bounded backoff) and subscribes it to the
+/// followed topics; false if the member is gone meanwhile.
+async fn rebuild(
+    slot: &std::sync::Weak<parking_lot::RwLock<Arc<StreamConsumer<GroupContext>>>>,
+    recipe: &Recipe,
+    followed: &Mutex<BTreeSet<String>>,
+    mut wait: Duration,
+) -> bool {
+    loop {
+        tokio::time::sleep(wait).await;
+        let Some(slot) = slot.upgrade() else { return false };
+        // Held until the new consumer is in the slot: a `follow` meanwhile
+        // would subscribe the old one and be lost.
+        let topics = followed.lock();
+        let made = recipe.make().and_then(|consumer| {
+            let names: Vec<&str> = topics.iter().map(String::as_str).collect();
+            if !names.is_empty() {
+                consumer.subscribe(&names).map_err(|e| LogError::Unavailable(format!("kafka: {e}")))?;
+            }
+            Ok(consumer)
+        });
+        match made {
+            Ok(consumer) => {
+                *slot.write() = Arc::new(consumer);
+                drop(topics);
+                crate::metrics::GROUP_CONSUMER_REBUILT.inc();
+                tracing::info!("the replica group consumer is made again; rejoining the group");
+                return true;
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, wait_ms = wait.as_millis() as u64, "making the replica group consumer again failed; retrying");
+                wait = (wait * 2).min(REBUILD_WAIT_MAX);
+            }
         }
     }
 }

@@ -565,6 +565,12 @@ impl Log for KafkaLog {
 }
 
 impl KafkaLog {
+    /// Makes the producer fail for good, as a broker can (tests of what follows).
+    #[doc(hidden)]
+    pub fn fail_producer_for_test(&self) {
+        self.inner.producer.fail_for_test();
+    }
+
     /// Whose records `tp`'s topic holds: Tern's alone, or a source topic's.
     /// A source topic is not read without the key: every entry of Tern's
     /// would be taken for a foreign record, and this replica would silently

@@ -11,10 +11,23 @@
 //! librdkafka's message status (`rd_kafka_message_status`) with each
 //! delivery report.
 //!
+//! An idempotent producer can fail for good (librdkafka's fatal errors:
+//! the broker lost the producer's state or sequence, e.g. a broker
+//! restarted without its last writes): every later send would fail at
+//! once, and the node's writes would stop with nothing to heal them
+//! (issue 36: a CI run's sequencer appended nothing for minutes after its
+//! broker came back). So a send that finds its producer failed makes a new
+//! one from the same configuration (a new producer id, so new sequences),
+//! at most once per `REMAKE_INTERVAL_MIN`. Sends the failed producer held
+//! are reported failed with their message status, as any other failure.
+//!
 //! Bounds: librdkafka's own queue (`queue.buffering.max.*`); a send waits
 //! at most `queue_wait` for room in it, then fails as never sent.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+use parking_lot::{Mutex, RwLock};
 
 use rdkafka::client::ClientContext;
 use rdkafka::config::ClientConfig;
@@ -26,6 +39,9 @@ use tokio::sync::oneshot;
 
 /// How often a send retries while librdkafka's queue is full.
 const QUEUE_FULL_RETRY: Duration = Duration::from_millis(20);
+/// A failed producer is made again at most this often (making one that
+/// cannot start must not spin).
+const REMAKE_INTERVAL_MIN: Duration = Duration::from_secs(1);
 
 /// Whether a record a send failed on may be in the log.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -78,14 +94,64 @@ impl ProducerContext for ReportingContext {
 }
 
 /// librdkafka's producer with a polling thread of its own, reporting each
-/// delivery with its message status.
+/// delivery with its message status; made again after a fatal error.
 pub(super) struct ReportingProducer {
-    inner: ThreadedProducer<ReportingContext>,
+    inner: RwLock<Arc<ThreadedProducer<ReportingContext>>>,
+    config: ClientConfig,
+    /// When the producer was last made again.
+    remade_at: Mutex<Option<Instant>>,
 }
 
 impl ReportingProducer {
     pub(super) fn create(config: &ClientConfig) -> KafkaResult<ReportingProducer> {
-        Ok(ReportingProducer { inner: config.create_with_context(ReportingContext)? })
+        let inner = config.create_with_context(ReportingContext)?;
+        Ok(ReportingProducer { inner: RwLock::new(Arc::new(inner)), config: config.clone(), remade_at: Mutex::new(None) })
+    }
+
+    /// The producer to send with: a new one if the current one failed for good.
+    fn current(&self) -> Arc<ThreadedProducer<ReportingContext>> {
+        let producer = self.inner.read().clone();
+        let Some((code, reason)) = producer.client().fatal_error() else { return producer };
+        let mut remade_at = self.remade_at.lock();
+        // Another send made it again meanwhile.
+        let now = self.inner.read().clone();
+        if !Arc::ptr_eq(&now, &producer) {
+            return now;
+        }
+        if remade_at.is_some_and(|at| at.elapsed() < REMAKE_INTERVAL_MIN) {
+            return producer;
+        }
+        *remade_at = Some(Instant::now());
+        match self.config.create_with_context::<_, ThreadedProducer<ReportingContext>>(ReportingContext) {
+            Ok(made) => {
+                tracing::error!(?code, %reason, "the Kafka producer failed for good; made a new one (sends it held are reported failed)");
+                crate::metrics::KAFKA_PRODUCER_REMADE.inc();
+                let made = Arc::new(made);
+                *self.inner.write() = made.clone();
+                made
+            }
+            Err(e) => {
+                tracing::error!(?code, %reason, error = %e, "the Kafka producer failed for good and a new one could not be made; trying again");
+                producer
+            }
+        }
+    }
+
+    /// Makes the current producer fail for good, as the broker can: for
+    /// tests of what follows (librdkafka's `rd_kafka_test_fatal_error`,
+    /// "there is no practical way to trigger real fatal errors").
+    #[doc(hidden)]
+    pub(super) fn fail_for_test(&self) {
+        let producer = self.inner.read().clone();
+        let reason = std::ffi::CString::new("made to fail by a test").expect("no NUL");
+        // SAFETY: the handle is alive (held above); librdkafka copies the reason.
+        unsafe {
+            rdkafka::bindings::rd_kafka_test_fatal_error(
+                producer.client().native_ptr(),
+                rdkafka::bindings::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_OUT_OF_ORDER_SEQUENCE_NUMBER,
+                reason.as_ptr(),
+            );
+        }
     }
 
     /// Sends `payload` to `topic`/`partition` with `headers`; waits for its
@@ -106,8 +172,9 @@ impl ReportingProducer {
         if let Some(headers) = headers {
             record = record.headers(headers);
         }
+        let producer = self.current();
         loop {
-            match self.inner.send(record) {
+            match producer.send(record) {
                 Ok(()) => break,
                 Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) if started.elapsed() < queue_wait => {
                     record = back;
@@ -127,6 +194,7 @@ impl ReportingProducer {
 
     /// Waits (at most `timeout`) for every queued record to be delivered or fail.
     pub(super) fn flush(&self, timeout: Duration) -> KafkaResult<()> {
-        self.inner.flush(timeout)
+        let producer = self.inner.read().clone();
+        producer.flush(timeout)
     }
 }
