@@ -16,6 +16,12 @@
 #   scripts/kafka.sh stop-node I [--kill] [--dir DIR]  stops node I (SIGTERM, or SIGKILL), keeping its data
 #   scripts/kafka.sh start-node I [--dir DIR]          starts node I again with its data and ports
 #   scripts/kafka.sh libs                              fetches the jars, prints their directory (scripts/regions.sh)
+#   scripts/kafka.sh start --netns ...                 each node in a network namespace of its own (made here,
+#                                                      10.X.Y.1I on a bridge whose address is 10.X.Y.1), so
+#                                                      that links can be cut; needs root and iproute2
+#   scripts/kafka.sh cut-node I [--dir DIR]            (--netns) drops every packet between node I and the
+#                                                      other nodes; clients still reach it (issue 36)
+#   scripts/kafka.sh heal-node I [--dir DIR]           undoes cut-node
 #
 # With N = 3 topics default to replication factor 3 and min.insync.replicas 2.
 set -euo pipefail
@@ -28,6 +34,7 @@ LIBS="$CACHE/libs"
 DIR="${TMPDIR:-/tmp}/tern-kafka"
 BROKERS=1
 SASL_SSL=0
+NETNS=0
 READY_TIMEOUT_S=90
 STOP_TIMEOUT_S=20
 
@@ -37,6 +44,7 @@ while (($#)); do
     --brokers) BROKERS="$2"; shift 2 ;;
     --dir) DIR="$2"; shift 2 ;;
     --sasl-ssl) SASL_SSL=1; shift ;;
+    --netns) NETNS=1; shift ;;
     *) break ;;
   esac
 done
@@ -58,12 +66,68 @@ kafka_exec() { exec java -Xms256m -Xmx768m -cp "$LIBS/*" -Dlog4j2.configurationF
 # A free loopback port outside the ephemeral range (see scripts/lib/free_ports.py).
 free_port() { python3 "$ROOT/scripts/lib/free_ports.py" 1; }
 
+# Node $1's address: loopback, or (--netns) its namespace's.
+node_addr() {
+  if [[ -f "$DIR/netns" ]]; then echo "$(cut -d' ' -f2 "$DIR/netns").$((10 + $1))"; else echo 127.0.0.1; fi
+}
+
+# Node $1's network namespace (--netns), or nothing.
+node_ns() {
+  if [[ -f "$DIR/netns" ]]; then echo "$(cut -d' ' -f1 "$DIR/netns")-$1"; fi
+}
+
+# --netns: a bridge 10.X.Y.1/24 in this namespace and, per node, a namespace
+# of its own joined to it by a veth pair. The tag and subnet are in DIR/netns.
+make_netns() {
+  command -v ip >/dev/null || { echo "kafka.sh: --netns needs iproute2 (ip)" >&2; exit 1; }
+  local tag subnet tries=0 i
+  while :; do
+    tag="tk$(printf '%04x' $((RANDOM % 65536)))"
+    subnet="10.$((200 + RANDOM % 50)).$((RANDOM % 250))"
+    ip -o addr | grep -q " $subnet\." || ip link show "br-$tag" >/dev/null 2>&1 || break
+    tries=$((tries + 1)); ((tries < 20)) || { echo "kafka.sh: no free subnet for --netns" >&2; exit 1; }
+  done
+  echo "$tag $subnet" > "$DIR/netns"
+  ip link add "br-$tag" type bridge
+  ip addr add "$subnet.1/24" dev "br-$tag"
+  ip link set "br-$tag" up
+  for ((i = 1; i <= BROKERS; i++)); do
+    ip netns add "$tag-$i"
+    ip link add "h-$tag-$i" type veth peer name "n-$tag-$i"
+    ip link set "n-$tag-$i" netns "$tag-$i"
+    ip link set "h-$tag-$i" master "br-$tag" up
+    ip netns exec "$tag-$i" ip addr add "$subnet.$((10 + i))/24" dev "n-$tag-$i"
+    ip netns exec "$tag-$i" ip link set "n-$tag-$i" up
+    ip netns exec "$tag-$i" ip link set lo up
+  done
+}
+
+remove_netns() {
+  [[ -f "$DIR/netns" ]] || return 0
+  local tag i
+  tag=$(cut -d' ' -f1 "$DIR/netns")
+  for ((i = 1; i <= $(cat "$DIR/brokers"); i++)); do ip netns del "$tag-$i" 2>/dev/null || true; done
+  ip link del "br-$tag" 2>/dev/null || true
+  rm -f "$DIR/netns"
+}
+
+# cut-node / heal-node: blackhole routes between node $2 and every other node ($1: add or del).
+route_node() {
+  local how="$1" i="$2" j
+  [[ -f "$DIR/netns" ]] || { echo "kafka.sh: cut-node needs nodes started with --netns" >&2; exit 1; }
+  for ((j = 1; j <= $(cat "$DIR/brokers"); j++)); do
+    ((j == i)) && continue
+    ip netns exec "$(node_ns "$i")" ip route "$how" blackhole "$(node_addr "$j")/32"
+    ip netns exec "$(node_ns "$j")" ip route "$how" blackhole "$(node_addr "$i")/32"
+  done
+}
+
 write_configs() {
   local voters="" i
   for ((i = 1; i <= BROKERS; i++)); do
     echo "$(free_port)" > "$DIR/node-$i.port"
     echo "$(free_port)" > "$DIR/node-$i.controller-port"
-    voters+="${voters:+,}$i@127.0.0.1:$(cat "$DIR/node-$i.controller-port")"
+    voters+="${voters:+,}$i@$(node_addr "$i"):$(cat "$DIR/node-$i.controller-port")"
   done
   local rf=$((BROKERS >= 3 ? 3 : 1)) min_isr=$((BROKERS >= 3 ? 2 : 1))
   if ((SASL_SSL)); then make_tls; fi
@@ -83,8 +147,8 @@ LOG
 process.roles=broker,controller
 node.id=$i
 controller.quorum.voters=$voters
-listeners=PLAINTEXT://127.0.0.1:$(cat "$DIR/node-$i.port"),CONTROLLER://127.0.0.1:$(cat "$DIR/node-$i.controller-port")$(sasl_ssl_listener "$i")
-advertised.listeners=PLAINTEXT://127.0.0.1:$(cat "$DIR/node-$i.port")$(sasl_ssl_listener "$i")
+listeners=PLAINTEXT://$(node_addr "$i"):$(cat "$DIR/node-$i.port"),CONTROLLER://$(node_addr "$i"):$(cat "$DIR/node-$i.controller-port")$(sasl_ssl_listener "$i")
+advertised.listeners=PLAINTEXT://$(node_addr "$i"):$(cat "$DIR/node-$i.port")$(sasl_ssl_listener "$i")
 controller.listener.names=CONTROLLER
 listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT,SASL_SSL:SASL_SSL
 inter.broker.listener.name=PLAINTEXT
@@ -136,7 +200,7 @@ make_tls() {
 
 bootstrap() {
   local servers="" i
-  for ((i = 1; i <= BROKERS; i++)); do servers+="${servers:+,}127.0.0.1:$(cat "$DIR/node-$i.port")"; done
+  for ((i = 1; i <= BROKERS; i++)); do servers+="${servers:+,}$(node_addr "$i"):$(cat "$DIR/node-$i.port")"; done
   echo "$servers"
 }
 
@@ -147,6 +211,10 @@ start() {
   fi
   rm -rf "$DIR"; mkdir -p "$DIR"
   echo "$BROKERS" > "$DIR/brokers"
+  if ((NETNS)); then
+    if ((SASL_SSL)); then echo "kafka.sh: --netns and --sasl-ssl do not go together" >&2; exit 1; fi
+    make_netns
+  fi
   write_configs
   local cluster_id i
   cluster_id=$(kafka_java kafka.tools.StorageTool random-uuid)
@@ -174,9 +242,16 @@ start() {
 }
 
 start_node() {
-  local i="$1"
-  kafka_exec -Dkafka.node.log="$DIR/node-$i.log" kafka.Kafka "$DIR/node-$i.properties" \
-    >>"$DIR/node-$i.out" 2>&1 &
+  local i="$1" ns
+  ns=$(node_ns "$i")
+  if [[ -n "$ns" ]]; then
+    # `ip netns exec` execs the command: `$!` is still Java's pid.
+    (exec ip netns exec "$ns" java -Xms256m -Xmx768m -cp "$LIBS/*" -Dlog4j2.configurationFile="$DIR/log4j2.properties" \
+      -Dkafka.node.log="$DIR/node-$i.log" kafka.Kafka "$DIR/node-$i.properties") >>"$DIR/node-$i.out" 2>&1 &
+  else
+    kafka_exec -Dkafka.node.log="$DIR/node-$i.log" kafka.Kafka "$DIR/node-$i.properties" \
+      >>"$DIR/node-$i.out" 2>&1 &
+  fi
   echo $! > "$DIR/node-$i.pid"
 }
 
@@ -213,6 +288,7 @@ stop() {
     rm -f "$pid_file"
   done
   rm -f "$DIR/bootstrap"
+  remove_netns
 }
 
 status() {
@@ -236,9 +312,13 @@ case "$command" in
     node="$1"; shift
     while (($#)); do case "$1" in --dir) DIR="$2"; shift 2 ;; *) shift ;; esac; done
     start_node "$node" ;;
+  cut-node|heal-node)
+    node="$1"; shift
+    while (($#)); do case "$1" in --dir) DIR="$2"; shift 2 ;; *) shift ;; esac; done
+    if [[ "$command" == cut-node ]]; then route_node add "$node"; else route_node del "$node"; fi ;;
   stop) stop ;;
   status) status ;;
   libs) fetch_jars; echo "$LIBS" ;;
   run) fetch_jars; kafka_java -Dkafka.node.log="$DIR/tools.log" "$@" ;;
-  *) sed -n '2,14p' "$0" >&2; exit 2 ;;
+  *) sed -n '2,24p' "$0" >&2; exit 2 ;;
 esac

@@ -19,6 +19,7 @@ command -v mvn >/dev/null || need_apt+=(maven)
 # scripts/s3.sh: the S3 test server lives in a Python venv and is probed with curl.
 command -v curl >/dev/null || need_apt+=(curl)
 command -v openssl >/dev/null || need_apt+=(openssl)  # test certificate authorities (tests/it/tls.rs)
+command -v ip >/dev/null || need_apt+=(iproute2)  # network namespaces for link cuts (tests/it/net_faults.rs)
 python3 -c "import venv, ensurepip" 2>/dev/null || need_apt+=(python3-venv)
 # The TypeScript client's tests (Node 20+) and its browser test (Debian's chromium).
 command -v node >/dev/null || need_apt+=(nodejs npm)

@@ -48,6 +48,15 @@ pub trait Log: Send + Sync + 'static {
     /// The next offset to be written (Kafka's high watermark).
     async fn end_offset(&self, tp: &TopicPartition) -> Result<u64, LogError>;
 
+    /// Whether `end_offset` is at or past every entry acknowledged before
+    /// it was asked, whoever asks: true where one process decides the end
+    /// (the embedded log). Not Kafka: a deposed leader its clients still
+    /// reach answers with its old end (no leader lease), so a strong read
+    /// there appends a barrier instead (`node/barrier.rs`). Default: false.
+    fn end_offset_is_linearizable(&self) -> bool {
+        false
+    }
+
     /// Which broker `tp` is read from, and its leader (a replicated log
     /// only; None where it does not apply or is not known yet).
     fn fetch_source(&self, _tp: &TopicPartition) -> Option<FetchSource> {

@@ -52,6 +52,8 @@ pub struct Node {
     pub(super) publishers: Publishers,
     /// Namespace settings as this node last read them (`namespace_options.rs`).
     pub(super) options_cache: OptionsCache,
+    /// Where strong reads wait (`barrier.rs`).
+    pub(super) barriers: super::barrier::ReadBarriers,
 }
 
 /// The node's own tasks (lag refresh, assignment follower, sequencer, ...)
@@ -86,6 +88,7 @@ impl Node {
             ticks: TickRounds::default(),
             publishers: Publishers::default(),
             options_cache: OptionsCache::default(),
+            barriers: Default::default(),
         });
         node.discover_namespaces().await?;
         let sequencer = sequencer::run(Arc::downgrade(&node), node.writes.sequencer_wake.clone(), node.tasks.shutdown.subscribe());

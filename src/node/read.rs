@@ -4,11 +4,11 @@
 //! - `Local`: no wait; whatever is applied.
 //! - `After(position)`: read-your-writes; wait until every named partition
 //!   that the read touches has applied up to the position.
-//! - `Strong`: linearizable; read the log's end offset now and wait for it.
-//!   Refused at once on a node cut off from every other region: the log's
-//!   end it can reach is its own region's broker's, which may be a leader
-//!   the rest of the cluster replaced (Kafka has no leader lease), so the
-//!   end it reports could miss acknowledged writes.
+//! - `Strong`: linearizable; pass a read barrier (`barrier.rs`: the log's
+//!   end where one process decides it, else an entry appended through the
+//!   partition's current leader) and wait until everything below it is
+//!   applied. Refused at once on a node cut off from every other region
+//!   (its barrier could not pass: said at once, and why).
 
 use std::time::Duration;
 
@@ -31,7 +31,7 @@ pub enum ReadError {
     WrongNamespace { position_ns: String, ns: String },
     #[error("this replica did not reach the requested position within {timeout_ms} ms")]
     NotCaughtUp { timeout_ms: u64, position: Position },
-    #[error("cannot read the log's end offset: {0}")]
+    #[error("cannot tell where the log ends (a strong read's barrier): {0}")]
     Log(String),
     #[error(
         "this node is cut off from every other region (gossip or round-trip probes), so the log's end it can reach \
@@ -68,14 +68,14 @@ pub async fn await_consistency(
                 return Err(ReadError::Isolated);
             }
             let log = node.log.as_ref();
-            // The end offsets are asked within the read's own timeout, all at once.
+            // The barriers pass within the read's own timeout, all at once.
             let ends = futures::future::try_join_all(partitions.iter().map(|&p| async move {
-                let end = log.end_offset(&namespace.handle(p).tp).await.map_err(|e| ReadError::Log(e.to_string()))?;
+                let end = node.barriers.pass(log, &namespace.handle(p).tp).await.map_err(|e| ReadError::Log(e.to_string()))?;
                 Ok::<_, ReadError>((p, end))
             }));
             match tokio::time::timeout_at(deadline, ends).await {
                 Ok(ends) => ends?,
-                Err(_) => return Err(ReadError::Log(format!("the log did not say where it ends within timeout_ms={}", timeout.as_millis()))),
+                Err(_) => return Err(ReadError::Log(format!("the log did not take the read's barrier within timeout_ms={}", timeout.as_millis()))),
             }
         }
     };

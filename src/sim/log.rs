@@ -107,6 +107,11 @@ impl Log for SimLog {
         Ok(self.state.lock().history.len() as u64)
     }
 
+    /// One history, one end.
+    fn end_offset_is_linearizable(&self) -> bool {
+        true
+    }
+
     async fn start_offset(&self, _tp: &TopicPartition) -> Result<u64, LogError> {
         Ok(self.state.lock().start)
     }

@@ -33,6 +33,7 @@ mod kafka_brokers;
 mod kafka_outage;
 mod kafka_security;
 mod layers;
+mod net_faults;
 mod once;
 mod procedures;
 mod recovery;

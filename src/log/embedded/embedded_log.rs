@@ -414,6 +414,11 @@ impl Log for EmbeddedLog {
         Ok(self.partition(tp)?.durable_end())
     }
 
+    /// One process appends and says where the log ends.
+    fn end_offset_is_linearizable(&self) -> bool {
+        true
+    }
+
     async fn start_offset(&self, tp: &TopicPartition) -> Result<u64, LogError> {
         Ok(self.partition(tp)?.index.lock().start_offset)
     }

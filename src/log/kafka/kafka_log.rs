@@ -102,6 +102,11 @@ impl KafkaLog {
             base.set("client.rack", &config.rack);
         }
         config.security.apply(&mut base);
+        // librdkafka's own debug contexts (e.g. `metadata,fetch,topic`), for
+        // diagnosing a Kafka cluster's faults; logged at debug level.
+        if let Ok(contexts) = std::env::var("TERN_KAFKA_DEBUG") {
+            base.set("debug", contexts);
+        }
         let mut producer_config = base.clone();
         producer_config
             .set("enable.idempotence", "true")

@@ -98,6 +98,9 @@ impl Log for SteeredLog {
         self.offsets_gate().await;
         self.log.end_offset(tp).await
     }
+    fn end_offset_is_linearizable(&self) -> bool {
+        self.log.end_offset_is_linearizable()
+    }
     async fn start_offset(&self, tp: &TopicPartition) -> Result<u64, LogError> {
         self.offsets_gate().await;
         self.log.start_offset(tp).await
