@@ -17,14 +17,14 @@
 #   scripts/kafka.sh start-node I [--dir DIR]          starts node I again with its data and ports
 #   scripts/kafka.sh libs                              fetches the jars, prints their directory (scripts/regions.sh)
 #   scripts/kafka.sh start --netns ...                 each node in a network namespace of its own (made here,
-#                                                      10.X.Y.1I on a bridge whose address is 10.X.Y.1), so
+#                                                      198.18-19.Z.1I on a bridge whose address is .1), so
 #                                                      that links can be cut; needs root and iproute2
-#   scripts/kafka.sh cut-node I [--dir DIR]            (--netns) drops every packet between node I and the
-#                                                      other nodes; clients still reach it (issue 36)
+#   scripts/kafka.sh cut-node I [--dir DIR]            (--netns) routes nothing between node I and the other
+#                                                      nodes (blackhole routes); clients still reach it (issue 36)
 #   scripts/kafka.sh heal-node I [--dir DIR]           undoes cut-node
 #
 # With N = 3 topics default to replication factor 3 and min.insync.replicas 2.
-set -euo pipefail
+set -Eeuo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 
@@ -76,21 +76,31 @@ node_ns() {
   if [[ -f "$DIR/netns" ]]; then echo "$(cut -d' ' -f1 "$DIR/netns")-$1"; fi
 }
 
-# --netns: a bridge 10.X.Y.1/24 in this namespace and, per node, a namespace
-# of its own joined to it by a veth pair. The tag and subnet are in DIR/netns.
+# --netns: a bridge X.Y.Z.1/24 in this namespace and, per node, a namespace
+# of its own joined to it by a veth pair. The subnet is taken from
+# 198.18.0.0/15 (RFC 2544, for benchmarking: no real network uses it) and
+# must have no route here yet; choosing and making it holds a lock, so
+# parallel starts never pick the same one. The tag and subnet are in DIR/netns.
 make_netns() {
   command -v ip >/dev/null || { echo "kafka.sh: --netns needs iproute2 (ip)" >&2; exit 1; }
+  [[ $(id -u) == 0 ]] || { echo "kafka.sh: --netns needs root (it makes network namespaces)" >&2; exit 1; }
+  exec 9>"${TMPDIR:-/tmp}/tern-kafka-netns.lock"
+  flock 9
   local tag subnet tries=0 i
   while :; do
     tag="tk$(printf '%04x' $((RANDOM % 65536)))"
-    subnet="10.$((200 + RANDOM % 50)).$((RANDOM % 250))"
-    ip -o addr | grep -q " $subnet\." || ip link show "br-$tag" >/dev/null 2>&1 || break
-    tries=$((tries + 1)); ((tries < 20)) || { echo "kafka.sh: no free subnet for --netns" >&2; exit 1; }
+    subnet="198.$((18 + RANDOM % 2)).$((RANDOM % 256))"
+    if [[ -z "$(ip -4 route show match "$subnet.0/24" | grep -v '^default')" ]] \
+      && ! ip link show "br-$tag" >/dev/null 2>&1 && ! ip netns list | grep -q "^$tag-"; then
+      break
+    fi
+    tries=$((tries + 1)); ((tries < 50)) || { echo "kafka.sh: no free subnet for --netns" >&2; exit 1; }
   done
   echo "$tag $subnet" > "$DIR/netns"
   ip link add "br-$tag" type bridge
   ip addr add "$subnet.1/24" dev "br-$tag"
   ip link set "br-$tag" up
+  flock -u 9
   for ((i = 1; i <= BROKERS; i++)); do
     ip netns add "$tag-$i"
     ip link add "h-$tag-$i" type veth peer name "n-$tag-$i"
@@ -209,8 +219,11 @@ start() {
   if [[ -f "$DIR/bootstrap" ]] && status >/dev/null 2>&1; then
     echo "kafka.sh: already running in $DIR; stop it first" >&2; exit 1
   fi
+  if [[ -f "$DIR/netns" ]]; then remove_netns; fi
   rm -rf "$DIR"; mkdir -p "$DIR"
   echo "$BROKERS" > "$DIR/brokers"
+  # Whatever fails from here stops what was started and removes the namespaces.
+  trap 'stop' ERR
   if ((NETNS)); then
     if ((SASL_SSL)); then echo "kafka.sh: --netns and --sasl-ssl do not go together" >&2; exit 1; fi
     make_netns
@@ -238,6 +251,7 @@ start() {
     echo "$sasl" > "$DIR/sasl_ssl_bootstrap"
   fi
   echo "$servers" > "$DIR/bootstrap"
+  trap - ERR
   echo "$servers"
 }
 

@@ -131,31 +131,57 @@ pub struct ObjectsConfig {
     pub lease_renew: std::time::Duration,
 }
 
+/// The journal's entries with a write id not yet released, by id and by
+/// partition. Keyed by offset, not kept in arrival order: appends of one
+/// partition run concurrently and note their entries in any order, and the
+/// sequencer can release an entry before its append noted it (issue 36,
+/// review F12: such an entry stayed pending for good — the partition's
+/// plain writes journaled, then every journaled write refused as too old).
 #[derive(Default)]
 pub(super) struct PendingIds {
     pub(super) by_id: HashMap<Bytes, (String, u32, u64)>,
-    /// Per "ns:partition", in journal order: what a release forgets.
-    pub(super) order: HashMap<String, std::collections::VecDeque<(u64, Bytes, std::time::Instant)>>,
+    /// Per "ns:partition", by journal offset: what a release forgets.
+    pub(super) order: HashMap<String, std::collections::BTreeMap<u64, (Bytes, std::time::Instant)>>,
+    /// Per "ns:partition": offsets below this are released; noting one is a no-op.
+    released: HashMap<String, u64>,
 }
 
 impl PendingIds {
     pub(super) fn add(&mut self, ns: &str, partition: u32, offset: u64, write_id: Bytes) {
-        if write_id.is_empty() {
+        let key = released_key(ns, partition);
+        if write_id.is_empty() || offset < self.released.get(&key).copied().unwrap_or(0) {
             return;
         }
-        self.order.entry(released_key(ns, partition)).or_default().push_back((offset, write_id.clone(), std::time::Instant::now()));
+        self.order.entry(key).or_default().insert(offset, (write_id.clone(), std::time::Instant::now()));
         self.by_id.insert(write_id, (ns.to_string(), partition, offset));
     }
 
     pub(super) fn release_below(&mut self, ns: &str, partition: u32, offset: u64) {
-        let Some(order) = self.order.get_mut(&released_key(ns, partition)) else { return };
-        while order.front().is_some_and(|(at, _, _)| *at < offset) {
-            let (at, id, _) = order.pop_front().expect("checked");
+        let key = released_key(ns, partition);
+        let mark = self.released.entry(key.clone()).or_insert(0);
+        *mark = (*mark).max(offset);
+        let Some(order) = self.order.get_mut(&key) else { return };
+        let kept = order.split_off(&offset);
+        for (at, (id, _)) in std::mem::replace(order, kept) {
             // A later entry with the same id keeps it.
             if self.by_id.get(&id).is_some_and(|(n, p, o)| n == ns && *p == partition && *o == at) {
                 self.by_id.remove(&id);
             }
         }
+    }
+
+    /// Whether `key`'s partition has an entry not yet released.
+    fn holds(&self, key: &str) -> bool {
+        self.order.get(key).is_some_and(|order| !order.is_empty())
+    }
+
+    /// How long the oldest (lowest offset) pending entry of any partition has waited.
+    fn oldest_age(&self) -> Option<std::time::Duration> {
+        self.order.values().filter_map(|o| o.first_key_value().map(|(_, (_, at))| at.elapsed())).max()
+    }
+
+    fn len(&self) -> u64 {
+        self.order.values().map(|o| o.len() as u64).sum()
     }
 }
 
@@ -278,8 +304,7 @@ impl Journal {
     /// (ripcord then journals that partition's plain writes too, so they
     /// apply after them, in the order their clients saw).
     pub fn holds_pending(&self, ns: &str, partition: u32) -> bool {
-        let ids = self.ids.lock();
-        !ids.by_id.is_empty() && ids.order.get(&released_key(ns, partition)).is_some_and(|order| !order.is_empty())
+        self.ids.lock().holds(&released_key(ns, partition))
     }
 
     /// The lane of this journal's topic of `ns` (`super::lane_of`); the
@@ -297,7 +322,7 @@ impl Journal {
     /// How long the oldest entry not yet released has waited (since it was
     /// appended, or since this node opened its journal for one from before).
     pub fn oldest_age(&self) -> Option<std::time::Duration> {
-        self.ids.lock().order.values().filter_map(|o| o.front().map(|(_, _, at)| at.elapsed())).max()
+        self.ids.lock().oldest_age()
     }
 
     /// Entries found pending when the journal was opened: what this node replays.
@@ -402,7 +427,7 @@ impl Journal {
     /// Counted from the write ids of the pending entries (every journaled
     /// write has one), so an append does not walk every partition.
     pub fn backlog(&self) -> Backlog {
-        let entries = self.ids.lock().order.values().map(|o| o.len() as u64).sum();
+        let entries = self.ids.lock().len();
         Backlog { entries, bytes: if entries == 0 { 0 } else { self.log.bytes() } }
     }
 
@@ -492,4 +517,30 @@ pub(super) fn tp(ns: &str, partition: u32) -> TopicPartition {
 
 pub(super) fn released_key(ns: &str, partition: u32) -> String {
     format!("{ns}:{partition}")
+}
+
+#[cfg(test)]
+mod pending_ids_tests {
+    use super::*;
+
+    /// Review F12: an entry noted after its release, or noted out of
+    /// offset order, never stays pending.
+    #[test]
+    fn an_entry_noted_late_or_out_of_order_is_released() {
+        let mut ids = PendingIds::default();
+        let key = released_key("ns", 0);
+        ids.add("ns", 0, 6, Bytes::from_static(b"b"));
+        ids.add("ns", 0, 5, Bytes::from_static(b"a"));
+        ids.release_below("ns", 0, 7);
+        assert!(!ids.holds(&key), "both released whatever order they were noted in");
+        assert!(ids.by_id.is_empty());
+        // Released before its append noted it: the late note is a no-op.
+        ids.add("ns", 0, 6, Bytes::from_static(b"late"));
+        assert!(!ids.holds(&key));
+        assert!(ids.by_id.is_empty());
+        ids.add("ns", 0, 7, Bytes::from_static(b"c"));
+        assert!(ids.holds(&key));
+        assert_eq!(ids.len(), 1);
+        assert!(ids.oldest_age().is_some());
+    }
 }

@@ -67,10 +67,10 @@ pub async fn await_consistency(
             if node.is_isolated() {
                 return Err(ReadError::Isolated);
             }
-            let log = node.log.as_ref();
+            let log = &node.log;
             // The barriers pass within the read's own timeout, all at once.
             let ends = futures::future::try_join_all(partitions.iter().map(|&p| async move {
-                let end = node.barriers.pass(log, &namespace.handle(p).tp).await.map_err(|e| ReadError::Log(e.to_string()))?;
+                let end = node.barriers.pass(log, &namespace.handle(p).tp).await.map_err(ReadError::Log)?;
                 Ok::<_, ReadError>((p, end))
             }));
             match tokio::time::timeout_at(deadline, ends).await {

@@ -241,7 +241,19 @@ impl Node {
         // not yet applied, so a client's plain writes apply in the order it
         // saw them; another partition's outage changes nothing here.
         if rides_ripcord && (self.log_refuses(&namespace.name, partition) || self.journal.holds_pending(&namespace.name, partition)) {
-            return self.journal(namespace, partition, entry, payload_bytes, true).await;
+            match self.journal(namespace, partition, entry.clone(), payload_bytes, true).await {
+                // The journal refused it before journaling it (full, too
+                // old, its object storage not ready) and nothing of the
+                // partition waits in it: the log is tried, which orders
+                // nothing wrongly and clears the flag if it takes it
+                // (issue 36, review F11: a flagged partition with plain
+                // writes only answered 503 for as long as the journal
+                // refused, the log healthy or not).
+                Err(WriteError::Journal(e)) if !self.journal.holds_pending(&namespace.name, partition) => {
+                    tracing::debug!(ns = %namespace.name, partition, error = %e, "ripcord's journal refused a write; trying the log");
+                }
+                answered => return answered,
+            }
         }
         // Only a client's writes (and the sequencer's appends) move the
         // ripcord flag: Tern's own writes (ticks, trims, Firebase, keys) go

@@ -178,11 +178,12 @@ async fn killing_one_of_three_brokers_loses_no_acknowledged_write() {
 
 /// Issue 36, defect 13: a member whose group consumer was fenced (another
 /// client joined its consumer group with its `group.instance.id`, as after
-/// a coordinator stall) never made its consumer again: it held no
-/// partition for good, and nothing said so. Now it holds nothing while
-/// fenced (`/readyz` says it is joining), makes its consumer again, and
-/// holds its partitions once the impostor's session is over. Failed
-/// before: the member stayed unready.
+/// a coordinator stall) never made its consumer again, and nothing said
+/// so. Now it is assigned nothing while fenced (`/readyz` says it is
+/// joining), makes its consumer again, and holds its partitions again (its
+/// new consumer's join fences the impostor in turn). Failed before: the
+/// member never noticed — it stayed ready, keeping the assignment the
+/// impostor now had.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fenced_group_member_makes_its_consumer_again_and_holds_partitions() {
     use rdkafka::consumer::{BaseConsumer, Consumer};
@@ -241,9 +242,10 @@ async fn a_fenced_group_member_makes_its_consumer_again_and_holds_partitions() {
             break;
         }
     }
-    assert!(fenced, "the member saw it was fenced (it holds nothing meanwhile)");
+    assert!(fenced, "the member saw it was fenced (it is assigned nothing meanwhile)");
     drop(impostor);
-    // The impostor's session ends; the member's new consumer joins and holds all.
+    // The member's new consumer joins with its static id (fencing the
+    // impostor in turn) and holds all again.
     let mut back = false;
     for _ in 0..600 {
         if ready(&t).await {

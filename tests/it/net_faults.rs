@@ -64,55 +64,71 @@ struct Reads {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn strong_reads_see_every_acknowledged_write_when_the_leader_is_cut_from_the_other_brokers() {
     const BEFORE: Duration = Duration::from_secs(3);
-    const CUT: Duration = Duration::from_secs(35);
-    const AFTER: Duration = Duration::from_secs(5);
+    // The controller moves the leadership within seconds (broker session
+    // timeout); bounded, so a cluster that never moves it fails the test.
+    const MOVE_WAIT_MAX: Duration = Duration::from_secs(60);
+    const AFTER_MOVE: Duration = Duration::from_secs(20);
     let brokers = Brokers::start_with(3, &["--netns"]);
     let (dir_a, dir_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     let a = node(&brokers, "a", dir_a.path()).await;
     let b = node(&brokers, "b", dir_b.path()).await;
     let leader = leader_of(&brokers.bootstrap, "tern.default");
     assert!(leader > 0, "partition 0 has a leader");
+    // The brokers not cut: where the move is seen.
+    let others: Vec<&str> = brokers.bootstrap.split(',').enumerate().filter(|(at, _)| *at as i32 + 1 != leader).map(|(_, b)| b).collect();
+    let others = others.join(",");
     let started = Instant::now();
-    let mut cut_at = None;
-    let mut healed = false;
+    let mut cut = false;
+    let mut moved_at: Option<Instant> = None;
     let mut reads = Reads::default();
-    let (mut acked, mut acked_while_cut) = (0u64, 0u64);
+    let (mut acked, mut acked_after_move, mut fresh_after_move) = (0u64, 0u64, 0u64);
     let mut i = 0u64;
-    while started.elapsed() < BEFORE + CUT + AFTER {
-        if cut_at.is_none() && started.elapsed() >= BEFORE {
+    loop {
+        if !cut && started.elapsed() >= BEFORE {
             brokers.kafka(&["cut-node", &leader.to_string()]);
-            cut_at = Some(Instant::now());
+            cut = true;
         }
-        if !healed && started.elapsed() >= BEFORE + CUT {
-            brokers.kafka(&["heal-node", &leader.to_string()]);
-            healed = true;
+        if cut && moved_at.is_none() {
+            let now = leader_of(&others, "tern.default");
+            if now > 0 && now != leader {
+                moved_at = Some(Instant::now());
+            } else {
+                assert!(started.elapsed() < BEFORE + MOVE_WAIT_MAX, "the leadership of tern.default/0 never moved off the cut broker");
+            }
+        }
+        if moved_at.is_some_and(|at| at.elapsed() >= AFTER_MOVE) {
+            break;
         }
         i += 1;
         let put = a.client.put(a.kv_url("default", "k", Some(""))).json(&json!(i)).timeout(Duration::from_secs(15)).send().await;
         let Ok(put) = put else { continue };
         if put.status() != 200 {
-            continue; // not acknowledged (the leader unreachable): nothing to check
+            continue; // not acknowledged (the leader unreachable, or journaled: 202): nothing to check
         }
         acked += 1;
-        if cut_at.is_some() && !healed {
-            acked_while_cut += 1;
+        if moved_at.is_some() {
+            acked_after_move += 1;
         }
         for (name, reader) in [("a", &a), ("b", &b)] {
-            let url = format!("{}?consistency=strong&timeout_ms=5000", reader.kv_url("default", "k", Some("")));
+            let url = format!("{}?consistency=strong&timeout_ms=2000", reader.kv_url("default", "k", Some("")));
             let (status, body) = reader.send(reader.client.get(url)).await;
             match status {
-                200 if body["value"] == json!(i) => reads.fresh += 1,
+                200 if body["value"] == json!(i) => {
+                    reads.fresh += 1;
+                    fresh_after_move += u64::from(moved_at.is_some());
+                }
                 503 => reads.refused += 1,
                 _ => reads.stale.push(format!("write {i} acknowledged, then a strong read on {name}: {status} {body}")),
             }
         }
     }
-    eprintln!("{acked} writes acknowledged ({acked_while_cut} while the leader was cut off); strong reads: {reads:?}");
+    brokers.kafka(&["heal-node", &leader.to_string()]);
+    // Known (ARCHITECTURE.md): while the cut lasts, a replica's reader may
+    // keep fetching from the deposed leader, so strong reads there are
+    // refused rather than fresh; counted, not asserted.
+    eprintln!("{acked} writes acknowledged ({acked_after_move} after the leadership moved); strong reads: {reads:?}, {fresh_after_move} fresh after the move");
     assert_eq!(reads.stale, Vec::<String>::new(), "no strong read misses a write acknowledged before it ({reads:?})");
-    if !healed {
-        brokers.kafka(&["heal-node", &leader.to_string()]);
-    }
-    assert!(acked_while_cut > 0, "writes were acknowledged after the leadership moved ({acked} in all)");
+    assert!(acked_after_move > 0, "writes were acknowledged by the new leader ({acked} in all)");
     assert!(reads.fresh > 0, "{reads:?}");
     // Healed: both nodes converge on the last acknowledged write.
     let deadline = Instant::now() + Duration::from_secs(60);

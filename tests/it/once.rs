@@ -134,3 +134,45 @@ async fn one_partitions_outage_never_reorders_another_partitions_writes() {
     assert_eq!(value, "two", "the client's last write to B is B's value");
     node.stop_apply().await;
 }
+
+/// Review F11 (issue 36): a partition whose log refused a client's write is
+/// flagged, and ripcord journals its plain writes; when the journal
+/// refused them before journaling (here full with another partition's
+/// held write) they were answered 503/507 for as long as that lasted, the
+/// log healthy and nothing of the partition in the journal. Now such a
+/// write goes to the log, which takes it and clears the flag. Failed
+/// before: the second write to A answered 507 `journal_full`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flagged_partition_with_nothing_journaled_tries_the_log_when_the_journal_refuses() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = Arc::new(SteeredLog::new(&dir.path().join("log")));
+    let gate = Arc::new(tokio::sync::Semaphore::new(0));
+    // B's write is refused by the log, journaled, and its copy held: the journal (of 1) is full.
+    log.fault_appends_of(b"\"held\"", &[AppendFault::RefuseBefore, AppendFault::Hold(gate.clone())]);
+    // A's first write is refused by the log: A is flagged.
+    log.fault_appends_of(b"\"a1\"", &[AppendFault::RefuseBefore]);
+    let settings = tern::settings::Settings {
+        data_dir: dir.path().join("node"),
+        store_cache_bytes: 1 << 20,
+        ripcord: true,
+        journal_entries_max: 1,
+        ..Default::default()
+    };
+    let node = Node::start(settings.node_config(None), log.clone()).await.unwrap();
+    node.create_namespace("ns", 2).await.unwrap();
+    let url = format!("http://{}", crate::common::steered_log::serve_alone(node.clone(), Default::default()).await);
+    let in_partition = |p: u32| (0..).map(|i| format!("k{i}")).find(|pk| tern::partitioner::partition_of(pk, 2) == p).unwrap();
+    let (a, b) = (in_partition(0), in_partition(1));
+    let client = reqwest::Client::new();
+    let kv = |pk: &str| format!("{url}/v1/ns/ns/kv/{pk}/");
+    let (status, body) = put(&client, &kv(&b), "\"held\"").await;
+    assert_eq!(status, 202, "B journaled by ripcord: {body}");
+    let (status, body) = put(&client, &kv(&a), "\"a1\"").await;
+    assert_eq!((status, crate::common::error_code(&body)), (507, "journal_full"), "A refused by the log, then by the full journal: {body}");
+    let (status, body) = put(&client, &kv(&a), "\"a2\"").await;
+    assert_eq!(status, 200, "A's next write goes to the log, which takes it: {body}");
+    let (status, body) = put(&client, &kv(&a), "\"a3\"").await;
+    assert_eq!(status, 200, "the flag is cleared: {body}");
+    gate.add_permits(1);
+    node.stop_apply().await;
+}

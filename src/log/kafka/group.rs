@@ -21,8 +21,9 @@
 //! another member with this node's `group.instance.id`, e.g. after the
 //! coordinator stalled) is made again, with a backoff from
 //! `REBUILD_WAIT_MIN` to `REBUILD_WAIT_MAX`, and subscribed to the same
-//! topics; meanwhile the node holds nothing (`Assignment::Pending`, which
-//! `/readyz` reports) — issue 36: a fenced member held no partition for
+//! topics; meanwhile the node is assigned nothing (`Assignment::Pending`,
+//! which `/readyz` reports: what it ran become hand-offs, served until
+//! another member serves them) — issue 36: a fenced member held no partition for
 //! good, with no error anywhere.
 
 use std::collections::BTreeSet;
@@ -250,8 +251,8 @@ async fn poll(slot: std::sync::Weak<parking_lot::RwLock<Arc<StreamConsumer<Group
         // every turn (so at most `POLL_WAIT` after it happened).
         if let Some((code, reason)) = consumer.client().fatal_error() {
             tracing::error!(?code, %reason, wait_ms = wait.as_millis() as u64, "the replica group consumer failed for good (fenced: \
-                another node with this node id, or the coordinator lost track of it); holding nothing until it is made again");
-            // Holds nothing meanwhile: another member may hold its partitions now.
+                another node with this node id, or the coordinator lost track of it); assigned nothing until it is made again");
+            // Assigned nothing meanwhile: another member may hold its partitions now.
             recipe.assignment.send_replace(Assignment::Pending);
             drop(consumer);
             wait = match rebuilt_at {
@@ -285,18 +286,23 @@ async fn rebuild(
         let Some(slot) = slot.upgrade() else { return false };
         // Held until the new consumer is in the slot: a `follow` meanwhile
         // would subscribe the old one and be lost.
-        let topics = followed.lock();
-        let made = recipe.make().and_then(|consumer| {
-            let names: Vec<&str> = topics.iter().map(String::as_str).collect();
-            if !names.is_empty() {
-                consumer.subscribe(&names).map_err(|e| LogError::Unavailable(format!("kafka: {e}")))?;
-            }
-            Ok(consumer)
-        });
-        match made {
-            Ok(consumer) => {
-                *slot.write() = Arc::new(consumer);
-                drop(topics);
+        let replaced = {
+            let topics = followed.lock();
+            recipe.make().and_then(|consumer| {
+                let names: Vec<&str> = topics.iter().map(String::as_str).collect();
+                if !names.is_empty() {
+                    consumer.subscribe(&names).map_err(|e| LogError::Unavailable(format!("kafka: {e}")))?;
+                }
+                Ok(std::mem::replace(&mut *slot.write(), Arc::new(consumer)))
+            })
+        };
+        match replaced {
+            Ok(old) => {
+                // Closing the failed consumer polls until it is closed:
+                // not on a runtime worker. Awaited, so that its last
+                // callbacks (a revoke of what it held) run before the new
+                // one is polled and assigned anything.
+                let _ = tokio::task::spawn_blocking(move || drop(old)).await;
                 crate::metrics::GROUP_CONSUMER_REBUILT.inc();
                 tracing::info!("the replica group consumer is made again; rejoining the group");
                 return true;

@@ -127,7 +127,11 @@ impl ReportingProducer {
                 tracing::error!(?code, %reason, "the Kafka producer failed for good; made a new one (sends it held are reported failed)");
                 crate::metrics::KAFKA_PRODUCER_REMADE.inc();
                 let made = Arc::new(made);
-                *self.inner.write() = made.clone();
+                let old = std::mem::replace(&mut *self.inner.write(), made.clone());
+                // Dropping a producer purges, flushes and joins its thread:
+                // not on a runtime worker (sends still holding it drop theirs).
+                drop(producer);
+                tokio::task::spawn_blocking(move || drop(old));
                 made
             }
             Err(e) => {

@@ -20,6 +20,10 @@ impl Brokers {
             .args(options)
             .output()
             .unwrap();
+        if !output.status.success() {
+            // What did start is stopped (and any namespaces made removed) before the dir goes.
+            let _ = std::process::Command::new("scripts/kafka.sh").args(["stop", "--dir", dir.path().to_str().unwrap()]).status();
+        }
         assert!(output.status.success(), "kafka.sh start --brokers {brokers}: {}", String::from_utf8_lossy(&output.stderr));
         let bootstrap = String::from_utf8(output.stdout).unwrap().lines().last().unwrap().trim().to_string();
         Brokers { dir, bootstrap }
