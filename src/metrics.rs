@@ -360,16 +360,6 @@ pub(crate) static SOURCE_ENTRIES_UNVERIFIED: LazyLock<IntCounter> = LazyLock::ne
     .expect("metric registers")
 });
 
-pub(crate) static PROCEDURE_LOG_TIME_BOUNDED: LazyLock<IntCounterVec> = LazyLock::new(|| {
-    register_int_counter_vec!(
-        "tern_procedure_log_time_bounded_total",
-        "Entries whose time was more than LOG_TIME_STEP_MS_MAX ahead of their partition's log time (a writer's clock \
-         ahead, a foreign record stamped in the future): the log time moved by that much only",
-        &["ns"]
-    )
-    .expect("metric registers")
-});
-
 pub(crate) static PROCEDURE_OUTPUTS_REFUSED: LazyLock<IntCounterVec> = LazyLock::new(|| {
     register_int_counter_vec!(
         "tern_procedure_outputs_refused_total",

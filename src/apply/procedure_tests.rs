@@ -318,29 +318,6 @@ fn a_tick_moves_log_time_and_fires_timers_without_a_record() {
     assert_eq!(reader.log_time_ms().unwrap(), 5_001);
 }
 
-/// Issue 36, defect 10: one entry stamped a day ahead (a writer's clock
-/// stepped forward, a foreign record from the future) moved the log time
-/// there at once, firing every timer due before. Now an entry moves it at
-/// most `LOG_TIME_STEP_MS_MAX`; it never goes back; honest steps pass as
-/// they are. Failed before: the log time was 86,401,000 after the skewed
-/// entry.
-#[test]
-fn one_entry_moves_log_time_at_most_the_bound() {
-    use crate::procedure::LOG_TIME_STEP_MS_MAX;
-    let (_dir, store) = store();
-    let mut procedures = Procedures::new(NS, 0);
-    let tick = |offset: u64, time_ms: u64| LogRecord::entry(offset, Bytes::from(crate::codec::encode_tick(time_ms)));
-    let day_ms = 86_400_000;
-    apply(&store, &mut procedures, &[entry(0, 1_000, vec![deploy_op("t", wasm(TIMERS))]), entry(1, 1_000, vec![put("set", "1")])]);
-    assert_eq!(store.read().unwrap().log_time_ms().unwrap(), 1_000);
-    apply(&store, &mut procedures, &[entry(2, 1_000 + day_ms, vec![put("x", "1")])]);
-    assert_eq!(store.read().unwrap().log_time_ms().unwrap(), 1_000 + LOG_TIME_STEP_MS_MAX, "moved by the bound, not a day");
-    apply(&store, &mut procedures, &[tick(3, 2_000), tick(4, 0)]);
-    assert_eq!(store.read().unwrap().log_time_ms().unwrap(), 1_000 + LOG_TIME_STEP_MS_MAX, "never back");
-    apply(&store, &mut procedures, &[tick(5, 1_000 + LOG_TIME_STEP_MS_MAX + 500)]);
-    assert_eq!(store.read().unwrap().log_time_ms().unwrap(), 1_000 + LOG_TIME_STEP_MS_MAX + 500, "an honest step is taken as it is");
-}
-
 #[test]
 fn a_removed_procedure_stops_at_its_offset() {
     let (_dir, store) = store();

@@ -123,16 +123,38 @@ impl ReadBarriers {
 
 /// Appends one barrier and reports its outcome to the slot and its waiters.
 async fn send(slot: Arc<Mutex<Slot>>, log: Arc<dyn Log>, tp: TopicPartition, sent_ticket: u64, report: watch::Sender<Outcome>) {
+    let mut ending = Ending { slot, report: Some(report) };
     let appended = super::write::append(log.as_ref(), &tp, barrier_entry()).await;
-    {
-        let mut state = slot.lock();
-        state.in_flight = None;
-        if let Ok(offset) = appended {
-            tracing::debug!(%tp, offset, "a read barrier landed");
-            state.landed = Some(Landed { sent_ticket, offset });
+    if let Ok(offset) = appended {
+        tracing::debug!(%tp, offset, "a read barrier landed");
+        ending.slot.lock().landed = Some(Landed { sent_ticket, offset });
+    }
+    ending.report(appended.map_err(|e| e.to_string()));
+}
+
+/// Clears the slot's barrier in flight and tells its waiters how it ended,
+/// also when its task ends without saying (a panic, the runtime stopping):
+/// else no barrier would start on that partition again.
+struct Ending {
+    slot: Arc<Mutex<Slot>>,
+    report: Option<watch::Sender<Outcome>>,
+}
+
+impl Ending {
+    fn report(&mut self, outcome: Result<u64, String>) {
+        self.slot.lock().in_flight = None;
+        if let Some(report) = self.report.take() {
+            report.send_replace(Some(outcome));
         }
     }
-    report.send_replace(Some(appended.map_err(|e| e.to_string())));
+}
+
+impl Drop for Ending {
+    fn drop(&mut self) {
+        if self.report.is_some() {
+            self.report(Err("the read barrier's task ended before the log answered".into()));
+        }
+    }
 }
 
 /// A barrier: a tick at this node's clock (`barrier.rs` says why a tick).

@@ -1,7 +1,8 @@
 //! Procedure ticks: a held partition with procedures that applied nothing
-//! for `procedure_tick` gets an entry with no operations, only this node's
-//! time, so its timers fire in log time when nothing is written
-//! (docs/procedures.md).
+//! for `procedure_tick`, or whose log time is that far behind this node's
+//! clock, gets an entry with no operations, only this node's time, so its
+//! timers fire in log time when nothing (or nothing that moves the time)
+//! is written (docs/procedures.md).
 
 use std::collections::HashMap;
 
@@ -36,8 +37,18 @@ impl Node {
                 held.insert(handle.tp.clone());
                 let applied = handle.applied_next();
                 let idle = self.ticks.seen.lock().insert(handle.tp.clone(), applied) == Some(applied);
-                let has_procedures = || handle.read_view().and_then(|v| v.reader.has_procedures()).unwrap_or(false);
-                if !idle || !has_procedures() {
+                let view = handle.read_view();
+                let has_procedures = view.as_ref().is_ok_and(|v| v.reader.has_procedures().unwrap_or(false));
+                // Entries that do not move the log time (a writer or a
+                // strong read's barrier from a node whose clock is behind)
+                // keep a partition from being idle: it is ticked too when
+                // its log time is a tick interval behind this node's clock.
+                let behind = view.as_ref().is_ok_and(|v| {
+                    v.reader
+                        .log_time_ms()
+                        .is_ok_and(|log_ms| crate::codec::now_ms().saturating_sub(log_ms) >= self.config.procedure_tick.as_millis() as u64)
+                });
+                if !(idle || behind) || !has_procedures {
                     continue;
                 }
                 let tick = WriteRequest::new(Writer::Procedures, partition, Entry::Tick);

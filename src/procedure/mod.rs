@@ -35,4 +35,4 @@ pub mod outbox;
 mod procedures;
 pub mod wasm;
 
-pub use self::procedures::{Procedures, LOG_TIME_STEP_MS_MAX, TIMERS_FIRED_PER_ENTRY_MAX, VERSIONS_KEPT};
+pub use self::procedures::{Procedures, TIMERS_FIRED_PER_ENTRY_MAX, VERSIONS_KEPT};

@@ -66,27 +66,6 @@ impl Meters {
 
 /// The procedures of one partition, kept in step with its store by the
 /// partition's apply loop (their only user).
-/// How far one entry may move a partition's log time forward. A writer's
-/// clock stepped ahead, or a foreign record stamped in the future, used
-/// to move it there at once and fire every timer due before (issue 36,
-/// defect 10); now each entry moves it at most this far, so a skewed
-/// writer gains at most this much per entry it writes (and
-/// `tern_procedure_log_time_bounded_total` says it happens), while honest
-/// writers and ticks (one per `procedure_tick_ms` of quiet) stay far below
-/// it. After a partition sat with no node ticking it for longer, its log
-/// time catches up by this much per entry.
-pub const LOG_TIME_STEP_MS_MAX: u64 = 60_000;
-
-/// The log time after an entry stamped `time_ms` at log time `now_ms`:
-/// never back, at most `LOG_TIME_STEP_MS_MAX` forward (the first time set,
-/// `now_ms` 0, is taken as it is).
-fn bounded_log_time(now_ms: u64, time_ms: u64) -> u64 {
-    match now_ms {
-        0 => time_ms,
-        _ => time_ms.clamp(now_ms, now_ms.saturating_add(LOG_TIME_STEP_MS_MAX)),
-    }
-}
-
 pub struct Procedures {
     pub(super) namespace: Arc<str>,
     pub(super) partition: u32,
@@ -182,11 +161,7 @@ impl Procedures {
             Some(now) => now,
             None => tx.log_time_ms()?,
         };
-        let to = bounded_log_time(now, time_ms);
-        if to < time_ms {
-            crate::metrics::PROCEDURE_LOG_TIME_BOUNDED.with_label_values(&[&*self.namespace]).inc();
-        }
-        let now = if to > now { tx.advance_log_time(to)? } else { now };
+        let now = if time_ms > now { tx.advance_log_time(time_ms)? } else { now };
         debug_assert_eq!(Some(now), tx.log_time_ms().ok(), "the cached log time is the store's");
         self.cache.log_time_ms = Some(now);
         Ok(now)

@@ -406,3 +406,68 @@ async fn a_producer_that_failed_for_good_is_made_again() {
     assert_eq!(again, first + 2);
     log.close().await;
 }
+
+/// Issue 36 (review of the read barrier): entries that do not move a
+/// partition's log time — a producer whose clock is behind, or a strong
+/// read's barrier from such a node — kept the partition from being idle,
+/// so its holder never ticked and its timers never fired while they came.
+/// A partition whose log time is a tick interval behind the node's clock
+/// is ticked too. Here a producer writes entries stamped at time 1 every
+/// 300 ms while a timer waits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn timers_fire_while_a_writer_whose_clock_is_behind_keeps_writing() {
+    let dir = tempfile::tempdir().unwrap();
+    let prefix = unique_prefix();
+    let log = format!("kafka://{}", common::kafka_bootstrap());
+    // No publisher: what fired stays in the outbox, where the test reads it.
+    let args = [
+        "serve",
+        "--node-id",
+        "lagging",
+        "--group",
+        "lagging",
+        "--listen",
+        "127.0.0.1:0",
+        "--data-dir",
+        dir.path().to_str().unwrap(),
+        "--log",
+        &log,
+        "--kafka-topic-prefix",
+        &prefix,
+        "--namespace",
+        "default:4",
+        "--procedure-publish",
+        "false",
+    ];
+    let t = Tern::spawn(&args, dir.path()).await;
+    let ticker = common::checkout().join("examples/procedures/build/ticker.wasm");
+    let (ok, _, err) = common::cli(&t.url, &["procedure", "deploy", "ticker", ticker.to_str().unwrap()]);
+    assert!(ok, "{err}");
+    let response = t.client.put(t.kv_url("default", "arm", None)).query(&[("wait", "applied")]).json(&json!(1)).send().await.unwrap();
+    assert_eq!(response.status(), 200);
+    let p = tern::partitioner::partition_of("arm", 4);
+    let lagging = (0..).map(|i| format!("lag{i}")).find(|pk| tern::partitioner::partition_of(pk, 4) == p).unwrap();
+    let producer: FutureProducer = ClientConfig::new().set("bootstrap.servers", common::kafka_bootstrap()).create().unwrap();
+    let topic = format!("{prefix}default");
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let mut n = 0u64;
+    loop {
+        n += 1;
+        let op = Op { pk: lagging.clone(), sk: "".into(), kind: OpKind::Put(Bytes::from(n.to_string())), condition: None };
+        let payload = codec::encode_at(&Mutation { write_id: Bytes::new(), ops: vec![op], journal: None }, 1);
+        let record: FutureRecord<'_, str, [u8]> = FutureRecord::to(&topic).partition(p as i32).payload(&payload);
+        producer.send(record, Duration::from_secs(10)).await.map_err(|(e, _)| e).unwrap();
+        let (status, body) = t.get_json(&format!("/v1/ns/default/outbox?partition={p}&limit=1000")).await;
+        assert_eq!(status, 200, "{body}");
+        if body["messages"].as_array().unwrap().iter().any(|m| m["topic"] == "default.fired") {
+            break;
+        }
+        if std::time::Instant::now() > deadline {
+            let metrics = t.client.get(format!("{}/metrics", t.url)).send().await.unwrap().text().await.unwrap();
+            let ticks: Vec<&str> = metrics.lines().filter(|l| l.starts_with("tern_procedure_ticks")).collect();
+            let (_, state) = t.get_json("/v1/ns/default").await;
+            panic!("the timer never fired while the lagging writer wrote ({n} entries); {ticks:?}; {}", state["state"][p as usize]);
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+}
