@@ -22,8 +22,13 @@ async fn serve(data: &std::path::Path, prefix: &str) -> Tern {
 }
 
 async fn serve_as(data: &std::path::Path, prefix: &str, node_id: &str) -> Tern {
+    serve_with(data, prefix, node_id, &[]).await
+}
+
+/// `serve_as` with more flags.
+async fn serve_with(data: &std::path::Path, prefix: &str, node_id: &str, extra: &[&str]) -> Tern {
     let log = format!("kafka://{}", common::kafka_bootstrap());
-    let args = [
+    let mut args = vec![
         "serve",
         "--node-id",
         node_id,
@@ -41,6 +46,7 @@ async fn serve_as(data: &std::path::Path, prefix: &str, node_id: &str) -> Tern {
         "--group",
         node_id,
     ];
+    args.extend_from_slice(extra);
     Tern::spawn(&args, data).await
 }
 
@@ -418,28 +424,8 @@ async fn a_producer_that_failed_for_good_is_made_again() {
 async fn timers_fire_while_a_writer_whose_clock_is_behind_keeps_writing() {
     let dir = tempfile::tempdir().unwrap();
     let prefix = unique_prefix();
-    let log = format!("kafka://{}", common::kafka_bootstrap());
     // No publisher: what fired stays in the outbox, where the test reads it.
-    let args = [
-        "serve",
-        "--node-id",
-        "lagging",
-        "--group",
-        "lagging",
-        "--listen",
-        "127.0.0.1:0",
-        "--data-dir",
-        dir.path().to_str().unwrap(),
-        "--log",
-        &log,
-        "--kafka-topic-prefix",
-        &prefix,
-        "--namespace",
-        "default:4",
-        "--procedure-publish",
-        "false",
-    ];
-    let t = Tern::spawn(&args, dir.path()).await;
+    let t = serve_with(dir.path(), &prefix, "lagging", &["--procedure-publish", "false"]).await;
     let ticker = common::checkout().join("examples/procedures/build/ticker.wasm");
     let (ok, _, err) = common::cli(&t.url, &["procedure", "deploy", "ticker", ticker.to_str().unwrap()]);
     assert!(ok, "{err}");
