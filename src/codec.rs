@@ -69,6 +69,21 @@ pub struct Mutation {
     pub ops: Vec<Op>,
     /// A journaled write's place in its journal (set when it is sequenced).
     pub journal: Option<JournalPlace>,
+    /// What the writer's Firebase rules read when they allowed it: checked
+    /// at apply after the ops' conditions, before any op (`apply::batch`);
+    /// empty for other writers.
+    pub reads: Vec<TreeRead>,
+}
+
+/// One location a writer's Firebase rules read (`firebase::checked`): the
+/// tree `pk`'s value at `sk`, priorities included, hashed as an ETag is
+/// (`store::tree::read_for_rules`, `tree::value::etag`). The mutation
+/// applies only if every read still hashes so: rules and commit are one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TreeRead {
+    pub pk: String,
+    pub sk: String,
+    pub hash: [u8; 32],
 }
 
 /// Where a journaled write sits in its journal: applied in `lane` order,
@@ -191,6 +206,11 @@ pub fn encode_at(mutation: &Mutation, time_ms: u64) -> Vec<u8> {
         tick: false,
         outbox_published_below: 0,
         journal: mutation.journal.as_ref().map(|place| proto::JournalPlace { lane: place.lane.clone(), offset: place.offset, from: place.from }),
+        reads: mutation
+            .reads
+            .iter()
+            .map(|read| proto::TreeRead { pk: read.pk.clone(), sk: read.sk.clone(), hash: Bytes::copy_from_slice(&read.hash) })
+            .collect(),
     };
     message.encode_to_vec()
 }
@@ -211,6 +231,7 @@ pub fn encode_trim(time_ms: u64, published_below: u64) -> Vec<u8> {
         tick: true,
         outbox_published_below: published_below,
         journal: None,
+        reads: Vec::new(),
     };
     message.encode_to_vec()
 }
@@ -278,24 +299,48 @@ pub fn decode_timed(entry: Bytes, partition: u32, partitions: u32) -> Result<(Mu
         return Err(Malformed::Limit("a journal offset is below 2^64 - 1".into()));
     }
     if message.tick {
-        if !message.ops.is_empty() || !message.write_id.is_empty() || message.journal.is_some() {
-            return Err(Malformed::Limit("a tick has no ops, no write id and no journal place".into()));
+        if !message.ops.is_empty() || !message.write_id.is_empty() || message.journal.is_some() || !message.reads.is_empty() {
+            return Err(Malformed::Limit("a tick has no ops, no write id, no journal place and no reads".into()));
         }
         // The one mutation without ops: applying it moves the log time.
-        return Ok((Mutation { write_id: Bytes::new(), ops: Vec::new(), journal: None }, message.time_ms));
+        return Ok((Mutation::default(), message.time_ms));
     }
     limits::check_ops_count(message.ops.len()).map_err(|e| Malformed::Limit(e.message))?;
     let mut ops = Vec::with_capacity(message.ops.len());
     for op in message.ops {
         ops.push(decode_op(op, partition, partitions)?);
     }
+    let reads = decode_reads(message.reads, partition, partitions)?;
     let journal = message.journal.map(|place| JournalPlace { lane: place.lane, offset: place.offset, from: place.from });
-    let mutation = Mutation { write_id: message.write_id, ops, journal };
+    let mutation = Mutation { write_id: message.write_id, ops, journal, reads };
     limits::check_mutation_bytes(mutation.payload_bytes()).map_err(|e| Malformed::Limit(e.message))?;
     if mutation.ops.len() > 1 && mutation.ops.iter().any(|op| matches!(op.kind, OpKind::Procedure(_))) {
         return Err(Malformed::Procedure("a procedure op must be its mutation's only op".into()));
     }
     Ok((mutation, message.time_ms))
+}
+
+/// A mutation's reads (`TreeRead`): bounded in number, each of this
+/// partition, at a tree path, with a 32-byte hash.
+fn decode_reads(reads: Vec<proto::TreeRead>, partition: u32, partitions: u32) -> Result<Vec<TreeRead>, Malformed> {
+    if reads.len() > limits::MUTATION_READS_MAX {
+        return Err(Malformed::Limit(format!("more than {} reads", limits::MUTATION_READS_MAX)));
+    }
+    let mut out = Vec::with_capacity(reads.len());
+    for read in reads {
+        limits::check_pk(&read.pk).map_err(|e| Malformed::Limit(e.message))?;
+        limits::check_sk(&read.sk).map_err(|e| Malformed::Limit(e.message))?;
+        let actual = partition_of(&read.pk, partitions);
+        if actual != partition {
+            return Err(Malformed::WrongPartition { expected: partition, actual });
+        }
+        for key in crate::tree::path::keys_of(&read.sk) {
+            crate::tree::path::check_key(key).map_err(|e| Malformed::Tree(format!("read at {:?}: {e}", read.sk)))?;
+        }
+        let hash = read.hash[..].try_into().map_err(|_| Malformed::Tree("a read's hash is not 32 bytes".into()))?;
+        out.push(TreeRead { pk: read.pk, sk: read.sk, hash });
+    }
+    Ok(out)
 }
 
 fn decode_op(op: proto::Op, partition: u32, partitions: u32) -> Result<Op, Malformed> {
@@ -383,6 +428,7 @@ mod tests {
                 Op { pk, sk: "b".into(), kind: OpKind::Put(Bytes::from_static(b"[1,2]")), condition: None },
             ],
             journal: None,
+            reads: Vec::new(),
         }
     }
 
@@ -403,8 +449,16 @@ mod tests {
     #[test]
     fn garbage_and_bad_fields_are_malformed() {
         assert_eq!(decode(Bytes::from_static(&[0xff, 0xff, 0xff]), 0, 1).unwrap_err().label(), "undecodable");
-        let mut raw =
-            proto::Mutation { format: 2, write_id: Bytes::new(), ops: vec![], time_ms: 0, tick: false, outbox_published_below: 0, journal: None };
+        let mut raw = proto::Mutation {
+            format: 2,
+            write_id: Bytes::new(),
+            ops: vec![],
+            time_ms: 0,
+            tick: false,
+            outbox_published_below: 0,
+            journal: None,
+            reads: Vec::new(),
+        };
         assert_eq!(decode(Bytes::from(raw.encode_to_vec()), 0, 1).unwrap_err(), Malformed::UnknownFormat(2));
         raw.format = 1;
         assert_eq!(decode(Bytes::from(raw.encode_to_vec()), 0, 1).unwrap_err().label(), "limit");
@@ -435,6 +489,7 @@ mod tests {
                 condition,
             }],
             journal: None,
+            reads: Vec::new(),
         };
         let p = partition_of(".tree", 4);
         let good = tree("a/b", r#"{"c": {".sv": "timestamp"}}"#, false, Some(Condition::IfTreeHash([3; 32])));
@@ -452,13 +507,61 @@ mod tests {
     }
 
     #[test]
+    fn reads_round_trip_and_bad_ones_are_malformed() {
+        let p = partition_of(".tree", 4);
+        let with_reads = |reads: Vec<TreeRead>| Mutation {
+            ops: vec![Op {
+                pk: ".tree".into(),
+                sk: "a".into(),
+                kind: OpKind::Tree(TreeOp { merge: false, value: Bytes::from_static(b"1"), time_ms: 7 }),
+                condition: None,
+            }],
+            reads,
+            ..Default::default()
+        };
+        let read = |pk: &str, sk: &str| TreeRead { pk: pk.into(), sk: sk.into(), hash: [9; 32] };
+        let good = with_reads(vec![read(".tree", ""), read(".tree", "rooms/r1/members")]);
+        assert_eq!(decode(Bytes::from(encode(&good)), p, 4).unwrap(), good);
+        let most = with_reads((0..limits::MUTATION_READS_MAX).map(|i| read(".tree", &format!("k{i}"))).collect());
+        assert_eq!(decode(Bytes::from(encode(&most)), p, 4).unwrap(), most);
+        let elsewhere = pk_in((p + 1) % 4, 4);
+        for (bad, label) in [
+            (with_reads((0..=limits::MUTATION_READS_MAX).map(|i| read(".tree", &format!("k{i}"))).collect()), "limit"),
+            (with_reads(vec![read(&elsewhere, "a")]), "wrong_partition"),
+            (with_reads(vec![read(".tree", "a.b")]), "tree"),
+            (with_reads(vec![read(".tree", "a//b")]), "tree"),
+            (with_reads(vec![read(".tree", &"k".repeat(limits::SK_BYTES_MAX + 1))]), "limit"),
+        ] {
+            assert_eq!(decode(Bytes::from(encode(&bad)), p, 4).unwrap_err().label(), label, "{:?}", &bad.reads[..1]);
+        }
+        let mut short_hash = proto::Mutation::decode(Bytes::from(encode(&good))).unwrap();
+        short_hash.reads[0].hash = Bytes::from_static(&[1; 31]);
+        assert_eq!(decode(Bytes::from(short_hash.encode_to_vec()), p, 4).unwrap_err().label(), "tree");
+        // A tick carries no reads.
+        let mut tick = proto::Mutation::decode(Bytes::from(encode_tick(5))).unwrap();
+        tick.reads = short_hash.reads.clone();
+        assert_eq!(decode(Bytes::from(tick.encode_to_vec()), p, 4).unwrap_err().label(), "limit");
+    }
+
+    #[test]
     fn ticks_carry_only_a_time() {
-        assert_eq!(decode_timed(Bytes::from(encode_tick(42)), 3, 4).unwrap(), (Mutation { write_id: Bytes::new(), ops: vec![], journal: None }, 42));
+        assert_eq!(
+            decode_timed(Bytes::from(encode_tick(42)), 3, 4).unwrap(),
+            (Mutation { write_id: Bytes::new(), ops: vec![], journal: None, reads: Vec::new() }, 42)
+        );
         let mut raw = proto::Mutation::decode(Bytes::from(encode(&sample(4)))).unwrap();
         raw.tick = true;
         assert_eq!(decode(Bytes::from(raw.encode_to_vec()), 2, 4).unwrap_err().label(), "limit");
-        let empty =
-            proto::Mutation { format: 1, write_id: Bytes::new(), ops: vec![], time_ms: 1, tick: false, outbox_published_below: 0, journal: None };
+        let empty = proto::Mutation {
+            format: 1,
+            write_id: Bytes::new(),
+            ops: vec![],
+            time_ms: 1,
+            tick: false,
+            outbox_published_below: 0,
+            journal: None,
+            reads: Vec::new(),
+        };
         assert_eq!(decode(Bytes::from(empty.encode_to_vec()), 0, 1).unwrap_err().label(), "limit", "no ops and no tick");
     }
 

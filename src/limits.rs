@@ -14,6 +14,11 @@ pub const VALUE_BYTES_MAX: usize = 1024 * 1024;
 pub const OPS_PER_MUTATION_MAX: usize = 1000;
 /// Largest total of keys and values in one mutation.
 pub const MUTATION_BYTES_MAX: usize = 4 * 1024 * 1024;
+/// Most locations one mutation's Firebase rules may have read
+/// (`codec::TreeRead`, checked at apply): rules stop reading at 1,000
+/// (`firebase::rules::eval::READS_MAX`), server values resolved for rules
+/// read within the same bound.
+pub const MUTATION_READS_MAX: usize = 1000;
 /// Largest list page.
 pub const LIST_LIMIT_MAX: usize = 1000;
 /// List page size when the client does not say.

@@ -79,6 +79,9 @@ pub(super) async fn status(State(state): State<AppState>, Caller(identity): Call
 
 fn outcome_json(outcome: Option<Outcome>) -> Value {
     match outcome {
+        Some(Outcome::ConditionFailed { op_index: crate::partition::outcome::READS_CHANGED, .. }) => {
+            json!({ "result": "condition_failed", "reads_changed": true })
+        }
         Some(Outcome::ConditionFailed { op_index, current_version }) => {
             json!({ "result": "condition_failed", "op_index": op_index, "current_version": current_version })
         }

@@ -20,6 +20,7 @@
 
 use crate::codec::{self, Condition, Mutation, OpKind};
 use crate::log::LogRecord;
+use crate::partition::outcome::READS_CHANGED;
 use crate::partition::Outcome;
 use crate::procedure::Procedures;
 use crate::store::{ApplyTxn, StoreError};
@@ -141,7 +142,7 @@ fn report_applied(offset: u64, own: Option<&Mutation>, procedures: &mut Procedur
         },
         condition: None,
     }));
-    on_applied(offset, &Mutation { write_id: bytes::Bytes::new(), ops, journal: None });
+    on_applied(offset, &Mutation { write_id: bytes::Bytes::new(), ops, journal: None, reads: Vec::new() });
 }
 
 /// Ends an entry: the store moves past it, expired write ids are forgotten,
@@ -188,18 +189,30 @@ fn forget_expired(tx: &mut ApplyTxn) -> Result<(), StoreError> {
 /// as if it had applied.
 fn apply_once(tx: &mut ApplyTxn, mutation: &Mutation, offset: u64) -> Result<(Outcome, Option<Mutation>), StoreError> {
     let digest = mutation.payload_digest();
-    if let Some((of, stored)) = tx.write_id_seen(&mutation.write_id)? {
-        if offset - of < WRITE_ID_WINDOW_OFFSETS {
-            if Outcome::remembered_digest(&stored).is_some_and(|remembered| remembered != digest) {
-                return Ok((Outcome::KeyReused { of }, None));
-            }
-            let original = Outcome::decode_remembered(&stored).expect("write id outcomes are written by encode_remembered");
-            return Ok((Outcome::Duplicate { of, original: Box::new(original) }, None));
-        }
+    if let Some(met) = remembered_outcome(tx.write_id_seen(&mutation.write_id)?, &digest, offset) {
+        return Ok((met, None));
     }
     let (outcome, resolved) = apply_mutation(tx, mutation, offset)?;
     tx.remember_write_id(&mutation.write_id, offset, &outcome.encode_remembered_for(&digest))?;
     Ok((outcome, resolved))
+}
+
+/// What a mutation with payload `digest` meets at `offset` when its write
+/// id was `seen` (offset and stored outcome, as the store remembers it):
+/// `Duplicate` with the original's outcome (a retry), `KeyReused` (another
+/// payload), or None (never seen, or seen a window ago: a new write). The
+/// apply loop's rule; a Firebase holder asks it too before judging a retried
+/// write again (`firebase::commit`).
+pub(crate) fn remembered_outcome(seen: Option<(u64, Vec<u8>)>, digest: &[u8; codec::PAYLOAD_DIGEST_BYTES], offset: u64) -> Option<Outcome> {
+    let (of, stored) = seen?;
+    if offset.saturating_sub(of) >= WRITE_ID_WINDOW_OFFSETS {
+        return None;
+    }
+    if Outcome::remembered_digest(&stored).is_some_and(|remembered| remembered != *digest) {
+        return Some(Outcome::KeyReused { of });
+    }
+    let original = Outcome::decode_remembered(&stored).expect("write id outcomes are written by encode_remembered");
+    Some(Outcome::Duplicate { of, original: Box::new(original) })
 }
 
 /// Applies a journaled write in its journal lane's order, each lane offset
@@ -230,9 +243,11 @@ fn apply_in_lane(
     Ok(applied)
 }
 
-/// Applies one mutation: all conditions first, then every op. Returns the
-/// outcome and, when it has tree ops, the mutation as applied (server
-/// values resolved) for watches.
+/// Applies one mutation: all conditions first, then what its writer's
+/// rules read (a client's own condition that fails is the answer, whatever
+/// the rules would say now), then every op. Returns the outcome and, when
+/// it has tree ops, the mutation as applied (server values resolved) for
+/// watches.
 fn apply_mutation(tx: &mut ApplyTxn, mutation: &Mutation, offset: u64) -> Result<(Outcome, Option<Mutation>), StoreError> {
     for (op_index, op) in mutation.ops.iter().enumerate() {
         let Some(condition) = op.condition else { continue };
@@ -248,6 +263,11 @@ fn apply_mutation(tx: &mut ApplyTxn, mutation: &Mutation, offset: u64) -> Result
         };
         if !holds {
             return Ok((Outcome::ConditionFailed { op_index, current_version: None }, None));
+        }
+    }
+    for read in &mutation.reads {
+        if !super::tree::read_unchanged(tx, read)? {
+            return Ok((Outcome::ConditionFailed { op_index: READS_CHANGED, current_version: None }, None));
         }
     }
     let mut resolved: Option<Mutation> = None;
@@ -296,7 +316,7 @@ mod tests {
     }
 
     fn entry_with_id(offset: u64, write_id: &'static [u8], ops: Vec<Op>) -> LogRecord {
-        LogRecord::entry(offset, Bytes::from(encode(&Mutation { write_id: Bytes::from_static(write_id), ops, journal: None })))
+        LogRecord::entry(offset, Bytes::from(encode(&Mutation { write_id: Bytes::from_static(write_id), ops, journal: None, reads: Vec::new() })))
     }
 
     #[test]
@@ -359,6 +379,58 @@ mod tests {
         let later = vec![entry(WRITE_ID_WINDOW_OFFSETS + 10, vec![put("other", "", "1", None)])];
         store.apply(false, |tx| apply_entries(tx, &later, 0, 1, &mut |_, _| {})).unwrap();
         assert!(store.read().unwrap().not_applied_in(0, 10).unwrap().is_empty(), "forgotten past the window");
+    }
+
+    /// Issue 36, defect 8: a mutation applies only if every location its
+    /// writer's rules read still reads as recorded (priorities included),
+    /// checked before any op; a refusal is remembered under its write id.
+    #[test]
+    fn a_mutation_applies_only_if_what_its_rules_read_is_unchanged() {
+        use crate::codec::{TreeOp, TreeRead};
+        let dir = tempfile::tempdir().unwrap();
+        let store = PartitionStore::open(&dir.path().join("p"), 1, 1 << 20).unwrap();
+        let set = |sk: &str, value: &str| Op {
+            pk: "t".into(),
+            sk: sk.into(),
+            kind: OpKind::Tree(TreeOp { merge: false, value: Bytes::from(value.to_string()), time_ms: 0 }),
+            condition: None,
+        };
+        let hash_now = |sk: &str| crate::tree::value::etag(&crate::store::tree::read_for_rules(&store.read().unwrap(), "t", sk).unwrap());
+        let with_reads = |offset: u64, write_id: &'static [u8], op: Op, reads: Vec<TreeRead>| {
+            LogRecord::entry(offset, Bytes::from(encode(&Mutation { write_id: Bytes::from_static(write_id), ops: vec![op], journal: None, reads })))
+        };
+        let apply = |entries: Vec<LogRecord>| store.apply(false, |tx| apply_entries(tx, &entries, 0, 1, &mut |_, _| {})).unwrap();
+        apply(vec![LogRecord::entry(0, Bytes::from(encode(&Mutation { ops: vec![set("room", r#"{"a": 1}"#)], ..Default::default() })))]);
+        let room_then = TreeRead { pk: "t".into(), sk: "room".into(), hash: hash_now("room") };
+        let absent_then = TreeRead { pk: "t".into(), sk: "claim".into(), hash: hash_now("claim") };
+        let changed = Outcome::ConditionFailed { op_index: READS_CHANGED, current_version: None };
+        let outcomes = apply(vec![
+            // Unchanged: applies.
+            with_reads(1, b"", set("room/b", "2"), vec![room_then.clone()]),
+            // The same read, now stale (offset 1 changed the room): nothing applied.
+            with_reads(2, b"first", set("claim", r#""x""#), vec![absent_then.clone(), room_then.clone()]),
+            with_reads(3, b"first", set("claim", r#""x""#), vec![absent_then.clone(), room_then.clone()]),
+            with_reads(4, b"", set("claim", r#""y""#), vec![absent_then.clone()]),
+            // Now the claim exists: the same read of "absent" is stale.
+            with_reads(5, b"", set("claim", r#""z""#), vec![absent_then]),
+        ]);
+        assert_eq!(
+            outcomes.iter().map(|(_, o)| o.clone()).collect::<Vec<_>>(),
+            [Outcome::Applied, changed.clone(), Outcome::Duplicate { of: 2, original: Box::new(changed.clone()) }, Outcome::Applied, changed.clone(),]
+        );
+        let read = |sk: &str| crate::store::tree::value_at(&store.read().unwrap(), "t", sk, false, 1 << 20).unwrap();
+        assert_eq!((read("room"), read("claim")), (serde_json::json!({"a": 1, "b": 2}), serde_json::json!("y")));
+        // A priority is part of what a read hashes.
+        let claim_now = TreeRead { pk: "t".into(), sk: "claim".into(), hash: hash_now("claim") };
+        apply(vec![with_reads(6, b"", set("claim", r#"{".value": "y", ".priority": 1}"#), vec![claim_now.clone()])]);
+        let outcomes = apply(vec![with_reads(7, b"", set("other", "1"), vec![claim_now])]);
+        assert_eq!(outcomes[0].1, changed, "the priority changed");
+        // A client's own condition that fails is the answer, before the reads.
+        let mut own = set("other", "2");
+        own.condition = Some(Condition::IfTreeHash([0; 32]));
+        let stale = TreeRead { pk: "t".into(), sk: "claim".into(), hash: [0; 32] };
+        let outcomes = apply(vec![with_reads(8, b"", own, vec![stale])]);
+        assert_eq!(outcomes[0].1, Outcome::ConditionFailed { op_index: 0, current_version: None });
     }
 
     #[test]
@@ -451,7 +523,8 @@ mod tests {
     /// A journaled write as the sequencer appends it: placed in `lane`.
     fn journaled(offset: u64, lane: &'static [u8], at: u64, from: u64, write_id: &'static [u8], value: &'static str) -> LogRecord {
         let place = crate::codec::JournalPlace { lane: Bytes::from_static(lane), offset: at, from };
-        let mutation = Mutation { write_id: Bytes::from_static(write_id), ops: vec![put("k", "", value, None)], journal: Some(place) };
+        let mutation =
+            Mutation { write_id: Bytes::from_static(write_id), ops: vec![put("k", "", value, None)], journal: Some(place), reads: Vec::new() };
         LogRecord::entry(offset, Bytes::from(encode(&mutation)))
     }
 

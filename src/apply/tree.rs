@@ -37,6 +37,12 @@ pub(crate) fn apply_op(tx: &mut ApplyTxn, pk: &str, sk: &str, op: &TreeOp, offse
     Ok(value)
 }
 
+/// Whether a location a writer's rules read still reads as it did then
+/// (`codec::TreeRead`, checked before any op of its mutation).
+pub(crate) fn read_unchanged(tx: &ApplyTxn, read: &crate::codec::TreeRead) -> Result<bool, StoreError> {
+    Ok(etag(&crate::store::tree::read_for_rules(tx, &read.pk, &read.sk)?) == read.hash)
+}
+
 /// Whether the value at `sk` hashes to `expected` (the ETag condition). A
 /// subtree too large to read fails it, alike on every replica.
 pub(crate) fn hash_matches(tx: &ApplyTxn, pk: &str, sk: &str, expected: &[u8; 32]) -> Result<bool, StoreError> {

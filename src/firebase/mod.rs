@@ -13,9 +13,12 @@
 //! `realtime/`) sit on the edge (`edge/`) and never import the native API;
 //! what a node keeps for its databases (rules, indexes, onDisconnect
 //! registrations and their sweeper, push ids) is `db/`, below the edge;
-//! the rules language is `rules/`.
+//! the rules language is `rules/`; a write judged by the rules and
+//! committed as one step (what the rules read, checked at apply) is
+//! `commit.rs`.
 
 mod caller;
+mod commit;
 pub mod db;
 mod dispatch;
 mod error;

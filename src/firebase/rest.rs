@@ -19,20 +19,19 @@ use bytes::Bytes;
 use serde_json::Value;
 
 use super::caller::Caller;
+use super::commit::{commit, Committed, TreeWrite};
 use super::db::{tree_view, TreeData};
 use super::error::FbError;
 use super::query::Query;
 use super::response::json_response;
 use super::state::Firebase;
-use crate::codec::{now_ms, Condition, Mutation, Op, OpKind, TreeOp};
+use crate::codec::{now_ms, Condition};
 use crate::edge::{to_holder, Incoming};
-use crate::node::reserved::Writer;
-use crate::node::write::{Entry, Receipt, WriteError, WriteRequest};
 use crate::partition::{Namespace, ReadView};
 use crate::store::tree::{shallow, value_at, READ_BYTES_MAX};
 use crate::tree::path;
 use crate::tree::query::{self, QueryParams};
-use crate::tree::value::{etag, etag_text, has_server_values, parse_etag, resolve_server_values, validate_write};
+use crate::tree::value::{etag, etag_text, has_server_values, parse_etag, validate_write};
 use crate::tree::TREE_PK;
 
 /// Children a shallow read lists at most.
@@ -216,20 +215,12 @@ async fn set(
         check_timeout(query)?.unwrap_or(Duration::from_millis(crate::limits::WAIT_MS_DEFAULT)).min(Duration::from_millis(crate::limits::WAIT_MS_MAX));
     validate_write(&sk, &body, merge).map_err(FbError::bad)?;
     let written: Value = serde_json::from_slice(&body).expect("validated above");
-    let time_ms = now_ms();
-    check_write(state, namespace, caller, &sk, &written, merge, time_ms)?;
     let condition = headers.get(header::IF_MATCH).and_then(|v| v.to_str().ok()).map(|tag| Condition::IfTreeHash(parse_etag(tag).unwrap_or([0; 32])));
-    // Kept for a holder, should this node let the partition go before the write.
-    let body_again = body.clone();
-    let op = Op { pk: TREE_PK.into(), sk: sk.clone(), kind: OpKind::Tree(TreeOp { merge, value: body, time_ms }), condition };
     let write_id = incoming.write_id().map_err(FbError::bad)?;
-    let mutation = Mutation { write_id, ops: vec![op], journal: None };
-    let partition = namespace.partition_of(TREE_PK);
-    let request = WriteRequest::new(Writer::FirebaseTree, partition, Entry::Mutation(mutation)).applied_within(timeout);
-    match state.app.node.write(namespace, request).await {
-        Ok(Receipt::Sequenced { .. }) => {}
-        Ok(Receipt::Journaled { .. }) => unreachable!("a write that waits to be applied is sequenced"),
-        Err(WriteError::ConditionFailed { .. }) => {
+    let write = TreeWrite { sk: sk.clone(), value: body.clone(), written: &written, merge, condition, write_id, wait: timeout };
+    match commit(state, namespace, caller, write).await? {
+        Committed::Applied { .. } => {}
+        Committed::ConditionFailed => {
             let current = value_at(&tree_view(namespace)?.reader, TREE_PK, &sk, false, READ_BYTES_MAX)?;
             let tag = etag_text(&etag(&current));
             let body = serde_json::to_string(&current).expect("a Value serializes");
@@ -244,11 +235,11 @@ async fn set(
             return Ok(Written::Here(response));
         }
         // Let go since the check in `handle`: nothing was written; a holder takes it.
-        Ok(Receipt::Forward) => {
-            let response = to_holder(&state.app, incoming, &namespace.name, partition, body_again).await.map_err(FbError::from)?;
+        Committed::Forward => {
+            let partition = namespace.partition_of(TREE_PK);
+            let response = to_holder(&state.app, incoming, &namespace.name, partition, body).await.map_err(FbError::from)?;
             return Ok(Written::ByHolder(response));
         }
-        Err(e) => return Err(FbError::from(e)),
     }
     // What was written, as it now reads (server values resolved), and its ETag when asked.
     let wants_etag = headers.get("x-firebase-etag").is_some_and(|v| v == "true");
@@ -272,51 +263,4 @@ async fn set(
     };
     let extra = if wants_etag && !merge { vec![(header::ETAG, etag_text(&etag(&answer)))] } else { Vec::new() };
     json_response(StatusCode::OK, &answer, query, extra).map(Written::Here)
-}
-
-/// Whether the rules let `caller` write `written` at `sk` (a set, or an
-/// update when `merge`), judged against this node's applied tree.
-pub(super) fn check_write(
-    state: &Firebase,
-    namespace: &Namespace,
-    caller: &Caller,
-    sk: &str,
-    written: &Value,
-    merge: bool,
-    time_ms: u64,
-) -> Result<(), FbError> {
-    let Some(auth) = caller.rules_auth() else { return Ok(()) };
-    let rules = state.db.rules_of(namespace)?;
-    let data = TreeData { view: tree_view(namespace)? };
-    let writes = writes_for_rules(sk, written, merge, time_ms, &data);
-    if !rules.can_write(&writes, auth, time_ms, &data) {
-        return Err(FbError::denied());
-    }
-    Ok(())
-}
-
-/// The write as rules see it: sets at sort keys, server values resolved
-/// against this node's state (the apply loop resolves them again, alike on
-/// every replica; rules judge the write the client asked for).
-fn writes_for_rules(sk: &str, written: &Value, merge: bool, time_ms: u64, data: &TreeData) -> Vec<(String, Value)> {
-    let mut current = |at: &str| Some(crate::firebase::rules::eval::Data::current(data, at));
-    let mut resolve = |at: &str, value: &Value| {
-        let mut v = value.clone();
-        resolve_server_values(at, &mut v, time_ms, &mut current);
-        v
-    };
-    if merge {
-        written
-            .as_object()
-            .expect("validated")
-            .iter()
-            .map(|(key, value)| {
-                let at = path::join(sk, &path::sk_of(&path::parse_relative(key).expect("validated")));
-                let v = resolve(&at, value);
-                (at, v)
-            })
-            .collect()
-    } else {
-        vec![(sk.to_string(), resolve(sk, written))]
-    }
 }

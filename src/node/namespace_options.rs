@@ -134,7 +134,7 @@ impl Node {
         let request = WriteRequest::new(
             Writer::NamespaceOptions,
             partition,
-            Entry::Mutation(Mutation { write_id: Bytes::new(), ops: vec![op], journal: None }),
+            Entry::Mutation(Mutation { write_id: Bytes::new(), ops: vec![op], journal: None, reads: Vec::new() }),
         );
         let held = namespace.handle(partition).is_held();
         let request = if held { request.applied_within(APPLY_WAIT) } else { request };

@@ -5,11 +5,16 @@ use std::collections::VecDeque;
 
 use crate::codec::{Malformed, PAYLOAD_DIGEST_BYTES};
 
+/// `Outcome::ConditionFailed::op_index` when what the writer's rules read
+/// (`codec::TreeRead`) changed, rather than an op's own condition.
+pub(crate) const READS_CHANGED: usize = u32::MAX as usize;
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Outcome {
     /// Every op applied.
     Applied,
-    /// Op `op_index`'s condition did not hold; nothing applied.
+    /// Op `op_index`'s condition did not hold (`READS_CHANGED`: a read of
+    /// the writer's rules changed); nothing applied.
     ConditionFailed { op_index: usize, current_version: Option<u64> },
     /// The entry was malformed and skipped.
     Skipped(Malformed),

@@ -311,7 +311,7 @@ impl World {
         } else {
             Bytes::new()
         };
-        Mutation { write_id, ops, journal: None }
+        Mutation { write_id, ops, journal: None, reads: Vec::new() }
     }
 
     /// An offset without an entry (a Kafka transaction marker).

@@ -67,6 +67,19 @@ pub fn value_at(src: &dyn Leaves, pk: &str, sk: &str, export: bool, bytes_max: u
     Ok(value)
 }
 
+/// The value at `sk` as a Firebase rule's read is recorded
+/// (`codec::TreeRead`): priorities included, and null for a subtree over
+/// `READ_BYTES_MAX` (rules see such a subtree as null). The holder hashes it
+/// from the view its rules read, the apply loop from its transaction: one
+/// function, so both sides agree on what "unchanged" means.
+pub fn read_for_rules(src: &dyn Leaves, pk: &str, sk: &str) -> Result<Value, StoreError> {
+    match value_at(src, pk, sk, true, READ_BYTES_MAX) {
+        Ok(value) => Ok(value),
+        Err(TreeError::TooLarge { .. }) => Ok(Value::Null),
+        Err(TreeError::Store(e)) => Err(e),
+    }
+}
+
 /// `shallow=true`: a primitive as it is; an object as `{child: true}`, or
 /// `{child: primitive}` for primitive children. One short range read per
 /// child: the scan jumps past each child's subtree.

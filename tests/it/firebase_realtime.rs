@@ -193,6 +193,55 @@ async fn a_tagged_listen_never_lends_its_tag_to_another_clients_pushes() {
     }
 }
 
+/// Issue 36, defect 8, over the realtime protocol: rules that read data
+/// are judged against the state the write lands on. Eight connections race
+/// to claim each of ten names under `!data.exists()`: exactly one wins each.
+/// Failed before (rules judged against the holder's view, nothing checked
+/// at apply): most names had several winners.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn of_connections_racing_for_a_name_exactly_one_wins() {
+    const NAMES: usize = 10;
+    const RACERS: usize = 8;
+    let dir = tempfile::tempdir().unwrap();
+    let tern = Tern::dev(dir.path()).await;
+    let rules = json!({"rules": {".read": true, "names": {"$name": {".write": "!data.exists()"}}}});
+    let rules_url = format!("{}/.settings/rules.json?ns=claims", tern.url);
+    assert_eq!(tern.client.put(rules_url).bearer_auth("owner").body(rules.to_string()).send().await.unwrap().status(), 200);
+    let mut racers = Vec::new();
+    for racer in 0..RACERS {
+        racers.push((racer, Realtime::connect(&tern.url, "claims").await.0));
+    }
+    let mut tasks = tokio::task::JoinSet::new();
+    for (racer, mut rt) in racers {
+        tasks.spawn(async move {
+            let mut won = Vec::new();
+            for name in 0..NAMES {
+                // Every racer sends its claims at once; the answers come in order.
+                let answer = rt.request("p", json!({"p": format!("/names/n{name}"), "d": racer})).await;
+                match answer["s"].as_str() {
+                    Some("ok") => won.push(name),
+                    Some("permission_denied") => {}
+                    other => panic!("a claim is ok or permission_denied, got {other:?}: {answer}"),
+                }
+            }
+            (racer, won)
+        });
+    }
+    let mut winners = vec![Vec::new(); NAMES];
+    while let Some(done) = tasks.join_next().await {
+        let (racer, won) = done.unwrap();
+        for name in won {
+            winners[name].push(racer);
+        }
+    }
+    let (mut rt, _) = Realtime::connect(&tern.url, "claims").await;
+    let names = rt.request("g", json!({"p": "/names"})).await["d"].clone();
+    for (name, won) in winners.iter().enumerate() {
+        assert_eq!(won.len(), 1, "name n{name} was claimed by racers {won:?}");
+        assert_eq!(names[format!("n{name}")], json!(won[0]), "the winner's value stays");
+    }
+}
+
 /// Two nodes in separate replica groups on one Kafka topic, gossiping: a
 /// connection on `a` registers onDisconnect writes; `a` is `kill -9`ed;
 /// `b` sees it dead and makes them, once (an increment shows how often).

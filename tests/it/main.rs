@@ -22,6 +22,7 @@ mod cluster_auth;
 mod crash;
 mod firebase;
 mod firebase_realtime;
+mod firebase_rules;
 mod forwarding;
 mod fuzz;
 mod handoff;

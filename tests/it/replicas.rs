@@ -23,7 +23,7 @@ fn node_config(dir: &std::path::Path, id: &str) -> NodeConfig {
 
 fn put(pk: &str, value: &'static str) -> Bytes {
     let op = Op { pk: pk.into(), sk: "s".into(), kind: OpKind::Put(Bytes::from_static(value.as_bytes())), condition: None };
-    Bytes::from(codec::encode(&Mutation { write_id: Bytes::new(), ops: vec![op], journal: None }))
+    Bytes::from(codec::encode(&Mutation { write_id: Bytes::new(), ops: vec![op], journal: None, reads: Vec::new() }))
 }
 
 async fn wait_applied(node: &Node, ns: &str, partition: u32, target: u64) {
@@ -49,14 +49,24 @@ async fn replicas_skip_foreign_garbage_alike_and_converge() {
         tick: false,
         outbox_published_below: 0,
         journal: None,
+        reads: Vec::new(),
     };
     let entries = [
         put("k1", "1"),
         Bytes::from_static(b"\xff\xfe not protobuf"),
         put("k2", "{\"a\": [1, 2]}"),
         Bytes::from(
-            proto::Mutation { format: 7, write_id: Bytes::new(), ops: vec![], time_ms: 0, tick: false, outbox_published_below: 0, journal: None }
-                .encode_to_vec(),
+            proto::Mutation {
+                format: 7,
+                write_id: Bytes::new(),
+                ops: vec![],
+                time_ms: 0,
+                tick: false,
+                outbox_published_below: 0,
+                journal: None,
+                reads: Vec::new(),
+            }
+            .encode_to_vec(),
         ),
         Bytes::from(wrong_kind.encode_to_vec()),
         put("k1", "3"),

@@ -25,19 +25,18 @@ use serde_json::{json, Value};
 use super::hash::hash;
 use super::wire::{ok, response};
 use crate::auth::{Identity, Verb};
-use crate::codec::{now_ms, Condition, Mutation, Op, OpKind, TreeOp};
+use crate::codec::{now_ms, Condition};
 use crate::edge::{identify, SessionFuture};
 use crate::firebase::caller::{caller, legacy_caller, Caller};
+use crate::firebase::commit::{check_write, commit, Committed, TreeWrite};
 use crate::firebase::db::indexes::run_on_location;
 use crate::firebase::db::ondisconnect::{Firer, RegisterError, Registered, Registrations};
 use crate::firebase::db::tree_view;
 use crate::firebase::error::FbError;
 use crate::firebase::query::Query;
-use crate::firebase::rest::{check_read, check_write};
+use crate::firebase::rest::check_read;
 use crate::firebase::state::Firebase;
 use crate::firebase::stream::{allowed, open_listen, Format, Translator};
-use crate::node::reserved::Writer;
-use crate::node::write::{Entry, Receipt, WriteError, WriteRequest};
 use crate::partition::Namespace;
 use crate::store::tree::{value_at, TreeError, READ_BYTES_MAX};
 use crate::tree::path;
@@ -296,9 +295,7 @@ impl Requests {
         let bytes = Bytes::from(serde_json::to_vec(&data).expect("a Value serializes"));
         validate(&sk, &bytes, merge)?;
         let caller = self.caller(Verb::Write)?;
-        let time_ms = now_ms();
         let (state, namespace) = (&self.state, &*self.namespace);
-        check_write(state, namespace, &caller, &sk, &data, merge, time_ms).map_err(from_fb)?;
         // A transaction: only if the value it started from is still there.
         let condition = match body.get("h").and_then(Value::as_str) {
             None => None,
@@ -317,17 +314,14 @@ impl Requests {
         };
         let sks = written_sks(&sk, &data, merge);
         let written_at = sk.clone();
-        let op = Op { pk: TREE_PK.into(), sk, kind: OpKind::Tree(TreeOp { merge, value: bytes, time_ms }), condition };
-        let mutation = Mutation { write_id: Bytes::new(), ops: vec![op], journal: None };
-        let request = WriteRequest::new(Writer::FirebaseTree, namespace.partition_of(TREE_PK), Entry::Mutation(mutation)).applied_within(WRITE_WAIT);
-        match state.app.node.write(namespace, request).await {
-            Ok(Receipt::Sequenced { version, .. }) => Ok(Effect::Written { reply: ok(r, json!("")), version, sks }),
-            Ok(Receipt::Journaled { .. }) => unreachable!("a write that waits to be applied is sequenced"),
-            Err(WriteError::ConditionFailed { .. }) => Ok(self.stale(r, &written_at)),
+        let write = TreeWrite { sk, value: bytes, written: &data, merge, condition, write_id: Bytes::new(), wait: WRITE_WAIT };
+        match commit(state, namespace, &caller, write).await {
+            Ok(Committed::Applied { version }) => Ok(Effect::Written { reply: ok(r, json!("")), version, sks }),
+            Ok(Committed::ConditionFailed) => Ok(self.stale(r, &written_at)),
             // The partition moved: unanswered, the SDK sends the write again
             // when it reconnects, and the reconnect is redirected to a holder.
-            Ok(Receipt::Forward) => Ok(Effect::Close(format!("this node no longer serves database {:?}; reconnect", &*namespace.name))),
-            Err(e) => Err(from_fb(FbError::from(e))),
+            Ok(Committed::Forward) => Ok(Effect::Close(format!("this node no longer serves database {:?}; reconnect", &*namespace.name))),
+            Err(e) => Err(from_fb(e)),
         }
     }
 
