@@ -75,9 +75,9 @@ pub struct Mutation {
     pub reads: Vec<TreeRead>,
 }
 
-/// One location a writer's Firebase rules read (`firebase::checked`): the
+/// One location a writer's Firebase rules read (`firebase::commit`): the
 /// tree `pk`'s value at `sk`, priorities included, hashed as an ETag is
-/// (`store::tree::read_for_rules`, `tree::value::etag`). The mutation
+/// (`store::tree::hash_for_rules`). The mutation
 /// applies only if every read still hashes so: rules and commit are one.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TreeRead {
@@ -326,8 +326,12 @@ fn decode_reads(reads: Vec<proto::TreeRead>, partition: u32, partitions: u32) ->
     if reads.len() > limits::MUTATION_READS_MAX {
         return Err(Malformed::Limit(format!("more than {} reads", limits::MUTATION_READS_MAX)));
     }
-    let mut out = Vec::with_capacity(reads.len());
+    let mut out: Vec<TreeRead> = Vec::with_capacity(reads.len());
     for read in reads {
+        // In order, each once: no read paid twice at apply.
+        if out.last().is_some_and(|last| (&last.pk, &last.sk) >= (&read.pk, &read.sk)) {
+            return Err(Malformed::Limit("reads are in ascending (pk, sk) order, each once".into()));
+        }
         limits::check_pk(&read.pk).map_err(|e| Malformed::Limit(e.message))?;
         limits::check_sk(&read.sk).map_err(|e| Malformed::Limit(e.message))?;
         let actual = partition_of(&read.pk, partitions);
@@ -522,11 +526,13 @@ mod tests {
         let read = |pk: &str, sk: &str| TreeRead { pk: pk.into(), sk: sk.into(), hash: [9; 32] };
         let good = with_reads(vec![read(".tree", ""), read(".tree", "rooms/r1/members")]);
         assert_eq!(decode(Bytes::from(encode(&good)), p, 4).unwrap(), good);
-        let most = with_reads((0..limits::MUTATION_READS_MAX).map(|i| read(".tree", &format!("k{i}"))).collect());
+        let most = with_reads((0..limits::MUTATION_READS_MAX).map(|i| read(".tree", &format!("k{i:04}"))).collect());
         assert_eq!(decode(Bytes::from(encode(&most)), p, 4).unwrap(), most);
         let elsewhere = pk_in((p + 1) % 4, 4);
         for (bad, label) in [
-            (with_reads((0..=limits::MUTATION_READS_MAX).map(|i| read(".tree", &format!("k{i}"))).collect()), "limit"),
+            (with_reads((0..=limits::MUTATION_READS_MAX).map(|i| read(".tree", &format!("k{i:04}"))).collect()), "limit"),
+            (with_reads(vec![read(".tree", "b"), read(".tree", "a")]), "limit"),
+            (with_reads(vec![read(".tree", "a"), read(".tree", "a")]), "limit"),
             (with_reads(vec![read(&elsewhere, "a")]), "wrong_partition"),
             (with_reads(vec![read(".tree", "a.b")]), "tree"),
             (with_reads(vec![read(".tree", "a//b")]), "tree"),

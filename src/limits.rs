@@ -19,6 +19,11 @@ pub const MUTATION_BYTES_MAX: usize = 4 * 1024 * 1024;
 /// (`firebase::rules::eval::READS_MAX`), server values resolved for rules
 /// read within the same bound.
 pub const MUTATION_READS_MAX: usize = 1000;
+/// Most bytes one mutation's reads may cost when they are checked at
+/// apply (each read's JSON, or `store::tree::READ_BYTES_MAX` for a
+/// location too large to read): every replica pays it again, so a write
+/// whose rules read more is refused before it is logged.
+pub const MUTATION_READ_BYTES_MAX: usize = 256 * 1024 * 1024;
 /// Largest list page.
 pub const LIST_LIMIT_MAX: usize = 1000;
 /// List page size when the client does not say.

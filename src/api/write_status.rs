@@ -54,7 +54,7 @@ pub(super) async fn status(State(state): State<AppState>, Caller(identity): Call
             let mut seen = None;
             for candidate in &candidates {
                 if let Some(found) = view.reader.write_id_seen(candidate)? {
-                    seen = Some(found);
+                    seen = Some(last_attempt(&view.reader, candidate, found)?);
                     break;
                 }
             }
@@ -75,6 +75,27 @@ pub(super) async fn status(State(state): State<AppState>, Caller(identity): Call
         None => json!({ "write_id": id, "state": "unknown" }),
     };
     Ok(Json(body).into_response())
+}
+
+/// A request made in several attempts (a Firebase write whose rules'
+/// reads changed: `node::attempt_ids`) is told by its last remembered
+/// attempt: the one that applied, or the last that met changed data.
+fn last_attempt(reader: &crate::store::StoreReader, write_id: &[u8], first: (u64, Vec<u8>)) -> Result<(u64, Vec<u8>), crate::store::StoreError> {
+    let reads_changed = |stored: &[u8]| {
+        matches!(Outcome::decode_remembered(stored), Some(Outcome::ConditionFailed { op_index: crate::partition::outcome::READS_CHANGED, .. }))
+    };
+    let mut last = first;
+    let id = bytes::Bytes::copy_from_slice(write_id);
+    for attempt in 1..crate::node::attempt_ids::ATTEMPT_IDS_MAX {
+        if !reads_changed(&last.1) {
+            break;
+        }
+        match reader.write_id_seen(&crate::node::attempt_ids::attempt_write_id(&id, attempt))? {
+            Some(found) => last = found,
+            None => break,
+        }
+    }
+    Ok(last)
 }
 
 fn outcome_json(outcome: Option<Outcome>) -> Value {

@@ -265,10 +265,8 @@ fn apply_mutation(tx: &mut ApplyTxn, mutation: &Mutation, offset: u64) -> Result
             return Ok((Outcome::ConditionFailed { op_index, current_version: None }, None));
         }
     }
-    for read in &mutation.reads {
-        if !super::tree::read_unchanged(tx, read)? {
-            return Ok((Outcome::ConditionFailed { op_index: READS_CHANGED, current_version: None }, None));
-        }
+    if !super::tree::reads_unchanged(tx, &mutation.reads)? {
+        return Ok((Outcome::ConditionFailed { op_index: READS_CHANGED, current_version: None }, None));
     }
     let mut resolved: Option<Mutation> = None;
     for (i, op) in mutation.ops.iter().enumerate() {
@@ -395,7 +393,7 @@ mod tests {
             kind: OpKind::Tree(TreeOp { merge: false, value: Bytes::from(value.to_string()), time_ms: 0 }),
             condition: None,
         };
-        let hash_now = |sk: &str| crate::tree::value::etag(&crate::store::tree::read_for_rules(&store.read().unwrap(), "t", sk).unwrap());
+        let hash_now = |sk: &str| crate::store::tree::hash_for_rules(&store.read().unwrap(), "t", sk).unwrap().0;
         let with_reads = |offset: u64, write_id: &'static [u8], op: Op, reads: Vec<TreeRead>| {
             LogRecord::entry(offset, Bytes::from(encode(&Mutation { write_id: Bytes::from_static(write_id), ops: vec![op], journal: None, reads })))
         };

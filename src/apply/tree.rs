@@ -37,10 +37,21 @@ pub(crate) fn apply_op(tx: &mut ApplyTxn, pk: &str, sk: &str, op: &TreeOp, offse
     Ok(value)
 }
 
-/// Whether a location a writer's rules read still reads as it did then
-/// (`codec::TreeRead`, checked before any op of its mutation).
-pub(crate) fn read_unchanged(tx: &ApplyTxn, read: &crate::codec::TreeRead) -> Result<bool, StoreError> {
-    Ok(etag(&crate::store::tree::read_for_rules(tx, &read.pk, &read.sk)?) == read.hash)
+/// Whether every location a writer's rules read still reads as it did
+/// then (`codec::TreeRead`), within the bytes a mutation's reads may cost
+/// (`limits::MUTATION_READ_BYTES_MAX`: the holder refused a write whose
+/// reads cost more; an entry from elsewhere that does fails, alike on
+/// every replica).
+pub(crate) fn reads_unchanged(tx: &ApplyTxn, reads: &[crate::codec::TreeRead]) -> Result<bool, StoreError> {
+    let mut cost_bytes = 0usize;
+    for read in reads {
+        let (hash, cost) = crate::store::tree::hash_for_rules(tx, &read.pk, &read.sk)?;
+        cost_bytes = cost_bytes.saturating_add(cost);
+        if hash != read.hash || cost_bytes > crate::limits::MUTATION_READ_BYTES_MAX {
+            return Ok(false);
+        }
+    }
+    Ok(true)
 }
 
 /// Whether the value at `sk` hashes to `expected` (the ETag condition). A

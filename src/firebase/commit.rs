@@ -14,31 +14,50 @@
 //! the apply loop refuses the entry, on every replica alike, if any of them
 //! reads differently now (`partition::outcome::READS_CHANGED`). The holder
 //! then judges the write again against the newer state and writes again —
-//! the outcome is the one a serial database would reach. Bounds: at most
-//! `ATTEMPTS_MAX` attempts per write; from the second attempt on, retries of
-//! one database take turns (`Databases::retry_turn`), so a hot location
-//! makes progress instead of livelocking, and a retry waits for its turn at
-//! most the write's own wait.
+//! the outcome is the one a serial database would reach.
 //!
-//! A write whose rules read nothing (an admin's, `auth != null`) carries no
-//! reads and is never retried. Each attempt has its own write id (derived
-//! from the request's), so a client's retry of the whole request walks the
-//! same ids and is answered by the attempt that applied, before any rule
-//! is judged again.
+//! What counts as read: every location whose current data the rules looked
+//! at (`data`, `root`, the current data under `newData`), and a server
+//! value's location (an increment resolves against the current value) only
+//! where the rules looked at new data there. A location no key can name (a
+//! path too long, a key with a forbidden character) holds nothing ever, so
+//! it is not recorded.
+//!
+//! Bounds: at most `ATTEMPTS_MAX` attempts per write, all within the
+//! write's own wait; from the second attempt on, retries of one database
+//! take turns (`Databases::retry_turn`), so a hot location makes progress
+//! instead of livelocking; the reads of one write cost at most
+//! `limits::MUTATION_READ_BYTES_MAX` bytes (else 400: every replica pays
+//! them again).
+//!
+//! A write whose rules read nothing (an admin's, `auth != null` without
+//! server values) carries no reads and is never retried. Each attempt has
+//! its own write id (`node::attempt_ids`), so a client's retry of the whole
+//! request is answered by the attempt that applied, before any rule is
+//! judged again.
+//!
+//! What a caller learns: a client's own condition (`if-match`, a
+//! transaction's hash) that fails is told as such (412, `datastale`) only
+//! to a caller the rules let read the location or write there; any other
+//! caller is denied as the rules deny it.
 
+use std::cell::RefCell;
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::http::StatusCode;
 use bytes::Bytes;
 use serde_json::Value;
+use tokio::time::Instant;
 
 use super::caller::Caller;
-use super::db::{tree_view, TreeData};
+use super::db::tree_view;
 use super::error::FbError;
 use super::state::Firebase;
 use crate::codec::{now_ms, Condition, Mutation, Op, OpKind, TreeOp, TreeRead};
 use crate::firebase::rules::eval::Data;
+use crate::node::attempt_ids::{attempt_write_id, ATTEMPT_IDS_MAX};
 use crate::node::reserved::Writer;
 use crate::node::write::{Entry, Receipt, WriteError, WriteRequest};
 use crate::partition::outcome::{Outcome, READS_CHANGED};
@@ -66,7 +85,7 @@ pub(super) struct TreeWrite<'a> {
     pub condition: Option<Condition>,
     /// The request's write id (empty: none).
     pub write_id: Bytes,
-    /// How long each attempt waits to be applied here, and a retry for its turn.
+    /// How long the write may take in all: every attempt, every turn.
     pub wait: Duration,
 }
 
@@ -83,44 +102,39 @@ pub(super) enum Committed {
 /// Judges `write` by the rules and commits it so that the rules' verdict
 /// holds for the state it lands on (see the module doc).
 pub(super) async fn commit(state: &Firebase, namespace: &Namespace, caller: &Caller, write: TreeWrite<'_>) -> Result<Committed, FbError> {
+    let deadline = Instant::now() + write.wait;
     let partition = namespace.partition_of(TREE_PK);
-    for attempt in 0..ATTEMPTS_MAX {
-        let _turn = match attempt {
-            0 => None,
-            _ => Some(
-                tokio::time::timeout(write.wait, state.db.retry_turn(&namespace.name))
+    let digest = mutation_of(&write, 0, 0).payload_digest();
+    let first = match earlier_attempts(&*tree_view(namespace)?, &write, &digest)? {
+        Earlier::Answered(answer) => return answer,
+        Earlier::NextAttempt(first) => first,
+    };
+    let last = first.saturating_add(ATTEMPTS_MAX).min(ATTEMPT_IDS_MAX);
+    for attempt in first..last {
+        let _turn = match attempt == first {
+            true => None,
+            false => Some(
+                tokio::time::timeout_at(deadline, state.db.retry_turn(&namespace.name))
                     .await
-                    .map_err(|_| too_contended("waiting for its turn to write again took longer than the write may wait"))?,
+                    .map_err(|_| too_contended("its turn to write again did not come within the time the write may take"))?,
             ),
         };
         let time_ms = now_ms();
-        // The client's condition, then the rules, on one view: the order the
-        // apply loop checks them in (a condition that no longer holds is the
-        // answer, whatever the rules would say of the newer value).
         let view = tree_view(namespace)?;
-        if !own_condition_holds(&view, &write)? {
-            return Ok(Committed::ConditionFailed);
-        }
-        let op = Op {
-            pk: TREE_PK.into(),
-            sk: write.sk.clone(),
-            kind: OpKind::Tree(TreeOp { merge: write.merge, value: write.value.clone(), time_ms }),
-            condition: write.condition,
+        let reads = match judge(state, namespace, caller, &view, &write, time_ms, Record::Reads)? {
+            Verdict::Allowed(reads) => reads,
+            // Denied on a value the client's own condition no longer
+            // matches: the condition's answer (a transaction runs again on
+            // the newer value) — to a caller allowed to see it.
+            Verdict::Denied if !own_condition_holds(&view, &write)? && may_read(state, namespace, caller, &view, &write.sk)? => {
+                return Ok(Committed::ConditionFailed);
+            }
+            Verdict::Denied => return Err(FbError::denied()),
         };
-        let mut mutation = Mutation { write_id: attempt_write_id(&write.write_id, attempt), ops: vec![op], journal: None, reads: Vec::new() };
-        // A retried request: the attempt it made before is its answer (judged
-        // again, a claim would be denied by the claim it made itself).
-        match made_before(&view, &mutation)? {
-            Some(Outcome::Duplicate { of, original }) => match *original {
-                Outcome::ConditionFailed { op_index: READS_CHANGED, .. } => continue,
-                Outcome::ConditionFailed { .. } => return Ok(Committed::ConditionFailed),
-                _ => return Ok(Committed::Applied { version: of }),
-            },
-            Some(Outcome::KeyReused { of }) => return Err(FbError::from(WriteError::KeyReused { of })),
-            _ => {}
-        }
-        mutation.reads = judge(state, namespace, caller, view, &write.sk, write.written, write.merge, time_ms)?;
-        let request = WriteRequest::new(Writer::FirebaseTree, partition, Entry::Mutation(mutation)).applied_within(write.wait);
+        let mut mutation = mutation_of(&write, attempt, time_ms);
+        mutation.reads = reads;
+        let wait = deadline.saturating_duration_since(Instant::now());
+        let request = WriteRequest::new(Writer::FirebaseTree, partition, Entry::Mutation(mutation)).applied_within(wait);
         match state.app.node.write(namespace, request).await {
             Ok(Receipt::Sequenced { version, .. }) => return Ok(Committed::Applied { version }),
             Ok(Receipt::Journaled { .. }) => unreachable!("a write that waits to be applied is sequenced"),
@@ -130,18 +144,61 @@ pub(super) async fn commit(state: &Firebase, namespace: &Namespace, caller: &Cal
             Err(e) => return Err(FbError::from(e)),
         }
     }
-    Err(too_contended(&format!("the data its rules read changed {ATTEMPTS_MAX} times while it was written")))
+    Err(too_contended(&format!("the data its rules read changed {} times while it was written", last - first)))
 }
 
-/// What `mutation`'s write id met when it was last applied, as the apply
-/// loop would tell it (`apply::batch::remembered_outcome`); None without
-/// a write id or when the id is new.
-fn made_before(view: &ReadView, mutation: &Mutation) -> Result<Option<Outcome>, FbError> {
-    if mutation.write_id.is_empty() {
-        return Ok(None);
+/// The mutation of attempt `attempt` (its write id) at the writer's
+/// clock `time_ms`, without reads. Its payload digest is the same for
+/// every attempt (`Mutation::payload_digest` covers neither).
+fn mutation_of(write: &TreeWrite<'_>, attempt: u32, time_ms: u64) -> Mutation {
+    let op = Op {
+        pk: TREE_PK.into(),
+        sk: write.sk.clone(),
+        kind: OpKind::Tree(TreeOp { merge: write.merge, value: write.value.clone(), time_ms }),
+        condition: write.condition,
+    };
+    Mutation { write_id: attempt_write_id(&write.write_id, attempt), ops: vec![op], journal: None, reads: Vec::new() }
+}
+
+/// What a request's earlier attempts (a retry of the whole request) say.
+enum Earlier {
+    /// One of them applied, failed its own condition, or the key was
+    /// reused for another write: that is the answer.
+    Answered(Result<Committed, FbError>),
+    /// None decided it: attempts go on from this one (the first whose id
+    /// was never applied).
+    NextAttempt(u32),
+}
+
+/// Looks up every attempt id of the request as the apply loop remembers
+/// it (`apply::batch::remembered_outcome`): all of them, not only up to the
+/// first unknown, since ids are forgotten oldest first.
+fn earlier_attempts(view: &ReadView, write: &TreeWrite<'_>, digest: &[u8; crate::codec::PAYLOAD_DIGEST_BYTES]) -> Result<Earlier, FbError> {
+    if write.write_id.is_empty() {
+        return Ok(Earlier::NextAttempt(0));
     }
-    let seen = view.reader.write_id_seen(&mutation.write_id)?;
-    Ok(crate::apply::batch::remembered_outcome(seen, &mutation.payload_digest(), view.applied_next))
+    let mut next = 0;
+    for attempt in 0..ATTEMPT_IDS_MAX {
+        let seen = view.reader.write_id_seen(&attempt_write_id(&write.write_id, attempt))?;
+        match crate::apply::batch::remembered_outcome(seen, digest, view.applied_next) {
+            None => {}
+            Some(Outcome::Duplicate { original, .. }) if matches!(*original, Outcome::ConditionFailed { op_index: READS_CHANGED, .. }) => {
+                next = attempt + 1;
+            }
+            Some(Outcome::Duplicate { original, .. }) if matches!(*original, Outcome::ConditionFailed { .. }) => {
+                return Ok(Earlier::Answered(Ok(Committed::ConditionFailed)));
+            }
+            Some(Outcome::Duplicate { of, .. }) => return Ok(Earlier::Answered(Ok(Committed::Applied { version: of }))),
+            Some(Outcome::KeyReused { of }) => return Ok(Earlier::Answered(Err(FbError::from(WriteError::KeyReused { of })))),
+            Some(other) => unreachable!("a remembered write id meets a duplicate or a reused key, not {other:?}"),
+        }
+    }
+    if next >= ATTEMPT_IDS_MAX {
+        return Ok(Earlier::Answered(Err(too_contended(&format!(
+            "this Idempotency-Key's {ATTEMPT_IDS_MAX} attempts all met changed data; send it with a new key"
+        )))));
+    }
+    Ok(Earlier::NextAttempt(next))
 }
 
 /// Whether the client's own condition holds in `view`, as the apply loop
@@ -156,23 +213,26 @@ fn own_condition_holds(view: &ReadView, write: &TreeWrite<'_>) -> Result<bool, F
     }
 }
 
-fn too_contended(why: &str) -> FbError {
-    FbError::new(StatusCode::SERVICE_UNAVAILABLE, format!("The write was not made: {why}; retry"))
+/// Whether `caller` may learn that a client's own condition on `write`
+/// failed (412 and the value, `datastale`): the rules let it read the
+/// location, or write there.
+pub(super) fn may_learn_condition(state: &Firebase, namespace: &Namespace, caller: &Caller, write: &TreeWrite<'_>) -> Result<bool, FbError> {
+    let view = tree_view(namespace)?;
+    if may_read(state, namespace, caller, &view, &write.sk)? {
+        return Ok(true);
+    }
+    Ok(matches!(judge(state, namespace, caller, &view, write, now_ms(), Record::Nothing)?, Verdict::Allowed(_)))
 }
 
-/// The write id of attempt `attempt`: the request's for the first, one
-/// derived from it for each later one (a retry of the same request derives
-/// the same), none without one.
-fn attempt_write_id(write_id: &Bytes, attempt: u32) -> Bytes {
-    if write_id.is_empty() || attempt == 0 {
-        return write_id.clone();
-    }
-    let mut hasher = blake3::Hasher::new();
-    hasher.update(b"tern.firebase.rules-attempt");
-    hasher.update(&(write_id.len() as u64).to_le_bytes());
-    hasher.update(write_id);
-    hasher.update(&attempt.to_le_bytes());
-    Bytes::copy_from_slice(&hasher.finalize().as_bytes()[..crate::limits::WRITE_ID_BYTES_MAX.min(32)])
+/// Whether the rules let `caller` read `sk` (always, without rules).
+pub(super) fn may_read(state: &Firebase, namespace: &Namespace, caller: &Caller, view: &Arc<ReadView>, sk: &str) -> Result<bool, FbError> {
+    let Some(auth) = caller.rules_auth() else { return Ok(true) };
+    let data = super::db::TreeData { view: view.clone() };
+    Ok(state.db.rules_of(namespace)?.can_read(sk, auth, now_ms(), &data))
+}
+
+fn too_contended(why: &str) -> FbError {
+    FbError::new(StatusCode::SERVICE_UNAVAILABLE, format!("The write was not made: {why}; retry"))
 }
 
 /// Whether the rules let `caller` write `written` at `sk` (a set, or an
@@ -188,31 +248,68 @@ pub(super) fn check_write(
     merge: bool,
     time_ms: u64,
 ) -> Result<(), FbError> {
-    judge(state, namespace, caller, tree_view(namespace)?, sk, written, merge, time_ms).map(|_| ())
+    let write = TreeWrite { sk: sk.to_string(), value: Bytes::new(), written, merge, condition: None, write_id: Bytes::new(), wait: Duration::ZERO };
+    match judge(state, namespace, caller, &tree_view(namespace)?, &write, time_ms, Record::Nothing)? {
+        Verdict::Allowed(_) => Ok(()),
+        Verdict::Denied => Err(FbError::denied()),
+    }
 }
 
-/// As `check_write`, judged in `view`, returning what the rules read
-/// (empty when no rules apply to `caller`): each location read once, none
-/// under another, hashed in the same view.
-#[allow(clippy::too_many_arguments)]
+/// What the rules said of a write.
+enum Verdict {
+    /// Allowed, having read these (each once, hashed in the judged view).
+    Allowed(Vec<TreeRead>),
+    Denied,
+}
+
+/// Whether `judge` hashes what the rules read (for a write that carries it).
+#[derive(PartialEq)]
+enum Record {
+    Reads,
+    Nothing,
+}
+
+/// Judges `write` by the rules in `view` (allowed with no reads when no
+/// rules apply to `caller`).
 fn judge(
     state: &Firebase,
     namespace: &Namespace,
     caller: &Caller,
-    view: Arc<ReadView>,
-    sk: &str,
-    written: &Value,
-    merge: bool,
+    view: &Arc<ReadView>,
+    write: &TreeWrite<'_>,
     time_ms: u64,
-) -> Result<Vec<TreeRead>, FbError> {
-    let Some(auth) = caller.rules_auth() else { return Ok(Vec::new()) };
+    record: Record,
+) -> Result<Verdict, FbError> {
+    let Some(auth) = caller.rules_auth() else { return Ok(Verdict::Allowed(Vec::new())) };
     let rules = state.db.rules_of(namespace)?;
-    let data = Recorded { tree: TreeData { view }, read: Default::default() };
-    let writes = writes_for_rules(sk, written, merge, time_ms, &data);
-    if !rules.can_write(&writes, auth, time_ms, &data) {
-        return Err(FbError::denied());
+    let data = Recorded { view: view.clone(), read: RefCell::default(), failed: RefCell::default() };
+    let (writes, resolved_at) = writes_for_rules(&write.sk, write.written, write.merge, time_ms, view);
+    let (allowed, new_read) = rules.can_write_reading(&writes, auth, time_ms, &data);
+    if let Some(e) = data.failed.into_inner() {
+        // A verdict on a location that could not be read is no verdict.
+        return Err(FbError::from(e));
     }
-    let read = outermost(data.read.into_inner());
+    if !allowed {
+        return Ok(Verdict::Denied);
+    }
+    if record == Record::Nothing {
+        return Ok(Verdict::Allowed(Vec::new()));
+    }
+    let mut read = data.read.into_inner();
+    // A server value resolved against the current value counts where the
+    // rules looked at the new data that holds it.
+    for at in resolved_at {
+        if new_read.iter().any(|seen| *seen == at || path::is_under(seen, &at) || path::is_under(&at, seen)) {
+            read.insert(at);
+        }
+    }
+    hashed(view, read).map(Verdict::Allowed)
+}
+
+/// `read` hashed in `view` (`store::tree::hash_for_rules`): the locations a
+/// key can name, within the bounds the apply loop checks.
+fn hashed(view: &ReadView, read: BTreeSet<String>) -> Result<Vec<TreeRead>, FbError> {
+    let read: Vec<String> = read.into_iter().filter(|sk| nameable(sk)).collect();
     if read.len() > crate::limits::MUTATION_READS_MAX {
         return Err(FbError::bad(format!(
             "The rules read {} locations for this write; at most {} may be read (send smaller updates)",
@@ -220,59 +317,78 @@ fn judge(
             crate::limits::MUTATION_READS_MAX
         )));
     }
-    let reader = &data.tree.view.reader;
-    read.into_iter()
-        .map(|sk| {
-            let value = crate::store::tree::read_for_rules(reader, TREE_PK, &sk)?;
-            Ok(TreeRead { pk: TREE_PK.into(), hash: etag(&value), sk })
-        })
-        .collect::<Result<_, crate::store::StoreError>>()
-        .map_err(FbError::from)
+    let mut cost_bytes = 0usize;
+    let mut reads = Vec::with_capacity(read.len());
+    for sk in read {
+        let (hash, cost) = crate::store::tree::hash_for_rules(&view.reader, TREE_PK, &sk)?;
+        cost_bytes = cost_bytes.saturating_add(cost);
+        if cost_bytes > crate::limits::MUTATION_READ_BYTES_MAX {
+            return Err(FbError::bad(format!(
+                "The rules read more than {} bytes of data for this write; every replica reads them again, so at most that much may be read",
+                crate::limits::MUTATION_READ_BYTES_MAX
+            )));
+        }
+        reads.push(TreeRead { pk: TREE_PK.into(), sk, hash });
+    }
+    Ok(reads)
 }
 
-/// The tree as rules read it, noting every location they read.
+/// Whether a key can name `sk` (else nothing is ever stored there, and
+/// the entry's decoder would refuse it: `codec::decode_reads`).
+fn nameable(sk: &str) -> bool {
+    sk.len() <= crate::limits::SK_BYTES_MAX && path::keys_of(sk).iter().all(|key| path::check_key(key).is_ok())
+}
+
+/// The tree as rules read it, noting every location they read, and the
+/// first location that could not be read.
 struct Recorded {
-    tree: TreeData,
-    read: std::cell::RefCell<std::collections::BTreeSet<String>>,
+    view: Arc<ReadView>,
+    read: RefCell<BTreeSet<String>>,
+    failed: RefCell<Option<crate::store::StoreError>>,
+}
+
+impl Recorded {
+    fn fail(&self, e: crate::store::StoreError) -> Value {
+        self.failed.borrow_mut().get_or_insert(e);
+        Value::Null
+    }
 }
 
 impl Data for Recorded {
     fn current(&self, sk: &str) -> Value {
         self.read.borrow_mut().insert(sk.to_string());
-        self.tree.current(sk)
+        match value_at(&self.view.reader, TREE_PK, sk, false, READ_BYTES_MAX) {
+            Ok(value) => value,
+            Err(TreeError::TooLarge { .. }) => Value::Null,
+            Err(TreeError::Store(e)) => self.fail(e),
+        }
     }
     fn priority(&self, sk: &str) -> Value {
-        // A read at `sk` hashes its priority too (`read_for_rules`).
+        // A read at `sk` hashes its priority too (`hash_for_rules`).
         self.read.borrow_mut().insert(sk.to_string());
-        self.tree.priority(sk)
-    }
-}
-
-/// The locations of `read` not under another of them (a change below a
-/// location changes its hash): sorted, an ancestor comes before its
-/// descendants.
-fn outermost(read: std::collections::BTreeSet<String>) -> Vec<String> {
-    let mut kept: Vec<String> = Vec::new();
-    for sk in read {
-        if kept.iter().any(|ancestor| ancestor.is_empty() || sk == *ancestor || path::is_under(&sk, ancestor)) {
-            continue;
+        match self.view.reader.get(TREE_PK, &path::join(sk, path::PRIORITY_KEY)) {
+            Ok(leaf) => leaf.and_then(|record| serde_json::from_slice(&record.value).ok()).unwrap_or(Value::Null),
+            Err(e) => self.fail(e),
         }
-        kept.push(sk);
     }
-    kept
 }
 
 /// The write as rules see it: sets at sort keys, server values resolved
-/// against this node's state (the apply loop resolves them again, alike on
-/// every replica; rules judge the write the client asked for).
-fn writes_for_rules(sk: &str, written: &Value, merge: bool, time_ms: u64, data: &dyn Data) -> Vec<(String, Value)> {
-    let mut current = |at: &str| Some(data.current(at));
+/// against `view` (the apply loop resolves them again, alike on every
+/// replica; rules judge the write the client asked for); and the locations
+/// whose current value a server value was resolved against.
+fn writes_for_rules(sk: &str, written: &Value, merge: bool, time_ms: u64, view: &ReadView) -> (Vec<(String, Value)>, Vec<String>) {
+    let mut resolved_at = Vec::new();
+    let mut current = |at: &str| {
+        resolved_at.push(at.to_string());
+        value_at(&view.reader, TREE_PK, at, false, READ_BYTES_MAX).ok()
+    };
     let mut resolve = |at: &str, value: &Value| {
         let mut v = value.clone();
         resolve_server_values(at, &mut v, time_ms, &mut current);
         v
     };
-    if merge {
+    let writes = if merge {
         written
             .as_object()
             .expect("validated")
@@ -285,7 +401,8 @@ fn writes_for_rules(sk: &str, written: &Value, merge: bool, time_ms: u64, data: 
             .collect()
     } else {
         vec![(sk.to_string(), resolve(sk, written))]
-    }
+    };
+    (writes, resolved_at)
 }
 
 #[cfg(test)]
@@ -293,20 +410,12 @@ mod tests {
     use super::*;
 
     #[test]
-    fn only_the_outermost_locations_are_kept() {
-        let read = |sks: &[&str]| outermost(sks.iter().map(|s| s.to_string()).collect());
-        assert_eq!(read(&["a/b", "a", "a/b/c", "ab", "b/c"]), ["a", "ab", "b/c"]);
-        assert_eq!(read(&["x", "", "y/z"]), [""]);
-        assert_eq!(read(&[]), Vec::<String>::new());
-    }
-
-    #[test]
-    fn each_attempt_has_its_own_write_id_and_a_retry_derives_the_same() {
-        let id = Bytes::from_static(b"client-key");
-        assert_eq!(attempt_write_id(&id, 0), id);
-        assert_ne!(attempt_write_id(&id, 1), attempt_write_id(&id, 2));
-        assert_eq!(attempt_write_id(&id, 3), attempt_write_id(&Bytes::from_static(b"client-key"), 3));
-        assert!(attempt_write_id(&id, 1).len() <= crate::limits::WRITE_ID_BYTES_MAX);
-        assert!(attempt_write_id(&Bytes::new(), 5).is_empty(), "no id stays no id");
+    fn only_locations_a_key_can_name_are_recorded() {
+        assert!(nameable(""));
+        assert!(nameable("rooms/r1/members"));
+        assert!(!nameable("a/.b"), "a key with a dot");
+        assert!(!nameable("a//b"), "an empty key");
+        assert!(nameable(&format!("{}k", "k/".repeat(511))), "1,023 bytes");
+        assert!(!nameable(&format!("{}kk", "k/".repeat(512))), "longer than a sort key may be");
     }
 }

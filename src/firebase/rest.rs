@@ -19,7 +19,7 @@ use bytes::Bytes;
 use serde_json::Value;
 
 use super::caller::Caller;
-use super::commit::{commit, Committed, TreeWrite};
+use super::commit::{commit, may_read, Committed, TreeWrite};
 use super::db::{tree_view, TreeData};
 use super::error::FbError;
 use super::query::Query;
@@ -221,7 +221,13 @@ async fn set(
     match commit(state, namespace, caller, write).await? {
         Committed::Applied { .. } => {}
         Committed::ConditionFailed => {
-            let current = value_at(&tree_view(namespace)?.reader, TREE_PK, &sk, false, READ_BYTES_MAX)?;
+            // The current value and its ETag go only to a caller the rules
+            // let read it; any other caller learns only that the ETag failed.
+            let view = tree_view(namespace)?;
+            if !may_read(state, namespace, caller, &view, &sk)? {
+                return Err(FbError::new(StatusCode::PRECONDITION_FAILED, "The ETag does not match the current value"));
+            }
+            let current = value_at(&view.reader, TREE_PK, &sk, false, READ_BYTES_MAX)?;
             let tag = etag_text(&etag(&current));
             let body = serde_json::to_string(&current).expect("a Value serializes");
             let mut response = axum::response::IntoResponse::into_response((

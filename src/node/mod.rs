@@ -13,6 +13,7 @@
 //! `lifecycle.rs` holds the `Node` and how it starts and stops; each of its
 //! concerns is a file of its own (listed there).
 
+pub mod attempt_ids;
 mod barrier;
 mod claims;
 mod config;

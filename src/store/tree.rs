@@ -67,15 +67,19 @@ pub fn value_at(src: &dyn Leaves, pk: &str, sk: &str, export: bool, bytes_max: u
     Ok(value)
 }
 
-/// The value at `sk` as a Firebase rule's read is recorded
-/// (`codec::TreeRead`): priorities included, and null for a subtree over
-/// `READ_BYTES_MAX` (rules see such a subtree as null). The holder hashes it
-/// from the view its rules read, the apply loop from its transaction: one
-/// function, so both sides agree on what "unchanged" means.
-pub fn read_for_rules(src: &dyn Leaves, pk: &str, sk: &str) -> Result<Value, StoreError> {
+/// What a Firebase rule's read of `sk` is recorded as (`codec::TreeRead`):
+/// the hash of the value there, priorities included, and what reading it
+/// cost in bytes (a mutation's reads are bounded in total:
+/// `limits::MUTATION_READ_BYTES_MAX`). A subtree over `READ_BYTES_MAX`
+/// hashes as null (rules see it as null) and costs `READ_BYTES_MAX`. The
+/// holder hashes from the view its rules read, the apply loop from its
+/// transaction: one function, so both sides agree on what "unchanged"
+/// means. What it hashes is part of the replicated state machine: changing
+/// it changes how old logs replay.
+pub fn hash_for_rules(src: &dyn Leaves, pk: &str, sk: &str) -> Result<([u8; 32], usize), StoreError> {
     match value_at(src, pk, sk, true, READ_BYTES_MAX) {
-        Ok(value) => Ok(value),
-        Err(TreeError::TooLarge { .. }) => Ok(Value::Null),
+        Ok(value) => Ok(crate::tree::value::etag_and_bytes(&value)),
+        Err(TreeError::TooLarge { .. }) => Ok((crate::tree::value::etag(&Value::Null), READ_BYTES_MAX)),
         Err(TreeError::Store(e)) => Err(e),
     }
 }

@@ -343,8 +343,13 @@ fn index_of(key: &str) -> Option<usize> {
 /// dropped, arrays as read). The ETag of the REST API and the
 /// `if_tree_hash` condition: equal values have equal tags.
 pub fn etag(value: &Value) -> [u8; 32] {
+    etag_and_bytes(value).0
+}
+
+/// `etag`, and the bytes of the JSON it hashed.
+pub fn etag_and_bytes(value: &Value) -> ([u8; 32], usize) {
     let text = serde_json::to_vec(value).expect("a Value always serializes");
-    *blake3::hash(&text).as_bytes()
+    (*blake3::hash(&text).as_bytes(), text.len())
 }
 
 /// The ETag as the REST API shows it.

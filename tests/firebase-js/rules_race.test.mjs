@@ -47,6 +47,10 @@ test("of SDK clients racing to claim a name under !data.exists(), exactly one wi
   }
 });
 
+// The SDK's transaction hash alone already keeps this counter exact; what
+// this checks is the answer to a stale transaction under a rule that reads
+// the value: `datastale` (the SDK runs it again), never `permission_denied`
+// judged against the newer value.
 test("transactions under a rule that reads the counter count every commit once", async () => {
   const ns = freshNs("counted");
   const rule = "newData.isNumber() && newData.val() == (data.exists() ? data.val() : 0) + 1";

@@ -4,6 +4,9 @@
 //! what it caches for (the namespaces, the indexes' entry bound, the open
 //! connections).
 
+use std::collections::HashMap;
+use std::sync::Arc;
+
 use parking_lot::Mutex;
 
 use super::indexes::Indexes;
@@ -22,12 +25,10 @@ pub struct Databases {
     /// This node's realtime connections, for the onDisconnect sweeper.
     pub registry: Registry,
     /// Turns for writes retried because what their rules read changed
-    /// (`firebase::commit`): one lock per stripe of database names.
-    retry_turns: Box<[tokio::sync::Mutex<()>]>,
+    /// (`firebase::commit`): one lock per database, bounded by the
+    /// namespaces this node knows.
+    retry_turns: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
 }
-
-/// Stripes of `retry_turns`: databases whose names share a stripe share turns.
-const RETRY_TURN_STRIPES: usize = 64;
 
 impl Databases {
     /// `open_without_rules`: see the field.
@@ -38,17 +39,15 @@ impl Databases {
             indexes: Indexes::default(),
             push: Mutex::new(PushIds::default()),
             registry: Registry::default(),
-            retry_turns: (0..RETRY_TURN_STRIPES).map(|_| tokio::sync::Mutex::new(())).collect(),
+            retry_turns: Mutex::default(),
         }
     }
 
     /// Waits for database `name`'s turn to retry a write (fair: first come,
     /// first served); the turn lasts while the guard lives.
-    pub async fn retry_turn(&self, name: &str) -> tokio::sync::MutexGuard<'_, ()> {
-        use std::hash::{Hash, Hasher};
-        let mut hasher = std::collections::hash_map::DefaultHasher::new();
-        name.hash(&mut hasher);
-        self.retry_turns[hasher.finish() as usize % RETRY_TURN_STRIPES].lock().await
+    pub async fn retry_turn(&self, name: &str) -> tokio::sync::OwnedMutexGuard<()> {
+        let turn = self.retry_turns.lock().entry(name.to_string()).or_default().clone();
+        turn.lock_owned().await
     }
 
     /// Whether a database without saved rules is open.

@@ -28,7 +28,7 @@ use crate::auth::{Identity, Verb};
 use crate::codec::{now_ms, Condition};
 use crate::edge::{identify, SessionFuture};
 use crate::firebase::caller::{caller, legacy_caller, Caller};
-use crate::firebase::commit::{check_write, commit, Committed, TreeWrite};
+use crate::firebase::commit::{check_write, commit, may_learn_condition, Committed, TreeWrite};
 use crate::firebase::db::indexes::run_on_location;
 use crate::firebase::db::ondisconnect::{Firer, RegisterError, Registered, Registrations};
 use crate::firebase::db::tree_view;
@@ -296,25 +296,26 @@ impl Requests {
         validate(&sk, &bytes, merge)?;
         let caller = self.caller(Verb::Write)?;
         let (state, namespace) = (&self.state, &*self.namespace);
+        let mut write = TreeWrite { sk: sk.clone(), value: bytes, written: &data, merge, condition: None, write_id: Bytes::new(), wait: WRITE_WAIT };
         // A transaction: only if the value it started from is still there.
-        let condition = match body.get("h").and_then(Value::as_str) {
-            None => None,
-            Some(expected) => {
-                // The SDK hashes the value as it holds it, priorities and all;
-                // the apply loop's condition is on the value without them.
-                let view = tree_view(namespace).map_err(from_fb)?;
-                let current = value_at(&view.reader, TREE_PK, &sk, true, READ_BYTES_MAX).map_err(tree_error)?;
-                if hash(&current) != expected {
-                    return Ok(self.stale(r, &sk));
-                }
-                let mut plain = current;
-                crate::tree::value::strip_priorities(&mut plain);
-                Some(Condition::IfTreeHash(etag(&plain)))
+        if let Some(expected) = body.get("h").and_then(Value::as_str) {
+            // The SDK hashes the value as it holds it, priorities and all;
+            // the apply loop's condition is on the value without them.
+            let view = tree_view(namespace).map_err(from_fb)?;
+            let current = value_at(&view.reader, TREE_PK, &sk, true, READ_BYTES_MAX).map_err(tree_error)?;
+            if hash(&current) != expected {
+                // Stale, told only to a caller the rules let read or write there.
+                return match may_learn_condition(state, namespace, &caller, &write).map_err(from_fb)? {
+                    true => Ok(self.stale(r, &sk)),
+                    false => Err(denied()),
+                };
             }
-        };
+            let mut plain = current;
+            crate::tree::value::strip_priorities(&mut plain);
+            write.condition = Some(Condition::IfTreeHash(etag(&plain)));
+        }
         let sks = written_sks(&sk, &data, merge);
         let written_at = sk.clone();
-        let write = TreeWrite { sk, value: bytes, written: &data, merge, condition, write_id: Bytes::new(), wait: WRITE_WAIT };
         match commit(state, namespace, &caller, write).await {
             Ok(Committed::Applied { version }) => Ok(Effect::Written { reply: ok(r, json!("")), version, sks }),
             Ok(Committed::ConditionFailed) => Ok(self.stale(r, &written_at)),

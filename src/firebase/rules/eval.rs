@@ -76,15 +76,35 @@ pub struct Env<'a> {
     steps: Cell<u32>,
     reads: Cell<u32>,
     cache: RefCell<HashMap<(bool, String), Value>>,
+    /// Locations whose new priority was read (`new_read`).
+    new_priorities: RefCell<Vec<String>>,
 }
 
 impl<'a> Env<'a> {
     pub fn new(auth: &'a Value, now_ms: u64, data: &'a dyn Data, pending: Option<Pending<'a>>) -> Env<'a> {
-        Env { auth, now_ms, data, pending, steps: Cell::new(0), reads: Cell::new(0), cache: RefCell::new(HashMap::new()) }
+        Env {
+            auth,
+            now_ms,
+            data,
+            pending,
+            steps: Cell::new(0),
+            reads: Cell::new(0),
+            cache: RefCell::new(HashMap::new()),
+            new_priorities: RefCell::new(Vec::new()),
+        }
     }
 
     pub fn budget_spent(&self) -> bool {
         self.steps.get() >= STEPS_MAX || self.reads.get() >= READS_MAX
+    }
+
+    /// The locations whose new data (or new priority) was read, each once.
+    pub fn new_read(&self) -> Vec<String> {
+        let mut read: Vec<String> = self.cache.borrow().keys().filter(|(new, _)| *new).map(|(_, sk)| sk.clone()).collect();
+        read.extend(self.new_priorities.borrow().iter().cloned());
+        read.sort();
+        read.dedup();
+        read
     }
 
     /// Whether the new data at `sk` is not null (`.validate` is skipped where it is).
@@ -116,6 +136,9 @@ impl<'a> Env<'a> {
             return Err(format!("rules read more than {READS_MAX} locations"));
         }
         let current = |at: &str| self.data.priority(at);
+        if new {
+            self.new_priorities.borrow_mut().push(sk.to_string());
+        }
         Ok(match (&self.pending, new) {
             (Some(pending), true) => pending.new_priority(sk, &current),
             _ => current(sk),

@@ -73,6 +73,12 @@ impl Rules {
     /// Whether the rules allow `writes` (`(sk, value)` sets, values as
     /// written: with `.priority` and `.value` where they have them).
     pub fn can_write(&self, writes: &[(String, Value)], auth: &Value, now_ms: u64, data: &dyn Data) -> bool {
+        self.can_write_reading(writes, auth, now_ms, data).0
+    }
+
+    /// As `can_write`, also returning the locations whose new data (the
+    /// tree as the writes would leave it) the rules read.
+    pub fn can_write_reading(&self, writes: &[(String, Value)], auth: &Value, now_ms: u64, data: &dyn Data) -> (bool, Vec<String>) {
         let plain: Vec<(String, Value)> = writes
             .iter()
             .map(|(sk, value)| {
@@ -91,10 +97,10 @@ impl Rules {
                 !allowed
             });
             if !allowed || !self.validates(sk, value, &env) {
-                return false;
+                return (false, env.new_read());
             }
         }
-        !env.budget_spent()
+        (!env.budget_spent(), env.new_read())
     }
 
     /// The `.indexOn` entries at location `sk`.
