@@ -116,6 +116,15 @@ pub(crate) static KAFKA_PRODUCER_REMADE: LazyLock<IntCounter> = LazyLock::new(||
     .expect("metric registers")
 });
 
+pub(crate) static LOG_READERS_REOPENED: LazyLock<IntCounter> = LazyLock::new(|| {
+    register_int_counter!(
+        "tern_log_readers_reopened_total",
+        "Times a partition's reader delivered nothing for a while though this node knew of acknowledged entries it \
+         had not applied (a deposed Kafka leader still answering), and a reader was opened on other brokers"
+    )
+    .expect("metric registers")
+});
+
 pub(crate) static GROUP_PARTITIONS_ASSIGNED: LazyLock<IntCounter> = LazyLock::new(|| {
     register_int_counter!("tern_replica_group_assigned_partitions_total", "Partitions the replica group's consumer group assigned to this node")
         .expect("metric registers")

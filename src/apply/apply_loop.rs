@@ -2,6 +2,7 @@
 //! batches from the log and apply them (`batch.rs`), commit each with its
 //! offset, advance the offset, outcomes and events, until told to stop.
 
+use super::stuck_reader::{StuckWatch, READER_STUCK};
 use super::Recovery;
 use super::{batch, open};
 use crate::fanout::Event;
@@ -43,6 +44,7 @@ pub(crate) async fn run(handle: Arc<PartitionHandle>, log: Arc<dyn Log>, config:
     let mut dirty = false;
     let mut retry_delay = RETRY_DELAY_MIN;
     let mut last_commit: Option<Instant> = None;
+    let mut stuck = StuckWatch::new(&handle, READER_STUCK);
     serve_if_caught_up(&handle, catch_up_to);
     loop {
         if *shutdown.borrow() {
@@ -97,6 +99,13 @@ pub(crate) async fn run(handle: Arc<PartitionHandle>, log: Arc<dyn Log>, config:
         };
         let durable_due = last_durable.elapsed() >= config.fsync_interval;
         if entries.is_empty() {
+            if stuck.stuck(&handle) {
+                reader = match reopen_elsewhere(&handle, log.as_ref(), reader, &mut shutdown).await {
+                    Some(reopened) => reopened,
+                    None => break,
+                };
+                continue;
+            }
             if let Some(position) = reader.position().filter(|p| *p > handle.applied_next()) {
                 if !skip_to(&handle, position) {
                     return;
@@ -133,6 +142,38 @@ pub(crate) async fn run(handle: Arc<PartitionHandle>, log: Arc<dyn Log>, config:
     }
     if dirty {
         flush(&handle, log.as_ref()).await;
+    }
+}
+
+/// Opens the partition's reader again elsewhere (`stuck_reader.rs`), at
+/// the next offset to apply; failing that, the log's usual reader, retried
+/// (100 ms doubling to 5 s) until it opens. None when the log closed or the
+/// loop is told to stop.
+async fn reopen_elsewhere(
+    handle: &PartitionHandle,
+    log: &dyn Log,
+    stuck: Box<dyn crate::log::LogReader>,
+    shutdown: &mut watch::Receiver<bool>,
+) -> Option<Box<dyn crate::log::LogReader>> {
+    let avoid = stuck.fetching_from();
+    let from = handle.applied_next();
+    tracing::warn!(tp = %handle.tp, from, ?avoid, "the reader delivered nothing while acknowledged entries wait; opening it elsewhere");
+    metrics::LOG_READERS_REOPENED.inc();
+    // The stuck reader goes first: a log assigns a partition to one reader.
+    drop(stuck);
+    let mut opened = log.reader_elsewhere(&handle.tp, from, avoid).await;
+    let mut retry_delay = RETRY_DELAY_MIN;
+    loop {
+        match opened {
+            Ok(reader) => return Some(reader),
+            Err(LogError::Closed) => return None,
+            Err(e) => tracing::warn!(tp = %handle.tp, error = %e, ?retry_delay, "opening the partition's reader again failed; retrying"),
+        }
+        if sleep_or_stop(retry_delay, shutdown).await {
+            return None;
+        }
+        retry_delay = (retry_delay * 2).min(RETRY_DELAY_MAX);
+        opened = log.reader(&handle.tp, from).await;
     }
 }
 

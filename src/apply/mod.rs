@@ -31,6 +31,7 @@ pub(crate) mod tree;
 
 pub(crate) use self::open::Recovery;
 mod apply_loop;
+mod stuck_reader;
 
 /// The apply engine's own functions, which the simulation and the apply
 /// tests drive step by step.

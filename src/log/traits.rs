@@ -107,6 +107,19 @@ pub trait Log: Send + Sync + 'static {
     /// Opens a reader of `tp` positioned at `from`.
     async fn reader(&self, tp: &TopicPartition, from: u64) -> Result<Box<dyn LogReader>, LogError>;
 
+    /// Opens a reader of `tp` at `from` that does not trust what the last one
+    /// was told: the apply loop's reader delivered nothing while entries this
+    /// node knows were acknowledged wait (a deposed Kafka leader, cut from
+    /// the other brokers, still answers fetches with its old high watermark,
+    /// and metadata from it names itself leader). `avoid`: the broker the
+    /// stuck reader fetched from (`LogReader::fetching_from`), if known.
+    /// Default: `reader` (a log whose end offset is linearizable cannot
+    /// strand a reader so).
+    async fn reader_elsewhere(&self, tp: &TopicPartition, from: u64, avoid: Option<i32>) -> Result<Box<dyn LogReader>, LogError> {
+        let _ = avoid;
+        self.reader(tp, from).await
+    }
+
     /// Opens a reader of `tp` at `from` for a one-off look at history (a
     /// watch resuming), independent of the apply loop's reader.
     /// Default: `reader`, for logs whose readers are independent already.
@@ -161,6 +174,12 @@ pub trait LogReader: Send {
     /// its applied offset there when idle, or a partition whose log ends
     /// with a marker would never reach the end. Default: nothing skipped.
     fn position(&self) -> Option<u64> {
+        None
+    }
+
+    /// The broker this reader fetches from, when the log has brokers and
+    /// knows (for `Log::reader_elsewhere`). Default: none.
+    fn fetching_from(&self) -> Option<i32> {
         None
     }
 }

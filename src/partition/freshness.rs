@@ -47,6 +47,14 @@ impl Freshness {
         }
     }
 
+    /// Since when this replica has known of an end offset past `applied_next`
+    /// that it has not applied (None: it applied every end it was told).
+    pub fn behind_since(&self, applied_next: u64) -> Option<Instant> {
+        let mut state = self.state.lock();
+        state.settle(applied_next);
+        state.pending.map(|(_, asked)| asked)
+    }
+
     /// Since when the replica's reads may miss acknowledged writes (None: never known current).
     pub fn staleness(&self, applied_next: u64) -> Option<Duration> {
         let mut state = self.state.lock();
@@ -88,5 +96,19 @@ mod tests {
         // An older answer never moves it back.
         freshness.log_end_seen(12, t0, 12);
         assert!(freshness.staleness(12).unwrap() <= later.elapsed());
+    }
+
+    #[test]
+    fn behind_since_the_first_end_told_and_not_applied() {
+        let freshness = Freshness::default();
+        assert_eq!(freshness.behind_since(0), None);
+        let t0 = Instant::now();
+        freshness.log_end_seen(10, t0, 10);
+        assert_eq!(freshness.behind_since(10), None, "applied what it was told");
+        let t1 = t0 + Duration::from_millis(5);
+        freshness.log_end_seen(20, t1, 10);
+        freshness.log_end_seen(30, t1 + Duration::from_millis(5), 10);
+        assert_eq!(freshness.behind_since(10), Some(t1), "since the first end it has not applied");
+        assert_eq!(freshness.behind_since(20), None, "applied it");
     }
 }

@@ -6,7 +6,7 @@
 use super::super::{Assignment, CreateOutcome, Log, LogError, LogReader, TopicInfo, TopicPartition};
 use super::config::KafkaLogConfig;
 use super::producer::{Persisted, ReportingProducer};
-use super::{breaker, fetch_source, group, outputs, publisher, reader, sources, topic_id, Membership};
+use super::{acked_ends, breaker, fetch_source, group, outputs, publisher, reader, sources, topic_id, Membership};
 use async_trait::async_trait;
 use bytes::Bytes;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, ResourceSpecifier, TopicReplication};
@@ -42,6 +42,14 @@ pub(super) struct Inner {
     /// Bounds the short-lived consumers of `history_reader` (each is a
     /// librdkafka client with threads of its own).
     pub(super) history_slots: Arc<tokio::sync::Semaphore>,
+    /// Bounds the consumers of `reader_elsewhere` (each a librdkafka
+    /// client with threads of its own, kept while its apply loop reads).
+    pub(super) elsewhere_slots: Arc<tokio::sync::Semaphore>,
+    /// What this node's acknowledged appends prove about each end offset.
+    pub(super) acked_ends: acked_ends::AckedEnds,
+    /// Where each partition read by a `reader_elsewhere` consumer is
+    /// fetched from (its consumer's statistics), while that reader lives.
+    pub(super) elsewhere_sources: reader::ElsewhereSources,
     /// Bounds the watermark (start/end offset) requests in flight.
     pub(super) watermark_slots: Arc<tokio::sync::Semaphore>,
     /// The task serving the consumer's main queue. It holds a clone of the
@@ -62,6 +70,11 @@ impl Drop for Inner {
 
 /// Most history readers (watches replaying the log) open at once.
 pub(super) const HISTORY_READERS_MAX: usize = 4;
+
+/// Most apply loops reading on a consumer of their own at once
+/// (`reader_elsewhere`); past it, a stuck reader is opened again on the
+/// shared consumer.
+pub(super) const ELSEWHERE_READERS_MAX: usize = 16;
 
 /// The Kafka log. Cheap to clone.
 #[derive(Clone)]
@@ -88,6 +101,49 @@ pub(super) const MESSAGE_BYTES_MAX: usize = ENTRY_BYTES_MAX + 64 * 1024;
 
 pub(super) fn unavailable(e: impl std::fmt::Display) -> LogError {
     LogError::Unavailable(format!("kafka: {e}"))
+}
+
+/// The settings of a consumer that feeds apply loops: assign mode, no
+/// commits of its own, never a silent jump, and batched fetches.
+fn reader_settings(mut settings: ClientConfig, config: &KafkaLogConfig) -> ClientConfig {
+    settings
+        .set("statistics.interval.ms", fetch_source::STATISTICS_INTERVAL_MS.to_string())
+        .set("enable.auto.commit", "false")
+        .set("enable.auto.offset.store", "false")
+        .set("auto.offset.reset", "error")
+        .set("enable.partition.eof", "false")
+        // Under load the broker answers a fetch once `fetch_min_bytes` are
+        // ready; idle, within `fetch_wait_max`. Answering every fetch at the
+        // first byte (librdkafka's default) cost a third of write throughput
+        // on a shared 2-core machine (broker CPU per fetch); this bounds the
+        // extra visibility delay at `fetch_wait_max`.
+        .set("fetch.wait.max.ms", config.fetch_wait_max.as_millis().to_string())
+        .set("fetch.min.bytes", config.fetch_min_bytes.to_string());
+    settings
+}
+
+/// `host:port`, with an IPv6 host in brackets.
+fn address(host: &str, port: i32) -> String {
+    match host.contains(':') && !host.starts_with('[') {
+        true => format!("[{host}]:{port}"),
+        false => format!("{host}:{port}"),
+    }
+}
+
+/// Serves a consumer's main queue, which must be served for callbacks
+/// (statistics, errors); every message goes to a partition queue, so
+/// anything arriving here is logged and dropped. Abort the task to let the
+/// consumer go (it holds a clone).
+fn serve_main_queue(consumer: Arc<fetch_source::LogConsumer>) -> tokio::task::AbortHandle {
+    tokio::spawn(async move {
+        loop {
+            match consumer.recv().await {
+                Ok(m) => tracing::error!(topic = m.topic(), partition = m.partition(), "kafka message on the main queue"),
+                Err(e) => tracing::warn!(error = %e, "kafka consumer error"),
+            }
+        }
+    })
+    .abort_handle()
 }
 
 impl KafkaLog {
@@ -139,37 +195,13 @@ impl KafkaLog {
             // ask goes to a broker that answers.
             .set("socket.timeout.ms", (config.delivery_timeout.as_millis() / 3).max(10).to_string());
         let producer = Arc::new(ReportingProducer::create(&producer_config).map_err(unavailable)?);
-        let consumer: fetch_source::LogConsumer = base
-            .clone()
+        let consumer: fetch_source::LogConsumer = reader_settings(base.clone(), &config)
             .set("group.id", format!("{}node.{}", config.topic_prefix, config.client_id))
-            .set("statistics.interval.ms", fetch_source::STATISTICS_INTERVAL_MS.to_string())
-            .set("enable.auto.commit", "false")
-            .set("enable.auto.offset.store", "false")
-            .set("auto.offset.reset", "error")
-            .set("enable.partition.eof", "false")
-            // Under load the broker answers a fetch once `fetch_min_bytes` are
-            // ready; idle, within `fetch_wait_max`. Answering every fetch at the
-            // first byte (librdkafka's default) cost a third of write throughput
-            // on a shared 2-core machine (broker CPU per fetch); this bounds the
-            // extra visibility delay at `fetch_wait_max`.
-            .set("fetch.wait.max.ms", config.fetch_wait_max.as_millis().to_string())
-            .set("fetch.min.bytes", config.fetch_min_bytes.to_string())
             .create_with_context(fetch_source::FetchContext::default())
             .map_err(unavailable)?;
         let admin: AdminClient<DefaultClientContext> = base.create().map_err(unavailable)?;
         let consumer = Arc::new(consumer);
-        // The main queue must be served for callbacks; every message goes to a
-        // partition queue, so anything arriving here is logged and dropped.
-        let main = consumer.clone();
-        let main_queue = tokio::spawn(async move {
-            loop {
-                match main.recv().await {
-                    Ok(m) => tracing::error!(topic = m.topic(), partition = m.partition(), "kafka message on the main queue"),
-                    Err(e) => tracing::warn!(error = %e, "kafka consumer error"),
-                }
-            }
-        })
-        .abort_handle();
+        let main_queue = serve_main_queue(consumer.clone());
         let sources = Arc::new(sources::Sources::default());
         let group = match &config.membership {
             Membership::AssignAll => None,
@@ -178,6 +210,7 @@ impl KafkaLog {
             }
         };
         let history_slots = Arc::new(tokio::sync::Semaphore::new(HISTORY_READERS_MAX));
+        let elsewhere_slots = Arc::new(tokio::sync::Semaphore::new(ELSEWHERE_READERS_MAX));
         let watermark_slots = Arc::new(tokio::sync::Semaphore::new(WATERMARK_REQUESTS_MAX));
         Ok(KafkaLog {
             inner: Arc::new(Inner {
@@ -188,6 +221,9 @@ impl KafkaLog {
                 group,
                 base,
                 history_slots,
+                elsewhere_slots,
+                acked_ends: acked_ends::AckedEnds::default(),
+                elsewhere_sources: reader::ElsewhereSources::default(),
                 watermark_slots,
                 main_queue,
                 breaker: breaker::Breaker::default(),
@@ -306,6 +342,26 @@ impl KafkaLog {
         .map_err(unavailable)?
         .map_err(unavailable)?;
         Ok((low.max(0) as u64, high.max(0) as u64))
+    }
+
+    /// The addresses (`host:port,…`) of every broker the cluster's metadata
+    /// lists but `avoid`, or, not knowing it, but `topic`/`partition`'s
+    /// leader as that metadata names it. Broker addresses are the same
+    /// whoever answers; the leader may be stale, which is the point.
+    async fn brokers_but(&self, topic: &str, partition: i32, avoid: Option<i32>) -> Result<String, LogError> {
+        let (consumer, topic, timeout) = (self.inner.consumer.clone(), topic.to_string(), self.inner.config.request_timeout);
+        tokio::task::spawn_blocking(move || {
+            let metadata = consumer.fetch_metadata(Some(&topic), timeout).map_err(unavailable)?;
+            let leader = || {
+                let topic = metadata.topics().iter().find(|t| t.name() == topic)?;
+                topic.partitions().iter().find(|p| p.id() == partition).map(|p| p.leader())
+            };
+            let avoid = avoid.or_else(leader);
+            let others: Vec<String> = metadata.brokers().iter().filter(|b| Some(b.id()) != avoid).map(|b| address(b.host(), b.port())).collect();
+            Ok(others.join(","))
+        })
+        .await
+        .map_err(unavailable)?
     }
 }
 
@@ -446,6 +502,9 @@ impl Log for KafkaLog {
         };
         let appended = self.append_now(&topic, tp, &payload).await;
         ticket.ended(appended.is_ok());
+        if let Ok(offset) = appended {
+            self.inner.acked_ends.acknowledged(tp, offset);
+        }
         appended
     }
 
@@ -461,8 +520,11 @@ impl Log for KafkaLog {
         .map_err(unavailable)?
     }
 
+    /// The high watermark as the broker the client believes leads says it,
+    /// or past this node's own acknowledged appends if further (a deposed
+    /// leader's answer is old: `acked_ends.rs`).
     async fn end_offset(&self, tp: &TopicPartition) -> Result<u64, LogError> {
-        Ok(self.watermarks(tp).await?.1)
+        Ok(self.watermarks(tp).await?.1.max(self.inner.acked_ends.end(tp)))
     }
 
     async fn start_offset(&self, tp: &TopicPartition) -> Result<u64, LogError> {
@@ -470,7 +532,11 @@ impl Log for KafkaLog {
     }
 
     fn fetch_source(&self, tp: &TopicPartition) -> Option<crate::log::FetchSource> {
-        self.inner.consumer.context().source(&self.topic_name(&tp.topic), tp.partition as i32)
+        let (topic, partition) = (self.topic_name(&tp.topic), tp.partition as i32);
+        match self.inner.elsewhere_sources.of(tp) {
+            Some(context) => context.source(&topic, partition),
+            None => self.inner.consumer.context().source(&topic, partition),
+        }
     }
 
     fn check_outputs(&self, namespace: &str, topics: &[&str]) -> Result<(), String> {
@@ -506,6 +572,42 @@ impl Log for KafkaLog {
         let topic = self.topic_name(&tp.topic);
         let sourced = self.records_of(tp)?;
         Ok(Box::new(reader::KafkaReader::open(&self.inner.consumer, tp.clone(), &topic, from, sourced)?))
+    }
+
+    /// A consumer of its own, bootstrapped from every broker but `avoid`
+    /// (or, not knowing it, the partition's leader as metadata names it):
+    /// its first metadata comes from a broker that knows the current
+    /// leader, and librdkafka then ignores older leader epochs, so a deposed
+    /// leader no longer strands the reader. Bounded by `elsewhere_slots`;
+    /// past it, or with no other broker, the shared consumer's reader.
+    async fn reader_elsewhere(&self, tp: &TopicPartition, from: u64, avoid: Option<i32>) -> Result<Box<dyn LogReader>, LogError> {
+        let Ok(permit) = self.inner.elsewhere_slots.clone().try_acquire_owned() else {
+            tracing::warn!(%tp, "every reader slot of its own is taken; reading on the shared consumer again");
+            return self.reader(tp, from).await;
+        };
+        let topic = self.topic_name(&tp.topic);
+        let sourced = self.records_of(tp)?;
+        let bootstrap = self.brokers_but(&topic, tp.partition as i32, avoid).await?;
+        if bootstrap.is_empty() {
+            return self.reader(tp, from).await;
+        }
+        tracing::warn!(%tp, from, ?avoid, %bootstrap, "the partition's reader is stuck behind acknowledged entries; reading from other brokers");
+        let mut settings = reader_settings(self.inner.base.clone(), &self.inner.config);
+        settings
+            .set("bootstrap.servers", &bootstrap)
+            .set("group.id", format!("{}reader.{}", self.inner.config.topic_prefix, self.inner.config.client_id));
+        let consumer: fetch_source::LogConsumer = settings.create_with_context(fetch_source::FetchContext::default()).map_err(unavailable)?;
+        let consumer = Arc::new(consumer);
+        let main_queue = serve_main_queue(consumer.clone());
+        let reader = match reader::KafkaReader::open(&consumer, tp.clone(), &topic, from, sourced) {
+            Ok(reader) => reader,
+            Err(e) => {
+                main_queue.abort();
+                return Err(e);
+            }
+        };
+        let sources = self.inner.elsewhere_sources.register(tp, consumer.context());
+        Ok(Box::new(reader::ElsewhereReader { reader, main_queue, _sources: sources, _permit: permit }))
     }
 
     /// A consumer of its own (assign mode, no commits) for one watch's

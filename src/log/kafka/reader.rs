@@ -74,6 +74,10 @@ impl LogReader for KafkaReader {
     fn position(&self) -> Option<u64> {
         Some(self.next)
     }
+
+    fn fetching_from(&self) -> Option<i32> {
+        self.consumer.context().source(&self.topic, self.tp.partition as i32).map(|source| source.fetching_from)
+    }
 }
 
 /// One message taken off the partition queue: its payload copied once into
@@ -194,5 +198,71 @@ impl LogReader for HistoryReader {
 
     fn position(&self) -> Option<u64> {
         self.reader.position()
+    }
+}
+
+/// The apply loop's reader on a consumer of its own, bootstrapped from
+/// brokers other than the one the stuck reader fetched from
+/// (`Log::reader_elsewhere`); holds one of the log's bounded slots for
+/// such consumers, and the task that serves its main queue (statistics:
+/// where it fetches from).
+pub(super) struct ElsewhereReader {
+    pub reader: KafkaReader,
+    pub main_queue: tokio::task::AbortHandle,
+    /// Its consumer's statistics stand for the partition's fetch source
+    /// (`Log::fetch_source`) while it lives.
+    pub _sources: ElsewhereSource,
+    pub _permit: tokio::sync::OwnedSemaphorePermit,
+}
+
+/// The statistics of the consumers of `ElsewhereReader`s, by partition:
+/// at most one per partition, bounded by the log's slots for them.
+#[derive(Default, Clone)]
+pub(super) struct ElsewhereSources {
+    contexts: std::sync::Arc<parking_lot::Mutex<std::collections::HashMap<TopicPartition, FetchContext>>>,
+}
+
+impl ElsewhereSources {
+    /// `context` stands for `tp`'s fetch source until the guard drops.
+    pub(super) fn register(&self, tp: &TopicPartition, context: &FetchContext) -> ElsewhereSource {
+        self.contexts.lock().insert(tp.clone(), context.clone());
+        ElsewhereSource { sources: self.clone(), tp: tp.clone() }
+    }
+
+    pub(super) fn of(&self, tp: &TopicPartition) -> Option<FetchContext> {
+        self.contexts.lock().get(tp).cloned()
+    }
+}
+
+/// One partition's entry in `ElsewhereSources`, removed on drop.
+pub(super) struct ElsewhereSource {
+    sources: ElsewhereSources,
+    tp: TopicPartition,
+}
+
+impl Drop for ElsewhereSource {
+    fn drop(&mut self) {
+        self.sources.contexts.lock().remove(&self.tp);
+    }
+}
+
+#[async_trait]
+impl LogReader for ElsewhereReader {
+    async fn next_batch(&mut self, records_max: usize, wait: Duration) -> Result<Vec<LogRecord>, LogError> {
+        self.reader.next_batch(records_max, wait).await
+    }
+
+    fn position(&self) -> Option<u64> {
+        self.reader.position()
+    }
+
+    fn fetching_from(&self) -> Option<i32> {
+        self.reader.fetching_from()
+    }
+}
+
+impl Drop for ElsewhereReader {
+    fn drop(&mut self) {
+        self.main_queue.abort();
     }
 }
