@@ -172,7 +172,9 @@ async fn log_offsets(log: std::sync::Arc<dyn crate::log::Log>, tps: Vec<crate::l
         .map(move |tp| {
             let log = log.clone();
             async move {
-                let both = async { (log.start_offset(&tp).await.ok(), log.end_offset(&tp).await.ok()) };
+                // The end as lag counts it: past this node's own appends if
+                // further (`Log::known_end`: a deposed leader's answer is old).
+                let both = async { (log.start_offset(&tp).await.ok(), log.end_offset(&tp).await.ok().map(|end| end.max(log.known_end(&tp)))) };
                 tokio::time::timeout_at(deadline, both).await.unwrap_or((None, None))
             }
         })

@@ -45,6 +45,9 @@ pub(crate) async fn run(handle: Arc<PartitionHandle>, log: Arc<dyn Log>, config:
     let mut retry_delay = RETRY_DELAY_MIN;
     let mut last_commit: Option<Instant> = None;
     let mut stuck = StuckWatch::new(&handle, READER_STUCK);
+    // The brokers this partition's stuck readers fetched from or were told
+    // led it, newest last (`Log::reader_elsewhere`).
+    let mut suspects: Vec<i32> = Vec::new();
     serve_if_caught_up(&handle, catch_up_to);
     loop {
         if *shutdown.borrow() {
@@ -100,7 +103,7 @@ pub(crate) async fn run(handle: Arc<PartitionHandle>, log: Arc<dyn Log>, config:
         let durable_due = last_durable.elapsed() >= config.fsync_interval;
         if entries.is_empty() {
             if stuck.stuck(&handle) {
-                reader = match reopen_elsewhere(&handle, log.as_ref(), reader, &mut shutdown).await {
+                reader = match reopen_elsewhere(&handle, log.as_ref(), reader, &mut suspects, &mut shutdown).await {
                     Some(reopened) => reopened,
                     None => break,
                 };
@@ -145,23 +148,39 @@ pub(crate) async fn run(handle: Arc<PartitionHandle>, log: Arc<dyn Log>, config:
     }
 }
 
+/// Most brokers a partition's apply loop remembers as suspects of
+/// stranding its reader (oldest forgotten first).
+const SUSPECTS_MAX: usize = 16;
+
 /// Opens the partition's reader again elsewhere (`stuck_reader.rs`), at
-/// the next offset to apply; failing that, the log's usual reader, retried
-/// (100 ms doubling to 5 s) until it opens. None when the log closed or the
-/// loop is told to stop.
+/// the next offset to apply, avoiding every broker a stuck reader of it
+/// fetched from or was told led it (`suspects`, to which the stuck one's
+/// are added); failing that, the log's usual reader, retried (100 ms
+/// doubling to 5 s) until it opens. None when the log closed or the loop is
+/// told to stop (which it never waits past).
 async fn reopen_elsewhere(
     handle: &PartitionHandle,
     log: &dyn Log,
     stuck: Box<dyn crate::log::LogReader>,
+    suspects: &mut Vec<i32>,
     shutdown: &mut watch::Receiver<bool>,
 ) -> Option<Box<dyn crate::log::LogReader>> {
-    let avoid = stuck.fetching_from();
+    for broker in stuck.suspects() {
+        suspects.retain(|known| *known != broker);
+        suspects.push(broker);
+    }
+    if suspects.len() > SUSPECTS_MAX {
+        suspects.drain(..suspects.len() - SUSPECTS_MAX);
+    }
     let from = handle.applied_next();
-    tracing::warn!(tp = %handle.tp, from, ?avoid, "the reader delivered nothing while acknowledged entries wait; opening it elsewhere");
+    tracing::warn!(tp = %handle.tp, from, ?suspects, "the reader delivered nothing while acknowledged entries wait; opening it elsewhere");
     metrics::LOG_READERS_REOPENED.inc();
     // The stuck reader goes first: a log assigns a partition to one reader.
     drop(stuck);
-    let mut opened = log.reader_elsewhere(&handle.tp, from, avoid).await;
+    let mut opened = tokio::select! {
+        opened = log.reader_elsewhere(&handle.tp, from, suspects) => opened,
+        _ = shutdown.wait_for(|stop| *stop) => return None,
+    };
     let mut retry_delay = RETRY_DELAY_MIN;
     loop {
         match opened {
@@ -173,7 +192,10 @@ async fn reopen_elsewhere(
             return None;
         }
         retry_delay = (retry_delay * 2).min(RETRY_DELAY_MAX);
-        opened = log.reader(&handle.tp, from).await;
+        opened = tokio::select! {
+            opened = log.reader(&handle.tp, from) => opened,
+            _ = shutdown.wait_for(|stop| *stop) => return None,
+        };
     }
 }
 

@@ -8,9 +8,13 @@
 //! new leader. The node knows it is behind when an end offset it was told
 //! (`partition::freshness`; on Kafka, at least one past this node's own
 //! acknowledged appends: `log::kafka::acked_ends`) is past what it applied.
-//! Behind for `READER_STUCK` with nothing applied meanwhile, the reader is
-//! stuck: the loop opens one elsewhere (`Log::reader_elsewhere`), at most
-//! once per `READER_STUCK`.
+//! Behind for `READER_STUCK` with nothing applied meanwhile, and told an
+//! end within the last `TOLD_RECENTLY` (a node cut off from the log, or
+//! isolated from the other regions, is told nothing and decides nothing),
+//! the reader is stuck: the loop opens one elsewhere
+//! (`Log::reader_elsewhere`). Each further verdict without progress comes
+//! twice as late, up to `REOPEN_WAIT_MAX` (a foreign transaction left open
+//! in a source topic holds a reader back for minutes, rightly).
 
 use std::time::{Duration, Instant};
 
@@ -22,18 +26,26 @@ use crate::partition::PartitionHandle;
 /// an idle partition is never behind, and one catching up applies on.
 pub(super) const READER_STUCK: Duration = Duration::from_millis(5_000);
 
+/// How recently the node must have been told an end offset for a verdict.
+const TOLD_RECENTLY: Duration = Duration::from_millis(3_000);
+
+/// The longest wait between two verdicts while nothing is applied.
+const REOPEN_WAIT_MAX: Duration = Duration::from_millis(300_000);
+
 /// Watches one apply loop's progress.
 pub(super) struct StuckWatch {
     /// `applied_next` when last seen moving, and since when it stands.
     next: u64,
     since: Instant,
-    /// `READER_STUCK`, shorter in tests.
+    /// `READER_STUCK` (shorter in tests), doubled after each verdict until
+    /// the partition applies something.
     after: Duration,
+    first_after: Duration,
 }
 
 impl StuckWatch {
     pub(super) fn new(handle: &PartitionHandle, after: Duration) -> StuckWatch {
-        StuckWatch { next: handle.applied_next(), since: Instant::now(), after }
+        StuckWatch { next: handle.applied_next(), since: Instant::now(), after, first_after: after }
     }
 
     /// Whether the reader is stuck now (see the module doc); a yes starts a
@@ -41,12 +53,16 @@ impl StuckWatch {
     pub(super) fn stuck(&mut self, handle: &PartitionHandle) -> bool {
         let next = handle.applied_next();
         if next != self.next {
-            (self.next, self.since) = (next, Instant::now());
+            (self.next, self.since, self.after) = (next, Instant::now(), self.first_after);
             return false;
         }
-        let behind = handle.freshness.behind_since(next).is_some_and(|at| at.elapsed() >= self.after);
+        let behind = handle
+            .freshness
+            .behind_since(next)
+            .is_some_and(|(since, told)| since.elapsed() >= self.first_after && told.elapsed() <= TOLD_RECENTLY.max(self.first_after));
         if behind && self.since.elapsed() >= self.after {
             self.since = Instant::now();
+            self.after = (self.after * 2).min(REOPEN_WAIT_MAX);
             return true;
         }
         false
@@ -85,11 +101,29 @@ mod tests {
             .unwrap();
         handle.advance(vec![(0, Outcome::Applied)], 1);
         assert!(!watch.stuck(&handle), "it applied since");
-        // Nothing applied for a while, still behind: stuck, once per wait.
+        // Nothing applied for a while, still behind and told so lately:
+        // stuck, then again only after twice the wait.
         std::thread::sleep(AFTER * 2);
+        handle.freshness.log_end_seen(5, Instant::now(), 1);
         assert!(watch.stuck(&handle));
         assert!(!watch.stuck(&handle), "the next yes comes a wait later");
-        std::thread::sleep(AFTER * 2);
+        std::thread::sleep(AFTER + AFTER / 2);
+        handle.freshness.log_end_seen(5, Instant::now(), 1);
+        assert!(!watch.stuck(&handle), "twice the wait now");
+        std::thread::sleep(AFTER);
+        handle.freshness.log_end_seen(5, Instant::now(), 1);
         assert!(watch.stuck(&handle));
+    }
+
+    #[test]
+    fn not_stuck_when_told_nothing_lately() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(PartitionStore::open(&dir.path().join("p"), 1, 1 << 20).unwrap());
+        let handle = PartitionHandle::new(Arc::from("stuck"), 0, 1, store, 0, crate::fanout::RingLimits::TEST);
+        let mut watch = StuckWatch::new(&handle, AFTER);
+        handle.freshness.log_end_seen(5, Instant::now(), 0);
+        // Behind, and then told nothing (cut off from the log) past TOLD_RECENTLY.
+        std::thread::sleep(TOLD_RECENTLY + AFTER);
+        assert!(!watch.stuck(&handle), "no recent evidence, no verdict");
     }
 }

@@ -107,15 +107,25 @@ pub trait Log: Send + Sync + 'static {
     /// Opens a reader of `tp` positioned at `from`.
     async fn reader(&self, tp: &TopicPartition, from: u64) -> Result<Box<dyn LogReader>, LogError>;
 
+    /// The least end offset of `tp` this node has proof of without asking
+    /// (on Kafka: one past its own acknowledged appends; 0: none), for lag,
+    /// staleness and a stuck reader's detection only — never for recovery
+    /// decisions (a store ahead of the log is refused by the log's own
+    /// answer, `end_offset`). Default: 0.
+    fn known_end(&self, tp: &TopicPartition) -> u64 {
+        let _ = tp;
+        0
+    }
+
     /// Opens a reader of `tp` at `from` that does not trust what the last one
     /// was told: the apply loop's reader delivered nothing while entries this
     /// node knows were acknowledged wait (a deposed Kafka leader, cut from
     /// the other brokers, still answers fetches with its old high watermark,
-    /// and metadata from it names itself leader). `avoid`: the broker the
-    /// stuck reader fetched from (`LogReader::fetching_from`), if known.
-    /// Default: `reader` (a log whose end offset is linearizable cannot
-    /// strand a reader so).
-    async fn reader_elsewhere(&self, tp: &TopicPartition, from: u64, avoid: Option<i32>) -> Result<Box<dyn LogReader>, LogError> {
+    /// and metadata from it names itself leader). `avoid`: the brokers the
+    /// stuck readers of this partition fetched from or were told led it
+    /// (`LogReader::suspects`). Default: `reader` (a log whose end offset
+    /// is linearizable cannot strand a reader so).
+    async fn reader_elsewhere(&self, tp: &TopicPartition, from: u64, avoid: &[i32]) -> Result<Box<dyn LogReader>, LogError> {
         let _ = avoid;
         self.reader(tp, from).await
     }
@@ -177,9 +187,10 @@ pub trait LogReader: Send {
         None
     }
 
-    /// The broker this reader fetches from, when the log has brokers and
-    /// knows (for `Log::reader_elsewhere`). Default: none.
-    fn fetching_from(&self) -> Option<i32> {
-        None
+    /// The brokers this reader fetches from and was told leads its
+    /// partition, when the log has brokers and knows (for
+    /// `Log::reader_elsewhere`). Default: none.
+    fn suspects(&self) -> Vec<i32> {
+        Vec::new()
     }
 }

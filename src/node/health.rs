@@ -52,6 +52,9 @@ impl Node {
                 let asked = std::time::Instant::now();
                 // One bound for the whole refresh: a stalled log delays it, never forever.
                 if let Ok(Ok(end)) = tokio::time::timeout_at(deadline, self.log.end_offset(&handle.tp)).await {
+                    // The log's answer, or past what this node's own appends
+                    // proved if further (a deposed Kafka leader's answer is old).
+                    let end = end.max(self.log.known_end(&handle.tp));
                     handle.log_end_gauge.set(end as i64);
                     handle.lag_gauge.set(end.saturating_sub(handle.applied_next()) as i64);
                     if !isolated {

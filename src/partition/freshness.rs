@@ -31,6 +31,8 @@ struct State {
     current_at: Option<Instant>,
     /// An end offset asked at an instant, not yet applied here.
     pending: Option<(u64, Instant)>,
+    /// When the last end offset was asked.
+    told_at: Option<Instant>,
 }
 
 impl Freshness {
@@ -39,6 +41,7 @@ impl Freshness {
     pub fn log_end_seen(&self, end: u64, asked: Instant, applied_next: u64) {
         let mut state = self.state.lock();
         state.settle(applied_next);
+        state.told_at = state.told_at.max(Some(asked));
         if applied_next >= end {
             state.current_at = state.current_at.max(Some(asked));
         } else if state.pending.is_none() {
@@ -48,11 +51,12 @@ impl Freshness {
     }
 
     /// Since when this replica has known of an end offset past `applied_next`
-    /// that it has not applied (None: it applied every end it was told).
-    pub fn behind_since(&self, applied_next: u64) -> Option<Instant> {
+    /// that it has not applied (None: it applied every end it was told),
+    /// and when it was last told an end at all.
+    pub fn behind_since(&self, applied_next: u64) -> Option<(Instant, Instant)> {
         let mut state = self.state.lock();
         state.settle(applied_next);
-        state.pending.map(|(_, asked)| asked)
+        state.pending.map(|(_, asked)| (asked, state.told_at.unwrap_or(asked)))
     }
 
     /// Since when the replica's reads may miss acknowledged writes (None: never known current).
@@ -108,7 +112,7 @@ mod tests {
         let t1 = t0 + Duration::from_millis(5);
         freshness.log_end_seen(20, t1, 10);
         freshness.log_end_seen(30, t1 + Duration::from_millis(5), 10);
-        assert_eq!(freshness.behind_since(10), Some(t1), "since the first end it has not applied");
+        assert_eq!(freshness.behind_since(10), Some((t1, t1 + Duration::from_millis(5))), "since the first end it has not applied");
         assert_eq!(freshness.behind_since(20), None, "applied it");
     }
 }

@@ -9,10 +9,14 @@
 //! controller while clients still reach it, goes on answering with its old
 //! high watermark (Kafka has no leader lease). A replica reading from it
 //! then applies nothing and believed itself current: lag 0, staleness
-//! near 0. With the end taken as the larger of the broker's answer and
-//! what this node's own appends proved, the replica sees how far behind
-//! it is (lag, staleness, `/readyz`), and its apply loop opens a reader on
-//! other brokers (`Log::reader_elsewhere`).
+//! near 0. `Log::known_end` tells what this node's own appends proved;
+//! the node's lag and staleness take the larger of it and the broker's
+//! answer (`node/health.rs`), so the replica sees how far behind it is,
+//! and its apply loop opens a reader on other brokers
+//! (`Log::reader_elsewhere`). `end_offset` stays the broker's answer:
+//! recovery decisions (a store ahead of the log is refused) need the
+//! log's own word, and a topic recreated under the same name starts
+//! again below what this node once appended.
 //!
 //! Bounded: one number per partition this node appended to.
 

@@ -105,8 +105,8 @@ pub(super) fn unavailable(e: impl std::fmt::Display) -> LogError {
 
 /// The settings of a consumer that feeds apply loops: assign mode, no
 /// commits of its own, never a silent jump, and batched fetches.
-fn reader_settings(mut settings: ClientConfig, config: &KafkaLogConfig) -> ClientConfig {
-    settings
+fn reader_client_config(mut client: ClientConfig, config: &KafkaLogConfig) -> ClientConfig {
+    client
         .set("statistics.interval.ms", fetch_source::STATISTICS_INTERVAL_MS.to_string())
         .set("enable.auto.commit", "false")
         .set("enable.auto.offset.store", "false")
@@ -119,7 +119,30 @@ fn reader_settings(mut settings: ClientConfig, config: &KafkaLogConfig) -> Clien
         // extra visibility delay at `fetch_wait_max`.
         .set("fetch.wait.max.ms", config.fetch_wait_max.as_millis().to_string())
         .set("fetch.min.bytes", config.fetch_min_bytes.to_string());
-    settings
+    client
+}
+
+/// As `serve_main_queue`, until `stop` is sent or dropped; the task's
+/// handle on the consumer is then dropped off the runtime's workers.
+fn serve_main_queue_until(consumer: Arc<fetch_source::LogConsumer>, mut stop: tokio::sync::oneshot::Receiver<()>) {
+    tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                _ = &mut stop => break,
+                message = consumer.recv() => match message {
+                    Ok(m) => tracing::error!(topic = m.topic(), partition = m.partition(), "kafka message on the main queue"),
+                    Err(e) => tracing::warn!(error = %e, "kafka consumer error"),
+                },
+            }
+        }
+        drop_off_runtime(consumer);
+    });
+}
+
+/// Drops `value` on a blocking thread: the last handle on a librdkafka
+/// client closes it, which blocks.
+fn drop_off_runtime<T: Send + 'static>(value: T) {
+    tokio::task::spawn_blocking(move || drop(value));
 }
 
 /// `host:port`, with an IPv6 host in brackets.
@@ -195,7 +218,7 @@ impl KafkaLog {
             // ask goes to a broker that answers.
             .set("socket.timeout.ms", (config.delivery_timeout.as_millis() / 3).max(10).to_string());
         let producer = Arc::new(ReportingProducer::create(&producer_config).map_err(unavailable)?);
-        let consumer: fetch_source::LogConsumer = reader_settings(base.clone(), &config)
+        let consumer: fetch_source::LogConsumer = reader_client_config(base.clone(), &config)
             .set("group.id", format!("{}node.{}", config.topic_prefix, config.client_id))
             .create_with_context(fetch_source::FetchContext::default())
             .map_err(unavailable)?;
@@ -345,19 +368,29 @@ impl KafkaLog {
     }
 
     /// The addresses (`host:port,…`) of every broker the cluster's metadata
-    /// lists but `avoid`, or, not knowing it, but `topic`/`partition`'s
-    /// leader as that metadata names it. Broker addresses are the same
-    /// whoever answers; the leader may be stale, which is the point.
-    async fn brokers_but(&self, topic: &str, partition: i32, avoid: Option<i32>) -> Result<String, LogError> {
+    /// lists but those of `avoid` and `topic`/`partition`'s leader as that
+    /// metadata names it; were that none, every broker but the last of
+    /// `avoid` (the newest suspect). Broker addresses are the same whoever
+    /// answers; the leader may be stale, which is the point.
+    async fn brokers_but(&self, topic: &str, partition: i32, avoid: &[i32]) -> Result<String, LogError> {
         let (consumer, topic, timeout) = (self.inner.consumer.clone(), topic.to_string(), self.inner.config.request_timeout);
+        let avoid = avoid.to_vec();
         tokio::task::spawn_blocking(move || {
             let metadata = consumer.fetch_metadata(Some(&topic), timeout).map_err(unavailable)?;
-            let leader = || {
-                let topic = metadata.topics().iter().find(|t| t.name() == topic)?;
-                topic.partitions().iter().find(|p| p.id() == partition).map(|p| p.leader())
+            let leader = metadata
+                .topics()
+                .iter()
+                .find(|t| t.name() == topic)
+                .and_then(|t| t.partitions().iter().find(|p| p.id() == partition).map(|p| p.leader()));
+            let but = |skip: &[i32]| -> Vec<String> {
+                metadata.brokers().iter().filter(|b| !skip.contains(&b.id())).map(|b| address(b.host(), b.port())).collect()
             };
-            let avoid = avoid.or_else(leader);
-            let others: Vec<String> = metadata.brokers().iter().filter(|b| Some(b.id()) != avoid).map(|b| address(b.host(), b.port())).collect();
+            let mut all_suspects = avoid.clone();
+            all_suspects.extend(leader);
+            let mut others = but(&all_suspects);
+            if others.is_empty() {
+                others = but(&avoid[avoid.len().saturating_sub(1)..]);
+            }
             Ok(others.join(","))
         })
         .await
@@ -520,11 +553,14 @@ impl Log for KafkaLog {
         .map_err(unavailable)?
     }
 
-    /// The high watermark as the broker the client believes leads says it,
-    /// or past this node's own acknowledged appends if further (a deposed
-    /// leader's answer is old: `acked_ends.rs`).
     async fn end_offset(&self, tp: &TopicPartition) -> Result<u64, LogError> {
-        Ok(self.watermarks(tp).await?.1.max(self.inner.acked_ends.end(tp)))
+        Ok(self.watermarks(tp).await?.1)
+    }
+
+    /// One past this node's own acknowledged appends (`acked_ends.rs`): a
+    /// deposed leader's high watermark is old.
+    fn known_end(&self, tp: &TopicPartition) -> u64 {
+        self.inner.acked_ends.end(tp)
     }
 
     async fn start_offset(&self, tp: &TopicPartition) -> Result<u64, LogError> {
@@ -575,12 +611,13 @@ impl Log for KafkaLog {
     }
 
     /// A consumer of its own, bootstrapped from every broker but `avoid`
-    /// (or, not knowing it, the partition's leader as metadata names it):
+    /// and the partition's leader as the shared consumer's metadata names it
+    /// (or, were that every broker, but the stuck reader's own suspects):
     /// its first metadata comes from a broker that knows the current
     /// leader, and librdkafka then ignores older leader epochs, so a deposed
     /// leader no longer strands the reader. Bounded by `elsewhere_slots`;
     /// past it, or with no other broker, the shared consumer's reader.
-    async fn reader_elsewhere(&self, tp: &TopicPartition, from: u64, avoid: Option<i32>) -> Result<Box<dyn LogReader>, LogError> {
+    async fn reader_elsewhere(&self, tp: &TopicPartition, from: u64, avoid: &[i32]) -> Result<Box<dyn LogReader>, LogError> {
         let Ok(permit) = self.inner.elsewhere_slots.clone().try_acquire_owned() else {
             tracing::warn!(%tp, "every reader slot of its own is taken; reading on the shared consumer again");
             return self.reader(tp, from).await;
@@ -591,23 +628,20 @@ impl Log for KafkaLog {
         if bootstrap.is_empty() {
             return self.reader(tp, from).await;
         }
-        tracing::warn!(%tp, from, ?avoid, %bootstrap, "the partition's reader is stuck behind acknowledged entries; reading from other brokers");
-        let mut settings = reader_settings(self.inner.base.clone(), &self.inner.config);
-        settings
+        tracing::info!(%tp, from, ?avoid, %bootstrap, "reading the partition from other brokers");
+        let mut client = reader_client_config(self.inner.base.clone(), &self.inner.config);
+        client
             .set("bootstrap.servers", &bootstrap)
             .set("group.id", format!("{}reader.{}", self.inner.config.topic_prefix, self.inner.config.client_id));
-        let consumer: fetch_source::LogConsumer = settings.create_with_context(fetch_source::FetchContext::default()).map_err(unavailable)?;
+        let consumer: fetch_source::LogConsumer = client.create_with_context(fetch_source::FetchContext::default()).map_err(unavailable)?;
         let consumer = Arc::new(consumer);
-        let main_queue = serve_main_queue(consumer.clone());
-        let reader = match reader::KafkaReader::open(&consumer, tp.clone(), &topic, from, sourced) {
-            Ok(reader) => reader,
-            Err(e) => {
-                main_queue.abort();
-                return Err(e);
-            }
-        };
+        let (stop, stopped) = tokio::sync::oneshot::channel();
+        serve_main_queue_until(consumer.clone(), stopped);
+        // On failure `stop` drops with it: the task stops.
+        let reader = reader::KafkaReader::open(&consumer, tp.clone(), &topic, from, sourced)?;
         let sources = self.inner.elsewhere_sources.register(tp, consumer.context());
-        Ok(Box::new(reader::ElsewhereReader { reader, main_queue, _sources: sources, _permit: permit }))
+        drop_off_runtime(consumer);
+        Ok(Box::new(reader::ElsewhereReader { reader: Some(reader), main_queue_stop: Some(stop), _sources: sources, _permit: permit }))
     }
 
     /// A consumer of its own (assign mode, no commits) for one watch's

@@ -14,9 +14,9 @@
 //! - Ownership: with `Membership::Group` the node is a member of its replica
 //!   group's Kafka consumer group, which decides the partitions it holds
 //!   (`group.rs`); with `Membership::AssignAll` it holds every partition.
-//! - Offsets: `end_offset` is the high watermark (or past this node's own
-//!   acknowledged appends, if further: `acked_ends.rs`), `start_offset`
-//!   the low one. A reader stuck behind acknowledged entries is opened
+//! - Offsets: `end_offset` is the high watermark, `start_offset` the low
+//!   one; `known_end` is one past this node's own acknowledged appends
+//!   (`acked_ends.rs`), for lag and staleness. A reader stuck behind acknowledged entries is opened
 //!   again on a consumer bootstrapped from other brokers
 //!   (`Log::reader_elsewhere`).
 //!   After each durable store flush the applied offset is committed to the

@@ -75,8 +75,11 @@ impl LogReader for KafkaReader {
         Some(self.next)
     }
 
-    fn fetching_from(&self) -> Option<i32> {
-        self.consumer.context().source(&self.topic, self.tp.partition as i32).map(|source| source.fetching_from)
+    fn suspects(&self) -> Vec<i32> {
+        let Some(source) = self.consumer.context().source(&self.topic, self.tp.partition as i32) else { return Vec::new() };
+        let mut suspects = vec![source.fetching_from, source.leader];
+        suspects.dedup();
+        suspects
     }
 }
 
@@ -207,12 +210,45 @@ impl LogReader for HistoryReader {
 /// such consumers, and the task that serves its main queue (statistics:
 /// where it fetches from).
 pub(super) struct ElsewhereReader {
-    pub reader: KafkaReader,
-    pub main_queue: tokio::task::AbortHandle,
+    /// Some until dropped (off the runtime's workers: closing blocks).
+    pub reader: Option<KafkaReader>,
+    /// Dropped with the reader: stops the task serving the consumer's main
+    /// queue, which drops its handle on the consumer off the workers too.
+    pub main_queue_stop: Option<tokio::sync::oneshot::Sender<()>>,
     /// Its consumer's statistics stand for the partition's fetch source
     /// (`Log::fetch_source`) while it lives.
     pub _sources: ElsewhereSource,
     pub _permit: tokio::sync::OwnedSemaphorePermit,
+}
+
+impl ElsewhereReader {
+    fn reader(&self) -> &KafkaReader {
+        self.reader.as_ref().expect("present until dropped")
+    }
+}
+
+#[async_trait]
+impl LogReader for ElsewhereReader {
+    async fn next_batch(&mut self, records_max: usize, wait: Duration) -> Result<Vec<LogRecord>, LogError> {
+        self.reader.as_mut().expect("present until dropped").next_batch(records_max, wait).await
+    }
+
+    fn position(&self) -> Option<u64> {
+        self.reader().position()
+    }
+
+    fn suspects(&self) -> Vec<i32> {
+        self.reader().suspects()
+    }
+}
+
+impl Drop for ElsewhereReader {
+    fn drop(&mut self) {
+        self.main_queue_stop.take();
+        if let Some(reader) = self.reader.take() {
+            tokio::task::spawn_blocking(move || drop(reader));
+        }
+    }
 }
 
 /// The statistics of the consumers of `ElsewhereReader`s, by partition:
@@ -243,26 +279,5 @@ pub(super) struct ElsewhereSource {
 impl Drop for ElsewhereSource {
     fn drop(&mut self) {
         self.sources.contexts.lock().remove(&self.tp);
-    }
-}
-
-#[async_trait]
-impl LogReader for ElsewhereReader {
-    async fn next_batch(&mut self, records_max: usize, wait: Duration) -> Result<Vec<LogRecord>, LogError> {
-        self.reader.next_batch(records_max, wait).await
-    }
-
-    fn position(&self) -> Option<u64> {
-        self.reader.position()
-    }
-
-    fn fetching_from(&self) -> Option<i32> {
-        self.reader.fetching_from()
-    }
-}
-
-impl Drop for ElsewhereReader {
-    fn drop(&mut self) {
-        self.main_queue.abort();
     }
 }
