@@ -252,7 +252,7 @@ fn apply_mutation(tx: &mut ApplyTxn, mutation: &Mutation, offset: u64) -> Result
     for (op_index, op) in mutation.ops.iter().enumerate() {
         let Some(condition) = op.condition else { continue };
         let holds = match condition {
-            Condition::IfTreeHash(hash) => super::tree::hash_matches(tx, &op.pk, &op.sk, &hash)?,
+            Condition::IfTreeHash(hash) => crate::store::tree::hash_matches(tx, &op.pk, &op.sk, &hash)?,
             _ => {
                 let current_version = tx.version_of(&op.pk, &op.sk)?;
                 if !condition_holds(condition, current_version) {
@@ -288,7 +288,7 @@ fn apply_mutation(tx: &mut ApplyTxn, mutation: &Mutation, offset: u64) -> Result
     Ok((Outcome::Applied, resolved))
 }
 
-/// Whether a record condition holds (tree conditions: `tree::hash_matches`).
+/// Whether a record condition holds (tree conditions: `store::tree::hash_matches`).
 pub(crate) fn condition_holds(condition: Condition, current_version: Option<u64>) -> bool {
     match condition {
         Condition::IfVersion(expected) => current_version == Some(expected),

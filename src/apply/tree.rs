@@ -8,10 +8,10 @@
 use serde_json::Value;
 
 use crate::codec::TreeOp;
-use crate::store::tree::{value_at, TreeError, READ_BYTES_MAX};
+use crate::store::tree::{value_at, READ_BYTES_MAX};
 use crate::store::{ApplyTxn, StoreError};
 use crate::tree::path;
-use crate::tree::value::{etag, leaves, resolve_server_values};
+use crate::tree::value::{leaves, resolve_server_values};
 
 /// Leaves removed per range pass: removing a subtree holds at most this
 /// many keys in memory at once.
@@ -52,16 +52,6 @@ pub(crate) fn reads_unchanged(tx: &ApplyTxn, reads: &[crate::codec::TreeRead]) -
         }
     }
     Ok(true)
-}
-
-/// Whether the value at `sk` hashes to `expected` (the ETag condition). A
-/// subtree too large to read fails it, alike on every replica.
-pub(crate) fn hash_matches(tx: &ApplyTxn, pk: &str, sk: &str, expected: &[u8; 32]) -> Result<bool, StoreError> {
-    match value_at(tx, pk, sk, false, READ_BYTES_MAX) {
-        Ok(value) => Ok(&etag(&value) == expected),
-        Err(TreeError::TooLarge { .. }) => Ok(false),
-        Err(TreeError::Store(e)) => Err(e),
-    }
 }
 
 /// Replaces the value at `sk` by `value` (already resolved).

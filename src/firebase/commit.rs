@@ -64,7 +64,7 @@ use crate::partition::outcome::{Outcome, READS_CHANGED};
 use crate::partition::{Namespace, ReadView};
 use crate::store::tree::{value_at, TreeError, READ_BYTES_MAX};
 use crate::tree::path;
-use crate::tree::value::{etag, resolve_server_values};
+use crate::tree::value::resolve_server_values;
 use crate::tree::TREE_PK;
 
 /// Most attempts one write makes when what its rules read keeps changing
@@ -202,15 +202,10 @@ fn earlier_attempts(view: &ReadView, write: &TreeWrite<'_>, digest: &[u8; crate:
 }
 
 /// Whether the client's own condition holds in `view`, as the apply loop
-/// decides it (`apply::tree::hash_matches`: a subtree too large to read
-/// fails it).
+/// decides it (`store::tree::hash_matches`).
 fn own_condition_holds(view: &ReadView, write: &TreeWrite<'_>) -> Result<bool, FbError> {
     let Some(Condition::IfTreeHash(expected)) = write.condition else { return Ok(true) };
-    match value_at(&view.reader, TREE_PK, &write.sk, false, READ_BYTES_MAX) {
-        Ok(value) => Ok(etag(&value) == expected),
-        Err(TreeError::TooLarge { .. }) => Ok(false),
-        Err(TreeError::Store(e)) => Err(FbError::from(e)),
-    }
+    Ok(crate::store::tree::hash_matches(&view.reader, TREE_PK, &write.sk, &expected)?)
 }
 
 /// Whether `caller` may learn that a client's own condition on `write`

@@ -20,12 +20,12 @@ use serde_json::Value;
 
 use super::caller::Caller;
 use super::commit::{commit, may_read, Committed, TreeWrite};
-use super::db::{tree_view, TreeData};
+use super::db::tree_view;
 use super::error::FbError;
 use super::query::Query;
 use super::response::json_response;
 use super::state::Firebase;
-use crate::codec::{now_ms, Condition};
+use crate::codec::Condition;
 use crate::edge::{to_holder, Incoming};
 use crate::partition::{Namespace, ReadView};
 use crate::store::tree::{shallow, value_at, READ_BYTES_MAX};
@@ -102,13 +102,10 @@ pub(super) fn parse_query(state: &Firebase, namespace: &Namespace, sk: &str, que
 }
 
 pub(super) fn check_read(state: &Firebase, namespace: &Namespace, caller: &Caller, sk: &str, view: Arc<ReadView>) -> Result<Arc<ReadView>, FbError> {
-    let Some(auth) = caller.rules_auth() else { return Ok(view) };
-    let rules = state.db.rules_of(namespace)?;
-    let data = TreeData { view };
-    if !rules.can_read(sk, auth, now_ms(), &data) {
-        return Err(FbError::denied());
+    match may_read(state, namespace, caller, &view, sk)? {
+        true => Ok(view),
+        false => Err(FbError::denied()),
     }
-    Ok(data.view)
 }
 
 async fn get(state: &Firebase, namespace: &Namespace, caller: &Caller, sk: &str, query: &Query, headers: &HeaderMap) -> Result<Response, FbError> {

@@ -67,6 +67,18 @@ pub fn value_at(src: &dyn Leaves, pk: &str, sk: &str, export: bool, bytes_max: u
     Ok(value)
 }
 
+/// Whether the value at `sk` (without priorities) hashes to `expected`:
+/// the ETag condition, decided by the apply loop in its transaction and
+/// looked at first by a Firebase holder in its view. A subtree too large
+/// to read fails it, alike everywhere.
+pub fn hash_matches(src: &dyn Leaves, pk: &str, sk: &str, expected: &[u8; 32]) -> Result<bool, StoreError> {
+    match value_at(src, pk, sk, false, READ_BYTES_MAX) {
+        Ok(value) => Ok(&crate::tree::value::etag(&value) == expected),
+        Err(TreeError::TooLarge { .. }) => Ok(false),
+        Err(TreeError::Store(e)) => Err(e),
+    }
+}
+
 /// What a Firebase rule's read of `sk` is recorded as (`codec::TreeRead`):
 /// the hash of the value there, priorities included, and what reading it
 /// cost in bytes (a mutation's reads are bounded in total:
