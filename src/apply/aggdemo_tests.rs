@@ -80,7 +80,7 @@ fn foreign_log_of(generated: &Generated, late_from: usize) -> Vec<LogRecord> {
             let headers = vec![("gen_ns".to_string(), Bytes::from((next - 1).to_string()))];
             let foreign =
                 crate::log::ForeignRecord { key: Some(Bytes::copy_from_slice(&sent.session.to_be_bytes())), headers, timestamp_ms: time_ms };
-            LogRecord { offset: entry.offset, payload: Bytes::from(sent.line.clone()), foreign: Some(Box::new(foreign)) }
+            LogRecord { offset: entry.offset, payload: Bytes::from(sent.line.clone()), foreign: Some(Box::new(foreign)), appended_ms: None }
         })
         .collect()
 }

@@ -36,6 +36,6 @@ mod stuck_reader;
 /// The apply engine's own functions, which the simulation and the apply
 /// tests drive step by step.
 #[cfg(test)]
-pub(crate) use self::apply_loop::{apply, flush, partition_procedures, skip_to};
+pub(crate) use self::apply_loop::{apply, flush, partition_procedures, skip_to, PartitionProcedures};
 pub(crate) use self::apply_loop::{run, ApplyConfig};
 use self::apply_loop::{RETRY_DELAY_MAX, RETRY_DELAY_MIN};

@@ -318,6 +318,53 @@ fn a_tick_moves_log_time_and_fires_timers_without_a_record() {
     assert_eq!(reader.log_time_ms().unwrap(), 5_001);
 }
 
+/// Defect 10 of issue 36: one writer whose clock was stepped a day ahead
+/// (or one source record with a future timestamp) moved the log time a day
+/// ahead for good and fired every pending timer at once. A record the log
+/// stamped (Kafka's `LogAppendTime`) moves it at most a second past the stamp.
+#[test]
+fn a_writer_clock_a_day_ahead_fires_no_timer_before_the_logs_time() {
+    let (_dir, store) = store();
+    let mut procedures = Procedures::new(NS, 0);
+    let day_ms = 86_400_000;
+    let stamped = |record: LogRecord, appended_ms: u64| record.stamped(Some(appended_ms));
+    let tick = |offset: u64, time_ms: u64| LogRecord::entry(offset, Bytes::from(crate::codec::encode_tick(time_ms)));
+    let foreign = |offset: u64, timestamp_ms: u64| LogRecord {
+        offset,
+        payload: Bytes::from_static(b"{}"),
+        foreign: Some(Box::new(crate::log::ForeignRecord { key: None, headers: Vec::new(), timestamp_ms })),
+        appended_ms: None,
+    };
+    let entries = vec![
+        stamped(entry(0, 1_000, vec![deploy_op("t", wasm(TIMERS))]), 1_000),
+        stamped(entry(1, 1_000, vec![put("set", "1")]), 1_000),
+        // The writer's clock is a day ahead; the broker stamped it at 2 s.
+        stamped(entry(2, day_ms, vec![put("x", "1")]), 2_000),
+        // A tick from the same writer, and a source record that says it is
+        // from tomorrow, both stamped by the broker.
+        stamped(tick(3, day_ms), 3_000),
+        stamped(foreign(4, day_ms), 3_500),
+        // The broker's clock reaches the timers.
+        stamped(tick(5, 5_000), 5_000),
+        stamped(tick(6, day_ms), 5_001),
+    ];
+    let outcomes = apply(&store, &mut procedures, &entries);
+    assert!(outcomes.iter().all(|(_, o)| *o == Outcome::Applied), "{outcomes:?}");
+    let reader = store.read().unwrap();
+    let fired: Vec<(u64, String)> = outbox(&reader).into_iter().map(|(o, _, m)| (o, String::from_utf8(m.value).unwrap())).collect();
+    let expected = [(5, "a@5000 now 5000"), (5, "b@5000 now 5000"), (6, "again@5001 now 6001"), (6, "gone@6000 now 6001")];
+    assert_eq!(fired, expected.map(|(offset, what)| (offset, what.to_string())));
+    assert_eq!(reader.log_time_ms().unwrap(), 6_001, "a second past the broker's last stamp, not tomorrow");
+
+    // A record the log did not stamp (the embedded log; a source topic with
+    // CreateTime) is taken at its word, as before.
+    let (_unstamped_dir, unstamped) = self::store();
+    let mut procedures = Procedures::new(NS, 0);
+    let entries = vec![entry(0, 1_000, vec![deploy_op("t", wasm(TIMERS))]), foreign(1, day_ms)];
+    apply(&unstamped, &mut procedures, &entries);
+    assert_eq!(unstamped.read().unwrap().log_time_ms().unwrap(), day_ms);
+}
+
 #[test]
 fn a_removed_procedure_stops_at_its_offset() {
     let (_dir, store) = store();

@@ -189,7 +189,7 @@ impl PendingIds {
 pub(super) const RELEASED_FILE: &str = "released.json";
 
 /// The journal's id (its folder in object storage), made at first open.
-pub(super) const ID_FILE: &str = "journal_id";
+pub(crate) const ID_FILE: &str = "journal_id";
 
 /// Reads the journal's id, making one at first open.
 pub(super) fn journal_id(dir: &Path) -> Result<String, JournalError> {
@@ -261,6 +261,12 @@ impl Journal {
     /// `partitions`), durable in the journal; returns its journal offset.
     /// Refused when the journal is full.
     pub async fn append(&self, ns: &str, partitions: u32, partition: u32, mutation: &Mutation) -> Result<u64, JournalError> {
+        self.append_at(ns, partitions, partition, mutation, codec::now_ms()).await
+    }
+
+    /// As `append`, stamped with the writer's clock at `time_ms` (the
+    /// simulation's own clock; `append` takes this node's).
+    pub async fn append_at(&self, ns: &str, partitions: u32, partition: u32, mutation: &Mutation, time_ms: u64) -> Result<u64, JournalError> {
         assert!(partition < partitions, "a partition of the namespace");
         let backlog = self.backlog();
         if backlog.entries >= self.limits.entries_max || backlog.bytes >= self.limits.bytes_max {
@@ -283,7 +289,7 @@ impl Journal {
             None => None,
         };
         self.topic(ns, partitions).await?;
-        let payload = Bytes::from(codec::encode(mutation));
+        let payload = Bytes::from(codec::encode_at(mutation, time_ms));
         let offset = self.log.append(&tp(ns, partition), payload.clone()).await?;
         self.ids.lock().add(ns, partition, offset, mutation.write_id.clone());
         if let Some(objects) = objects {

@@ -44,6 +44,9 @@ pub fn lane_of(journal_id: &str, ns: &str, partitions: u32) -> bytes::Bytes {
     bytes::Bytes::copy_from_slice(&hasher.finalize().as_bytes()[..16])
 }
 
+/// The file that holds a journal's id in its directory (made at first open).
+#[cfg(test)]
+pub(crate) use self::local::ID_FILE;
 pub use self::local::{Backlog, Journal, JournalError, JournalLimits, ObjectsConfig, Pending};
 
 #[cfg(test)]

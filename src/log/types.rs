@@ -27,12 +27,26 @@ pub struct LogRecord {
     /// source topic (`source_topic`) that another producer wrote. Its
     /// payload is the producer's value, never decoded as a mutation.
     pub foreign: Option<Box<ForeignRecord>>,
+    /// The time the log itself stamped on the record when it appended it
+    /// (ms since the Unix epoch): Kafka's `LogAppendTime`, the leader
+    /// broker's clock, on the topics Tern creates. None when the log did
+    /// not stamp it (a topic with `CreateTime`, the embedded log, whose one
+    /// node is writer and log alike). It bounds how far the record may move
+    /// the partition's log time (`procedure::log_time`), so no writer's
+    /// clock alone decides when timers fire. Part of the log, alike for
+    /// every replica.
+    pub appended_ms: Option<u64>,
 }
 
 impl LogRecord {
-    /// A Tern entry (its payload is an encoded mutation).
+    /// A Tern entry (its payload is an encoded mutation), not stamped by the log.
     pub fn entry(offset: u64, payload: Bytes) -> LogRecord {
-        LogRecord { offset, payload, foreign: None }
+        LogRecord { offset, payload, foreign: None, appended_ms: None }
+    }
+
+    /// This record as stamped by the log at `appended_ms`.
+    pub fn stamped(self, appended_ms: Option<u64>) -> LogRecord {
+        LogRecord { appended_ms, ..self }
     }
 }
 

@@ -26,7 +26,7 @@ mod ownership;
 mod publisher;
 pub mod read;
 pub mod reserved;
-mod sequencer;
+pub(crate) mod sequencer;
 pub mod snapshots;
 mod ticks;
 mod watches;

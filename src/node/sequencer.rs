@@ -22,7 +22,8 @@ use futures::StreamExt;
 use tokio::sync::Notify;
 
 use super::Node;
-use crate::log::LogReader;
+use crate::journal::Journal;
+use crate::log::{Log, LogReader, TopicPartition};
 
 /// Entries one lane appends per round before the next lane's turn.
 const ENTRIES_PER_ROUND_MAX: usize = 256;
@@ -42,8 +43,59 @@ const OBJECTS_DELETE_INTERVAL: Duration = Duration::from_secs(1);
 const RETRY_WAIT_MIN: Duration = Duration::from_millis(50);
 const RETRY_WAIT_MAX: Duration = Duration::from_secs(2);
 
+/// What a lane's turn needs of its node: the narrow interface. The node
+/// is one host (below); the simulation (`sim/`) is another, with a clock
+/// of its own, so a seed replays a lane's waits exactly.
+pub(crate) trait LaneHost: Sync {
+    /// The node's journal.
+    fn journal(&self) -> &Journal;
+    /// The log the lane appends to.
+    fn log(&self) -> &dyn Log;
+    /// The topic partition of `partition` of `ns`; None if the namespace is
+    /// unknown here or has no such partition (made again with fewer).
+    fn topic_partition(&self, ns: &str, partition: u32) -> Option<TopicPartition>;
+    /// The most any member applied of the partition (here, or by gossip).
+    fn applied_next(&self, ns: &str, partition: u32) -> u64;
+    /// The log refused an append to the partition (ripcord journals its plain writes).
+    fn log_refused(&self, ns: &str, partition: u32);
+    /// The log took an append to the partition.
+    fn log_took(&self, ns: &str, partition: u32);
+    /// Now, for the lane's waits.
+    fn now(&self) -> Instant;
+}
+
+impl LaneHost for Node {
+    fn journal(&self) -> &Journal {
+        &self.journal
+    }
+
+    fn log(&self) -> &dyn Log {
+        self.log.as_ref()
+    }
+
+    fn topic_partition(&self, ns: &str, partition: u32) -> Option<TopicPartition> {
+        self.namespace(ns).filter(|namespace| partition < namespace.partitions).map(|namespace| namespace.handle(partition).tp.clone())
+    }
+
+    fn applied_next(&self, ns: &str, partition: u32) -> u64 {
+        Node::applied_next(self, ns, partition)
+    }
+
+    fn log_refused(&self, ns: &str, partition: u32) {
+        Node::log_refused(self, ns, partition)
+    }
+
+    fn log_took(&self, ns: &str, partition: u32) {
+        Node::log_took(self, ns, partition)
+    }
+
+    fn now(&self) -> Instant {
+        Instant::now()
+    }
+}
+
 /// One partition's journal on its way to the log.
-struct Lane {
+pub(crate) struct Lane {
     /// The next journal offset to append.
     next: u64,
     reader: Option<Box<dyn LogReader>>,
@@ -58,13 +110,14 @@ struct Lane {
 }
 
 impl Lane {
-    fn starting_at(start: u64) -> Lane {
+    /// A lane whose entries below `start` are released, at `now`.
+    pub(crate) fn starting_at(start: u64, now: Instant) -> Lane {
         Lane {
             next: start,
             reader: None,
             in_flight: VecDeque::new(),
             releasable: start,
-            released_at: Instant::now(),
+            released_at: now,
             retry_at: None,
             retry_wait: RETRY_WAIT_MIN,
         }
@@ -152,9 +205,9 @@ async fn lane_worker(node: Weak<Node>, ns: String, partition: u32, wake: Arc<Not
                 continue;
             }
         };
-        let Some(namespace) = node.namespace(&ns).filter(|namespace| partition < namespace.partitions) else { return };
-        let lane = lane.get_or_insert_with(|| Lane::starting_at(p.start));
-        busy = match lane_round(&node, p, namespace, lane).await {
+        let Some(tp) = node.topic_partition(&ns, partition) else { return };
+        let lane = lane.get_or_insert_with(|| Lane::starting_at(p.start, Instant::now()));
+        busy = match lane_round(node.as_ref(), p, &tp, lane).await {
             Ok(busy) => busy,
             Err(e) => {
                 tracing::warn!(ns, partition, error = %e, "the sequencer's turn failed; retrying");
@@ -167,20 +220,22 @@ async fn lane_worker(node: Weak<Node>, ns: String, partition: u32, wake: Arc<Not
     }
 }
 
-/// One lane's turn: append, then release. Returns whether it has more to append now.
-async fn lane_round(
-    node: &Node,
+/// One lane's turn (`p`: what the journal holds of the lane; `tp`: its
+/// partition in the log): append, then release. Returns whether it has
+/// more to append now.
+pub(crate) async fn lane_round(
+    host: &dyn LaneHost,
     p: crate::journal::Pending,
-    namespace: Arc<crate::partition::Namespace>,
+    tp: &TopicPartition,
     lane: &mut Lane,
 ) -> Result<bool, crate::journal::JournalError> {
     lane.next = lane.next.max(p.start);
     // Every entry of the lane below its released mark was seen applied.
-    let Some(name) = node.journal.lane(&namespace.name) else { return Ok(false) };
+    let Some(name) = host.journal().lane(&p.ns) else { return Ok(false) };
     let place = |offset: u64| crate::codec::JournalPlace { lane: name.clone(), offset, from: p.start };
-    let appended = append(node, &namespace, p.partition, lane, p.end, &place).await?;
+    let appended = append(host, &p.ns, tp, lane, p.end, &place).await?;
     let busy = appended > 0 && lane.next < p.end && lane.in_flight.len() < IN_FLIGHT_MAX;
-    release(node, &namespace, p.partition, lane, p.end)?;
+    release(host, &p.ns, p.partition, lane, p.end)?;
     Ok(busy)
 }
 
@@ -203,23 +258,23 @@ async fn lane_round(
 /// again after the retried one, and applied then, once (issue 36, defect 4:
 /// they used to apply before it, out of journal order).
 async fn append(
-    node: &Node,
-    namespace: &crate::partition::Namespace,
-    partition: u32,
+    host: &dyn LaneHost,
+    ns: &str,
+    tp: &TopicPartition,
     lane: &mut Lane,
     end: u64,
     place: &(dyn Fn(u64) -> crate::codec::JournalPlace + Sync),
 ) -> Result<usize, crate::journal::JournalError> {
-    if lane.next >= end || lane.in_flight.len() >= IN_FLIGHT_MAX || lane.retry_at.is_some_and(|at| Instant::now() < at) {
+    let partition = tp.partition;
+    if lane.next >= end || lane.in_flight.len() >= IN_FLIGHT_MAX || lane.retry_at.is_some_and(|at| host.now() < at) {
         return Ok(0);
     }
     if lane.reader.is_none() {
-        lane.reader = Some(node.journal.reader(&namespace.name, partition, lane.next).await?);
+        lane.reader = Some(host.journal().reader(ns, partition, lane.next).await?);
     }
     let reader = lane.reader.as_mut().expect("opened above");
     let entries = reader.next_batch(ENTRIES_PER_ROUND_MAX.min(IN_FLIGHT_MAX - lane.in_flight.len()), Duration::ZERO).await?;
-    let tp = &namespace.handle(partition).tp;
-    let log = node.log.as_ref();
+    let log = host.log();
     // Collected first: a stream over a borrowing closure is not `Send` to the compiler.
     let payloads: Vec<_> = entries.iter().map(|entry| placed(&entry.payload, &place(entry.offset))).collect();
     let appends: Vec<_> = payloads.into_iter().map(|payload| super::write::append(log, tp, payload)).collect();
@@ -251,8 +306,8 @@ async fn append(
                 tracing::warn!(tp = %tp, journal_offset = entry.offset, error = %e, wait_ms = lane.retry_wait.as_millis() as u64, "the log refused a journaled write; it stays journaled and is tried again");
                 // Its partition's log refuses writes: ripcord journals the
                 // partition's plain writes at once meanwhile.
-                node.log_refused(&namespace.name, partition);
-                lane.retry_at = Some(Instant::now() + lane.retry_wait);
+                host.log_refused(ns, partition);
+                lane.retry_at = Some(host.now() + lane.retry_wait);
                 lane.retry_wait = (lane.retry_wait * 2).min(RETRY_WAIT_MAX);
                 // The reader is past the entries not appended: read them again.
                 lane.reader = None;
@@ -261,7 +316,7 @@ async fn append(
         }
     }
     if appended > 0 {
-        node.log_took(&namespace.name, partition);
+        host.log_took(ns, partition);
     }
     Ok(appended)
 }
@@ -277,14 +332,8 @@ fn placed(payload: &bytes::Bytes, place: &crate::codec::JournalPlace) -> bytes::
 }
 
 /// Releases the journal entries whose writes were seen applied.
-fn release(
-    node: &Node,
-    namespace: &crate::partition::Namespace,
-    partition: u32,
-    lane: &mut Lane,
-    end: u64,
-) -> Result<(), crate::journal::JournalError> {
-    let applied_next = node.applied_next(&namespace.name, partition);
+fn release(host: &dyn LaneHost, ns: &str, partition: u32, lane: &mut Lane, end: u64) -> Result<(), crate::journal::JournalError> {
+    let applied_next = host.applied_next(ns, partition);
     while let Some(&(journal_offset, log_offset)) = lane.in_flight.front() {
         if log_offset >= applied_next {
             break;
@@ -293,9 +342,10 @@ fn release(
         lane.releasable = journal_offset + 1;
     }
     let all_applied = lane.releasable >= end;
-    if lane.releasable > 0 && (all_applied || lane.released_at.elapsed() >= RELEASE_INTERVAL) {
-        node.journal.release_below(&namespace.name, partition, lane.releasable)?;
-        lane.released_at = Instant::now();
+    let now = host.now();
+    if lane.releasable > 0 && (all_applied || now.saturating_duration_since(lane.released_at) >= RELEASE_INTERVAL) {
+        host.journal().release_below(ns, partition, lane.releasable)?;
+        lane.released_at = now;
     }
     Ok(())
 }

@@ -5,7 +5,8 @@
 //! The life of a record through a procedure:
 //! 1. The apply loop applies the entry (`apply::batch`); if procedures are
 //!    deployed on the partition, the entry's time moves the partition's log
-//!    time forward (never back), and each procedure, in name order, is
+//!    time forward (never back, and never more than a second past the time
+//!    the log stamped on the entry: `log_time.rs`), and each procedure, in name order, is
 //!    called once per op of the applied mutation (`on_record`).
 //! 2. A call reads records through the apply transaction (and its own
 //!    writes first), and asks for writes, outputs and timers; nothing of it
@@ -31,6 +32,7 @@
 
 pub mod definition;
 pub mod effects;
+pub mod log_time;
 pub mod outbox;
 mod procedures;
 pub mod wasm;

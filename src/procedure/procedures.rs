@@ -4,6 +4,7 @@
 
 use super::definition::Definition;
 use super::effects::{Effects, TimerChange, Write};
+use super::log_time::EntryTime;
 use super::outbox::OutboxMessage;
 use super::wasm::{Failed, Input, Returned, StateRead, Vm};
 use super::{definition, wasm};
@@ -193,7 +194,7 @@ impl Procedures {
 
     /// Applies a deploy entry at `offset` for procedure `name`. Ok(Err) is a
     /// definition that is refused (the entry is skipped, alike everywhere).
-    pub fn deploy(&mut self, tx: &mut ApplyTxn, offset: u64, time_ms: u64, name: &str, bytes: &[u8]) -> Result<Result<(), String>, StoreError> {
+    pub fn deploy(&mut self, tx: &mut ApplyTxn, offset: u64, time: EntryTime, name: &str, bytes: &[u8]) -> Result<Result<(), String>, StoreError> {
         if let Err(e) = definition::check_name(name) {
             return Ok(Err(e));
         }
@@ -228,7 +229,7 @@ impl Procedures {
             },
         };
         tx.deploy_procedure(name, version, &definition.to_json(), VERSIONS_KEPT)?;
-        self.advance_log_time(tx, time_ms)?;
+        self.advance_log_time(tx, time.moves_to_ms)?;
         match vm {
             None => {
                 self.loaded.remove(name);
@@ -245,11 +246,11 @@ impl Procedures {
 
     /// Runs every procedure on the ops of `mutation`, applied at `offset`,
     /// then fires the timers due at the new log time.
-    pub fn on_applied(&mut self, tx: &mut ApplyTxn, offset: u64, time_ms: u64, mutation: &Mutation) -> Result<(), StoreError> {
+    pub fn on_applied(&mut self, tx: &mut ApplyTxn, offset: u64, time: EntryTime, mutation: &Mutation) -> Result<(), StoreError> {
         if self.loaded.is_empty() {
             return Ok(());
         }
-        let now_ms = self.advance_log_time(tx, time_ms)?;
+        let now_ms = self.advance_log_time(tx, time.moves_to_ms)?;
         let mut index = 0u32;
         let names = std::mem::take(&mut self.cache.order);
         for name in &names {
@@ -262,7 +263,7 @@ impl Procedures {
                     OpKind::Procedure(_) => continue,
                 };
                 // The entry's own time (0: its writer did not say); `now()` is the log time.
-                let input = Input { key: Some(op.pk.as_bytes()), sk: Some(&op.sk), value, op: kind, timestamp_ms: time_ms, offset, headers: &[] };
+                let input = Input { key: Some(op.pk.as_bytes()), sk: Some(&op.sk), value, op: kind, timestamp_ms: time.own_ms, offset, headers: &[] };
                 if let Err(e) = self.run_record(tx, name, &input, now_ms, &mut index) {
                     self.cache.order = names;
                     return Err(e);
@@ -275,13 +276,14 @@ impl Procedures {
 
     /// Runs every procedure on a source topic's record at `offset` (not a
     /// Tern entry: `OP_RECORD`, its key, value, headers and timestamp), then
-    /// fires the timers due at the new log time (the record's timestamp, if
-    /// later than the log time).
-    pub fn on_foreign(&mut self, tx: &mut ApplyTxn, offset: u64, value: &[u8], record: &ForeignRecord) -> Result<(), StoreError> {
+    /// fires the timers due at the new log time (the record's timestamp as
+    /// bounded by the log's stamp, `time`, if later than the log time).
+    pub fn on_foreign(&mut self, tx: &mut ApplyTxn, offset: u64, value: &[u8], record: &ForeignRecord, time: EntryTime) -> Result<(), StoreError> {
         if self.loaded.is_empty() {
             return Ok(());
         }
-        let now_ms = self.advance_log_time(tx, record.timestamp_ms)?;
+        debug_assert_eq!(time.own_ms, record.timestamp_ms, "a source record's own time is its timestamp");
+        let now_ms = self.advance_log_time(tx, time.moves_to_ms)?;
         let input = Input {
             key: record.key.as_deref(),
             sk: None,
@@ -301,11 +303,11 @@ impl Procedures {
 
     /// A tick at `offset`: the log time moves to `time_ms` (never back) and
     /// the timers due then fire.
-    pub fn on_tick(&mut self, tx: &mut ApplyTxn, offset: u64, time_ms: u64) -> Result<(), StoreError> {
+    pub fn on_tick(&mut self, tx: &mut ApplyTxn, offset: u64, time: EntryTime) -> Result<(), StoreError> {
         if self.loaded.is_empty() {
             return Ok(());
         }
-        let now_ms = self.advance_log_time(tx, time_ms)?;
+        let now_ms = self.advance_log_time(tx, time.moves_to_ms)?;
         self.fire_timers(tx, offset, now_ms, &mut 0)
     }
 

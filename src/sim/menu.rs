@@ -41,19 +41,41 @@ pub(super) enum Action {
     LetGo,
     /// The partition comes back to a replica.
     TakeBack,
+    /// A procedure is deployed (or removed, or one that does not load).
+    Deploy,
+    /// A holder appends a tick (its clock, possibly skewed).
+    Tick,
+    /// A replica loads its procedures again from its store (a restart
+    /// that kept the store, a hand-off): at an offset of its own.
+    Reload,
+    /// A client's write through a node while ripcord is on: answered once
+    /// that node's journal has it.
+    JournalWrite,
+    /// One turn of a node's sequencer lane: appends what its journal holds,
+    /// releases what was seen applied.
+    Sequence,
+    /// A node stops; its next write or sequencer turn starts it again: its
+    /// journal reopens, its lane's memory of appends in flight is gone.
+    NodeRestart,
 }
 
 /// Each action with its weight: of the sum (100), the share of steps that take it.
-pub(super) const ACTIONS: [(Action, u32); 9] = [
-    (Action::Write, 40),
-    (Action::Apply, 35),
-    (Action::Marker, 5),
+pub(super) const ACTIONS: [(Action, u32); 15] = [
+    (Action::Write, 30),
+    (Action::Apply, 30),
+    (Action::Marker, 3),
     (Action::Snapshot, 5),
     (Action::Retention, 4),
     (Action::Crash, 4),
     (Action::Wipe, 2),
     (Action::LetGo, 3),
     (Action::TakeBack, 2),
+    (Action::Deploy, 2),
+    (Action::Tick, 2),
+    (Action::Reload, 2),
+    (Action::JournalWrite, 7),
+    (Action::Sequence, 3),
+    (Action::NodeRestart, 1),
 ];
 
 /// A fault of the simulated log, by name.
@@ -65,14 +87,22 @@ pub(super) enum Fault {
     AppendFailsAfter,
     /// A read fails.
     ReadFails,
+    /// A writer's clock is a day ahead (stepped forward).
+    ClockAhead,
+    /// A writer's clock is far behind.
+    ClockBehind,
 }
 
-/// Every fault the log can inject.
-pub(super) const FAULTS: [Fault; 3] = [Fault::AppendFailsBefore, Fault::AppendFailsAfter, Fault::ReadFails];
+/// Every fault the world can inject.
+pub(super) const FAULTS: [Fault; 5] = [Fault::AppendFailsBefore, Fault::AppendFailsAfter, Fault::ReadFails, Fault::ClockAhead, Fault::ClockBehind];
 
 /// The rates a seed may draw for each fault, per step: never, rarely,
 /// sometimes, often. The largest stays well below one so writes still land.
 pub(super) const FAULT_RATES: [f64; 4] = [0.0, 0.02, 0.05, 0.2];
+
+/// The rates a seed may draw for one append failing on its own: higher
+/// than a step's, since it takes one failing among several that land.
+pub(super) const FLAKY_APPEND_RATES: [f64; 4] = [0.0, 0.05, 0.2, 0.4];
 
 impl Fault {
     /// The fault's name: its streams' names, and what a replay prints.
@@ -81,6 +111,8 @@ impl Fault {
             Fault::AppendFailsBefore => "append_fails_before",
             Fault::AppendFailsAfter => "append_fails_after",
             Fault::ReadFails => "read_fails",
+            Fault::ClockAhead => "clock_ahead",
+            Fault::ClockBehind => "clock_behind",
         }
     }
 }
@@ -109,6 +141,21 @@ pub(super) struct Dice {
     pub(super) flushes: Stream,
     /// How far retention deletes.
     pub(super) retention: Stream,
+    /// Which procedure a deployment deploys, and its bounds.
+    pub(super) procedures: Stream,
+    /// How far the world's clock moves each step.
+    pub(super) clock: Stream,
+    /// Which node a ripcord action acts on.
+    pub(super) nodes: Stream,
+    /// Whether gossip's word on what replicas applied is fresh or stale.
+    pub(super) gossip: Stream,
+    /// Whether the log stamps what it appends (drawn once per run).
+    pub(super) stamps: bool,
+    /// How often one append among several in flight fails on its own
+    /// (drawn once per run from `FLAKY_APPEND_RATES`): the sequencer hands a lane's
+    /// appends to the log together, and one may fail while those after it
+    /// land. Half fail before landing, half after.
+    pub(super) flaky_append_rate: f64,
 }
 
 impl Dice {
@@ -132,6 +179,12 @@ impl Dice {
             batches: stream(seed, "batches"),
             flushes: stream(seed, "flushes"),
             retention: stream(seed, "retention"),
+            procedures: stream(seed, "procedures"),
+            clock: stream(seed, "clock"),
+            nodes: stream(seed, "nodes"),
+            gossip: stream(seed, "gossip"),
+            stamps: stream(seed, "stamps").random_bool(0.5),
+            flaky_append_rate: FLAKY_APPEND_RATES[stream(seed, "fault/flaky_append/rate").random_range(0..FLAKY_APPEND_RATES.len())],
         }
     }
 
@@ -152,6 +205,8 @@ impl Dice {
                 Fault::AppendFailsBefore => faults.append_fails_before = strikes,
                 Fault::AppendFailsAfter => faults.append_fails_after = strikes,
                 Fault::ReadFails => faults.read_fails = strikes,
+                Fault::ClockAhead => faults.clock_ahead = strikes,
+                Fault::ClockBehind => faults.clock_behind = strikes,
             }
         }
         faults
@@ -165,7 +220,12 @@ impl Dice {
     /// The rates as a replay prints them: `append_fails_before 0.05, ...`.
     pub(super) fn fault_rates_text(&self) -> String {
         let rates: Vec<String> = self.faults.iter().map(|dice| format!("{} {}", dice.fault.name(), dice.rate)).collect();
-        rates.join(", ")
+        format!(
+            "{}, flaky_append {}; the log {} its entries",
+            rates.join(", "),
+            self.flaky_append_rate,
+            if self.stamps { "stamps" } else { "does not stamp" }
+        )
     }
 }
 

@@ -3,7 +3,11 @@
 //! whose write id an entry less than the window earlier carried does
 //! nothing; else every condition is checked against the state before it,
 //! and if all hold the ops apply in order, each record's version being the
-//! entry's offset. Malformed entries do nothing.
+//! entry's offset. A journaled write is decided only at its lane's next
+//! place (its `JournalPlace`), each place once. Malformed entries,
+//! deployments and ticks do nothing to
+//! the records writers write (procedures' own writes are checked by the
+//! replicas' equal state hashes, not here).
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -12,14 +16,50 @@ use bytes::Bytes;
 use crate::apply::batch::WRITE_ID_WINDOW_OFFSETS;
 use crate::codec::{Condition, OpKind};
 
-/// pk -> (version, value), after applying every entry of `history`.
-pub(super) fn apply_all(history: &[Option<Bytes>]) -> BTreeMap<String, (u64, Vec<u8>)> {
+/// What applying a whole log decides.
+pub(super) struct Model {
+    /// pk -> (version, value).
+    pub records: BTreeMap<String, (u64, Vec<u8>)>,
+    /// (journal lane, lane offset) -> the write id of the journaled write
+    /// decided there (applied, or failed its condition): each place once.
+    pub decided: BTreeMap<(Bytes, u64), Bytes>,
+    /// Journaled entries that came ahead of their lane (an earlier one
+    /// missing), and copies of ones decided before: what the run exercised.
+    pub lane_ahead: u64,
+    pub lane_repeated: u64,
+}
+
+/// What applying every entry of `history` decides.
+pub(super) fn apply_all(history: &[Option<Bytes>]) -> Model {
     let mut records: BTreeMap<String, (u64, Vec<u8>)> = BTreeMap::new();
     let mut write_ids: HashMap<Bytes, u64> = HashMap::new();
+    let mut lanes: HashMap<Bytes, u64> = HashMap::new();
+    let mut decided = BTreeMap::new();
+    let (mut lane_ahead, mut lane_repeated) = (0, 0);
     for (offset, entry) in history.iter().enumerate() {
         let offset = offset as u64;
         let Some(payload) = entry else { continue };
         let Ok(mutation) = crate::codec::decode(payload.clone(), 0, 1) else { continue };
+        // A deployment changes no record (what procedures write is left to the state hashes).
+        if mutation.ops.iter().any(|op| matches!(op.kind, OpKind::Procedure(_))) {
+            continue;
+        }
+        // A journaled write is decided at its lane's next place only (the
+        // lane's next is its `from`, or one past the last decided): a copy
+        // of one decided before, or one ahead of a missing one, does nothing.
+        if let Some(place) = &mutation.journal {
+            let next = lanes.get(&place.lane).copied().unwrap_or(0).max(place.from);
+            if place.offset != next {
+                match place.offset > next {
+                    true => lane_ahead += 1,
+                    false => lane_repeated += 1,
+                }
+                continue;
+            }
+            lanes.insert(place.lane.clone(), next + 1);
+            let first = decided.insert((place.lane.clone(), place.offset), mutation.write_id.clone());
+            assert!(first.is_none(), "a lane place is decided once");
+        }
         if !mutation.write_id.is_empty() {
             if let Some(at) = write_ids.get(&mutation.write_id) {
                 if offset - at < WRITE_ID_WINDOW_OFFSETS {
@@ -45,9 +85,9 @@ pub(super) fn apply_all(history: &[Option<Bytes>]) -> BTreeMap<String, (u64, Vec
                 OpKind::Delete => {
                     records.remove(&op.pk);
                 }
-                OpKind::Tree(_) | OpKind::Procedure(_) => unreachable!("the simulation writes records, not trees or procedures"),
+                OpKind::Tree(_) | OpKind::Procedure(_) => unreachable!("the simulation writes records, not trees; deployments were passed"),
             }
         }
     }
-    records
+    Model { records, decided, lane_ahead, lane_repeated }
 }

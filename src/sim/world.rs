@@ -2,11 +2,12 @@
 //! random steps (writes, applies, faults, snapshots, crashes, moves) and the
 //! checks at the end.
 
+use super::journals::{Journaled, SimNode, NODES};
 use super::log::{Faults, SimLog};
 use super::menu::{Action, Dice};
 use super::model;
 use crate::apply::open::{try_open, Step};
-use crate::apply::Recovery;
+use crate::apply::{PartitionProcedures, Recovery};
 use crate::codec::{Condition, Mutation, Op, OpKind};
 use crate::log::{Log, LogError, LogReader, TopicPartition};
 use crate::partition::{PartitionHandle, PartitionStatus};
@@ -38,8 +39,31 @@ pub(super) const STEPS: usize = 160;
 /// healing; a replica still behind then is stuck.
 pub(super) const QUIESCE_ROUNDS_MAX: usize = 200;
 
-/// Keys are drawn from a small space, so writes collide and conditions matter.
-pub(super) const KEYS: usize = 6;
+/// Keys are drawn from a small space, so writes collide and conditions
+/// matter; some are what the procedures act on (`in/` is counted by the
+/// counter, `set` and `move` arm the timers' timers).
+pub(super) const KEYS: [&str; 8] = ["k0", "k1", "k2", "k3", "in/0", "in/1", "set", "move"];
+
+/// The one record a procedure writes (the counter's count): checked by the
+/// state hashes, not by the model, which knows nothing of procedures.
+pub(super) const PROCEDURE_KEYS: [&str; 1] = ["count"];
+
+/// The world's clock at the start (ms), and the most it moves per step.
+pub(super) const CLOCK_START_MS: u64 = 1_000;
+pub(super) const CLOCK_STEP_MS_MAX: u64 = 400;
+
+/// How far a writer whose clock was stepped forward is ahead.
+pub(super) const CLOCK_AHEAD_MS: u64 = 86_400_000;
+
+/// The test guests (`examples/procedures/build/`, checked against a fresh
+/// build by scripts/test.sh): the counter (reads, writes, private state,
+/// outputs; traps on "boom"), the timers.
+const COUNTER: &[u8] = include_bytes!("../../examples/procedures/build/counter.wasm");
+const TIMERS: &[u8] = include_bytes!("../../examples/procedures/build/timers.wasm");
+
+/// Fuel a seed's counter may be deployed with: near what a call needs
+/// (some calls run out, which must be alike on every replica), and plenty.
+const COUNTER_FUEL: [u64; 4] = [20_000, 40_000, 80_000, 10_000_000];
 
 /// Most entries one apply step reads.
 pub(super) const BATCH_MAX: usize = 8;
@@ -56,6 +80,13 @@ pub(super) struct Stats {
     pub snapshots: AtomicU64,
     pub restores: AtomicU64,
     pub overtaken_readers: AtomicU64,
+    pub deployments: AtomicU64,
+    pub ticks: AtomicU64,
+    pub reloads: AtomicU64,
+    pub journaled: AtomicU64,
+    pub node_restarts: AtomicU64,
+    pub lane_ahead: AtomicU64,
+    pub lane_repeated: AtomicU64,
 }
 
 pub(super) static STATS: Stats = Stats {
@@ -67,6 +98,13 @@ pub(super) static STATS: Stats = Stats {
     snapshots: AtomicU64::new(0),
     restores: AtomicU64::new(0),
     overtaken_readers: AtomicU64::new(0),
+    deployments: AtomicU64::new(0),
+    ticks: AtomicU64::new(0),
+    reloads: AtomicU64::new(0),
+    journaled: AtomicU64::new(0),
+    node_restarts: AtomicU64::new(0),
+    lane_ahead: AtomicU64::new(0),
+    lane_repeated: AtomicU64::new(0),
 };
 
 pub(super) fn count(counter: &AtomicU64) {
@@ -79,7 +117,8 @@ impl std::fmt::Display for Stats {
         write!(
             f,
             "writes acknowledged {}, failed {} (retried with their write id {}), crashes {}, wipes {}, snapshots {}, \
-             restores {}, readers overtaken by retention {}",
+             restores {}, readers overtaken by retention {}, deployments {}, ticks {}, procedure reloads {}, \
+             journaled writes acknowledged {}, node restarts {}, journaled entries ahead of their lane {}, repeated {}",
             n(&self.writes_acknowledged),
             n(&self.writes_failed),
             n(&self.retries),
@@ -87,7 +126,14 @@ impl std::fmt::Display for Stats {
             n(&self.wipes),
             n(&self.snapshots),
             n(&self.restores),
-            n(&self.overtaken_readers)
+            n(&self.overtaken_readers),
+            n(&self.deployments),
+            n(&self.ticks),
+            n(&self.reloads),
+            n(&self.journaled),
+            n(&self.node_restarts),
+            n(&self.lane_ahead),
+            n(&self.lane_repeated)
         )
     }
 }
@@ -120,6 +166,10 @@ pub(super) struct Replica {
     /// Which incarnation of the store file (a crash starts the next).
     pub(super) generation: u32,
     pub(super) handle: Arc<PartitionHandle>,
+    /// Its procedures as its apply loop holds them: loaded from the store
+    /// at the first batch, kept across batches, loaded again after a crash
+    /// or a reload, at whatever offset that happens.
+    pub(super) procedures: PartitionProcedures,
     pub(super) reader: Option<Box<dyn LogReader>>,
     /// Held (applying) or let go.
     pub(super) held: bool,
@@ -141,7 +191,8 @@ impl Replica {
         let applied_next = store.read().and_then(|r| r.applied_next()).expect("a sim store reads");
         let ring = crate::fanout::RingLimits::TEST;
         let handle = Arc::new(PartitionHandle::new(Arc::from(NAMESPACE), 0, 1, Arc::new(store), applied_next, ring));
-        Replica { dir, generation, handle, reader: None, held: true, refused: None }
+        let procedures = crate::apply::partition_procedures(&handle);
+        Replica { dir, generation, handle, procedures, reader: None, held: true, refused: None }
     }
 
     pub(super) fn status_serving(&self) -> bool {
@@ -164,6 +215,17 @@ pub(super) struct World {
     /// What writers know: the last acknowledged version of each key.
     pub(super) versions: BTreeMap<String, u64>,
     pub(super) next_write_id: u64,
+    /// The world's clock (ms): what a writer's clock says when it is right,
+    /// and the log's stamp when the log stamps.
+    pub(super) clock_ms: u64,
+    /// The faults in force for this step.
+    pub(super) faults: Faults,
+    /// The instant the world's clock reads 0 at.
+    pub(super) clock_base: std::time::Instant,
+    /// Nodes that journal writes (ripcord), each with its journal and lane.
+    pub(super) nodes: Vec<SimNode>,
+    /// Every acknowledged journaled write.
+    pub(super) journaled: Vec<Journaled>,
     pub(super) step: usize,
     pub(super) root: tempfile::TempDir,
 }
@@ -188,9 +250,11 @@ impl World {
                 Replica::open(dir, 0)
             })
             .collect();
+        let dice = Dice::new(seed);
+        let flaky_rate = dice.flaky_append_rate;
         World {
-            dice: Dice::new(seed),
-            log: Arc::new(SimLog::new(LOG_IDENTITY)),
+            dice,
+            log: Arc::new(SimLog::new(LOG_IDENTITY, super::streams::stream(seed, "fault/flaky_append/strikes"), flaky_rate)),
             snapshots,
             recovery,
             replicas,
@@ -198,6 +262,11 @@ impl World {
             retries: Vec::new(),
             versions: BTreeMap::new(),
             next_write_id: 0,
+            clock_ms: CLOCK_START_MS,
+            faults: Faults::default(),
+            clock_base: std::time::Instant::now(),
+            nodes: (0..NODES).map(|n| SimNode::new(root.path().join(format!("node{n}")), n)).collect(),
+            journaled: Vec::new(),
             step: 0,
             root,
         }
@@ -213,8 +282,31 @@ impl World {
             self.step = step;
             let faults = self.dice.faults();
             self.log.set_faults(faults);
+            self.faults = faults;
+            self.clock_ms += self.dice.clock.random_range(0..=CLOCK_STEP_MS_MAX);
+            self.log.set_stamp_clock(self.dice.stamps.then_some(self.clock_ms));
             match self.dice.action() {
                 Action::Write => self.write().await,
+                Action::Deploy => self.deploy().await,
+                Action::Tick => self.tick().await,
+                Action::JournalWrite => {
+                    let n = self.dice.nodes.random_range(0..NODES);
+                    self.journal_write(n).await?;
+                }
+                Action::Sequence => {
+                    let n = self.dice.nodes.random_range(0..NODES);
+                    self.sequence(n).await?;
+                }
+                Action::NodeRestart => {
+                    let n = self.dice.nodes.random_range(0..NODES);
+                    // Down until its next write or sequencer turn starts it again.
+                    self.stop_node(n).await;
+                }
+                Action::Reload => {
+                    let r = self.replica();
+                    count(&STATS.reloads);
+                    self.replicas[r].procedures = crate::apply::partition_procedures(&self.replicas[r].handle);
+                }
                 Action::Apply => {
                     let r = self.replica();
                     self.apply_step(r).await?;
@@ -273,8 +365,8 @@ impl World {
         } else {
             self.new_mutation()
         };
-        // Time 0: the simulated log must be the same bytes for the same seed.
-        let payload = Bytes::from(crate::codec::encode_at(&mutation, 0));
+        // The writer's clock (the world's, or skewed): the same bytes for the same seed.
+        let payload = Bytes::from(crate::codec::encode_at(&mutation, self.writer_clock_ms()));
         match self.log.append(&tp(), payload).await {
             Ok(offset) => {
                 count(&STATS.writes_acknowledged);
@@ -291,18 +383,66 @@ impl World {
         }
     }
 
+    /// What a writer's clock says now: the world's, unless this step's
+    /// faults stepped it a day forward or far back.
+    pub(super) fn writer_clock_ms(&self) -> u64 {
+        match (self.faults.clock_ahead, self.faults.clock_behind) {
+            (true, _) => self.clock_ms + CLOCK_AHEAD_MS,
+            (false, true) => self.clock_ms / 4,
+            (false, false) => self.clock_ms,
+        }
+    }
+
+    /// A deployment, as the API appends it (one entry; not retried: the
+    /// next deployment is a new version): the counter with fuel near a
+    /// call's need or plenty, the timers, a removal, or a module that does
+    /// not load (refused alike everywhere).
+    pub(super) async fn deploy(&mut self) {
+        use base64::Engine as _;
+        let wasm = |module: &[u8]| base64::engine::general_purpose::STANDARD.encode(module);
+        let rng = &mut self.dice.procedures;
+        let (name, definition) = match rng.random_range(0..10u32) {
+            0..5 => {
+                let fuel = COUNTER_FUEL[rng.random_range(0..COUNTER_FUEL.len())];
+                ("counter", serde_json::json!({"runtime": "wasm", "module": wasm(COUNTER), "fuel_per_record": fuel}))
+            }
+            5..8 => ("timers", serde_json::json!({"runtime": "wasm", "module": wasm(TIMERS)})),
+            8 => ("counter", serde_json::json!({"runtime": "wasm", "removed": true})),
+            _ => ("timers", serde_json::json!({"runtime": "wasm", "module": wasm(b"not wasm")})),
+        };
+        let op = Op { pk: String::new(), sk: name.into(), kind: OpKind::Procedure(Bytes::from(definition.to_string())), condition: None };
+        let mutation = Mutation { write_id: Bytes::new(), ops: vec![op], journal: None, reads: Vec::new() };
+        let payload = Bytes::from(crate::codec::encode_at(&mutation, self.writer_clock_ms()));
+        if self.log.append(&tp(), payload).await.is_ok() {
+            count(&STATS.deployments);
+        }
+    }
+
+    /// A holder's tick: its clock (right or skewed), nothing else.
+    pub(super) async fn tick(&mut self) {
+        let payload = Bytes::from(crate::codec::encode_tick(self.writer_clock_ms()));
+        if self.log.append(&tp(), payload).await.is_ok() {
+            count(&STATS.ticks);
+        }
+    }
+
     pub(super) fn new_mutation(&mut self) -> Mutation {
         let rng = &mut self.dice.writes;
         let ops_count = rng.random_range(1..=2usize);
         let mut ops = Vec::with_capacity(ops_count);
         for _ in 0..ops_count {
-            let pk = format!("k{}", rng.random_range(0..KEYS));
+            let pk = KEYS[rng.random_range(0..KEYS.len())].to_string();
             let condition = match rng.random_range(0..10u32) {
                 0..2 => Some(Condition::IfAbsent),
                 2..5 => Some(Condition::IfVersion(self.versions.get(&pk).copied().unwrap_or(0))),
                 _ => None,
             };
-            let kind = if rng.random_bool(0.15) { OpKind::Delete } else { OpKind::Put(Bytes::from(format!("{}", rng.random_range(0..1_000u32)))) };
+            // "boom" makes the counter trap: a dead letter, alike everywhere.
+            let value = match rng.random_bool(0.05) {
+                true => "\"boom\"".to_string(),
+                false => format!("{}", rng.random_range(0..1_000u32)),
+            };
+            let kind = if rng.random_bool(0.15) { OpKind::Delete } else { OpKind::Put(Bytes::from(value)) };
             ops.push(Op { pk, sk: String::new(), kind, condition });
         }
         let write_id = if rng.random_bool(0.6) {
@@ -341,9 +481,7 @@ impl World {
                 }
             }
             Ok(entries) => {
-                // The simulated log holds no deployments: each batch's procedures start empty.
-                let procedures = crate::apply::partition_procedures(&replica.handle);
-                if !crate::apply::apply(&replica.handle, &procedures, entries).await {
+                if !crate::apply::apply(&replica.handle, &replica.procedures, entries).await {
                     return Err(format!("replica {r}: applying refused it: {:?}", replica.handle.status()));
                 }
             }
@@ -467,10 +605,23 @@ impl World {
     /// each has reached the log's end; then compares each with the model.
     pub(super) async fn quiesce(&mut self) -> Result<(), String> {
         self.step = STEPS;
-        self.log.set_faults(Faults::default());
+        self.log.heal();
+        self.faults = Faults::default();
         for replica in &mut self.replicas {
             replica.held = true;
         }
+        self.drain_journals().await?;
+        self.catch_up().await?;
+        let model = model::apply_all(&self.log.history());
+        STATS.lane_ahead.fetch_add(model.lane_ahead, Ordering::Relaxed);
+        STATS.lane_repeated.fetch_add(model.lane_repeated, Ordering::Relaxed);
+        self.compare_with_model(&model.records)?;
+        self.check_journaled(&model.decided)
+    }
+
+    /// Runs every replica until each has reached the log's end (bounded:
+    /// one still behind after `QUIESCE_ROUNDS_MAX` rounds is stuck).
+    pub(super) async fn catch_up(&mut self) -> Result<(), String> {
         let end = self.log.end_offset(&tp()).await.map_err(|e| e.to_string())?;
         for round in 0..QUIESCE_ROUNDS_MAX {
             let mut done = true;
@@ -496,17 +647,29 @@ impl World {
                 return Err(format!("silently stuck below the log's end {end}: {}", stuck.join(", ")));
             }
         }
-        let expected = model::apply_all(&self.log.history());
+        Ok(())
+    }
+
+    /// Compares every replica, caught up, with the model's records.
+    fn compare_with_model(&self, expected: &BTreeMap<String, (u64, Vec<u8>)>) -> Result<(), String> {
         for (r, replica) in self.replicas.iter().enumerate() {
             let mut records = BTreeMap::new();
             let view = replica.handle.read_view().map_err(|e| e.to_string())?;
             view.reader
                 .scan_all(|record| {
-                    records.insert(record.pk.clone(), (record.version, record.value.clone()));
+                    if !PROCEDURE_KEYS.contains(&record.pk.as_str()) {
+                        records.insert(record.pk.clone(), (record.version, record.value.clone()));
+                    }
                 })
                 .map_err(|e| e.to_string())?;
-            if records != expected {
+            if records != *expected {
                 return Err(format!("replica {r} holds {records:?}, the model says {expected:?}"));
+            }
+            // No writer's clock moves the log time past the log's own
+            // clock by more than the bound (when the log stamps).
+            let log_time_ms = view.reader.log_time_ms().map_err(|e| e.to_string())?;
+            if self.dice.stamps && log_time_ms > self.clock_ms + crate::procedure::log_time::AHEAD_OF_LOG_MS_MAX {
+                return Err(format!("replica {r}'s log time {log_time_ms} ms is past the log's clock {} ms", self.clock_ms));
             }
             if replica.handle.status() != PartitionStatus::Serving && replica.handle.status() != PartitionStatus::CatchingUp {
                 return Err(format!("replica {r} ends {:?}", replica.handle.status()));

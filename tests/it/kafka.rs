@@ -457,3 +457,102 @@ async fn timers_fire_while_a_writer_whose_clock_is_behind_keeps_writing() {
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
 }
+
+/// Defect 10 of issue 36: the partition's log time trusted every writer's
+/// clock and never went back, so one producer whose clock was a day ahead
+/// fired every pending timer at once, at "tomorrow". The topics Tern
+/// creates are stamped by the broker (`LogAppendTime`), and an entry moves
+/// the log time at most a second past that stamp: the timer armed below
+/// fires by the node's ticks, at today's time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_writer_whose_clock_is_a_day_ahead_fires_no_timer_early() {
+    const DAY_MS: u64 = 86_400_000;
+    let dir = tempfile::tempdir().unwrap();
+    let prefix = unique_prefix();
+    // No publisher: what fired stays in the outbox, where the test reads it.
+    let t = serve_with(dir.path(), &prefix, "ahead", &["--procedure-publish", "false"]).await;
+    let ticker = common::checkout().join("examples/procedures/build/ticker.wasm");
+    let (ok, _, err) = common::cli(&t.url, &["procedure", "deploy", "ticker", ticker.to_str().unwrap()]);
+    assert!(ok, "{err}");
+    let response = t.client.put(t.kv_url("default", "arm", None)).query(&[("wait", "applied")]).json(&json!(1)).send().await.unwrap();
+    assert_eq!(response.status(), 200);
+    let p = tern::partitioner::partition_of("arm", 4);
+    let ahead = (0..).map(|i| format!("ahead{i}")).find(|pk| tern::partitioner::partition_of(pk, 4) == p).unwrap();
+    let producer: FutureProducer = ClientConfig::new().set("bootstrap.servers", common::kafka_bootstrap()).create().unwrap();
+    let op = Op { pk: ahead, sk: "".into(), kind: OpKind::Put(Bytes::from_static(b"1")), condition: None };
+    let tomorrow_ms = codec::now_ms() + DAY_MS;
+    let payload = codec::encode_at(&Mutation { write_id: Bytes::new(), ops: vec![op], journal: None, reads: Vec::new() }, tomorrow_ms);
+    let topic = format!("{prefix}default");
+    let record: FutureRecord<'_, str, [u8]> = FutureRecord::to(&topic).partition(p as i32).payload(&payload);
+    producer.send(record, Duration::from_secs(10)).await.map_err(|(e, _)| e).unwrap();
+    t.wait_caught_up("default").await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let fired = loop {
+        let (status, body) = t.get_json(&format!("/v1/ns/default/outbox?partition={p}&limit=1000")).await;
+        assert_eq!(status, 200, "{body}");
+        let fired = body["messages"].as_array().unwrap().iter().find(|m| m["topic"] == "default.fired").cloned();
+        if let Some(fired) = fired {
+            break fired;
+        }
+        assert!(std::time::Instant::now() < deadline, "the timer never fired: {body}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let value: serde_json::Value = serde_json::from_str(fired["value"].as_str().unwrap()).unwrap();
+    let today_ms = codec::now_ms() + 60_000;
+    assert!(value["now"].as_u64().unwrap() < today_ms, "the timer fired at tomorrow's log time: {value}");
+    let (_, ns) = t.get_json("/v1/ns/default").await;
+    let log_time_ms = ns["state"][p as usize]["procedures"]["log_time_ms"].as_u64().expect("the partition's log time");
+    assert!(log_time_ms < today_ms, "the log time went to tomorrow: {log_time_ms}");
+}
+
+/// The version gate: an entry a newer Tern wrote (a later `format`) is
+/// neither skipped nor guessed at. Its partition applies everything before
+/// it and stops there, refused with the offset, the format and "upgrade",
+/// on `/v1/ns`, `/readyz` and in metrics; the other partitions serve on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_entry_from_a_newer_tern_stops_its_partition_and_says_upgrade() {
+    use prost::Message as _;
+    let dir = tempfile::tempdir().unwrap();
+    let prefix = unique_prefix();
+    let t = serve(dir.path(), &prefix).await;
+    let (before, after, elsewhere) = ("gate-before", "gate-after", "gate-elsewhere");
+    let p = tern::partitioner::partition_of(before, 4);
+    let after = (0..).map(|i| format!("{after}{i}")).find(|pk| tern::partitioner::partition_of(pk, 4) == p).unwrap();
+    let elsewhere = (0..).map(|i| format!("{elsewhere}{i}")).find(|pk| tern::partitioner::partition_of(pk, 4) != p).unwrap();
+    assert_eq!(t.put(before, "s", &json!(1)).await.0, 200);
+    let producer: FutureProducer = ClientConfig::new().set("bootstrap.servers", common::kafka_bootstrap()).create().unwrap();
+    let op = Op { pk: before.into(), sk: "s".into(), kind: OpKind::Put(Bytes::from_static(b"2")), condition: None };
+    let mut newer = codec::proto::Mutation::decode(Bytes::from(codec::encode(&Mutation { ops: vec![op], ..Default::default() }))).unwrap();
+    newer.format = codec::FORMAT_VERSION + 1;
+    let topic = format!("{prefix}default");
+    let payload = newer.encode_to_vec();
+    let record: FutureRecord<'_, str, [u8]> = FutureRecord::to(&topic).partition(p as i32).payload(&payload);
+    producer.send(record, Duration::from_secs(10)).await.map_err(|(e, _)| e).unwrap();
+    // A write after it, to the same partition, is in the log but never applied here.
+    let (status, _) = t.send(t.client.put(t.kv_url("default", &after, Some("s"))).json(&json!(3))).await;
+    assert!(status == 200 || status == 202 || status == 503, "{status}");
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let partition = loop {
+        let (_, ns) = t.get_json("/v1/ns/default").await;
+        let partition = ns["state"][p as usize].clone();
+        if partition["status"] == "refused" {
+            break partition;
+        }
+        assert!(std::time::Instant::now() < deadline, "the partition never stopped at the newer entry: {partition}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let reason = partition["reason"].as_str().unwrap();
+    let wanted = format!("format {}", codec::FORMAT_VERSION + 1);
+    assert!(reason.contains(&wanted) && reason.contains("upgrade this node") && reason.contains("offset 1"), "{reason}");
+    let (status, ready) = t.get_json("/readyz").await;
+    assert_eq!(status, 503, "{ready}");
+    assert!(ready["error"]["message"].as_str().unwrap().contains("upgrade"), "{ready}");
+    // What came before it was applied; the partition refuses reads rather than serve a guess.
+    assert_eq!(partition["applied_offset"], 0, "{partition}");
+    let (status, body) = t.get(before, "s").await;
+    assert_eq!((status, body["error"]["code"].as_str()), (503, Some("partition_unavailable")), "{body}");
+    // Every other partition serves on.
+    assert_eq!(t.put(&elsewhere, "s", &json!(4)).await.0, 200);
+    let (status, body) = t.get(&elsewhere, "s").await;
+    assert_eq!((status, &body["value"]), (200, &json!(4)), "{body}");
+}

@@ -20,7 +20,7 @@ use std::path::Path;
 /// Each room and the rooms it builds on directly, from the top (the
 /// process) to the foundations.
 const ROOMS: &[(&str, &[&str])] = &[
-    ("sim", &["apply", "snapshot"]),
+    ("sim", &["node", "journal", "apply", "procedure", "snapshot"]),
     ("fuzz", &["api", "firebase", "procedure", "snapshot"]),
     ("cli", &["server"]),
     ("server", &["http", "settings"]),

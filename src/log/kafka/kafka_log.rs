@@ -419,7 +419,10 @@ impl Log for KafkaLog {
         let max_message_bytes = MESSAGE_BYTES_MAX.to_string();
         let new_topic = NewTopic::new(&topic, partitions as i32, TopicReplication::Fixed(factor))
             .set("min.insync.replicas", &min_isr)
-            .set("max.message.bytes", &max_message_bytes);
+            .set("max.message.bytes", &max_message_bytes)
+            // The leader broker stamps every record: the reference clock that
+            // bounds how far one entry moves a partition's log time (`LogRecord::appended_ms`).
+            .set("message.timestamp.type", "LogAppendTime");
         let created = self.create_one(&new_topic, &topic).await?;
         // Wait (bounded) until the topic's metadata shows its partitions.
         let deadline = tokio::time::Instant::now() + config.request_timeout;

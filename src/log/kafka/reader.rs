@@ -86,7 +86,7 @@ impl LogReader for KafkaReader {
 /// One message taken off the partition queue: its payload copied once into
 /// `Bytes`, so the borrowed librdkafka message can be released at once.
 enum Fetched {
-    Record(u64, Bytes, Option<Box<ForeignRecord>>),
+    Record(LogRecord),
     OffsetOutOfRange,
     Failed(KafkaError),
 }
@@ -102,7 +102,8 @@ impl Fetched {
                     Records::Tern => None,
                     Records::Sourced(key) => foreign_of(&m, key.as_ref(), topic, &payload),
                 };
-                Fetched::Record(m.offset() as u64, payload, foreign)
+                let record = LogRecord { offset: m.offset() as u64, payload, foreign, appended_ms: appended_ms(&m) };
+                Fetched::Record(record)
             }
             // With auto.offset.reset=error, librdkafka reports an out-of-range
             // fetch position as AUTO_OFFSET_RESET and stops fetching the
@@ -144,6 +145,16 @@ fn foreign_of(m: &rdkafka::message::BorrowedMessage<'_>, key: Option<&EntryKey>,
     Some(Box::new(ForeignRecord { key, headers, timestamp_ms }))
 }
 
+/// The broker's append time of a record of a topic with
+/// `message.timestamp.type=LogAppendTime` (every topic Tern creates); None
+/// for a producer's `CreateTime`, which no one but that producer vouches for.
+fn appended_ms(m: &rdkafka::message::BorrowedMessage<'_>) -> Option<u64> {
+    match m.timestamp() {
+        rdkafka::Timestamp::LogAppendTime(ms) if ms >= 0 => Some(ms as u64),
+        _ => None,
+    }
+}
+
 impl KafkaReader {
     /// When idle: librdkafka's position for the partition moves past control
     /// records (transaction markers) it consumed without delivering; take it
@@ -163,11 +174,11 @@ impl KafkaReader {
     /// Advances past a fetched record, or turns a fetch error into a log error.
     fn accept(&mut self, fetched: Fetched) -> Result<LogRecord, LogError> {
         match fetched {
-            Fetched::Record(offset, payload, foreign) => {
+            Fetched::Record(record) => {
                 // Kafka offsets may skip (transaction markers), never go back.
-                assert!(offset >= self.next, "kafka delivered offset {offset} below the reader's position {}", self.next);
-                self.next = offset + 1;
-                Ok(LogRecord { offset, payload, foreign })
+                assert!(record.offset >= self.next, "kafka delivered offset {} below the reader's position {}", record.offset, self.next);
+                self.next = record.offset + 1;
+                Ok(record)
             }
             Fetched::OffsetOutOfRange => Err(LogError::OffsetOutOfRange { tp: self.tp.to_string(), requested: self.next, start: 0 }),
             Fetched::Failed(e) => Err(LogError::Unavailable(format!("kafka: {e}"))),

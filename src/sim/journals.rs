@@ -1,0 +1,228 @@
+//! Ripcord in the simulation: nodes that journal writes (answered once the
+//! journal has them) and sequence them into the simulated log with the
+//! real journal (`journal::Journal`, on disk) and the real sequencer's lane
+//! turn (`node::sequencer::lane_round`), through the log's faults: appends
+//! that fail before landing, that land and fail (outcome unknown), reads
+//! that fail. Nodes stop (losing their lanes' memory of what is in flight)
+//! and come back (sequencing again what their journal did not release).
+//!
+//! What is checked at the end (`check_journaled`): every acknowledged
+//! journaled write was decided exactly once, at its own place in its
+//! node's journal lane (so in the order its client wrote it), by the
+//! reference model that applies the whole log; and every journal released
+//! everything (nothing stuck, silently, in a lane).
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use rand::Rng;
+
+use super::log::SimLog;
+use super::world::{count, tp, World, NAMESPACE, STATS};
+use crate::journal::{Journal, JournalLimits};
+use crate::log::{Log, TopicPartition};
+use crate::node::sequencer::{lane_round, Lane, LaneHost};
+
+/// Nodes that journal writes in each run.
+pub(super) const NODES: usize = 2;
+
+/// Journal bounds roomy enough that a run never fills one (a full journal
+/// refuses, which the journal's own tests cover).
+const LIMITS: JournalLimits = JournalLimits { entries_max: 10_000, bytes_max: 64 * 1024 * 1024, age_max: Duration::from_secs(86_400) };
+
+/// Sequencer turns per node to drain every journal once faults heal, with
+/// the clock moving past the longest retry wait between turns.
+pub(super) const DRAIN_ROUNDS_MAX: usize = 200;
+
+/// How far the clock moves per drain round: past the sequencer's longest
+/// retry wait (2 s) and its release interval.
+const DRAIN_CLOCK_STEP_MS: u64 = 2_500;
+
+/// One node's ripcord: its journal (None while it is down) and its lane.
+pub(super) struct SimNode {
+    pub(super) dir: PathBuf,
+    pub(super) journal: Option<Journal>,
+    /// The sequencer's lane of the one partition, while the node runs.
+    pub(super) lane: Option<Lane>,
+}
+
+impl SimNode {
+    /// A node's data directory, with a journal id of its own fixed by the
+    /// seed's run (a journal id is random in a real node; here the log's
+    /// bytes must replay exactly).
+    pub(super) fn new(dir: PathBuf, n: usize) -> SimNode {
+        std::fs::create_dir_all(&dir).expect("a node dir");
+        std::fs::write(dir.join(crate::journal::ID_FILE), format!("sim-node-{n}")).expect("a journal id");
+        SimNode { dir, journal: None, lane: None }
+    }
+}
+
+/// A node as the sequencer's lane sees it.
+struct SimHost<'a> {
+    journal: &'a Journal,
+    log: &'a SimLog,
+    /// What gossip says the replicas applied.
+    applied_next: u64,
+    now: Instant,
+}
+
+impl LaneHost for SimHost<'_> {
+    fn journal(&self) -> &Journal {
+        self.journal
+    }
+
+    fn log(&self) -> &dyn Log {
+        self.log
+    }
+
+    fn topic_partition(&self, _ns: &str, partition: u32) -> Option<TopicPartition> {
+        (partition == 0).then(tp)
+    }
+
+    fn applied_next(&self, _ns: &str, _partition: u32) -> u64 {
+        self.applied_next
+    }
+
+    // Which writes ripcord journals is the node's routing; here writers choose.
+    fn log_refused(&self, _ns: &str, _partition: u32) {}
+
+    fn log_took(&self, _ns: &str, _partition: u32) {}
+
+    fn now(&self) -> Instant {
+        self.now
+    }
+}
+
+/// An acknowledged journaled write: where its journal put it.
+#[derive(Debug, Clone)]
+pub(super) struct Journaled {
+    pub lane: Bytes,
+    pub offset: u64,
+    pub write_id: Bytes,
+}
+
+impl World {
+    /// The world's clock as an instant (the sequencer's waits).
+    fn now(&self) -> Instant {
+        self.clock_base + Duration::from_millis(self.clock_ms)
+    }
+
+    /// Starts node `n` if it is down: its journal opens, with what it did not release.
+    pub(super) async fn start_node(&mut self, n: usize) -> Result<(), String> {
+        if self.nodes[n].journal.is_some() {
+            return Ok(());
+        }
+        let journal = Journal::open(&self.nodes[n].dir, LIMITS, None).await.map_err(|e| format!("node {n}'s journal did not open: {e}"))?;
+        self.nodes[n].journal = Some(journal);
+        Ok(())
+    }
+
+    /// Stops node `n`: its journal closes, its lane's memory is gone.
+    pub(super) async fn stop_node(&mut self, n: usize) {
+        count(&STATS.node_restarts);
+        if let Some(journal) = self.nodes[n].journal.take() {
+            journal.close().await;
+        }
+        self.nodes[n].lane = None;
+    }
+
+    /// A client writes through node `n` while ripcord is on: the write is
+    /// answered once the journal has it (a write id is always made for it).
+    pub(super) async fn journal_write(&mut self, n: usize) -> Result<(), String> {
+        self.start_node(n).await?;
+        let mut mutation = self.new_mutation();
+        if mutation.write_id.is_empty() {
+            self.next_write_id += 1;
+            mutation.write_id = Bytes::from(format!("w{}", self.next_write_id));
+        }
+        let time_ms = self.writer_clock_ms();
+        let journal = self.nodes[n].journal.as_ref().expect("started above");
+        match journal.append_at(NAMESPACE, 1, 0, &mutation, time_ms).await {
+            Ok(offset) => {
+                count(&STATS.journaled);
+                let lane = journal.lane(NAMESPACE).expect("a lane once written");
+                self.journaled.push(Journaled { lane, offset, write_id: mutation.write_id.clone() });
+                Ok(())
+            }
+            // Refused (full, too old): not acknowledged, never applied.
+            Err(_) => Ok(()),
+        }
+    }
+
+    /// One sequencer turn of node `n`'s lane, with what gossip says the
+    /// replicas applied (the most any replica applied; sometimes a stale
+    /// word: the least).
+    pub(super) async fn sequence(&mut self, n: usize) -> Result<(), String> {
+        self.start_node(n).await?;
+        let journal = self.nodes[n].journal.as_ref().expect("started above");
+        let pending = match journal.pending_of(NAMESPACE, 0).await {
+            Ok(Some(pending)) => pending,
+            Ok(None) | Err(_) => return Ok(()),
+        };
+        let applied = self.replicas.iter().map(|r| r.handle.applied_next());
+        let applied_next = match self.dice.gossip.random_bool(0.8) {
+            true => applied.max().unwrap_or(0),
+            false => applied.min().unwrap_or(0),
+        };
+        let now = self.now();
+        let node = &mut self.nodes[n];
+        let journal = node.journal.as_ref().expect("checked above");
+        let lane = node.lane.get_or_insert_with(|| Lane::starting_at(pending.start, now));
+        let host = SimHost { journal, log: self.log.as_ref(), applied_next, now };
+        // A refused turn (the journal's read) is tried again at the next.
+        let _ = lane_round(&host, pending, &tp(), lane).await;
+        Ok(())
+    }
+
+    /// After the faults heal: every node runs, and its lane turns until its
+    /// journal released everything (replicas applying meanwhile); a journal
+    /// still holding entries then is stuck.
+    pub(super) async fn drain_journals(&mut self) -> Result<(), String> {
+        for n in 0..NODES {
+            self.start_node(n).await?;
+        }
+        for _ in 0..DRAIN_ROUNDS_MAX {
+            let mut pending = Vec::new();
+            for n in 0..NODES {
+                let journal = self.nodes[n].journal.as_ref().expect("started above");
+                if let Some(p) = journal.pending_of(NAMESPACE, 0).await.map_err(|e| e.to_string())? {
+                    pending.push(format!("node {n}: journal offsets {}..{}", p.start, p.end));
+                }
+            }
+            if pending.is_empty() {
+                return Ok(());
+            }
+            self.clock_ms += DRAIN_CLOCK_STEP_MS;
+            for n in 0..NODES {
+                self.sequence(n).await?;
+            }
+            self.catch_up().await?;
+        }
+        Err(format!("journals stuck with entries never released after {DRAIN_ROUNDS_MAX} rounds"))
+    }
+
+    /// Every acknowledged journaled write was decided exactly once, at its
+    /// own place in its lane (`decided`: what the model decided at each
+    /// lane place, by write id).
+    pub(super) fn check_journaled(&self, decided: &std::collections::BTreeMap<(Bytes, u64), Bytes>) -> Result<(), String> {
+        for write in &self.journaled {
+            match decided.get(&(write.lane.clone(), write.offset)) {
+                Some(id) if *id == write.write_id => {}
+                Some(id) => {
+                    return Err(format!(
+                        "journal lane {:?} offset {} held acknowledged write {:?}, yet {:?} was decided there",
+                        write.lane, write.offset, write.write_id, id
+                    ))
+                }
+                None => {
+                    return Err(format!(
+                        "acknowledged journaled write {:?} (lane {:?} offset {}) was never applied",
+                        write.write_id, write.lane, write.offset
+                    ))
+                }
+            }
+        }
+        Ok(())
+    }
+}
