@@ -19,13 +19,6 @@ pub mod proto {
 }
 
 /// The schema version this code writes and understands.
-///
-/// The version gate: an entry of a later format was written by a newer
-/// Tern whose replicas may apply it differently (a new field, a new rule);
-/// a replica of this code must never guess, so it refuses the partition at
-/// that entry (`Malformed::NewerFormat`, `apply::batch`) and says to
-/// upgrade, rather than skip or half-apply it and diverge. Format 0 (not
-/// set) is malformed and skipped, as ever.
 pub const FORMAT_VERSION: u32 = 1;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -115,9 +108,6 @@ pub enum Malformed {
     Undecodable,
     #[error("unknown format version {0}")]
     UnknownFormat(u32),
-    /// Never a skip: the partition stops at the entry (see `FORMAT_VERSION`).
-    #[error("format {0}, written by a newer Tern (this one applies format {FORMAT_VERSION}): upgrade this node")]
-    NewerFormat(u32),
     #[error("violates a limit: {0}")]
     Limit(String),
     #[error("op has no kind")]
@@ -137,7 +127,6 @@ impl Malformed {
         match self {
             Malformed::Undecodable => "undecodable",
             Malformed::UnknownFormat(_) => "unknown_format",
-            Malformed::NewerFormat(_) => "newer_format",
             Malformed::Limit(_) => "limit",
             Malformed::NoKind => "no_kind",
             Malformed::InvalidJson => "invalid_json",
@@ -296,9 +285,6 @@ pub fn decode(entry: Bytes, partition: u32, partitions: u32) -> Result<Mutation,
 /// As `decode`, with the entry's `time_ms` (0: the writer did not say).
 pub fn decode_timed(entry: Bytes, partition: u32, partitions: u32) -> Result<(Mutation, u64), Malformed> {
     let message = proto::Mutation::decode(entry).map_err(|_| Malformed::Undecodable)?;
-    if message.format > FORMAT_VERSION {
-        return Err(Malformed::NewerFormat(message.format));
-    }
     if message.format != FORMAT_VERSION {
         return Err(Malformed::UnknownFormat(message.format));
     }
@@ -477,9 +463,7 @@ mod tests {
             journal: None,
             reads: Vec::new(),
         };
-        assert_eq!(decode(Bytes::from(raw.encode_to_vec()), 0, 1).unwrap_err(), Malformed::NewerFormat(2));
-        raw.format = 0;
-        assert_eq!(decode(Bytes::from(raw.encode_to_vec()), 0, 1).unwrap_err(), Malformed::UnknownFormat(0));
+        assert_eq!(decode(Bytes::from(raw.encode_to_vec()), 0, 1).unwrap_err(), Malformed::UnknownFormat(2));
         raw.format = 1;
         assert_eq!(decode(Bytes::from(raw.encode_to_vec()), 0, 1).unwrap_err().label(), "limit");
         let op = |kind: proto::op::Kind, value: &'static [u8]| proto::Op {

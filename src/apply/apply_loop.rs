@@ -246,19 +246,12 @@ pub(crate) async fn apply(handle: &Arc<PartitionHandle>, procedures: &PartitionP
         Ok(commit_batch(handle, &mut procedures.lock(), &entries))
     };
     match result {
-        Ok(Ok((outcomes, applied_next, events, stopped))) => {
+        Ok(Ok((outcomes, applied_next, events))) => {
             metrics::APPLY_BATCH_ENTRIES.observe(count as f64);
             record_outcome_metrics(handle, &outcomes);
             handle.advance(outcomes, applied_next);
             handle.feed.append(events, applied_next);
-            match stopped {
-                // The version gate: what came before is applied and stays; the partition stops here.
-                Some(reason) => {
-                    handle.set_status(PartitionStatus::Refused(reason));
-                    false
-                }
-                None => true,
-            }
+            true
         }
         Ok(Err(e)) => {
             handle.set_status(PartitionStatus::Refused(format!("store write failed: {e}")));
@@ -271,10 +264,9 @@ pub(crate) async fn apply(handle: &Arc<PartitionHandle>, procedures: &PartitionP
     }
 }
 
-/// A committed batch: each entry's outcome, the applied offset reached, the
-/// change events for watches (encoded once, here), and why it stopped short
-/// of the batch's end (an entry written by a newer Tern), if it did.
-pub(super) type Applied = (Vec<(u64, Outcome)>, u64, Vec<Arc<Event>>, Option<String>);
+/// A committed batch: each entry's outcome, the applied offset reached, and
+/// the change events for watches (encoded once, here).
+pub(super) type Applied = (Vec<(u64, Outcome)>, u64, Vec<Arc<Event>>);
 
 pub(super) fn commit_batch(
     handle: &PartitionHandle,
@@ -287,8 +279,7 @@ pub(super) fn commit_batch(
         let outcomes = batch::apply_entries_with(tx, entries, partition, handle.partitions, procedures, &mut |offset, mutation| {
             events.extend(Event::of_mutation(partition, offset, mutation));
         })?;
-        let stopped = batch::first_unapplied(entries, &outcomes, partition, handle.partitions);
-        Ok((outcomes, tx.state().applied_next, events, stopped))
+        Ok((outcomes, tx.state().applied_next, events))
     });
     match &applied {
         // Committed: the procedures are in step with the store at this offset.

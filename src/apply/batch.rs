@@ -60,11 +60,6 @@ pub(crate) fn apply_entries(
 /// As `apply_entries`, running the partition's `procedures` (kept in step
 /// with the store by their caller, the apply loop) after every entry that
 /// applied, in the same transaction (`procedure/mod.rs`).
-///
-/// The version gate (`codec::FORMAT_VERSION`): an entry written by a newer
-/// Tern is neither applied nor skipped. The outcomes end before it (fewer
-/// than the entries), and the caller stops the partition there
-/// (`first_unapplied`), so no replica of this code guesses at it.
 pub(crate) fn apply_entries_with(
     tx: &mut ApplyTxn,
     entries: &[LogRecord],
@@ -92,7 +87,6 @@ pub(crate) fn apply_entries_with(
             continue;
         }
         let outcome = match codec::decode_timed(entry.payload.clone(), partition, partitions) {
-            Err(codec::Malformed::NewerFormat(_)) => break,
             Err(malformed) => Outcome::Skipped(malformed),
             Ok((mutation, time_ms)) if is_deployment(&mutation) => {
                 deploy(tx, procedures, entry.offset, EntryTime::of(time_ms, entry.appended_ms), &mutation)?
@@ -129,18 +123,6 @@ pub(crate) fn apply_entries_with(
         mark_applied(tx, entry.offset, outcome, &mut outcomes)?;
     }
     Ok(outcomes)
-}
-
-/// Why the apply stopped before the end of `entries`, given the outcomes
-/// `apply_entries_with` returned for them: the first entry it left alone
-/// (one written by a newer Tern), or None when it applied them all.
-pub(crate) fn first_unapplied(entries: &[LogRecord], outcomes: &[(u64, Outcome)], partition: u32, partitions: u32) -> Option<String> {
-    let entry = entries.get(outcomes.len())?;
-    let why = match codec::decode_timed(entry.payload.clone(), partition, partitions) {
-        Err(newer @ codec::Malformed::NewerFormat(_)) => newer.to_string(),
-        other => unreachable!("apply stops only at an entry of a newer format, not at {other:?}"),
-    };
-    Some(format!("the log entry at offset {} has {why}", entry.offset))
 }
 
 /// Tells `on_applied` what the entry at `offset` did to records: its own
@@ -375,38 +357,6 @@ mod tests {
         let later = vec![entry(2 * window + 10, vec![put("other", "", "1", None)])];
         store.apply(false, |tx| apply_entries(tx, &later, 0, 1, &mut |_, _| {})).unwrap();
         assert_eq!((seen(b"cas"), seen(b"retry-me")), (None, None));
-    }
-
-    /// The version gate: an entry of a newer format is neither applied nor
-    /// skipped; everything before it applies, the batch stops at it, and
-    /// the reason names the offset and the format. Format 0 is skipped.
-    #[test]
-    fn an_entry_written_by_a_newer_tern_stops_the_partition_where_it_is() {
-        use prost::Message as _;
-        let dir = tempfile::tempdir().unwrap();
-        let store = PartitionStore::open(&dir.path().join("p"), 1, 1 << 20).unwrap();
-        let raw = |format: u32| {
-            let mut raw =
-                codec::proto::Mutation::decode(Bytes::from(encode(&Mutation { ops: vec![put("k", "", "9", None)], ..Default::default() }))).unwrap();
-            raw.format = format;
-            Bytes::from(raw.encode_to_vec())
-        };
-        let entries = vec![
-            entry(0, vec![put("k", "", "1", None)]),
-            LogRecord::entry(1, raw(0)),
-            entry(2, vec![put("k", "", "2", None)]),
-            LogRecord::entry(3, raw(2)),
-            entry(4, vec![put("k", "", "3", None)]),
-        ];
-        let outcomes = store.apply(false, |tx| apply_entries(tx, &entries, 0, 1, &mut |_, _| {})).unwrap();
-        assert_eq!(outcomes.iter().map(|(offset, _)| *offset).collect::<Vec<_>>(), vec![0, 1, 2]);
-        assert!(matches!(outcomes[1].1, Outcome::Skipped(codec::Malformed::UnknownFormat(0))), "{:?}", outcomes[1]);
-        let stopped = first_unapplied(&entries, &outcomes, 0, 1).expect("stopped at the newer entry");
-        assert!(stopped.contains("offset 3") && stopped.contains("format 2") && stopped.contains("upgrade"), "{stopped}");
-        let reader = store.read().unwrap();
-        assert_eq!(reader.state().unwrap().applied_next, 3, "the newer entry is left for a newer replica");
-        assert_eq!(reader.get("k", "").unwrap().unwrap().value, b"2");
-        assert_eq!(first_unapplied(&entries[..3], &outcomes, 0, 1), None);
     }
 
     #[test]

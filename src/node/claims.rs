@@ -25,8 +25,10 @@ use std::time::Duration;
 
 use futures::StreamExt;
 
+use super::ripcord_host::RipcordHost;
 use super::Node;
 use crate::journal::objects::{now_ms, Entry, JournalObjects};
+use object_store::path::Path as ObjectPath;
 
 /// Appends of a claimed journal handed to the log at once, in order.
 const APPENDS_IN_FLIGHT_MAX: usize = 256;
@@ -79,7 +81,30 @@ async fn scan(node: &Node, objects: &JournalObjects, own: &str, claim_after: Dur
 }
 
 /// Replays one claimed journal: every entry of its objects, each lane (a
-/// namespace's partition) in journal order, then deletes the objects.
+/// namespace's partition) in journal order (`plan`), appended
+/// (`append_all`), seen applied (`wait_applied`), then its objects deleted
+/// and the journal retired (`finish`).
+async fn replay(node: &Node, objects: &JournalObjects, journal: &str) -> Result<(), String> {
+    let plan = plan(objects, journal).await?;
+    let appended = append_all(node, &plan).await?;
+    wait_applied(node, &appended).await?;
+    finish(objects, journal, &plan).await
+}
+
+/// A claimed journal's replay, planned from its objects.
+pub(crate) struct Plan {
+    /// Its objects, (sequence, path).
+    listed: Vec<(u64, ObjectPath)>,
+    /// Every entry to append, each lane in journal order up to its first gap.
+    ordered: Vec<Entry>,
+    /// `ordered`, each placed in its lane (`JournalPlace`).
+    placed: Vec<bytes::Bytes>,
+    /// Lanes with an offset missing: what follows it is not appended, and
+    /// the objects are kept.
+    gaps: Vec<String>,
+}
+
+/// Plans the replay of `journal` from its objects.
 ///
 /// Objects need not hold a lane in order (two writes journaled at once
 /// can reach the uploader in either order; a put that failed is carried
@@ -92,7 +117,7 @@ async fn scan(node: &Node, objects: &JournalObjects, own: &str, claim_after: Dur
 /// with a gap (an offset missing between two it holds) is appended up to
 /// the gap only and the objects are kept: never an entry after a missing
 /// one (it would be ahead of its lane, and lost with the objects).
-async fn replay(node: &Node, objects: &JournalObjects, journal: &str) -> Result<(), String> {
+pub(crate) async fn plan(objects: &JournalObjects, journal: &str) -> Result<Plan, String> {
     let listed = objects.entries(journal).await?;
     let mut lanes: BTreeMap<(String, u32), BTreeMap<u64, Entry>> = BTreeMap::new();
     for (_, path) in &listed {
@@ -124,40 +149,45 @@ async fn replay(node: &Node, objects: &JournalObjects, journal: &str) -> Result<
                 .map_err(|e| format!("journal {journal}, {}/{} offset {}: {e}", entry.ns, entry.partition, entry.offset))
         })
         .collect::<Result<Vec<_>, _>>()?;
-    let appended = append_all(node, &ordered, placed).await?;
-    wait_applied(node, &appended).await?;
-    if !gaps.is_empty() {
-        return Err(format!("journal {journal} has gaps: {}; its objects are kept", gaps.join("; ")));
+    Ok(Plan { listed, ordered, placed, gaps })
+}
+
+/// Once a replay's entries were seen applied: deletes the journal's
+/// objects and retires it, unless a lane had a gap (then they are kept).
+pub(crate) async fn finish(objects: &JournalObjects, journal: &str, plan: &Plan) -> Result<(), String> {
+    if !plan.gaps.is_empty() {
+        return Err(format!("journal {journal} has gaps: {}; its objects are kept", plan.gaps.join("; ")));
     }
-    for (seq, path) in &listed {
+    for (seq, path) in &plan.listed {
         objects.delete(path).await?;
         tracing::info!(journal, seq, "a lost journal's object is applied; deleted");
     }
     objects.retire(journal).await?;
-    tracing::info!(journal, entries = ordered.len(), "a lost journal is replayed and retired");
+    tracing::info!(journal, entries = plan.ordered.len(), "a lost journal is replayed and retired");
     Ok(())
 }
 
-/// Appends `entries` (as `payloads`: placed in their journal) to the log in
-/// their order; returns, per namespace and partition, the highest log
-/// offset appended. Any refusal, or an offset not above the last of its
+/// Appends a plan's entries (placed in their journal) to the log in their
+/// order; returns, per namespace and partition, the highest log offset
+/// appended. Any refusal, or an offset not above the last of its
 /// partition, fails the object: it is appended again whole at the next
 /// scan, and each entry applies once, in its lane's order.
-async fn append_all(node: &Node, entries: &[Entry], payloads: Vec<bytes::Bytes>) -> Result<BTreeMap<(String, u32), u64>, String> {
-    let mut handles = Vec::with_capacity(entries.len());
+pub(crate) async fn append_all(host: &dyn RipcordHost, plan: &Plan) -> Result<BTreeMap<(String, u32), u64>, String> {
+    let entries = &plan.ordered;
+    let mut tps = Vec::with_capacity(entries.len());
     for entry in entries {
-        let namespace = node.namespace(&entry.ns).ok_or_else(|| format!("namespace {:?} of a journaled write is unknown here", entry.ns))?;
-        if namespace.partitions != entry.partitions {
+        let partitions = host.partitions(&entry.ns).ok_or_else(|| format!("namespace {:?} of a journaled write is unknown here", entry.ns))?;
+        if partitions != entry.partitions {
             return Err(format!(
                 "namespace {:?} has {} partitions, its journaled write was for {}: it was made again; the object is kept",
-                entry.ns, namespace.partitions, entry.partitions
+                entry.ns, partitions, entry.partitions
             ));
         }
-        handles.push(namespace.handle(entry.partition).clone());
+        tps.push(host.topic_partition(&entry.ns, entry.partition).expect("a partition below the namespace's count"));
     }
-    let log = node.log.as_ref();
+    let log = host.log();
     // Collected first: a stream over a borrowing closure is not `Send` to the compiler.
-    let appends: Vec<_> = payloads.into_iter().zip(&handles).map(|(payload, handle)| super::write::append(log, &handle.tp, payload)).collect();
+    let appends: Vec<_> = plan.placed.iter().zip(&tps).map(|(payload, tp)| super::write::append(log, tp, payload.clone())).collect();
     let mut results = futures::stream::iter(appends).buffered(APPENDS_IN_FLIGHT_MAX);
     let mut highest = BTreeMap::new();
     let mut at = 0;

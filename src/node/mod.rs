@@ -15,7 +15,7 @@
 
 pub mod attempt_ids;
 mod barrier;
-mod claims;
+pub(crate) mod claims;
 mod config;
 mod elsewhere;
 mod health;
@@ -26,6 +26,7 @@ mod ownership;
 mod publisher;
 pub mod read;
 pub mod reserved;
+pub(crate) mod ripcord_host;
 pub(crate) mod sequencer;
 pub mod snapshots;
 mod ticks;

@@ -21,9 +21,9 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 use tokio::sync::Notify;
 
+use super::ripcord_host::RipcordHost;
 use super::Node;
-use crate::journal::Journal;
-use crate::log::{Log, LogReader, TopicPartition};
+use crate::log::{LogReader, TopicPartition};
 
 /// Entries one lane appends per round before the next lane's turn.
 const ENTRIES_PER_ROUND_MAX: usize = 256;
@@ -42,57 +42,6 @@ const RELEASE_INTERVAL: Duration = Duration::from_millis(200);
 const OBJECTS_DELETE_INTERVAL: Duration = Duration::from_secs(1);
 const RETRY_WAIT_MIN: Duration = Duration::from_millis(50);
 const RETRY_WAIT_MAX: Duration = Duration::from_secs(2);
-
-/// What a lane's turn needs of its node: the narrow interface. The node
-/// is one host (below); the simulation (`sim/`) is another, with a clock
-/// of its own, so a seed replays a lane's waits exactly.
-pub(crate) trait LaneHost: Sync {
-    /// The node's journal.
-    fn journal(&self) -> &Journal;
-    /// The log the lane appends to.
-    fn log(&self) -> &dyn Log;
-    /// The topic partition of `partition` of `ns`; None if the namespace is
-    /// unknown here or has no such partition (made again with fewer).
-    fn topic_partition(&self, ns: &str, partition: u32) -> Option<TopicPartition>;
-    /// The most any member applied of the partition (here, or by gossip).
-    fn applied_next(&self, ns: &str, partition: u32) -> u64;
-    /// The log refused an append to the partition (ripcord journals its plain writes).
-    fn log_refused(&self, ns: &str, partition: u32);
-    /// The log took an append to the partition.
-    fn log_took(&self, ns: &str, partition: u32);
-    /// Now, for the lane's waits.
-    fn now(&self) -> Instant;
-}
-
-impl LaneHost for Node {
-    fn journal(&self) -> &Journal {
-        &self.journal
-    }
-
-    fn log(&self) -> &dyn Log {
-        self.log.as_ref()
-    }
-
-    fn topic_partition(&self, ns: &str, partition: u32) -> Option<TopicPartition> {
-        self.namespace(ns).filter(|namespace| partition < namespace.partitions).map(|namespace| namespace.handle(partition).tp.clone())
-    }
-
-    fn applied_next(&self, ns: &str, partition: u32) -> u64 {
-        Node::applied_next(self, ns, partition)
-    }
-
-    fn log_refused(&self, ns: &str, partition: u32) {
-        Node::log_refused(self, ns, partition)
-    }
-
-    fn log_took(&self, ns: &str, partition: u32) {
-        Node::log_took(self, ns, partition)
-    }
-
-    fn now(&self) -> Instant {
-        Instant::now()
-    }
-}
 
 /// One partition's journal on its way to the log.
 pub(crate) struct Lane {
@@ -224,7 +173,7 @@ async fn lane_worker(node: Weak<Node>, ns: String, partition: u32, wake: Arc<Not
 /// partition in the log): append, then release. Returns whether it has
 /// more to append now.
 pub(crate) async fn lane_round(
-    host: &dyn LaneHost,
+    host: &dyn RipcordHost,
     p: crate::journal::Pending,
     tp: &TopicPartition,
     lane: &mut Lane,
@@ -258,7 +207,7 @@ pub(crate) async fn lane_round(
 /// again after the retried one, and applied then, once (issue 36, defect 4:
 /// they used to apply before it, out of journal order).
 async fn append(
-    host: &dyn LaneHost,
+    host: &dyn RipcordHost,
     ns: &str,
     tp: &TopicPartition,
     lane: &mut Lane,
@@ -332,7 +281,7 @@ fn placed(payload: &bytes::Bytes, place: &crate::codec::JournalPlace) -> bytes::
 }
 
 /// Releases the journal entries whose writes were seen applied.
-fn release(host: &dyn LaneHost, ns: &str, partition: u32, lane: &mut Lane, end: u64) -> Result<(), crate::journal::JournalError> {
+fn release(host: &dyn RipcordHost, ns: &str, partition: u32, lane: &mut Lane, end: u64) -> Result<(), crate::journal::JournalError> {
     let applied_next = host.applied_next(ns, partition);
     while let Some(&(journal_offset, log_offset)) = lane.in_flight.front() {
         if log_offset >= applied_next {

@@ -6,6 +6,15 @@
 //! that fail. Nodes stop (losing their lanes' memory of what is in flight)
 //! and come back (sequencing again what their journal did not release).
 //!
+//! In most runs each journal keeps a copy in object storage (the real
+//! `JournalObjects` over an in-memory store), and a node may be lost with
+//! its data directory: its acknowledged writes then exist only there, and
+//! another node claims the lost journal and replays it (the real plan and
+//! append of `node::claims`), in two steps with the world going on between
+//! them, as a claimer's wait for its entries to apply does. A stopped node's
+//! journal may be claimed too, and the node come back and sequence the same
+//! entries from its own journal.
+//!
 //! What is checked at the end (`check_journaled`): every acknowledged
 //! journaled write was decided exactly once, at its own place in its
 //! node's journal lane (so in the order its client wrote it), by the
@@ -20,9 +29,10 @@ use rand::Rng;
 
 use super::log::SimLog;
 use super::world::{count, tp, World, NAMESPACE, STATS};
-use crate::journal::{Journal, JournalLimits};
+use crate::journal::{Journal, JournalLimits, ObjectsConfig};
 use crate::log::{Log, TopicPartition};
-use crate::node::sequencer::{lane_round, Lane, LaneHost};
+use crate::node::ripcord_host::RipcordHost;
+use crate::node::sequencer::{lane_round, Lane};
 
 /// Nodes that journal writes in each run.
 pub(super) const NODES: usize = 2;
@@ -42,6 +52,9 @@ const DRAIN_CLOCK_STEP_MS: u64 = 2_500;
 /// One node's ripcord: its journal (None while it is down) and its lane.
 pub(super) struct SimNode {
     pub(super) dir: PathBuf,
+    pub(super) n: usize,
+    /// Which data directory: a lost node comes back with a new one.
+    pub(super) generation: u32,
     pub(super) journal: Option<Journal>,
     /// The sequencer's lane of the one partition, while the node runs.
     pub(super) lane: Option<Lane>,
@@ -52,10 +65,27 @@ impl SimNode {
     /// seed's run (a journal id is random in a real node; here the log's
     /// bytes must replay exactly).
     pub(super) fn new(dir: PathBuf, n: usize) -> SimNode {
-        std::fs::create_dir_all(&dir).expect("a node dir");
-        std::fs::write(dir.join(crate::journal::ID_FILE), format!("sim-node-{n}")).expect("a journal id");
-        SimNode { dir, journal: None, lane: None }
+        let node = SimNode { dir, n, generation: 0, journal: None, lane: None };
+        node.make_dir();
+        node
     }
+
+    fn journal_id(&self) -> String {
+        format!("sim-node-{}-{}", self.n, self.generation)
+    }
+
+    fn make_dir(&self) {
+        std::fs::create_dir_all(&self.dir).expect("a node dir");
+        std::fs::write(self.dir.join(crate::journal::ID_FILE), self.journal_id()).expect("a journal id");
+    }
+}
+
+/// A claim of a lost journal between its append and its finish.
+pub(super) struct Claim {
+    journal: String,
+    plan: crate::node::claims::Plan,
+    /// The highest log offset appended (the one partition's).
+    highest: u64,
 }
 
 /// A node as the sequencer's lane sees it.
@@ -67,13 +97,17 @@ struct SimHost<'a> {
     now: Instant,
 }
 
-impl LaneHost for SimHost<'_> {
+impl RipcordHost for SimHost<'_> {
     fn journal(&self) -> &Journal {
         self.journal
     }
 
     fn log(&self) -> &dyn Log {
         self.log
+    }
+
+    fn partitions(&self, ns: &str) -> Option<u32> {
+        (ns == NAMESPACE).then_some(1)
     }
 
     fn topic_partition(&self, _ns: &str, partition: u32) -> Option<TopicPartition> {
@@ -113,7 +147,10 @@ impl World {
         if self.nodes[n].journal.is_some() {
             return Ok(());
         }
-        let journal = Journal::open(&self.nodes[n].dir, LIMITS, None).await.map_err(|e| format!("node {n}'s journal did not open: {e}"))?;
+        // The lease is never renewed in a run: the simulation decides when a journal is claimed.
+        let objects =
+            self.journal_objects.clone().map(|objects| ObjectsConfig { objects, node: format!("node{n}"), lease_renew: Duration::from_secs(86_400) });
+        let journal = Journal::open(&self.nodes[n].dir, LIMITS, objects).await.map_err(|e| format!("node {n}'s journal did not open: {e}"))?;
         self.nodes[n].journal = Some(journal);
         Ok(())
     }
@@ -172,7 +209,76 @@ impl World {
         let host = SimHost { journal, log: self.log.as_ref(), applied_next, now };
         // A refused turn (the journal's read) is tried again at the next.
         let _ = lane_round(&host, pending, &tp(), lane).await;
+        // As the sequencer does every second: objects all of whose entries were released go.
+        let _ = journal.delete_released_objects().await;
         Ok(())
+    }
+
+    /// Node `n` is lost with its data directory (its journal lives on in
+    /// object storage only) and comes back, later, with a new one.
+    pub(super) async fn lose_node(&mut self, n: usize) {
+        if self.journal_objects.is_none() {
+            // Without a copy, losing the directory loses acknowledged writes by design.
+            return self.stop_node(n).await;
+        }
+        self.stop_node(n).await;
+        count(&STATS.nodes_lost);
+        let node = &mut self.nodes[n];
+        let _ = std::fs::remove_dir_all(&node.dir);
+        node.generation += 1;
+        node.make_dir();
+    }
+
+    /// One step of a claim: a claimer (a running node) plans a lost
+    /// journal's replay (or a stopped node's: its lease would expire) and
+    /// appends it; at a later step, once the replicas applied past what it
+    /// appended, deletes its objects and retires it.
+    pub(super) async fn claim_step(&mut self) -> Result<(), String> {
+        let Some(objects) = self.journal_objects.clone() else { return Ok(()) };
+        if let Some(claim) = self.claim.take() {
+            let applied = self.replicas.iter().map(|r| r.handle.applied_next()).max().unwrap_or(0);
+            if applied <= claim.highest {
+                // Not yet applied: the claimer waits (or, sometimes, stops: the objects stay).
+                if self.dice.claims.random_bool(0.8) {
+                    self.claim = Some(claim);
+                }
+                return Ok(());
+            }
+            // Objects written after the plan stay (and the journal is found again by the next scan).
+            if crate::node::claims::finish(&objects, &claim.journal, &claim.plan).await.is_ok() {
+                count(&STATS.claims);
+            }
+            return Ok(());
+        }
+        let candidates = self.claimable().await;
+        if candidates.is_empty() {
+            return Ok(());
+        }
+        let journal = candidates[self.dice.claims.random_range(0..candidates.len())].clone();
+        let Some(claimer) = self.nodes.iter().position(|node| node.journal.is_some()) else { return Ok(()) };
+        let Ok(plan) = crate::node::claims::plan(&objects, &journal).await else { return Ok(()) };
+        let host =
+            SimHost { journal: self.nodes[claimer].journal.as_ref().expect("running"), log: self.log.as_ref(), applied_next: 0, now: self.now() };
+        if let Ok(highest) = crate::node::claims::append_all(&host, &plan).await {
+            let highest = highest.get(&(NAMESPACE.to_string(), 0)).copied().unwrap_or(0);
+            self.claim = Some(Claim { journal, plan, highest });
+        }
+        Ok(())
+    }
+
+    /// The journals a scan would claim: every journal with objects but the
+    /// ones running nodes write (a stopped node's lease would expire; a
+    /// lost node's journal is no node's any more).
+    async fn claimable(&self) -> Vec<String> {
+        let Some(objects) = &self.journal_objects else { return Vec::new() };
+        let running: Vec<String> = self.nodes.iter().filter(|node| node.journal.is_some()).map(|node| node.journal_id()).collect();
+        let mut claimable = Vec::new();
+        for journal in objects.journals().await.unwrap_or_default() {
+            if !running.contains(&journal) && objects.entries(&journal).await.is_ok_and(|entries| !entries.is_empty()) {
+                claimable.push(journal);
+            }
+        }
+        claimable
     }
 
     /// After the faults heal: every node runs, and its lane turns until its
@@ -184,6 +290,12 @@ impl World {
         }
         for _ in 0..DRAIN_ROUNDS_MAX {
             let mut pending = Vec::new();
+            // Every lost journal is claimed and replayed (its objects deleted once applied).
+            let lost = self.claimable().await;
+            if !lost.is_empty() || self.claim.is_some() {
+                pending.push(format!("lost journals {lost:?}"));
+                self.claim_step().await?;
+            }
             for n in 0..NODES {
                 let journal = self.nodes[n].journal.as_ref().expect("started above");
                 if let Some(p) = journal.pending_of(NAMESPACE, 0).await.map_err(|e| e.to_string())? {

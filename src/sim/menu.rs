@@ -57,11 +57,17 @@ pub(super) enum Action {
     /// A node stops; its next write or sequencer turn starts it again: its
     /// journal reopens, its lane's memory of appends in flight is gone.
     NodeRestart,
+    /// A node is lost with its data directory (its journal lives on only in
+    /// object storage, when the run keeps a copy) and comes back with a new one.
+    NodeLost,
+    /// One step of claiming a lost (or stopped) node's journal: plan and
+    /// append its replay, or, once applied, delete its objects and retire it.
+    Claim,
 }
 
 /// Each action with its weight: of the sum (100), the share of steps that take it.
-pub(super) const ACTIONS: [(Action, u32); 15] = [
-    (Action::Write, 30),
+pub(super) const ACTIONS: [(Action, u32); 17] = [
+    (Action::Write, 28),
     (Action::Apply, 30),
     (Action::Marker, 3),
     (Action::Snapshot, 5),
@@ -76,6 +82,8 @@ pub(super) const ACTIONS: [(Action, u32); 15] = [
     (Action::JournalWrite, 7),
     (Action::Sequence, 3),
     (Action::NodeRestart, 1),
+    (Action::NodeLost, 1),
+    (Action::Claim, 1),
 ];
 
 /// A fault of the simulated log, by name.
@@ -149,6 +157,10 @@ pub(super) struct Dice {
     pub(super) nodes: Stream,
     /// Whether gossip's word on what replicas applied is fresh or stale.
     pub(super) gossip: Stream,
+    /// Which journal a claim takes, and whether a waiting claimer stops.
+    pub(super) claims: Stream,
+    /// Whether journals keep a copy in object storage (drawn once per run).
+    pub(super) journal_objects: bool,
     /// Whether the log stamps what it appends (drawn once per run).
     pub(super) stamps: bool,
     /// How often one append among several in flight fails on its own
@@ -183,6 +195,8 @@ impl Dice {
             clock: stream(seed, "clock"),
             nodes: stream(seed, "nodes"),
             gossip: stream(seed, "gossip"),
+            claims: stream(seed, "claims"),
+            journal_objects: stream(seed, "journal_objects").random_bool(0.75),
             stamps: stream(seed, "stamps").random_bool(0.5),
             flaky_append_rate: FLAKY_APPEND_RATES[stream(seed, "fault/flaky_append/rate").random_range(0..FLAKY_APPEND_RATES.len())],
         }
@@ -221,10 +235,11 @@ impl Dice {
     pub(super) fn fault_rates_text(&self) -> String {
         let rates: Vec<String> = self.faults.iter().map(|dice| format!("{} {}", dice.fault.name(), dice.rate)).collect();
         format!(
-            "{}, flaky_append {}; the log {} its entries",
+            "{}, flaky_append {}; the log {} its entries; journals {} a copy in object storage",
             rates.join(", "),
             self.flaky_append_rate,
-            if self.stamps { "stamps" } else { "does not stamp" }
+            if self.stamps { "stamps" } else { "does not stamp" },
+            if self.journal_objects { "keep" } else { "keep no" }
         )
     }
 }

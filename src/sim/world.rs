@@ -2,7 +2,7 @@
 //! random steps (writes, applies, faults, snapshots, crashes, moves) and the
 //! checks at the end.
 
-use super::journals::{Journaled, SimNode, NODES};
+use super::journals::{Claim, Journaled, SimNode, NODES};
 use super::log::{Faults, SimLog};
 use super::menu::{Action, Dice};
 use super::model;
@@ -87,6 +87,8 @@ pub(super) struct Stats {
     pub node_restarts: AtomicU64,
     pub lane_ahead: AtomicU64,
     pub lane_repeated: AtomicU64,
+    pub nodes_lost: AtomicU64,
+    pub claims: AtomicU64,
 }
 
 pub(super) static STATS: Stats = Stats {
@@ -105,6 +107,8 @@ pub(super) static STATS: Stats = Stats {
     node_restarts: AtomicU64::new(0),
     lane_ahead: AtomicU64::new(0),
     lane_repeated: AtomicU64::new(0),
+    nodes_lost: AtomicU64::new(0),
+    claims: AtomicU64::new(0),
 };
 
 pub(super) fn count(counter: &AtomicU64) {
@@ -118,7 +122,8 @@ impl std::fmt::Display for Stats {
             f,
             "writes acknowledged {}, failed {} (retried with their write id {}), crashes {}, wipes {}, snapshots {}, \
              restores {}, readers overtaken by retention {}, deployments {}, ticks {}, procedure reloads {}, \
-             journaled writes acknowledged {}, node restarts {}, journaled entries ahead of their lane {}, repeated {}",
+             journaled writes acknowledged {}, node restarts {}, journaled entries ahead of their lane {}, repeated {}, \
+             nodes lost with their journal {}, journals claimed and retired {}",
             n(&self.writes_acknowledged),
             n(&self.writes_failed),
             n(&self.retries),
@@ -133,7 +138,9 @@ impl std::fmt::Display for Stats {
             n(&self.journaled),
             n(&self.node_restarts),
             n(&self.lane_ahead),
-            n(&self.lane_repeated)
+            n(&self.lane_repeated),
+            n(&self.nodes_lost),
+            n(&self.claims)
         )
     }
 }
@@ -226,6 +233,10 @@ pub(super) struct World {
     pub(super) nodes: Vec<SimNode>,
     /// Every acknowledged journaled write.
     pub(super) journaled: Vec<Journaled>,
+    /// Where journals keep their copy (None: this run's journals keep none).
+    pub(super) journal_objects: Option<crate::journal::objects::JournalObjects>,
+    /// A claim between its append and its finish.
+    pub(super) claim: Option<Claim>,
     pub(super) step: usize,
     pub(super) root: tempfile::TempDir,
 }
@@ -252,6 +263,7 @@ impl World {
             .collect();
         let dice = Dice::new(seed);
         let flaky_rate = dice.flaky_append_rate;
+        let journal_objects = journal_objects(&dice);
         World {
             dice,
             log: Arc::new(SimLog::new(LOG_IDENTITY, super::streams::stream(seed, "fault/flaky_append/strikes"), flaky_rate)),
@@ -267,6 +279,8 @@ impl World {
             clock_base: std::time::Instant::now(),
             nodes: (0..NODES).map(|n| SimNode::new(root.path().join(format!("node{n}")), n)).collect(),
             journaled: Vec::new(),
+            journal_objects,
+            claim: None,
             step: 0,
             root,
         }
@@ -297,6 +311,11 @@ impl World {
                     let n = self.dice.nodes.random_range(0..NODES);
                     self.sequence(n).await?;
                 }
+                Action::NodeLost => {
+                    let n = self.dice.nodes.random_range(0..NODES);
+                    self.lose_node(n).await;
+                }
+                Action::Claim => self.claim_step().await?,
                 Action::NodeRestart => {
                     let n = self.dice.nodes.random_range(0..NODES);
                     // Down until its next write or sequencer turn starts it again.
@@ -677,6 +696,14 @@ impl World {
         }
         Ok(())
     }
+}
+
+/// The run's journal copies: in memory, in three runs of four.
+fn journal_objects(dice: &Dice) -> Option<crate::journal::objects::JournalObjects> {
+    dice.journal_objects.then(|| {
+        let store: Arc<dyn object_store::ObjectStore> = Arc::new(object_store::memory::InMemory::new());
+        crate::journal::objects::JournalObjects::new(store, &object_store::path::Path::from("sim"))
+    })
 }
 
 pub(super) fn tp() -> TopicPartition {
