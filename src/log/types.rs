@@ -29,7 +29,7 @@ pub struct LogRecord {
     pub foreign: Option<Box<ForeignRecord>>,
     /// The time the log itself stamped on the record when it appended it
     /// (ms since the Unix epoch): Kafka's `LogAppendTime`, the leader
-    /// broker's clock, on the topics Tern creates. None when the log did
+    /// broker's clock, on the namespace topics Tern creates. None when the log did
     /// not stamp it (a topic with `CreateTime`, the embedded log, whose one
     /// node is writer and log alike). It bounds how far the record may move
     /// the partition's log time (`procedure::log_time`), so no writer's

@@ -183,7 +183,11 @@ pub(crate) async fn append_all(host: &dyn RipcordHost, plan: &Plan) -> Result<BT
                 entry.ns, partitions, entry.partitions
             ));
         }
-        tps.push(host.topic_partition(&entry.ns, entry.partition).expect("a partition below the namespace's count"));
+        // Looked up again: the namespace may have gone or been made again since.
+        let tp = host
+            .topic_partition(&entry.ns, entry.partition)
+            .ok_or_else(|| format!("namespace {:?} has no partition {} here; the object is kept", entry.ns, entry.partition))?;
+        tps.push(tp);
     }
     let log = host.log();
     // Collected first: a stream over a borrowing closure is not `Send` to the compiler.

@@ -10,8 +10,8 @@
 //! good, and fire every pending timer at once.
 //!
 //! So a record the log stamped itself (Kafka's `LogAppendTime`, which every
-//! topic Tern creates uses: the leader broker's clock, written into the
-//! record, alike for every replica) moves the log time at most
+//! namespace topic Tern creates uses: the leader broker's clock, written
+//! into the record, alike for every replica) moves the log time at most
 //! `AHEAD_OF_LOG_MS_MAX` past that stamp. A writer whose clock runs behind
 //! the broker's still moves it only as far as its own time (log time never
 //! runs ahead of what the writers said); one whose clock runs ahead is held

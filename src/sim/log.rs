@@ -78,6 +78,11 @@ impl SimLog {
         state.stamps.push(None);
     }
 
+    /// The latest stamp the log put on an entry (None: it stamped none).
+    pub(super) fn stamp_max(&self) -> Option<u64> {
+        self.state.lock().stamps.iter().flatten().max().copied()
+    }
+
     /// The log's clock now, if it stamps its entries (None: it does not).
     pub(super) fn set_stamp_clock(&self, clock_ms: Option<u64>) {
         self.state.lock().stamp_clock_ms = clock_ms;

@@ -159,6 +159,8 @@ pub(super) struct Dice {
     pub(super) gossip: Stream,
     /// Which journal a claim takes, and whether a waiting claimer stops.
     pub(super) claims: Stream,
+    /// Whether a journaled write carries a write id.
+    pub(super) journal_ids: Stream,
     /// Whether journals keep a copy in object storage (drawn once per run).
     pub(super) journal_objects: bool,
     /// Whether the log stamps what it appends (drawn once per run).
@@ -196,6 +198,7 @@ impl Dice {
             nodes: stream(seed, "nodes"),
             gossip: stream(seed, "gossip"),
             claims: stream(seed, "claims"),
+            journal_ids: stream(seed, "journal_ids"),
             journal_objects: stream(seed, "journal_objects").random_bool(0.75),
             stamps: stream(seed, "stamps").random_bool(0.5),
             flaky_append_rate: FLAKY_APPEND_RATES[stream(seed, "fault/flaky_append/rate").random_range(0..FLAKY_APPEND_RATES.len())],
@@ -235,11 +238,11 @@ impl Dice {
     pub(super) fn fault_rates_text(&self) -> String {
         let rates: Vec<String> = self.faults.iter().map(|dice| format!("{} {}", dice.fault.name(), dice.rate)).collect();
         format!(
-            "{}, flaky_append {}; the log {} its entries; journals {} a copy in object storage",
+            "{}, flaky_append {}; the log {} its entries; journals keep {} in object storage",
             rates.join(", "),
             self.flaky_append_rate,
             if self.stamps { "stamps" } else { "does not stamp" },
-            if self.journal_objects { "keep" } else { "keep no" }
+            if self.journal_objects { "a copy" } else { "no copy" }
         )
     }
 }

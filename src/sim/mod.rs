@@ -31,8 +31,9 @@
 //! snapshot, so every gap is restorable), and its records are exactly those
 //! of a reference model that applies the whole log with the documented
 //! semantics (so no acknowledged write is lost, none applied twice, every
-//! condition and write id decided alike), and where the log stamps, no
-//! replica's log time is ahead of the log's clock by more than the bound.
+//! condition and write id decided alike); and after every apply step,
+//! where the log stamps, no replica's log time is more than the bound past
+//! the log's latest stamp.
 //!
 //! `cargo test --release --lib sim::` runs the fixed seeds of CI;
 //! `scripts/sim.sh --seeds N [--first S]` runs more; a failure prints

@@ -57,8 +57,7 @@ pub(super) fn apply_all(history: &[Option<Bytes>]) -> Model {
                 continue;
             }
             lanes.insert(place.lane.clone(), next + 1);
-            let first = decided.insert((place.lane.clone(), place.offset), mutation.write_id.clone());
-            assert!(first.is_none(), "a lane place is decided once");
+            decided.insert((place.lane.clone(), place.offset), mutation.write_id.clone());
         }
         if !mutation.write_id.is_empty() {
             if let Some(at) = write_ids.get(&mutation.write_id) {

@@ -552,9 +552,19 @@ impl World {
         Ok(())
     }
 
-    /// Equal applied offsets, equal state hashes, on every replica, always.
+    /// Equal applied offsets, equal state hashes, on every replica, always;
+    /// and where the log stamps its entries, no replica's log time is more
+    /// than the bound past the latest stamp (no writer's clock moves it).
     pub(super) fn check_hash(&mut self, r: usize) -> Result<(), String> {
-        let state = self.replicas[r].handle.read_view().and_then(|v| v.reader.state()).map_err(|e| e.to_string())?;
+        let view = self.replicas[r].handle.read_view().map_err(|e| e.to_string())?;
+        let state = view.reader.state().map_err(|e| e.to_string())?;
+        if let Some(stamp_max) = self.log.stamp_max().filter(|_| self.dice.stamps) {
+            let log_time_ms = view.reader.log_time_ms().map_err(|e| e.to_string())?;
+            if log_time_ms > stamp_max + crate::procedure::log_time::AHEAD_OF_LOG_MS_MAX {
+                return Err(format!("replica {r}'s log time {log_time_ms} ms is past the log's latest stamp {stamp_max} ms + 1 s"));
+            }
+        }
+        drop(view);
         match self.hashes.get(&state.applied_next) {
             Some(seen) if *seen != state.state_hash => Err(format!(
                 "replica {r} at applied offset {} has state hash {}, another replica had {} there",
@@ -683,12 +693,6 @@ impl World {
                 .map_err(|e| e.to_string())?;
             if records != *expected {
                 return Err(format!("replica {r} holds {records:?}, the model says {expected:?}"));
-            }
-            // No writer's clock moves the log time past the log's own
-            // clock by more than the bound (when the log stamps).
-            let log_time_ms = view.reader.log_time_ms().map_err(|e| e.to_string())?;
-            if self.dice.stamps && log_time_ms > self.clock_ms + crate::procedure::log_time::AHEAD_OF_LOG_MS_MAX {
-                return Err(format!("replica {r}'s log time {log_time_ms} ms is past the log's clock {} ms", self.clock_ms));
             }
             if replica.handle.status() != PartitionStatus::Serving && replica.handle.status() != PartitionStatus::CatchingUp {
                 return Err(format!("replica {r} ends {:?}", replica.handle.status()));

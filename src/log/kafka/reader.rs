@@ -146,7 +146,7 @@ fn foreign_of(m: &rdkafka::message::BorrowedMessage<'_>, key: Option<&EntryKey>,
 }
 
 /// The broker's append time of a record of a topic with
-/// `message.timestamp.type=LogAppendTime` (every topic Tern creates); None
+/// `message.timestamp.type=LogAppendTime` (every namespace topic Tern creates; not its output topics); None
 /// for a producer's `CreateTime`, which no one but that producer vouches for.
 fn appended_ms(m: &rdkafka::message::BorrowedMessage<'_>) -> Option<u64> {
     match m.timestamp() {
