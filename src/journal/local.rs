@@ -131,8 +131,9 @@ pub struct ObjectsConfig {
     pub lease_renew: std::time::Duration,
 }
 
-/// The journal's entries with a write id not yet released, by id and by
-/// partition. Keyed by offset, not kept in arrival order: appends of one
+/// The journal's entries not yet released, by partition (every entry:
+/// `holds_pending`, the backlog and the oldest age count them all) and, for
+/// those with a write id, by id. Keyed by offset, not kept in arrival order: appends of one
 /// partition run concurrently and note their entries in any order, and the
 /// sequencer can release an entry before its append noted it (issue 36,
 /// review F12: such an entry stayed pending for good — the partition's
@@ -149,11 +150,16 @@ pub(super) struct PendingIds {
 impl PendingIds {
     pub(super) fn add(&mut self, ns: &str, partition: u32, offset: u64, write_id: Bytes) {
         let key = released_key(ns, partition);
-        if write_id.is_empty() || offset < self.released.get(&key).copied().unwrap_or(0) {
+        if offset < self.released.get(&key).copied().unwrap_or(0) {
             return;
         }
         self.order.entry(key).or_default().insert(offset, (write_id.clone(), std::time::Instant::now()));
-        self.by_id.insert(write_id, (ns.to_string(), partition, offset));
+        // An entry without a write id (the journal's API allows one; a node
+        // always makes one) still holds its partition: a plain write after
+        // it must not pass it (found by the simulation).
+        if !write_id.is_empty() {
+            self.by_id.insert(write_id, (ns.to_string(), partition, offset));
+        }
     }
 
     pub(super) fn release_below(&mut self, ns: &str, partition: u32, offset: u64) {
@@ -244,12 +250,9 @@ impl Journal {
         journal.replayed_at_open = journal.backlog().entries;
         let journaled: u64 = journal.pending().await?.iter().map(|p| p.end - p.start).sum();
         if journaled != journal.replayed_at_open {
-            // An entry that did not decode has no write id to count it by.
-            tracing::warn!(
-                journaled,
-                counted = journal.replayed_at_open,
-                "journal entries without a readable write id; the backlog undercounts them"
-            );
+            // Every entry is indexed, with a write id or without: a
+            // mismatch is an index that missed entries (never expected).
+            tracing::warn!(journaled, counted = journal.replayed_at_open, "the journal's index of pending entries misses some");
         }
         if journal.replayed_at_open > 0 {
             tracing::info!(entries = journal.replayed_at_open, "the journal holds writes not yet applied; sequencing them");
@@ -353,9 +356,9 @@ impl Journal {
                 let Some(last) = batch.last() else { break };
                 at = last.offset + 1;
                 for record in batch {
-                    if let Ok(mutation) = codec::decode(record.payload, p.partition, partitions) {
-                        self.ids.lock().add(&p.ns, p.partition, record.offset, mutation.write_id);
-                    }
+                    // One that does not decode is held and counted too, without an id.
+                    let write_id = codec::decode(record.payload, p.partition, partitions).map(|m| m.write_id).unwrap_or_default();
+                    self.ids.lock().add(&p.ns, p.partition, record.offset, write_id);
                 }
             }
         }

@@ -27,6 +27,7 @@ mod publisher;
 pub mod read;
 pub mod reserved;
 pub(crate) mod ripcord_host;
+pub(crate) mod ripcord_route;
 pub(crate) mod sequencer;
 pub mod snapshots;
 mod ticks;

@@ -42,6 +42,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 
 use super::reserved::{self, Reserved, Touches, Writer};
+use super::ripcord_route;
 use super::{Namespace, Node};
 use crate::codec::{self, Mutation};
 use crate::log::{Log, LogError, TopicPartition};
@@ -240,7 +241,8 @@ impl Node {
         // partition's log refuses writes, and while it has journaled writes
         // not yet applied, so a client's plain writes apply in the order it
         // saw them; another partition's outage changes nothing here.
-        if rides_ripcord && (self.log_refuses(&namespace.name, partition) || self.journal.holds_pending(&namespace.name, partition)) {
+        let (ns, holds_pending) = (&namespace.name, |node: &Node| node.journal.holds_pending(&namespace.name, partition));
+        if ripcord_route::journal_first(rides_ripcord, self.log_refuses(ns, partition), holds_pending(self)) {
             match self.journal(namespace, partition, entry.clone(), payload_bytes, true).await {
                 // The journal refused it before journaling it (full, too
                 // old, its object storage not ready) and nothing of the
@@ -249,7 +251,7 @@ impl Node {
                 // (issue 36, review F11: a flagged partition with plain
                 // writes only answered 503 for as long as the journal
                 // refused, the log healthy or not).
-                Err(WriteError::Journal(e)) if !self.journal.holds_pending(&namespace.name, partition) => {
+                Err(WriteError::Journal(e)) if ripcord_route::try_log_after_journal_refused(holds_pending(self)) => {
                     tracing::debug!(ns = %namespace.name, partition, error = %e, "ripcord's journal refused a write; trying the log");
                 }
                 answered => return answered,
@@ -268,14 +270,14 @@ impl Node {
                 }
                 Ok(receipt)
             }
-            Err(WriteError::Log(e)) if refuses_every_write(&e) => {
+            Err(WriteError::Log(e)) if ripcord_route::refuses_every_write(&e) => {
                 if moves_flag {
                     self.log_refused(&namespace.name, partition);
                 }
                 // Only a write the log surely did not take is journaled: a
                 // copy of one that may have landed would apply it twice,
                 // the copy after writes acknowledged since (issue 36).
-                match rides_ripcord && !may_be_in_the_log(&e) {
+                match ripcord_route::journal_after_log_error(rides_ripcord, &e) {
                     true => self.journal(namespace, partition, entry, payload_bytes, true).await,
                     false => Err(WriteError::Log(e)),
                 }
@@ -466,19 +468,6 @@ impl Node {
             && (self.writes.refusing_count.load(std::sync::atomic::Ordering::Relaxed) > 0
                 || self.journal.oldest_age().is_some_and(|age| age >= JOURNALING_AGE_MIN))
     }
-}
-
-/// Whether the log's error says it is down or slow (not that the write is wrong).
-fn refuses_every_write(error: &LogError) -> bool {
-    matches!(error, LogError::Unavailable(_) | LogError::Ambiguous(_) | LogError::Closed | LogError::Io(_))
-}
-
-/// Whether the write the log failed on may be in the log all the same
-/// (in flight when it failed): then it is answered with its unknown
-/// outcome, never journaled. `Unavailable` and `Closed` are refusals
-/// before anything was written.
-fn may_be_in_the_log(error: &LogError) -> bool {
-    matches!(error, LogError::Ambiguous(_) | LogError::Io(_))
 }
 
 /// Appends one encoded entry to `tp`: the only call of `Log::append` above

@@ -48,9 +48,9 @@ pub(super) enum Action {
     /// A replica loads its procedures again from its store (a restart
     /// that kept the store, a hand-off): at an offset of its own.
     Reload,
-    /// A client's write through a node while ripcord is on: answered once
-    /// that node's journal has it.
-    JournalWrite,
+    /// A client's write through a node, routed as its write path does:
+    /// to the log, or to its journal (ripcord, or asked for).
+    ClientWrite,
     /// One turn of a node's sequencer lane: appends what its journal holds,
     /// releases what was seen applied.
     Sequence,
@@ -79,7 +79,7 @@ pub(super) const ACTIONS: [(Action, u32); 17] = [
     (Action::Deploy, 2),
     (Action::Tick, 2),
     (Action::Reload, 2),
-    (Action::JournalWrite, 7),
+    (Action::ClientWrite, 7),
     (Action::Sequence, 3),
     (Action::NodeRestart, 1),
     (Action::NodeLost, 1),
@@ -161,6 +161,8 @@ pub(super) struct Dice {
     pub(super) claims: Stream,
     /// Whether a journaled write carries a write id.
     pub(super) journal_ids: Stream,
+    /// Whether a client's write through a node asks to be journaled.
+    pub(super) routes: Stream,
     /// Whether journals keep a copy in object storage (drawn once per run).
     pub(super) journal_objects: bool,
     /// Whether the log stamps what it appends (drawn once per run).
@@ -199,6 +201,7 @@ impl Dice {
             gossip: stream(seed, "gossip"),
             claims: stream(seed, "claims"),
             journal_ids: stream(seed, "journal_ids"),
+            routes: stream(seed, "routes"),
             journal_objects: stream(seed, "journal_objects").random_bool(0.75),
             stamps: stream(seed, "stamps").random_bool(0.5),
             flaky_append_rate: FLAKY_APPEND_RATES[stream(seed, "fault/flaky_append/rate").random_range(0..FLAKY_APPEND_RATES.len())],

@@ -21,8 +21,9 @@ pub(super) struct Model {
     /// pk -> (version, value).
     pub records: BTreeMap<String, (u64, Vec<u8>)>,
     /// (journal lane, lane offset) -> the write id of the journaled write
-    /// decided there (applied, or failed its condition): each place once.
-    pub decided: BTreeMap<(Bytes, u64), Bytes>,
+    /// decided there (applied, or failed its condition), and the log offset
+    /// it was decided at: each place once.
+    pub decided: BTreeMap<(Bytes, u64), (Bytes, u64)>,
     /// Journaled entries that came ahead of their lane (an earlier one
     /// missing), and copies of ones decided before: what the run exercised.
     pub lane_ahead: u64,
@@ -57,7 +58,7 @@ pub(super) fn apply_all(history: &[Option<Bytes>]) -> Model {
                 continue;
             }
             lanes.insert(place.lane.clone(), next + 1);
-            decided.insert((place.lane.clone(), place.offset), mutation.write_id.clone());
+            decided.insert((place.lane.clone(), place.offset), (mutation.write_id.clone(), offset));
         }
         if !mutation.write_id.is_empty() {
             if let Some(at) = write_ids.get(&mutation.write_id) {

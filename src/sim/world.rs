@@ -2,7 +2,7 @@
 //! random steps (writes, applies, faults, snapshots, crashes, moves) and the
 //! checks at the end.
 
-use super::journals::{Claim, Journaled, SimNode, NODES};
+use super::journals::{Answered, Claim, Journaled, SimNode, NODES};
 use super::log::{Faults, SimLog};
 use super::menu::{Action, Dice};
 use super::model;
@@ -233,6 +233,8 @@ pub(super) struct World {
     pub(super) nodes: Vec<SimNode>,
     /// Every acknowledged journaled write.
     pub(super) journaled: Vec<Journaled>,
+    /// Every write answered through a node, in the order answered.
+    pub(super) answered: Vec<Answered>,
     /// Where journals keep their copy (None: this run's journals keep none).
     pub(super) journal_objects: Option<crate::journal::objects::JournalObjects>,
     /// A claim between its append and its finish.
@@ -279,6 +281,7 @@ impl World {
             clock_base: std::time::Instant::now(),
             nodes: (0..NODES).map(|n| SimNode::new(root.path().join(format!("node{n}")), n)).collect(),
             journaled: Vec::new(),
+            answered: Vec::new(),
             journal_objects,
             claim: None,
             step: 0,
@@ -303,9 +306,9 @@ impl World {
                 Action::Write => self.write().await,
                 Action::Deploy => self.deploy().await,
                 Action::Tick => self.tick().await,
-                Action::JournalWrite => {
+                Action::ClientWrite => {
                     let n = self.dice.nodes.random_range(0..NODES);
-                    self.journal_write(n).await?;
+                    self.client_write(n).await?;
                 }
                 Action::Sequence => {
                     let n = self.dice.nodes.random_range(0..NODES);
@@ -645,7 +648,8 @@ impl World {
         STATS.lane_ahead.fetch_add(model.lane_ahead, Ordering::Relaxed);
         STATS.lane_repeated.fetch_add(model.lane_repeated, Ordering::Relaxed);
         self.compare_with_model(&model.records)?;
-        self.check_journaled(&model.decided)
+        self.check_journaled(&model.decided)?;
+        self.check_order(&model.decided)
     }
 
     /// Runs every replica until each has reached the log's end (bounded:
