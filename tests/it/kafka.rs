@@ -417,6 +417,19 @@ async fn a_producer_that_failed_for_good_is_made_again() {
 /// partition's log time — a producer whose clock is behind, or a strong
 /// read's barrier from such a node — kept the partition from being idle,
 /// so its holder never ticked and its timers never fired while they came.
+/// A node without a publisher (what fires stays in the outbox, where a
+/// test reads it) with the ticker deployed and armed: its timer waits 300
+/// ms of log time in the partition of "arm", returned with the node.
+async fn ticker_armed(dir: &std::path::Path, prefix: &str, node_id: &str) -> (Tern, u32) {
+    let t = serve_with(dir, prefix, node_id, &["--procedure-publish", "false"]).await;
+    let ticker = common::checkout().join("examples/procedures/build/ticker.wasm");
+    let (ok, _, err) = common::cli(&t.url, &["procedure", "deploy", "ticker", ticker.to_str().unwrap()]);
+    assert!(ok, "{err}");
+    let response = t.client.put(t.kv_url("default", "arm", None)).query(&[("wait", "applied")]).json(&json!(1)).send().await.unwrap();
+    assert_eq!(response.status(), 200);
+    (t, tern::partitioner::partition_of("arm", 4))
+}
+
 /// A partition whose log time is a tick interval behind the node's clock
 /// is ticked too. Here a producer writes entries stamped at time 1 every
 /// 300 ms while a timer waits.
@@ -424,14 +437,7 @@ async fn a_producer_that_failed_for_good_is_made_again() {
 async fn timers_fire_while_a_writer_whose_clock_is_behind_keeps_writing() {
     let dir = tempfile::tempdir().unwrap();
     let prefix = unique_prefix();
-    // No publisher: what fired stays in the outbox, where the test reads it.
-    let t = serve_with(dir.path(), &prefix, "lagging", &["--procedure-publish", "false"]).await;
-    let ticker = common::checkout().join("examples/procedures/build/ticker.wasm");
-    let (ok, _, err) = common::cli(&t.url, &["procedure", "deploy", "ticker", ticker.to_str().unwrap()]);
-    assert!(ok, "{err}");
-    let response = t.client.put(t.kv_url("default", "arm", None)).query(&[("wait", "applied")]).json(&json!(1)).send().await.unwrap();
-    assert_eq!(response.status(), 200);
-    let p = tern::partitioner::partition_of("arm", 4);
+    let (t, p) = ticker_armed(dir.path(), &prefix, "lagging").await;
     let lagging = (0..).map(|i| format!("lag{i}")).find(|pk| tern::partitioner::partition_of(pk, 4) == p).unwrap();
     let producer: FutureProducer = ClientConfig::new().set("bootstrap.servers", common::kafka_bootstrap()).create().unwrap();
     let topic = format!("{prefix}default");
@@ -469,14 +475,7 @@ async fn a_writer_whose_clock_is_a_day_ahead_fires_no_timer_early() {
     const DAY_MS: u64 = 86_400_000;
     let dir = tempfile::tempdir().unwrap();
     let prefix = unique_prefix();
-    // No publisher: what fired stays in the outbox, where the test reads it.
-    let t = serve_with(dir.path(), &prefix, "ahead", &["--procedure-publish", "false"]).await;
-    let ticker = common::checkout().join("examples/procedures/build/ticker.wasm");
-    let (ok, _, err) = common::cli(&t.url, &["procedure", "deploy", "ticker", ticker.to_str().unwrap()]);
-    assert!(ok, "{err}");
-    let response = t.client.put(t.kv_url("default", "arm", None)).query(&[("wait", "applied")]).json(&json!(1)).send().await.unwrap();
-    assert_eq!(response.status(), 200);
-    let p = tern::partitioner::partition_of("arm", 4);
+    let (t, p) = ticker_armed(dir.path(), &prefix, "ahead").await;
     let ahead = (0..).map(|i| format!("ahead{i}")).find(|pk| tern::partitioner::partition_of(pk, 4) == p).unwrap();
     let producer: FutureProducer = ClientConfig::new().set("bootstrap.servers", common::kafka_bootstrap()).create().unwrap();
     let op = Op { pk: ahead, sk: "".into(), kind: OpKind::Put(Bytes::from_static(b"1")), condition: None };
