@@ -22,6 +22,11 @@
 #   scripts/kafka.sh cut-node I [--dir DIR]            (--netns) routes nothing between node I and the other
 #                                                      nodes (blackhole routes); clients still reach it (issue 36)
 #   scripts/kafka.sh heal-node I [--dir DIR]           undoes cut-node
+#   scripts/kafka.sh add-host H [--dir DIR]            (--netns) a namespace of its own on the bridge for a client
+#                                                      (a Tern node) whose links can be cut: H in 1..99, address
+#                                                      .(100+H); prints "NAMESPACE ADDRESS"
+#   scripts/kafka.sh cut-link A B [--dir DIR]          (--netns) routes nothing between A and B, each a broker
+#                                                      (n1, n2, ...) or a host (h1, ...); heal-link A B undoes it
 #
 # With N = 3 topics default to replication factor 3 and min.insync.replicas 2.
 set -Eeuo pipefail
@@ -114,11 +119,52 @@ make_netns() {
 
 remove_netns() {
   [[ -f "$DIR/netns" ]] || return 0
-  local tag i
+  local tag ns
   tag=$(cut -d' ' -f1 "$DIR/netns")
-  for ((i = 1; i <= $(cat "$DIR/brokers"); i++)); do ip netns del "$tag-$i" 2>/dev/null || true; done
+  # The brokers' namespaces and the hosts' (add-host).
+  for ns in $(ip netns list | awk '{print $1}' | grep "^$tag-" || true); do ip netns del "$ns" 2>/dev/null || true; done
   ip link del "br-$tag" 2>/dev/null || true
   rm -f "$DIR/netns"
+}
+
+# add-host H: a namespace TAG-hH joined to the bridge, address .(100+H).
+add_host() {
+  local h="$1" tag subnet
+  [[ -f "$DIR/netns" ]] || { echo "kafka.sh: add-host needs nodes started with --netns" >&2; exit 1; }
+  [[ "$h" =~ ^[0-9]+$ ]] && ((h >= 1 && h <= 99)) || { echo "kafka.sh: add-host takes 1..99, got $h" >&2; exit 1; }
+  read -r tag subnet < "$DIR/netns"
+  ip netns add "$tag-h$h"
+  ip link add "h-$tag-h$h" type veth peer name "n-$tag-h$h"
+  ip link set "n-$tag-h$h" netns "$tag-h$h"
+  ip link set "h-$tag-h$h" master "br-$tag" up
+  ip netns exec "$tag-h$h" ip addr add "$subnet.$((100 + h))/24" dev "n-$tag-h$h"
+  ip netns exec "$tag-h$h" ip link set "n-$tag-h$h" up
+  ip netns exec "$tag-h$h" ip link set lo up
+  echo "$tag-h$h $subnet.$((100 + h))"
+}
+
+# An endpoint's namespace and address: nI (broker I) or hI (add-host I).
+endpoint_ns() {
+  case "$1" in
+    n[0-9]*) node_ns "${1#n}" ;;
+    h[0-9]*) echo "$(cut -d' ' -f1 "$DIR/netns")-$1" ;;
+    *) echo "kafka.sh: an endpoint is nI or hI, got $1" >&2; exit 1 ;;
+  esac
+}
+endpoint_addr() {
+  case "$1" in
+    n[0-9]*) node_addr "${1#n}" ;;
+    h[0-9]*) echo "$(cut -d' ' -f2 "$DIR/netns").$((100 + ${1#h}))" ;;
+    *) echo "kafka.sh: an endpoint is nI or hI, got $1" >&2; exit 1 ;;
+  esac
+}
+
+# cut-link / heal-link: blackhole routes both ways between $2 and $3 ($1: add or del).
+route_link() {
+  local how="$1" a="$2" b="$3"
+  [[ -f "$DIR/netns" ]] || { echo "kafka.sh: cut-link needs nodes started with --netns" >&2; exit 1; }
+  ip netns exec "$(endpoint_ns "$a")" ip route "$how" blackhole "$(endpoint_addr "$b")/32"
+  ip netns exec "$(endpoint_ns "$b")" ip route "$how" blackhole "$(endpoint_addr "$a")/32"
 }
 
 # cut-node / heal-node: blackhole routes between node $2 and every other node ($1: add or del).
@@ -330,9 +376,17 @@ case "$command" in
     node="$1"; shift
     while (($#)); do case "$1" in --dir) DIR="$2"; shift 2 ;; *) shift ;; esac; done
     if [[ "$command" == cut-node ]]; then route_node add "$node"; else route_node del "$node"; fi ;;
+  add-host)
+    host="$1"; shift
+    while (($#)); do case "$1" in --dir) DIR="$2"; shift 2 ;; *) shift ;; esac; done
+    add_host "$host" ;;
+  cut-link|heal-link)
+    a="$1" b="$2"; shift 2
+    while (($#)); do case "$1" in --dir) DIR="$2"; shift 2 ;; *) shift ;; esac; done
+    if [[ "$command" == cut-link ]]; then route_link add "$a" "$b"; else route_link del "$a" "$b"; fi ;;
   stop) stop ;;
   status) status ;;
   libs) fetch_jars; echo "$LIBS" ;;
   run) fetch_jars; kafka_java -Dkafka.node.log="$DIR/tools.log" "$@" ;;
-  *) sed -n '2,24p' "$0" >&2; exit 2 ;;
+  *) sed -n '2,29p' "$0" >&2; exit 2 ;;
 esac

@@ -81,6 +81,9 @@ impl From<WriteError> for ApiError {
                 "invalid_parameter",
                 "wait=applied cannot go with durability=journaled: a journaled write is answered before it is sequenced; use durability=sequenced to wait",
             ),
+            WriteError::BehindJournal { partition, .. } => {
+                ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "behind_journal", message).with("partition", partition)
+            }
             WriteError::Refused { partition, .. } => {
                 ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "partition_unavailable", message).with("partition", partition)
             }

@@ -79,6 +79,8 @@ pub struct Journal {
     /// The write ids of the entries not released (bounded by the journal's
     /// own bounds): what `find` answers.
     pub(super) ids: Mutex<PendingIds>,
+    /// Told whenever entries are released (`wait_released`).
+    pub(super) released_changed: tokio::sync::Notify,
     pub(super) replayed_at_open: u64,
     /// The journal's copy in object storage, when configured.
     pub(super) objects: Option<Arc<ObjectsSlot>>,
@@ -244,6 +246,7 @@ impl Journal {
             released: Mutex::new(released),
             released_file,
             ids: Mutex::default(),
+            released_changed: tokio::sync::Notify::new(),
             replayed_at_open: 0,
         };
         journal.index_pending_ids().await?;
@@ -314,6 +317,27 @@ impl Journal {
     /// apply after them, in the order their clients saw).
     pub fn holds_pending(&self, ns: &str, partition: u32) -> bool {
         self.ids.lock().holds(&released_key(ns, partition))
+    }
+
+    /// Waits until `ns`/`partition` holds no journaled write not yet seen
+    /// applied (`holds_pending` false), at most `timeout_max`: whether it
+    /// does not. A write that must not pass the partition's journaled
+    /// writes (a conditional or sequenced one) waits here before it goes to
+    /// the log.
+    pub async fn wait_released(&self, ns: &str, partition: u32, timeout_max: std::time::Duration) -> bool {
+        let deadline = tokio::time::Instant::now() + timeout_max;
+        loop {
+            let released = self.released_changed.notified();
+            tokio::pin!(released);
+            // Registered before the check: a release between the two still wakes it.
+            released.as_mut().enable();
+            if !self.holds_pending(ns, partition) {
+                return true;
+            }
+            if tokio::time::timeout_at(deadline, released).await.is_err() {
+                return !self.holds_pending(ns, partition);
+            }
+        }
     }
 
     /// The lane of this journal's topic of `ns` (`super::lane_of`); the
@@ -389,6 +413,7 @@ impl Journal {
             write_atomically(&self.released_file, &bytes).map_err(LogError::from)?;
         }
         self.ids.lock().release_below(ns, partition, offset);
+        self.released_changed.notify_waiters();
         self.log.release_below(&tp, offset);
         self.log.enforce_retention()?;
         Ok(())

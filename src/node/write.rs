@@ -31,7 +31,12 @@
 //!    Only a refusal is: a write whose outcome the log left unknown (in
 //!    flight when it failed: `LogError::Ambiguous`) may be in the log, and
 //!    a journaled copy would apply it a second time, after writes
-//!    acknowledged since; it is answered 503 `outcome_unknown`.
+//!    acknowledged since; it is answered 503 `outcome_unknown`. While a
+//!    partition holds journaled writes of this node not yet applied, its
+//!    plain writes are journaled too, and a client's write that goes to the
+//!    log (a condition, a wait, `durability=sequenced`) waits until they
+//!    are applied — at most its timeout, then 503 `behind_journal`, nothing
+//!    written — so no client's write passes one answered before it.
 //!
 //! The answer is a typed `Receipt` or a `WriteError`, never an HTTP
 //! response: each protocol renders it in its own words.
@@ -158,6 +163,14 @@ pub enum WriteError {
     JournaledNotCopied { write_id: Bytes, reason: String },
     #[error("a journaled write cannot wait to be applied: it is answered before it is sequenced; ask for a sequenced write to wait")]
     JournaledCannotWait,
+    /// The partition holds journaled writes of this node answered before
+    /// this one, and they were not applied within its timeout: nothing was
+    /// written (it would have passed them).
+    #[error(
+        "partition {partition} holds journaled writes answered before this one, not yet applied within {timeout_ms} ms \
+         (the log is down or slow); this write may not pass them and was not written: retry it"
+    )]
+    BehindJournal { partition: u32, timeout_ms: u64 },
     #[error("partition {partition} is not served by this node: {reason}")]
     Refused { partition: u32, reason: String },
     /// This node let the partition go before the write was appended: nothing
@@ -256,6 +269,15 @@ impl Node {
                 }
                 answered => return answered,
             }
+        }
+        // Nor may a client's write that goes to the log pass them: it waits
+        // until they are applied, at most its timeout (found by the
+        // simulation, seed 3: a conditional write answered after a journaled
+        // one was decided before it).
+        if ripcord_route::waits_for_journal(writer == Writer::Client, holds_pending(self))
+            && !self.journal.wait_released(ns, partition, timeout).await
+        {
+            return Err(WriteError::BehindJournal { partition, timeout_ms: timeout.as_millis() as u64 });
         }
         // Only a client's writes (and the sequencer's appends) move the
         // ripcord flag: Tern's own writes (ticks, trims, Firebase, keys) go

@@ -45,6 +45,9 @@ const LIMITS: JournalLimits = JournalLimits { entries_max: 10_000, bytes_max: 64
 /// Sequencer turns per node to drain every journal once faults heal, with
 /// the clock moving past the longest retry wait between turns.
 pub(super) const DRAIN_ROUNDS_MAX: usize = 200;
+/// How long a write behind a node's journaled writes waits for them, in
+/// rounds of sequencing and applying (a node waits up to its timeout).
+const WAIT_RELEASED_ROUNDS_MAX: usize = 3;
 
 /// How far the clock moves per drain round: past the sequencer's longest
 /// retry wait (2 s) and its release interval.
@@ -148,9 +151,6 @@ impl RipcordHost for SimHost<'_> {
 pub(super) struct Answered {
     pub session: String,
     pub at: Place,
-    /// Routed by ripcord (a plain write, or one that asked to be journaled);
-    /// false: a conditional write, which goes to the log only.
-    pub routed: bool,
 }
 
 /// Where an answered write is decided: at its own log offset (answered by
@@ -232,6 +232,11 @@ impl World {
                 Err(()) => {}
             }
         }
+        if ripcord_route::waits_for_journal(true, self.holds_pending(n)) && !self.wait_released(n).await? {
+            // The node's wait ran out: answered `BehindJournal`, nothing written.
+            count(&STATS.behind_journal);
+            return Ok(());
+        }
         let payload = Bytes::from(crate::codec::encode_at(&mutation, time_ms));
         match self.log.append(&tp(), payload).await {
             Ok(offset) => {
@@ -240,7 +245,7 @@ impl World {
                 for op in &mutation.ops {
                     self.versions.insert(op.pk.clone(), offset);
                 }
-                self.answered.push(Answered { session, at: Place::Log(offset), routed: rides_ripcord });
+                self.answered.push(Answered { session, at: Place::Log(offset) });
             }
             Err(e) => {
                 if ripcord_route::refuses_every_write(&e) {
@@ -252,6 +257,25 @@ impl World {
             }
         }
         Ok(())
+    }
+
+    /// A write waits for node `n`'s journaled writes of the partition to be
+    /// applied, as `Journal::wait_released` does: here for at most
+    /// `WAIT_RELEASED_ROUNDS_MAX` sequencer turns and apply steps of every
+    /// replica. Whether they were.
+    async fn wait_released(&mut self, n: usize) -> Result<bool, String> {
+        for _ in 0..WAIT_RELEASED_ROUNDS_MAX {
+            if !self.holds_pending(n) {
+                return Ok(true);
+            }
+            self.sequence(n).await?;
+            for r in 0..super::world::REPLICAS {
+                self.apply_step(r).await?;
+            }
+            // Releases what was seen applied.
+            self.sequence(n).await?;
+        }
+        Ok(!self.holds_pending(n))
     }
 
     /// Whether node `n`'s journal holds writes of the partition not yet released.
@@ -269,7 +293,7 @@ impl World {
         count(&STATS.journaled);
         let lane = journal.lane(NAMESPACE).expect("a lane once written");
         self.journaled.push(Journaled { lane: lane.clone(), offset, write_id: mutation.write_id.clone() });
-        self.answered.push(Answered { session: session.to_string(), at: Place::Lane(lane, offset), routed: true });
+        self.answered.push(Answered { session: session.to_string(), at: Place::Lane(lane, offset) });
         Ok(())
     }
 
@@ -401,20 +425,16 @@ impl World {
         Err(format!("journals stuck with entries never released after {DRAIN_ROUNDS_MAX} rounds"))
     }
 
-    /// Every write ripcord routed through a node was decided after the ones
-    /// answered before it through the same node in the same session
-    /// (`decided`: the log offset each lane place was decided at): a
-    /// client's writes through one node apply in the order it saw them
-    /// answered.
-    ///
-    /// Not yet for conditional writes: this check, run over them, found
-    /// that one goes to the log while the node's journal holds an earlier
-    /// journaled write of the partition, and is decided before it (seed 3:
-    /// answered at log offset 11 after a journaled write decided at 40).
-    /// Issue 36 keeps it open; until it is fixed they are left out here.
+    /// Every write answered through a node — plain, conditional, journaled
+    /// — was decided after the ones answered before it through the same node
+    /// in the same session (`decided`: the log offset each lane place was
+    /// decided at): a client's writes through one node apply in the order it
+    /// saw them answered. (It found a conditional write that went to the
+    /// log while the node's journal held an earlier journaled write of the
+    /// partition, decided before it: seed 3; `waits_for_journal`.)
     pub(super) fn check_order(&self, decided: &std::collections::BTreeMap<(Bytes, u64), (Bytes, u64)>) -> Result<(), String> {
         let mut last: std::collections::HashMap<&str, (u64, &Answered)> = std::collections::HashMap::new();
-        for answered in self.answered.iter().filter(|answered| answered.routed) {
+        for answered in &self.answered {
             let at = match &answered.at {
                 Place::Log(offset) => *offset,
                 Place::Lane(lane, offset) => match decided.get(&(lane.clone(), *offset)) {

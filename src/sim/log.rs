@@ -27,6 +27,8 @@ pub(super) struct Faults {
     pub clock_ahead: bool,
     /// Not the log's own: the next writer's clock is far behind.
     pub clock_behind: bool,
+    /// Not the log's own: object storage fails (`sim/objects.rs`).
+    pub objects_fail: bool,
 }
 
 #[derive(Default)]

@@ -99,10 +99,14 @@ pub(super) enum Fault {
     ClockAhead,
     /// A writer's clock is far behind.
     ClockBehind,
+    /// Object storage fails the journals' entry and claim puts and every
+    /// delete (`sim/objects.rs`).
+    ObjectsFail,
 }
 
 /// Every fault the world can inject.
-pub(super) const FAULTS: [Fault; 5] = [Fault::AppendFailsBefore, Fault::AppendFailsAfter, Fault::ReadFails, Fault::ClockAhead, Fault::ClockBehind];
+pub(super) const FAULTS: [Fault; 6] =
+    [Fault::AppendFailsBefore, Fault::AppendFailsAfter, Fault::ReadFails, Fault::ClockAhead, Fault::ClockBehind, Fault::ObjectsFail];
 
 /// The rates a seed may draw for each fault, per step: never, rarely,
 /// sometimes, often. The largest stays well below one so writes still land.
@@ -121,6 +125,7 @@ impl Fault {
             Fault::ReadFails => "read_fails",
             Fault::ClockAhead => "clock_ahead",
             Fault::ClockBehind => "clock_behind",
+            Fault::ObjectsFail => "objects_fail",
         }
     }
 }
@@ -227,6 +232,7 @@ impl Dice {
                 Fault::ReadFails => faults.read_fails = strikes,
                 Fault::ClockAhead => faults.clock_ahead = strikes,
                 Fault::ClockBehind => faults.clock_behind = strikes,
+                Fault::ObjectsFail => faults.objects_fail = strikes,
             }
         }
         faults

@@ -43,6 +43,7 @@ mod journals;
 mod log;
 mod menu;
 mod model;
+mod objects;
 mod streams;
 #[cfg(test)]
 mod tests;

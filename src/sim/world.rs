@@ -89,6 +89,8 @@ pub(super) struct Stats {
     pub lane_repeated: AtomicU64,
     pub nodes_lost: AtomicU64,
     pub claims: AtomicU64,
+    pub behind_journal: AtomicU64,
+    pub objects_refused: AtomicU64,
 }
 
 pub(super) static STATS: Stats = Stats {
@@ -109,6 +111,8 @@ pub(super) static STATS: Stats = Stats {
     lane_repeated: AtomicU64::new(0),
     nodes_lost: AtomicU64::new(0),
     claims: AtomicU64::new(0),
+    behind_journal: AtomicU64::new(0),
+    objects_refused: AtomicU64::new(0),
 };
 
 pub(super) fn count(counter: &AtomicU64) {
@@ -123,7 +127,8 @@ impl std::fmt::Display for Stats {
             "writes acknowledged {}, failed {} (retried with their write id {}), crashes {}, wipes {}, snapshots {}, \
              restores {}, readers overtaken by retention {}, deployments {}, ticks {}, procedure reloads {}, \
              journaled writes acknowledged {}, node restarts {}, journaled entries ahead of their lane {}, repeated {}, \
-             nodes lost with their journal {}, journals claimed and retired {}",
+             nodes lost with their journal {}, journals claimed and retired {}, writes that waited out a journal {}, \
+             object puts and deletes refused {}",
             n(&self.writes_acknowledged),
             n(&self.writes_failed),
             n(&self.retries),
@@ -140,7 +145,9 @@ impl std::fmt::Display for Stats {
             n(&self.lane_ahead),
             n(&self.lane_repeated),
             n(&self.nodes_lost),
-            n(&self.claims)
+            n(&self.claims),
+            n(&self.behind_journal),
+            n(&self.objects_refused)
         )
     }
 }
@@ -237,6 +244,8 @@ pub(super) struct World {
     pub(super) answered: Vec<Answered>,
     /// Where journals keep their copy (None: this run's journals keep none).
     pub(super) journal_objects: Option<crate::journal::objects::JournalObjects>,
+    /// The switch of their store's outages (`Fault::ObjectsFail`).
+    objects_switch: Option<Arc<super::objects::FlakyObjects>>,
     /// A claim between its append and its finish.
     pub(super) claim: Option<Claim>,
     pub(super) step: usize,
@@ -265,7 +274,7 @@ impl World {
             .collect();
         let dice = Dice::new(seed);
         let flaky_rate = dice.flaky_append_rate;
-        let journal_objects = journal_objects(&dice);
+        let (journal_objects, objects_switch) = journal_objects(&dice).unzip();
         World {
             dice,
             log: Arc::new(SimLog::new(LOG_IDENTITY, super::streams::stream(seed, "fault/flaky_append/strikes"), flaky_rate)),
@@ -283,6 +292,7 @@ impl World {
             journaled: Vec::new(),
             answered: Vec::new(),
             journal_objects,
+            objects_switch,
             claim: None,
             step: 0,
             root,
@@ -299,6 +309,9 @@ impl World {
             self.step = step;
             let faults = self.dice.faults();
             self.log.set_faults(faults);
+            if let Some(switch) = &self.objects_switch {
+                switch.set_failing(faults.objects_fail);
+            }
             self.faults = faults;
             self.clock_ms += self.dice.clock.random_range(0..=CLOCK_STEP_MS_MAX);
             self.log.set_stamp_clock(self.dice.stamps.then_some(self.clock_ms));
@@ -638,6 +651,9 @@ impl World {
     pub(super) async fn quiesce(&mut self) -> Result<(), String> {
         self.step = STEPS;
         self.log.heal();
+        if let Some(switch) = &self.objects_switch {
+            switch.set_failing(false);
+        }
         self.faults = Faults::default();
         for replica in &mut self.replicas {
             replica.held = true;
@@ -706,11 +722,12 @@ impl World {
     }
 }
 
-/// The run's journal copies: in memory, in three runs of four.
-fn journal_objects(dice: &Dice) -> Option<crate::journal::objects::JournalObjects> {
+/// The run's journal copies: in memory, in three runs of four, with the
+/// switch of their outages.
+fn journal_objects(dice: &Dice) -> Option<(crate::journal::objects::JournalObjects, Arc<super::objects::FlakyObjects>)> {
     dice.journal_objects.then(|| {
-        let store: Arc<dyn object_store::ObjectStore> = Arc::new(object_store::memory::InMemory::new());
-        crate::journal::objects::JournalObjects::new(store, &object_store::path::Path::from("sim"))
+        let (store, switch) = super::objects::flaky_objects();
+        (crate::journal::objects::JournalObjects::new(store, &object_store::path::Path::from("sim")), switch)
     })
 }
 

@@ -34,6 +34,9 @@ const PARTITIONS: i32 = 4;
 /// loaded machine, with a node restarted in it (at 3 s, in CI, the sessions
 /// aged out before any reached QTY).
 const STALENESS_MS: u64 = 10_000;
+/// The longest a stream is held back waiting for the publisher's first
+/// commit: well under `STALENESS_MS`, so no session ages out in the pause.
+const HOLD_MS_MAX: u64 = 4_000;
 /// How long past the staleness the tests wait for every session to age out
 /// (ticks every 200 ms move the log time).
 const AGE_SLACK_MS: u64 = 5_000;
@@ -102,10 +105,23 @@ async fn produce(producer: &FutureProducer, topic: &str, generated: &model::Gene
 }
 
 /// Sends records `range` in slices of 200, 5 ms apart: a stream that is
-/// still flowing when a node is killed.
-async fn produce_paced(producer: FutureProducer, topic: String, generated: Arc<model::Generated>, range: std::ops::Range<usize>) {
+/// still flowing when a node is killed. From `held.0` on it sends only once
+/// `held.1` is opened, or after `HOLD_MS_MAX`, so the stream does not run dry
+/// before the test has seen the publisher commit on a slow machine (in CI,
+/// the whole range once went out before the first commit).
+async fn produce_paced(
+    producer: FutureProducer,
+    topic: String,
+    generated: Arc<model::Generated>,
+    range: std::ops::Range<usize>,
+    held: (usize, tokio::sync::watch::Receiver<bool>),
+) {
+    let (held_from, mut opened) = held;
     let mut at = range.start;
     while at < range.end {
+        if at >= held_from {
+            let _ = tokio::time::timeout(Duration::from_millis(HOLD_MS_MAX), opened.wait_for(|open| *open)).await;
+        }
         let to = (at + 200).min(range.end);
         produce(&producer, &topic, &generated, at..to).await;
         at = to;
@@ -121,19 +137,21 @@ async fn published_total(node: &Tern) -> u64 {
 }
 
 /// Waits until `node`'s publishers committed something while records still
-/// flow (`stream`), so a batch is likely mid-transaction.
-async fn wait_publishing(node: &Tern, stream: &tokio::task::JoinHandle<()>) {
+/// flow (`stream`, held back until `open` is sent), then lets the rest of
+/// the stream go, so a batch is likely mid-transaction.
+async fn wait_publishing(node: &Tern, stream: &tokio::task::JoinHandle<()>, open: &tokio::sync::watch::Sender<bool>) {
     let deadline = Instant::now() + Duration::from_secs(60);
     while published_total(node).await == 0 {
         assert!(Instant::now() < deadline, "nothing was published");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    assert!(!stream.is_finished(), "the stream still flows (make it longer)");
+    assert!(!stream.is_finished(), "the stream still flows (hold it longer)");
+    open.send_replace(true);
 }
 
 /// Kills `node` with SIGKILL while it publishes and records flow.
-async fn kill_while_publishing(node: &mut Tern, stream: &tokio::task::JoinHandle<()>) {
-    wait_publishing(node, stream).await;
+async fn kill_while_publishing(node: &mut Tern, stream: &tokio::task::JoinHandle<()>, open: &tokio::sync::watch::Sender<bool>) {
+    wait_publishing(node, stream, open).await;
     node.kill9();
 }
 
@@ -257,17 +275,24 @@ async fn aggdemo_end_to_end(bootstrap: &str, disruption: Disruption<'_>) {
     let late_from = generated.late_from();
     let producer: FutureProducer = client_config(bootstrap).set("linger.ms", "5").create().unwrap();
     let cut = |share: usize| late_from * share / 10;
-    let stream = |range: std::ops::Range<usize>| tokio::spawn(produce_paced(producer.clone(), input.clone(), generated.clone(), range));
+    // A stream held from nine tenths of its range until the test opens it:
+    // sessions first close (USAGE) late in the first range.
+    let held_stream = |range: std::ops::Range<usize>| {
+        let (open, opened) = tokio::sync::watch::channel(false);
+        let held_from = range.start + (range.end - range.start) * 9 / 10;
+        (tokio::spawn(produce_paced(producer.clone(), input.clone(), generated.clone(), range, (held_from, opened))), open)
+    };
 
     match disruption {
         Disruption::KillNodes => {
             // The publisher (and a replica) dies mid-stream, publishing; records keep coming.
-            let first = stream(0..cut(5));
-            kill_while_publishing(&mut a, &first).await;
+            let (first, open) = held_stream(0..cut(5));
+            kill_while_publishing(&mut a, &first, &open).await;
             first.await.unwrap();
             a = serve(bootstrap, dir_a.path(), &prefix, "a", true).await;
             // Now the other replica group's node, while records flow.
-            let second = stream(cut(5)..late_from);
+            let (second, open) = held_stream(cut(5)..late_from);
+            open.send_replace(true);
             tokio::time::sleep(Duration::from_millis(300)).await;
             assert!(!second.is_finished());
             b.kill9();
@@ -278,8 +303,8 @@ async fn aggdemo_end_to_end(bootstrap: &str, disruption: Disruption<'_>) {
             // The broker goes away while the publisher publishes (its open
             // transaction fails or is aborted); the producer holds the
             // records sent meanwhile and delivers them once it is back.
-            let first = stream(0..late_from);
-            wait_publishing(&a, &first).await;
+            let (first, open) = held_stream(0..late_from);
+            wait_publishing(&a, &first, &open).await;
             broker.kafka(&["stop-node", "1"]);
             tokio::time::sleep(Duration::from_secs(2)).await;
             broker.kafka(&["start-node", "1"]);

@@ -34,6 +34,25 @@ impl Brokers {
         let status = std::process::Command::new("scripts/kafka.sh").args(args).args(["--dir", self.dir.path().to_str().unwrap()]).status().unwrap();
         assert!(status.success(), "kafka.sh {args:?}");
     }
+
+    /// (`--netns` brokers) a network namespace of its own on the brokers'
+    /// bridge for host `h` (1..99), whose links can be cut (`kafka.sh
+    /// cut-link hH nI`): its name and address.
+    pub(crate) fn add_host(&self, h: u32) -> (String, String) {
+        let output = std::process::Command::new("scripts/kafka.sh")
+            .args(["add-host", &h.to_string(), "--dir", self.dir.path().to_str().unwrap()])
+            .output()
+            .unwrap();
+        assert!(output.status.success(), "kafka.sh add-host {h}: {}", String::from_utf8_lossy(&output.stderr));
+        let line = String::from_utf8(output.stdout).unwrap();
+        let (ns, address) = line.trim().split_once(' ').expect("NAMESPACE ADDRESS");
+        (ns.to_string(), address.to_string())
+    }
+
+    /// The brokers' count (`nI` endpoints of `cut-link`, 1-based).
+    pub(crate) fn count(&self) -> usize {
+        self.bootstrap.split(',').count()
+    }
 }
 
 impl Drop for Brokers {

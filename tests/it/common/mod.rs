@@ -62,7 +62,28 @@ impl Tern {
 
     /// Starts `tern` and returns once it listens, ready or not.
     pub(crate) fn spawn_listening(args: &[&str], env: &[(&str, &str)], data_dir: &Path) -> Tern {
-        let mut child = Command::new(bin())
+        Tern::spawn_listening_in(None, args, env, data_dir)
+    }
+
+    /// `spawn`, in network namespace `netns` (`Brokers::add_host`): it
+    /// listens there, and the test reaches it through the brokers' bridge.
+    pub(crate) async fn spawn_in_netns(netns: &str, args: &[&str], data_dir: &Path) -> Tern {
+        let tern = Tern::spawn_listening_in(Some(netns), args, &[], data_dir);
+        tern.wait_ready().await;
+        tern
+    }
+
+    fn spawn_listening_in(netns: Option<&str>, args: &[&str], env: &[(&str, &str)], data_dir: &Path) -> Tern {
+        // `ip netns exec` execs the command: the child's pid is tern's.
+        let mut command = match netns {
+            Some(netns) => {
+                let mut command = Command::new("ip");
+                command.args(["netns", "exec", netns, &bin()]);
+                command
+            }
+            None => Command::new(bin()),
+        };
+        let mut child = command
             .args(args)
             .envs(env.iter().copied())
             .env("TERN_LOG_LEVEL", std::env::var("TERN_TEST_LOG_LEVEL").unwrap_or_else(|_| "warn".into()))
