@@ -144,25 +144,24 @@ add_host() {
 }
 
 # An endpoint's namespace and address: nI (broker I) or hI (add-host I).
+# (Checked by check_endpoint first: an exit inside $(...) would leave only the subshell.)
 endpoint_ns() {
-  case "$1" in
-    n[0-9]*) node_ns "${1#n}" ;;
-    h[0-9]*) echo "$(cut -d' ' -f1 "$DIR/netns")-$1" ;;
-    *) echo "kafka.sh: an endpoint is nI or hI, got $1" >&2; exit 1 ;;
-  esac
+  if [[ "$1" == n* ]]; then node_ns "${1#n}"; else echo "$(cut -d' ' -f1 "$DIR/netns")-$1"; fi
 }
 endpoint_addr() {
-  case "$1" in
-    n[0-9]*) node_addr "${1#n}" ;;
-    h[0-9]*) echo "$(cut -d' ' -f2 "$DIR/netns").$((100 + ${1#h}))" ;;
-    *) echo "kafka.sh: an endpoint is nI or hI, got $1" >&2; exit 1 ;;
-  esac
+  if [[ "$1" == n* ]]; then node_addr "${1#n}"; else echo "$(cut -d' ' -f2 "$DIR/netns").$((100 + ${1#h}))"; fi
+}
+check_endpoint() {
+  [[ "$1" =~ ^[nh][0-9]+$ ]] || { echo "kafka.sh: an endpoint is nI (broker I) or hI (add-host I), got $1" >&2; exit 1; }
+  ip netns list | awk '{print $1}' | grep -x "$(endpoint_ns "$1")" >/dev/null || { echo "kafka.sh: no namespace for $1" >&2; exit 1; }
 }
 
 # cut-link / heal-link: blackhole routes both ways between $2 and $3 ($1: add or del).
 route_link() {
   local how="$1" a="$2" b="$3"
   [[ -f "$DIR/netns" ]] || { echo "kafka.sh: cut-link needs nodes started with --netns" >&2; exit 1; }
+  check_endpoint "$a"
+  check_endpoint "$b"
   ip netns exec "$(endpoint_ns "$a")" ip route "$how" blackhole "$(endpoint_addr "$b")/32"
   ip netns exec "$(endpoint_ns "$b")" ip route "$how" blackhole "$(endpoint_addr "$a")/32"
 }

@@ -65,6 +65,8 @@ pub(super) async fn write_records(
     let mut request = WriteRequest::new(Writer::Client, partition, Entry::Mutation(mutation));
     request.durability = durability(params)?;
     request.timeout = params.timeout()?;
+    let request_timeout = request.timeout;
+    request.forwarded = incoming.forwarded_by.is_some();
     if params.wait_applied()? {
         request.wait = Wait::Applied;
     }
@@ -73,8 +75,34 @@ pub(super) async fn write_records(
             Ok(json_response(StatusCode::OK, render::write_ack(version, &namespace.name, partition, duplicate)))
         }
         Receipt::Journaled { write_id, ripcord } => Ok(journaled(&write_id, ripcord)),
-        Receipt::Forward => to_holder(state, incoming, &namespace.name, partition, body).await,
+        Receipt::Forward { timeout } if timeout < request_timeout => {
+            // This node waited behind its journaled writes first: the holder
+            // gets what is left of the caller's timeout, not all of it again.
+            let path_and_query = with_timeout_ms(incoming.path_and_query, (timeout.as_millis() as u64).max(1));
+            let incoming = Incoming {
+                method: incoming.method.clone(),
+                path_and_query: &path_and_query,
+                forwarded_by: incoming.forwarded_by,
+                idempotency_key: incoming.idempotency_key,
+                headers: incoming.headers,
+                principal: incoming.principal.clone(),
+            };
+            to_holder(state, &incoming, &namespace.name, partition, body).await
+        }
+        Receipt::Forward { .. } => to_holder(state, incoming, &namespace.name, partition, body).await,
     }
+}
+
+/// `path_and_query` with its `timeout_ms` set to `timeout_ms`.
+fn with_timeout_ms(path_and_query: &str, timeout_ms: u64) -> String {
+    let (path, query) = path_and_query.split_once('?').unwrap_or((path_and_query, ""));
+    let timeout = format!("timeout_ms={timeout_ms}");
+    let pairs: Vec<&str> = query
+        .split('&')
+        .filter(|pair| !pair.is_empty() && pair.split('=').next() != Some("timeout_ms"))
+        .chain(std::iter::once(timeout.as_str()))
+        .collect();
+    format!("{path}?{}", pairs.join("&"))
 }
 
 /// `?durability=sequenced|journaled`; none: the namespace's `write_mode`.
@@ -97,4 +125,16 @@ fn journaled(write_id: &[u8], ripcord: bool) -> Response {
         response.headers_mut().insert("x-tern-ripcord", axum::http::HeaderValue::from_static("journaled"));
     }
     response
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_forwarded_write_carries_the_timeout_left() {
+        use super::with_timeout_ms;
+        assert_eq!(with_timeout_ms("/v1/ns/a/kv/k", 7), "/v1/ns/a/kv/k?timeout_ms=7");
+        assert_eq!(with_timeout_ms("/v1/ns/a/kv/k?if_absent=true&timeout_ms=5000", 7), "/v1/ns/a/kv/k?if_absent=true&timeout_ms=7");
+        assert_eq!(with_timeout_ms("/v1/ns/a/kv/k?timeout_ms=5000&wait=applied&", 12), "/v1/ns/a/kv/k?wait=applied&timeout_ms=12");
+        assert_eq!(with_timeout_ms("/v1/ns/timeout_ms/kv/k?x_timeout_ms=1", 3), "/v1/ns/timeout_ms/kv/k?x_timeout_ms=1&timeout_ms=3");
+    }
 }

@@ -138,7 +138,7 @@ pub(super) async fn commit(state: &Firebase, namespace: &Namespace, caller: &Cal
         match state.app.node.write(namespace, request).await {
             Ok(Receipt::Sequenced { version, .. }) => return Ok(Committed::Applied { version }),
             Ok(Receipt::Journaled { .. }) => unreachable!("a write that waits to be applied is sequenced"),
-            Ok(Receipt::Forward) => return Ok(Committed::Forward),
+            Ok(Receipt::Forward { .. }) => return Ok(Committed::Forward),
             Err(WriteError::ConditionFailed { op_index: READS_CHANGED, .. }) => continue,
             Err(WriteError::ConditionFailed { .. }) => return Ok(Committed::ConditionFailed),
             Err(e) => return Err(FbError::from(e)),

@@ -183,6 +183,16 @@ impl PendingIds {
         self.order.get(key).is_some_and(|order| !order.is_empty())
     }
 
+    /// Past the last entry of `key`'s partition not yet released, if any.
+    fn end_of(&self, key: &str) -> Option<u64> {
+        self.order.get(key).and_then(|order| order.last_key_value()).map(|(offset, _)| offset + 1)
+    }
+
+    /// Whether every entry of `key`'s partition below `end` is released.
+    fn released_to(&self, key: &str, end: u64) -> bool {
+        self.order.get(key).is_none_or(|order| order.range(..end).next().is_none())
+    }
+
     /// How long the oldest (lowest offset) pending entry of any partition has waited.
     fn oldest_age(&self) -> Option<std::time::Duration> {
         self.order.values().filter_map(|o| o.first_key_value().map(|(_, (_, at))| at.elapsed())).max()
@@ -319,23 +329,32 @@ impl Journal {
         self.ids.lock().holds(&released_key(ns, partition))
     }
 
-    /// Waits until `ns`/`partition` holds no journaled write not yet seen
-    /// applied (`holds_pending` false), at most `timeout_max`: whether it
-    /// does not. A write that must not pass the partition's journaled
-    /// writes (a conditional or sequenced one) waits here before it goes to
-    /// the log.
-    pub async fn wait_released(&self, ns: &str, partition: u32, timeout_max: std::time::Duration) -> bool {
-        let deadline = tokio::time::Instant::now() + timeout_max;
+    /// Past the last journaled write of `ns`/`partition` not yet seen
+    /// applied, if any: what a write answered after them waits for
+    /// (`wait_released`).
+    pub fn pending_end(&self, ns: &str, partition: u32) -> Option<u64> {
+        self.ids.lock().end_of(&released_key(ns, partition))
+    }
+
+    /// Waits until every journaled write of `ns`/`partition` below `end`
+    /// (`pending_end`, read when the waiting write came) is seen applied, at
+    /// most until `deadline`: whether they are. Only those: the writes
+    /// journaled meanwhile were answered after the waiting one, and a
+    /// partition with steady journaled traffic never empties (review of
+    /// issue 36: waiting for "none pending" refused every conditional write
+    /// for as long as plain writes kept coming).
+    pub async fn wait_released(&self, ns: &str, partition: u32, end: u64, deadline: tokio::time::Instant) -> bool {
+        let key = released_key(ns, partition);
         loop {
             let released = self.released_changed.notified();
             tokio::pin!(released);
             // Registered before the check: a release between the two still wakes it.
             released.as_mut().enable();
-            if !self.holds_pending(ns, partition) {
+            if self.ids.lock().released_to(&key, end) {
                 return true;
             }
             if tokio::time::timeout_at(deadline, released).await.is_err() {
-                return !self.holds_pending(ns, partition);
+                return self.ids.lock().released_to(&key, end);
             }
         }
     }
@@ -404,13 +423,18 @@ impl Journal {
         let tp = tp(ns, partition);
         {
             let mut released = self.released.lock();
-            let at = released.entry(released_key(ns, partition)).or_insert(0);
-            if offset <= *at {
+            let key = released_key(ns, partition);
+            if offset <= released.get(&key).copied().unwrap_or(0) {
                 return Ok(());
             }
-            *at = offset;
-            let bytes = serde_json::to_vec(&*released).expect("a map of offsets serializes");
+            // The mark moves only once it is on disk: had it moved before a
+            // failed write, the same release tried again would return above
+            // and leave the entries pending for good (review of issue 36).
+            let mut next = released.clone();
+            next.insert(key, offset);
+            let bytes = serde_json::to_vec(&next).expect("a map of offsets serializes");
             write_atomically(&self.released_file, &bytes).map_err(LogError::from)?;
+            *released = next;
         }
         self.ids.lock().release_below(ns, partition, offset);
         self.released_changed.notify_waiters();

@@ -138,3 +138,54 @@ async fn a_journal_whose_oldest_write_waited_too_long_refuses_new_ones() {
     assert_eq!(reopened.find(b"w2"), Some(("ns".to_string(), 0, 1)));
     assert_eq!(reopened.find(b"w1"), None, "released");
 }
+
+/// Review of issue 36: the released mark moved before it was written; when
+/// the write failed, the same release tried again returned at once ("below
+/// what was released") and the entries stayed pending for good (the
+/// partition's plain writes journaled, its conditional writes refused).
+/// Failed before: still pending after the retry.
+#[tokio::test]
+async fn a_release_whose_mark_was_not_written_is_done_when_tried_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let journal = Journal::open(dir.path(), ROOMY, None).await.unwrap();
+    journal.append("ns", 2, 0, &put("a", "1", "w1")).await.unwrap();
+    // A directory where the mark's temporary file goes: its write fails.
+    let in_the_way = dir.path().join(super::local::RELEASED_FILE).with_extension("tmp");
+    std::fs::create_dir_all(in_the_way.join("x")).unwrap();
+    assert!(journal.release_below("ns", 0, 1).is_err());
+    assert!(journal.holds_pending("ns", 0), "not released: its mark is not on disk");
+    std::fs::remove_dir_all(&in_the_way).unwrap();
+    journal.release_below("ns", 0, 1).unwrap();
+    assert!(!journal.holds_pending("ns", 0), "released when tried again");
+    journal.close().await;
+    let journal = Journal::open(dir.path(), ROOMY, None).await.unwrap();
+    assert!(journal.pending().await.unwrap().is_empty(), "and after a restart");
+}
+
+/// A write waits only for the journaled writes pending when it came
+/// (`pending_end`), not for the partition to empty: under steady journaled
+/// traffic it never would (review of issue 36: every conditional write was
+/// refused while plain writes kept coming).
+#[tokio::test]
+async fn a_wait_for_release_waits_only_for_the_entries_before_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let journal = Journal::open(dir.path(), ROOMY, None).await.unwrap();
+    assert_eq!(journal.pending_end("ns", 0), None);
+    journal.append("ns", 2, 0, &put("a", "1", "w1")).await.unwrap();
+    let end = journal.pending_end("ns", 0).unwrap();
+    assert_eq!(end, 1);
+    let soon = || tokio::time::Instant::now() + Duration::from_millis(50);
+    assert!(!journal.wait_released("ns", 0, end, soon()).await, "w1 is pending");
+    // Journaled after the waiting write came: not waited for.
+    journal.append("ns", 2, 0, &put("a", "2", "w2")).await.unwrap();
+    let journal = std::sync::Arc::new(journal);
+    let waiter = {
+        let journal = journal.clone();
+        tokio::spawn(async move { journal.wait_released("ns", 0, end, tokio::time::Instant::now() + Duration::from_secs(10)).await })
+    };
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    journal.release_below("ns", 0, 1).unwrap();
+    assert!(waiter.await.unwrap(), "woken by the release of w1, with w2 still pending");
+    assert!(journal.holds_pending("ns", 0));
+    assert!(journal.wait_released("ns", 1, 5, soon()).await, "another partition holds nothing");
+}

@@ -22,14 +22,16 @@ pub(crate) fn journal_first(rides_ripcord: bool, log_refuses: bool, holds_pendin
     rides_ripcord && (log_refuses || holds_pending)
 }
 
-/// Whether a client's write that goes to the log waits until its
-/// partition's journaled writes of this node are applied: always, while
-/// there are any. Those were answered before it, and one that passed them
-/// (a conditional or sequenced write, a plain one with ripcord off) would be
-/// decided first (issue 36, found by the simulation: seed 3). Tern's own
-/// writes (ticks, trims, Firebase) keep no client's order and do not wait.
-pub(crate) fn waits_for_journal(client: bool, holds_pending: bool) -> bool {
-    client && holds_pending
+/// What a write that goes to the log waits for: a client's write waits
+/// until its partition's journaled writes of this node pending when it came
+/// (those below `pending_end`, `Journal::pending_end`) are applied. Those
+/// were answered before it, and one that passed them (a conditional or
+/// sequenced write, a plain one with ripcord off) would be decided first
+/// (issue 36, found by the simulation: seed 3). Not a write another node
+/// forwarded (that node waited behind its own journal first), nor Tern's
+/// own writes (ticks, trims, Firebase), which keep no client's order.
+pub(crate) fn journal_to_wait_for(client: bool, forwarded: bool, pending_end: Option<u64>) -> Option<u64> {
+    pending_end.filter(|_| client && !forwarded)
 }
 
 /// The journal refused a write sent to it first (full, too old, object
@@ -74,6 +76,9 @@ mod tests {
         assert!(journal_first(true, true, false) && journal_first(true, false, true) && !journal_first(true, false, false));
         assert!(!journal_first(false, true, true));
         assert!(try_log_after_journal_refused(false) && !try_log_after_journal_refused(true));
-        assert!(waits_for_journal(true, true) && !waits_for_journal(true, false) && !waits_for_journal(false, true));
+        assert_eq!(journal_to_wait_for(true, false, Some(7)), Some(7));
+        assert_eq!(journal_to_wait_for(true, false, None), None, "nothing pending");
+        assert_eq!(journal_to_wait_for(true, true, Some(7)), None, "forwarded: the forwarder waited");
+        assert_eq!(journal_to_wait_for(false, false, Some(7)), None, "Tern's own writes");
     }
 }

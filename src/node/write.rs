@@ -106,7 +106,13 @@ pub struct WriteRequest {
     /// condition, a write id) waits for this node to apply it. Apart from
     /// `wait` because a condition needs its outcome without being asked to
     /// wait (and still rides ripcord and `write_mode` as a plain write).
+    /// It bounds the whole write: the wait behind this node's journaled
+    /// writes included (module doc, 5).
     pub timeout: Duration,
+    /// Sent here by another node, which kept its client's order (it waited
+    /// behind its own journaled writes) before it forwarded the write: this
+    /// node's journaled writes, answered to other clients, do not order it.
+    pub forwarded: bool,
 }
 
 impl WriteRequest {
@@ -114,7 +120,7 @@ impl WriteRequest {
     /// durability and the default bound on waiting for an outcome.
     pub fn new(writer: Writer, partition: u32, entry: Entry) -> WriteRequest {
         let timeout = Duration::from_millis(crate::limits::WAIT_MS_DEFAULT);
-        WriteRequest { writer, partition, entry, durability: None, wait: Wait::Durable, timeout }
+        WriteRequest { writer, partition, entry, durability: None, wait: Wait::Durable, timeout, forwarded: false }
     }
 
     /// The same, answered once applied here, waiting at most `timeout`.
@@ -138,8 +144,10 @@ pub enum Receipt {
     /// the log refused it.
     Journaled { write_id: Bytes, ripcord: bool },
     /// The caller needs the outcome and this node does not apply the
-    /// partition: nothing was written; send the write to a holder.
-    Forward,
+    /// partition: nothing was written; send the write to a holder, with at
+    /// most `timeout` (what the request's timeout left after this node's
+    /// wait behind its journaled writes).
+    Forward { timeout: Duration },
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -229,7 +237,9 @@ fn needs_outcome(entry: &Entry, wait: Wait) -> bool {
 impl Node {
     /// Writes `request` into `namespace` (see the module doc).
     pub async fn write(&self, namespace: &Namespace, request: WriteRequest) -> Result<Receipt, WriteError> {
-        let WriteRequest { writer, partition, entry, durability, wait, timeout } = request;
+        let WriteRequest { writer, partition, entry, durability, wait, timeout, forwarded } = request;
+        // One bound for the whole write, the wait behind the journal included.
+        let deadline = tokio::time::Instant::now() + timeout;
         reserved::check(writer, &namespace.name, entry.touches()).map_err(WriteError::Reserved)?;
         assert!(partition < namespace.partitions, "a write names a partition of its namespace");
         debug_assert!(
@@ -274,11 +284,15 @@ impl Node {
         // until they are applied, at most its timeout (found by the
         // simulation, seed 3: a conditional write answered after a journaled
         // one was decided before it).
-        if ripcord_route::waits_for_journal(writer == Writer::Client, holds_pending(self))
-            && !self.journal.wait_released(ns, partition, timeout).await
-        {
-            return Err(WriteError::BehindJournal { partition, timeout_ms: timeout.as_millis() as u64 });
+        // It waits for those pending when it came (`pending_end`), not for
+        // the ones journaled meanwhile, which were answered after it.
+        let pending_end = self.journal.pending_end(ns, partition);
+        if let Some(end) = ripcord_route::journal_to_wait_for(writer == Writer::Client, forwarded, pending_end) {
+            if !self.journal.wait_released(ns, partition, end, deadline).await {
+                return Err(WriteError::BehindJournal { partition, timeout_ms: timeout.as_millis() as u64 });
+            }
         }
+        let timeout = deadline.saturating_duration_since(tokio::time::Instant::now());
         // Only a client's writes (and the sequencer's appends) move the
         // ripcord flag: Tern's own writes (ticks, trims, Firebase, keys) go
         // to partitions of their own choosing, and one refused there must
@@ -318,7 +332,7 @@ impl Node {
         let partition = request.partition;
         match self.write(namespace, request).await? {
             Receipt::Sequenced { version, .. } => Ok(version),
-            Receipt::Forward => Err(WriteError::NotHeld { partition }),
+            Receipt::Forward { .. } => Err(WriteError::NotHeld { partition }),
             Receipt::Journaled { .. } => unreachable!("a sequenced write of Tern's own never rides ripcord"),
         }
     }
@@ -364,7 +378,7 @@ impl Node {
         let _pin = match needs_outcome {
             true => match handle.pin() {
                 Some(pin) => Some(pin),
-                None => return Ok(Receipt::Forward),
+                None => return Ok(Receipt::Forward { timeout }),
             },
             false => None,
         };

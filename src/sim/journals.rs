@@ -48,6 +48,10 @@ pub(super) const DRAIN_ROUNDS_MAX: usize = 200;
 /// How long a write behind a node's journaled writes waits for them, in
 /// rounds of sequencing and applying (a node waits up to its timeout).
 const WAIT_RELEASED_ROUNDS_MAX: usize = 3;
+/// How far the clock moves per round of that wait: past the sequencer's
+/// longest retry wait (2 s), so three rounds are about a write's default
+/// timeout (5 s).
+const WAIT_RELEASED_CLOCK_STEP_MS: u64 = 2_000;
 
 /// How far the clock moves per drain round: past the sequencer's longest
 /// retry wait (2 s) and its release interval.
@@ -232,10 +236,13 @@ impl World {
                 Err(()) => {}
             }
         }
-        if ripcord_route::waits_for_journal(true, self.holds_pending(n)) && !self.wait_released(n).await? {
-            // The node's wait ran out: answered `BehindJournal`, nothing written.
-            count(&STATS.behind_journal);
-            return Ok(());
+        let pending_end = self.nodes[n].journal.as_ref().and_then(|journal| journal.pending_end(NAMESPACE, 0));
+        if let Some(end) = ripcord_route::journal_to_wait_for(true, false, pending_end) {
+            if !self.wait_released(n, end).await? {
+                // The node's wait ran out: answered `BehindJournal`, nothing written.
+                count(&STATS.behind_journal);
+                return Ok(());
+            }
         }
         let payload = Bytes::from(crate::codec::encode_at(&mutation, time_ms));
         match self.log.append(&tp(), payload).await {
@@ -259,15 +266,18 @@ impl World {
         Ok(())
     }
 
-    /// A write waits for node `n`'s journaled writes of the partition to be
-    /// applied, as `Journal::wait_released` does: here for at most
-    /// `WAIT_RELEASED_ROUNDS_MAX` sequencer turns and apply steps of every
-    /// replica. Whether they were.
-    async fn wait_released(&mut self, n: usize) -> Result<bool, String> {
+    /// A write waits for node `n`'s journaled writes of the partition below
+    /// `end` to be applied, as `Journal::wait_released` does: here for at
+    /// most `WAIT_RELEASED_ROUNDS_MAX` sequencer turns and apply steps of
+    /// every replica, the clock moving as a node's would while it waits
+    /// (past a lane's retry wait). Whether they were.
+    async fn wait_released(&mut self, n: usize, end: u64) -> Result<bool, String> {
         for _ in 0..WAIT_RELEASED_ROUNDS_MAX {
-            if !self.holds_pending(n) {
+            if self.released_to(n, end).await {
                 return Ok(true);
             }
+            self.clock_ms += WAIT_RELEASED_CLOCK_STEP_MS;
+            self.log.set_stamp_clock(self.dice.stamps.then_some(self.clock_ms));
             self.sequence(n).await?;
             for r in 0..super::world::REPLICAS {
                 self.apply_step(r).await?;
@@ -275,7 +285,13 @@ impl World {
             // Releases what was seen applied.
             self.sequence(n).await?;
         }
-        Ok(!self.holds_pending(n))
+        Ok(self.released_to(n, end).await)
+    }
+
+    /// Whether node `n`'s journal released every entry of the partition below `end` (asked, not waited for).
+    async fn released_to(&self, n: usize, end: u64) -> bool {
+        let journal = self.nodes[n].journal.as_ref().expect("started");
+        journal.wait_released(NAMESPACE, 0, end, tokio::time::Instant::now()).await
     }
 
     /// Whether node `n`'s journal holds writes of the partition not yet released.

@@ -118,9 +118,12 @@ async fn produce_paced(
 ) {
     let (held_from, mut opened) = held;
     let mut at = range.start;
+    // One bound for the whole hold, set when it begins (not one per slice).
+    let mut hold_until: Option<tokio::time::Instant> = None;
     while at < range.end {
         if at >= held_from {
-            let _ = tokio::time::timeout(Duration::from_millis(HOLD_MS_MAX), opened.wait_for(|open| *open)).await;
+            let until = *hold_until.get_or_insert_with(|| tokio::time::Instant::now() + Duration::from_millis(HOLD_MS_MAX));
+            let _ = tokio::time::timeout_at(until, opened.wait_for(|open| *open)).await;
         }
         let to = (at + 200).min(range.end);
         produce(&producer, &topic, &generated, at..to).await;

@@ -2,11 +2,12 @@
 //! keep running (issue 36). The brokers run in network namespaces of the
 //! test's own (`scripts/kafka.sh start --netns`), so that a broker can be
 //! cut from the other brokers while clients still reach it — a fault that
-//! killing or pausing a process cannot make.
+//! killing or pausing a process cannot make. Tern nodes run in namespaces
+//! of their own too (`kafka.sh add-host`) when their links are cut.
 
 use std::time::{Duration, Instant};
 
-use serde_json::json;
+use serde_json::{json, Value};
 
 use crate::common::{brokers::Brokers, Tern};
 
@@ -20,21 +21,14 @@ async fn node(brokers: &Brokers, id: &str, dir: &std::path::Path) -> Tern {
 async fn node_with(brokers: &Brokers, id: &str, dir: &std::path::Path, host: Option<&(String, String)>, extra: &[&str]) -> Tern {
     let log = format!("kafka://{}", brokers.bootstrap);
     let listen = format!("{}:0", host.map_or("127.0.0.1", |(_, address)| address.as_str()));
-    let mut args = vec![
-        "serve",
-        "--node-id",
-        id,
-        "--group",
-        id,
-        "--listen",
-        &listen,
-        "--data-dir",
-        dir.to_str().unwrap(),
-        "--log",
-        &log,
-        "--namespace",
-        "default:1",
-    ];
+    let mut args = vec!["serve", "--node-id", id, "--listen", &listen, "--data-dir", dir.to_str().unwrap(), "--log", &log];
+    // Defaults the extra arguments may override: alone in a replica group, one partition.
+    if !extra.contains(&"--group") {
+        args.extend(["--group", id]);
+    }
+    if !extra.contains(&"--namespace") {
+        args.extend(["--namespace", "default:1"]);
+    }
     if host.is_some() {
         // Not loopback, but a namespace of the test's own that only this host reaches.
         args.push("--insecure");
@@ -316,5 +310,172 @@ async fn a_node_cut_from_the_brokers_journals_and_converges_with_every_acknowled
     for j in u_writes.iter().step_by(7) {
         let (status, body) = t.send(t.client.get(t.kv_url("default", &format!("u{j}"), Some("")))).await;
         assert_eq!((status, body["value"].as_u64()), (200, Some(*j)), "the other node's write u{j} on the healed node");
+    }
+}
+
+/// Writes `i` to `pk` through `node` (with `query`): whether it was
+/// acknowledged (200); a 503's code goes into `codes`.
+async fn put_key(node: &Tern, writes: &mut KeyWrites, pk: &str, query: &str, i: u64, codes: &mut std::collections::BTreeSet<String>) -> bool {
+    writes.sent.push(i);
+    let url = format!("{}{query}", node.kv_url("default", pk, Some("")));
+    let (status, body) = node.send(node.client.put(url).json(&json!(i)).timeout(Duration::from_secs(30))).await;
+    match status {
+        200 => {
+            writes.acked = Some(i);
+            true
+        }
+        // Refused, or (502) sent to the holder on a connection the cut
+        // broke mid-request: its outcome unknown, said so (it may land).
+        503 => {
+            codes.insert(crate::common::error_code(&body).to_string());
+            false
+        }
+        502 if crate::common::error_code(&body) == "outcome_unknown" => {
+            codes.insert("outcome_unknown".to_string());
+            false
+        }
+        _ => panic!("write {i} of {pk} through {}{query}: {status} {body}", node.url),
+    }
+}
+
+/// The members of `default`'s partitions as `node`'s `/v1/cluster` shows
+/// them: live node ids, and how many partitions each live node holds.
+async fn members(node: &Tern) -> (Vec<String>, Vec<usize>) {
+    let (_, view) = node.get_json("/v1/cluster").await;
+    let live: Vec<&Value> = view["nodes"].as_array().unwrap().iter().filter(|n| n["state"] == "live").collect();
+    let held = live.iter().map(|n| n["partitions"].as_array().unwrap().iter().filter(|p| p["ns"] == "default").count()).collect();
+    (live.iter().map(|n| n["id"].as_str().unwrap().to_string()).collect(), held)
+}
+
+/// Issue 36: two members of one replica group, each in a network namespace
+/// of its own, cut from each other while both still reach the brokers
+/// (the consumer group, kept by the brokers, still splits the partitions
+/// between them; gossip says the other is gone). While the cut lasts, each
+/// takes the writes of the partitions it holds; a write or read it must
+/// forward to the other is refused (503), never answered with a value that
+/// was not written or a write that was not made. After the heal, both
+/// forward again and hold the same values, each key at or after its last
+/// acknowledged write.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn members_cut_from_each_other_answer_only_what_was_written_and_forward_again_after_the_heal() {
+    const PARTITIONS: u32 = 4;
+    /// Keys per partition: each member holds some and forwards others.
+    const KEYS_PER_PARTITION: usize = 3;
+    const KEYS: usize = PARTITIONS as usize * KEYS_PER_PARTITION;
+    const CUT_FOR: Duration = Duration::from_secs(20);
+    const SETTLE_MAX: Duration = Duration::from_secs(90);
+    const GOSSIP_PORT: u16 = 7946;
+    let brokers = Brokers::start_with(1, &["--netns"]);
+    let hosts = [brokers.add_host(1), brokers.add_host(2)];
+    let seed = format!("{}:{GOSSIP_PORT}", hosts[0].1);
+    let dirs = [tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap()];
+    let mut nodes = Vec::new();
+    for (at, id) in ["b1", "b2"].into_iter().enumerate() {
+        let gossip = format!("{}:{GOSSIP_PORT}", hosts[at].1);
+        let extra = ["--group", "b", "--gossip", &gossip, "--seeds", &seed, "--namespace", "default:4"];
+        nodes.push(node_with(&brokers, id, dirs[at].path(), Some(&hosts[at]), &extra).await);
+    }
+    let deadline = Instant::now() + SETTLE_MAX;
+    loop {
+        let views = [members(&nodes[0]).await, members(&nodes[1]).await];
+        if views.iter().all(|(live, held)| live.len() == 2 && held.iter().all(|h| *h > 0) && held.iter().sum::<usize>() == 4) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the group never split the partitions between both members: {views:?}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let mut keys: Vec<KeyWrites> = vec![KeyWrites::default(); KEYS];
+    let names: Vec<String> = (0..PARTITIONS)
+        .flat_map(|p| (0..).map(|i| format!("k{i}")).filter(move |pk| tern::partitioner::partition_of(pk, PARTITIONS) == p).take(KEYS_PER_PARTITION))
+        .collect();
+    let url = |node: &Tern, key: usize| node.kv_url("default", &names[key], Some(""));
+    let mut i = 0u64;
+    for (key, writes) in keys.iter_mut().enumerate() {
+        i += 1;
+        writes.sent.push(i);
+        let (status, body) = nodes[0].send(nodes[0].client.put(url(&nodes[0], key)).json(&json!(i))).await;
+        assert_eq!(status, 200, "before the cut, b1 writes (or forwards) every key: {body}");
+        writes.acked = Some(i);
+    }
+
+    brokers.kafka(&["cut-link", "h1", "h2"]);
+    let cut_at = Instant::now();
+    // Per node: plain writes taken (any node appends those), writes that
+    // wait to be applied taken and refused (those go to a holder), reads refused.
+    let (mut plain, mut waited, mut waits_refused, mut reads_refused) = ([0u64; 2], [0u64; 2], [0u64; 2], [0u64; 2]);
+    let mut codes = std::collections::BTreeSet::new();
+    while cut_at.elapsed() < CUT_FOR {
+        for key in 0..KEYS {
+            let at = key % 2;
+            i += 1;
+            plain[at] += u64::from(put_key(&nodes[at], &mut keys[key], &names[key], "", i, &mut codes).await);
+            // Through both: one holds the key's partition, the other must forward.
+            for (through, node) in nodes.iter().enumerate() {
+                i += 1;
+                match put_key(node, &mut keys[key], &names[key], "?wait=applied&timeout_ms=2000", i, &mut codes).await {
+                    true => waited[through] += 1,
+                    false => waits_refused[through] += 1,
+                }
+                // A read: a value that was written, or refused.
+                let (status, body) = node.send(node.client.get(url(node, key))).await;
+                match status {
+                    200 => assert!(keys[key].sent.contains(&body["value"].as_u64().unwrap()), "{}: a value that was written: {body}", names[key]),
+                    503 => {
+                        reads_refused[through] += 1;
+                        codes.insert(crate::common::error_code(&body).to_string());
+                    }
+                    _ => panic!("a read of {} through b{}: {status} {body}", names[key], through + 1),
+                }
+            }
+        }
+    }
+    brokers.kafka(&["heal-link", "h1", "h2"]);
+    eprintln!(
+        "while cut: plain writes taken {plain:?}; writes waiting to be applied taken {waited:?}, refused {waits_refused:?}; \
+         reads refused {reads_refused:?}; refusals {codes:?}"
+    );
+    assert!(plain.iter().all(|n| *n > 0), "each member took plain writes: {plain:?}");
+    assert!(waited.iter().all(|n| *n > 0), "each member took the waiting writes of its own partitions: {waited:?}");
+    assert!(waits_refused.iter().all(|n| *n > 0), "each member refused the waiting writes it had to forward: {waits_refused:?}");
+    assert!(reads_refused.iter().all(|n| *n > 0), "each member refused the reads it had to forward: {reads_refused:?}");
+
+    // Healed: both forward again and agree, each key at or after its last acknowledged write.
+    let deadline = Instant::now() + SETTLE_MAX;
+    loop {
+        let mut agreed = true;
+        let mut seen = Vec::new();
+        for (key, writes) in keys.iter().enumerate() {
+            let strong = |node: &Tern| node.client.get(format!("{}?consistency=strong&timeout_ms=5000", url(node, key)));
+            let (s1, v1) = nodes[0].send(strong(&nodes[0])).await;
+            let (s2, v2) = nodes[1].send(strong(&nodes[1])).await;
+            let (v1, v2) = (v1["value"].as_u64(), v2["value"].as_u64());
+            agreed &= s1 == 200 && s2 == 200 && v1 == v2 && v1 >= writes.acked;
+            if let Some(v) = v1 {
+                assert!(writes.sent.contains(&v), "{}: a value that was written: {v}", names[key]);
+            }
+            seen.push((s1, v1, s2, v2));
+        }
+        if agreed {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no agreement after the heal: {seen:?} for {keys:?}");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    // Back to full membership, and forwarding again: writes that wait to
+    // be applied go to the holder of each key, through either member.
+    let deadline = Instant::now() + SETTLE_MAX;
+    loop {
+        let views = [members(&nodes[0]).await, members(&nodes[1]).await];
+        if views.iter().all(|(live, held)| live.len() == 2 && held.iter().all(|h| *h > 0) && held.iter().sum::<usize>() == 4) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the group is not back to both members after the heal: {views:?}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    for (at, node) in nodes.iter().enumerate() {
+        for (key, name) in names.iter().enumerate() {
+            let (status, body) = node.send(node.client.put(format!("{}?wait=applied", url(node, key))).json(&json!(0))).await;
+            assert_eq!(status, 200, "after the heal b{} writes (or forwards) {name}: {body}", at + 1);
+        }
     }
 }

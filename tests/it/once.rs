@@ -183,7 +183,7 @@ async fn a_flagged_partition_with_nothing_journaled_tries_the_log_when_the_journ
 /// (a condition, `durability=sequenced`) while the node's journal holds an
 /// earlier journaled write of its partition was decided before it. Here a
 /// journaled "j" to k, held on its way to the log; then `if_absent` on k
-/// must see "j" (412), and a sequenced write to k must end the value. Such
+/// must see "j" (409 `condition_failed`), and a sequenced write to k must end the value. Such
 /// a write now waits until the journaled ones are applied, at most its
 /// timeout (then 503 `behind_journal`, nothing written). Failed before: the
 /// conditional write answered 200 and k ended "j" over the sequenced write.
