@@ -101,8 +101,10 @@ pub(super) struct ObjectsSlot {
 pub(super) const OBJECTS_OPEN_RETRY_MAX: std::time::Duration = std::time::Duration::from_secs(30);
 
 impl ObjectsSlot {
-    pub(super) async fn try_open(&self, config: &ObjectsConfig, unreleased: &[objects::Entry]) -> bool {
-        match objects::ObjectJournal::open(config.objects.clone(), &self.id, &config.node, config.lease_renew, unreleased.to_vec()).await {
+    pub(super) async fn try_open(&self, config: &ObjectsConfig, unreleased: &[objects::Entry], released: &[objects::LaneMark]) -> bool {
+        let journal =
+            objects::ObjectJournal::open(config.objects.clone(), &self.id, &config.node, config.lease_renew, unreleased.to_vec(), released.to_vec());
+        match journal.await {
             Ok(journal) => {
                 let _ = self.journal.set(journal);
                 true
@@ -243,7 +245,8 @@ impl Journal {
         let objects = match objects {
             Some(config) => {
                 let unreleased = unreleased_entries(&log, &topics, &released).await?;
-                Some(open_objects(id.clone(), config, unreleased).await)
+                let marks = released_marks(&log, &topics, &released).await?;
+                Some(open_objects(id.clone(), config, unreleased, marks).await)
             }
             None => None,
         };
@@ -545,10 +548,35 @@ async fn unreleased_entries(
     Ok(entries)
 }
 
+/// Per lane, where its unreleased entries start (everything below is
+/// released): what the lease keeps (`objects::Lease::released`).
+async fn released_marks(
+    log: &EmbeddedLog,
+    topics: &HashMap<String, u32>,
+    released: &HashMap<String, u64>,
+) -> Result<Vec<objects::LaneMark>, JournalError> {
+    let mut marks = Vec::new();
+    for (ns, &partitions) in topics {
+        for partition in 0..partitions {
+            let below = released.get(&released_key(ns, partition)).copied().unwrap_or(0).max(log.start_offset(&tp(ns, partition)).await?);
+            if below > 0 {
+                marks.push(objects::LaneMark { ns: ns.clone(), partition, below });
+            }
+        }
+    }
+    marks.sort_by(|a, b| (&a.ns, a.partition).cmp(&(&b.ns, b.partition)));
+    Ok(marks)
+}
+
 /// Opens the journal's objects now, or starts a task that keeps trying.
-pub(super) async fn open_objects(id: String, config: ObjectsConfig, unreleased: Vec<objects::Entry>) -> Arc<ObjectsSlot> {
+pub(super) async fn open_objects(
+    id: String,
+    config: ObjectsConfig,
+    unreleased: Vec<objects::Entry>,
+    released: Vec<objects::LaneMark>,
+) -> Arc<ObjectsSlot> {
     let slot = Arc::new(ObjectsSlot { id, journal: std::sync::OnceLock::new(), last_error: Mutex::new(String::new()), opener: Mutex::new(None) });
-    if slot.try_open(&config, &unreleased).await {
+    if slot.try_open(&config, &unreleased, &released).await {
         return slot;
     }
     tracing::warn!(error = %slot.last_error.lock(), "the journal's object storage does not answer; journaled writes are refused until it does");
@@ -558,7 +586,7 @@ pub(super) async fn open_objects(id: String, config: ObjectsConfig, unreleased: 
         loop {
             tokio::time::sleep(wait).await;
             let Some(slot) = weak.upgrade() else { return };
-            if slot.try_open(&config, &unreleased).await {
+            if slot.try_open(&config, &unreleased, &released).await {
                 tracing::info!("the journal's object storage answers; journaled writes are taken again");
                 return;
             }

@@ -414,6 +414,7 @@ impl World {
         for n in 0..NODES {
             self.start_node(n).await?;
         }
+        let mut last_pending = Vec::new();
         for _ in 0..DRAIN_ROUNDS_MAX {
             let mut pending = Vec::new();
             // Every lost journal is claimed and replayed (its objects deleted once applied).
@@ -431,6 +432,7 @@ impl World {
             if pending.is_empty() {
                 return Ok(());
             }
+            last_pending = pending;
             self.clock_ms += DRAIN_CLOCK_STEP_MS;
             self.log.set_stamp_clock(self.dice.stamps.then_some(self.clock_ms));
             for n in 0..NODES {
@@ -438,7 +440,7 @@ impl World {
             }
             self.catch_up().await?;
         }
-        Err(format!("journals stuck with entries never released after {DRAIN_ROUNDS_MAX} rounds"))
+        Err(format!("journals stuck with entries never released after {DRAIN_ROUNDS_MAX} rounds: {}", last_pending.join("; ")))
     }
 
     /// Every write answered through a node — plain, conditional, journaled
