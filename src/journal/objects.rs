@@ -6,7 +6,8 @@
 //!
 //! ```text
 //! tern/journal/<journal id>/entries/<seq:020>   one object per group commit (format below)
-//! tern/journal/<journal id>/lease.json          {"node", "renewed_at_ms"}: the owner is alive
+//! tern/journal/<journal id>/lease.json          {"node", "renewed_at_ms", "released"}: the owner is alive,
+//!                                               and per lane what it had released when it opened
 //! tern/journal/<journal id>/claim.json          {"by", "at_ms"}: another node is replaying it
 //! ```
 //!
