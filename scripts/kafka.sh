@@ -106,15 +106,20 @@ make_netns() {
   ip addr add "$subnet.1/24" dev "br-$tag"
   ip link set "br-$tag" up
   flock -u 9
-  for ((i = 1; i <= BROKERS; i++)); do
-    ip netns add "$tag-$i"
-    ip link add "h-$tag-$i" type veth peer name "n-$tag-$i"
-    ip link set "n-$tag-$i" netns "$tag-$i"
-    ip link set "h-$tag-$i" master "br-$tag" up
-    ip netns exec "$tag-$i" ip addr add "$subnet.$((10 + i))/24" dev "n-$tag-$i"
-    ip netns exec "$tag-$i" ip link set "n-$tag-$i" up
-    ip netns exec "$tag-$i" ip link set lo up
-  done
+  for ((i = 1; i <= BROKERS; i++)); do join_bridge "$tag" "$i" "$subnet.$((10 + i))"; done
+}
+
+# join_bridge TAG NAME ADDR: namespace TAG-NAME, joined to bridge br-TAG by a
+# veth pair (h-TAG-NAME here, n-TAG-NAME there), with address ADDR/24.
+join_bridge() {
+  local tag="$1" name="$2" addr="$3"
+  ip netns add "$tag-$name"
+  ip link add "h-$tag-$name" type veth peer name "n-$tag-$name"
+  ip link set "n-$tag-$name" netns "$tag-$name"
+  ip link set "h-$tag-$name" master "br-$tag" up
+  ip netns exec "$tag-$name" ip addr add "$addr/24" dev "n-$tag-$name"
+  ip netns exec "$tag-$name" ip link set "n-$tag-$name" up
+  ip netns exec "$tag-$name" ip link set lo up
 }
 
 remove_netns() {
@@ -133,13 +138,7 @@ add_host() {
   [[ -f "$DIR/netns" ]] || { echo "kafka.sh: add-host needs nodes started with --netns" >&2; exit 1; }
   [[ "$h" =~ ^[0-9]+$ ]] && ((h >= 1 && h <= 99)) || { echo "kafka.sh: add-host takes 1..99, got $h" >&2; exit 1; }
   read -r tag subnet < "$DIR/netns"
-  ip netns add "$tag-h$h"
-  ip link add "h-$tag-h$h" type veth peer name "n-$tag-h$h"
-  ip link set "n-$tag-h$h" netns "$tag-h$h"
-  ip link set "h-$tag-h$h" master "br-$tag" up
-  ip netns exec "$tag-h$h" ip addr add "$subnet.$((100 + h))/24" dev "n-$tag-h$h"
-  ip netns exec "$tag-h$h" ip link set "n-$tag-h$h" up
-  ip netns exec "$tag-h$h" ip link set lo up
+  join_bridge "$tag" "h$h" "$subnet.$((100 + h))"
   echo "$tag-h$h $subnet.$((100 + h))"
 }
 

@@ -244,8 +244,7 @@ impl Journal {
         let id = journal_id(dir)?;
         let objects = match objects {
             Some(config) => {
-                let unreleased = unreleased_entries(&log, &topics, &released).await?;
-                let marks = released_marks(&log, &topics, &released).await?;
+                let (unreleased, marks) = unreleased_entries(&log, &topics, &released).await?;
                 Some(open_objects(id.clone(), config, unreleased, marks).await)
             }
             None => None,
@@ -517,16 +516,22 @@ impl Journal {
 
 /// The local journal's entries not yet released, in journal order per
 /// partition (bounded by the journal's own bounds): what its objects must
-/// hold, put again when they are opened.
+/// hold, put again when they are opened; and per lane where they start
+/// (everything below is released): what the lease keeps
+/// (`objects::Lease::released`).
 async fn unreleased_entries(
     log: &EmbeddedLog,
     topics: &HashMap<String, u32>,
     released: &HashMap<String, u64>,
-) -> Result<Vec<objects::Entry>, JournalError> {
+) -> Result<(Vec<objects::Entry>, Vec<objects::LaneMark>), JournalError> {
     let mut entries = Vec::new();
+    let mut marks = Vec::new();
     for (ns, &partitions) in topics {
         for partition in 0..partitions {
             let start = released.get(&released_key(ns, partition)).copied().unwrap_or(0).max(log.start_offset(&tp(ns, partition)).await?);
+            if start > 0 {
+                marks.push(objects::LaneMark { ns: ns.clone(), partition, below: start });
+            }
             let end = log.end_offset(&tp(ns, partition)).await?;
             if start >= end {
                 continue;
@@ -545,27 +550,8 @@ async fn unreleased_entries(
             }
         }
     }
-    Ok(entries)
-}
-
-/// Per lane, where its unreleased entries start (everything below is
-/// released): what the lease keeps (`objects::Lease::released`).
-async fn released_marks(
-    log: &EmbeddedLog,
-    topics: &HashMap<String, u32>,
-    released: &HashMap<String, u64>,
-) -> Result<Vec<objects::LaneMark>, JournalError> {
-    let mut marks = Vec::new();
-    for (ns, &partitions) in topics {
-        for partition in 0..partitions {
-            let below = released.get(&released_key(ns, partition)).copied().unwrap_or(0).max(log.start_offset(&tp(ns, partition)).await?);
-            if below > 0 {
-                marks.push(objects::LaneMark { ns: ns.clone(), partition, below });
-            }
-        }
-    }
     marks.sort_by(|a, b| (&a.ns, a.partition).cmp(&(&b.ns, b.partition)));
-    Ok(marks)
+    Ok((entries, marks))
 }
 
 /// Opens the journal's objects now, or starts a task that keeps trying.

@@ -347,6 +347,20 @@ async fn members(node: &Tern) -> (Vec<String>, Vec<usize>) {
     (live.iter().map(|n| n["id"].as_str().unwrap().to_string()).collect(), held)
 }
 
+/// Waits until both `nodes` see both live, each holding some of the 4
+/// partitions of `default` and together all; at most `wait_max`.
+async fn wait_both_members(nodes: &[Tern], wait_max: Duration, what: &str) {
+    let deadline = Instant::now() + wait_max;
+    loop {
+        let views = [members(&nodes[0]).await, members(&nodes[1]).await];
+        if views.iter().all(|(live, held)| live.len() == 2 && held.iter().all(|h| *h > 0) && held.iter().sum::<usize>() == 4) {
+            return;
+        }
+        assert!(Instant::now() < deadline, "{what}: {views:?}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
 /// Issue 36: two members of one replica group, each in a network namespace
 /// of its own, cut from each other while both still reach the brokers
 /// (the consumer group, kept by the brokers, still splits the partitions
@@ -375,15 +389,7 @@ async fn members_cut_from_each_other_answer_only_what_was_written_and_forward_ag
         let extra = ["--group", "b", "--gossip", &gossip, "--seeds", &seed, "--namespace", "default:4"];
         nodes.push(node_with(&brokers, id, dirs[at].path(), Some(&hosts[at]), &extra).await);
     }
-    let deadline = Instant::now() + SETTLE_MAX;
-    loop {
-        let views = [members(&nodes[0]).await, members(&nodes[1]).await];
-        if views.iter().all(|(live, held)| live.len() == 2 && held.iter().all(|h| *h > 0) && held.iter().sum::<usize>() == 4) {
-            break;
-        }
-        assert!(Instant::now() < deadline, "the group never split the partitions between both members: {views:?}");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    wait_both_members(&nodes, SETTLE_MAX, "the group never split the partitions between both members").await;
     let mut keys: Vec<KeyWrites> = vec![KeyWrites::default(); KEYS];
     let names: Vec<String> = (0..PARTITIONS)
         .flat_map(|p| (0..).map(|i| format!("k{i}")).filter(move |pk| tern::partitioner::partition_of(pk, PARTITIONS) == p).take(KEYS_PER_PARTITION))
@@ -463,15 +469,7 @@ async fn members_cut_from_each_other_answer_only_what_was_written_and_forward_ag
     }
     // Back to full membership, and forwarding again: writes that wait to
     // be applied go to the holder of each key, through either member.
-    let deadline = Instant::now() + SETTLE_MAX;
-    loop {
-        let views = [members(&nodes[0]).await, members(&nodes[1]).await];
-        if views.iter().all(|(live, held)| live.len() == 2 && held.iter().all(|h| *h > 0) && held.iter().sum::<usize>() == 4) {
-            break;
-        }
-        assert!(Instant::now() < deadline, "the group is not back to both members after the heal: {views:?}");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    wait_both_members(&nodes, SETTLE_MAX, "the group is not back to both members after the heal").await;
     for (at, node) in nodes.iter().enumerate() {
         for (key, name) in names.iter().enumerate() {
             let (status, body) = node.send(node.client.put(format!("{}?wait=applied", url(node, key))).json(&json!(0))).await;
