@@ -91,6 +91,8 @@ pub struct Journal {
 /// starts and serves without it (journaled writes are refused meanwhile).
 pub(super) struct ObjectsSlot {
     pub(super) id: String,
+    /// The local journal's directory (the objects' sequence floor).
+    pub(super) dir: std::path::PathBuf,
     pub(super) journal: std::sync::OnceLock<objects::ObjectJournal>,
     /// Why it is not open yet.
     pub(super) last_error: Mutex<String>,
@@ -102,8 +104,15 @@ pub(super) const OBJECTS_OPEN_RETRY_MAX: std::time::Duration = std::time::Durati
 
 impl ObjectsSlot {
     pub(super) async fn try_open(&self, config: &ObjectsConfig, unreleased: &[objects::Entry], released: &[objects::LaneMark]) -> bool {
-        let journal =
-            objects::ObjectJournal::open(config.objects.clone(), &self.id, &config.node, config.lease_renew, unreleased.to_vec(), released.to_vec());
+        let journal = objects::ObjectJournal::open(
+            config.objects.clone(),
+            &self.id,
+            &config.node,
+            config.lease_renew,
+            unreleased.to_vec(),
+            released.to_vec(),
+            &self.dir,
+        );
         match journal.await {
             Ok(journal) => {
                 let _ = self.journal.set(journal);
@@ -244,8 +253,12 @@ impl Journal {
         let id = journal_id(dir)?;
         let objects = match objects {
             Some(config) => {
+                // A damaged record of the objects' sequence numbers stops the
+                // start with its path (a guess could reuse a number); the
+                // objects' opener would only retry it.
+                objects::read_seq_floor(dir).map_err(LogError::Corrupt)?;
                 let (unreleased, marks) = unreleased_entries(&log, &topics, &released).await?;
-                Some(open_objects(id.clone(), config, unreleased, marks).await)
+                Some(open_objects(id.clone(), dir.to_path_buf(), config, unreleased, marks).await)
             }
             None => None,
         };
@@ -557,11 +570,13 @@ async fn unreleased_entries(
 /// Opens the journal's objects now, or starts a task that keeps trying.
 pub(super) async fn open_objects(
     id: String,
+    dir: std::path::PathBuf,
     config: ObjectsConfig,
     unreleased: Vec<objects::Entry>,
     released: Vec<objects::LaneMark>,
 ) -> Arc<ObjectsSlot> {
-    let slot = Arc::new(ObjectsSlot { id, journal: std::sync::OnceLock::new(), last_error: Mutex::new(String::new()), opener: Mutex::new(None) });
+    let slot =
+        Arc::new(ObjectsSlot { id, dir, journal: std::sync::OnceLock::new(), last_error: Mutex::new(String::new()), opener: Mutex::new(None) });
     if slot.try_open(&config, &unreleased, &released).await {
         return slot;
     }

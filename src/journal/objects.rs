@@ -6,7 +6,7 @@
 //!
 //! ```text
 //! tern/journal/<journal id>/entries/<seq:020>   one object per group commit (format below)
-//! tern/journal/<journal id>/lease.json          {"node", "renewed_at_ms", "released"}: the owner is alive,
+//! tern/journal/<journal id>/lease.json          {"node", "renewed_at_ms", "released", "seq_floor"}: the owner is alive,
 //!                                               and per lane what it had released when it opened
 //! tern/journal/<journal id>/claim.json          {"by", "at_ms"}: another node is replaying it
 //! ```
@@ -18,7 +18,15 @@
 //! **Group commit.** Appends queue to one uploader task; it takes what is
 //! queued (at most `GROUP_ENTRIES_MAX` entries, `GROUP_BYTES_MAX` bytes),
 //! puts it as one object and answers every append in it. Sequence numbers
-//! grow per journal, so listing a folder gives the journal's order.
+//! grow per journal, so listing a folder gives the journal's order, and a
+//! journal never uses one twice, across restarts too: each open reserves
+//! `SEQS_PER_RESERVATION` numbers past the highest listed and past the last
+//! reservation (kept in `SEQ_FLOOR_FILE` in the journal's directory, and in
+//! the lease's `seq_floor` should that file be gone). An object's name
+//! thus names one content for ever, and a node replaying a lost journal
+//! deletes exactly the objects it read (issue 36, simulation seed 82757: an
+//! owner that had deleted all its objects restarted, numbered from 0 again,
+//! and a claimer that had listed the old object 0 deleted the new one).
 //!
 //! **Deletion.** The owner deletes an object once every entry in it was
 //! released by the local journal (seen applied); a node replaying a lost
@@ -44,9 +52,17 @@ use object_store::path::Path as ObjectPath;
 use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload};
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
+use std::sync::atomic::{AtomicU64, Ordering};
 use tokio::sync::{mpsc, oneshot};
 
 const MAGIC: &[u8; 8] = b"TERNJRNL";
+/// The file in a journal's directory holding the lowest object sequence
+/// number its next open may use.
+pub const SEQ_FLOOR_FILE: &str = "objects-seq-floor";
+/// Object sequence numbers reserved at once (one per group commit: at
+/// 10,000 puts a second, 5 days; past them the uploader reserves more).
+/// Opens that reserve fit 2^32 − 1 times in a u64.
+const SEQS_PER_RESERVATION: u64 = 1 << 32;
 const FORMAT_VERSION: u32 = 1;
 /// Uploaded objects not yet deleted: seq → per (namespace, partition) the
 /// highest local journal offset in it.
@@ -99,6 +115,11 @@ pub struct Lease {
     /// Absent in a lease of an older version: nothing skipped.
     #[serde(default)]
     pub released: Vec<LaneMark>,
+    /// Past the object sequence numbers the owner reserved: an open starts
+    /// at least here, even if its own record of them (`SEQ_FLOOR_FILE`) is
+    /// gone. 0 in a lease of an older version.
+    #[serde(default)]
+    pub seq_floor: u64,
 }
 
 /// Entries of `ns`/`partition` below `below` are released (applied).
@@ -213,8 +234,8 @@ impl JournalObjects {
         self.get_json(&self.lease_path(journal_id)).await
     }
 
-    pub async fn renew_lease(&self, journal_id: &str, node: &str, released: &[LaneMark]) -> Result<(), String> {
-        let lease = Lease { node: node.to_string(), renewed_at_ms: now_ms(), released: released.to_vec() };
+    pub async fn renew_lease(&self, journal_id: &str, node: &str, released: &[LaneMark], seq_floor: u64) -> Result<(), String> {
+        let lease = Lease { node: node.to_string(), renewed_at_ms: now_ms(), released: released.to_vec(), seq_floor };
         self.put(&self.lease_path(journal_id), Bytes::from(serde_json::to_vec(&lease).expect("serializes"))).await
     }
 
@@ -350,6 +371,8 @@ impl ObjectJournal {
     /// and the objects must never miss one a later object holds.
     /// `released`: the local journal's released marks, kept in the lease
     /// (`Lease::released`): what a restart's lost carry may miss below them.
+    /// `dir`: the local journal's directory, where the sequence numbers
+    /// reserved by the last open are kept (`SEQ_FLOOR_FILE`).
     pub async fn open(
         objects: JournalObjects,
         journal_id: &str,
@@ -357,25 +380,33 @@ impl ObjectJournal {
         lease_renew: Duration,
         unreleased: Vec<Entry>,
         released: Vec<LaneMark>,
+        dir: &std::path::Path,
     ) -> Result<ObjectJournal, String> {
+        // Read first: a damaged floor is refused before anything else is done.
+        let local_floor = read_seq_floor(dir)?;
+        let lease_floor = objects.lease(journal_id).await?.map_or(0, |lease| lease.seq_floor);
         let mut uploaded = BTreeMap::new();
-        let mut next_seq = 0;
+        let mut listed_next = 0;
         for (seq, path) in objects.entries(journal_id).await? {
             let entries = objects.read_entries(&path).await?;
             uploaded.insert(seq, highest_offsets(&entries));
-            next_seq = seq + 1;
+            listed_next = seq + 1;
         }
-        objects.renew_lease(journal_id, node, &released).await?;
+        let next_seq = listed_next.max(local_floor).max(lease_floor);
+        let seq_end = reserve_seqs(dir, next_seq)?;
+        let reserved_end = Arc::new(AtomicU64::new(seq_end));
+        objects.renew_lease(journal_id, node, &released, seq_end).await?;
         let uploaded = Arc::new(Mutex::new(uploaded));
         let (queue, receiver) = mpsc::channel(UPLOADS_QUEUED_MAX);
         let carried = Arc::new(Carried::default());
+        let seqs = Seqs { dir: dir.to_path_buf(), range: next_seq..seq_end, reserved_end: reserved_end.clone() };
         let uploader =
-            tokio::spawn(upload_loop(objects.clone(), journal_id.to_string(), next_seq, receiver, uploaded.clone(), carried.clone(), unreleased));
+            tokio::spawn(upload_loop(objects.clone(), journal_id.to_string(), seqs, receiver, uploaded.clone(), carried.clone(), unreleased));
         let (o, id, node) = (objects.clone(), journal_id.to_string(), node.to_string());
         let renewer = tokio::spawn(async move {
             loop {
                 tokio::time::sleep(lease_renew).await;
-                if let Err(e) = o.renew_lease(&id, &node, &released).await {
+                if let Err(e) = o.renew_lease(&id, &node, &released, reserved_end.load(Ordering::Relaxed)).await {
                     tracing::warn!(error = %e, "renewing the journal's lease failed; retrying");
                 }
             }
@@ -439,6 +470,49 @@ impl Drop for ObjectJournal {
     }
 }
 
+/// The lowest object sequence number this open may use, as the last open
+/// left it (0: none did). A damaged file is refused: a guess could reuse a
+/// number.
+pub(super) fn read_seq_floor(dir: &std::path::Path) -> Result<u64, String> {
+    let path = dir.join(SEQ_FLOOR_FILE);
+    match std::fs::read_to_string(&path) {
+        Ok(text) => text.trim().parse().map_err(|_| format!("{} holds {text:?}, not an object sequence number", path.display())),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(0),
+        Err(e) => Err(format!("reading {}: {e}", path.display())),
+    }
+}
+
+/// The object sequence numbers an open reserved, and where to reserve more.
+struct Seqs {
+    dir: std::path::PathBuf,
+    range: std::ops::Range<u64>,
+    /// The end of the reservation, for the lease (`Lease::seq_floor`).
+    reserved_end: Arc<AtomicU64>,
+}
+
+impl Seqs {
+    /// The next number; past the reservation, reserves `SEQS_PER_RESERVATION` more first.
+    fn next(&mut self) -> Result<u64, String> {
+        if self.range.is_empty() {
+            let end = reserve_seqs(&self.dir, self.range.end)?;
+            self.range = self.range.end..end;
+            self.reserved_end.store(end, Ordering::Relaxed);
+        }
+        Ok(self.range.next().expect("a reservation is never empty"))
+    }
+}
+
+/// Reserves `SEQS_PER_RESERVATION` numbers from `next_seq`: the next open starts
+/// past them (written atomically before any is used). Returns the end of
+/// the reservation.
+fn reserve_seqs(dir: &std::path::Path, next_seq: u64) -> Result<u64, String> {
+    let end = next_seq.checked_add(SEQS_PER_RESERVATION).ok_or_else(|| format!("the journal's object sequence numbers are used up ({next_seq})"))?;
+    let path = dir.join(SEQ_FLOOR_FILE);
+    crate::log::embedded::segments::write_atomically(&path, end.to_string().as_bytes()).map_err(|e| format!("writing {}: {e}", path.display()))?;
+    debug_assert_eq!(read_seq_floor(dir), Ok(end), "the floor reads back as written");
+    Ok(end)
+}
+
 fn highest_offsets(entries: &[Entry]) -> Vec<((String, u32), u64)> {
     let mut highest: BTreeMap<(String, u32), u64> = BTreeMap::new();
     for e in entries {
@@ -455,7 +529,7 @@ fn highest_offsets(entries: &[Entry]) -> Vec<((String, u32), u64)> {
 async fn upload_loop(
     objects: JournalObjects,
     journal_id: String,
-    mut next_seq: u64,
+    mut seqs: Seqs,
     mut queue: mpsc::Receiver<Upload>,
     uploaded: Uploaded,
     carried: Arc<Carried>,
@@ -485,17 +559,22 @@ async fn upload_loop(
         entries.extend(group.iter().map(|u| u.entry.clone()));
         let encoded = encode(&entries);
         debug_assert_eq!(decode(&encoded).as_ref(), Ok(&entries), "an object reads back as written");
-        let seq = next_seq;
         // A failed put still uses its number: it may have been stored.
-        next_seq += 1;
-        let result = objects.put(&objects.entries_path(&journal_id, seq), encoded).await;
-        match result {
-            Ok(()) => {
+        let result = match seqs.next() {
+            Ok(seq) => objects.put(&objects.entries_path(&journal_id, seq), encoded).await.map(|()| seq),
+            Err(e) => Err(format!("no object sequence number could be reserved: {e}")),
+        };
+        let result = match result {
+            Ok(seq) => {
                 uploaded.lock().insert(seq, highest_offsets(&entries));
+                Ok(())
             }
             // Carried, so no later object holds an entry this one missed.
-            Err(_) => carry = entries,
-        }
+            Err(e) => {
+                carry = entries;
+                Err(e)
+            }
+        };
         crate::metrics::JOURNAL_OBJECTS_PUT.inc();
         for upload in group {
             let _ = upload.done.send(result.clone());
@@ -535,7 +614,8 @@ mod tests {
     async fn objects_are_deleted_only_once_every_entry_is_released() {
         let store: Arc<dyn ObjectStore> = Arc::new(object_store::memory::InMemory::new());
         let objects = JournalObjects::new(store, &ObjectPath::from("root"));
-        let journal = ObjectJournal::open(objects.clone(), "j1", "n1", Duration::from_secs(60), Vec::new(), Vec::new()).await.unwrap();
+        let local = tempfile::tempdir().unwrap();
+        let journal = ObjectJournal::open(objects.clone(), "j1", "n1", Duration::from_secs(60), Vec::new(), Vec::new(), local.path()).await.unwrap();
         journal.append(entry("a", 0, 0, b"0")).await.unwrap();
         journal.append(entry("a", 1, 0, b"1")).await.unwrap();
         assert_eq!(objects.entries("j1").await.unwrap().len(), 2);
@@ -545,16 +625,65 @@ mod tests {
         assert_eq!((deleted, objects.entries("j1").await.unwrap().len()), (1, 1));
         let left = objects.read_entries(&objects.entries("j1").await.unwrap()[0].1).await.unwrap();
         assert_eq!(left, vec![entry("a", 1, 0, b"1")]);
-        // A reopened journal knows the object and numbers on after it.
+        // A reopened journal knows the object and numbers on past what the last open reserved.
         drop(journal);
-        let journal = ObjectJournal::open(objects.clone(), "j1", "n1", Duration::from_secs(60), Vec::new(), Vec::new()).await.unwrap();
+        let journal = ObjectJournal::open(objects.clone(), "j1", "n1", Duration::from_secs(60), Vec::new(), Vec::new(), local.path()).await.unwrap();
         assert_eq!(journal.objects_held(), 1);
         journal.append(entry("a", 1, 1, b"2")).await.unwrap();
         let seqs: Vec<u64> = objects.entries("j1").await.unwrap().iter().map(|(s, _)| *s).collect();
-        assert_eq!(seqs, vec![1, 2]);
+        assert_eq!(seqs, vec![1, SEQS_PER_RESERVATION]);
         assert_eq!(journal.delete_released(|_, _| 2).await.unwrap(), 2);
         assert!(objects.entries("j1").await.unwrap().is_empty());
         assert_eq!(objects.journals().await.unwrap(), vec!["j1".to_string()], "the lease stays while the owner runs");
+    }
+
+    /// Issue 36 (simulation seed 82757): an object's sequence number is
+    /// never used twice by a journal. Its owner deleted every object (all
+    /// released), restarted and numbered from 0 again, so a claimer that had
+    /// listed the first object 0 deleted the new one, with an acknowledged
+    /// write only it held. Failed before: the object after the restart was 0.
+    #[tokio::test]
+    async fn object_sequence_numbers_are_never_used_twice() {
+        let dir = tempfile::tempdir().unwrap();
+        let store: Arc<dyn ObjectStore> = Arc::new(object_store::memory::InMemory::new());
+        let objects = JournalObjects::new(store, &ObjectPath::from("root"));
+        let open = || ObjectJournal::open(objects.clone(), "j1", "n1", Duration::from_secs(60), Vec::new(), Vec::new(), dir.path());
+        let mut seen = Vec::new();
+        for offset in 0..3 {
+            let journal = open().await.unwrap();
+            journal.append(entry("a", 0, offset, b"x")).await.unwrap();
+            let held = objects.entries("j1").await.unwrap();
+            assert_eq!(held.len(), 1);
+            seen.push(held[0].0);
+            // Released and deleted: the folder is empty when it opens again.
+            assert_eq!(journal.delete_released(|_, _| offset + 1).await.unwrap(), 1);
+        }
+        assert!(seen.windows(2).all(|w| w[0] < w[1]), "numbers grow across opens: {seen:?}");
+        // The floor file gone (an operator removed it): the lease's floor still holds.
+        std::fs::remove_file(dir.path().join(SEQ_FLOOR_FILE)).unwrap();
+        let journal = open().await.unwrap();
+        journal.append(entry("a", 0, 3, b"x")).await.unwrap();
+        let held = objects.entries("j1").await.unwrap();
+        assert!(held[0].0 > seen[2], "{} after {seen:?}", held[0].0);
+        drop(journal);
+        // A damaged floor is refused, never guessed.
+        std::fs::write(dir.path().join(SEQ_FLOOR_FILE), b"12x").unwrap();
+        let refused = open().await.err().expect("refused");
+        assert!(refused.contains(SEQ_FLOOR_FILE) && refused.contains("12x"), "{refused}");
+    }
+
+    /// Past its reservation, the uploader reserves more (written before use).
+    #[test]
+    fn sequence_numbers_past_the_reservation_are_reserved_first() {
+        let dir = tempfile::tempdir().unwrap();
+        let reserved_end = Arc::new(AtomicU64::new(6));
+        let mut seqs = Seqs { dir: dir.path().to_path_buf(), range: 5..6, reserved_end: reserved_end.clone() };
+        assert_eq!(seqs.next(), Ok(5));
+        assert_eq!(read_seq_floor(dir.path()), Ok(0), "nothing reserved yet");
+        assert_eq!(seqs.next(), Ok(6));
+        assert_eq!(read_seq_floor(dir.path()), Ok(6 + SEQS_PER_RESERVATION));
+        assert_eq!(reserved_end.load(Ordering::Relaxed), 6 + SEQS_PER_RESERVATION, "the lease is told");
+        assert_eq!(seqs.next(), Ok(7));
     }
 
     /// Issue 36: an entry whose object put failed was in no object, while
@@ -568,7 +697,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store: Arc<dyn ObjectStore> = Arc::new(object_store::local::LocalFileSystem::new_with_prefix(dir.path()).unwrap());
         let objects = JournalObjects::new(store, &ObjectPath::from("root"));
-        let journal = ObjectJournal::open(objects.clone(), "j1", "n1", Duration::from_secs(60), Vec::new(), Vec::new()).await.unwrap();
+        let journal = ObjectJournal::open(objects.clone(), "j1", "n1", Duration::from_secs(60), Vec::new(), Vec::new(), dir.path()).await.unwrap();
         // A directory where object 0 goes: its put fails.
         let blocked = dir.path().join(objects.entries_path("j1", 0).as_ref());
         std::fs::create_dir_all(blocked.join("in-the-way")).unwrap();
@@ -619,7 +748,8 @@ mod tests {
         let store: Arc<dyn ObjectStore> = Arc::new(object_store::local::LocalFileSystem::new_with_prefix(dir.path()).unwrap());
         let objects = JournalObjects::new(store, &ObjectPath::from("root"));
         let unreleased = vec![entry("a", 0, 5, b"five"), entry("a", 0, 6, b"six")];
-        let journal = ObjectJournal::open(objects.clone(), "j1", "n1", Duration::from_secs(60), unreleased.clone(), Vec::new()).await.unwrap();
+        let journal =
+            ObjectJournal::open(objects.clone(), "j1", "n1", Duration::from_secs(60), unreleased.clone(), Vec::new(), dir.path()).await.unwrap();
         for _ in 0..100 {
             if !objects.entries("j1").await.unwrap().is_empty() {
                 break;

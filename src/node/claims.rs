@@ -267,18 +267,19 @@ mod tests {
         let store: Arc<dyn object_store::ObjectStore> = Arc::new(object_store::memory::InMemory::new());
         let objects = JournalObjects::new(store, &ObjectPath::from("root"));
         let renew = Duration::from_secs(3600);
-        let first = ObjectJournal::open(objects.clone(), "j1", "n1", renew, Vec::new(), Vec::new()).await.unwrap();
+        let local = tempfile::tempdir().unwrap();
+        let first = ObjectJournal::open(objects.clone(), "j1", "n1", renew, Vec::new(), Vec::new(), local.path()).await.unwrap();
         first.append(entry(0)).await.unwrap();
         // Entry 1: its put failed, it was applied and released, and the restart lost the carry.
         drop(first);
         let marks = vec![LaneMark { ns: "ns".into(), partition: 0, below: 2 }];
-        let second = ObjectJournal::open(objects.clone(), "j1", "n1", renew, vec![entry(2)], marks).await.unwrap();
+        let second = ObjectJournal::open(objects.clone(), "j1", "n1", renew, vec![entry(2)], marks, local.path()).await.unwrap();
         second.append(entry(3)).await.unwrap();
         let planned = plan(&objects, "j1").await.unwrap();
         assert_eq!(planned.gaps, Vec::<String>::new());
         assert_eq!(planned.ordered.iter().map(|e| e.offset).collect::<Vec<_>>(), vec![2, 3], "what is released is left out");
         // A lease of an older version has no marks: the gap shows, and the objects are kept.
-        objects.renew_lease("j1", "n1", &[]).await.unwrap();
+        objects.renew_lease("j1", "n1", &[], 0).await.unwrap();
         let planned = plan(&objects, "j1").await.unwrap();
         assert_eq!(planned.gaps, vec!["ns/0 misses journal offset 1 (holds 2)".to_string()]);
         assert!(finish(&objects, "j1", &planned).await.is_err());
