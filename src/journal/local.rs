@@ -74,7 +74,7 @@ pub struct Journal {
     pub(super) topics: Mutex<HashMap<String, u32>>,
     /// Per "ns:partition": the offset below which everything is released,
     /// persisted in `RELEASED_FILE` (a restarted node replays from there).
-    pub(super) released: Mutex<HashMap<String, u64>>,
+    pub(super) released: Arc<Mutex<HashMap<String, u64>>>,
     pub(super) released_file: PathBuf,
     /// The write ids of the entries not released (bounded by the journal's
     /// own bounds): what `find` answers.
@@ -93,6 +93,8 @@ pub(super) struct ObjectsSlot {
     pub(super) id: String,
     /// The local journal's directory (the objects' sequence floor).
     pub(super) dir: std::path::PathBuf,
+    /// What the uploader reads of the local journal (`objects::LocalEntries`).
+    pub(super) local: Arc<LocalReader>,
     pub(super) journal: std::sync::OnceLock<objects::ObjectJournal>,
     /// Why it is not open yet.
     pub(super) last_error: Mutex<String>,
@@ -111,7 +113,7 @@ impl ObjectsSlot {
             config.lease_renew,
             unreleased.to_vec(),
             released.to_vec(),
-            &self.dir,
+            objects::LocalJournal { dir: self.dir.clone(), entries: self.local.clone() },
         );
         match journal.await {
             Ok(journal) => {
@@ -251,14 +253,17 @@ impl Journal {
             Err(e) => return Err(LogError::from(e).into()),
         };
         let id = journal_id(dir)?;
+        let released = Arc::new(Mutex::new(released));
         let objects = match objects {
             Some(config) => {
                 // A damaged record of the objects' sequence numbers stops the
                 // start with its path (a guess could reuse a number); the
                 // objects' opener would only retry it.
                 objects::read_seq_floor(dir).map_err(LogError::Corrupt)?;
-                let (unreleased, marks) = unreleased_entries(&log, &topics, &released).await?;
-                Some(open_objects(id.clone(), dir.to_path_buf(), config, unreleased, marks).await)
+                let released_now = released.lock().clone();
+                let (unreleased, marks) = unreleased_entries(&log, &topics, &released_now).await?;
+                let local = Arc::new(LocalReader { log: log.clone(), released: released.clone() });
+                Some(open_objects(id.clone(), dir.to_path_buf(), config, unreleased, marks, local).await)
             }
             None => None,
         };
@@ -268,7 +273,7 @@ impl Journal {
             log,
             limits,
             topics: Mutex::new(topics),
-            released: Mutex::new(released),
+            released,
             released_file,
             ids: Mutex::default(),
             released_changed: tokio::sync::Notify::new(),
@@ -567,6 +572,38 @@ async fn unreleased_entries(
     Ok((entries, marks))
 }
 
+/// The local journal as its uploader reads it: entries an append did not
+/// hand over in order, and what is released.
+pub(super) struct LocalReader {
+    log: EmbeddedLog,
+    released: Arc<Mutex<HashMap<String, u64>>>,
+}
+
+impl objects::LocalEntries for LocalReader {
+    fn released_below(&self, ns: &str, partition: u32) -> u64 {
+        self.released.lock().get(&released_key(ns, partition)).copied().unwrap_or(0)
+    }
+
+    fn read(
+        &self,
+        ns: &str,
+        partitions: u32,
+        partition: u32,
+        from: u64,
+        count_max: usize,
+    ) -> futures::future::BoxFuture<'_, Result<Vec<objects::Entry>, String>> {
+        let (ns, tp) = (ns.to_string(), tp(ns, partition));
+        Box::pin(async move {
+            let mut reader = self.log.reader(&tp, from).await.map_err(|e| e.to_string())?;
+            let records = reader.next_batch(count_max, std::time::Duration::ZERO).await.map_err(|e| e.to_string())?;
+            let entries = records.into_iter().take(count_max);
+            Ok(entries
+                .map(|record| objects::Entry { ns: ns.clone(), partitions, partition, offset: record.offset, payload: record.payload })
+                .collect())
+        })
+    }
+}
+
 /// Opens the journal's objects now, or starts a task that keeps trying.
 pub(super) async fn open_objects(
     id: String,
@@ -574,9 +611,16 @@ pub(super) async fn open_objects(
     config: ObjectsConfig,
     unreleased: Vec<objects::Entry>,
     released: Vec<objects::LaneMark>,
+    local: Arc<LocalReader>,
 ) -> Arc<ObjectsSlot> {
-    let slot =
-        Arc::new(ObjectsSlot { id, dir, journal: std::sync::OnceLock::new(), last_error: Mutex::new(String::new()), opener: Mutex::new(None) });
+    let slot = Arc::new(ObjectsSlot {
+        id,
+        dir,
+        local,
+        journal: std::sync::OnceLock::new(),
+        last_error: Mutex::new(String::new()),
+        opener: Mutex::new(None),
+    });
     if slot.try_open(&config, &unreleased, &released).await {
         return slot;
     }

@@ -42,7 +42,7 @@
 //! Owns: the objects' layout and format, the uploader, the lease. Never:
 //! appends to the log or decides what was applied (the node does).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -88,6 +88,54 @@ const UPLOADS_QUEUED_MAX: usize = 65_536;
 /// Largest entries object read back (a group commit is ≤ ~13 MiB).
 const OBJECT_BYTES_MAX: usize = 64 * 1024 * 1024;
 const HASH_BYTES: usize = 32;
+
+/// What the uploader reads from the local journal (`journal::local`): the
+/// entries an append did not hand it in order — two appends that reached
+/// it in the other order, an append cancelled after the local journal took
+/// its entry (its client went away), or one that timed out there — so that
+/// the objects hold each lane's entries in journal order with none missing
+/// between two (issue 36, review of the journal's objects: an entry whose
+/// put failed after a later one's succeeded, or that was never handed over,
+/// was a gap: a claim appended nothing past it, and the acknowledged writes
+/// after it were never applied once the owner was lost; or a claim started
+/// its lane past it, and the owner, back, had it dropped as a repeat).
+pub trait LocalEntries: Send + Sync + 'static {
+    /// Below this, every entry of `ns`/`partition` is released (seen
+    /// applied): no object needs it.
+    fn released_below(&self, ns: &str, partition: u32) -> u64;
+    /// At most `count_max` entries of `ns`/`partition` (of `partitions`) from `from`, in order.
+    fn read(
+        &self,
+        ns: &str,
+        partitions: u32,
+        partition: u32,
+        from: u64,
+        count_max: usize,
+    ) -> futures::future::BoxFuture<'_, Result<Vec<Entry>, String>>;
+}
+
+/// The owner's local journal, as its objects see it.
+pub struct LocalJournal {
+    /// Its directory: where the object sequence numbers reserved are kept.
+    pub dir: std::path::PathBuf,
+    /// Its entries and released marks.
+    pub entries: Arc<dyn LocalEntries>,
+}
+
+#[cfg(test)]
+impl LocalJournal {
+    /// In `dir`, with no entries to read (appends come in order).
+    pub(crate) fn for_test(dir: &std::path::Path) -> LocalJournal {
+        LocalJournal { dir: dir.to_path_buf(), entries: Arc::new(FakeLocal::default()) }
+    }
+}
+
+/// Outcomes kept for entries put before their own append reached the
+/// uploader (read from the local journal), until it comes or the entry is
+/// released; past the bound the oldest are forgotten (such an append is
+/// then answered as not known to be in object storage: 503, applied all
+/// the same).
+const SETTLED_MAX: usize = 65_536;
 
 /// One journaled write, as kept in object storage.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -371,8 +419,8 @@ impl ObjectJournal {
     /// and the objects must never miss one a later object holds.
     /// `released`: the local journal's released marks, kept in the lease
     /// (`Lease::released`): what a restart's lost carry may miss below them.
-    /// `dir`: the local journal's directory, where the sequence numbers
-    /// reserved by the last open are kept (`SEQ_FLOOR_FILE`).
+    /// `local`: the local journal's directory, where the sequence numbers
+    /// reserved are kept (`SEQ_FLOOR_FILE`), and its entries.
     pub async fn open(
         objects: JournalObjects,
         journal_id: &str,
@@ -380,8 +428,9 @@ impl ObjectJournal {
         lease_renew: Duration,
         unreleased: Vec<Entry>,
         released: Vec<LaneMark>,
-        dir: &std::path::Path,
+        local: LocalJournal,
     ) -> Result<ObjectJournal, String> {
+        let dir = local.dir.as_path();
         // Read first: a damaged floor is refused before anything else is done.
         let local_floor = read_seq_floor(dir)?;
         let lease_floor = objects.lease(journal_id).await?.map_or(0, |lease| lease.seq_floor);
@@ -400,8 +449,19 @@ impl ObjectJournal {
         let (queue, receiver) = mpsc::channel(UPLOADS_QUEUED_MAX);
         let carried = Arc::new(Carried::default());
         let seqs = Seqs { dir: dir.to_path_buf(), range: next_seq..seq_end, reserved_end: reserved_end.clone() };
-        let uploader =
-            tokio::spawn(upload_loop(objects.clone(), journal_id.to_string(), seqs, receiver, uploaded.clone(), carried.clone(), unreleased));
+        let uploader = Uploader {
+            objects: objects.clone(),
+            journal_id: journal_id.to_string(),
+            seqs,
+            uploaded: uploaded.clone(),
+            carried: carried.clone(),
+            local: local.entries,
+            next: lanes_next(&unreleased),
+            carry: unreleased,
+            settled: HashMap::new(),
+            held: None,
+        };
+        let uploader = tokio::spawn(uploader.run(receiver));
         let (o, id, node) = (objects.clone(), journal_id.to_string(), node.to_string());
         let renewer = tokio::spawn(async move {
             loop {
@@ -522,62 +582,237 @@ fn highest_offsets(entries: &[Entry]) -> Vec<((String, u32), u64)> {
     highest.into_iter().collect()
 }
 
-/// Takes what is queued, puts it as one object (after the entries of the
-/// last put that failed, in journal order), answers each append. Entries
-/// carried from a failed put are put again every `CARRY_RETRY` even when
-/// nothing new comes.
-async fn upload_loop(
+/// A lane of the local journal: (namespace, partition).
+type LaneKey = (String, u32);
+
+/// Per lane, past the last of `entries`.
+fn lanes_next(entries: &[Entry]) -> HashMap<LaneKey, u64> {
+    let mut next = HashMap::new();
+    for entry in entries {
+        let at = next.entry((entry.ns.clone(), entry.partition)).or_insert(0);
+        *at = (*at).max(entry.offset + 1);
+    }
+    next
+}
+
+/// The uploader: takes what is queued, puts it as one object (after the
+/// entries of the last put that failed, in journal order), answers each
+/// append. Each lane's entries go into objects in journal order, none
+/// missing between two (`LocalEntries`). Entries carried from a failed
+/// put are put again every `CARRY_RETRY` even when nothing new comes.
+struct Uploader {
     objects: JournalObjects,
     journal_id: String,
-    mut seqs: Seqs,
-    mut queue: mpsc::Receiver<Upload>,
+    seqs: Seqs,
     uploaded: Uploaded,
     carried: Arc<Carried>,
-    mut carry: Vec<Entry>,
-) {
-    loop {
-        note_carried(&carried, &carry);
-        let first = tokio::select! {
-            upload = queue.recv() => match upload {
-                Some(upload) => Some(upload),
-                None => return,
-            },
-            _ = tokio::time::sleep(CARRY_RETRY), if !carry.is_empty() => None,
-        };
-        let mut bytes = carry.iter().map(|e| e.payload.len()).sum::<usize>();
-        let mut group = Vec::new();
-        if let Some(first) = first {
-            bytes += first.entry.payload.len();
-            group.push(first);
-            while carry.len() + group.len() < GROUP_ENTRIES_MAX && bytes < GROUP_BYTES_MAX {
-                let Ok(next) = queue.try_recv() else { break };
-                bytes += next.entry.payload.len();
-                group.push(next);
+    local: Arc<dyn LocalEntries>,
+    /// Entries of the last put that failed: first in the next object.
+    carry: Vec<Entry>,
+    /// Per lane, the next offset an object must hold: every entry below is
+    /// in an object put, carried, or released.
+    next: HashMap<LaneKey, u64>,
+    /// Entries put (or carried) before their own append reached the
+    /// uploader: the outcome to answer it with (bounded: `SETTLED_MAX`).
+    settled: HashMap<LaneKey, BTreeMap<u64, Result<(), String>>>,
+    /// An append whose lane's missing entries did not all fit in the last
+    /// object: placed first in the next.
+    held: Option<Upload>,
+}
+
+/// One object being gathered.
+#[derive(Default)]
+struct Group {
+    entries: Vec<Entry>,
+    bytes: usize,
+    /// Appends answered with this object's put.
+    answers: Vec<oneshot::Sender<Result<(), String>>>,
+    /// Entries read from the local journal for it (their appends not come yet).
+    filled: Vec<(LaneKey, u64)>,
+}
+
+impl Group {
+    fn push(&mut self, entry: Entry) {
+        self.bytes += entry.payload.len();
+        self.entries.push(entry);
+    }
+
+    fn has_room(&self) -> bool {
+        self.entries.len() < GROUP_ENTRIES_MAX && self.bytes < GROUP_BYTES_MAX
+    }
+}
+
+impl Uploader {
+    async fn run(mut self, mut queue: mpsc::Receiver<Upload>) {
+        loop {
+            note_carried(&self.carried, &self.carry);
+            let first = match self.held.take() {
+                Some(held) => Some(held),
+                None => tokio::select! {
+                    upload = queue.recv() => match upload {
+                        Some(upload) => Some(upload),
+                        None => return,
+                    },
+                    _ = tokio::time::sleep(CARRY_RETRY), if !self.carry.is_empty() => None,
+                },
+            };
+            let mut group = Group::default();
+            for entry in std::mem::take(&mut self.carry) {
+                group.push(entry);
+            }
+            if let Some(first) = first {
+                self.place(first, &mut group).await;
+                while group.has_room() && self.held.is_none() {
+                    let Ok(next) = queue.try_recv() else { break };
+                    self.place(next, &mut group).await;
+                }
+            }
+            self.put(group).await;
+            self.forget_settled();
+        }
+    }
+
+    /// Places one append's entry in `group`, after its lane's entries the
+    /// objects do not hold yet (read from the local journal), or answers it
+    /// at once when its entry was placed before.
+    async fn place(&mut self, upload: Upload, group: &mut Group) {
+        let (ns, partition, offset) = (upload.entry.ns.clone(), upload.entry.partition, upload.entry.offset);
+        let lane = (ns.clone(), partition);
+        let released = self.local.released_below(&ns, partition);
+        // A lane first seen starts at its released mark (what is below was
+        // in objects, or is below the marks the lease keeps). Later a lane
+        // moves only by what is placed, released or not: objects never
+        // skip an entry of their lane.
+        let next = *self.next.entry(lane.clone()).or_insert(released);
+        if offset < next {
+            return self.answer_placed_before(upload, &lane, released, group);
+        }
+        if offset > next {
+            let from = next;
+            let room = GROUP_ENTRIES_MAX.saturating_sub(group.entries.len()).max(1);
+            let count = usize::try_from(offset - from).unwrap_or(usize::MAX).min(room);
+            let fill = match self.local.read(&ns, upload.entry.partitions, partition, from, count).await {
+                Ok(fill) if fill.first().is_some_and(|e| e.offset == from) => fill,
+                Ok(fill) => {
+                    let got = fill.first().map(|e| e.offset);
+                    tracing::error!(ns, partition, from, ?got, "the local journal did not give the entries missing from object storage");
+                    Vec::new()
+                }
+                Err(e) => {
+                    tracing::error!(ns, partition, from, error = %e, "journal entries missing from object storage could not be read");
+                    Vec::new()
+                }
+            };
+            for (taken, entry) in fill.into_iter().enumerate() {
+                // Within the gap, in order, and within the object's room (at least one entry).
+                if entry.offset != self.next[&lane] || entry.offset >= offset || (taken > 0 && !group.has_room()) {
+                    break;
+                }
+                self.next.insert(lane.clone(), entry.offset + 1);
+                group.filled.push((lane.clone(), entry.offset));
+                group.push(entry);
+            }
+            if self.next[&lane] == from && released > from {
+                // Released entries gone from the local journal (its retention):
+                // applied, so passed (a claim's plan skips them only below the
+                // lease's marks: logged, for the rare gap it may see).
+                tracing::warn!(ns, partition, from, released, "released journal entries could not be read for object storage; passed");
+                self.next.insert(lane.clone(), released.min(offset));
+                if released < offset {
+                    self.held = Some(upload);
+                    return;
+                }
+            } else if self.next[&lane] == from {
+                // Nothing could be read: never put an entry after a missing one.
+                let _ = upload
+                    .done
+                    .send(Err(format!("the journal's entries before offset {offset} of {ns}/{partition} could not be read for object storage")));
+                return;
+            }
+            if self.next[&lane] < offset {
+                // The rest of the gap goes first in the next object.
+                self.held = Some(upload);
+                return;
             }
         }
-        let mut entries = std::mem::take(&mut carry);
-        entries.extend(group.iter().map(|u| u.entry.clone()));
-        let encoded = encode(&entries);
-        debug_assert_eq!(decode(&encoded).as_ref(), Ok(&entries), "an object reads back as written");
+        assert_eq!(self.next[&lane], offset, "a lane's entries are placed in order");
+        self.next.insert(lane, offset + 1);
+        group.push(upload.entry);
+        group.answers.push(upload.done);
+    }
+
+    /// An append whose entry was placed before it came (read from the local
+    /// journal) or is released: answered with that put's outcome.
+    fn answer_placed_before(&mut self, upload: Upload, lane: &LaneKey, released: u64, group: &mut Group) {
+        let offset = upload.entry.offset;
+        if offset < released {
+            // Applied already: no object needs it.
+            let _ = upload.done.send(Ok(()));
+            return;
+        }
+        if let Some(at) = group.filled.iter().position(|filled| filled.0 == *lane && filled.1 == offset) {
+            group.filled.swap_remove(at);
+            group.answers.push(upload.done);
+            return;
+        }
+        let outcome = self.settled.get_mut(lane).and_then(|lane| lane.remove(&offset));
+        let outcome = outcome.unwrap_or_else(|| Err(format!("whether object storage took journal offset {offset} is no longer known")));
+        let _ = upload.done.send(outcome);
+    }
+
+    /// Puts `group` as one object (if it holds anything) and answers its appends.
+    async fn put(&mut self, group: Group) {
+        if group.entries.is_empty() {
+            return;
+        }
+        let encoded = encode(&group.entries);
+        debug_assert_eq!(decode(&encoded).as_ref(), Ok(&group.entries), "an object reads back as written");
         // A failed put still uses its number: it may have been stored.
-        let result = match seqs.next() {
-            Ok(seq) => objects.put(&objects.entries_path(&journal_id, seq), encoded).await.map(|()| seq),
+        let result = match self.seqs.next() {
+            Ok(seq) => self.objects.put(&self.objects.entries_path(&self.journal_id, seq), encoded).await.map(|()| seq),
             Err(e) => Err(format!("no object sequence number could be reserved: {e}")),
         };
+        crate::metrics::JOURNAL_OBJECTS_PUT.inc();
         let result = match result {
             Ok(seq) => {
-                uploaded.lock().insert(seq, highest_offsets(&entries));
+                self.uploaded.lock().insert(seq, highest_offsets(&group.entries));
                 Ok(())
             }
-            // Carried, so no later object holds an entry this one missed.
-            Err(e) => {
-                carry = entries;
-                Err(e)
-            }
+            Err(e) => Err(e),
         };
-        crate::metrics::JOURNAL_OBJECTS_PUT.inc();
-        for upload in group {
-            let _ = upload.done.send(result.clone());
+        // What was read for appends not come yet (and what a carry holds of it) is told to them when they come.
+        for (lane, offset) in group.filled {
+            self.settled.entry(lane).or_default().insert(offset, result.clone());
+        }
+        for entry in &group.entries {
+            if let Some(outcome) = self.settled.get_mut(&(entry.ns.clone(), entry.partition)).and_then(|lane| lane.get_mut(&entry.offset)) {
+                *outcome = result.clone();
+            }
+        }
+        for answer in group.answers {
+            let _ = answer.send(result.clone());
+        }
+        if result.is_err() {
+            // Carried, so no later object holds an entry this one missed.
+            self.carry = group.entries;
+        }
+    }
+
+    /// Forgets the outcomes of released entries, and the oldest past `SETTLED_MAX`.
+    fn forget_settled(&mut self) {
+        let local = &self.local;
+        self.settled.retain(|(ns, partition), lane| {
+            let released = local.released_below(ns, *partition);
+            lane.retain(|offset, _| *offset >= released);
+            !lane.is_empty()
+        });
+        let mut count: usize = self.settled.values().map(BTreeMap::len).sum();
+        while count > SETTLED_MAX {
+            for lane in self.settled.values_mut() {
+                if count > SETTLED_MAX && lane.pop_first().is_some() {
+                    count -= 1;
+                }
+            }
         }
     }
 }
@@ -587,12 +822,106 @@ fn note_carried(carried: &Carried, carry: &[Entry]) {
     carried.bytes.store(carry.iter().map(|e| e.payload.len()).sum(), std::sync::atomic::Ordering::Relaxed);
 }
 
+/// The local journal as a test writes it: its entries, what is released, whether reads fail.
+#[cfg(test)]
+#[derive(Default)]
+pub(crate) struct FakeLocal {
+    pub(crate) entries: Mutex<Vec<Entry>>,
+    pub(crate) released: Mutex<HashMap<LaneKey, u64>>,
+    pub(crate) reads_fail: std::sync::atomic::AtomicBool,
+}
+
+#[cfg(test)]
+impl LocalEntries for FakeLocal {
+    fn released_below(&self, ns: &str, partition: u32) -> u64 {
+        self.released.lock().get(&(ns.to_string(), partition)).copied().unwrap_or(0)
+    }
+
+    fn read(&self, ns: &str, _: u32, partition: u32, from: u64, count_max: usize) -> futures::future::BoxFuture<'_, Result<Vec<Entry>, String>> {
+        let fails = self.reads_fail.load(Ordering::Relaxed);
+        let found: Vec<Entry> =
+            self.entries.lock().iter().filter(|e| e.ns == ns && e.partition == partition && e.offset >= from).take(count_max).cloned().collect();
+        Box::pin(async move {
+            match fails {
+                true => Err("the disk is gone".to_string()),
+                false => Ok(found),
+            }
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn entry(ns: &str, partition: u32, offset: u64, payload: &[u8]) -> Entry {
         Entry { ns: ns.into(), partitions: 4, partition, offset, payload: Bytes::copy_from_slice(payload) }
+    }
+
+    /// Every entry of every object, in object order.
+    async fn held_offsets(objects: &JournalObjects) -> Vec<Vec<u64>> {
+        let mut held = Vec::new();
+        for (_, path) in objects.entries("j1").await.unwrap() {
+            held.push(objects.read_entries(&path).await.unwrap().into_iter().map(|e| e.offset).collect());
+        }
+        held
+    }
+
+    /// Review of issue 36: objects hold a lane's entries in journal order
+    /// with none missing between two, whatever order (or whether) appends
+    /// hand them over. Two appends that reach the uploader in the other
+    /// order, and one whose client went away after the local journal took
+    /// it, left a gap: a claim appended nothing past it (the acknowledged
+    /// writes after it were never applied once the owner was lost), or
+    /// started the lane past it. Failed before: the first object held [1]
+    /// alone, and the last [4] without 3.
+    #[tokio::test]
+    async fn objects_hold_a_lane_in_order_whatever_order_appends_come_in() {
+        let local_dir = tempfile::tempdir().unwrap();
+        let store: Arc<dyn ObjectStore> = Arc::new(object_store::memory::InMemory::new());
+        let objects = JournalObjects::new(store, &ObjectPath::from("root"));
+        let local = Arc::new(FakeLocal::default());
+        *local.entries.lock() = (0..5).map(|offset| entry("a", 0, offset, b"x")).collect();
+        let journal = ObjectJournal::open(
+            objects.clone(),
+            "j1",
+            "n1",
+            Duration::from_secs(60),
+            Vec::new(),
+            Vec::new(),
+            LocalJournal { dir: local_dir.path().into(), entries: local.clone() },
+        )
+        .await
+        .unwrap();
+        // Entry 1 comes before entry 0: 0 is read from the local journal and put first.
+        journal.append(entry("a", 0, 1, b"x")).await.unwrap();
+        assert_eq!(held_offsets(&objects).await, vec![vec![0, 1]]);
+        // Entry 0's own append, late: answered with the put that held it, nothing put again.
+        journal.append(entry("a", 0, 0, b"x")).await.unwrap();
+        assert_eq!(held_offsets(&objects).await, vec![vec![0, 1]]);
+        // Entry 3's append never comes (cancelled); entry 2 is released (applied) meanwhile.
+        local.released.lock().insert(("a".into(), 0), 3);
+        journal.append(entry("a", 0, 4, b"x")).await.unwrap();
+        assert_eq!(held_offsets(&objects).await, vec![vec![0, 1], vec![2, 3, 4]], "2 and 3 read: objects never skip an entry, released or not");
+        // A released entry's late append is answered at once.
+        journal.append(entry("a", 0, 2, b"x")).await.unwrap();
+        assert_eq!(held_offsets(&objects).await.len(), 2);
+        // An entry after one that cannot be read is refused, never put after a gap.
+        local.entries.lock().extend((5..8).map(|offset| entry("a", 0, offset, b"x")));
+        local.reads_fail.store(true, Ordering::Relaxed);
+        let refused = journal.append(entry("a", 0, 6, b"x")).await.unwrap_err();
+        assert!(refused.contains("before offset 6"), "{refused}");
+        assert_eq!(held_offsets(&objects).await.len(), 2);
+        local.reads_fail.store(false, Ordering::Relaxed);
+        journal.append(entry("a", 0, 7, b"x")).await.unwrap();
+        assert_eq!(held_offsets(&objects).await[2], vec![5, 6, 7]);
+        // Released entries the local journal no longer has (its retention) are passed.
+        local.released.lock().insert(("a".into(), 0), 10);
+        journal.append(entry("a", 0, 10, b"x")).await.unwrap();
+        assert_eq!(held_offsets(&objects).await[3], vec![10]);
+        // Another lane is its own.
+        journal.append(entry("a", 1, 0, b"x")).await.unwrap();
+        assert_eq!(held_offsets(&objects).await[4], vec![0]);
     }
 
     #[test]
@@ -615,7 +944,10 @@ mod tests {
         let store: Arc<dyn ObjectStore> = Arc::new(object_store::memory::InMemory::new());
         let objects = JournalObjects::new(store, &ObjectPath::from("root"));
         let local = tempfile::tempdir().unwrap();
-        let journal = ObjectJournal::open(objects.clone(), "j1", "n1", Duration::from_secs(60), Vec::new(), Vec::new(), local.path()).await.unwrap();
+        let journal =
+            ObjectJournal::open(objects.clone(), "j1", "n1", Duration::from_secs(60), Vec::new(), Vec::new(), LocalJournal::for_test(local.path()))
+                .await
+                .unwrap();
         journal.append(entry("a", 0, 0, b"0")).await.unwrap();
         journal.append(entry("a", 1, 0, b"1")).await.unwrap();
         assert_eq!(objects.entries("j1").await.unwrap().len(), 2);
@@ -627,7 +959,19 @@ mod tests {
         assert_eq!(left, vec![entry("a", 1, 0, b"1")]);
         // A reopened journal knows the object and numbers on past what the last open reserved.
         drop(journal);
-        let journal = ObjectJournal::open(objects.clone(), "j1", "n1", Duration::from_secs(60), Vec::new(), Vec::new(), local.path()).await.unwrap();
+        let reader = Arc::new(FakeLocal::default());
+        *reader.entries.lock() = vec![entry("a", 1, 0, b"1"), entry("a", 1, 1, b"2")];
+        let journal = ObjectJournal::open(
+            objects.clone(),
+            "j1",
+            "n1",
+            Duration::from_secs(60),
+            Vec::new(),
+            Vec::new(),
+            LocalJournal { dir: local.path().into(), entries: reader },
+        )
+        .await
+        .unwrap();
         assert_eq!(journal.objects_held(), 1);
         journal.append(entry("a", 1, 1, b"2")).await.unwrap();
         let seqs: Vec<u64> = objects.entries("j1").await.unwrap().iter().map(|(s, _)| *s).collect();
@@ -647,9 +991,21 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store: Arc<dyn ObjectStore> = Arc::new(object_store::memory::InMemory::new());
         let objects = JournalObjects::new(store, &ObjectPath::from("root"));
-        let open = || ObjectJournal::open(objects.clone(), "j1", "n1", Duration::from_secs(60), Vec::new(), Vec::new(), dir.path());
+        let local = Arc::new(FakeLocal::default());
+        let open = || {
+            ObjectJournal::open(
+                objects.clone(),
+                "j1",
+                "n1",
+                Duration::from_secs(60),
+                Vec::new(),
+                Vec::new(),
+                LocalJournal { dir: dir.path().into(), entries: local.clone() },
+            )
+        };
         let mut seen = Vec::new();
         for offset in 0..3 {
+            local.released.lock().insert(("a".into(), 0), offset);
             let journal = open().await.unwrap();
             journal.append(entry("a", 0, offset, b"x")).await.unwrap();
             let held = objects.entries("j1").await.unwrap();
@@ -661,6 +1017,7 @@ mod tests {
         assert!(seen.windows(2).all(|w| w[0] < w[1]), "numbers grow across opens: {seen:?}");
         // The floor file gone (an operator removed it): the lease's floor still holds.
         std::fs::remove_file(dir.path().join(SEQ_FLOOR_FILE)).unwrap();
+        local.released.lock().insert(("a".into(), 0), 3);
         let journal = open().await.unwrap();
         journal.append(entry("a", 0, 3, b"x")).await.unwrap();
         let held = objects.entries("j1").await.unwrap();
@@ -697,7 +1054,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store: Arc<dyn ObjectStore> = Arc::new(object_store::local::LocalFileSystem::new_with_prefix(dir.path()).unwrap());
         let objects = JournalObjects::new(store, &ObjectPath::from("root"));
-        let journal = ObjectJournal::open(objects.clone(), "j1", "n1", Duration::from_secs(60), Vec::new(), Vec::new(), dir.path()).await.unwrap();
+        let journal =
+            ObjectJournal::open(objects.clone(), "j1", "n1", Duration::from_secs(60), Vec::new(), Vec::new(), LocalJournal::for_test(dir.path()))
+                .await
+                .unwrap();
         // A directory where object 0 goes: its put fails.
         let blocked = dir.path().join(objects.entries_path("j1", 0).as_ref());
         std::fs::create_dir_all(blocked.join("in-the-way")).unwrap();
@@ -748,8 +1108,17 @@ mod tests {
         let store: Arc<dyn ObjectStore> = Arc::new(object_store::local::LocalFileSystem::new_with_prefix(dir.path()).unwrap());
         let objects = JournalObjects::new(store, &ObjectPath::from("root"));
         let unreleased = vec![entry("a", 0, 5, b"five"), entry("a", 0, 6, b"six")];
-        let journal =
-            ObjectJournal::open(objects.clone(), "j1", "n1", Duration::from_secs(60), unreleased.clone(), Vec::new(), dir.path()).await.unwrap();
+        let journal = ObjectJournal::open(
+            objects.clone(),
+            "j1",
+            "n1",
+            Duration::from_secs(60),
+            unreleased.clone(),
+            Vec::new(),
+            LocalJournal::for_test(dir.path()),
+        )
+        .await
+        .unwrap();
         for _ in 0..100 {
             if !objects.entries("j1").await.unwrap().is_empty() {
                 break;

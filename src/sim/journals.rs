@@ -53,6 +53,9 @@ const WAIT_RELEASED_ROUNDS_MAX: usize = 3;
 /// timeout (5 s).
 const WAIT_RELEASED_CLOCK_STEP_MS: u64 = 2_000;
 
+/// How often a client goes away while its write is being journaled.
+const CLIENT_GOES_AWAY_RATE: f64 = 0.05;
+
 /// How far the clock moves per drain round: past the sequencer's longest
 /// retry wait (2 s) and its release interval.
 const DRAIN_CLOCK_STEP_MS: u64 = 2_500;
@@ -231,7 +234,8 @@ impl World {
         let refusing = self.nodes[n].refusing.load(Ordering::Relaxed);
         if asks_journaled || ripcord_route::journal_first(rides_ripcord, refusing, self.holds_pending(n)) {
             match self.journal_one(n, &mutation, time_ms, &session).await {
-                Ok(()) => return Ok(()),
+                // Answered, or its client went away.
+                Ok(_) => return Ok(()),
                 Err(()) if asks_journaled || !ripcord_route::try_log_after_journal_refused(self.holds_pending(n)) => return Ok(()),
                 Err(()) => {}
             }
@@ -299,18 +303,31 @@ impl World {
         self.nodes[n].journal.as_ref().is_some_and(|journal| journal.holds_pending(NAMESPACE, 0))
     }
 
-    /// Journals `mutation` in node `n`'s journal; Ok once it is answered.
-    /// Err: not answered: refused before the journal took it (full, too
-    /// old), or journaled but not copied to object storage (sequenced all
-    /// the same: applied at most once).
-    async fn journal_one(&mut self, n: usize, mutation: &crate::codec::Mutation, time_ms: u64, session: &str) -> Result<(), ()> {
+    /// Journals `mutation` in node `n`'s journal; Ok(true) once it is
+    /// answered, Ok(false) when its client went away. Err: not answered:
+    /// refused before the journal took it (full, too old), or journaled
+    /// but not copied to object storage (sequenced all the same: applied
+    /// at most once).
+    ///
+    /// Sometimes the client goes away: the append is dropped once the
+    /// local journal has the entry in hand, before its copy goes to object
+    /// storage (not answered; sequenced all the same, and put into object
+    /// storage before the next entry of its lane that is).
+    async fn journal_one(&mut self, n: usize, mutation: &crate::codec::Mutation, time_ms: u64, session: &str) -> Result<bool, ()> {
+        let goes_away = self.dice.cancels.random_bool(CLIENT_GOES_AWAY_RATE);
         let journal = self.nodes[n].journal.as_ref().expect("started");
+        if goes_away {
+            count(&STATS.journal_appends_dropped);
+            // Polled once (the entry goes to the journal's writer), then dropped.
+            let _ = tokio::time::timeout(Duration::ZERO, journal.append_at(NAMESPACE, 1, 0, mutation, time_ms)).await;
+            return Ok(false);
+        }
         let offset = journal.append_at(NAMESPACE, 1, 0, mutation, time_ms).await.map_err(|_| ())?;
         count(&STATS.journaled);
         let lane = journal.lane(NAMESPACE).expect("a lane once written");
         self.journaled.push(Journaled { lane: lane.clone(), offset, write_id: mutation.write_id.clone() });
         self.answered.push(Answered { session: session.to_string(), at: Place::Lane(lane, offset) });
-        Ok(())
+        Ok(true)
     }
 
     /// One sequencer turn of node `n`'s lane, with what gossip says the
@@ -405,6 +422,23 @@ impl World {
             }
         }
         claimable
+    }
+
+    /// After every step: every journal's objects hold each lane with no
+    /// offset missing above the lease's released marks, so that a claim at
+    /// any moment appends every entry they hold (a claim stops at a gap:
+    /// the acknowledged writes after it were never applied once their node
+    /// was lost; found in review of issue 36: an append cancelled by its
+    /// client, or two appends reordered on their way to the uploader).
+    pub(super) async fn check_journal_objects(&self) -> Result<(), String> {
+        let Some(objects) = &self.journal_objects else { return Ok(()) };
+        for journal in objects.journals().await? {
+            let plan = crate::node::claims::plan(objects, &journal).await?;
+            if !plan.gaps().is_empty() {
+                return Err(format!("journal {journal}'s objects miss an entry of a lane: {}", plan.gaps().join("; ")));
+            }
+        }
+        Ok(())
     }
 
     /// After the faults heal: every node runs, and its lane turns until its

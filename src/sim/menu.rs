@@ -168,6 +168,8 @@ pub(super) struct Dice {
     pub(super) journal_ids: Stream,
     /// Whether a client's write through a node asks to be journaled.
     pub(super) routes: Stream,
+    /// Whether a client goes away while its write is being journaled.
+    pub(super) cancels: Stream,
     /// Whether journals keep a copy in object storage (drawn once per run).
     pub(super) journal_objects: bool,
     /// Whether the log stamps what it appends (drawn once per run).
@@ -207,6 +209,7 @@ impl Dice {
             claims: stream(seed, "claims"),
             journal_ids: stream(seed, "journal_ids"),
             routes: stream(seed, "routes"),
+            cancels: stream(seed, "cancels"),
             journal_objects: stream(seed, "journal_objects").random_bool(0.75),
             stamps: stream(seed, "stamps").random_bool(0.5),
             flaky_append_rate: FLAKY_APPEND_RATES[stream(seed, "fault/flaky_append/rate").random_range(0..FLAKY_APPEND_RATES.len())],

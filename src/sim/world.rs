@@ -84,6 +84,7 @@ pub(super) struct Stats {
     pub ticks: AtomicU64,
     pub reloads: AtomicU64,
     pub journaled: AtomicU64,
+    pub journal_appends_dropped: AtomicU64,
     pub node_restarts: AtomicU64,
     pub lane_ahead: AtomicU64,
     pub lane_repeated: AtomicU64,
@@ -106,6 +107,7 @@ pub(super) static STATS: Stats = Stats {
     ticks: AtomicU64::new(0),
     reloads: AtomicU64::new(0),
     journaled: AtomicU64::new(0),
+    journal_appends_dropped: AtomicU64::new(0),
     node_restarts: AtomicU64::new(0),
     lane_ahead: AtomicU64::new(0),
     lane_repeated: AtomicU64::new(0),
@@ -126,7 +128,7 @@ impl std::fmt::Display for Stats {
             f,
             "writes acknowledged {}, failed {} (retried with their write id {}), crashes {}, wipes {}, snapshots {}, \
              restores {}, readers overtaken by retention {}, deployments {}, ticks {}, procedure reloads {}, \
-             journaled writes acknowledged {}, node restarts {}, journaled entries ahead of their lane {}, repeated {}, \
+             journaled writes acknowledged {}, journal appends dropped by their client {}, node restarts {}, journaled entries ahead of their lane {}, repeated {}, \
              nodes lost with their journal {}, journals claimed and retired {}, writes that waited out a journal {}, \
              object puts and deletes refused {}",
             n(&self.writes_acknowledged),
@@ -141,6 +143,7 @@ impl std::fmt::Display for Stats {
             n(&self.ticks),
             n(&self.reloads),
             n(&self.journaled),
+            n(&self.journal_appends_dropped),
             n(&self.node_restarts),
             n(&self.lane_ahead),
             n(&self.lane_repeated),
@@ -366,6 +369,7 @@ impl World {
                     self.replicas[r].held = true;
                 }
             }
+            self.check_journal_objects().await?;
         }
         self.quiesce().await
     }
