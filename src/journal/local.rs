@@ -303,6 +303,31 @@ impl Journal {
     /// As `append`, stamped with the writer's clock at `time_ms` (the
     /// simulation's own clock; `append` takes this node's).
     pub async fn append_at(&self, ns: &str, partitions: u32, partition: u32, mutation: &Mutation, time_ms: u64) -> Result<u64, JournalError> {
+        let (offset, copy) = self.append_local(ns, partitions, partition, mutation, time_ms).await?;
+        if let Some((objects, entry)) = copy {
+            objects.append(entry).await.map_err(JournalError::Objects)?;
+        }
+        Ok(offset)
+    }
+
+    /// As `append_at`, for the simulation: the caller goes away once the
+    /// local journal has the entry, before its copy is handed to object
+    /// storage (a client that went away; deterministic, unlike a dropped future).
+    #[cfg(test)]
+    pub(crate) async fn append_at_then_go_away(&self, ns: &str, partitions: u32, partition: u32, mutation: &Mutation, time_ms: u64) {
+        let _ = self.append_local(ns, partitions, partition, mutation, time_ms).await;
+    }
+
+    /// The local half of `append_at`: the entry in the local journal, and
+    /// its copy for object storage, when the journal keeps one.
+    async fn append_local(
+        &self,
+        ns: &str,
+        partitions: u32,
+        partition: u32,
+        mutation: &Mutation,
+        time_ms: u64,
+    ) -> Result<(u64, Option<(&objects::ObjectJournal, objects::Entry)>), JournalError> {
         assert!(partition < partitions, "a partition of the namespace");
         let backlog = self.backlog();
         if backlog.entries >= self.limits.entries_max || backlog.bytes >= self.limits.bytes_max {
@@ -328,11 +353,8 @@ impl Journal {
         let payload = Bytes::from(codec::encode_at(mutation, time_ms));
         let offset = self.log.append(&tp(ns, partition), payload.clone()).await?;
         self.ids.lock().add(ns, partition, offset, mutation.write_id.clone());
-        if let Some(objects) = objects {
-            let entry = objects::Entry { ns: ns.to_string(), partitions, partition, offset, payload };
-            objects.append(entry).await.map_err(JournalError::Objects)?;
-        }
-        Ok(offset)
+        let copy = objects.map(|objects| (objects, objects::Entry { ns: ns.to_string(), partitions, partition, offset, payload }));
+        Ok((offset, copy))
     }
 
     /// Deletes the journal's objects whose entries were all released.

@@ -309,17 +309,16 @@ impl World {
     /// but not copied to object storage (sequenced all the same: applied
     /// at most once).
     ///
-    /// Sometimes the client goes away: the append is dropped once the
-    /// local journal has the entry in hand, before its copy goes to object
-    /// storage (not answered; sequenced all the same, and put into object
-    /// storage before the next entry of its lane that is).
+    /// Sometimes the client goes away once the local journal has the
+    /// entry, before its copy goes to object storage (not answered;
+    /// sequenced all the same, and put into object storage before the next
+    /// entry of its lane that is).
     async fn journal_one(&mut self, n: usize, mutation: &crate::codec::Mutation, time_ms: u64, session: &str) -> Result<bool, ()> {
         let goes_away = self.dice.cancels.random_bool(CLIENT_GOES_AWAY_RATE);
         let journal = self.nodes[n].journal.as_ref().expect("started");
         if goes_away {
             count(&STATS.journal_appends_dropped);
-            // Polled once (the entry goes to the journal's writer), then dropped.
-            let _ = tokio::time::timeout(Duration::ZERO, journal.append_at(NAMESPACE, 1, 0, mutation, time_ms)).await;
+            journal.append_at_then_go_away(NAMESPACE, 1, 0, mutation, time_ms).await;
             return Ok(false);
         }
         let offset = journal.append_at(NAMESPACE, 1, 0, mutation, time_ms).await.map_err(|_| ())?;
