@@ -360,8 +360,7 @@ impl Journal {
     /// Deletes the journal's objects whose entries were all released.
     pub async fn delete_released_objects(&self) -> Result<usize, JournalError> {
         let Some(objects) = self.objects.as_ref().and_then(|slot| slot.journal.get()) else { return Ok(0) };
-        let released = self.released.lock().clone();
-        objects.delete_released(|ns, p| released.get(&released_key(ns, p)).copied().unwrap_or(0)).await.map_err(JournalError::Objects)
+        objects.delete_released().await.map_err(JournalError::Objects)
     }
 
     /// Whether `ns`/`partition` has journaled writes not yet seen applied
@@ -604,6 +603,12 @@ pub(super) struct LocalReader {
 impl objects::LocalEntries for LocalReader {
     fn released_below(&self, ns: &str, partition: u32) -> u64 {
         self.released.lock().get(&released_key(ns, partition)).copied().unwrap_or(0)
+    }
+
+    fn released_marks(&self) -> Vec<objects::LaneMark> {
+        let released = self.released.lock();
+        let lane = |key: &str| key.rsplit_once(':').and_then(|(ns, partition)| Some((ns.to_string(), partition.parse().ok()?)));
+        released.iter().filter_map(|(key, below)| lane(key).map(|(ns, partition)| objects::LaneMark { ns, partition, below: *below })).collect()
     }
 
     fn read(

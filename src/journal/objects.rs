@@ -7,7 +7,7 @@
 //! ```text
 //! tern/journal/<journal id>/entries/<seq:020>   one object per group commit (format below)
 //! tern/journal/<journal id>/lease.json          {"node", "renewed_at_ms", "released", "seq_floor"}: the owner is alive,
-//!                                               and per lane what it had released when it opened
+//!                                               and per lane what it released (see `lease`)
 //! tern/journal/<journal id>/claim.json          {"by", "at_ms"}: another node is replaying it
 //! ```
 //!
@@ -29,8 +29,10 @@
 //! and a claimer that had listed the old object 0 deleted the new one).
 //!
 //! **Deletion.** The owner deletes an object once every entry in it was
-//! released by the local journal (seen applied); a node replaying a lost
-//! journal deletes an object once it saw its entries applied. Never before.
+//! released by the local journal (seen applied) and its lease says so
+//! (`lease`: a claim must never see the gap a deletion leaves below an
+//! older object); a node replaying a lost journal deletes an object once
+//! it saw its entries applied. Never before.
 //!
 //! **Format** of an entries object: `MAGIC`, `u32` format version, `u32`
 //! count, then per entry `u16` namespace length, namespace, `u32`
@@ -54,6 +56,9 @@ use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 use std::sync::atomic::{AtomicU64, Ordering};
 use tokio::sync::{mpsc, oneshot};
+
+mod lease;
+use lease::LeaseKeeper;
 
 const MAGIC: &[u8; 8] = b"TERNJRNL";
 /// The file in a journal's directory holding the lowest object sequence
@@ -103,6 +108,8 @@ pub trait LocalEntries: Send + Sync + 'static {
     /// Below this, every entry of `ns`/`partition` is released (seen
     /// applied): no object needs it.
     fn released_below(&self, ns: &str, partition: u32) -> u64;
+    /// Every lane's released mark (lanes with none may be left out).
+    fn released_marks(&self) -> Vec<LaneMark>;
     /// At most `count_max` entries of `ns`/`partition` (of `partitions`) from `from`, in order.
     fn read(
         &self,
@@ -154,12 +161,13 @@ pub struct Entry {
 pub struct Lease {
     pub node: String,
     pub renewed_at_ms: u64,
-    /// The owner's released marks when it opened its objects: every entry
-    /// below is applied. An entry carried from a failed put lives only in
-    /// memory; released before a restart, it is in no object, and older
-    /// objects not yet deleted then hold a lane with a gap that loses
-    /// nothing (found by the simulation, seed 18929: a claimer refused such
-    /// a journal for ever). A claim skips what is below them (`node::claims`).
+    /// The owner's released marks: every entry below is applied. Written
+    /// before the owner removes anything below them from its objects
+    /// (`lease`). An entry carried from a failed put lives only in memory;
+    /// released before a restart, it is in no object, and older objects not
+    /// yet deleted then hold a lane with a gap that loses nothing (found by
+    /// the simulation, seed 18929: a claimer refused such a journal for
+    /// ever). A claim skips what is below them (`node::claims`).
     /// Absent in a lease of an older version: nothing skipped.
     #[serde(default)]
     pub released: Vec<LaneMark>,
@@ -406,6 +414,8 @@ pub struct ObjectJournal {
     uploaded: Uploaded,
     /// Entries and bytes carried since the last put that failed (0: none failed).
     carried: Arc<Carried>,
+    lease: Arc<LeaseKeeper>,
+    local: Arc<dyn LocalEntries>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
 }
 
@@ -417,8 +427,9 @@ impl ObjectJournal {
     /// first (again, if an object has them already): a put that failed
     /// before a restart carried entries that only the local journal has,
     /// and the objects must never miss one a later object holds.
-    /// `released`: the local journal's released marks, kept in the lease
-    /// (`Lease::released`): what a restart's lost carry may miss below them.
+    /// `released`: the local journal's released marks at open (each lane's
+    /// mark in the lease is at least this, `Lease::released`): what a
+    /// restart's lost carry may miss below them.
     /// `local`: the local journal's directory, where the sequence numbers
     /// reserved are kept (`SEQ_FLOOR_FILE`), and its entries.
     pub async fn open(
@@ -444,7 +455,8 @@ impl ObjectJournal {
         let next_seq = listed_next.max(local_floor).max(lease_floor);
         let seq_end = reserve_seqs(dir, next_seq)?;
         let reserved_end = Arc::new(AtomicU64::new(seq_end));
-        objects.renew_lease(journal_id, node, &released, seq_end).await?;
+        let lease = Arc::new(LeaseKeeper::new(objects.clone(), journal_id, node, local.entries.clone(), released, reserved_end.clone()));
+        lease.renew().await?;
         let uploaded = Arc::new(Mutex::new(uploaded));
         let (queue, receiver) = mpsc::channel(UPLOADS_QUEUED_MAX);
         let carried = Arc::new(Carried::default());
@@ -455,23 +467,34 @@ impl ObjectJournal {
             seqs,
             uploaded: uploaded.clone(),
             carried: carried.clone(),
-            local: local.entries,
+            local: local.entries.clone(),
+            lease: lease.clone(),
+            lease_needs: Vec::new(),
             next: lanes_next(&unreleased),
             carry: unreleased,
             settled: HashMap::new(),
             held: None,
         };
         let uploader = tokio::spawn(uploader.run(receiver));
-        let (o, id, node) = (objects.clone(), journal_id.to_string(), node.to_string());
+        let renewing = lease.clone();
         let renewer = tokio::spawn(async move {
             loop {
                 tokio::time::sleep(lease_renew).await;
-                if let Err(e) = o.renew_lease(&id, &node, &released, reserved_end.load(Ordering::Relaxed)).await {
+                if let Err(e) = renewing.renew().await {
                     tracing::warn!(error = %e, "renewing the journal's lease failed; retrying");
                 }
             }
         });
-        Ok(ObjectJournal { objects, journal_id: journal_id.to_string(), queue, uploaded, carried, tasks: vec![uploader, renewer] })
+        Ok(ObjectJournal {
+            objects,
+            journal_id: journal_id.to_string(),
+            queue,
+            uploaded,
+            carried,
+            lease,
+            local: local.entries,
+            tasks: vec![uploader, renewer],
+        })
     }
 
     pub fn journal_id(&self) -> &str {
@@ -499,16 +522,27 @@ impl ObjectJournal {
         answer.await.map_err(|_| "the journal's uploader stopped".to_string())?
     }
 
-    /// Deletes the objects whose every entry is below `released_below`
-    /// (per namespace and partition) of the local journal.
-    pub async fn delete_released(&self, released_below: impl Fn(&str, u32) -> u64) -> Result<usize, String> {
+    /// Deletes the objects whose every entry the local journal released,
+    /// once the lease says they are released (`lease`).
+    pub async fn delete_released(&self) -> Result<usize, String> {
+        let mut needs: HashMap<LaneKey, u64> = HashMap::new();
         let deletable: Vec<u64> = self
             .uploaded
             .lock()
             .iter()
-            .filter(|(_, lanes)| lanes.iter().all(|((ns, p), highest)| *highest < released_below(ns, *p)))
-            .map(|(seq, _)| *seq)
+            .filter(|(_, lanes)| lanes.iter().all(|((ns, p), highest)| *highest < self.local.released_below(ns, *p)))
+            .map(|(seq, lanes)| {
+                for (lane, highest) in lanes {
+                    let need = needs.entry(lane.clone()).or_insert(0);
+                    *need = (*need).max(highest + 1);
+                }
+                *seq
+            })
             .collect();
+        if deletable.is_empty() {
+            return Ok(0);
+        }
+        self.lease.cover(&needs.into_iter().collect::<Vec<_>>()).await?;
         for seq in &deletable {
             self.objects.delete(&self.objects.entries_path(&self.journal_id, *seq)).await?;
             self.uploaded.lock().remove(seq);
@@ -607,6 +641,10 @@ struct Uploader {
     uploaded: Uploaded,
     carried: Arc<Carried>,
     local: Arc<dyn LocalEntries>,
+    lease: Arc<LeaseKeeper>,
+    /// Per lane, released entries passed (`Uploader::place`) below this:
+    /// the lease must say so before an object past them is put.
+    lease_needs: Vec<(LaneKey, u64)>,
     /// Entries of the last put that failed: first in the next object.
     carry: Vec<Entry>,
     /// Per lane, the next offset an object must hold: every entry below is
@@ -714,10 +752,11 @@ impl Uploader {
             }
             if self.next[&lane] == from && released > from {
                 // Released entries gone from the local journal (its retention):
-                // applied, so passed (a claim's plan skips them only below the
-                // lease's marks: logged, for the rare gap it may see).
+                // applied, so passed, once the lease says so (`put`): a claim's
+                // plan skips them only below the lease's marks.
                 tracing::warn!(ns, partition, from, released, "released journal entries could not be read for object storage; passed");
                 self.next.insert(lane.clone(), released.min(offset));
+                self.lease_needs.push((lane.clone(), released.min(offset)));
                 if released < offset {
                     self.held = Some(upload);
                     return;
@@ -767,10 +806,16 @@ impl Uploader {
         }
         let encoded = encode(&group.entries);
         debug_assert_eq!(decode(&encoded).as_ref(), Ok(&group.entries), "an object reads back as written");
+        // Passed entries are in no object: the lease says they are released first.
+        let covered = match self.lease_needs.is_empty() {
+            true => Ok(()),
+            false => self.lease.cover(&self.lease_needs).await.map(|()| self.lease_needs.clear()),
+        };
         // A failed put still uses its number: it may have been stored.
-        let result = match self.seqs.next() {
-            Ok(seq) => self.objects.put(&self.objects.entries_path(&self.journal_id, seq), encoded).await.map(|()| seq),
-            Err(e) => Err(format!("no object sequence number could be reserved: {e}")),
+        let result = match covered.map(|()| self.seqs.next()) {
+            Err(e) => Err(format!("the journal's lease was not renewed past released entries: {e}")),
+            Ok(Ok(seq)) => self.objects.put(&self.objects.entries_path(&self.journal_id, seq), encoded).await.map(|()| seq),
+            Ok(Err(e)) => Err(format!("no object sequence number could be reserved: {e}")),
         };
         crate::metrics::JOURNAL_OBJECTS_PUT.inc();
         let result = match result {
@@ -837,6 +882,10 @@ impl LocalEntries for FakeLocal {
         self.released.lock().get(&(ns.to_string(), partition)).copied().unwrap_or(0)
     }
 
+    fn released_marks(&self) -> Vec<LaneMark> {
+        self.released.lock().iter().map(|((ns, partition), below)| LaneMark { ns: ns.clone(), partition: *partition, below: *below }).collect()
+    }
+
     fn read(&self, ns: &str, _: u32, partition: u32, from: u64, count_max: usize) -> futures::future::BoxFuture<'_, Result<Vec<Entry>, String>> {
         let fails = self.reads_fail.load(Ordering::Relaxed);
         let found: Vec<Entry> =
@@ -856,6 +905,12 @@ mod tests {
 
     fn entry(ns: &str, partition: u32, offset: u64, payload: &[u8]) -> Entry {
         Entry { ns: ns.into(), partitions: 4, partition, offset, payload: Bytes::copy_from_slice(payload) }
+    }
+
+    /// Journal "j1" of node "n1", its sequence numbers kept in `dir`, its local entries `local`.
+    async fn open_j1(objects: &JournalObjects, dir: &std::path::Path, local: &Arc<FakeLocal>) -> Result<ObjectJournal, String> {
+        let local = LocalJournal { dir: dir.into(), entries: local.clone() };
+        ObjectJournal::open(objects.clone(), "j1", "n1", Duration::from_secs(60), Vec::new(), Vec::new(), local).await
     }
 
     /// Every entry of every object, in object order.
@@ -882,17 +937,7 @@ mod tests {
         let objects = JournalObjects::new(store, &ObjectPath::from("root"));
         let local = Arc::new(FakeLocal::default());
         *local.entries.lock() = (0..5).map(|offset| entry("a", 0, offset, b"x")).collect();
-        let journal = ObjectJournal::open(
-            objects.clone(),
-            "j1",
-            "n1",
-            Duration::from_secs(60),
-            Vec::new(),
-            Vec::new(),
-            LocalJournal { dir: local_dir.path().into(), entries: local.clone() },
-        )
-        .await
-        .unwrap();
+        let journal = open_j1(&objects, local_dir.path(), &local).await.unwrap();
         // Entry 1 comes before entry 0: 0 is read from the local journal and put first.
         journal.append(entry("a", 0, 1, b"x")).await.unwrap();
         assert_eq!(held_offsets(&objects).await, vec![vec![0, 1]]);
@@ -943,40 +988,29 @@ mod tests {
     async fn objects_are_deleted_only_once_every_entry_is_released() {
         let store: Arc<dyn ObjectStore> = Arc::new(object_store::memory::InMemory::new());
         let objects = JournalObjects::new(store, &ObjectPath::from("root"));
-        let local = tempfile::tempdir().unwrap();
-        let journal =
-            ObjectJournal::open(objects.clone(), "j1", "n1", Duration::from_secs(60), Vec::new(), Vec::new(), LocalJournal::for_test(local.path()))
-                .await
-                .unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let local = Arc::new(FakeLocal::default());
+        let journal = open_j1(&objects, dir.path(), &local).await.unwrap();
         journal.append(entry("a", 0, 0, b"0")).await.unwrap();
         journal.append(entry("a", 1, 0, b"1")).await.unwrap();
         assert_eq!(objects.entries("j1").await.unwrap().len(), 2);
         assert!(objects.lease("j1").await.unwrap().is_some_and(|l| l.node == "n1"));
         // Partition 0 released, partition 1 not: one object goes.
-        let deleted = journal.delete_released(|_, p| if p == 0 { 1 } else { 0 }).await.unwrap();
+        local.released.lock().insert(("a".into(), 0), 1);
+        let deleted = journal.delete_released().await.unwrap();
         assert_eq!((deleted, objects.entries("j1").await.unwrap().len()), (1, 1));
         let left = objects.read_entries(&objects.entries("j1").await.unwrap()[0].1).await.unwrap();
         assert_eq!(left, vec![entry("a", 1, 0, b"1")]);
         // A reopened journal knows the object and numbers on past what the last open reserved.
         drop(journal);
-        let reader = Arc::new(FakeLocal::default());
-        *reader.entries.lock() = vec![entry("a", 1, 0, b"1"), entry("a", 1, 1, b"2")];
-        let journal = ObjectJournal::open(
-            objects.clone(),
-            "j1",
-            "n1",
-            Duration::from_secs(60),
-            Vec::new(),
-            Vec::new(),
-            LocalJournal { dir: local.path().into(), entries: reader },
-        )
-        .await
-        .unwrap();
+        *local.entries.lock() = vec![entry("a", 1, 0, b"1"), entry("a", 1, 1, b"2")];
+        let journal = open_j1(&objects, dir.path(), &local).await.unwrap();
         assert_eq!(journal.objects_held(), 1);
         journal.append(entry("a", 1, 1, b"2")).await.unwrap();
         let seqs: Vec<u64> = objects.entries("j1").await.unwrap().iter().map(|(s, _)| *s).collect();
         assert_eq!(seqs, vec![1, SEQS_PER_RESERVATION]);
-        assert_eq!(journal.delete_released(|_, _| 2).await.unwrap(), 2);
+        local.released.lock().insert(("a".into(), 1), 2);
+        assert_eq!(journal.delete_released().await.unwrap(), 2);
         assert!(objects.entries("j1").await.unwrap().is_empty());
         assert_eq!(objects.journals().await.unwrap(), vec!["j1".to_string()], "the lease stays while the owner runs");
     }
@@ -992,17 +1026,7 @@ mod tests {
         let store: Arc<dyn ObjectStore> = Arc::new(object_store::memory::InMemory::new());
         let objects = JournalObjects::new(store, &ObjectPath::from("root"));
         let local = Arc::new(FakeLocal::default());
-        let open = || {
-            ObjectJournal::open(
-                objects.clone(),
-                "j1",
-                "n1",
-                Duration::from_secs(60),
-                Vec::new(),
-                Vec::new(),
-                LocalJournal { dir: dir.path().into(), entries: local.clone() },
-            )
-        };
+        let open = || open_j1(&objects, dir.path(), &local);
         let mut seen = Vec::new();
         for offset in 0..3 {
             local.released.lock().insert(("a".into(), 0), offset);
@@ -1012,7 +1036,8 @@ mod tests {
             assert_eq!(held.len(), 1);
             seen.push(held[0].0);
             // Released and deleted: the folder is empty when it opens again.
-            assert_eq!(journal.delete_released(|_, _| offset + 1).await.unwrap(), 1);
+            local.released.lock().insert(("a".into(), 0), offset + 1);
+            assert_eq!(journal.delete_released().await.unwrap(), 1);
         }
         assert!(seen.windows(2).all(|w| w[0] < w[1]), "numbers grow across opens: {seen:?}");
         // The floor file gone (an operator removed it): the lease's floor still holds.
@@ -1134,6 +1159,62 @@ mod tests {
             assert!(journal.append(entry("a", 0, offset, &big)).await.is_err());
         }
         assert!(journal.refuses().is_some_and(|why| why.contains("bytes")), "9 MiB carried: {:?}", journal.refuses());
+    }
+
+    /// An entry whose payload is a mutation (a claim's plan places it in its lane).
+    fn write(partition: u32, offset: u64) -> Entry {
+        use crate::codec::{Mutation, Op, OpKind};
+        let op = Op { pk: "k".into(), sk: "".into(), kind: OpKind::Put(Bytes::from(offset.to_string())), condition: None };
+        let mutation = Mutation { write_id: Bytes::from(format!("w{partition}-{offset}")), ops: vec![op], journal: None, reads: Vec::new() };
+        Entry { ns: "a".into(), partitions: 4, partition, offset, payload: Bytes::from(crate::codec::encode(&mutation)) }
+    }
+
+    /// A claim of the journal, planned now: what it would append (per lane,
+    /// its offsets) and the gaps it would stop at.
+    async fn claim_now(objects: &JournalObjects) -> (Vec<(u32, u64)>, Vec<String>) {
+        let plan = crate::node::claims::plan(objects, "j1").await.unwrap();
+        (plan.ordered().iter().map(|e| (e.partition, e.offset)).collect(), plan.gaps().to_vec())
+    }
+
+    /// Review of issue 36: the lease kept the released marks of the open
+    /// only, while the owner went on deleting objects below newer marks and
+    /// passing released entries the local journal no longer had. A claim
+    /// then saw a lane with a gap below an object it holds, appended
+    /// nothing past it, and the acknowledged writes after it were never
+    /// applied once the owner was lost. The lease holds the marks that
+    /// every deletion and every pass went by, written before them. Failed
+    /// before: "a/0 misses journal offset 4 (holds 10)", then "... offset 2
+    /// (holds 10)".
+    #[tokio::test]
+    async fn a_claim_sees_no_gap_where_the_owner_deleted_or_passed_released_entries() {
+        let local_dir = tempfile::tempdir().unwrap();
+        let store: Arc<dyn ObjectStore> = Arc::new(object_store::memory::InMemory::new());
+        let objects = JournalObjects::new(store, &ObjectPath::from("root"));
+        let local = Arc::new(FakeLocal::default());
+        let open = || open_j1(&objects, local_dir.path(), &local);
+        // Deleted: P = {0/0..3, 1/0}, O = {0/4..9}, Q = {0/10}; lane 0 released below 10, lane 1 not.
+        let journal = open().await.unwrap();
+        let appends: Vec<_> = (0..4).map(|offset| write(0, offset)).chain([write(1, 0)]).collect();
+        futures::future::try_join_all(appends.into_iter().map(|e| journal.append(e))).await.unwrap();
+        futures::future::try_join_all((4..10).map(|offset| journal.append(write(0, offset)))).await.unwrap();
+        journal.append(write(0, 10)).await.unwrap();
+        assert_eq!(held_offsets(&objects).await, vec![vec![0, 1, 2, 3, 0], vec![4, 5, 6, 7, 8, 9], vec![10]]);
+        local.released.lock().insert(("a".into(), 0), 10);
+        assert_eq!(journal.delete_released().await.unwrap(), 1, "O goes; P holds 1/0");
+        assert_eq!(claim_now(&objects).await, (vec![(0, 10), (1, 0)], vec![]), "0/0..3 are below the lease's marks");
+        drop(journal);
+        // Passed: P' = {2/0..1, 3/0}; 2/2..9 released and gone from the local journal; then 2/10.
+        for e in objects.entries("j1").await.unwrap() {
+            objects.delete(&e.1).await.unwrap();
+        }
+        local.released.lock().clear();
+        let journal = open().await.unwrap();
+        let appends = [write(2, 0), write(2, 1), write(3, 0)];
+        futures::future::try_join_all(appends.into_iter().map(|e| journal.append(e))).await.unwrap();
+        local.released.lock().insert(("a".into(), 2), 10);
+        journal.append(write(2, 10)).await.unwrap();
+        assert_eq!(held_offsets(&objects).await, vec![vec![0, 1, 0], vec![10]]);
+        assert_eq!(claim_now(&objects).await, (vec![(2, 10), (3, 0)], vec![]), "2/0..1 are below the lease's marks");
     }
 
     #[tokio::test]

@@ -169,6 +169,11 @@ impl Plan {
     pub(crate) fn gaps(&self) -> &[String] {
         &self.gaps
     }
+
+    /// The entries it would append, in order.
+    pub(crate) fn ordered(&self) -> &[Entry] {
+        &self.ordered
+    }
 }
 
 /// Once a replay's entries were seen applied: deletes the journal's

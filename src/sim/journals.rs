@@ -29,7 +29,7 @@ use bytes::Bytes;
 use rand::Rng;
 
 use super::log::SimLog;
-use super::world::{count, tp, World, NAMESPACE, STATS};
+use super::world::{count, tp, World, NAMESPACE, SIDE_NAMESPACE, STATS};
 use crate::journal::{Journal, JournalLimits, ObjectsConfig};
 use crate::log::{Log, TopicPartition};
 use crate::node::ripcord_host::RipcordHost;
@@ -55,6 +55,15 @@ const WAIT_RELEASED_CLOCK_STEP_MS: u64 = 2_000;
 
 /// How often a client goes away while its write is being journaled.
 const CLIENT_GOES_AWAY_RATE: f64 = 0.05;
+
+/// How often a journaled write has a partner journaled in another lane
+/// (`SIDE_NAMESPACE`), so that objects hold two lanes …
+const SIDE_WRITE_RATE: f64 = 0.3;
+/// … and how often, per sequencer turn, that lane's entries are all
+/// released (its partition applied them): objects holding both lanes stay
+/// while older ones of one lane are deleted (review of issue 36: a claim
+/// then saw a gap below the lease's marks).
+const SIDE_RELEASE_RATE: f64 = 0.2;
 
 /// How far the clock moves per drain round: past the sequencer's longest
 /// retry wait (2 s) and its release interval.
@@ -123,11 +132,14 @@ impl RipcordHost for SimHost<'_> {
     }
 
     fn partitions(&self, ns: &str) -> Option<u32> {
-        (ns == NAMESPACE).then_some(1)
+        (ns == NAMESPACE || ns == SIDE_NAMESPACE).then_some(1)
     }
 
-    fn topic_partition(&self, _ns: &str, partition: u32) -> Option<TopicPartition> {
-        (partition == 0).then(tp)
+    fn topic_partition(&self, ns: &str, partition: u32) -> Option<TopicPartition> {
+        match ns {
+            SIDE_NAMESPACE => (partition == 0).then(|| TopicPartition { topic: std::sync::Arc::from(SIDE_NAMESPACE), partition }),
+            _ => (partition == 0).then(tp),
+        }
     }
 
     fn applied_next(&self, _ns: &str, _partition: u32) -> u64 {
@@ -326,7 +338,32 @@ impl World {
         let lane = journal.lane(NAMESPACE).expect("a lane once written");
         self.journaled.push(Journaled { lane: lane.clone(), offset, write_id: mutation.write_id.clone() });
         self.answered.push(Answered { session: session.to_string(), at: Place::Lane(lane, offset) });
+        if self.dice.side.random_bool(SIDE_WRITE_RATE) {
+            self.journal_side(n, time_ms).await;
+        }
         Ok(true)
+    }
+
+    /// Journals a write of `SIDE_NAMESPACE` in node `n`'s journal (its
+    /// outcome is not checked: no replica applies that lane).
+    async fn journal_side(&mut self, n: usize, time_ms: u64) {
+        let journal = self.nodes[n].journal.as_ref().expect("started");
+        let op = crate::codec::Op { pk: "side".into(), sk: "".into(), kind: crate::codec::OpKind::Delete, condition: None };
+        let mutation = crate::codec::Mutation { write_id: Bytes::new(), ops: vec![op], journal: None, reads: Vec::new() };
+        if journal.append_at(SIDE_NAMESPACE, 1, 0, &mutation, time_ms).await.is_ok() {
+            count(&STATS.side_journaled);
+        }
+    }
+
+    /// Sometimes `SIDE_NAMESPACE`'s partition applied node `n`'s entries of it: released.
+    fn release_side(&mut self, n: usize) {
+        let journal = self.nodes[n].journal.as_ref().expect("started");
+        if let Some(end) = journal.pending_end(SIDE_NAMESPACE, 0) {
+            if self.dice.side.random_bool(SIDE_RELEASE_RATE) {
+                // A mark not written is tried again at a later turn, as the node's release is.
+                let _ = journal.release_below(SIDE_NAMESPACE, 0, end);
+            }
+        }
     }
 
     /// One sequencer turn of node `n`'s lane, with what gossip says the
@@ -351,7 +388,9 @@ impl World {
         let host = SimHost { journal, refusing: Some(&node.refusing), log: self.log.as_ref(), applied_next, now };
         // A refused turn (the journal's read) is tried again at the next.
         let _ = lane_round(&host, pending, &tp(), lane).await;
+        self.release_side(n);
         // As the sequencer does every second: objects all of whose entries were released go.
+        let journal = self.nodes[n].journal.as_ref().expect("started above");
         let _ = journal.delete_released_objects().await;
         Ok(())
     }

@@ -42,6 +42,8 @@ struct State {
     /// Each append's own fault, drawn per append (appends in one step fail
     /// one by one, not all alike): the stream and the rate.
     flaky: Option<(super::streams::Stream, f64)>,
+    /// What landed in `SIDE_NAMESPACE`'s log (no replica applies it).
+    side: Vec<Bytes>,
     /// Set at the end of a run: no fault strikes any more.
     faults_healed: bool,
     /// Entries below this were deleted by retention.
@@ -107,9 +109,14 @@ impl SimLog {
     }
 
     /// The append itself, at once: the entry lands, or a fault strikes before or after it does.
-    fn land(&self, _tp: &TopicPartition, payload: Bytes) -> Result<u64, LogError> {
+    fn land(&self, tp: &TopicPartition, payload: Bytes) -> Result<u64, LogError> {
         use rand::Rng;
         let mut state = self.state.lock();
+        if &*tp.topic == super::world::SIDE_NAMESPACE {
+            // Another partition's log: always takes, and no model reads it.
+            state.side.push(payload);
+            return Ok(state.side.len() as u64 - 1);
+        }
         // Drawn on every append (healed or not), so the draws keep their places.
         let flaky = state.flaky.as_mut().map_or(1.0, |(stream, _)| stream.random::<f64>());
         let rate = if state.faults_healed { 0.0 } else { state.flaky.as_ref().map_or(0.0, |(_, rate)| *rate) };

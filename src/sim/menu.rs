@@ -170,6 +170,9 @@ pub(super) struct Dice {
     pub(super) routes: Stream,
     /// Whether a client goes away while its write is being journaled.
     pub(super) cancels: Stream,
+    /// Whether a journaled write has a partner in another lane, and when
+    /// that lane's entries are applied (released).
+    pub(super) side: Stream,
     /// Whether journals keep a copy in object storage (drawn once per run).
     pub(super) journal_objects: bool,
     /// Whether the log stamps what it appends (drawn once per run).
@@ -210,6 +213,7 @@ impl Dice {
             journal_ids: stream(seed, "journal_ids"),
             routes: stream(seed, "routes"),
             cancels: stream(seed, "cancels"),
+            side: stream(seed, "side"),
             journal_objects: stream(seed, "journal_objects").random_bool(0.75),
             stamps: stream(seed, "stamps").random_bool(0.5),
             flaky_append_rate: FLAKY_APPEND_RATES[stream(seed, "fault/flaky_append/rate").random_range(0..FLAKY_APPEND_RATES.len())],

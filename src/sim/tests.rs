@@ -20,10 +20,12 @@ fn fixed_seeds_keep_every_guarantee() {
 /// Seeds that found bugs beyond the fixed ones, kept so they stay fixed:
 /// 18929 (a restart's lost carry: `Lease::released`), 82757 (a claimer's
 /// finish deleted an object its owner had put again under a reused
-/// sequence number, with an acknowledged write only it held).
+/// sequence number, with an acknowledged write only it held), 1721 (a
+/// lease's released marks older than the objects its owner deleted: a
+/// claim saw a gap).
 #[test]
 fn seeds_that_found_bugs_keep_every_guarantee() {
-    for seed in [18_929, 82_757] {
+    for seed in [18_929, 82_757, 1_721] {
         if let Err(failure) = run_seed(seed) {
             panic!("{failure}");
         }

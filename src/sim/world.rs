@@ -24,6 +24,12 @@ use std::sync::Arc;
 /// The one namespace and partition every replica holds.
 pub(super) const NAMESPACE: &str = "sim";
 
+/// Another namespace, journaled beside `NAMESPACE` so that a journal's
+/// objects hold two lanes (`sim/journals.rs`): its writes land in a log of
+/// their own that no replica applies, and they are released when a seed's
+/// dice say the other partition applied them.
+pub(super) const SIDE_NAMESPACE: &str = "side";
+
 /// The log's identity; `OTHER_LOG` is a cluster sharing the snapshot bucket.
 pub(crate) const LOG_IDENTITY: &str = "sim:log";
 
@@ -85,6 +91,7 @@ pub(super) struct Stats {
     pub reloads: AtomicU64,
     pub journaled: AtomicU64,
     pub journal_appends_dropped: AtomicU64,
+    pub side_journaled: AtomicU64,
     pub node_restarts: AtomicU64,
     pub lane_ahead: AtomicU64,
     pub lane_repeated: AtomicU64,
@@ -108,6 +115,7 @@ pub(super) static STATS: Stats = Stats {
     reloads: AtomicU64::new(0),
     journaled: AtomicU64::new(0),
     journal_appends_dropped: AtomicU64::new(0),
+    side_journaled: AtomicU64::new(0),
     node_restarts: AtomicU64::new(0),
     lane_ahead: AtomicU64::new(0),
     lane_repeated: AtomicU64::new(0),
@@ -128,7 +136,7 @@ impl std::fmt::Display for Stats {
             f,
             "writes acknowledged {}, failed {} (retried with their write id {}), crashes {}, wipes {}, snapshots {}, \
              restores {}, readers overtaken by retention {}, deployments {}, ticks {}, procedure reloads {}, \
-             journaled writes acknowledged {}, journal appends dropped by their client {}, node restarts {}, journaled entries ahead of their lane {}, repeated {}, \
+             journaled writes acknowledged {}, journal appends dropped by their client {}, entries journaled in another lane {}, node restarts {}, journaled entries ahead of their lane {}, repeated {}, \
              nodes lost with their journal {}, journals claimed and retired {}, writes that waited out a journal {}, \
              object puts and deletes refused {}",
             n(&self.writes_acknowledged),
@@ -144,6 +152,7 @@ impl std::fmt::Display for Stats {
             n(&self.reloads),
             n(&self.journaled),
             n(&self.journal_appends_dropped),
+            n(&self.side_journaled),
             n(&self.node_restarts),
             n(&self.lane_ahead),
             n(&self.lane_repeated),
