@@ -565,6 +565,9 @@ async fn unreleased_entries(
 ) -> Result<(Vec<objects::Entry>, Vec<objects::LaneMark>), JournalError> {
     let mut entries = Vec::new();
     let mut marks = Vec::new();
+    // In namespace order: the first object after an open holds the same bytes whatever the map's order.
+    let mut topics: Vec<(&String, &u32)> = topics.iter().collect();
+    topics.sort();
     for (ns, &partitions) in topics {
         for partition in 0..partitions {
             let start = released.get(&released_key(ns, partition)).copied().unwrap_or(0).max(log.start_offset(&tp(ns, partition)).await?);

@@ -319,10 +319,23 @@ impl JournalObjects {
         Ok(true)
     }
 
-    /// Removes a replayed journal's lease and claim (its entries are gone).
-    pub async fn retire(&self, journal_id: &str) -> Result<(), String> {
-        self.delete(&self.lease_path(journal_id)).await?;
-        self.delete(&self.claim_path(journal_id)).await
+    /// Removes a replayed journal's claim, and its lease unless the lease
+    /// was renewed since the claimer read it (`renewed_at_ms_seen`, None:
+    /// there was none): an owner that came back keeps its lease, whose
+    /// released marks hide the gaps its own deletions leave (review of
+    /// issue 36: a claim after the lease went saw a gap, and, the owner
+    /// lost before it renewed, every claim for ever). A renewal in the
+    /// instant between the read and the delete is lost until the next one
+    /// (`lease_renew`); scans claim a journal without a lease only once it
+    /// stayed without one for `journal_claim_after` (`node::claims`).
+    pub async fn retire(&self, journal_id: &str, renewed_at_ms_seen: Option<u64>) -> Result<(), String> {
+        self.delete(&self.claim_path(journal_id)).await?;
+        let renewed_at_ms = self.lease(journal_id).await?.map(|lease| lease.renewed_at_ms);
+        if renewed_at_ms.is_some() && renewed_at_ms != renewed_at_ms_seen {
+            tracing::info!(journal_id, ?renewed_at_ms, "a replayed journal's owner renewed its lease since: it is back, and keeps it");
+            return Ok(());
+        }
+        self.delete(&self.lease_path(journal_id)).await
     }
 }
 
@@ -469,7 +482,7 @@ impl ObjectJournal {
             carried: carried.clone(),
             local: local.entries.clone(),
             lease: lease.clone(),
-            lease_needs: Vec::new(),
+            lease_needs: HashMap::new(),
             next: lanes_next(&unreleased),
             carry: unreleased,
             settled: HashMap::new(),
@@ -525,12 +538,14 @@ impl ObjectJournal {
     /// Deletes the objects whose every entry the local journal released,
     /// once the lease says they are released (`lease`).
     pub async fn delete_released(&self) -> Result<usize, String> {
+        // Read before the objects' lock: a release holds the marks across an fsync.
+        let released: HashMap<LaneKey, u64> = self.local.released_marks().into_iter().map(|mark| ((mark.ns, mark.partition), mark.below)).collect();
         let mut needs: HashMap<LaneKey, u64> = HashMap::new();
         let deletable: Vec<u64> = self
             .uploaded
             .lock()
             .iter()
-            .filter(|(_, lanes)| lanes.iter().all(|((ns, p), highest)| *highest < self.local.released_below(ns, *p)))
+            .filter(|(_, lanes)| lanes.iter().all(|(lane, highest)| *highest < released.get(lane).copied().unwrap_or(0)))
             .map(|(seq, lanes)| {
                 for (lane, highest) in lanes {
                     let need = needs.entry(lane.clone()).or_insert(0);
@@ -643,8 +658,9 @@ struct Uploader {
     local: Arc<dyn LocalEntries>,
     lease: Arc<LeaseKeeper>,
     /// Per lane, released entries passed (`Uploader::place`) below this:
-    /// the lease must say so before an object past them is put.
-    lease_needs: Vec<(LaneKey, u64)>,
+    /// the lease must say so before an object past them is put (at most
+    /// one per lane the uploader knows).
+    lease_needs: HashMap<LaneKey, u64>,
     /// Entries of the last put that failed: first in the next object.
     carry: Vec<Entry>,
     /// Per lane, the next offset an object must hold: every entry below is
@@ -756,7 +772,8 @@ impl Uploader {
                 // plan skips them only below the lease's marks.
                 tracing::warn!(ns, partition, from, released, "released journal entries could not be read for object storage; passed");
                 self.next.insert(lane.clone(), released.min(offset));
-                self.lease_needs.push((lane.clone(), released.min(offset)));
+                let need = self.lease_needs.entry(lane.clone()).or_insert(0);
+                *need = (*need).max(released.min(offset));
                 if released < offset {
                     self.held = Some(upload);
                     return;
@@ -809,15 +826,20 @@ impl Uploader {
         // Passed entries are in no object: the lease says they are released first.
         let covered = match self.lease_needs.is_empty() {
             true => Ok(()),
-            false => self.lease.cover(&self.lease_needs).await.map(|()| self.lease_needs.clear()),
+            false => {
+                let needs: Vec<(LaneKey, u64)> = self.lease_needs.iter().map(|(lane, below)| (lane.clone(), *below)).collect();
+                self.lease.cover(&needs).await.map(|()| self.lease_needs.clear())
+            }
         };
         // A failed put still uses its number: it may have been stored.
         let result = match covered.map(|()| self.seqs.next()) {
             Err(e) => Err(format!("the journal's lease was not renewed past released entries: {e}")),
-            Ok(Ok(seq)) => self.objects.put(&self.objects.entries_path(&self.journal_id, seq), encoded).await.map(|()| seq),
+            Ok(Ok(seq)) => {
+                crate::metrics::JOURNAL_OBJECTS_PUT.inc();
+                self.objects.put(&self.objects.entries_path(&self.journal_id, seq), encoded).await.map(|()| seq)
+            }
             Ok(Err(e)) => Err(format!("no object sequence number could be reserved: {e}")),
         };
-        crate::metrics::JOURNAL_OBJECTS_PUT.inc();
         let result = match result {
             Ok(seq) => {
                 self.uploaded.lock().insert(seq, highest_offsets(&group.entries));
@@ -899,27 +921,29 @@ impl LocalEntries for FakeLocal {
     }
 }
 
+/// Journal "j1" of node "n1", its sequence numbers kept in `dir`, its local entries `local`.
+#[cfg(test)]
+pub(crate) async fn open_j1(objects: &JournalObjects, dir: &std::path::Path, local: &Arc<FakeLocal>) -> Result<ObjectJournal, String> {
+    let local = LocalJournal { dir: dir.into(), entries: local.clone() };
+    ObjectJournal::open(objects.clone(), "j1", "n1", Duration::from_secs(60), Vec::new(), Vec::new(), local).await
+}
+
+/// Every entry of every object, in object order.
+#[cfg(test)]
+pub(crate) async fn held_offsets(objects: &JournalObjects) -> Vec<Vec<u64>> {
+    let mut held = Vec::new();
+    for (_, path) in objects.entries("j1").await.unwrap() {
+        held.push(objects.read_entries(&path).await.unwrap().into_iter().map(|e| e.offset).collect());
+    }
+    held
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn entry(ns: &str, partition: u32, offset: u64, payload: &[u8]) -> Entry {
         Entry { ns: ns.into(), partitions: 4, partition, offset, payload: Bytes::copy_from_slice(payload) }
-    }
-
-    /// Journal "j1" of node "n1", its sequence numbers kept in `dir`, its local entries `local`.
-    async fn open_j1(objects: &JournalObjects, dir: &std::path::Path, local: &Arc<FakeLocal>) -> Result<ObjectJournal, String> {
-        let local = LocalJournal { dir: dir.into(), entries: local.clone() };
-        ObjectJournal::open(objects.clone(), "j1", "n1", Duration::from_secs(60), Vec::new(), Vec::new(), local).await
-    }
-
-    /// Every entry of every object, in object order.
-    async fn held_offsets(objects: &JournalObjects) -> Vec<Vec<u64>> {
-        let mut held = Vec::new();
-        for (_, path) in objects.entries("j1").await.unwrap() {
-            held.push(objects.read_entries(&path).await.unwrap().into_iter().map(|e| e.offset).collect());
-        }
-        held
     }
 
     /// Review of issue 36: objects hold a lane's entries in journal order
@@ -1161,62 +1185,6 @@ mod tests {
         assert!(journal.refuses().is_some_and(|why| why.contains("bytes")), "9 MiB carried: {:?}", journal.refuses());
     }
 
-    /// An entry whose payload is a mutation (a claim's plan places it in its lane).
-    fn write(partition: u32, offset: u64) -> Entry {
-        use crate::codec::{Mutation, Op, OpKind};
-        let op = Op { pk: "k".into(), sk: "".into(), kind: OpKind::Put(Bytes::from(offset.to_string())), condition: None };
-        let mutation = Mutation { write_id: Bytes::from(format!("w{partition}-{offset}")), ops: vec![op], journal: None, reads: Vec::new() };
-        Entry { ns: "a".into(), partitions: 4, partition, offset, payload: Bytes::from(crate::codec::encode(&mutation)) }
-    }
-
-    /// A claim of the journal, planned now: what it would append (per lane,
-    /// its offsets) and the gaps it would stop at.
-    async fn claim_now(objects: &JournalObjects) -> (Vec<(u32, u64)>, Vec<String>) {
-        let plan = crate::node::claims::plan(objects, "j1").await.unwrap();
-        (plan.ordered().iter().map(|e| (e.partition, e.offset)).collect(), plan.gaps().to_vec())
-    }
-
-    /// Review of issue 36: the lease kept the released marks of the open
-    /// only, while the owner went on deleting objects below newer marks and
-    /// passing released entries the local journal no longer had. A claim
-    /// then saw a lane with a gap below an object it holds, appended
-    /// nothing past it, and the acknowledged writes after it were never
-    /// applied once the owner was lost. The lease holds the marks that
-    /// every deletion and every pass went by, written before them. Failed
-    /// before: "a/0 misses journal offset 4 (holds 10)", then "... offset 2
-    /// (holds 10)".
-    #[tokio::test]
-    async fn a_claim_sees_no_gap_where_the_owner_deleted_or_passed_released_entries() {
-        let local_dir = tempfile::tempdir().unwrap();
-        let store: Arc<dyn ObjectStore> = Arc::new(object_store::memory::InMemory::new());
-        let objects = JournalObjects::new(store, &ObjectPath::from("root"));
-        let local = Arc::new(FakeLocal::default());
-        let open = || open_j1(&objects, local_dir.path(), &local);
-        // Deleted: P = {0/0..3, 1/0}, O = {0/4..9}, Q = {0/10}; lane 0 released below 10, lane 1 not.
-        let journal = open().await.unwrap();
-        let appends: Vec<_> = (0..4).map(|offset| write(0, offset)).chain([write(1, 0)]).collect();
-        futures::future::try_join_all(appends.into_iter().map(|e| journal.append(e))).await.unwrap();
-        futures::future::try_join_all((4..10).map(|offset| journal.append(write(0, offset)))).await.unwrap();
-        journal.append(write(0, 10)).await.unwrap();
-        assert_eq!(held_offsets(&objects).await, vec![vec![0, 1, 2, 3, 0], vec![4, 5, 6, 7, 8, 9], vec![10]]);
-        local.released.lock().insert(("a".into(), 0), 10);
-        assert_eq!(journal.delete_released().await.unwrap(), 1, "O goes; P holds 1/0");
-        assert_eq!(claim_now(&objects).await, (vec![(0, 10), (1, 0)], vec![]), "0/0..3 are below the lease's marks");
-        drop(journal);
-        // Passed: P' = {2/0..1, 3/0}; 2/2..9 released and gone from the local journal; then 2/10.
-        for e in objects.entries("j1").await.unwrap() {
-            objects.delete(&e.1).await.unwrap();
-        }
-        local.released.lock().clear();
-        let journal = open().await.unwrap();
-        let appends = [write(2, 0), write(2, 1), write(3, 0)];
-        futures::future::try_join_all(appends.into_iter().map(|e| journal.append(e))).await.unwrap();
-        local.released.lock().insert(("a".into(), 2), 10);
-        journal.append(write(2, 10)).await.unwrap();
-        assert_eq!(held_offsets(&objects).await, vec![vec![0, 1, 0], vec![10]]);
-        assert_eq!(claim_now(&objects).await, (vec![(2, 10), (3, 0)], vec![]), "2/0..1 are below the lease's marks");
-    }
-
     #[tokio::test]
     async fn one_claim_wins_until_it_is_stale() {
         let store: Arc<dyn ObjectStore> = Arc::new(object_store::memory::InMemory::new());
@@ -1226,7 +1194,7 @@ mod tests {
         assert!(!objects.claim("lost", "c", hour).await.unwrap(), "claimed by b");
         assert!(objects.claim("lost", "b", hour).await.unwrap(), "b again: renewed");
         assert!(objects.claim("lost", "c", Duration::ZERO).await.unwrap(), "a stale claim is taken over");
-        objects.retire("lost").await.unwrap();
+        objects.retire("lost", None).await.unwrap();
         assert!(objects.claim("lost", "d", hour).await.unwrap());
     }
 }

@@ -47,25 +47,53 @@ pub(super) async fn run(
     mut shutdown: tokio::sync::watch::Receiver<bool>,
 ) {
     let interval = (claim_after / 2).min(SCAN_INTERVAL_MAX);
+    let mut leaseless = Leaseless::default();
     loop {
         tokio::select! {
             _ = tokio::time::sleep(interval) => {}
             _ = shutdown.changed() => return,
         }
         let Some(node) = node.upgrade() else { return };
-        if let Err(e) = scan(&node, &objects, &own, claim_after).await {
+        if let Err(e) = scan(&node, &objects, &own, claim_after, &mut leaseless).await {
             tracing::warn!(error = %e, "replaying lost journals failed; the next scan tries again");
         }
     }
 }
 
-/// Claims and replays every journal but `own` whose lease is older than `claim_after`.
-async fn scan(node: &Node, objects: &JournalObjects, own: &str, claim_after: Duration) -> Result<(), String> {
-    for journal in objects.journals().await? {
+/// The journals a scan found without a lease, and since when (this node's
+/// clock): one is claimed only once it stayed without for `claim_after`,
+/// as a lease is. Its owner may be alive, its lease gone for an instant (a
+/// claimer's retire raced a renewal): it writes one again within
+/// `lease_renew`. Bounded by the journals listed (those no longer without
+/// a lease are forgotten at each scan).
+#[derive(Default)]
+struct Leaseless(std::collections::HashMap<String, tokio::time::Instant>);
+
+impl Leaseless {
+    /// Whether `journal`, seen without a lease now, has been for `claim_after`.
+    fn expired(&mut self, journal: &str, claim_after: Duration) -> bool {
+        let since = *self.0.entry(journal.to_string()).or_insert_with(tokio::time::Instant::now);
+        since.elapsed() >= claim_after
+    }
+}
+
+/// Claims and replays every journal but `own` whose lease is older than
+/// `claim_after`, or that has had none for as long.
+async fn scan(node: &Node, objects: &JournalObjects, own: &str, claim_after: Duration, leaseless: &mut Leaseless) -> Result<(), String> {
+    let journals = objects.journals().await?;
+    leaseless.0.retain(|journal, _| journals.contains(journal));
+    for journal in journals {
         if journal == own {
             continue;
         }
-        let renewed_at_ms = objects.lease(&journal).await?.map_or(0, |l| l.renewed_at_ms);
+        let renewed_at_ms = match objects.lease(&journal).await? {
+            Some(lease) => {
+                leaseless.0.remove(&journal);
+                lease.renewed_at_ms
+            }
+            None if leaseless.expired(&journal, claim_after) => 0,
+            None => continue,
+        };
         if now_ms().saturating_sub(renewed_at_ms) < claim_after.as_millis() as u64 {
             continue;
         }
@@ -102,6 +130,10 @@ pub(crate) struct Plan {
     /// Lanes with an offset missing: what follows it is not appended, and
     /// the objects are kept.
     gaps: Vec<String>,
+    /// When the owner had last renewed its lease, as the plan read it
+    /// (None: no lease): a lease renewed since is an owner that came back,
+    /// and `finish` keeps it.
+    lease_renewed_at_ms: Option<u64>,
 }
 
 /// Plans the replay of `journal` from its objects.
@@ -122,7 +154,9 @@ pub(crate) struct Plan {
 /// one (it would be ahead of its lane, and lost with the objects).
 pub(crate) async fn plan(objects: &JournalObjects, journal: &str) -> Result<Plan, String> {
     let listed = objects.entries(journal).await?;
-    let released: BTreeMap<(String, u32), u64> = match objects.lease(journal).await? {
+    let lease = objects.lease(journal).await?;
+    let lease_renewed_at_ms = lease.as_ref().map(|lease| lease.renewed_at_ms);
+    let released: BTreeMap<(String, u32), u64> = match lease {
         Some(lease) => lease.released.into_iter().map(|mark| ((mark.ns, mark.partition), mark.below)).collect(),
         None => BTreeMap::new(),
     };
@@ -160,7 +194,7 @@ pub(crate) async fn plan(objects: &JournalObjects, journal: &str) -> Result<Plan
                 .map_err(|e| format!("journal {journal}, {}/{} offset {}: {e}", entry.ns, entry.partition, entry.offset))
         })
         .collect::<Result<Vec<_>, _>>()?;
-    Ok(Plan { listed, ordered, placed, gaps })
+    Ok(Plan { listed, ordered, placed, gaps, lease_renewed_at_ms })
 }
 
 #[cfg(test)]
@@ -178,6 +212,10 @@ impl Plan {
 
 /// Once a replay's entries were seen applied: deletes the journal's
 /// objects and retires it, unless a lane had a gap (then they are kept).
+/// The objects it listed go even if the owner came back meanwhile (their
+/// entries are applied, and they are the oldest: what is left holds each
+/// lane with no gap); the lease goes only if it was not renewed since the
+/// plan (`JournalObjects::retire`).
 pub(crate) async fn finish(objects: &JournalObjects, journal: &str, plan: &Plan) -> Result<(), String> {
     if !plan.gaps.is_empty() {
         return Err(format!("journal {journal} has gaps: {}; its objects are kept", plan.gaps.join("; ")));
@@ -186,7 +224,7 @@ pub(crate) async fn finish(objects: &JournalObjects, journal: &str, plan: &Plan)
         objects.delete(path).await?;
         tracing::info!(journal, seq, "a lost journal's object is applied; deleted");
     }
-    objects.retire(journal).await?;
+    objects.retire(journal, plan.lease_renewed_at_ms).await?;
     tracing::info!(journal, entries = plan.ordered.len(), "a lost journal is replayed and retired");
     Ok(())
 }
@@ -260,7 +298,8 @@ mod tests {
 
     use super::*;
     use crate::codec::{Mutation, Op, OpKind};
-    use crate::journal::objects::{LaneMark, ObjectJournal};
+    use crate::journal::objects::{held_offsets, open_j1, FakeLocal, LaneMark, ObjectJournal};
+    use object_store::ObjectStore;
 
     fn entry(offset: u64) -> Entry {
         let op = Op { pk: "k".into(), sk: "".into(), kind: OpKind::Put(Bytes::from(offset.to_string())), condition: None };
@@ -316,5 +355,132 @@ mod tests {
         let planned = plan(&objects, "j1").await.unwrap();
         assert_eq!(planned.gaps, vec!["ns/0 misses journal offset 1 (holds 2)".to_string()]);
         assert!(finish(&objects, "j1", &planned).await.is_err());
+    }
+
+    /// Review of issue 36 (helper-16): a claimer's finish deleted the
+    /// lease of an owner that had come back meanwhile, and with it the
+    /// released marks that hide the gaps the owner's deletions leave; a
+    /// claim before its next renewal saw a gap (and, the owner lost then,
+    /// every claim for ever). The finish keeps a lease renewed since its
+    /// plan. Failed before: the lease was gone.
+    #[tokio::test]
+    async fn a_finish_keeps_the_lease_of_an_owner_that_came_back() {
+        let store: Arc<dyn object_store::ObjectStore> = Arc::new(object_store::memory::InMemory::new());
+        let objects = JournalObjects::new(store, &ObjectPath::from("root"));
+        objects.renew_lease("j1", "n1", &[], 0).await.unwrap();
+        let local = tempfile::tempdir().unwrap();
+        let renew = Duration::from_secs(3600);
+        let owner = ObjectJournal::open(
+            objects.clone(),
+            "j1",
+            "n1",
+            renew,
+            Vec::new(),
+            Vec::new(),
+            crate::journal::objects::LocalJournal::for_test(local.path()),
+        )
+        .await
+        .unwrap();
+        owner.append(entry(0)).await.unwrap();
+        let planned = plan(&objects, "j1").await.unwrap();
+        // The owner renews after the plan (it came back, or never left).
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        let marks = vec![LaneMark { ns: "ns".into(), partition: 0, below: 1 }];
+        objects.renew_lease("j1", "n1", &marks, 0).await.unwrap();
+        finish(&objects, "j1", &planned).await.unwrap();
+        assert_eq!(objects.entries("j1").await.unwrap(), Vec::new(), "the objects the claim applied go");
+        let lease = objects.lease("j1").await.unwrap().expect("the owner's lease stays");
+        assert_eq!(lease.released, marks);
+        // A lease not renewed since the plan goes with the journal.
+        owner.append(entry(1)).await.unwrap();
+        let planned = plan(&objects, "j1").await.unwrap();
+        drop(owner);
+        finish(&objects, "j1", &planned).await.unwrap();
+        assert!(objects.lease("j1").await.unwrap().is_none());
+    }
+
+    /// An entry whose payload is a mutation (a claim's plan places it in its lane).
+    fn write(partition: u32, offset: u64) -> Entry {
+        let op = Op { pk: "k".into(), sk: "".into(), kind: OpKind::Put(Bytes::from(offset.to_string())), condition: None };
+        let mutation = Mutation { write_id: Bytes::from(format!("w{partition}-{offset}")), ops: vec![op], journal: None, reads: Vec::new() };
+        Entry { ns: "a".into(), partitions: 4, partition, offset, payload: Bytes::from(crate::codec::encode(&mutation)) }
+    }
+
+    /// A claim of the journal, planned now: what it would append (per lane,
+    /// its offsets) and the gaps it would stop at.
+    async fn claim_now(objects: &JournalObjects) -> (Vec<(u32, u64)>, Vec<String>) {
+        let plan = plan(objects, "j1").await.unwrap();
+        (plan.ordered().iter().map(|e| (e.partition, e.offset)).collect(), plan.gaps().to_vec())
+    }
+
+    /// Review of issue 36: the lease kept the released marks of the open
+    /// only, while the owner went on deleting objects below newer marks and
+    /// passing released entries the local journal no longer had. A claim
+    /// then saw a lane with a gap below an object it holds, appended
+    /// nothing past it, and the acknowledged writes after it were never
+    /// applied once the owner was lost. The lease holds the marks that
+    /// every deletion and every pass went by, written before them. Failed
+    /// before: "a/0 misses journal offset 4 (holds 10)", then "... offset 2
+    /// (holds 10)".
+    #[tokio::test]
+    async fn a_claim_sees_no_gap_where_the_owner_deleted_or_passed_released_entries() {
+        let local_dir = tempfile::tempdir().unwrap();
+        let store: Arc<dyn ObjectStore> = Arc::new(object_store::memory::InMemory::new());
+        let objects = JournalObjects::new(store, &ObjectPath::from("root"));
+        let local = Arc::new(FakeLocal::default());
+        let open = || open_j1(&objects, local_dir.path(), &local);
+        // Deleted: P = {0/0..3, 1/0}, O = {0/4..9}, Q = {0/10}; lane 0 released below 10, lane 1 not.
+        let owner = open().await.unwrap();
+        let appends: Vec<_> = (0..4).map(|offset| write(0, offset)).chain([write(1, 0)]).collect();
+        futures::future::try_join_all(appends.into_iter().map(|e| owner.append(e))).await.unwrap();
+        futures::future::try_join_all((4..10).map(|offset| owner.append(write(0, offset)))).await.unwrap();
+        owner.append(write(0, 10)).await.unwrap();
+        assert_eq!(held_offsets(&objects).await, vec![vec![0, 1, 2, 3, 0], vec![4, 5, 6, 7, 8, 9], vec![10]]);
+        local.released.lock().insert(("a".into(), 0), 10);
+        assert_eq!(owner.delete_released().await.unwrap(), 1, "O goes; P holds 1/0");
+        assert_eq!(claim_now(&objects).await, (vec![(0, 10), (1, 0)], vec![]), "0/0..3 are below the lease's marks");
+        drop(owner);
+        // Passed: P' = {2/0..1, 3/0}; 2/2..9 released and gone from the local journal; then 2/10.
+        for e in objects.entries("j1").await.unwrap() {
+            objects.delete(&e.1).await.unwrap();
+        }
+        local.released.lock().clear();
+        let owner = open().await.unwrap();
+        let appends = [write(2, 0), write(2, 1), write(3, 0)];
+        futures::future::try_join_all(appends.into_iter().map(|e| owner.append(e))).await.unwrap();
+        local.released.lock().insert(("a".into(), 2), 10);
+        owner.append(write(2, 10)).await.unwrap();
+        assert_eq!(held_offsets(&objects).await, vec![vec![0, 1, 0], vec![10]]);
+        assert_eq!(claim_now(&objects).await, (vec![(2, 10), (3, 0)], vec![]), "2/0..1 are below the lease's marks");
+    }
+
+    /// The lease's marks are written before what they hide goes: while the
+    /// lease cannot be written, neither an object past passed entries is
+    /// put (its entries are carried) nor an object deleted.
+    #[tokio::test]
+    async fn nothing_is_passed_or_deleted_until_the_lease_says_it_is_released() {
+        let (dir, seq_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let store: Arc<dyn ObjectStore> = Arc::new(object_store::local::LocalFileSystem::new_with_prefix(dir.path()).unwrap());
+        let objects = JournalObjects::new(store, &ObjectPath::from("root"));
+        let local = Arc::new(FakeLocal::default());
+        let owner = open_j1(&objects, seq_dir.path(), &local).await.unwrap();
+        owner.append(write(0, 0)).await.unwrap();
+        // A directory where the lease goes: writing it fails.
+        let lease_file = dir.path().join("root/tern/journal/j1/lease.json");
+        std::fs::remove_file(&lease_file).unwrap();
+        std::fs::create_dir_all(lease_file.join("in-the-way")).unwrap();
+        // 1..4 released and gone from the local journal: passed only once the lease says so.
+        local.released.lock().insert(("a".into(), 0), 5);
+        let refused = owner.append(write(0, 5)).await.unwrap_err();
+        assert!(refused.contains("lease"), "{refused}");
+        assert!(owner.delete_released().await.is_err(), "object 0 is released, but the lease cannot say so");
+        assert_eq!(held_offsets(&objects).await, vec![vec![0]]);
+        std::fs::remove_dir_all(&lease_file).unwrap();
+        owner.append(write(0, 6)).await.unwrap();
+        assert_eq!(held_offsets(&objects).await.concat(), vec![0, 5, 6], "5 carried, then put");
+        let marks = objects.lease("j1").await.unwrap().expect("a lease").released;
+        assert_eq!(marks, vec![LaneMark { ns: "a".into(), partition: 0, below: 5 }]);
+        assert_eq!(claim_now(&objects).await, (vec![(0, 5), (0, 6)], vec![]));
+        assert_eq!(owner.delete_released().await.unwrap(), 1);
     }
 }

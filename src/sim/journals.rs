@@ -371,24 +371,22 @@ impl World {
     /// word: the least).
     pub(super) async fn sequence(&mut self, n: usize) -> Result<(), String> {
         self.start_node(n).await?;
-        let journal = self.nodes[n].journal.as_ref().expect("started above");
-        let pending = match journal.pending_of(NAMESPACE, 0).await {
-            Ok(Some(pending)) => pending,
-            Ok(None) | Err(_) => return Ok(()),
-        };
-        let applied = self.replicas.iter().map(|r| r.handle.applied_next());
-        let applied_next = match self.dice.gossip.random_bool(0.8) {
-            true => applied.max().unwrap_or(0),
-            false => applied.min().unwrap_or(0),
-        };
-        let now = self.now();
-        let node = &mut self.nodes[n];
-        let journal = node.journal.as_ref().expect("checked above");
-        let lane = node.lane.get_or_insert_with(|| Lane::starting_at(pending.start, now));
-        let host = SimHost { journal, refusing: Some(&node.refusing), log: self.log.as_ref(), applied_next, now };
-        // A refused turn (the journal's read) is tried again at the next.
-        let _ = lane_round(&host, pending, &tp(), lane).await;
         self.release_side(n);
+        let journal = self.nodes[n].journal.as_ref().expect("started above");
+        if let Ok(Some(pending)) = journal.pending_of(NAMESPACE, 0).await {
+            let applied = self.replicas.iter().map(|r| r.handle.applied_next());
+            let applied_next = match self.dice.gossip.random_bool(0.8) {
+                true => applied.max().unwrap_or(0),
+                false => applied.min().unwrap_or(0),
+            };
+            let now = self.now();
+            let node = &mut self.nodes[n];
+            let journal = node.journal.as_ref().expect("checked above");
+            let lane = node.lane.get_or_insert_with(|| Lane::starting_at(pending.start, now));
+            let host = SimHost { journal, refusing: Some(&node.refusing), log: self.log.as_ref(), applied_next, now };
+            // A refused turn (the journal's read) is tried again at the next.
+            let _ = lane_round(&host, pending, &tp(), lane).await;
+        }
         // As the sequencer does every second: objects all of whose entries were released go.
         let journal = self.nodes[n].journal.as_ref().expect("started above");
         let _ = journal.delete_released_objects().await;

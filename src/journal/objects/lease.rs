@@ -66,9 +66,12 @@ impl LeaseKeeper {
         self.write(&mut written).await
     }
 
-    /// Returns once the lease holds, for each lane of `needs`, a mark at
-    /// least as high (renewed if it did not); then what is below them may
-    /// be removed from the objects. Err: the lease could not be written, or
+    /// Returns once the lease this keeper last wrote holds, for each lane
+    /// of `needs`, a mark at least as high (written now if it did not);
+    /// then what is below them may be removed from the objects. (The lease
+    /// in the store is that one, or a newer one this keeper wrote; a
+    /// claimer deletes it only if it was not renewed since its plan,
+    /// `JournalObjects::retire`.) Err: the lease could not be written, or
     /// the local journal has not released that far (nothing may go).
     pub(super) async fn cover(&self, needs: &[(LaneKey, u64)]) -> Result<(), String> {
         let mut written = self.written.lock().await;
