@@ -28,11 +28,14 @@
 //! owner that had deleted all its objects restarted, numbered from 0 again,
 //! and a claimer that had listed the old object 0 deleted the new one).
 //!
-//! **Deletion.** The owner deletes an object once every entry in it was
-//! released by the local journal (seen applied) and its lease says so
-//! (`lease`: a claim must never see the gap a deletion leaves below an
-//! older object); a node replaying a lost journal deletes an object once
-//! it saw its entries applied. Never before.
+//! **Deletion.** The owner deletes its objects oldest first, each once
+//! every entry in it was released by the local journal (seen applied),
+//! and never one while an older one stays: each lane's entries are in
+//! objects in order, so what is left holds each lane from its lowest
+//! offset on with no gap (review of issue 36: deleting a newer object
+//! while an older one held a stuck entry of another lane left a gap a
+//! claim stopped at). A node replaying a lost journal deletes the objects
+//! it listed (the oldest) once it saw their entries applied. Never before.
 //!
 //! **Format** of an entries object: `MAGIC`, `u32` format version, `u32`
 //! count, then per entry `u16` namespace length, namespace, `u32`
@@ -157,12 +160,12 @@ pub struct Entry {
 }
 
 /// The owner's proof of life: renewed while it runs.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Lease {
     pub node: String,
     pub renewed_at_ms: u64,
     /// The owner's released marks: every entry below is applied. Written
-    /// before the owner removes anything below them from its objects
+    /// before the owner leaves anything below them out of its objects
     /// (`lease`). An entry carried from a failed put lives only in memory;
     /// released before a restart, it is in no object, and older objects not
     /// yet deleted then hold a lane with a gap that loses nothing (found by
@@ -320,19 +323,23 @@ impl JournalObjects {
     }
 
     /// Removes a replayed journal's claim, and its lease unless the lease
-    /// was renewed since the claimer read it (`renewed_at_ms_seen`, None:
-    /// there was none): an owner that came back keeps its lease, whose
-    /// released marks hide the gaps its own deletions leave (review of
-    /// issue 36: a claim after the lease went saw a gap, and, the owner
-    /// lost before it renewed, every claim for ever). A renewal in the
-    /// instant between the read and the delete is lost until the next one
-    /// (`lease_renew`); scans claim a journal without a lease only once it
+    /// was written since the claimer read it (`seen`, None: there was
+    /// none; compared whole, so two writes in one millisecond differ by
+    /// their marks or sequence floor): an owner that came back keeps its
+    /// lease, whose released marks hide the gaps a pass or a restart's lost
+    /// carry left (review of issue 36: a claim after the lease went saw a
+    /// gap). A write in the instant between this read and the delete is
+    /// lost until the owner's next one (its next pass or renewal, within
+    /// `lease_renew`); scans claim a journal without a lease only once it
     /// stayed without one for `journal_claim_after` (`node::claims`).
-    pub async fn retire(&self, journal_id: &str, renewed_at_ms_seen: Option<u64>) -> Result<(), String> {
+    pub async fn retire(&self, journal_id: &str, seen: Option<&Lease>) -> Result<(), String> {
         self.delete(&self.claim_path(journal_id)).await?;
-        let renewed_at_ms = self.lease(journal_id).await?.map(|lease| lease.renewed_at_ms);
-        if renewed_at_ms.is_some() && renewed_at_ms != renewed_at_ms_seen {
-            tracing::info!(journal_id, ?renewed_at_ms, "a replayed journal's owner renewed its lease since: it is back, and keeps it");
+        if let Some(lease) = self.lease(journal_id).await?.filter(|lease| Some(lease) != seen) {
+            tracing::info!(
+                journal_id,
+                renewed_at_ms = lease.renewed_at_ms,
+                "a replayed journal's owner wrote its lease since: it is back, and keeps it"
+            );
             return Ok(());
         }
         self.delete(&self.lease_path(journal_id)).await
@@ -427,7 +434,6 @@ pub struct ObjectJournal {
     uploaded: Uploaded,
     /// Entries and bytes carried since the last put that failed (0: none failed).
     carried: Arc<Carried>,
-    lease: Arc<LeaseKeeper>,
     local: Arc<dyn LocalEntries>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
 }
@@ -504,7 +510,6 @@ impl ObjectJournal {
             queue,
             uploaded,
             carried,
-            lease,
             local: local.entries,
             tasks: vec![uploader, renewer],
         })
@@ -535,29 +540,19 @@ impl ObjectJournal {
         answer.await.map_err(|_| "the journal's uploader stopped".to_string())?
     }
 
-    /// Deletes the objects whose every entry the local journal released,
-    /// once the lease says they are released (`lease`).
+    /// Deletes the oldest objects whose every entry the local journal
+    /// released, up to the first that holds an entry not released: never
+    /// one above an object that stays (see the module doc, "Deletion").
     pub async fn delete_released(&self) -> Result<usize, String> {
         // Read before the objects' lock: a release holds the marks across an fsync.
         let released: HashMap<LaneKey, u64> = self.local.released_marks().into_iter().map(|mark| ((mark.ns, mark.partition), mark.below)).collect();
-        let mut needs: HashMap<LaneKey, u64> = HashMap::new();
         let deletable: Vec<u64> = self
             .uploaded
             .lock()
             .iter()
-            .filter(|(_, lanes)| lanes.iter().all(|(lane, highest)| *highest < released.get(lane).copied().unwrap_or(0)))
-            .map(|(seq, lanes)| {
-                for (lane, highest) in lanes {
-                    let need = needs.entry(lane.clone()).or_insert(0);
-                    *need = (*need).max(highest + 1);
-                }
-                *seq
-            })
+            .take_while(|(_, lanes)| lanes.iter().all(|(lane, highest)| *highest < released.get(lane).copied().unwrap_or(0)))
+            .map(|(seq, _)| *seq)
             .collect();
-        if deletable.is_empty() {
-            return Ok(0);
-        }
-        self.lease.cover(&needs.into_iter().collect::<Vec<_>>()).await?;
         for seq in &deletable {
             self.objects.delete(&self.objects.entries_path(&self.journal_id, *seq)).await?;
             self.uploaded.lock().remove(seq);

@@ -3,10 +3,12 @@
 //! A node keeps a copy of its journal in object storage
 //! (`journal::objects`) and renews a lease beside it. When a journal's
 //! lease has not been renewed for `journal_claim_after` (its node is gone,
-//! or came back with a new data directory and so a new journal), any node
-//! that scans the store claims it, appends its entries to the log in
-//! journal order, waits until it sees them applied, and only then deletes
-//! each object; when none is left it retires the lease and the claim.
+//! or came back with a new data directory and so a new journal), or a
+//! journal has had no lease for as long, any node that scans the store
+//! claims it, appends its entries to the log in journal order, waits until
+//! it sees them applied, and only then deletes the objects it read; then it
+//! retires the claim, and the lease unless the owner wrote it since (it
+//! came back: `finish`).
 //!
 //! Every journaled write carries its place in its journal's lane, and the
 //! apply loop applies a lane in order, each offset once, so a journal
@@ -27,7 +29,7 @@ use futures::StreamExt;
 
 use super::ripcord_host::RipcordHost;
 use super::Node;
-use crate::journal::objects::{now_ms, Entry, JournalObjects};
+use crate::journal::objects::{now_ms, Entry, JournalObjects, Lease};
 use object_store::path::Path as ObjectPath;
 
 /// Appends of a claimed journal handed to the log at once, in order.
@@ -78,34 +80,47 @@ impl Leaseless {
 }
 
 /// Claims and replays every journal but `own` whose lease is older than
-/// `claim_after`, or that has had none for as long.
+/// `claim_after`, or that has had none for as long. A journal that fails
+/// (its lease unreadable, a gap, a namespace gone) is logged and the scan
+/// goes on: one stuck journal never keeps the others from being claimed.
 async fn scan(node: &Node, objects: &JournalObjects, own: &str, claim_after: Duration, leaseless: &mut Leaseless) -> Result<(), String> {
     let journals = objects.journals().await?;
     leaseless.0.retain(|journal, _| journals.contains(journal));
-    for journal in journals {
-        if journal == own {
-            continue;
+    for journal in journals.iter().filter(|journal| *journal != own) {
+        if let Err(e) = scan_one(node, objects, journal, own, claim_after, leaseless).await {
+            tracing::warn!(journal, error = %e, "replaying a lost journal failed; the next scan tries again");
         }
-        let renewed_at_ms = match objects.lease(&journal).await? {
-            Some(lease) => {
-                leaseless.0.remove(&journal);
-                lease.renewed_at_ms
-            }
-            None if leaseless.expired(&journal, claim_after) => 0,
-            None => continue,
-        };
-        if now_ms().saturating_sub(renewed_at_ms) < claim_after.as_millis() as u64 {
-            continue;
-        }
-        // A claim older than twice the wait is a claimer that stopped.
-        if !objects.claim(&journal, own, claim_after * 2).await? {
-            continue;
-        }
-        crate::metrics::JOURNAL_CLAIMS.inc();
-        tracing::info!(journal, renewed_at_ms, "a journal's lease expired: replaying it");
-        replay(node, objects, &journal).await?;
     }
     Ok(())
+}
+
+/// Claims and replays `journal` if its lease expired (or it has had none for `claim_after`).
+async fn scan_one(
+    node: &Node,
+    objects: &JournalObjects,
+    journal: &str,
+    own: &str,
+    claim_after: Duration,
+    leaseless: &mut Leaseless,
+) -> Result<(), String> {
+    let renewed_at_ms = match objects.lease(journal).await? {
+        Some(lease) => {
+            leaseless.0.remove(journal);
+            lease.renewed_at_ms
+        }
+        None if leaseless.expired(journal, claim_after) => 0,
+        None => return Ok(()),
+    };
+    if now_ms().saturating_sub(renewed_at_ms) < claim_after.as_millis() as u64 {
+        return Ok(());
+    }
+    // A claim older than twice the wait is a claimer that stopped.
+    if !objects.claim(journal, own, claim_after * 2).await? {
+        return Ok(());
+    }
+    crate::metrics::JOURNAL_CLAIMS.inc();
+    tracing::info!(journal, renewed_at_ms, "a journal's lease expired: replaying it");
+    replay(node, objects, journal).await
 }
 
 /// Replays one claimed journal: every entry of its objects, each lane (a
@@ -130,10 +145,9 @@ pub(crate) struct Plan {
     /// Lanes with an offset missing: what follows it is not appended, and
     /// the objects are kept.
     gaps: Vec<String>,
-    /// When the owner had last renewed its lease, as the plan read it
-    /// (None: no lease): a lease renewed since is an owner that came back,
-    /// and `finish` keeps it.
-    lease_renewed_at_ms: Option<u64>,
+    /// The owner's lease as the plan read it (None: none): a lease
+    /// written since is an owner that came back, and `finish` keeps it.
+    lease: Option<Lease>,
 }
 
 /// Plans the replay of `journal` from its objects.
@@ -155,9 +169,8 @@ pub(crate) struct Plan {
 pub(crate) async fn plan(objects: &JournalObjects, journal: &str) -> Result<Plan, String> {
     let listed = objects.entries(journal).await?;
     let lease = objects.lease(journal).await?;
-    let lease_renewed_at_ms = lease.as_ref().map(|lease| lease.renewed_at_ms);
-    let released: BTreeMap<(String, u32), u64> = match lease {
-        Some(lease) => lease.released.into_iter().map(|mark| ((mark.ns, mark.partition), mark.below)).collect(),
+    let released: BTreeMap<(String, u32), u64> = match &lease {
+        Some(lease) => lease.released.iter().map(|mark| ((mark.ns.clone(), mark.partition), mark.below)).collect(),
         None => BTreeMap::new(),
     };
     let mut lanes: BTreeMap<(String, u32), BTreeMap<u64, Entry>> = BTreeMap::new();
@@ -194,7 +207,7 @@ pub(crate) async fn plan(objects: &JournalObjects, journal: &str) -> Result<Plan
                 .map_err(|e| format!("journal {journal}, {}/{} offset {}: {e}", entry.ns, entry.partition, entry.offset))
         })
         .collect::<Result<Vec<_>, _>>()?;
-    Ok(Plan { listed, ordered, placed, gaps, lease_renewed_at_ms })
+    Ok(Plan { listed, ordered, placed, gaps, lease })
 }
 
 #[cfg(test)]
@@ -214,8 +227,8 @@ impl Plan {
 /// objects and retires it, unless a lane had a gap (then they are kept).
 /// The objects it listed go even if the owner came back meanwhile (their
 /// entries are applied, and they are the oldest: what is left holds each
-/// lane with no gap); the lease goes only if it was not renewed since the
-/// plan (`JournalObjects::retire`).
+/// lane with no gap above the lease's marks); the lease goes only if it
+/// was not written since the plan (`JournalObjects::retire`).
 pub(crate) async fn finish(objects: &JournalObjects, journal: &str, plan: &Plan) -> Result<(), String> {
     if !plan.gaps.is_empty() {
         return Err(format!("journal {journal} has gaps: {}; its objects are kept", plan.gaps.join("; ")));
@@ -224,7 +237,7 @@ pub(crate) async fn finish(objects: &JournalObjects, journal: &str, plan: &Plan)
         objects.delete(path).await?;
         tracing::info!(journal, seq, "a lost journal's object is applied; deleted");
     }
-    objects.retire(journal, plan.lease_renewed_at_ms).await?;
+    objects.retire(journal, plan.lease.as_ref()).await?;
     tracing::info!(journal, entries = plan.ordered.len(), "a lost journal is replayed and retired");
     Ok(())
 }
@@ -414,14 +427,15 @@ mod tests {
     }
 
     /// Review of issue 36: the lease kept the released marks of the open
-    /// only, while the owner went on deleting objects below newer marks and
-    /// passing released entries the local journal no longer had. A claim
-    /// then saw a lane with a gap below an object it holds, appended
-    /// nothing past it, and the acknowledged writes after it were never
-    /// applied once the owner was lost. The lease holds the marks that
-    /// every deletion and every pass went by, written before them. Failed
-    /// before: "a/0 misses journal offset 4 (holds 10)", then "... offset 2
-    /// (holds 10)".
+    /// only, while the owner went on deleting any object all of whose
+    /// entries were released (a newer one while an older one held a stuck
+    /// entry of another lane) and passing released entries the local
+    /// journal no longer had. A claim then saw a lane with a gap below an
+    /// object it holds, appended nothing past it, and the acknowledged
+    /// writes after it were never applied once the owner was lost. Now the
+    /// owner deletes its objects oldest first, and a pass writes the lease
+    /// first. Failed before: "a/0 misses journal offset 4 (holds 10)", then
+    /// "... offset 2 (holds 10)".
     #[tokio::test]
     async fn a_claim_sees_no_gap_where_the_owner_deleted_or_passed_released_entries() {
         let local_dir = tempfile::tempdir().unwrap();
@@ -429,7 +443,7 @@ mod tests {
         let objects = JournalObjects::new(store, &ObjectPath::from("root"));
         let local = Arc::new(FakeLocal::default());
         let open = || open_j1(&objects, local_dir.path(), &local);
-        // Deleted: P = {0/0..3, 1/0}, O = {0/4..9}, Q = {0/10}; lane 0 released below 10, lane 1 not.
+        // P = {0/0..3, 1/0}, O = {0/4..9}, Q = {0/10}; lane 0 released below 10, lane 1 not.
         let owner = open().await.unwrap();
         let appends: Vec<_> = (0..4).map(|offset| write(0, offset)).chain([write(1, 0)]).collect();
         futures::future::try_join_all(appends.into_iter().map(|e| owner.append(e))).await.unwrap();
@@ -437,14 +451,17 @@ mod tests {
         owner.append(write(0, 10)).await.unwrap();
         assert_eq!(held_offsets(&objects).await, vec![vec![0, 1, 2, 3, 0], vec![4, 5, 6, 7, 8, 9], vec![10]]);
         local.released.lock().insert(("a".into(), 0), 10);
-        assert_eq!(owner.delete_released().await.unwrap(), 1, "O goes; P holds 1/0");
-        assert_eq!(claim_now(&objects).await, (vec![(0, 10), (1, 0)], vec![]), "0/0..3 are below the lease's marks");
+        assert_eq!(owner.delete_released().await.unwrap(), 0, "P holds 1/0: O, above it, stays");
+        let all: Vec<(u32, u64)> = (0..=10).map(|offset| (0, offset)).chain([(1, 0)]).collect();
+        assert_eq!(claim_now(&objects).await, (all, vec![]));
+        local.released.lock().insert(("a".into(), 1), 1);
+        assert_eq!(owner.delete_released().await.unwrap(), 2, "P and O go; Q holds 0/10");
+        assert_eq!(claim_now(&objects).await, (vec![(0, 10)], vec![]));
         drop(owner);
         // Passed: P' = {2/0..1, 3/0}; 2/2..9 released and gone from the local journal; then 2/10.
         for e in objects.entries("j1").await.unwrap() {
             objects.delete(&e.1).await.unwrap();
         }
-        local.released.lock().clear();
         let owner = open().await.unwrap();
         let appends = [write(2, 0), write(2, 1), write(3, 0)];
         futures::future::try_join_all(appends.into_iter().map(|e| owner.append(e))).await.unwrap();
@@ -454,11 +471,11 @@ mod tests {
         assert_eq!(claim_now(&objects).await, (vec![(2, 10), (3, 0)], vec![]), "2/0..1 are below the lease's marks");
     }
 
-    /// The lease's marks are written before what they hide goes: while the
-    /// lease cannot be written, neither an object past passed entries is
-    /// put (its entries are carried) nor an object deleted.
+    /// The lease's marks are written before what they hide is left out:
+    /// while the lease cannot be written, no object past passed entries is
+    /// put (its entries are carried, the append answered with why).
     #[tokio::test]
-    async fn nothing_is_passed_or_deleted_until_the_lease_says_it_is_released() {
+    async fn nothing_is_put_past_passed_entries_until_the_lease_says_they_are_released() {
         let (dir, seq_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
         let store: Arc<dyn ObjectStore> = Arc::new(object_store::local::LocalFileSystem::new_with_prefix(dir.path()).unwrap());
         let objects = JournalObjects::new(store, &ObjectPath::from("root"));
@@ -473,7 +490,6 @@ mod tests {
         local.released.lock().insert(("a".into(), 0), 5);
         let refused = owner.append(write(0, 5)).await.unwrap_err();
         assert!(refused.contains("lease"), "{refused}");
-        assert!(owner.delete_released().await.is_err(), "object 0 is released, but the lease cannot say so");
         assert_eq!(held_offsets(&objects).await, vec![vec![0]]);
         std::fs::remove_dir_all(&lease_file).unwrap();
         owner.append(write(0, 6)).await.unwrap();

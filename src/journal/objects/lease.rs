@@ -3,21 +3,26 @@
 //! (`seq_floor`), and its released marks (`released`), below which a claim
 //! leaves a lane's entries out (`node::claims::plan`).
 //!
-//! **The marks invariant.** Whatever the owner removes from a lane of its
-//! objects, the lease says first. The owner deletes an object once every
-//! entry in it is released, and the uploader passes released entries the
-//! local journal no longer has; either leaves older objects holding a lane
+//! **The marks invariant.** What the owner leaves out of a lane of its
+//! objects above older objects, the lease says first. The uploader passes
+//! released entries the local journal no longer has, and a restart loses
+//! the carry of a failed put; either leaves older objects holding a lane
 //! with entries missing above them. Were the lease's marks below what was
-//! removed, a claim at that moment would see a gap, append nothing past
+//! left out, a claim at that moment would see a gap, append nothing past
 //! it, and the acknowledged writes after it would never apply once the
-//! owner was lost (review of issue 36). So every deletion and every pass
-//! first makes sure the lease holds marks at least as high
-//! (`LeaseKeeper::cover`), and every renewal writes the local journal's
-//! marks as they are then. Renewals are serialized: each reads the marks
-//! after the last one wrote, so the lease's marks only grow.
+//! owner was lost (review of issue 36). So a put past passed entries first
+//! writes the lease (`LeaseKeeper::cover`: always written, never judged
+//! from what this keeper wrote before, for a claimer may have deleted the
+//! lease meanwhile: review of issue 36, an owner paused past
+//! `journal_claim_after`), an open writes the marks it starts from, and
+//! every renewal writes the local journal's marks as they are then.
+//! (Deletions leave no gap at all: the owner deletes its objects oldest
+//! first, `ObjectJournal::delete_released`.) Writes are serialized: each
+//! reads the marks after the last one wrote, so the marks this keeper
+//! writes only grow.
 //!
 //! Owns: writing the lease. Never: deletes or puts entries (the journal's
-//! objects and the uploader do, after `cover`).
+//! objects and the uploader do).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -36,7 +41,8 @@ pub(super) struct LeaseKeeper {
     floor: Vec<LaneMark>,
     /// Past the object sequence numbers reserved (`Lease::seq_floor`).
     reserved_end: Arc<AtomicU64>,
-    /// The marks of the last lease written; its lock serializes renewals.
+    /// The marks of the last lease written (for the check that they only
+    /// grow); its lock serializes the writes.
     written: tokio::sync::Mutex<HashMap<LaneKey, u64>>,
 }
 
@@ -66,18 +72,14 @@ impl LeaseKeeper {
         self.write(&mut written).await
     }
 
-    /// Returns once the lease this keeper last wrote holds, for each lane
-    /// of `needs`, a mark at least as high (written now if it did not);
-    /// then what is below them may be removed from the objects. (The lease
-    /// in the store is that one, or a newer one this keeper wrote; a
-    /// claimer deletes it only if it was not renewed since its plan,
-    /// `JournalObjects::retire`.) Err: the lease could not be written, or
-    /// the local journal has not released that far (nothing may go).
+    /// Writes the lease now, and returns once it holds, for each lane of
+    /// `needs`, a mark at least as high; then what is below them may be
+    /// left out of the objects. Always written: the lease this keeper wrote
+    /// last may be gone (a claimer retired it while this owner was paused
+    /// past `journal_claim_after`). Err: the lease could not be written, or
+    /// the local journal has not released that far (nothing may be left out).
     pub(super) async fn cover(&self, needs: &[(LaneKey, u64)]) -> Result<(), String> {
         let mut written = self.written.lock().await;
-        if covers(&written, needs) {
-            return Ok(());
-        }
         self.write(&mut written).await?;
         match needs.iter().find(|(lane, below)| written.get(lane).copied().unwrap_or(0) < *below) {
             None => Ok(()),
@@ -111,9 +113,4 @@ impl LeaseKeeper {
         marks.sort_by(|a, b| (&a.ns, a.partition).cmp(&(&b.ns, b.partition)));
         marks
     }
-}
-
-/// Whether marks `written` hold every lane of `needs` at least as high.
-fn covers(written: &HashMap<LaneKey, u64>, needs: &[(LaneKey, u64)]) -> bool {
-    needs.iter().all(|(lane, below)| written.get(lane).copied().unwrap_or(0) >= *below)
 }
