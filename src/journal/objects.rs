@@ -28,14 +28,17 @@
 //! owner that had deleted all its objects restarted, numbered from 0 again,
 //! and a claimer that had listed the old object 0 deleted the new one).
 //!
-//! **Deletion.** The owner deletes its objects oldest first, each once
-//! every entry in it was released by the local journal (seen applied),
-//! and never one while an older one stays: each lane's entries are in
-//! objects in order, so what is left holds each lane from its lowest
-//! offset on with no gap (review of issue 36: deleting a newer object
-//! while an older one held a stuck entry of another lane left a gap a
-//! claim stopped at). A node replaying a lost journal deletes the objects
-//! it listed (the oldest) once it saw their entries applied. Never before.
+//! **Deletion.** The owner deletes an object once every entry in it was
+//! released by the local journal (seen applied). The oldest go as they
+//! are: each lane's entries are in objects in order, so what is left holds
+//! each lane from its lowest offset on with no gap. One above an object
+//! that stays (a stuck entry of another lane) goes only once the lease
+//! holds marks past its entries (`lease`): a claim skips what is below
+//! them and never sees the gap it leaves (review of issue 36: deleting it
+//! under older marks left a gap a claim stopped at). A put that failed is
+//! noted as an object all the same (it may have been stored). A node
+//! replaying a lost journal deletes the objects it listed (the oldest)
+//! once it saw their entries applied. Never before.
 //!
 //! **Format** of an entries object: `MAGIC`, `u32` format version, `u32`
 //! count, then per entry `u16` namespace length, namespace, `u32`
@@ -324,8 +327,7 @@ impl JournalObjects {
 
     /// Removes a replayed journal's claim, and its lease unless the lease
     /// was written since the claimer read it (`seen`, None: there was
-    /// none; compared whole, so two writes in one millisecond differ by
-    /// their marks or sequence floor): an owner that came back keeps its
+    /// none; compared whole, not by its millisecond alone): an owner that came back keeps its
     /// lease, whose released marks hide the gaps a pass or a restart's lost
     /// carry left (review of issue 36: a claim after the lease went saw a
     /// gap). A write in the instant between this read and the delete is
@@ -434,7 +436,11 @@ pub struct ObjectJournal {
     uploaded: Uploaded,
     /// Entries and bytes carried since the last put that failed (0: none failed).
     carried: Arc<Carried>,
+    lease: Arc<LeaseKeeper>,
     local: Arc<dyn LocalEntries>,
+    /// The released marks at open (the local journal's start may be past
+    /// its marks): what is below is released too.
+    floor: HashMap<LaneKey, u64>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
 }
 
@@ -474,6 +480,7 @@ impl ObjectJournal {
         let next_seq = listed_next.max(local_floor).max(lease_floor);
         let seq_end = reserve_seqs(dir, next_seq)?;
         let reserved_end = Arc::new(AtomicU64::new(seq_end));
+        let floor = released.iter().map(|mark| ((mark.ns.clone(), mark.partition), mark.below)).collect();
         let lease = Arc::new(LeaseKeeper::new(objects.clone(), journal_id, node, local.entries.clone(), released, reserved_end.clone()));
         lease.renew().await?;
         let uploaded = Arc::new(Mutex::new(uploaded));
@@ -510,7 +517,9 @@ impl ObjectJournal {
             queue,
             uploaded,
             carried,
+            lease,
             local: local.entries,
+            floor,
             tasks: vec![uploader, renewer],
         })
     }
@@ -540,24 +549,50 @@ impl ObjectJournal {
         answer.await.map_err(|_| "the journal's uploader stopped".to_string())?
     }
 
-    /// Deletes the oldest objects whose every entry the local journal
-    /// released, up to the first that holds an entry not released: never
-    /// one above an object that stays (see the module doc, "Deletion").
+    /// Deletes the objects whose every entry the local journal released
+    /// (seen applied). The oldest go as they are (what is left holds each
+    /// lane from its lowest offset on, no gap); one above an object that
+    /// stays (an entry of another lane not applied yet) goes only once the
+    /// lease holds marks past its entries (`lease`), so a claim never sees
+    /// the gap it leaves, and no stuck entry keeps newer objects for ever.
     pub async fn delete_released(&self) -> Result<usize, String> {
         // Read before the objects' lock: a release holds the marks across an fsync.
-        let released: HashMap<LaneKey, u64> = self.local.released_marks().into_iter().map(|mark| ((mark.ns, mark.partition), mark.below)).collect();
-        let deletable: Vec<u64> = self
-            .uploaded
-            .lock()
-            .iter()
-            .take_while(|(_, lanes)| lanes.iter().all(|(lane, highest)| *highest < released.get(lane).copied().unwrap_or(0)))
-            .map(|(seq, _)| *seq)
-            .collect();
+        let mut released = self.floor.clone();
+        for mark in self.local.released_marks() {
+            let at = released.entry((mark.ns, mark.partition)).or_insert(0);
+            *at = (*at).max(mark.below);
+        }
+        let fully_released = |lanes: &[(LaneKey, u64)]| lanes.iter().all(|(lane, highest)| *highest < released.get(lane).copied().unwrap_or(0));
+        // In sequence order: the first `prefix` of them have no object that stays below.
+        let (mut deletable, mut prefix, mut needs) = (Vec::new(), 0, HashMap::<LaneKey, u64>::new());
+        let mut one_stays_below = false;
+        for (seq, lanes) in self.uploaded.lock().iter() {
+            if !fully_released(lanes) {
+                one_stays_below = true;
+                continue;
+            }
+            if one_stays_below {
+                for (lane, highest) in lanes {
+                    let need = needs.entry(lane.clone()).or_insert(0);
+                    *need = (*need).max(highest + 1);
+                }
+            } else {
+                prefix += 1;
+            }
+            deletable.push(*seq);
+        }
+        let mut covered = Ok(());
+        if !needs.is_empty() {
+            covered = self.lease.cover(&needs.into_iter().collect::<Vec<_>>()).await;
+            if covered.is_err() {
+                deletable.truncate(prefix);
+            }
+        }
         for seq in &deletable {
             self.objects.delete(&self.objects.entries_path(&self.journal_id, *seq)).await?;
             self.uploaded.lock().remove(seq);
         }
-        Ok(deletable.len())
+        covered.map(|()| deletable.len())
     }
 
     /// Objects uploaded and not deleted.
@@ -831,16 +866,14 @@ impl Uploader {
             Err(e) => Err(format!("the journal's lease was not renewed past released entries: {e}")),
             Ok(Ok(seq)) => {
                 crate::metrics::JOURNAL_OBJECTS_PUT.inc();
-                self.objects.put(&self.objects.entries_path(&self.journal_id, seq), encoded).await.map(|()| seq)
+                // Noted whatever the outcome: a put that failed may have been
+                // stored, and an object left out here would stay below newer
+                // ones deleted around it (review of issue 36). Deleting one
+                // that is not there is done at once.
+                self.uploaded.lock().insert(seq, highest_offsets(&group.entries));
+                self.objects.put(&self.objects.entries_path(&self.journal_id, seq), encoded).await
             }
             Ok(Err(e)) => Err(format!("no object sequence number could be reserved: {e}")),
-        };
-        let result = match result {
-            Ok(seq) => {
-                self.uploaded.lock().insert(seq, highest_offsets(&group.entries));
-                Ok(())
-            }
-            Err(e) => Err(e),
         };
         // What was read for appends not come yet (and what a carry holds of it) is told to them when they come.
         for (lane, offset) in group.filled {
@@ -1110,6 +1143,7 @@ mod tests {
         journal.append(entry("a", 0, 1, b"b")).await.unwrap();
         let held = objects.entries("j1").await.unwrap();
         assert_eq!(held.iter().map(|(seq, _)| *seq).collect::<Vec<_>>(), vec![1]);
+        assert_eq!(journal.objects_held(), 2, "the failed put's object is noted too: it may have been stored");
         assert_eq!(objects.read_entries(&held[0].1).await.unwrap(), vec![entry("a", 0, 0, b"a"), entry("a", 0, 1, b"b")]);
         // Failing for good: refused once CARRIED_ENTRIES_MAX are carried
         // (the seqs past them are blocked too: the carry is put again every

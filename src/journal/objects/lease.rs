@@ -4,20 +4,19 @@
 //! leaves a lane's entries out (`node::claims::plan`).
 //!
 //! **The marks invariant.** What the owner leaves out of a lane of its
-//! objects above older objects, the lease says first. The uploader passes
-//! released entries the local journal no longer has, and a restart loses
-//! the carry of a failed put; either leaves older objects holding a lane
-//! with entries missing above them. Were the lease's marks below what was
-//! left out, a claim at that moment would see a gap, append nothing past
-//! it, and the acknowledged writes after it would never apply once the
-//! owner was lost (review of issue 36). So a put past passed entries first
-//! writes the lease (`LeaseKeeper::cover`: always written, never judged
-//! from what this keeper wrote before, for a claimer may have deleted the
-//! lease meanwhile: review of issue 36, an owner paused past
-//! `journal_claim_after`), an open writes the marks it starts from, and
-//! every renewal writes the local journal's marks as they are then.
-//! (Deletions leave no gap at all: the owner deletes its objects oldest
-//! first, `ObjectJournal::delete_released`.) Writes are serialized: each
+//! objects above older objects, the lease says first. The owner deletes
+//! an object above one that stays (`ObjectJournal::delete_released`), the
+//! uploader passes released entries the local journal no longer has, and
+//! a restart loses the carry of a failed put; each leaves older objects
+//! holding a lane with entries missing above them. Were the lease's marks
+//! below what was left out, a claim at that moment would see a gap, append
+//! nothing past it, and the acknowledged writes after it would never apply
+//! once the owner was lost (review of issue 36). So such a deletion and
+//! such a put first write the lease (`LeaseKeeper::cover`: always written,
+//! never judged from what this keeper wrote before, for a claimer may have
+//! deleted the lease meanwhile: an owner paused past `journal_claim_after`),
+//! an open writes the marks it starts from, and every renewal writes the
+//! local journal's marks as they are then. Writes are serialized: each
 //! reads the marks after the last one wrote, so the marks this keeper
 //! writes only grow.
 //!
