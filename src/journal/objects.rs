@@ -500,6 +500,7 @@ impl ObjectJournal {
             carry: unreleased,
             settled: HashMap::new(),
             held: None,
+            carry_split: false,
         };
         let uploader = tokio::spawn(uploader.run(receiver));
         let renewing = lease.clone();
@@ -700,8 +701,11 @@ struct Uploader {
     /// uploader: the outcome to answer it with (bounded: `SETTLED_MAX`).
     settled: HashMap<LaneKey, BTreeMap<u64, Result<(), String>>>,
     /// An append whose lane's missing entries did not all fit in the last
-    /// object: placed first in the next.
+    /// object, or that came while a carry too large for one object was
+    /// put: placed first in the next.
     held: Option<Upload>,
+    /// The carry was split to fit an object: the rest goes without waiting.
+    carry_split: bool,
 }
 
 /// One object being gathered.
@@ -732,6 +736,8 @@ impl Uploader {
             note_carried(&self.carried, &self.carry);
             let first = match self.held.take() {
                 Some(held) => Some(held),
+                // The rest of a carry too large for one object goes on at once.
+                None if std::mem::take(&mut self.carry_split) => None,
                 None => tokio::select! {
                     upload = queue.recv() => match upload {
                         Some(upload) => Some(upload),
@@ -741,8 +747,22 @@ impl Uploader {
                 },
             };
             let mut group = Group::default();
-            for entry in std::mem::take(&mut self.carry) {
+            let mut carry = std::mem::take(&mut self.carry).into_iter();
+            for entry in carry.by_ref() {
                 group.push(entry);
+                if !group.has_room() {
+                    break;
+                }
+            }
+            // Within an object's bounds (a backlog put at open may be far
+            // larger than one object read back, `OBJECT_BYTES_MAX`): the rest
+            // first in the next object, and any append after it.
+            self.carry = carry.collect();
+            if !self.carry.is_empty() {
+                self.carry_split = true;
+                self.held = first;
+                self.put(group).await;
+                continue;
             }
             if let Some(first) = first {
                 self.place(first, &mut group).await;
@@ -889,7 +909,9 @@ impl Uploader {
         }
         if result.is_err() {
             // Carried, so no later object holds an entry this one missed.
+            let rest = std::mem::take(&mut self.carry);
             self.carry = group.entries;
+            self.carry.extend(rest);
         }
     }
 
@@ -1212,6 +1234,26 @@ mod tests {
             assert!(journal.append(entry("a", 0, offset, &big)).await.is_err());
         }
         assert!(journal.refuses().is_some_and(|why| why.contains("bytes")), "9 MiB carried: {:?}", journal.refuses());
+    }
+
+    /// Review of issue 36 (helper-18): the backlog put at open went into
+    /// one object whatever its size; after a long log outage it could pass
+    /// what a reader takes (`OBJECT_BYTES_MAX`), and every later open and
+    /// claim failed reading it. It is split into objects within the group
+    /// bounds, each lane still in order, and an append waits behind it.
+    #[tokio::test]
+    async fn a_large_backlog_at_open_is_put_in_objects_within_the_bounds() {
+        let dir = tempfile::tempdir().unwrap();
+        let store: Arc<dyn ObjectStore> = Arc::new(object_store::memory::InMemory::new());
+        let objects = JournalObjects::new(store, &ObjectPath::from("root"));
+        let backlog = GROUP_ENTRIES_MAX as u64 + 10;
+        let unreleased: Vec<Entry> = (0..backlog).map(|offset| entry("a", 0, offset, b"x")).collect();
+        let local = LocalJournal::for_test(dir.path());
+        let journal = ObjectJournal::open(objects.clone(), "j1", "n1", Duration::from_secs(60), unreleased, Vec::new(), local).await.unwrap();
+        journal.append(entry("a", 0, backlog, b"x")).await.unwrap();
+        let held = held_offsets(&objects).await;
+        assert!(held.iter().all(|object| object.len() <= GROUP_ENTRIES_MAX), "{:?}", held.iter().map(Vec::len).collect::<Vec<_>>());
+        assert_eq!(held.concat(), (0..=backlog).collect::<Vec<_>>(), "every entry once, in order, the append last");
     }
 
     #[tokio::test]
