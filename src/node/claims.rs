@@ -380,20 +380,8 @@ mod tests {
     async fn a_finish_keeps_the_lease_of_an_owner_that_came_back() {
         let store: Arc<dyn object_store::ObjectStore> = Arc::new(object_store::memory::InMemory::new());
         let objects = JournalObjects::new(store, &ObjectPath::from("root"));
-        objects.renew_lease("j1", "n1", &[], 0).await.unwrap();
         let local = tempfile::tempdir().unwrap();
-        let renew = Duration::from_secs(3600);
-        let owner = ObjectJournal::open(
-            objects.clone(),
-            "j1",
-            "n1",
-            renew,
-            Vec::new(),
-            Vec::new(),
-            crate::journal::objects::LocalJournal::for_test(local.path()),
-        )
-        .await
-        .unwrap();
+        let owner = open_j1(&objects, local.path(), &Arc::new(FakeLocal::default())).await.unwrap();
         owner.append(entry(0)).await.unwrap();
         let planned = plan(&objects, "j1").await.unwrap();
         // The owner renews after the plan (it came back, or never left).
