@@ -325,6 +325,11 @@ impl JournalObjects {
         Ok(true)
     }
 
+    /// Withdraws a claim (its owner came back): the journal's objects and lease stay.
+    pub async fn unclaim(&self, journal_id: &str) -> Result<(), String> {
+        self.delete(&self.claim_path(journal_id)).await
+    }
+
     /// Removes a replayed journal's claim, and its lease unless the lease
     /// was written since the claimer read it (`seen`, None: there was
     /// none; compared whole, not by its millisecond alone): an owner that came back keeps its
@@ -335,7 +340,7 @@ impl JournalObjects {
     /// `lease_renew`); scans claim a journal without a lease only once it
     /// stayed without one for `journal_claim_after` (`node::claims`).
     pub async fn retire(&self, journal_id: &str, seen: Option<&Lease>) -> Result<(), String> {
-        self.delete(&self.claim_path(journal_id)).await?;
+        self.unclaim(journal_id).await?;
         if let Some(lease) = self.lease(journal_id).await?.filter(|lease| Some(lease) != seen) {
             tracing::info!(
                 journal_id,

@@ -17,9 +17,17 @@
 //! journal too) is applied once, however late: no window. A claim only
 //! saves work.
 //!
+//! A claimer that finds, once claimed, the lease renewed within
+//! `journal_claim_after` leaves the journal to its owner (it came back
+//! between the scan's look and the plan's). A journal whose replay fails
+//! (a gap, a namespace gone, entries not seen applied) is tried again at
+//! growing intervals (`Retries`): its entries are not appended again at
+//! every scan.
+//!
 //! Bounds: one journal at a time; `APPENDS_IN_FLIGHT_MAX` appends in
 //! flight; `APPLIED_WAIT_MAX` for an object's entries to be seen applied
-//! (else the object stays, and the next scan tries again).
+//! (else the object stays, and a later scan tries again);
+//! `RETRY_DELAY_MAX` between two tries of a journal that fails.
 
 use std::collections::BTreeMap;
 use std::sync::Weak;
@@ -39,6 +47,9 @@ const APPLIED_WAIT_MAX: Duration = Duration::from_secs(60);
 const APPLIED_POLL: Duration = Duration::from_millis(50);
 /// Scans are at least this far apart (at most `claim_after` / 2).
 const SCAN_INTERVAL_MAX: Duration = Duration::from_secs(30);
+/// A journal whose replay failed waits the scan interval times 2^failures
+/// before it is tried again, at most this long.
+const RETRY_DELAY_MAX: Duration = Duration::from_secs(600);
 
 /// Scans the journals in `objects` every so often and replays lost ones.
 pub(super) async fn run(
@@ -50,13 +61,14 @@ pub(super) async fn run(
 ) {
     let interval = (claim_after / 2).min(SCAN_INTERVAL_MAX);
     let mut leaseless = Leaseless::default();
+    let mut retries = Retries::new(interval);
     loop {
         tokio::select! {
             _ = tokio::time::sleep(interval) => {}
             _ = shutdown.changed() => return,
         }
         let Some(node) = node.upgrade() else { return };
-        if let Err(e) = scan(&node, &objects, &own, claim_after, &mut leaseless).await {
+        if let Err(e) = scan(&node, &objects, &own, claim_after, &mut leaseless, &mut retries).await {
             tracing::warn!(error = %e, "replaying lost journals failed; the next scan tries again");
         }
     }
@@ -79,16 +91,64 @@ impl Leaseless {
     }
 }
 
+/// The journals whose replay failed: how many times in a row, and when
+/// each may be tried again. Bounded by the journals listed (those no
+/// longer listed are forgotten at each scan).
+struct Retries {
+    /// The scan interval: the first wait after a failure is twice this.
+    interval: Duration,
+    failed: std::collections::HashMap<String, (u32, tokio::time::Instant)>,
+}
+
+impl Retries {
+    fn new(interval: Duration) -> Retries {
+        Retries { interval, failed: std::collections::HashMap::new() }
+    }
+
+    /// Whether `journal` may be tried now.
+    fn due(&self, journal: &str) -> bool {
+        self.failed.get(journal).is_none_or(|(_, next)| tokio::time::Instant::now() >= *next)
+    }
+
+    /// `journal` failed again: its next try waits twice as long (at most `RETRY_DELAY_MAX`).
+    fn failed(&mut self, journal: &str) -> Duration {
+        let failures = self.failed.get(journal).map_or(0, |(failures, _)| *failures).saturating_add(1);
+        let delay = self.interval.saturating_mul(1 << failures.min(16)).min(RETRY_DELAY_MAX);
+        self.failed.insert(journal.to_string(), (failures, tokio::time::Instant::now() + delay));
+        delay
+    }
+
+    fn succeeded(&mut self, journal: &str) {
+        self.failed.remove(journal);
+    }
+}
+
 /// Claims and replays every journal but `own` whose lease is older than
 /// `claim_after`, or that has had none for as long. A journal that fails
-/// (its lease unreadable, a gap, a namespace gone) is logged and the scan
-/// goes on: one stuck journal never keeps the others from being claimed.
-async fn scan(node: &Node, objects: &JournalObjects, own: &str, claim_after: Duration, leaseless: &mut Leaseless) -> Result<(), String> {
+/// (its lease unreadable, a gap, a namespace gone) is logged, tried again
+/// later (`Retries`), and the scan goes on: one stuck journal never keeps
+/// the others from being claimed.
+async fn scan(
+    node: &Node,
+    objects: &JournalObjects,
+    own: &str,
+    claim_after: Duration,
+    leaseless: &mut Leaseless,
+    retries: &mut Retries,
+) -> Result<(), String> {
     let journals = objects.journals().await?;
     leaseless.0.retain(|journal, _| journals.contains(journal));
+    retries.failed.retain(|journal, _| journals.contains(journal));
     for journal in journals.iter().filter(|journal| *journal != own) {
-        if let Err(e) = scan_one(node, objects, journal, own, claim_after, leaseless).await {
-            tracing::warn!(journal, error = %e, "replaying a lost journal failed; the next scan tries again");
+        if !retries.due(journal) {
+            continue;
+        }
+        match scan_one(node, objects, journal, own, claim_after, leaseless).await {
+            Ok(()) => retries.succeeded(journal),
+            Err(e) => {
+                let delay = retries.failed(journal);
+                tracing::warn!(journal, error = %e, retry_in_s = delay.as_secs(), "replaying a lost journal failed; tried again later");
+            }
         }
     }
     Ok(())
@@ -120,15 +180,21 @@ async fn scan_one(
     }
     crate::metrics::JOURNAL_CLAIMS.inc();
     tracing::info!(journal, renewed_at_ms, "a journal's lease expired: replaying it");
-    replay(node, objects, journal).await
+    replay(node, objects, journal, claim_after).await
 }
 
 /// Replays one claimed journal: every entry of its objects, each lane (a
 /// namespace's partition) in journal order (`plan`), appended
 /// (`append_all`), seen applied (`wait_applied`), then its objects deleted
-/// and the journal retired (`finish`).
-async fn replay(node: &Node, objects: &JournalObjects, journal: &str) -> Result<(), String> {
+/// and the journal retired (`finish`). If the plan finds the lease renewed
+/// within `claim_after`, the owner came back since the scan looked: the
+/// claim is withdrawn and the journal left to it.
+async fn replay(node: &Node, objects: &JournalObjects, journal: &str, claim_after: Duration) -> Result<(), String> {
     let plan = plan(objects, journal).await?;
+    if plan.owner_is_back(claim_after) {
+        tracing::info!(journal, "a claimed journal's owner renewed its lease meanwhile: left to it");
+        return objects.unclaim(journal).await;
+    }
     let appended = append_all(node, &plan).await?;
     wait_applied(node, &appended).await?;
     finish(objects, journal, &plan).await
@@ -208,6 +274,14 @@ pub(crate) async fn plan(objects: &JournalObjects, journal: &str) -> Result<Plan
         })
         .collect::<Result<Vec<_>, _>>()?;
     Ok(Plan { listed, ordered, placed, gaps, lease })
+}
+
+impl Plan {
+    /// Whether the lease the plan read was renewed within `claim_after`
+    /// (by the owner's clock; as a scan judges it).
+    fn owner_is_back(&self, claim_after: Duration) -> bool {
+        self.lease.as_ref().is_some_and(|lease| now_ms().saturating_sub(lease.renewed_at_ms) < claim_after.as_millis() as u64)
+    }
 }
 
 #[cfg(test)]
@@ -398,6 +472,56 @@ mod tests {
         drop(owner);
         finish(&objects, "j1", &planned).await.unwrap();
         assert!(objects.lease("j1").await.unwrap().is_none());
+    }
+
+    /// Review of issue 36 (L3): a scan judged the lease expired, the owner
+    /// renewed it before the claimer's plan read it, and the finish then
+    /// deleted the lease the plan had seen (unchanged since): an owner
+    /// alive lost its lease and its marks until its next renewal. A plan
+    /// that finds the lease renewed within `claim_after` now withdraws the
+    /// claim and leaves everything to the owner.
+    #[tokio::test]
+    async fn a_claim_that_finds_the_lease_renewed_leaves_the_journal_to_its_owner() {
+        let store: Arc<dyn object_store::ObjectStore> = Arc::new(object_store::memory::InMemory::new());
+        let objects = JournalObjects::new(store, &ObjectPath::from("root"));
+        let local = tempfile::tempdir().unwrap();
+        let owner = open_j1(&objects, local.path(), &Arc::new(FakeLocal::default())).await.unwrap();
+        owner.append(entry(0)).await.unwrap();
+        assert!(objects.claim("j1", "n2", Duration::from_secs(120)).await.unwrap());
+        let planned = plan(&objects, "j1").await.unwrap();
+        assert!(planned.owner_is_back(Duration::from_secs(60)), "the lease was renewed at open, just now");
+        assert!(!planned.owner_is_back(Duration::ZERO), "a lease is never renewed within no time");
+        objects.unclaim("j1").await.unwrap();
+        assert_eq!(objects.entries("j1").await.unwrap().len(), 1, "the objects stay");
+        assert!(objects.lease("j1").await.unwrap().is_some(), "the lease stays");
+        assert!(objects.claim("j1", "n3", Duration::from_secs(120)).await.unwrap(), "the claim is withdrawn: another node may claim");
+        drop(owner);
+    }
+
+    /// Review of issue 36 (L4): a journal that cannot be replayed (a gap, a
+    /// namespace gone) was replayed at every scan, appending its entries
+    /// again each time and holding the scan up to `APPLIED_WAIT_MAX`. Its
+    /// tries are now spaced: twice the scan interval, doubling, at most
+    /// `RETRY_DELAY_MAX`; a success forgets the failures.
+    #[tokio::test(start_paused = true)]
+    async fn a_journal_that_fails_is_tried_again_at_growing_intervals() {
+        let interval = Duration::from_secs(30);
+        let mut retries = Retries::new(interval);
+        assert!(retries.due("j1"), "never failed: due");
+        assert_eq!(retries.failed("j1"), Duration::from_secs(60));
+        assert!(!retries.due("j1") && retries.due("j2"), "only the journal that failed waits");
+        tokio::time::advance(Duration::from_secs(59)).await;
+        assert!(!retries.due("j1"));
+        tokio::time::advance(Duration::from_secs(1)).await;
+        assert!(retries.due("j1"));
+        assert_eq!(retries.failed("j1"), Duration::from_secs(120));
+        for _ in 0..40 {
+            retries.failed("j1");
+        }
+        assert_eq!(retries.failed("j1"), RETRY_DELAY_MAX, "bounded, and no overflow after many failures");
+        retries.succeeded("j1");
+        assert!(retries.due("j1"));
+        assert_eq!(retries.failed("j1"), Duration::from_secs(60), "a success forgets the failures");
     }
 
     /// An entry whose payload is a mutation (a claim's plan places it in its lane).

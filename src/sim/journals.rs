@@ -202,7 +202,15 @@ impl World {
         // The lease is never renewed in a run: the simulation decides when a journal is claimed.
         let objects =
             self.journal_objects.clone().map(|objects| ObjectsConfig { objects, node: format!("node{n}"), lease_renew: Duration::from_secs(86_400) });
-        let journal = Journal::open(&self.nodes[n].dir, LIMITS, objects).await.map_err(|e| format!("node {n}'s journal did not open: {e}"))?;
+        // An open whose lease put fails retries on a real-time timer: spared.
+        if let Some(switch) = &self.objects_switch {
+            switch.spare_leases(true);
+        }
+        let journal = Journal::open(&self.nodes[n].dir, LIMITS, objects).await;
+        if let Some(switch) = &self.objects_switch {
+            switch.spare_leases(false);
+        }
+        let journal = journal.map_err(|e| format!("node {n}'s journal did not open: {e}"))?;
         self.nodes[n].journal = Some(journal);
         Ok(())
     }

@@ -1,17 +1,22 @@
 //! Object storage that fails when the simulation says so: the journals'
-//! copies (`journal/objects.rs`) over an in-memory store whose puts of
-//! entries and claims, and whose deletes, fail while an outage is in force
-//! (`Fault::ObjectsFail`).
+//! copies (`journal/objects.rs`) over an in-memory store whose puts (of
+//! entries, claims and leases) and deletes fail while an outage is in force
+//! (`Fault::ObjectsFail`). Every other refused put or delete was done all
+//! the same (the answer was lost, not the request): an object stored twice,
+//! a delete reported failed that deleted, a lease written that its owner
+//! believes was not.
 //!
-//! What fails is chosen so a run stays a function of its seed: a failed
-//! entry put is carried into the journal's next object, a failed claim
-//! step is tried at the next `Claim` action, a failed delete leaves
-//! released objects for a later claim to replay (each must apply once).
-//! Reads and lease puts never fail: a journal that cannot open its objects
-//! keeps trying on a real-time timer, which would make a replay depend on
-//! the machine's speed.
+//! What fails is chosen so a run stays a function of its seed (the order of
+//! the store's calls is; which refusal was done alternates): a failed entry
+//! put is carried into the journal's next object, a failed claim step is
+//! tried at the next `Claim` action, a failed delete leaves released objects
+//! for a later claim to replay (each must apply once), a failed lease put
+//! fails the put or the deletion it was to cover. Reads never fail, nor
+//! does the lease put of a journal's open (`spare_leases`): a journal that
+//! cannot open its objects keeps trying on a real-time timer, which would
+//! make a replay depend on the machine's speed.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -20,30 +25,71 @@ use futures::StreamExt;
 use object_store::memory::InMemory;
 use object_store::path::Path;
 use object_store::{
-    CopyOptions, GetOptions, GetResult, ListResult, MultipartUpload, ObjectMeta, ObjectStore, PutMultipartOptions, PutOptions, PutPayload, PutResult,
-    Result,
+    CopyOptions, GetOptions, GetResult, ListResult, MultipartUpload, ObjectMeta, ObjectStore, ObjectStoreExt, PutMultipartOptions, PutOptions,
+    PutPayload, PutResult, Result,
 };
 
 /// An in-memory store with an outage switch.
 #[derive(Debug, Default)]
 pub(super) struct FlakyObjects {
     inner: InMemory,
+    switch: Arc<Switch>,
+}
+
+/// The outage's state (shared with the store's delete streams).
+#[derive(Debug, Default)]
+struct Switch {
     failing: AtomicBool,
+    /// Set while a journal opens: its lease put does not fail.
+    sparing_leases: AtomicBool,
+    /// Refusals so far: the odd ones were done all the same.
+    refusals: AtomicU64,
+}
+
+/// What an outage does to one put or delete.
+enum Refusal {
+    /// Not refused: done and answered.
+    None,
+    /// Refused, and not done.
+    Lost,
+    /// Done, and refused all the same (its answer was lost).
+    AnswerLost,
 }
 
 impl FlakyObjects {
     /// Turns the outage on or off (for the next step).
     pub(super) fn set_failing(&self, failing: bool) {
-        self.failing.store(failing, Ordering::Relaxed);
+        self.switch.failing.store(failing, Ordering::Relaxed);
     }
 
-    fn fails(&self, location: &Path) -> bool {
-        self.failing.load(Ordering::Relaxed) && location.filename() != Some("lease.json")
+    /// While `spare` holds, lease puts do not fail (a journal's open).
+    pub(super) fn spare_leases(&self, spare: bool) {
+        self.switch.sparing_leases.store(spare, Ordering::Relaxed);
+    }
+
+    fn refusal(&self, location: &Path) -> Refusal {
+        self.switch.refusal(location)
+    }
+}
+
+impl Switch {
+    fn refusal(&self, location: &Path) -> Refusal {
+        let spared = location.filename() == Some("lease.json") && self.sparing_leases.load(Ordering::Relaxed);
+        if !self.failing.load(Ordering::Relaxed) || spared {
+            return Refusal::None;
+        }
+        super::world::count(&super::world::STATS.objects_refused);
+        match self.refusals.fetch_add(1, Ordering::Relaxed) % 2 {
+            0 => Refusal::Lost,
+            _ => {
+                super::world::count(&super::world::STATS.objects_answers_lost);
+                Refusal::AnswerLost
+            }
+        }
     }
 }
 
 fn outage(location: &Path) -> object_store::Error {
-    super::world::count(&super::world::STATS.objects_refused);
     object_store::Error::Generic { store: "sim", source: format!("object storage is down (simulated): {location}").into() }
 }
 
@@ -56,17 +102,18 @@ impl std::fmt::Display for FlakyObjects {
 #[async_trait]
 impl ObjectStore for FlakyObjects {
     async fn put_opts(&self, location: &Path, payload: PutPayload, opts: PutOptions) -> Result<PutResult> {
-        if self.fails(location) {
-            return Err(outage(location));
+        match self.refusal(location) {
+            Refusal::None => self.inner.put_opts(location, payload, opts).await,
+            Refusal::Lost => Err(outage(location)),
+            Refusal::AnswerLost => self.inner.put_opts(location, payload, opts).await.and_then(|_| Err(outage(location))),
         }
-        self.inner.put_opts(location, payload, opts).await
     }
 
     async fn put_multipart_opts(&self, location: &Path, opts: PutMultipartOptions) -> Result<Box<dyn MultipartUpload>> {
-        if self.fails(location) {
-            return Err(outage(location));
+        match self.refusal(location) {
+            Refusal::None => self.inner.put_multipart_opts(location, opts).await,
+            Refusal::Lost | Refusal::AnswerLost => Err(outage(location)),
         }
-        self.inner.put_multipart_opts(location, opts).await
     }
 
     async fn get_opts(&self, location: &Path, options: GetOptions) -> Result<GetResult> {
@@ -74,10 +121,21 @@ impl ObjectStore for FlakyObjects {
     }
 
     fn delete_stream(&self, locations: BoxStream<'static, Result<Path>>) -> BoxStream<'static, Result<Path>> {
-        match self.failing.load(Ordering::Relaxed) {
-            true => locations.map(|location| location.and_then(|l| Err(outage(&l)))).boxed(),
-            false => self.inner.delete_stream(locations),
-        }
+        // Each refused (or not) as a put is.
+        let (inner, switch) = (self.inner.clone(), self.switch.clone());
+        locations
+            .then(move |location| {
+                let (inner, switch) = (inner.clone(), switch.clone());
+                async move {
+                    let location = location?;
+                    match switch.refusal(&location) {
+                        Refusal::None => inner.delete(&location).await.map(|_| location),
+                        Refusal::Lost => Err(outage(&location)),
+                        Refusal::AnswerLost => inner.delete(&location).await.and_then(|_| Err(outage(&location))),
+                    }
+                }
+            })
+            .boxed()
     }
 
     fn list(&self, prefix: Option<&Path>) -> BoxStream<'static, Result<ObjectMeta>> {
@@ -89,10 +147,11 @@ impl ObjectStore for FlakyObjects {
     }
 
     async fn copy_opts(&self, from: &Path, to: &Path, options: CopyOptions) -> Result<()> {
-        if self.fails(to) {
-            return Err(outage(to));
+        match self.refusal(to) {
+            Refusal::None => self.inner.copy_opts(from, to, options).await,
+            Refusal::Lost => Err(outage(to)),
+            Refusal::AnswerLost => self.inner.copy_opts(from, to, options).await.and_then(|_| Err(outage(to))),
         }
-        self.inner.copy_opts(from, to, options).await
     }
 }
 

@@ -99,6 +99,7 @@ pub(super) struct Stats {
     pub claims: AtomicU64,
     pub behind_journal: AtomicU64,
     pub objects_refused: AtomicU64,
+    pub objects_answers_lost: AtomicU64,
 }
 
 pub(super) static STATS: Stats = Stats {
@@ -123,6 +124,7 @@ pub(super) static STATS: Stats = Stats {
     claims: AtomicU64::new(0),
     behind_journal: AtomicU64::new(0),
     objects_refused: AtomicU64::new(0),
+    objects_answers_lost: AtomicU64::new(0),
 };
 
 pub(super) fn count(counter: &AtomicU64) {
@@ -138,7 +140,7 @@ impl std::fmt::Display for Stats {
              restores {}, readers overtaken by retention {}, deployments {}, ticks {}, procedure reloads {}, \
              journaled writes acknowledged {}, journal appends dropped by their client {}, entries journaled in another lane {}, node restarts {}, journaled entries ahead of their lane {}, repeated {}, \
              nodes lost with their journal {}, journals claimed and retired {}, writes that waited out a journal {}, \
-             object puts and deletes refused {}",
+             object puts and deletes refused {} (of which done all the same {})",
             n(&self.writes_acknowledged),
             n(&self.writes_failed),
             n(&self.retries),
@@ -159,7 +161,8 @@ impl std::fmt::Display for Stats {
             n(&self.nodes_lost),
             n(&self.claims),
             n(&self.behind_journal),
-            n(&self.objects_refused)
+            n(&self.objects_refused),
+            n(&self.objects_answers_lost)
         )
     }
 }
@@ -257,7 +260,7 @@ pub(super) struct World {
     /// Where journals keep their copy (None: this run's journals keep none).
     pub(super) journal_objects: Option<crate::journal::objects::JournalObjects>,
     /// The switch of their store's outages (`Fault::ObjectsFail`).
-    objects_switch: Option<Arc<super::objects::FlakyObjects>>,
+    pub(super) objects_switch: Option<Arc<super::objects::FlakyObjects>>,
     /// A claim between its append and its finish.
     pub(super) claim: Option<Claim>,
     pub(super) step: usize,
