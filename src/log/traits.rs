@@ -45,6 +45,24 @@ pub trait Log: Send + Sync + 'static {
     /// journaled write is never one the log can never take.
     fn entry_bytes_max(&self) -> usize;
 
+    /// The largest entry `append` takes for `namespace` (at most
+    /// `entry_bytes_max`): a Kafka topic may take less (its
+    /// `max.message.bytes`), as last learned (`learn_entry_bytes_max`).
+    /// The write path refuses a larger write before it is journaled: the
+    /// log would refuse it at every try. Default: `entry_bytes_max`.
+    fn entry_bytes_max_of(&self, namespace: &str) -> usize {
+        let _ = namespace;
+        self.entry_bytes_max()
+    }
+
+    /// Learns `namespace`'s largest entry from the log (Kafka: its topic's
+    /// `max.message.bytes`, described) and returns it. Default: nothing to
+    /// learn, `entry_bytes_max`.
+    async fn learn_entry_bytes_max(&self, namespace: &str) -> Result<usize, LogError> {
+        let _ = namespace;
+        Ok(self.entry_bytes_max())
+    }
+
     /// The next offset to be written (Kafka's high watermark).
     async fn end_offset(&self, tp: &TopicPartition) -> Result<u64, LogError>;
 

@@ -19,10 +19,11 @@
 //!
 //! A claimer that finds, once claimed, the lease renewed within
 //! `journal_claim_after` leaves the journal to its owner (it came back
-//! between the scan's look and the plan's). A journal whose replay fails
-//! (a gap, a namespace gone, entries not seen applied) is tried again at
-//! growing intervals (`Retries`): its entries are not appended again at
-//! every scan.
+//! between the scan's look and the plan's). A journal whose replay would
+//! fail the same way again (a gap, a namespace gone, entries not seen
+//! applied: `ReplayError::Lasting`) is tried again at growing intervals
+//! (`Retries`): its entries are not appended again at every scan; one the
+//! log or the store failed is tried at the next scan.
 //!
 //! Bounds: one journal at a time; `APPENDS_IN_FLIGHT_MAX` appends in
 //! flight; `APPLIED_WAIT_MAX` for an object's entries to be seen applied
@@ -45,7 +46,7 @@ const APPENDS_IN_FLIGHT_MAX: usize = 256;
 /// How long a replayed object's entries may take to be seen applied.
 const APPLIED_WAIT_MAX: Duration = Duration::from_secs(60);
 const APPLIED_POLL: Duration = Duration::from_millis(50);
-/// Scans are at least this far apart (at most `claim_after` / 2).
+/// Scans are at most this far apart (and at most `claim_after` / 2).
 const SCAN_INTERVAL_MAX: Duration = Duration::from_secs(30);
 /// A journal whose replay failed waits the scan interval times 2^failures
 /// before it is tried again, at most this long.
@@ -91,9 +92,10 @@ impl Leaseless {
     }
 }
 
-/// The journals whose replay failed: how many times in a row, and when
-/// each may be tried again. Bounded by the journals listed (those no
-/// longer listed are forgotten at each scan).
+/// The journals whose replay failed in a way that would repeat at once
+/// (`ReplayError::Lasting`): how many times in a row, and when each may be
+/// tried again. Bounded by the journals listed (those no longer listed are
+/// forgotten at each scan).
 struct Retries {
     /// The scan interval: the first wait after a failure is twice this.
     interval: Duration,
@@ -123,11 +125,40 @@ impl Retries {
     }
 }
 
+/// Why a replay failed, and whether trying again at once would fail the same way.
+#[derive(Debug)]
+pub(crate) enum ReplayError {
+    /// It would fail again at the next scan (a lane with a gap, a namespace
+    /// gone or made again, entries appended and not seen applied): tried
+    /// again at growing intervals (`Retries`), so that its entries are not
+    /// appended again at every scan.
+    Lasting(String),
+    /// The log or object storage failed (an outage passes): tried again at
+    /// the next scan.
+    Passing(String),
+}
+
+impl std::fmt::Display for ReplayError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ReplayError::Lasting(reason) | ReplayError::Passing(reason) => f.write_str(reason),
+        }
+    }
+}
+
+/// Object storage's errors (`JournalObjects`) pass.
+impl From<String> for ReplayError {
+    fn from(reason: String) -> ReplayError {
+        ReplayError::Passing(reason)
+    }
+}
+
 /// Claims and replays every journal but `own` whose lease is older than
 /// `claim_after`, or that has had none for as long. A journal that fails
-/// (its lease unreadable, a gap, a namespace gone) is logged, tried again
-/// later (`Retries`), and the scan goes on: one stuck journal never keeps
-/// the others from being claimed.
+/// is logged and the scan goes on: one stuck journal never keeps the
+/// others from being claimed. One that would fail the same way again
+/// waits (`Retries`); while it waits, whether it has a lease is not looked
+/// at, so its time without one starts again when it is due.
 async fn scan(
     node: &Node,
     objects: &JournalObjects,
@@ -141,11 +172,13 @@ async fn scan(
     retries.failed.retain(|journal, _| journals.contains(journal));
     for journal in journals.iter().filter(|journal| *journal != own) {
         if !retries.due(journal) {
+            leaseless.0.remove(journal);
             continue;
         }
         match scan_one(node, objects, journal, own, claim_after, leaseless).await {
             Ok(()) => retries.succeeded(journal),
-            Err(e) => {
+            Err(ReplayError::Passing(e)) => tracing::warn!(journal, error = %e, "replaying a lost journal failed; the next scan tries again"),
+            Err(ReplayError::Lasting(e)) => {
                 let delay = retries.failed(journal);
                 tracing::warn!(journal, error = %e, retry_in_s = delay.as_secs(), "replaying a lost journal failed; tried again later");
             }
@@ -162,7 +195,7 @@ async fn scan_one(
     own: &str,
     claim_after: Duration,
     leaseless: &mut Leaseless,
-) -> Result<(), String> {
+) -> Result<(), ReplayError> {
     let renewed_at_ms = match objects.lease(journal).await? {
         Some(lease) => {
             leaseless.0.remove(journal);
@@ -189,14 +222,14 @@ async fn scan_one(
 /// and the journal retired (`finish`). If the plan finds the lease renewed
 /// within `claim_after`, the owner came back since the scan looked: the
 /// claim is withdrawn and the journal left to it.
-async fn replay(node: &Node, objects: &JournalObjects, journal: &str, claim_after: Duration) -> Result<(), String> {
+async fn replay(host: &dyn RipcordHost, objects: &JournalObjects, journal: &str, claim_after: Duration) -> Result<(), ReplayError> {
     let plan = plan(objects, journal).await?;
     if plan.owner_is_back(claim_after) {
         tracing::info!(journal, "a claimed journal's owner renewed its lease meanwhile: left to it");
-        return objects.unclaim(journal).await;
+        return Ok(objects.unclaim(journal).await?);
     }
-    let appended = append_all(node, &plan).await?;
-    wait_applied(node, &appended).await?;
+    let appended = append_all(host, &plan).await?;
+    wait_applied(host, &appended).await?;
     finish(objects, journal, &plan).await
 }
 
@@ -303,9 +336,9 @@ impl Plan {
 /// entries are applied, and they are the oldest: what is left holds each
 /// lane with no gap above the lease's marks); the lease goes only if it
 /// was not written since the plan (`JournalObjects::retire`).
-pub(crate) async fn finish(objects: &JournalObjects, journal: &str, plan: &Plan) -> Result<(), String> {
+pub(crate) async fn finish(objects: &JournalObjects, journal: &str, plan: &Plan) -> Result<(), ReplayError> {
     if !plan.gaps.is_empty() {
-        return Err(format!("journal {journal} has gaps: {}; its objects are kept", plan.gaps.join("; ")));
+        return Err(ReplayError::Lasting(format!("journal {journal} has gaps: {}; its objects are kept", plan.gaps.join("; "))));
     }
     for (seq, path) in &plan.listed {
         objects.delete(path).await?;
@@ -321,21 +354,23 @@ pub(crate) async fn finish(objects: &JournalObjects, journal: &str, plan: &Plan)
 /// appended. Any refusal, or an offset not above the last of its
 /// partition, fails the object: it is appended again whole at the next
 /// scan, and each entry applies once, in its lane's order.
-pub(crate) async fn append_all(host: &dyn RipcordHost, plan: &Plan) -> Result<BTreeMap<(String, u32), u64>, String> {
+pub(crate) async fn append_all(host: &dyn RipcordHost, plan: &Plan) -> Result<BTreeMap<(String, u32), u64>, ReplayError> {
     let entries = &plan.ordered;
     let mut tps = Vec::with_capacity(entries.len());
     for entry in entries {
-        let partitions = host.partitions(&entry.ns).ok_or_else(|| format!("namespace {:?} of a journaled write is unknown here", entry.ns))?;
+        let partitions = host
+            .partitions(&entry.ns)
+            .ok_or_else(|| ReplayError::Lasting(format!("namespace {:?} of a journaled write is unknown here", entry.ns)))?;
         if partitions != entry.partitions {
-            return Err(format!(
+            return Err(ReplayError::Lasting(format!(
                 "namespace {:?} has {} partitions, its journaled write was for {}: it was made again; the object is kept",
                 entry.ns, partitions, entry.partitions
-            ));
+            )));
         }
         // Looked up again: the namespace may have gone or been made again since.
         let tp = host
             .topic_partition(&entry.ns, entry.partition)
-            .ok_or_else(|| format!("namespace {:?} has no partition {} here; the object is kept", entry.ns, entry.partition))?;
+            .ok_or_else(|| ReplayError::Lasting(format!("namespace {:?} has no partition {} here; the object is kept", entry.ns, entry.partition)))?;
         tps.push(tp);
     }
     let log = host.log();
@@ -347,11 +382,11 @@ pub(crate) async fn append_all(host: &dyn RipcordHost, plan: &Plan) -> Result<BT
     while let Some(result) = results.next().await {
         let entry = &entries[at];
         at += 1;
-        let log_offset = result.map_err(|e| format!("the log refused a replayed write: {e}"))?;
+        let log_offset = result.map_err(|e| ReplayError::Passing(format!("the log refused a replayed write: {e}")))?;
         crate::metrics::JOURNAL_CLAIMED_SEQUENCED.inc();
         if let Some(&top) = highest.get(&(entry.ns.clone(), entry.partition)) {
             if log_offset <= top {
-                return Err(format!("the log put a replayed write at {log_offset}, not after {top}; the object is kept"));
+                return Err(ReplayError::Passing(format!("the log put a replayed write at {log_offset}, not after {top}; the object is kept")));
             }
         }
         highest.insert((entry.ns.clone(), entry.partition), log_offset);
@@ -361,15 +396,19 @@ pub(crate) async fn append_all(host: &dyn RipcordHost, plan: &Plan) -> Result<BT
 
 /// Waits until every partition applied past what was appended to it: here,
 /// or on another member (as gossip advertises).
-async fn wait_applied(node: &Node, appended: &BTreeMap<(String, u32), u64>) -> Result<(), String> {
+/// Not seen within `APPLIED_WAIT_MAX` is lasting: the entries are in the
+/// log, and appending them again at once would not apply them sooner.
+async fn wait_applied(host: &dyn RipcordHost, appended: &BTreeMap<(String, u32), u64>) -> Result<(), ReplayError> {
     let deadline = tokio::time::Instant::now() + APPLIED_WAIT_MAX;
     for ((ns, partition), log_offset) in appended {
         loop {
-            if node.applied_next(ns, *partition) > *log_offset {
+            if host.applied_next(ns, *partition) > *log_offset {
                 break;
             }
             if tokio::time::Instant::now() >= deadline {
-                return Err(format!("{ns}/{partition} did not apply offset {log_offset} within {APPLIED_WAIT_MAX:?}; the object is kept"));
+                return Err(ReplayError::Lasting(format!(
+                    "{ns}/{partition} did not apply offset {log_offset} within {APPLIED_WAIT_MAX:?}; the object is kept"
+                )));
             }
             tokio::time::sleep(APPLIED_POLL).await;
         }
@@ -488,21 +527,54 @@ mod tests {
         let owner = open_j1(&objects, local.path(), &Arc::new(FakeLocal::default())).await.unwrap();
         owner.append(entry(0)).await.unwrap();
         assert!(objects.claim("j1", "n2", Duration::from_secs(120)).await.unwrap());
-        let planned = plan(&objects, "j1").await.unwrap();
-        assert!(planned.owner_is_back(Duration::from_secs(60)), "the lease was renewed at open, just now");
-        assert!(!planned.owner_is_back(Duration::ZERO), "a lease is never renewed within no time");
-        objects.unclaim("j1").await.unwrap();
+        // The lease was renewed at open, just now: nothing is appended (the host knows no namespace).
+        replay(&NoNamespaces, &objects, "j1", Duration::from_secs(60)).await.expect("left to its owner");
         assert_eq!(objects.entries("j1").await.unwrap().len(), 1, "the objects stay");
         assert!(objects.lease("j1").await.unwrap().is_some(), "the lease stays");
         assert!(objects.claim("j1", "n3", Duration::from_secs(120)).await.unwrap(), "the claim is withdrawn: another node may claim");
+        // A lease older than `claim_after` (none is younger than zero) is replayed.
+        let replayed = replay(&NoNamespaces, &objects, "j1", Duration::ZERO).await;
+        assert!(matches!(replayed, Err(ReplayError::Lasting(ref e)) if e.contains("unknown here")), "{replayed:?}");
         drop(owner);
+    }
+
+    /// A node that knows no namespace; asked anything else, the test fails.
+    struct NoNamespaces;
+
+    impl RipcordHost for NoNamespaces {
+        fn journal(&self) -> &crate::journal::Journal {
+            unreachable!("a replay that appends nothing needs no journal")
+        }
+        fn log(&self) -> &dyn crate::log::Log {
+            unreachable!("nothing is appended")
+        }
+        fn partitions(&self, _: &str) -> Option<u32> {
+            None
+        }
+        fn topic_partition(&self, _: &str, _: u32) -> Option<crate::log::TopicPartition> {
+            None
+        }
+        fn applied_next(&self, _: &str, _: u32) -> u64 {
+            unreachable!("nothing was appended to wait for")
+        }
+        fn log_refused(&self, _: &str, _: u32) {
+            unreachable!()
+        }
+        fn log_took(&self, _: &str, _: u32) {
+            unreachable!()
+        }
+        fn now(&self) -> std::time::Instant {
+            unreachable!()
+        }
     }
 
     /// Review of issue 36 (L4): a journal that cannot be replayed (a gap, a
     /// namespace gone) was replayed at every scan, appending its entries
     /// again each time and holding the scan up to `APPLIED_WAIT_MAX`. Its
     /// tries are now spaced: twice the scan interval, doubling, at most
-    /// `RETRY_DELAY_MAX`; a success forgets the failures.
+    /// `RETRY_DELAY_MAX`; a success forgets the failures. (A failure of the
+    /// log or the store, `ReplayError::Passing`, is not counted: the next
+    /// scan tries again.)
     #[tokio::test(start_paused = true)]
     async fn a_journal_that_fails_is_tried_again_at_growing_intervals() {
         let interval = Duration::from_secs(30);

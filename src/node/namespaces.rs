@@ -14,6 +14,10 @@ use crate::log::{CreateOutcome, LogError};
 use crate::partition::{Namespace, PartitionHandle};
 use crate::store::PartitionStore;
 
+/// How often each namespace's largest entry is learned again from the log
+/// (`Log::learn_entry_bytes_max`): one DescribeConfigs per namespace.
+pub(super) const ENTRY_LIMITS_REFRESH: std::time::Duration = std::time::Duration::from_secs(60);
+
 #[derive(Debug, thiserror::Error)]
 pub enum NamespaceError {
     #[error("{}", .0.message)]
@@ -146,6 +150,8 @@ impl Node {
                 handle.set_not_held();
             }
         }
+        // Before any write can name it: a write its topic cannot take is refused before it is journaled.
+        self.learn_entry_limit(&name).await;
         let source_topic = source_topic.map(Arc::from);
         let namespace = Arc::new(Namespace { name: name.clone(), partitions, handles, source_topic });
         let names: Vec<String> = {
@@ -156,5 +162,23 @@ impl Node {
         self.log.follow_topics(&names);
         tracing::info!(ns = %name, partitions, "namespace open");
         Ok(())
+    }
+
+    /// Learns again the largest entry each namespace's topic takes (an
+    /// operator may change a topic's `max.message.bytes`): every
+    /// `ENTRY_LIMITS_REFRESH`.
+    pub(super) async fn learn_entry_limits(&self) {
+        for namespace in self.namespaces() {
+            self.learn_entry_limit(&namespace.name).await;
+        }
+    }
+
+    /// Learns the largest entry `namespace`'s topic takes
+    /// (`Log::learn_entry_bytes_max`). On failure the limit learned last
+    /// (else the log's own bound) stays until the next refresh.
+    async fn learn_entry_limit(&self, namespace: &str) {
+        if let Err(e) = self.log.learn_entry_bytes_max(namespace).await {
+            tracing::warn!(ns = %namespace, error = %e, "cannot learn the largest entry the namespace's topic takes; tried again later");
+        }
     }
 }

@@ -11,11 +11,10 @@
 //!
 //! 1. **who may write what** (`reserved.rs`): a client's writes never
 //!    touch Tern's own keys, and each of Tern's writers touches only its own;
-//! 2. **the log's size limit** (`Log::entry_bytes_max`): an entry the log
+//! 2. **the log's size limit** (`Log::entry_bytes_max_of`: the log's, or
+//!    less where the namespace's Kafka topic takes less): an entry the log
 //!    cannot take is refused before anything is made durable — a journaled
-//!    write the log can never take would hold up its partition for ever
-//!    (the limit is the log's, not yet each topic's: ARCHITECTURE.md, "Not
-//!    yet here");
+//!    write the log can never take would hold up its partition's lane;
 //! 3. **durability**: `Sequenced` (answered once the log has it) or
 //!    `Journaled` (answered once this node's journal has it; the sequencer
 //!    appends it to the log soon after, `sequencer.rs`). A client's write
@@ -248,7 +247,7 @@ impl Node {
         );
         let payload = Bytes::from(entry.encode());
         let payload_bytes = payload.len();
-        let max_bytes = self.log.entry_bytes_max();
+        let max_bytes = self.log.entry_bytes_max_of(&namespace.name);
         if payload_bytes > max_bytes {
             return Err(WriteError::Log(LogError::EntryTooLarge { size_bytes: payload_bytes, max_bytes }));
         }
@@ -421,7 +420,7 @@ impl Node {
             // the log's limit?
             debug_assert!(mutation.write_id.len() < 128, "its length is one varint byte");
             let size_bytes = payload_bytes + 2 + mutation.write_id.len();
-            let max_bytes = self.log.entry_bytes_max();
+            let max_bytes = self.log.entry_bytes_max_of(&namespace.name);
             if size_bytes > max_bytes {
                 return Err(WriteError::Log(LogError::EntryTooLarge { size_bytes, max_bytes }));
             }

@@ -203,12 +203,13 @@ impl World {
         let objects =
             self.journal_objects.clone().map(|objects| ObjectsConfig { objects, node: format!("node{n}"), lease_renew: Duration::from_secs(86_400) });
         // An open whose lease put fails retries on a real-time timer: spared.
+        let journal_id = self.nodes[n].journal_id();
         if let Some(switch) = &self.objects_switch {
-            switch.spare_leases(true);
+            switch.spare_lease(Some(&journal_id));
         }
         let journal = Journal::open(&self.nodes[n].dir, LIMITS, objects).await;
         if let Some(switch) = &self.objects_switch {
-            switch.spare_leases(false);
+            switch.spare_lease(None);
         }
         let journal = journal.map_err(|e| format!("node {n}'s journal did not open: {e}"))?;
         self.nodes[n].journal = Some(journal);

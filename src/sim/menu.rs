@@ -175,6 +175,9 @@ pub(super) struct Dice {
     pub(super) side: Stream,
     /// Whether journals keep a copy in object storage (drawn once per run).
     pub(super) journal_objects: bool,
+    /// Which refusals of object storage were done all the same (drawn once
+    /// per run; with each request's path and count: `sim::objects`).
+    pub(super) objects_salt: u64,
     /// Whether the log stamps what it appends (drawn once per run).
     pub(super) stamps: bool,
     /// How often one append among several in flight fails on its own
@@ -215,6 +218,7 @@ impl Dice {
             cancels: stream(seed, "cancels"),
             side: stream(seed, "side"),
             journal_objects: stream(seed, "journal_objects").random_bool(0.75),
+            objects_salt: stream(seed, "objects_salt").random(),
             stamps: stream(seed, "stamps").random_bool(0.5),
             flaky_append_rate: FLAKY_APPEND_RATES[stream(seed, "fault/flaky_append/rate").random_range(0..FLAKY_APPEND_RATES.len())],
         }

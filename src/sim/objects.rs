@@ -6,17 +6,24 @@
 //! a delete reported failed that deleted, a lease written that its owner
 //! believes was not.
 //!
-//! What fails is chosen so a run stays a function of its seed (the order of
-//! the store's calls is; which refusal was done alternates): a failed entry
+//! What fails is chosen so a run stays a function of its seed: whether a
+//! refusal was done all the same is a hash of the run's salt, the request's
+//! path and how many requests to that path were refused before (so a
+//! request a real-time timer adds changes nothing for the others). A failed entry
 //! put is carried into the journal's next object, a failed claim step is
 //! tried at the next `Claim` action, a failed delete leaves released objects
 //! for a later claim to replay (each must apply once), a failed lease put
 //! fails the put or the deletion it was to cover. Reads never fail, nor
-//! does the lease put of a journal's open (`spare_leases`): a journal that
-//! cannot open its objects keeps trying on a real-time timer, which would
-//! make a replay depend on the machine's speed.
+//! does the lease put of a journal while it opens (`spare_lease`): a
+//! journal that cannot open its objects keeps trying on a real-time timer,
+//! which would make a replay depend on the machine's speed. (The
+//! simulation's claims write no claim: they plan, append and finish.)
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::collections::HashMap;
+use std::hash::{Hash, Hasher};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use parking_lot::Mutex;
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -30,7 +37,7 @@ use object_store::{
 };
 
 /// An in-memory store with an outage switch.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(super) struct FlakyObjects {
     inner: InMemory,
     switch: Arc<Switch>,
@@ -40,10 +47,12 @@ pub(super) struct FlakyObjects {
 #[derive(Debug, Default)]
 struct Switch {
     failing: AtomicBool,
-    /// Set while a journal opens: its lease put does not fail.
-    sparing_leases: AtomicBool,
-    /// Refusals so far: the odd ones were done all the same.
-    refusals: AtomicU64,
+    /// While a journal opens, the path of its lease: that put does not fail.
+    spared: Mutex<Option<String>>,
+    /// The run's salt (`Dice::objects_salt`).
+    salt: u64,
+    /// Per path, the refusals so far (bounded by the paths of a run).
+    refusals: Mutex<HashMap<String, u64>>,
 }
 
 /// What an outage does to one put or delete.
@@ -62,9 +71,9 @@ impl FlakyObjects {
         self.switch.failing.store(failing, Ordering::Relaxed);
     }
 
-    /// While `spare` holds, lease puts do not fail (a journal's open).
-    pub(super) fn spare_leases(&self, spare: bool) {
-        self.switch.sparing_leases.store(spare, Ordering::Relaxed);
+    /// While it is set, journal `journal_id`'s lease puts do not fail (its open); None: every one may.
+    pub(super) fn spare_lease(&self, journal_id: Option<&str>) {
+        *self.switch.spared.lock() = journal_id.map(|id| format!("{id}/lease.json"));
     }
 
     fn refusal(&self, location: &Path) -> Refusal {
@@ -74,19 +83,31 @@ impl FlakyObjects {
 
 impl Switch {
     fn refusal(&self, location: &Path) -> Refusal {
-        let spared = location.filename() == Some("lease.json") && self.sparing_leases.load(Ordering::Relaxed);
+        let path = location.as_ref();
+        let spared = self.spared.lock().as_deref().is_some_and(|lease| path.ends_with(lease));
         if !self.failing.load(Ordering::Relaxed) || spared {
             return Refusal::None;
         }
         super::world::count(&super::world::STATS.objects_refused);
-        match self.refusals.fetch_add(1, Ordering::Relaxed) % 2 {
+        let before = {
+            let mut refusals = self.refusals.lock();
+            let count = refusals.entry(path.to_string()).or_insert(0);
+            *count += 1;
+            *count - 1
+        };
+        let mut hasher = std::hash::DefaultHasher::new();
+        (self.salt, path, before).hash(&mut hasher);
+        match hasher.finish() % 2 {
             0 => Refusal::Lost,
-            _ => {
-                super::world::count(&super::world::STATS.objects_answers_lost);
-                Refusal::AnswerLost
-            }
+            _ => Refusal::AnswerLost,
         }
     }
+}
+
+/// A request done, whose answer was lost: counted, and refused.
+fn answer_lost(location: &Path) -> object_store::Error {
+    super::world::count(&super::world::STATS.objects_answers_lost);
+    outage(location)
 }
 
 fn outage(location: &Path) -> object_store::Error {
@@ -105,13 +126,14 @@ impl ObjectStore for FlakyObjects {
         match self.refusal(location) {
             Refusal::None => self.inner.put_opts(location, payload, opts).await,
             Refusal::Lost => Err(outage(location)),
-            Refusal::AnswerLost => self.inner.put_opts(location, payload, opts).await.and_then(|_| Err(outage(location))),
+            Refusal::AnswerLost => self.inner.put_opts(location, payload, opts).await.and_then(|_| Err(answer_lost(location))),
         }
     }
 
     async fn put_multipart_opts(&self, location: &Path, opts: PutMultipartOptions) -> Result<Box<dyn MultipartUpload>> {
         match self.refusal(location) {
             Refusal::None => self.inner.put_multipart_opts(location, opts).await,
+            // Refused, never done (a multipart upload is not begun).
             Refusal::Lost | Refusal::AnswerLost => Err(outage(location)),
         }
     }
@@ -131,7 +153,7 @@ impl ObjectStore for FlakyObjects {
                     match switch.refusal(&location) {
                         Refusal::None => inner.delete(&location).await.map(|_| location),
                         Refusal::Lost => Err(outage(&location)),
-                        Refusal::AnswerLost => inner.delete(&location).await.and_then(|_| Err(outage(&location))),
+                        Refusal::AnswerLost => inner.delete(&location).await.and_then(|_| Err(answer_lost(&location))),
                     }
                 }
             })
@@ -150,13 +172,15 @@ impl ObjectStore for FlakyObjects {
         match self.refusal(to) {
             Refusal::None => self.inner.copy_opts(from, to, options).await,
             Refusal::Lost => Err(outage(to)),
-            Refusal::AnswerLost => self.inner.copy_opts(from, to, options).await.and_then(|_| Err(outage(to))),
+            Refusal::AnswerLost => self.inner.copy_opts(from, to, options).await.and_then(|_| Err(answer_lost(to))),
         }
     }
 }
 
-/// The store as the journals see it, and its switch.
-pub(super) fn flaky_objects() -> (Arc<dyn ObjectStore>, Arc<FlakyObjects>) {
-    let store = Arc::new(FlakyObjects::default());
+/// The store as the journals see it, and its switch; `salt` decides which
+/// refusals were done all the same.
+pub(super) fn flaky_objects(salt: u64) -> (Arc<dyn ObjectStore>, Arc<FlakyObjects>) {
+    let switch = Switch { salt, ..Switch::default() };
+    let store = Arc::new(FlakyObjects { inner: InMemory::new(), switch: Arc::new(switch) });
     (store.clone(), store)
 }

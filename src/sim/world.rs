@@ -742,7 +742,7 @@ impl World {
 /// switch of their outages.
 fn journal_objects(dice: &Dice) -> Option<(crate::journal::objects::JournalObjects, Arc<super::objects::FlakyObjects>)> {
     dice.journal_objects.then(|| {
-        let (store, switch) = super::objects::flaky_objects();
+        let (store, switch) = super::objects::flaky_objects(dice.objects_salt);
         (crate::journal::objects::JournalObjects::new(store, &object_store::path::Path::from("sim")), switch)
     })
 }

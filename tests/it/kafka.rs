@@ -503,3 +503,71 @@ async fn a_writer_whose_clock_is_a_day_ahead_fires_no_timer_early() {
     let log_time_ms = ns["state"][p as usize]["procedures"]["log_time_ms"].as_u64().expect("the partition's log time");
     assert!(log_time_ms < today_ms, "the log time went to tomorrow: {log_time_ms}");
 }
+
+/// Issue 36, defect 5 (a topic's own limit): Tern creates its topics for 8
+/// MiB entries, but a topic may take less (one an older Tern made with
+/// Kafka's default, or a source topic). A write larger than its topic
+/// takes was acknowledged by the journal (202) and then refused by the
+/// broker at every try of the sequencer, holding up the acknowledged
+/// writes of its partition behind it. Now the node learns each topic's
+/// `max.message.bytes` (when the namespace opens, every minute, and after
+/// its broker refused a write for its size) and refuses such a write with
+/// 413 before it is journaled; a refusal for size no longer marks the
+/// partition failing (its other writes went on failing at once, as if its
+/// leader were lost). Failed before: the journaled write of 300,000
+/// bytes was answered 202.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_larger_than_its_topic_takes_is_refused_before_it_is_journaled() {
+    use rdkafka::admin::{AdminClient, AdminOptions, AlterConfig, NewTopic, ResourceSpecifier, TopicReplication};
+    use rdkafka::client::DefaultClientContext;
+    let prefix = unique_prefix();
+    let topic = format!("{prefix}default");
+    let admin: AdminClient<DefaultClientContext> = ClientConfig::new().set("bootstrap.servers", common::kafka_bootstrap()).create().unwrap();
+    // The namespace's topic as an older Tern made it: a smaller limit.
+    let small = NewTopic::new(&topic, 4, TopicReplication::Fixed(1)).set("max.message.bytes", "200000");
+    admin.create_topics([&small], &AdminOptions::new()).await.unwrap().remove(0).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let t = serve(dir.path(), &prefix).await;
+    let put = |pk: &str, query: &str, bytes: usize| {
+        let request = t.client.put(t.kv_url("default", pk, None) + query).json(&json!("x".repeat(bytes)));
+        t.send(request)
+    };
+    for query in ["?durability=journaled", "?durability=sequenced", ""] {
+        let (status, body) = put("large", query, 300_000).await;
+        assert_eq!((status, body["error"]["code"].as_str()), (413, Some("entry_too_large")), "{query}: {body}");
+    }
+    // What the topic takes is journaled and applied: its lane is not held up.
+    let (status, body) = put("fits", "?durability=journaled", 150_000).await;
+    assert_eq!(status, 202, "{body}");
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while t.get("fits", "").await.0 != 200 {
+        assert!(std::time::Instant::now() < deadline, "the journaled write that fits is applied");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    // An operator lowers the limit: the broker refuses a write that fit,
+    // and the node learns the new limit from that refusal at once.
+    let lower = AlterConfig::new(ResourceSpecifier::Topic(&topic)).set("max.message.bytes", "100000");
+    admin.alter_configs([&lower], &AdminOptions::new()).await.unwrap().remove(0).unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let mut n = 0;
+    let refused = loop {
+        n += 1;
+        let pk = format!("mid{n}");
+        let (status, body) = put(&pk, "?durability=sequenced", 150_000).await;
+        if status == 413 {
+            assert_eq!(body["error"]["code"], "entry_too_large", "{body}");
+            break pk;
+        }
+        assert_eq!(status, 200, "it fit until the broker has the new limit: {body}");
+        assert!(std::time::Instant::now() < deadline, "the broker applies the lower limit");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let (status, body) = put(&refused, "?durability=journaled", 150_000).await;
+    assert_eq!((status, body["error"]["code"].as_str()), (413, Some("entry_too_large")), "refused before it is journaled: {body}");
+    // The refusal was an answer: its partition still takes writes, each of many at once.
+    let writes = (0..8).map(|i| put(&refused, "?durability=sequenced", 10 + i));
+    for (status, body) in futures::future::join_all(writes).await {
+        assert_eq!(status, 200, "a refusal for size does not mark the partition failing: {body}");
+    }
+}

@@ -11,13 +11,13 @@ use std::time::{Duration, Instant};
 
 use common::brokers::Brokers;
 use common::Tern;
+use serde_json::{json, Value};
 
 /// How long writes may take to succeed again once the broker is back: a
 /// broker's JVM starting on a loaded 2-core machine beside other tests takes
 /// seconds to tens of seconds, then the client reconnects and the partitions'
 /// leaders are known again.
 const RECOVERY_WAIT_MAX: Duration = Duration::from_secs(120);
-use serde_json::{json, Value};
 
 const WRITERS: usize = 8;
 

@@ -58,7 +58,8 @@ impl Breaker {
 }
 
 impl Ticket<'_> {
-    /// The write ended; `ok` when the log took it.
+    /// The write ended; `ok` when the log took it, or its leader refused
+    /// it for itself (too large for the topic: the partition takes writes).
     pub(super) fn ended(mut self, ok: bool) {
         self.ended = true;
         let mut failing = self.breaker.failing.lock();

@@ -6,7 +6,7 @@
 use super::super::{Assignment, CreateOutcome, Log, LogError, LogReader, TopicInfo, TopicPartition};
 use super::config::KafkaLogConfig;
 use super::producer::{Persisted, ReportingProducer};
-use super::{acked_ends, breaker, fetch_source, group, outputs, publisher, reader, sources, topic_id, Membership};
+use super::{acked_ends, breaker, fetch_source, group, outputs, publisher, reader, sources, topic_id, topic_limits, Membership};
 use async_trait::async_trait;
 use bytes::Bytes;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, ResourceSpecifier, TopicReplication};
@@ -60,6 +60,8 @@ pub(super) struct Inner {
     pub(super) breaker: breaker::Breaker,
     /// Namespaces reading existing topics (`sources.rs`).
     pub(super) sources: Arc<sources::Sources>,
+    /// Each namespace's largest entry, as its topic takes (`topic_limits.rs`).
+    pub(super) topic_limits: topic_limits::TopicLimits,
 }
 
 impl Drop for Inner {
@@ -251,6 +253,7 @@ impl KafkaLog {
                 main_queue,
                 breaker: breaker::Breaker::default(),
                 sources,
+                topic_limits: topic_limits::TopicLimits::default(),
             }),
         })
     }
@@ -336,16 +339,22 @@ impl KafkaLog {
     /// The topic's `retention.ms` (None: unlimited, -1).
     pub async fn topic_retention_ms(&self, namespace: &str) -> Result<Option<u64>, LogError> {
         let topic = self.topic_name(namespace);
+        let value = self.topic_config(&topic, "retention.ms").await?.unwrap_or_else(|| "-1".into());
+        let ms: i64 = value.parse().map_err(|_| unavailable(format!("{topic} has retention.ms {value:?}")))?;
+        Ok((ms >= 0).then_some(ms as u64))
+    }
+
+    /// The effective value of `topic`'s configuration `key` (its own, or
+    /// its broker's default), described now.
+    async fn topic_config(&self, topic: &str, key: &str) -> Result<Option<String>, LogError> {
         let options = AdminOptions::new().request_timeout(Some(Timeout::After(self.inner.config.request_timeout)));
-        let results = self.inner.admin.describe_configs([&ResourceSpecifier::Topic(&topic)], &options).await.map_err(unavailable)?;
+        let results = self.inner.admin.describe_configs([&ResourceSpecifier::Topic(topic)], &options).await.map_err(unavailable)?;
         let resource = results
             .into_iter()
             .next()
             .ok_or_else(|| unavailable(format!("no configuration returned for {topic}")))?
             .map_err(|e| unavailable(format!("describing {topic}: {e}")))?;
-        let value = resource.get("retention.ms").and_then(|e| e.value.clone()).unwrap_or_else(|| "-1".into());
-        let ms: i64 = value.parse().map_err(|_| unavailable(format!("{topic} has retention.ms {value:?}")))?;
-        Ok((ms >= 0).then_some(ms as u64))
+        Ok(resource.get(key).and_then(|e| e.value.clone()))
     }
 
     pub(super) async fn watermarks(&self, tp: &TopicPartition) -> Result<(u64, u64), LogError> {
@@ -402,6 +411,24 @@ impl KafkaLog {
 impl Log for KafkaLog {
     fn entry_bytes_max(&self) -> usize {
         ENTRY_BYTES_MAX
+    }
+
+    fn entry_bytes_max_of(&self, namespace: &str) -> usize {
+        self.inner.topic_limits.of(namespace)
+    }
+
+    async fn learn_entry_bytes_max(&self, namespace: &str) -> Result<usize, LogError> {
+        let topic = self.topic_name(namespace);
+        let Some(value) = self.topic_config(&topic, "max.message.bytes").await? else {
+            return Err(unavailable(format!("{topic} did not say its max.message.bytes")));
+        };
+        let max_message_bytes: u64 = value.parse().map_err(|_| unavailable(format!("{topic} has max.message.bytes {value:?}")))?;
+        let limit = topic_limits::entry_limit(max_message_bytes);
+        if limit < ENTRY_BYTES_MAX {
+            tracing::info!(%topic, max_message_bytes, entry_bytes_max = limit, "the topic takes smaller entries than Tern's bound: larger writes are refused with 413");
+        }
+        self.inner.topic_limits.learned(namespace, limit);
+        Ok(limit)
     }
 
     async fn create_topic(&self, name: &str, partitions: u32) -> Result<CreateOutcome, LogError> {
@@ -537,7 +564,8 @@ impl Log for KafkaLog {
             }
         };
         let appended = self.append_now(&topic, tp, &payload).await;
-        ticket.ended(appended.is_ok());
+        // A write refused for its size was answered: the partition takes writes.
+        ticket.ended(matches!(appended, Ok(_) | Err(LogError::TooLargeForTopic { .. })));
         if let Ok(offset) = appended {
             self.inner.acked_ends.acknowledged(tp, offset);
         }
@@ -760,10 +788,17 @@ impl KafkaLog {
             Ok(offset) => Ok(offset as u64),
             // Refused before it was sent (or by the broker for the topic's
             // `max.message.bytes`): never in the log, and never will be.
-            Err(failed) if failed.error == KafkaError::MessageProduction(RDKafkaErrorCode::MessageSizeTooLarge) => Err(LogError::TooLargeForTopic {
-                size_bytes: payload.len(),
-                reason: format!("{topic} takes smaller records (its max.message.bytes); raise it or write less at once"),
-            }),
+            // The topic's limit is learned again, so that the next such
+            // write is refused before it is journaled.
+            Err(failed) if failed.error == KafkaError::MessageProduction(RDKafkaErrorCode::MessageSizeTooLarge) => {
+                if let Err(e) = self.learn_entry_bytes_max(&tp.topic).await {
+                    tracing::warn!(%topic, error = %e, "cannot learn the topic's max.message.bytes");
+                }
+                Err(LogError::TooLargeForTopic {
+                    size_bytes: payload.len(),
+                    reason: format!("{topic} takes smaller records (its max.message.bytes); raise it or write less at once"),
+                })
+            }
             Err(failed) if failed.persisted == Persisted::No => Err(unavailable(format!(
                 "produce to {topic}/{} failed ({}); the write was never sent, so it is not in the log",
                 tp.partition, failed.error

@@ -6,7 +6,9 @@
 //! - Writes: one idempotent producer, `acks=all`, each record sent to an
 //!   explicit partition (Tern computed it from the pk exactly as Kafka's
 //!   default partitioner would). An offset is returned only after the broker
-//!   acknowledged the record.
+//!   acknowledged the record. Each topic's largest entry (its
+//!   `max.message.bytes`) is learned and told to the write path
+//!   (`topic_limits.rs`).
 //! - Reads: one assign-mode consumer per node (no group management, offsets
 //!   only ever come from the stores; `auto.offset.reset=error`, so a missing
 //!   offset is an error, never a silent jump), split into one queue per
@@ -34,6 +36,7 @@ mod publisher;
 mod reader;
 mod sources;
 mod topic_id;
+mod topic_limits;
 
 pub use group::{group_id, Membership};
 pub use publisher::ID_HEADER;
