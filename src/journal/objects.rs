@@ -262,12 +262,19 @@ impl JournalObjects {
     }
 
     pub async fn read_entries(&self, path: &ObjectPath) -> Result<Vec<Entry>, String> {
+        self.read_object(path).await?
+    }
+
+    /// An entries object read back: Ok(its entries), or Ok(Err(why it is
+    /// damaged: larger than an object may be, a hash or a length that does
+    /// not match)), which reading again will not change; Err: the store failed.
+    pub async fn read_object(&self, path: &ObjectPath) -> Result<Result<Vec<Entry>, String>, String> {
         let got = self.store.get(path).await.map_err(store_error)?;
         if got.meta.size > OBJECT_BYTES_MAX as u64 {
-            return Err(format!("{path}: {} bytes, more than a journal object may hold ({OBJECT_BYTES_MAX})", got.meta.size));
+            return Ok(Err(format!("{path}: {} bytes, more than a journal object may hold ({OBJECT_BYTES_MAX})", got.meta.size)));
         }
         let bytes = got.bytes().await.map_err(store_error)?;
-        decode(&bytes).map_err(|e| format!("{path}: {e}"))
+        Ok(decode(&bytes).map_err(|e| format!("{path}: {e}")))
     }
 
     pub async fn delete(&self, path: &ObjectPath) -> Result<(), String> {

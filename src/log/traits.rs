@@ -47,7 +47,7 @@ pub trait Log: Send + Sync + 'static {
 
     /// The largest entry `append` takes for `namespace` (at most
     /// `entry_bytes_max`): a Kafka topic may take less (its
-    /// `max.message.bytes`), as last learned (`learn_entry_bytes_max`).
+    /// `max.message.bytes`), as last learned (`learn_entry_limits`).
     /// The write path refuses a larger write before it is journaled: the
     /// log would refuse it at every try. Default: `entry_bytes_max`.
     fn entry_bytes_max_of(&self, namespace: &str) -> usize {
@@ -55,12 +55,13 @@ pub trait Log: Send + Sync + 'static {
         self.entry_bytes_max()
     }
 
-    /// Learns `namespace`'s largest entry from the log (Kafka: its topic's
-    /// `max.message.bytes`, described) and returns it. Default: nothing to
-    /// learn, `entry_bytes_max`.
-    async fn learn_entry_bytes_max(&self, namespace: &str) -> Result<usize, LogError> {
-        let _ = namespace;
-        Ok(self.entry_bytes_max())
+    /// Learns from the log the largest entry of each of `namespaces` whose
+    /// limit is due (Kafka: never learned, learned a minute ago, or its
+    /// leader refused an entry for its size since), in one request bounded
+    /// by the log's request timeout. Default: nothing to learn.
+    async fn learn_entry_limits(&self, namespaces: &[String]) -> Result<(), LogError> {
+        let _ = namespaces;
+        Ok(())
     }
 
     /// The next offset to be written (Kafka's high watermark).

@@ -39,6 +39,7 @@ use futures::StreamExt;
 use super::ripcord_host::RipcordHost;
 use super::Node;
 use crate::journal::objects::{now_ms, Entry, JournalObjects, Lease};
+use crate::log::LogError;
 use object_store::path::Path as ObjectPath;
 
 /// Appends of a claimed journal handed to the log at once, in order.
@@ -265,7 +266,7 @@ pub(crate) struct Plan {
 /// with a gap (an offset missing between two it holds) is appended up to
 /// the gap only and the objects are kept: never an entry after a missing
 /// one (it would be ahead of its lane, and lost with the objects).
-pub(crate) async fn plan(objects: &JournalObjects, journal: &str) -> Result<Plan, String> {
+pub(crate) async fn plan(objects: &JournalObjects, journal: &str) -> Result<Plan, ReplayError> {
     let listed = objects.entries(journal).await?;
     let lease = objects.lease(journal).await?;
     let released: BTreeMap<(String, u32), u64> = match &lease {
@@ -274,7 +275,8 @@ pub(crate) async fn plan(objects: &JournalObjects, journal: &str) -> Result<Plan
     };
     let mut lanes: BTreeMap<(String, u32), BTreeMap<u64, Entry>> = BTreeMap::new();
     for (_, path) in &listed {
-        for entry in objects.read_entries(path).await? {
+        // A damaged object stays damaged: lasting.
+        for entry in objects.read_object(path).await?.map_err(ReplayError::Lasting)? {
             let lane = (entry.ns.clone(), entry.partition);
             if entry.offset < released.get(&lane).copied().unwrap_or(0) {
                 continue;
@@ -303,7 +305,7 @@ pub(crate) async fn plan(objects: &JournalObjects, journal: &str) -> Result<Plan
             let place =
                 crate::codec::JournalPlace { lane: crate::journal::lane_of(journal, &entry.ns, entry.partitions), offset: entry.offset, from };
             crate::codec::with_journal_place(&entry.payload, &place)
-                .map_err(|e| format!("journal {journal}, {}/{} offset {}: {e}", entry.ns, entry.partition, entry.offset))
+                .map_err(|e| ReplayError::Lasting(format!("journal {journal}, {}/{} offset {}: {e}", entry.ns, entry.partition, entry.offset)))
         })
         .collect::<Result<Vec<_>, _>>()?;
     Ok(Plan { listed, ordered, placed, gaps, lease })
@@ -382,7 +384,14 @@ pub(crate) async fn append_all(host: &dyn RipcordHost, plan: &Plan) -> Result<BT
     while let Some(result) = results.next().await {
         let entry = &entries[at];
         at += 1;
-        let log_offset = result.map_err(|e| ReplayError::Passing(format!("the log refused a replayed write: {e}")))?;
+        let log_offset = result.map_err(|e| {
+            let reason = format!("the log refused a replayed write: {e}");
+            match e {
+                // The log refuses this write itself, at every try.
+                LogError::EntryTooLarge { .. } | LogError::TooLargeForTopic { .. } | LogError::Unsupported(_) => ReplayError::Lasting(reason),
+                _ => ReplayError::Passing(reason),
+            }
+        })?;
         crate::metrics::JOURNAL_CLAIMED_SEQUENCED.inc();
         if let Some(&top) = highest.get(&(entry.ns.clone(), entry.partition)) {
             if log_offset <= top {

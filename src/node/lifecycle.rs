@@ -109,7 +109,7 @@ impl Node {
             }
             node.refresh_lag().await;
         });
-        node.every(super::namespaces::ENTRY_LIMITS_REFRESH, |node| async move { node.learn_entry_limits().await });
+        node.every(super::namespaces::ENTRY_LIMITS_CHECK, |node| async move { node.learn_entry_limits().await });
         // The journal's metrics on a task of their own: the sequencer's
         // rounds and the lag refresh wait on the log while it is down, and
         // the backlog is what an operator watches then.

@@ -14,9 +14,11 @@ use crate::log::{CreateOutcome, LogError};
 use crate::partition::{Namespace, PartitionHandle};
 use crate::store::PartitionStore;
 
-/// How often each namespace's largest entry is learned again from the log
-/// (`Log::learn_entry_bytes_max`): one DescribeConfigs per namespace.
-pub(super) const ENTRY_LIMITS_REFRESH: std::time::Duration = std::time::Duration::from_secs(60);
+/// How often the node asks the log to learn the largest entry of the
+/// namespaces whose limit is due (`Log::learn_entry_limits`: never learned,
+/// learned a minute ago, or refused an entry for its size since): one
+/// request for all of them, none when none is due.
+pub(super) const ENTRY_LIMITS_CHECK: std::time::Duration = std::time::Duration::from_secs(5);
 
 #[derive(Debug, thiserror::Error)]
 pub enum NamespaceError {
@@ -47,9 +49,12 @@ impl Node {
     /// that this node does not know yet.
     pub(super) async fn discover_namespaces(&self) -> anyhow::Result<()> {
         let topics = self.log.list_topics().await?;
-        if topics.iter().all(|t| self.namespace(&t.name).is_some()) {
+        let new: Vec<String> = topics.iter().filter(|t| self.namespace(&t.name).is_none()).map(|t| t.name.clone()).collect();
+        if new.is_empty() {
             return Ok(());
         }
+        // Outside the lock: one request for all, bounded by the log's timeout.
+        self.learn_entry_limits_of(&new).await;
         let _guard = self.namespaces.creating.lock().await;
         for topic in topics {
             if self.namespace(&topic.name).is_none() {
@@ -96,6 +101,7 @@ impl Node {
             Err(LogError::PartitionCountMismatch { existing, .. }) => return Err(NamespaceError::Mismatch { name: name.to_string(), existing }),
             Err(e) => return Err(NamespaceError::Log(e)),
         };
+        self.learn_entry_limits_of(&[name.to_string()]).await;
         self.open_namespace(name, partitions, None).await.map_err(|e| NamespaceError::Store(e.to_string()))?;
         Ok(created)
     }
@@ -126,6 +132,7 @@ impl Node {
             LogError::PartitionCountMismatch { existing, .. } => NamespaceError::Mismatch { name: name.to_string(), existing },
             other => NamespaceError::Log(other),
         })?;
+        self.learn_entry_limits_of(&[name.to_string()]).await;
         self.open_namespace(name, count, Some(source)).await.map_err(|e| NamespaceError::Store(e.to_string()))?;
         Ok(outcome == CreateOutcome::Created)
     }
@@ -150,8 +157,6 @@ impl Node {
                 handle.set_not_held();
             }
         }
-        // Before any write can name it: a write its topic cannot take is refused before it is journaled.
-        self.learn_entry_limit(&name).await;
         let source_topic = source_topic.map(Arc::from);
         let namespace = Arc::new(Namespace { name: name.clone(), partitions, handles, source_topic });
         let names: Vec<String> = {
@@ -164,21 +169,19 @@ impl Node {
         Ok(())
     }
 
-    /// Learns again the largest entry each namespace's topic takes (an
-    /// operator may change a topic's `max.message.bytes`): every
-    /// `ENTRY_LIMITS_REFRESH`.
+    /// Learns the largest entry of every namespace whose limit is due: every `ENTRY_LIMITS_CHECK`.
     pub(super) async fn learn_entry_limits(&self) {
-        for namespace in self.namespaces() {
-            self.learn_entry_limit(&namespace.name).await;
-        }
+        let names: Vec<String> = self.namespaces().iter().map(|namespace| namespace.name.to_string()).collect();
+        self.learn_entry_limits_of(&names).await;
     }
 
-    /// Learns the largest entry `namespace`'s topic takes
-    /// (`Log::learn_entry_bytes_max`). On failure the limit learned last
-    /// (else the log's own bound) stays until the next refresh.
-    async fn learn_entry_limit(&self, namespace: &str) {
-        if let Err(e) = self.log.learn_entry_bytes_max(namespace).await {
-            tracing::warn!(ns = %namespace, error = %e, "cannot learn the largest entry the namespace's topic takes; tried again later");
+    /// Learns the largest entry the topics of `names` take
+    /// (`Log::learn_entry_limits`), before they open: a write its topic
+    /// cannot take is refused before it is journaled. On failure the limit
+    /// learned last (else the log's own bound) stays until the next check.
+    async fn learn_entry_limits_of(&self, names: &[String]) {
+        if let Err(e) = self.log.learn_entry_limits(names).await {
+            tracing::warn!(error = %e, "cannot learn the largest entry of the namespaces' topics; tried again within {ENTRY_LIMITS_CHECK:?}");
         }
     }
 }

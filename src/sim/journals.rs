@@ -478,7 +478,7 @@ impl World {
     pub(super) async fn check_journal_objects(&self) -> Result<(), String> {
         let Some(objects) = &self.journal_objects else { return Ok(()) };
         for journal in objects.journals().await? {
-            let plan = crate::node::claims::plan(objects, &journal).await?;
+            let plan = crate::node::claims::plan(objects, &journal).await.map_err(|e| e.to_string())?;
             if !plan.gaps().is_empty() {
                 return Err(format!("journal {journal}'s objects miss an entry of a lane: {}", plan.gaps().join("; ")));
             }

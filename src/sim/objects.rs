@@ -95,6 +95,9 @@ impl Switch {
             *count += 1;
             *count - 1
         };
+        // SipHash with fixed keys: the same on every run of one toolchain
+        // (std does not promise it across Rust releases; a seed found on
+        // one toolchain may replay differently on another).
         let mut hasher = std::hash::DefaultHasher::new();
         (self.salt, path, before).hash(&mut hasher);
         match hasher.finish() % 2 {

@@ -510,12 +510,16 @@ async fn a_writer_whose_clock_is_a_day_ahead_fires_no_timer_early() {
 /// takes was acknowledged by the journal (202) and then refused by the
 /// broker at every try of the sequencer, holding up the acknowledged
 /// writes of its partition behind it. Now the node learns each topic's
-/// `max.message.bytes` (when the namespace opens, every minute, and after
-/// its broker refused a write for its size) and refuses such a write with
-/// 413 before it is journaled; a refusal for size no longer marks the
-/// partition failing (its other writes went on failing at once, as if its
-/// leader were lost). Failed before: the journaled write of 300,000
-/// bytes was answered 202.
+/// `max.message.bytes` (before the namespace opens, every minute, and
+/// within seconds after its broker refused a write for its size) and
+/// refuses such a write with 413 before it is journaled. On such a topic
+/// appends go one at a time per partition: `max.message.bytes` bounds a
+/// batch, and two writes that each fit were refused together. A refusal
+/// for size no longer marks the partition failing (its other writes went
+/// on failing at once, as if its leader were lost). Failed before: the
+/// journaled write of 300,000 bytes was answered 202; with batches, a
+/// journaled write that fit was never applied; with the old breaker rule,
+/// a write after the broker's refusal got 503 log_unavailable.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_write_larger_than_its_topic_takes_is_refused_before_it_is_journaled() {
     use rdkafka::admin::{AdminClient, AdminOptions, AlterConfig, NewTopic, ResourceSpecifier, TopicReplication};
@@ -528,46 +532,71 @@ async fn a_write_larger_than_its_topic_takes_is_refused_before_it_is_journaled()
     admin.create_topics([&small], &AdminOptions::new()).await.unwrap().remove(0).unwrap();
     let dir = tempfile::tempdir().unwrap();
     let t = serve(dir.path(), &prefix).await;
-    let put = |pk: &str, query: &str, bytes: usize| {
-        let request = t.client.put(t.kv_url("default", pk, None) + query).json(&json!("x".repeat(bytes)));
+    let put = |pk: &str, sk: &str, query: &str, bytes: usize| {
+        let request = t.client.put(t.kv_url("default", pk, (!sk.is_empty()).then_some(sk)) + query).json(&json!("x".repeat(bytes)));
         t.send(request)
     };
+    let checked = "larger than the log accepts";
     for query in ["?durability=journaled", "?durability=sequenced", ""] {
-        let (status, body) = put("large", query, 300_000).await;
+        let (status, body) = put("large", "", query, 300_000).await;
         assert_eq!((status, body["error"]["code"].as_str()), (413, Some("entry_too_large")), "{query}: {body}");
+        assert!(body["error"]["message"].as_str().unwrap().contains(checked), "refused before the log saw it: {body}");
     }
-    // What the topic takes is journaled and applied: its lane is not held up.
-    let (status, body) = put("fits", "?durability=journaled", 150_000).await;
-    assert_eq!(status, 202, "{body}");
+    // Writes that each fit, at once into one partition (one pk): sequenced,
+    // each is taken; journaled, each is applied (its lane not held up).
+    let sequenced = (0..4).map(|i| put("batch", &i.to_string(), "?durability=sequenced", 150_000));
+    for (status, body) in futures::future::join_all(sequenced).await {
+        assert_eq!(status, 200, "each fits: {body}");
+    }
+    let journaled = (0..4).map(|i| put("journaled", &i.to_string(), "?durability=journaled", 150_000));
+    for (status, body) in futures::future::join_all(journaled).await {
+        assert_eq!(status, 202, "{body}");
+    }
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    while t.get("fits", "").await.0 != 200 {
-        assert!(std::time::Instant::now() < deadline, "the journaled write that fits is applied");
-        tokio::time::sleep(Duration::from_millis(100)).await;
+    for i in 0..4 {
+        while t.get("journaled", &i.to_string()).await.0 != 200 {
+            assert!(std::time::Instant::now() < deadline, "journaled write {i}, which fits, is applied");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
     }
 
-    // An operator lowers the limit: the broker refuses a write that fit,
-    // and the node learns the new limit from that refusal at once.
+    // An operator lowers the limit: the broker refuses a write that fit
+    // (the node learned the limit a moment ago, so it asks again only a
+    // minute later or after such a refusal).
     let lower = AlterConfig::new(ResourceSpecifier::Topic(&topic)).set("max.message.bytes", "100000");
     admin.alter_configs([&lower], &AdminOptions::new()).await.unwrap().remove(0).unwrap();
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
     let mut n = 0;
     let refused = loop {
         n += 1;
         let pk = format!("mid{n}");
-        let (status, body) = put(&pk, "?durability=sequenced", 150_000).await;
+        let (status, body) = put(&pk, "", "?durability=sequenced", 150_000).await;
         if status == 413 {
             assert_eq!(body["error"]["code"], "entry_too_large", "{body}");
+            assert!(body["error"]["message"].as_str().unwrap().contains("too large for its topic"), "the broker refused it: {body}");
             break pk;
         }
         assert_eq!(status, 200, "it fit until the broker has the new limit: {body}");
         assert!(std::time::Instant::now() < deadline, "the broker applies the lower limit");
         tokio::time::sleep(Duration::from_millis(200)).await;
     };
-    let (status, body) = put(&refused, "?durability=journaled", 150_000).await;
-    assert_eq!((status, body["error"]["code"].as_str()), (413, Some("entry_too_large")), "refused before it is journaled: {body}");
     // The refusal was an answer: its partition still takes writes, each of many at once.
-    let writes = (0..8).map(|i| put(&refused, "?durability=sequenced", 10 + i));
+    let writes = (0..8).map(|i| put(&refused, "", "?durability=sequenced", 10 + i));
     for (status, body) in futures::future::join_all(writes).await {
         assert_eq!(status, 200, "a refusal for size does not mark the partition failing: {body}");
     }
+    // The node learns the new limit within seconds of the refusal; then
+    // such a write is refused before it is journaled.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let (status, body) = put(&refused, "", "?durability=sequenced", 150_000).await;
+        assert_eq!(status, 413, "{body}");
+        if body["error"]["message"].as_str().unwrap().contains(checked) {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "the node learns the lower limit: {body}");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let (status, body) = put(&refused, "", "?durability=journaled", 150_000).await;
+    assert_eq!((status, body["error"]["code"].as_str()), (413, Some("entry_too_large")), "refused before it is journaled: {body}");
 }

@@ -62,6 +62,8 @@ pub(super) struct Inner {
     pub(super) sources: Arc<sources::Sources>,
     /// Each namespace's largest entry, as its topic takes (`topic_limits.rs`).
     pub(super) topic_limits: topic_limits::TopicLimits,
+    /// The appends' turns on partitions whose topic takes one at a time.
+    pub(super) turns: topic_limits::Turns,
 }
 
 impl Drop for Inner {
@@ -193,6 +195,8 @@ impl KafkaLog {
             .set("enable.idempotence", "true")
             .set("acks", "all")
             .set("message.max.bytes", MESSAGE_BYTES_MAX.to_string())
+            // A topic that takes smaller batches gets one record at a time (`topic_limits.rs`).
+            .set("batch.size", topic_limits::PRODUCER_BATCH_BYTES.to_string())
             // Batch a little: waiting up to `linger` for more writes to the same
             // broker amortizes produce requests (the broker's CPU is per request).
             .set("linger.ms", config.linger.as_millis().to_string())
@@ -254,6 +258,7 @@ impl KafkaLog {
                 breaker: breaker::Breaker::default(),
                 sources,
                 topic_limits: topic_limits::TopicLimits::default(),
+                turns: topic_limits::Turns::default(),
             }),
         })
     }
@@ -417,18 +422,31 @@ impl Log for KafkaLog {
         self.inner.topic_limits.of(namespace)
     }
 
-    async fn learn_entry_bytes_max(&self, namespace: &str) -> Result<usize, LogError> {
-        let topic = self.topic_name(namespace);
-        let Some(value) = self.topic_config(&topic, "max.message.bytes").await? else {
-            return Err(unavailable(format!("{topic} did not say its max.message.bytes")));
-        };
-        let max_message_bytes: u64 = value.parse().map_err(|_| unavailable(format!("{topic} has max.message.bytes {value:?}")))?;
-        let limit = topic_limits::entry_limit(max_message_bytes);
-        if limit < ENTRY_BYTES_MAX {
-            tracing::info!(%topic, max_message_bytes, entry_bytes_max = limit, "the topic takes smaller entries than Tern's bound: larger writes are refused with 413");
+    async fn learn_entry_limits(&self, namespaces: &[String]) -> Result<(), LogError> {
+        let due: Vec<(&String, String)> =
+            namespaces.iter().filter(|ns| self.inner.topic_limits.due(ns)).map(|ns| (ns, self.topic_name(ns))).collect();
+        if due.is_empty() {
+            return Ok(());
         }
-        self.inner.topic_limits.learned(namespace, limit);
-        Ok(limit)
+        let resources: Vec<ResourceSpecifier> = due.iter().map(|(_, topic)| ResourceSpecifier::Topic(topic)).collect();
+        let options = AdminOptions::new().request_timeout(Some(Timeout::After(self.inner.config.request_timeout)));
+        let results = self.inner.admin.describe_configs(&resources, &options).await.map_err(unavailable)?;
+        let mut failed = Vec::new();
+        for ((namespace, topic), result) in due.iter().zip(results) {
+            let value = result.ok().and_then(|resource| resource.get("max.message.bytes").and_then(|entry| entry.value.clone()));
+            let Some(max_message_bytes) = value.and_then(|value| value.parse::<u64>().ok()) else {
+                failed.push(topic.as_str());
+                continue;
+            };
+            let limit = self.inner.topic_limits.learned(namespace, max_message_bytes);
+            if limit < ENTRY_BYTES_MAX {
+                tracing::info!(%topic, max_message_bytes, entry_bytes_max = limit, "the topic takes smaller entries than Tern's bound: larger writes are refused with 413, and appends go one at a time per partition");
+            }
+        }
+        match failed.is_empty() {
+            true => Ok(()),
+            false => Err(unavailable(format!("the max.message.bytes of {} could not be described", failed.join(", ")))),
+        }
     }
 
     async fn create_topic(&self, name: &str, partitions: u32) -> Result<CreateOutcome, LogError> {
@@ -553,6 +571,12 @@ impl Log for KafkaLog {
 
     async fn append(&self, tp: &TopicPartition, payload: Bytes) -> Result<u64, LogError> {
         let topic = self.topic_name(&tp.topic);
+        // On a topic that takes smaller batches than the producer makes,
+        // one record per batch (`topic_limits.rs`): held until it ends.
+        let _turn = match self.inner.topic_limits.one_at_a_time(&tp.topic) {
+            true => Some(self.inner.turns.of(&topic, tp.partition).lock_owned().await),
+            false => None,
+        };
         let ticket = match self.inner.breaker.admit(&topic, tp.partition) {
             Ok(ticket) => ticket,
             Err(failing_ms) => {
@@ -564,7 +588,10 @@ impl Log for KafkaLog {
             }
         };
         let appended = self.append_now(&topic, tp, &payload).await;
-        // A write refused for its size was answered: the partition takes writes.
+        // A write refused for its size was answered: the partition takes
+        // writes. (librdkafka's own refusal, over the producer's
+        // `message.max.bytes`, is never reached: the write path refuses
+        // entries over `ENTRY_BYTES_MAX` first.)
         ticket.ended(matches!(appended, Ok(_) | Err(LogError::TooLargeForTopic { .. })));
         if let Ok(offset) = appended {
             self.inner.acked_ends.acknowledged(tp, offset);
@@ -788,12 +815,10 @@ impl KafkaLog {
             Ok(offset) => Ok(offset as u64),
             // Refused before it was sent (or by the broker for the topic's
             // `max.message.bytes`): never in the log, and never will be.
-            // The topic's limit is learned again, so that the next such
-            // write is refused before it is journaled.
+            // The topic's limit is learned again (at the node's next ask),
+            // so that the next such write is refused before it is journaled.
             Err(failed) if failed.error == KafkaError::MessageProduction(RDKafkaErrorCode::MessageSizeTooLarge) => {
-                if let Err(e) = self.learn_entry_bytes_max(&tp.topic).await {
-                    tracing::warn!(%topic, error = %e, "cannot learn the topic's max.message.bytes");
-                }
+                self.inner.topic_limits.refused(&tp.topic);
                 Err(LogError::TooLargeForTopic {
                     size_bytes: payload.len(),
                     reason: format!("{topic} takes smaller records (its max.message.bytes); raise it or write less at once"),

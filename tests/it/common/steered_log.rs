@@ -94,8 +94,8 @@ impl Log for SteeredLog {
     fn entry_bytes_max_of(&self, namespace: &str) -> usize {
         self.log.entry_bytes_max_of(namespace)
     }
-    async fn learn_entry_bytes_max(&self, namespace: &str) -> Result<usize, LogError> {
-        self.log.learn_entry_bytes_max(namespace).await
+    async fn learn_entry_limits(&self, namespaces: &[String]) -> Result<(), LogError> {
+        self.log.learn_entry_limits(namespaces).await
     }
     async fn identity(&self, topic: &str) -> Result<String, LogError> {
         self.log.identity(topic).await
