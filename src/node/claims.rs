@@ -382,13 +382,16 @@ pub(crate) async fn append_all(host: &dyn RipcordHost, plan: &Plan) -> Result<BT
     let mut highest = BTreeMap::new();
     let mut at = 0;
     while let Some(result) = results.next().await {
-        let entry = &entries[at];
+        let (entry, size_bytes) = (&entries[at], plan.placed[at].len());
         at += 1;
         let log_offset = result.map_err(|e| {
             let reason = format!("the log refused a replayed write: {e}");
             match e {
-                // The log refuses this write itself, at every try.
-                LogError::EntryTooLarge { .. } | LogError::TooLargeForTopic { .. } | LogError::Unsupported(_) => ReplayError::Lasting(reason),
+                // The log refuses this write itself, at every try: over
+                // the topic's limit as learned (a write within it was
+                // refused with another in one batch: it passes).
+                LogError::EntryTooLarge { .. } | LogError::Unsupported(_) => ReplayError::Lasting(reason),
+                LogError::TooLargeForTopic { .. } if size_bytes > log.entry_bytes_max_of(&entry.ns) => ReplayError::Lasting(reason),
                 _ => ReplayError::Passing(reason),
             }
         })?;

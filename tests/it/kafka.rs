@@ -600,3 +600,52 @@ async fn a_write_larger_than_its_topic_takes_is_refused_before_it_is_journaled()
     let (status, body) = put(&refused, "", "?durability=journaled", 150_000).await;
     assert_eq!((status, body["error"]["code"].as_str()), (413, Some("entry_too_large")), "refused before it is journaled: {body}");
 }
+
+/// Review of 9a0622e: on a topic whose appends go one at a time (it takes
+/// smaller batches than the producer makes), writes queued for their
+/// partition's turn when its leader was lost each became the breaker's
+/// probe in turn, and each waited out the producer's delivery bound (10 s)
+/// before the next was tried: the k-th waited k × 10 s. Now a write whose
+/// partition started failing while it waited its turn fails at once, as it
+/// would have at its ticket. Failed before: none of the writes queued
+/// behind the first said "took no write".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writes_queued_on_a_small_topic_fail_at_once_when_its_leader_is_lost() {
+    use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+    use rdkafka::client::DefaultClientContext;
+    let broker = common::brokers::Brokers::start(1);
+    let prefix = unique_prefix();
+    let admin: AdminClient<DefaultClientContext> = ClientConfig::new().set("bootstrap.servers", &broker.bootstrap).create().unwrap();
+    let topic = format!("{prefix}default");
+    let small = NewTopic::new(&topic, 1, TopicReplication::Fixed(1)).set("max.message.bytes", "200000");
+    admin.create_topics([&small], &AdminOptions::new()).await.unwrap().remove(0).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let log = format!("kafka://{}", broker.bootstrap);
+    let data = dir.path().to_str().unwrap();
+    let args = [
+        "serve",
+        "--node-id",
+        "small",
+        "--listen",
+        "127.0.0.1:0",
+        "--data-dir",
+        data,
+        "--log",
+        &log,
+        "--kafka-topic-prefix",
+        &prefix,
+        "--namespace",
+        "default:1",
+    ];
+    let t = Tern::spawn(&args, dir.path()).await;
+    let put = |pk: &str| t.send(t.client.put(t.kv_url("default", pk, None) + "?durability=sequenced").json(&json!(1)));
+    assert_eq!(put("before").await.0, 200);
+    broker.kafka(&["stop-node", "1"]);
+    let writes = (0..6).map(|i| put(&format!("w{i}")));
+    let answers = futures::future::join_all(writes).await;
+    let at_once = answers.iter().filter(|(_, body)| body["error"]["message"].as_str().is_some_and(|m| m.contains("took no write"))).count();
+    for (status, body) in &answers {
+        assert_eq!(*status, 503, "{body}");
+    }
+    assert!(at_once >= 5, "every write but the first fails at once: {answers:?}");
+}

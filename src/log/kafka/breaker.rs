@@ -55,9 +55,19 @@ impl Breaker {
         };
         Ok(Ticket { breaker: self, key, probe, ended: false })
     }
+
+    /// How many ms the partition has been failing (its last write failed), if it is.
+    pub(super) fn failing_ms(&self, topic: &str, partition: u32) -> Option<u64> {
+        self.failing.lock().get(&(topic.to_string(), partition)).map(|state| state.since.elapsed().as_millis() as u64)
+    }
 }
 
 impl Ticket<'_> {
+    /// Whether this write probes a failing partition.
+    pub(super) fn is_probe(&self) -> bool {
+        self.probe
+    }
+
     /// The write ended; `ok` when the log took it, or its leader refused
     /// it for itself (too large for the topic: the partition takes writes).
     pub(super) fn ended(mut self, ok: bool) {

@@ -428,13 +428,26 @@ impl Log for KafkaLog {
         if due.is_empty() {
             return Ok(());
         }
-        let resources: Vec<ResourceSpecifier> = due.iter().map(|(_, topic)| ResourceSpecifier::Topic(topic)).collect();
+        // Each topic once (two namespaces may read one source topic; a
+        // topic named twice fails the whole answer). Results come back in
+        // the order asked.
+        let mut topics: Vec<&str> = due.iter().map(|(_, topic)| topic.as_str()).collect();
+        topics.sort_unstable();
+        topics.dedup();
+        let resources: Vec<ResourceSpecifier> = topics.iter().map(|topic| ResourceSpecifier::Topic(topic)).collect();
         let options = AdminOptions::new().request_timeout(Some(Timeout::After(self.inner.config.request_timeout)));
         let results = self.inner.admin.describe_configs(&resources, &options).await.map_err(unavailable)?;
+        let described: std::collections::HashMap<&str, u64> = topics
+            .iter()
+            .zip(results)
+            .filter_map(|(topic, result)| {
+                let value = result.ok()?.get("max.message.bytes")?.value.clone()?;
+                Some((*topic, value.parse::<u64>().ok()?))
+            })
+            .collect();
         let mut failed = Vec::new();
-        for ((namespace, topic), result) in due.iter().zip(results) {
-            let value = result.ok().and_then(|resource| resource.get("max.message.bytes").and_then(|entry| entry.value.clone()));
-            let Some(max_message_bytes) = value.and_then(|value| value.parse::<u64>().ok()) else {
+        for (namespace, topic) in &due {
+            let Some(&max_message_bytes) = described.get(topic.as_str()) else {
                 failed.push(topic.as_str());
                 continue;
             };
@@ -571,23 +584,38 @@ impl Log for KafkaLog {
 
     async fn append(&self, tp: &TopicPartition, payload: Bytes) -> Result<u64, LogError> {
         let topic = self.topic_name(&tp.topic);
-        // On a topic that takes smaller batches than the producer makes,
-        // one record per batch (`topic_limits.rs`): held until it ends.
-        let _turn = match self.inner.topic_limits.one_at_a_time(&tp.topic) {
-            true => Some(self.inner.turns.of(&topic, tp.partition).lock_owned().await),
-            false => None,
+        let failing = |failing_ms: u64| {
+            unavailable(format!(
+                "{topic}/{} took no write for {failing_ms} ms (its leader is unreachable: a broker or region \
+                 lost?); failing at once while one write probes it; nothing was written, retry later",
+                tp.partition
+            ))
         };
-        let ticket = match self.inner.breaker.admit(&topic, tp.partition) {
-            Ok(ticket) => ticket,
-            Err(failing_ms) => {
-                return Err(unavailable(format!(
-                    "{topic}/{} took no write for {failing_ms} ms (its leader is unreachable: a broker or region \
-                     lost?); failing at once while one write probes it; nothing was written, retry later",
-                    tp.partition
-                )))
+        let ticket = self.inner.breaker.admit(&topic, tp.partition).map_err(failing)?;
+        let appended = match self.inner.topic_limits.one_at_a_time(&tp.topic) {
+            false => self.append_now(&topic, tp, &payload).await,
+            // On a topic that takes smaller batches than the producer makes,
+            // one record per batch (`topic_limits.rs`). A write whose
+            // partition started failing while it waited its turn fails at
+            // once, as it would have at its ticket (each queued write would
+            // otherwise wait out the delivery bound in turn).
+            true => {
+                let turn = self.inner.turns.of(&topic, tp.partition).lock_owned().await;
+                if let Some(failing_ms) = self.inner.breaker.failing_ms(&topic, tp.partition).filter(|_| !ticket.is_probe()) {
+                    return Err(failing(failing_ms));
+                }
+                // The turn is released when the produce ends, not when the
+                // caller stops waiting: its record may still be in the
+                // producer's queue, and the next one must not join its batch.
+                let (log, topic, tp, payload) = (self.clone(), topic.clone(), tp.clone(), payload.clone());
+                let produce = tokio::spawn(async move {
+                    let appended = log.append_now(&topic, &tp, &payload).await;
+                    drop(turn);
+                    appended
+                });
+                produce.await.map_err(unavailable)?
             }
         };
-        let appended = self.append_now(&topic, tp, &payload).await;
         // A write refused for its size was answered: the partition takes
         // writes. (librdkafka's own refusal, over the producer's
         // `message.max.bytes`, is never reached: the write path refuses

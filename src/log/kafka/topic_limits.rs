@@ -14,7 +14,15 @@
 //! producer batches up to `PRODUCER_BATCH_BYTES` per partition, so on a
 //! topic that takes less, writes that each fit would be refused together
 //! (the sequencer hands a lane's appends over at once). There, appends go
-//! one at a time per partition (`one_at_a_time`): each batch is one record.
+//! one at a time per partition (`one_at_a_time`): each batch is one record,
+//! at one `acks=all` round trip per append per partition. The turn is held
+//! until the produce ends, even if its caller stopped waiting (its record
+//! may still be queued in the producer); a write whose partition started
+//! failing while it waited fails at once, as at its breaker ticket. Should
+//! the setting change while appends are in flight (the limit raised or
+//! lowered), a batch refused whole is tried again (the sequencer's next
+//! turn, a claim's next scan), and an append that overtakes one still
+//! waiting is caught by the sequencer's order check: it heals.
 //!
 //! A topic's limit is learned with DescribeConfigs (the effective value:
 //! the topic's own, or its broker's `message.max.bytes`), for all the
