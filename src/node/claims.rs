@@ -454,8 +454,7 @@ mod tests {
     /// applied: a claim leaves that out. Failed before: a gap at offset 1.
     #[tokio::test]
     async fn what_a_restart_lost_below_the_released_marks_is_no_gap() {
-        let store: Arc<dyn object_store::ObjectStore> = Arc::new(object_store::memory::InMemory::new());
-        let objects = JournalObjects::new(store, &ObjectPath::from("root"));
+        let objects = in_memory();
         let renew = Duration::from_secs(3600);
         let local = tempfile::tempdir().unwrap();
         let first = ObjectJournal::open(
@@ -503,8 +502,7 @@ mod tests {
     /// plan. Failed before: the lease was gone.
     #[tokio::test]
     async fn a_finish_keeps_the_lease_of_an_owner_that_came_back() {
-        let store: Arc<dyn object_store::ObjectStore> = Arc::new(object_store::memory::InMemory::new());
-        let objects = JournalObjects::new(store, &ObjectPath::from("root"));
+        let objects = in_memory();
         let local = tempfile::tempdir().unwrap();
         let owner = open_j1(&objects, local.path(), &Arc::new(FakeLocal::default())).await.unwrap();
         owner.append(entry(0)).await.unwrap();
@@ -533,8 +531,7 @@ mod tests {
     /// claim and leaves everything to the owner.
     #[tokio::test]
     async fn a_claim_that_finds_the_lease_renewed_leaves_the_journal_to_its_owner() {
-        let store: Arc<dyn object_store::ObjectStore> = Arc::new(object_store::memory::InMemory::new());
-        let objects = JournalObjects::new(store, &ObjectPath::from("root"));
+        let objects = in_memory();
         let local = tempfile::tempdir().unwrap();
         let owner = open_j1(&objects, local.path(), &Arc::new(FakeLocal::default())).await.unwrap();
         owner.append(entry(0)).await.unwrap();
@@ -606,6 +603,11 @@ mod tests {
         retries.succeeded("j1");
         assert!(retries.due("j1"));
         assert_eq!(retries.failed("j1"), Duration::from_secs(60), "a success forgets the failures");
+    }
+
+    /// Journal objects in a store of their own, in memory.
+    fn in_memory() -> JournalObjects {
+        JournalObjects::new(Arc::new(object_store::memory::InMemory::new()), &ObjectPath::from("root"))
     }
 
     /// An entry whose payload is a mutation (a claim's plan places it in its lane).
