@@ -56,6 +56,15 @@ impl Breaker {
         Ok(Ticket { breaker: self, key, probe, ended: false })
     }
 
+    /// Record how a write to the partition ended, as soon as it ended: a
+    /// write that waits for the partition's turn (`topic_limits.rs`) must
+    /// see the failure of the one before it, though that one's caller has
+    /// not ended its ticket yet. Idempotent; `Ticket::ended` does it too.
+    pub(super) fn note(&self, topic: &str, partition: u32, ok: bool) {
+        let mut failing = self.failing.lock();
+        note_locked(&mut failing, (topic.to_string(), partition), ok);
+    }
+
     /// How many ms the partition has been failing (its last write failed), if it is.
     pub(super) fn failing_ms(&self, topic: &str, partition: u32) -> Option<u64> {
         self.failing.lock().get(&(topic.to_string(), partition)).map(|state| state.since.elapsed().as_millis() as u64)
@@ -73,14 +82,20 @@ impl Ticket<'_> {
     pub(super) fn ended(mut self, ok: bool) {
         self.ended = true;
         let mut failing = self.breaker.failing.lock();
-        if ok {
-            failing.remove(&self.key);
-            return;
-        }
-        let state = failing.entry(self.key.clone()).or_insert(Failing { since: Instant::now(), probing: false });
-        if self.probe {
+        note_locked(&mut failing, self.key.clone(), ok);
+        if let Some(state) = failing.get_mut(&self.key).filter(|_| self.probe) {
             state.probing = false;
         }
+    }
+}
+
+/// A success closes the partition's entry; a failure opens it (keeping the
+/// time of the first failure and a probe in flight).
+fn note_locked(failing: &mut HashMap<Key, Failing>, key: Key, ok: bool) {
+    if ok {
+        failing.remove(&key);
+    } else {
+        failing.entry(key).or_insert(Failing { since: Instant::now(), probing: false });
     }
 }
 
@@ -122,5 +137,21 @@ mod tests {
         let (a, b) = (breaker.admit("t", 0).unwrap(), breaker.admit("t", 0).unwrap());
         a.ended(true);
         b.ended(true);
+    }
+
+    #[test]
+    fn a_noted_end_counts_before_its_ticket_is_ended() {
+        let breaker = Breaker::default();
+        let first = breaker.admit("t", 0).unwrap();
+        let queued = breaker.admit("t", 0).unwrap();
+        breaker.note("t", 0, false);
+        assert!(breaker.failing_ms("t", 0).is_some(), "the write next in turn sees the failure");
+        first.ended(false);
+        let probe = breaker.admit("t", 0).unwrap();
+        assert!(probe.is_probe() && !queued.is_probe());
+        breaker.note("t", 0, true);
+        assert!(breaker.failing_ms("t", 0).is_none(), "a success closes it at once");
+        probe.ended(true);
+        queued.ended(true);
     }
 }

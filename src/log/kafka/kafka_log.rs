@@ -145,6 +145,14 @@ fn serve_main_queue_until(consumer: Arc<fetch_source::LogConsumer>, mut stop: to
 
 /// Drops `value` on a blocking thread: the last handle on a librdkafka
 /// client closes it, which blocks.
+/// Whether the partition's leader answered an append: it took it, or
+/// refused it for its size (the partition takes writes). (librdkafka's own
+/// refusal, over the producer's `message.max.bytes`, is never reached: the
+/// write path refuses entries over `ENTRY_BYTES_MAX` first.)
+fn answered(appended: &Result<u64, LogError>) -> bool {
+    matches!(appended, Ok(_) | Err(LogError::TooLargeForTopic { .. }))
+}
+
 fn drop_off_runtime<T: Send + 'static>(value: T) {
     tokio::task::spawn_blocking(move || drop(value));
 }
@@ -608,19 +616,19 @@ impl Log for KafkaLog {
                 // caller stops waiting: its record may still be in the
                 // producer's queue, and the next one must not join its batch.
                 let (log, topic, tp, payload) = (self.clone(), topic.clone(), tp.clone(), payload.clone());
+                // Its end is noted before the turn passes on, so the write
+                // next in turn sees a failure (its caller ends the ticket
+                // only once this task's answer reaches it).
                 let produce = tokio::spawn(async move {
                     let appended = log.append_now(&topic, &tp, &payload).await;
+                    log.inner.breaker.note(&topic, tp.partition, answered(&appended));
                     drop(turn);
                     appended
                 });
                 produce.await.map_err(unavailable)?
             }
         };
-        // A write refused for its size was answered: the partition takes
-        // writes. (librdkafka's own refusal, over the producer's
-        // `message.max.bytes`, is never reached: the write path refuses
-        // entries over `ENTRY_BYTES_MAX` first.)
-        ticket.ended(matches!(appended, Ok(_) | Err(LogError::TooLargeForTopic { .. })));
+        ticket.ended(answered(&appended));
         if let Ok(offset) = appended {
             self.inner.acked_ends.acknowledged(tp, offset);
         }
