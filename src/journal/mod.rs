@@ -13,9 +13,11 @@
 //! - **Bounds.** `JournalLimits`: entries and bytes not yet released; an
 //!   append past them is refused (`JournalError::Full`), never dropped later.
 //! - **Release.** An entry is released only once its write was seen applied
-//!   (the caller says so: `release_below`); released segments are deleted.
-//!   A released entry is never read again, also after a restart (the
-//!   embedded log persists where each partition starts).
+//!   (the caller says so: `release_below`, in memory, at once); the marks
+//!   go to disk together at the caller's pace (`persist_released`, one
+//!   fsynced file write for every partition), and released segments are
+//!   deleted after. A restart replays what was released after the last
+//!   written mark (applied once: its place in its lane), never below it.
 //! - **Replay.** `pending` lists what is journaled and not released, per
 //!   namespace and partition, from where a restarted node must sequence
 //!   again. An entry sequenced but not yet released when the node stopped is

@@ -60,7 +60,7 @@ async fn entries_come_back_in_order_after_a_restart_and_released_ones_never_do()
         let read = read_all(&journal, "ns", p.partition, p.start).await;
         assert_eq!(read.iter().map(|(_, m)| m).collect::<Vec<_>>(), expected, "partition {}: journal order", p.partition);
         // The first two of this partition were applied: released.
-        journal.release_below("ns", p.partition, p.start + 2).unwrap();
+        journal.release_below("ns", p.partition, p.start + 2);
     }
     journal.close().await;
     let journal = Journal::open(dir.path(), ROOMY, None).await.unwrap();
@@ -70,8 +70,11 @@ async fn entries_come_back_in_order_after_a_restart_and_released_ones_never_do()
         assert_eq!(p.start, 2);
         let read = read_all(&journal, "ns", p.partition, p.start).await;
         assert_eq!(read.len() as u64, p.end - p.start);
-        journal.release_below("ns", p.partition, p.end).unwrap();
+        journal.release_below("ns", p.partition, p.end);
     }
+    assert_eq!(journal.backlog(), Backlog::default(), "released at once");
+    assert_eq!(journal.pending().await.unwrap().len(), 2, "the marks are not on disk yet: a restart would replay");
+    journal.persist_released().await.unwrap();
     assert!(journal.pending().await.unwrap().is_empty());
     assert_eq!(journal.backlog(), Backlog::default());
 }
@@ -88,7 +91,7 @@ async fn a_full_journal_refuses_new_entries_and_takes_them_again_once_released()
     assert!(error.to_string().contains("the write was not journaled"), "{error}");
     let read = read_all(&journal, "ns", p, 0).await;
     assert_eq!(read.len(), 2, "the refused write left nothing");
-    journal.release_below("ns", p, 1).unwrap();
+    journal.release_below("ns", p, 1);
     assert_eq!(journal.append("ns", 2, p, &put("a", "3", "w3")).await.unwrap(), 2);
     // Bytes are bounded too.
     let small = Journal::open(&dir.path().join("small"), JournalLimits { entries_max: 100, bytes_max: 10, ..ROOMY }, None).await.unwrap();
@@ -115,8 +118,10 @@ async fn a_release_below_what_was_released_changes_nothing() {
     for i in 0..3 {
         journal.append("ns", 2, 0, &put("a", &i.to_string(), &format!("w{i}"))).await.unwrap();
     }
-    journal.release_below("ns", 0, 2).unwrap();
-    journal.release_below("ns", 0, 1).unwrap();
+    journal.release_below("ns", 0, 2);
+    journal.persist_released().await.unwrap();
+    journal.release_below("ns", 0, 1);
+    journal.persist_released().await.unwrap();
     assert_eq!(journal.pending().await.unwrap(), vec![Pending { ns: "ns".into(), partition: 0, start: 2, end: 3 }]);
 }
 
@@ -129,7 +134,7 @@ async fn a_journal_whose_oldest_write_waited_too_long_refuses_new_ones() {
     tokio::time::sleep(Duration::from_millis(150)).await;
     let error = journal.append("ns", 2, 0, &put("a", "2", "w2")).await.unwrap_err();
     assert!(matches!(error, JournalError::TooOld { age_max_ms: 100, .. }), "{error}");
-    journal.release_below("ns", 0, 1).unwrap();
+    journal.release_below("ns", 0, 1);
     assert_eq!(journal.oldest_age(), None);
     journal.append("ns", 2, 0, &put("a", "2", "w2")).await.unwrap();
     journal.close().await;
@@ -139,11 +144,13 @@ async fn a_journal_whose_oldest_write_waited_too_long_refuses_new_ones() {
     assert_eq!(reopened.find(b"w1"), None, "released");
 }
 
-/// Review of issue 36: the released mark moved before it was written; when
-/// the write failed, the same release tried again returned at once ("below
-/// what was released") and the entries stayed pending for good (the
-/// partition's plain writes journaled, its conditional writes refused).
-/// Failed before: still pending after the retry.
+/// Review of issue 36: the released mark moved before it was written;
+/// when the write failed, the same release tried again returned at once
+/// ("below what was released") and the entries stayed pending for good
+/// (the partition's plain writes journaled, its conditional writes
+/// refused). Failed before: still pending after the retry. Now a release
+/// is in memory at once, and its mark is written by `persist_released`,
+/// which keeps a mark it could not write for its next call.
 #[tokio::test]
 async fn a_release_whose_mark_was_not_written_is_done_when_tried_again() {
     let dir = tempfile::tempdir().unwrap();
@@ -152,14 +159,39 @@ async fn a_release_whose_mark_was_not_written_is_done_when_tried_again() {
     // A directory where the mark's temporary file goes: its write fails.
     let in_the_way = dir.path().join(super::local::RELEASED_FILE).with_extension("tmp");
     std::fs::create_dir_all(in_the_way.join("x")).unwrap();
-    assert!(journal.release_below("ns", 0, 1).is_err());
-    assert!(journal.holds_pending("ns", 0), "not released: its mark is not on disk");
+    journal.release_below("ns", 0, 1);
+    assert!(!journal.holds_pending("ns", 0), "seen applied: no longer pending for this node");
+    assert!(journal.persist_released().await.is_err());
+    assert_eq!(journal.pending().await.unwrap().len(), 1, "its mark is not on disk: a restart replays it");
     std::fs::remove_dir_all(&in_the_way).unwrap();
-    journal.release_below("ns", 0, 1).unwrap();
-    assert!(!journal.holds_pending("ns", 0), "released when tried again");
+    journal.persist_released().await.unwrap();
+    assert!(journal.pending().await.unwrap().is_empty(), "written when tried again");
     journal.close().await;
     let journal = Journal::open(dir.path(), ROOMY, None).await.unwrap();
     assert!(journal.pending().await.unwrap().is_empty(), "and after a restart");
+}
+
+/// A node killed between a release and its mark's write replays the
+/// entries released since the last write (applied once: their place in
+/// their lane); one closed writes its marks first.
+#[tokio::test]
+async fn a_restart_replays_only_what_was_released_after_the_last_written_mark() {
+    let dir = tempfile::tempdir().unwrap();
+    let journal = Journal::open(dir.path(), ROOMY, None).await.unwrap();
+    for i in 0..4 {
+        journal.append("ns", 2, 0, &put("a", &i.to_string(), &format!("w{i}"))).await.unwrap();
+    }
+    journal.release_below("ns", 0, 1);
+    journal.persist_released().await.unwrap();
+    journal.release_below("ns", 0, 3);
+    journal.close_unpersisted().await;
+    let journal = Journal::open(dir.path(), ROOMY, None).await.unwrap();
+    assert_eq!(journal.pending().await.unwrap(), vec![Pending { ns: "ns".into(), partition: 0, start: 1, end: 4 }]);
+    assert_eq!(journal.replayed_at_open(), 3);
+    journal.release_below("ns", 0, 3);
+    journal.close().await;
+    let journal = Journal::open(dir.path(), ROOMY, None).await.unwrap();
+    assert_eq!(journal.pending().await.unwrap(), vec![Pending { ns: "ns".into(), partition: 0, start: 3, end: 4 }]);
 }
 
 /// A write waits only for the journaled writes pending when it came
@@ -184,7 +216,7 @@ async fn a_wait_for_release_waits_only_for_the_entries_before_it() {
         tokio::spawn(async move { journal.wait_released("ns", 0, end, tokio::time::Instant::now() + Duration::from_secs(10)).await })
     };
     tokio::time::sleep(Duration::from_millis(20)).await;
-    journal.release_below("ns", 0, 1).unwrap();
+    journal.release_below("ns", 0, 1);
     assert!(waiter.await.unwrap(), "woken by the release of w1, with w2 still pending");
     assert!(journal.holds_pending("ns", 0));
     assert!(journal.wait_released("ns", 1, 5, soon()).await, "another partition holds nothing");

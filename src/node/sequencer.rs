@@ -36,7 +36,9 @@ const APPENDS_IN_FLIGHT_MAX: usize = 256;
 const IN_FLIGHT_MAX: usize = 65_536;
 /// How often the sequencer looks without being woken (releases, retries).
 const TICK: Duration = Duration::from_millis(50);
-/// Release is a small fsynced file write: at most this often per lane.
+/// The released marks go to disk (a small fsynced file write, for every
+/// lane at once) at most this often; a restart replays what was released
+/// since (appended again, applied once).
 const RELEASE_INTERVAL: Duration = Duration::from_millis(200);
 /// Released journal objects (object storage) are deleted at most this often.
 const OBJECTS_DELETE_INTERVAL: Duration = Duration::from_secs(1);
@@ -50,26 +52,17 @@ pub(crate) struct Lane {
     reader: Option<Box<dyn LogReader>>,
     /// (journal offset, log offset) of appended entries not yet seen applied.
     in_flight: VecDeque<(u64, u64)>,
-    /// Journal offsets below this are seen applied but not yet released.
+    /// Journal offsets below this are seen applied (and released).
     releasable: u64,
-    released_at: Instant,
     /// After a refused append: no new try before this.
     retry_at: Option<Instant>,
     retry_wait: Duration,
 }
 
 impl Lane {
-    /// A lane whose entries below `start` are released, at `now`.
-    pub(crate) fn starting_at(start: u64, now: Instant) -> Lane {
-        Lane {
-            next: start,
-            reader: None,
-            in_flight: VecDeque::new(),
-            releasable: start,
-            released_at: now,
-            retry_at: None,
-            retry_wait: RETRY_WAIT_MIN,
-        }
+    /// A lane whose entries below `start` are released.
+    pub(crate) fn starting_at(start: u64) -> Lane {
+        Lane { next: start, reader: None, in_flight: VecDeque::new(), releasable: start, retry_at: None, retry_wait: RETRY_WAIT_MIN }
     }
 }
 
@@ -88,6 +81,7 @@ struct Worker {
 pub(super) async fn run(node: Weak<Node>, wake: Arc<Notify>, mut shutdown: tokio::sync::watch::Receiver<bool>) {
     let mut workers: HashMap<(String, u32), Worker> = HashMap::new();
     let mut objects_deleted_at = Instant::now();
+    let mut persisted_at = Instant::now();
     loop {
         tokio::select! {
             _ = wake.notified() => {}
@@ -112,6 +106,12 @@ pub(super) async fn run(node: Weak<Node>, wake: Arc<Notify>, mut shutdown: tokio
                 }
             }
             Err(e) => tracing::warn!(error = %e, "the sequencer could not read what the journal holds; retrying"),
+        }
+        if persisted_at.elapsed() >= RELEASE_INTERVAL {
+            persisted_at = Instant::now();
+            if let Err(e) = strong.journal.persist_released().await {
+                tracing::warn!(error = %e, "the journal's released marks were not written; retrying");
+            }
         }
         if objects_deleted_at.elapsed() >= OBJECTS_DELETE_INTERVAL {
             objects_deleted_at = Instant::now();
@@ -155,7 +155,7 @@ async fn lane_worker(node: Weak<Node>, ns: String, partition: u32, wake: Arc<Not
             }
         };
         let Some(tp) = node.topic_partition(&ns, partition) else { return };
-        let lane = lane.get_or_insert_with(|| Lane::starting_at(p.start, Instant::now()));
+        let lane = lane.get_or_insert_with(|| Lane::starting_at(p.start));
         busy = match lane_round(node.as_ref(), p, &tp, lane).await {
             Ok(busy) => busy,
             Err(e) => {
@@ -184,7 +184,7 @@ pub(crate) async fn lane_round(
     let place = |offset: u64| crate::codec::JournalPlace { lane: name.clone(), offset, from: p.start };
     let appended = append(host, &p.ns, tp, lane, p.end, &place).await?;
     let busy = appended > 0 && lane.next < p.end && lane.in_flight.len() < IN_FLIGHT_MAX;
-    release(host, &p.ns, p.partition, lane, p.end)?;
+    release(host, &p.ns, p.partition, lane);
     Ok(busy)
 }
 
@@ -280,9 +280,11 @@ fn placed(payload: &bytes::Bytes, place: &crate::codec::JournalPlace) -> bytes::
     })
 }
 
-/// Releases the journal entries whose writes were seen applied.
-fn release(host: &dyn RipcordHost, ns: &str, partition: u32, lane: &mut Lane, end: u64) -> Result<(), crate::journal::JournalError> {
+/// Releases the journal entries whose writes were seen applied (in
+/// memory; `Journal::persist_released` writes the marks).
+fn release(host: &dyn RipcordHost, ns: &str, partition: u32, lane: &mut Lane) {
     let applied_next = host.applied_next(ns, partition);
+    let before = lane.releasable;
     while let Some(&(journal_offset, log_offset)) = lane.in_flight.front() {
         if log_offset >= applied_next {
             break;
@@ -290,11 +292,7 @@ fn release(host: &dyn RipcordHost, ns: &str, partition: u32, lane: &mut Lane, en
         lane.in_flight.pop_front();
         lane.releasable = journal_offset + 1;
     }
-    let all_applied = lane.releasable >= end;
-    let now = host.now();
-    if lane.releasable > 0 && (all_applied || now.saturating_duration_since(lane.released_at) >= RELEASE_INTERVAL) {
-        host.journal().release_below(ns, partition, lane.releasable)?;
-        lane.released_at = now;
+    if lane.releasable > before {
+        host.journal().release_below(ns, partition, lane.releasable);
     }
-    Ok(())
 }

@@ -65,6 +65,13 @@ const SIDE_WRITE_RATE: f64 = 0.3;
 /// then saw a gap below the lease's marks).
 const SIDE_RELEASE_RATE: f64 = 0.2;
 
+/// How often, per sequencer turn, a node writes its released marks (the
+/// sequencer: every `RELEASE_INTERVAL`) …
+const PERSIST_RATE: f64 = 0.5;
+/// … and how often a stopped node is killed, its marks released since
+/// the last write not written.
+const KILLED_RATE: f64 = 0.5;
+
 /// How far the clock moves per drain round: past the sequencer's longest
 /// retry wait (2 s) and its release interval.
 const DRAIN_CLOCK_STEP_MS: u64 = 2_500;
@@ -220,7 +227,12 @@ impl World {
     pub(super) async fn stop_node(&mut self, n: usize) {
         count(&STATS.node_restarts);
         if let Some(journal) = self.nodes[n].journal.take() {
-            journal.close().await;
+            // Sometimes killed: the marks released since they were last
+            // written are not, and its restart replays those entries.
+            match self.dice.side.random_bool(KILLED_RATE) {
+                true => journal.close_unpersisted().await,
+                false => journal.close().await,
+            }
         }
         self.nodes[n].lane = None;
         self.nodes[n].refusing.store(false, Ordering::Relaxed);
@@ -369,8 +381,7 @@ impl World {
         let journal = self.nodes[n].journal.as_ref().expect("started");
         if let Some(end) = journal.pending_end(SIDE_NAMESPACE, 0) {
             if self.dice.side.random_bool(SIDE_RELEASE_RATE) {
-                // A mark not written is tried again at a later turn, as the node's release is.
-                let _ = journal.release_below(SIDE_NAMESPACE, 0, end);
+                journal.release_below(SIDE_NAMESPACE, 0, end);
             }
         }
     }
@@ -391,13 +402,19 @@ impl World {
             let now = self.now();
             let node = &mut self.nodes[n];
             let journal = node.journal.as_ref().expect("checked above");
-            let lane = node.lane.get_or_insert_with(|| Lane::starting_at(pending.start, now));
+            let lane = node.lane.get_or_insert_with(|| Lane::starting_at(pending.start));
             let host = SimHost { journal, refusing: Some(&node.refusing), log: self.log.as_ref(), applied_next, now };
             // A refused turn (the journal's read) is tried again at the next.
             let _ = lane_round(&host, pending, &tp(), lane).await;
         }
-        // As the sequencer does every second: objects all of whose entries were released go.
+        // As the sequencer does now and then: the released marks go to disk
+        // (a mark not written is tried again at a later turn), and objects
+        // all of whose entries were released go. A node stopped between a
+        // release and its mark's write replays those entries.
         let journal = self.nodes[n].journal.as_ref().expect("started above");
+        if self.dice.side.random_bool(PERSIST_RATE) {
+            let _ = journal.persist_released().await;
+        }
         let _ = journal.delete_released_objects().await;
         Ok(())
     }
