@@ -82,6 +82,11 @@ pub struct Journal {
     pub(super) unpersisted: Mutex<HashMap<(String, u32), u64>>,
     /// One `persist_released` at a time (each writes the whole file).
     pub(super) persisting: tokio::sync::Mutex<()>,
+    /// Held by the marks' file write itself: a `persist_released` given up
+    /// while its write goes on (on the blocking pool) releases
+    /// `persisting`, and the next one's write must not interleave with it
+    /// in the same temporary file.
+    pub(super) marks_file: Arc<Mutex<()>>,
     /// The write ids of the entries not released (bounded by the journal's
     /// own bounds): what `find` answers.
     pub(super) ids: Mutex<PendingIds>,
@@ -283,6 +288,7 @@ impl Journal {
             released_file,
             unpersisted: Mutex::default(),
             persisting: tokio::sync::Mutex::new(()),
+            marks_file: Arc::default(),
             ids: Mutex::default(),
             released_changed: tokio::sync::Notify::new(),
             replayed_at_open: 0,
@@ -509,13 +515,24 @@ impl Journal {
             return Ok(());
         }
         let bytes = serde_json::to_vec(&next).expect("a map of offsets serializes");
-        let file = self.released_file.clone();
-        match tokio::task::spawn_blocking(move || write_atomically(&file, &bytes)).await {
+        let (file, marks_file) = (self.released_file.clone(), self.marks_file.clone());
+        let write = move || {
+            let _only = marks_file.lock();
+            write_atomically(&file, &bytes)
+        };
+        match tokio::task::spawn_blocking(write).await {
             Ok(Ok(())) => {}
             Ok(Err(e)) => return Err(LogError::from(e).into()),
             Err(e) => return Err(LogError::Io(std::io::Error::other(format!("writing {}: {e}", self.released_file.display()))).into()),
         }
-        *self.released.lock() = next;
+        // Never lower: a persist given up after its write, and a later
+        // one, may both have written.
+        let mut released = self.released.lock();
+        for (ns, partition, offset) in &moved {
+            let mark = released.entry(released_key(ns, *partition)).or_insert(0);
+            *mark = (*mark).max(*offset);
+        }
+        drop(released);
         let mut unpersisted = self.unpersisted.lock();
         for (ns, partition, offset) in &moved {
             let key = (ns.clone(), *partition);
@@ -527,6 +544,7 @@ impl Journal {
         for (ns, partition, offset) in moved {
             self.log.release_below(&tp(&ns, partition), offset);
         }
+        // Segments left by a failure here go at a later call's retention.
         self.log.enforce_retention()?;
         Ok(())
     }
@@ -574,7 +592,11 @@ impl Journal {
     /// write has one), so an append does not walk every partition.
     pub fn backlog(&self) -> Backlog {
         let entries = self.ids.lock().len();
-        Backlog { entries, bytes: if entries == 0 { 0 } else { self.log.bytes() } }
+        // Released entries whose marks are not on disk yet keep their
+        // segments: their bytes count (marks that cannot be written must
+        // not let the journal's files grow unbounded).
+        let holds = entries > 0 || !self.unpersisted.lock().is_empty();
+        Backlog { entries, bytes: if holds { self.log.bytes() } else { 0 } }
     }
 
     /// The namespace's journal topic, made on its first write.

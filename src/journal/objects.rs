@@ -569,7 +569,7 @@ impl ObjectJournal {
     /// lease holds marks past its entries (`lease`), so a claim never sees
     /// the gap it leaves, and no stuck entry keeps newer objects for ever.
     pub async fn delete_released(&self) -> Result<usize, String> {
-        // Read before the objects' lock: a release holds the marks across an fsync.
+        // Read before the objects' lock (the marks' lock is another's).
         let mut released = self.floor.clone();
         for mark in self.local.released_marks() {
             let at = released.entry((mark.ns, mark.partition)).or_insert(0);

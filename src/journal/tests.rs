@@ -72,10 +72,11 @@ async fn entries_come_back_in_order_after_a_restart_and_released_ones_never_do()
         assert_eq!(read.len() as u64, p.end - p.start);
         journal.release_below("ns", p.partition, p.end);
     }
-    assert_eq!(journal.backlog(), Backlog::default(), "released at once");
+    assert_eq!(journal.backlog().entries, 0, "released at once");
     assert_eq!(journal.pending().await.unwrap().len(), 2, "the marks are not on disk yet: a restart would replay");
     journal.persist_released().await.unwrap();
     assert!(journal.pending().await.unwrap().is_empty());
+    assert_eq!(journal.backlog(), Backlog::default(), "their bytes go with their marks on disk");
     assert_eq!(journal.backlog(), Backlog::default());
 }
 
@@ -163,6 +164,10 @@ async fn a_release_whose_mark_was_not_written_is_done_when_tried_again() {
     assert!(!journal.holds_pending("ns", 0), "seen applied: no longer pending for this node");
     assert!(journal.persist_released().await.is_err());
     assert_eq!(journal.pending().await.unwrap().len(), 1, "its mark is not on disk: a restart replays it");
+    // Review of 2278846: its segments stay, so their bytes count against
+    // the journal's bound (they counted 0 with no entry pending, and marks
+    // that could never be written let the files grow unbounded).
+    assert!(journal.backlog().bytes > 0, "{:?}", journal.backlog());
     std::fs::remove_dir_all(&in_the_way).unwrap();
     journal.persist_released().await.unwrap();
     assert!(journal.pending().await.unwrap().is_empty(), "written when tried again");

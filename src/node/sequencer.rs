@@ -76,12 +76,12 @@ struct Worker {
 /// (issue 36, defect 3: each lane goes at its own pace, so a partition
 /// whose appends wait on the log — its leader cut off — holds back no
 /// other; they used to share rounds that waited for every lane), wakes
-/// them, and deletes released journal objects. Bound: one task per
+/// them; a task of its own writes the released marks and deletes
+/// released journal objects (`keep_journal`). Bound: one task per
 /// partition with journaled writes not yet released.
 pub(super) async fn run(node: Weak<Node>, wake: Arc<Notify>, mut shutdown: tokio::sync::watch::Receiver<bool>) {
     let mut workers: HashMap<(String, u32), Worker> = HashMap::new();
-    let mut objects_deleted_at = Instant::now();
-    let mut persisted_at = Instant::now();
+    let keeper = tokio::spawn(keep_journal(node.clone(), shutdown.clone()));
     loop {
         tokio::select! {
             _ = wake.notified() => {}
@@ -107,21 +107,34 @@ pub(super) async fn run(node: Weak<Node>, wake: Arc<Notify>, mut shutdown: tokio
             }
             Err(e) => tracing::warn!(error = %e, "the sequencer could not read what the journal holds; retrying"),
         }
-        if persisted_at.elapsed() >= RELEASE_INTERVAL {
-            persisted_at = Instant::now();
-            if let Err(e) = strong.journal.persist_released().await {
-                tracing::warn!(error = %e, "the journal's released marks were not written; retrying");
-            }
+    }
+    keeper.abort();
+    for worker in workers.into_values() {
+        worker.task.abort();
+    }
+}
+
+/// Writes the journal's released marks every `RELEASE_INTERVAL` and
+/// deletes its released objects every `OBJECTS_DELETE_INTERVAL`, apart
+/// from the sequencer's loop, so that no journaled write waits for an
+/// fsync or an object store to be woken.
+async fn keep_journal(node: Weak<Node>, mut shutdown: tokio::sync::watch::Receiver<bool>) {
+    let mut objects_deleted_at = Instant::now();
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(RELEASE_INTERVAL) => {}
+            _ = shutdown.changed() => return,
+        }
+        let Some(node) = node.upgrade() else { return };
+        if let Err(e) = node.journal.persist_released().await {
+            tracing::warn!(error = %e, "writing the journal's released marks (or deleting its released segments) failed; retrying");
         }
         if objects_deleted_at.elapsed() >= OBJECTS_DELETE_INTERVAL {
             objects_deleted_at = Instant::now();
-            if let Err(e) = strong.journal.delete_released_objects().await {
+            if let Err(e) = node.journal.delete_released_objects().await {
                 tracing::warn!(error = %e, "deleting released journal objects failed; retrying");
             }
         }
-    }
-    for worker in workers.into_values() {
-        worker.task.abort();
     }
 }
 

@@ -67,7 +67,7 @@ const SIDE_RELEASE_RATE: f64 = 0.2;
 
 /// How often, per sequencer turn, a node writes its released marks (the
 /// sequencer: every `RELEASE_INTERVAL`) …
-const PERSIST_RATE: f64 = 0.5;
+const PERSIST_RATE: f64 = 0.2;
 /// … and how often a stopped node is killed, its marks released since
 /// the last write not written.
 const KILLED_RATE: f64 = 0.5;
