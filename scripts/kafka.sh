@@ -14,7 +14,8 @@
 #   scripts/kafka.sh status [--dir DIR]                lists the nodes and whether they run
 #   scripts/kafka.sh run CLASS [ARGS...]               runs a Kafka tool class with the jars on the classpath
 #   scripts/kafka.sh stop-node I [--kill] [--dir DIR]  stops node I (SIGTERM, or SIGKILL), keeping its data
-#   scripts/kafka.sh start-node I [--dir DIR]          starts node I again with its data and ports
+#   scripts/kafka.sh start-node I [--dir DIR]          starts node I again with its data and ports, waits
+#                                                      until it answers (or shows its log's end and fails)
 #   scripts/kafka.sh libs                              fetches the jars, prints their directory (scripts/regions.sh)
 #   scripts/kafka.sh start --netns ...                 each node in a network namespace of its own (made here,
 #                                                      198.18-19.Z.1I on a bridge whose address is .1), so
@@ -322,6 +323,22 @@ stop_node() {
   kill -KILL "$pid" 2>/dev/null || true
 }
 
+# Waits until node I (started again) answers as a broker, at most
+# READY_TIMEOUT_S; else shows the end of its output and log, and fails.
+wait_node() {
+  local i="$1" deadline=$((SECONDS + READY_TIMEOUT_S)) addr
+  addr="$(node_addr "$i"):$(cat "$DIR/node-$i.port")"
+  until kafka_java -Dkafka.node.log="$DIR/tools.log" org.apache.kafka.tools.BrokerApiVersionsCommand \
+      --bootstrap-server "$addr" 2>/dev/null | grep "(id: $i " >/dev/null; do
+    if ((SECONDS > deadline)) || ! kill -0 "$(cat "$DIR/node-$i.pid")" 2>/dev/null; then
+      echo "kafka.sh: node $i did not answer at $addr within ${READY_TIMEOUT_S}s (or exited)" >&2
+      tail -n 20 "$DIR/node-$i.out" "$DIR/node-$i.log" >&2 2>/dev/null || true
+      exit 1
+    fi
+    sleep 1
+  done
+}
+
 # True when every node answers as a broker.
 ready_nodes() {
   local answered
@@ -369,7 +386,8 @@ case "$command" in
   start-node)
     node="$1"; shift
     while (($#)); do case "$1" in --dir) DIR="$2"; shift 2 ;; *) shift ;; esac; done
-    start_node "$node" ;;
+    start_node "$node"
+    wait_node "$node" ;;
   cut-node|heal-node)
     node="$1"; shift
     while (($#)); do case "$1" in --dir) DIR="$2"; shift 2 ;; *) shift ;; esac; done

@@ -27,6 +27,8 @@ struct Outcomes {
     acked: Vec<(String, u64)>,
     /// Error codes of failed writes.
     failed: Vec<String>,
+    /// The last failed write's answer (what the test says if writes never come back).
+    last_failure: Option<Value>,
     acked_after_restart: usize,
 }
 
@@ -78,6 +80,7 @@ async fn broker_restart_under_load_loses_no_acknowledged_write() {
                     } else {
                         assert_eq!(status, 503, "a write during an outage is a 503, never a 500 or a false success: {body}");
                         out.failed.push(body["error"]["code"].as_str().unwrap().to_string());
+                        out.last_failure = Some(body);
                         tokio::time::sleep(Duration::from_millis(100)).await;
                     }
                 }
@@ -88,7 +91,8 @@ async fn broker_restart_under_load_loses_no_acknowledged_write() {
     tokio::time::sleep(Duration::from_secs(2)).await;
     broker.kafka(&["stop-node", "1"]);
     tokio::time::sleep(Duration::from_secs(12)).await;
-    broker.kafka(&["start-node", "1"]);
+    // start-node waits until the broker answers (its log's end if not).
+    tokio::task::block_in_place(|| broker.kafka(&["start-node", "1"]));
     restarted.store(true, Ordering::Relaxed);
     // Writes go on until some succeeded after the restart (bounded), then a
     // few seconds more of load on the recovered broker.
@@ -103,6 +107,7 @@ async fn broker_restart_under_load_loses_no_acknowledged_write() {
         let out = writer.await.unwrap();
         all.acked.extend(out.acked);
         all.failed.extend(out.failed);
+        all.last_failure = out.last_failure.or(all.last_failure);
         all.acked_after_restart += out.acked_after_restart;
     }
     assert!(!all.failed.is_empty(), "writes failed while the broker was down");
@@ -111,7 +116,11 @@ async fn broker_restart_under_load_loses_no_acknowledged_write() {
         "failures say the log was unavailable, or that a write in flight may be in it: {:?}",
         all.failed
     );
-    assert!(all.acked_after_restart > 0, "writes succeed again after the restart");
+    assert!(
+        all.acked_after_restart > 0,
+        "writes succeed again within {RECOVERY_WAIT_MAX:?} of the broker answering again; a last failure: {:?}",
+        all.last_failure
+    );
 
     // Every acknowledged write is there, at its acknowledged version: once the
     // node has caught up with the broker's end offsets, local reads must show them.
