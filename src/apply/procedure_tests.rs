@@ -461,6 +461,8 @@ fn identical_calls_cost_identical_fuel_whatever_the_instances_history() {
         let fresh = call(&Vm::load(&definition, 0).unwrap(), i);
         assert_eq!(call(&old, i), fresh, "call {i}: an instance used 0..{i} times must behave as a fresh one");
     }
+    // The module is resettable: its calls ran on a kept instance, reset.
+    assert!(old.calls_on_kept() >= 100, "the reset path was taken: {} calls", old.calls_on_kept());
 }
 
 /// Not a test: prints a call's cost (`--ignored --nocapture`), for the

@@ -35,6 +35,7 @@ pub mod effects;
 pub mod log_time;
 pub mod outbox;
 mod procedures;
+mod reset;
 pub mod wasm;
 
 pub use self::procedures::{Procedures, TIMERS_FIRED_PER_ENTRY_MAX, VERSIONS_KEPT};

@@ -16,11 +16,13 @@
 //! - floats: NaNs canonicalized, relaxed SIMD off; no threads (wasmtime is
 //!   built without them).
 //!
-//! - history: every call runs on an instance of its own, fresh from the
-//!   module's image (the pooling allocator makes that a few microseconds),
-//!   so nothing in memory or globals survives from one call to the next,
-//!   and a replica that loaded the module at another offset computes the
-//!   same. Only records and procedure state (`state_put`) carry over.
+//! - history: every call runs on an instance as it was fresh from the
+//!   module's image: a new one (the pooling allocator makes that about ten
+//!   microseconds), or one whose memory and mutable globals were written
+//!   back to what they were then (`reset.rs`), so nothing in memory or
+//!   globals survives from one call to the next, and a replica that loaded
+//!   the module at another offset computes the same. Only records and
+//!   procedure state (`state_put`) carry over.
 //!
 //! The guest ABI (`examples/procedures/tern.ts` wraps it for AssemblyScript):
 //! exports `memory`, `input(capacity: i32) -> i32` (a buffer of at least
@@ -52,6 +54,7 @@ use wasmtime::{
 
 use super::definition::Definition;
 use super::effects::{Effects, TimerChange};
+use super::reset::{Image, Resettable};
 
 /// Fuel for instantiation (a module's start function and data).
 const INSTANTIATE_FUEL: u64 = 10_000_000;
@@ -64,6 +67,10 @@ const INSTANCES_LIVE_MAX: u32 = 64;
 /// a call away while another has a slot; the slack (a slot per shard) and
 /// a bounded retry (`INSTANTIATE_TRIES_MAX`) keep that from failing a call.
 const POOL_SLACK: u32 = 16;
+/// Instances kept between calls (`Vm::idle`), node-wide: at most half the
+/// pool, so calls that need a new instance always find slots. Each holds
+/// at most `reset::IMAGE_BYTES_MAX` of memory and as much of image.
+const INSTANCES_KEPT_MAX: u32 = INSTANCES_LIVE_MAX / 2;
 /// Tries to make a call's instance before the host is taken as unable.
 const INSTANTIATE_TRIES_MAX: u32 = 50;
 /// Tables a module may have (AssemblyScript's have one).
@@ -168,8 +175,9 @@ struct ReadPtr(*mut (dyn StateRead + 'static));
 // running that call (an instance is never shared while a call runs).
 unsafe impl Send for ReadPtr {}
 
-/// A procedure's module, ready to run: every call gets an instance of its
-/// own, fresh from the module's image (`InstancePre`), and drops it after.
+/// A procedure's module, ready to run: every call gets an instance fresh
+/// from the module's image (`InstancePre`), or the last call's, written
+/// back to that image (`reset.rs`); nothing else is ever reused.
 ///
 /// Why fresh (issue 36): an instance reused from call to call carries its
 /// history in linear memory and globals (AssemblyScript's incremental
@@ -181,6 +189,15 @@ unsafe impl Send for ReadPtr {}
 /// outcome is a function of (module, params, state, input, log time) only.
 pub struct Vm {
     pre: InstancePre<Host>,
+    /// What a reset writes back, when the module's instances can be reset
+    /// (`reset::resettable`; `pre` is then of the rewritten module).
+    reset: Option<Resettable>,
+    /// The instance the last call used, reset, for the next call.
+    idle: Mutex<Option<Fresh>>,
+    /// Set once a call grew its memory: instances are not kept any more.
+    grows: std::sync::atomic::AtomicBool,
+    #[cfg(test)]
+    calls_on_kept: std::sync::atomic::AtomicU64,
     exports: Exports,
     params: std::sync::Arc<[u8]>,
     partition: u32,
@@ -204,9 +221,39 @@ struct Fresh {
     input: TypedFunc<i32, i32>,
     on_record: TypedFunc<(i32, i32, i32, i32, i64, i64), ()>,
     on_timer: Option<TypedFunc<(i32, i64), ()>>,
+    /// Its memory and mutable globals as instantiation left them, when the
+    /// module is resettable: written back after each call.
+    image: Option<Image>,
+    /// Held while the instance may be kept between calls
+    /// (`INSTANCES_KEPT_MAX`); given back when it is dropped.
+    _kept: Option<KeptPermit>,
     /// Dropped after `store` (fields drop in order): the pool's slot is
     /// free once the instance is gone.
     _slot: Slot,
+}
+
+/// Instances kept between calls now, at most `INSTANCES_KEPT_MAX`.
+static INSTANCES_KEPT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+
+/// One of the `INSTANCES_KEPT_MAX` places for an instance kept between calls.
+struct KeptPermit;
+
+impl KeptPermit {
+    /// A place, if one is free (else the instance is dropped after its call).
+    fn try_take() -> Option<KeptPermit> {
+        use std::sync::atomic::Ordering;
+        INSTANCES_KEPT
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |kept| (kept < INSTANCES_KEPT_MAX).then_some(kept + 1))
+            .ok()
+            .map(|_| KeptPermit)
+    }
+}
+
+impl Drop for KeptPermit {
+    fn drop(&mut self) {
+        let before = INSTANCES_KEPT.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+        assert!(before > 0, "a kept place is given back once");
+    }
 }
 
 /// Instances alive now, at most `INSTANCES_LIVE_MAX` (the pool's size):
@@ -486,7 +533,12 @@ impl Vm {
     pub fn load(definition: &Definition, partition: u32) -> Result<Vm, String> {
         let bytes = definition.module_bytes()?;
         check_module(&bytes)?;
-        let module = module_of(&bytes)?;
+        // Instances of a resettable module are of its rewritten copy (the
+        // same code, more exports).
+        // Any problem rewriting it leaves it not resettable, never refused:
+        // whether a module loads must not depend on the rewrite.
+        let reset = super::reset::resettable(&bytes).ok().flatten();
+        let module = module_of(reset.as_ref().map_or(&bytes[..], |reset| &reset.bytes))?;
         let export = |name: &str| module.get_export_index(name);
         let exports = Exports {
             memory: export("memory").ok_or("the module exports no memory")?,
@@ -497,6 +549,11 @@ impl Vm {
         let pre = LINKER.instantiate_pre(&module).map_err(|e| format!("linking the module failed: {}", reason_of(&e)))?;
         let vm = Vm {
             pre,
+            reset,
+            idle: Mutex::new(None),
+            grows: std::sync::atomic::AtomicBool::new(false),
+            #[cfg(test)]
+            calls_on_kept: std::sync::atomic::AtomicU64::new(0),
             exports,
             params: definition.params.to_string().into_bytes().into(),
             partition,
@@ -506,7 +563,8 @@ impl Vm {
         // A module that cannot be instantiated fresh is refused here; one
         // that could be always can (instantiation is deterministic), so a
         // call's failure to instantiate is the host's (`Unavailable`).
-        vm.instantiate()?;
+        // (Dropped: kept places go to instances that serve calls.)
+        drop(vm.instantiate()?);
         Ok(vm)
     }
 
@@ -552,7 +610,48 @@ impl Vm {
             }
         };
         store.data_mut().memory = Some(memory);
-        Ok(Fresh { store, memory, input, on_record, on_timer, _slot: slot })
+        // An instance that will be kept takes its image now (a copy of its
+        // memory); one that will not (no place free, or this module's calls
+        // grow its memory) is dropped after its call and takes none.
+        let keep = self.reset.as_ref().filter(|_| !self.grows.load(std::sync::atomic::Ordering::Relaxed));
+        let kept = keep.and_then(|_| KeptPermit::try_take());
+        let image = keep.filter(|_| kept.is_some()).and_then(|reset| Image::of(&mut store, &instance, reset));
+        Ok(Fresh { store, memory, input, on_record, on_timer, image, _kept: kept, _slot: slot })
+    }
+
+    /// An instance as fresh for a call: the one kept from the last call
+    /// (reset), else a new one.
+    fn ready(&self) -> Result<Fresh, Unavailable> {
+        // Taken out first: the lock is not held while an instance is made.
+        let kept = self.idle.lock().take();
+        match kept {
+            Some(kept) => {
+                #[cfg(test)]
+                self.calls_on_kept.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                Ok(kept)
+            }
+            None => self.instantiate_retrying(),
+        }
+    }
+
+    /// Keeps a call's instance for the next call if it has an image (a
+    /// kept place) and can be written back to it; else it is dropped. A
+    /// call that grew its memory left one that cannot: this module's
+    /// calls then get new instances only (its calls grow memory from the
+    /// fresh image, so keeping would only add the image's copy).
+    fn put_back(&self, mut used: Fresh) {
+        let Some(image) = &used.image else { return };
+        if !image.write_back(&mut used.store) {
+            self.grows.store(true, std::sync::atomic::Ordering::Relaxed);
+            return;
+        }
+        *self.idle.lock() = Some(used);
+    }
+
+    /// Calls that ran on a kept instance (tests: the reset path is taken).
+    #[cfg(test)]
+    pub(crate) fn calls_on_kept(&self) -> u64 {
+        self.calls_on_kept.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Calls `on_record` on a fresh instance.
@@ -588,9 +687,24 @@ impl Vm {
         headers: &[(String, bytes::Bytes)],
         run: impl FnOnce(&mut Fresh) -> wasmtime::Result<()>,
     ) -> Outcome {
+        let mut fresh = self.ready()?;
+        let outcome = self.call_on(&mut fresh, now_ms, read, input, headers, run);
+        self.put_back(fresh);
+        outcome
+    }
+
+    /// `call` on the instance `fresh`.
+    fn call_on(
+        &self,
+        fresh: &mut Fresh,
+        now_ms: u64,
+        read: &mut dyn StateRead,
+        input: &[&[u8]],
+        headers: &[(String, bytes::Bytes)],
+        run: impl FnOnce(&mut Fresh) -> wasmtime::Result<()>,
+    ) -> Outcome {
         let fuel = self.fuel_per_record;
         let failed = |reason: String, fuel_used: u64| Ok(Err(Failed { reason, fuel_used }));
-        let mut fresh = self.instantiate_retrying()?;
         if let Err(e) = fresh.store.set_fuel(fuel) {
             return Err(Unavailable(e.to_string()));
         }
@@ -614,7 +728,7 @@ impl Vm {
         let read = ReadPtr(unsafe { std::mem::transmute::<*mut (dyn StateRead + '_), *mut (dyn StateRead + 'static)>(read) });
         let headers = HeadersPtr(headers as *const [(String, bytes::Bytes)]);
         fresh.store.data_mut().call = Some(Call { effects: Effects::default(), read, now_ms, headers });
-        let result = run(&mut fresh);
+        let result = run(fresh);
         let call = fresh.store.data_mut().call.take().expect("the call is set while it runs");
         let fuel_used = fuel - fresh.store.get_fuel().unwrap_or(0);
         match result {
