@@ -143,8 +143,6 @@ fn serve_main_queue_until(consumer: Arc<fetch_source::LogConsumer>, mut stop: to
     });
 }
 
-/// Drops `value` on a blocking thread: the last handle on a librdkafka
-/// client closes it, which blocks.
 /// Whether the partition's leader answered an append: it took it, or
 /// refused it for its size (the partition takes writes). (librdkafka's own
 /// refusal, over the producer's `message.max.bytes`, is never reached: the
@@ -153,6 +151,8 @@ fn answered(appended: &Result<u64, LogError>) -> bool {
     matches!(appended, Ok(_) | Err(LogError::TooLargeForTopic { .. }))
 }
 
+/// Drops `value` on a blocking thread: the last handle on a librdkafka
+/// client closes it, which blocks.
 fn drop_off_runtime<T: Send + 'static>(value: T) {
     tokio::task::spawn_blocking(move || drop(value));
 }
