@@ -107,6 +107,15 @@ pub(crate) static PEER_RTT_SECONDS: LazyLock<GaugeVec> = LazyLock::new(|| {
 pub(crate) static FORWARD_FAILURES: LazyLock<IntCounter> =
     LazyLock::new(|| register_int_counter!("tern_forward_failures_total", "Forwarded requests that reached no holder").expect("metric registers"));
 
+pub(crate) static KAFKA_BOOTSTRAP_READDED: LazyLock<IntCounter> = LazyLock::new(|| {
+    register_int_counter!(
+        "tern_kafka_bootstrap_readded_total",
+        "Times a Kafka client of the node had lost every broker (a Metadata answer named none, as a broker shutting \
+         down or starting gives) and its bootstrap servers were added again"
+    )
+    .expect("metric registers")
+});
+
 pub(crate) static KAFKA_PRODUCER_REMADE: LazyLock<IntCounter> = LazyLock::new(|| {
     register_int_counter!(
         "tern_kafka_producer_remade_total",

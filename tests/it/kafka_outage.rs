@@ -1,7 +1,8 @@
 //! A Kafka broker restart under write load (a broker of the test's own, so no
 //! other test sees the outage). Writes fail with a clear 503 while the broker
 //! is down and succeed after; no acknowledged write is lost and none is
-//! applied twice.
+//! applied twice. And the answer a broker gives while it shuts down or
+//! starts, which makes librdkafka forget every broker, stalls nothing.
 
 use crate::common;
 
@@ -10,6 +11,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::brokers::Brokers;
+use common::kafka_proxy::KafkaProxy;
 use common::Tern;
 use serde_json::{json, Value};
 
@@ -147,4 +149,83 @@ async fn broker_restart_under_load_loses_no_acknowledged_write() {
     }
     assert_eq!(records, entries, "as many records as log entries: no write was appended twice");
     assert!(records >= all.acked.len() as u64, "every acknowledged write is a record");
+}
+
+/// How long the node may take to write again once Metadata answers name the
+/// broker again: `rebootstrap.rs` notices a client without brokers within
+/// about 3 s, then it connects and asks again.
+const REBOOTSTRAP_WAIT_MAX: Duration = Duration::from_secs(60);
+/// How long Metadata answers name no broker, at least: a few of the
+/// producer's asks, one a second (a write meanwhile may wait out its
+/// delivery bound, 10 s, so it can be longer).
+const POISONED_FOR: Duration = Duration::from_secs(4);
+
+/// A broker in controlled shutdown (or starting, still fenced) answers
+/// Metadata with the cluster's topics and no live broker, and librdkafka
+/// then forgets every broker it knew and never asks again
+/// (confluentinc/librdkafka#5301): in 2 of 3 CI runs of the restart test
+/// above, the node's writes never came back. Here a proxy gives that answer
+/// for a few seconds; the node must write and read again soon after.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_metadata_answer_naming_no_broker_stalls_nothing() {
+    let broker = Brokers::start(1);
+    let proxy = KafkaProxy::start(&broker.bootstrap).await;
+    let dir = tempfile::tempdir().unwrap();
+    let prefix = format!("p{}.", rand::random::<u32>());
+    let log = format!("kafka://{}", proxy.address);
+    let args = [
+        "serve",
+        "--node-id",
+        "told-none",
+        "--listen",
+        "127.0.0.1:0",
+        "--data-dir",
+        dir.path().to_str().unwrap(),
+        "--log",
+        &log,
+        "--kafka-topic-prefix",
+        &prefix,
+        "--namespace",
+        "default:2",
+    ];
+    let t = Tern::spawn(&args, dir.path()).await;
+    let (status, body) = t.put("before", "", &json!(1)).await;
+    assert_eq!(status, 200, "{body}");
+
+    proxy.poison();
+    let poisoned_at = Instant::now();
+    // Writes meanwhile fail (the producer knows no broker): keep asking, so the
+    // producer asks for leaders.
+    while poisoned_at.elapsed() < POISONED_FOR {
+        let (status, body) = t.put("during", "", &json!(2)).await;
+        assert!(status == 200 || status == 503, "{status} {body}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(proxy.poisoned_answers() > 0, "the node's clients asked for metadata while it named no broker");
+    proxy.heal();
+    assert_eq!(proxy.unreadable_answers(), 0, "the proxy read every Metadata answer");
+
+    let healed_at = Instant::now();
+    let version = loop {
+        let (status, body) = t.put("after", "", &json!(3)).await;
+        if status == 200 {
+            break body["version"].as_u64().unwrap();
+        }
+        assert_eq!(status, 503, "{body}");
+        assert!(
+            healed_at.elapsed() < REBOOTSTRAP_WAIT_MAX,
+            "writes succeed again within {REBOOTSTRAP_WAIT_MAX:?} of Metadata naming the broker again; the last answer: {body}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    // And the node reads the log again: it catches up with the end offsets and serves the write.
+    t.wait_caught_up("default").await;
+    let (status, got) = t.get("after", "").await;
+    assert_eq!(status, 200, "{got}");
+    assert_eq!(got["version"].as_u64(), Some(version));
+    let metrics = t.client.get(format!("{}/metrics", t.url)).send().await.unwrap().text().await.unwrap();
+    assert!(
+        metrics.lines().any(|l| l.starts_with("tern_kafka_bootstrap_readded_total ") && !l.ends_with(" 0")),
+        "the node said it gave a client its bootstrap servers again"
+    );
 }

@@ -198,6 +198,13 @@ impl GroupMember {
         Ok(GroupMember { consumer, topic_prefix: topic_prefix.to_string(), sources, assignment: receiver, followed })
     }
 
+    /// Runs `look` on the client of the consumer the member uses now (for
+    /// `rebootstrap.rs`), under the lock: a clone could be the last handle,
+    /// closed here and not where `rebuild` awaits it.
+    pub(super) fn with_client<R>(&self, look: impl FnOnce(&rdkafka::client::Client<GroupContext>) -> R) -> R {
+        look(self.consumer.read().client())
+    }
+
     pub(super) fn assignment(&self) -> watch::Receiver<Assignment> {
         self.assignment.clone()
     }

@@ -6,7 +6,7 @@
 use super::super::{Assignment, CreateOutcome, Log, LogError, LogReader, TopicInfo, TopicPartition};
 use super::config::KafkaLogConfig;
 use super::producer::{Persisted, ReportingProducer};
-use super::{acked_ends, breaker, fetch_source, group, outputs, publisher, reader, sources, topic_id, topic_limits, Membership};
+use super::{acked_ends, breaker, fetch_source, group, outputs, publisher, reader, rebootstrap, sources, topic_id, topic_limits, Membership};
 use async_trait::async_trait;
 use bytes::Bytes;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, ResourceSpecifier, TopicReplication};
@@ -143,6 +143,39 @@ fn serve_main_queue_until(consumer: Arc<fetch_source::LogConsumer>, mut stop: to
     });
 }
 
+/// Gives each long-lived client of the log its bootstrap servers again
+/// when it lost every broker (`rebootstrap.rs`), every
+/// `rebootstrap::CHECK_INTERVAL` until the log is dropped.
+fn keep_brokers(inner: std::sync::Weak<Inner>) {
+    let Some(strong) = inner.upgrade() else { return };
+    let Ok(bootstrap) = std::ffi::CString::new(strong.config.bootstrap_servers.clone()) else {
+        tracing::error!("the Kafka bootstrap servers hold a NUL byte; a client that loses every broker will not get them back");
+        return;
+    };
+    drop(strong);
+    tokio::spawn(async move {
+        let mut watched: [rebootstrap::Watched; 4] = Default::default();
+        let mut interval = tokio::time::interval(rebootstrap::CHECK_INTERVAL);
+        interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            interval.tick().await;
+            let Some(inner) = inner.upgrade() else { return };
+            let [producer, consumer, admin, group] = &mut watched;
+            inner.producer.with_client(|client| rebootstrap::check("producer", client, producer, &bootstrap));
+            rebootstrap::check("consumer", inner.consumer.client(), consumer, &bootstrap);
+            rebootstrap::check("admin", inner.admin.inner(), admin, &bootstrap);
+            if let Some(member) = &inner.group {
+                member.with_client(|client| rebootstrap::check("group consumer", client, group, &bootstrap));
+            }
+            // The log was dropped meanwhile: this is its last handle, and
+            // closing its clients blocks.
+            if Arc::strong_count(&inner) == 1 {
+                drop_off_runtime(inner);
+            }
+        }
+    });
+}
+
 /// Whether the partition's leader answered an append: it took it, or
 /// refused it for its size (the partition takes writes). (librdkafka's own
 /// refusal, over the producer's `message.max.bytes`, is never reached: the
@@ -249,26 +282,26 @@ impl KafkaLog {
         let history_slots = Arc::new(tokio::sync::Semaphore::new(HISTORY_READERS_MAX));
         let elsewhere_slots = Arc::new(tokio::sync::Semaphore::new(ELSEWHERE_READERS_MAX));
         let watermark_slots = Arc::new(tokio::sync::Semaphore::new(WATERMARK_REQUESTS_MAX));
-        Ok(KafkaLog {
-            inner: Arc::new(Inner {
-                config,
-                producer,
-                admin,
-                consumer,
-                group,
-                base,
-                history_slots,
-                elsewhere_slots,
-                acked_ends: acked_ends::AckedEnds::default(),
-                elsewhere_sources: reader::ElsewhereSources::default(),
-                watermark_slots,
-                main_queue,
-                breaker: breaker::Breaker::default(),
-                sources,
-                topic_limits: topic_limits::TopicLimits::default(),
-                turns: topic_limits::Turns::default(),
-            }),
-        })
+        let inner = Arc::new(Inner {
+            config,
+            producer,
+            admin,
+            consumer,
+            group,
+            base,
+            history_slots,
+            elsewhere_slots,
+            acked_ends: acked_ends::AckedEnds::default(),
+            elsewhere_sources: reader::ElsewhereSources::default(),
+            watermark_slots,
+            main_queue,
+            breaker: breaker::Breaker::default(),
+            sources,
+            topic_limits: topic_limits::TopicLimits::default(),
+            turns: topic_limits::Turns::default(),
+        });
+        keep_brokers(Arc::downgrade(&inner));
+        Ok(KafkaLog { inner })
     }
 
     /// The Kafka topic of `namespace`: its source topic, or `<prefix><namespace>`.

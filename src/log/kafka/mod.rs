@@ -34,6 +34,7 @@ mod outputs;
 mod producer;
 mod publisher;
 mod reader;
+mod rebootstrap;
 mod sources;
 mod topic_id;
 mod topic_limits;

@@ -141,6 +141,13 @@ impl ReportingProducer {
         }
     }
 
+    /// Runs `look` on the client of the producer sends go to now (for
+    /// `rebootstrap.rs`), under the lock: a clone could be the last handle,
+    /// and closing a client blocks.
+    pub(super) fn with_client<R>(&self, look: impl FnOnce(&rdkafka::client::Client<ReportingContext>) -> R) -> R {
+        look(self.inner.read().client())
+    }
+
     /// Makes the current producer fail for good, as the broker can: for
     /// tests of what follows (librdkafka's `rd_kafka_test_fatal_error`,
     /// "there is no practical way to trigger real fatal errors").

@@ -2,6 +2,7 @@
 #![allow(dead_code)]
 
 pub(crate) mod brokers;
+pub(crate) mod kafka_proxy;
 pub(crate) mod steered_log;
 pub(crate) mod watch;
 
