@@ -51,15 +51,27 @@ impl Node {
             .map(|handle| async move {
                 let asked = std::time::Instant::now();
                 // One bound for the whole refresh: a stalled log delays it, never forever.
-                if let Ok(Ok(end)) = tokio::time::timeout_at(deadline, self.log.end_offset(&handle.tp)).await {
+                let answer = tokio::time::timeout_at(deadline, self.log.end_offset(&handle.tp)).await;
+                let known = self.log.known_end(&handle.tp);
+                if let Ok(Ok(end)) = answer {
                     // The log's answer, or past what this node's own appends
                     // proved if further (a deposed Kafka leader's answer is old).
-                    let end = end.max(self.log.known_end(&handle.tp));
+                    let end = end.max(known);
                     handle.log_end_gauge.set(end as i64);
                     handle.lag_gauge.set(end.saturating_sub(handle.applied_next()) as i64);
                     if !isolated {
                         handle.freshness.log_end_seen(end, asked, handle.applied_next());
                     }
+                } else if !isolated && known > handle.applied_next() {
+                    // No answer (a deposed Kafka leader can leave the ask
+                    // unanswered for its whole timeout, every time): this
+                    // node's own acknowledged appends still prove the
+                    // partition reaches `known`. Evidence of being behind,
+                    // never of being current; without it a node that only
+                    // reads (its strong reads' barriers land at the new
+                    // leader) was never told its reader is stuck (issue 36:
+                    // the leader-cut test's node b, stuck for 40 s).
+                    handle.freshness.behind_seen(known, asked, handle.applied_next());
                 }
                 handle.staleness_gauge.set(handle.staleness().map_or(-1.0, |s| s.as_secs_f64()));
             })

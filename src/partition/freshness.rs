@@ -15,6 +15,14 @@
 //!
 //! An upper bound, never an estimate: a replica that is in fact current
 //! shows up to one check interval (plus a round trip to the leader).
+//!
+//! Weaker evidence counts for being behind only: an end offset this node's
+//! own acknowledged appends prove (`Log::known_end`) bounds no other
+//! writer's writes, so it never makes a replica current, but a replica
+//! that has not applied it is behind (`behind_seen`). It is what a node
+//! has when the log does not answer its ask at all (a Kafka leader cut off
+//! from the other brokers can leave it unanswered), and what tells its
+//! apply loop that its reader is stuck (`apply::stuck_reader`).
 
 use std::time::{Duration, Instant};
 
@@ -31,6 +39,9 @@ struct State {
     current_at: Option<Instant>,
     /// An end offset asked at an instant, not yet applied here.
     pending: Option<(u64, Instant)>,
+    /// An end offset known at an instant by weaker evidence (`behind_seen`),
+    /// not yet applied here: behind, but never current when applied.
+    behind: Option<(u64, Instant)>,
     /// When the last end offset was asked.
     told_at: Option<Instant>,
 }
@@ -50,13 +61,30 @@ impl Freshness {
         }
     }
 
+    /// The partition reaches at least `end`, known at `at` by evidence that
+    /// bounds only some writes (this node's own acknowledged appends): this
+    /// replica, at `applied_next`, is behind if it has not applied it; it is
+    /// never made current by it.
+    pub fn behind_seen(&self, end: u64, at: Instant, applied_next: u64) {
+        let mut state = self.state.lock();
+        state.settle(applied_next);
+        state.told_at = state.told_at.max(Some(at));
+        if applied_next < end && state.behind.is_none() {
+            state.behind = Some((end, at));
+        }
+    }
+
     /// Since when this replica has known of an end offset past `applied_next`
     /// that it has not applied (None: it applied every end it was told),
     /// and when it was last told an end at all.
     pub fn behind_since(&self, applied_next: u64) -> Option<(Instant, Instant)> {
         let mut state = self.state.lock();
         state.settle(applied_next);
-        state.pending.map(|(_, asked)| (asked, state.told_at.unwrap_or(asked)))
+        let since = match (state.pending, state.behind) {
+            (Some((_, asked)), Some((_, at))) => Some(asked.min(at)),
+            (pending, behind) => pending.or(behind).map(|(_, at)| at),
+        };
+        since.map(|since| (since, state.told_at.unwrap_or(since)))
     }
 
     /// Since when the replica's reads may miss acknowledged writes (None: never known current).
@@ -75,6 +103,9 @@ impl State {
                 self.current_at = self.current_at.max(Some(asked));
                 self.pending = None;
             }
+        }
+        if self.behind.is_some_and(|(end, _)| applied_next >= end) {
+            self.behind = None;
         }
     }
 }
@@ -114,5 +145,28 @@ mod tests {
         freshness.log_end_seen(30, t1 + Duration::from_millis(5), 10);
         assert_eq!(freshness.behind_since(10), Some((t1, t1 + Duration::from_millis(5))), "since the first end it has not applied");
         assert_eq!(freshness.behind_since(20), None, "applied it");
+    }
+
+    #[test]
+    fn an_end_known_by_weaker_evidence_tells_behind_never_current() {
+        let freshness = Freshness::default();
+        let t0 = Instant::now();
+        freshness.behind_seen(10, t0, 7);
+        assert_eq!(freshness.behind_since(7), Some((t0, t0)), "behind the end its own appends prove");
+        assert_eq!(freshness.staleness(7), None);
+        assert_eq!(freshness.behind_since(10), None, "applied it");
+        assert_eq!(freshness.staleness(10), None, "and still never known current: other writers' writes may be past it");
+        // With the log's own answers too: behind since the earlier of the two.
+        let t1 = t0 + Duration::from_millis(5);
+        freshness.log_end_seen(15, t1, 10);
+        freshness.behind_seen(20, t1 + Duration::from_millis(5), 10);
+        assert_eq!(freshness.behind_since(10), Some((t1, t1 + Duration::from_millis(5))));
+        assert_eq!(
+            freshness.behind_since(15).map(|(since, _)| since),
+            Some(t1 + Duration::from_millis(5)),
+            "the log's end applied; its own end not yet"
+        );
+        assert!(freshness.staleness(15).is_some(), "the log's answer, applied, makes it current as of its ask");
+        assert_eq!(freshness.behind_since(20), None);
     }
 }

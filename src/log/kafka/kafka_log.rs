@@ -242,11 +242,20 @@ impl KafkaLog {
             // broker amortizes produce requests (the broker's CPU is per request).
             .set("linger.ms", config.linger.as_millis().to_string())
             .set("delivery.timeout.ms", config.delivery_timeout.as_millis().to_string())
+            // How long the leader may wait for its in-sync replicas before it
+            // answers a produce with a timeout: the whole delivery bound, so
+            // that the client's own request timeout (`socket.timeout.ms`
+            // below, a third of it) always comes first. A leader cut from the
+            // other brokers would otherwise answer "timed out" at the same
+            // instant now and then; the connection then stays up, librdkafka
+            // retries on it, and asks that leader who leads (see
+            // `enable.sparse.connections` below).
+            .set("request.timeout.ms", config.delivery_timeout.as_millis().max(1).to_string())
             // A produce the leader never answers (its region cut off) is sent
             // again, to the new leader, after a third of the delivery bound,
-            // not after librdkafka's default 30 s, past the bound.
-            .set("request.timeout.ms", (config.delivery_timeout.as_millis() / 3).max(1).to_string())
-            // ... and only if the producer has learned the new leader by then.
+            // not after librdkafka's default 30 s, past the bound (the
+            // client's request timeout is `socket.timeout.ms`, below) ...
+            // and only if the producer has learned the new leader by then.
             // librdkafka asks for metadata when a broker connection fails, but
             // a cut-off leader's connection does not fail, it goes silent:
             // the ask after the first timed-out produce can come before the
@@ -263,7 +272,20 @@ impl KafkaLog {
             // Bounded like a produce, the ask times out, the silent
             // connection is dropped (`socket.max.fails` 1), and the next
             // ask goes to a broker that answers.
-            .set("socket.timeout.ms", (config.delivery_timeout.as_millis() / 3).max(10).to_string());
+            .set("socket.timeout.ms", (config.delivery_timeout.as_millis() / 3).max(10).to_string())
+            // A deposed leader cut from the other brokers still answers
+            // Metadata, naming itself leader at its old epoch, and librdkafka
+            // asks the least idle broker, which is the one it produces to:
+            // with connections only to the brokers it needs, a node's
+            // producer asked nothing but the deposed leader for up to 40 s
+            // (issue 36: the leader-cut test's node b, whose strong reads'
+            // barriers then failed). Connected to every broker, it asks
+            // another as soon as a produce times out and drops the deposed
+            // leader's connection ("broker down"), learns the new leader's
+            // epoch, and ignores the old one from then on. (librdkafka's
+            // `enable.sparse.connections`; the cost is one idle connection
+            // per broker.)
+            .set("enable.sparse.connections", "false");
         let producer = Arc::new(ReportingProducer::create(&producer_config).map_err(unavailable)?);
         let consumer: fetch_source::LogConsumer = reader_client_config(base.clone(), &config)
             .set("group.id", format!("{}node.{}", config.topic_prefix, config.client_id))
