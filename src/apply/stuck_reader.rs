@@ -126,4 +126,23 @@ mod tests {
         std::thread::sleep(TOLD_RECENTLY + AFTER);
         assert!(!watch.stuck(&handle), "no recent evidence, no verdict");
     }
+
+    #[test]
+    fn not_stuck_when_its_own_appends_were_proven_long_ago() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(PartitionStore::open(&dir.path().join("p"), 1, 1 << 20).unwrap());
+        let handle = PartitionHandle::new(Arc::from("stuck"), 0, 1, store, 0, crate::fanout::RingLimits::TEST);
+        let mut watch = StuckWatch::new(&handle, AFTER);
+        // The log does not answer; the node's own appends, acknowledged
+        // before it was cut off, prove an end it has not applied.
+        let proven_at = Instant::now();
+        std::thread::sleep(TOLD_RECENTLY + AFTER);
+        handle.freshness.behind_seen(5, proven_at, 0);
+        assert!(!watch.stuck(&handle), "old proof is no recent evidence: no verdict");
+        // Acknowledged again now (its barriers land at a new leader): stuck.
+        handle.freshness.behind_seen(6, Instant::now(), 0);
+        std::thread::sleep(AFTER * 2);
+        handle.freshness.behind_seen(6, Instant::now(), 0);
+        assert!(watch.stuck(&handle));
+    }
 }

@@ -136,6 +136,15 @@ pub trait Log: Send + Sync + 'static {
         0
     }
 
+    /// `known_end`, with when it was last proven (on Kafka: the last
+    /// acknowledgement of this node's appends to `tp`): how recent the
+    /// evidence is, for a stuck reader's detection (a node cut off from the
+    /// log proves nothing new). None: no proof. Default: None.
+    fn known_end_at(&self, tp: &TopicPartition) -> Option<(u64, std::time::Instant)> {
+        let _ = tp;
+        None
+    }
+
     /// Opens a reader of `tp` at `from` that does not trust what the last one
     /// was told: the apply loop's reader delivered nothing while entries this
     /// node knows were acknowledged wait (a deposed Kafka leader, cut from

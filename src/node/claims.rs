@@ -101,11 +101,16 @@ struct Retries {
     /// The scan interval: the first wait after a failure is twice this.
     interval: Duration,
     failed: std::collections::HashMap<String, (u32, tokio::time::Instant)>,
+    /// Journals this node claimed whose replay has not finished: taking the
+    /// claim again after a failed replay (the log down) goes on with the
+    /// same claim, counted once in `tern_journal_claims_total`. Bounded by
+    /// the journals in object storage.
+    claimed: std::collections::HashSet<String>,
 }
 
 impl Retries {
     fn new(interval: Duration) -> Retries {
-        Retries { interval, failed: std::collections::HashMap::new() }
+        Retries { interval, failed: std::collections::HashMap::new(), claimed: std::collections::HashSet::new() }
     }
 
     /// Whether `journal` may be tried now.
@@ -171,12 +176,13 @@ async fn scan(
     let journals = objects.journals().await?;
     leaseless.0.retain(|journal, _| journals.contains(journal));
     retries.failed.retain(|journal, _| journals.contains(journal));
+    retries.claimed.retain(|journal| journals.contains(journal));
     for journal in journals.iter().filter(|journal| *journal != own) {
         if !retries.due(journal) {
             leaseless.0.remove(journal);
             continue;
         }
-        match scan_one(node, objects, journal, own, claim_after, leaseless).await {
+        match scan_one(node, objects, journal, own, claim_after, leaseless, &mut retries.claimed).await {
             Ok(()) => retries.succeeded(journal),
             Err(ReplayError::Passing(e)) => tracing::warn!(journal, error = %e, "replaying a lost journal failed; the next scan tries again"),
             Err(ReplayError::Lasting(e)) => {
@@ -196,6 +202,7 @@ async fn scan_one(
     own: &str,
     claim_after: Duration,
     leaseless: &mut Leaseless,
+    claimed: &mut std::collections::HashSet<String>,
 ) -> Result<(), ReplayError> {
     let renewed_at_ms = match objects.lease(journal).await? {
         Some(lease) => {
@@ -212,7 +219,9 @@ async fn scan_one(
     if !objects.claim(journal, own, claim_after * 2).await? {
         return Ok(());
     }
-    crate::metrics::JOURNAL_CLAIMS.inc();
+    if claimed.insert(journal.to_string()) {
+        crate::metrics::JOURNAL_CLAIMS.inc();
+    }
     tracing::info!(journal, renewed_at_ms, "a journal's lease expired: replaying it");
     replay(node, objects, journal, claim_after).await
 }

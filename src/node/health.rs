@@ -62,16 +62,23 @@ impl Node {
                     if !isolated {
                         handle.freshness.log_end_seen(end, asked, handle.applied_next());
                     }
-                } else if !isolated && known > handle.applied_next() {
+                } else if let Some((known, proven_at)) = self.log.known_end_at(&handle.tp).filter(|_| !isolated) {
                     // No answer (a deposed Kafka leader can leave the ask
                     // unanswered for its whole timeout, every time): this
                     // node's own acknowledged appends still prove the
-                    // partition reaches `known`. Evidence of being behind,
-                    // never of being current; without it a node that only
-                    // reads (its strong reads' barriers land at the new
+                    // partition reaches `known`, as of their last
+                    // acknowledgement (a node cut off from the log proves
+                    // nothing new, and decides nothing). Evidence of being
+                    // behind, never of being current; without it a node that
+                    // only reads (its strong reads' barriers land at the new
                     // leader) was never told its reader is stuck (issue 36:
                     // the leader-cut test's node b, stuck for 40 s).
-                    handle.freshness.behind_seen(known, asked, handle.applied_next());
+                    let applied = handle.applied_next();
+                    if known > applied {
+                        handle.freshness.behind_seen(known, proven_at, applied);
+                        let lag = (known - applied) as i64;
+                        handle.lag_gauge.set(handle.lag_gauge.get().max(lag));
+                    }
                 }
                 handle.staleness_gauge.set(handle.staleness().map_or(-1.0, |s| s.as_secs_f64()));
             })

@@ -18,9 +18,10 @@
 //! log's own word, and a topic recreated under the same name starts
 //! again below what this node once appended.
 //!
-//! Bounded: one number per partition this node appended to.
+//! Bounded: one number and one instant per partition this node appended to.
 
 use std::collections::HashMap;
+use std::time::Instant;
 
 use parking_lot::Mutex;
 
@@ -28,20 +29,28 @@ use crate::log::TopicPartition;
 
 #[derive(Default)]
 pub(super) struct AckedEnds {
-    ends: Mutex<HashMap<TopicPartition, u64>>,
+    /// Each partition's proven end, and when an append of it was last acknowledged.
+    ends: Mutex<HashMap<TopicPartition, (u64, Instant)>>,
 }
 
 impl AckedEnds {
     /// The producer acknowledged a record of `tp` at `offset`.
     pub(super) fn acknowledged(&self, tp: &TopicPartition, offset: u64) {
+        let now = Instant::now();
         let mut ends = self.ends.lock();
-        let end = ends.entry(tp.clone()).or_default();
+        let (end, at) = ends.entry(tp.clone()).or_insert((0, now));
         *end = (*end).max(offset.saturating_add(1));
+        *at = now;
     }
 
     /// The least end offset of `tp` this node's appends proved (0: none).
     pub(super) fn end(&self, tp: &TopicPartition) -> u64 {
-        self.ends.lock().get(tp).copied().unwrap_or(0)
+        self.end_at(tp).map_or(0, |(end, _)| end)
+    }
+
+    /// That end, and when an append of `tp` was last acknowledged (None: never).
+    pub(super) fn end_at(&self, tp: &TopicPartition) -> Option<(u64, Instant)> {
+        self.ends.lock().get(tp).copied()
     }
 }
 
@@ -57,8 +66,12 @@ mod tests {
         let tp = TopicPartition { topic: Arc::from("ns"), partition: 3 };
         let other = TopicPartition { topic: Arc::from("ns"), partition: 4 };
         assert_eq!(ends.end(&tp), 0);
+        let before = Instant::now();
         ends.acknowledged(&tp, 41);
         ends.acknowledged(&tp, 7);
         assert_eq!((ends.end(&tp), ends.end(&other)), (42, 0));
+        let (end, at) = ends.end_at(&tp).unwrap();
+        assert!(end == 42 && at >= before, "the end, and the last acknowledgement's instant");
+        assert_eq!(ends.end_at(&other), None);
     }
 }

@@ -245,7 +245,7 @@ impl KafkaLog {
             // How long the leader may wait for its in-sync replicas before it
             // answers a produce with a timeout: the whole delivery bound, so
             // that the client's own request timeout (`socket.timeout.ms`
-            // below, a third of it) always comes first. A leader cut from the
+            // below, a third of it, checked once a second) comes first. A leader cut from the
             // other brokers would otherwise answer "timed out" at the same
             // instant now and then; the connection then stays up, librdkafka
             // retries on it, and asks that leader who leads (see
@@ -281,10 +281,15 @@ impl KafkaLog {
             // (issue 36: the leader-cut test's node b, whose strong reads'
             // barriers then failed). Connected to every broker, it asks
             // another as soon as a produce times out and drops the deposed
-            // leader's connection ("broker down"), learns the new leader's
-            // epoch, and ignores the old one from then on. (librdkafka's
-            // `enable.sparse.connections`; the cost is one idle connection
-            // per broker.)
+            // leader's connection ("broker down"); once one answer names the
+            // new leader at its newer epoch, librdkafka ignores the deposed
+            // one's older epoch. (An ask before the controller moved the
+            // leadership names the old leader again: the next timeout, a
+            // third of the delivery bound later, asks again.) The cost is
+            // one idle connection per broker per node. The property is
+            // librdkafka's `enable.sparse.connections`, not in its documented
+            // list (kept since 1.0; a librdkafka that drops it refuses to
+            // start the producer, which the Kafka tests would show).
             .set("enable.sparse.connections", "false");
         let producer = Arc::new(ReportingProducer::create(&producer_config).map_err(unavailable)?);
         let consumer: fetch_source::LogConsumer = reader_client_config(base.clone(), &config)
@@ -710,6 +715,10 @@ impl Log for KafkaLog {
     /// deposed leader's high watermark is old.
     fn known_end(&self, tp: &TopicPartition) -> u64 {
         self.inner.acked_ends.end(tp)
+    }
+
+    fn known_end_at(&self, tp: &TopicPartition) -> Option<(u64, std::time::Instant)> {
+        self.inner.acked_ends.end_at(tp)
     }
 
     async fn start_offset(&self, tp: &TopicPartition) -> Result<u64, LogError> {
