@@ -130,10 +130,9 @@ pub trait Log: Send + Sync + 'static {
     /// (on Kafka: one past its own acknowledged appends; 0: none), for lag,
     /// staleness and a stuck reader's detection only — never for recovery
     /// decisions (a store ahead of the log is refused by the log's own
-    /// answer, `end_offset`). Default: 0.
+    /// answer, `end_offset`). Derived from `known_end_at`.
     fn known_end(&self, tp: &TopicPartition) -> u64 {
-        let _ = tp;
-        0
+        self.known_end_at(tp).map_or(0, |(end, _)| end)
     }
 
     /// `known_end`, with when it was last proven (on Kafka: the last

@@ -52,7 +52,8 @@ impl Node {
                 let asked = std::time::Instant::now();
                 // One bound for the whole refresh: a stalled log delays it, never forever.
                 let answer = tokio::time::timeout_at(deadline, self.log.end_offset(&handle.tp)).await;
-                let known = self.log.known_end(&handle.tp);
+                let known_at = self.log.known_end_at(&handle.tp);
+                let known = known_at.map_or(0, |(end, _)| end);
                 if let Ok(Ok(end)) = answer {
                     // The log's answer, or past what this node's own appends
                     // proved if further (a deposed Kafka leader's answer is old).
@@ -62,7 +63,7 @@ impl Node {
                     if !isolated {
                         handle.freshness.log_end_seen(end, asked, handle.applied_next());
                     }
-                } else if let Some((known, proven_at)) = self.log.known_end_at(&handle.tp).filter(|_| !isolated) {
+                } else if let Some((known, proven_at)) = known_at.filter(|_| !isolated) {
                     // No answer (a deposed Kafka leader can leave the ask
                     // unanswered for its whole timeout, every time): this
                     // node's own acknowledged appends still prove the

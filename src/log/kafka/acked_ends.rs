@@ -9,7 +9,7 @@
 //! controller while clients still reach it, goes on answering with its old
 //! high watermark (Kafka has no leader lease). A replica reading from it
 //! then applies nothing and believed itself current: lag 0, staleness
-//! near 0. `Log::known_end` tells what this node's own appends proved;
+//! near 0. `Log::known_end_at` tells what this node's own appends proved;
 //! the node's lag and staleness take the larger of it and the broker's
 //! answer (`node/health.rs`), so the replica sees how far behind it is,
 //! and its apply loop opens a reader on other brokers
@@ -43,12 +43,7 @@ impl AckedEnds {
         *at = now;
     }
 
-    /// The least end offset of `tp` this node's appends proved (0: none).
-    pub(super) fn end(&self, tp: &TopicPartition) -> u64 {
-        self.end_at(tp).map_or(0, |(end, _)| end)
-    }
-
-    /// That end, and when an append of `tp` was last acknowledged (None: never).
+    /// The least end offset of `tp` this node's appends proved, and when an append of `tp` was last acknowledged (None: never).
     pub(super) fn end_at(&self, tp: &TopicPartition) -> Option<(u64, Instant)> {
         self.ends.lock().get(tp).copied()
     }
@@ -65,11 +60,10 @@ mod tests {
         let ends = AckedEnds::default();
         let tp = TopicPartition { topic: Arc::from("ns"), partition: 3 };
         let other = TopicPartition { topic: Arc::from("ns"), partition: 4 };
-        assert_eq!(ends.end(&tp), 0);
+        assert_eq!(ends.end_at(&tp), None);
         let before = Instant::now();
         ends.acknowledged(&tp, 41);
         ends.acknowledged(&tp, 7);
-        assert_eq!((ends.end(&tp), ends.end(&other)), (42, 0));
         let (end, at) = ends.end_at(&tp).unwrap();
         assert!(end == 42 && at >= before, "the end, and the last acknowledgement's instant");
         assert_eq!(ends.end_at(&other), None);

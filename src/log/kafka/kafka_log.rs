@@ -713,10 +713,6 @@ impl Log for KafkaLog {
 
     /// One past this node's own acknowledged appends (`acked_ends.rs`): a
     /// deposed leader's high watermark is old.
-    fn known_end(&self, tp: &TopicPartition) -> u64 {
-        self.inner.acked_ends.end(tp)
-    }
-
     fn known_end_at(&self, tp: &TopicPartition) -> Option<(u64, std::time::Instant)> {
         self.inner.acked_ends.end_at(tp)
     }
