@@ -232,6 +232,14 @@ pub(crate) static SNAPSHOT_RESTORES: LazyLock<IntCounter> = LazyLock::new(|| {
     register_int_counter!("tern_snapshot_restores_total", "Partitions restored from a snapshot at start").expect("metric registers")
 });
 
+pub(crate) static STORES_SET_ASIDE: LazyLock<IntCounter> = LazyLock::new(|| {
+    register_int_counter!(
+        "tern_store_set_aside_total",
+        "Partition stores found damaged (a page failing its checksum, a file cut short) and set aside to be rebuilt"
+    )
+    .expect("metric registers")
+});
+
 pub(crate) static SNAPSHOT_REJECTED: LazyLock<IntCounter> = LazyLock::new(|| {
     register_int_counter!("tern_snapshot_rejected_total", "Snapshots that failed verification on restore (an older one was tried)")
         .expect("metric registers")
@@ -307,6 +315,15 @@ pub(crate) static PARTITION_STALENESS_SECONDS: LazyLock<GaugeVec> = LazyLock::ne
 
 pub(crate) static PARTITION_LAG: LazyLock<IntGaugeVec> = LazyLock::new(|| {
     register_int_gauge_vec!("tern_partition_lag", "Log entries not yet applied by this replica", &["ns", "partition"]).expect("metric registers")
+});
+
+pub(crate) static PARTITION_REBUILDING: LazyLock<IntGaugeVec> = LazyLock::new(|| {
+    register_int_gauge_vec!(
+        "tern_partition_rebuilding",
+        "1 while this replica rebuilds the partition's store (found damaged and set aside); it serves no read until caught up",
+        &["ns", "partition"]
+    )
+    .expect("metric registers")
 });
 
 pub(crate) static PARTITION_REFUSED: LazyLock<IntGaugeVec> = LazyLock::new(|| {

@@ -115,7 +115,10 @@ pub(super) async fn describe(State(state): State<AppState>, Caller(identity): Ca
         let fetch = state.node.log.fetch_source(&handle.tp);
         let (status, reason) = match handle.status() {
             PartitionStatus::Serving => ("serving", None),
-            PartitionStatus::CatchingUp => ("catching_up", None),
+            PartitionStatus::CatchingUp => match handle.rebuilding() {
+                Some(why) => ("rebuilding", Some(why)),
+                None => ("catching_up", None),
+            },
             PartitionStatus::Refused(reason) => ("refused", Some(reason)),
             PartitionStatus::NotHeld => ("not_held", None),
         };

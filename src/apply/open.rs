@@ -54,6 +54,11 @@ pub(super) async fn open_reader(
         match try_open(handle, log, &config.recovery).await {
             Ok(opened) => return Some(opened),
             Err(Step::Refuse(reason)) => {
+                // A store set aside as damaged: what was found, and why the rebuild cannot finish.
+                let reason = match handle.rebuilding() {
+                    Some(why) => format!("{why}; rebuilding it: {reason}"),
+                    None => reason,
+                };
                 handle.set_status(PartitionStatus::Refused(reason));
                 return None;
             }

@@ -32,17 +32,29 @@ pub fn load_or_create_root_token(path: &Path) -> anyhow::Result<String> {
             if let Some(dir) = path.parent() {
                 std::fs::create_dir_all(dir)?;
             }
-            let mut file = {
-                use std::os::unix::fs::OpenOptionsExt;
-                std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(path)
-            }
-            .map_err(|e| anyhow::anyhow!("cannot create the admin token file {}: {e}", path.display()))?;
-            writeln!(file, "{token}")?;
-            file.sync_all()?;
+            create_atomically(path, &token).map_err(|e| anyhow::anyhow!("cannot create the admin token file {}: {e}", path.display()))?;
             Ok(token)
         }
         Err(e) => anyhow::bail!("cannot read the admin token file {}: {e}", path.display()),
     }
+}
+
+/// Writes the token whole or not at all: a temporary file (mode 0600,
+/// fsynced), linked to `path` only if nothing is there (a node started
+/// beside this one may have made it first), then the directory fsynced. A
+/// crash never leaves a file cut short, which the next start would refuse.
+fn create_atomically(path: &Path, token: &str) -> std::io::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let tmp = path.with_extension(format!("tmp.{:016x}", rand::random::<u64>()));
+    let written = (|| {
+        let mut file = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(&tmp)?;
+        writeln!(file, "{token}")?;
+        file.sync_all()?;
+        std::fs::hard_link(&tmp, path)
+    })();
+    let _ = std::fs::remove_file(&tmp);
+    written?;
+    std::fs::File::open(path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new(".")))?.sync_all()
 }
 
 pub(super) fn new_root_token() -> String {
@@ -73,6 +85,8 @@ mod tests {
         let token = load_or_create_root_token(&path).unwrap();
         assert_eq!(std::fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o600);
         assert_eq!(load_or_create_root_token(&path).unwrap(), token, "read again, not made again");
+        let names: Vec<String> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+        assert_eq!(names, ["admin.token"], "made whole, no temporary file left");
         std::fs::write(&path, "short").unwrap();
         assert!(load_or_create_root_token(&path).is_err());
     }

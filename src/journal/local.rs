@@ -233,18 +233,71 @@ pub(super) const RELEASED_FILE: &str = "released.json";
 /// The journal's id (its folder in object storage), made at first open.
 pub(crate) const ID_FILE: &str = "journal_id";
 
-/// Reads the journal's id, making one at first open.
-pub(super) fn journal_id(dir: &Path) -> Result<String, JournalError> {
+/// Reads the journal's id, making one at first open. A damaged one (not the
+/// 32 hex digits every build wrote) is made again only while the journal
+/// holds nothing (`held_bytes` 0), with its lanes (`start_lanes_again`);
+/// with entries held it is refused: they name their lanes by it, and under
+/// another id an entry applied before could be applied again.
+pub(super) fn journal_id(dir: &Path, held_bytes: u64) -> Result<String, JournalError> {
     let path = dir.join(ID_FILE);
     match std::fs::read_to_string(&path) {
-        Ok(id) if !id.trim().is_empty() => return Ok(id.trim().to_string()),
-        Ok(_) => {}
+        Ok(id) if is_journal_id(id.trim()) => return Ok(id.trim().to_string()),
+        Ok(_) if held_bytes > 0 => {
+            return Err(LogError::Corrupt(format!(
+                "{} is damaged and the journal holds {held_bytes} bytes of entries whose lanes it names: under another \
+                 id they could be applied twice. With journal objects, its id is the folder under tern/journal/ in \
+                 object storage whose lease names this node: write that id back into the file. Otherwise stop the \
+                 node and move the journal folder aside: its entries not yet sequenced are lost (docs/damage.md)",
+                path.display()
+            ))
+            .into())
+        }
+        Ok(_) => {
+            start_lanes_again(dir)?;
+            return journal_id(dir, held_bytes);
+        }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) if e.kind() == std::io::ErrorKind::InvalidData => {
+            // Not UTF-8: damaged, as above.
+            std::fs::write(&path, b"").map_err(LogError::from)?;
+            return journal_id(dir, held_bytes);
+        }
         Err(e) => return Err(LogError::from(e).into()),
     }
     let id = format!("{:032x}", rand::random::<u128>());
     write_atomically(&path, id.as_bytes()).map_err(LogError::from)?;
     Ok(id)
+}
+
+fn is_journal_id(text: &str) -> bool {
+    text.len() == 32 && text.bytes().all(|b| b.is_ascii_hexdigit())
+}
+
+/// The released marks: derivable, so a damaged file is not fatal. Without
+/// them the entries still held are sequenced again, and applied once (a
+/// lane's entries at or below what a store applied are dropped there).
+fn read_released(path: &Path) -> Result<HashMap<String, u64>, JournalError> {
+    match std::fs::read(path) {
+        Ok(bytes) => match serde_json::from_slice(&bytes) {
+            Ok(released) => Ok(released),
+            Err(e) => {
+                tracing::warn!(file = %path.display(), error = %e, "the journal's released marks are damaged; the entries it holds are sequenced again (applied once)");
+                Ok(HashMap::new())
+            }
+        },
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(HashMap::new()),
+        Err(e) => Err(LogError::from(e).into()),
+    }
+}
+
+/// The journal's log started again (its metadata lost, nothing held): a new
+/// id, so new lanes, and no released marks (they were the old lanes').
+fn start_lanes_again(dir: &Path) -> Result<(), JournalError> {
+    let id = format!("{:032x}", rand::random::<u128>());
+    write_atomically(&dir.join(ID_FILE), id.as_bytes()).map_err(LogError::from)?;
+    write_atomically(&dir.join(RELEASED_FILE), b"{}").map_err(LogError::from)?;
+    tracing::warn!(journal = %dir.display(), %id, "the journal started again under a new id: its metadata was lost and it held no entry");
+    Ok(())
 }
 
 impl Journal {
@@ -255,15 +308,20 @@ impl Journal {
         config.segment_bytes_max = SEGMENT_BYTES_MAX;
         // Every closed segment whose entries are all released goes.
         config.retention_bytes = Some(0);
+        // The journal's log metadata (its lanes' topics) lost while its
+        // segments hold nothing: every entry was released, nothing is lost.
+        // It starts again, under a new id, so its lanes are new ones and no
+        // offset is used twice (an entry at an old lane's offset would be
+        // taken for one applied before). With entries held, it is refused.
+        config.start_again_if_meta_lost_and_empty = true;
         let log = EmbeddedLog::open(config)?;
+        if log.started_again() {
+            start_lanes_again(dir)?;
+        }
         let topics = log.list_topics().await?.into_iter().map(|t| (t.name, t.partitions)).collect();
+        let id = journal_id(dir, log.bytes())?;
         let released_file = dir.join(RELEASED_FILE);
-        let released = match std::fs::read(&released_file) {
-            Ok(bytes) => serde_json::from_slice(&bytes).map_err(|e| LogError::Corrupt(format!("{}: {e}", released_file.display())))?,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => HashMap::new(),
-            Err(e) => return Err(LogError::from(e).into()),
-        };
-        let id = journal_id(dir)?;
+        let released = read_released(&released_file)?;
         let released = Arc::new(Mutex::new(released));
         let objects = match objects {
             Some(config) => {
@@ -585,6 +643,11 @@ impl Journal {
         let start = self.released_from(ns, partition).await?;
         let end = self.log.end_offset(&tp(ns, partition)).await?;
         Ok((end > start).then(|| Pending { ns: ns.to_string(), partition, start, end }))
+    }
+
+    /// The journal's id (`ID_FILE`): its lanes and its folder in object storage are named by it.
+    pub fn id(&self) -> &str {
+        &self.id
     }
 
     /// Entries and bytes not yet released.

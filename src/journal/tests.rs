@@ -226,3 +226,88 @@ async fn a_wait_for_release_waits_only_for_the_entries_before_it() {
     assert!(journal.holds_pending("ns", 0));
     assert!(journal.wait_released("ns", 1, 5, soon()).await, "another partition holds nothing");
 }
+
+/// Cuts `bytes` off the end of `path`, as a damaged disk may.
+fn cut(path: &std::path::Path, bytes: usize) {
+    let text = std::fs::read(path).unwrap();
+    std::fs::write(path, &text[..text.len() - bytes]).unwrap();
+}
+
+/// Issue 37: nine bytes cut from the journal's `log-meta.json` stopped
+/// every start of the node ("the journal failed: the log is corrupt: … EOF
+/// while parsing a string"), on a node whose journal held nothing. Failed
+/// before: that error, at the second open.
+#[tokio::test]
+async fn a_damaged_copy_of_the_journals_metadata_costs_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let journal = Journal::open(dir.path(), ROOMY, None).await.unwrap();
+    for i in 0..3 {
+        journal.append("ns", 2, 0, &put("a", &i.to_string(), &format!("w{i}"))).await.unwrap();
+    }
+    journal.close_unpersisted().await;
+    cut(&dir.path().join("log-meta.json"), 9);
+    let journal = Journal::open(dir.path(), ROOMY, None).await.unwrap();
+    assert_eq!(journal.pending().await.unwrap(), vec![Pending { ns: "ns".into(), partition: 0, start: 0, end: 3 }], "every entry, from the copy");
+    journal.close_unpersisted().await;
+    cut(&dir.path().join("log-meta.copy.json"), 9);
+    let journal = Journal::open(dir.path(), ROOMY, None).await.unwrap();
+    assert_eq!(journal.pending().await.unwrap().len(), 1, "the copy written again from the primary");
+}
+
+/// Both copies lost: a journal that holds nothing starts again under a new
+/// id (new lanes: no offset of an old lane is used twice); one that holds
+/// entries is refused, saying what is lost and how to go on.
+#[tokio::test]
+async fn a_journal_whose_metadata_is_lost_starts_again_only_if_it_holds_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let journal = Journal::open(dir.path(), ROOMY, None).await.unwrap();
+    let id = journal.id().to_string();
+    journal.close().await;
+    for name in ["log-meta.json", "log-meta.copy.json"] {
+        cut(&dir.path().join(name), 9);
+    }
+    let journal = Journal::open(dir.path(), ROOMY, None).await.unwrap();
+    assert_ne!(journal.id(), id, "a new id, so new lanes");
+    journal.append("ns", 2, 0, &put("a", "1", "w1")).await.unwrap();
+    journal.close_unpersisted().await;
+    for name in ["log-meta.json", "log-meta.copy.json"] {
+        cut(&dir.path().join(name), 9);
+    }
+    let error = Journal::open(dir.path(), ROOMY, None).await.err().expect("refused: it holds an entry").to_string();
+    assert!(error.contains("metadata is lost") && error.contains("bytes in 1 segments") && error.contains("docs/damage.md"), "{error}");
+}
+
+/// A damaged id file: made again while the journal holds nothing, refused
+/// while it holds entries (they name their lanes by it). Before: an empty
+/// file silently made a new id, and garbage was taken as one.
+#[tokio::test]
+async fn a_damaged_journal_id_is_made_again_only_if_the_journal_holds_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let journal = Journal::open(dir.path(), ROOMY, None).await.unwrap();
+    let id = journal.id().to_string();
+    journal.close().await;
+    std::fs::write(dir.path().join(crate::journal::ID_FILE), &id[..20]).unwrap();
+    let journal = Journal::open(dir.path(), ROOMY, None).await.unwrap();
+    assert!(journal.id() != id && journal.id().len() == 32, "made again");
+    journal.append("ns", 2, 0, &put("a", "1", "w1")).await.unwrap();
+    journal.close_unpersisted().await;
+    std::fs::write(dir.path().join(crate::journal::ID_FILE), "").unwrap();
+    let error = Journal::open(dir.path(), ROOMY, None).await.err().expect("refused").to_string();
+    assert!(error.contains("journal_id is damaged") && error.contains("applied twice"), "{error}");
+}
+
+/// Damaged released marks are derivable: the entries held are sequenced
+/// again (and applied once, by their lanes). Before: the node did not start.
+#[tokio::test]
+async fn damaged_released_marks_replay_what_is_held() {
+    let dir = tempfile::tempdir().unwrap();
+    let journal = Journal::open(dir.path(), ROOMY, None).await.unwrap();
+    for i in 0..3 {
+        journal.append("ns", 2, 0, &put("a", &i.to_string(), &format!("w{i}"))).await.unwrap();
+    }
+    journal.release_below("ns", 0, 2);
+    journal.close().await;
+    cut(&dir.path().join("released.json"), 3);
+    let journal = Journal::open(dir.path(), ROOMY, None).await.unwrap();
+    assert_eq!(journal.pending().await.unwrap(), vec![Pending { ns: "ns".into(), partition: 0, start: 0, end: 3 }]);
+}

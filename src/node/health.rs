@@ -30,7 +30,10 @@ impl Node {
             for handle in &namespace.handles {
                 match handle.status() {
                     PartitionStatus::Serving | PartitionStatus::NotHeld => {}
-                    PartitionStatus::CatchingUp => problems.push(format!("{}/{}: catching up", namespace.name, handle.partition)),
+                    PartitionStatus::CatchingUp => match handle.rebuilding() {
+                        Some(why) => problems.push(format!("{}/{}: rebuilding: {why}", namespace.name, handle.partition)),
+                        None => problems.push(format!("{}/{}: catching up", namespace.name, handle.partition)),
+                    },
                     PartitionStatus::Refused(reason) => problems.push(format!("{}/{}: refused: {reason}", namespace.name, handle.partition)),
                 }
             }

@@ -12,7 +12,7 @@ use super::Node;
 use crate::limits;
 use crate::log::{CreateOutcome, LogError};
 use crate::partition::{Namespace, PartitionHandle};
-use crate::store::PartitionStore;
+use crate::store::damaged::open_or_set_aside;
 
 /// How often the node asks the log to learn the largest entry of the
 /// namespaces whose limit is due (`Log::learn_entry_limits`: never learned,
@@ -142,12 +142,20 @@ impl Node {
         let mut handles = Vec::with_capacity(partitions as usize);
         for partition in 0..partitions {
             let path = self.config.data_dir.join("stores").join(name.as_ref()).join(format!("{partition:05}.redb"));
+            let damaged_dir = self.config.data_dir.join("damaged");
             let cache_bytes = self.config.store_cache_bytes;
-            // A new store starts empty; its apply loop restores it from a snapshot (apply/open.rs).
-            let store = tokio::task::spawn_blocking(move || PartitionStore::open(&path, partitions, cache_bytes)).await??;
+            // A new store starts empty, and so does one found damaged (set
+            // aside): its apply loop restores it from a snapshot and the log (apply/open.rs).
+            let (store, set_aside) = tokio::task::spawn_blocking(move || open_or_set_aside(&path, partitions, cache_bytes, &damaged_dir)).await??;
             let applied_next = store.read()?.applied_next()?;
             let ring = self.config.watch.ring;
-            handles.push(Arc::new(PartitionHandle::new(name.clone(), partition, partitions, Arc::new(store), applied_next, ring)));
+            let handle = Arc::new(PartitionHandle::new(name.clone(), partition, partitions, Arc::new(store), applied_next, ring));
+            if let Some(set_aside) = set_aside {
+                tracing::error!(tp = %handle.tp, %set_aside, "a damaged partition store was set aside; the partition is rebuilt from snapshots and the log");
+                crate::metrics::STORES_SET_ASIDE.inc();
+                handle.start_rebuilding(set_aside.to_string());
+            }
+            handles.push(handle);
         }
         let assignment = self.log.assignment().borrow().clone();
         for handle in &handles {

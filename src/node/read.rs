@@ -50,8 +50,12 @@ pub async fn await_consistency(
     timeout: Duration,
 ) -> Result<(), ReadError> {
     for &p in partitions {
-        if let PartitionStatus::Refused(reason) = namespace.handle(p).status() {
+        let handle = namespace.handle(p);
+        if let PartitionStatus::Refused(reason) = handle.status() {
             return Err(ReadError::Refused { partition: p, reason });
+        }
+        if let Some(why) = handle.rebuilding() {
+            return Err(ReadError::Refused { partition: p, reason: format!("rebuilding: {why}; it serves again once caught up") });
         }
     }
     let deadline = tokio::time::Instant::now() + timeout;

@@ -71,6 +71,11 @@ pub struct PartitionHandle {
     /// How current this replica is known to be (`freshness.rs`).
     pub freshness: super::freshness::Freshness,
     refused_gauge: IntGauge,
+    /// Why this replica's store is being rebuilt (it was found damaged and
+    /// set aside, `store::damaged`): until it is caught up it serves no
+    /// read (a rebuilt store is an older state). None: not rebuilding.
+    rebuilding: RwLock<Option<String>>,
+    rebuilding_gauge: IntGauge,
     /// Recent events and the watches of this partition.
     pub feed: Arc<crate::fanout::PartitionFeed>,
 }
@@ -105,11 +110,26 @@ impl PartitionHandle {
             staleness_gauge: metrics::PARTITION_STALENESS_SECONDS.with_label_values(&labels),
             freshness: Default::default(),
             refused_gauge: metrics::PARTITION_REFUSED.with_label_values(&labels),
+            rebuilding: RwLock::new(None),
+            rebuilding_gauge: metrics::PARTITION_REBUILDING.with_label_values(&labels),
             feed: Arc::new(crate::fanout::PartitionFeed::new(partition, applied_next, ring)),
         };
         handle.applied_offset_gauge.set(applied_next as i64 - 1);
         handle.refused_gauge.set(0);
+        handle.rebuilding_gauge.set(0);
         handle
+    }
+
+    /// This replica's store was found damaged and replaced by an empty one
+    /// (`why`): it serves reads again once its apply loop has caught up.
+    pub(crate) fn start_rebuilding(&self, why: String) {
+        self.rebuilding_gauge.set(1);
+        *self.rebuilding.write() = Some(why);
+    }
+
+    /// Why this replica's store is being rebuilt, while it is (None: it is not).
+    pub fn rebuilding(&self) -> Option<String> {
+        self.rebuilding.read().clone()
     }
 
     /// Since when this replica's reads may miss acknowledged writes (None: not known yet).
@@ -169,6 +189,10 @@ impl PartitionHandle {
             return;
         }
         self.record_status(&status);
+        if status == PartitionStatus::Serving && self.rebuilding.write().take().is_some() {
+            self.rebuilding_gauge.set(0);
+            tracing::info!(ns = %self.namespace, partition = self.partition, applied_next = self.applied_next(), "partition rebuilt: caught up, serving");
+        }
         *current = status;
     }
 

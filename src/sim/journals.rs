@@ -101,7 +101,8 @@ impl SimNode {
     }
 
     fn journal_id(&self) -> String {
-        format!("sim-node-{}-{}", self.n, self.generation)
+        // 32 hex digits, as a real journal's id (a journal takes no other).
+        format!("{:016x}{:016x}", self.n, self.generation)
     }
 
     fn make_dir(&self) {

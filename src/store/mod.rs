@@ -17,6 +17,8 @@
 //! besides records), `reader.rs` (read views), `key.rs` (key encoding),
 //! `hash.rs` (the incremental state hash).
 
+/// A store that fails its checks: set aside, replaced, rebuilt.
+pub mod damaged;
 pub mod hash;
 mod journal_lanes;
 pub mod key;
@@ -37,4 +39,4 @@ pub use self::reader::StoreReader;
 pub use self::txn::ApplyTxn;
 mod partition_store;
 
-pub use self::partition_store::{PartitionStore, Record, RestoredState, StoreError, StoreState};
+pub use self::partition_store::{OpenFailure, PartitionStore, Record, RestoredState, StoreError, StoreState};

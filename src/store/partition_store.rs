@@ -20,6 +20,34 @@ pub struct StoreError {
     pub message: String,
 }
 
+/// Why a store could not be opened (`PartitionStore::open_checked`).
+#[derive(Debug)]
+pub enum OpenFailure {
+    /// The file fails its checks (a page's checksum, its length, its
+    /// layout): nothing in it can be trusted. Set aside and rebuilt
+    /// (`store/damaged.rs`).
+    Damaged(String),
+    /// Anything else (an I/O error such as a full disk or a permission,
+    /// another format or partition count): moving the file would not help.
+    Other(StoreError),
+}
+
+/// Damage, or another failure: redb says `Corrupted` for a page that fails
+/// its checksum, a layout that does not fit the file's length and roots
+/// that do not verify; a header naming an older redb format cannot be one
+/// Tern wrote; a read past the file's end is a file cut short.
+fn classify(path: &Path, e: redb::Error) -> OpenFailure {
+    use std::io::ErrorKind;
+    match e {
+        redb::Error::Corrupted(message) => OpenFailure::Damaged(format!("DB corrupted: {message}")),
+        redb::Error::UpgradeRequired(version) => OpenFailure::Damaged(format!("its header names redb file format {version}, which Tern never wrote")),
+        redb::Error::Io(io) if matches!(io.kind(), ErrorKind::UnexpectedEof | ErrorKind::InvalidData) => {
+            OpenFailure::Damaged(format!("unreadable: {io}"))
+        }
+        other => OpenFailure::Other(StoreError { path: path.display().to_string(), message: other.to_string() }),
+    }
+}
+
 /// One record as read.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Record {
@@ -48,46 +76,61 @@ pub struct PartitionStore {
 impl PartitionStore {
     /// Opens or creates the store of a partition of a namespace of `partitions` partitions.
     pub fn open(path: &Path, partitions: u32, cache_bytes: usize) -> Result<PartitionStore, StoreError> {
-        let err = |message: String| StoreError { path: path.display().to_string(), message };
+        Self::open_checked(path, partitions, cache_bytes).map_err(|failure| match failure {
+            OpenFailure::Damaged(message) => StoreError { path: path.display().to_string(), message },
+            OpenFailure::Other(e) => e,
+        })
+    }
+
+    /// Opens or creates a store, every page of it verified against its
+    /// checksum first (redb's integrity check: a plain open trusts a file
+    /// closed cleanly, and may panic on one damaged since). A newest commit
+    /// that fails while the one before verifies is rolled back to it, as
+    /// after a crash: the apply loop replays the log from there. Tells a
+    /// damaged file (`OpenFailure::Damaged`: set it aside and rebuild,
+    /// `damaged.rs`) from any other failure.
+    pub fn open_checked(path: &Path, partitions: u32, cache_bytes: usize) -> Result<PartitionStore, OpenFailure> {
+        let other = |message: String| OpenFailure::Other(StoreError { path: path.display().to_string(), message });
         if let Some(dir) = path.parent() {
-            std::fs::create_dir_all(dir).map_err(|e| err(e.to_string()))?;
+            std::fs::create_dir_all(dir).map_err(|e| other(e.to_string()))?;
         }
-        let db = Database::builder().set_cache_size(cache_bytes).create(path).map_err(|e| err(e.to_string()))?;
+        let db =
+            Database::builder().set_cache_size(cache_bytes).set_check_integrity_on_open(true).create(path).map_err(|e| classify(path, e.into()))?;
         let store = PartitionStore { db, path: Arc::new(path.to_path_buf()) };
-        let txn = store.db.begin_write().map_err(|e| err(e.to_string()))?;
+        let txn = store.db.begin_write().map_err(|e| classify(path, e.into()))?;
         {
-            let mut meta = txn.open_table(RECORDS).map_err(|e| err(e.to_string()))?;
-            let format = meta_u64(&meta, META_FORMAT).map_err(|e| err(e.to_string()))?;
-            let is_empty = meta.first().map_err(|e| err(e.to_string()))?.is_none();
+            let mut meta = txn.open_table(RECORDS).map_err(|e| classify(path, e.into()))?;
+            let format = meta_u64(&meta, META_FORMAT).map_err(|e| classify(path, e.into()))?;
+            let is_empty = meta.first().map_err(|e| classify(path, e.into()))?.is_none();
             match (format, is_empty) {
                 (0, true) => {
-                    meta.insert(META_FORMAT, FORMAT_VERSION.to_le_bytes().as_slice()).map_err(|e| err(e.to_string()))?;
+                    meta.insert(META_FORMAT, FORMAT_VERSION.to_le_bytes().as_slice()).map_err(|e| classify(path, e.into()))?;
                 }
                 (FORMAT_VERSION, _) => {}
-                (1, _) => upgrade_from_format_1(&mut meta).map_err(|e| err(e.to_string()))?,
-                (other, _) => {
-                    return Err(err(format!(
-                        "has store format {other}, this build reads format {FORMAT_VERSION}; move it away to rebuild it from the log"
+                (1, _) => upgrade_from_format_1(&mut meta).map_err(|e| classify(path, e.into()))?,
+                (other_format, _) => {
+                    return Err(other(format!(
+                        "has store format {other_format}, this build reads format {FORMAT_VERSION}; move it away to rebuild it from the log"
                     )))
                 }
             }
-            let stored = meta_u64(&meta, META_PARTITIONS).map_err(|e| err(e.to_string()))?;
+            let stored = meta_u64(&meta, META_PARTITIONS).map_err(|e| classify(path, e.into()))?;
             let stored = (stored != 0).then_some(stored);
             match stored {
                 None => {
-                    meta.insert(META_PARTITIONS, u64::from(partitions).to_le_bytes().as_slice()).map_err(|e| err(e.to_string()))?;
+                    meta.insert(META_PARTITIONS, u64::from(partitions).to_le_bytes().as_slice()).map_err(|e| classify(path, e.into()))?;
                 }
                 Some(p) if p == u64::from(partitions) => {}
                 Some(p) => {
-                    return Err(err(format!("belongs to a namespace of {p} partitions, not {partitions}; move it away to rebuild from the log")))
+                    return Err(other(format!("belongs to a namespace of {p} partitions, not {partitions}; move it away to rebuild from the log")))
                 }
             }
-            if meta.get(META_NOT_APPLIED_FROM).map_err(|e| err(e.to_string()))?.is_none() {
-                let applied_next = read_state(&meta).map_err(|e| err(e.to_string()))?.applied_next;
-                meta.insert(META_NOT_APPLIED_FROM, applied_next.to_le_bytes().as_slice()).map_err(|e| err(e.to_string()))?;
+            if meta.get(META_NOT_APPLIED_FROM).map_err(|e| classify(path, e.into()))?.is_none() {
+                let applied_next = read_state(&meta).map_err(|e| classify(path, e.into()))?.applied_next;
+                meta.insert(META_NOT_APPLIED_FROM, applied_next.to_le_bytes().as_slice()).map_err(|e| classify(path, e.into()))?;
             }
         }
-        txn.commit().map_err(|e| err(e.to_string()))?;
+        txn.commit().map_err(|e| classify(path, e.into()))?;
         Ok(store)
     }
 

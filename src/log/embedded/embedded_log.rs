@@ -4,13 +4,13 @@
 
 use super::super::{CreateOutcome, Log, LogError, LogReader, TopicInfo, TopicPartition};
 use super::index::PartitionState;
-use super::segments::{write_atomically, Segments};
+use super::meta::{random_id, read_meta, write_meta, LogMeta, MetaRead, TopicMeta};
+use super::segments::Segments;
 use super::writer::{AppendRequest, Writer};
 use super::{frame, reader};
 use async_trait::async_trait;
 use bytes::Bytes;
 use parking_lot::{Mutex, RwLock};
-use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::io::{BufReader, Read};
 use std::path::{Path, PathBuf};
@@ -33,6 +33,11 @@ pub struct EmbeddedLogConfig {
     pub tail_cache_bytes: usize,
     /// Appends waiting for the writer; senders wait when it is full.
     pub queue_capacity: usize,
+    /// Both copies of the metadata damaged (`meta.rs`) while no segment
+    /// holds a byte: start again as a new log (true: the journal, whose
+    /// opener then starts its lanes again too) or refuse (false: a log
+    /// whose id names its snapshots).
+    pub start_again_if_meta_lost_and_empty: bool,
 }
 
 impl EmbeddedLogConfig {
@@ -44,36 +49,9 @@ impl EmbeddedLogConfig {
             retention_ms: None,
             tail_cache_bytes: 1024 * 1024,
             queue_capacity: 16 * 1024,
+            start_again_if_meta_lost_and_empty: false,
         }
     }
-}
-
-#[derive(Debug, Default, Clone, Serialize, Deserialize)]
-pub(super) struct LogMeta {
-    /// Random, made when the log is created (or first opened by a build that
-    /// names logs): the log part of `Log::identity`.
-    #[serde(default)]
-    pub(super) log_id: String,
-    pub(super) topics: Vec<TopicMeta>,
-    /// "topic_id:partition" → first retained offset, written before deletions.
-    #[serde(default)]
-    pub(super) start_offsets: HashMap<String, u64>,
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub(super) struct TopicMeta {
-    pub(super) name: String,
-    pub(super) id: u32,
-    pub(super) partitions: u32,
-    /// Random, made when the topic is created: a topic deleted and created
-    /// again under its name is another topic.
-    #[serde(default)]
-    pub(super) uid: String,
-}
-
-/// 128 random bits, hex: the ids the embedded log names itself and its topics by.
-pub(super) fn random_id() -> String {
-    format!("{:032x}", rand::random::<u128>())
 }
 
 pub(super) struct Topic {
@@ -87,6 +65,8 @@ pub(crate) struct Inner {
     pub(super) segments: Arc<Segments>,
     pub(super) queue: RwLock<Option<mpsc::Sender<AppendRequest>>>,
     pub(super) writer_thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+    /// The metadata was lost and this log started again (`EmbeddedLogConfig::start_again_if_meta_lost_and_empty`).
+    pub(super) started_again: bool,
 }
 
 /// The embedded log. Cheap to clone.
@@ -99,15 +79,33 @@ impl EmbeddedLog {
     /// Opens (recovering) or creates the log in `config.dir`.
     pub fn open(config: EmbeddedLogConfig) -> Result<EmbeddedLog, LogError> {
         std::fs::create_dir_all(&config.dir)?;
-        let mut meta = read_meta(&config.dir)?;
+        let (segments, ids) = Segments::open(&config.dir.join("wal"))?;
+        let (mut meta, mut rewrite, started_again) = match read_meta(&config.dir)? {
+            MetaRead::New => (LogMeta::default(), true, false),
+            MetaRead::Found { meta, damaged: None } => (meta, false, false),
+            MetaRead::Found { meta, damaged: Some(why) } => {
+                tracing::warn!(dir = %config.dir.display(), %why, "one copy of the embedded log's metadata is damaged or missing; written again from the other");
+                (meta, true, false)
+            }
+            MetaRead::Lost(why) => {
+                let held_bytes: u64 = ids.iter().map(|id| segments.size_bytes(*id)).sum();
+                if !(config.start_again_if_meta_lost_and_empty && held_bytes == 0) {
+                    return Err(LogError::Corrupt(meta_lost_reason(&config.dir, &why, ids.len(), held_bytes)));
+                }
+                tracing::warn!(dir = %config.dir.display(), %why, "the embedded log's metadata is lost and its segments hold nothing: it starts again as a new log");
+                (LogMeta::default(), true, true)
+            }
+        };
         if meta.log_id.is_empty() || meta.topics.iter().any(|t| t.uid.is_empty()) {
             meta.log_id = if meta.log_id.is_empty() { random_id() } else { meta.log_id };
             for topic in meta.topics.iter_mut().filter(|t| t.uid.is_empty()) {
                 topic.uid = random_id();
             }
-            write_meta(&config.dir, &meta)?;
+            rewrite = true;
         }
-        let (segments, ids) = Segments::open(&config.dir.join("wal"))?;
+        if rewrite {
+            write_meta(&config.dir, &mut meta)?;
+        }
         let segments = Arc::new(segments);
         let mut by_id: HashMap<u32, (Arc<str>, Vec<Arc<PartitionState>>)> = HashMap::new();
         for topic in &meta.topics {
@@ -146,8 +144,15 @@ impl EmbeddedLog {
                 segments,
                 queue: RwLock::new(Some(queue_tx)),
                 writer_thread: Mutex::new(Some(writer_thread)),
+                started_again,
             }),
         })
+    }
+
+    /// Whether this log's metadata was lost and it started again as a new,
+    /// empty log (`EmbeddedLogConfig::start_again_if_meta_lost_and_empty`).
+    pub fn started_again(&self) -> bool {
+        self.inner.started_again
     }
 
     pub(super) fn partition(&self, tp: &TopicPartition) -> Result<Arc<PartitionState>, LogError> {
@@ -234,22 +239,22 @@ impl EmbeddedLog {
             let start = index.end_below_segment(segment_id_min);
             meta.start_offsets.insert(format!("{}:{}", p.topic_id, p.partition), start);
         }
-        write_meta(&self.inner.config.dir, &meta)
+        write_meta(&self.inner.config.dir, &mut meta)
     }
 }
 
-pub(super) fn read_meta(dir: &Path) -> Result<LogMeta, LogError> {
-    match std::fs::read(dir.join("log-meta.json")) {
-        Ok(bytes) => serde_json::from_slice(&bytes).map_err(|e| LogError::Corrupt(format!("{}/log-meta.json: {e}", dir.display()))),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(LogMeta::default()),
-        Err(e) => Err(e.into()),
-    }
-}
-
-pub(super) fn write_meta(dir: &Path, meta: &LogMeta) -> Result<(), LogError> {
-    let bytes = serde_json::to_vec_pretty(meta).expect("meta serializes");
-    write_atomically(&dir.join("log-meta.json"), &bytes)?;
-    Ok(())
+/// Why a log whose metadata is lost is refused: what is lost, and the way
+/// out that accepts exactly that loss.
+fn meta_lost_reason(dir: &Path, why: &str, segments: usize, held_bytes: u64) -> String {
+    format!(
+        "the embedded log's metadata is lost: both copies fail their checks ({why}). It names the topics of the \
+         {held_bytes} bytes in {segments} segments of {}/wal, which cannot be read without it. To recover, stop the \
+         node, move {} aside and start it with --restore: each partition continues from what its store applied (a \
+         partition without a store, from its newest snapshot), and the writes acknowledged after that are lost \
+         (docs/damage.md)",
+        dir.display(),
+        dir.display()
+    )
 }
 
 /// Scans one segment, indexing every valid frame. Returns the valid length.
@@ -343,7 +348,7 @@ impl Log for EmbeddedLog {
         let id = meta.topics.iter().map(|t| t.id + 1).max().unwrap_or(0);
         let mut next = meta.clone();
         next.topics.push(TopicMeta { name: name.to_string(), id, partitions, uid: random_id() });
-        write_meta(&self.inner.config.dir, &next)?;
+        write_meta(&self.inner.config.dir, &mut next)?;
         *meta = next;
         let states = (0..partitions).map(|p| Arc::new(PartitionState::new(id, p, 0, self.inner.config.tail_cache_bytes))).collect();
         self.inner.topics.write().insert(Arc::from(name), Arc::new(Topic { partitions: states }));
@@ -402,7 +407,7 @@ impl Log for EmbeddedLog {
         }
         // Recorded first: after a crash the partition reopens at the new start.
         meta.start_offsets.insert(format!("{}:{}", partition.topic_id, partition.partition), offset);
-        write_meta(&self.inner.config.dir, &meta)?;
+        write_meta(&self.inner.config.dir, &mut meta)?;
         index.start_offset = offset;
         index.next_offset = offset;
         partition.durable_end.send_replace(offset);

@@ -1,9 +1,10 @@
 //! The embedded log: Tern's `Log` on one machine's disk.
 //!
 //! Layout of `dir`:
-//! - `log-meta.json`: topics (name, id, partitions) and, per partition, the
-//!   offset the retained log starts at (written before segments are deleted,
-//!   so offsets are never reused after a restart);
+//! - `log-meta.json` and `log-meta.copy.json` (`meta.rs`): topics (name,
+//!   id, partitions) and, per partition, the offset the retained log starts
+//!   at (written before segments are deleted, so offsets are never reused
+//!   after a restart), twice, each copy checksummed;
 //! - `wal/<id>.seg`: one shared write-ahead log for all partitions of all
 //!   topics, frames as in `frame.rs`, rolled at `segment_bytes_max`.
 //!
@@ -18,12 +19,13 @@
 mod embedded_log;
 pub mod frame;
 pub mod index;
+mod meta;
 mod reader;
 pub mod segments;
 #[cfg(test)]
 mod tests;
 mod writer;
 
-#[cfg(test)]
-use self::embedded_log::read_meta;
 pub use self::embedded_log::{EmbeddedLog, EmbeddedLogConfig};
+#[cfg(test)]
+use self::meta::read_meta;

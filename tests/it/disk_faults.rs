@@ -1,0 +1,239 @@
+//! Disk faults (issue 37): a node's files damaged while it was stopped —
+//! bits flipped, files cut short, as disks and filesystems do — and the node
+//! started again. It must come back serving every partition it can rebuild,
+//! and no read may ever return a value that was not written.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use crate::common::{self, Tern};
+use serde_json::{json, Value};
+
+/// Cuts a tenth of `path` off its end.
+fn cut_short(path: &Path) {
+    let len = std::fs::metadata(path).unwrap().len();
+    std::fs::OpenOptions::new().write(true).open(path).unwrap().set_len(len - len / 10).unwrap();
+}
+
+/// Flips two bits in every 4 KiB page of `path` past its first 8 KiB (the
+/// header): whatever pages the store's tree reaches, some are hit.
+fn flip_bits(path: &Path) {
+    let mut bytes = std::fs::read(path).unwrap();
+    let mut at = 8192 + 1000;
+    while at < bytes.len() {
+        bytes[at] ^= 0b0100_0010;
+        at += 4096;
+    }
+    std::fs::write(path, bytes).unwrap();
+}
+
+fn cut_bytes(path: &Path, bytes: u64) {
+    let len = std::fs::metadata(path).unwrap().len();
+    std::fs::OpenOptions::new().write(true).open(path).unwrap().set_len(len - bytes).unwrap();
+}
+
+async fn metric(t: &Tern, name: &str) -> f64 {
+    let text = t.client.get(format!("{}/metrics", t.url)).send().await.unwrap().text().await.unwrap();
+    text.lines()
+        .find(|l| l.starts_with(name) && l[name.len()..].starts_with([' ', '{']))
+        .and_then(|l| l.rsplit(' ').next())
+        .map_or(0.0, |v| v.parse().unwrap())
+}
+
+/// Writes `count` records with pks `k0..` (each value names its write) and
+/// remembers each one.
+async fn write(t: &Tern, written: &mut BTreeMap<String, Value>, phase: u32, count: usize) {
+    for i in 0..count {
+        let (pk, value) = (format!("k{i}"), json!({ "i": i, "phase": phase }));
+        let (status, body) = t.put(&pk, "", &value).await;
+        assert_eq!(status, 200, "{body}");
+        written.insert(pk, value);
+    }
+}
+
+/// Every record reads back as last written: never another value.
+async fn every_record_reads_back(t: &Tern, written: &BTreeMap<String, Value>) {
+    for (pk, value) in written {
+        let (status, body) = t.get(pk, "").await;
+        assert_eq!(status, 200, "{pk}: {body}");
+        assert_eq!(&body["value"], value, "{pk}");
+    }
+}
+
+fn damaged_kept(data: &Path) -> Vec<String> {
+    let mut names = Vec::new();
+    for ns in std::fs::read_dir(data.join("damaged")).into_iter().flatten() {
+        let ns = ns.unwrap();
+        for file in std::fs::read_dir(ns.path()).unwrap() {
+            names.push(format!("{}/{}", ns.file_name().to_string_lossy(), file.unwrap().file_name().to_string_lossy()));
+        }
+    }
+    names.sort();
+    names
+}
+
+/// One node on the embedded log, snapshots on its own disk (`tern dev`):
+/// two partition stores damaged (one cut short, one with flipped bits), one
+/// copy of the log's metadata and of the journal's cut. Before issue 37 the
+/// node never started again ("DB corrupted: …", "the log is corrupt: … EOF
+/// while parsing"); now it sets the two stores aside, rebuilds them from
+/// the snapshot and the log, and reads the same state as before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_with_damaged_stores_and_metadata_rebuilds_and_reads_the_same() {
+    let data = tempfile::tempdir().unwrap();
+    let mut t = Tern::dev(data.path()).await;
+    let mut written = BTreeMap::new();
+    write(&t, &mut written, 1, 300).await;
+    let (status, taken) = t.send(t.client.post(format!("{}/v1/admin/snapshots", t.url)).json(&json!({}))).await;
+    assert_eq!(status, 200, "{taken}");
+    write(&t, &mut written, 2, 150).await;
+    t.wait_caught_up("default").await;
+    let before = t.partition_states("default").await;
+    assert!(t.terminate().success());
+
+    let stores = data.path().join("stores/default");
+    cut_short(&stores.join("00001.redb"));
+    flip_bits(&stores.join("00002.redb"));
+    cut_bytes(&data.path().join("log/log-meta.json"), 9);
+    cut_bytes(&data.path().join("journal/log-meta.json"), 9);
+
+    let t = Tern::dev(data.path()).await;
+    t.wait_caught_up("default").await;
+    assert_eq!(metric(&t, "tern_store_set_aside_total").await, 2.0);
+    let kept = damaged_kept(data.path());
+    assert!(kept.len() == 2 && kept[0].starts_with("default/00001.") && kept[1].starts_with("default/00002."), "{kept:?}");
+    assert_eq!(t.partition_states("default").await, before, "the same offsets and state hashes as before the damage");
+    every_record_reads_back(&t, &written).await;
+    for partition in [1, 2] {
+        assert_eq!(metric(&t, &format!("tern_partition_rebuilding{{ns=\"default\",partition=\"{partition}\"}}")).await, 0.0);
+    }
+    // Writes go on, and the copies of the metadata were written again.
+    write(&t, &mut written, 3, 20).await;
+    every_record_reads_back(&t, &written).await;
+    for copy in ["log/log-meta.copy.json", "journal/log-meta.copy.json"] {
+        assert!(data.path().join(copy).exists(), "{copy}");
+    }
+}
+
+/// A damaged store whose partition cannot be rebuilt whole (no snapshot,
+/// and the log's retention deleted its first entries) is refused, naming
+/// what was found and what is missing; every other partition serves, and
+/// the refused one answers with an error, never an older value.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_damaged_store_that_cannot_be_rebuilt_is_refused_and_the_others_serve() {
+    let data = tempfile::tempdir().unwrap();
+    let dir = data.path().to_str().unwrap();
+    let args = [
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--data-dir",
+        dir,
+        "--namespace",
+        "default:2",
+        "--log-segment-bytes",
+        "1048576",
+        "--log-retention-bytes",
+        "1",
+        "--log-retention-check-ms",
+        "100",
+    ];
+    let mut t = Tern::spawn(&args, data.path()).await;
+    let mut written = BTreeMap::new();
+    // 3 MB: three segments, the first two deleted once the stores have them.
+    let pad = "x".repeat(10_000);
+    for i in 0..300 {
+        let (pk, value) = (format!("k{i}"), json!({ "i": i, "pad": pad }));
+        let (status, body) = t.put(&pk, "", &value).await;
+        assert_eq!(status, 200, "{body}");
+        written.insert(pk, value);
+    }
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let (_, body) = t.get_json("/v1/ns/default").await;
+        if body["state"][0]["log_start_offset"].as_u64().is_some_and(|start| start > 0) {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "retention never deleted partition 0's first entries: {body}");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert!(t.terminate().success());
+    cut_short(&data.path().join("stores/default/00000.redb"));
+
+    let t = Tern::spawn_listening(&args, &[], data.path());
+    let unready = t.wait_unready_with("default/0: refused").await.to_string();
+    assert!(unready.contains("its store was damaged") && unready.contains("needs log offset 0 but the log starts at"), "{unready}");
+    assert_eq!(metric(&t, "tern_store_set_aside_total").await, 1.0);
+    for (pk, value) in &written {
+        let (status, body) = t.get(pk, "").await;
+        match tern::partitioner::partition_of(pk, 2) {
+            0 => assert_eq!((status, common::error_code(&body)), (503, "partition_unavailable"), "{pk}: {body}"),
+            _ => assert_eq!((status, &body["value"]), (200, value), "{pk}: {body}"),
+        }
+    }
+}
+
+/// A node of its own replica group on Kafka, sharing the snapshot store.
+async fn kafka_node(id: &str, data: &Path, prefix: &str, snapshots: &str) -> Tern {
+    let log = format!("kafka://{}", common::kafka_bootstrap());
+    let args = [
+        "serve",
+        "--node-id",
+        id,
+        "--group",
+        id,
+        "--listen",
+        "127.0.0.1:0",
+        "--data-dir",
+        data.to_str().unwrap(),
+        "--log",
+        &log,
+        "--kafka-topic-prefix",
+        prefix,
+        "--namespace",
+        "default:4",
+        "--snapshots",
+        snapshots,
+        "--snapshot-interval-ms",
+        "86400000",
+        "--snapshot-entries",
+        "1000000000",
+    ];
+    Tern::spawn(&args, data).await
+}
+
+/// On Kafka: a replica whose stores and journal metadata were damaged while
+/// it was down comes back without a person, rebuilds from the snapshot and
+/// the topic, and reaches the same state as the replica that served
+/// meanwhile (writes went on in between).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_damaged_kafka_replica_rebuilds_while_another_serves() {
+    let (a_data, b_data, objects) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let snapshots = format!("file://{}", objects.path().display());
+    let prefix = format!("d{}.", rand::random::<u32>());
+    let a = kafka_node("disk-a", a_data.path(), &prefix, &snapshots).await;
+    let mut b = kafka_node("disk-b", b_data.path(), &prefix, &snapshots).await;
+    let mut written = BTreeMap::new();
+    write(&a, &mut written, 1, 200).await;
+    b.wait_caught_up("default").await;
+    let (status, taken) = b.send(b.client.post(format!("{}/v1/admin/snapshots", b.url)).json(&json!({}))).await;
+    assert_eq!(status, 200, "{taken}");
+    write(&a, &mut written, 2, 100).await;
+    b.wait_caught_up("default").await;
+    assert!(b.terminate().success());
+
+    let stores = b_data.path().join("stores/default");
+    cut_short(&stores.join("00001.redb"));
+    flip_bits(&stores.join("00002.redb"));
+    cut_bytes(&b_data.path().join("journal/log-meta.json"), 9);
+    // The other replica serves meanwhile.
+    write(&a, &mut written, 3, 100).await;
+    every_record_reads_back(&a, &written).await;
+
+    let b = kafka_node("disk-b", b_data.path(), &prefix, &snapshots).await;
+    a.wait_caught_up("default").await;
+    b.wait_caught_up("default").await;
+    assert_eq!(metric(&b, "tern_store_set_aside_total").await, 2.0);
+    assert_eq!(b.partition_states("default").await, a.partition_states("default").await, "the rebuilt replica equals the one that served");
+    every_record_reads_back(&b, &written).await;
+}
