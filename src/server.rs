@@ -329,6 +329,11 @@ async fn reach_kafka(kafka: &KafkaLog, servers: &str) -> anyhow::Result<()> {
 }
 
 /// Resolves on SIGTERM or SIGINT.
+/// `tern check`: a stopped node's data directory verified offline (`node::check`).
+pub(crate) fn check_data_dir(data_dir: &std::path::Path) -> std::io::Result<crate::node::check::DataDirCheck> {
+    crate::node::check::check_data_dir(data_dir)
+}
+
 pub(crate) async fn shutdown_signal() {
     let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("SIGTERM handler installs");
     tokio::select! {

@@ -58,7 +58,7 @@ async fn load(node: &Node, cluster: &Cluster) -> Result<Vec<KeyRecord>, String> 
     let partition = namespace.partition_of(KEYS_PK);
     let handle = namespace.handle(partition);
     if handle.is_held() {
-        let reader = handle.store().read().map_err(|e| e.to_string())?;
+        let reader = handle.read_store().map_err(|e| e.to_string())?;
         let (records, _) = reader.list(KEYS_PK, &SkRange::default(), KEYS_MAX, usize::MAX).map_err(|e| e.to_string())?;
         return Ok(records.iter().filter_map(|r| parse(&r.value)).collect());
     }

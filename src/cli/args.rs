@@ -41,6 +41,14 @@ pub enum Command {
     WriteStatus(client::WriteStatusArgs),
     /// Procedures: `tern procedure deploy NAME MODULE.wasm`, `ls`, `show NAME`, `rollback NAME VERSION`, `rm NAME`, `outbox P`, `trim P BELOW`.
     Procedure(procedure::ProcedureArgs),
+    /// Verify a stopped node's data directory offline, changing nothing: `tern check DATA_DIR` (exit 1 if damaged; docs/damage.md).
+    Check(CheckArgs),
+}
+
+#[derive(Args)]
+pub struct CheckArgs {
+    /// The node's data directory.
+    pub data_dir: PathBuf,
 }
 
 #[derive(Args)]

@@ -71,6 +71,23 @@ pub fn main() -> anyhow::Result<()> {
             Command::Snapshot(args) => client::snapshot(args).await,
             Command::Token(args) => token::token(args).await,
             Command::Procedure(args) => procedure::procedure(args).await,
+            Command::Check(args) => check(&args.data_dir),
         }
     })
+}
+
+/// `tern check DATA_DIR`: one line per file looked at, then a summary; exits
+/// 1 when anything is damaged.
+fn check(data_dir: &std::path::Path) -> anyhow::Result<()> {
+    let checked = crate::server::check_data_dir(data_dir)?;
+    for finding in &checked.findings {
+        let verdict = if finding.damaged { "DAMAGED" } else { "ok" };
+        println!("{verdict:<8} {}: {}", finding.path.display(), finding.says);
+    }
+    let damaged = checked.damaged();
+    println!("{} files checked, {damaged} damaged", checked.findings.len());
+    if damaged > 0 {
+        std::process::exit(1);
+    }
+    Ok(())
 }

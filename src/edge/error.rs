@@ -183,7 +183,10 @@ impl From<NamespaceError> for ApiError {
 
 impl From<crate::store::StoreError> for ApiError {
     fn from(e: crate::store::StoreError) -> ApiError {
-        ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "store_error", e.to_string())
+        match e.unavailable {
+            true => ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "partition_unavailable", e.message),
+            false => ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "store_error", e.to_string()),
+        }
     }
 }
 

@@ -48,7 +48,7 @@ pub(super) async fn handle(
     }
     match *method {
         Method::GET => {
-            let record = namespace.handle(partition).store().read()?.get(RULES_PK, RULES_SK)?;
+            let record = namespace.handle(partition).read_store()?.get(RULES_PK, RULES_SK)?;
             let text = state.db.rules_text(record.as_ref().map(|r| &r.value[..]));
             let text = if query.get("format") == Some("strict") { Rules::strict_text(&text) } else { text };
             Ok(([(header::CONTENT_TYPE, "application/json; charset=utf-8")], text).into_response())

@@ -6,7 +6,7 @@
 use super::objects;
 use crate::codec::{self, Mutation};
 use crate::log::embedded::segments::write_atomically;
-use crate::log::embedded::{EmbeddedLog, EmbeddedLogConfig};
+use crate::log::embedded::{EmbeddedLog, EmbeddedLogConfig, MetaState};
 use crate::log::{CreateOutcome, Log, LogError, LogReader, TopicPartition};
 use bytes::Bytes;
 use parking_lot::Mutex;
@@ -240,7 +240,9 @@ pub(crate) const ID_FILE: &str = "journal_id";
 /// another id an entry applied before could be applied again.
 pub(super) fn journal_id(dir: &Path, held_bytes: u64) -> Result<String, JournalError> {
     let path = dir.join(ID_FILE);
-    match std::fs::read_to_string(&path) {
+    // Bytes, not a string: bytes that are not UTF-8 are damage like any other.
+    let read = std::fs::read(&path).map(|bytes| String::from_utf8(bytes).unwrap_or_default());
+    match read {
         Ok(id) if is_journal_id(id.trim()) => return Ok(id.trim().to_string()),
         Ok(_) if held_bytes > 0 => {
             return Err(LogError::Corrupt(format!(
@@ -257,11 +259,6 @@ pub(super) fn journal_id(dir: &Path, held_bytes: u64) -> Result<String, JournalE
             return journal_id(dir, held_bytes);
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) if e.kind() == std::io::ErrorKind::InvalidData => {
-            // Not UTF-8: damaged, as above.
-            std::fs::write(&path, b"").map_err(LogError::from)?;
-            return journal_id(dir, held_bytes);
-        }
         Err(e) => return Err(LogError::from(e).into()),
     }
     let id = format!("{:032x}", rand::random::<u128>());
@@ -269,7 +266,7 @@ pub(super) fn journal_id(dir: &Path, held_bytes: u64) -> Result<String, JournalE
     Ok(id)
 }
 
-fn is_journal_id(text: &str) -> bool {
+pub(super) fn is_journal_id(text: &str) -> bool {
     text.len() == 32 && text.bytes().all(|b| b.is_ascii_hexdigit())
 }
 
@@ -314,10 +311,16 @@ impl Journal {
         // offset is used twice (an entry at an old lane's offset would be
         // taken for one applied before). With entries held, it is refused.
         config.start_again_if_meta_lost_and_empty = true;
-        let log = EmbeddedLog::open(config)?;
-        if log.started_again() {
+        // Decided before the log writes new metadata: lanes started again
+        // first, so a crash in between starts them again at the next open.
+        let (meta, held_bytes) = EmbeddedLog::inspect_meta(dir)?;
+        // Lanes exist once the journal ran (its `wal/` made at its first
+        // open): an id file placed before that is the id to use.
+        let lanes_exist = dir.join("wal").is_dir() && (dir.join(ID_FILE).exists() || dir.join(RELEASED_FILE).exists());
+        if held_bytes == 0 && lanes_exist && meta != MetaState::Present {
             start_lanes_again(dir)?;
         }
+        let log = EmbeddedLog::open(config)?;
         let topics = log.list_topics().await?.into_iter().map(|t| (t.name, t.partitions)).collect();
         let id = journal_id(dir, log.bytes())?;
         let released_file = dir.join(RELEASED_FILE);

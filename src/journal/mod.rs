@@ -27,6 +27,8 @@
 //! sequencer does), decides whether a write was applied (the partition's
 //! handle knows).
 
+/// Verifying a journal's directory offline (`tern check`).
+pub mod check;
 mod local;
 pub mod objects;
 

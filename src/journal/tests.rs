@@ -311,3 +311,20 @@ async fn damaged_released_marks_replay_what_is_held() {
     let journal = Journal::open(dir.path(), ROOMY, None).await.unwrap();
     assert_eq!(journal.pending().await.unwrap(), vec![Pending { ns: "ns".into(), partition: 0, start: 0, end: 3 }]);
 }
+
+/// Review of issue 37: both copies of the metadata missing (not damaged)
+/// while the id and released marks remain made a fresh log under the old
+/// lanes (offsets from 0 again, below what stores applied of those lanes:
+/// dropped as repeats). Now the lanes start again, as for lost copies.
+#[tokio::test]
+async fn a_journal_whose_metadata_files_are_gone_starts_its_lanes_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let journal = Journal::open(dir.path(), ROOMY, None).await.unwrap();
+    let id = journal.id().to_string();
+    journal.close().await;
+    for name in ["log-meta.json", "log-meta.copy.json"] {
+        std::fs::remove_file(dir.path().join(name)).unwrap();
+    }
+    let journal = Journal::open(dir.path(), ROOMY, None).await.unwrap();
+    assert_ne!(journal.id(), id, "a new id, so new lanes");
+}

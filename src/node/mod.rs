@@ -15,6 +15,8 @@
 
 pub mod attempt_ids;
 mod barrier;
+/// `tern check DATA_DIR`: a data directory verified offline.
+pub mod check;
 pub(crate) mod claims;
 mod config;
 mod elsewhere;

@@ -94,7 +94,7 @@ impl Node {
                     return cached.options;
                 }
             }
-            let options = match handle.store().read().and_then(|r| r.get(OPTIONS_PK, NAMESPACE_OPTIONS_SK)) {
+            let options = match handle.read_store().and_then(|r| r.get(OPTIONS_PK, NAMESPACE_OPTIONS_SK)) {
                 Ok(record) => record.map(|r| parse(&r.value)).unwrap_or_default(),
                 Err(e) => {
                     tracing::warn!(ns = %namespace.name, error = %e, "reading the namespace options failed; using the last known");

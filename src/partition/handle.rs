@@ -127,6 +127,25 @@ impl PartitionHandle {
         *self.rebuilding.write() = Some(why);
     }
 
+    /// A reader of the store for anything served from it (reads of every
+    /// protocol, rules, keys, options): refused while the store is being
+    /// rebuilt, whose state is older than what was served before.
+    pub fn read_store(&self) -> Result<crate::store::StoreReader, StoreError> {
+        self.refuse_if_rebuilding()?;
+        self.store().read()
+    }
+
+    fn refuse_if_rebuilding(&self) -> Result<(), StoreError> {
+        match self.rebuilding.read().as_ref() {
+            None => Ok(()),
+            Some(why) => Err(StoreError {
+                path: self.store().path().display().to_string(),
+                message: format!("partition {} is rebuilding: {why}; it serves again once caught up", self.partition),
+                unavailable: true,
+            }),
+        }
+    }
+
     /// Why this replica's store is being rebuilt, while it is (None: it is not).
     pub fn rebuilding(&self) -> Option<String> {
         self.rebuilding.read().clone()
@@ -159,6 +178,7 @@ impl PartitionHandle {
     /// has been applied (one redb read transaction serves many requests),
     /// fresh otherwise.
     pub fn read_view(&self) -> Result<Arc<ReadView>, StoreError> {
+        self.refuse_if_rebuilding()?;
         let advanced = self.applied_next();
         if let Some(view) = self.view.read().as_ref() {
             if view.applied_next == advanced {
@@ -304,6 +324,27 @@ mod tests {
         assert!(stopped);
         assert!(!handle.is_held());
         assert!(handle.pin().is_none(), "a partition let go cannot be pinned");
+    }
+
+    /// Issue 37 review: a rebuilding store's state is older than what was
+    /// served before; every read goes through `read_view` or `read_store`,
+    /// so every protocol gets 503, until the loop serves again.
+    #[test]
+    fn a_rebuilding_partition_serves_no_read_until_it_serves_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(PartitionStore::open(&dir.path().join("p"), 1, 1 << 20).unwrap());
+        let handle = PartitionHandle::new(Arc::from("rebuild-test"), 0, 1, store, 0, crate::fanout::RingLimits::TEST);
+        assert!(handle.read_view().is_ok() && handle.read_store().is_ok());
+        handle.start_rebuilding("its store was damaged (a test)".into());
+        for error in [handle.read_view().err().unwrap(), handle.read_store().err().unwrap()] {
+            assert!(error.unavailable && error.message.contains("rebuilding: its store was damaged"), "{error}");
+        }
+        assert_eq!(handle.rebuilding_gauge.get(), 1);
+        handle.set_status(PartitionStatus::CatchingUp);
+        assert!(handle.read_view().is_err(), "catching up is not caught up");
+        handle.set_status(PartitionStatus::Serving);
+        assert!(handle.read_view().is_ok() && handle.rebuilding().is_none());
+        assert_eq!(handle.rebuilding_gauge.get(), 0);
     }
 
     #[test]

@@ -64,14 +64,20 @@ pub fn open_or_set_aside(
         Err(OpenFailure::Other(e)) => return Err(e),
         Err(OpenFailure::Damaged(reason)) => reason,
     };
-    let error = |e: std::io::Error| StoreError { path: path.display().to_string(), message: format!("setting a damaged store aside: {e}") };
+    let error = |e: std::io::Error| StoreError {
+        path: path.display().to_string(),
+        message: format!("setting a damaged store aside: {e}"),
+        unavailable: false,
+    };
     let kept = set_aside(path, damaged_dir).map_err(error)?;
     let set_aside = SetAside { reason, kept };
     match open_catching_panics(path, partitions, cache_bytes) {
         Ok(store) => Ok((store, Some(set_aside))),
-        Err(OpenFailure::Damaged(message) | OpenFailure::Other(StoreError { message, .. })) => {
-            Err(StoreError { path: path.display().to_string(), message: format!("a new store in place of a damaged one: {message}") })
-        }
+        Err(OpenFailure::Damaged(message) | OpenFailure::Other(StoreError { message, .. })) => Err(StoreError {
+            path: path.display().to_string(),
+            message: format!("a new store in place of a damaged one: {message}"),
+            unavailable: false,
+        }),
     }
 }
 
@@ -99,16 +105,39 @@ fn set_aside(path: &Path, damaged_dir: &Path) -> std::io::Result<Option<PathBuf>
         std::fs::remove_file(path)?;
         None
     } else {
-        let target = dir.join(format!("{stem}.{unix_ms:013}.redb"));
-        std::fs::rename(path, &target)?;
+        let target = unused_name(&dir, &stem, unix_ms);
+        move_file(path, &target)?;
         fsync_dir(&dir)?;
         Some(target)
     };
     if let Some(parent) = path.parent() {
         fsync_dir(parent)?;
     }
-    trim(damaged_dir, kept.as_deref())?;
+    // What is kept is for inspection: trimming it never fails the start.
+    if let Err(e) = trim(damaged_dir, kept.as_deref()) {
+        tracing::warn!(dir = %damaged_dir.display(), error = %e, "cannot trim the damaged stores kept");
+    }
     Ok(kept)
+}
+
+/// `<stem>.<unix ms>.redb`, one ms later while that name is taken (two
+/// stores of a namespace set aside in the same ms).
+fn unused_name(dir: &Path, stem: &str, unix_ms: u128) -> PathBuf {
+    (unix_ms..).map(|ms| dir.join(format!("{stem}.{ms:013}.redb"))).find(|candidate| !candidate.exists()).expect("a free name")
+}
+
+/// A rename, or a copy and a remove where `damaged/` is on another
+/// filesystem than `stores/` (EXDEV).
+fn move_file(from: &Path, to: &Path) -> std::io::Result<()> {
+    const EXDEV: i32 = 18;
+    match std::fs::rename(from, to) {
+        Err(e) if e.raw_os_error() == Some(EXDEV) => {
+            std::fs::copy(from, to)?;
+            std::fs::File::open(to)?.sync_all()?;
+            std::fs::remove_file(from)
+        }
+        moved => moved,
+    }
 }
 
 /// Removes the oldest kept stores (by the time in their names) until at
@@ -124,7 +153,11 @@ fn trim(damaged_dir: &Path, newest: Option<&Path>) -> std::io::Result<()> {
             files += 1;
             bytes = bytes.saturating_add(len);
         } else {
-            std::fs::remove_file(&path)?;
+            match std::fs::remove_file(&path) {
+                // Trimmed by another open meanwhile.
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                removed => removed?,
+            }
         }
     }
     Ok(())
@@ -142,7 +175,11 @@ pub fn kept_stores(damaged_dir: &Path) -> std::io::Result<Vec<(u128, PathBuf, u6
         for file in std::fs::read_dir(namespace.path())? {
             let file = file?;
             let name = file.file_name().to_string_lossy().into_owned();
-            let unix_ms = name.strip_suffix(".redb").and_then(|n| n.rsplit('.').next()).and_then(|ms| ms.parse::<u128>().ok());
+            // Only names this file gives: `<5 digits>.<13 digits>.redb`.
+            let unix_ms = name.strip_suffix(".redb").and_then(|n| n.split_once('.')).and_then(|(stem, ms)| {
+                let digits = |s: &str, n: usize| s.len() == n && s.bytes().all(|b| b.is_ascii_digit());
+                (digits(stem, 5) && digits(ms, 13)).then(|| ms.parse::<u128>().ok()).flatten()
+            });
             if let Some(unix_ms) = unix_ms {
                 kept.push((unix_ms, file.path(), file.metadata()?.len()));
             }
@@ -243,6 +280,17 @@ mod tests {
             }
         }
         assert!(set_aside_count > 0 && intact > 0, "some flips hit live pages ({set_aside_count}), some did not ({intact})");
+    }
+
+    #[test]
+    fn an_empty_file_is_damage() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("stores/ns/00003.redb");
+        store_with_records(&path, 10);
+        std::fs::write(&path, b"").unwrap();
+        let (store, set_aside) = open_or_set_aside(&path, 4, 1 << 20, &dir.path().join("damaged")).unwrap();
+        assert!(set_aside.is_some_and(|s| s.reason.contains("empty")));
+        assert_eq!(applied_next(&store), 0);
     }
 
     #[test]

@@ -101,7 +101,7 @@ pub(super) fn write_state(table: &mut Table<&'static [u8], &'static [u8]>, state
 
 /// Maps redb errors to store errors naming the database file.
 pub(super) fn storage_error(path: &Path) -> impl Fn(redb::StorageError) -> StoreError + '_ {
-    move |e| StoreError { path: path.display().to_string(), message: e.to_string() }
+    move |e| StoreError { path: path.display().to_string(), message: e.to_string(), unavailable: false }
 }
 
 /// A key bound as a borrowed slice bound (what redb's `range` takes).

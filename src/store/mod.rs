@@ -17,6 +17,8 @@
 //! besides records), `reader.rs` (read views), `key.rs` (key encoding),
 //! `hash.rs` (the incremental state hash).
 
+/// Verifying a store offline (`tern check`).
+pub mod check;
 /// A store that fails its checks: set aside, replaced, rebuilt.
 pub mod damaged;
 pub mod hash;

@@ -18,6 +18,9 @@ use std::sync::Arc;
 pub struct StoreError {
     pub path: String,
     pub message: String,
+    /// Not a failure of the store: it may not be read yet (a partition
+    /// being rebuilt, `PartitionHandle::rebuilding`), so 503, not 500.
+    pub unavailable: bool,
 }
 
 /// Why a store could not be opened (`PartitionStore::open_checked`).
@@ -39,12 +42,21 @@ pub enum OpenFailure {
 fn classify(path: &Path, e: redb::Error) -> OpenFailure {
     use std::io::ErrorKind;
     match e {
+        // The one format after redb's 3 is a newer build's, not damage:
+        // setting every store aside on a downgrade would lose them.
+        redb::Error::Corrupted(message) if message.starts_with("Expected file format version") && message.ends_with("found 4") => {
+            OpenFailure::Other(StoreError {
+                path: path.display().to_string(),
+                message: format!("written by a newer build's storage engine ({message}): run that build, or move the store away to rebuild it"),
+                unavailable: false,
+            })
+        }
         redb::Error::Corrupted(message) => OpenFailure::Damaged(format!("DB corrupted: {message}")),
         redb::Error::UpgradeRequired(version) => OpenFailure::Damaged(format!("its header names redb file format {version}, which Tern never wrote")),
         redb::Error::Io(io) if matches!(io.kind(), ErrorKind::UnexpectedEof | ErrorKind::InvalidData) => {
             OpenFailure::Damaged(format!("unreadable: {io}"))
         }
-        other => OpenFailure::Other(StoreError { path: path.display().to_string(), message: other.to_string() }),
+        other => OpenFailure::Other(StoreError { path: path.display().to_string(), message: other.to_string(), unavailable: false }),
     }
 }
 
@@ -77,7 +89,7 @@ impl PartitionStore {
     /// Opens or creates the store of a partition of a namespace of `partitions` partitions.
     pub fn open(path: &Path, partitions: u32, cache_bytes: usize) -> Result<PartitionStore, StoreError> {
         Self::open_checked(path, partitions, cache_bytes).map_err(|failure| match failure {
-            OpenFailure::Damaged(message) => StoreError { path: path.display().to_string(), message },
+            OpenFailure::Damaged(message) => StoreError { path: path.display().to_string(), message, unavailable: false },
             OpenFailure::Other(e) => e,
         })
     }
@@ -90,9 +102,14 @@ impl PartitionStore {
     /// damaged file (`OpenFailure::Damaged`: set it aside and rebuild,
     /// `damaged.rs`) from any other failure.
     pub fn open_checked(path: &Path, partitions: u32, cache_bytes: usize) -> Result<PartitionStore, OpenFailure> {
-        let other = |message: String| OpenFailure::Other(StoreError { path: path.display().to_string(), message });
+        let other = |message: String| OpenFailure::Other(StoreError { path: path.display().to_string(), message, unavailable: false });
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir).map_err(|e| other(e.to_string()))?;
+        }
+        // A store is never empty once made (redb writes its header at
+        // once): an empty file is one a crash or a filesystem emptied.
+        if std::fs::metadata(path).is_ok_and(|m| m.len() == 0) {
+            return Err(OpenFailure::Damaged("the file is empty".to_string()));
         }
         let db =
             Database::builder().set_cache_size(cache_bytes).set_check_integrity_on_open(true).create(path).map_err(|e| classify(path, e.into()))?;
@@ -135,7 +152,7 @@ impl PartitionStore {
     }
 
     pub(super) fn error(&self, e: impl std::fmt::Display) -> StoreError {
-        StoreError { path: self.path.display().to_string(), message: e.to_string() }
+        StoreError { path: self.path.display().to_string(), message: e.to_string(), unavailable: false }
     }
 
     /// The store's file.
@@ -225,7 +242,7 @@ impl PartitionStore {
         replace: bool,
         verify: impl FnOnce(StateHash, u64) -> Result<(), String>,
     ) -> Result<(PartitionStore, StateHash), StoreError> {
-        let err = |message: String| StoreError { path: path.display().to_string(), message };
+        let err = |message: String| StoreError { path: path.display().to_string(), message, unavailable: false };
         assert!(replace || !path.exists(), "restore replaces an existing store only when asked to");
         let staging = path.with_extension("restoring");
         if staging.exists() {
@@ -321,7 +338,7 @@ mod tests {
         let (_dir, store) = store();
         let result: Result<(), StoreError> = store.apply(false, |tx| {
             tx.put("u", "a", 0, b"1")?;
-            Err(StoreError { path: String::new(), message: "boom".into() })
+            Err(StoreError { path: String::new(), message: "boom".into(), unavailable: false })
         });
         assert!(result.is_err());
         assert!(store.read().unwrap().get("u", "a").unwrap().is_none());

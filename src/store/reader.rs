@@ -24,7 +24,7 @@ pub struct StoreReader {
 
 impl StoreReader {
     pub(super) fn error(&self, e: impl std::fmt::Display) -> StoreError {
-        StoreError { path: self.path.display().to_string(), message: e.to_string() }
+        StoreError { path: self.path.display().to_string(), message: e.to_string(), unavailable: false }
     }
 
     pub fn state(&self) -> Result<StoreState, StoreError> {

@@ -21,7 +21,7 @@ pub struct ApplyTxn<'a, 't> {
 
 impl ApplyTxn<'_, '_> {
     pub(super) fn error(&self, e: impl std::fmt::Display) -> StoreError {
-        StoreError { path: self.path.display().to_string(), message: e.to_string() }
+        StoreError { path: self.path.display().to_string(), message: e.to_string(), unavailable: false }
     }
 
     pub fn state(&self) -> &StoreState {

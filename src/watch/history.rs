@@ -37,7 +37,7 @@ pub(crate) enum HistoryError {
 pub(crate) async fn chunk_from_log(handle: &PartitionHandle, log: &dyn Log, from: Mark, to: u64, events_max: usize) -> Result<Chunk, HistoryError> {
     assert!(to <= handle.applied_next(), "history is read only below the applied offset");
     let store_error = |e: crate::store::StoreError| HistoryError::Store(e.to_string());
-    let reader = handle.store().read().map_err(store_error)?;
+    let reader = handle.read_store().map_err(store_error)?;
     // The lowest offset this replica can replay from: what the log still
     // holds, what the not-applied record covers, and its window.
     let log_start = log.start_offset(&handle.tp).await.map_err(|e| HistoryError::Unavailable(e.to_string()))?;

@@ -140,6 +140,9 @@ impl Watches {
                 PartitionStatus::Refused(reason) => return Err(WatchError::Unavailable(format!("partition {p} is refused: {reason}"))),
                 PartitionStatus::Serving | PartitionStatus::CatchingUp => {}
             }
+            if let Some(why) = ns.handle(p).rebuilding() {
+                return Err(WatchError::Unavailable(format!("partition {p} is rebuilding: {why}; it serves again once caught up")));
+            }
         }
         let mut cursor = Cursor { namespace: namespace.to_string(), marks: Default::default() };
         let start = match from {

@@ -32,12 +32,11 @@ fn cut_bytes(path: &Path, bytes: u64) {
     std::fs::OpenOptions::new().write(true).open(path).unwrap().set_len(len - bytes).unwrap();
 }
 
+/// A metric's value; the metric must be exported.
 async fn metric(t: &Tern, name: &str) -> f64 {
     let text = t.client.get(format!("{}/metrics", t.url)).send().await.unwrap().text().await.unwrap();
-    text.lines()
-        .find(|l| l.starts_with(name) && l[name.len()..].starts_with([' ', '{']))
-        .and_then(|l| l.rsplit(' ').next())
-        .map_or(0.0, |v| v.parse().unwrap())
+    let line = text.lines().find(|l| l.starts_with(name) && l[name.len()..].starts_with([' ', '{']));
+    line.and_then(|l| l.rsplit(' ').next()).unwrap_or_else(|| panic!("{name} is not exported")).parse().unwrap()
 }
 
 /// Writes `count` records with pks `k0..` (each value names its write) and
@@ -97,6 +96,16 @@ async fn a_node_with_damaged_stores_and_metadata_rebuilds_and_reads_the_same() {
     cut_bytes(&data.path().join("log/log-meta.json"), 9);
     cut_bytes(&data.path().join("journal/log-meta.json"), 9);
 
+    // `tern check` finds each piece of damage offline and changes nothing.
+    let (code, report) = tern_check(data.path());
+    assert_eq!(code, 1, "{report}");
+    for damaged in ["stores/default/00001.redb", "stores/default/00002.redb"] {
+        assert!(report.lines().any(|l| l.starts_with("DAMAGED") && l.contains(damaged)), "{damaged}: {report}");
+    }
+    assert!(report.lines().any(|l| l.starts_with("ok") && l.contains("stores/default/00003.redb") && l.contains("state hash verifies")), "{report}");
+    assert!(report.lines().any(|l| l.contains("log/log-meta.json") && l.contains("one copy verifies")), "{report}");
+    assert!(report.contains("2 damaged"), "{report}");
+
     let t = Tern::dev(data.path()).await;
     t.wait_caught_up("default").await;
     assert_eq!(metric(&t, "tern_store_set_aside_total").await, 2.0);
@@ -113,6 +122,17 @@ async fn a_node_with_damaged_stores_and_metadata_rebuilds_and_reads_the_same() {
     for copy in ["log/log-meta.copy.json", "journal/log-meta.copy.json"] {
         assert!(data.path().join(copy).exists(), "{copy}");
     }
+    let mut t = t;
+    assert!(t.terminate().success());
+    let (code, report) = tern_check(data.path());
+    assert_eq!(code, 0, "healed: {report}");
+    assert!(report.contains(" 0 damaged") && report.matches("kept for inspection").count() == 2, "{report}");
+}
+
+/// `tern check DATA_DIR`: (exit code, what it printed).
+fn tern_check(data: &Path) -> (i32, String) {
+    let output = std::process::Command::new(common::bin()).args(["check", data.to_str().unwrap()]).output().unwrap();
+    (output.status.code().unwrap_or(-1), format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr)))
 }
 
 /// A damaged store whose partition cannot be rebuilt whole (no snapshot,

@@ -230,7 +230,7 @@ impl Registrations {
     pub fn still_armed(&self, namespace: &Namespace, session: &str) -> bool {
         let (Some(version), false) = (self.version, self.ops.is_empty()) else { return true };
         let handle = namespace.handle(namespace.partition_of(TREE_PK));
-        let Ok(reader) = handle.store().read() else { return true };
+        let Ok(reader) = handle.read_store() else { return true };
         match reader.get(&registrations_pk(namespace), session) {
             Ok(record) => record.is_some_and(|r| r.version == version),
             Err(_) => true,
@@ -302,7 +302,7 @@ async fn sweep(by: Firer<'_>, namespace: &Namespace, dead: &HashSet<String>) -> 
     let me = by.node_id;
     let mut orphans: Vec<(String, u64, Vec<Registered>)> = Vec::new();
     {
-        let reader = handle.store().read()?;
+        let reader = handle.read_store()?;
         // Each record is parsed once, from the scan; only an orphan's
         // version is read (the firing entry's condition).
         let mut found: Vec<(String, Vec<Registered>)> = Vec::new();

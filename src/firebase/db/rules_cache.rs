@@ -47,7 +47,7 @@ impl Databases {
                 return Ok(cached.rules.clone());
             }
         }
-        let record = handle.store().read()?.get(RULES_PK, RULES_SK)?;
+        let record = handle.read_store()?.get(RULES_PK, RULES_SK)?;
         let version = record.as_ref().map_or(u64::MAX, |r| r.version);
         let mut cache = self.rules.entries.lock();
         if let Some(cached) = cache.get_mut(&*namespace.name) {

@@ -58,6 +58,17 @@ pub(super) struct Topic {
     pub(super) partitions: Vec<Arc<PartitionState>>,
 }
 
+/// What a log's metadata is, before the log opens (`EmbeddedLog::inspect_meta`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MetaState {
+    /// At least one copy verifies.
+    Present,
+    /// Neither copy exists.
+    Missing,
+    /// A copy exists and none verifies.
+    Lost,
+}
+
 pub(crate) struct Inner {
     pub(super) config: EmbeddedLogConfig,
     pub(super) meta: Mutex<LogMeta>,
@@ -65,8 +76,6 @@ pub(crate) struct Inner {
     pub(super) segments: Arc<Segments>,
     pub(super) queue: RwLock<Option<mpsc::Sender<AppendRequest>>>,
     pub(super) writer_thread: Mutex<Option<std::thread::JoinHandle<()>>>,
-    /// The metadata was lost and this log started again (`EmbeddedLogConfig::start_again_if_meta_lost_and_empty`).
-    pub(super) started_again: bool,
 }
 
 /// The embedded log. Cheap to clone.
@@ -80,20 +89,25 @@ impl EmbeddedLog {
     pub fn open(config: EmbeddedLogConfig) -> Result<EmbeddedLog, LogError> {
         std::fs::create_dir_all(&config.dir)?;
         let (segments, ids) = Segments::open(&config.dir.join("wal"))?;
-        let (mut meta, mut rewrite, started_again) = match read_meta(&config.dir)? {
-            MetaRead::New => (LogMeta::default(), true, false),
-            MetaRead::Found { meta, damaged: None } => (meta, false, false),
+        let held_bytes: u64 = ids.iter().map(|id| segments.size_bytes(*id)).sum();
+        let read = match read_meta(&config.dir)? {
+            // Both copies gone while segments hold entries: lost, not new.
+            MetaRead::New if held_bytes > 0 => MetaRead::Lost("both copies are missing".to_string()),
+            read => read,
+        };
+        let (mut meta, mut rewrite) = match read {
+            MetaRead::New => (LogMeta::default(), true),
+            MetaRead::Found { meta, damaged: None } => (meta, false),
             MetaRead::Found { meta, damaged: Some(why) } => {
                 tracing::warn!(dir = %config.dir.display(), %why, "one copy of the embedded log's metadata is damaged or missing; written again from the other");
-                (meta, true, false)
+                (meta, true)
             }
             MetaRead::Lost(why) => {
-                let held_bytes: u64 = ids.iter().map(|id| segments.size_bytes(*id)).sum();
                 if !(config.start_again_if_meta_lost_and_empty && held_bytes == 0) {
                     return Err(LogError::Corrupt(meta_lost_reason(&config.dir, &why, ids.len(), held_bytes)));
                 }
                 tracing::warn!(dir = %config.dir.display(), %why, "the embedded log's metadata is lost and its segments hold nothing: it starts again as a new log");
-                (LogMeta::default(), true, true)
+                (LogMeta::default(), true)
             }
         };
         if meta.log_id.is_empty() || meta.topics.iter().any(|t| t.uid.is_empty()) {
@@ -144,15 +158,30 @@ impl EmbeddedLog {
                 segments,
                 queue: RwLock::new(Some(queue_tx)),
                 writer_thread: Mutex::new(Some(writer_thread)),
-                started_again,
             }),
         })
     }
 
-    /// Whether this log's metadata was lost and it started again as a new,
-    /// empty log (`EmbeddedLogConfig::start_again_if_meta_lost_and_empty`).
-    pub fn started_again(&self) -> bool {
-        self.inner.started_again
+    /// What opening the log in `dir` would find of its metadata, without
+    /// opening it: whether it is lost (both copies damaged, or missing while
+    /// segments hold bytes) or missing, and how many bytes its segments
+    /// hold. The journal starts its lanes again before the log writes new
+    /// metadata (a crash in between then starts them again, never not).
+    pub fn inspect_meta(dir: &Path) -> Result<(MetaState, u64), LogError> {
+        let wal = dir.join("wal");
+        let held_bytes: u64 = std::fs::read_dir(&wal)
+            .into_iter()
+            .flatten()
+            .filter_map(|entry| entry.ok())
+            .filter(|entry| entry.file_name().to_string_lossy().ends_with(".seg"))
+            .map(|entry| entry.metadata().map_or(0, |m| m.len()))
+            .sum();
+        let state = match read_meta(dir)? {
+            MetaRead::New => MetaState::Missing,
+            MetaRead::Found { .. } => MetaState::Present,
+            MetaRead::Lost(_) => MetaState::Lost,
+        };
+        Ok((state, held_bytes))
     }
 
     pub(super) fn partition(&self, tp: &TopicPartition) -> Result<Arc<PartitionState>, LogError> {

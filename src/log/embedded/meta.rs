@@ -53,17 +53,6 @@ pub(super) struct TopicMeta {
     pub(super) uid: String,
 }
 
-/// One copy on disk: the metadata and the checksum of its canonical form.
-#[derive(Serialize, Deserialize)]
-struct MetaFile {
-    #[serde(flatten)]
-    meta: LogMeta,
-    /// BLAKE3 (hex) of `serde_json::to_vec(&meta)`; absent in files older
-    /// builds wrote.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    checksum: Option<String>,
-}
-
 /// What reading the metadata found.
 #[derive(Debug)]
 pub(super) enum MetaRead {
@@ -81,37 +70,101 @@ pub(super) fn random_id() -> String {
     format!("{:032x}", rand::random::<u128>())
 }
 
-fn checksum(meta: &LogMeta) -> String {
-    blake3::hash(&serde_json::to_vec(meta).expect("meta serializes")).to_hex().to_string()
+/// BLAKE3 (hex) of a copy's content without its `checksum` field, keys
+/// sorted at every level: what a field added later changes is covered, and
+/// no map's order matters.
+fn checksum(content: &serde_json::Value) -> String {
+    let mut canonical = Vec::new();
+    write_canonical(content, &mut canonical);
+    blake3::hash(&canonical).to_hex().to_string()
 }
 
-/// Reads both copies; the newest that verifies wins.
+fn write_canonical(value: &serde_json::Value, out: &mut Vec<u8>) {
+    use serde_json::Value;
+    match value {
+        Value::Object(map) => {
+            let mut keys: Vec<&String> = map.keys().collect();
+            keys.sort();
+            out.push(b'{');
+            for (i, key) in keys.into_iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                serde_json::to_writer(&mut *out, key).expect("a string serializes");
+                out.push(b':');
+                write_canonical(&map[key], out);
+            }
+            out.push(b'}');
+        }
+        Value::Array(items) => {
+            out.push(b'[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                write_canonical(item, out);
+            }
+            out.push(b']');
+        }
+        scalar => serde_json::to_writer(&mut *out, scalar).expect("a scalar serializes"),
+    }
+}
+
+/// How a copy that reads was written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Written {
+    /// By this build or a later one: checksummed, with a generation.
+    Checked,
+    /// By a build before the copies (neither a checksum nor a generation):
+    /// such a build writes only the first file, so it wrote it after every
+    /// checksummed copy there is (a downgrade, then this build again).
+    Older,
+}
+
+/// Reads both copies. Of those that read, one an older build wrote wins
+/// (it is the newest, see `Written::Older`), else the newest generation
+/// that verifies. The winner carries the largest generation seen, so the
+/// next write is newer than every copy on disk.
 pub(super) fn read_meta(dir: &Path) -> Result<MetaRead, LogError> {
-    let mut found: Vec<LogMeta> = Vec::new();
+    let mut found: Vec<(LogMeta, Written)> = Vec::new();
     let mut problems: Vec<String> = Vec::new();
-    let mut missing = 0;
+    let (mut missing, mut io_error) = (0, None);
     for name in META_FILES {
         let path = dir.join(name);
         match std::fs::read(&path) {
             Ok(bytes) => match verified(&bytes) {
-                Ok(meta) => found.push(meta),
+                Ok(copy) => found.push(copy),
                 Err(why) => problems.push(format!("{}: {why}", path.display())),
             },
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 missing += 1;
                 problems.push(format!("{}: missing", path.display()));
             }
-            Err(e) => return Err(e.into()),
+            // One copy unreadable is what the other is for.
+            Err(e) => {
+                problems.push(format!("{}: {e}", path.display()));
+                io_error = Some(e);
+            }
         }
     }
     if missing == META_FILES.len() {
         return Ok(MetaRead::New);
     }
-    let newest = found.into_iter().max_by_key(|meta| meta.generation);
-    let read = match newest {
-        None => MetaRead::Lost(problems.join("; ")),
-        Some(meta) => {
-            // Both verified but of different generations: a crash between the two writes; the older is written again.
+    let generation_max = found.iter().map(|(meta, _)| meta.generation).max().unwrap_or(0);
+    let older = found.iter().position(|(_, written)| *written == Written::Older);
+    let winner = match older {
+        Some(i) => Some(found.swap_remove(i)),
+        None => found.into_iter().max_by_key(|(meta, _)| meta.generation),
+    };
+    let read = match (winner, io_error) {
+        (None, Some(e)) => return Err(e.into()),
+        (None, None) => MetaRead::Lost(problems.join("; ")),
+        (Some((mut meta, written)), _) => {
+            if written == Written::Older {
+                problems.push(format!("{}: written by an older build", dir.join(META_FILES[0]).display()));
+            }
+            meta.generation = generation_max;
+            // Both verified but of different generations: a crash between the two writes; written again.
             let damaged = (!problems.is_empty()).then(|| problems.join("; "));
             MetaRead::Found { meta, damaged }
         }
@@ -119,22 +172,31 @@ pub(super) fn read_meta(dir: &Path) -> Result<MetaRead, LogError> {
     Ok(read)
 }
 
-/// A copy's metadata, if it parses and its checksum (when it has one) verifies.
-fn verified(bytes: &[u8]) -> Result<LogMeta, String> {
-    let file: MetaFile = serde_json::from_slice(bytes).map_err(|e| format!("unreadable ({e})"))?;
-    match &file.checksum {
-        Some(stored) if *stored != checksum(&file.meta) => Err("its checksum does not match its content".to_string()),
-        _ => Ok(file.meta),
-    }
+/// A copy's metadata, if it parses and its checksum verifies (or it is
+/// one an older build wrote: neither a checksum nor a generation).
+fn verified(bytes: &[u8]) -> Result<(LogMeta, Written), String> {
+    let mut content: serde_json::Value = serde_json::from_slice(bytes).map_err(|e| format!("unreadable ({e})"))?;
+    let object = content.as_object_mut().ok_or("not a JSON object")?;
+    let stored = object.remove("checksum");
+    let written = match (stored, object.contains_key("generation")) {
+        (Some(serde_json::Value::String(stored)), true) if stored == checksum(&content) => Written::Checked,
+        (Some(_), true) => return Err("its checksum does not match its content".to_string()),
+        (None, false) => Written::Older,
+        _ => return Err("a checksum without a generation, or a generation without a checksum".to_string()),
+    };
+    let meta = serde_json::from_value(content).map_err(|e| format!("unreadable ({e})"))?;
+    Ok((meta, written))
 }
 
 /// Writes both copies, one generation newer, each atomically: the first
 /// before the second, so one of them is whole whenever the node stops.
 pub(super) fn write_meta(dir: &Path, meta: &mut LogMeta) -> Result<(), LogError> {
     meta.generation += 1;
-    let file = MetaFile { checksum: Some(checksum(meta)), meta: meta.clone() };
-    let bytes = serde_json::to_vec_pretty(&file).expect("meta serializes");
-    assert!(verified(&bytes).is_ok_and(|read| read == *meta), "the metadata reads back as written");
+    let mut content = serde_json::to_value(&*meta).expect("meta serializes");
+    let sum = checksum(&content);
+    content.as_object_mut().expect("meta is an object").insert("checksum".to_string(), serde_json::Value::String(sum));
+    let bytes = serde_json::to_vec_pretty(&content).expect("meta serializes");
+    assert!(verified(&bytes).is_ok_and(|(read, written)| read == *meta && written == Written::Checked), "the metadata reads back as written");
     for name in META_FILES {
         write_atomically(&dir.join(name), &bytes)?;
     }
@@ -222,27 +284,44 @@ mod tests {
     }
 
     #[test]
-    fn an_older_builds_file_is_read_and_the_newer_copy_wins() {
+    fn an_older_builds_file_wins_over_a_checksummed_copy() {
         let dir = tempfile::tempdir().unwrap();
-        // What builds before the checksum wrote: the bare fields.
-        std::fs::write(
-            dir.path().join(META_FILES[0]),
-            br#"{"log_id":"abc","topics":[{"name":"ns","id":1,"partitions":2,"uid":"u"}],"start_offsets":{"1:1":5}}"#,
-        )
-        .unwrap();
+        // What builds before the checksum wrote: the bare fields, first file only.
+        let legacy = br#"{"log_id":"abc","topics":[{"name":"ns","id":1,"partitions":2,"uid":"u"}],"start_offsets":{"1:1":5}}"#;
+        std::fs::write(dir.path().join(META_FILES[0]), legacy).unwrap();
         match read(dir.path()) {
             MetaRead::Found { meta, damaged: Some(_) } => {
                 assert_eq!((meta.log_id.as_str(), meta.start_offsets.get("1:1"), meta.generation), ("abc", Some(&5), 0));
             }
             other => panic!("{other:?}"),
         }
-        // The copy one generation newer wins over the primary.
-        let mut newer = sample();
-        newer.generation = 41;
-        let bytes = serde_json::to_vec(&MetaFile { checksum: Some(checksum(&newer)), meta: newer.clone() }).unwrap();
-        std::fs::write(dir.path().join(META_FILES[1]), bytes).unwrap();
+        // This build wrote both copies at generation 41; then an older build
+        // rewrote the first (a downgrade, a new start offset), then this
+        // build again: the older build's file is the newest.
+        let mut ours = sample();
+        ours.generation = 40;
+        write_meta(dir.path(), &mut ours).unwrap();
+        std::fs::write(dir.path().join(META_FILES[0]), legacy).unwrap();
         match read(dir.path()) {
-            MetaRead::Found { meta, damaged: None } => assert_eq!(meta, newer),
+            MetaRead::Found { mut meta, damaged: Some(why) } => {
+                assert!(meta.log_id == "abc" && meta.generation == 41 && why.contains("older build"), "{meta:?} {why}");
+                write_meta(dir.path(), &mut meta).unwrap();
+                assert_eq!(meta.generation, 42, "newer than every copy on disk");
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_flip_in_the_word_checksum_is_damage_not_an_older_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut meta = sample();
+        write_meta(dir.path(), &mut meta).unwrap();
+        let path = dir.path().join(META_FILES[0]);
+        let text = std::fs::read_to_string(&path).unwrap().replace("\"checksum\"", "\"checksun\"");
+        std::fs::write(&path, text).unwrap();
+        match read(dir.path()) {
+            MetaRead::Found { meta: read, damaged: Some(why) } => assert!(read == meta && why.contains(META_FILES[0]), "{why}"),
             other => panic!("{other:?}"),
         }
     }

@@ -16,6 +16,8 @@
 //! end of the newest segment is the remains of an unacknowledged write and is
 //! truncated; corruption anywhere else is refused, loudly.
 
+/// Verifying a log's directory offline (`tern check`).
+pub mod check;
 mod embedded_log;
 pub mod frame;
 pub mod index;
@@ -26,6 +28,6 @@ pub mod segments;
 mod tests;
 mod writer;
 
-pub use self::embedded_log::{EmbeddedLog, EmbeddedLogConfig};
+pub use self::embedded_log::{EmbeddedLog, EmbeddedLogConfig, MetaState};
 #[cfg(test)]
 use self::meta::read_meta;
