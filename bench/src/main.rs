@@ -21,6 +21,7 @@ mod kafka;
 mod load;
 mod paths;
 mod procedures;
+mod rebuild;
 mod regions;
 mod report;
 mod security;
@@ -63,6 +64,8 @@ enum BenchCommand {
     Regions(regions::RegionsArgs),
     /// Snapshot and restore of one large partition, to file:// and a local S3 server.
     Snapshot(snapshot::SnapshotBenchArgs),
+    /// What a damaged store costs: healthy, fresh and damaged restarts of one partition, alternating.
+    Rebuild(rebuild::RebuildBenchArgs),
     /// Put → event latency at many subscribers (SSE, WebSocket, Firebase streaming) next to etcd's watch.
     Watch(watch::WatchBenchArgs),
     /// Tern's Firebase REST API next to `/v1` and hello: a small node's GET, a 10 MB tree.
@@ -190,6 +193,7 @@ async fn run(args: BenchArgs) -> anyhow::Result<()> {
         BenchCommand::Kafka(args) => kafka::run(args).await,
         BenchCommand::Regions(args) => regions::run(args).await,
         BenchCommand::Snapshot(args) => snapshot::run(args).await,
+        BenchCommand::Rebuild(args) => rebuild::run(args).await,
         BenchCommand::Watch(args) => watch::run(args).await,
         BenchCommand::Firebase(args) => firebase::run(args).await,
         BenchCommand::Journal(args) => journal::run(args).await,

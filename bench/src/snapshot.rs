@@ -70,7 +70,7 @@ fn write(store: &PartitionStore, keys: std::ops::Range<u32>, offset: u64, round:
 const LOAD_BATCH_OPS: u32 = 500;
 
 /// Loads `keys` into the node at `url` through batch calls (one pk per call).
-async fn load_node(client: &reqwest::Client, url: &str, keys: std::ops::Range<u32>, round: u32, value_bytes: usize) -> anyhow::Result<()> {
+pub(crate) async fn load_node(client: &reqwest::Client, url: &str, keys: std::ops::Range<u32>, round: u32, value_bytes: usize) -> anyhow::Result<()> {
     let calls: Vec<u32> = keys.clone().step_by(LOAD_BATCH_OPS as usize).collect();
     let requests = futures::stream::iter(calls).map(|start| {
         let end = (start + LOAD_BATCH_OPS).min(keys.end);
@@ -138,7 +138,7 @@ async fn restore_and_catch_up(args: &SnapshotBenchArgs, scratch: &Path) -> anyho
 }
 
 /// The namespace view once every partition has applied its whole log (bounded wait).
-async fn caught_up(client: &reqwest::Client, url: &str) -> anyhow::Result<serde_json::Value> {
+pub(crate) async fn caught_up(client: &reqwest::Client, url: &str) -> anyhow::Result<serde_json::Value> {
     let deadline = Instant::now() + std::time::Duration::from_secs(300);
     loop {
         let view: serde_json::Value = client.get(format!("{url}/v1/ns/bench")).send().await?.json().await?;
@@ -151,7 +151,7 @@ async fn caught_up(client: &reqwest::Client, url: &str) -> anyhow::Result<serde_
 }
 
 /// SIGTERM (a clean stop: stores flushed), bounded.
-async fn terminate(node: &mut tokio::process::Child) -> anyhow::Result<()> {
+pub(crate) async fn terminate(node: &mut tokio::process::Child) -> anyhow::Result<()> {
     if let Some(pid) = node.id() {
         std::process::Command::new("kill").arg(pid.to_string()).status()?;
     }

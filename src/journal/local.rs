@@ -681,10 +681,18 @@ impl Journal {
     }
 
     pub async fn close(&self) {
-        if let Err(e) = self.persist_released().await {
+        let persisted = self.persist_released().await;
+        if let Err(e) = &persisted {
             tracing::warn!(error = %e, "the journal's released marks were not written; a restart replays those entries (applied once)");
         }
         self.close_unpersisted().await;
+        // A journal that drained leaves no segment behind: it holds nothing
+        // then, even to a start that lost its metadata (docs/damage.md).
+        if persisted.is_ok() && self.backlog().entries == 0 {
+            if let Err(e) = self.log.drop_segments_if_all_released() {
+                tracing::warn!(error = %e, "the drained journal's segments were not removed; the next start reads them");
+            }
+        }
     }
 
     /// Closes without writing the marks released since the last

@@ -328,3 +328,31 @@ async fn a_journal_whose_metadata_files_are_gone_starts_its_lanes_again() {
     let journal = Journal::open(dir.path(), ROOMY, None).await.unwrap();
     assert_ne!(journal.id(), id, "a new id, so new lanes");
 }
+
+/// A journal that drained and closed leaves no segment behind, so losing
+/// both copies of its metadata costs nothing: it starts again. Before: its
+/// newest segment kept the released entries, and the start was refused.
+#[tokio::test]
+async fn a_drained_journal_whose_metadata_is_lost_starts_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let journal = Journal::open(dir.path(), ROOMY, None).await.unwrap();
+    let id = journal.id().to_string();
+    for i in 0..3 {
+        journal.append("ns", 2, 0, &put("a", &i.to_string(), &format!("w{i}"))).await.unwrap();
+    }
+    journal.release_below("ns", 0, 3);
+    journal.close().await;
+    for name in ["log-meta.json", "log-meta.copy.json"] {
+        cut(&dir.path().join(name), 9);
+    }
+    let journal = Journal::open(dir.path(), ROOMY, None).await.unwrap();
+    assert_ne!(journal.id(), id, "started again under a new id");
+    assert!(journal.pending().await.unwrap().is_empty());
+    // A drained journal that was not lost continues its offsets.
+    journal.append("ns", 2, 0, &put("a", "x", "w9")).await.unwrap();
+    journal.release_below("ns", 0, 1);
+    journal.close().await;
+    let journal = Journal::open(dir.path(), ROOMY, None).await.unwrap();
+    let offset = journal.append("ns", 2, 0, &put("a", "y", "w10")).await.unwrap();
+    assert_eq!(offset, 1, "offsets never start over");
+}

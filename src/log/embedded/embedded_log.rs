@@ -229,15 +229,41 @@ impl EmbeddedLog {
             }
             self.record_start_offsets(&partitions, id + 1)?;
             let size = self.inner.segments.size_bytes(*id);
-            self.inner.segments.delete(*id)?;
+            // The new start is told before the file goes: once it is gone,
+            // no reader is told its entries are still there (a watch
+            // resuming below it gets a reset, not entries from the tail
+            // cache; CI of 35a35cd, `watches::history_gone_resets_...`).
             for p in &partitions {
                 p.index.lock().forget_segments_below(id + 1);
             }
+            self.inner.segments.delete(*id)?;
             total_bytes -= size;
             deleted += 1;
             tracing::info!(segment = id, size_bytes = size, "retention deleted a log segment");
         }
         Ok(deleted)
+    }
+
+    /// After `close`: when every entry of every partition is released (and
+    /// no snapshot floor holds one), every segment goes, the newest too,
+    /// each partition's start recorded first (offsets never start over).
+    /// A log that held only released entries then holds nothing, which a
+    /// journal whose metadata is lost can tell (`inspect_meta`). Returns
+    /// whether they went.
+    pub fn drop_segments_if_all_released(&self) -> Result<bool, LogError> {
+        assert!(self.inner.queue.read().is_none(), "only a closed log drops its segments");
+        let partitions = self.all_partitions();
+        let all_released = partitions.iter().all(|p| {
+            let index = p.index.lock();
+            index.release_below >= index.next_offset && index.snapshot_floor.is_none_or(|floor| floor >= index.next_offset)
+        });
+        let ids = self.inner.segments.ids();
+        let Some(&newest) = ids.last().filter(|_| all_released) else { return Ok(all_released) };
+        self.record_start_offsets(&partitions, newest + 1)?;
+        for id in ids {
+            self.inner.segments.delete(id)?;
+        }
+        Ok(true)
     }
 
     /// Bytes of all segments on disk.
