@@ -325,6 +325,15 @@ impl Journal {
         let id = journal_id(dir, log.bytes())?;
         let released_file = dir.join(RELEASED_FILE);
         let released = read_released(&released_file)?;
+        // The log is told the marks on disk, as `persist_released` tells it
+        // the ones that move: without them a lane never written again kept
+        // every segment (retention, and a drained journal's close, wait for
+        // every lane's mark). Review of issue 37.
+        for (key, mark) in &released {
+            if let Some((ns, partition)) = key.rsplit_once(':').and_then(|(ns, p)| Some((ns, p.parse::<u32>().ok()?))) {
+                log.release_below(&tp(ns, partition), *mark);
+            }
+        }
         let released = Arc::new(Mutex::new(released));
         let objects = match objects {
             Some(config) => {

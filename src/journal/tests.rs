@@ -356,3 +356,23 @@ async fn a_drained_journal_whose_metadata_is_lost_starts_again() {
     let offset = journal.append("ns", 2, 0, &put("a", "y", "w10")).await.unwrap();
     assert_eq!(offset, 1, "offsets never start over");
 }
+
+/// Review of issue 37: the marks on disk were not told to the log at open,
+/// so after a restart a lane with nothing new to release held every
+/// segment, and a drained journal's close removed none.
+#[tokio::test]
+async fn a_restarted_drained_journal_still_leaves_no_segment_at_close() {
+    let dir = tempfile::tempdir().unwrap();
+    let journal = Journal::open(dir.path(), ROOMY, None).await.unwrap();
+    for i in 0..3 {
+        journal.append("ns", 2, 0, &put("a", &i.to_string(), &format!("w{i}"))).await.unwrap();
+    }
+    journal.release_below("ns", 0, 3);
+    // Marks on disk, segments kept (a crash: no close).
+    journal.persist_released().await.unwrap();
+    journal.close_unpersisted().await;
+    let journal = Journal::open(dir.path(), ROOMY, None).await.unwrap();
+    journal.close().await;
+    let held: u64 = std::fs::read_dir(dir.path().join("wal")).unwrap().map(|e| e.unwrap().metadata().unwrap().len()).sum();
+    assert_eq!(held, 0, "the restarted journal's close removed its segments");
+}

@@ -30,8 +30,15 @@ impl Finding {
 
 /// Checks the embedded log (or journal) in `dir`.
 pub fn verify(dir: &Path) -> Vec<Finding> {
-    let mut findings = vec![meta_finding(dir)];
     let wal = dir.join("wal");
+    let held_bytes: u64 = std::fs::read_dir(&wal)
+        .into_iter()
+        .flatten()
+        .filter_map(|entry| entry.ok())
+        .filter(|entry| entry.file_name().to_string_lossy().ends_with(".seg"))
+        .map(|entry| entry.metadata().map_or(0, |m| m.len()))
+        .sum();
+    let mut findings = vec![meta_finding(dir, held_bytes)];
     let mut ids: Vec<u64> = std::fs::read_dir(&wal)
         .into_iter()
         .flatten()
@@ -45,9 +52,13 @@ pub fn verify(dir: &Path) -> Vec<Finding> {
     findings
 }
 
-fn meta_finding(dir: &Path) -> Finding {
+fn meta_finding(dir: &Path, held_bytes: u64) -> Finding {
     let path = dir.join(META_FILES[0]);
     match read_meta(dir) {
+        // As the log's open sees it: missing beside entries is lost.
+        Ok(MetaRead::New) if held_bytes > 0 => {
+            Finding::damaged(path, format!("both copies are missing while the segments hold {held_bytes} bytes (docs/damage.md)"))
+        }
         Ok(MetaRead::New) => Finding::ok(path, "no metadata yet (a log never opened)".to_string()),
         Ok(MetaRead::Found { meta, damaged: None }) => {
             Finding::ok(path, format!("both copies verify (generation {}, {} topics)", meta.generation, meta.topics.len()))
