@@ -3,7 +3,6 @@
 //! every segment against its checksum (`frame.rs`), as opening the log
 //! would, except that nothing is cut or rewritten.
 
-use std::io::{BufReader, Read};
 use std::path::{Path, PathBuf};
 
 use super::frame;
@@ -31,13 +30,7 @@ impl Finding {
 /// Checks the embedded log (or journal) in `dir`.
 pub fn verify(dir: &Path) -> Vec<Finding> {
     let wal = dir.join("wal");
-    let held_bytes: u64 = std::fs::read_dir(&wal)
-        .into_iter()
-        .flatten()
-        .filter_map(|entry| entry.ok())
-        .filter(|entry| entry.file_name().to_string_lossy().ends_with(".seg"))
-        .map(|entry| entry.metadata().map_or(0, |m| m.len()))
-        .sum();
+    let held_bytes = super::segments::wal_bytes(&wal);
     let mut findings = vec![meta_finding(dir, held_bytes)];
     let mut ids: Vec<u64> = std::fs::read_dir(&wal)
         .into_iter()
@@ -80,33 +73,15 @@ fn meta_finding(dir: &Path, held_bytes: u64) -> Finding {
 /// frame at its end is the torn remains of an unacknowledged append (cut
 /// off at the next start); in a closed one it is damage.
 fn segment_finding(path: &Path, is_newest: bool) -> Finding {
-    let file = match std::fs::File::open(path) {
-        Ok(file) => file,
-        Err(e) => return Finding::damaged(path.to_path_buf(), format!("cannot open: {e}")),
-    };
-    let file_len = file.metadata().map_or(0, |m| m.len());
-    let mut reader = BufReader::with_capacity(1024 * 1024, file);
-    let (mut position, mut frames) = (0u64, 0u64);
-    let mut payload = Vec::new();
-    let problem = loop {
-        if position == file_len {
-            break None;
-        }
-        let mut header_bytes = [0u8; frame::HEADER_BYTES];
-        if reader.read_exact(&mut header_bytes).is_err() {
-            break Some("a partial frame header");
-        }
-        let Some(header) = frame::decode_header(&header_bytes) else { break Some("an impossible frame length") };
-        payload.resize(header.payload_len as usize, 0);
-        if reader.read_exact(&mut payload).is_err() {
-            break Some("a partial frame payload");
-        }
-        if !frame::verify(&header, &header_bytes, &payload) {
-            break Some("a frame checksum mismatch");
-        }
+    let mut frames = 0u64;
+    let scanned = match frame::scan(path, |_, _| {
         frames += 1;
-        position += (frame::HEADER_BYTES + payload.len()) as u64;
+        Ok(())
+    }) {
+        Ok(scanned) => scanned,
+        Err(e) => return Finding::damaged(path.to_path_buf(), format!("cannot read: {e}")),
     };
+    let (position, file_len, problem) = (scanned.valid_bytes, scanned.file_bytes, scanned.problem);
     let path = path.to_path_buf();
     match problem {
         None => Finding::ok(path, format!("{frames} frames verify")),

@@ -12,7 +12,6 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use parking_lot::{Mutex, RwLock};
 use std::collections::HashMap;
-use std::io::{BufReader, Read};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use tokio::sync::{mpsc, oneshot};
@@ -168,14 +167,7 @@ impl EmbeddedLog {
     /// hold. The journal starts its lanes again before the log writes new
     /// metadata (a crash in between then starts them again, never not).
     pub fn inspect_meta(dir: &Path) -> Result<(MetaState, u64), LogError> {
-        let wal = dir.join("wal");
-        let held_bytes: u64 = std::fs::read_dir(&wal)
-            .into_iter()
-            .flatten()
-            .filter_map(|entry| entry.ok())
-            .filter(|entry| entry.file_name().to_string_lossy().ends_with(".seg"))
-            .map(|entry| entry.metadata().map_or(0, |m| m.len()))
-            .sum();
+        let held_bytes = super::segments::wal_bytes(&dir.join("wal"));
         let state = match read_meta(dir)? {
             MetaRead::New => MetaState::Missing,
             MetaRead::Found { .. } => MetaState::Present,
@@ -320,27 +312,7 @@ pub(super) fn recover_segment(
     topics: &HashMap<u32, (Arc<str>, Vec<Arc<PartitionState>>)>,
 ) -> Result<u64, LogError> {
     let path = segments.path(id);
-    let file = std::fs::File::open(&path)?;
-    let file_len = file.metadata()?.len();
-    let mut reader = BufReader::with_capacity(1024 * 1024, file);
-    let mut position: u64 = 0;
-    let mut payload = Vec::new();
-    let problem = loop {
-        if position == file_len {
-            break None;
-        }
-        let mut header_bytes = [0u8; frame::HEADER_BYTES];
-        if reader.read_exact(&mut header_bytes).is_err() {
-            break Some("a partial frame header");
-        }
-        let Some(header) = frame::decode_header(&header_bytes) else { break Some("an impossible frame length") };
-        payload.resize(header.payload_len as usize, 0);
-        if reader.read_exact(&mut payload).is_err() {
-            break Some("a partial frame payload");
-        }
-        if !frame::verify(&header, &header_bytes, &payload) {
-            break Some("a frame checksum mismatch");
-        }
+    let scanned = frame::scan(&path, |header, position| {
         let partition = topics.get(&header.topic_id).and_then(|(_, ps)| ps.get(header.partition as usize)).ok_or_else(|| {
             LogError::Corrupt(format!(
                 "{}: frame at byte {position} names unknown topic id {} partition {}",
@@ -353,8 +325,7 @@ pub(super) fn recover_segment(
         if header.offset < index.start_offset && index.runs.is_empty() {
             // Below the recorded start: retention wrote the new start and
             // crashed before deleting this segment. Deleted in effect; skipped.
-            position += (frame::HEADER_BYTES + payload.len()) as u64;
-            continue;
+            return Ok(());
         }
         if header.offset != index.next_offset {
             return Err(LogError::Corrupt(format!(
@@ -368,8 +339,9 @@ pub(super) fn recover_segment(
         }
         index.record_position(id, header.offset, position as u32);
         index.next_offset += 1;
-        position += (frame::HEADER_BYTES + payload.len()) as u64;
-    };
+        Ok(())
+    })?;
+    let (position, file_len, problem) = (scanned.valid_bytes, scanned.file_bytes, scanned.problem);
     if let Some(problem) = problem {
         if !is_newest {
             return Err(LogError::Corrupt(format!(

@@ -78,6 +78,52 @@ pub fn read_at(file: &std::fs::File, pos: u64) -> std::io::Result<(FrameHeader, 
     Ok((header, Bytes::from(payload)))
 }
 
+/// Where a scan of a segment's frames stopped (`scan`).
+pub struct Scanned {
+    /// Bytes of whole, verified frames from the start.
+    pub valid_bytes: u64,
+    pub file_bytes: u64,
+    /// What was found at `valid_bytes` (None: the end of the file).
+    pub problem: Option<&'static str>,
+}
+
+/// Reads the frames of the file at `path` in order, handing each verified
+/// one (its header and byte position) to `visit`, until the end of the file
+/// or the first frame that is cut short or fails its checksum. The one
+/// reading of a segment for recovery (`EmbeddedLog::open`) and for
+/// `tern check`.
+pub fn scan(
+    path: &std::path::Path,
+    mut visit: impl FnMut(&FrameHeader, u64) -> Result<(), super::super::LogError>,
+) -> Result<Scanned, super::super::LogError> {
+    use std::io::Read;
+    let file = std::fs::File::open(path)?;
+    let file_bytes = file.metadata()?.len();
+    let mut reader = std::io::BufReader::with_capacity(1024 * 1024, file);
+    let mut position: u64 = 0;
+    let mut payload = Vec::new();
+    let problem = loop {
+        if position == file_bytes {
+            break None;
+        }
+        let mut header_bytes = [0u8; HEADER_BYTES];
+        if reader.read_exact(&mut header_bytes).is_err() {
+            break Some("a partial frame header");
+        }
+        let Some(header) = decode_header(&header_bytes) else { break Some("an impossible frame length") };
+        payload.resize(header.payload_len as usize, 0);
+        if reader.read_exact(&mut payload).is_err() {
+            break Some("a partial frame payload");
+        }
+        if !verify(&header, &header_bytes, &payload) {
+            break Some("a frame checksum mismatch");
+        }
+        visit(&header, position)?;
+        position += (HEADER_BYTES + payload.len()) as u64;
+    };
+    Ok(Scanned { valid_bytes: position, file_bytes, problem })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

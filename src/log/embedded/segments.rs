@@ -81,6 +81,19 @@ pub fn sync_dir(dir: &Path) -> std::io::Result<()> {
     File::open(dir)?.sync_all()
 }
 
+/// Bytes of every segment file in `wal_dir`, read from the directory alone
+/// (no log open): what a log holds, for a decision taken before opening it
+/// (`EmbeddedLog::inspect_meta`) or without opening it (`tern check`).
+pub fn wal_bytes(wal_dir: &Path) -> u64 {
+    std::fs::read_dir(wal_dir)
+        .into_iter()
+        .flatten()
+        .filter_map(|entry| entry.ok())
+        .filter(|entry| entry.file_name().to_string_lossy().ends_with(".seg"))
+        .map(|entry| entry.metadata().map_or(0, |m| m.len()))
+        .sum()
+}
+
 /// Writes `bytes` to `path` atomically: temp file, fsync, rename, fsync dir.
 pub fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     use std::io::Write;
