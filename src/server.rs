@@ -296,9 +296,34 @@ async fn open_log(settings: &Settings) -> anyhow::Result<(Arc<dyn Log>, Option<E
         tracing::info!(%servers, "kafka log connected");
         return Ok((Arc::new(kafka.clone()), None, Some(kafka)));
     }
-    let log_config = settings.embedded_log_config();
+    let log_config = settings.embedded_log_config()?;
+    if settings.restore {
+        set_aside_a_lost_log(&settings.data_dir, &log_config.dir)?;
+    }
     let embedded = tokio::task::spawn_blocking(move || EmbeddedLog::open(log_config)).await??;
     Ok((Arc::new(embedded.clone()), Some(embedded), None))
+}
+
+/// `--restore` on a node whose embedded log lost its metadata (both
+/// copies fail their checks, so no entry can be read): moves the log to
+/// `damaged/log.<unix ms>` (kept for inspection) so a new one starts, and
+/// each partition continues from its store or its newest snapshot. The
+/// refusal without `--restore` names what is lost (`meta_lost_reason`).
+fn set_aside_a_lost_log(data_dir: &std::path::Path, log_dir: &std::path::Path) -> anyhow::Result<()> {
+    use crate::log::embedded::MetaState;
+    let (state, held_bytes) = EmbeddedLog::inspect_meta(log_dir)?;
+    if state != MetaState::Lost && !(state == MetaState::Missing && held_bytes > 0) {
+        return Ok(());
+    }
+    let now_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis());
+    let kept = data_dir.join("damaged").join(format!("log.{now_ms:013}"));
+    std::fs::create_dir_all(kept.parent().expect("has a parent"))?;
+    std::fs::rename(log_dir, &kept)
+        .map_err(|e| anyhow::anyhow!("--restore: moving the lost log {} to {}: {e}", log_dir.display(), kept.display()))?;
+    tracing::error!(kept = %kept.display(), held_bytes,
+        "--restore: the embedded log's metadata was lost; the log was moved aside and a new one starts. Each partition \
+         continues from its store (or its newest snapshot); writes acknowledged after that are lost");
+    Ok(())
 }
 
 /// How long a starting node keeps trying to reach Kafka (a broker starting

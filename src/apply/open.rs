@@ -8,12 +8,16 @@
 //!   start, not only when no store file exists: a first start that found the
 //!   object store unreachable does not leave the partition unrestorable;
 //! - `applied_next < start` (retention deleted entries this store still
-//!   needs): restored from a snapshot that reaches `start`, replacing the
-//!   stale store, or refused when none does;
+//!   needs, or they were lost to damaged bytes: `Log::lost`): restored from
+//!   a snapshot that reaches `start`, replacing the stale store, or refused
+//!   when none does, saying which offsets and why;
 //! - `applied_next > end` (the store is ahead of the log): with `--restore`
 //!   and an empty log partition (disaster recovery into a new log), the log
 //!   partition is moved to start at `applied_next`, so new writes get
-//!   versions above the restored ones; otherwise refused, saying what to do.
+//!   versions above the restored ones; on a log that lost its newest
+//!   entries (the embedded log's newest segment damaged or cut short), the
+//!   log continues at `applied_next` (`Log::continue_past_lost_tail`);
+//!   otherwise refused, saying what to do.
 //!
 //! Transient failures (the log or the object store unreachable) are retried
 //! with backoff until shutdown; the partition stays `CatchingUp` meanwhile
@@ -134,15 +138,22 @@ pub(crate) async fn try_open(handle: &Arc<PartitionHandle>, log: &dyn Log, recov
         }
     }
     if applied_next < start {
-        let needs = format!("needs log offset {applied_next} but the log starts at {start} (older entries were deleted by retention)");
+        let (needs, remedy) = match log.lost(&handle.tp) {
+            Some((lost, remedy)) => {
+                (format!("needs log offset {applied_next} but the log can be read only from {start}: {lost}"), format!(". {remedy}"))
+            }
+            None => {
+                (format!("needs log offset {applied_next} but the log starts at {start} (older entries were deleted by retention)"), String::new())
+            }
+        };
         let Some(snapshots) = &recovery.snapshots else {
-            return Err(Step::Refuse(format!("{needs} and no snapshot store is configured (--snapshots)")));
+            return Err(Step::Refuse(format!("{needs}; no snapshot store is configured (--snapshots){remedy}")));
         };
         return match restore(handle, log, snapshots, recovery, start).await {
             Ok(()) => Err(Step::Again),
             Err(Restore::Unavailable(why)) => Err(Step::Retry(format!("{needs}; restoring a snapshot: {why}"))),
             Err(Restore::NoneExist(why) | Restore::Invalid(why) | Restore::OtherLog(why)) => {
-                Err(Step::Refuse(format!("{needs} and no snapshot reaches offset {start}: {why}")))
+                Err(Step::Refuse(format!("{needs}; no snapshot reaches offset {start}: {why}{remedy}")))
             }
         };
     }
@@ -156,8 +167,15 @@ pub(crate) async fn try_open(handle: &Arc<PartitionHandle>, log: &dyn Log, recov
             );
             return Err(Step::Again);
         }
+        match log.continue_past_lost_tail(&handle.tp, applied_next).await {
+            Ok(true) => return Err(Step::Again),
+            Ok(false) => {}
+            Err(e @ LogError::Corrupt(_)) => return Err(Step::Refuse(e.to_string())),
+            Err(e) => return Err(Step::Retry(e.to_string())),
+        }
         return Err(Step::Refuse(ahead_reason(applied_next, start, end, recovery)));
     }
+    log.settle_tail(&handle.tp);
     let reader = log.reader(&handle.tp, applied_next).await.map_err(classify)?;
     Ok((reader, end))
 }

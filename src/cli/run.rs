@@ -35,6 +35,7 @@ pub fn main() -> anyhow::Result<()> {
                     settings.data_dir = data_dir;
                 }
                 settings.restore = args.restore;
+                settings.accept_loss = args.accept_loss;
                 settings.auth = args.auth;
                 // The Firebase emulator's conventions (docs/firebase.md).
                 settings.firebase_owner_token = Some("owner".into());

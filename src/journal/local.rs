@@ -287,6 +287,46 @@ fn read_released(path: &Path) -> Result<HashMap<String, u64>, JournalError> {
     }
 }
 
+/// Entries the journal's log lost to damaged bytes above what was released
+/// are acknowledged writes not yet sequenced: they exist nowhere else (but
+/// in journal objects, when on), so the journal refuses to open, naming
+/// each lane's lost offsets. Lost entries below a release mark were
+/// applied: nothing is lost. (Going on past exactly the lost ones, as
+/// `--accept-loss` does for the log, needs the sequencer and the stores'
+/// lane checks to skip them: not built.)
+fn refuse_lost_entries(
+    log: &EmbeddedLog,
+    topics: &HashMap<String, u32>,
+    released: &HashMap<String, u64>,
+    with_objects: bool,
+) -> Result<(), JournalError> {
+    let mut lost = Vec::new();
+    let mut names: Vec<(&String, &u32)> = topics.iter().collect();
+    names.sort();
+    for (ns, &partitions) in names {
+        for partition in 0..partitions {
+            let released_below = released.get(&released_key(ns, partition)).copied().unwrap_or(0);
+            for range in log.lost_ranges(&tp(ns, partition)).into_iter().filter(|range| range.to > released_below) {
+                lost.push((format!("{ns}/{partition}@{}..{}", range.from, range.to), range.cause));
+            }
+        }
+    }
+    let Some((_, cause)) = lost.first() else { return Ok(()) };
+    let ranges = lost.iter().map(|(range, _)| range.as_str()).collect::<Vec<_>>().join(", ");
+    let way_on = if with_objects {
+        "Their copy in journal objects is sequenced by another node once this node's lease lapses: keep this node \
+         stopped until then, then move its journal folder aside"
+    } else {
+        "To go on, stop the node and move its journal folder aside: every entry it holds not yet sequenced is lost \
+         with them"
+    };
+    Err(LogError::Corrupt(format!(
+        "the journal lost acknowledged writes not yet sequenced: lanes and offsets {ranges} ({cause}). {way_on} \
+         (docs/damage.md)"
+    ))
+    .into())
+}
+
 /// The journal's log started again (its metadata lost, nothing held): a new
 /// id, so new lanes, and no released marks (they were the old lanes').
 fn start_lanes_again(dir: &Path) -> Result<(), JournalError> {
@@ -325,6 +365,8 @@ impl Journal {
         let id = journal_id(dir, log.bytes())?;
         let released_file = dir.join(RELEASED_FILE);
         let released = read_released(&released_file)?;
+        refuse_lost_entries(&log, &topics, &released, objects.is_some())?;
+        log.settle_all_tails();
         // The log is told the marks on disk, as `persist_released` tells it
         // the ones that move: without them a lane never written again kept
         // every segment (retention, and a drained journal's close, wait for

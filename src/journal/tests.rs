@@ -376,3 +376,34 @@ async fn a_restarted_drained_journal_still_leaves_no_segment_at_close() {
     let held: u64 = std::fs::read_dir(dir.path().join("wal")).unwrap().map(|e| e.unwrap().metadata().unwrap().len()).sum();
     assert_eq!(held, 0, "the restarted journal's close removed its segments");
 }
+
+/// A bit flipped in a journaled write not yet sequenced, in the middle of
+/// the journal's segment. Before, the journal's log took it for a torn tail
+/// and cut it with every entry after it: acknowledged writes dropped without
+/// a word. Now the journal refuses to open, naming the lane and offset lost,
+/// and cuts nothing.
+#[tokio::test]
+async fn a_damaged_journaled_write_is_named_and_nothing_is_cut() {
+    let dir = tempfile::tempdir().unwrap();
+    // All in partition 0 of "ns", so the damaged entry has entries after it.
+    let pks: Vec<String> = (0..100).map(|i| format!("k{i}")).filter(|pk| partition_of(pk) == 0).take(5).collect();
+    {
+        let journal = Journal::open(dir.path(), ROOMY, None).await.unwrap();
+        for (i, pk) in pks.iter().enumerate() {
+            journal.append("ns", 2, 0, &put(pk, &i.to_string(), &format!("w{i}"))).await.unwrap();
+        }
+        journal.close().await;
+    }
+    let segment = std::fs::read_dir(dir.path().join("wal")).unwrap().next().unwrap().unwrap().path();
+    let mut bytes = std::fs::read(&segment).unwrap();
+    // The third frame: past two frames, read by their length fields.
+    let mut at = 0;
+    for _ in 0..2 {
+        at += crate::log::embedded::frame::HEADER_BYTES + u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap()) as usize;
+    }
+    bytes[at + crate::log::embedded::frame::HEADER_BYTES + 3] ^= 0x08;
+    std::fs::write(&segment, &bytes).unwrap();
+    let refused = Journal::open(dir.path(), ROOMY, None).await.err().expect("refused").to_string();
+    assert!(refused.contains("lanes and offsets ns/0@2..3") && refused.contains("journal folder aside"), "{refused}");
+    assert_eq!(std::fs::metadata(&segment).unwrap().len(), bytes.len() as u64, "nothing was cut");
+}

@@ -82,8 +82,16 @@ pub trait Log: Send + Sync + 'static {
         None
     }
 
-    /// The lowest offset still held (entries below were deleted by retention).
+    /// The lowest offset still held (entries below were deleted by
+    /// retention, or lost to damage: `lost`).
     async fn start_offset(&self, tp: &TopicPartition) -> Result<u64, LogError>;
+
+    /// When entries of `tp` below `start_offset` were lost to damaged bytes
+    /// rather than deleted: which offsets and what damaged them, then the
+    /// command that accepts exactly that loss. Default: never.
+    fn lost(&self, _tp: &TopicPartition) -> Option<(String, String)> {
+        None
+    }
 
     /// Names this log's copy of `topic`, for snapshots: equal only for the
     /// same topic of the same log. Embedded: the log directory's id and the
@@ -100,6 +108,22 @@ pub trait Log: Send + Sync + 'static {
             "{tp}: this log cannot move a partition's offsets to {offset}; restore into the log the snapshots were taken of"
         )))
     }
+
+    /// A store applied up to `offset` but the log ends below it: the log
+    /// lost entries the store holds (its newest segment damaged or cut
+    /// short). Continues the partition at `offset`, so no offset is used
+    /// twice, when the log saw that damage at its open or the operator
+    /// accepted exactly `end..offset` (`--accept-loss`): Ok(true). Ok(false):
+    /// not this log's to decide (default: Kafka's offsets are the brokers').
+    /// Err: refused, saying what was found and the command that accepts it.
+    async fn continue_past_lost_tail(&self, _tp: &TopicPartition, _offset: u64) -> Result<bool, LogError> {
+        Ok(false)
+    }
+
+    /// The store of `tp` is not ahead of the log: appends may go on (a log
+    /// that lost its newest entries holds them until its store is checked,
+    /// so no offset a store applied is taken again). Default: nothing held.
+    fn settle_tail(&self, _tp: &TopicPartition) {}
 
     /// Why a procedure of `namespace` may not publish to `topics` (and to
     /// `<namespace>.<output>` for outputs it names at run time), if it may

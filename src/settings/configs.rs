@@ -70,13 +70,19 @@ impl Settings {
     }
 
     /// The embedded log's settings.
-    pub fn embedded_log_config(&self) -> crate::log::embedded::EmbeddedLogConfig {
-        crate::log::embedded::EmbeddedLogConfig {
+    pub fn embedded_log_config(&self) -> anyhow::Result<crate::log::embedded::EmbeddedLogConfig> {
+        Ok(crate::log::embedded::EmbeddedLogConfig {
             segment_bytes_max: self.log_segment_bytes,
             retention_bytes: self.log_retention_bytes,
             retention_ms: self.log_retention_ms,
+            accept_lost: self.accepted_losses()?,
             ..crate::log::embedded::EmbeddedLogConfig::new(self.data_dir.join("log"))
-        }
+        })
+    }
+
+    /// `accept_loss`, parsed (checked by `validate`).
+    pub fn accepted_losses(&self) -> anyhow::Result<Vec<crate::log::embedded::AcceptLost>> {
+        self.accept_loss.iter().map(|text| text.parse().map_err(anyhow::Error::msg)).collect()
     }
 
     /// The Kafka log's settings, for the brokers `servers`.

@@ -113,6 +113,9 @@ settings! {
     /// Give it once, to start a node whose log was lost from its snapshots (README, "Recovering from a
     /// lost log").
     restore: bool = false, Bound::Any;
+    /// `NS/PARTITION@FROM..TO`: go on past exactly these lost log offsets, whose entries were in damaged
+    /// bytes of the embedded log, as a refusal names them (docs/damage.md). Their writes are lost.
+    accept_loss ("accept-loss"): Vec<String> = Vec::new(), Bound::Any;
     /// Whether this node takes snapshots (any node restores).
     snapshot_writer: bool = true, Bound::Any;
     /// Snapshot a changed partition at least this often.

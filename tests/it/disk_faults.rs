@@ -257,3 +257,192 @@ async fn a_damaged_kafka_replica_rebuilds_while_another_serves() {
     assert_eq!(b.partition_states("default").await, a.partition_states("default").await, "the rebuilt replica equals the one that served");
     every_record_reads_back(&b, &written).await;
 }
+
+/// The frames of an embedded log segment: (byte position, topic id,
+/// partition, offset, payload length), read by their length fields.
+fn frames(segment: &Path) -> Vec<(usize, u32, u32, u64, usize)> {
+    let bytes = std::fs::read(segment).unwrap();
+    let u32_at = |at: usize| u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap());
+    let mut found = Vec::new();
+    let mut at = 0;
+    while at + 24 <= bytes.len() {
+        let len = u32_at(at) as usize;
+        found.push((at, u32_at(at + 8), u32_at(at + 12), u64::from_le_bytes(bytes[at + 16..at + 24].try_into().unwrap()), len));
+        at += 24 + len;
+    }
+    found
+}
+
+/// The embedded log's id of topic `name`, from its metadata.
+fn topic_id(data: &Path, name: &str) -> u32 {
+    let meta: Value = serde_json::from_slice(&std::fs::read(data.join("log/log-meta.json")).unwrap()).unwrap();
+    let topic = meta["topics"].as_array().unwrap().iter().find(|t| t["name"] == name).unwrap();
+    topic["id"].as_u64().unwrap() as u32
+}
+
+fn newest_segment(data: &Path) -> std::path::PathBuf {
+    let mut segments: Vec<_> = std::fs::read_dir(data.join("log/wal")).unwrap().map(|e| e.unwrap().path()).collect();
+    segments.sort();
+    segments.pop().unwrap()
+}
+
+/// One node, no snapshots: a bit flipped in one acknowledged entry of the
+/// embedded log, in the middle of its newest segment, and the store of that
+/// entry's partition cut short, so the partition must be rebuilt from the
+/// log through the damage. Before, the damaged frame was taken for a torn
+/// tail and cut with every entry after it — acknowledged writes dropped
+/// without a word. Now the node keeps every frame that verifies, refuses
+/// that one partition naming the exact offset lost and the flag that
+/// accepts it, and serves the other; with the flag, every record reads back
+/// as written but the one lost write, which reads as absent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_damaged_log_entry_is_named_exactly_and_one_flag_accepts_its_loss() {
+    let data = tempfile::tempdir().unwrap();
+    let dir = data.path().to_str().unwrap();
+    let args = ["serve", "--listen", "127.0.0.1:0", "--data-dir", dir, "--namespace", "default:2"];
+    let mut t = Tern::spawn(&args, data.path()).await;
+    let mut written = BTreeMap::new();
+    write(&t, &mut written, 1, 200).await;
+    t.wait_caught_up("default").await;
+    assert!(t.terminate().success());
+
+    let segment = newest_segment(data.path());
+    let length = std::fs::metadata(&segment).unwrap().len();
+    let default = topic_id(data.path(), "default");
+    let of_partition_0: Vec<_> = frames(&segment).into_iter().filter(|f| f.1 == default && f.2 == 0).collect();
+    let (at, _, _, offset, len) = of_partition_0[of_partition_0.len() / 2];
+    let mut bytes = std::fs::read(&segment).unwrap();
+    bytes[at + 24 + len / 2] ^= 0x10;
+    std::fs::write(&segment, bytes).unwrap();
+    cut_short(&data.path().join("stores/default/00000.redb"));
+
+    let (code, report) = tern_check(data.path());
+    assert_eq!(code, 1, "{report}");
+    assert!(report.lines().any(|l| l.starts_with("DAMAGED") && l.contains("log/wal/") && l.contains("are lost")), "{report}");
+
+    let mut t = Tern::spawn_listening(&args, &[], data.path());
+    let lost = format!("log offsets {offset}..{} of default/0 are lost", offset + 1);
+    let accept = format!("--accept-loss default/0@{offset}..{}", offset + 1);
+    let unready = t.wait_unready_with("default/0: refused").await.to_string();
+    assert!(unready.contains(&lost) && unready.contains(&accept) && unready.contains("its store was damaged"), "{unready}");
+    assert_eq!(std::fs::metadata(&segment).unwrap().len(), length, "no acknowledged entry after the damage was cut");
+    for (pk, value) in &written {
+        let (status, body) = t.get(pk, "").await;
+        match tern::partitioner::partition_of(pk, 2) {
+            0 => assert_eq!((status, common::error_code(&body)), (503, "partition_unavailable"), "{pk}: {body}"),
+            _ => assert_eq!((status, &body["value"]), (200, value), "{pk}: {body}"),
+        }
+    }
+    assert!(t.terminate().success());
+
+    let accepting: Vec<&str> = args.iter().copied().chain(accept.split(' ')).collect();
+    let t = Tern::spawn(&accepting, data.path()).await;
+    t.wait_caught_up("default").await;
+    let mut missing = Vec::new();
+    for (pk, value) in &written {
+        let (status, body) = t.get(pk, "").await;
+        match status {
+            404 => missing.push(pk.clone()),
+            _ => assert_eq!((status, &body["value"]), (200, value), "{pk}: {body}"),
+        }
+    }
+    assert!(missing.len() == 1 && tern::partitioner::partition_of(&missing[0], 2) == 0, "exactly the lost write: {missing:?}");
+    written.remove(&missing[0]);
+    write(&t, &mut written, 2, 10).await;
+    every_record_reads_back(&t, &written).await;
+}
+
+/// One node: the newest log segment cut short (its last acknowledged
+/// entries gone, the cut landing inside a frame) and a bit flipped in an
+/// entry before the cut, after the stores applied everything. Before, the
+/// node refused every partition whose store was ahead of the log ("the log
+/// lost entries this replica applied … move this replica's store away"),
+/// advice that on one node throws the data away. Now the log continues at
+/// what the stores applied, no offset is used twice, and every record reads
+/// as written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_log_cut_short_behind_its_stores_continues_after_them() {
+    let data = tempfile::tempdir().unwrap();
+    let dir = data.path().to_str().unwrap();
+    let args = ["serve", "--listen", "127.0.0.1:0", "--data-dir", dir, "--namespace", "default:2"];
+    let mut t = Tern::spawn(&args, data.path()).await;
+    let mut written = BTreeMap::new();
+    write(&t, &mut written, 1, 200).await;
+    t.wait_caught_up("default").await;
+    let before = t.partition_states("default").await;
+    assert!(t.terminate().success());
+
+    let segment = newest_segment(data.path());
+    let all = frames(&segment);
+    let (at, _, _, _, len) = all[all.len() / 3];
+    let mut bytes = std::fs::read(&segment).unwrap();
+    bytes[at + 24 + len / 2] ^= 0x10;
+    std::fs::write(&segment, bytes).unwrap();
+    cut_short(&segment);
+
+    let t = Tern::spawn(&args, data.path()).await;
+    t.wait_caught_up("default").await;
+    assert_eq!(t.partition_states("default").await, before, "the stores are as they were");
+    every_record_reads_back(&t, &written).await;
+    // New writes take offsets past every one used before: none is used twice.
+    write(&t, &mut written, 2, 20).await;
+    t.wait_caught_up("default").await;
+    let after = t.partition_states("default").await;
+    for (partition, (old, new)) in before.iter().zip(&after).enumerate() {
+        assert!(new.0 > old.0, "partition {partition}: applied {} after {}", new.0, old.0);
+    }
+    every_record_reads_back(&t, &written).await;
+    let mut t = t;
+    assert!(t.terminate().success());
+    let t = Tern::spawn(&args, data.path()).await;
+    t.wait_caught_up("default").await;
+    assert_eq!(t.partition_states("default").await, after, "the same after another restart");
+    every_record_reads_back(&t, &written).await;
+}
+
+/// One node: both copies of the embedded log's metadata damaged, so no
+/// entry of the log can be read (frames name their topic only through it).
+/// The node refuses to start, saying what is lost and the one command that
+/// goes on; started with `--restore`, it moves the log aside, continues
+/// each partition from its store, and reads every record as written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_log_whose_metadata_is_lost_restarts_with_one_flag_from_its_stores() {
+    let data = tempfile::tempdir().unwrap();
+    let dir = data.path().to_str().unwrap();
+    let args = ["serve", "--listen", "127.0.0.1:0", "--data-dir", dir, "--namespace", "default:2"];
+    let mut t = Tern::spawn(&args, data.path()).await;
+    let mut written = BTreeMap::new();
+    write(&t, &mut written, 1, 100).await;
+    t.wait_caught_up("default").await;
+    let before = t.partition_states("default").await;
+    assert!(t.terminate().success());
+    for copy in ["log/log-meta.json", "log/log-meta.copy.json"] {
+        flip_bits_anywhere(&data.path().join(copy));
+    }
+
+    let output = std::process::Command::new(common::bin()).args(args).output().unwrap();
+    let said = format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
+    assert!(!output.status.success(), "{said}");
+    assert!(said.contains("the embedded log's metadata is lost") && said.contains("start the node with --restore"), "{said}");
+
+    let restoring: Vec<&str> = args.iter().copied().chain(["--restore"]).collect();
+    let mut t = Tern::spawn(&restoring, data.path()).await;
+    t.wait_caught_up("default").await;
+    assert_eq!(t.partition_states("default").await, before, "each partition continues from its store");
+    every_record_reads_back(&t, &written).await;
+    assert!(std::fs::read_dir(data.path().join("damaged")).unwrap().any(|e| e.unwrap().file_name().to_string_lossy().starts_with("log.")));
+    write(&t, &mut written, 2, 10).await;
+    assert!(t.terminate().success());
+    let t = Tern::spawn(&args, data.path()).await;
+    t.wait_caught_up("default").await;
+    every_record_reads_back(&t, &written).await;
+}
+
+/// Flips one bit in every 64 bytes of `path` (a small file: every field is hit).
+fn flip_bits_anywhere(path: &Path) {
+    let mut bytes = std::fs::read(path).unwrap();
+    for at in (10..bytes.len()).step_by(64) {
+        bytes[at] ^= 0b0000_0100;
+    }
+    std::fs::write(path, bytes).unwrap();
+}

@@ -12,8 +12,10 @@ use super::meta::{read_meta, MetaRead, META_FILES};
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Finding {
     pub path: PathBuf,
-    /// Whether what it found is damage (as opposed to intact, or a state the
-    /// node resolves by itself at its next start).
+    /// Whether it found damage, whether or not the node heals it by itself
+    /// at its next start (`says` tells which). Not damage: intact, or a
+    /// state every start leaves (a torn tail, a copy of the metadata one
+    /// write behind).
     pub damaged: bool,
     pub says: String,
 }
@@ -32,6 +34,11 @@ pub fn verify(dir: &Path) -> Vec<Finding> {
     let wal = dir.join("wal");
     let held_bytes = super::segments::wal_bytes(&wal);
     let mut findings = vec![meta_finding(dir, held_bytes)];
+    // Every (topic id, partition) the metadata names: where the scan may resync.
+    let topics: Vec<(u32, u32)> = match read_meta(dir) {
+        Ok(MetaRead::Found { meta, .. }) => meta.topics.iter().flat_map(|t| (0..t.partitions).map(move |p| (t.id, p))).collect(),
+        _ => Vec::new(),
+    };
     let mut ids: Vec<u64> = std::fs::read_dir(&wal)
         .into_iter()
         .flatten()
@@ -40,7 +47,7 @@ pub fn verify(dir: &Path) -> Vec<Finding> {
     ids.sort_unstable();
     for (i, id) in ids.iter().enumerate() {
         let path = wal.join(format!("{id:020}.seg"));
-        findings.push(segment_finding(&path, i + 1 == ids.len()));
+        findings.push(segment_finding(&path, i + 1 == ids.len(), &topics));
     }
     findings
 }
@@ -69,29 +76,38 @@ fn meta_finding(dir: &Path, held_bytes: u64) -> Finding {
     }
 }
 
-/// Scans a segment's frames. In the newest segment, what does not form a
-/// frame at its end is the torn remains of an unacknowledged append (cut
-/// off at the next start); in a closed one it is damage.
-fn segment_finding(path: &Path, is_newest: bool) -> Finding {
+/// Scans a segment's frames, as the log's open does. In the newest
+/// segment, the torn remains of an unacknowledged append at its end are cut
+/// off at the next start; any other damaged bytes lose the frames they held.
+fn segment_finding(path: &Path, is_newest: bool, topics: &[(u32, u32)]) -> Finding {
     let mut frames = 0u64;
-    let scanned = match frame::scan(path, |_, _| {
+    let plausible = |header: &frame::FrameHeader| topics.is_empty() || topics.contains(&(header.topic_id, header.partition));
+    let scanned = match frame::scan(path, plausible, |_, _, _| {
         frames += 1;
         Ok(())
     }) {
         Ok(scanned) => scanned,
         Err(e) => return Finding::damaged(path.to_path_buf(), format!("cannot read: {e}")),
     };
-    let (position, file_len, problem) = (scanned.valid_bytes, scanned.file_bytes, scanned.problem);
+    let torn_from = if is_newest { super::embedded_log::torn_tail_start(path, &scanned).ok().flatten() } else { None };
+    let damaged: Vec<String> = scanned
+        .damaged
+        .iter()
+        .filter(|range| torn_from.is_none_or(|torn| range.from < torn))
+        .map(|range| format!("bytes {}..{} ({})", range.from, range.to, range.problem))
+        .collect();
+    let torn = torn_from.map(|torn| format!("; from byte {torn} of {}: a torn tail, cut off at the next start", scanned.file_bytes));
     let path = path.to_path_buf();
-    match problem {
-        None => Finding::ok(path, format!("{frames} frames verify")),
-        Some(problem) if is_newest => Finding::ok(
+    match damaged.is_empty() {
+        true => Finding::ok(path, format!("{frames} frames verify{}", torn.unwrap_or_default())),
+        false => Finding::damaged(
             path,
-            format!("{frames} frames verify, then {problem} at byte {position} of {file_len}: a torn tail, cut off at the next start"),
+            format!(
+                "{frames} frames verify; no frame verifies in {}: the entries they held are lost{} (docs/damage.md)",
+                damaged.join(", "),
+                torn.unwrap_or_default()
+            ),
         ),
-        Some(problem) => {
-            Finding::damaged(path, format!("{frames} frames verify, then {problem} at byte {position} of {file_len}, inside a closed segment"))
-        }
     }
 }
 
@@ -119,7 +135,7 @@ mod tests {
         bytes[last] ^= 1;
         std::fs::write(&closed, bytes).unwrap();
         let findings = verify(dir.path());
-        assert!(findings[1].damaged && findings[1].says.contains("checksum mismatch"), "{findings:?}");
+        assert!(findings[1].damaged && findings[1].says.contains("checksum mismatch") && findings[1].says.contains("are lost"), "{findings:?}");
         for name in META_FILES {
             std::fs::write(dir.path().join(name), b"{").unwrap();
         }

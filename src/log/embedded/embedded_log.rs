@@ -37,6 +37,47 @@ pub struct EmbeddedLogConfig {
     /// opener then starts its lanes again too) or refuse (false: a log
     /// whose id names its snapshots).
     pub start_again_if_meta_lost_and_empty: bool,
+    /// Lost ranges the operator accepted (`--accept-loss`): readers go on
+    /// past exactly these. One that matches no lost range is ignored, with
+    /// a warning.
+    pub accept_lost: Vec<AcceptLost>,
+}
+
+/// One lost range an operator accepts: `<topic>/<partition>@<from>..<to>`,
+/// exactly as the refusal named it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AcceptLost {
+    pub topic: String,
+    pub partition: u32,
+    pub from: u64,
+    pub to: u64,
+}
+
+impl std::str::FromStr for AcceptLost {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<AcceptLost, String> {
+        let bad = || format!("--accept-loss {text:?}: expected <namespace>/<partition>@<from>..<to>, as a refusal names it");
+        let (tp, range) = text.rsplit_once('@').ok_or_else(bad)?;
+        let (topic, partition) = tp.rsplit_once('/').ok_or_else(bad)?;
+        let (from, to) = range.split_once("..").ok_or_else(bad)?;
+        let accept = AcceptLost {
+            topic: topic.to_string(),
+            partition: partition.parse().map_err(|_| bad())?,
+            from: from.parse().map_err(|_| bad())?,
+            to: to.parse().map_err(|_| bad())?,
+        };
+        if accept.topic.is_empty() || accept.from >= accept.to {
+            return Err(bad());
+        }
+        Ok(accept)
+    }
+}
+
+impl std::fmt::Display for AcceptLost {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}@{}..{}", self.topic, self.partition, self.from, self.to)
+    }
 }
 
 impl EmbeddedLogConfig {
@@ -49,6 +90,7 @@ impl EmbeddedLogConfig {
             tail_cache_bytes: 1024 * 1024,
             queue_capacity: 16 * 1024,
             start_again_if_meta_lost_and_empty: false,
+            accept_lost: Vec::new(),
         }
     }
 }
@@ -130,11 +172,17 @@ impl EmbeddedLog {
                 .collect();
             by_id.insert(topic.id, (Arc::from(topic.name.as_str()), partitions));
         }
+        let tail_cut = match ids.last() {
+            Some(newest) => cut_torn_tail(&segments, *newest, &by_id)?,
+            None => None,
+        };
+        let mut recovery = Recovery::default();
         let mut active_bytes = 0;
-        for (i, id) in ids.iter().enumerate() {
-            let is_newest = i + 1 == ids.len();
-            active_bytes = recover_segment(&segments, *id, is_newest, &by_id)?;
+        for id in &ids {
+            active_bytes = recover_segment(&segments, *id, &by_id, &mut recovery)?;
         }
+        recovery.mark_tails_in_doubt(&by_id, tail_cut);
+        accept_lost(&config.accept_lost, &by_id)?;
         for (_, partitions) in by_id.values() {
             for p in partitions {
                 let next = p.index.lock().next_offset;
@@ -258,6 +306,20 @@ impl EmbeddedLog {
         Ok(true)
     }
 
+    /// Lets appends to every partition go on after an open that found
+    /// its end in doubt: for a log no store reads (the journal, which
+    /// checks its lost entries itself at open).
+    pub fn settle_all_tails(&self) {
+        for p in self.all_partitions() {
+            p.index.lock().tail_in_doubt = None;
+        }
+    }
+
+    /// The offsets of `tp` lost to damaged bytes, found at open.
+    pub fn lost_ranges(&self, tp: &TopicPartition) -> Vec<super::index::Lost> {
+        self.partition(tp).map(|p| p.index.lock().lost.clone()).unwrap_or_default()
+    }
+
     /// Bytes of all segments on disk.
     pub fn bytes(&self) -> u64 {
         self.inner.segments.ids().iter().map(|id| self.inner.segments.size_bytes(*id)).sum()
@@ -295,25 +357,105 @@ impl EmbeddedLog {
 fn meta_lost_reason(dir: &Path, why: &str, segments: usize, held_bytes: u64) -> String {
     format!(
         "the embedded log's metadata is lost: both copies fail their checks ({why}). It names the topics of the \
-         {held_bytes} bytes in {segments} segments of {}/wal, which cannot be read without it. To recover, stop the \
-         node, move {} aside and start it with --restore: each partition continues from what its store applied (a \
-         partition without a store, from its newest snapshot), and the writes acknowledged after that are lost \
-         (docs/damage.md)",
-        dir.display(),
+         {held_bytes} bytes in {segments} segments of {}/wal, which cannot be read without it. To recover, start the \
+         node with --restore: the log is moved aside (to damaged/log.<ms>), each partition continues from what its \
+         store applied (a partition without a store, from its newest snapshot), and the writes acknowledged after \
+         that are lost (docs/damage.md)",
         dir.display()
     )
 }
 
-/// Scans one segment, indexing every valid frame. Returns the valid length.
-pub(super) fn recover_segment(
-    segments: &Segments,
-    id: u64,
-    is_newest: bool,
-    topics: &HashMap<u32, (Arc<str>, Vec<Arc<PartitionState>>)>,
-) -> Result<u64, LogError> {
+/// Most bytes one group commit of the writer spans: a crash during its
+/// write and fsync can leave any of them unwritten, in any order.
+const TORN_BATCH_BYTES_MAX: u64 =
+    (super::writer::BATCH_BYTES_MAX + frame::PAYLOAD_BYTES_MAX + super::writer::BATCH_REQUESTS_MAX * frame::HEADER_BYTES) as u64;
+
+type TopicsById = HashMap<u32, (Arc<str>, Vec<Arc<PartitionState>>)>;
+
+fn partition_of<'a>(topics: &'a TopicsById, header: &frame::FrameHeader) -> Option<&'a Arc<PartitionState>> {
+    topics.get(&header.topic_id).and_then(|(_, ps)| ps.get(header.partition as usize))
+}
+
+/// Cuts off the torn remains of the last group commit, which was never
+/// acknowledged (its fsync did not return): damage that runs to the end of
+/// the newest segment, or damage with a sector of zeros (pages a crash left
+/// unwritten) inside the last commit's reach of the end, with everything
+/// after it. Damage anywhere else is not a torn write, and is left for
+/// `recover_segment` to name.
+/// Returns what was cut, if anything.
+fn cut_torn_tail(segments: &Segments, id: u64, topics: &TopicsById) -> Result<Option<String>, LogError> {
     let path = segments.path(id);
-    let scanned = frame::scan(&path, |header, position| {
-        let partition = topics.get(&header.topic_id).and_then(|(_, ps)| ps.get(header.partition as usize)).ok_or_else(|| {
+    let scanned = frame::scan(&path, |header| partition_of(topics, header).is_some(), |_, _, _| Ok(()))?;
+    let Some(cut_at) = torn_tail_start(&path, &scanned)? else { return Ok(None) };
+    tracing::warn!(segment = %path.display(), at_byte = cut_at, file_bytes = scanned.file_bytes,
+        "truncating the torn tail of the embedded log (an append whose fsync never returned, so never acknowledged)");
+    let file = std::fs::OpenOptions::new().write(true).open(&path)?;
+    file.set_len(cut_at)?;
+    file.sync_all()?;
+    Ok(Some(format!("log segment {id} was cut at byte {cut_at} of {} (a torn tail, or the segment damaged or cut short)", scanned.file_bytes)))
+}
+
+/// Where the torn tail of the newest segment starts, if it has one.
+pub(super) fn torn_tail_start(path: &Path, scanned: &frame::Scanned) -> Result<Option<u64>, LogError> {
+    use std::os::unix::fs::FileExt;
+    if let Some(tail) = scanned.damaged_tail() {
+        return Ok(Some(tail.from));
+    }
+    let reach_start = scanned.file_bytes.saturating_sub(TORN_BATCH_BYTES_MAX);
+    let file = std::fs::File::open(path)?;
+    for range in scanned.damaged.iter().filter(|range| range.from >= reach_start) {
+        // Bounded by TORN_BATCH_BYTES_MAX: the range lies within the last commit's reach.
+        let mut bytes = vec![0u8; (range.to - range.from) as usize];
+        file.read_exact_at(&mut bytes, range.from)?;
+        if frame::has_zero_sector(&bytes, range.from) {
+            return Ok(Some(range.from));
+        }
+    }
+    Ok(None)
+}
+
+/// What recovery learned across segments.
+#[derive(Default)]
+struct Recovery {
+    /// Damaged ranges found so far, in log order.
+    damaged: Vec<(u64, frame::DamagedRange)>,
+    /// Per (topic id, partition): how many damaged ranges were found before
+    /// its last frame. Fewer than `damaged.len()`: damage lies after it.
+    damage_seen: HashMap<(u32, u32), usize>,
+}
+
+impl Recovery {
+    /// Marks every partition whose newest entries may have been lost: all
+    /// of them when a tail was cut (its frames named no partition that
+    /// could be trusted), and each one with damaged bytes after its last
+    /// frame.
+    fn mark_tails_in_doubt(&self, topics: &TopicsById, tail_cut: Option<String>) {
+        for (_, partitions) in topics.values() {
+            for p in partitions {
+                let seen = self.damage_seen.get(&(p.topic_id, p.partition)).copied().unwrap_or(0);
+                let damage_after = self.damaged.get(seen).map(|(segment, range)| {
+                    format!("damaged bytes after its last entry, in log segment {segment} (bytes {}..{}: {})", range.from, range.to, range.problem)
+                });
+                p.index.lock().tail_in_doubt = tail_cut.clone().or(damage_after);
+            }
+        }
+    }
+}
+
+fn damage_cause(segment: u64, range: &frame::DamagedRange) -> String {
+    format!("their frames were in damaged bytes of log segment {segment} (bytes {}..{}: {})", range.from, range.to, range.problem)
+}
+
+/// Scans one segment, indexing every valid frame, and records the offsets
+/// of each partition that damaged bytes held (`PartitionIndex::record_lost`).
+/// Returns the segment's length.
+fn recover_segment(segments: &Segments, id: u64, topics: &TopicsById, recovery: &mut Recovery) -> Result<u64, LogError> {
+    let path = segments.path(id);
+    let damaged_before = recovery.damaged.len();
+    // Resync only onto a known partition's frame that is not behind it.
+    let plausible = |header: &frame::FrameHeader| partition_of(topics, header).is_some_and(|p| header.offset >= p.index.lock().next_offset);
+    let scanned = frame::scan(&path, plausible, |header, position, damaged_here| {
+        let partition = partition_of(topics, header).ok_or_else(|| {
             LogError::Corrupt(format!(
                 "{}: frame at byte {position} names unknown topic id {} partition {}",
                 path.display(),
@@ -327,6 +469,22 @@ pub(super) fn recover_segment(
             // crashed before deleting this segment. Deleted in effect; skipped.
             return Ok(());
         }
+        let key = (header.topic_id, header.partition);
+        let damage_now = damaged_before + damaged_here.len();
+        let damage_between = recovery.damage_seen.get(&key).copied().unwrap_or(0) < damage_now;
+        if header.offset > index.next_offset && damage_between && index.lost.len() < super::index::LOST_RANGES_MAX {
+            // The offsets between were in the damaged bytes. Which bytes:
+            // the last damage before this frame (this segment's, or an
+            // earlier one's when this segment has none before it).
+            let (segment, range) = match damaged_here.last() {
+                Some(range) => (id, range),
+                None => {
+                    let (segment, range) = recovery.damaged.last().expect("damage lies between");
+                    (*segment, range)
+                }
+            };
+            index.record_lost(header.offset, segment, damage_cause(segment, range));
+        }
         if header.offset != index.next_offset {
             return Err(LogError::Corrupt(format!(
                 "{}: frame at byte {position} has offset {} but partition {}:{} expects {}",
@@ -339,23 +497,38 @@ pub(super) fn recover_segment(
         }
         index.record_position(id, header.offset, position as u32);
         index.next_offset += 1;
+        recovery.damage_seen.insert(key, damage_now);
         Ok(())
     })?;
-    let (position, file_len, problem) = (scanned.valid_bytes, scanned.file_bytes, scanned.problem);
-    if let Some(problem) = problem {
-        if !is_newest {
-            return Err(LogError::Corrupt(format!(
-                "{}: {problem} at byte {position} inside a closed segment; restore the node from a snapshot or another replica",
-                path.display()
-            )));
-        }
-        tracing::warn!(segment = %path.display(), at_byte = position, file_bytes = file_len, %problem,
-            "truncating the torn tail of the embedded log (an unacknowledged write)");
-        let file = std::fs::OpenOptions::new().write(true).open(&path)?;
-        file.set_len(position)?;
-        file.sync_all()?;
+    for range in &scanned.damaged {
+        tracing::error!(segment = %path.display(), from_byte = range.from, to_byte = range.to, problem = range.problem,
+            "damaged bytes in the embedded log: the frames they held are lost");
+        recovery.damaged.push((id, range.clone()));
     }
-    Ok(position)
+    Ok(scanned.file_bytes)
+}
+
+/// Marks the lost ranges the operator accepted, exactly as named.
+fn accept_lost(accepted: &[AcceptLost], topics: &TopicsById) -> Result<(), LogError> {
+    for accept in accepted {
+        let partition = topics.values().find(|(name, _)| **name == *accept.topic).and_then(|(_, ps)| ps.get(accept.partition as usize));
+        let mut index = match partition {
+            Some(partition) => partition.index.lock(),
+            None => {
+                tracing::warn!(%accept, "--accept-loss names a partition this log does not have; ignored");
+                continue;
+            }
+        };
+        match index.lost.iter_mut().find(|lost| lost.from == accept.from && lost.to == accept.to) {
+            Some(lost) => {
+                lost.accepted = true;
+                tracing::warn!(%accept, "a lost range of the log is accepted: readers go on past it, and its writes are lost");
+            }
+            None => tracing::warn!(%accept, found = ?index.lost.iter().map(|l| (l.from, l.to)).collect::<Vec<_>>(),
+                "--accept-loss matches no lost range of this partition; ignored"),
+        }
+    }
+    Ok(())
 }
 
 #[async_trait]
@@ -392,6 +565,12 @@ impl Log for EmbeddedLog {
             return Err(LogError::EntryTooLarge { size_bytes: payload.len(), max_bytes: frame::PAYLOAD_BYTES_MAX });
         }
         let partition = self.partition(tp)?;
+        if let Some(doubt) = &partition.index.lock().tail_in_doubt {
+            // Until its store is checked against the end (`settle_tail`,
+            // `continue_past_lost_tail`): an offset taken now could be one a
+            // store applied under another write.
+            return Err(LogError::Unavailable(format!("{tp}: the log's end is checked against its store first ({doubt})")));
+        }
         let queue = self.inner.queue.read().clone().ok_or(LogError::Closed)?;
         let (reply, answer) = oneshot::channel();
         let appended = async {
@@ -446,13 +625,78 @@ impl Log for EmbeddedLog {
         Ok(self.partition(tp)?.durable_end())
     }
 
+    fn settle_tail(&self, tp: &TopicPartition) {
+        if let Ok(partition) = self.partition(tp) {
+            partition.index.lock().tail_in_doubt = None;
+        }
+    }
+
+    async fn continue_past_lost_tail(&self, tp: &TopicPartition, offset: u64) -> Result<bool, LogError> {
+        let partition = self.partition(tp)?;
+        let mut meta = self.inner.meta.lock();
+        // Held throughout, so no append takes an offset meanwhile.
+        let mut index = partition.index.lock();
+        let end = index.next_offset;
+        if offset <= end || partition.durable_end() != end {
+            return Ok(false);
+        }
+        let accepted =
+            self.inner.config.accept_lost.iter().any(|a| *a.topic == *tp.topic && a.partition == tp.partition && a.from == end && a.to == offset);
+        let why = match (&index.tail_in_doubt, accepted) {
+            (Some(doubt), _) => doubt.clone(),
+            (None, true) => "accepted with --accept-loss".to_string(),
+            // Holds nothing and no damage seen: a new log, or another one (`ahead_reason` says what to do).
+            (None, false) if index.start_offset == end => return Ok(false),
+            (None, false) => {
+                return Err(LogError::Corrupt(format!(
+                    "the store applied up to offset {offset} but the log ends at {end}, with no damage found at its \
+                     end: log offsets {end}..{offset} are gone from the log (the store holds them). If this is the \
+                     log its stores came from (its newest segment was cut short at a frame's edge), restart with \
+                     --accept-loss {tp}@{end}..{offset}: the log continues at {offset}, and writes acknowledged past \
+                     {offset} that the store had not applied, if any, are lost (docs/damage.md)"
+                )))
+            }
+        };
+        // Recorded first: after a crash the partition reopens at the new start.
+        meta.start_offsets.insert(format!("{}:{}", partition.topic_id, partition.partition), offset);
+        write_meta(&self.inner.config.dir, &mut meta)?;
+        index.runs.clear();
+        index.tail.clear();
+        index.tail_bytes = 0;
+        index.lost.clear();
+        index.start_offset = offset;
+        index.next_offset = offset;
+        index.tail_in_doubt = None;
+        partition.durable_end.send_replace(offset);
+        tracing::error!(%tp, from = end, to = offset, %why,
+            "the log lost entries its store applied: it continues at the store's offset; entries below it are no longer \
+             read from the log (watches resuming there start again from the current state), and writes acknowledged \
+             past it that were not applied, if any, are lost");
+        Ok(true)
+    }
+
     /// One process appends and says where the log ends.
     fn end_offset_is_linearizable(&self) -> bool {
         true
     }
 
+    /// Past every lost range not accepted: a reader below it could not
+    /// read on to the end.
     async fn start_offset(&self, tp: &TopicPartition) -> Result<u64, LogError> {
-        Ok(self.partition(tp)?.index.lock().start_offset)
+        Ok(self.partition(tp)?.index.lock().readable_from())
+    }
+
+    fn lost(&self, tp: &TopicPartition) -> Option<(String, String)> {
+        let partition = self.partition(tp).ok()?;
+        let index = partition.index.lock();
+        let lost: Vec<&super::index::Lost> = index.lost.iter().filter(|lost| !lost.accepted).collect();
+        let first = lost.first()?;
+        let ranges = lost.iter().map(|l| format!("{}..{}", l.from, l.to)).collect::<Vec<_>>().join(", ");
+        let accept = lost.iter().map(|l| format!("--accept-loss {}/{}@{}..{}", tp.topic, tp.partition, l.from, l.to)).collect::<Vec<_>>().join(" ");
+        Some((
+            format!("log offsets {ranges} of {tp} are lost: {} (docs/damage.md)", first.cause),
+            format!("To go on without exactly those writes, restart with {accept}"),
+        ))
     }
 
     async fn reader(&self, tp: &TopicPartition, from: u64) -> Result<Box<dyn LogReader>, LogError> {

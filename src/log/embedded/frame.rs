@@ -78,50 +78,155 @@ pub fn read_at(file: &std::fs::File, pos: u64) -> std::io::Result<(FrameHeader, 
     Ok((header, Bytes::from(payload)))
 }
 
-/// Where a scan of a segment's frames stopped (`scan`).
+/// Most damaged ranges one scan reports; past it, the rest of the file is
+/// one range (a file this damaged is not worth resyncing byte by byte).
+pub const DAMAGED_RANGES_MAX: usize = 256;
+/// Bytes read at a time while looking for the next frame after damage.
+const RESYNC_WINDOW_BYTES: usize = 1024 * 1024;
+
+/// Bytes of a segment that hold no verified frame: from where a frame was
+/// cut short or failed its checksum to where the next verified frame starts
+/// (or the end of the file).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DamagedRange {
+    pub from: u64,
+    pub to: u64,
+    /// What was found at `from`.
+    pub problem: &'static str,
+}
+
+/// What a scan of a segment's frames found (`scan`).
+#[derive(Debug)]
 pub struct Scanned {
-    /// Bytes of whole, verified frames from the start.
-    pub valid_bytes: u64,
     pub file_bytes: u64,
-    /// What was found at `valid_bytes` (None: the end of the file).
-    pub problem: Option<&'static str>,
+    /// In file order, at most `DAMAGED_RANGES_MAX`; empty when every byte
+    /// belongs to a verified frame.
+    pub damaged: Vec<DamagedRange>,
+}
+
+impl Scanned {
+    /// The range that runs to the end of the file, if the file ends in damage.
+    pub fn damaged_tail(&self) -> Option<&DamagedRange> {
+        self.damaged.last().filter(|range| range.to == self.file_bytes)
+    }
 }
 
 /// Reads the frames of the file at `path` in order, handing each verified
-/// one (its header and byte position) to `visit`, until the end of the file
-/// or the first frame that is cut short or fails its checksum. The one
-/// reading of a segment for recovery (`EmbeddedLog::open`) and for
-/// `tern check`.
+/// one (its header, byte position, and the damaged ranges before it in
+/// this file) to `visit`. Where a frame is cut short or fails its
+/// checksum, it looks for the next frame that verifies and that
+/// `plausible` accepts (a known partition, an offset not behind it),
+/// byte by byte, and goes on from there: damage in the middle of a segment
+/// costs only the frames it touched, and the scan says which bytes those
+/// were. The one reading of a segment for recovery (`EmbeddedLog::open`)
+/// and for `tern check`.
 pub fn scan(
     path: &std::path::Path,
-    mut visit: impl FnMut(&FrameHeader, u64) -> Result<(), super::super::LogError>,
+    plausible: impl Fn(&FrameHeader) -> bool,
+    mut visit: impl FnMut(&FrameHeader, u64, &[DamagedRange]) -> Result<(), super::super::LogError>,
 ) -> Result<Scanned, super::super::LogError> {
-    use std::io::Read;
+    use std::io::{Read, Seek, SeekFrom};
     let file = std::fs::File::open(path)?;
     let file_bytes = file.metadata()?.len();
-    let mut reader = std::io::BufReader::with_capacity(1024 * 1024, file);
+    let mut reader = std::io::BufReader::with_capacity(1024 * 1024, file.try_clone()?);
     let mut position: u64 = 0;
     let mut payload = Vec::new();
-    let problem = loop {
-        if position == file_bytes {
-            break None;
-        }
+    let mut damaged = Vec::new();
+    // Bytes the resync may read to verify candidates: bounded whatever the
+    // damaged bytes hold (a value packed with fake headers included).
+    let mut verify_budget_bytes = 2 * file_bytes + PAYLOAD_BYTES_MAX as u64;
+    while position < file_bytes {
         let mut header_bytes = [0u8; HEADER_BYTES];
-        if reader.read_exact(&mut header_bytes).is_err() {
-            break Some("a partial frame header");
+        let mut damaged_frame_end = None;
+        let problem = if reader.read_exact(&mut header_bytes).is_err() {
+            "a partial frame header"
+        } else if let Some(header) = decode_header(&header_bytes) {
+            payload.resize(header.payload_len as usize, 0);
+            if reader.read_exact(&mut payload).is_err() {
+                "a partial frame payload"
+            } else if !verify(&header, &header_bytes, &payload) {
+                damaged_frame_end = Some(position + (HEADER_BYTES + payload.len()) as u64);
+                "a frame checksum mismatch"
+            } else {
+                visit(&header, position, &damaged)?;
+                position += (HEADER_BYTES + payload.len()) as u64;
+                continue;
+            }
+        } else {
+            "an impossible frame length"
+        };
+        // First where the damaged frame says it ends (a flip in its payload
+        // costs that frame alone, and no frame a client's value carries
+        // inside it is taken for the log's); else byte by byte.
+        let at_frame_end = damaged_frame_end.filter(|end| *end == file_bytes || frame_at(&file, *end, file_bytes, &plausible));
+        let next = match at_frame_end {
+            Some(end) => Some(end).filter(|end| *end < file_bytes),
+            None if damaged.len() + 1 < DAMAGED_RANGES_MAX => resync(&file, position + 1, file_bytes, &plausible, &mut verify_budget_bytes)?,
+            None => None,
+        };
+        let to = next.unwrap_or(file_bytes);
+        damaged.push(DamagedRange { from: position, to, problem });
+        position = to;
+        reader.seek(SeekFrom::Start(position))?;
+    }
+    Ok(Scanned { file_bytes, damaged })
+}
+
+/// Whether a verified, plausible frame starts at `at`.
+fn frame_at(file: &std::fs::File, at: u64, file_bytes: u64, plausible: &impl Fn(&FrameHeader) -> bool) -> bool {
+    read_at(file, at).is_ok_and(|(header, _)| at + (HEADER_BYTES as u64) + u64::from(header.payload_len) <= file_bytes && plausible(&header))
+}
+
+/// The position of the first verified, plausible frame at or after `from`,
+/// reading at most `budget_bytes` of candidates' payloads (then: none).
+fn resync(
+    file: &std::fs::File,
+    from: u64,
+    file_bytes: u64,
+    plausible: &impl Fn(&FrameHeader) -> bool,
+    budget_bytes: &mut u64,
+) -> std::io::Result<Option<u64>> {
+    use std::os::unix::fs::FileExt;
+    let mut window = vec![0u8; RESYNC_WINDOW_BYTES + HEADER_BYTES];
+    let mut base = from;
+    while base + HEADER_BYTES as u64 <= file_bytes {
+        let len = (file_bytes - base).min(window.len() as u64) as usize;
+        file.read_exact_at(&mut window[..len], base)?;
+        for i in 0..=len - HEADER_BYTES {
+            let header_bytes: &[u8; HEADER_BYTES] = window[i..i + HEADER_BYTES].try_into().expect("sized");
+            let Some(header) = decode_header(header_bytes) else { continue };
+            let at = base + i as u64;
+            if at + (HEADER_BYTES as u64) + u64::from(header.payload_len) > file_bytes || !plausible(&header) {
+                continue;
+            }
+            let cost = u64::from(header.payload_len) + HEADER_BYTES as u64;
+            if cost > *budget_bytes {
+                return Ok(None);
+            }
+            *budget_bytes -= cost;
+            if read_at(file, at).is_ok() {
+                return Ok(Some(at));
+            }
         }
-        let Some(header) = decode_header(&header_bytes) else { break Some("an impossible frame length") };
-        payload.resize(header.payload_len as usize, 0);
-        if reader.read_exact(&mut payload).is_err() {
-            break Some("a partial frame payload");
+        base += (len - HEADER_BYTES + 1) as u64;
+    }
+    Ok(None)
+}
+
+/// Whether `bytes` hold a whole 512-byte sector of zeros: the mark of
+/// pages a crash left unwritten (a filesystem shows them as zeros), which
+/// bit rot or a cut does not leave.
+pub fn has_zero_sector(bytes: &[u8], first_byte_position: u64) -> bool {
+    const SECTOR_BYTES: u64 = 512;
+    let first_sector = first_byte_position.div_ceil(SECTOR_BYTES) * SECTOR_BYTES;
+    let mut at = (first_sector - first_byte_position) as usize;
+    while at + SECTOR_BYTES as usize <= bytes.len() {
+        if bytes[at..at + SECTOR_BYTES as usize].iter().all(|b| *b == 0) {
+            return true;
         }
-        if !verify(&header, &header_bytes, &payload) {
-            break Some("a frame checksum mismatch");
-        }
-        visit(&header, position)?;
-        position += (HEADER_BYTES + payload.len()) as u64;
-    };
-    Ok(Scanned { valid_bytes: position, file_bytes, problem })
+        at += SECTOR_BYTES as usize;
+    }
+    false
 }
 
 #[cfg(test)]

@@ -42,6 +42,33 @@ pub struct PartitionIndex {
     /// here. Retention deletes what lies below it (and below `release_below`),
     /// and never deletes above it. `None`: no snapshots in use.
     pub snapshot_floor: Option<u64>,
+    /// Offsets whose frames were in damaged bytes (found at open, in offset
+    /// order, at most `LOST_RANGES_MAX`): no reader gets past one unless it
+    /// was accepted (`--accept-loss`).
+    pub lost: Vec<Lost>,
+    /// Found at this open: entries past the last indexed one may have been
+    /// lost (a tail cut, or damaged bytes after this partition's last
+    /// frame), and what.
+    pub tail_in_doubt: Option<String>,
+}
+
+/// Most lost ranges one partition records; past it, the open is refused
+/// (a log this damaged is restored, not read around).
+pub const LOST_RANGES_MAX: usize = 64;
+
+/// Offsets `from..to` of a partition whose frames were in damaged bytes of
+/// the log: their entries exist nowhere in it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lost {
+    pub from: u64,
+    pub to: u64,
+    /// Which bytes of which segment, and what was wrong with them.
+    pub cause: String,
+    /// The segment whose damaged bytes held them (the last damage before
+    /// the frame that showed the jump).
+    pub segment_id: u64,
+    /// The operator accepted exactly this loss: readers go on past it.
+    pub accepted: bool,
 }
 
 pub struct PartitionState {
@@ -66,6 +93,8 @@ impl PartitionState {
                 tail_bytes_max,
                 release_below: 0,
                 snapshot_floor: None,
+                lost: Vec::new(),
+                tail_in_doubt: None,
             }),
             durable_end: watch::Sender::new(next_offset),
         }
@@ -79,18 +108,40 @@ impl PartitionState {
 impl PartitionIndex {
     /// Records that `offset` now sits at `position` of `segment_id`.
     pub fn record_position(&mut self, segment_id: u64, offset: u64, position: u32) {
+        // Offsets are dense but for a lost range, which starts a new run.
+        let after_lost = self.lost.last().is_some_and(|lost| lost.to == offset);
         match self.runs.back_mut() {
-            Some(run) if run.segment_id == segment_id => {
+            Some(run) if run.segment_id == segment_id && !after_lost => {
                 assert_eq!(run.end_offset(), offset, "offsets of a partition are dense within a segment");
                 run.positions.push(position);
             }
             last => {
                 if let Some(run) = last {
-                    assert_eq!(run.end_offset(), offset, "offsets of a partition are dense across segments");
+                    let expected = if after_lost { self.lost.last().map(|lost| lost.from) } else { Some(offset) };
+                    assert_eq!(Some(run.end_offset()), expected, "offsets of a partition are dense across segments");
                 }
                 self.runs.push_back(SegmentRun { segment_id, first_offset: offset, positions: vec![position] });
             }
         }
+    }
+
+    /// Records that offsets `next_offset..to` were in damaged bytes: the
+    /// partition goes on at `to`. Recovery only.
+    pub fn record_lost(&mut self, to: u64, segment_id: u64, cause: String) {
+        assert!(to > self.next_offset, "a lost range holds at least one offset");
+        self.lost.push(Lost { from: self.next_offset, to, cause, segment_id, accepted: false });
+        self.next_offset = to;
+    }
+
+    /// The lowest offset from which every entry up to the end can be read:
+    /// past every lost range not accepted.
+    pub fn readable_from(&self) -> u64 {
+        self.lost.iter().filter(|lost| !lost.accepted).map(|lost| lost.to).fold(self.start_offset, u64::max)
+    }
+
+    /// The accepted lost range `offset` falls in: a reader there goes on at its end.
+    pub fn accepted_lost_at(&self, offset: u64) -> Option<&Lost> {
+        self.lost.iter().find(|lost| lost.accepted && (lost.from..lost.to).contains(&offset))
     }
 
     /// Adds a durable entry to the tail cache, evicting the oldest past the byte bound.
@@ -124,7 +175,11 @@ impl PartitionIndex {
             if offset >= until || found.len() >= records_max {
                 break;
             }
-            if offset < run.first_offset || offset >= run.end_offset() {
+            if offset < run.first_offset {
+                // A lost range: the reader stops before it (`accepted_lost_at`).
+                break;
+            }
+            if offset >= run.end_offset() {
                 continue;
             }
             let skip = (offset - run.first_offset) as usize;
@@ -148,11 +203,19 @@ impl PartitionIndex {
             let run = self.runs.pop_front().expect("non-empty");
             self.start_offset = run.end_offset();
         }
+        // A lost range below the first retained entry is gone with its segment.
+        let first_retained = self.runs.front().map_or(self.start_offset, |run| run.first_offset);
+        self.start_offset = self.start_offset.max(first_retained.min(self.next_offset));
+        self.lost.retain(|lost| lost.to > self.start_offset);
     }
 
     /// The end offset of this partition's entries in segments `< segment_id_min`.
     pub fn end_below_segment(&self, segment_id_min: u64) -> u64 {
-        self.runs.iter().take_while(|run| run.segment_id < segment_id_min).last().map_or(self.start_offset, SegmentRun::end_offset)
+        let end = self.runs.iter().take_while(|run| run.segment_id < segment_id_min).last().map_or(self.start_offset, SegmentRun::end_offset);
+        // A lost range right after them goes with them when its damaged
+        // bytes do: recorded as the start, the jump holds at the next open
+        // without them. (While they stay, the next open finds it again.)
+        self.lost.iter().find(|lost| lost.from == end && lost.segment_id < segment_id_min).map_or(end, |lost| lost.to.min(self.next_offset))
     }
 }
 

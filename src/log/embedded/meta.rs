@@ -133,6 +133,12 @@ pub(super) fn read_meta(dir: &Path) -> Result<MetaRead, LogError> {
         let path = dir.join(name);
         match std::fs::read(&path) {
             Ok(bytes) => match verified(&bytes) {
+                // Older builds write only the first file: a copy without a
+                // checksum is damage (its checksum and generation lost), not
+                // the newest write.
+                Ok((_, Written::Older)) if name != META_FILES[0] => {
+                    problems.push(format!("{}: neither a checksum nor a generation, which only the first file may lack", path.display()))
+                }
                 Ok(copy) => found.push(copy),
                 Err(why) => problems.push(format!("{}: {why}", path.display())),
             },
@@ -307,6 +313,18 @@ mod tests {
                 assert!(meta.log_id == "abc" && meta.generation == 41 && why.contains("older build"), "{meta:?} {why}");
                 write_meta(dir.path(), &mut meta).unwrap();
                 assert_eq!(meta.generation, 42, "newer than every copy on disk");
+            }
+            other => panic!("{other:?}"),
+        }
+        // The copy's checksum and generation lost (a damage that leaves a
+        // parsable file): not taken for an older build's newest write.
+        let mut ours = sample();
+        write_meta(dir.path(), &mut ours).unwrap();
+        let stale = br#"{"log_id":"stale","topics":[],"start_offsets":{}}"#;
+        std::fs::write(dir.path().join(META_FILES[1]), stale).unwrap();
+        match read(dir.path()) {
+            MetaRead::Found { meta, damaged: Some(why) } => {
+                assert!(meta.log_id == ours.log_id && why.contains("only the first file may lack"), "{meta:?} {why}")
             }
             other => panic!("{other:?}"),
         }

@@ -13,8 +13,14 @@
 //!
 //! Crash safety: an append is answered only after its frame is fsynced. On
 //! open, every segment is scanned and indexed; a torn or corrupt frame at the
-//! end of the newest segment is the remains of an unacknowledged write and is
-//! truncated; corruption anywhere else is refused, loudly.
+//! end of the newest segment (or unwritten pages within the last group
+//! commit's reach of its end) is the remains of an unacknowledged write and
+//! is truncated. Damage anywhere else is read around: the scan finds the
+//! next frame that verifies, and the offsets the damaged bytes held are
+//! recorded as lost (`index::Lost`). No reader gets past them (the log's
+//! start is above them) unless the operator accepted exactly them
+//! (`--accept-loss`); the apply loop restores a snapshot that reaches past
+//! them, or refuses the partition naming them (docs/damage.md).
 
 /// Verifying a log's directory offline (`tern check`).
 pub mod check;
@@ -28,6 +34,6 @@ pub mod segments;
 mod tests;
 mod writer;
 
-pub use self::embedded_log::{EmbeddedLog, EmbeddedLogConfig, MetaState};
+pub use self::embedded_log::{AcceptLost, EmbeddedLog, EmbeddedLogConfig, MetaState};
 #[cfg(test)]
 use self::meta::read_meta;

@@ -33,8 +33,17 @@ impl EmbeddedReader {
         let located = {
             let partition = self.partition.clone();
             let index = partition.index.lock();
-            if self.next < index.start_offset {
-                return Err(LogError::OffsetOutOfRange { tp: self.tp.to_string(), requested: self.next, start: index.start_offset });
+            let readable_from = index.readable_from();
+            if self.next < readable_from {
+                return Err(LogError::OffsetOutOfRange { tp: self.tp.to_string(), requested: self.next, start: readable_from });
+            }
+            if let Some(lost) = index.accepted_lost_at(self.next) {
+                // Accepted by the operator: on past it, as over offsets
+                // without entries (`position` tells where the reader is).
+                self.next = lost.to;
+                if self.next >= end {
+                    return Ok(Vec::new());
+                }
             }
             if let Some(entries) = index.read_tail(self.next, records_max) {
                 let records: Vec<LogRecord> =
@@ -84,6 +93,11 @@ fn read_frames(segments: &Segments, tp: &TopicPartition, located: Vec<(u64, u64,
 
 #[async_trait]
 impl LogReader for EmbeddedReader {
+    /// Past an accepted lost range once the reader reached it.
+    fn position(&self) -> Option<u64> {
+        Some(self.next)
+    }
+
     async fn next_batch(&mut self, records_max: usize, wait: Duration) -> Result<Vec<LogRecord>, LogError> {
         let deadline = tokio::time::Instant::now() + wait;
         loop {

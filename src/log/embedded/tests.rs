@@ -88,6 +88,11 @@ async fn torn_tail_is_truncated_and_acknowledged_entries_kept() {
     let log = EmbeddedLog::open(config(dir.path())).unwrap();
     assert_eq!(std::fs::metadata(&segment).unwrap().len(), good_len);
     assert_eq!(read_all(&log, 0, 0).await.unwrap().len(), 10);
+    // A tail was cut: appends wait until the partition's store is checked
+    // against the end (the apply loop's open), so none takes an offset a
+    // store applied under another write.
+    assert!(matches!(log.append(&tp(0), Bytes::from("early")).await, Err(LogError::Unavailable(_))));
+    log.settle_tail(&tp(0));
     assert_eq!(log.append(&tp(0), Bytes::from("after")).await.unwrap(), 10);
 }
 
@@ -112,10 +117,11 @@ async fn bit_flip_in_last_frame_truncates_it() {
 }
 
 #[tokio::test]
-async fn corruption_inside_a_closed_segment_is_refused() {
+async fn damage_inside_a_closed_segment_loses_exactly_its_offsets() {
     let dir = tempfile::tempdir().unwrap();
+    let one_per_segment = |dir: &std::path::Path| EmbeddedLogConfig { segment_bytes_max: 1, ..config(dir) };
     {
-        let log = EmbeddedLog::open(EmbeddedLogConfig { segment_bytes_max: 1, ..config(dir.path()) }).unwrap();
+        let log = EmbeddedLog::open(one_per_segment(dir.path())).unwrap();
         log.create_topic("t", 1).await.unwrap();
         for i in 0..3 {
             log.append(&tp(0), Bytes::from(format!("e{i}"))).await.unwrap();
@@ -126,8 +132,159 @@ async fn corruption_inside_a_closed_segment_is_refused() {
     let mut bytes = std::fs::read(&first).unwrap();
     bytes[10] ^= 0xff;
     std::fs::write(&first, &bytes).unwrap();
-    let err = EmbeddedLog::open(config(dir.path())).err().expect("corruption is refused");
-    assert!(matches!(err, LogError::Corrupt(_)), "{err}");
+    let log = EmbeddedLog::open(one_per_segment(dir.path())).unwrap();
+    // Offset 0 is lost, named, and no reader gets past it; the rest serves.
+    assert_eq!((log.start_offset(&tp(0)).await.unwrap(), log.end_offset(&tp(0)).await.unwrap()), (1, 3));
+    let (lost, remedy) = log.lost(&tp(0)).expect("the loss is named");
+    assert!(lost.contains("log offsets 0..1 of t/0") && lost.contains("segment 0") && remedy.contains("--accept-loss t/0@0..1"), "{lost} {remedy}");
+    assert!(matches!(read_all(&log, 0, 0).await, Err(LogError::OffsetOutOfRange { start: 1, .. })));
+    assert_eq!(read_all(&log, 0, 1).await.unwrap().iter().map(|(o, _)| *o).collect::<Vec<_>>(), vec![1, 2]);
+    assert_eq!(log.append(&tp(0), Bytes::from("e3")).await.unwrap(), 3);
+    log.close().await;
+    drop(log);
+    // Found again, the same, at every open.
+    let log = EmbeddedLog::open(one_per_segment(dir.path())).unwrap();
+    assert_eq!((log.start_offset(&tp(0)).await.unwrap(), log.end_offset(&tp(0)).await.unwrap()), (1, 4));
+    log.close().await;
+}
+
+/// The byte position of each frame in a segment, in order.
+fn frame_positions(bytes: &[u8]) -> Vec<usize> {
+    let mut positions = Vec::new();
+    let mut at = 0;
+    while at + super::frame::HEADER_BYTES <= bytes.len() {
+        positions.push(at);
+        at += super::frame::HEADER_BYTES + u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap()) as usize;
+    }
+    positions
+}
+
+/// Reads `partition` from `from` to its end, going on over offsets the
+/// reader skips (`position`), as the apply loop does.
+async fn read_to_end(log: &EmbeddedLog, partition: u32, from: u64) -> Result<Vec<u64>, LogError> {
+    let end = log.end_offset(&tp(partition)).await?;
+    let mut reader = log.reader(&tp(partition), from).await?;
+    let mut offsets = Vec::new();
+    for _ in 0..1000 {
+        offsets.extend(reader.next_batch(100, Duration::from_millis(20)).await?.iter().map(|r| r.offset));
+        if reader.position() == Some(end) {
+            return Ok(offsets);
+        }
+    }
+    panic!("the reader never reached the end {end}: {offsets:?}");
+}
+
+#[tokio::test]
+async fn damage_in_the_middle_of_the_newest_segment_is_read_around_not_cut() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let log = EmbeddedLog::open(config(dir.path())).unwrap();
+        log.create_topic("t", 3).await.unwrap();
+        for i in 0..30u32 {
+            log.append(&tp(i % 3), Bytes::from(format!("m{i}"))).await.unwrap();
+        }
+        log.close().await;
+    }
+    // Entry 13 is offset 4 of partition 1: flip one bit of its payload.
+    let segment = dir.path().join("wal").join(format!("{:020}.seg", 0));
+    let mut bytes = std::fs::read(&segment).unwrap();
+    let at = frame_positions(&bytes)[13] + super::frame::HEADER_BYTES;
+    bytes[at] ^= 0x04;
+    std::fs::write(&segment, &bytes).unwrap();
+    let length = bytes.len() as u64;
+    let log = EmbeddedLog::open(config(dir.path())).unwrap();
+    assert_eq!(std::fs::metadata(&segment).unwrap().len(), length, "acknowledged frames after the damage are kept");
+    for partition in 0..3 {
+        assert_eq!(log.end_offset(&tp(partition)).await.unwrap(), 10);
+    }
+    assert_eq!(log.start_offset(&tp(1)).await.unwrap(), 5);
+    assert!(log.lost(&tp(1)).unwrap().0.contains("log offsets 4..5 of t/1"), "{:?}", log.lost(&tp(1)));
+    assert!(log.lost(&tp(0)).is_none() && log.lost(&tp(2)).is_none());
+    assert_eq!(read_all(&log, 0, 0).await.unwrap().len(), 10);
+    log.close().await;
+    drop(log);
+    // Accepted exactly: a reader from 0 goes on past offset 4; nothing else is skipped.
+    let accepting = |accept: &str| EmbeddedLogConfig { accept_lost: vec![accept.parse().unwrap()], ..config(dir.path()) };
+    let log = EmbeddedLog::open(accepting("t/1@4..5")).unwrap();
+    assert_eq!(log.start_offset(&tp(1)).await.unwrap(), 0);
+    assert!(log.lost(&tp(1)).is_none());
+    assert_eq!(read_to_end(&log, 1, 0).await.unwrap(), vec![0, 1, 2, 3, 5, 6, 7, 8, 9]);
+    log.close().await;
+    drop(log);
+    // A range that is not the one found accepts nothing.
+    let log = EmbeddedLog::open(accepting("t/1@3..5")).unwrap();
+    assert_eq!(log.start_offset(&tp(1)).await.unwrap(), 5);
+}
+
+#[test]
+fn an_accepted_loss_is_parsed_exactly_as_a_refusal_names_it() {
+    let accept: super::AcceptLost = "my/ns/3@120..125".parse().unwrap();
+    assert_eq!((accept.topic.as_str(), accept.partition, accept.from, accept.to), ("my/ns", 3, 120, 125));
+    assert_eq!(accept.to_string(), "my/ns/3@120..125");
+    for bad in ["", "t/0", "t/0@5", "t/0@5..5", "t/0@6..5", "/0@1..2", "t/x@1..2", "t@1..2", "t/0@-1..2"] {
+        let err = bad.parse::<super::AcceptLost>().expect_err(bad);
+        assert!(err.contains("<namespace>/<partition>@<from>..<to>"), "{err}");
+    }
+}
+
+#[tokio::test]
+async fn unwritten_pages_of_the_last_commit_are_a_torn_tail_even_with_a_frame_after_them() {
+    for (filler, torn) in [(0u8, true), (0xab, false)] {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let log = EmbeddedLog::open(config(dir.path())).unwrap();
+            log.create_topic("t", 1).await.unwrap();
+            for i in 0..5 {
+                log.append(&tp(0), Bytes::from(format!("e{i}"))).await.unwrap();
+            }
+            log.close().await;
+        }
+        // A crash in the middle of the next commit: its first frame's pages
+        // unwritten (zeros) or damaged (not zeros), its second written.
+        let segment = dir.path().join("wal").join(format!("{:020}.seg", 0));
+        let mut bytes = std::fs::read(&segment).unwrap();
+        let acknowledged = bytes.len() as u64;
+        bytes.extend(std::iter::repeat_n(filler, 1100));
+        super::frame::encode_into(&mut bytes, 0, 0, 6, b"e6");
+        std::fs::write(&segment, &bytes).unwrap();
+        let log = EmbeddedLog::open(config(dir.path())).unwrap();
+        if torn {
+            assert_eq!(std::fs::metadata(&segment).unwrap().len(), acknowledged, "cut at the torn commit");
+            assert_eq!((log.start_offset(&tp(0)).await.unwrap(), log.end_offset(&tp(0)).await.unwrap()), (0, 5));
+        } else {
+            assert_eq!(std::fs::metadata(&segment).unwrap().len(), bytes.len() as u64, "damage is not cut");
+            assert_eq!((log.start_offset(&tp(0)).await.unwrap(), log.end_offset(&tp(0)).await.unwrap()), (6, 7));
+            assert!(log.lost(&tp(0)).unwrap().0.contains("log offsets 5..6 of t/0"));
+        }
+    }
+}
+
+#[tokio::test]
+async fn retention_past_a_lost_range_records_the_start_beyond_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let small = |dir: &std::path::Path| EmbeddedLogConfig { segment_bytes_max: 1, retention_bytes: Some(1), ..config(dir) };
+    {
+        let log = EmbeddedLog::open(small(dir.path())).unwrap();
+        log.create_topic("t", 1).await.unwrap();
+        for i in 0..4 {
+            log.append(&tp(0), Bytes::from(format!("e{i}"))).await.unwrap();
+        }
+        log.close().await;
+    }
+    let second = dir.path().join("wal").join(format!("{:020}.seg", 1));
+    let mut bytes = std::fs::read(&second).unwrap();
+    bytes[20] ^= 0x01;
+    std::fs::write(&second, &bytes).unwrap();
+    let log = EmbeddedLog::open(small(dir.path())).unwrap();
+    assert_eq!(log.start_offset(&tp(0)).await.unwrap(), 2);
+    // The store applied past it (an accepted loss, or a restored snapshot): retention deletes the damage.
+    log.release_below(&tp(0), 4);
+    assert!(log.enforce_retention().unwrap() >= 2);
+    log.close().await;
+    drop(log);
+    let log = EmbeddedLog::open(small(dir.path())).unwrap();
+    assert!(log.start_offset(&tp(0)).await.unwrap() >= 2 && log.lost(&tp(0)).is_none());
+    assert_eq!(log.end_offset(&tp(0)).await.unwrap(), 4);
 }
 
 #[tokio::test]
@@ -254,4 +411,32 @@ async fn an_append_the_writer_never_answers_is_bounded() {
     *log.inner.queue.write() = real;
     holder.abort();
     log.close().await;
+}
+
+/// A client's value may carry bytes that form a valid frame of another
+/// partition (CRC32C is public). When the frame around it is damaged, the
+/// scan goes on where the damaged frame says it ends, never inside it: the
+/// carried frame is not taken for the log's own.
+#[tokio::test]
+async fn a_frame_carried_inside_a_damaged_one_is_never_taken_for_the_logs() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let log = EmbeddedLog::open(config(dir.path())).unwrap();
+        log.create_topic("t", 2).await.unwrap();
+        let mut carried = Vec::new();
+        super::frame::encode_into(&mut carried, 0, 1, 0, b"injected");
+        log.append(&tp(0), Bytes::from(carried)).await.unwrap();
+        log.append(&tp(0), Bytes::from("after")).await.unwrap();
+        log.append(&tp(1), Bytes::from("real")).await.unwrap();
+        log.close().await;
+    }
+    let segment = dir.path().join("wal").join(format!("{:020}.seg", 0));
+    let mut bytes = std::fs::read(&segment).unwrap();
+    bytes[5] ^= 0x01; // the first frame's checksum field
+    std::fs::write(&segment, &bytes).unwrap();
+    let log = EmbeddedLog::open(config(dir.path())).unwrap();
+    let payloads: Vec<Bytes> = read_all(&log, 1, 0).await.unwrap().into_iter().map(|(_, p)| p).collect();
+    assert_eq!(payloads, vec![Bytes::from("real")]);
+    assert_eq!(log.start_offset(&tp(0)).await.unwrap(), 1);
+    assert!(log.lost(&tp(0)).unwrap().0.contains("log offsets 0..1 of t/0"));
 }
