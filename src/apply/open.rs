@@ -16,7 +16,7 @@
 //!   partition is moved to start at `applied_next`, so new writes get
 //!   versions above the restored ones; on a log that lost its newest
 //!   entries (the embedded log's newest segment damaged or cut short), the
-//!   log continues at `applied_next` (`Log::continue_past_lost_tail`);
+//!   log continues at `applied_next` (`Log::settle_tail`);
 //!   otherwise refused, saying what to do.
 //!
 //! Transient failures (the log or the object store unreachable) are retried
@@ -167,17 +167,25 @@ pub(crate) async fn try_open(handle: &Arc<PartitionHandle>, log: &dyn Log, recov
             );
             return Err(Step::Again);
         }
-        match log.continue_past_lost_tail(&handle.tp, applied_next).await {
-            Ok(true) => return Err(Step::Again),
-            Ok(false) => {}
-            Err(e @ LogError::Corrupt(_)) => return Err(Step::Refuse(e.to_string())),
-            Err(e) => return Err(Step::Retry(e.to_string())),
+        if settle_tail(handle, log, applied_next).await? {
+            return Err(Step::Again);
         }
         return Err(Step::Refuse(ahead_reason(applied_next, start, end, recovery)));
     }
-    log.settle_tail(&handle.tp);
+    if settle_tail(handle, log, applied_next).await? {
+        return Err(Step::Again);
+    }
     let reader = log.reader(&handle.tp, applied_next).await.map_err(classify)?;
     Ok((reader, end))
+}
+
+/// `Log::settle_tail`: whether the log moved (check again).
+async fn settle_tail(handle: &Arc<PartitionHandle>, log: &dyn Log, applied_next: u64) -> Result<bool, Step> {
+    match log.settle_tail(&handle.tp, applied_next).await {
+        Ok(moved) => Ok(moved),
+        Err(e @ LogError::Corrupt(_)) => Err(Step::Refuse(e.to_string())),
+        Err(e) => Err(Step::Retry(e.to_string())),
+    }
 }
 
 /// Why a store ahead of its log is refused, and what to do about it.

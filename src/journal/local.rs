@@ -294,7 +294,7 @@ fn read_released(path: &Path) -> Result<HashMap<String, u64>, JournalError> {
 /// applied: nothing is lost. (Going on past exactly the lost ones, as
 /// `--accept-loss` does for the log, needs the sequencer and the stores'
 /// lane checks to skip them: not built.)
-fn refuse_lost_entries(
+async fn refuse_lost_entries(
     log: &EmbeddedLog,
     topics: &HashMap<String, u32>,
     released: &HashMap<String, u64>,
@@ -308,6 +308,12 @@ fn refuse_lost_entries(
             let released_below = released.get(&released_key(ns, partition)).copied().unwrap_or(0);
             for range in log.lost_ranges(&tp(ns, partition)).into_iter().filter(|range| range.to > released_below) {
                 lost.push((format!("{ns}/{partition}@{}..{}", range.from, range.to), range.cause));
+            }
+            // Damaged bytes after the lane's last entry may have held more of
+            // it: how many, no later frame of the lane shows.
+            if let Some(crate::log::embedded::TailDoubt::Damaged { why, offsets_max }) = log.tail_in_doubt(&tp(ns, partition)) {
+                let end = log.end_offset(&tp(ns, partition)).await?;
+                lost.push((format!("{ns}/{partition} after offset {end} (at most {offsets_max})"), why));
             }
         }
     }
@@ -365,7 +371,7 @@ impl Journal {
         let id = journal_id(dir, log.bytes())?;
         let released_file = dir.join(RELEASED_FILE);
         let released = read_released(&released_file)?;
-        refuse_lost_entries(&log, &topics, &released, objects.is_some())?;
+        refuse_lost_entries(&log, &topics, &released, objects.is_some()).await?;
         log.settle_all_tails();
         // The log is told the marks on disk, as `persist_released` tells it
         // the ones that move: without them a lane never written again kept

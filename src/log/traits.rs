@@ -109,21 +109,23 @@ pub trait Log: Send + Sync + 'static {
         )))
     }
 
-    /// A store applied up to `offset` but the log ends below it: the log
-    /// lost entries the store holds (its newest segment damaged or cut
-    /// short). Continues the partition at `offset`, so no offset is used
-    /// twice, when the log saw that damage at its open or the operator
-    /// accepted exactly `end..offset` (`--accept-loss`): Ok(true). Ok(false):
-    /// not this log's to decide (default: Kafka's offsets are the brokers').
-    /// Err: refused, saying what was found and the command that accepts it.
-    async fn continue_past_lost_tail(&self, _tp: &TopicPartition, _offset: u64) -> Result<bool, LogError> {
+    /// Checks the log's end against what the store of `tp` applied, before
+    /// its reader opens. A log that lost its newest entries (the embedded
+    /// log's newest segment damaged or cut short) holds appends until then,
+    /// so no offset a store applied is taken again:
+    /// - a store ahead of the end applied entries the log lost: the log
+    ///   continues at `applied_next` when its open saw damage or a cut at
+    ///   its end, or the operator accepted exactly `end..applied_next`;
+    /// - damaged bytes after the partition's last entry that may have held
+    ///   more of them: refused, unless accepted (`--accept-loss`), then the
+    ///   log continues past as many offsets as they could have held.
+    ///
+    /// Ok(true): moved; check again. Ok(false): nothing to do (default:
+    /// Kafka's offsets are the brokers'). Err: refused, saying what was
+    /// found and the command that accepts it.
+    async fn settle_tail(&self, _tp: &TopicPartition, _applied_next: u64) -> Result<bool, LogError> {
         Ok(false)
     }
-
-    /// The store of `tp` is not ahead of the log: appends may go on (a log
-    /// that lost its newest entries holds them until its store is checked,
-    /// so no offset a store applied is taken again). Default: nothing held.
-    fn settle_tail(&self, _tp: &TopicPartition) {}
 
     /// Why a procedure of `namespace` may not publish to `topics` (and to
     /// `<namespace>.<output>` for outputs it names at run time), if it may

@@ -3,7 +3,7 @@
 //! readers, retention.
 
 use super::super::{CreateOutcome, Log, LogError, LogReader, TopicInfo, TopicPartition};
-use super::index::PartitionState;
+use super::index::{Lost, PartitionState, TailDoubt};
 use super::meta::{random_id, read_meta, write_meta, LogMeta, MetaRead, TopicMeta};
 use super::segments::Segments;
 use super::writer::{AppendRequest, Writer};
@@ -315,6 +315,12 @@ impl EmbeddedLog {
         }
     }
 
+    /// Why the newest entries of `tp` may be gone, found at open, until
+    /// settled.
+    pub fn tail_in_doubt(&self, tp: &TopicPartition) -> Option<TailDoubt> {
+        self.partition(tp).ok().and_then(|p| p.index.lock().tail_in_doubt.clone())
+    }
+
     /// The offsets of `tp` lost to damaged bytes, found at open.
     pub fn lost_ranges(&self, tp: &TopicPartition) -> Vec<super::index::Lost> {
         self.partition(tp).map(|p| p.index.lock().lost.clone()).unwrap_or_default()
@@ -417,26 +423,61 @@ pub(super) fn torn_tail_start(path: &Path, scanned: &frame::Scanned) -> Result<O
 /// What recovery learned across segments.
 #[derive(Default)]
 struct Recovery {
-    /// Damaged ranges found so far, in log order.
-    damaged: Vec<(u64, frame::DamagedRange)>,
-    /// Per (topic id, partition): how many damaged ranges were found before
-    /// its last frame. Fewer than `damaged.len()`: damage lies after it.
+    /// Damaged ranges that are not exactly one frame naming its own
+    /// partition and offset (`frame::DamagedRange::frame`), in log order:
+    /// any partition's entries may have been in them.
+    unexplained: Vec<(u64, frame::DamagedRange)>,
+    /// Per (topic id, partition): how many unexplained ranges were found
+    /// before its last frame. Fewer than `unexplained.len()`: such damage
+    /// lies after it.
     damage_seen: HashMap<(u32, u32), usize>,
 }
 
 impl Recovery {
-    /// Marks every partition whose newest entries may have been lost: all
-    /// of them when a tail was cut (its frames named no partition that
-    /// could be trusted), and each one with damaged bytes after its last
-    /// frame.
+    /// Takes a damaged range found in segment `id`. Exactly one frame whose
+    /// header names a known partition at the offset that partition expects
+    /// next: that offset is lost, named at once. Anything else is
+    /// unexplained.
+    fn take_range(&mut self, id: u64, range: &frame::DamagedRange, topics: &TopicsById) {
+        tracing::error!(
+            segment = id,
+            from_byte = range.from,
+            to_byte = range.to,
+            problem = range.problem,
+            "damaged bytes in the embedded log: the frames they held are lost"
+        );
+        if let Some(header) = &range.frame {
+            if let Some(partition) = partition_of(topics, header) {
+                let mut index = partition.index.lock();
+                if header.offset == index.next_offset && index.lost.len() < super::index::LOST_RANGES_MAX {
+                    index.record_lost(header.offset + 1, id, damage_cause(id, range));
+                    return;
+                }
+            }
+        }
+        self.unexplained.push((id, range.clone()));
+    }
+
+    /// Marks every partition whose newest entries may have been lost: each
+    /// one with unexplained damaged bytes after its last frame, else all of
+    /// them when a tail was cut (its frames named no partition that could
+    /// be trusted).
     fn mark_tails_in_doubt(&self, topics: &TopicsById, tail_cut: Option<String>) {
         for (_, partitions) in topics.values() {
             for p in partitions {
                 let seen = self.damage_seen.get(&(p.topic_id, p.partition)).copied().unwrap_or(0);
-                let damage_after = self.damaged.get(seen).map(|(segment, range)| {
-                    format!("damaged bytes after its last entry, in log segment {segment} (bytes {}..{}: {})", range.from, range.to, range.problem)
-                });
-                p.index.lock().tail_in_doubt = tail_cut.clone().or(damage_after);
+                let after = &self.unexplained[seen.min(self.unexplained.len())..];
+                let doubt = match after.first() {
+                    Some((segment, range)) => Some(TailDoubt::Damaged {
+                        why: format!(
+                            "damaged bytes after its last entry, in log segment {segment} (bytes {}..{}: {})",
+                            range.from, range.to, range.problem
+                        ),
+                        offsets_max: after.iter().map(|(_, r)| (r.to - r.from).div_ceil(frame::HEADER_BYTES as u64)).sum(),
+                    }),
+                    None => tail_cut.clone().map(TailDoubt::Cut),
+                };
+                p.index.lock().tail_in_doubt = doubt;
             }
         }
     }
@@ -451,10 +492,14 @@ fn damage_cause(segment: u64, range: &frame::DamagedRange) -> String {
 /// Returns the segment's length.
 fn recover_segment(segments: &Segments, id: u64, topics: &TopicsById, recovery: &mut Recovery) -> Result<u64, LogError> {
     let path = segments.path(id);
-    let damaged_before = recovery.damaged.len();
     // Resync only onto a known partition's frame that is not behind it.
     let plausible = |header: &frame::FrameHeader| partition_of(topics, header).is_some_and(|p| header.offset >= p.index.lock().next_offset);
+    let mut ranges_taken = 0;
     let scanned = frame::scan(&path, plausible, |header, position, damaged_here| {
+        for range in &damaged_here[ranges_taken..] {
+            recovery.take_range(id, range, topics);
+        }
+        ranges_taken = damaged_here.len();
         let partition = partition_of(topics, header).ok_or_else(|| {
             LogError::Corrupt(format!(
                 "{}: frame at byte {position} names unknown topic id {} partition {}",
@@ -470,20 +515,13 @@ fn recover_segment(segments: &Segments, id: u64, topics: &TopicsById, recovery: 
             return Ok(());
         }
         let key = (header.topic_id, header.partition);
-        let damage_now = damaged_before + damaged_here.len();
+        let damage_now = recovery.unexplained.len();
         let damage_between = recovery.damage_seen.get(&key).copied().unwrap_or(0) < damage_now;
         if header.offset > index.next_offset && damage_between && index.lost.len() < super::index::LOST_RANGES_MAX {
-            // The offsets between were in the damaged bytes. Which bytes:
-            // the last damage before this frame (this segment's, or an
-            // earlier one's when this segment has none before it).
-            let (segment, range) = match damaged_here.last() {
-                Some(range) => (id, range),
-                None => {
-                    let (segment, range) = recovery.damaged.last().expect("damage lies between");
-                    (*segment, range)
-                }
-            };
-            index.record_lost(header.offset, segment, damage_cause(segment, range));
+            // The offsets between were in the damaged bytes: the last
+            // unexplained ones before this frame.
+            let (segment, range) = recovery.unexplained.last().expect("damage lies between");
+            index.record_lost(header.offset, *segment, damage_cause(*segment, range));
         }
         if header.offset != index.next_offset {
             return Err(LogError::Corrupt(format!(
@@ -500,10 +538,8 @@ fn recover_segment(segments: &Segments, id: u64, topics: &TopicsById, recovery: 
         recovery.damage_seen.insert(key, damage_now);
         Ok(())
     })?;
-    for range in &scanned.damaged {
-        tracing::error!(segment = %path.display(), from_byte = range.from, to_byte = range.to, problem = range.problem,
-            "damaged bytes in the embedded log: the frames they held are lost");
-        recovery.damaged.push((id, range.clone()));
+    for range in &scanned.damaged[ranges_taken..] {
+        recovery.take_range(id, range, topics);
     }
     Ok(scanned.file_bytes)
 }
@@ -566,8 +602,8 @@ impl Log for EmbeddedLog {
         }
         let partition = self.partition(tp)?;
         if let Some(doubt) = &partition.index.lock().tail_in_doubt {
-            // Until its store is checked against the end (`settle_tail`,
-            // `continue_past_lost_tail`): an offset taken now could be one a
+            // Until its store is checked against the end (`settle_tail`):
+            // an offset taken now could be one a
             // store applied under another write.
             return Err(LogError::Unavailable(format!("{tp}: the log's end is checked against its store first ({doubt})")));
         }
@@ -625,50 +661,73 @@ impl Log for EmbeddedLog {
         Ok(self.partition(tp)?.durable_end())
     }
 
-    fn settle_tail(&self, tp: &TopicPartition) {
-        if let Ok(partition) = self.partition(tp) {
-            partition.index.lock().tail_in_doubt = None;
-        }
-    }
-
-    async fn continue_past_lost_tail(&self, tp: &TopicPartition, offset: u64) -> Result<bool, LogError> {
+    async fn settle_tail(&self, tp: &TopicPartition, applied_next: u64) -> Result<bool, LogError> {
         let partition = self.partition(tp)?;
         let mut meta = self.inner.meta.lock();
-        // Held throughout, so no append takes an offset meanwhile.
+        // Held throughout, so no append takes an offset meanwhile (and
+        // while the tail is in doubt, none is in flight: `append`).
         let mut index = partition.index.lock();
         let end = index.next_offset;
-        if offset <= end || partition.durable_end() != end {
+        if partition.durable_end() != end {
             return Ok(false);
         }
-        let accepted =
-            self.inner.config.accept_lost.iter().any(|a| *a.topic == *tp.topic && a.partition == tp.partition && a.from == end && a.to == offset);
-        let why = match (&index.tail_in_doubt, accepted) {
-            (Some(doubt), _) => doubt.clone(),
+        let accepts = |from: u64, to: u64| {
+            self.inner.config.accept_lost.iter().any(|a| *a.topic == *tp.topic && a.partition == tp.partition && a.from == from && a.to == to)
+        };
+        let doubt = index.tail_in_doubt.clone();
+        if applied_next <= end {
+            let Some(TailDoubt::Damaged { why, offsets_max }) = doubt else {
+                // Nothing in doubt, or a torn tail: never acknowledged, so
+                // no store applied it.
+                index.tail_in_doubt = None;
+                return Ok(false);
+            };
+            let to = end + offsets_max.max(1);
+            if !accepts(end, to) {
+                return Err(LogError::Corrupt(format!(
+                    "log entries of {tp} after offset {end} may be lost: {why}, and no frame after them shows whether \
+                     they held this partition's entries (at most {}). To go on, restart with --accept-loss \
+                     {tp}@{end}..{to}: the log continues at {to}, so no offset is used twice, and the writes those \
+                     offsets held, if any, are lost (docs/damage.md)",
+                    to - end
+                )));
+            }
+            // Accepted: the reader goes on past them, and appends start after.
+            index.lost.push(Lost { from: end, to, cause: why, segment_id: u64::MAX, accepted: true });
+            index.next_offset = to;
+            index.tail_in_doubt = None;
+            partition.durable_end.send_replace(to);
+            tracing::error!(%tp, from = end, to, "an accepted possible loss at the log's end: it continues past it");
+            return Ok(true);
+        }
+        let why = match (doubt, accepts(end, applied_next)) {
+            (Some(doubt), _) => doubt.to_string(),
             (None, true) => "accepted with --accept-loss".to_string(),
             // Holds nothing and no damage seen: a new log, or another one (`ahead_reason` says what to do).
             (None, false) if index.start_offset == end => return Ok(false),
             (None, false) => {
                 return Err(LogError::Corrupt(format!(
-                    "the store applied up to offset {offset} but the log ends at {end}, with no damage found at its \
-                     end: log offsets {end}..{offset} are gone from the log (the store holds them). If this is the \
-                     log its stores came from (its newest segment was cut short at a frame's edge), restart with \
-                     --accept-loss {tp}@{end}..{offset}: the log continues at {offset}, and writes acknowledged past \
-                     {offset} that the store had not applied, if any, are lost (docs/damage.md)"
+                    "the store applied up to offset {applied_next} but the log ends at {end}, with no damage found at \
+                     its end: log offsets {end}..{applied_next} are gone from the log (the store holds them). If this \
+                     is the log its stores came from (its newest segment was cut short at a frame's edge), restart \
+                     with --accept-loss {tp}@{end}..{applied_next}: the log continues at {applied_next}, and writes \
+                     acknowledged past {applied_next} that the store had not applied, if any, are lost \
+                     (docs/damage.md)"
                 )))
             }
         };
         // Recorded first: after a crash the partition reopens at the new start.
-        meta.start_offsets.insert(format!("{}:{}", partition.topic_id, partition.partition), offset);
+        meta.start_offsets.insert(format!("{}:{}", partition.topic_id, partition.partition), applied_next);
         write_meta(&self.inner.config.dir, &mut meta)?;
         index.runs.clear();
         index.tail.clear();
         index.tail_bytes = 0;
         index.lost.clear();
-        index.start_offset = offset;
-        index.next_offset = offset;
+        index.start_offset = applied_next;
+        index.next_offset = applied_next;
         index.tail_in_doubt = None;
-        partition.durable_end.send_replace(offset);
-        tracing::error!(%tp, from = end, to = offset, %why,
+        partition.durable_end.send_replace(applied_next);
+        tracing::error!(%tp, from = end, to = applied_next, %why,
             "the log lost entries its store applied: it continues at the store's offset; entries below it are no longer \
              read from the log (watches resuming there start again from the current state), and writes acknowledged \
              past it that were not applied, if any, are lost");

@@ -93,6 +93,11 @@ pub struct DamagedRange {
     pub to: u64,
     /// What was found at `from`.
     pub problem: &'static str,
+    /// When the damaged bytes are exactly one frame (its header decodes and
+    /// a verified frame, or the file's end, follows where it says it
+    /// ends): its header, unverified. It names what was lost, if it agrees
+    /// with the partition's offsets (`recover_segment`).
+    pub frame: Option<FrameHeader>,
 }
 
 /// What a scan of a segment's frames found (`scan`).
@@ -137,7 +142,7 @@ pub fn scan(
     let mut verify_budget_bytes = 2 * file_bytes + PAYLOAD_BYTES_MAX as u64;
     while position < file_bytes {
         let mut header_bytes = [0u8; HEADER_BYTES];
-        let mut damaged_frame_end = None;
+        let mut damaged_frame = None;
         let problem = if reader.read_exact(&mut header_bytes).is_err() {
             "a partial frame header"
         } else if let Some(header) = decode_header(&header_bytes) {
@@ -145,7 +150,7 @@ pub fn scan(
             if reader.read_exact(&mut payload).is_err() {
                 "a partial frame payload"
             } else if !verify(&header, &header_bytes, &payload) {
-                damaged_frame_end = Some(position + (HEADER_BYTES + payload.len()) as u64);
+                damaged_frame = Some((header, position + (HEADER_BYTES + payload.len()) as u64));
                 "a frame checksum mismatch"
             } else {
                 visit(&header, position, &damaged)?;
@@ -158,14 +163,14 @@ pub fn scan(
         // First where the damaged frame says it ends (a flip in its payload
         // costs that frame alone, and no frame a client's value carries
         // inside it is taken for the log's); else byte by byte.
-        let at_frame_end = damaged_frame_end.filter(|end| *end == file_bytes || frame_at(&file, *end, file_bytes, &plausible));
-        let next = match at_frame_end {
-            Some(end) => Some(end).filter(|end| *end < file_bytes),
+        let one_frame = damaged_frame.filter(|(_, end)| *end == file_bytes || frame_at(&file, *end, file_bytes, &plausible));
+        let next = match one_frame {
+            Some((_, end)) => Some(end).filter(|end| *end < file_bytes),
             None if damaged.len() + 1 < DAMAGED_RANGES_MAX => resync(&file, position + 1, file_bytes, &plausible, &mut verify_budget_bytes)?,
             None => None,
         };
         let to = next.unwrap_or(file_bytes);
-        damaged.push(DamagedRange { from: position, to, problem });
+        damaged.push(DamagedRange { from: position, to, problem, frame: one_frame.map(|(header, _)| header) });
         position = to;
         reader.seek(SeekFrom::Start(position))?;
     }

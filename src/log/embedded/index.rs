@@ -47,9 +47,30 @@ pub struct PartitionIndex {
     /// was accepted (`--accept-loss`).
     pub lost: Vec<Lost>,
     /// Found at this open: entries past the last indexed one may have been
-    /// lost (a tail cut, or damaged bytes after this partition's last
-    /// frame), and what.
-    pub tail_in_doubt: Option<String>,
+    /// lost, and why. Appends wait until the store is checked against the
+    /// end (`Log::settle_tail`).
+    pub tail_in_doubt: Option<TailDoubt>,
+}
+
+/// Why a partition's newest entries may be gone from the log.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TailDoubt {
+    /// The newest segment's torn tail was cut: after a crash, entries
+    /// never acknowledged; if a store applied past the end, the segment was
+    /// damaged or cut short instead.
+    Cut(String),
+    /// Damaged bytes lie after this partition's last frame, and no frame
+    /// after them shows whether they held its entries: at most
+    /// `offsets_max` of them.
+    Damaged { why: String, offsets_max: u64 },
+}
+
+impl std::fmt::Display for TailDoubt {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            TailDoubt::Cut(why) | TailDoubt::Damaged { why, .. } => f.write_str(why),
+        }
+    }
 }
 
 /// Most lost ranges one partition records; past it, the open is refused

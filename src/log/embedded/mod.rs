@@ -35,5 +35,6 @@ mod tests;
 mod writer;
 
 pub use self::embedded_log::{AcceptLost, EmbeddedLog, EmbeddedLogConfig, MetaState};
+pub use self::index::TailDoubt;
 #[cfg(test)]
 use self::meta::read_meta;

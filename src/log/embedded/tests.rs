@@ -92,7 +92,7 @@ async fn torn_tail_is_truncated_and_acknowledged_entries_kept() {
     // against the end (the apply loop's open), so none takes an offset a
     // store applied under another write.
     assert!(matches!(log.append(&tp(0), Bytes::from("early")).await, Err(LogError::Unavailable(_))));
-    log.settle_tail(&tp(0));
+    assert!(!log.settle_tail(&tp(0), 10).await.unwrap(), "a torn tail: nothing acknowledged was lost");
     assert_eq!(log.append(&tp(0), Bytes::from("after")).await.unwrap(), 10);
 }
 
@@ -439,4 +439,69 @@ async fn a_frame_carried_inside_a_damaged_one_is_never_taken_for_the_logs() {
     assert_eq!(payloads, vec![Bytes::from("real")]);
     assert_eq!(log.start_offset(&tp(0)).await.unwrap(), 1);
     assert!(log.lost(&tp(0)).unwrap().0.contains("log offsets 0..1 of t/0"));
+}
+
+/// Writes 30 entries to 3 partitions in turn (entry i: partition i % 3,
+/// offset i / 3), closes, and returns the segment's path and bytes.
+async fn thirty_in_three(dir: &std::path::Path) -> (std::path::PathBuf, Vec<u8>) {
+    let log = EmbeddedLog::open(config(dir)).unwrap();
+    log.create_topic("t", 3).await.unwrap();
+    for i in 0..30u32 {
+        log.append(&tp(i % 3), Bytes::from(format!("m{i}"))).await.unwrap();
+    }
+    log.close().await;
+    let segment = dir.join("wal").join(format!("{:020}.seg", 0));
+    let bytes = std::fs::read(&segment).unwrap();
+    (segment, bytes)
+}
+
+/// A partition's last entry damaged (its header intact), with other
+/// partitions' entries after it: no later frame of its own shows the jump,
+/// but the damaged frame's header names it, and where it ends a verified
+/// frame starts. Before, its offset was taken again by the next append.
+#[tokio::test]
+async fn a_partitions_last_entry_damaged_is_named_by_its_own_header() {
+    let dir = tempfile::tempdir().unwrap();
+    let (segment, mut bytes) = thirty_in_three(dir.path()).await;
+    let at = frame_positions(&bytes)[28] + super::frame::HEADER_BYTES; // partition 1, offset 9
+    bytes[at] ^= 0x02;
+    std::fs::write(&segment, &bytes).unwrap();
+    let log = EmbeddedLog::open(config(dir.path())).unwrap();
+    assert_eq!((log.start_offset(&tp(1)).await.unwrap(), log.end_offset(&tp(1)).await.unwrap()), (10, 10));
+    assert!(log.lost(&tp(1)).unwrap().0.contains("log offsets 9..10 of t/1"));
+    for partition in 0..3 {
+        assert!(log.tail_in_doubt(&tp(partition)).is_none(), "partition {partition}: explained, nothing in doubt");
+        assert!(!log.settle_tail(&tp(partition), 10).await.unwrap());
+    }
+    assert_eq!(log.append(&tp(1), Bytes::from("next")).await.unwrap(), 10, "offset 9 is never used again");
+}
+
+/// The same entry with its length field damaged: where it ends cannot be
+/// told, so which partitions' entries the damaged bytes held cannot
+/// either. Each partition whose last entry is before them holds its
+/// appends, and is refused once its store is at the end, naming the most
+/// offsets the bytes could hold and the flag that accepts them; accepted,
+/// the log continues past them, so no offset is used twice.
+#[tokio::test]
+async fn unexplained_damage_after_a_partitions_last_entry_is_refused_until_accepted() {
+    let dir = tempfile::tempdir().unwrap();
+    let (segment, mut bytes) = thirty_in_three(dir.path()).await;
+    let at = frame_positions(&bytes)[28];
+    bytes[at] ^= 0x80; // the length: 3 becomes 131, past the next frame
+    std::fs::write(&segment, &bytes).unwrap();
+    let log = EmbeddedLog::open(config(dir.path())).unwrap();
+    assert_eq!(log.end_offset(&tp(1)).await.unwrap(), 9);
+    assert!(matches!(log.tail_in_doubt(&tp(1)), Some(super::TailDoubt::Damaged { offsets_max: 2, .. })), "{:?}", log.tail_in_doubt(&tp(1)));
+    assert!(log.tail_in_doubt(&tp(2)).is_none(), "its entry after the damage shows it lost nothing");
+    assert!(matches!(log.append(&tp(1), Bytes::from("early")).await, Err(LogError::Unavailable(_))));
+    let refused = log.settle_tail(&tp(1), 9).await.expect_err("refused").to_string();
+    assert!(refused.contains("--accept-loss t/1@9..11"), "{refused}");
+    log.close().await;
+    drop(log);
+    let accepting = EmbeddedLogConfig { accept_lost: vec!["t/1@9..11".parse().unwrap()], ..config(dir.path()) };
+    let log = EmbeddedLog::open(accepting).unwrap();
+    assert!(log.settle_tail(&tp(1), 9).await.unwrap(), "moved past the offsets the damage could hold");
+    assert!(!log.settle_tail(&tp(1), 9).await.unwrap());
+    assert_eq!(log.append(&tp(1), Bytes::from("next")).await.unwrap(), 11);
+    assert_eq!(read_to_end(&log, 1, 0).await.unwrap(), vec![0, 1, 2, 3, 4, 5, 6, 7, 8, 11]);
 }
