@@ -311,7 +311,7 @@ async fn refuse_lost_entries(
             }
             // Damaged bytes after the lane's last entry may have held more of
             // it: how many, no later frame of the lane shows.
-            if let Some(crate::log::embedded::TailDoubt::Damaged { why, offsets_max }) = log.tail_in_doubt(&tp(ns, partition)) {
+            if let Some(crate::log::embedded::TailDoubt::Damaged { why, offsets_max, .. }) = log.tail_in_doubt(&tp(ns, partition)) {
                 let end = log.end_offset(&tp(ns, partition)).await?;
                 lost.push((format!("{ns}/{partition} after offset {end} (at most {offsets_max})"), why));
             }

@@ -82,7 +82,7 @@ impl Settings {
 
     /// `accept_loss`, parsed (checked by `validate`).
     pub fn accepted_losses(&self) -> anyhow::Result<Vec<crate::log::embedded::AcceptLost>> {
-        self.accept_loss.iter().map(|text| text.parse().map_err(anyhow::Error::msg)).collect()
+        self.accept_loss.iter().map(|text| crate::log::embedded::AcceptLost::parse(text).map_err(anyhow::Error::msg)).collect()
     }
 
     /// The Kafka log's settings, for the brokers `servers`.

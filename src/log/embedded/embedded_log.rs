@@ -4,14 +4,14 @@
 
 use super::super::{CreateOutcome, Log, LogError, LogReader, TopicInfo, TopicPartition};
 use super::index::{Lost, PartitionState, TailDoubt};
-use super::meta::{random_id, read_meta, write_meta, LogMeta, MetaRead, TopicMeta};
+use super::meta::{random_id, read_meta, write_meta, LogMeta, MetaRead, SettledMark, TopicMeta};
 use super::segments::Segments;
 use super::writer::{AppendRequest, Writer};
 use super::{frame, reader};
 use async_trait::async_trait;
 use bytes::Bytes;
 use parking_lot::{Mutex, RwLock};
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use tokio::sync::{mpsc, oneshot};
@@ -53,10 +53,9 @@ pub struct AcceptLost {
     pub to: u64,
 }
 
-impl std::str::FromStr for AcceptLost {
-    type Err = String;
-
-    fn from_str(text: &str) -> Result<AcceptLost, String> {
+impl AcceptLost {
+    /// Parses `<namespace>/<partition>@<from>..<to>`.
+    pub fn parse(text: &str) -> Result<AcceptLost, String> {
         let bad = || format!("--accept-loss {text:?}: expected <namespace>/<partition>@<from>..<to>, as a refusal names it");
         let (tp, range) = text.rsplit_once('@').ok_or_else(bad)?;
         let (topic, partition) = tp.rsplit_once('/').ok_or_else(bad)?;
@@ -176,7 +175,7 @@ impl EmbeddedLog {
             Some(newest) => cut_torn_tail(&segments, *newest, &by_id)?,
             None => None,
         };
-        let mut recovery = Recovery::default();
+        let mut recovery = Recovery { settled: meta.settled.clone(), ..Recovery::default() };
         let mut active_bytes = 0;
         for id in &ids {
             active_bytes = recover_segment(&segments, *id, &by_id, &mut recovery)?;
@@ -315,6 +314,15 @@ impl EmbeddedLog {
         }
     }
 
+    /// Writes where `partition`'s end was settled: the log's end now, and
+    /// the offset it goes on at (`SettledMark`).
+    fn record_settled(&self, meta: &mut LogMeta, partition: &PartitionState, next_offset: u64) -> Result<(), LogError> {
+        let segment_id = self.inner.segments.ids().last().copied().unwrap_or(0);
+        let byte = self.inner.segments.size_bytes(segment_id);
+        meta.settled.insert(format!("{}:{}", partition.topic_id, partition.partition), SettledMark { segment_id, byte, next_offset });
+        write_meta(&self.inner.config.dir, meta)
+    }
+
     /// Why the newest entries of `tp` may be gone, found at open, until
     /// settled.
     pub fn tail_in_doubt(&self, tp: &TopicPartition) -> Option<TailDoubt> {
@@ -420,24 +428,30 @@ pub(super) fn torn_tail_start(path: &Path, scanned: &frame::Scanned) -> Result<O
     Ok(None)
 }
 
+/// A damaged range found at open: its segment, its bytes, and the
+/// partition and offset its own header names when it is one frame.
+type FoundRange = (u64, frame::DamagedRange, Option<((u32, u32), u64)>);
+
 /// What recovery learned across segments.
 #[derive(Default)]
 struct Recovery {
-    /// Damaged ranges that are not exactly one frame naming its own
-    /// partition and offset (`frame::DamagedRange::frame`), in log order:
-    /// any partition's entries may have been in them.
-    unexplained: Vec<(u64, frame::DamagedRange)>,
-    /// Per (topic id, partition): how many unexplained ranges were found
-    /// before its last frame. Fewer than `unexplained.len()`: such damage
-    /// lies after it.
+    /// Every damaged range found so far, in log order, with the partition
+    /// and offset its own header names when it is one frame (`take_range`).
+    ranges: Vec<FoundRange>,
+    /// Per (topic id, partition): how many ranges were found before its
+    /// last frame. Fewer than `ranges.len()`: damage lies after it.
     damage_seen: HashMap<(u32, u32), usize>,
+    /// Where partitions' ends were settled at earlier opens (`LogMeta::settled`).
+    settled: BTreeMap<String, SettledMark>,
 }
 
 impl Recovery {
     /// Takes a damaged range found in segment `id`. Exactly one frame whose
     /// header names a known partition at the offset that partition expects
-    /// next: that offset is lost, named at once. Anything else is
-    /// unexplained.
+    /// next: that offset is lost, named at once (undone in `recover_segment`
+    /// if a verified frame of that partition at that offset follows: the
+    /// header was damaged too). Every other partition may have lost
+    /// entries in it all the same (`mark_tails_in_doubt`).
     fn take_range(&mut self, id: u64, range: &frame::DamagedRange, topics: &TopicsById) {
         tracing::error!(
             segment = id,
@@ -446,38 +460,57 @@ impl Recovery {
             problem = range.problem,
             "damaged bytes in the embedded log: the frames they held are lost"
         );
+        let mut named = None;
         if let Some(header) = &range.frame {
             if let Some(partition) = partition_of(topics, header) {
                 let mut index = partition.index.lock();
                 if header.offset == index.next_offset && index.lost.len() < super::index::LOST_RANGES_MAX {
-                    index.record_lost(header.offset + 1, id, damage_cause(id, range));
-                    return;
+                    index.record_lost(header.offset + 1, id, damage_cause(id, range), true);
+                    named = Some(((header.topic_id, header.partition), header.offset));
                 }
             }
         }
-        self.unexplained.push((id, range.clone()));
+        self.ranges.push((id, range.clone(), named));
     }
 
     /// Marks every partition whose newest entries may have been lost: each
-    /// one with unexplained damaged bytes after its last frame, else all of
-    /// them when a tail was cut (its frames named no partition that could
-    /// be trusted).
+    /// one with damaged bytes after its last frame (but a frame whose own
+    /// header names another partition, unless this one expects that very
+    /// offset next: a flip in the partition field keeps the offset; and
+    /// bytes before the point its end was settled at an earlier open), else all of them when a tail was cut
+    /// (its frames named no partition that could be trusted). A partition
+    /// settled past its frames goes on at the settled offset.
     fn mark_tails_in_doubt(&self, topics: &TopicsById, tail_cut: Option<String>) {
         for (_, partitions) in topics.values() {
             for p in partitions {
-                let seen = self.damage_seen.get(&(p.topic_id, p.partition)).copied().unwrap_or(0);
-                let after = &self.unexplained[seen.min(self.unexplained.len())..];
-                let doubt = match after.first() {
-                    Some((segment, range)) => Some(TailDoubt::Damaged {
+                let key = (p.topic_id, p.partition);
+                let mark = self.settled.get(&format!("{}:{}", p.topic_id, p.partition));
+                let seen = self.damage_seen.get(&key).copied().unwrap_or(0);
+                let next_offset = p.index.lock().next_offset;
+                let after: Vec<&FoundRange> = self.ranges[seen.min(self.ranges.len())..]
+                    .iter()
+                    .filter(|(_, _, named)| named.is_none_or(|(named, offset)| named != key && offset == next_offset))
+                    .filter(|(segment, range, _)| mark.is_none_or(|m| (*segment, range.from) >= (m.segment_id, m.byte)))
+                    .collect();
+                let mut index = p.index.lock();
+                index.tail_in_doubt = match after.first() {
+                    Some((segment, range, _)) => Some(TailDoubt::Damaged {
                         why: format!(
                             "damaged bytes after its last entry, in log segment {segment} (bytes {}..{}: {})",
                             range.from, range.to, range.problem
                         ),
-                        offsets_max: after.iter().map(|(_, r)| (r.to - r.from).div_ceil(frame::HEADER_BYTES as u64)).sum(),
+                        offsets_max: after.iter().map(|(_, r, _)| (r.to - r.from).div_ceil(frame::HEADER_BYTES as u64)).sum(),
+                        segment_id: after.iter().map(|(segment, _, _)| *segment).max().expect("not empty"),
                     }),
                     None => tail_cut.clone().map(TailDoubt::Cut),
                 };
-                p.index.lock().tail_in_doubt = doubt;
+                if let Some(mark) = mark.filter(|m| m.next_offset > index.next_offset && index.tail_in_doubt.is_none()) {
+                    // Settled (accepted) past offsets no frame shows: on at it again.
+                    let cause = "accepted at an earlier start (--accept-loss)".to_string();
+                    let from = index.next_offset;
+                    index.lost.push(Lost { from, to: mark.next_offset, cause, segment_id: mark.segment_id, named_by_header: false, accepted: true });
+                    index.next_offset = mark.next_offset;
+                }
             }
         }
     }
@@ -515,13 +548,25 @@ fn recover_segment(segments: &Segments, id: u64, topics: &TopicsById, recovery: 
             return Ok(());
         }
         let key = (header.topic_id, header.partition);
-        let damage_now = recovery.unexplained.len();
+        let damage_now = recovery.ranges.len();
         let damage_between = recovery.damage_seen.get(&key).copied().unwrap_or(0) < damage_now;
+        let guessed_wrong = index.lost.last().is_some_and(|lost| lost.named_by_header && lost.from == header.offset && lost.to == header.offset + 1);
+        if guessed_wrong {
+            // A damaged frame's header named this partition at this offset,
+            // and here is its verified frame: the header was damaged too.
+            let lost = index.lost.pop().expect("checked");
+            index.next_offset = lost.from;
+        }
         if header.offset > index.next_offset && damage_between && index.lost.len() < super::index::LOST_RANGES_MAX {
-            // The offsets between were in the damaged bytes: the last
-            // unexplained ones before this frame.
-            let (segment, range) = recovery.unexplained.last().expect("damage lies between");
-            index.record_lost(header.offset, *segment, damage_cause(*segment, range));
+            // The offsets between were in the damaged bytes: the last ones
+            // before this frame.
+            let (segment, range, _) = recovery.ranges.last().expect("damage lies between");
+            index.record_lost(header.offset, *segment, damage_cause(*segment, range), false);
+            // Accepted at an earlier open (`settle_tail`): still accepted.
+            let mark = recovery.settled.get(&format!("{}:{}", header.topic_id, header.partition));
+            if mark.is_some_and(|m| m.next_offset >= header.offset && (*segment, range.from) < (m.segment_id, m.byte)) {
+                index.lost.last_mut().expect("just recorded").accepted = true;
+            }
         }
         if header.offset != index.next_offset {
             return Err(LogError::Corrupt(format!(
@@ -676,7 +721,7 @@ impl Log for EmbeddedLog {
         };
         let doubt = index.tail_in_doubt.clone();
         if applied_next <= end {
-            let Some(TailDoubt::Damaged { why, offsets_max }) = doubt else {
+            let Some(TailDoubt::Damaged { why, offsets_max, segment_id }) = doubt else {
                 // Nothing in doubt, or a torn tail: never acknowledged, so
                 // no store applied it.
                 index.tail_in_doubt = None;
@@ -692,8 +737,10 @@ impl Log for EmbeddedLog {
                     to - end
                 )));
             }
-            // Accepted: the reader goes on past them, and appends start after.
-            index.lost.push(Lost { from: end, to, cause: why, segment_id: u64::MAX, accepted: true });
+            // Accepted: the reader goes on past them, and appends start
+            // after; recorded first, so a later open goes on at `to` too.
+            self.record_settled(&mut meta, &partition, to)?;
+            index.lost.push(Lost { from: end, to, cause: why, segment_id, named_by_header: false, accepted: true });
             index.next_offset = to;
             index.tail_in_doubt = None;
             partition.durable_end.send_replace(to);
@@ -718,7 +765,7 @@ impl Log for EmbeddedLog {
         };
         // Recorded first: after a crash the partition reopens at the new start.
         meta.start_offsets.insert(format!("{}:{}", partition.topic_id, partition.partition), applied_next);
-        write_meta(&self.inner.config.dir, &mut meta)?;
+        self.record_settled(&mut meta, &partition, applied_next)?;
         index.runs.clear();
         index.tail.clear();
         index.tail_bytes = 0;

@@ -61,8 +61,8 @@ pub enum TailDoubt {
     Cut(String),
     /// Damaged bytes lie after this partition's last frame, and no frame
     /// after them shows whether they held its entries: at most
-    /// `offsets_max` of them.
-    Damaged { why: String, offsets_max: u64 },
+    /// `offsets_max` of them, the last in segment `segment_id`.
+    Damaged { why: String, offsets_max: u64, segment_id: u64 },
 }
 
 impl std::fmt::Display for TailDoubt {
@@ -88,6 +88,9 @@ pub struct Lost {
     /// The segment whose damaged bytes held them (the last damage before
     /// the frame that showed the jump).
     pub segment_id: u64,
+    /// Named by the damaged frame's own header, unverified: undone if a
+    /// verified frame of the partition at that offset follows.
+    pub named_by_header: bool,
     /// The operator accepted exactly this loss: readers go on past it.
     pub accepted: bool,
 }
@@ -148,9 +151,9 @@ impl PartitionIndex {
 
     /// Records that offsets `next_offset..to` were in damaged bytes: the
     /// partition goes on at `to`. Recovery only.
-    pub fn record_lost(&mut self, to: u64, segment_id: u64, cause: String) {
+    pub fn record_lost(&mut self, to: u64, segment_id: u64, cause: String, named_by_header: bool) {
         assert!(to > self.next_offset, "a lost range holds at least one offset");
-        self.lost.push(Lost { from: self.next_offset, to, cause, segment_id, accepted: false });
+        self.lost.push(Lost { from: self.next_offset, to, cause, segment_id, named_by_header, accepted: false });
         self.next_offset = to;
     }
 

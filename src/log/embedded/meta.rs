@@ -40,6 +40,21 @@ pub(super) struct LogMeta {
     /// One more on every write: of two copies that verify, the newer wins.
     #[serde(default)]
     pub(super) generation: u64,
+    /// "topic_id:partition" → where its end was settled after damage
+    /// (`Log::settle_tail`): damage before that point is not doubted again
+    /// at later opens, and the partition goes on at least at its offset.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub(super) settled: BTreeMap<String, SettledMark>,
+}
+
+/// Where a partition's end was settled after damage, and at which offset
+/// it goes on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub(super) struct SettledMark {
+    /// The log's end when it was settled: the newest segment and its length.
+    pub(super) segment_id: u64,
+    pub(super) byte: u64,
+    pub(super) next_offset: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -219,6 +234,7 @@ mod tests {
             topics: vec![TopicMeta { name: "ns".into(), id: 1, partitions: 4, uid: random_id() }],
             start_offsets: BTreeMap::from([("1:0".to_string(), 7), ("1:3".to_string(), 2)]),
             generation: 0,
+            settled: BTreeMap::new(),
         }
     }
 

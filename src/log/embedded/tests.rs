@@ -204,7 +204,7 @@ async fn damage_in_the_middle_of_the_newest_segment_is_read_around_not_cut() {
     log.close().await;
     drop(log);
     // Accepted exactly: a reader from 0 goes on past offset 4; nothing else is skipped.
-    let accepting = |accept: &str| EmbeddedLogConfig { accept_lost: vec![accept.parse().unwrap()], ..config(dir.path()) };
+    let accepting = |accept: &str| EmbeddedLogConfig { accept_lost: vec![super::AcceptLost::parse(accept).unwrap()], ..config(dir.path()) };
     let log = EmbeddedLog::open(accepting("t/1@4..5")).unwrap();
     assert_eq!(log.start_offset(&tp(1)).await.unwrap(), 0);
     assert!(log.lost(&tp(1)).is_none());
@@ -218,11 +218,11 @@ async fn damage_in_the_middle_of_the_newest_segment_is_read_around_not_cut() {
 
 #[test]
 fn an_accepted_loss_is_parsed_exactly_as_a_refusal_names_it() {
-    let accept: super::AcceptLost = "my/ns/3@120..125".parse().unwrap();
+    let accept = super::AcceptLost::parse("my/ns/3@120..125").unwrap();
     assert_eq!((accept.topic.as_str(), accept.partition, accept.from, accept.to), ("my/ns", 3, 120, 125));
     assert_eq!(accept.to_string(), "my/ns/3@120..125");
     for bad in ["", "t/0", "t/0@5", "t/0@5..5", "t/0@6..5", "/0@1..2", "t/x@1..2", "t@1..2", "t/0@-1..2"] {
-        let err = bad.parse::<super::AcceptLost>().expect_err(bad);
+        let err = super::AcceptLost::parse(bad).expect_err(bad);
         assert!(err.contains("<namespace>/<partition>@<from>..<to>"), "{err}");
     }
 }
@@ -498,10 +498,44 @@ async fn unexplained_damage_after_a_partitions_last_entry_is_refused_until_accep
     assert!(refused.contains("--accept-loss t/1@9..11"), "{refused}");
     log.close().await;
     drop(log);
-    let accepting = EmbeddedLogConfig { accept_lost: vec!["t/1@9..11".parse().unwrap()], ..config(dir.path()) };
+    let accepting = EmbeddedLogConfig { accept_lost: vec![super::AcceptLost::parse("t/1@9..11").unwrap()], ..config(dir.path()) };
     let log = EmbeddedLog::open(accepting).unwrap();
     assert!(log.settle_tail(&tp(1), 9).await.unwrap(), "moved past the offsets the damage could hold");
     assert!(!log.settle_tail(&tp(1), 9).await.unwrap());
-    assert_eq!(log.append(&tp(1), Bytes::from("next")).await.unwrap(), 11);
-    assert_eq!(read_to_end(&log, 1, 0).await.unwrap(), vec![0, 1, 2, 3, 4, 5, 6, 7, 8, 11]);
+    log.close().await;
+    drop(log);
+    // Settled once, for good: later opens, without the flag, go on at 11
+    // (nothing appended yet, then after an append), never asking again.
+    for (end, appended) in [(11, 11), (12, 12)] {
+        let log = EmbeddedLog::open(config(dir.path())).unwrap();
+        assert!(log.tail_in_doubt(&tp(1)).is_none());
+        assert_eq!(log.end_offset(&tp(1)).await.unwrap(), end);
+        assert!(!log.settle_tail(&tp(1), 9).await.unwrap(), "a store still at 9 reads on past the accepted offsets");
+        let mut expected: Vec<u64> = (0..9).chain(11..end).collect();
+        assert_eq!(read_to_end(&log, 1, 0).await.unwrap(), expected);
+        assert_eq!(log.append(&tp(1), Bytes::from("next")).await.unwrap(), appended);
+        expected.push(appended);
+        log.close().await;
+    }
+}
+
+/// A damaged frame whose header names another partition at the offset it
+/// expects (a flip in its partition field): the guess is undone when that
+/// partition's own frame at that offset follows, and the real owner, whose
+/// last entry it was, is in doubt rather than silently short.
+#[tokio::test]
+async fn a_damaged_header_that_names_the_wrong_partition_is_undone() {
+    let dir = tempfile::tempdir().unwrap();
+    let (segment, mut bytes) = thirty_in_three(dir.path()).await;
+    let at = frame_positions(&bytes)[27]; // partition 0, offset 9
+    bytes[at + 12] ^= 0x02; // its partition field: 0 becomes 2
+    std::fs::write(&segment, &bytes).unwrap();
+    let log = EmbeddedLog::open(config(dir.path())).unwrap();
+    assert_eq!(log.end_offset(&tp(2)).await.unwrap(), 10);
+    assert!(log.lost(&tp(2)).is_none() && log.tail_in_doubt(&tp(2)).is_none());
+    assert_eq!(read_all(&log, 2, 0).await.unwrap().len(), 10);
+    assert_eq!(log.end_offset(&tp(0)).await.unwrap(), 9);
+    assert!(matches!(log.tail_in_doubt(&tp(0)), Some(super::TailDoubt::Damaged { .. })), "{:?}", log.tail_in_doubt(&tp(0)));
+    let refused = log.settle_tail(&tp(0), 9).await.expect_err("refused").to_string();
+    assert!(refused.contains("--accept-loss t/0@9..11"), "{refused}");
 }
