@@ -158,6 +158,10 @@ pub(crate) async fn try_open(handle: &Arc<PartitionHandle>, log: &dyn Log, recov
         };
     }
     if applied_next > end {
+        // A log that lost entries the store applied goes on after them first.
+        if settle_tail(handle, log, applied_next).await? {
+            return Err(Step::Again);
+        }
         if recovery.into_new_log && start == end {
             log.rebase_empty(&handle.tp, applied_next).await.map_err(|e| Step::Refuse(e.to_string()))?;
             tracing::warn!(
@@ -165,9 +169,6 @@ pub(crate) async fn try_open(handle: &Arc<PartitionHandle>, log: &dyn Log, recov
                 "--restore: the empty log partition continues at the restored offset; writes acknowledged after \
                  the snapshot (offsets {applied_next} and up, in the lost log) are lost"
             );
-            return Err(Step::Again);
-        }
-        if settle_tail(handle, log, applied_next).await? {
             return Err(Step::Again);
         }
         return Err(Step::Refuse(ahead_reason(applied_next, start, end, recovery)));

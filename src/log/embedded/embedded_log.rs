@@ -600,11 +600,14 @@ fn accept_lost(accepted: &[AcceptLost], topics: &TopicsById) -> Result<(), LogEr
                 continue;
             }
         };
+        let next_offset = index.next_offset;
         match index.lost.iter_mut().find(|lost| lost.from == accept.from && lost.to == accept.to) {
             Some(lost) => {
                 lost.accepted = true;
                 tracing::warn!(%accept, "a lost range of the log is accepted: readers go on past it, and its writes are lost");
             }
+            // From the end: a range `settle_tail` takes once the store is checked.
+            None if accept.from == next_offset => {}
             None => tracing::warn!(%accept, found = ?index.lost.iter().map(|l| (l.from, l.to)).collect::<Vec<_>>(),
                 "--accept-loss matches no lost range of this partition; ignored"),
         }
