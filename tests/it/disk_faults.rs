@@ -286,6 +286,35 @@ fn newest_segment(data: &Path) -> std::path::PathBuf {
     segments.pop().unwrap()
 }
 
+/// The arguments of one node on the embedded log, `default` in 2
+/// partitions, with its data in `data`.
+fn one_node_args(data: &Path) -> Vec<String> {
+    let dir = data.to_str().unwrap();
+    ["serve", "--listen", "127.0.0.1:0", "--data-dir", dir, "--namespace", "default:2"].map(String::from).to_vec()
+}
+
+/// Starts `one_node_args`, writes `count` records, waits until every
+/// partition applied them, and stops it: what was written, and each
+/// partition's state at the stop.
+async fn written_and_stopped(data: &Path, count: usize) -> (BTreeMap<String, Value>, Vec<(i64, String, u64)>) {
+    let args = one_node_args(data);
+    let mut t = Tern::spawn(&args.iter().map(String::as_str).collect::<Vec<_>>(), data).await;
+    let mut written = BTreeMap::new();
+    write(&t, &mut written, 1, count).await;
+    t.wait_caught_up("default").await;
+    let states = t.partition_states("default").await;
+    assert!(t.terminate().success());
+    (written, states)
+}
+
+/// Flips one bit in the middle of the payload of the frame at byte `at`
+/// (its payload `len` bytes): its header stays intact.
+fn flip_payload_bit(segment: &Path, at: usize, len: usize) {
+    let mut bytes = std::fs::read(segment).unwrap();
+    bytes[at + 24 + len / 2] ^= 0x10;
+    std::fs::write(segment, bytes).unwrap();
+}
+
 /// One node, no snapshots: a bit flipped in one acknowledged entry of the
 /// embedded log, in the middle of its newest segment, and the store of that
 /// entry's partition cut short, so the partition must be rebuilt from the
@@ -298,22 +327,16 @@ fn newest_segment(data: &Path) -> std::path::PathBuf {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_damaged_log_entry_is_named_exactly_and_one_flag_accepts_its_loss() {
     let data = tempfile::tempdir().unwrap();
-    let dir = data.path().to_str().unwrap();
-    let args = ["serve", "--listen", "127.0.0.1:0", "--data-dir", dir, "--namespace", "default:2"];
-    let mut t = Tern::spawn(&args, data.path()).await;
-    let mut written = BTreeMap::new();
-    write(&t, &mut written, 1, 200).await;
-    t.wait_caught_up("default").await;
-    assert!(t.terminate().success());
+    let args = one_node_args(data.path());
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let (mut written, _) = written_and_stopped(data.path(), 200).await;
 
     let segment = newest_segment(data.path());
     let length = std::fs::metadata(&segment).unwrap().len();
     let default = topic_id(data.path(), "default");
     let of_partition_0: Vec<_> = frames(&segment).into_iter().filter(|f| f.1 == default && f.2 == 0).collect();
     let (at, _, _, offset, len) = of_partition_0[of_partition_0.len() / 2];
-    let mut bytes = std::fs::read(&segment).unwrap();
-    bytes[at + 24 + len / 2] ^= 0x10;
-    std::fs::write(&segment, bytes).unwrap();
+    flip_payload_bit(&segment, at, len);
     cut_short(&data.path().join("stores/default/00000.redb"));
 
     let (code, report) = tern_check(data.path());
@@ -363,21 +386,14 @@ async fn a_damaged_log_entry_is_named_exactly_and_one_flag_accepts_its_loss() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_log_cut_short_behind_its_stores_continues_after_them() {
     let data = tempfile::tempdir().unwrap();
-    let dir = data.path().to_str().unwrap();
-    let args = ["serve", "--listen", "127.0.0.1:0", "--data-dir", dir, "--namespace", "default:2"];
-    let mut t = Tern::spawn(&args, data.path()).await;
-    let mut written = BTreeMap::new();
-    write(&t, &mut written, 1, 200).await;
-    t.wait_caught_up("default").await;
-    let before = t.partition_states("default").await;
-    assert!(t.terminate().success());
+    let args = one_node_args(data.path());
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let (mut written, before) = written_and_stopped(data.path(), 200).await;
 
     let segment = newest_segment(data.path());
     let all = frames(&segment);
     let (at, _, _, _, len) = all[all.len() / 3];
-    let mut bytes = std::fs::read(&segment).unwrap();
-    bytes[at + 24 + len / 2] ^= 0x10;
-    std::fs::write(&segment, bytes).unwrap();
+    flip_payload_bit(&segment, at, len);
     cut_short(&segment);
 
     let t = Tern::spawn(&args, data.path()).await;
@@ -408,19 +424,14 @@ async fn a_log_cut_short_behind_its_stores_continues_after_them() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_log_whose_metadata_is_lost_restarts_with_one_flag_from_its_stores() {
     let data = tempfile::tempdir().unwrap();
-    let dir = data.path().to_str().unwrap();
-    let args = ["serve", "--listen", "127.0.0.1:0", "--data-dir", dir, "--namespace", "default:2"];
-    let mut t = Tern::spawn(&args, data.path()).await;
-    let mut written = BTreeMap::new();
-    write(&t, &mut written, 1, 100).await;
-    t.wait_caught_up("default").await;
-    let before = t.partition_states("default").await;
-    assert!(t.terminate().success());
+    let args = one_node_args(data.path());
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let (mut written, before) = written_and_stopped(data.path(), 100).await;
     for copy in ["log/log-meta.json", "log/log-meta.copy.json"] {
         flip_bits_anywhere(&data.path().join(copy));
     }
 
-    let output = std::process::Command::new(common::bin()).args(args).output().unwrap();
+    let output = std::process::Command::new(common::bin()).args(&args).output().unwrap();
     let said = format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
     assert!(!output.status.success(), "{said}");
     assert!(said.contains("the embedded log's metadata is lost") && said.contains("start the node with --restore"), "{said}");

@@ -29,6 +29,22 @@ async fn read_all(log: &EmbeddedLog, partition: u32, from: u64) -> Result<Vec<(u
     }
 }
 
+/// Opens a log with `config`, appends `count` entries (`e0`, `e1`, …) to
+/// partition 0 of a one-partition topic `t`, and closes it.
+async fn write_and_close(config: EmbeddedLogConfig, count: usize) {
+    let log = EmbeddedLog::open(config).unwrap();
+    log.create_topic("t", 1).await.unwrap();
+    for i in 0..count {
+        log.append(&tp(0), Bytes::from(format!("e{i}"))).await.unwrap();
+    }
+    log.close().await;
+}
+
+/// The path of segment `id` of the log in `dir`.
+fn segment_path(dir: &std::path::Path, id: u64) -> std::path::PathBuf {
+    dir.join("wal").join(format!("{id:020}.seg"))
+}
+
 #[tokio::test]
 async fn appends_are_dense_per_partition_and_survive_reopen() {
     let dir = tempfile::tempdir().unwrap();
@@ -70,15 +86,8 @@ async fn concurrent_appends_share_group_commits() {
 #[tokio::test]
 async fn torn_tail_is_truncated_and_acknowledged_entries_kept() {
     let dir = tempfile::tempdir().unwrap();
-    {
-        let log = EmbeddedLog::open(config(dir.path())).unwrap();
-        log.create_topic("t", 1).await.unwrap();
-        for i in 0..10 {
-            log.append(&tp(0), Bytes::from(format!("e{i}"))).await.unwrap();
-        }
-        log.close().await;
-    }
-    let segment = dir.path().join("wal").join(format!("{:020}.seg", 0));
+    write_and_close(config(dir.path()), 10).await;
+    let segment = segment_path(dir.path(), 0);
     let good_len = std::fs::metadata(&segment).unwrap().len();
     // Simulate a crash mid-write: half a frame at the end.
     let mut bytes = std::fs::read(&segment).unwrap();
@@ -99,15 +108,8 @@ async fn torn_tail_is_truncated_and_acknowledged_entries_kept() {
 #[tokio::test]
 async fn bit_flip_in_last_frame_truncates_it() {
     let dir = tempfile::tempdir().unwrap();
-    {
-        let log = EmbeddedLog::open(config(dir.path())).unwrap();
-        log.create_topic("t", 1).await.unwrap();
-        for i in 0..3 {
-            log.append(&tp(0), Bytes::from(format!("e{i}"))).await.unwrap();
-        }
-        log.close().await;
-    }
-    let segment = dir.path().join("wal").join(format!("{:020}.seg", 0));
+    write_and_close(config(dir.path()), 3).await;
+    let segment = segment_path(dir.path(), 0);
     let mut bytes = std::fs::read(&segment).unwrap();
     let last = bytes.len() - 1;
     bytes[last] ^= 0x40;
@@ -120,15 +122,8 @@ async fn bit_flip_in_last_frame_truncates_it() {
 async fn damage_inside_a_closed_segment_loses_exactly_its_offsets() {
     let dir = tempfile::tempdir().unwrap();
     let one_per_segment = |dir: &std::path::Path| EmbeddedLogConfig { segment_bytes_max: 1, ..config(dir) };
-    {
-        let log = EmbeddedLog::open(one_per_segment(dir.path())).unwrap();
-        log.create_topic("t", 1).await.unwrap();
-        for i in 0..3 {
-            log.append(&tp(0), Bytes::from(format!("e{i}"))).await.unwrap();
-        }
-        log.close().await;
-    }
-    let first = dir.path().join("wal").join(format!("{:020}.seg", 0));
+    write_and_close(one_per_segment(dir.path()), 3).await;
+    let first = segment_path(dir.path(), 0);
     let mut bytes = std::fs::read(&first).unwrap();
     bytes[10] ^= 0xff;
     std::fs::write(&first, &bytes).unwrap();
@@ -186,7 +181,7 @@ async fn damage_in_the_middle_of_the_newest_segment_is_read_around_not_cut() {
         log.close().await;
     }
     // Entry 13 is offset 4 of partition 1: flip one bit of its payload.
-    let segment = dir.path().join("wal").join(format!("{:020}.seg", 0));
+    let segment = segment_path(dir.path(), 0);
     let mut bytes = std::fs::read(&segment).unwrap();
     let at = frame_positions(&bytes)[13] + super::frame::HEADER_BYTES;
     bytes[at] ^= 0x04;
@@ -231,17 +226,10 @@ fn an_accepted_loss_is_parsed_exactly_as_a_refusal_names_it() {
 async fn unwritten_pages_of_the_last_commit_are_a_torn_tail_even_with_a_frame_after_them() {
     for (filler, torn) in [(0u8, true), (0xab, false)] {
         let dir = tempfile::tempdir().unwrap();
-        {
-            let log = EmbeddedLog::open(config(dir.path())).unwrap();
-            log.create_topic("t", 1).await.unwrap();
-            for i in 0..5 {
-                log.append(&tp(0), Bytes::from(format!("e{i}"))).await.unwrap();
-            }
-            log.close().await;
-        }
+        write_and_close(config(dir.path()), 5).await;
         // A crash in the middle of the next commit: its first frame's pages
         // unwritten (zeros) or damaged (not zeros), its second written.
-        let segment = dir.path().join("wal").join(format!("{:020}.seg", 0));
+        let segment = segment_path(dir.path(), 0);
         let mut bytes = std::fs::read(&segment).unwrap();
         let acknowledged = bytes.len() as u64;
         bytes.extend(std::iter::repeat_n(filler, 1100));
@@ -263,15 +251,8 @@ async fn unwritten_pages_of_the_last_commit_are_a_torn_tail_even_with_a_frame_af
 async fn retention_past_a_lost_range_records_the_start_beyond_it() {
     let dir = tempfile::tempdir().unwrap();
     let small = |dir: &std::path::Path| EmbeddedLogConfig { segment_bytes_max: 1, retention_bytes: Some(1), ..config(dir) };
-    {
-        let log = EmbeddedLog::open(small(dir.path())).unwrap();
-        log.create_topic("t", 1).await.unwrap();
-        for i in 0..4 {
-            log.append(&tp(0), Bytes::from(format!("e{i}"))).await.unwrap();
-        }
-        log.close().await;
-    }
-    let second = dir.path().join("wal").join(format!("{:020}.seg", 1));
+    write_and_close(small(dir.path()), 4).await;
+    let second = segment_path(dir.path(), 1);
     let mut bytes = std::fs::read(&second).unwrap();
     bytes[20] ^= 0x01;
     std::fs::write(&second, &bytes).unwrap();
@@ -430,7 +411,7 @@ async fn a_frame_carried_inside_a_damaged_one_is_never_taken_for_the_logs() {
         log.append(&tp(1), Bytes::from("real")).await.unwrap();
         log.close().await;
     }
-    let segment = dir.path().join("wal").join(format!("{:020}.seg", 0));
+    let segment = segment_path(dir.path(), 0);
     let mut bytes = std::fs::read(&segment).unwrap();
     bytes[5] ^= 0x01; // the first frame's checksum field
     std::fs::write(&segment, &bytes).unwrap();
@@ -450,7 +431,7 @@ async fn thirty_in_three(dir: &std::path::Path) -> (std::path::PathBuf, Vec<u8>)
         log.append(&tp(i % 3), Bytes::from(format!("m{i}"))).await.unwrap();
     }
     log.close().await;
-    let segment = dir.join("wal").join(format!("{:020}.seg", 0));
+    let segment = segment_path(dir, 0);
     let bytes = std::fs::read(&segment).unwrap();
     (segment, bytes)
 }
