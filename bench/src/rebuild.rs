@@ -42,21 +42,8 @@ pub(crate) async fn run(args: RebuildBenchArgs) -> anyhow::Result<()> {
     let exe = crate::paths::tern();
     let data = scratch.path().join("node");
     let snapshots = format!("file://{}", scratch.path().join("snapshots").display());
-    let node_args = [
-        "serve",
-        "--listen",
-        "127.0.0.1:0",
-        "--data-dir",
-        data.to_str().unwrap_or_default(),
-        "--namespace",
-        "bench:1",
-        "--snapshots",
-        &snapshots,
-        "--snapshot-interval-ms",
-        "86400000",
-        "--snapshot-entries",
-        "1000000000",
-    ];
+    let node_args = super::snapshot::on_demand_snapshot_node_args(&data, &snapshots, "bench:1");
+    let node_args: Vec<&str> = node_args.iter().map(String::as_str).collect();
     let client = reqwest::Client::new();
     let (mut node, address) = super::suite::spawn_listening(exe, &node_args).await?;
     let url = format!("http://{address}");

@@ -89,27 +89,24 @@ pub(crate) async fn load_node(client: &reqwest::Client, url: &str, keys: std::op
     Ok(())
 }
 
+/// The arguments of a node with its data in `data` and `namespace`
+/// (`NAME:PARTITIONS`), whose snapshots go to `snapshots` only when asked
+/// (`POST /v1/admin/snapshots`): the schedule never fires during a run.
+pub(crate) fn on_demand_snapshot_node_args(data: &Path, snapshots: &str, namespace: &str) -> Vec<String> {
+    let data = data.to_str().unwrap_or_default();
+    let args = ["serve", "--listen", "127.0.0.1:0", "--data-dir", data, "--namespace", namespace, "--snapshots", snapshots];
+    let schedule_off = ["--snapshot-interval-ms", "86400000", "--snapshot-entries", "1000000000"];
+    args.iter().chain(&schedule_off).map(|arg| arg.to_string()).collect()
+}
+
 /// Starts a node, loads it, snapshots, writes 1% more, stops it, deletes its
 /// stores, restarts it and times start → ready.
 async fn restore_and_catch_up(args: &SnapshotBenchArgs, scratch: &Path) -> anyhow::Result<serde_json::Value> {
     let exe = crate::paths::tern();
     let data = scratch.join("node");
     let snapshots = format!("file://{}", scratch.join("node-snapshots").display());
-    let node_args = [
-        "serve",
-        "--listen",
-        "127.0.0.1:0",
-        "--data-dir",
-        data.to_str().unwrap_or_default(),
-        "--namespace",
-        "bench:4",
-        "--snapshots",
-        &snapshots,
-        "--snapshot-interval-ms",
-        "86400000",
-        "--snapshot-entries",
-        "1000000000",
-    ];
+    let node_args = super::snapshot::on_demand_snapshot_node_args(&data, &snapshots, "bench:4");
+    let node_args: Vec<&str> = node_args.iter().map(String::as_str).collect();
     let client = reqwest::Client::new();
     let (mut node, address) = super::suite::spawn_listening(exe, &node_args).await?;
     let url = format!("http://{address}");
