@@ -4,7 +4,7 @@
 
 use super::stuck_reader::{StuckWatch, READER_STUCK};
 use super::Recovery;
-use super::{batch, open};
+use super::{batch, open, rebuild};
 use crate::fanout::Event;
 use crate::log::{Log, LogError};
 use crate::metrics;
@@ -38,8 +38,20 @@ pub(super) const RETRY_DELAY_MIN: Duration = Duration::from_millis(100);
 pub(super) const RETRY_DELAY_MAX: Duration = Duration::from_secs(5);
 
 pub(crate) async fn run(handle: Arc<PartitionHandle>, log: Arc<dyn Log>, config: ApplyConfig, mut shutdown: watch::Receiver<bool>) {
-    let Some((mut reader, mut catch_up_to)) = open::open_reader(&handle, log.as_ref(), &config, &mut shutdown).await else { return };
-    let procedures = partition_procedures(&handle);
+    // A rebuild cut short (the partition let go meanwhile) goes on first.
+    let opened = match handle.store().damage().why() {
+        Some(_) => rebuild::rebuild(&handle, log.as_ref(), &config, &mut shutdown, None, 0).await,
+        None => open::open_reader(&handle, log.as_ref(), &config, &mut shutdown).await.map(|(reader, catch_up_to)| rebuild::Rebuilt {
+            reader,
+            catch_up_to,
+            pending: Vec::new(),
+        }),
+    };
+    let Some(rebuild::Rebuilt { mut reader, mut catch_up_to, pending }) = opened else { return };
+    let mut procedures = partition_procedures(&handle);
+    if !pending.is_empty() && !apply(&handle, &procedures, pending).await {
+        return;
+    }
     let mut last_durable = Instant::now();
     let mut dirty = false;
     let mut retry_delay = RETRY_DELAY_MIN;
@@ -52,6 +64,19 @@ pub(crate) async fn run(handle: Arc<PartitionHandle>, log: Arc<dyn Log>, config:
     loop {
         if *shutdown.borrow() {
             break;
+        }
+        if handle.store().damage().why().is_some() {
+            // Damage found (by this loop or by a reader): out of service,
+            // rebuilt in place; the damaged store is never flushed again.
+            let Some(rebuilt) = rebuild::rebuild(&handle, log.as_ref(), &config, &mut shutdown, Some(reader), catch_up_to).await else { return };
+            (reader, catch_up_to) = (rebuilt.reader, rebuilt.catch_up_to);
+            procedures = partition_procedures(&handle);
+            (dirty, last_commit) = (true, None);
+            if !rebuilt.pending.is_empty() && !apply(&handle, &procedures, rebuilt.pending).await {
+                return;
+            }
+            serve_if_caught_up(&handle, catch_up_to);
+            continue;
         }
         if let Some(wait) = last_commit.and_then(|at| config.linger.checked_sub(at.elapsed())) {
             if sleep_or_stop(wait, &mut shutdown).await {
@@ -243,7 +268,9 @@ pub(crate) async fn apply(handle: &Arc<PartitionHandle>, procedures: &PartitionP
             .await
             .map_err(|e| format!("apply task panicked: {e}"))
     } else {
-        Ok(commit_batch(handle, &mut procedures.lock(), &entries))
+        // A panic inside the store (redb meeting a damaged page) is damage, not the end of the loop.
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| commit_batch(handle, &mut procedures.lock(), &entries)))
+            .map_err(|panic| format!("applying a batch panicked: {}", panic_message(&*panic)))
     };
     match result {
         Ok(Ok((outcomes, applied_next, events))) => {
@@ -253,14 +280,26 @@ pub(crate) async fn apply(handle: &Arc<PartitionHandle>, procedures: &PartitionP
             handle.feed.append(events, applied_next);
             true
         }
+        // Reported by the store: the loop rebuilds the partition next.
+        Ok(Err(e)) if e.damaged => true,
         Ok(Err(e)) => {
             handle.set_status(PartitionStatus::Refused(format!("store write failed: {e}")));
             false
         }
         Err(reason) => {
-            handle.set_status(PartitionStatus::Refused(reason));
-            false
+            let store = handle.store();
+            store.damage().report(store.path(), &reason);
+            true
         }
+    }
+}
+
+/// A panic's message, for the record.
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    match (panic.downcast_ref::<&str>(), panic.downcast_ref::<String>()) {
+        (Some(message), _) => message.to_string(),
+        (None, Some(message)) => message.clone(),
+        (None, None) => "(no message)".to_string(),
     }
 }
 
@@ -331,6 +370,8 @@ pub(crate) fn skip_to(handle: &Arc<PartitionHandle>, position: u64) -> bool {
             handle.feed.append(Vec::new(), position);
             true
         }
+        // Reported by the store: the loop rebuilds the partition next.
+        Err(e) if e.damaged => true,
         Err(e) => {
             handle.set_status(PartitionStatus::Refused(format!("store write failed: {e}")));
             false
@@ -348,6 +389,7 @@ pub(crate) async fn flush(handle: &Arc<PartitionHandle>, log: &dyn Log) -> bool 
             log.release_below(&handle.tp, handle.applied_next());
             true
         }
+        Ok(Err(e)) if e.damaged => true,
         Ok(Err(e)) => {
             handle.set_status(PartitionStatus::Refused(format!("store fsync failed: {e}")));
             false

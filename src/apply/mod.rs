@@ -31,6 +31,8 @@ pub(crate) mod tree;
 
 pub(crate) use self::open::Recovery;
 mod apply_loop;
+/// A store found damaged while it runs, rebuilt in place.
+mod rebuild;
 mod stuck_reader;
 
 /// The apply engine's own functions, which the simulation and the apply

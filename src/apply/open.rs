@@ -42,6 +42,10 @@ pub struct Recovery {
     pub into_new_log: bool,
     /// The page cache of a restored store (as for every store).
     pub store_cache_bytes: usize,
+    /// Where a store found damaged while it runs is moved (`<data dir>/damaged`,
+    /// `store::damaged`); None: it is not rebuilt in place, its partition is
+    /// refused until the next start (whose check sets it aside).
+    pub damaged_dir: Option<std::path::PathBuf>,
 }
 
 /// Checks the store's offset against the log, recovers if it can, and opens

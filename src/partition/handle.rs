@@ -80,6 +80,20 @@ pub struct PartitionHandle {
     pub feed: Arc<crate::fanout::PartitionFeed>,
 }
 
+/// A partition's gauges (`PartitionHandle::detached`'s are registered nowhere).
+struct Gauges {
+    applied_offset: IntGauge,
+    log_end: IntGauge,
+    lag: IntGauge,
+    staleness: prometheus::Gauge,
+    refused: IntGauge,
+    rebuilding: IntGauge,
+}
+
+/// A detached handle's feed: no watch reads it, and the rebuild never
+/// appends to it; the smallest ring the feed takes.
+const DETACHED_RING: crate::fanout::RingLimits = crate::fanout::RingLimits { events_max: 1, bytes_max: 1 };
+
 /// How many recent outcomes each partition remembers for waiting writers.
 pub(crate) const OUTCOMES_MAX: usize = 65_536;
 
@@ -93,6 +107,43 @@ impl PartitionHandle {
         ring: crate::fanout::RingLimits,
     ) -> Self {
         let labels = [namespace.as_ref(), &partition.to_string()];
+        let gauges = Gauges {
+            applied_offset: metrics::PARTITION_APPLIED_OFFSET.with_label_values(&labels),
+            log_end: metrics::PARTITION_LOG_END_OFFSET.with_label_values(&labels),
+            lag: metrics::PARTITION_LAG.with_label_values(&labels),
+            staleness: metrics::PARTITION_STALENESS_SECONDS.with_label_values(&labels),
+            refused: metrics::PARTITION_REFUSED.with_label_values(&labels),
+            rebuilding: metrics::PARTITION_REBUILDING.with_label_values(&labels),
+        };
+        Self::with_gauges(namespace, partition, partitions, store, applied_next, ring, gauges)
+    }
+
+    /// A handle of this partition that nothing else sees (its gauges are
+    /// registered nowhere, its feed has no watch): a rebuild applies the
+    /// log to a new store through it until that store reaches this one's
+    /// offset (`apply/rebuild.rs`).
+    pub(crate) fn detached(&self, store: Arc<PartitionStore>, applied_next: u64) -> Self {
+        let gauge = || IntGauge::new("tern_detached_partition", "a rebuild's own partition handle").expect("a valid gauge");
+        let gauges = Gauges {
+            applied_offset: gauge(),
+            log_end: gauge(),
+            lag: gauge(),
+            staleness: prometheus::Gauge::new("tern_detached_partition_seconds", "a rebuild's own partition handle").expect("a valid gauge"),
+            refused: gauge(),
+            rebuilding: gauge(),
+        };
+        Self::with_gauges(self.namespace.clone(), self.partition, self.partitions, store, applied_next, DETACHED_RING, gauges)
+    }
+
+    fn with_gauges(
+        namespace: Arc<str>,
+        partition: u32,
+        partitions: u32,
+        store: Arc<PartitionStore>,
+        applied_next: u64,
+        ring: crate::fanout::RingLimits,
+        gauges: Gauges,
+    ) -> Self {
         let handle = PartitionHandle {
             tp: TopicPartition { topic: namespace.clone(), partition },
             namespace: namespace.clone(),
@@ -104,14 +155,14 @@ impl PartitionHandle {
             status: RwLock::new(PartitionStatus::CatchingUp),
             pins: std::sync::atomic::AtomicUsize::new(0),
             view: RwLock::new(None),
-            applied_offset_gauge: metrics::PARTITION_APPLIED_OFFSET.with_label_values(&labels),
-            log_end_gauge: metrics::PARTITION_LOG_END_OFFSET.with_label_values(&labels),
-            lag_gauge: metrics::PARTITION_LAG.with_label_values(&labels),
-            staleness_gauge: metrics::PARTITION_STALENESS_SECONDS.with_label_values(&labels),
+            applied_offset_gauge: gauges.applied_offset,
+            log_end_gauge: gauges.log_end,
+            lag_gauge: gauges.lag,
+            staleness_gauge: gauges.staleness,
             freshness: Default::default(),
-            refused_gauge: metrics::PARTITION_REFUSED.with_label_values(&labels),
+            refused_gauge: gauges.refused,
             rebuilding: RwLock::new(None),
-            rebuilding_gauge: metrics::PARTITION_REBUILDING.with_label_values(&labels),
+            rebuilding_gauge: gauges.rebuilding,
             feed: Arc::new(crate::fanout::PartitionFeed::new(partition, applied_next, ring)),
         };
         handle.applied_offset_gauge.set(applied_next as i64 - 1);
@@ -142,6 +193,7 @@ impl PartitionHandle {
                 path: self.store().path().display().to_string(),
                 message: format!("partition {} is rebuilding: {why}; it serves again once caught up", self.partition),
                 unavailable: true,
+                damaged: false,
             }),
         }
     }
@@ -161,16 +213,21 @@ impl PartitionHandle {
         self.store.read().clone()
     }
 
-    /// Replaces the store with a restored one that is ahead of it (the apply
-    /// loop, before it reads the log): readers see the new store from their
-    /// next read view, waiters see the offset jump, and watches that were at
-    /// the old offset are reset (the events in between are not known here).
+    /// Replaces the store with a restored (or rebuilt) one that is not
+    /// behind it (the apply loop, before it reads the log): readers see the
+    /// new store from their next read view. One that is ahead makes waiters
+    /// see the offset jump, and resets watches that were at the old offset
+    /// (the events in between are not known here); one at the same offset
+    /// (a rebuild that caught up, `apply/rebuild.rs`) changes nothing they see.
     pub(crate) fn replace_store(&self, store: Arc<PartitionStore>) -> Result<(), StoreError> {
         let applied_next = store.read()?.applied_next()?;
         assert!(applied_next >= self.applied_next(), "a restored store is never behind the one it replaces");
         *self.store.write() = store;
-        self.feed.jump(applied_next);
-        self.advance(Vec::new(), applied_next);
+        *self.view.write() = None;
+        if applied_next > self.applied_next() {
+            self.feed.jump(applied_next);
+            self.advance(Vec::new(), applied_next);
+        }
         Ok(())
     }
 

@@ -382,7 +382,7 @@ impl Procedures {
 /// fails like a store that cannot write, and nothing of it is applied;
 /// never a dead letter, which would differ from a replica that ran it.
 fn unavailable(e: wasm::Unavailable) -> StoreError {
-    StoreError { path: "procedure runtime".into(), message: e.0, unavailable: false }
+    StoreError { path: "procedure runtime".into(), message: e.0, unavailable: false, damaged: false }
 }
 
 /// Applies a returned call's effects, in the order asked: record writes

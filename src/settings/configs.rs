@@ -38,7 +38,12 @@ impl Settings {
 
     /// The node's settings, with the snapshot store it restores from (if any).
     pub fn node_config(&self, snapshots: Option<crate::snapshot::Snapshots>) -> crate::node::NodeConfig {
-        let recovery = crate::apply::Recovery { snapshots: snapshots.clone(), into_new_log: self.restore, store_cache_bytes: self.store_cache_bytes };
+        let recovery = crate::apply::Recovery {
+            snapshots: snapshots.clone(),
+            into_new_log: self.restore,
+            store_cache_bytes: self.store_cache_bytes,
+            damaged_dir: Some(self.data_dir.join("damaged")),
+        };
         crate::node::NodeConfig {
             data_dir: self.data_dir.clone(),
             store_cache_bytes: self.store_cache_bytes,

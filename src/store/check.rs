@@ -17,7 +17,7 @@ use redb::{Builder, ReadableDatabase, ReadableTable, StorageBackend};
 
 use super::hash::StateHash;
 use super::is_outcome_meta;
-use super::layout::{decode_value, read_state, META_PREFIX, RECORDS};
+use super::layout::{decode_snapshot_form, decode_value, meta_u64, read_state, META_FORMAT, META_PREFIX, RECORDS};
 
 /// The page cache of a store being checked.
 const CHECK_CACHE_BYTES: usize = 64 << 20;
@@ -67,6 +67,7 @@ fn verify_unguarded(path: &Path) -> StoreVerdict {
         let txn = db.begin_read()?;
         let table = txn.open_table(RECORDS)?;
         let stored = read_state(&table)?;
+        let format = meta_u64(&table, META_FORMAT)?;
         let (mut hash, mut records) = (StateHash::default(), 0u64);
         for entry in table.iter()? {
             let (key, value) = entry?;
@@ -74,10 +75,16 @@ fn verify_unguarded(path: &Path) -> StoreVerdict {
             if is_outcome_meta(key) {
                 hash.add(&StateHash::of_meta(key, value));
             } else if key.len() < 2 || key[..2] != META_PREFIX {
-                if value.len() < 8 {
-                    return Ok(StoreVerdict::Damaged(format!("a record's value is {} bytes, shorter than its version", value.len())));
-                }
-                let (version, value) = decode_value(value);
+                // Records carry their checksum from format 3 on.
+                let decoded = if format >= 3 {
+                    decode_value(key, value).map_err(|damaged| format!("{} ({})", damaged.what, damaged.key))
+                } else {
+                    decode_snapshot_form(value).ok_or_else(|| format!("a record's value is {} bytes, shorter than its version", value.len()))
+                };
+                let (version, value) = match decoded {
+                    Ok(decoded) => decoded,
+                    Err(why) => return Ok(StoreVerdict::Damaged(why)),
+                };
                 hash.add(&StateHash::of_record(key, version, value));
                 records += 1;
             }
@@ -268,13 +275,12 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("00000.redb");
         store_with_records(&path, 20);
-        // Checksums all valid: written through redb, not through Tern's apply.
+        // Checksums all valid (redb's and the record's): written through redb, not through Tern's apply.
         let db = redb::Database::create(&path).unwrap();
         let txn = db.begin_write().unwrap();
         {
             let mut table = txn.open_table(RECORDS).unwrap();
-            let mut value = 7u64.to_le_bytes().to_vec();
-            value.extend_from_slice(b"{}");
+            let value = crate::store::layout::encode_value(b"zz-not-applied", 7, b"{}");
             table.insert(b"zz-not-applied".as_slice(), value.as_slice()).unwrap();
         }
         txn.commit().unwrap();

@@ -50,6 +50,74 @@ impl std::fmt::Display for SetAside {
     }
 }
 
+/// Damage found in a store while it runs: a record that failed its
+/// checksum, a page redb found corrupted, a panic inside redb. Shared by the
+/// store, its read views and its apply transactions; whoever finds it first
+/// reports it, and the partition's apply loop, which looks at it before
+/// every batch, takes the partition out of service and rebuilds it
+/// (`apply/rebuild.rs`). Only the first report is kept.
+#[derive(Debug, Default)]
+pub struct DamageFound {
+    found: std::sync::atomic::AtomicBool,
+    why: parking_lot::Mutex<Option<String>>,
+    /// The damaged file was moved into `damaged/` (`set_aside_running`):
+    /// the file at the store's path, if any, is a rebuild's, not this one.
+    moved: std::sync::atomic::AtomicBool,
+}
+
+impl DamageFound {
+    /// Records damage (the first report wins; later ones are the same damage seen again).
+    pub fn report(&self, path: &Path, why: &str) {
+        let mut first = self.why.lock();
+        if first.is_none() {
+            tracing::error!(store = %path.display(), %why, "damage found in a running store; its partition is rebuilt");
+            *first = Some(why.to_string());
+            self.found.store(true, std::sync::atomic::Ordering::Release);
+        }
+    }
+
+    /// What was found first, if anything (one atomic load when nothing was).
+    pub fn why(&self) -> Option<String> {
+        if !self.found.load(std::sync::atomic::Ordering::Acquire) {
+            return None;
+        }
+        self.why.lock().clone()
+    }
+
+    /// Whether the damaged file was already moved aside.
+    pub fn moved(&self) -> bool {
+        self.moved.load(std::sync::atomic::Ordering::Acquire)
+    }
+}
+
+/// Moves a running store's damaged file into `damaged_dir` (once: a second
+/// call, after a rebuild that was interrupted, keeps what is at the path
+/// now, which is the rebuild's). The store stays open on the moved file
+/// until its last reader lets go.
+pub fn set_aside_running(store: &PartitionStore, damaged_dir: &Path) -> Result<Option<SetAside>, StoreError> {
+    let damage = store.damage();
+    let Some(reason) = damage.why() else { return Ok(None) };
+    if damage.moved() {
+        return Ok(None);
+    }
+    let path = store.path();
+    let kept = match set_aside(path, damaged_dir) {
+        Ok(kept) => kept,
+        // Gone already (an operator moved it): nothing to keep.
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(e) => {
+            return Err(StoreError {
+                path: path.display().to_string(),
+                message: format!("setting a damaged store aside: {e}"),
+                unavailable: false,
+                damaged: true,
+            })
+        }
+    };
+    damage.moved.store(true, std::sync::atomic::Ordering::Release);
+    Ok(Some(SetAside { reason, kept }))
+}
+
 /// Opens the store at `path`; a damaged one is set aside into `damaged_dir`
 /// and an empty store opened in its place. A panic inside redb while opening
 /// a damaged file counts as damage.
@@ -68,6 +136,7 @@ pub fn open_or_set_aside(
         path: path.display().to_string(),
         message: format!("setting a damaged store aside: {e}"),
         unavailable: false,
+        damaged: false,
     };
     let kept = set_aside(path, damaged_dir).map_err(error)?;
     let set_aside = SetAside { reason, kept };
@@ -77,6 +146,7 @@ pub fn open_or_set_aside(
             path: path.display().to_string(),
             message: format!("a new store in place of a damaged one: {message}"),
             unavailable: false,
+            damaged: false,
         }),
     }
 }

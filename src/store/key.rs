@@ -30,6 +30,18 @@ pub fn decode(key: &[u8]) -> (String, String) {
     (pk.to_string(), sk.to_string())
 }
 
+/// A stored key for a message, whatever its bytes (a damaged one too):
+/// `pk/sk` as lossy UTF-8, or its hex when it is too short to be a key.
+pub fn describe(key: &[u8]) -> String {
+    let pk_len = key.get(..2).map(|l| u16::from_be_bytes([l[0], l[1]]) as usize);
+    match pk_len {
+        Some(pk_len) if key.len() >= 2 + pk_len => {
+            format!("{:?}/{:?}", String::from_utf8_lossy(&key[2..2 + pk_len]), String::from_utf8_lossy(&key[2 + pk_len..]))
+        }
+        _ => format!("with key bytes {}", key.iter().map(|b| format!("{b:02x}")).collect::<String>()),
+    }
+}
+
 /// The smallest byte string greater than every string starting with `prefix`
 /// (`None` when no such string exists: the prefix is all 0xff).
 pub fn prefix_successor(prefix: &[u8]) -> Option<Vec<u8>> {

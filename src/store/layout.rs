@@ -6,11 +6,15 @@ use std::path::Path;
 
 use redb::{ReadableTable, Table, TableDefinition};
 
+use super::damaged::DamageFound;
 use super::hash::StateHash;
 use super::{StoreError, StoreState};
 
 /// One table for records and metadata, so a read opens a single table.
-/// Records: (pk, sk) key encoding → `[version: u64 LE][value JSON text]`.
+/// Records: (pk, sk) key encoding → `[version: u64 LE][crc32c: u32 LE][value
+/// JSON text]`, the checksum over the key, the version and the value
+/// (`record_checksum`), checked on every read: a record damaged on disk is
+/// never served (`decode_value`).
 /// Metadata: keys starting with `[0, 0]` (a pk of length 0, which no record
 /// has) → u64 LE, or 32 bytes for the state hash.
 pub(super) const RECORDS: TableDefinition<&[u8], &[u8]> = TableDefinition::new("records");
@@ -25,8 +29,13 @@ pub(super) const META_PARTITIONS: &[u8] = b"\0\0partitions";
 /// The layout of this store's keys and values; a store of another layout is refused.
 pub(super) const META_FORMAT: &[u8] = b"\0\0format";
 /// 2: the state hash covers the outcome metadata (`is_outcome_meta`).
-/// A format-1 store is upgraded in place when opened (`PartitionStore::open`).
-pub(super) const FORMAT_VERSION: u64 = 2;
+/// 3: every record carries its checksum (`encode_value`).
+/// Older stores are upgraded in place when opened (`PartitionStore::open`).
+pub(super) const FORMAT_VERSION: u64 = 3;
+/// While a format-2 store is upgraded to 3 (in bounded transactions): the
+/// last record key rewritten with its checksum. Records after it are still
+/// of format 2; gone once the format says 3.
+pub(super) const META_UPGRADED_TO: &[u8] = b"\0\0upgraded_to";
 /// Every metadata key starts with this; no record key does (pk is never empty).
 pub(super) const META_PREFIX: [u8; 2] = [0, 0];
 /// `\0\0w<write id>` -> `[offset u64 LE][outcome]`: write ids applied recently.
@@ -66,16 +75,66 @@ pub(super) fn meta_u64(table: &impl ReadableTable<&'static [u8], &'static [u8]>,
     Ok(table.get(key)?.map_or(0, |g| u64::from_le_bytes(g.value().try_into().expect("meta values are 8 bytes"))))
 }
 
-pub(super) fn encode_value(version: u64, value: &[u8]) -> Vec<u8> {
-    let mut stored = Vec::with_capacity(8 + value.len());
+/// Bytes before a stored record's value: its version and its checksum.
+pub(super) const VALUE_HEADER_BYTES: usize = 12;
+
+/// CRC32C over a record's key, version and value: a flipped bit or a
+/// record moved under another key fails it.
+pub(super) fn record_checksum(key: &[u8], version: u64, value: &[u8]) -> u32 {
+    let crc = crc32c::crc32c(key);
+    let crc = crc32c::crc32c_append(crc, &version.to_le_bytes());
+    crc32c::crc32c_append(crc, value)
+}
+
+/// A record as stored: `[version][checksum][value]`.
+pub(super) fn encode_value(key: &[u8], version: u64, value: &[u8]) -> Vec<u8> {
+    let mut stored = Vec::with_capacity(VALUE_HEADER_BYTES + value.len());
     stored.extend_from_slice(&version.to_le_bytes());
+    stored.extend_from_slice(&record_checksum(key, version, value).to_le_bytes());
     stored.extend_from_slice(value);
     stored
 }
 
-pub(super) fn decode_value(stored: &[u8]) -> (u64, &[u8]) {
-    assert!(stored.len() >= 8, "a stored value starts with its 8-byte version");
-    (u64::from_le_bytes(stored[..8].try_into().unwrap()), &stored[8..])
+/// A stored record that fails its checksum (or is too short to hold one):
+/// damaged on disk, never served.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct DamagedRecord {
+    /// Which record (its key, for the node's own log only: a reader's
+    /// answer and `/readyz` never name keys).
+    pub(super) key: String,
+    /// What was found.
+    pub(super) what: String,
+}
+
+/// A stored record's version and value, its checksum verified (pair
+/// assertion with `encode_value`).
+pub(super) fn decode_value<'v>(key: &[u8], stored: &'v [u8]) -> Result<(u64, &'v [u8]), DamagedRecord> {
+    let damaged = |what: String| DamagedRecord { key: super::key::describe(key), what };
+    if stored.len() < VALUE_HEADER_BYTES {
+        return Err(damaged(format!("a record is {} bytes, shorter than its {VALUE_HEADER_BYTES}-byte header", stored.len())));
+    }
+    let version = u64::from_le_bytes(stored[..8].try_into().expect("8 bytes"));
+    let checksum = u32::from_le_bytes(stored[8..VALUE_HEADER_BYTES].try_into().expect("4 bytes"));
+    let value = &stored[VALUE_HEADER_BYTES..];
+    let computed = record_checksum(key, version, value);
+    if checksum != computed {
+        return Err(damaged(format!("a record fails its checksum (stored {checksum:08x}, computed {computed:08x}): damaged on disk")));
+    }
+    Ok((version, value))
+}
+
+/// A record as snapshots carry it (`[version][value]`, the layout of
+/// format 2, unchanged so snapshots stay readable by every build).
+pub(super) fn snapshot_form(version: u64, value: &[u8], out: &mut Vec<u8>) {
+    out.clear();
+    out.extend_from_slice(&version.to_le_bytes());
+    out.extend_from_slice(value);
+}
+
+/// A record of a snapshot (or of a format-2 store): `[version][value]`.
+pub(super) fn decode_snapshot_form(stored: &[u8]) -> Option<(u64, &[u8])> {
+    let version = u64::from_le_bytes(stored.get(..8)?.try_into().ok()?);
+    Some((version, &stored[8..]))
 }
 
 pub(super) fn read_state(table: &impl ReadableTable<&'static [u8], &'static [u8]>) -> Result<StoreState, redb::StorageError> {
@@ -99,9 +158,41 @@ pub(super) fn write_state(table: &mut Table<&'static [u8], &'static [u8]>, state
     Ok(())
 }
 
-/// Maps redb errors to store errors naming the database file.
-pub(super) fn storage_error(path: &Path) -> impl Fn(redb::StorageError) -> StoreError + '_ {
-    move |e| StoreError { path: path.display().to_string(), message: e.to_string(), unavailable: false }
+/// Maps redb errors to store errors naming the database file (damage,
+/// redb's `Corrupted`, is reported to `damage` as well).
+pub(super) fn storage_error<'a>(path: &'a Path, damage: &'a DamageFound) -> impl Fn(redb::StorageError) -> StoreError + 'a {
+    move |e| super::partition_store::failure(path, damage, e.into())
+}
+
+/// Why a read of stored records failed: redb's error, or a record that
+/// failed its checksum.
+#[derive(Debug)]
+pub(super) enum ReadFailure {
+    Storage(redb::StorageError),
+    Damaged(DamagedRecord),
+}
+
+impl From<redb::StorageError> for ReadFailure {
+    fn from(e: redb::StorageError) -> Self {
+        ReadFailure::Storage(e)
+    }
+}
+
+impl From<DamagedRecord> for ReadFailure {
+    fn from(e: DamagedRecord) -> Self {
+        ReadFailure::Damaged(e)
+    }
+}
+
+/// A read failure as a store error naming the file; damage is reported.
+pub(super) fn read_failure(path: &Path, damage: &DamageFound, e: ReadFailure) -> StoreError {
+    match e {
+        ReadFailure::Storage(e) => super::partition_store::failure(path, damage, e.into()),
+        ReadFailure::Damaged(record) => {
+            tracing::error!(store = %path.display(), record = %record.key, what = %record.what, "a damaged record was not served");
+            super::partition_store::damaged(path, damage, &record.what)
+        }
+    }
 }
 
 /// A key bound as a borrowed slice bound (what redb's `range` takes).
@@ -117,16 +208,12 @@ pub(super) fn slice_bound(b: &std::ops::Bound<Vec<u8>>) -> std::ops::Bound<&[u8]
 /// `prefix`, from `from` on, in sk order, while `visit` returns true: one
 /// walk for read views and apply transactions alike (`scan_prefix`).
 /// The highest version among `pk`'s records whose sk starts with `prefix`.
-pub(super) fn max_version(
-    table: &impl ReadableTable<&'static [u8], &'static [u8]>,
-    pk: &str,
-    prefix: &str,
-) -> Result<Option<u64>, redb::StorageError> {
+pub(super) fn max_version(table: &impl ReadableTable<&'static [u8], &'static [u8]>, pk: &str, prefix: &str) -> Result<Option<u64>, ReadFailure> {
     let (lower, upper) = super::key::prefix_bounds(pk, prefix, None);
     let mut max = None;
     for entry in table.range::<&[u8]>((slice_bound(&lower), slice_bound(&upper)))? {
-        let (_, v) = entry?;
-        let version = decode_value(v.value()).0;
+        let (k, v) = entry?;
+        let version = decode_value(k.value(), v.value())?.0;
         max = Some(max.map_or(version, |m: u64| m.max(version)));
     }
     Ok(max)
@@ -138,13 +225,14 @@ pub(super) fn scan_prefix(
     prefix: &str,
     from: Option<&str>,
     visit: &mut dyn FnMut(&str, &[u8]) -> bool,
-) -> Result<(), redb::StorageError> {
+) -> Result<(), ReadFailure> {
     let (lower, upper) = super::key::prefix_bounds(pk, prefix, from);
     let skip = super::key::pk_prefix(pk).len();
     for entry in table.range::<&[u8]>((slice_bound(&lower), slice_bound(&upper)))? {
         let (k, v) = entry?;
-        let sk = std::str::from_utf8(&k.value()[skip..]).expect("stored keys are UTF-8");
-        if !visit(sk, decode_value(v.value()).1) {
+        let value = decode_value(k.value(), v.value())?.1;
+        let sk = std::str::from_utf8(&k.value()[skip..]).expect("a key that passed its checksum is UTF-8");
+        if !visit(sk, value) {
             break;
         }
     }

@@ -5,8 +5,11 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use super::damaged::DamageFound;
 use super::key::{self, SkRange};
-use super::layout::{self, decode_value, is_outcome_meta, read_state, slice_bound, META_PREFIX, META_STATE};
+use super::layout::{
+    self, decode_value, is_outcome_meta, read_failure, read_state, slice_bound, snapshot_form, ReadFailure, META_PREFIX, META_STATE,
+};
 use super::{Record, StoreError, StoreState};
 
 /// A page of a namespace-wide scan: (key, record) in key order, and whether
@@ -20,11 +23,19 @@ type RangeEntry<'a> = Result<(redb::AccessGuard<'a, &'static [u8]>, redb::Access
 pub struct StoreReader {
     pub(super) table: redb::ReadOnlyTable<&'static [u8], &'static [u8]>,
     pub(super) path: Arc<PathBuf>,
+    /// The store's damage signal: a record failing its checksum here is reported.
+    pub(super) damage: Arc<DamageFound>,
 }
 
 impl StoreReader {
-    pub(super) fn error(&self, e: impl std::fmt::Display) -> StoreError {
-        StoreError { path: self.path.display().to_string(), message: e.to_string(), unavailable: false }
+    pub(super) fn error(&self, e: impl Into<ReadFailure>) -> StoreError {
+        read_failure(&self.path, &self.damage, e.into())
+    }
+
+    /// A stored record's version and value, its checksum verified: a
+    /// damaged record is an error (reported), never a value.
+    fn decoded<'v>(&self, key: &[u8], stored: &'v [u8]) -> Result<(u64, &'v [u8]), StoreError> {
+        decode_value(key, stored).map_err(|e| self.error(e))
     }
 
     pub fn state(&self) -> Result<StoreState, StoreError> {
@@ -48,13 +59,10 @@ impl StoreReader {
     /// (the read hot path renders straight from the page). Returns false if absent.
     pub fn get_with(&self, pk: &str, sk: &str, visit: impl FnOnce(u64, &[u8])) -> Result<bool, StoreError> {
         let key = key::encode(pk, sk);
-        let guard = self.table.get(key.as_slice()).map_err(|e| self.error(e))?;
-        Ok(guard
-            .map(|g| {
-                let (version, value) = decode_value(g.value());
-                visit(version, value);
-            })
-            .is_some())
+        let Some(guard) = self.table.get(key.as_slice()).map_err(|e| self.error(e))? else { return Ok(false) };
+        let (version, value) = self.decoded(&key, guard.value())?;
+        visit(version, value);
+        Ok(true)
     }
 
     /// Up to `limit` records with keys after `after` (all records when
@@ -74,8 +82,8 @@ impl StoreReader {
             if out.len() == limit || (!out.is_empty() && bytes > bytes_max) {
                 return Ok((out, true));
             }
+            let (version, value) = self.decoded(k.value(), v.value())?;
             let (pk, sk) = key::decode(k.value());
-            let (version, value) = decode_value(v.value());
             out.push((k.value().to_vec(), Record { pk, sk, version, value: value.to_vec() }));
         }
         Ok((out, false))
@@ -101,8 +109,8 @@ impl StoreReader {
                 more = true;
                 return Ok::<bool, StoreError>(false);
             }
+            let (version, value) = self.decoded(k.value(), v.value())?;
             let (pk, sk) = key::decode(k.value());
-            let (version, value) = decode_value(v.value());
             out.push(Record { pk, sk, version, value: value.to_vec() });
             Ok(true)
         };
@@ -138,12 +146,14 @@ impl StoreReader {
     }
 
     /// What a snapshot holds, in key order as stored: the outcome metadata
-    /// (write ids, the not-applied record: `is_outcome_meta`) and then every
-    /// record `(key encoding, [version][value])`. Snapshots copy these bytes
-    /// as they are. Returns `(outcome metadata entries, records)` visited.
+    /// (write ids, the not-applied record: `is_outcome_meta`) as stored, and
+    /// then every record `(key encoding, [version][value])`, its checksum
+    /// verified first (a damaged store is never copied into a snapshot) and
+    /// left out (`snapshot_form`: restores add it again). Returns `(outcome metadata entries, records)` visited.
     /// The visitor's own error type passes through (store errors convert into it).
     pub fn scan_snapshot<E: From<StoreError>>(&self, mut visit: impl FnMut(&[u8], &[u8]) -> Result<(), E>) -> Result<(u64, u64), E> {
         let (mut meta, mut records) = (0u64, 0u64);
+        let mut record = Vec::new();
         for entry in self.table.range::<&[u8]>(&META_PREFIX[..]..).map_err(|e| self.error(e))? {
             let (k, v) = entry.map_err(|e| self.error(e))?;
             let key = k.value();
@@ -152,10 +162,13 @@ impl StoreReader {
                     continue;
                 }
                 meta += 1;
+                visit(key, v.value())?;
             } else {
                 records += 1;
+                let (version, value) = self.decoded(key, v.value())?;
+                snapshot_form(version, value, &mut record);
+                visit(key, &record)?;
             }
-            visit(key, v.value())?;
         }
         Ok((meta, records))
     }
@@ -165,8 +178,8 @@ impl StoreReader {
         let first_record = key::prefix_successor(&META_PREFIX).expect("meta prefix has a successor");
         for entry in self.table.range::<&[u8]>(first_record.as_slice()..).map_err(|e| self.error(e))? {
             let (k, v) = entry.map_err(|e| self.error(e))?;
+            let (version, value) = self.decoded(k.value(), v.value())?;
             let (pk, sk) = key::decode(k.value());
-            let (version, value) = decode_value(v.value());
             visit(Record { pk, sk, version, value: value.to_vec() });
         }
         Ok(())

@@ -7,9 +7,10 @@ use std::path::Path;
 
 use redb::{ReadableTable, Table};
 
+use super::damaged::DamageFound;
 use super::hash::StateHash;
 use super::key;
-use super::layout::{decode_value, encode_value, storage_error};
+use super::layout::{decode_value, encode_value, read_failure, storage_error, ReadFailure};
 use super::{StoreError, StoreState};
 
 /// The write side of one apply transaction.
@@ -17,11 +18,22 @@ pub struct ApplyTxn<'a, 't> {
     pub(super) records: &'a mut Table<'t, &'static [u8], &'static [u8]>,
     pub(super) state: StoreState,
     pub(super) path: &'a Path,
+    pub(super) damage: &'a DamageFound,
 }
 
 impl ApplyTxn<'_, '_> {
-    pub(super) fn error(&self, e: impl std::fmt::Display) -> StoreError {
-        StoreError { path: self.path.display().to_string(), message: e.to_string(), unavailable: false }
+    pub(super) fn error(&self, e: impl Into<ReadFailure>) -> StoreError {
+        read_failure(self.path, self.damage, e.into())
+    }
+
+    /// A failure of this transaction that is not redb's (a malformed restore).
+    pub(super) fn error_message(&self, message: String) -> StoreError {
+        StoreError { path: self.path.display().to_string(), message, unavailable: false, damaged: false }
+    }
+
+    /// A stored record's version and value, its checksum verified.
+    fn decoded<'v>(&self, key: &[u8], stored: &'v [u8]) -> Result<(u64, &'v [u8]), StoreError> {
+        decode_value(key, stored).map_err(|e| self.error(e))
     }
 
     pub fn state(&self) -> &StoreState {
@@ -32,18 +44,22 @@ impl ApplyTxn<'_, '_> {
     pub fn version_of(&self, pk: &str, sk: &str) -> Result<Option<u64>, StoreError> {
         let key = key::encode(pk, sk);
         let guard = self.records.get(key.as_slice()).map_err(|e| self.error(e))?;
-        Ok(guard.map(|g| decode_value(g.value()).0))
+        guard.map(|g| self.decoded(&key, g.value()).map(|(version, _)| version)).transpose()
     }
 
     pub fn put(&mut self, pk: &str, sk: &str, version: u64, value: &[u8]) -> Result<(), StoreError> {
         let key = key::encode(pk, sk);
-        let stored = encode_value(version, value);
-        let error = storage_error(self.path);
+        let stored = encode_value(&key, version, value);
+        let (path, damage) = (self.path, self.damage);
+        let error = storage_error(path, damage);
         let old = self.records.insert(key.as_slice(), stored.as_slice()).map_err(&error)?;
-        let old_hash = old.map(|old| {
-            let (old_version, old_value) = decode_value(old.value());
-            StateHash::of_record(&key, old_version, old_value)
-        });
+        let old_hash = old
+            .map(|old| {
+                decode_value(&key, old.value())
+                    .map(|(old_version, old_value)| StateHash::of_record(&key, old_version, old_value))
+                    .map_err(|e| read_failure(path, damage, e.into()))
+            })
+            .transpose()?;
         match old_hash {
             Some(old_hash) => self.state.state_hash.remove(&old_hash),
             None => self.state.record_count += 1,
@@ -54,12 +70,16 @@ impl ApplyTxn<'_, '_> {
 
     pub fn delete(&mut self, pk: &str, sk: &str) -> Result<(), StoreError> {
         let key = key::encode(pk, sk);
-        let error = storage_error(self.path);
+        let (path, damage) = (self.path, self.damage);
+        let error = storage_error(path, damage);
         let old = self.records.remove(key.as_slice()).map_err(&error)?;
-        let old_hash = old.map(|old| {
-            let (old_version, old_value) = decode_value(old.value());
-            StateHash::of_record(&key, old_version, old_value)
-        });
+        let old_hash = old
+            .map(|old| {
+                decode_value(&key, old.value())
+                    .map(|(old_version, old_value)| StateHash::of_record(&key, old_version, old_value))
+                    .map_err(|e| read_failure(path, damage, e.into()))
+            })
+            .transpose()?;
         if let Some(old_hash) = old_hash {
             self.state.state_hash.remove(&old_hash);
             self.state.record_count -= 1;
@@ -78,13 +98,13 @@ impl ApplyTxn<'_, '_> {
     pub fn value_of(&self, pk: &str, sk: &str) -> Result<Option<Vec<u8>>, StoreError> {
         let key = key::encode(pk, sk);
         let guard = self.records.get(key.as_slice()).map_err(|e| self.error(e))?;
-        Ok(guard.map(|g| decode_value(g.value()).1.to_vec()))
+        guard.map(|g| self.decoded(&key, g.value()).map(|(_, value)| value.to_vec())).transpose()
     }
 
     /// Writes one entry of outcome metadata, keeping the state hash.
     pub(super) fn put_meta(&mut self, key: &[u8], value: &[u8]) -> Result<(), StoreError> {
         debug_assert!(super::layout::is_outcome_meta(key), "only outcome metadata is hashed");
-        let old = self.records.insert(key, value).map_err(storage_error(self.path))?;
+        let old = self.records.insert(key, value).map_err(storage_error(self.path, self.damage))?;
         let old_hash = old.map(|old| StateHash::of_meta(key, old.value()));
         if let Some(old_hash) = old_hash {
             self.state.state_hash.remove(&old_hash);
@@ -95,7 +115,7 @@ impl ApplyTxn<'_, '_> {
 
     /// Removes one entry of outcome metadata, keeping the state hash.
     pub(super) fn remove_meta(&mut self, key: &[u8]) -> Result<(), StoreError> {
-        let old = self.records.remove(key).map_err(storage_error(self.path))?;
+        let old = self.records.remove(key).map_err(storage_error(self.path, self.damage))?;
         let old_hash = old.map(|old| StateHash::of_meta(key, old.value()));
         if let Some(old_hash) = old_hash {
             self.state.state_hash.remove(&old_hash);

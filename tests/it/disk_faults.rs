@@ -457,3 +457,91 @@ fn flip_bits_anywhere(path: &Path) {
     }
     std::fs::write(path, bytes).unwrap();
 }
+
+/// Flips the last byte of `needle` where `path` holds it, in place (the
+/// node keeps the file open); false if the file does not hold it.
+fn flip_in_place(path: &Path, needle: &[u8]) -> bool {
+    use std::os::unix::fs::FileExt;
+    let bytes = std::fs::read(path).unwrap();
+    let Some(at) = bytes.windows(needle.len()).position(|w| w == needle) else { return false };
+    let at = at + needle.len() - 1;
+    std::fs::OpenOptions::new().write(true).open(path).unwrap().write_at(&[bytes[at] ^ 0x01], at as u64).unwrap();
+    true
+}
+
+/// One node, no snapshots: a record's bytes flipped in its store's file
+/// while the node runs (redb checks its pages' checksums only at open).
+/// Before, a read of it served the damaged bytes as the record's value
+/// (`"marker-000321"` read as `"marker-000320"`), and a write over it went
+/// on from a state no other replica had. Now each record carries its own
+/// checksum, checked on every read: the read answers 503, the partition
+/// leaves service, its store is set aside and rebuilt from the log in
+/// place, and it serves again with the same offsets and state hash as
+/// before; every read meanwhile got either the written value or 503.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_record_damaged_while_the_node_runs_is_never_served_and_is_rebuilt() {
+    let data = tempfile::tempdir().unwrap();
+    let mut args = one_node_args(data.path());
+    // A small page cache, so reads go to the file.
+    args.extend(["--store-cache-bytes", "1048576", "--store-fsync-interval-ms", "100"].map(String::from));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let t = Tern::spawn(&args, data.path()).await;
+    let mut written = BTreeMap::new();
+    // Values of 3 KB: each partition's store is larger than the cache.
+    for i in 0..1_000 {
+        let (pk, value) = (format!("k{i}"), json!({ "marker": format!("marker-{i:06}"), "pad": "x".repeat(3_000) }));
+        let (status, body) = t.put(&pk, "", &value).await;
+        assert_eq!(status, 200, "{body}");
+        written.insert(pk, value);
+    }
+    t.wait_caught_up("default").await;
+    let before = t.partition_states("default").await;
+    // Past the store's fsync, so the file holds every record.
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+
+    let stores = data.path().join("stores/default");
+    let damaged_partition = (0..2).find(|p| flip_in_place(&stores.join(format!("{p:05}.redb")), b"marker-000321")).expect("a store holds the record");
+    // Every other record read first pushes the damaged page out of the cache.
+    let mut answered_503 = false;
+    for (pk, value) in &written {
+        let (status, body) = t.get(pk, "").await;
+        match status {
+            200 => assert_eq!(&body["value"], value, "{pk}: never a value that was not written"),
+            503 => answered_503 = true,
+            other => panic!("{pk}: {other} {body}"),
+        }
+    }
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let (status, body) = t.get("k321", "").await;
+        match status {
+            200 => {
+                assert_eq!(body["value"], written["k321"]);
+                if answered_503 || metric(&t, "tern_store_set_aside_total").await == 1.0 {
+                    break;
+                }
+            }
+            503 => answered_503 = true,
+            other => panic!("{other} {body}"),
+        }
+        assert!(std::time::Instant::now() < deadline, "not rebuilt: {body}");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert!(answered_503, "the damaged record was found and answered 503");
+    assert_eq!(metric(&t, "tern_store_set_aside_total").await, 1.0);
+    let kept = damaged_kept(data.path());
+    assert!(kept.len() == 1 && kept[0].starts_with(&format!("default/{damaged_partition:05}.")), "{kept:?}");
+    t.wait_caught_up("default").await;
+    assert_eq!(metric(&t, &format!("tern_partition_rebuilding{{ns=\"default\",partition=\"{damaged_partition}\"}}")).await, 0.0);
+    assert_eq!(t.partition_states("default").await, before, "the same offsets and state hashes as before the damage");
+    every_record_reads_back(&t, &written).await;
+    // Writes go on from the rebuilt store, and survive a restart.
+    write(&t, &mut written, 2, 20).await;
+    every_record_reads_back(&t, &written).await;
+    let mut t = t;
+    assert!(t.terminate().success());
+    let t = Tern::spawn(&args, data.path()).await;
+    t.wait_caught_up("default").await;
+    assert_eq!(damaged_kept(data.path()).len(), 1, "the rebuilt store is intact: nothing more set aside");
+    every_record_reads_back(&t, &written).await;
+}
