@@ -60,17 +60,28 @@ pub(crate) async fn run(handle: Arc<PartitionHandle>, log: Arc<dyn Log>, config:
     // The brokers this partition's stuck readers fetched from or were told
     // led it, newest last (`Log::reader_elsewhere`).
     let mut suspects: Vec<i32> = Vec::new();
+    // The offset at which this loop last rebuilt its store: damage found
+    // again there, before anything more applied, is a fault that repeats
+    // (a panic applying one entry), not a damaged disk: refused, not
+    // rebuilt again (which would set a sound store aside every round).
+    let mut rebuilt_at: Option<u64> = None;
     serve_if_caught_up(&handle, catch_up_to);
     loop {
         if *shutdown.borrow() {
             break;
         }
-        if handle.store().damage().why().is_some() {
+        if let Some(why) = handle.store().damage().why() {
             // Damage found (by this loop or by a reader): out of service,
             // rebuilt in place; the damaged store is never flushed again.
+            if rebuilt_at == Some(handle.applied_next()) {
+                refuse_repeated_damage(&handle, &why);
+                return;
+            }
             let Some(rebuilt) = rebuild::rebuild(&handle, log.as_ref(), &config, &mut shutdown, Some(reader), catch_up_to).await else { return };
             (reader, catch_up_to) = (rebuilt.reader, rebuilt.catch_up_to);
+            rebuilt_at = Some(handle.applied_next());
             procedures = partition_procedures(&handle);
+            stuck = StuckWatch::new(&handle, READER_STUCK);
             (dirty, last_commit) = (true, None);
             if !rebuilt.pending.is_empty() && !apply(&handle, &procedures, rebuilt.pending).await {
                 return;
@@ -138,6 +149,9 @@ pub(crate) async fn run(handle: Arc<PartitionHandle>, log: Arc<dyn Log>, config:
                 if !skip_to(&handle, position) {
                     return;
                 }
+                if damage_found(&handle) {
+                    continue;
+                }
                 dirty = true;
                 serve_if_caught_up(&handle, catch_up_to);
             }
@@ -153,6 +167,9 @@ pub(crate) async fn run(handle: Arc<PartitionHandle>, log: Arc<dyn Log>, config:
         let full = entries.len() >= config.batch_entries_max;
         if !apply(&handle, &procedures, entries).await {
             return;
+        }
+        if damage_found(&handle) {
+            continue;
         }
         // A full batch means a backlog: read on at once. Otherwise linger.
         last_commit = if full { None } else { Some(Instant::now()) };
@@ -171,6 +188,21 @@ pub(crate) async fn run(handle: Arc<PartitionHandle>, log: Arc<dyn Log>, config:
     if dirty {
         flush(&handle, log.as_ref()).await;
     }
+}
+
+/// Whether damage was found in the partition's store (the loop's next
+/// turn rebuilds it: nothing more is applied to or flushed from it).
+fn damage_found(handle: &PartitionHandle) -> bool {
+    handle.store().damage().why().is_some()
+}
+
+fn refuse_repeated_damage(handle: &PartitionHandle, why: &str) {
+    handle.set_status(PartitionStatus::Refused(format!(
+        "damage found again at log offset {} right after its store was rebuilt ({why}): a fault that repeats on the \
+         same entry, not a damaged disk; refused rather than setting another store aside (the node's log has the \
+         details)",
+        handle.applied_next()
+    )));
 }
 
 /// Most brokers a partition's apply loop remembers as suspects of
@@ -229,7 +261,15 @@ async fn reopen_elsewhere(
 pub(super) fn serve_if_caught_up(handle: &PartitionHandle, catch_up_to: u64) {
     if handle.status() == PartitionStatus::CatchingUp && handle.applied_next() >= catch_up_to {
         tracing::info!(tp = %handle.tp, applied_next = handle.applied_next(), "partition caught up");
+        let was_rebuilding = handle.rebuilding().is_some();
         handle.set_status(PartitionStatus::Serving);
+        if was_rebuilding {
+            // Once per rebuild: a file removed and its directory synced.
+            let store = handle.store();
+            if let Err(e) = crate::store::damaged::clear_rebuilding(store.path()) {
+                tracing::warn!(tp = %handle.tp, error = %e, "cannot remove the rebuilding mark; the next start catches up before serving again");
+            }
+        }
     }
 }
 
@@ -393,6 +433,12 @@ pub(crate) async fn flush(handle: &Arc<PartitionHandle>, log: &dyn Log) -> bool 
         Ok(Err(e)) => {
             handle.set_status(PartitionStatus::Refused(format!("store fsync failed: {e}")));
             false
+        }
+        // A panic inside the store (redb meeting a damaged page) is damage.
+        Err(e) if e.is_panic() => {
+            let store = handle.store();
+            store.damage().report(store.path(), &format!("making the store durable panicked: {e}"));
+            true
         }
         Err(e) => {
             handle.set_status(PartitionStatus::Refused(format!("store fsync task failed: {e}")));

@@ -107,6 +107,13 @@ pub(super) async fn rebuild(
         let reason = refused_reason(&detached);
         return refuse(handle, format!("{rebuilding}; rebuilding it: {reason}"));
     }
+    // Pair assertion of the swap: a sound store at the damaged one's offset.
+    if let Some(damage) = detached.store().damage().why() {
+        return refuse(handle, format!("{rebuilding}; rebuilding it: the new store is damaged too: {damage}"));
+    }
+    if detached.applied_next() < high {
+        return refuse(handle, format!("{rebuilding}; rebuilding it: the new store reached offset {} of {high}", detached.applied_next()));
+    }
     if let Err(e) = handle.replace_store(detached.store()) {
         return refuse(handle, format!("{rebuilding}; rebuilding it: {e}"));
     }
@@ -148,6 +155,15 @@ async fn catch_up_detached(
     let Some((mut reader, end)) = open::open_reader(detached, log, config, shutdown).await else {
         return stopped_or_refused(detached, shutdown);
     };
+    if end < high && detached.applied_next() < high {
+        // Offsets the damaged store applied are gone from the log (an
+        // unclean election, another log): reading on would apply other
+        // entries at them.
+        return CaughtUp::Refused(format!(
+            "the log ends at offset {end}, below the offset {high} the damaged store had applied: the log lost entries \
+             this replica applied (an unclean broker election, or another log). Check the log"
+        ));
+    }
     let procedures = partition_procedures(detached);
     let mut retry_delay = RETRY_DELAY_MIN;
     while detached.applied_next() < high {
@@ -176,6 +192,9 @@ async fn catch_up_detached(
                 if !skip_to(detached, position.min(high)) {
                     return CaughtUp::Refused(refused_reason(detached));
                 }
+                if let Some(why) = detached.store().damage().why() {
+                    return CaughtUp::Refused(format!("the new store is damaged too: {why}"));
+                }
             }
             continue;
         }
@@ -189,6 +208,9 @@ async fn catch_up_detached(
             // The reader has nothing between the last entry applied and `high`.
             if detached.applied_next() < high && !skip_to(detached, high) {
                 return CaughtUp::Refused(refused_reason(detached));
+            }
+            if let Some(why) = detached.store().damage().why() {
+                return CaughtUp::Refused(format!("the new store is damaged too: {why}"));
             }
             return CaughtUp::Done((reader, end, pending));
         }
@@ -218,6 +240,7 @@ async fn apply_unseen(
             detached.advance(Vec::new(), applied_next);
             Ok(())
         }
+        Ok(Err(e)) if e.damaged => Err(format!("the new store is damaged too: {e}")),
         Ok(Err(e)) => Err(format!("the new store failed too: {e}")),
         Err(e) => Err(format!("applying to the new store panicked: {e}")),
     }

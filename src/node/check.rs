@@ -29,6 +29,10 @@ pub fn check_data_dir(data_dir: &Path) -> std::io::Result<DataDirCheck> {
     for path in files_under(&data_dir.join("stores"), "redb")? {
         findings.push(store_finding(&path));
     }
+    for path in files_under(&data_dir.join("stores"), "rebuilding")? {
+        let why = std::fs::read_to_string(&path).unwrap_or_else(|e| format!("unreadable: {e}"));
+        findings.push(Finding::ok(path, format!("a rebuild cut short by a stop ({why}): the next start finishes it before the partition serves")));
+    }
     for path in files_under(&data_dir.join("stores"), "restoring")? {
         findings.push(Finding::ok(path, "an unfinished restore, removed by the next one".to_string()));
     }

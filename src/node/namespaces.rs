@@ -12,7 +12,7 @@ use super::Node;
 use crate::limits;
 use crate::log::{CreateOutcome, LogError};
 use crate::partition::{Namespace, PartitionHandle};
-use crate::store::damaged::open_or_set_aside;
+use crate::store::damaged::{open_or_set_aside, rebuilding_mark};
 
 /// How often the node asks the log to learn the largest entry of the
 /// namespaces whose limit is due (`Log::learn_entry_limits`: never learned,
@@ -146,6 +146,7 @@ impl Node {
             let cache_bytes = self.config.store_cache_bytes;
             // A new store starts empty, and so does one found damaged (set
             // aside): its apply loop restores it from a snapshot and the log (apply/open.rs).
+            let mark_path = path.clone();
             let (store, set_aside) = tokio::task::spawn_blocking(move || open_or_set_aside(&path, partitions, cache_bytes, &damaged_dir)).await??;
             let applied_next = store.read()?.applied_next()?;
             let ring = self.config.watch.ring;
@@ -154,6 +155,11 @@ impl Node {
                 tracing::error!(tp = %handle.tp, %set_aside, "a damaged partition store was set aside; the partition is rebuilt from snapshots and the log");
                 crate::metrics::STORES_SET_ASIDE.inc();
                 handle.start_rebuilding(set_aside.to_string());
+            } else if let Some(why) = rebuilding_mark(&mark_path) {
+                // A rebuild the node stopped in the middle of: its store is
+                // older than what was served, so it serves once caught up.
+                tracing::warn!(tp = %handle.tp, %why, "a rebuild cut short by a stop goes on; the partition serves once caught up");
+                handle.start_rebuilding(why);
             }
             handles.push(handle);
         }

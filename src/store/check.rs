@@ -17,7 +17,7 @@ use redb::{Builder, ReadableDatabase, ReadableTable, StorageBackend};
 
 use super::hash::StateHash;
 use super::is_outcome_meta;
-use super::layout::{decode_snapshot_form, decode_value, meta_u64, read_state, META_FORMAT, META_PREFIX, RECORDS};
+use super::layout::{decode_snapshot_form, decode_value, meta_u64, read_state, META_FORMAT, META_PREFIX, META_UPGRADED_TO, RECORDS};
 
 /// The page cache of a store being checked.
 const CHECK_CACHE_BYTES: usize = 64 << 20;
@@ -68,6 +68,7 @@ fn verify_unguarded(path: &Path) -> StoreVerdict {
         let table = txn.open_table(RECORDS)?;
         let stored = read_state(&table)?;
         let format = meta_u64(&table, META_FORMAT)?;
+        let upgraded_to = table.get(META_UPGRADED_TO)?.map(|g| g.value().to_vec());
         let (mut hash, mut records) = (StateHash::default(), 0u64);
         for entry in table.iter()? {
             let (key, value) = entry?;
@@ -75,8 +76,10 @@ fn verify_unguarded(path: &Path) -> StoreVerdict {
             if is_outcome_meta(key) {
                 hash.add(&StateHash::of_meta(key, value));
             } else if key.len() < 2 || key[..2] != META_PREFIX {
-                // Records carry their checksum from format 3 on.
-                let decoded = if format >= 3 {
+                // Records carry their checksum from format 3 on (up to the
+                // mark, while an upgrade is cut short: `META_UPGRADED_TO`).
+                let checksummed = format >= 3 && upgraded_to.as_ref().is_none_or(|to| key <= to.as_slice());
+                let decoded = if checksummed {
                     decode_value(key, value).map_err(|damaged| format!("{} ({})", damaged.what, damaged.key))
                 } else {
                     decode_snapshot_form(value).ok_or_else(|| format!("a record's value is {} bytes, shorter than its version", value.len()))

@@ -101,6 +101,12 @@ pub fn set_aside_running(store: &PartitionStore, damaged_dir: &Path) -> Result<O
         return Ok(None);
     }
     let path = store.path();
+    mark_rebuilding(path, &format!("its store was damaged ({reason})")).map_err(|e| StoreError {
+        path: path.display().to_string(),
+        message: format!("marking a damaged store's partition rebuilding: {e}"),
+        unavailable: false,
+        damaged: true,
+    })?;
     let kept = match set_aside(path, damaged_dir) {
         Ok(kept) => kept,
         // Gone already (an operator moved it): nothing to keep.
@@ -116,6 +122,57 @@ pub fn set_aside_running(store: &PartitionStore, damaged_dir: &Path) -> Result<O
     };
     damage.moved.store(true, std::sync::atomic::Ordering::Release);
     Ok(Some(SetAside { reason, kept }))
+}
+
+/// The file beside a store that says its partition is being rebuilt
+/// (`<partition>.rebuilding`, holding why): written before a damaged store
+/// is moved aside, removed once the rebuilt store has caught up. A node
+/// that stops midway (a crash, a restart) reads it at its next start, so
+/// the partial store serves no read until caught up there too: its state is
+/// older than what was served before.
+pub fn rebuilding_mark_path(store: &Path) -> PathBuf {
+    store.with_extension("rebuilding")
+}
+
+/// Writes the rebuilding mark of `store` atomically (a temporary file,
+/// fsync, rename, directory fsync).
+pub fn mark_rebuilding(store: &Path, why: &str) -> std::io::Result<()> {
+    use std::io::Write;
+    let mark = rebuilding_mark_path(store);
+    let staging = mark.with_extension("rebuilding.tmp");
+    {
+        let mut file = std::fs::File::create(&staging)?;
+        file.write_all(why.as_bytes())?;
+        file.sync_all()?;
+    }
+    std::fs::rename(&staging, &mark)?;
+    match mark.parent() {
+        Some(dir) => fsync_dir(dir),
+        None => Ok(()),
+    }
+}
+
+/// Why `store`'s partition is being rebuilt, if its mark says so (a mark
+/// that cannot be read still says so).
+pub fn rebuilding_mark(store: &Path) -> Option<String> {
+    match std::fs::read(rebuilding_mark_path(store)) {
+        Ok(why) => Some(String::from_utf8_lossy(&why).into_owned()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(e) => Some(format!("its store is being rebuilt (the mark is unreadable: {e})")),
+    }
+}
+
+/// Removes the rebuilding mark of `store` (caught up), durably.
+pub fn clear_rebuilding(store: &Path) -> std::io::Result<()> {
+    let mark = rebuilding_mark_path(store);
+    match std::fs::remove_file(&mark) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        removed => removed?,
+    }
+    match mark.parent() {
+        Some(dir) => fsync_dir(dir),
+        None => Ok(()),
+    }
 }
 
 /// Opens the store at `path`; a damaged one is set aside into `damaged_dir`
@@ -138,6 +195,8 @@ pub fn open_or_set_aside(
         unavailable: false,
         damaged: false,
     };
+    // The mark first: a stop between the two still rebuilds without serving.
+    mark_rebuilding(path, &format!("its store was damaged ({reason})")).map_err(error)?;
     let kept = set_aside(path, damaged_dir).map_err(error)?;
     let set_aside = SetAside { reason, kept };
     match open_catching_panics(path, partitions, cache_bytes) {
@@ -305,6 +364,10 @@ mod tests {
         let (store, set_aside) = open_or_set_aside(&path, 4, 1 << 20, &damaged).unwrap();
         let set_aside = set_aside.expect("the cut store is damaged");
         assert_eq!(applied_next(&store), 0, "an empty store took its place");
+        // Marked until caught up, so a stop midway never serves the partial store.
+        assert!(rebuilding_mark(&path).is_some_and(|why| why.contains("its store was damaged")), "{:?}", rebuilding_mark(&path));
+        clear_rebuilding(&path).unwrap();
+        assert!(rebuilding_mark(&path).is_none());
         let kept = set_aside.kept.expect("kept for inspection");
         assert_eq!(std::fs::metadata(&kept).unwrap().len(), len - len / 10, "the damaged file itself, untouched");
         assert!(kept.starts_with(damaged.join("ns")) && kept.file_name().unwrap().to_string_lossy().starts_with("00001."));

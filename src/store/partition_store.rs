@@ -255,16 +255,21 @@ pub(super) fn upgrade_from_format_1(table: &mut redb::Table<&'static [u8], &'sta
 }
 
 /// Records rewritten with their checksum per transaction of the format 2 →
-/// 3 upgrade: bounds the transaction's memory whatever the store's size.
+/// 3 upgrade, and their bytes (at least one record per transaction, whatever
+/// its size): bound the transaction's memory whatever the store's size.
 const UPGRADE_RECORDS_PER_TXN_MAX: usize = 10_000;
+const UPGRADE_BYTES_PER_TXN_MAX: usize = 64 << 20;
 
 impl PartitionStore {
     /// Format 2 → 3: every record is rewritten with its checksum
-    /// (`encode_value`), `UPGRADE_RECORDS_PER_TXN_MAX` per durable
-    /// transaction, each recording the last key it rewrote
-    /// (`META_UPGRADED_TO`), so a crash midway resumes where it stopped and
-    /// never checksums a record twice. The last one sets format 3. Runs at
-    /// open, before any read: records past the mark are still of format 2.
+    /// (`encode_value`), in durable transactions of at most
+    /// `UPGRADE_RECORDS_PER_TXN_MAX` records and `UPGRADE_BYTES_PER_TXN_MAX`
+    /// bytes, each recording the last key it rewrote (`META_UPGRADED_TO`), so
+    /// a crash midway resumes where it stopped and never checksums a record
+    /// twice. The first one already sets format 3, so an older build refuses
+    /// a store half upgraded rather than read checksums as values; the last
+    /// removes the mark. Runs at open, before any read: records past the mark
+    /// are still of format 2.
     fn upgrade_from_format_2(&self) -> Result<(), redb::Error> {
         let started = std::time::Instant::now();
         let mut rewritten = 0u64;
@@ -272,17 +277,22 @@ impl PartitionStore {
             let txn = self.db.begin_write()?;
             let done = {
                 let mut table = txn.open_table(RECORDS)?;
-                if meta_u64(&table, META_FORMAT)? != 2 {
-                    return Ok(());
-                }
                 let upgraded_to = table.get(META_UPGRADED_TO)?.map(|g| g.value().to_vec());
+                match (meta_u64(&table, META_FORMAT)?, &upgraded_to) {
+                    (2, _) | (FORMAT_VERSION, Some(_)) => {}
+                    _ => return Ok(()),
+                }
                 let first_record = key::prefix_successor(&META_PREFIX).expect("meta prefix has a successor");
                 let lower = match &upgraded_to {
                     Some(key) => std::ops::Bound::Excluded(key.as_slice()),
                     None => std::ops::Bound::Included(first_record.as_slice()),
                 };
-                let mut batch = Vec::with_capacity(UPGRADE_RECORDS_PER_TXN_MAX);
-                for entry in table.range::<&[u8]>((lower, std::ops::Bound::Unbounded))?.take(UPGRADE_RECORDS_PER_TXN_MAX) {
+                let (mut batch, mut bytes, mut full) = (Vec::new(), 0usize, false);
+                for entry in table.range::<&[u8]>((lower, std::ops::Bound::Unbounded))? {
+                    if batch.len() == UPGRADE_RECORDS_PER_TXN_MAX || bytes >= UPGRADE_BYTES_PER_TXN_MAX {
+                        full = true;
+                        break;
+                    }
                     let (k, v) = entry?;
                     let Some((version, value)) = decode_snapshot_form(v.value()) else {
                         return Err(redb::Error::Corrupted(format!(
@@ -291,21 +301,23 @@ impl PartitionStore {
                             v.value().len()
                         )));
                     };
+                    bytes += k.value().len() + v.value().len();
                     batch.push((k.value().to_vec(), encode_value(k.value(), version, value)));
                 }
                 for (key, stored) in &batch {
                     table.insert(key.as_slice(), stored.as_slice())?;
                 }
                 rewritten += batch.len() as u64;
-                let done = batch.len() < UPGRADE_RECORDS_PER_TXN_MAX;
-                if done {
-                    table.remove(META_UPGRADED_TO)?;
-                    table.insert(META_FORMAT, FORMAT_VERSION.to_le_bytes().as_slice())?;
-                } else {
-                    let (last, _) = batch.last().expect("a full batch");
-                    table.insert(META_UPGRADED_TO, last.as_slice())?;
+                table.insert(META_FORMAT, FORMAT_VERSION.to_le_bytes().as_slice())?;
+                match batch.last() {
+                    Some((last, _)) if full => {
+                        table.insert(META_UPGRADED_TO, last.as_slice())?;
+                    }
+                    _ => {
+                        table.remove(META_UPGRADED_TO)?;
+                    }
                 }
-                done
+                !full
             };
             txn.commit()?;
             if done {
@@ -570,42 +582,39 @@ mod tests {
         assert!(write.expect_err("the old record's checksum fails").damaged);
     }
 
-    /// Issue 37: format 2 stores (no record checksums) are rewritten with
-    /// them at open, in bounded transactions, every record and the state
-    /// hash as before.
-    #[test]
-    fn a_format_2_store_is_upgraded_with_record_checksums() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("p.redb");
-        let count = UPGRADE_RECORDS_PER_TXN_MAX as u64 * 2 + 17;
-        let state = {
-            let store = store_with_records(&path, count);
-            let state = store.read().unwrap().state().unwrap();
-            // Back to format 2's layout: `[version][value]`.
-            let txn = store.db.begin_write().unwrap();
-            {
-                let mut table = txn.open_table(RECORDS).unwrap();
-                let first_record = key::prefix_successor(&META_PREFIX).unwrap();
-                let rows: Vec<(Vec<u8>, Vec<u8>)> = table
-                    .range::<&[u8]>(first_record.as_slice()..)
-                    .unwrap()
-                    .map(|e| e.unwrap())
-                    .map(|(k, v)| (k.value().to_vec(), v.value().to_vec()))
-                    .collect();
-                for (key, stored) in rows {
-                    let (version, value) = crate::store::layout::decode_value(&key, &stored).unwrap();
-                    let mut old = Vec::new();
-                    crate::store::layout::snapshot_form(version, value, &mut old);
-                    table.insert(key.as_slice(), old.as_slice()).unwrap();
-                }
-                table.insert(META_FORMAT, 2u64.to_le_bytes().as_slice()).unwrap();
+    /// Rewrites a format-3 store's records after `after` (all: None) in
+    /// format 2's layout, `[version][value]`, as an older build (None) or an
+    /// upgrade cut short after `after` left them.
+    fn back_to_format_2(store: &PartitionStore, after: Option<&[u8]>) {
+        let txn = store.db.begin_write().unwrap();
+        {
+            let mut table = txn.open_table(RECORDS).unwrap();
+            let first_record = key::prefix_successor(&META_PREFIX).unwrap();
+            let rows: Vec<(Vec<u8>, Vec<u8>)> = table
+                .range::<&[u8]>(first_record.as_slice()..)
+                .unwrap()
+                .map(|e| e.unwrap())
+                .map(|(k, v)| (k.value().to_vec(), v.value().to_vec()))
+                .collect();
+            for (key, stored) in rows.into_iter().filter(|(key, _)| after.is_none_or(|after| key.as_slice() > after)) {
+                let (version, value) = crate::store::layout::decode_value(&key, &stored).unwrap();
+                let mut old = Vec::new();
+                crate::store::layout::snapshot_form(version, value, &mut old);
+                table.insert(key.as_slice(), old.as_slice()).unwrap();
             }
-            txn.commit().unwrap();
-            state
-        };
-        let store = PartitionStore::open(&path, 4, 1 << 20).unwrap();
+            match after {
+                None => table.insert(META_FORMAT, 2u64.to_le_bytes().as_slice()).unwrap(),
+                Some(after) => table.insert(META_UPGRADED_TO, after).unwrap(),
+            };
+        }
+        txn.commit().unwrap();
+    }
+
+    /// Opens the store at `path` and checks every record and its state.
+    fn upgraded_reads_the_same(path: &Path, count: u64, state: &StoreState) {
+        let store = PartitionStore::open(path, 4, 1 << 20).unwrap();
         let reader = store.read().unwrap();
-        assert_eq!(reader.state().unwrap(), state, "the state hash covers values, not their checksums");
+        assert_eq!(&reader.state().unwrap(), state, "the state hash covers values, not their checksums");
         assert_eq!(meta_u64(&reader.table, META_FORMAT).unwrap(), FORMAT_VERSION);
         assert!(reader.table.get(META_UPGRADED_TO).unwrap().is_none(), "the progress mark goes with the upgrade");
         let mut read = 0u64;
@@ -614,9 +623,32 @@ mod tests {
         assert!(reader.get("pk12345", "").unwrap().unwrap().value.starts_with(b"{\"value\":\"value-012345\""));
         drop(reader);
         drop(store);
-        let verdict = crate::store::check::verify(&path);
+        let verdict = crate::store::check::verify(path);
         let crate::store::check::StoreVerdict::Intact { records, .. } = verdict else { panic!("the upgraded store checks: {verdict:?}") };
         assert_eq!(records, count);
+    }
+
+    /// Issue 37: format 2 stores (no record checksums) are rewritten with
+    /// them at open, in bounded transactions, every record and the state
+    /// hash as before; an upgrade cut short (format 3 already, so an older
+    /// build refuses it, and a mark) checks as intact and resumes.
+    #[test]
+    fn a_format_2_store_is_upgraded_with_record_checksums() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("p.redb");
+        let count = UPGRADE_RECORDS_PER_TXN_MAX as u64 * 2 + 17;
+        let store = store_with_records(&path, count);
+        let state = store.read().unwrap().state().unwrap();
+        back_to_format_2(&store, None);
+        drop(store);
+        upgraded_reads_the_same(&path, count, &state);
+
+        let store = PartitionStore::open(&path, 4, 1 << 20).unwrap();
+        back_to_format_2(&store, Some(&key::encode("pk5000", "")));
+        drop(store);
+        let verdict = crate::store::check::verify(&path);
+        assert!(matches!(verdict, crate::store::check::StoreVerdict::Intact { .. }), "a cut-short upgrade is not damage: {verdict:?}");
+        upgraded_reads_the_same(&path, count, &state);
     }
 
     #[test]

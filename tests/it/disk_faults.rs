@@ -532,6 +532,7 @@ async fn a_record_damaged_while_the_node_runs_is_never_served_and_is_rebuilt() {
     let kept = damaged_kept(data.path());
     assert!(kept.len() == 1 && kept[0].starts_with(&format!("default/{damaged_partition:05}.")), "{kept:?}");
     t.wait_caught_up("default").await;
+    assert!(!stores.join(format!("{damaged_partition:05}.rebuilding")).exists(), "the rebuilding mark goes once caught up");
     assert_eq!(metric(&t, &format!("tern_partition_rebuilding{{ns=\"default\",partition=\"{damaged_partition}\"}}")).await, 0.0);
     assert_eq!(t.partition_states("default").await, before, "the same offsets and state hashes as before the damage");
     every_record_reads_back(&t, &written).await;
