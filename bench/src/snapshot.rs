@@ -34,7 +34,7 @@ pub(crate) struct SnapshotBenchArgs {
 const BUILD_BATCH_RECORDS: u32 = 50_000;
 
 /// A value of `bytes` bytes with the entropy of real configuration (a digest, hex).
-fn value(i: u32, round: u32, bytes: usize) -> Vec<u8> {
+pub(crate) fn value(i: u32, round: u32, bytes: usize) -> Vec<u8> {
     let mut text = String::with_capacity(bytes);
     text.push('"');
     let mut n = 0u32;
@@ -67,7 +67,7 @@ fn write(store: &PartitionStore, keys: std::ops::Range<u32>, offset: u64, round:
 }
 
 /// Records per batch call while loading the node.
-const LOAD_BATCH_OPS: u32 = 500;
+pub(crate) const LOAD_BATCH_OPS: u32 = 500;
 
 /// Loads `keys` into the node at `url` through batch calls (one pk per call).
 pub(crate) async fn load_node(client: &reqwest::Client, url: &str, keys: std::ops::Range<u32>, round: u32, value_bytes: usize) -> anyhow::Result<()> {
