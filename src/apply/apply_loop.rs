@@ -65,6 +65,9 @@ pub(crate) async fn run(handle: Arc<PartitionHandle>, log: Arc<dyn Log>, config:
     // (a panic applying one entry), not a damaged disk: refused, not
     // rebuilt again (which would set a sound store aside every round).
     let mut rebuilt_at: Option<u64> = None;
+    // When this loop rebuilt its store, within `REBUILDS_WINDOW` (at most
+    // `REBUILDS_PER_WINDOW_MAX` kept): more is refused, not rebuilt again.
+    let mut rebuilds: Vec<Instant> = Vec::with_capacity(REBUILDS_PER_WINDOW_MAX);
     serve_if_caught_up(&handle, catch_up_to);
     loop {
         if *shutdown.borrow() {
@@ -73,10 +76,21 @@ pub(crate) async fn run(handle: Arc<PartitionHandle>, log: Arc<dyn Log>, config:
         if let Some(why) = handle.store().damage().why() {
             // Damage found (by this loop or by a reader): out of service,
             // rebuilt in place; the damaged store is never flushed again.
-            if rebuilt_at == Some(handle.applied_next()) {
+            if handle.store().damage().panicked() && rebuilt_at == Some(handle.applied_next()) {
                 refuse_repeated_damage(&handle, &why);
                 return;
             }
+            rebuilds.retain(|at| at.elapsed() < REBUILDS_WINDOW);
+            if rebuilds.len() >= REBUILDS_PER_WINDOW_MAX {
+                handle.set_status(PartitionStatus::Refused(format!(
+                    "its store was found damaged {} times within {} minutes ({why}): a failing disk, or a fault that \
+                     repeats; refused rather than setting another store aside (the node's log has each one)",
+                    rebuilds.len() + 1,
+                    REBUILDS_WINDOW.as_secs() / 60
+                )));
+                return;
+            }
+            rebuilds.push(Instant::now());
             let Some(rebuilt) = rebuild::rebuild(&handle, log.as_ref(), &config, &mut shutdown, Some(reader), catch_up_to).await else { return };
             (reader, catch_up_to) = (rebuilt.reader, rebuilt.catch_up_to);
             rebuilt_at = Some(handle.applied_next());
@@ -190,6 +204,13 @@ pub(crate) async fn run(handle: Arc<PartitionHandle>, log: Arc<dyn Log>, config:
     }
 }
 
+/// Most rebuilds of one partition's store within `REBUILDS_WINDOW` by one
+/// apply loop: damage found more often (a failing disk, or damage reported
+/// wrongly, again and again) refuses the partition rather than setting a
+/// store aside every round and pushing older evidence out of `damaged/`.
+const REBUILDS_PER_WINDOW_MAX: usize = 3;
+const REBUILDS_WINDOW: Duration = Duration::from_secs(3600);
+
 /// Whether damage was found in the partition's store (the loop's next
 /// turn rebuilds it: nothing more is applied to or flushed from it).
 fn damage_found(handle: &PartitionHandle) -> bool {
@@ -259,6 +280,10 @@ async fn reopen_elsewhere(
 /// A catching-up partition serves once it has applied up to the log end it
 /// saw when it opened (`catch_up_to`).
 pub(super) fn serve_if_caught_up(handle: &PartitionHandle, catch_up_to: u64) {
+    // Damage reported meanwhile: the loop rebuilds first, serving nothing.
+    if handle.store().damage().why().is_some() {
+        return;
+    }
     if handle.status() == PartitionStatus::CatchingUp && handle.applied_next() >= catch_up_to {
         tracing::info!(tp = %handle.tp, applied_next = handle.applied_next(), "partition caught up");
         let was_rebuilding = handle.rebuilding().is_some();
@@ -328,7 +353,7 @@ pub(crate) async fn apply(handle: &Arc<PartitionHandle>, procedures: &PartitionP
         }
         Err(reason) => {
             let store = handle.store();
-            store.damage().report(store.path(), &reason);
+            store.damage().report_panic(store.path(), &reason);
             true
         }
     }
@@ -437,7 +462,7 @@ pub(crate) async fn flush(handle: &Arc<PartitionHandle>, log: &dyn Log) -> bool 
         // A panic inside the store (redb meeting a damaged page) is damage.
         Err(e) if e.is_panic() => {
             let store = handle.store();
-            store.damage().report(store.path(), &format!("making the store durable panicked: {e}"));
+            store.damage().report_panic(store.path(), &format!("making the store durable panicked: {e}"));
             true
         }
         Err(e) => {

@@ -23,7 +23,7 @@ pub fn verify(dir: &Path) -> Vec<Finding> {
     });
     let released = dir.join(RELEASED_FILE);
     findings.push(match std::fs::read(&released) {
-        Ok(bytes) => match serde_json::from_slice::<std::collections::HashMap<String, u64>>(&bytes) {
+        Ok(bytes) => match super::local::decode_released(&bytes) {
             Ok(marks) => Finding::ok(released, format!("{} partitions' marks", marks.len())),
             // Derivable: not damage that loses anything, but damage all the same.
             Err(e) => {

@@ -270,12 +270,48 @@ pub(super) fn is_journal_id(text: &str) -> bool {
     text.len() == 32 && text.bytes().all(|b| b.is_ascii_hexdigit())
 }
 
+/// The released marks as written: `{"marks": {"<ns>:<partition>": offset},
+/// "checksum": <BLAKE3 of the marks' JSON, keys sorted>}`. A flipped digit
+/// that still parses (a mark raised, a key renamed) would leave journaled
+/// writes below the mark never sequenced: the checksum tells it from marks
+/// this node wrote (issue 37 review). Files older builds wrote (a plain
+/// map, no checksum) are read as they are, once.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct ReleasedFile {
+    marks: std::collections::BTreeMap<String, u64>,
+    checksum: String,
+}
+
+fn marks_checksum(marks: &std::collections::BTreeMap<String, u64>) -> String {
+    blake3::hash(&serde_json::to_vec(marks).expect("a map of offsets serializes")).to_hex().to_string()
+}
+
+/// The released marks' file content (`ReleasedFile`).
+pub(super) fn encode_released(marks: &HashMap<String, u64>) -> Vec<u8> {
+    let marks: std::collections::BTreeMap<String, u64> = marks.iter().map(|(k, v)| (k.clone(), *v)).collect();
+    let checksum = marks_checksum(&marks);
+    serde_json::to_vec(&ReleasedFile { marks, checksum }).expect("released marks serialize")
+}
+
+/// The released marks in `bytes`, or why they cannot be trusted.
+pub(super) fn decode_released(bytes: &[u8]) -> Result<HashMap<String, u64>, String> {
+    if let Ok(file) = serde_json::from_slice::<ReleasedFile>(bytes) {
+        let computed = marks_checksum(&file.marks);
+        if computed != file.checksum {
+            return Err(format!("checksum mismatch (stored {}, computed {computed})", file.checksum));
+        }
+        return Ok(file.marks.into_iter().collect());
+    }
+    // An older build's file: a plain map, nothing to verify it by.
+    serde_json::from_slice::<HashMap<String, u64>>(bytes).map_err(|e| e.to_string())
+}
+
 /// The released marks: derivable, so a damaged file is not fatal. Without
 /// them the entries still held are sequenced again, and applied once (a
 /// lane's entries at or below what a store applied are dropped there).
 fn read_released(path: &Path) -> Result<HashMap<String, u64>, JournalError> {
     match std::fs::read(path) {
-        Ok(bytes) => match serde_json::from_slice(&bytes) {
+        Ok(bytes) => match decode_released(&bytes) {
             Ok(released) => Ok(released),
             Err(e) => {
                 tracing::warn!(file = %path.display(), error = %e, "the journal's released marks are damaged; the entries it holds are sequenced again (applied once)");
@@ -338,7 +374,7 @@ async fn refuse_lost_entries(
 fn start_lanes_again(dir: &Path) -> Result<(), JournalError> {
     let id = format!("{:032x}", rand::random::<u128>());
     write_atomically(&dir.join(ID_FILE), id.as_bytes()).map_err(LogError::from)?;
-    write_atomically(&dir.join(RELEASED_FILE), b"{}").map_err(LogError::from)?;
+    write_atomically(&dir.join(RELEASED_FILE), &encode_released(&HashMap::new())).map_err(LogError::from)?;
     tracing::warn!(journal = %dir.display(), %id, "the journal started again under a new id: its metadata was lost and it held no entry");
     Ok(())
 }
@@ -632,7 +668,7 @@ impl Journal {
         if moved.is_empty() {
             return Ok(());
         }
-        let bytes = serde_json::to_vec(&next).expect("a map of offsets serializes");
+        let bytes = encode_released(&next);
         let (file, marks_file) = (self.released_file.clone(), self.marks_file.clone());
         let write = move || {
             let _only = marks_file.lock();

@@ -312,6 +312,41 @@ async fn damaged_released_marks_replay_what_is_held() {
     assert_eq!(journal.pending().await.unwrap(), vec![Pending { ns: "ns".into(), partition: 0, start: 0, end: 3 }]);
 }
 
+/// Review of issue 37: a damaged digit that still parses (a mark raised
+/// from 1 to 3) was trusted: entries 1 and 2, acknowledged and never
+/// sequenced, were left behind for good (nothing pending). The marks now
+/// carry a checksum: the damage is seen, and everything held is pending.
+#[tokio::test]
+async fn a_released_mark_damaged_into_another_number_is_not_trusted() {
+    let dir = tempfile::tempdir().unwrap();
+    let journal = Journal::open(dir.path(), ROOMY, None).await.unwrap();
+    for i in 0..3 {
+        journal.append("ns", 2, 0, &put("a", &i.to_string(), &format!("w{i}"))).await.unwrap();
+    }
+    journal.release_below("ns", 0, 1);
+    journal.close().await;
+    let path = dir.path().join("released.json");
+    let text = std::fs::read_to_string(&path).unwrap();
+    assert!(text.contains("\"ns:0\":1"), "{text}");
+    std::fs::write(&path, text.replace("\"ns:0\":1", "\"ns:0\":3")).unwrap();
+    let journal = Journal::open(dir.path(), ROOMY, None).await.unwrap();
+    assert_eq!(journal.pending().await.unwrap(), vec![Pending { ns: "ns".into(), partition: 0, start: 0, end: 3 }]);
+}
+
+/// Marks an older build wrote (a plain map, no checksum) are read as they are.
+#[tokio::test]
+async fn released_marks_of_an_older_build_are_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let journal = Journal::open(dir.path(), ROOMY, None).await.unwrap();
+    for i in 0..3 {
+        journal.append("ns", 2, 0, &put("a", &i.to_string(), &format!("w{i}"))).await.unwrap();
+    }
+    journal.close_unpersisted().await;
+    std::fs::write(dir.path().join("released.json"), "{\"ns:0\":2}").unwrap();
+    let journal = Journal::open(dir.path(), ROOMY, None).await.unwrap();
+    assert_eq!(journal.pending().await.unwrap(), vec![Pending { ns: "ns".into(), partition: 0, start: 2, end: 3 }]);
+}
+
 /// Review of issue 37: both copies of the metadata missing (not damaged)
 /// while the id and released marks remain made a fresh log under the old
 /// lanes (offsets from 0 again, below what stores applied of those lanes:

@@ -63,6 +63,8 @@ pub struct DamageFound {
     /// The damaged file was moved into `damaged/` (`set_aside_running`):
     /// the file at the store's path, if any, is a rebuild's, not this one.
     moved: std::sync::atomic::AtomicBool,
+    /// It showed as a panic (`report_panic`).
+    panicked: std::sync::atomic::AtomicBool,
 }
 
 impl DamageFound {
@@ -82,6 +84,19 @@ impl DamageFound {
             return None;
         }
         self.why.lock().clone()
+    }
+
+    /// Records damage that showed as a panic inside the store (redb meeting
+    /// a damaged page, or a fault of the code applying an entry: a rebuild
+    /// tells them apart, `apply_loop.rs`).
+    pub fn report_panic(&self, path: &Path, why: &str) {
+        self.panicked.store(true, std::sync::atomic::Ordering::Release);
+        self.report(path, why);
+    }
+
+    /// Whether the damage showed as a panic.
+    pub fn panicked(&self) -> bool {
+        self.panicked.load(std::sync::atomic::Ordering::Acquire)
     }
 
     /// Whether the damaged file was already moved aside.

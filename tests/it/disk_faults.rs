@@ -585,9 +585,11 @@ async fn versions(t: &Tern, written: &BTreeMap<String, Value>) -> BTreeMap<Strin
 /// One node (`tern dev`), journaled writes, all sequenced and applied, then
 /// a crash (kill -9: the journal keeps its segment). First the journal's
 /// released marks are damaged: its entries are sequenced again and each
-/// partition applies a lane's entry once. Then, after another crash, a bit
+/// partition applies a lane's entry once (the marks carry a checksum: a
+/// flip that still parses is damage too). Then, after another crash, a bit
 /// is flipped in one journaled entry below its lane's released mark: it was
-/// applied, so nothing is lost. Each time the node starts, every record
+/// applied, so nothing is lost; the segment is read around, not cut, and
+/// the journal takes writes after it. Each time the node starts, every record
 /// reads back as written, at the version it was first applied at: the
 /// copies appended again are dropped, never applied twice.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -611,11 +613,17 @@ async fn a_damaged_journal_below_its_released_marks_loses_nothing() {
 
     flip_bits_anywhere(&data.path().join("journal/released.json"));
     let mut t = Tern::dev(data.path()).await;
-    // The journal's entries appended again, and their copies applied (dropped).
-    tokio::time::sleep(std::time::Duration::from_millis(1_000)).await;
+    // Every entry the journal holds appended again, and each copy applied (dropped).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while metric_or_zero(&t, "tern_journal_sequenced_total").await < 60.0 || metric_or_zero(&t, "tern_journal_backlog_entries").await > 0.0 {
+        assert!(std::time::Instant::now() < deadline, "the journal's entries were not sequenced again");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
     t.wait_caught_up("default").await;
     eventually_reads_back(&t, &written).await;
     assert_eq!(versions(&t, &written).await, applied_at, "entries sequenced again are applied once");
+    // The sequencer writes the released marks every 200 ms.
+    tokio::time::sleep(std::time::Duration::from_millis(1_000)).await;
     t.kill9();
 
     let segment = newest_journal_segment(data.path());
@@ -623,8 +631,25 @@ async fn a_damaged_journal_below_its_released_marks_loses_nothing() {
     assert!(frames.len() >= 60, "the crash kept the journal's entries: {} frames", frames.len());
     let (at, _, _, _, len) = frames[frames.len() / 2];
     flip_payload_bit(&segment, at, len);
+    let segment_bytes = std::fs::metadata(&segment).unwrap().len();
     let t = Tern::dev(data.path()).await;
+    assert!(std::fs::metadata(&segment).unwrap().len() >= segment_bytes, "read around, not cut at the damage");
     t.wait_caught_up("default").await;
     every_record_reads_back(&t, &written).await;
     assert_eq!(versions(&t, &written).await, applied_at, "a damaged entry below its released mark was applied: nothing lost");
+    // The journal goes on taking writes past the damage.
+    for i in 60..70 {
+        let (pk, value) = (format!("j{i}"), json!({ "i": i }));
+        let (status, body) = t.send(t.client.put(t.kv_url("default", &pk, None) + "?durability=journaled").json(&value)).await;
+        assert_eq!(status, 202, "{body}");
+        written.insert(pk, value);
+    }
+    eventually_reads_back(&t, &written).await;
+}
+
+/// A metric's value, 0 while it is not exported yet (counted nothing).
+async fn metric_or_zero(t: &Tern, name: &str) -> f64 {
+    let text = t.client.get(format!("{}/metrics", t.url)).send().await.unwrap().text().await.unwrap();
+    let line = text.lines().find(|l| l.starts_with(name) && l[name.len()..].starts_with([' ', '{']));
+    line.and_then(|l| l.rsplit(' ').next()).map_or(0.0, |v| v.parse().unwrap())
 }
