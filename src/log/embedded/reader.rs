@@ -75,12 +75,10 @@ fn read_frames(segments: &Segments, tp: &TopicPartition, located: Vec<(u64, u64,
     let mut bytes = 0;
     for (segment_id, offset, position) in located {
         let file = segments.get(segment_id).ok_or_else(|| LogError::OffsetOutOfRange { tp: tp.to_string(), requested: offset, start: offset + 1 })?;
-        let (header, payload) = frame::read_at(&file, u64::from(position)).map_err(|e| LogError::Corrupt(format!("segment {segment_id}: {e}")))?;
+        let (header, payload) = frame::read_at(&file, u64::from(position)).map_err(|e| damaged_on_read(tp, offset, segment_id, position, &e))?;
         if header.offset != offset || header.partition != tp.partition {
-            return Err(LogError::Corrupt(format!(
-                "segment {segment_id} byte {position}: expected offset {offset} of partition {}, found {} of {}",
-                tp.partition, header.offset, header.partition
-            )));
+            let found = format!("expected offset {offset} of partition {}, found {} of {}", tp.partition, header.offset, header.partition);
+            return Err(damaged_on_read(tp, offset, segment_id, position, &found));
         }
         bytes += payload.len();
         records.push(LogRecord::entry(offset, payload));
@@ -89,6 +87,18 @@ fn read_frames(segments: &Segments, tp: &TopicPartition, located: Vec<(u64, u64,
         }
     }
     Ok(records)
+}
+
+/// A frame that fails its checks when read while the node runs: the
+/// partition is refused, naming the offset; the next open reads around the
+/// damaged bytes and names exactly what is lost and the flag that goes on
+/// without it (`frame::scan`, docs/damage.md).
+fn damaged_on_read(tp: &TopicPartition, offset: u64, segment_id: u64, position: u32, what: &dyn std::fmt::Display) -> LogError {
+    LogError::Corrupt(format!(
+        "log offset {offset} of {tp} is damaged on disk (segment {segment_id}, byte {position}: {what}). Restart the \
+         node: it reads around damaged bytes and names exactly the offsets lost, and the --accept-loss flag that goes \
+         on without them (docs/damage.md)"
+    ))
 }
 
 #[async_trait]
