@@ -51,15 +51,8 @@ impl ApplyTxn<'_, '_> {
         let key = key::encode(pk, sk);
         let stored = encode_value(&key, version, value);
         let (path, damage) = (self.path, self.damage);
-        let error = storage_error(path, damage);
-        let old = self.records.insert(key.as_slice(), stored.as_slice()).map_err(&error)?;
-        let old_hash = old
-            .map(|old| {
-                decode_value(&key, old.value())
-                    .map(|(old_version, old_value)| StateHash::of_record(&key, old_version, old_value))
-                    .map_err(|e| read_failure(path, damage, e.into()))
-            })
-            .transpose()?;
+        let old = self.records.insert(key.as_slice(), stored.as_slice()).map_err(storage_error(path, damage))?;
+        let old_hash = old.map(|old| old_record_hash(path, damage, &key, old.value())).transpose()?;
         match old_hash {
             Some(old_hash) => self.state.state_hash.remove(&old_hash),
             None => self.state.record_count += 1,
@@ -71,15 +64,8 @@ impl ApplyTxn<'_, '_> {
     pub fn delete(&mut self, pk: &str, sk: &str) -> Result<(), StoreError> {
         let key = key::encode(pk, sk);
         let (path, damage) = (self.path, self.damage);
-        let error = storage_error(path, damage);
-        let old = self.records.remove(key.as_slice()).map_err(&error)?;
-        let old_hash = old
-            .map(|old| {
-                decode_value(&key, old.value())
-                    .map(|(old_version, old_value)| StateHash::of_record(&key, old_version, old_value))
-                    .map_err(|e| read_failure(path, damage, e.into()))
-            })
-            .transpose()?;
+        let old = self.records.remove(key.as_slice()).map_err(storage_error(path, damage))?;
+        let old_hash = old.map(|old| old_record_hash(path, damage, &key, old.value())).transpose()?;
         if let Some(old_hash) = old_hash {
             self.state.state_hash.remove(&old_hash);
             self.state.record_count -= 1;
@@ -150,4 +136,11 @@ impl ApplyTxn<'_, '_> {
             self.state.skipped_entries += 1;
         }
     }
+}
+
+/// The state hash of a record a put or delete replaces, its checksum
+/// verified first (a damaged old record fails the transaction, reported).
+fn old_record_hash(path: &Path, damage: &DamageFound, key: &[u8], stored: &[u8]) -> Result<StateHash, StoreError> {
+    let (version, value) = decode_value(key, stored).map_err(|e| read_failure(path, damage, e.into()))?;
+    Ok(StateHash::of_record(key, version, value))
 }
