@@ -96,6 +96,50 @@ pub struct JournalPlace {
     pub offset: u64,
     /// Every entry of the lane below this is known applied.
     pub from: u64,
+    /// The lane's offsets `gap_from..offset` were lost from the journal, and
+    /// the operator accepted it (`--accept-journal-loss`): this entry is the
+    /// lane's next once the lane reached `gap_from`. Below `offset`, at least
+    /// `from` (checked at decode).
+    pub gap_from: Option<u64>,
+}
+
+/// Where a journaled entry stands in its lane (`JournalPlace::decide`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LaneTurn {
+    /// The lane's next entry: apply it; the lane then goes on at `offset + 1`.
+    Next,
+    /// A copy of an entry decided before.
+    Repeated { lane_next: u64 },
+    /// Entries before it were not decided yet: it waits for them (its
+    /// sequencer appends it again after them).
+    Ahead { lane_next: u64 },
+}
+
+impl JournalPlace {
+    /// The lane rule every replica applies (issue 36; gaps: issue 37): the
+    /// lane's next offset is `from` (every entry below is known applied) or
+    /// what the store remembers (`stored`), whichever is later. An entry
+    /// below it is a copy; one at it is next; one above it waits, unless
+    /// the offsets between were lost and accepted (`gap_from` at or below
+    /// the lane's next).
+    pub fn decide(&self, stored: Option<u64>) -> LaneTurn {
+        let lane_next = stored.unwrap_or(0).max(self.from);
+        if self.offset < lane_next {
+            return LaneTurn::Repeated { lane_next };
+        }
+        if lane_next < self.gap_from.unwrap_or(self.offset) {
+            return LaneTurn::Ahead { lane_next };
+        }
+        LaneTurn::Next
+    }
+
+    fn to_proto(&self) -> proto::JournalPlace {
+        proto::JournalPlace { lane: self.lane.clone(), offset: self.offset, from: self.from, gap_from: self.gap_from }
+    }
+
+    fn from_proto(place: proto::JournalPlace) -> JournalPlace {
+        JournalPlace { lane: place.lane, offset: place.offset, from: place.from, gap_from: place.gap_from }
+    }
 }
 
 /// The longest journal lane name an entry may carry.
@@ -205,7 +249,7 @@ pub fn encode_at(mutation: &Mutation, time_ms: u64) -> Vec<u8> {
         time_ms,
         tick: false,
         outbox_published_below: 0,
-        journal: mutation.journal.as_ref().map(|place| proto::JournalPlace { lane: place.lane.clone(), offset: place.offset, from: place.from }),
+        journal: mutation.journal.as_ref().map(JournalPlace::to_proto),
         reads: mutation
             .reads
             .iter()
@@ -242,7 +286,7 @@ pub fn encode_trim(time_ms: u64, published_below: u64) -> Vec<u8> {
 pub fn with_journal_place(entry: &Bytes, place: &JournalPlace) -> Result<Bytes, Malformed> {
     assert!(!place.lane.is_empty() && place.lane.len() <= JOURNAL_LANE_BYTES_MAX, "a lane name's length is bounded");
     let mut message = proto::Mutation::decode(entry.clone()).map_err(|_| Malformed::Undecodable)?;
-    message.journal = Some(proto::JournalPlace { lane: place.lane.clone(), offset: place.offset, from: place.from });
+    message.journal = Some(place.to_proto());
     Ok(Bytes::from(message.encode_to_vec()))
 }
 
@@ -298,6 +342,10 @@ pub fn decode_timed(entry: Bytes, partition: u32, partitions: u32) -> Result<(Mu
     if message.journal.as_ref().is_some_and(|place| place.offset == u64::MAX) {
         return Err(Malformed::Limit("a journal offset is below 2^64 - 1".into()));
     }
+    // A gap lies below its entry and at or above what is known applied.
+    if message.journal.as_ref().is_some_and(|place| place.gap_from.is_some_and(|gap| gap >= place.offset || gap < place.from)) {
+        return Err(Malformed::Limit("a journal gap starts at or above its lane's released mark and below its entry's offset".into()));
+    }
     if message.tick {
         if !message.ops.is_empty() || !message.write_id.is_empty() || message.journal.is_some() || !message.reads.is_empty() {
             return Err(Malformed::Limit("a tick has no ops, no write id, no journal place and no reads".into()));
@@ -311,7 +359,7 @@ pub fn decode_timed(entry: Bytes, partition: u32, partitions: u32) -> Result<(Mu
         ops.push(decode_op(op, partition, partitions)?);
     }
     let reads = decode_reads(message.reads, partition, partitions)?;
-    let journal = message.journal.map(|place| JournalPlace { lane: place.lane, offset: place.offset, from: place.from });
+    let journal = message.journal.map(JournalPlace::from_proto);
     let mutation = Mutation { write_id: message.write_id, ops, journal, reads };
     limits::check_mutation_bytes(mutation.payload_bytes()).map_err(|e| Malformed::Limit(e.message))?;
     if mutation.ops.len() > 1 && mutation.ops.iter().any(|op| matches!(op.kind, OpKind::Procedure(_))) {
@@ -480,6 +528,41 @@ mod tests {
         assert_eq!(decode(Bytes::from(raw.encode_to_vec()), 0, 1).unwrap_err(), Malformed::NoKind);
         raw.ops = vec![op(proto::op::Kind::Put, b" \"ok\" ")];
         assert!(decode(Bytes::from(raw.encode_to_vec()), 0, 1).is_ok());
+    }
+
+    /// Issue 37: a place after an accepted journal gap survives the
+    /// sequencer's re-encoding and decoding; a gap that does not lie
+    /// between the lane's released mark and the entry is malformed, alike
+    /// on every replica.
+    #[test]
+    fn a_journal_gap_round_trips_and_one_out_of_place_is_malformed() {
+        let placed = |from, gap_from| {
+            let place = JournalPlace { lane: Bytes::from_static(b"lane"), offset: 9, from, gap_from };
+            with_journal_place(&Bytes::from(encode(&sample(4))), &place).unwrap()
+        };
+        let decoded = decode(placed(2, Some(4)), 2, 4).unwrap();
+        assert_eq!(decoded.journal, Some(JournalPlace { lane: Bytes::from_static(b"lane"), offset: 9, from: 2, gap_from: Some(4) }));
+        assert_eq!(decode(placed(2, None), 2, 4).unwrap().journal.unwrap().gap_from, None);
+        assert!(decode(placed(2, Some(2)), 2, 4).is_ok(), "a gap from the released mark itself");
+        for (from, gap_from) in [(2, 9), (2, 10), (5, 4), (0, u64::MAX)] {
+            let err = decode(placed(from, Some(gap_from)), 2, 4).unwrap_err();
+            assert!(err.to_string().contains("journal gap"), "{from} {gap_from}: {err}");
+        }
+    }
+
+    #[test]
+    fn the_lane_rule_decides_copies_waits_and_gaps() {
+        let at = |offset, from, gap_from| JournalPlace { lane: Bytes::from_static(b"L"), offset, from, gap_from };
+        assert_eq!(at(3, 0, None).decide(Some(3)), LaneTurn::Next);
+        assert_eq!(at(3, 0, None).decide(Some(4)), LaneTurn::Repeated { lane_next: 4 });
+        assert_eq!(at(3, 0, None).decide(Some(2)), LaneTurn::Ahead { lane_next: 2 });
+        assert_eq!(at(3, 3, None).decide(None), LaneTurn::Next, "a lane seen first starts at its released mark");
+        assert_eq!(at(3, 0, None).decide(None), LaneTurn::Ahead { lane_next: 0 });
+        for lane_next in 1..=3 {
+            assert_eq!(at(3, 0, Some(1)).decide(Some(lane_next)), LaneTurn::Next, "anywhere in the gap: {lane_next}");
+        }
+        assert_eq!(at(3, 0, Some(1)).decide(Some(0)), LaneTurn::Ahead { lane_next: 0 });
+        assert_eq!(at(3, 0, Some(1)).decide(Some(4)), LaneTurn::Repeated { lane_next: 4 });
     }
 
     #[test]

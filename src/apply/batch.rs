@@ -220,24 +220,22 @@ pub(crate) fn remembered_outcome(seen: Option<(u64, Vec<u8>)>, digest: &[u8; cod
 }
 
 /// Applies a journaled write in its journal lane's order, each lane offset
-/// once (issue 36): the lane's next offset is `place.from` (everything
-/// below is known applied) or what the store remembers, whichever is
-/// later. An offset below it is a copy of a write applied before; one
-/// above it waits for the entries before it (its sequencer appends it
-/// again after them); the next one applies (by its write id, if it has one)
-/// and moves the lane, whatever its own outcome.
+/// once (issue 36; the rule: `JournalPlace::decide`): an offset below the
+/// lane's next is a copy of a write applied before; one above it waits for
+/// the entries before it (its sequencer appends it again after them),
+/// unless they were lost and the loss accepted (its `gap_from`); the next
+/// one applies (by its write id, if it has one) and moves the lane past
+/// itself, whatever its own outcome.
 fn apply_in_lane(
     tx: &mut ApplyTxn,
     mutation: &Mutation,
     place: &codec::JournalPlace,
     offset: u64,
 ) -> Result<(Outcome, Option<Mutation>), StoreError> {
-    let lane_next = tx.journal_lane_next(&place.lane)?.unwrap_or(0).max(place.from);
-    if place.offset < lane_next {
-        return Ok((Outcome::JournalRepeated { lane_next }, None));
-    }
-    if place.offset > lane_next {
-        return Ok((Outcome::JournalAhead { lane_next }, None));
+    match place.decide(tx.journal_lane_next(&place.lane)?) {
+        codec::LaneTurn::Repeated { lane_next } => return Ok((Outcome::JournalRepeated { lane_next }, None)),
+        codec::LaneTurn::Ahead { lane_next } => return Ok((Outcome::JournalAhead { lane_next }, None)),
+        codec::LaneTurn::Next => {}
     }
     let applied = match mutation.write_id.is_empty() {
         true => apply_mutation(tx, mutation, offset)?,
@@ -524,7 +522,20 @@ mod tests {
 
     /// A journaled write as the sequencer appends it: placed in `lane`.
     fn journaled(offset: u64, lane: &'static [u8], at: u64, from: u64, write_id: &'static [u8], value: &'static str) -> LogRecord {
-        let place = crate::codec::JournalPlace { lane: Bytes::from_static(lane), offset: at, from };
+        journaled_after_gap(offset, lane, at, from, None, value, write_id)
+    }
+
+    /// As `journaled`, after a lost lane range `gap_from..at` whose loss was accepted.
+    fn journaled_after_gap(
+        offset: u64,
+        lane: &'static [u8],
+        at: u64,
+        from: u64,
+        gap_from: Option<u64>,
+        value: &'static str,
+        write_id: &'static [u8],
+    ) -> LogRecord {
+        let place = crate::codec::JournalPlace { lane: Bytes::from_static(lane), offset: at, from, gap_from };
         let mutation =
             Mutation { write_id: Bytes::from_static(write_id), ops: vec![put("k", "", value, None)], journal: Some(place), reads: Vec::new() };
         LogRecord::entry(offset, Bytes::from(encode(&mutation)))
@@ -584,5 +595,50 @@ mod tests {
             entry_with_id(late, b"j1", vec![put("k", "", "\"old\"", None)]),
         ];
         assert_eq!(value_after(&unplaced).1, "\"old\"", "past the window a write id alone no longer finds the original");
+    }
+
+    /// Issue 37: lane offsets 2..5 were lost from the journal and the loss
+    /// accepted. Entry 5 carries that gap: it waits while the lane is below
+    /// 2 (entries before the gap come first, whatever order they land in),
+    /// applies once the lane reached anywhere in 2..=5 (lost entries applied
+    /// before the loss count), and its copies are dropped after. Without the
+    /// gap it would wait for 2, which never comes.
+    #[test]
+    fn an_entry_after_an_accepted_gap_waits_for_the_entries_before_the_gap_only() {
+        let gap = |offset, value| journaled_after_gap(offset, b"L", 5, 0, Some(2), value, b"");
+        let entries = [
+            gap(0, "5"),
+            journaled(1, b"L", 0, 0, b"", "0"),
+            journaled(2, b"L", 1, 0, b"", "1"),
+            gap(3, "5"),
+            gap(4, "5"),
+            journaled(5, b"L", 6, 0, b"", "6"),
+        ];
+        let (outcomes, value) = value_after(&entries);
+        assert_eq!(value, "6");
+        assert_eq!(
+            outcomes,
+            [
+                Outcome::JournalAhead { lane_next: 0 },
+                Outcome::Applied,
+                Outcome::Applied,
+                Outcome::Applied,
+                Outcome::JournalRepeated { lane_next: 6 },
+                Outcome::Applied
+            ]
+        );
+        // Lost entry 3 was applied before the loss: the gap's entry is still next.
+        let applied_before = [
+            journaled(0, b"L", 0, 0, b"", "0"),
+            journaled(1, b"L", 1, 0, b"", "1"),
+            journaled(2, b"L", 2, 0, b"", "2"),
+            journaled(3, b"L", 3, 0, b"", "3"),
+            gap(4, "5"),
+        ];
+        assert_eq!(value_after(&applied_before), (vec![Outcome::Applied; 5], "5".to_string()));
+        // Without its gap, the entry after the loss waits for ever.
+        let (outcomes, value) =
+            value_after(&[journaled(0, b"L", 0, 0, b"", "0"), journaled(1, b"L", 1, 0, b"", "1"), journaled(2, b"L", 5, 0, b"", "5")]);
+        assert_eq!((outcomes[2].clone(), value.as_str()), (Outcome::JournalAhead { lane_next: 2 }, "1"));
     }
 }

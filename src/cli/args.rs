@@ -70,6 +70,10 @@ pub struct DevArgs {
     /// as a refusal names them (docs/damage.md); their writes are lost.
     #[arg(long = "accept-loss", value_name = "NS/PARTITION@FROM..TO")]
     pub accept_loss: Vec<String>,
+    /// `NS/PARTITION@FROM..TO`: go on past exactly these lost journal
+    /// entries, as a refusal names them (docs/damage.md); their writes are lost.
+    #[arg(long = "accept-journal-loss", value_name = "NS/PARTITION@FROM..TO")]
+    pub accept_journal_loss: Vec<String>,
     /// Require a token on every request; the admin token is written to
     /// `<data-dir>/admin.token` (mode 0600) at first start (docs/security.md).
     #[arg(long)]

@@ -36,6 +36,7 @@ pub fn main() -> anyhow::Result<()> {
                 }
                 settings.restore = args.restore;
                 settings.accept_loss = args.accept_loss;
+                settings.accept_journal_loss = args.accept_journal_loss;
                 settings.auth = args.auth;
                 // The Firebase emulator's conventions (docs/firebase.md).
                 settings.firebase_owner_token = Some("owner".into());

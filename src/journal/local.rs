@@ -6,7 +6,7 @@
 use super::objects;
 use crate::codec::{self, Mutation};
 use crate::log::embedded::segments::write_atomically;
-use crate::log::embedded::{EmbeddedLog, EmbeddedLogConfig, MetaState};
+use crate::log::embedded::{AcceptLost, EmbeddedLog, EmbeddedLogConfig, MetaState, TailDoubt};
 use crate::log::{CreateOutcome, Log, LogError, LogReader, TopicPartition};
 use bytes::Bytes;
 use parking_lot::Mutex;
@@ -326,14 +326,22 @@ fn read_released(path: &Path) -> Result<HashMap<String, u64>, JournalError> {
 /// Entries the journal's log lost to damaged bytes above what was released
 /// are acknowledged writes not yet sequenced: they exist nowhere else (but
 /// in journal objects, when on), so the journal refuses to open, naming
-/// each lane's lost offsets. Lost entries below a release mark were
-/// applied: nothing is lost. (Going on past exactly the lost ones, as
-/// `--accept-loss` does for the log, needs the sequencer and the stores'
-/// lane checks to skip them: not built.)
-async fn refuse_lost_entries(
+/// each lane's lost offsets and the flag that accepts exactly that loss.
+/// Lost entries below a release mark were applied: nothing is lost.
+///
+/// Accepted ranges (`--accept-journal-loss`, as the refusal names them):
+/// the journal's reader goes on past them, and the sequencer places the
+/// next entry after each with its gap (`JournalPlace::gap_from`), so every
+/// replica's lane goes on past the lost offsets once it reached them, and
+/// every other entry still applies in lane order. Damaged bytes after a
+/// lane's last entry may have held up to `offsets_max` more of it: accepted,
+/// the lane goes on past all of them (`Log::settle_tail`), so no lane
+/// offset that a store may have applied is used again.
+async fn settle_lost_entries(
     log: &EmbeddedLog,
     topics: &HashMap<String, u32>,
     released: &HashMap<String, u64>,
+    accepted: &[AcceptLost],
     with_objects: bool,
 ) -> Result<(), JournalError> {
     let mut lost = Vec::new();
@@ -341,15 +349,23 @@ async fn refuse_lost_entries(
     names.sort();
     for (ns, &partitions) in names {
         for partition in 0..partitions {
+            let tp = tp(ns, partition);
             let released_below = released.get(&released_key(ns, partition)).copied().unwrap_or(0);
-            for range in log.lost_ranges(&tp(ns, partition)).into_iter().filter(|range| range.to > released_below) {
+            for range in log.lost_ranges(&tp).into_iter().filter(|range| range.to > released_below && !range.accepted) {
                 lost.push((format!("{ns}/{partition}@{}..{}", range.from, range.to), range.cause));
             }
             // Damaged bytes after the lane's last entry may have held more of
             // it: how many, no later frame of the lane shows.
-            if let Some(crate::log::embedded::TailDoubt::Damaged { why, offsets_max, .. }) = log.tail_in_doubt(&tp(ns, partition)) {
-                let end = log.end_offset(&tp(ns, partition)).await?;
-                lost.push((format!("{ns}/{partition} after offset {end} (at most {offsets_max})"), why));
+            if let Some(TailDoubt::Damaged { why, offsets_max, .. }) = log.tail_in_doubt(&tp) {
+                let end = log.end_offset(&tp).await?;
+                let to = end + offsets_max.max(1);
+                let named = AcceptLost { topic: ns.clone(), partition, from: end, to };
+                if !with_objects && accepted.contains(&named) {
+                    log.settle_tail(&tp, 0).await?;
+                    tracing::error!(lane = %named, "an accepted loss after a journal lane's last entry: the lane goes on past it");
+                } else {
+                    lost.push((named.to_string(), why));
+                }
             }
         }
     }
@@ -358,9 +374,13 @@ async fn refuse_lost_entries(
     let way_on = if with_objects {
         "Their copy in journal objects is sequenced by another node once this node's lease lapses: keep this node \
          stopped until then, then move its journal folder aside"
+            .to_string()
     } else {
-        "To go on, stop the node and move its journal folder aside: every entry it holds not yet sequenced is lost \
-         with them"
+        let flags = lost.iter().map(|(range, _)| format!("--accept-journal-loss {range}")).collect::<Vec<_>>().join(" ");
+        format!(
+            "To go on without exactly those writes, restart with {flags}: every other entry the journal holds is \
+             still sequenced and applied, in its lane's order"
+        )
     };
     Err(LogError::Corrupt(format!(
         "the journal lost acknowledged writes not yet sequenced: lanes and offsets {ranges} ({cause}). {way_on} \
@@ -382,9 +402,31 @@ fn start_lanes_again(dir: &Path) -> Result<(), JournalError> {
 impl Journal {
     /// Opens (recovering) or creates the journal in `dir`.
     pub async fn open(dir: &Path, limits: JournalLimits, objects: Option<ObjectsConfig>) -> Result<Journal, JournalError> {
+        Journal::open_accepting(dir, limits, objects, Vec::new()).await
+    }
+
+    /// As `open`, going on past exactly the lost entries in `accepted`
+    /// (`--accept-journal-loss`: `settle_lost_entries`). Refused with
+    /// journal objects on: there, lost entries have a copy (another node
+    /// sequences it once this node's lease lapses), so nothing is lost.
+    pub async fn open_accepting(
+        dir: &Path,
+        limits: JournalLimits,
+        objects: Option<ObjectsConfig>,
+        accepted: Vec<AcceptLost>,
+    ) -> Result<Journal, JournalError> {
+        if objects.is_some() && !accepted.is_empty() {
+            return Err(LogError::Corrupt(format!(
+                "--accept-journal-loss {}: this node's journal keeps a copy in object storage (journal objects), so \
+                 its entries are not lost: leave the flag out (docs/damage.md)",
+                accepted[0]
+            ))
+            .into());
+        }
         assert!(limits.entries_max > 0 && limits.bytes_max > 0 && !limits.age_max.is_zero(), "journal bounds are positive");
         let mut config = EmbeddedLogConfig::new(dir);
         config.segment_bytes_max = SEGMENT_BYTES_MAX;
+        config.accept_lost = accepted.clone();
         // Every closed segment whose entries are all released goes.
         config.retention_bytes = Some(0);
         // The journal's log metadata (its lanes' topics) lost while its
@@ -407,7 +449,7 @@ impl Journal {
         let id = journal_id(dir, log.bytes())?;
         let released_file = dir.join(RELEASED_FILE);
         let released = read_released(&released_file)?;
-        refuse_lost_entries(&log, &topics, &released, objects.is_some()).await?;
+        settle_lost_entries(&log, &topics, &released, &accepted, objects.is_some()).await?;
         log.settle_all_tails();
         // The log is told the marks on disk, as `persist_released` tells it
         // the ones that move: without them a lane never written again kept
@@ -449,7 +491,17 @@ impl Journal {
         };
         journal.index_pending_ids().await?;
         journal.replayed_at_open = journal.backlog().entries;
-        let journaled: u64 = journal.pending().await?.iter().map(|p| p.end - p.start).sum();
+        let mut journaled = 0;
+        for p in journal.pending().await? {
+            let lost_within: u64 = journal
+                .log
+                .lost_ranges(&tp(&p.ns, p.partition))
+                .iter()
+                .filter(|range| range.accepted)
+                .map(|range| range.to.min(p.end).saturating_sub(range.from.max(p.start)))
+                .sum();
+            journaled += p.end - p.start - lost_within;
+        }
         if journaled != journal.replayed_at_open {
             // Every entry is indexed, with a write id or without: a
             // mismatch is an index that missed entries (never expected).
@@ -634,6 +686,9 @@ impl Journal {
     /// write, made per drained lane on the runtime's threads, was what
     /// made journaled writes 2-3x slower (issue 36's benchmarks).
     pub fn release_below(&self, ns: &str, partition: u32, offset: u64) {
+        // Lost entries whose loss was accepted right there go too: they are
+        // never sequenced, and a drained journal then holds nothing.
+        let offset = self.past_accepted_loss(ns, partition, offset);
         if offset <= self.released.lock().get(&released_key(ns, partition)).copied().unwrap_or(0) {
             return;
         }
@@ -703,11 +758,29 @@ impl Journal {
         Ok(())
     }
 
-    /// Where the pending entries of `tp` start: past what was released and
-    /// what the journal no longer has.
+    /// Where the pending entries of `tp` start: past what was released,
+    /// what the journal no longer has, and lost entries whose loss was
+    /// accepted right there (`settle_lost_entries`).
     pub(super) async fn released_from(&self, ns: &str, partition: u32) -> Result<u64, JournalError> {
         let released = self.released.lock().get(&released_key(ns, partition)).copied().unwrap_or(0);
-        Ok(released.max(self.log.start_offset(&tp(ns, partition)).await?))
+        let start = released.max(self.log.start_offset(&tp(ns, partition)).await?);
+        Ok(self.past_accepted_loss(ns, partition, start))
+    }
+
+    /// `offset`, or past the accepted lost entries it falls in (and those
+    /// right after them).
+    fn past_accepted_loss(&self, ns: &str, partition: u32, offset: u64) -> u64 {
+        let mut lost = self.log.lost_ranges(&tp(ns, partition));
+        lost.retain(|range| range.accepted);
+        lost.sort_by_key(|range| range.from);
+        lost.iter().fold(offset, |at, range| if (range.from..range.to).contains(&at) { range.to } else { at })
+    }
+
+    /// Whether the journal entries `from..to` of `ns`/`partition` were lost
+    /// and the loss accepted (`--accept-journal-loss`): the sequencer then
+    /// places the entry at `to` after that gap (`JournalPlace::gap_from`).
+    pub fn gap_accepted(&self, ns: &str, partition: u32, from: u64, to: u64) -> bool {
+        from < to && self.past_accepted_loss(ns, partition, from) >= to
     }
 
     /// What each partition holds that is not released, in namespace and

@@ -439,6 +439,103 @@ async fn a_damaged_journaled_write_is_named_and_nothing_is_cut() {
     bytes[at + crate::log::embedded::frame::HEADER_BYTES + 3] ^= 0x08;
     std::fs::write(&segment, &bytes).unwrap();
     let refused = Journal::open(dir.path(), ROOMY, None).await.err().expect("refused").to_string();
-    assert!(refused.contains("lanes and offsets ns/0@2..3") && refused.contains("journal folder aside"), "{refused}");
+    assert!(refused.contains("lanes and offsets ns/0@2..3") && refused.contains("--accept-journal-loss ns/0@2..3"), "{refused}");
     assert_eq!(std::fs::metadata(&segment).unwrap().len(), bytes.len() as u64, "nothing was cut");
+}
+
+/// Flips a bit in byte `byte` of frame `index` of the journal's only segment.
+fn flip_frame(dir: &std::path::Path, index: usize, byte: usize) {
+    let segment = std::fs::read_dir(dir.join("wal")).unwrap().next().unwrap().unwrap().path();
+    let mut bytes = std::fs::read(&segment).unwrap();
+    let mut at = 0;
+    for _ in 0..index {
+        at += crate::log::embedded::frame::HEADER_BYTES + u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap()) as usize;
+    }
+    bytes[at + byte] ^= 0x08;
+    std::fs::write(&segment, &bytes).unwrap();
+}
+
+/// A byte of a frame's payload (its header still names the entry).
+const IN_PAYLOAD: usize = crate::log::embedded::frame::HEADER_BYTES + 3;
+/// The top byte of a frame's offset (its header no longer names the entry).
+const IN_HEADER: usize = 23;
+
+/// Issue 37: the refusal names the flag that accepts exactly the lost
+/// entries; with it the journal opens, its reader goes past exactly them,
+/// the gap is known to the sequencer (`gap_accepted`), and the acceptance
+/// is remembered, so a later start without the flag opens too.
+#[tokio::test]
+async fn a_lost_journaled_write_is_accepted_exactly_by_the_flag_its_refusal_names() {
+    let dir = tempfile::tempdir().unwrap();
+    let pks: Vec<String> = (0..100).map(|i| format!("k{i}")).filter(|pk| partition_of(pk) == 0).take(5).collect();
+    {
+        let journal = Journal::open(dir.path(), ROOMY, None).await.unwrap();
+        for (i, pk) in pks.iter().enumerate() {
+            journal.append("ns", 2, 0, &put(pk, &i.to_string(), &format!("w{i}"))).await.unwrap();
+        }
+        journal.close().await;
+    }
+    flip_frame(dir.path(), 2, IN_PAYLOAD);
+    let refused = Journal::open(dir.path(), ROOMY, None).await.err().expect("refused").to_string();
+    assert!(refused.contains("restart with --accept-journal-loss ns/0@2..3:"), "{refused}");
+    // Another range than the one lost accepts nothing.
+    let other = crate::log::embedded::AcceptLost::parse_flag("--accept-journal-loss", "ns/0@2..4").unwrap();
+    let refused = Journal::open_accepting(dir.path(), ROOMY, None, vec![other]).await.err().expect("refused").to_string();
+    assert!(refused.contains("ns/0@2..3"), "{refused}");
+    let accept = crate::log::embedded::AcceptLost::parse_flag("--accept-journal-loss", "ns/0@2..3").unwrap();
+    for flags in [vec![accept], Vec::new()] {
+        let journal = Journal::open_accepting(dir.path(), ROOMY, None, flags).await.unwrap();
+        let offsets: Vec<u64> = read_all(&journal, "ns", 0, 0).await.into_iter().map(|(offset, _)| offset).collect();
+        assert_eq!(offsets, [0, 1, 3, 4], "exactly the lost entry is gone");
+        assert!(journal.gap_accepted("ns", 0, 2, 3));
+        assert!(!journal.gap_accepted("ns", 0, 1, 3), "entry 1 is there");
+        assert!(!journal.gap_accepted("ns", 0, 2, 4), "entry 3 is there");
+        let pending = journal.pending_of("ns", 0).await.unwrap().unwrap();
+        assert_eq!((pending.start, pending.end), (0, 5));
+        assert_eq!(journal.replayed_at_open(), 4);
+        assert!(journal.find(b"w2").is_none() && journal.find(b"w3").is_some());
+        journal.close().await;
+    }
+    // Released up to the gap: what is pending starts past it.
+    let journal = Journal::open(dir.path(), ROOMY, None).await.unwrap();
+    journal.release_below("ns", 0, 2);
+    journal.persist_released().await.unwrap();
+    assert_eq!(journal.pending_of("ns", 0).await.unwrap().unwrap().start, 3, "a lost entry is not pending");
+    journal.close().await;
+}
+
+/// Damaged bytes after a lane's last entry (another lane's entry after
+/// them): how many of its entries they held, nothing shows. Accepted, the
+/// lane goes on past all of them, so no offset a store may have applied is
+/// used again, and the next entry is placed after the gap.
+#[tokio::test]
+async fn a_loss_after_a_lanes_last_entry_is_accepted_and_the_lane_goes_on_past_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let in_0: Vec<String> = (0..100).map(|i| format!("k{i}")).filter(|pk| partition_of(pk) == 0).take(3).collect();
+    let in_1 = (0..100).map(|i| format!("k{i}")).find(|pk| partition_of(pk) == 1).unwrap();
+    {
+        let journal = Journal::open(dir.path(), ROOMY, None).await.unwrap();
+        for (i, pk) in in_0.iter().enumerate() {
+            journal.append("ns", 2, 0, &put(pk, &i.to_string(), &format!("w{i}"))).await.unwrap();
+        }
+        journal.append("ns", 2, 1, &put(&in_1, "1", "other")).await.unwrap();
+        journal.close().await;
+    }
+    flip_frame(dir.path(), 2, IN_HEADER);
+    let refused = Journal::open(dir.path(), ROOMY, None).await.err().expect("refused").to_string();
+    let named = refused.split("--accept-journal-loss ").nth(1).and_then(|rest| rest.split(':').next()).expect(&refused).to_string();
+    assert!(named.starts_with("ns/0@2.."), "{refused}");
+    let accept = crate::log::embedded::AcceptLost::parse_flag("--accept-journal-loss", &named).unwrap();
+    let to = accept.to;
+    assert!(to > 3, "past every offset the damaged bytes could have held: {named}");
+    let journal = Journal::open_accepting(dir.path(), ROOMY, None, vec![accept]).await.unwrap();
+    let offset = journal.append("ns", 2, 0, &put(&in_0[0], "\"new\"", "after")).await.unwrap();
+    assert_eq!(offset, to, "the lane goes on past the gap");
+    assert!(journal.gap_accepted("ns", 0, 2, to));
+    let offsets: Vec<u64> = read_all(&journal, "ns", 0, 0).await.into_iter().map(|(offset, _)| offset).collect();
+    assert_eq!(offsets, [0, 1, to]);
+    journal.close().await;
+    let journal = Journal::open(dir.path(), ROOMY, None).await.expect("remembered");
+    assert_eq!(journal.append("ns", 2, 0, &put(&in_0[1], "\"newer\"", "later")).await.unwrap(), to + 1);
+    journal.close().await;
 }

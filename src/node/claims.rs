@@ -311,8 +311,12 @@ pub(crate) async fn plan(objects: &JournalObjects, journal: &str) -> Result<Plan
         .iter()
         .map(|entry| {
             let from = froms.get(&(entry.ns.clone(), entry.partition)).copied().unwrap_or(entry.offset);
-            let place =
-                crate::codec::JournalPlace { lane: crate::journal::lane_of(journal, &entry.ns, entry.partitions), offset: entry.offset, from };
+            let place = crate::codec::JournalPlace {
+                lane: crate::journal::lane_of(journal, &entry.ns, entry.partitions),
+                offset: entry.offset,
+                from,
+                gap_from: None,
+            };
             crate::codec::with_journal_place(&entry.payload, &place)
                 .map_err(|e| ReplayError::Lasting(format!("journal {journal}, {}/{} offset {}: {e}", entry.ns, entry.partition, entry.offset)))
         })

@@ -21,6 +21,8 @@ pub struct NodeConfig {
     pub watch: crate::watch::WatchConfig,
     /// How much this node's journal may hold (`journal_*` settings).
     pub journal: crate::journal::JournalLimits,
+    /// Lost journal entries to go on past (`accept_journal_loss`).
+    pub journal_accept_lost: Vec<crate::log::embedded::AcceptLost>,
     /// Journal plain writes while the log refuses them (the `ripcord` setting).
     pub ripcord: bool,
     /// Keep the journal's copy in the snapshot store (`journal_objects`).

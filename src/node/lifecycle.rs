@@ -72,7 +72,9 @@ impl Default for NodeTasks {
 impl Node {
     /// Opens every namespace the log knows and starts their apply loops.
     pub async fn start(config: NodeConfig, log: Arc<dyn Log>) -> anyhow::Result<Arc<Node>> {
-        let journal = crate::journal::Journal::open(&config.data_dir.join("journal"), config.journal, config.journal_objects_config()).await?;
+        let journal_dir = config.data_dir.join("journal");
+        let accepted = config.journal_accept_lost.clone();
+        let journal = crate::journal::Journal::open_accepting(&journal_dir, config.journal, config.journal_objects_config(), accepted).await?;
         let journal = Arc::new(journal);
         crate::metrics::JOURNAL_REPLAYED.inc_by(journal.replayed_at_open());
         let node = Arc::new(Node {

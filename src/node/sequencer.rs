@@ -194,7 +194,7 @@ pub(crate) async fn lane_round(
     lane.next = lane.next.max(p.start);
     // Every entry of the lane below its released mark was seen applied.
     let Some(name) = host.journal().lane(&p.ns) else { return Ok(false) };
-    let place = |offset: u64| crate::codec::JournalPlace { lane: name.clone(), offset, from: p.start };
+    let place = |offset: u64, gap_from: Option<u64>| crate::codec::JournalPlace { lane: name.clone(), offset, from: p.start, gap_from };
     let appended = append(host, &p.ns, tp, lane, p.end, &place).await?;
     let busy = appended > 0 && lane.next < p.end && lane.in_flight.len() < IN_FLIGHT_MAX;
     release(host, &p.ns, p.partition, lane);
@@ -225,7 +225,7 @@ async fn append(
     tp: &TopicPartition,
     lane: &mut Lane,
     end: u64,
-    place: &(dyn Fn(u64) -> crate::codec::JournalPlace + Sync),
+    place: &(dyn Fn(u64, Option<u64>) -> crate::codec::JournalPlace + Sync),
 ) -> Result<usize, crate::journal::JournalError> {
     let partition = tp.partition;
     if lane.next >= end || lane.in_flight.len() >= IN_FLIGHT_MAX || lane.retry_at.is_some_and(|at| host.now() < at) {
@@ -238,7 +238,12 @@ async fn append(
     let entries = reader.next_batch(ENTRIES_PER_ROUND_MAX.min(IN_FLIGHT_MAX - lane.in_flight.len()), Duration::ZERO).await?;
     let log = host.log();
     // Collected first: a stream over a borrowing closure is not `Send` to the compiler.
-    let payloads: Vec<_> = entries.iter().map(|entry| placed(&entry.payload, &place(entry.offset))).collect();
+    let mut expected = lane.next;
+    let mut payloads = Vec::with_capacity(entries.len());
+    for entry in &entries {
+        payloads.push(placed(&entry.payload, &place(entry.offset, gap_before(host, ns, partition, expected, entry.offset))));
+        expected = entry.offset + 1;
+    }
     let appends: Vec<_> = payloads.into_iter().map(|payload| super::write::append(log, tp, payload)).collect();
     let mut results = futures::stream::iter(appends).buffered(APPENDS_IN_FLIGHT_MAX);
     let mut appended = 0;
@@ -246,7 +251,10 @@ async fn append(
     while let Some(result) = results.next().await {
         let entry = &entries[at];
         at += 1;
-        assert_eq!(entry.offset, lane.next, "journal entries are read in order, none skipped");
+        assert!(
+            entry.offset == lane.next || host.journal().gap_accepted(ns, partition, lane.next, entry.offset),
+            "journal entries are read in order, none skipped but those whose loss was accepted"
+        );
         // The log gave an offset not above the last one appended: taken as
         // a refusal, so that released entries are always applied in order.
         let result = match result {
@@ -281,6 +289,22 @@ async fn append(
         host.log_took(ns, partition);
     }
     Ok(appended)
+}
+
+/// Where the gap before the journal entry at `offset` starts, when the
+/// entries `expected..offset` are missing: the reader goes past lost
+/// entries only when their loss was accepted (`--accept-journal-loss`),
+/// and stores then take the entry as the lane's next once they reached
+/// `expected` (`JournalPlace::decide`).
+fn gap_before(host: &dyn RipcordHost, ns: &str, partition: u32, expected: u64, offset: u64) -> Option<u64> {
+    if offset == expected {
+        return None;
+    }
+    assert!(
+        offset > expected && host.journal().gap_accepted(ns, partition, expected, offset),
+        "the journal's reader skips only lost entries whose loss was accepted: {ns}/{partition} {expected}..{offset}"
+    );
+    Some(expected)
 }
 
 /// A journal entry with its place set. One that does not decode (the

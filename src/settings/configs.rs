@@ -56,6 +56,7 @@ impl Settings {
                 bytes_max: self.journal_bytes_max,
                 age_max: Duration::from_millis(self.journal_age_max_ms),
             },
+            journal_accept_lost: self.accepted_journal_losses().expect("checked by validate"),
             ripcord: self.ripcord,
             journal_objects: self.journal_objects,
             journal_claim_after: Duration::from_millis(self.journal_claim_after_ms),
@@ -83,6 +84,12 @@ impl Settings {
             accept_lost: self.accepted_losses()?,
             ..crate::log::embedded::EmbeddedLogConfig::new(self.data_dir.join("log"))
         })
+    }
+
+    /// `accept_journal_loss`, parsed (checked by `validate`).
+    pub fn accepted_journal_losses(&self) -> anyhow::Result<Vec<crate::log::embedded::AcceptLost>> {
+        let parse = |text: &String| crate::log::embedded::AcceptLost::parse_flag("--accept-journal-loss", text).map_err(anyhow::Error::msg);
+        self.accept_journal_loss.iter().map(parse).collect()
     }
 
     /// `accept_loss`, parsed (checked by `validate`).

@@ -116,6 +116,10 @@ settings! {
     /// `NS/PARTITION@FROM..TO`: go on past exactly these lost log offsets, whose entries were in damaged
     /// bytes of the embedded log, as a refusal names them (docs/damage.md). Their writes are lost.
     accept_loss ("accept-loss"): Vec<String> = Vec::new(), Bound::Any;
+    /// `NS/PARTITION@FROM..TO`: go on past exactly these lost journal entries (acknowledged journaled
+    /// writes not yet sequenced, whose entries were in damaged bytes of the journal), as a refusal names
+    /// them (docs/damage.md). Their writes are lost; every other journaled write is still applied.
+    accept_journal_loss ("accept-journal-loss"): Vec<String> = Vec::new(), Bound::Any;
     /// Whether this node takes snapshots (any node restores).
     snapshot_writer: bool = true, Bound::Any;
     /// Snapshot a changed partition at least this often.

@@ -130,7 +130,8 @@ fn the_settings_doc_is_generated_from_the_table() {
          Every setting of `tern serve` is a config-file key (TOML, `--config FILE`), a flag and a `TERN_*`\n\
          environment variable. Flags win over the environment, which wins over the file. List settings take\n\
          several values: repeat the flag, or separate them with commas (in the flag or the variable).\n\
-         `tern dev` takes `--listen`, `--data-dir`, `--snapshots`, `--restore`, `--accept-loss` and `--auth`.\n\n{}",
+         `tern dev` takes `--listen`, `--data-dir`, `--snapshots`, `--restore`, `--accept-loss`, `--accept-journal-loss`\n\
+         and `--auth`.\n\n{}",
         Settings::markdown_table()
     );
     if std::env::var_os("TERN_UPDATE_DOCS").is_some() {

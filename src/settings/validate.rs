@@ -35,6 +35,7 @@ impl Settings {
         );
         self.namespaces_to_create()?;
         self.accepted_losses()?;
+        self.accepted_journal_losses()?;
         self.check_exposure()?;
         anyhow::ensure!(
             !(self.auth && self.gossip.is_some() && self.cluster_key_file.is_none() && !self.insecure),

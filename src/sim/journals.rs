@@ -15,11 +15,18 @@
 //! journal may be claimed too, and the node come back and sequence the same
 //! entries from its own journal.
 //!
+//! In runs without that copy, a stopped node's journal sometimes has one
+//! entry not yet released damaged on disk (a flipped bit): its next start
+//! must be refused, naming exactly that entry's lane offset in the flag
+//! that accepts its loss, and the start with that flag (and every start
+//! after, without it) goes on past exactly that entry (issue 37).
+//!
 //! What is checked at the end (`check_journaled`): every acknowledged
 //! journaled write was decided exactly once, at its own place in its
 //! node's journal lane (so in the order its client wrote it), by the
-//! reference model that applies the whole log; and every journal released
-//! everything (nothing stuck, silently, in a lane).
+//! reference model that applies the whole log — one whose entry was lost
+//! and accepted at most once; and every journal released everything
+//! (nothing stuck, silently, in a lane: not after a lost entry either).
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -31,6 +38,7 @@ use rand::Rng;
 use super::log::SimLog;
 use super::world::{count, tp, World, NAMESPACE, SIDE_NAMESPACE, STATS};
 use crate::journal::{Journal, JournalLimits, ObjectsConfig};
+use crate::log::embedded::AcceptLost;
 use crate::log::{Log, TopicPartition};
 use crate::node::ripcord_host::RipcordHost;
 use crate::node::sequencer::{lane_round, Lane};
@@ -72,6 +80,10 @@ const PERSIST_RATE: f64 = 0.2;
 /// the last write not written.
 const KILLED_RATE: f64 = 0.5;
 
+/// How often a node stopped in a run without journal objects has one of
+/// its journal's pending entries damaged on disk.
+const JOURNAL_DAMAGE_RATE: f64 = 0.2;
+
 /// How far the clock moves per drain round: past the sequencer's longest
 /// retry wait (2 s) and its release interval.
 const DRAIN_CLOCK_STEP_MS: u64 = 2_500;
@@ -88,6 +100,13 @@ pub(super) struct SimNode {
     /// The partition's log refused this node's last write (ripcord journals
     /// its plain writes at once); set by the write path and the sequencer.
     pub(super) refusing: AtomicBool,
+    /// A lost journal entry its next start must name and then accept
+    /// (`--accept-journal-loss`), and its lane's end then; later starts are
+    /// not told again.
+    pub(super) to_accept: Option<(AcceptLost, u64)>,
+    /// Offsets of its lane lost and accepted before (in this data
+    /// directory): damage next to them is named with them, in one range.
+    pub(super) accepted_offsets: std::collections::BTreeSet<u64>,
 }
 
 impl SimNode {
@@ -95,7 +114,16 @@ impl SimNode {
     /// seed's run (a journal id is random in a real node; here the log's
     /// bytes must replay exactly).
     pub(super) fn new(dir: PathBuf, n: usize) -> SimNode {
-        let node = SimNode { dir, n, generation: 0, journal: None, lane: None, refusing: AtomicBool::new(false) };
+        let node = SimNode {
+            dir,
+            n,
+            generation: 0,
+            journal: None,
+            lane: None,
+            refusing: AtomicBool::new(false),
+            to_accept: None,
+            accepted_offsets: Default::default(),
+        };
         node.make_dir();
         node
     }
@@ -215,7 +243,41 @@ impl World {
         if let Some(switch) = &self.objects_switch {
             switch.spare_lease(Some(&journal_id));
         }
-        let journal = Journal::open(&self.nodes[n].dir, LIMITS, objects).await;
+        let accepted = match self.nodes[n].to_accept.take() {
+            Some((lost, lane_end)) => {
+                let refused = match Journal::open(&self.nodes[n].dir, LIMITS, None).await {
+                    Ok(_) => return Err(format!("node {n}'s journal opened without a word of its lost entry {lost}")),
+                    Err(e) => e.to_string(),
+                };
+                // Every range the refusal names, as an operator gives them: the
+                // lost entry's exactly, and any other lane's whose next entry
+                // the damaged frame could have been (its header is not
+                // trusted to name its lane: docs/damage.md).
+                let named: Vec<AcceptLost> = refused
+                    .split("--accept-journal-loss ")
+                    .skip(1)
+                    .filter_map(|flag| AcceptLost::parse_flag("--accept-journal-loss", flag.split([' ', ':']).next()?).ok())
+                    .collect();
+                // Of its own lane, exactly the lost entry, with those lost and
+                // accepted before next to it (their damaged bytes run
+                // together), and, when no later entry of the lane shows where
+                // the damage ends, offsets past the lane's end (entries the
+                // damaged bytes could have held, as far as the journal knows).
+                let ours: Vec<u64> = named.iter().filter(|range| range.topic == NAMESPACE).flat_map(|range| range.from..range.to).collect();
+                let node = &mut self.nodes[n];
+                let exact = ours.contains(&lost.from) && ours.iter().all(|o| *o == lost.from || node.accepted_offsets.contains(o) || *o >= lane_end);
+                if !exact {
+                    return Err(format!(
+                        "node {n}'s journal lost entry {lost} (and before it {:?}), yet its refusal names offsets {ours:?} of its lane: {refused}",
+                        node.accepted_offsets
+                    ));
+                }
+                node.accepted_offsets.insert(lost.from);
+                named
+            }
+            None => Vec::new(),
+        };
+        let journal = Journal::open_accepting(&self.nodes[n].dir, LIMITS, objects, accepted).await;
         if let Some(switch) = &self.objects_switch {
             switch.spare_lease(None);
         }
@@ -228,15 +290,72 @@ impl World {
     pub(super) async fn stop_node(&mut self, n: usize) {
         count(&STATS.node_restarts);
         if let Some(journal) = self.nodes[n].journal.take() {
+            let lane = journal.lane(NAMESPACE);
             // Sometimes killed: the marks released since they were last
             // written are not, and its restart replays those entries.
             match self.dice.side.random_bool(KILLED_RATE) {
                 true => journal.close_unpersisted().await,
                 false => journal.close().await,
             }
+            // What the next start finds not released (the marks as written).
+            let pending = journal.pending_of(NAMESPACE, 0).await.ok().flatten();
+            drop(journal);
+            if let (Some(pending), Some(lane)) = (pending, lane) {
+                if self.journal_objects.is_none() && self.dice.journal_damage.random_bool(JOURNAL_DAMAGE_RATE) {
+                    self.damage_a_pending_entry(n, pending.start..pending.end, lane);
+                }
+            }
         }
         self.nodes[n].lane = None;
         self.nodes[n].refusing.store(false, Ordering::Relaxed);
+    }
+
+    /// Flips a bit in the payload of one entry of `NAMESPACE` in `offsets`
+    /// (not released) of stopped node `n`'s journal, and notes its loss to
+    /// be accepted at the node's next start. Its frame's header stays
+    /// intact, so the loss is exactly that offset; the newest segment's
+    /// last frame is spared (damage at a segment's very end reads as a torn
+    /// write, never acknowledged: a rule of its own, docs/damage.md).
+    fn damage_a_pending_entry(&mut self, n: usize, offsets: std::ops::Range<u64>, lane: Bytes) {
+        use crate::log::embedded::frame::{decode_header, HEADER_BYTES};
+        if self.nodes[n].to_accept.is_some() {
+            return;
+        }
+        let wal = self.nodes[n].dir.join("wal");
+        let mut segments: Vec<PathBuf> =
+            std::fs::read_dir(&wal).map(|dir| dir.filter_map(|e| e.ok()).map(|e| e.path()).collect()).unwrap_or_default();
+        segments.sort();
+        // (segment, byte, offset) of every frame of the namespace's lane in `offsets`.
+        let mut candidates = Vec::new();
+        for (i, path) in segments.iter().enumerate() {
+            let bytes = std::fs::read(path).expect("a journal segment");
+            let mut at = 0;
+            while at + HEADER_BYTES <= bytes.len() {
+                let Some(header) = decode_header(bytes[at..at + HEADER_BYTES].try_into().expect("a header's bytes")) else { break };
+                let end = at + HEADER_BYTES + header.payload_len as usize;
+                if end > bytes.len() {
+                    break;
+                }
+                let last = i + 1 == segments.len() && end >= bytes.len();
+                let payload = Bytes::copy_from_slice(&bytes[at + HEADER_BYTES..end]);
+                let ours = crate::codec::decode(payload, 0, 1).is_ok_and(|m| m.ops.iter().all(|op| op.pk != "side"));
+                if ours && offsets.contains(&header.offset) && !last {
+                    candidates.push((path.clone(), at, header.offset));
+                }
+                at = end;
+            }
+        }
+        if candidates.is_empty() {
+            return;
+        }
+        let (path, at, offset) = candidates.swap_remove(self.dice.journal_damage.random_range(0..candidates.len()));
+        let mut bytes = std::fs::read(&path).expect("a journal segment");
+        bytes[at + HEADER_BYTES + 1] ^= 0x10;
+        std::fs::write(&path, &bytes).expect("a journal segment");
+        count(&STATS.journal_entries_lost);
+        self.lost_places.insert((lane, offset));
+        let lost = AcceptLost { topic: NAMESPACE.to_string(), partition: 0, from: offset, to: offset + 1 };
+        self.nodes[n].to_accept = Some((lost, offsets.end));
     }
 
     /// A client writes through node `n`, which routes it as its write path
@@ -432,6 +551,7 @@ impl World {
         let node = &mut self.nodes[n];
         let _ = std::fs::remove_dir_all(&node.dir);
         node.generation += 1;
+        node.accepted_offsets.clear();
         node.make_dir();
     }
 
@@ -554,6 +674,7 @@ impl World {
                 Place::Log(offset) => *offset,
                 Place::Lane(lane, offset) => match decided.get(&(lane.clone(), *offset)) {
                     Some((_, at)) => *at,
+                    None if self.lost_places.contains(&(lane.clone(), *offset)) => continue,
                     None => return Err(format!("an answered journaled write ({answered:?}) was never decided")),
                 },
             };
@@ -575,8 +696,11 @@ impl World {
     /// lane place, by write id; a write without one is known by its place).
     pub(super) fn check_journaled(&self, decided: &std::collections::BTreeMap<(Bytes, u64), (Bytes, u64)>) -> Result<(), String> {
         for write in &self.journaled {
-            match decided.get(&(write.lane.clone(), write.offset)).map(|(id, _)| id) {
+            let place = (write.lane.clone(), write.offset);
+            match decided.get(&place).map(|(id, _)| id) {
                 Some(id) if *id == write.write_id || write.write_id.is_empty() => {}
+                // Lost and accepted: applied before the loss, or never.
+                None if self.lost_places.contains(&place) => {}
                 Some(id) => {
                     return Err(format!(
                         "journal lane {:?} offset {} held acknowledged write {:?}, yet {:?} was decided there",

@@ -173,6 +173,8 @@ pub(super) struct Dice {
     /// Whether a journaled write has a partner in another lane, and when
     /// that lane's entries are applied (released).
     pub(super) side: Stream,
+    /// Whether a stopped node's journal has an entry damaged on disk, and which.
+    pub(super) journal_damage: Stream,
     /// Whether journals keep a copy in object storage (drawn once per run).
     pub(super) journal_objects: bool,
     /// Which refusals of object storage were done all the same (drawn once
@@ -217,6 +219,7 @@ impl Dice {
             routes: stream(seed, "routes"),
             cancels: stream(seed, "cancels"),
             side: stream(seed, "side"),
+            journal_damage: stream(seed, "journal_damage"),
             journal_objects: stream(seed, "journal_objects").random_bool(0.75),
             objects_salt: stream(seed, "objects_salt").random(),
             stamps: stream(seed, "stamps").random_bool(0.5),

@@ -46,18 +46,21 @@ pub(super) fn apply_all(history: &[Option<Bytes>]) -> Model {
             continue;
         }
         // A journaled write is decided at its lane's next place only (the
-        // lane's next is its `from`, or one past the last decided): a copy
+        // lane's next is its `from`, or one past the last decided; after an
+        // accepted gap, anywhere from the gap's start to the entry): a copy
         // of one decided before, or one ahead of a missing one, does nothing.
         if let Some(place) = &mutation.journal {
             let next = lanes.get(&place.lane).copied().unwrap_or(0).max(place.from);
-            if place.offset != next {
-                match place.offset > next {
-                    true => lane_ahead += 1,
-                    false => lane_repeated += 1,
-                }
+            let earliest = place.gap_from.unwrap_or(place.offset);
+            if place.offset < next {
+                lane_repeated += 1;
                 continue;
             }
-            lanes.insert(place.lane.clone(), next + 1);
+            if next < earliest {
+                lane_ahead += 1;
+                continue;
+            }
+            lanes.insert(place.lane.clone(), place.offset + 1);
             decided.insert((place.lane.clone(), place.offset), (mutation.write_id.clone(), offset));
         }
         if !mutation.write_id.is_empty() {

@@ -100,6 +100,7 @@ pub(super) struct Stats {
     pub behind_journal: AtomicU64,
     pub objects_refused: AtomicU64,
     pub objects_answers_lost: AtomicU64,
+    pub journal_entries_lost: AtomicU64,
 }
 
 pub(super) static STATS: Stats = Stats {
@@ -125,6 +126,7 @@ pub(super) static STATS: Stats = Stats {
     behind_journal: AtomicU64::new(0),
     objects_refused: AtomicU64::new(0),
     objects_answers_lost: AtomicU64::new(0),
+    journal_entries_lost: AtomicU64::new(0),
 };
 
 pub(super) fn count(counter: &AtomicU64) {
@@ -140,7 +142,7 @@ impl std::fmt::Display for Stats {
              restores {}, readers overtaken by retention {}, deployments {}, ticks {}, procedure reloads {}, \
              journaled writes acknowledged {}, journal appends dropped by their client {}, entries journaled in another lane {}, node restarts {}, journaled entries ahead of their lane {}, repeated {}, \
              nodes lost with their journal {}, journals claimed and retired {}, writes that waited out a journal {}, \
-             object puts and deletes refused {} (of which done all the same {})",
+             object puts and deletes refused {} (of which done all the same {}), journal entries damaged and their loss accepted {}",
             n(&self.writes_acknowledged),
             n(&self.writes_failed),
             n(&self.retries),
@@ -162,7 +164,8 @@ impl std::fmt::Display for Stats {
             n(&self.claims),
             n(&self.behind_journal),
             n(&self.objects_refused),
-            n(&self.objects_answers_lost)
+            n(&self.objects_answers_lost),
+            n(&self.journal_entries_lost)
         )
     }
 }
@@ -257,6 +260,9 @@ pub(super) struct World {
     pub(super) journaled: Vec<Journaled>,
     /// Every write answered through a node, in the order answered.
     pub(super) answered: Vec<Answered>,
+    /// Journal lane places whose entries were damaged on disk and whose
+    /// loss was accepted (`--accept-journal-loss`): decided at most once.
+    pub(super) lost_places: std::collections::HashSet<(Bytes, u64)>,
     /// Where journals keep their copy (None: this run's journals keep none).
     pub(super) journal_objects: Option<crate::journal::objects::JournalObjects>,
     /// The switch of their store's outages (`Fault::ObjectsFail`).
@@ -306,6 +312,7 @@ impl World {
             nodes: (0..NODES).map(|n| SimNode::new(root.path().join(format!("node{n}")), n)).collect(),
             journaled: Vec::new(),
             answered: Vec::new(),
+            lost_places: std::collections::HashSet::new(),
             journal_objects,
             objects_switch,
             claim: None,

@@ -656,3 +656,88 @@ async fn a_damaged_journal_below_its_released_marks_loses_nothing() {
 async fn metric_or_zero(t: &Tern, name: &str) -> f64 {
     exported_metric(t, name).await.unwrap_or(0.0)
 }
+
+/// On Kafka with its broker down: twenty journaled writes to one partition
+/// are acknowledged (202) and wait in the journal; the node is killed and a
+/// bit flipped in the eleventh entry. Its restart is refused, naming exactly
+/// that lane offset and the one flag that accepts its loss (before, the
+/// only way on was to move the journal aside, losing all twenty). With the
+/// flag, the nineteen others are applied — those after the gap too, which
+/// every replica held back for ever as ahead of their lane before the gap
+/// was carried in the log — the lost one reads as never written, the lane
+/// takes new writes, and a start without the flag goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_journaled_write_is_named_and_one_flag_accepts_exactly_it() {
+    let broker = crate::common::brokers::Brokers::start(1);
+    let data = tempfile::tempdir().unwrap();
+    let (log, prefix) = (format!("kafka://{}", broker.bootstrap), format!("jl{}.", rand::random::<u32>()));
+    let dir = data.path().to_str().unwrap();
+    let args = [
+        "serve",
+        "--node-id",
+        "lost-entry",
+        "--listen",
+        "127.0.0.1:0",
+        "--data-dir",
+        dir,
+        "--log",
+        &log,
+        "--kafka-topic-prefix",
+        &prefix,
+        "--namespace",
+        "default:1",
+        "--ripcord",
+        "true",
+    ];
+    let mut t = Tern::spawn(&args, data.path()).await;
+    assert_eq!(t.put("before", "", &json!(0)).await.0, 200);
+    broker.kafka(&["stop-node", "1"]);
+    let mut written = BTreeMap::new();
+    for i in 0..20 {
+        let (pk, value) = (format!("j{i:02}"), json!({ "i": i }));
+        let (status, body) = t.send(t.client.put(t.kv_url("default", &pk, None) + "?durability=journaled").json(&value)).await;
+        assert_eq!(status, 202, "journaled while the log is down: {body}");
+        written.insert(pk, value);
+    }
+    t.kill9();
+
+    let segment = newest_journal_segment(data.path());
+    let &(at, _, _, _, len) = frames(&segment).iter().find(|frame| frame.3 == 10).expect("the journal holds its eleventh entry");
+    flip_payload_bit(&segment, at, len);
+    broker.kafka(&["start-node", "1"]);
+    let output = std::process::Command::new(common::bin()).args(args).output().unwrap();
+    let said = format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
+    assert!(!output.status.success(), "{said}");
+    assert!(said.contains("lanes and offsets default/0@10..11") && said.contains("restart with --accept-journal-loss default/0@10..11:"), "{said}");
+
+    let accepting: Vec<&str> = args.iter().copied().chain(["--accept-journal-loss", "default/0@10..11"]).collect();
+    let mut t = Tern::spawn(&accepting, data.path()).await;
+    let lost = written.remove("j10").unwrap();
+    // The first read waits out the client's reconnection to the restarted broker.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    while t.get("j19", "").await.0 != 200 {
+        assert!(std::time::Instant::now() < deadline, "the journal's entries after the gap were never applied");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    eventually_reads_back(&t, &written).await;
+    t.wait_caught_up("default").await;
+    let (status, body) = t.get("j10", "").await;
+    assert_eq!(status, 404, "the lost write ({lost}) reads as never written: {body}");
+    for i in 20..25 {
+        let (pk, value) = (format!("j{i:02}"), json!({ "i": i }));
+        let (status, body) = t.send(t.client.put(t.kv_url("default", &pk, None) + "?durability=journaled").json(&value)).await;
+        assert_eq!(status, 202, "{body}");
+        written.insert(pk, value);
+    }
+    eventually_reads_back(&t, &written).await;
+    let (_, ns) = t.get_json("/v1/ns/default").await;
+    let records: u64 = ns["state"].as_array().unwrap().iter().map(|p| p["records"].as_u64().unwrap()).sum();
+    assert_eq!(records, written.len() as u64 + 1, "every other write applied once (and the one before): {ns}");
+    assert!(t.terminate().success());
+
+    // Accepted once: a start without the flag goes on.
+    let t = Tern::spawn(&args, data.path()).await;
+    t.wait_caught_up("default").await;
+    every_record_reads_back(&t, &written).await;
+    assert_eq!(t.get("j10", "").await.0, 404);
+}

@@ -54,9 +54,14 @@ pub struct AcceptLost {
 }
 
 impl AcceptLost {
-    /// Parses `<namespace>/<partition>@<from>..<to>`.
+    /// Parses `<namespace>/<partition>@<from>..<to>`, given to `--accept-loss`.
     pub fn parse(text: &str) -> Result<AcceptLost, String> {
-        let bad = || format!("--accept-loss {text:?}: expected <namespace>/<partition>@<from>..<to>, as a refusal names it");
+        AcceptLost::parse_flag("--accept-loss", text)
+    }
+
+    /// Parses `<namespace>/<partition>@<from>..<to>`, given to `flag`.
+    pub fn parse_flag(flag: &str, text: &str) -> Result<AcceptLost, String> {
+        let bad = || format!("{flag} {text:?}: expected <namespace>/<partition>@<from>..<to>, as a refusal names it");
         let (tp, range) = text.rsplit_once('@').ok_or_else(bad)?;
         let (topic, partition) = tp.rsplit_once('/').ok_or_else(bad)?;
         let (from, to) = range.split_once("..").ok_or_else(bad)?;
@@ -181,7 +186,11 @@ impl EmbeddedLog {
             active_bytes = recover_segment(&segments, *id, &by_id, &mut recovery)?;
         }
         recovery.mark_tails_in_doubt(&by_id, tail_cut);
-        accept_lost(&config.accept_lost, &by_id)?;
+        let accepted = accept_lost(&config.accept_lost, &meta.accepted, &by_id);
+        if accepted != meta.accepted {
+            meta.accepted = accepted;
+            write_meta(&config.dir, &mut meta)?;
+        }
         for (_, partitions) in by_id.values() {
             for p in partitions {
                 let next = p.index.lock().next_offset;
@@ -589,14 +598,17 @@ fn recover_segment(segments: &Segments, id: u64, topics: &TopicsById, recovery: 
     Ok(scanned.file_bytes)
 }
 
-/// Marks the lost ranges the operator accepted, exactly as named.
-fn accept_lost(accepted: &[AcceptLost], topics: &TopicsById) -> Result<(), LogError> {
+/// Marks the lost ranges the operator accepted, exactly as named (by a
+/// flag now, or at an earlier open: `remembered`). Returns every accepted
+/// range still found, to remember (`LogMeta::accepted`): one whose damaged
+/// bytes retention deleted is no longer found, so no longer kept.
+fn accept_lost(accepted: &[AcceptLost], remembered: &BTreeMap<String, Vec<(u64, u64)>>, topics: &TopicsById) -> BTreeMap<String, Vec<(u64, u64)>> {
     for accept in accepted {
         let partition = topics.values().find(|(name, _)| **name == *accept.topic).and_then(|(_, ps)| ps.get(accept.partition as usize));
         let mut index = match partition {
             Some(partition) => partition.index.lock(),
             None => {
-                tracing::warn!(%accept, "--accept-loss names a partition this log does not have; ignored");
+                tracing::warn!(%accept, "an accepted loss names a partition this log does not have; ignored");
                 continue;
             }
         };
@@ -609,10 +621,26 @@ fn accept_lost(accepted: &[AcceptLost], topics: &TopicsById) -> Result<(), LogEr
             // From the end: a range `settle_tail` takes once the store is checked.
             None if accept.from == next_offset => {}
             None => tracing::warn!(%accept, found = ?index.lost.iter().map(|l| (l.from, l.to)).collect::<Vec<_>>(),
-                "--accept-loss matches no lost range of this partition; ignored"),
+                "an accepted loss matches no lost range of this partition; ignored"),
         }
     }
-    Ok(())
+    let mut still_found = BTreeMap::new();
+    for (_, partitions) in topics.values() {
+        for p in partitions {
+            let key = format!("{}:{}", p.topic_id, p.partition);
+            let mut index = p.index.lock();
+            let earlier = remembered.get(&key).map(Vec::as_slice).unwrap_or_default();
+            for lost in index.lost.iter_mut().filter(|lost| earlier.contains(&(lost.from, lost.to))) {
+                lost.accepted = true;
+            }
+            let ranges: Vec<(u64, u64)> = index.lost.iter().filter(|lost| lost.accepted).map(|lost| (lost.from, lost.to)).collect();
+            assert!(ranges.len() <= super::index::LOST_RANGES_MAX, "lost ranges are bounded");
+            if !ranges.is_empty() {
+                still_found.insert(key, ranges);
+            }
+        }
+    }
+    still_found
 }
 
 #[async_trait]

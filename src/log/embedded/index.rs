@@ -134,6 +134,8 @@ impl PartitionIndex {
     pub fn record_position(&mut self, segment_id: u64, offset: u64, position: u32) {
         // Offsets are dense but for a lost range, which starts a new run.
         let after_lost = self.lost.last().is_some_and(|lost| lost.to == offset);
+        // Several lost ranges may lie in a row (entries damaged one after another).
+        let run_ends_at = if after_lost { self.lost_from(offset) } else { offset };
         match self.runs.back_mut() {
             Some(run) if run.segment_id == segment_id && !after_lost => {
                 assert_eq!(run.end_offset(), offset, "offsets of a partition are dense within a segment");
@@ -141,8 +143,7 @@ impl PartitionIndex {
             }
             last => {
                 if let Some(run) = last {
-                    let expected = if after_lost { self.lost.last().map(|lost| lost.from) } else { Some(offset) };
-                    assert_eq!(Some(run.end_offset()), expected, "offsets of a partition are dense across segments");
+                    assert_eq!(run.end_offset(), run_ends_at, "offsets of a partition are dense across segments and lost ranges");
                 }
                 self.runs.push_back(SegmentRun { segment_id, first_offset: offset, positions: vec![position] });
             }
@@ -155,6 +156,12 @@ impl PartitionIndex {
         assert!(to > self.next_offset, "a lost range holds at least one offset");
         self.lost.push(Lost { from: self.next_offset, to, cause, segment_id, named_by_header, accepted: false });
         self.next_offset = to;
+    }
+
+    /// Where the lost ranges that end right at `offset` (one after another,
+    /// without an entry between) start; `offset` when none does.
+    fn lost_from(&self, offset: u64) -> u64 {
+        self.lost.iter().rev().fold(offset, |from, lost| if lost.to == from { lost.from } else { from })
     }
 
     /// The lowest offset from which every entry up to the end can be read:
@@ -239,7 +246,11 @@ impl PartitionIndex {
         // A lost range right after them goes with them when its damaged
         // bytes do: recorded as the start, the jump holds at the next open
         // without them. (While they stay, the next open finds it again.)
-        self.lost.iter().find(|lost| lost.from == end && lost.segment_id < segment_id_min).map_or(end, |lost| lost.to.min(self.next_offset))
+        // Several in a row go together (`lost` is in offset order).
+        self.lost.iter().fold(end, |at, lost| match lost.from == at && lost.segment_id < segment_id_min {
+            true => lost.to.min(self.next_offset),
+            false => at,
+        })
     }
 }
 

@@ -45,6 +45,12 @@ pub(super) struct LogMeta {
     /// at later opens, and the partition goes on at least at its offset.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub(super) settled: BTreeMap<String, SettledMark>,
+    /// "topic_id:partition" → lost ranges (from, to) the operator accepted
+    /// (`--accept-loss`, `--accept-journal-loss`), exactly as found: still
+    /// accepted at later opens without the flag, until retention deletes
+    /// the bytes that held them (at most `index::LOST_RANGES_MAX` each).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub(super) accepted: BTreeMap<String, Vec<(u64, u64)>>,
 }
 
 /// Where a partition's end was settled after damage, and at which offset
@@ -235,6 +241,7 @@ mod tests {
             start_offsets: BTreeMap::from([("1:0".to_string(), 7), ("1:3".to_string(), 2)]),
             generation: 0,
             settled: BTreeMap::new(),
+            accepted: BTreeMap::from([("1:2".to_string(), vec![(5, 6)])]),
         }
     }
 

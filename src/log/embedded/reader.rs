@@ -37,13 +37,14 @@ impl EmbeddedReader {
             if self.next < readable_from {
                 return Err(LogError::OffsetOutOfRange { tp: self.tp.to_string(), requested: self.next, start: readable_from });
             }
-            if let Some(lost) = index.accepted_lost_at(self.next) {
-                // Accepted by the operator: on past it, as over offsets
-                // without entries (`position` tells where the reader is).
+            // Accepted by the operator: on past them (several may lie in a
+            // row), as over offsets without entries (`position` tells where
+            // the reader is). Bounded by `index::LOST_RANGES_MAX`.
+            while let Some(lost) = index.accepted_lost_at(self.next) {
                 self.next = lost.to;
-                if self.next >= end {
-                    return Ok(Vec::new());
-                }
+            }
+            if self.next >= end {
+                return Ok(Vec::new());
             }
             if let Some(entries) = index.read_tail(self.next, records_max) {
                 let records: Vec<LogRecord> =
