@@ -14,12 +14,22 @@
 //! back, and never came back).
 //!
 //! So every `CHECK_INTERVAL` the node looks at each of its long-lived
-//! clients: one that knew brokers and has known none for `EMPTY_FOR_MIN`
+//! clients: one that has known no broker at every look for `EMPTY_FOR_MIN`
 //! gets its bootstrap servers added again (`rd_kafka_brokers_add`), as its
 //! own re-bootstrap would do. It connects, asks for metadata, and learns the
 //! brokers again. One that still knows none (the cluster is down, or the
 //! bootstrap broker was told of no broker too) gets them again after
 //! `READD_WAIT_MIN`, then twice as late each time, up to `READD_WAIT_MAX`.
+//!
+//! A client never seen knowing a broker is no exception: it can learn and
+//! lose them between two looks (a node started while its broker shut down:
+//! its producer learned the broker and was told of none within its first
+//! second, and librdkafka had already let its bootstrap servers go once it
+//! learned one). Before, such a client was taken for one still
+//! bootstrapping and left alone: its writes stopped for good (the
+//! Metadata test below failed in CI and in 4 of 4 runs here). A client
+//! still bootstrapping that gets its servers added again already has them:
+//! librdkafka adds none twice.
 //! (Short-lived clients, a publisher's or a history reader's, are made again
 //! after a failure, so a new one knows its bootstrap servers.)
 //!
@@ -42,8 +52,10 @@ pub(super) const CHECK_INTERVAL: Duration = Duration::from_secs(1);
 /// none at every look for two seconds is the loss above, not a client between answers.
 pub(super) const EMPTY_FOR_MIN: Duration = Duration::from_secs(2);
 /// How long after an add a client that still knows no broker gets the
-/// bootstrap servers again (then twice as late each time).
-pub(super) const READD_WAIT_MIN: Duration = Duration::from_secs(30);
+/// bootstrap servers again (then twice as late each time): a broker in
+/// controlled shutdown answers "no broker" for seconds, and an add while it
+/// does is lost; 5 s brings the writes back soon after it is up.
+pub(super) const READD_WAIT_MIN: Duration = Duration::from_secs(5);
 /// The latest a client that still knows no broker gets them again: a
 /// cluster down for a week costs about 1,000 adds.
 pub(super) const READD_WAIT_MAX: Duration = Duration::from_secs(600);
@@ -70,9 +82,7 @@ pub(super) struct Watched {
     /// address and keep its predecessor's history: at worst one add that
     /// was not needed.)
     client: usize,
-    /// Whether this client knew brokers since it was made.
-    knew: bool,
-    /// Since when it has known none (while it knew some before).
+    /// Since when it has known none, at every look.
     empty_since: Option<Instant>,
     /// The last add while it has known none, and the wait before the next.
     added_at: Option<Instant>,
@@ -83,7 +93,7 @@ pub(super) struct Watched {
 
 impl Default for Watched {
     fn default() -> Watched {
-        Watched { client: 0, knew: false, empty_since: None, added_at: None, readd_wait: READD_WAIT_MIN, adds: 0, given_up: false }
+        Watched { client: 0, empty_since: None, added_at: None, readd_wait: READD_WAIT_MIN, adds: 0, given_up: false }
     }
 }
 
@@ -94,7 +104,7 @@ impl Watched {
             *self = Watched { client, ..Watched::default() };
         }
         if learned > 0 {
-            *self = Watched { client, knew: true, adds: self.adds, given_up: self.given_up, ..Watched::default() };
+            *self = Watched { client, adds: self.adds, given_up: self.given_up, ..Watched::default() };
             return Need::Nothing;
         }
         match self.added_at {
@@ -106,11 +116,6 @@ impl Watched {
                 self.readd_wait = (self.readd_wait * 2).min(READD_WAIT_MAX);
             }
             None => {
-                // Never knew any (still bootstrapping, or the cluster is down
-                // since it was made): its bootstrap servers are still there.
-                if !self.knew {
-                    return Need::Nothing;
-                }
                 let since = *self.empty_since.get_or_insert(now);
                 if now.duration_since(since) < EMPTY_FOR_MIN {
                     return Need::Nothing;
@@ -181,12 +186,16 @@ mod tests {
 
     const SECOND: Duration = Duration::from_secs(1);
 
+    /// The CI failure of kafka_outage's Metadata test: the producer
+    /// learned its broker and was told of none between two looks, so it
+    /// was never seen knowing one, and was left alone for good.
     #[test]
-    fn a_client_that_never_knew_brokers_is_left_to_bootstrap() {
+    fn a_client_never_seen_knowing_a_broker_gets_its_bootstrap_servers_too() {
         let (mut watched, start) = (Watched::default(), Instant::now());
-        for s in 0..3600 {
-            assert_eq!(watched.note(1, 0, start + SECOND * s), Need::Nothing);
-        }
+        assert_eq!(watched.note(1, 0, start), Need::Nothing);
+        assert_eq!(watched.note(1, 0, start + SECOND), Need::Nothing);
+        assert_eq!(watched.note(1, 0, start + SECOND * 2), Need::Bootstrap);
+        assert_eq!(watched.note(1, 0, start + SECOND * 3), Need::Nothing, "then after the wait");
     }
 
     #[test]
@@ -217,8 +226,8 @@ mod tests {
                 adds_at.push(s);
             }
         }
-        // 30 s, then 60, 120, 240, 480, then every 600 s.
-        assert_eq!(adds_at, [30, 90, 210, 450, 930, 1530, 2130, 2730, 3330]);
+        // 5 s, then 10, 20, 40, 80, 160, 320, then every 600 s.
+        assert_eq!(adds_at, [5, 15, 35, 75, 155, 315, 635, 1235, 1835, 2435, 3035]);
     }
 
     #[test]
@@ -237,9 +246,10 @@ mod tests {
         let (mut watched, start) = (Watched::default(), Instant::now());
         assert_eq!(watched.note(1, 3, start), Need::Nothing);
         assert_eq!(watched.note(1, 0, start + SECOND), Need::Nothing);
-        // The slot now holds a new client, still bootstrapping.
+        // The slot now holds a new client: its wait starts over.
         assert_eq!(watched.note(2, 0, start + SECOND * 10), Need::Nothing);
-        assert_eq!(watched.note(2, 0, start + SECOND * 20), Need::Nothing);
+        assert_eq!(watched.note(2, 0, start + SECOND * 11), Need::Nothing);
+        assert_eq!(watched.note(2, 0, start + SECOND * 12), Need::Bootstrap);
     }
 
     #[test]
