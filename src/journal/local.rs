@@ -345,14 +345,24 @@ async fn settle_lost_entries(
     with_objects: bool,
 ) -> Result<(), JournalError> {
     let mut lost = Vec::new();
+    // Accepted lost ranges not yet released: lanes that go on past a gap.
+    let mut gapped = Vec::new();
     let mut names: Vec<(&String, &u32)> = topics.iter().collect();
     names.sort();
     for (ns, &partitions) in names {
         for partition in 0..partitions {
             let tp = tp(ns, partition);
             let released_below = released.get(&released_key(ns, partition)).copied().unwrap_or(0);
-            for range in log.lost_ranges(&tp).into_iter().filter(|range| range.to > released_below && !range.accepted) {
-                lost.push((format!("{ns}/{partition}@{}..{}", range.from, range.to), range.cause));
+            // Only what the operator named counts as accepted: not a range
+            // the log takes as accepted for lying before an end it settled
+            // earlier (new damage to older pending entries).
+            let named = log.accepted_exactly(&tp);
+            for range in log.lost_ranges(&tp).into_iter().filter(|range| range.to > released_below) {
+                let range_name = format!("{ns}/{partition}@{}..{}", range.from, range.to);
+                match named.contains(&(range.from, range.to)) {
+                    true => gapped.push(range_name),
+                    false => lost.push((range_name, range.cause)),
+                }
             }
             // Damaged bytes after the lane's last entry may have held more of
             // it: how many, no later frame of the lane shows.
@@ -368,6 +378,16 @@ async fn settle_lost_entries(
                 }
             }
         }
+    }
+    if with_objects && !gapped.is_empty() {
+        // A claim of the objects would stop at the gap (`node::claims`).
+        return Err(LogError::Corrupt(format!(
+            "the journal goes on past lost entries accepted earlier (--accept-journal-loss), not yet released: lanes and \
+             offsets {}. Journal objects cannot hold a lane with a gap: start this node without them (journal_objects = \
+             false) until those lanes' entries are released, then turn them on again (docs/damage.md)",
+            gapped.join(", ")
+        ))
+        .into());
     }
     let Some((_, cause)) = lost.first() else { return Ok(()) };
     let ranges = lost.iter().map(|(range, _)| range.as_str()).collect::<Vec<_>>().join(", ");

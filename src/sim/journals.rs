@@ -272,7 +272,9 @@ impl World {
                         node.accepted_offsets
                     ));
                 }
-                node.accepted_offsets.insert(lost.from);
+                // Every offset of the ranges accepted: later damage next to
+                // them is named with them.
+                node.accepted_offsets.extend(ours);
                 named
             }
             None => Vec::new(),
@@ -310,12 +312,14 @@ impl World {
         self.nodes[n].refusing.store(false, Ordering::Relaxed);
     }
 
-    /// Flips a bit in the payload of one entry of `NAMESPACE` in `offsets`
-    /// (not released) of stopped node `n`'s journal, and notes its loss to
-    /// be accepted at the node's next start. Its frame's header stays
-    /// intact, so the loss is exactly that offset; the newest segment's
-    /// last frame is spared (damage at a segment's very end reads as a torn
-    /// write, never acknowledged: a rule of its own, docs/damage.md).
+    /// Flips a bit in one entry of `NAMESPACE` in `offsets` (not released)
+    /// of stopped node `n`'s journal, and notes its loss to be accepted at
+    /// the node's next start: in its payload (its header still names the
+    /// offset lost) or in its header's offset (no frame names it: a later
+    /// frame of the lane shows the jump, or none does and the lane's end is
+    /// in doubt). The newest segment's last frame is spared (damage at a
+    /// segment's very end reads as a torn write, never acknowledged: a rule
+    /// of its own, docs/damage.md).
     fn damage_a_pending_entry(&mut self, n: usize, offsets: std::ops::Range<u64>, lane: Bytes) {
         use crate::log::embedded::frame::{decode_header, HEADER_BYTES};
         if self.nodes[n].to_accept.is_some() {
@@ -350,7 +354,9 @@ impl World {
         }
         let (path, at, offset) = candidates.swap_remove(self.dice.journal_damage.random_range(0..candidates.len()));
         let mut bytes = std::fs::read(&path).expect("a journal segment");
-        bytes[at + HEADER_BYTES + 1] ^= 0x10;
+        // The payload's second byte, or the top byte of the header's offset.
+        let byte = if self.dice.journal_damage.random_bool(0.5) { HEADER_BYTES + 1 } else { HEADER_BYTES - 1 };
+        bytes[at + byte] ^= 0x10;
         std::fs::write(&path, &bytes).expect("a journal segment");
         count(&STATS.journal_entries_lost);
         self.lost_places.insert((lane, offset));

@@ -338,6 +338,14 @@ impl EmbeddedLog {
         self.partition(tp).ok().and_then(|p| p.index.lock().tail_in_doubt.clone())
     }
 
+    /// The lost ranges of `tp` the operator accepted, exactly as named (by
+    /// a flag at this open or an earlier one): not those taken as accepted
+    /// for lying before an end settled earlier.
+    pub fn accepted_exactly(&self, tp: &TopicPartition) -> Vec<(u64, u64)> {
+        let Ok(partition) = self.partition(tp) else { return Vec::new() };
+        self.inner.meta.lock().accepted.get(&format!("{}:{}", partition.topic_id, partition.partition)).cloned().unwrap_or_default()
+    }
+
     /// The offsets of `tp` lost to damaged bytes, found at open.
     pub fn lost_ranges(&self, tp: &TopicPartition) -> Vec<super::index::Lost> {
         self.partition(tp).map(|p| p.index.lock().lost.clone()).unwrap_or_default()
@@ -599,10 +607,15 @@ fn recover_segment(segments: &Segments, id: u64, topics: &TopicsById, recovery: 
 }
 
 /// Marks the lost ranges the operator accepted, exactly as named (by a
-/// flag now, or at an earlier open: `remembered`). Returns every accepted
-/// range still found, to remember (`LogMeta::accepted`): one whose damaged
-/// bytes retention deleted is no longer found, so no longer kept.
+/// flag now, or at an earlier open: `remembered`). Returns those ranges
+/// still found, to remember (`LogMeta::accepted`): one whose damaged bytes
+/// retention deleted is no longer found, so no longer kept. A range taken
+/// as accepted for lying before a settled end (`Recovery::settled`) is not
+/// among them: the journal accepts only what the operator named
+/// (`accepted_exactly`; review of issue 37: new damage before a journal
+/// lane's settled end was taken silently).
 fn accept_lost(accepted: &[AcceptLost], remembered: &BTreeMap<String, Vec<(u64, u64)>>, topics: &TopicsById) -> BTreeMap<String, Vec<(u64, u64)>> {
+    let mut named: std::collections::HashSet<(u32, u32, u64, u64)> = std::collections::HashSet::new();
     for accept in accepted {
         let partition = topics.values().find(|(name, _)| **name == *accept.topic).and_then(|(_, ps)| ps.get(accept.partition as usize));
         let mut index = match partition {
@@ -613,9 +626,11 @@ fn accept_lost(accepted: &[AcceptLost], remembered: &BTreeMap<String, Vec<(u64, 
             }
         };
         let next_offset = index.next_offset;
+        let key = partition.map(|p| (p.topic_id, p.partition)).expect("found above");
         match index.lost.iter_mut().find(|lost| lost.from == accept.from && lost.to == accept.to) {
             Some(lost) => {
                 lost.accepted = true;
+                named.insert((key.0, key.1, lost.from, lost.to));
                 tracing::warn!(%accept, "a lost range of the log is accepted: readers go on past it, and its writes are lost");
             }
             // From the end: a range `settle_tail` takes once the store is checked.
@@ -630,10 +645,13 @@ fn accept_lost(accepted: &[AcceptLost], remembered: &BTreeMap<String, Vec<(u64, 
             let key = format!("{}:{}", p.topic_id, p.partition);
             let mut index = p.index.lock();
             let earlier = remembered.get(&key).map(Vec::as_slice).unwrap_or_default();
-            for lost in index.lost.iter_mut().filter(|lost| earlier.contains(&(lost.from, lost.to))) {
-                lost.accepted = true;
+            let mut ranges = Vec::new();
+            for lost in index.lost.iter_mut() {
+                if earlier.contains(&(lost.from, lost.to)) || named.contains(&(p.topic_id, p.partition, lost.from, lost.to)) {
+                    lost.accepted = true;
+                    ranges.push((lost.from, lost.to));
+                }
             }
-            let ranges: Vec<(u64, u64)> = index.lost.iter().filter(|lost| lost.accepted).map(|lost| (lost.from, lost.to)).collect();
             assert!(ranges.len() <= super::index::LOST_RANGES_MAX, "lost ranges are bounded");
             if !ranges.is_empty() {
                 still_found.insert(key, ranges);
@@ -769,7 +787,12 @@ impl Log for EmbeddedLog {
                 )));
             }
             // Accepted: the reader goes on past them, and appends start
-            // after; recorded first, so a later open goes on at `to` too.
+            // after; recorded first, so a later open goes on at `to` too,
+            // and knows the operator named exactly this range.
+            let accepted = meta.accepted.entry(format!("{}:{}", partition.topic_id, partition.partition)).or_default();
+            if !accepted.contains(&(end, to)) && accepted.len() < super::index::LOST_RANGES_MAX {
+                accepted.push((end, to));
+            }
             self.record_settled(&mut meta, &partition, to)?;
             index.lost.push(Lost { from: end, to, cause: why, segment_id, named_by_header: false, accepted: true });
             index.next_offset = to;
