@@ -107,6 +107,15 @@ pub(crate) static PEER_RTT_SECONDS: LazyLock<GaugeVec> = LazyLock::new(|| {
 pub(crate) static FORWARD_FAILURES: LazyLock<IntCounter> =
     LazyLock::new(|| register_int_counter!("tern_forward_failures_total", "Forwarded requests that reached no holder").expect("metric registers"));
 
+pub(crate) static KAFKA_BATCHES_DAMAGED: LazyLock<IntCounter> = LazyLock::new(|| {
+    register_int_counter!(
+        "tern_kafka_batches_damaged_total",
+        "Kafka record batches fetched that failed their CRC32C check (damaged on a broker's disk or in transit): never \
+         applied or passed, fetched again"
+    )
+    .expect("metric registers")
+});
+
 pub(crate) static KAFKA_BOOTSTRAP_READDED: LazyLock<IntCounter> = LazyLock::new(|| {
     register_int_counter!(
         "tern_kafka_bootstrap_readded_total",

@@ -741,3 +741,102 @@ async fn a_lost_journaled_write_is_named_and_one_flag_accepts_exactly_it() {
     every_record_reads_back(&t, &written).await;
     assert_eq!(t.get("j10", "").await.0, 404);
 }
+
+/// The segment file of `topic`'s partition `partition` on broker 1 of `broker`.
+fn broker_segment(broker: &crate::common::brokers::Brokers, topic: &str, partition: u32) -> std::path::PathBuf {
+    let dir = broker.dir.path().join("data-1").join(format!("{topic}-{partition}"));
+    let mut logs: Vec<_> =
+        std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().path()).filter(|p| p.extension().is_some_and(|e| e == "log")).collect();
+    logs.sort();
+    logs.pop().unwrap_or_else(|| panic!("a segment in {}", dir.display()))
+}
+
+/// A record damaged on a Kafka broker's disk (a digit of its value changed
+/// in the partition's segment under the running broker, which checks a
+/// batch's CRC when it takes it, not when it serves it). Before, the
+/// consumer did not check (librdkafka's `check.crcs` is off by default): a
+/// new replica applied the damaged entry and served a value never written
+/// (`marker-000091` for a key written `marker-000021`). Now the batch fails
+/// its CRC32C check: the replica applies every entry before it, never the
+/// damaged one nor any after it (it is fetched again, elsewhere first, never
+/// passed), says so in a metric, and the other partition serves all of its.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_record_batch_damaged_on_a_broker_is_never_applied_or_passed() {
+    let broker = crate::common::brokers::Brokers::start(1);
+    let (log, prefix) = (format!("kafka://{}", broker.bootstrap), format!("crc{}.", rand::random::<u32>()));
+    let node = |id: &'static str, data: &Path| {
+        let dir = data.to_str().unwrap().to_string();
+        let args: Vec<String> = [
+            "serve",
+            "--node-id",
+            id,
+            "--group",
+            id,
+            "--listen",
+            "127.0.0.1:0",
+            "--data-dir",
+            &dir,
+            "--log",
+            &log,
+            "--kafka-topic-prefix",
+            &prefix,
+            "--namespace",
+            "default:2",
+        ]
+        .map(String::from)
+        .to_vec();
+        args
+    };
+    let a_data = tempfile::tempdir().unwrap();
+    let args = node("a", a_data.path());
+    let mut a = Tern::spawn(&args.iter().map(String::as_str).collect::<Vec<_>>(), a_data.path()).await;
+    let mut written = BTreeMap::new();
+    for i in 0..40 {
+        let (pk, value) = (format!("k{i:03}"), json!({ "marker": format!("marker-{i:06}") }));
+        let (status, body) = a.put(&pk, "", &value).await;
+        assert_eq!(status, 200, "{body}");
+        written.insert(pk, value);
+    }
+    a.wait_caught_up("default").await;
+    assert!(a.terminate().success());
+
+    // The middle record of partition 0, by write order.
+    let of_0: Vec<&String> = written.keys().filter(|pk| tern::partitioner::partition_of(pk, 2) == 0).collect();
+    let damaged_pk = of_0[of_0.len() / 2].clone();
+    let marker = written[&damaged_pk]["marker"].as_str().unwrap().to_string();
+    let segment = broker_segment(&broker, &format!("{prefix}default"), 0);
+    let mut bytes = std::fs::read(&segment).unwrap();
+    let at = bytes.windows(marker.len()).position(|w| w == marker.as_bytes()).expect("the value is in the broker's segment");
+    bytes[at + marker.len() - 2] = b'9';
+    std::fs::write(&segment, &bytes).unwrap();
+    let never_written = format!("{}9{}", &marker[..marker.len() - 2], &marker[marker.len() - 1..]);
+
+    let b_data = tempfile::tempdir().unwrap();
+    let args = node("b", b_data.path());
+    let b = Tern::spawn_listening(&args.iter().map(String::as_str).collect::<Vec<_>>(), &[], b_data.path());
+    // Until the reader meets the damaged batch (or, as before, goes past it).
+    let before_damage = of_0.iter().take_while(|pk| ***pk != damaged_pk).count() as u64;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while metric_or_zero(&b, "tern_kafka_batches_damaged_total").await < 1.0 {
+        let (status, body) = b.get_json("/v1/ns/default").await;
+        if status == 200 && body["state"][0]["applied_entries"].as_u64().is_some_and(|applied| applied > before_damage) {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "the reader never reached the damaged batch");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    // Past a stuck reader's verdict (5 s): opened again, still never passed.
+    tokio::time::sleep(std::time::Duration::from_secs(8)).await;
+    for (pk, value) in &written {
+        let (status, body) = b.get(pk, "").await;
+        assert_ne!(body["value"]["marker"], json!(never_written), "{pk}: a value never written was served");
+        match tern::partitioner::partition_of(pk, 2) {
+            1 => assert_eq!((status, &body["value"]), (200, value), "{pk}: {body}"),
+            _ => assert!(status != 200 || &body["value"] == value, "{pk}: {status} {body}"),
+        }
+    }
+    let states = b.partition_states("default").await;
+    assert_eq!(states[0].2, before_damage, "partition 0 applied exactly the entries before the damaged one: {states:?}");
+    assert!(metric_or_zero(&b, "tern_kafka_batches_damaged_total").await >= 1.0, "the damaged batch is counted");
+    assert!(metric_or_zero(&b, "tern_log_readers_reopened_total").await >= 1.0, "the reader was opened again");
+}

@@ -122,7 +122,12 @@ fn reader_client_config(mut client: ClientConfig, config: &KafkaLogConfig) -> Cl
         // on a shared 2-core machine (broker CPU per fetch); this bounds the
         // extra visibility delay at `fetch_wait_max`.
         .set("fetch.wait.max.ms", config.fetch_wait_max.as_millis().to_string())
-        .set("fetch.min.bytes", config.fetch_min_bytes.to_string());
+        .set("fetch.min.bytes", config.fetch_min_bytes.to_string())
+        // Every fetched record batch is checked against its CRC32C (off by
+        // default in librdkafka): a batch damaged on a broker's disk or in
+        // transit is never applied. librdkafka reports it and skips it; the
+        // reader stops there instead (`reader.rs`: `Fetched::Damaged`).
+        .set("check.crcs", "true");
     client
 }
 

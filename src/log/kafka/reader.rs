@@ -24,6 +24,9 @@ pub(super) struct KafkaReader {
     queue: StreamPartitionQueue<FetchContext>,
     next: u64,
     sourced: Records,
+    /// Set when a fetched record batch at `next` failed its checks: the
+    /// reader delivers nothing more (librdkafka went on past the batch).
+    damaged: Option<String>,
 }
 
 /// Whose records a topic holds.
@@ -47,13 +50,21 @@ impl KafkaReader {
             .add_partition_offset(topic, tp.partition as i32, Offset::Offset(from as i64))
             .map_err(|e| LogError::Unavailable(format!("kafka: {e}")))?;
         consumer.incremental_assign(&assignment).map_err(|e| LogError::Unavailable(format!("kafka: {e}")))?;
-        Ok(KafkaReader { tp, consumer: consumer.clone(), topic: topic.to_string(), queue, next: from, sourced })
+        Ok(KafkaReader { tp, consumer: consumer.clone(), topic: topic.to_string(), queue, next: from, sourced, damaged: None })
     }
 }
 
 #[async_trait]
 impl LogReader for KafkaReader {
+    /// Nothing, once a batch failed its checks (`damaged`): the apply loop
+    /// finds the reader stuck behind the log's end and opens it again,
+    /// elsewhere first (another broker's copy may be intact), at what it
+    /// applied: the damaged batch is fetched again, never passed.
     async fn next_batch(&mut self, records_max: usize, wait: Duration) -> Result<Vec<LogRecord>, LogError> {
+        if self.damaged.is_some() {
+            tokio::time::sleep(wait).await;
+            return Ok(Vec::new());
+        }
         let first = match tokio::time::timeout(wait, self.queue.recv()).await {
             Ok(message) => Fetched::of(message, self.sourced, &self.topic),
             Err(_) => {
@@ -62,11 +73,16 @@ impl LogReader for KafkaReader {
             }
         };
         let mut records = Vec::with_capacity(records_max.clamp(1, 1024));
-        records.push(self.accept(first)?);
-        while records.len() < records_max {
-            let Some(message) = self.queue.recv().now_or_never() else { break };
-            let fetched = Fetched::of(message, self.sourced, &self.topic);
-            records.push(self.accept(fetched)?);
+        let mut fetched = Some(first);
+        while let Some(one) = fetched.take() {
+            if let Fetched::Damaged = one {
+                self.stop_at_damage();
+                break;
+            }
+            records.push(self.accept(one)?);
+            if records.len() < records_max {
+                fetched = self.queue.recv().now_or_never().map(|message| Fetched::of(message, self.sourced, &self.topic));
+            }
         }
         Ok(records)
     }
@@ -88,6 +104,9 @@ impl LogReader for KafkaReader {
 enum Fetched {
     Record(LogRecord),
     OffsetOutOfRange,
+    /// A record batch that failed its CRC32C (or did not parse): librdkafka
+    /// reports it and goes on after it.
+    Damaged,
     Failed(KafkaError),
 }
 
@@ -109,6 +128,7 @@ impl Fetched {
             // fetch position as AUTO_OFFSET_RESET and stops fetching the
             // partition: retention overtook this reader. Never "unavailable".
             Err(KafkaError::MessageConsumption(RDKafkaErrorCode::OffsetOutOfRange | RDKafkaErrorCode::AutoOffsetReset)) => Fetched::OffsetOutOfRange,
+            Err(KafkaError::MessageConsumption(RDKafkaErrorCode::BadMessage)) => Fetched::Damaged,
             Err(e) => Fetched::Failed(e),
         }
     }
@@ -160,6 +180,10 @@ impl KafkaReader {
     /// records (transaction markers) it consumed without delivering; take it
     /// (never backwards, and only what it has consumed: entries are never skipped).
     fn skip_markers(&mut self) {
+        if self.damaged.is_some() {
+            // librdkafka's position is past the damaged batch: never taken.
+            return;
+        }
         let Ok(positions) = self.consumer.position() else { return };
         let position = positions.find_partition(&self.topic, self.tp.partition as i32).and_then(|p| match p.offset() {
             rdkafka::Offset::Offset(o) if o >= 0 => Some(o as u64),
@@ -169,6 +193,23 @@ impl KafkaReader {
             tracing::debug!(tp = %self.tp, from = self.next, to = position, "past offsets without entries (transaction markers)");
             self.next = position;
         }
+    }
+
+    /// A batch at `next` failed its checks: stop there, saying so once.
+    fn stop_at_damage(&mut self) {
+        let why = format!(
+            "a Kafka record batch of {} at offset {} failed its CRC32C check (damaged on a broker's disk or in transit); \
+             it is fetched again, never applied or passed",
+            self.tp, self.next
+        );
+        tracing::error!(tp = %self.tp, offset = self.next, "{why}");
+        crate::metrics::KAFKA_BATCHES_DAMAGED.inc();
+        self.damaged = Some(why);
+    }
+
+    /// Why this reader stopped, when a fetched batch failed its checks.
+    pub(super) fn damaged(&self) -> Option<&str> {
+        self.damaged.as_deref()
     }
 
     /// Advances past a fetched record, or turns a fetch error into a log error.
@@ -181,6 +222,7 @@ impl KafkaReader {
                 Ok(record)
             }
             Fetched::OffsetOutOfRange => Err(LogError::OffsetOutOfRange { tp: self.tp.to_string(), requested: self.next, start: 0 }),
+            Fetched::Damaged => unreachable!("taken by next_batch"),
             Fetched::Failed(e) => Err(LogError::Unavailable(format!("kafka: {e}"))),
         }
     }
@@ -206,8 +248,17 @@ pub(super) struct HistoryReader {
 
 #[async_trait]
 impl LogReader for HistoryReader {
+    /// A history reader stopped at a damaged batch fails (its watch resumes
+    /// or starts again): it has no apply loop to open it again.
     async fn next_batch(&mut self, records_max: usize, wait: Duration) -> Result<Vec<LogRecord>, LogError> {
-        self.reader.next_batch(records_max, wait).await
+        if let Some(why) = self.reader.damaged() {
+            return Err(LogError::Unavailable(why.to_string()));
+        }
+        let records = self.reader.next_batch(records_max, wait).await?;
+        match self.reader.damaged() {
+            Some(why) if records.is_empty() => Err(LogError::Unavailable(why.to_string())),
+            _ => Ok(records),
+        }
     }
 
     fn position(&self) -> Option<u64> {
