@@ -409,10 +409,10 @@ fn partition_of<'a>(topics: &'a TopicsById, header: &frame::FrameHeader) -> Opti
 
 /// Cuts off the torn remains of the last group commit, which was never
 /// acknowledged (its fsync did not return): damage that runs to the end of
-/// the newest segment, or damage with a sector of zeros (pages a crash left
-/// unwritten) inside the last commit's reach of the end, with everything
-/// after it. Damage anywhere else is not a torn write, and is left for
-/// `recover_segment` to name.
+/// the newest segment and looks torn (`looks_torn`), or damage with a
+/// sector of zeros (pages a crash left unwritten) inside the last commit's
+/// reach of the end, with everything after it. Damage anywhere else is not
+/// a torn write, and is left for `recover_segment` to name.
 /// Returns what was cut, if anything.
 fn cut_torn_tail(segments: &Segments, id: u64, topics: &TopicsById) -> Result<Option<String>, LogError> {
     let path = segments.path(id);
@@ -429,11 +429,13 @@ fn cut_torn_tail(segments: &Segments, id: u64, topics: &TopicsById) -> Result<Op
 /// Where the torn tail of the newest segment starts, if it has one.
 pub(super) fn torn_tail_start(path: &Path, scanned: &frame::Scanned) -> Result<Option<u64>, LogError> {
     use std::os::unix::fs::FileExt;
+    let file = std::fs::File::open(path)?;
     if let Some(tail) = scanned.damaged_tail() {
-        return Ok(Some(tail.from));
+        if looks_torn(&file, tail)? {
+            return Ok(Some(tail.from));
+        }
     }
     let reach_start = scanned.file_bytes.saturating_sub(TORN_BATCH_BYTES_MAX);
-    let file = std::fs::File::open(path)?;
     for range in scanned.damaged.iter().filter(|range| range.from >= reach_start) {
         // Bounded by TORN_BATCH_BYTES_MAX: the range lies within the last commit's reach.
         let mut bytes = vec![0u8; (range.to - range.from) as usize];
@@ -443,6 +445,28 @@ pub(super) fn torn_tail_start(path: &Path, scanned: &frame::Scanned) -> Result<O
         }
     }
     Ok(None)
+}
+
+/// Whether damage that runs to the end of the newest segment looks like a
+/// write a crash cut short: a frame the file ends inside of (or whose
+/// header does not decode), or one whose bytes end in zeros from a sector
+/// boundary on, or hold a zero sector (pages left unwritten read as zeros).
+/// A whole frame that fails its checksum without them is damage to an
+/// acknowledged entry (a bit flipped after its fsync), named like damage
+/// anywhere else, never cut without a word (review of issue 37: a journal's
+/// last entry flipped was dropped as torn, an acknowledged write lost).
+fn looks_torn(file: &std::fs::File, tail: &frame::DamagedRange) -> Result<bool, LogError> {
+    use std::os::unix::fs::FileExt;
+    const SECTOR_BYTES: u64 = 512;
+    if tail.frame.is_none() {
+        return Ok(true);
+    }
+    // One frame: at most a header and `PAYLOAD_BYTES_MAX` bytes.
+    let mut bytes = vec![0u8; (tail.to - tail.from) as usize];
+    file.read_exact_at(&mut bytes, tail.from)?;
+    let last_sector = ((tail.to - 1) / SECTOR_BYTES * SECTOR_BYTES).max(tail.from);
+    let zeros_to_the_end = bytes[(last_sector - tail.from) as usize..].iter().all(|b| *b == 0);
+    Ok(zeros_to_the_end || frame::has_zero_sector(&bytes, tail.from))
 }
 
 /// A damaged range found at open: its segment, its bytes, and the

@@ -105,17 +105,42 @@ async fn torn_tail_is_truncated_and_acknowledged_entries_kept() {
     assert_eq!(log.append(&tp(0), Bytes::from("after")).await.unwrap(), 10);
 }
 
+/// A bit flipped in the newest segment's last frame, a whole frame: damage
+/// to an acknowledged entry, named (offset 2 lost), never cut. Before
+/// (review of issue 37) it was taken for a torn write and cut without a
+/// word: in the journal, an acknowledged write not yet sequenced lost.
+/// The same frame ending in zeros from a sector boundary (pages a crash
+/// left unwritten) is a torn write, and is cut.
 #[tokio::test]
-async fn bit_flip_in_last_frame_truncates_it() {
-    let dir = tempfile::tempdir().unwrap();
-    write_and_close(config(dir.path()), 3).await;
-    let segment = segment_path(dir.path(), 0);
-    let mut bytes = std::fs::read(&segment).unwrap();
-    let last = bytes.len() - 1;
-    bytes[last] ^= 0x40;
-    std::fs::write(&segment, &bytes).unwrap();
-    let log = EmbeddedLog::open(config(dir.path())).unwrap();
-    assert_eq!(log.end_offset(&tp(0)).await.unwrap(), 2);
+async fn a_bit_flipped_in_the_last_frame_is_named_and_unwritten_pages_are_cut() {
+    for torn in [false, true] {
+        let dir = tempfile::tempdir().unwrap();
+        write_and_close(config(dir.path()), 3).await;
+        let segment = segment_path(dir.path(), 0);
+        let mut bytes = std::fs::read(&segment).unwrap();
+        let length = bytes.len();
+        if torn {
+            // A last frame of 600 bytes whose second sector was never written.
+            let mut frame = Vec::new();
+            super::frame::encode_into(&mut frame, 0, 0, 3, &[b'x'; 600]);
+            let unwritten_from = (length + 512) / 512 * 512 - length;
+            frame[unwritten_from..].fill(0);
+            bytes.extend_from_slice(&frame);
+        } else {
+            bytes[length - 1] ^= 0x40;
+        }
+        std::fs::write(&segment, &bytes).unwrap();
+        let log = EmbeddedLog::open(config(dir.path())).unwrap();
+        if torn {
+            assert_eq!(std::fs::metadata(&segment).unwrap().len(), length as u64, "the torn frame is cut");
+            assert_eq!(log.end_offset(&tp(0)).await.unwrap(), 3);
+            assert!(log.lost(&tp(0)).is_none());
+        } else {
+            assert_eq!(std::fs::metadata(&segment).unwrap().len(), length as u64, "nothing cut");
+            assert_eq!(log.end_offset(&tp(0)).await.unwrap(), 3);
+            assert!(log.lost(&tp(0)).unwrap().0.contains("log offsets 2..3 of t/0"), "{:?}", log.lost(&tp(0)));
+        }
+    }
 }
 
 #[tokio::test]
