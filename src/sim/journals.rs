@@ -317,9 +317,8 @@ impl World {
     /// the node's next start: in its payload (its header still names the
     /// offset lost) or in its header's offset (no frame names it: a later
     /// frame of the lane shows the jump, or none does and the lane's end is
-    /// in doubt). The newest segment's last frame is spared (damage at a
-    /// segment's very end reads as a torn write, never acknowledged: a rule
-    /// of its own, docs/damage.md).
+    /// in doubt). The newest segment's last frame too: a whole frame that
+    /// fails its checksum there is named, not cut as a torn write.
     fn damage_a_pending_entry(&mut self, n: usize, offsets: std::ops::Range<u64>, lane: Bytes) {
         use crate::log::embedded::frame::{decode_header, HEADER_BYTES};
         if self.nodes[n].to_accept.is_some() {
@@ -331,7 +330,7 @@ impl World {
         segments.sort();
         // (segment, byte, offset) of every frame of the namespace's lane in `offsets`.
         let mut candidates = Vec::new();
-        for (i, path) in segments.iter().enumerate() {
+        for path in &segments {
             let bytes = std::fs::read(path).expect("a journal segment");
             let mut at = 0;
             while at + HEADER_BYTES <= bytes.len() {
@@ -340,10 +339,9 @@ impl World {
                 if end > bytes.len() {
                     break;
                 }
-                let last = i + 1 == segments.len() && end >= bytes.len();
                 let payload = Bytes::copy_from_slice(&bytes[at + HEADER_BYTES..end]);
                 let ours = crate::codec::decode(payload, 0, 1).is_ok_and(|m| m.ops.iter().all(|op| op.pk != "side"));
-                if ours && offsets.contains(&header.offset) && !last {
+                if ours && offsets.contains(&header.offset) {
                     candidates.push((path.clone(), at, header.offset));
                 }
                 at = end;

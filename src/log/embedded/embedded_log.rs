@@ -121,6 +121,9 @@ pub(crate) struct Inner {
     pub(super) segments: Arc<Segments>,
     pub(super) queue: RwLock<Option<mpsc::Sender<AppendRequest>>>,
     pub(super) writer_thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+    /// The damaged ranges (segment, from byte, to byte) this open found, at
+    /// most `SETTLED_DAMAGE_MAX`: what a settled end records as known.
+    pub(super) damage_at_open: Vec<(u64, u64, u64)>,
 }
 
 /// The embedded log. Cheap to clone.
@@ -186,6 +189,8 @@ impl EmbeddedLog {
             active_bytes = recover_segment(&segments, *id, &by_id, &mut recovery)?;
         }
         recovery.mark_tails_in_doubt(&by_id, tail_cut);
+        let damage_at_open: Vec<(u64, u64, u64)> =
+            recovery.ranges.iter().take(super::meta::SETTLED_DAMAGE_MAX).map(|(segment, range, _)| (*segment, range.from, range.to)).collect();
         let accepted = accept_lost(&config.accept_lost, &meta.accepted, &by_id);
         if accepted != meta.accepted {
             meta.accepted = accepted;
@@ -213,6 +218,7 @@ impl EmbeddedLog {
                 segments,
                 queue: RwLock::new(Some(queue_tx)),
                 writer_thread: Mutex::new(Some(writer_thread)),
+                damage_at_open,
             }),
         })
     }
@@ -328,7 +334,8 @@ impl EmbeddedLog {
     fn record_settled(&self, meta: &mut LogMeta, partition: &PartitionState, next_offset: u64) -> Result<(), LogError> {
         let segment_id = self.inner.segments.ids().last().copied().unwrap_or(0);
         let byte = self.inner.segments.size_bytes(segment_id);
-        meta.settled.insert(format!("{}:{}", partition.topic_id, partition.partition), SettledMark { segment_id, byte, next_offset });
+        let damage = Some(self.inner.damage_at_open.clone());
+        meta.settled.insert(format!("{}:{}", partition.topic_id, partition.partition), SettledMark { segment_id, byte, next_offset, damage });
         write_meta(&self.inner.config.dir, meta)
     }
 
@@ -448,22 +455,27 @@ pub(super) fn torn_tail_start(path: &Path, scanned: &frame::Scanned) -> Result<O
 }
 
 /// Whether damage that runs to the end of the newest segment looks like a
-/// write a crash cut short: a frame the file ends inside of (or whose
-/// header does not decode), or one whose bytes end in zeros from a sector
-/// boundary on, or hold a zero sector (pages left unwritten read as zeros).
-/// A whole frame that fails its checksum without them is damage to an
-/// acknowledged entry (a bit flipped after its fsync), named like damage
-/// anywhere else, never cut without a word (review of issue 37: a journal's
-/// last entry flipped was dropped as torn, an acknowledged write lost).
+/// write a crash cut short: its first frame is one the file ends inside
+/// of, or its bytes end in zeros from a sector boundary on, or hold a zero
+/// sector (pages left unwritten read as zeros). Whole frames that fail
+/// their checksum without them are damage to acknowledged entries (bits
+/// flipped after their fsync), named like damage anywhere else, never cut
+/// without a word (review of issue 37: a journal's last entry flipped was
+/// dropped as torn, an acknowledged write lost).
 fn looks_torn(file: &std::fs::File, tail: &frame::DamagedRange) -> Result<bool, LogError> {
     use std::os::unix::fs::FileExt;
     const SECTOR_BYTES: u64 = 512;
-    if tail.frame.is_none() {
+    let range_bytes = tail.to - tail.from;
+    if range_bytes < frame::HEADER_BYTES as u64 {
         return Ok(true);
     }
-    // One frame: at most a header and `PAYLOAD_BYTES_MAX` bytes.
-    let mut bytes = vec![0u8; (tail.to - tail.from) as usize];
+    // Bounded by the segment's size (read once, at open).
+    let mut bytes = vec![0u8; range_bytes as usize];
     file.read_exact_at(&mut bytes, tail.from)?;
+    let header: &[u8; frame::HEADER_BYTES] = bytes[..frame::HEADER_BYTES].try_into().expect("checked above");
+    if frame::decode_header(header).is_some_and(|h| frame::HEADER_BYTES as u64 + u64::from(h.payload_len) > range_bytes) {
+        return Ok(true);
+    }
     let last_sector = ((tail.to - 1) / SECTOR_BYTES * SECTOR_BYTES).max(tail.from);
     let zeros_to_the_end = bytes[(last_sector - tail.from) as usize..].iter().all(|b| *b == 0);
     Ok(zeros_to_the_end || frame::has_zero_sector(&bytes, tail.from))
@@ -531,7 +543,7 @@ impl Recovery {
                 let after: Vec<&FoundRange> = self.ranges[seen.min(self.ranges.len())..]
                     .iter()
                     .filter(|(_, _, named)| named.is_none_or(|(named, offset)| named != key && offset == next_offset))
-                    .filter(|(segment, range, _)| mark.is_none_or(|m| (*segment, range.from) >= (m.segment_id, m.byte)))
+                    .filter(|(segment, range, _)| mark.is_none_or(|m| !m.knew(*segment, range.from, range.to)))
                     .collect();
                 let mut index = p.index.lock();
                 index.tail_in_doubt = match after.first() {
@@ -603,9 +615,11 @@ fn recover_segment(segments: &Segments, id: u64, topics: &TopicsById, recovery: 
             // before this frame.
             let (segment, range, _) = recovery.ranges.last().expect("damage lies between");
             index.record_lost(header.offset, *segment, damage_cause(*segment, range), false);
-            // Accepted at an earlier open (`settle_tail`): still accepted.
+            // Accepted at an earlier open (`settle_tail`): still accepted,
+            // if every damaged range between was known then.
             let mark = recovery.settled.get(&format!("{}:{}", header.topic_id, header.partition));
-            if mark.is_some_and(|m| m.next_offset >= header.offset && (*segment, range.from) < (m.segment_id, m.byte)) {
+            let between = &recovery.ranges[recovery.damage_seen.get(&key).copied().unwrap_or(0)..];
+            if mark.is_some_and(|m| m.next_offset >= header.offset && between.iter().all(|(s, r, _)| m.knew(*s, r.from, r.to))) {
                 index.lost.last_mut().expect("just recorded").accepted = true;
             }
         }

@@ -55,12 +55,34 @@ pub(super) struct LogMeta {
 
 /// Where a partition's end was settled after damage, and at which offset
 /// it goes on.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub(super) struct SettledMark {
     /// The log's end when it was settled: the newest segment and its length.
     pub(super) segment_id: u64,
     pub(super) byte: u64,
     pub(super) next_offset: u64,
+    /// The damaged ranges (segment, from byte, to byte) the log held when
+    /// the end was settled: exactly those are not doubted again. None (a
+    /// mark of an older build): every damaged byte before the mark's point.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(super) damage: Option<Vec<(u64, u64, u64)>>,
+}
+
+/// Most damaged ranges a settled mark keeps; past it the rest are doubted
+/// again at the next open (refused and named, never taken as settled).
+pub(super) const SETTLED_DAMAGE_MAX: usize = 1_024;
+
+impl SettledMark {
+    /// Whether damaged bytes `from..to` of segment `segment` were known when
+    /// this end was settled (review of issue 37: damage found later before
+    /// the mark's point was taken as settled too, and a journal lane's
+    /// newer loss went without a word).
+    pub(super) fn knew(&self, segment: u64, from: u64, to: u64) -> bool {
+        match &self.damage {
+            Some(known) => known.contains(&(segment, from, to)),
+            None => (segment, from) < (self.segment_id, self.byte),
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
