@@ -27,6 +27,10 @@ pub(super) struct KafkaReader {
     /// Set when a fetched record batch at `next` failed its checks: the
     /// reader delivers nothing more (librdkafka went on past the batch).
     damaged: Option<String>,
+    /// A fetch error met after records were gathered into a batch: the
+    /// batch is returned, the error at the next call (returning the error
+    /// then would lose the records, which `next` is already past).
+    deferred: Option<LogError>,
 }
 
 /// Whose records a topic holds.
@@ -50,7 +54,12 @@ impl KafkaReader {
             .add_partition_offset(topic, tp.partition as i32, Offset::Offset(from as i64))
             .map_err(|e| LogError::Unavailable(format!("kafka: {e}")))?;
         consumer.incremental_assign(&assignment).map_err(|e| LogError::Unavailable(format!("kafka: {e}")))?;
-        Ok(KafkaReader { tp, consumer: consumer.clone(), topic: topic.to_string(), queue, next: from, sourced, damaged: None })
+        // A reader before it on this consumer may have paused the partition
+        // at a damaged batch (`stop_at_damage`): this one fetches again.
+        if let Err(e) = consumer.resume(&assignment) {
+            tracing::warn!(tp = %tp, error = %e, "resuming a partition's fetches failed");
+        }
+        Ok(KafkaReader { tp, consumer: consumer.clone(), topic: topic.to_string(), queue, next: from, sourced, damaged: None, deferred: None })
     }
 }
 
@@ -64,6 +73,9 @@ impl LogReader for KafkaReader {
         if self.damaged.is_some() {
             tokio::time::sleep(wait).await;
             return Ok(Vec::new());
+        }
+        if let Some(error) = self.deferred.take() {
+            return Err(error);
         }
         let first = match tokio::time::timeout(wait, self.queue.recv()).await {
             Ok(message) => Fetched::of(message, self.sourced, &self.topic),
@@ -79,7 +91,14 @@ impl LogReader for KafkaReader {
                 self.stop_at_damage();
                 break;
             }
-            records.push(self.accept(one)?);
+            match self.accept(one) {
+                Ok(record) => records.push(record),
+                Err(error) if records.is_empty() => return Err(error),
+                Err(error) => {
+                    self.deferred = Some(error);
+                    break;
+                }
+            }
             if records.len() < records_max {
                 fetched = self.queue.recv().now_or_never().map(|message| Fetched::of(message, self.sourced, &self.topic));
             }
@@ -204,6 +223,13 @@ impl KafkaReader {
         );
         tracing::error!(tp = %self.tp, offset = self.next, "{why}");
         crate::metrics::KAFKA_BATCHES_DAMAGED.inc();
+        // librdkafka would fetch on past the batch (or fetch it again and
+        // again): nothing more is fetched for this reader.
+        let mut paused = TopicPartitionList::new();
+        paused.add_partition(&self.topic, self.tp.partition as i32);
+        if let Err(e) = self.consumer.pause(&paused) {
+            tracing::warn!(tp = %self.tp, error = %e, "pausing a partition's fetches failed");
+        }
         self.damaged = Some(why);
     }
 
