@@ -517,6 +517,26 @@ async fn a_lost_journaled_write_is_accepted_exactly_by_the_flag_its_refusal_name
     journal.close().await;
 }
 
+/// Three entries in lane `ns/0` and one in `ns/1` after them, then the
+/// header of lane 0's last entry damaged: refused, naming lane 0's loss
+/// from offset 2 on. Its pks, and the range the refusal names.
+async fn a_lane_whose_last_entry_lost_its_header(dir: &std::path::Path) -> (Vec<String>, crate::log::embedded::AcceptLost) {
+    let in_0: Vec<String> = (0..100).map(|i| format!("k{i}")).filter(|pk| partition_of(pk) == 0).take(3).collect();
+    let in_1 = (0..100).map(|i| format!("k{i}")).find(|pk| partition_of(pk) == 1).unwrap();
+    let journal = Journal::open(dir, ROOMY, None).await.unwrap();
+    for (i, pk) in in_0.iter().enumerate() {
+        journal.append("ns", 2, 0, &put(pk, &i.to_string(), &format!("w{i}"))).await.unwrap();
+    }
+    journal.append("ns", 2, 1, &put(&in_1, "1", "other")).await.unwrap();
+    journal.close().await;
+    drop(journal);
+    flip_frame(dir, 2, IN_HEADER);
+    let refused = Journal::open(dir, ROOMY, None).await.err().expect("refused").to_string();
+    let named = refused.split("--accept-journal-loss ").nth(1).and_then(|rest| rest.split(':').next()).expect(&refused).to_string();
+    assert!(named.starts_with("ns/0@2.."), "{refused}");
+    (in_0, crate::log::embedded::AcceptLost::parse_flag("--accept-journal-loss", &named).unwrap())
+}
+
 /// Damaged bytes after a lane's last entry (another lane's entry after
 /// them): how many of its entries they held, nothing shows. Accepted, the
 /// lane goes on past all of them, so no offset a store may have applied is
@@ -524,23 +544,9 @@ async fn a_lost_journaled_write_is_accepted_exactly_by_the_flag_its_refusal_name
 #[tokio::test]
 async fn a_loss_after_a_lanes_last_entry_is_accepted_and_the_lane_goes_on_past_it() {
     let dir = tempfile::tempdir().unwrap();
-    let in_0: Vec<String> = (0..100).map(|i| format!("k{i}")).filter(|pk| partition_of(pk) == 0).take(3).collect();
-    let in_1 = (0..100).map(|i| format!("k{i}")).find(|pk| partition_of(pk) == 1).unwrap();
-    {
-        let journal = Journal::open(dir.path(), ROOMY, None).await.unwrap();
-        for (i, pk) in in_0.iter().enumerate() {
-            journal.append("ns", 2, 0, &put(pk, &i.to_string(), &format!("w{i}"))).await.unwrap();
-        }
-        journal.append("ns", 2, 1, &put(&in_1, "1", "other")).await.unwrap();
-        journal.close().await;
-    }
-    flip_frame(dir.path(), 2, IN_HEADER);
-    let refused = Journal::open(dir.path(), ROOMY, None).await.err().expect("refused").to_string();
-    let named = refused.split("--accept-journal-loss ").nth(1).and_then(|rest| rest.split(':').next()).expect(&refused).to_string();
-    assert!(named.starts_with("ns/0@2.."), "{refused}");
-    let accept = crate::log::embedded::AcceptLost::parse_flag("--accept-journal-loss", &named).unwrap();
+    let (in_0, accept) = a_lane_whose_last_entry_lost_its_header(dir.path()).await;
     let to = accept.to;
-    assert!(to > 3, "past every offset the damaged bytes could have held: {named}");
+    assert!(to > 3, "past every offset the damaged bytes could have held: {accept}");
     let journal = Journal::open_accepting(dir.path(), ROOMY, None, vec![accept]).await.unwrap();
     let offset = journal.append("ns", 2, 0, &put(&in_0[0], "\"new\"", "after")).await.unwrap();
     assert_eq!(offset, to, "the lane goes on past the gap");
@@ -562,20 +568,7 @@ async fn a_loss_after_a_lanes_last_entry_is_accepted_and_the_lane_goes_on_past_i
 #[tokio::test]
 async fn damage_found_after_a_settled_end_is_refused_not_taken_as_accepted() {
     let dir = tempfile::tempdir().unwrap();
-    let in_0: Vec<String> = (0..100).map(|i| format!("k{i}")).filter(|pk| partition_of(pk) == 0).take(3).collect();
-    let in_1 = (0..100).map(|i| format!("k{i}")).find(|pk| partition_of(pk) == 1).unwrap();
-    {
-        let journal = Journal::open(dir.path(), ROOMY, None).await.unwrap();
-        for (i, pk) in in_0.iter().enumerate() {
-            journal.append("ns", 2, 0, &put(pk, &i.to_string(), &format!("w{i}"))).await.unwrap();
-        }
-        journal.append("ns", 2, 1, &put(&in_1, "1", "other")).await.unwrap();
-        journal.close().await;
-    }
-    flip_frame(dir.path(), 2, IN_HEADER);
-    let refused = Journal::open(dir.path(), ROOMY, None).await.err().expect("refused").to_string();
-    let named = refused.split("--accept-journal-loss ").nth(1).and_then(|rest| rest.split(':').next()).expect(&refused).to_string();
-    let accept = crate::log::embedded::AcceptLost::parse_flag("--accept-journal-loss", &named).unwrap();
+    let (in_0, accept) = a_lane_whose_last_entry_lost_its_header(dir.path()).await;
     let to = accept.to;
     {
         let journal = Journal::open_accepting(dir.path(), ROOMY, None, vec![accept]).await.unwrap();
