@@ -107,6 +107,38 @@ pub(crate) static PEER_RTT_SECONDS: LazyLock<GaugeVec> = LazyLock::new(|| {
 pub(crate) static FORWARD_FAILURES: LazyLock<IntCounter> =
     LazyLock::new(|| register_int_counter!("tern_forward_failures_total", "Forwarded requests that reached no holder").expect("metric registers"));
 
+pub(crate) static SCRUB_ENTRIES: LazyLock<IntCounter> = LazyLock::new(|| {
+    register_int_counter!("tern_scrub_entries_total", "Entries of partition stores the scrub read and verified").expect("metric registers")
+});
+
+pub(crate) static SCRUB_PASSES: LazyLock<IntCounterVec> = LazyLock::new(|| {
+    register_int_counter_vec!(
+        "tern_scrub_passes_total",
+        "Scrub passes over a partition's store, by outcome: intact (every record verified and the state hash \
+         agrees), changed (every record verified; the store changed during the pass, so the hash was not \
+         compared), damaged (damage found: the partition is rebuilt)",
+        &["outcome"]
+    )
+    .expect("metric registers")
+});
+
+pub(crate) static SCRUB_LAST_ROUND: LazyLock<prometheus::Gauge> = LazyLock::new(|| {
+    prometheus::register_gauge!(
+        "tern_scrub_last_round_timestamp_seconds",
+        "Unix time the scrub last finished a round over every partition this node serves (0: none yet)"
+    )
+    .expect("metric registers")
+});
+
+pub(crate) static LOG_OFFSETS_ACCEPTED_LOST: LazyLock<IntCounter> = LazyLock::new(|| {
+    register_int_counter!(
+        "tern_log_offsets_accepted_lost_total",
+        "Log offsets a replica went past without their entries because an operator accepted them as lost \
+         (--accept-loss on Kafka: deleted below the partition's start, and no snapshot reached past them)"
+    )
+    .expect("metric registers")
+});
+
 pub(crate) static KAFKA_BATCHES_DAMAGED: LazyLock<IntCounter> = LazyLock::new(|| {
     register_int_counter!(
         "tern_kafka_batches_damaged_total",
@@ -330,6 +362,16 @@ pub(crate) static PARTITION_REBUILDING: LazyLock<IntGaugeVec> = LazyLock::new(||
     register_int_gauge_vec!(
         "tern_partition_rebuilding",
         "1 while this replica rebuilds the partition's store (found damaged and set aside); it serves no read until caught up",
+        &["ns", "partition"]
+    )
+    .expect("metric registers")
+});
+
+pub(crate) static PARTITION_BLOCKED: LazyLock<IntGaugeVec> = LazyLock::new(|| {
+    register_int_gauge_vec!(
+        "tern_partition_blocked",
+        "1 while this replica's reader cannot read past an entry of the log (a Kafka record batch failing its \
+         CRC32C check on the broker it fetches from): it serves its last state, falling behind, and /readyz says why",
         &["ns", "partition"]
     )
     .expect("metric registers")

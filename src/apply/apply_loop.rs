@@ -152,6 +152,11 @@ pub(crate) async fn run(handle: Arc<PartitionHandle>, log: Arc<dyn Log>, config:
         };
         let durable_due = last_durable.elapsed() >= config.fsync_interval;
         if entries.is_empty() {
+            // Past a block by a restore or a rebuild too, not only by applying.
+            handle.unblock_if_past();
+            if let Some(why) = reader.blocked() {
+                handle.block(reader.position().unwrap_or_else(|| handle.applied_next()), why);
+            }
             if stuck.stuck(&handle) {
                 reader = match reopen_elsewhere(&handle, log.as_ref(), reader, &mut suspects, &mut shutdown).await {
                     Some(reopened) => reopened,
@@ -182,6 +187,7 @@ pub(crate) async fn run(handle: Arc<PartitionHandle>, log: Arc<dyn Log>, config:
         if !apply(&handle, &procedures, entries).await {
             return;
         }
+        handle.unblock_if_past();
         if damage_found(&handle) {
             continue;
         }
@@ -228,7 +234,7 @@ fn refuse_repeated_damage(handle: &PartitionHandle, why: &str) {
 
 /// Most brokers a partition's apply loop remembers as suspects of
 /// stranding its reader (oldest forgotten first).
-const SUSPECTS_MAX: usize = 16;
+pub(super) const SUSPECTS_MAX: usize = 16;
 
 /// Opens the partition's reader again elsewhere (`stuck_reader.rs`), at
 /// the next offset to apply, avoiding every broker a stuck reader of it
@@ -236,7 +242,7 @@ const SUSPECTS_MAX: usize = 16;
 /// are added); failing that, the log's usual reader, retried (100 ms
 /// doubling to 5 s) until it opens. None when the log closed or the loop is
 /// told to stop (which it never waits past).
-async fn reopen_elsewhere(
+pub(super) async fn reopen_elsewhere(
     handle: &PartitionHandle,
     log: &dyn Log,
     stuck: Box<dyn crate::log::LogReader>,

@@ -46,6 +46,26 @@ pub struct Recovery {
     /// `store::damaged`); None: it is not rebuilt in place, its partition is
     /// refused until the next start (whose check sets it aside).
     pub damaged_dir: Option<std::path::PathBuf>,
+    /// `--accept-loss` on a log that does not settle lost offsets itself
+    /// (Kafka): offsets an operator accepted as lost below the partition's
+    /// start (deleted by retention, or by `kafka-delete-records` past a
+    /// batch damaged on every broker). A replica that needs them, and finds
+    /// no snapshot that reaches the start, goes on at the start only when a
+    /// flag covers every offset it skips (`accepted_gap`).
+    pub accept_lost: Vec<crate::log::embedded::AcceptLost>,
+}
+
+impl Recovery {
+    /// The flag that covers all of `[applied_next, start)` of `tp`, if any.
+    fn accepted_gap(&self, tp: &crate::log::TopicPartition, applied_next: u64, start: u64) -> Option<&crate::log::embedded::AcceptLost> {
+        self.accept_lost.iter().find(|flag| flag.names(tp) && flag.from <= applied_next && start <= flag.to)
+    }
+
+    /// A flag that covers `[from, start)` of `tp` for some `from` above
+    /// `applied_next`: a snapshot reaching `from` makes the rest accepted.
+    fn accepted_above(&self, tp: &crate::log::TopicPartition, applied_next: u64, start: u64) -> Option<&crate::log::embedded::AcceptLost> {
+        self.accept_lost.iter().find(|flag| flag.names(tp) && flag.from > applied_next && start <= flag.to)
+    }
 }
 
 /// Checks the store's offset against the log, recovers if it can, and opens
@@ -84,6 +104,63 @@ pub(super) async fn open_reader(
             return None;
         }
     }
+}
+
+/// `applied_next < start`: the entries this store needs next are gone from
+/// the log. Restored from a snapshot that reaches `start` (nothing lost);
+/// else, on a log that does not settle lost offsets itself, gone past when
+/// an operator's `--accept-loss` covers exactly what is skipped; else
+/// refused, naming the offsets and the flag.
+async fn past_the_start(
+    handle: &Arc<PartitionHandle>,
+    log: &dyn Log,
+    recovery: &Recovery,
+    applied_next: u64,
+    start: u64,
+) -> Result<(Box<dyn LogReader>, u64), Step> {
+    let lost = log.lost(&handle.tp);
+    let (needs, remedy) = match &lost {
+        Some((lost, remedy)) => (format!("needs log offset {applied_next} but the log can be read only from {start}: {lost}"), format!(". {remedy}")),
+        None => (
+            format!("needs log offset {applied_next} but the log starts at {start} (older entries were deleted: by retention, or by an operator)"),
+            format!(
+                ". To go on without them (their writes are lost on this replica), restart with --accept-loss {}/{}@{applied_next}..{start}",
+                handle.namespace, handle.partition
+            ),
+        ),
+    };
+    let no_snapshot = match &recovery.snapshots {
+        None => "no snapshot store is configured (--snapshots)".to_string(),
+        Some(snapshots) => match restore(handle, log, snapshots, recovery, start).await {
+            Ok(()) => return Err(Step::Again),
+            Err(Restore::Unavailable(why)) => return Err(Step::Retry(format!("{needs}; restoring a snapshot: {why}"))),
+            Err(Restore::NoneExist(why) | Restore::Invalid(why) | Restore::OtherLog(why)) => format!("no snapshot reaches offset {start}: {why}"),
+        },
+    };
+    if lost.is_none() {
+        if let Some(flag) = recovery.accepted_gap(&handle.tp, applied_next, start) {
+            tracing::warn!(tp = %handle.tp, applied_next, start, %flag, "going on past offsets accepted as lost (--accept-loss): their writes are lost on this replica");
+            crate::metrics::LOG_OFFSETS_ACCEPTED_LOST.inc_by(start - applied_next);
+            return match super::apply_loop::skip_to(handle, start) {
+                true => Err(Step::Again),
+                false => Err(Step::Refuse(format!("{needs}; accepted by --accept-loss {flag}, but moving past them failed"))),
+            };
+        }
+        if let (Some(snapshots), Some(flag)) = (&recovery.snapshots, recovery.accepted_above(&handle.tp, applied_next, start)) {
+            // Far behind: a snapshot reaching the flag's start makes the rest accepted.
+            match restore(handle, log, snapshots, recovery, flag.from).await {
+                Ok(()) => return Err(Step::Again),
+                Err(Restore::Unavailable(why)) => return Err(Step::Retry(format!("{needs}; restoring a snapshot: {why}"))),
+                Err(Restore::NoneExist(why) | Restore::Invalid(why) | Restore::OtherLog(why)) => {
+                    return Err(Step::Refuse(format!(
+                        "{needs}; --accept-loss {flag} accepts offsets from {} only, and no snapshot reaches {}: {why}",
+                        flag.from, flag.from
+                    )))
+                }
+            }
+        }
+    }
+    Err(Step::Refuse(format!("{needs}; {no_snapshot}{remedy}")))
 }
 
 pub(crate) enum Step {
@@ -142,24 +219,7 @@ pub(crate) async fn try_open(handle: &Arc<PartitionHandle>, log: &dyn Log, recov
         }
     }
     if applied_next < start {
-        let (needs, remedy) = match log.lost(&handle.tp) {
-            Some((lost, remedy)) => {
-                (format!("needs log offset {applied_next} but the log can be read only from {start}: {lost}"), format!(". {remedy}"))
-            }
-            None => {
-                (format!("needs log offset {applied_next} but the log starts at {start} (older entries were deleted by retention)"), String::new())
-            }
-        };
-        let Some(snapshots) = &recovery.snapshots else {
-            return Err(Step::Refuse(format!("{needs}; no snapshot store is configured (--snapshots){remedy}")));
-        };
-        return match restore(handle, log, snapshots, recovery, start).await {
-            Ok(()) => Err(Step::Again),
-            Err(Restore::Unavailable(why)) => Err(Step::Retry(format!("{needs}; restoring a snapshot: {why}"))),
-            Err(Restore::NoneExist(why) | Restore::Invalid(why) | Restore::OtherLog(why)) => {
-                Err(Step::Refuse(format!("{needs}; no snapshot reaches offset {start}: {why}{remedy}")))
-            }
-        };
+        return past_the_start(handle, log, recovery, applied_next, start).await;
     }
     if applied_next > end {
         // A log that lost entries the store applied goes on after them first.
@@ -270,5 +330,36 @@ async fn restore(
             handle.namespace, handle.partition
         ))),
         Err(e) => Err(Restore::Invalid(e.to_string())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::log::embedded::AcceptLost;
+    use crate::log::TopicPartition;
+
+    fn recovery(flags: &[&str]) -> Recovery {
+        Recovery { accept_lost: flags.iter().map(|f| AcceptLost::parse(f).unwrap()).collect(), ..Recovery::default() }
+    }
+
+    /// A flag accepts a gap only when it covers every offset skipped: a
+    /// replica further behind than the flag names needs a snapshot first,
+    /// and a flag of another partition, or of offsets below, accepts nothing.
+    #[test]
+    fn a_flag_accepts_only_a_gap_it_covers_entirely() {
+        let tp = TopicPartition { topic: "default".into(), partition: 0 };
+        let exactly = recovery(&["default/0@11..12"]);
+        assert!(exactly.accepted_gap(&tp, 11, 12).is_some());
+        assert!(exactly.accepted_gap(&tp, 10, 12).is_none(), "offset 10 is not named");
+        assert!(exactly.accepted_gap(&tp, 11, 13).is_none(), "offset 12 is not named");
+        assert_eq!(exactly.accepted_above(&tp, 10, 12).map(|f| f.from), Some(11), "a snapshot reaching 11 makes the rest accepted");
+        assert!(exactly.accepted_above(&tp, 11, 12).is_none());
+        let other = TopicPartition { topic: "default".into(), partition: 1 };
+        assert!(exactly.accepted_gap(&other, 11, 12).is_none());
+        let ns = TopicPartition { topic: "defaults".into(), partition: 0 };
+        assert!(exactly.accepted_gap(&ns, 11, 12).is_none());
+        assert!(recovery(&["default/0@0..100"]).accepted_gap(&tp, 11, 12).is_some(), "a wider flag covers it");
+        assert!(recovery(&[]).accepted_gap(&tp, 11, 12).is_none());
     }
 }

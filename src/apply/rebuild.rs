@@ -24,7 +24,8 @@ use std::sync::Arc;
 
 use tokio::sync::watch;
 
-use super::apply_loop::{commit_batch, flush, partition_procedures, skip_to, sleep_or_stop, IDLE_POLL};
+use super::apply_loop::{commit_batch, flush, partition_procedures, reopen_elsewhere, skip_to, sleep_or_stop, IDLE_POLL, SUSPECTS_MAX};
+use super::stuck_reader::{BlockedWait, READER_STUCK};
 use super::{open, ApplyConfig, RETRY_DELAY_MAX, RETRY_DELAY_MIN};
 use crate::log::{Log, LogError, LogReader, LogRecord};
 use crate::metrics;
@@ -98,7 +99,7 @@ pub(super) async fn rebuild(
         Err(e) => return refuse(handle, format!("{rebuilding}; rebuilding it: {e}")),
     };
     let detached = Arc::new(handle.detached(store, applied_next));
-    let (reader, end, pending) = match catch_up_detached(&detached, log, config, shutdown, high).await {
+    let (reader, end, pending) = match catch_up_detached(handle, &detached, log, config, shutdown, high).await {
         CaughtUp::Done(done) => done,
         CaughtUp::Refused(reason) => return refuse(handle, format!("{rebuilding}; rebuilding it: {reason}")),
         CaughtUp::Stopped => return None,
@@ -146,6 +147,7 @@ enum CaughtUp {
 /// Opens the detached handle's reader (restoring a snapshot first, as at
 /// start) and applies the log to its store up to `high`, publishing nothing.
 async fn catch_up_detached(
+    handle: &PartitionHandle,
     detached: &Arc<PartitionHandle>,
     log: &dyn Log,
     config: &ApplyConfig,
@@ -166,6 +168,10 @@ async fn catch_up_detached(
     }
     let procedures = partition_procedures(detached);
     let mut retry_delay = RETRY_DELAY_MIN;
+    // A reader blocked at a damaged Kafka batch is opened again elsewhere
+    // (another broker may hold an intact copy), as the loop's is.
+    let mut blocked_wait = BlockedWait::new(READER_STUCK);
+    let mut suspects: Vec<i32> = Vec::with_capacity(SUSPECTS_MAX);
     while detached.applied_next() < high {
         let batch = tokio::select! {
             batch = reader.next_batch(config.batch_entries_max, IDLE_POLL) => batch,
@@ -188,6 +194,17 @@ async fn catch_up_detached(
             }
         };
         if entries.is_empty() {
+            if let Some(why) = reader.blocked() {
+                // Shown on the partition the node serves (`/readyz`).
+                handle.block(reader.position().unwrap_or_else(|| detached.applied_next()), why);
+                if blocked_wait.due() {
+                    reader = match reopen_elsewhere(detached, log, reader, &mut suspects, shutdown).await {
+                        Some(reopened) => reopened,
+                        None => return CaughtUp::Stopped,
+                    };
+                }
+                continue;
+            }
             if let Some(position) = reader.position().filter(|p| *p > detached.applied_next()) {
                 if !skip_to(detached, position.min(high)) {
                     return CaughtUp::Refused(refused_reason(detached));
@@ -198,6 +215,7 @@ async fn catch_up_detached(
             }
             continue;
         }
+        blocked_wait.reset();
         let pending = entries.split_off(entries.partition_point(|entry| entry.offset < high));
         if !entries.is_empty() {
             if let Err(reason) = apply_unseen(detached, &procedures, entries).await {

@@ -69,6 +69,41 @@ impl StuckWatch {
     }
 }
 
+/// Reopening a reader that says it is blocked (`LogReader::blocked`): it
+/// is known stuck, no end offset is needed as evidence (a rebuild's
+/// detached handle is told none). The first reopen comes `READER_STUCK`
+/// after the block was first seen, each further one twice as late, up to
+/// `REOPEN_WAIT_MAX`; a reader that delivers starts it over.
+pub(super) struct BlockedWait {
+    /// When the wait for the next reopen began; None: not blocked.
+    since: Option<Instant>,
+    after: Duration,
+    first_after: Duration,
+}
+
+impl BlockedWait {
+    pub(super) fn new(after: Duration) -> BlockedWait {
+        BlockedWait { since: None, after, first_after: after }
+    }
+
+    /// Called on each empty batch of a blocked reader: whether to open it
+    /// again now (a yes starts the next, longer wait).
+    pub(super) fn due(&mut self) -> bool {
+        let since = *self.since.get_or_insert_with(Instant::now);
+        if since.elapsed() < self.after {
+            return false;
+        }
+        self.since = Some(Instant::now());
+        self.after = (self.after * 2).min(REOPEN_WAIT_MAX);
+        true
+    }
+
+    /// The reader delivered: the next block waits from the start again.
+    pub(super) fn reset(&mut self) {
+        (self.since, self.after) = (None, self.first_after);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;
@@ -78,6 +113,24 @@ mod tests {
     use crate::store::PartitionStore;
 
     const AFTER: Duration = Duration::from_millis(30);
+
+    /// A blocked reader is opened again after the wait, then twice as late
+    /// each time, and from the first wait again once it delivered.
+    #[test]
+    fn a_blocked_reader_is_reopened_after_a_wait_that_doubles() {
+        let mut wait = BlockedWait::new(AFTER);
+        assert!(!wait.due(), "the first block starts the wait");
+        std::thread::sleep(AFTER);
+        assert!(wait.due());
+        std::thread::sleep(AFTER);
+        assert!(!wait.due(), "the second wait is twice as long");
+        std::thread::sleep(AFTER);
+        assert!(wait.due());
+        wait.reset();
+        assert!(!wait.due());
+        std::thread::sleep(AFTER);
+        assert!(wait.due(), "after a delivery the wait starts over at its first length");
+    }
 
     #[test]
     fn stuck_only_when_behind_a_known_end_with_nothing_applied_for_a_while() {

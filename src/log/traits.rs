@@ -246,4 +246,13 @@ pub trait LogReader: Send {
     fn suspects(&self) -> Vec<i32> {
         Vec::new()
     }
+
+    /// Why this reader delivers nothing more although the log holds more
+    /// (a Kafka record batch at `position` failed its checks on the broker
+    /// it fetches from), while it is blocked there; None when it is not.
+    /// The apply loop shows it (`PartitionHandle::block`) until the
+    /// partition applies past it. Default: never blocked.
+    fn blocked(&self) -> Option<&str> {
+        None
+    }
 }

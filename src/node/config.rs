@@ -36,6 +36,8 @@ pub struct NodeConfig {
     pub procedure_tick: Duration,
     /// Relay held partitions' outboxes to their output topics (`publisher.rs`).
     pub procedure_publish: bool,
+    /// Read every served store through at a bounded pace (`scrub.rs`).
+    pub scrub: super::ScrubConfig,
 }
 
 impl NodeConfig {

@@ -20,7 +20,7 @@ const LOG_END_ASKS_MAX: usize = 16;
 
 impl Node {
     /// Ready when the node knows which partitions it holds, and every one of
-    /// them is caught up and none is refused.
+    /// them is caught up, none is refused and no reader is blocked.
     pub fn readiness(&self) -> (bool, Vec<String>) {
         let mut problems = Vec::new();
         if *self.log.assignment().borrow() == Assignment::Pending && !self.namespaces().is_empty() {
@@ -28,11 +28,20 @@ impl Node {
         }
         for namespace in self.namespaces() {
             for handle in &namespace.handles {
+                // A reader that cannot read on (issue 37): the partition
+                // serves its last state, or waits to be rebuilt.
+                let blocked = handle.blocked();
+                let and_blocked = blocked.as_ref().map(|why| format!("; blocked: {why}")).unwrap_or_default();
                 match handle.status() {
-                    PartitionStatus::Serving | PartitionStatus::NotHeld => {}
+                    PartitionStatus::NotHeld => {}
+                    PartitionStatus::Serving => {
+                        if let Some(why) = blocked {
+                            problems.push(format!("{}/{}: blocked: {why}", namespace.name, handle.partition));
+                        }
+                    }
                     PartitionStatus::CatchingUp => match handle.rebuilding() {
-                        Some(why) => problems.push(format!("{}/{}: rebuilding: {why}", namespace.name, handle.partition)),
-                        None => problems.push(format!("{}/{}: catching up", namespace.name, handle.partition)),
+                        Some(why) => problems.push(format!("{}/{}: rebuilding: {why}{and_blocked}", namespace.name, handle.partition)),
+                        None => problems.push(format!("{}/{}: catching up{and_blocked}", namespace.name, handle.partition)),
                     },
                     PartitionStatus::Refused(reason) => problems.push(format!("{}/{}: refused: {reason}", namespace.name, handle.partition)),
                 }

@@ -123,6 +123,8 @@ impl Node {
         if node.publishes_outboxes() {
             node.every(publisher::ROUND_INTERVAL, |node| async move { node.start_publishers() });
         }
+        let scrub = super::scrub::run(Arc::downgrade(&node), node.config.scrub, node.tasks.shutdown.subscribe());
+        node.tasks.running.lock().push(tokio::spawn(scrub));
         node.follow_assignment_forever();
         Ok(node)
     }

@@ -76,6 +76,10 @@ pub struct PartitionHandle {
     /// read (a rebuilt store is an older state). None: not rebuilding.
     rebuilding: RwLock<Option<String>>,
     rebuilding_gauge: IntGauge,
+    /// Where and why this replica's reader cannot read on (`LogReader::blocked`):
+    /// the offset it stands at and why. None: not blocked.
+    blocked: RwLock<Option<(u64, String)>>,
+    blocked_gauge: IntGauge,
     /// Recent events and the watches of this partition.
     pub feed: Arc<crate::fanout::PartitionFeed>,
 }
@@ -88,6 +92,7 @@ struct Gauges {
     staleness: prometheus::Gauge,
     refused: IntGauge,
     rebuilding: IntGauge,
+    blocked: IntGauge,
 }
 
 /// A detached handle's feed: no watch reads it, and the rebuild never
@@ -114,6 +119,7 @@ impl PartitionHandle {
             staleness: metrics::PARTITION_STALENESS_SECONDS.with_label_values(&labels),
             refused: metrics::PARTITION_REFUSED.with_label_values(&labels),
             rebuilding: metrics::PARTITION_REBUILDING.with_label_values(&labels),
+            blocked: metrics::PARTITION_BLOCKED.with_label_values(&labels),
         };
         Self::with_gauges(namespace, partition, partitions, store, applied_next, ring, gauges)
     }
@@ -131,6 +137,7 @@ impl PartitionHandle {
             staleness: prometheus::Gauge::new("tern_detached_partition_seconds", "a rebuild's own partition handle").expect("a valid gauge"),
             refused: gauge(),
             rebuilding: gauge(),
+            blocked: gauge(),
         };
         Self::with_gauges(self.namespace.clone(), self.partition, self.partitions, store, applied_next, DETACHED_RING, gauges)
     }
@@ -163,11 +170,14 @@ impl PartitionHandle {
             refused_gauge: gauges.refused,
             rebuilding: RwLock::new(None),
             rebuilding_gauge: gauges.rebuilding,
+            blocked: RwLock::new(None),
+            blocked_gauge: gauges.blocked,
             feed: Arc::new(crate::fanout::PartitionFeed::new(partition, applied_next, ring)),
         };
         handle.applied_offset_gauge.set(applied_next as i64 - 1);
         handle.refused_gauge.set(0);
         handle.rebuilding_gauge.set(0);
+        handle.blocked_gauge.set(0);
         handle
     }
 
@@ -196,6 +206,41 @@ impl PartitionHandle {
                 damaged: false,
             }),
         }
+    }
+
+    /// This replica's reader cannot read past `offset` (`why`): shown in
+    /// `/readyz` and `tern_partition_blocked` until the partition applies
+    /// past it (`unblock_if_past`). Said in the node's log once per offset.
+    pub(crate) fn block(&self, offset: u64, why: &str) {
+        let mut blocked = self.blocked.write();
+        if blocked.as_ref().is_some_and(|(at, _)| *at == offset) {
+            return;
+        }
+        tracing::error!(ns = %self.namespace, partition = self.partition, offset, "partition blocked: {why}");
+        *blocked = Some((offset, why.to_string()));
+        self.blocked_gauge.set(1);
+    }
+
+    /// Clears the block once the partition applied past where it stood.
+    pub(crate) fn unblock_if_past(&self) {
+        let applied_next = self.applied_next();
+        if self.blocked.read().as_ref().is_none_or(|(at, _)| *at >= applied_next) {
+            return;
+        }
+        if let Some((at, _)) = self.blocked.write().take() {
+            tracing::info!(ns = %self.namespace, partition = self.partition, offset = at, applied_next, "partition unblocked: read past the entry");
+        }
+        self.blocked_gauge.set(0);
+    }
+
+    fn clear_block(&self) {
+        self.blocked.write().take();
+        self.blocked_gauge.set(0);
+    }
+
+    /// Why this replica cannot read on, while it cannot (None: it can).
+    pub fn blocked(&self) -> Option<String> {
+        self.blocked.read().as_ref().map(|(_, why)| why.clone())
     }
 
     /// Why this replica's store is being rebuilt, while it is (None: it is not).
@@ -266,6 +311,10 @@ impl PartitionHandle {
             return;
         }
         self.record_status(&status);
+        if matches!(status, PartitionStatus::Refused(_)) {
+            // No reader stands anywhere now: the refusal says why.
+            self.clear_block();
+        }
         if status == PartitionStatus::Serving && self.rebuilding.write().take().is_some() {
             self.rebuilding_gauge.set(0);
             tracing::info!(ns = %self.namespace, partition = self.partition, applied_next = self.applied_next(), "partition rebuilt: caught up, serving");
@@ -275,6 +324,7 @@ impl PartitionHandle {
 
     /// The node opened a partition it does not hold.
     pub(crate) fn set_not_held(&self) {
+        self.clear_block();
         self.record_status(&PartitionStatus::NotHeld);
         *self.status.write() = PartitionStatus::NotHeld;
     }
@@ -402,6 +452,34 @@ mod tests {
         handle.set_status(PartitionStatus::Serving);
         assert!(handle.read_view().is_ok() && handle.rebuilding().is_none());
         assert_eq!(handle.rebuilding_gauge.get(), 0);
+    }
+
+    /// Issue 37: a reader stopped at a damaged Kafka batch is shown until
+    /// the partition applies past that offset, not before (a reader opened
+    /// again that has not yet read past it proves nothing).
+    #[test]
+    fn a_blocked_partition_is_shown_until_it_applies_past_the_offset() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(PartitionStore::open(&dir.path().join("p"), 1, 1 << 20).unwrap());
+        let handle = PartitionHandle::new(Arc::from("blocked-test"), 0, 1, store, 5, crate::fanout::RingLimits::TEST);
+        assert_eq!((handle.blocked(), handle.blocked_gauge.get()), (None, 0));
+        handle.block(5, "a batch at offset 5 failed its CRC32C check");
+        handle.unblock_if_past();
+        assert_eq!(handle.blocked().as_deref(), Some("a batch at offset 5 failed its CRC32C check"));
+        assert_eq!(handle.blocked_gauge.get(), 1);
+        handle.advance(Vec::new(), 5);
+        handle.unblock_if_past();
+        assert!(handle.blocked().is_some(), "still at the offset");
+        handle.advance(Vec::new(), 6);
+        handle.unblock_if_past();
+        assert_eq!((handle.blocked(), handle.blocked_gauge.get()), (None, 0));
+        // A refused or let-go partition has no reader standing anywhere.
+        handle.block(6, "again");
+        handle.set_status(PartitionStatus::Refused("the log starts past it".into()));
+        assert_eq!((handle.blocked(), handle.blocked_gauge.get()), (None, 0));
+        handle.block(6, "again");
+        handle.set_not_held();
+        assert_eq!((handle.blocked(), handle.blocked_gauge.get()), (None, 0));
     }
 
     #[test]

@@ -43,6 +43,8 @@ impl Settings {
             into_new_log: self.restore,
             store_cache_bytes: self.store_cache_bytes,
             damaged_dir: Some(self.data_dir.join("damaged")),
+            // The embedded log settles the offsets it lost itself (`embedded_log_config`).
+            accept_lost: if self.log == "embedded" { Vec::new() } else { self.accepted_losses().expect("checked by validate") },
         };
         crate::node::NodeConfig {
             data_dir: self.data_dir.clone(),
@@ -62,6 +64,10 @@ impl Settings {
             journal_claim_after: Duration::from_millis(self.journal_claim_after_ms),
             procedure_tick: Duration::from_millis(self.procedure_tick_ms),
             procedure_publish: self.procedure_publish,
+            scrub: crate::node::ScrubConfig {
+                entries_per_second: self.scrub_entries_per_second,
+                interval: Duration::from_millis(self.scrub_interval_ms),
+            },
             node_id: self.node_id.clone(),
         }
     }

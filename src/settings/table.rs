@@ -113,8 +113,10 @@ settings! {
     /// Give it once, to start a node whose log was lost from its snapshots (README, "Recovering from a
     /// lost log").
     restore: bool = false, Bound::Any;
-    /// `NS/PARTITION@FROM..TO`: go on past exactly these lost log offsets, whose entries were in damaged
-    /// bytes of the embedded log, as a refusal names them (docs/damage.md). Their writes are lost.
+    /// `NS/PARTITION@FROM..TO`: go on past exactly these lost log offsets, as a refusal names them
+    /// (docs/damage.md): entries in damaged bytes of the embedded log, or, on Kafka, entries deleted below
+    /// a partition's start (retention, or `kafka-delete-records` past a batch damaged on every broker) that
+    /// no snapshot reaches past. Their writes are lost.
     accept_loss ("accept-loss"): Vec<String> = Vec::new(), Bound::Any;
     /// `NS/PARTITION@FROM..TO`: go on past exactly these lost journal entries (acknowledged journaled
     /// writes not yet sequenced, whose entries were in damaged bytes of the journal), as a refusal names
@@ -142,6 +144,12 @@ settings! {
     store_cache_bytes: usize = 32 * MIB as usize, Bound::Min(MIB as i128);
     /// How often each store is made durable (the log is the write-ahead log; a crash replays from here).
     store_fsync_interval_ms: u64 = 1000, Bound::Range(1, 60_000);
+    /// Scrub: entries of this node's partition stores read per second to find damage on disk before a
+    /// reader meets it (each record's checksum; the state hash over a pass the store did not change
+    /// during); a damaged partition is rebuilt (docs/damage.md). 0 turns the scrub off.
+    scrub_entries_per_second: u64 = 10_000, Bound::Range(0, 10_000_000);
+    /// Scrub: the least time between the starts of two rounds over every partition this node serves.
+    scrub_interval_ms: u64 = 3_600_000, Bound::Range(1_000, 604_800_000);
     /// Most log entries applied per store transaction.
     apply_batch_max: usize = 1000, Bound::Range(1, 10_000);
     /// Least time between two commits of a busy partition's store (entries arriving meanwhile share one).

@@ -7,7 +7,7 @@
 //! memory (`Overlay`), so the file stays as it was. Then Tern's own
 //! invariant: the state hash and record count kept beside the records are
 //! recomputed from every record and every piece of outcome metadata
-//! (`hash.rs`).
+//! (`tally.rs`, the rule the scrub of a running store uses too).
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -15,9 +15,8 @@ use std::path::Path;
 use parking_lot::Mutex;
 use redb::{Builder, ReadableDatabase, ReadableTable, StorageBackend};
 
-use super::hash::StateHash;
-use super::is_outcome_meta;
-use super::layout::{decode_snapshot_form, decode_value, meta_u64, read_state, META_FORMAT, META_PREFIX, META_UPGRADED_TO, RECORDS};
+use super::layout::{read_state, RECORDS};
+use super::tally::Tally;
 
 /// The page cache of a store being checked.
 const CHECK_CACHE_BYTES: usize = 64 << 20;
@@ -67,42 +66,17 @@ fn verify_unguarded(path: &Path) -> StoreVerdict {
         let txn = db.begin_read()?;
         let table = txn.open_table(RECORDS)?;
         let stored = read_state(&table)?;
-        let format = meta_u64(&table, META_FORMAT)?;
-        let upgraded_to = table.get(META_UPGRADED_TO)?.map(|g| g.value().to_vec());
-        let (mut hash, mut records) = (StateHash::default(), 0u64);
+        let mut tally = Tally::of(&table)?;
         for entry in table.iter()? {
             let (key, value) = entry?;
-            let (key, value) = (key.value(), value.value());
-            if is_outcome_meta(key) {
-                hash.add(&StateHash::of_meta(key, value));
-            } else if key.len() < 2 || key[..2] != META_PREFIX {
-                // Records carry their checksum from format 3 on (up to the
-                // mark, while an upgrade is cut short: `META_UPGRADED_TO`).
-                let checksummed = format >= 3 && upgraded_to.as_ref().is_none_or(|to| key <= to.as_slice());
-                let decoded = if checksummed {
-                    decode_value(key, value).map_err(|damaged| format!("{} ({})", damaged.what, damaged.key))
-                } else {
-                    decode_snapshot_form(value).ok_or_else(|| format!("a record's value is {} bytes, shorter than its version", value.len()))
-                };
-                let (version, value) = match decoded {
-                    Ok(decoded) => decoded,
-                    Err(why) => return Ok(StoreVerdict::Damaged(why)),
-                };
-                hash.add(&StateHash::of_record(key, version, value));
-                records += 1;
+            if let Err(damaged) = tally.add(key.value(), value.value()) {
+                return Ok(StoreVerdict::Damaged(format!("{} ({})", damaged.what, damaged.key)));
             }
         }
-        if records != stored.record_count {
-            return Ok(StoreVerdict::Damaged(format!("it holds {records} records where its state counts {}", stored.record_count)));
-        }
-        if hash != stored.state_hash {
-            return Ok(StoreVerdict::Damaged(format!(
-                "its records hash to {} where its state says {} (a record or its metadata changed outside the store)",
-                hash.to_hex(),
-                stored.state_hash.to_hex()
-            )));
-        }
-        Ok(StoreVerdict::Intact { applied_next: stored.applied_next, records })
+        Ok(match tally.agrees_with(&stored) {
+            Ok(()) => StoreVerdict::Intact { applied_next: stored.applied_next, records: tally.records() },
+            Err(why) => StoreVerdict::Damaged(why),
+        })
     })();
     walked.unwrap_or_else(|e| StoreVerdict::Damaged(e.to_string()))
 }

@@ -29,6 +29,10 @@ mod not_applied;
 /// What procedures keep beside the records: definitions, log time, timers, outbox.
 mod procedures;
 mod reader;
+/// Reading every entry of a running store at a bounded pace.
+mod scrub;
+/// Adding up a store's entries (checksums, state hash, count).
+mod tally;
 /// Reading JSON trees (`crate::tree`) from their leaf records.
 pub mod tree;
 mod txn;
@@ -38,6 +42,7 @@ pub use self::key::SkRange;
 pub(crate) use self::layout::is_outcome_meta;
 pub use self::procedures::{DueTimer, OutboxEntry};
 pub use self::reader::StoreReader;
+pub use self::scrub::{ScrubOutcome, ScrubPass};
 pub use self::txn::ApplyTxn;
 mod partition_store;
 

@@ -552,6 +552,55 @@ async fn a_record_damaged_while_the_node_runs_is_never_served_and_is_rebuilt() {
     every_record_reads_back(&t, &written).await;
 }
 
+/// One node: a record's bytes flipped in its store's file while the node
+/// runs, and nothing reads it. Before, it stayed damaged until a reader,
+/// a list or a snapshot met it (a damaged key made point reads miss it
+/// for good). The scrub reads every record through at its pace, finds the
+/// damage, and the partition is rebuilt in place with the same offsets and
+/// state hashes as before; every record reads back as written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_scrub_finds_a_record_damaged_while_no_one_reads_it() {
+    let data = tempfile::tempdir().unwrap();
+    let mut args = one_node_args(data.path());
+    args.extend(
+        ["--store-cache-bytes", "1048576", "--store-fsync-interval-ms", "100", "--scrub-interval-ms", "1000", "--scrub-entries-per-second", "100000"]
+            .map(String::from),
+    );
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let t = Tern::spawn(&args, data.path()).await;
+    let mut written = BTreeMap::new();
+    for i in 0..1_000 {
+        let (pk, value) = (format!("k{i}"), json!({ "marker": format!("marker-{i:06}"), "pad": "x".repeat(3_000) }));
+        let (status, body) = t.put(&pk, "", &value).await;
+        assert_eq!(status, 200, "{body}");
+        written.insert(pk, value);
+    }
+    t.wait_caught_up("default").await;
+    let before = t.partition_states("default").await;
+    // Both partitions scrubbed whole and intact, twice (and past the store's fsync).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while metric_or_zero(&t, "tern_scrub_passes_total{outcome=\"intact\"}").await < 4.0 {
+        assert!(std::time::Instant::now() < deadline, "the scrub never finished a pass");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert_eq!(metric(&t, "tern_scrub_passes_total{outcome=\"damaged\"}").await, 0.0, "an intact store is never taken for damaged");
+    let stores = data.path().join("stores/default");
+    let damaged_partition = (0..2).find(|p| flip_in_place(&stores.join(format!("{p:05}.redb")), b"marker-000321")).expect("a store holds the record");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while metric_or_zero(&t, "tern_store_set_aside_total").await < 1.0 {
+        assert!(std::time::Instant::now() < deadline, "the scrub never found the damaged record");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert_eq!(metric(&t, "tern_scrub_passes_total{outcome=\"damaged\"}").await, 1.0);
+    let kept = damaged_kept(data.path());
+    assert!(kept.len() == 1 && kept[0].starts_with(&format!("default/{damaged_partition:05}.")), "{kept:?}");
+    t.wait_caught_up("default").await;
+    assert_eq!(t.partition_states("default").await, before, "the same offsets and state hashes as before the damage");
+    every_record_reads_back(&t, &written).await;
+    assert!(metric(&t, "tern_scrub_entries_total").await >= 2_000.0);
+    assert!(metric(&t, "tern_scrub_last_round_timestamp_seconds").await > 0.0);
+}
+
 /// The newest segment of the journal (`journal/wal`).
 fn newest_journal_segment(data: &Path) -> std::path::PathBuf {
     let mut segments: Vec<_> = std::fs::read_dir(data.join("journal/wal")).unwrap().map(|e| e.unwrap().path()).collect();
@@ -818,7 +867,7 @@ async fn a_record_batch_damaged_on_a_broker_is_never_applied_or_passed() {
 
     let b_data = tempfile::tempdir().unwrap();
     let args = node("b", b_data.path());
-    let b = Tern::spawn_listening(&args.iter().map(String::as_str).collect::<Vec<_>>(), &[], b_data.path());
+    let mut b = Tern::spawn_listening(&args.iter().map(String::as_str).collect::<Vec<_>>(), &[], b_data.path());
     // Until the reader meets the damaged batch (or, as before, goes past it).
     let before_damage = of_0.iter().take_while(|pk| ***pk != damaged_pk).count() as u64;
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
@@ -844,6 +893,18 @@ async fn a_record_batch_damaged_on_a_broker_is_never_applied_or_passed() {
     assert_eq!(states[0].2, before_damage, "partition 0 applied exactly the entries before the damaged one: {states:?}");
     assert!(metric_or_zero(&b, "tern_kafka_batches_damaged_total").await >= 1.0, "the damaged batch is counted");
     assert!(metric_or_zero(&b, "tern_log_readers_reopened_total").await >= 1.0, "the reader was opened again");
+    // Serving its last state, the partition is shown blocked (issue 37:
+    // before, `/readyz` said ready and no gauge named it); the other serves.
+    let (status, body) = b.get_json("/readyz").await;
+    assert_eq!(status, 503, "{body}");
+    let problems = body["error"]["problems"].as_array().unwrap();
+    assert_eq!(problems.len(), 1, "{body}");
+    let problem = problems[0].as_str().unwrap();
+    // (A node that never reached the log's end is catching up, and blocked.)
+    assert!(problem.starts_with("default/0: ") && problem.contains("blocked: a Kafka record batch of default/0 at offset"), "{problem}");
+    assert!(problem.contains("failed its CRC32C check"), "{problem}");
+    assert_eq!(metric(&b, "tern_partition_blocked{ns=\"default\",partition=\"0\"}").await, 1.0);
+    assert_eq!(metric(&b, "tern_partition_blocked{ns=\"default\",partition=\"1\"}").await, 0.0);
 
     // A watch replaying that history from the log (node a restarted: its
     // ring is empty) never gets the damaged value either: the readers that
@@ -856,4 +917,60 @@ async fn a_record_batch_damaged_on_a_broker_is_never_applied_or_passed() {
         let Some(event) = replay.next_change(std::time::Duration::from_secs(5)).await else { break };
         assert!(!event.data.contains(&never_written), "a watch replayed a value never written: {event:?}");
     }
+    drop(replay);
+
+    // No broker holds an intact copy: the operator deletes the records up
+    // to past the damaged batch (`kafka-delete-records`). The replica
+    // behind it is refused, naming exactly the offset it would skip and the
+    // one flag that accepts it (before, it was refused for good: no
+    // snapshot reaches past a batch no replica could read, and
+    // `--accept-loss` was ignored on Kafka).
+    let damaged_offset = states[0].0 as u64 + 1;
+    delete_records_below(&broker.bootstrap, &format!("{prefix}default"), 0, damaged_offset + 1).await;
+    let flag = format!("default/0@{damaged_offset}..{}", damaged_offset + 1);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    loop {
+        let (_, ns) = b.get_json("/v1/ns/default").await;
+        let p = &ns["state"][0];
+        if p["status"] == "refused" {
+            let reason = p["reason"].as_str().unwrap();
+            assert!(reason.contains(&format!("restart with --accept-loss {flag}")), "{reason}");
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "the replica behind the deleted records was never refused: {p}");
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    assert!(b.terminate().success());
+    // With the flag it goes on past exactly that offset: every other record
+    // reads as written, the lost one as never written, new writes apply.
+    let mut accepting = args.clone();
+    accepting.extend(["--accept-loss".to_string(), flag.clone()]);
+    let mut b = Tern::spawn(&accepting.iter().map(String::as_str).collect::<Vec<_>>(), b_data.path()).await;
+    b.wait_caught_up("default").await;
+    for (pk, value) in &written {
+        let (status, body) = b.get(pk, "").await;
+        match *pk == damaged_pk {
+            true => assert_eq!(status, 404, "{pk}: the lost write reads as never written: {body}"),
+            false => assert_eq!((status, &body["value"]), (200, value), "{pk}: {body}"),
+        }
+    }
+    assert_eq!(metric(&b, "tern_log_offsets_accepted_lost_total").await, 1.0);
+    assert_eq!(metric(&b, "tern_partition_blocked{ns=\"default\",partition=\"0\"}").await, 0.0);
+    let (status, body) = b.put(&damaged_pk, "", &json!("after the loss")).await;
+    assert_eq!(status, 200, "{body}");
+    assert!(b.terminate().success());
+    // A start without the flag goes on: the store is past the gap.
+    let b = Tern::spawn(&args.iter().map(String::as_str).collect::<Vec<_>>(), b_data.path()).await;
+    b.wait_caught_up("default").await;
+    assert_eq!(b.get(&damaged_pk, "").await.1["value"], json!("after the loss"));
+}
+
+/// What `kafka-delete-records` does: partition `partition` of `topic` starts at `offset`.
+async fn delete_records_below(bootstrap: &str, topic: &str, partition: i32, offset: u64) {
+    use rdkafka::admin::{AdminClient, AdminOptions};
+    let admin: AdminClient<rdkafka::client::DefaultClientContext> =
+        rdkafka::ClientConfig::new().set("bootstrap.servers", bootstrap).create().unwrap();
+    let mut below = rdkafka::TopicPartitionList::new();
+    below.add_partition_offset(topic, partition, rdkafka::Offset::Offset(offset as i64)).unwrap();
+    admin.delete_records(&below, &AdminOptions::new()).await.unwrap();
 }

@@ -78,6 +78,13 @@ impl AcceptLost {
     }
 }
 
+impl AcceptLost {
+    /// Whether this flag names offsets of `tp`.
+    pub fn names(&self, tp: &crate::log::TopicPartition) -> bool {
+        *self.topic == *tp.topic && self.partition == tp.partition
+    }
+}
+
 impl std::fmt::Display for AcceptLost {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{}/{}@{}..{}", self.topic, self.partition, self.from, self.to)

@@ -110,6 +110,10 @@ impl LogReader for KafkaReader {
         Some(self.next)
     }
 
+    fn blocked(&self) -> Option<&str> {
+        self.damaged()
+    }
+
     fn suspects(&self) -> Vec<i32> {
         let Some(source) = self.consumer.context().source(&self.topic, self.tp.partition as i32) else { return Vec::new() };
         let mut suspects = vec![source.fetching_from, source.leader];
@@ -218,7 +222,8 @@ impl KafkaReader {
     fn stop_at_damage(&mut self) {
         let why = format!(
             "a Kafka record batch of {} at offset {} failed its CRC32C check (damaged on a broker's disk or in transit); \
-             it is fetched again, never applied or passed",
+             it is fetched again, never applied or passed: if it stays, move the partition's leadership to a broker \
+             holding an intact copy (docs/damage.md)",
             self.tp, self.next
         );
         tracing::error!(tp = %self.tp, offset = self.next, "{why}");
@@ -327,6 +332,10 @@ impl LogReader for ElsewhereReader {
 
     fn suspects(&self) -> Vec<i32> {
         self.reader().suspects()
+    }
+
+    fn blocked(&self) -> Option<&str> {
+        self.reader().blocked()
     }
 }
 
