@@ -99,7 +99,30 @@ pub(super) async fn describe(State(state): State<AppState>, Caller(identity): Ca
     let log_offsets = log_offsets(state.node.log.clone(), tps).await;
     let mut partitions = Vec::with_capacity(namespace.handles.len());
     for (handle, (log_start, log_end)) in namespace.handles.iter().zip(log_offsets) {
-        let view = handle.read_view()?;
+        let (status, reason) = status_of(handle);
+        let view = match handle.read_view() {
+            Ok(view) => view,
+            // Rebuilding, or its store failing: described without reading
+            // it (issue 37: the whole answer was a 503 while one partition
+            // rebuilt, and for good once one was refused while rebuilding).
+            Err(e) if e.unavailable || e.damaged => {
+                partitions.push(json!({
+                    "partition": handle.partition,
+                    "held": handle.is_held(),
+                    "applied_offset": handle.applied_next() as i64 - 1,
+                    "log_start_offset": log_start,
+                    "log_end_offset": log_end,
+                    // Unknown until its store can be read again.
+                    "lag": Value::Null,
+                    "status": status,
+                    "reason": reason,
+                    "store_error": e.message,
+                    "staleness_ms": handle.staleness().map(|s| s.as_millis() as u64),
+                }));
+                continue;
+            }
+            Err(e) => return Err(e.into()),
+        };
         let store_state = view.reader.state()?;
         // Procedures (docs/procedures.md): the partition's log time and its
         // outbox's backlog, counted up to OUTBOX_COUNTED_MAX.
@@ -113,15 +136,6 @@ pub(super) async fn describe(State(state): State<AppState>, Caller(identity): Ca
             false => Value::Null,
         };
         let fetch = state.node.log.fetch_source(&handle.tp);
-        let (status, reason) = match handle.status() {
-            PartitionStatus::Serving => ("serving", None),
-            PartitionStatus::CatchingUp => match handle.rebuilding() {
-                Some(why) => ("rebuilding", Some(why)),
-                None => ("catching_up", None),
-            },
-            PartitionStatus::Refused(reason) => ("refused", Some(reason)),
-            PartitionStatus::NotHeld => ("not_held", None),
-        };
         partitions.push(json!({
             "partition": handle.partition,
             "held": handle.is_held(),
@@ -184,4 +198,19 @@ async fn log_offsets(log: std::sync::Arc<dyn crate::log::Log>, tps: Vec<crate::l
         .buffered(LOG_OFFSET_REQUESTS_MAX)
         .collect()
         .await
+}
+
+/// A partition's status as `GET /v1/ns/{ns}` names it, and why when it is
+/// not serving (a blocked reader's reason too).
+fn status_of(handle: &crate::partition::PartitionHandle) -> (&'static str, Option<String>) {
+    let blocked = handle.blocked().map(|why| format!("blocked: {why}"));
+    match handle.status() {
+        PartitionStatus::Serving => ("serving", blocked),
+        PartitionStatus::CatchingUp => match handle.rebuilding() {
+            Some(why) => ("rebuilding", Some(why)),
+            None => ("catching_up", blocked),
+        },
+        PartitionStatus::Refused(reason) => ("refused", Some(reason)),
+        PartitionStatus::NotHeld => ("not_held", None),
+    }
 }

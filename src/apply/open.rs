@@ -51,20 +51,23 @@ pub struct Recovery {
     /// start (deleted by retention, or by `kafka-delete-records` past a
     /// batch damaged on every broker). A replica that needs them, and finds
     /// no snapshot that reaches the start, goes on at the start only when a
-    /// flag covers every offset it skips (`accepted_gap`).
-    pub accept_lost: Vec<crate::log::embedded::AcceptLost>,
+    /// flag covers every offset it skips (`accepted_gap`). None: the log
+    /// settles lost offsets itself (the embedded log: `Log::lost`), and a
+    /// refusal offers no flag here. A rebuild's catch-up takes none
+    /// (`rebuild.rs`): the store it replaces had applied those offsets.
+    pub accept_lost: Option<Vec<crate::log::embedded::AcceptLost>>,
 }
 
 impl Recovery {
     /// The flag that covers all of `[applied_next, start)` of `tp`, if any.
     fn accepted_gap(&self, tp: &crate::log::TopicPartition, applied_next: u64, start: u64) -> Option<&crate::log::embedded::AcceptLost> {
-        self.accept_lost.iter().find(|flag| flag.names(tp) && flag.from <= applied_next && start <= flag.to)
+        self.accept_lost.iter().flatten().find(|flag| flag.names(tp) && flag.from <= applied_next && start <= flag.to)
     }
 
     /// A flag that covers `[from, start)` of `tp` for some `from` above
     /// `applied_next`: a snapshot reaching `from` makes the rest accepted.
     fn accepted_above(&self, tp: &crate::log::TopicPartition, applied_next: u64, start: u64) -> Option<&crate::log::embedded::AcceptLost> {
-        self.accept_lost.iter().find(|flag| flag.names(tp) && flag.from > applied_next && start <= flag.to)
+        self.accept_lost.iter().flatten().find(|flag| flag.names(tp) && flag.from > applied_next && start <= flag.to)
     }
 }
 
@@ -119,14 +122,21 @@ async fn past_the_start(
     start: u64,
 ) -> Result<(Box<dyn LogReader>, u64), Step> {
     let lost = log.lost(&handle.tp);
-    let (needs, remedy) = match &lost {
-        Some((lost, remedy)) => (format!("needs log offset {applied_next} but the log can be read only from {start}: {lost}"), format!(". {remedy}")),
-        None => (
+    let (needs, remedy) = match (&lost, &recovery.accept_lost) {
+        (Some((lost, remedy)), _) => {
+            (format!("needs log offset {applied_next} but the log can be read only from {start}: {lost}"), format!(". {remedy}"))
+        }
+        (None, accept_lost) => (
             format!("needs log offset {applied_next} but the log starts at {start} (older entries were deleted: by retention, or by an operator)"),
-            format!(
-                ". To go on without them (their writes are lost on this replica), restart with --accept-loss {}/{}@{applied_next}..{start}",
-                handle.namespace, handle.partition
-            ),
+            // Offered only where the flag acts here (not on a log that
+            // settles its lost offsets itself, nor in a rebuild).
+            match accept_lost {
+                Some(_) => format!(
+                    ". To go on without them (their writes are lost on this replica), restart with --accept-loss {}/{}@{applied_next}..{start}",
+                    handle.namespace, handle.partition
+                ),
+                None => String::new(),
+            },
         ),
     };
     let no_snapshot = match &recovery.snapshots {
@@ -139,12 +149,17 @@ async fn past_the_start(
     };
     if lost.is_none() {
         if let Some(flag) = recovery.accepted_gap(&handle.tp, applied_next, start) {
-            tracing::warn!(tp = %handle.tp, applied_next, start, %flag, "going on past offsets accepted as lost (--accept-loss): their writes are lost on this replica");
+            if !super::apply_loop::skip_to(handle, start) {
+                return Err(Step::Refuse(format!("{needs}; accepted by --accept-loss {flag}, but moving past them failed")));
+            }
+            // `skip_to` reports damage rather than failing: an open that
+            // tried again would meet it again, at once, for ever.
+            if let Some(why) = handle.store().damage().why() {
+                return Err(Step::Refuse(format!("{needs}; accepted by --accept-loss {flag}, but the store is damaged: {why}")));
+            }
+            tracing::warn!(tp = %handle.tp, applied_next, start, %flag, "went on past offsets accepted as lost (--accept-loss): their writes are lost on this replica");
             crate::metrics::LOG_OFFSETS_ACCEPTED_LOST.inc_by(start - applied_next);
-            return match super::apply_loop::skip_to(handle, start) {
-                true => Err(Step::Again),
-                false => Err(Step::Refuse(format!("{needs}; accepted by --accept-loss {flag}, but moving past them failed"))),
-            };
+            return Err(Step::Again);
         }
         if let (Some(snapshots), Some(flag)) = (&recovery.snapshots, recovery.accepted_above(&handle.tp, applied_next, start)) {
             // Far behind: a snapshot reaching the flag's start makes the rest accepted.
@@ -340,7 +355,7 @@ mod tests {
     use crate::log::TopicPartition;
 
     fn recovery(flags: &[&str]) -> Recovery {
-        Recovery { accept_lost: flags.iter().map(|f| AcceptLost::parse(f).unwrap()).collect(), ..Recovery::default() }
+        Recovery { accept_lost: Some(flags.iter().map(|f| AcceptLost::parse(f).unwrap()).collect()), ..Recovery::default() }
     }
 
     /// A flag accepts a gap only when it covers every offset skipped: a

@@ -154,6 +154,9 @@ async fn catch_up_detached(
     shutdown: &mut watch::Receiver<bool>,
     high: u64,
 ) -> CaughtUp {
+    // No operator's flag skips offsets here: the store this one replaces
+    // had applied them, and served what they wrote.
+    let config = &ApplyConfig { recovery: open::Recovery { accept_lost: None, ..config.recovery.clone() }, ..config.clone() };
     let Some((mut reader, end)) = open::open_reader(detached, log, config, shutdown).await else {
         return stopped_or_refused(detached, shutdown);
     };
@@ -216,6 +219,7 @@ async fn catch_up_detached(
             continue;
         }
         blocked_wait.reset();
+        handle.unblock_if_read_past(entries.last().map_or(0, |entry| entry.offset + 1));
         let pending = entries.split_off(entries.partition_point(|entry| entry.offset < high));
         if !entries.is_empty() {
             if let Err(reason) = apply_unseen(detached, &procedures, entries).await {

@@ -46,22 +46,40 @@ pub(super) async fn run(node: Weak<Node>, config: ScrubConfig, mut shutdown: wat
     }
     loop {
         let round = Instant::now();
-        let Some(handles) = node.upgrade().map(|node| served_handles(&node)) else { return };
+        let Some(handles) = node.upgrade().map(|node| held_handles(&node)) else { return };
+        let mut whole = true;
         for handle in handles {
-            if !scrub_partition(&handle, config, &mut shutdown).await {
-                return;
+            match scrub_partition(&handle, config, &mut shutdown).await {
+                Pass::Done => {}
+                Pass::Skipped => whole = false,
+                Pass::Stopped => return,
             }
         }
-        crate::metrics::SCRUB_LAST_ROUND.set(crate::codec::now_ms() as f64 / 1000.0);
+        // A round that passed over a partition (not serving, or replaced
+        // meanwhile) does not count: the alert on this stays honest.
+        if whole {
+            crate::metrics::SCRUB_LAST_ROUND.set(crate::codec::now_ms() as f64 / 1000.0);
+        }
         if stop_after(config.interval.saturating_sub(round.elapsed()), &mut shutdown).await {
             return;
         }
     }
 }
 
+/// How one partition's pass ended.
+enum Pass {
+    /// Every entry read (or damage found and reported).
+    Done,
+    /// Passed over: not serving, its store replaced, or unreadable for a
+    /// reason other than damage.
+    Skipped,
+    /// Told to stop.
+    Stopped,
+}
+
 /// The partitions of every namespace this node holds.
-fn served_handles(node: &Node) -> Vec<Arc<PartitionHandle>> {
-    node.namespaces().iter().flat_map(|ns| ns.handles.iter().filter(|h| serving(h)).cloned()).collect()
+fn held_handles(node: &Node) -> Vec<Arc<PartitionHandle>> {
+    node.namespaces().iter().flat_map(|ns| ns.handles.iter().filter(|h| h.is_held()).cloned()).collect()
 }
 
 /// Serving its own store: not catching up, rebuilding, refused or let go.
@@ -69,11 +87,15 @@ fn serving(handle: &PartitionHandle) -> bool {
     handle.status() == PartitionStatus::Serving && handle.rebuilding().is_none()
 }
 
-/// One pass over one partition's store; false when told to stop.
-async fn scrub_partition(handle: &Arc<PartitionHandle>, config: ScrubConfig, shutdown: &mut watch::Receiver<bool>) -> bool {
+/// One pass over one partition's store, paced: after every step, the
+/// time its entries take at `entries_per_second`.
+async fn scrub_partition(handle: &Arc<PartitionHandle>, config: ScrubConfig, shutdown: &mut watch::Receiver<bool>) -> Pass {
+    if *shutdown.borrow() {
+        return Pass::Stopped;
+    }
     let store = handle.store();
-    if store.damage().why().is_some() {
-        return true;
+    if !serving(handle) || store.damage().why().is_some() {
+        return Pass::Skipped;
     }
     let began = {
         let store = store.clone();
@@ -87,7 +109,7 @@ async fn scrub_partition(handle: &Arc<PartitionHandle>, config: ScrubConfig, shu
     loop {
         // Replaced (restored, rebuilt) or no longer served: this pass is moot.
         if !Arc::ptr_eq(&handle.store(), &store) || !serving(handle) {
-            return true;
+            return Pass::Skipped;
         }
         let started = Instant::now();
         let before = pass.entries_checked();
@@ -98,8 +120,8 @@ async fn scrub_partition(handle: &Arc<PartitionHandle>, config: ScrubConfig, shu
         pass = returned;
         let checked = pass.entries_checked() - before;
         crate::metrics::SCRUB_ENTRIES.inc_by(checked);
-        match stepped {
-            Ok(None) => {}
+        let ended = match stepped {
+            Ok(None) => None,
             Ok(Some(outcome)) => {
                 let label = match outcome {
                     ScrubOutcome::Intact { .. } => "intact",
@@ -107,19 +129,23 @@ async fn scrub_partition(handle: &Arc<PartitionHandle>, config: ScrubConfig, shu
                 };
                 crate::metrics::SCRUB_PASSES.with_label_values(&[label]).inc();
                 tracing::debug!(tp = %handle.tp, ?outcome, "scrubbed");
-                return true;
+                Some(Pass::Done)
             }
             Err(e) if e.damaged => {
                 // Reported to the store: its apply loop rebuilds the partition.
                 crate::metrics::SCRUB_PASSES.with_label_values(&["damaged"]).inc();
                 tracing::error!(tp = %handle.tp, error = %e, "the scrub found damage; the partition is rebuilt");
-                return true;
+                Some(Pass::Done)
             }
-            Err(e) => return passed_over(handle, &e.to_string()),
-        }
+            Err(e) => Some(passed_over(handle, &e.to_string())),
+        };
+        // Paced after the last step too: many small stores keep the pace.
         let paced = Duration::from_secs_f64(checked as f64 / config.entries_per_second as f64);
         if stop_after(paced.saturating_sub(started.elapsed()), shutdown).await {
-            return false;
+            return Pass::Stopped;
+        }
+        if let Some(ended) = ended {
+            return ended;
         }
     }
 }
@@ -137,9 +163,9 @@ async fn step(store: &Arc<PartitionStore>, mut pass: ScrubPass) -> Option<(Resul
 
 /// A pass that could not go on for a reason other than damage (the store
 /// closing under it): the next round tries again.
-fn passed_over(handle: &PartitionHandle, why: &str) -> bool {
+fn passed_over(handle: &PartitionHandle, why: &str) -> Pass {
     tracing::debug!(tp = %handle.tp, %why, "scrub pass dropped");
-    true
+    Pass::Skipped
 }
 
 /// Waits `wait`; true when told to stop first.

@@ -212,6 +212,12 @@ impl PartitionHandle {
     /// `/readyz` and `tern_partition_blocked` until the partition applies
     /// past it (`unblock_if_past`). Said in the node's log once per offset.
     pub(crate) fn block(&self, offset: u64, why: &str) {
+        // Under the status lock: a loop's last empty batch never marks a
+        // partition let go (or refused) meanwhile (`record_status` clears it).
+        let status = self.status.read();
+        if matches!(*status, PartitionStatus::NotHeld | PartitionStatus::Refused(_)) {
+            return;
+        }
         let mut blocked = self.blocked.write();
         if blocked.as_ref().is_some_and(|(at, _)| *at == offset) {
             return;
@@ -223,7 +229,12 @@ impl PartitionHandle {
 
     /// Clears the block once the partition applied past where it stood.
     pub(crate) fn unblock_if_past(&self) {
-        let applied_next = self.applied_next();
+        self.unblock_if_read_past(self.applied_next());
+    }
+
+    /// Clears the block once a reader of the partition read up to
+    /// `applied_next` (a rebuild's, through its detached handle).
+    pub(crate) fn unblock_if_read_past(&self, applied_next: u64) {
         if self.blocked.read().as_ref().is_none_or(|(at, _)| *at >= applied_next) {
             return;
         }
@@ -324,7 +335,6 @@ impl PartitionHandle {
 
     /// The node opened a partition it does not hold.
     pub(crate) fn set_not_held(&self) {
-        self.clear_block();
         self.record_status(&PartitionStatus::NotHeld);
         *self.status.write() = PartitionStatus::NotHeld;
     }
@@ -380,6 +390,17 @@ impl PartitionHandle {
             self.refused_gauge.set(1);
         } else {
             self.refused_gauge.set(0);
+        }
+        // The gauges say what this node does with the partition: one it
+        // does not hold is neither rebuilt nor blocked here (a rebuild cut
+        // short stays marked, and goes on once it holds it again).
+        match status {
+            PartitionStatus::NotHeld => {
+                self.rebuilding_gauge.set(0);
+                self.clear_block();
+            }
+            PartitionStatus::CatchingUp if self.rebuilding.read().is_some() => self.rebuilding_gauge.set(1),
+            _ => {}
         }
     }
 
@@ -454,6 +475,25 @@ mod tests {
         assert_eq!(handle.rebuilding_gauge.get(), 0);
     }
 
+    /// Issue 37: a Kafka node that opened a partition with a rebuild cut
+    /// short but is not assigned it showed `tern_partition_rebuilding` 1
+    /// for as long as it ran. The gauge follows what the node does with the
+    /// partition; the rebuild goes on, marked, once it holds it again.
+    #[test]
+    fn a_partition_not_held_is_not_shown_rebuilding_until_it_is_held_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(PartitionStore::open(&dir.path().join("p"), 1, 1 << 20).unwrap());
+        let handle = PartitionHandle::new(Arc::from("rebuild-held-test"), 0, 1, store, 0, crate::fanout::RingLimits::TEST);
+        handle.start_rebuilding("a rebuild cut short (a test)".into());
+        handle.set_not_held();
+        assert_eq!(handle.rebuilding_gauge.get(), 0);
+        assert!(handle.rebuilding().is_some(), "still marked: it goes on once held");
+        assert!(handle.hold_unless_stopped(|| false));
+        assert_eq!(handle.rebuilding_gauge.get(), 1);
+        assert!(handle.let_go_if_unpinned(|| {}));
+        assert_eq!(handle.rebuilding_gauge.get(), 0);
+    }
+
     /// Issue 37: a reader stopped at a damaged Kafka batch is shown until
     /// the partition applies past that offset, not before (a reader opened
     /// again that has not yet read past it proves nothing).
@@ -473,12 +513,25 @@ mod tests {
         handle.advance(Vec::new(), 6);
         handle.unblock_if_past();
         assert_eq!((handle.blocked(), handle.blocked_gauge.get()), (None, 0));
-        // A refused or let-go partition has no reader standing anywhere.
+        // A refused or let-go partition has no reader standing anywhere,
+        // and a loop's last empty batch after that marks nothing.
         handle.block(6, "again");
         handle.set_status(PartitionStatus::Refused("the log starts past it".into()));
         assert_eq!((handle.blocked(), handle.blocked_gauge.get()), (None, 0));
+        handle.block(6, "after the refusal");
+        assert_eq!((handle.blocked(), handle.blocked_gauge.get()), (None, 0));
+        let handle = PartitionHandle::new(Arc::from("blocked-test"), 0, 1, handle.store(), 6, crate::fanout::RingLimits::TEST);
         handle.block(6, "again");
-        handle.set_not_held();
+        assert!(handle.let_go_if_unpinned(|| {}));
+        assert_eq!((handle.blocked(), handle.blocked_gauge.get()), (None, 0));
+        handle.block(6, "after the let-go");
+        assert_eq!((handle.blocked(), handle.blocked_gauge.get()), (None, 0));
+        // A rebuild's reader past the offset clears it too.
+        assert!(handle.hold_unless_stopped(|| false));
+        handle.block(6, "again");
+        handle.unblock_if_read_past(6);
+        assert!(handle.blocked().is_some());
+        handle.unblock_if_read_past(7);
         assert_eq!((handle.blocked(), handle.blocked_gauge.get()), (None, 0));
     }
 

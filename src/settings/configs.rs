@@ -44,7 +44,7 @@ impl Settings {
             store_cache_bytes: self.store_cache_bytes,
             damaged_dir: Some(self.data_dir.join("damaged")),
             // The embedded log settles the offsets it lost itself (`embedded_log_config`).
-            accept_lost: if self.log == "embedded" { Vec::new() } else { self.accepted_losses().expect("checked by validate") },
+            accept_lost: (self.log != "embedded").then(|| self.accepted_losses().expect("checked by validate")),
         };
         crate::node::NodeConfig {
             data_dir: self.data_dir.clone(),

@@ -285,13 +285,8 @@ impl World {
     pub(super) fn new(seed: u64) -> World {
         let root = tempfile::Builder::new().prefix("tern-sim").tempdir_in(sim_tmp()).expect("a temp dir");
         let snapshots = Snapshots::open("memory://").expect("memory snapshots");
-        let recovery = Recovery {
-            snapshots: Some(snapshots.clone()),
-            into_new_log: false,
-            store_cache_bytes: 1 << 20,
-            damaged_dir: None,
-            accept_lost: Vec::new(),
-        };
+        let recovery =
+            Recovery { snapshots: Some(snapshots.clone()), into_new_log: false, store_cache_bytes: 1 << 20, damaged_dir: None, accept_lost: None };
         let replicas = (0..REPLICAS)
             .map(|i| {
                 let dir = root.path().join(format!("r{i}"));

@@ -22,6 +22,10 @@ use super::partition_store::damaged;
 use super::tally::Tally;
 use super::{PartitionStore, StoreError, StoreState};
 
+/// Bytes of entries one step reads at most (with `entries_max`): a step of
+/// large values holds its read transaction no longer than a small one.
+const STEP_BYTES_MAX: usize = 4 << 20;
+
 /// One pass over a store, between chunks.
 #[derive(Debug)]
 pub struct ScrubPass {
@@ -52,8 +56,13 @@ pub enum ScrubOutcome {
 }
 
 impl PartitionStore {
-    /// Begins a pass over this store.
+    /// Begins a pass over this store (damage found reading its state is
+    /// reported, a panic inside the storage engine too).
     pub fn scrub_begin(&self) -> Result<ScrubPass, StoreError> {
+        self.guarded(|| self.scrub_state())
+    }
+
+    fn scrub_state(&self) -> Result<ScrubPass, StoreError> {
         let txn = self.db.begin_read().map_err(|e| self.error(e))?;
         let table = txn.open_table(RECORDS).map_err(|e| self.error(e))?;
         let began = read_state(&table).map_err(|e| self.error(e))?;
@@ -67,7 +76,12 @@ impl PartitionStore {
     /// inside the storage engine, meeting a damaged page, too).
     pub fn scrub_step(&self, pass: &mut ScrubPass, entries_max: usize) -> Result<Option<ScrubOutcome>, StoreError> {
         assert!(entries_max > 0, "a step checks at least one entry");
-        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.scrub_chunk(pass, entries_max))) {
+        self.guarded(|| self.scrub_chunk(pass, entries_max))
+    }
+
+    /// Runs `read`, a panic inside it (redb meeting a damaged page) reported as damage.
+    fn guarded<T>(&self, read: impl FnOnce() -> Result<T, StoreError>) -> Result<T, StoreError> {
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(read)) {
             Ok(outcome) => outcome,
             Err(panic) => {
                 let why = panic.downcast_ref::<String>().cloned().or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()));
@@ -86,7 +100,11 @@ impl PartitionStore {
             None => Bound::Unbounded,
         };
         let mut entries = table.range::<&[u8]>((from, Bound::Unbounded)).map_err(|e| self.error(e))?;
+        let mut bytes = 0usize;
         for _ in 0..entries_max {
+            if bytes >= STEP_BYTES_MAX {
+                break;
+            }
             let Some(entry) = entries.next() else {
                 return self.scrub_end(pass, &read_state(&table).map_err(|e| self.error(e))?).map(Some);
             };
@@ -98,6 +116,7 @@ impl PartitionStore {
             }
             pass.after = Some(key.value().to_vec());
             pass.entries += 1;
+            bytes += key.value().len() + value.value().len();
         }
         Ok(None)
     }

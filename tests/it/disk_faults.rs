@@ -189,6 +189,13 @@ async fn a_damaged_store_that_cannot_be_rebuilt_is_refused_and_the_others_serve(
     let unready = t.wait_unready_with("default/0: refused").await.to_string();
     assert!(unready.contains("its store was damaged") && unready.contains("needs log offset 0 but the log starts at"), "{unready}");
     assert_eq!(metric(&t, "tern_store_set_aside_total").await, 1.0);
+    // The namespace is still described, the refused partition with why
+    // (before, the whole answer was 503: its store could not be read).
+    let (status, body) = t.get_json("/v1/ns/default").await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["state"][0]["status"], "refused", "{body}");
+    assert!(body["state"][0]["reason"].as_str().unwrap().contains("its store was damaged"), "{body}");
+    assert_eq!(body["state"][1]["status"], "serving", "{body}");
     for (pk, value) in &written {
         let (status, body) = t.get(pk, "").await;
         match tern::partitioner::partition_of(pk, 2) {
