@@ -20,6 +20,8 @@ mod cluster;
 mod demo;
 pub(crate) mod keys;
 mod list;
+/// Listing a whole namespace across partitions.
+mod list_namespace;
 mod multi_get;
 mod namespaces;
 mod ops;

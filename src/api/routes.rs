@@ -11,7 +11,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post, put, MethodRouter};
 use axum::Router;
 
-use super::{admin, batch, cluster, demo, multi_get, namespaces, ops, outbox, procedures, records, sse, tokens, write_status, ws};
+use super::{admin, batch, cluster, demo, list_namespace, multi_get, namespaces, ops, outbox, procedures, records, sse, tokens, write_status, ws};
 use crate::edge::{timed, ApiError, AppState, Route, RouteAccess};
 use RouteAccess::{Authenticated, Public, Scoped};
 
@@ -34,6 +34,7 @@ fn table() -> Vec<(Route, MethodRouter<AppState>)> {
         r(Method::GET, "/v1/ns", Authenticated, get(timed("GET /v1/ns", namespaces::list))),
         r(Method::PUT, "/v1/ns/{ns}", Scoped, put(timed("PUT /v1/ns/{ns}", namespaces::create))),
         r(Method::GET, "/v1/ns/{ns}", Scoped, get(timed("GET /v1/ns/{ns}", namespaces::describe))),
+        r(Method::GET, "/v1/ns/{ns}/kv", Scoped, get(timed("GET /v1/ns/{ns}/kv", list_namespace::list_namespace))),
         r(Method::GET, "/v1/ns/{ns}/kv/{*rest}", Scoped, get(timed(GET_RECORD_ROUTE, records::kv))),
         r(Method::PUT, "/v1/ns/{ns}/kv/{*rest}", Scoped, put(timed(PUT_RECORD_ROUTE, records::kv))),
         r(Method::DELETE, "/v1/ns/{ns}/kv/{*rest}", Scoped, delete(timed("DELETE /v1/ns/{ns}/kv/{*rest}", records::kv))),

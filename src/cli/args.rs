@@ -25,7 +25,8 @@ pub enum Command {
     Get(client::GetArgs),
     /// Delete a record: `tern del PK [SK]`.
     Del(client::DelArgs),
-    /// List a pk's records in sort-key order.
+    /// List a pk's records in sort-key order (`tern ls PK`), or the whole
+    /// namespace in (pk, sk) order (`tern ls [--prefix P]`).
     Ls(client::LsArgs),
     /// Print changes as they happen: `tern watch [PK] [--prefix P | --sk S] [--from now|snapshot|POSITION]`.
     Watch(watch::WatchArgs),

@@ -111,17 +111,30 @@ pub struct DelArgs {
 pub struct LsArgs {
     #[command(flatten)]
     common: Common,
-    pk: String,
+    /// The pk whose records to list, in sort-key order; without it, every
+    /// record of the namespace in (pk, sk) order (`tern ls --prefix user/`).
+    pk: Option<String>,
+    /// With a pk: the sort-key prefix. Without: the pk prefix.
     #[arg(long)]
     prefix: Option<String>,
+    /// With a pk: list from this sort key (inclusive).
     #[arg(long)]
     start: Option<String>,
+    /// With a pk: list up to this sort key (exclusive).
     #[arg(long)]
     end: Option<String>,
+    /// Records per page (1 to 1000).
     #[arg(long, default_value_t = 100)]
     limit: u32,
+    /// With a pk: in descending sort-key order.
     #[arg(long)]
     reverse: bool,
+    /// Only this partition's records.
+    #[arg(long)]
+    partition: Option<u32>,
+    /// Go on from a page's `next_cursor`.
+    #[arg(long)]
+    cursor: Option<String>,
     /// Follow cursors until every matching record is listed.
     #[arg(long)]
     all: bool,
@@ -265,11 +278,19 @@ pub(super) async fn del(a: DelArgs) -> anyhow::Result<()> {
 
 pub(super) async fn ls(a: LsArgs) -> anyhow::Result<()> {
     let client = a.common.client()?;
-    let mut cursor: Option<String> = None;
+    let url = match &a.pk {
+        Some(pk) => key_url(&a.common, pk, None),
+        None => {
+            anyhow::ensure!(a.start.is_none() && a.end.is_none() && !a.reverse, "--start, --end and --reverse list one pk's records: give the pk");
+            format!("{}/v1/ns/{}/kv", a.common.url.trim_end_matches('/'), a.common.ns)
+        }
+    };
+    let mut cursor = a.cursor.clone();
     let mut all_items = Vec::new();
     loop {
         let mut query = vec![("limit", a.limit.to_string())];
-        for (key, value) in [("prefix", &a.prefix), ("start", &a.start), ("end", &a.end), ("cursor", &cursor)] {
+        let partition = a.partition.map(|p| p.to_string());
+        for (key, value) in [("prefix", &a.prefix), ("start", &a.start), ("end", &a.end), ("cursor", &cursor), ("partition", &partition)] {
             if let Some(v) = value {
                 query.push((key, v.clone()));
             }
@@ -277,11 +298,11 @@ pub(super) async fn ls(a: LsArgs) -> anyhow::Result<()> {
         if a.reverse {
             query.push(("reverse", "true".to_string()));
         }
-        let body = send(client.get(key_url(&a.common, &a.pk, None)).query(&query)).await?;
+        let body = send(client.get(&url).query(&query)).await?;
         let items = body["items"].as_array().cloned().unwrap_or_default();
         cursor = body["next_cursor"].as_str().map(str::to_string);
         if !a.all {
-            print(&a.common, &body, |_| print_items(&items, cursor.as_deref()));
+            print(&a.common, &body, |_| print_items(&items, a.pk.is_none(), cursor.as_deref()));
             return Ok(());
         }
         all_items.extend(items);
@@ -290,22 +311,40 @@ pub(super) async fn ls(a: LsArgs) -> anyhow::Result<()> {
         }
     }
     let body = serde_json::json!({ "items": all_items });
-    print(&a.common, &body, |_| print_items(&all_items, None));
+    print(&a.common, &body, |_| print_items(&all_items, a.pk.is_none(), None));
     Ok(())
 }
 
-fn print_items(items: &[Value], cursor: Option<&str>) {
-    println!("{:<32} {:>10}  VALUE", "SK", "VERSION");
+/// `text` cut to at most `chars_max` characters, `...` marking a cut (at
+/// a character's boundary: a byte index inside a UTF-8 character panicked).
+fn shorten(text: String, chars_max: usize) -> String {
+    if text.chars().count() <= chars_max {
+        return text;
+    }
+    let mut cut: String = text.chars().take(chars_max.saturating_sub(3)).collect();
+    cut.push_str("...");
+    cut
+}
+
+/// A table of records: with their pk when they are of many pks.
+fn print_items(items: &[Value], with_pk: bool, cursor: Option<&str>) {
+    if with_pk {
+        println!("{:<24} {:<24} {:>10}  VALUE", "PK", "SK", "VERSION");
+    } else {
+        println!("{:<32} {:>10}  VALUE", "SK", "VERSION");
+    }
     for item in items {
-        let mut value = item["value"].to_string();
-        if value.len() > 80 {
-            value.truncate(77);
-            value.push_str("...");
+        if with_pk {
+            let value = shorten(item["value"].to_string(), 60);
+            let (pk, sk) = (item["pk"].as_str().unwrap_or(""), item["sk"].as_str().unwrap_or(""));
+            println!("{pk:<24} {sk:<24} {:>10}  {value}", item["version"]);
+            continue;
         }
+        let value = shorten(item["value"].to_string(), 80);
         println!("{:<32} {:>10}  {value}", item["sk"].as_str().unwrap_or(""), item["version"]);
     }
     if let Some(cursor) = cursor {
-        println!("(more: --all, or pass cursor {cursor})");
+        println!("(more: --all, or --cursor {cursor})");
     }
 }
 
@@ -543,4 +582,19 @@ pub(super) async fn snapshot(a: SnapshotArgs) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    /// A value cut for the table keeps whole characters: `tern ls` of a
+    /// record whose JSON passed 80 bytes inside a multi-byte character
+    /// panicked ("byte index 77 is not a char boundary").
+    #[test]
+    fn a_long_value_is_cut_at_a_character() {
+        let value = format!("\"{}\"", "é".repeat(100));
+        let cut = super::shorten(value.clone(), 80);
+        assert_eq!(cut.chars().count(), 80);
+        assert!(cut.ends_with("...") && value.starts_with(cut.trim_end_matches("...")));
+        assert_eq!(super::shorten("short".into(), 80), "short");
+    }
 }

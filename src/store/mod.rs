@@ -25,6 +25,8 @@ pub mod hash;
 mod journal_lanes;
 pub mod key;
 mod layout;
+/// Listing a partition's records across pks, in `(pk, sk)` order.
+mod listing;
 mod not_applied;
 /// What procedures keep beside the records: definitions, log time, timers, outbox.
 mod procedures;
@@ -40,6 +42,7 @@ mod write_ids;
 
 pub use self::key::SkRange;
 pub(crate) use self::layout::is_outcome_meta;
+pub use self::listing::ListingPage;
 pub use self::procedures::{DueTimer, OutboxEntry};
 pub use self::reader::StoreReader;
 pub use self::scrub::{ScrubOutcome, ScrubPass};

@@ -34,7 +34,7 @@ impl StoreReader {
 
     /// A stored record's version and value, its checksum verified: a
     /// damaged record is an error (reported), never a value.
-    fn decoded<'v>(&self, key: &[u8], stored: &'v [u8]) -> Result<(u64, &'v [u8]), StoreError> {
+    pub(super) fn decoded<'v>(&self, key: &[u8], stored: &'v [u8]) -> Result<(u64, &'v [u8]), StoreError> {
         decode_value(key, stored).map_err(|e| self.error(e))
     }
 

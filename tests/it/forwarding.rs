@@ -331,3 +331,50 @@ async fn a_firebase_request_goes_on_to_the_next_holder_when_one_no_longer_holds_
     assert_eq!(read.headers()["x-tern-served-by"], "b-holder");
     assert_eq!(read.text().await.unwrap(), "42");
 }
+
+/// A node that holds no partition of a namespace lists it through the
+/// partitions' holder (one page per partition, merged): the same records in
+/// `(pk, sk)` order, page by page, as the holder lists them itself.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_namespace_listing_merges_the_pages_of_its_holders() {
+    let dev_dir = tempfile::tempdir().unwrap();
+    let holder = crate::common::Tern::dev(dev_dir.path()).await;
+    let (status, _) = holder.send(holder.client.put(format!("{}/v1/ns/ns", holder.url)).json(&serde_json::json!({"partitions": 2}))).await;
+    assert_eq!(status, 201);
+    let mut written = BTreeSet::new();
+    for i in 0..25 {
+        let pk = format!("k{}", i * 7 % 25);
+        let url = format!("{}?wait=applied", holder.kv_url("ns", &pk, Some(&format!("s{}", i % 3))));
+        let (status, body) = holder.send(holder.client.put(url).json(&i)).await;
+        assert_eq!(status, 200, "{body}");
+        written.insert((pk, format!("s{}", i % 3)));
+    }
+    let held: BTreeMap<u32, u64> = [(0, 1), (1, 1)].into_iter().collect();
+    let holder_peer = peer("holder", holder.url.trim_start_matches("http://"), [("ns".to_string(), held)].into_iter().collect(), BTreeMap::new());
+    let dir = tempfile::tempdir().unwrap();
+    let (url, _node) = serve(dir.path(), vec![holder_peer]).await;
+    let client = reqwest::Client::new();
+    let (mut listed, mut cursor) = (Vec::new(), None::<String>);
+    for _ in 0..100 {
+        let page_url = match &cursor {
+            Some(cursor) => format!("{url}/v1/ns/ns/kv?limit=4&cursor={cursor}"),
+            None => format!("{url}/v1/ns/ns/kv?limit=4"),
+        };
+        let (status, body) = send(client.get(page_url)).await;
+        assert_eq!(status, 200, "{body}");
+        let position = body["position"].as_str().unwrap();
+        assert!(position.starts_with("ns:") && position.contains("0:") && position.contains("1:"), "both partitions' offsets: {body}");
+        for item in body["items"].as_array().unwrap() {
+            listed.push((item["pk"].as_str().unwrap().to_string(), item["sk"].as_str().unwrap().to_string()));
+        }
+        match body["next_cursor"].as_str() {
+            Some(next) => cursor = Some(next.to_string()),
+            None => break,
+        }
+    }
+    assert_eq!(listed, written.into_iter().collect::<Vec<_>>());
+    // One partition: passed to its holder whole.
+    let (status, body) = send(client.get(format!("{url}/v1/ns/ns/kv?partition=1&limit=1000"))).await;
+    assert_eq!(status, 200, "{body}");
+    assert!(body["items"].as_array().unwrap().iter().all(|item| tern::partitioner::partition_of(item["pk"].as_str().unwrap(), 2) == 1), "{body}");
+}

@@ -35,6 +35,7 @@ mod kafka_brokers;
 mod kafka_outage;
 mod kafka_security;
 mod layers;
+mod listing;
 mod net_faults;
 mod once;
 mod procedures;
