@@ -12,7 +12,7 @@ use super::render;
 use super::render::json_response;
 use crate::edge::{to_holder, ApiError, AppState, Incoming};
 use crate::limits;
-use crate::node::read::await_consistency;
+use crate::node::read::{await_consistency, check_position};
 use crate::partition::Namespace;
 use crate::store::{Record, SkRange};
 
@@ -56,7 +56,9 @@ pub(super) async fn list(
     if !reads_here(state, incoming, namespace, partition) {
         return to_holder(state, incoming, &namespace.name, partition, Bytes::new()).await;
     }
-    await_consistency(&state.node, namespace, &[partition], &params.consistency()?, params.timeout()?).await?;
+    let consistency = params.consistency()?;
+    check_position(namespace, &consistency, &[partition], incoming.forwarded_by.is_some())?;
+    await_consistency(&state.node, namespace, &[partition], &consistency, params.timeout()?).await?;
     let view = namespace.handle(partition).read_view()?;
     // A page ends early rather than pass the answer bound (its cursor goes on from there).
     let (records, more) = view.reader.list(&pk, &range, limit, limits::ANSWER_BYTES_MAX)?;

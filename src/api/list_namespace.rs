@@ -1,15 +1,20 @@
-//! Listing a whole namespace: `GET /v1/ns/{ns}/kv?prefix=&cursor=&limit=&partition=`,
+//! Listing a whole namespace: `GET /v1/ns/{ns}/kv?prefix=&cursor=&limit=&page_bytes=&partition=`,
 //! its records in `(pk, sk)` order across every partition, a page at a time.
 //!
 //! Each partition's page comes from its store (`StoreReader::list_across_pks`)
 //! on this node, or from its holder (the same request with `partition=P`,
 //! forwarded), and the pages are merged. A partition that stopped early
-//! (its scan bound) says how far it read; the merged page goes no further
-//! than the least such point, so the next page misses nothing. Each
-//! partition is read at its own applied offset (the answer's `position`
-//! names them): a page is not one snapshot of the whole namespace.
+//! (its scan or byte bound) says how far it read; the merged page goes no
+//! further than the least such point, so the next page misses nothing.
+//! Each partition is read at its own applied offset (the answer's
+//! `position` names them): a page is not one snapshot of the whole namespace.
+//!
+//! Who may list: read on all of the namespace under `prefix` (carve-outs
+//! included). Nothing in the scanned range is then hidden from the caller,
+//! so no cursor can name a key it may not read.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use axum::extract::{RawQuery, State};
 use axum::http::{HeaderMap, Method, StatusCode, Uri};
@@ -23,15 +28,20 @@ use super::params::Params;
 use super::records::{partition_param, reads_here};
 use super::render;
 use super::render::json_response;
-use crate::auth::{Identity, Verb};
-use crate::edge::{no_holder, not_held, require, require_anywhere, send, to_holder, ApiError, AppState, Caller, Incoming};
+use crate::auth::Verb;
+use crate::edge::{require_all_of, to_holder, ApiError, AppState, Caller, Incoming};
 use crate::limits;
-use crate::node::read::await_consistency;
+use crate::node::read::{await_consistency, check_position};
 use crate::partition::Namespace;
 
-/// Records one partition's page reads at most (a caller who may read few
-/// of them gets short pages that still move on).
+/// Records one partition's page reads at most.
 const SCANNED_PER_PARTITION_MAX: usize = 10_000;
+
+/// The least bytes of records a page may be asked to hold.
+const PAGE_BYTES_MIN: usize = 1024;
+
+/// The query parameters this call takes.
+const PARAMETERS: &[&str] = &["prefix", "cursor", "limit", "page_bytes", "partition", "after", "consistency", "timeout_ms"];
 
 /// One record of the merged page: its key and its rendered JSON.
 struct Item {
@@ -47,6 +57,15 @@ struct PartitionPage {
     read_to: Option<(String, String)>,
 }
 
+/// What a page asks for.
+struct PageAsk {
+    prefix: String,
+    after: Option<(String, String)>,
+    limit: usize,
+    /// Bytes of rendered records the whole page holds at most (at least one record).
+    bytes_max: usize,
+}
+
 /// `GET /v1/ns/{ns}/kv`
 pub(super) async fn list_namespace(
     State(state): State<AppState>,
@@ -56,22 +75,15 @@ pub(super) async fn list_namespace(
     headers: HeaderMap,
     RawQuery(query): RawQuery,
 ) -> Result<Response, ApiError> {
-    require_anywhere(&identity, &ns, Verb::Read)?;
+    let params = Params::parse(query.as_deref(), PARAMETERS)?;
+    let ask = page_ask(&params)?;
+    require_all_of(&identity, &ns, &ask.prefix, Verb::Read).map_err(|e| {
+        let hint = "; list with a prefix your token may read all of, or read single pks";
+        ApiError::new(e.status, e.code, format!("{}{hint}", e.message))
+    })?;
     let namespace = namespace(&state, &ns)?;
-    let params = Params::parse(query.as_deref(), &["prefix", "cursor", "limit", "partition", "consistency", "timeout_ms"])?;
-    let limit = params.u64("limit")?.map_or(limits::LIST_LIMIT_DEFAULT, |l| l as usize);
-    if limit == 0 || limit > limits::LIST_LIMIT_MAX {
-        return Err(ApiError::bad_request("invalid_parameter", format!("limit must be between 1 and {}, got {limit}", limits::LIST_LIMIT_MAX)));
-    }
-    let prefix = params.str("prefix").unwrap_or_default().to_string();
-    if prefix.len() > limits::PK_BYTES_MAX {
-        return Err(ApiError::bad_request(
-            "key_too_large",
-            format!("prefix is {} bytes; a pk is at most {} bytes", prefix.len(), limits::PK_BYTES_MAX),
-        ));
-    }
-    let after = params.str("cursor").map(decode_cursor).transpose()?;
     let incoming = Incoming::new(Method::GET, &uri, &headers).by(&identity);
+    let consistency = params.consistency()?;
     let partitions: Vec<u32> = match partition_param(&namespace, params.str("partition"))? {
         Some(partition) if !reads_here(&state, &incoming, &namespace, partition) => {
             return to_holder(&state, &incoming, &namespace.name, partition, Bytes::new()).await;
@@ -79,62 +91,97 @@ pub(super) async fn list_namespace(
         Some(partition) => vec![partition],
         None => (0..namespace.partitions).collect(),
     };
+    check_position(&namespace, &consistency, &partitions, incoming.forwarded_by.is_some())?;
     let (local, remote): (Vec<u32>, Vec<u32>) = partitions.iter().partition(|p| reads_here(&state, &incoming, &namespace, **p));
+    // Each partition's share of the page's bytes (at least one record each).
+    let share = (ask.bytes_max / partitions.len()).max(PAGE_BYTES_MIN);
     let mut offsets = BTreeMap::new();
     let mut pages = Vec::with_capacity(partitions.len());
-    if !remote.is_empty() {
-        match remote_pages(&state, &incoming, &namespace.name, &remote, &prefix, params.str("cursor"), limit, query.as_deref()).await {
-            Ok(fetched) => {
-                for (page, position) in fetched {
-                    pages.push(page);
-                    offsets.extend(position);
-                }
+    for partition in remote {
+        // A holder's error is the whole answer, relayed as it sent it.
+        match remote_page(&state, &incoming, &namespace.name, partition, &ask, share, query.as_deref()).await {
+            Ok((page, position)) => {
+                pages.push(page);
+                offsets.extend(position);
             }
             Err(response) => return Ok(response),
         }
     }
-    await_consistency(&state.node, &namespace, &local, &params.consistency()?, params.timeout()?).await?;
-    let after = after.as_ref().map(|(pk, sk)| (pk.as_str(), sk.as_str()));
-    for &partition in &local {
-        let (page, applied_next) = local_page(&identity, &namespace, partition, &prefix, after, limit)?;
+    await_consistency(&state.node, &namespace, &local, &consistency, params.timeout()?).await?;
+    let read = {
+        let (namespace, ask) = (namespace.clone(), (ask.prefix.clone(), ask.after.clone(), ask.limit));
+        tokio::task::spawn_blocking(move || local_pages(&namespace, &local, &ask.0, ask.1.as_ref(), ask.2, share)).await
+    };
+    let local_pages =
+        read.map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", format!("reading the partitions failed: {e}")))??;
+    for (partition, page, applied_next) in local_pages {
         offsets.insert(partition, applied_next);
         pages.push(page);
     }
-    let (items, next) = merge(pages, limit);
+    let (items, next) = merge(pages, ask.limit, ask.bytes_max);
     let rendered: Vec<Option<&[u8]>> = items.iter().map(|item| Some(item.rendered.as_slice())).collect();
     let position = crate::position::Position { namespace: namespace.name.to_string(), offsets }.to_string();
     let next_cursor = next.map(|(pk, sk)| encode_cursor(&pk, &sk));
     Ok(json_response(StatusCode::OK, render::rendered_items(&rendered, &[("next_cursor", json!(next_cursor)), ("position", json!(position))])))
 }
 
-/// One partition's page from its store here, and the offset it was read at.
-fn local_page(
-    identity: &Identity,
-    namespace: &Namespace,
-    partition: u32,
-    prefix: &str,
-    after: Option<(&str, &str)>,
-    limit: usize,
-) -> Result<(PartitionPage, u64), ApiError> {
-    let view = namespace.handle(partition).read_view()?;
-    let may_read = |pk: &str| require(identity, &namespace.name, pk, Verb::Read).is_ok();
-    let page = view.reader.list_across_pks(prefix, after, limit, SCANNED_PER_PARTITION_MAX.max(limit), limits::ANSWER_BYTES_MAX, &may_read)?;
-    let items = page
-        .records
-        .into_iter()
-        .map(|record| {
-            let mut rendered = Vec::with_capacity(record.value.len() + 64);
-            render::record(&mut rendered, &record);
-            Item { pk: record.pk, sk: record.sk, rendered }
-        })
-        .collect();
-    Ok((PartitionPage { items, read_to: page.read_to }, view.applied_next))
+/// The page asked for, its parameters checked.
+fn page_ask(params: &Params) -> Result<PageAsk, ApiError> {
+    let limit = params.u64("limit")?.map_or(limits::LIST_LIMIT_DEFAULT, |l| l as usize);
+    if limit == 0 || limit > limits::LIST_LIMIT_MAX {
+        return Err(ApiError::bad_request("invalid_parameter", format!("limit must be between 1 and {}, got {limit}", limits::LIST_LIMIT_MAX)));
+    }
+    let bytes_max = params.u64("page_bytes")?.map_or(limits::ANSWER_BYTES_MAX, |b| b as usize);
+    if !(PAGE_BYTES_MIN..=limits::ANSWER_BYTES_MAX).contains(&bytes_max) {
+        return Err(ApiError::bad_request(
+            "invalid_parameter",
+            format!("page_bytes must be between {PAGE_BYTES_MIN} and {}, got {bytes_max}", limits::ANSWER_BYTES_MAX),
+        ));
+    }
+    let prefix = params.str("prefix").unwrap_or_default().to_string();
+    if prefix.len() > limits::PK_BYTES_MAX {
+        let message = format!("prefix is {} bytes; a pk is at most {} bytes", prefix.len(), limits::PK_BYTES_MAX);
+        return Err(ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, "key_too_large", message));
+    }
+    let after = params.str("cursor").map(decode_cursor).transpose()?;
+    Ok(PageAsk { prefix, after, limit, bytes_max })
 }
 
-/// The first `limit` items of the partitions' pages in `(pk, sk)` order, no
-/// further than any partition read; and where the next page starts (None:
+/// The pages of `partitions` from their stores here (on a blocking
+/// thread: up to `SCANNED_PER_PARTITION_MAX` records each), with the
+/// offset each was read at.
+fn local_pages(
+    namespace: &Arc<Namespace>,
+    partitions: &[u32],
+    prefix: &str,
+    after: Option<&(String, String)>,
+    limit: usize,
+    bytes_max: usize,
+) -> Result<Vec<(u32, PartitionPage, u64)>, ApiError> {
+    let after = after.map(|(pk, sk)| (pk.as_str(), sk.as_str()));
+    let mut pages = Vec::with_capacity(partitions.len());
+    for &partition in partitions {
+        let view = namespace.handle(partition).read_view()?;
+        let page = view.reader.list_across_pks(prefix, after, limit, SCANNED_PER_PARTITION_MAX.max(limit), bytes_max, &|_| true)?;
+        let items = page
+            .records
+            .into_iter()
+            .map(|record| {
+                let mut rendered = Vec::with_capacity(record.value.len() + 64);
+                render::record(&mut rendered, &record);
+                Item { pk: record.pk, sk: record.sk, rendered }
+            })
+            .collect();
+        pages.push((partition, PartitionPage { items, read_to: page.read_to }, view.applied_next));
+    }
+    Ok(pages)
+}
+
+/// The first items of the partitions' pages in `(pk, sk)` order: at most
+/// `limit`, and no more rendered bytes than `bytes_max` (at least one); no
+/// further than any partition read. And where the next page starts (None:
 /// nothing is left).
-fn merge(pages: Vec<PartitionPage>, limit: usize) -> (Vec<Item>, Option<(String, String)>) {
+fn merge(pages: Vec<PartitionPage>, limit: usize, bytes_max: usize) -> (Vec<Item>, Option<(String, String)>) {
     // Past the least point a partition read to, it may hold records unseen.
     let bound = pages.iter().filter_map(|page| page.read_to.clone()).min();
     let mut items: Vec<Item> = pages.into_iter().flat_map(|page| page.items).collect();
@@ -142,85 +189,69 @@ fn merge(pages: Vec<PartitionPage>, limit: usize) -> (Vec<Item>, Option<(String,
     if let Some(bound) = &bound {
         items.retain(|item| (&item.pk, &item.sk) <= (&bound.0, &bound.1));
     }
-    if items.len() >= limit {
-        items.truncate(limit);
+    let mut bytes = 0usize;
+    let fits = items
+        .iter()
+        .position(|item| {
+            bytes += item.rendered.len() + 1;
+            bytes > bytes_max
+        })
+        .map_or(items.len(), |over| over.max(1));
+    let kept = fits.min(limit);
+    if kept < items.len() {
+        items.truncate(kept);
         let last = items.last().map(|item| (item.pk.clone(), item.sk.clone()));
         return (items, last);
     }
     (items, bound)
 }
 
-/// The pages of partitions this node does not read, each asked of its
-/// holder as the same listing with `partition=P` (concurrently). Any
-/// holder's error is the whole answer (relayed as the holder sent it).
-#[allow(clippy::too_many_arguments)]
-async fn remote_pages(
+/// The page of a partition this node does not read, asked of its holder as
+/// the same listing with `partition=P` (and its share of the page's bytes);
+/// its items, how far it read and its offset.
+async fn remote_page(
     state: &AppState,
     incoming: &Incoming<'_>,
     namespace: &str,
-    remote: &[u32],
-    prefix: &str,
-    cursor: Option<&str>,
-    limit: usize,
+    partition: u32,
+    ask: &PageAsk,
+    share: usize,
     query: Option<&str>,
-) -> Result<Vec<(PartitionPage, BTreeMap<u32, u64>)>, Response> {
-    if let Some(from) = incoming.forwarded_by {
-        return Err(not_held(state, namespace, remote[0], from).into_response());
+) -> Result<(PartitionPage, BTreeMap<u32, u64>), Response> {
+    let mut path =
+        format!("/v1/ns/{}/kv?partition={partition}&limit={}&page_bytes={share}&prefix={}", encode(namespace), ask.limit, encode(&ask.prefix));
+    if let Some((pk, sk)) = &ask.after {
+        path.push_str(&format!("&cursor={}", encode(&encode_cursor(pk, sk))));
     }
-    let consistency = query.map(|q| Params::parse(Some(q), &["prefix", "cursor", "limit", "partition", "consistency", "timeout_ms"]).ok());
-    let passed: String = consistency
-        .flatten()
-        .map(|params| ["consistency", "timeout_ms"].iter().filter_map(|name| params.str(name).map(|v| format!("&{name}={}", encode(v)))).collect())
-        .unwrap_or_default();
-    let mut requests = Vec::with_capacity(remote.len());
-    for &partition in remote {
-        let Some(holder) = state.cluster.holders(namespace, partition).into_iter().next() else {
-            return Err(no_holder(state, namespace, partition).into_response());
-        };
-        let mut path = format!("/v1/ns/{}/kv?partition={partition}&limit={limit}&prefix={}", encode(namespace), encode(prefix));
-        if let Some(cursor) = cursor {
-            path.push_str(&format!("&cursor={}", encode(cursor)));
+    // The read's own wait goes on with it.
+    if let Some(params) = query.and_then(|q| Params::parse(Some(q), PARAMETERS).ok()) {
+        for name in ["after", "consistency", "timeout_ms"] {
+            if let Some(value) = params.str(name) {
+                path.push_str(&format!("&{name}={}", encode(value)));
+            }
         }
-        path.push_str(&passed);
-        requests.push(async move {
-            let sub = Incoming {
-                method: Method::GET,
-                path_and_query: &path,
-                forwarded_by: None,
-                idempotency_key: None,
-                headers: incoming.headers,
-                principal: None,
-            };
-            let response = send(state, &holder, &sub, Bytes::new()).await;
-            (holder, partition, response)
-        });
     }
-    let mut pages = Vec::with_capacity(remote.len());
-    for (holder, partition, response) in futures::future::join_all(requests).await {
-        let holder_error = |message: String| ApiError::new(StatusCode::BAD_GATEWAY, "holder_error", message).into_response();
-        let response = response.map_err(|e| {
-            crate::metrics::FORWARD_FAILURES.inc();
-            ApiError::new(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "holder_unreachable",
-                format!("listing partition {partition} of namespace {namespace:?} at {} ({}) failed: {e}; retry", holder.id, holder.api),
-            )
-            .into_response()
-        })?;
-        if response.status() != StatusCode::OK {
-            return Err(response);
-        }
-        let body = axum::body::to_bytes(response.into_body(), limits::ANSWER_BYTES_MAX + (1 << 20))
-            .await
-            .map_err(|e| holder_error(format!("reading {}'s answer: {e}", holder.id)))?;
-        let page = remote_page(&body).map_err(|why| holder_error(format!("{} answered a listing of partition {partition} with {why}", holder.id)))?;
-        pages.push(page);
+    let sub = Incoming {
+        method: Method::GET,
+        path_and_query: &path,
+        forwarded_by: None,
+        idempotency_key: None,
+        headers: incoming.headers,
+        principal: None,
+    };
+    // `to_holder` tries the next holder when one no longer holds it.
+    let response = to_holder(state, &sub, namespace, partition, Bytes::new()).await.map_err(IntoResponse::into_response)?;
+    let holder_error = |message: String| ApiError::new(StatusCode::BAD_GATEWAY, "holder_error", message).into_response();
+    if response.status() != StatusCode::OK {
+        return Err(response);
     }
-    Ok(pages)
+    // `send` already read the body within its own bound.
+    let body = axum::body::to_bytes(response.into_body(), usize::MAX).await.map_err(|e| holder_error(format!("reading a holder's answer: {e}")))?;
+    parse_page(&body).map_err(|why| holder_error(format!("a holder answered a listing of partition {partition} with {why}")))
 }
 
 /// A holder's answer: its items (kept as rendered), how far it read, its offsets.
-fn remote_page(body: &[u8]) -> Result<(PartitionPage, BTreeMap<u32, u64>), String> {
+fn parse_page(body: &[u8]) -> Result<(PartitionPage, BTreeMap<u32, u64>), String> {
     #[derive(serde::Deserialize)]
     struct Answer {
         items: Vec<Box<serde_json::value::RawValue>>,
@@ -283,14 +314,24 @@ mod tests {
     /// continues from its last item when full.
     #[test]
     fn a_merged_page_stops_where_the_least_read_partition_stopped() {
-        let (items, next) = merge(vec![page(&[("a", ""), ("d", "")], None), page(&[("b", ""), ("c", "")], Some(("c", "")))], 10);
+        let (items, next) = merge(vec![page(&[("a", ""), ("d", "")], None), page(&[("b", ""), ("c", "")], Some(("c", "")))], 10, usize::MAX);
         assert_eq!(keys(&items), [("a", ""), ("b", ""), ("c", "")], "d lies past where partition 2 stopped");
         assert_eq!(next, Some(("c".to_string(), String::new())));
-        let (items, next) = merge(vec![page(&[("a", ""), ("d", "")], None), page(&[("b", "")], None)], 2);
+        let (items, next) = merge(vec![page(&[("a", ""), ("d", "")], None), page(&[("b", "")], None)], 2, usize::MAX);
         assert_eq!(keys(&items), [("a", ""), ("b", "")]);
         assert_eq!(next, Some(("b".to_string(), String::new())), "full: on from the last item");
-        let (items, next) = merge(vec![page(&[("a", "")], None), page(&[], None)], 2);
+        let (items, next) = merge(vec![page(&[("a", "")], None), page(&[], None)], 2, usize::MAX);
         assert_eq!((keys(&items), next), (vec![("a", "")], None), "all read: no cursor");
+        // The answer's bytes: cut after the last item that fits (at least one), on from there.
+        let sized = |keys: &[&str], bytes: usize| PartitionPage {
+            items: keys.iter().map(|pk| Item { pk: pk.to_string(), sk: String::new(), rendered: vec![b' '; bytes] }).collect(),
+            read_to: None,
+        };
+        let (items, next) = merge(vec![sized(&["a", "c"], 99), sized(&["b", "d"], 99)], 10, 250);
+        assert_eq!(keys(&items), [("a", ""), ("b", "")], "two of 100 bytes fit in 250");
+        assert_eq!(next, Some(("b".to_string(), String::new())));
+        let (items, _) = merge(vec![sized(&["a"], 1000)], 10, 250);
+        assert_eq!(keys(&items), [("a", "")], "one record, whatever its size: a page always moves on");
     }
 
     #[test]

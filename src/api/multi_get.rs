@@ -22,7 +22,7 @@ use crate::auth::Verb;
 use crate::cluster::Member;
 use crate::edge::{no_holder, not_held, require, require_anywhere, send, ApiError, AppState, Caller, Incoming};
 use crate::limits;
-use crate::node::read::await_consistency;
+use crate::node::read::{await_consistency, check_position};
 
 /// A multi-get body: 1,000 keys of up to 2 KiB each, plus framing.
 const MULTI_GET_BODY_BYTES_MAX: usize = limits::MULTI_GET_KEYS_MAX * 2 * 1024 + 64 * 1024;
@@ -74,6 +74,9 @@ pub(super) async fn multi_get(
     let mut partitions: Vec<u32> = request.keys.iter().map(|k| namespace.partition_of(&k.pk)).collect();
     partitions.sort_unstable();
     partitions.dedup();
+    let consistency = params.consistency()?;
+    let forwarded = headers.contains_key(crate::cluster::peer_client::FORWARDED_BY);
+    check_position(&namespace, &consistency, &partitions, forwarded)?;
     let (local, remote): (Vec<u32>, Vec<u32>) = partitions.iter().partition(|p| namespace.handle(**p).is_held());
     // Each item rendered as JSON text: remote ones as the holder sent them.
     let mut items: Vec<Option<Vec<u8>>> = vec![None; request.keys.len()];
@@ -88,7 +91,7 @@ pub(super) async fn multi_get(
         }
         check_answer_bytes(&items, &copies)?;
     }
-    await_consistency(&state.node, &namespace, &local, &params.consistency()?, params.timeout()?).await?;
+    await_consistency(&state.node, &namespace, &local, &consistency, params.timeout()?).await?;
     let mut readers = std::collections::HashMap::with_capacity(local.len());
     for &p in &local {
         let view = namespace.handle(p).read_view()?;

@@ -21,7 +21,7 @@ use crate::auth::{Identity, Verb};
 use crate::codec::{Op, OpKind};
 use crate::edge::{require, to_holder, ApiError, AppState, Caller, Incoming, STALENESS_HEADER};
 use crate::limits;
-use crate::node::read::{await_consistency, Consistency};
+use crate::node::read::{await_consistency, check_position, Consistency};
 use crate::partition::{Namespace, PartitionStatus};
 
 /// `PUT|GET|DELETE /v1/ns/{ns}/kv/{pk}[/{sk}]`
@@ -118,6 +118,7 @@ async fn get(
     }
     if let Some(params) = &params {
         let consistency = params.consistency()?;
+        check_position(namespace, &consistency, &[partition], incoming.forwarded_by.is_some())?;
         await_consistency(&state.node, namespace, &[partition], &consistency, params.timeout()?).await?;
     } else {
         await_consistency(&state.node, namespace, &[partition], &Consistency::Local, Default::default()).await?;

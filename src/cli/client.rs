@@ -129,7 +129,8 @@ pub struct LsArgs {
     /// With a pk: in descending sort-key order.
     #[arg(long)]
     reverse: bool,
-    /// Only this partition's records.
+    /// Only this partition's records; with a pk, read that partition
+    /// whatever the pk hashes to (a procedure's records).
     #[arg(long)]
     partition: Option<u32>,
     /// Go on from a page's `next_cursor`.

@@ -143,7 +143,9 @@ impl From<ReadError> for ApiError {
             ReadError::Refused { partition, .. } => {
                 ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "partition_unavailable", message).with("partition", partition)
             }
-            ReadError::WrongNamespace { .. } => ApiError::bad_request("invalid_position", message),
+            ReadError::WrongNamespace { .. } | ReadError::PositionPartitionUnknown { .. } | ReadError::PositionElsewhere { .. } => {
+                ApiError::bad_request("invalid_position", message)
+            }
             ReadError::NotCaughtUp { position, .. } => {
                 ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "not_caught_up", message).with("position", position.to_string())
             }

@@ -29,6 +29,13 @@ pub enum ReadError {
     Refused { partition: u32, reason: String },
     #[error("the position is for namespace {position_ns:?}, not {ns:?}")]
     WrongNamespace { position_ns: String, ns: String },
+    #[error("the position names partition {partition}, but namespace {ns:?} has {partitions} (0 to {})", partitions - 1)]
+    PositionPartitionUnknown { partition: u32, ns: String, partitions: u32 },
+    #[error(
+        "the position names partition(s) {named:?}, none of which this read reads (it reads {reads:?}): waiting on \
+         them would not make this read see the write; pass the position the write of this key returned"
+    )]
+    PositionElsewhere { named: Vec<u32>, reads: Vec<u32> },
     #[error("this replica did not reach the requested position within {timeout_ms} ms")]
     NotCaughtUp { timeout_ms: u64, position: Position },
     #[error("cannot tell where the log ends (a strong read's barrier): {0}")]
@@ -39,6 +46,25 @@ pub enum ReadError {
          (stale, see x-tern-staleness-ms) or from a node in another region"
     )]
     Isolated,
+}
+
+/// Refuses `after=POSITION` that cannot mean what the caller wants: a
+/// position naming a partition the namespace does not have, or (for a
+/// request as its client sent it; a forwarded one carries a subset of the
+/// keys) naming none of the partitions the read reads. Before, both were
+/// ignored and the read answered at once, maybe without the write.
+pub fn check_position(namespace: &Namespace, consistency: &Consistency, reads: &[u32], forwarded: bool) -> Result<(), ReadError> {
+    let Consistency::After(position) = consistency else { return Ok(()) };
+    if position.namespace != *namespace.name {
+        return Err(ReadError::WrongNamespace { position_ns: position.namespace.clone(), ns: namespace.name.to_string() });
+    }
+    if let Some(&partition) = position.offsets.keys().find(|p| **p >= namespace.partitions) {
+        return Err(ReadError::PositionPartitionUnknown { partition, ns: namespace.name.to_string(), partitions: namespace.partitions });
+    }
+    if !forwarded && !reads.is_empty() && !reads.iter().any(|p| position.offsets.contains_key(p)) {
+        return Err(ReadError::PositionElsewhere { named: position.offsets.keys().copied().collect(), reads: reads.to_vec() });
+    }
+    Ok(())
 }
 
 /// Waits until `partitions` of `namespace` satisfy `consistency`.

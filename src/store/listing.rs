@@ -28,10 +28,12 @@ pub struct ListingPage {
     pub read_to: Option<(String, String)>,
 }
 
-/// A stream's head: the next record of one pk length, by `(pk, sk)`.
+/// A stream's head: the next record of one pk length, by `(pk, sk)`; its
+/// value is read when it is taken (up to 2,048 streams wait as keys).
 struct Head {
     pk: String,
     sk: String,
+    key: Vec<u8>,
     stream: usize,
 }
 
@@ -58,8 +60,9 @@ impl StoreReader {
     /// (`(pk, sk)`, exclusive), in `(pk, sk)` order; `keep` drops records
     /// the caller may not see (they still count as read). Tern's own pks
     /// (starting with `.`) are left out unless `prefix` starts with `.`.
-    /// A page ends early once `scanned_max` records were read or their
-    /// bytes pass `bytes_max` (at least one record either way).
+    /// A page ends early once `scanned_max` records were read, or before a
+    /// record that would take their bytes past `bytes_max` (at least one
+    /// record either way).
     pub fn list_across_pks(
         &self,
         prefix: &str,
@@ -76,21 +79,29 @@ impl StoreReader {
             streams.push(self.table.range::<&[u8]>((slice_bound(lower), slice_bound(upper))).map_err(|e| self.error(e))?);
         }
         let mut heads = BinaryHeap::with_capacity(streams.len());
-        let mut values: Vec<Option<(u64, Vec<u8>)>> = vec![None; streams.len()];
         for stream in 0..streams.len() {
-            self.advance(&mut streams, stream, &mut heads, &mut values)?;
+            self.advance(&mut streams, stream, &mut heads)?;
         }
         let (mut records, mut read_to, mut scanned, mut bytes) = (Vec::with_capacity(limit.min(1024)), None, 0usize, 0usize);
         while let Some(head) = heads.pop() {
-            let (version, value) = values[head.stream].take().expect("a head has its value");
-            scanned += 1;
-            bytes += head.pk.len() + head.sk.len() + value.len();
-            if keep(&head.pk) {
-                records.push(Record { pk: head.pk.clone(), sk: head.sk.clone(), version, value });
+            let Some(guard) = self.table.get(head.key.as_slice()).map_err(|e| self.error(e))? else {
+                unreachable!("a key this read transaction listed is in it")
+            };
+            let (version, value) = self.decoded(&head.key, guard.value())?;
+            let size = head.pk.len() + head.sk.len() + value.len();
+            if !records.is_empty() && bytes + size > bytes_max {
+                // Not taken: the next page starts with it.
+                heads.push(head);
+                break;
             }
+            (scanned, bytes) = (scanned + 1, bytes + size);
+            if keep(&head.pk) {
+                records.push(Record { pk: head.pk.clone(), sk: head.sk.clone(), version, value: value.to_vec() });
+            }
+            drop(guard);
             read_to = Some((head.pk, head.sk));
-            self.advance(&mut streams, head.stream, &mut heads, &mut values)?;
-            if records.len() == limit || scanned == scanned_max || bytes > bytes_max {
+            self.advance(&mut streams, head.stream, &mut heads)?;
+            if records.len() == limit || scanned == scanned_max {
                 break;
             }
         }
@@ -107,14 +118,12 @@ impl StoreReader {
         streams: &mut [redb::Range<'_, &'static [u8], &'static [u8]>],
         stream: usize,
         heads: &mut BinaryHeap<Head>,
-        values: &mut [Option<(u64, Vec<u8>)>],
     ) -> Result<(), StoreError> {
         let Some(entry) = streams[stream].next() else { return Ok(()) };
-        let (k, v) = entry.map_err(|e| self.error(e))?;
-        let (version, value) = self.decoded(k.value(), v.value())?;
-        let (pk, sk) = key::decode(k.value());
-        values[stream] = Some((version, value.to_vec()));
-        heads.push(Head { pk, sk, stream });
+        let (k, _) = entry.map_err(|e| self.error(e))?;
+        // Not verified yet (its checksum is, when taken): read without trust.
+        let (pk, sk) = decode_unverified(k.value());
+        heads.push(Head { pk, sk, key: k.value().to_vec(), stream });
         Ok(())
     }
 
@@ -157,6 +166,14 @@ impl StoreReader {
         }
         Ok(ranges)
     }
+}
+
+/// `(pk, sk)` of a stored key not verified yet: a damaged one never panics
+/// here (its record's checksum fails when it is taken).
+fn decode_unverified(stored: &[u8]) -> (String, String) {
+    let pk_len = (u16::from_be_bytes([stored[0], stored[1]]) as usize).min(stored.len() - 2);
+    let (pk, sk) = stored[2..].split_at(pk_len);
+    (String::from_utf8_lossy(pk).into_owned(), String::from_utf8_lossy(sk).into_owned())
 }
 
 /// `[length][pk bytes]`: where keys of pks of `length` bytes starting with `pk` begin.

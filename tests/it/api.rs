@@ -204,7 +204,10 @@ async fn strong_and_after_reads_wait_for_the_write() {
         assert_eq!(status, 503, "{body}");
         assert_eq!(error_code(&body), "not_caught_up");
     } else {
-        assert_eq!(status, 200, "a position of another partition does not apply to this read");
+        // Issue 38: a position of another partition was ignored (200 at
+        // once, maybe without the write); it is refused, saying why.
+        assert_eq!((status, error_code(&body)), (400, "invalid_position"), "{body}");
+        assert!(body["error"]["message"].as_str().unwrap().contains("none of which this read reads"), "{body}");
     }
     let url = format!("{}?after=default:{partition}:999999&timeout_ms=100", t.kv_url("default", "counter", Some("c")));
     let (status, body) = t.send(t.client.get(url)).await;

@@ -56,6 +56,27 @@ async fn every_limit_and_malformed_request_is_refused_precisely() {
         ("strong and after", t.client.get(format!("{}?consistency=strong&after=default:0:1", kv("p", "s"))), 400, "invalid_parameter"),
         ("garbage position", t.client.get(format!("{}?after=not-a-position", kv("p", "s"))), 400, "invalid_position"),
         ("position of another ns", t.client.get(format!("{}?after=other:0:1", kv("p", "s"))), 400, "invalid_position"),
+        ("position of a partition past the namespace's", t.client.get(format!("{}?after=default:16:1", kv("p", "s"))), 400, "invalid_position"),
+        (
+            "position of another partition",
+            t.client.get(format!("{}?after=default:{}:1", kv("p", "s"), (tern::partitioner::partition_of("p", 16) + 1) % 16)),
+            400,
+            "invalid_position",
+        ),
+        (
+            "list with a position of another partition",
+            t.client.get(format!("{}?after=default:{}:1", t.kv_url("default", "p", None), (tern::partitioner::partition_of("p", 16) + 1) % 16)),
+            400,
+            "invalid_position",
+        ),
+        (
+            "multi-get with a position of none of its partitions",
+            t.client
+                .post(format!("{base}/v1/ns/default/get?after=default:{}:1", (tern::partitioner::partition_of("p", 16) + 1) % 16))
+                .json(&json!({"keys": [{"pk": "p", "sk": "s"}]})),
+            400,
+            "invalid_position",
+        ),
         ("limit 0", t.client.get(format!("{}?limit=0", t.kv_url("default", "p", None))), 400, "invalid_parameter"),
         ("limit over 1000", t.client.get(format!("{}?limit=1001", t.kv_url("default", "p", None))), 400, "invalid_parameter"),
         ("bad cursor", t.client.get(format!("{}?cursor=%%%", t.kv_url("default", "p", None))), 400, "invalid_cursor"),

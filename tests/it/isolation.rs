@@ -73,8 +73,6 @@ enum Need {
     AllOf(&'static str, &'static str, &'static str),
     /// Some grant in `ns`.
     Visible(&'static str),
-    /// `verb` on some part of `ns` (the answer holds only what it may read).
-    Somewhere(&'static str, &'static str),
     /// `verb` on every namespace (a `*` grant with an empty prefix).
     Everywhere(&'static str),
     /// Each of these.
@@ -114,7 +112,6 @@ impl Principal {
                 inside.chain([*prefix]).all(|start| decide(grants, ns, start, verb))
             }
             Need::Visible(ns) => grants.iter().any(|g| names(g, ns) && !g.verbs.is_empty()),
-            Need::Somewhere(ns, verb) => grants.iter().any(|g| names(g, ns) && allows(g, verb)),
             Need::Everywhere(verb) => grants.iter().any(|g| g.ns == "*" && g.prefix.is_empty() && allows(g, verb)),
             Need::Each(needs) => needs.iter().all(|n| self.may(n)),
         }
@@ -202,10 +199,13 @@ fn operations_of(method: &str, path: &str, mark: &mut dyn FnMut() -> String, tar
         ],
         ("GET", "/v1/ns/{ns}") => vec![http("GET", "/v1/ns/app", None, Visible("app"), Leaves::Nothing)],
         ("GET", "/v1/ns/{ns}/kv") => vec![
-            http("GET", "/v1/ns/app/kv", None, Somewhere("app", "read"), Leaves::Nothing),
-            http("GET", "/v1/ns/app/kv?prefix=.", None, Somewhere("app", "read"), Leaves::Nothing),
-            http("GET", "/v1/ns/app/kv?prefix=secrets%2F", None, Somewhere("app", "read"), Leaves::Nothing),
-            http("GET", "/v1/ns/other/kv", None, Somewhere("other", "read"), Leaves::Nothing),
+            // Read on all of the scope listed, carve-outs included: a cursor
+            // or a record of what the caller may not read never shows.
+            http("GET", "/v1/ns/app/kv", None, AllOf("app", "", "read"), Leaves::Nothing),
+            http("GET", "/v1/ns/app/kv?prefix=.", None, AllOf("app", ".", "read"), Leaves::Nothing),
+            http("GET", "/v1/ns/app/kv?prefix=secrets%2F", None, AllOf("app", "secrets/", "read"), Leaves::Nothing),
+            http("GET", "/v1/ns/app/kv?prefix=zzz%2F&limit=1", None, AllOf("app", "zzz/", "read"), Leaves::Nothing),
+            http("GET", "/v1/ns/other/kv", None, AllOf("other", "", "read"), Leaves::Nothing),
         ],
         ("GET", "/v1/ns/{ns}/kv/{*rest}") => vec![
             http("GET", "/v1/ns/app/kv/p1/s", None, Key("app", "p1", "read"), Leaves::Nothing),

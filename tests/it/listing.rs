@@ -87,11 +87,14 @@ async fn a_bad_listing_request_is_refused_precisely() {
         ("partition=16", "invalid_request", "partition is 0 to 15"),
         ("partition=-1", "invalid_request", "partition is 0 to 15"),
         (&*format!("prefix={long_prefix}"), "key_too_large", "prefix is 1025 bytes"),
+        ("after=default:16:1", "invalid_position", "has 16 (0 to 15)"),
+        ("after=other:0:1", "invalid_position", "not \"default\""),
         ("sk=x", "invalid_parameter", "sk"),
     ];
     for (query, code, message) in cases {
         let (status, body) = t.get_json(&format!("/v1/ns/default/kv?{query}")).await;
-        assert_eq!((status, common::error_code(&body)), (400, code), "{query}: {body}");
+        let expected = if code == "key_too_large" { 413 } else { 400 };
+        assert_eq!((status, common::error_code(&body)), (expected, code), "{query}: {body}");
         assert!(body["error"]["message"].as_str().unwrap().contains(message), "{query}: {body}");
     }
     let (status, body) = t.get_json("/v1/ns/nothing-here/kv").await;
