@@ -37,6 +37,9 @@ use crate::partition::Namespace;
 /// Records one partition's page reads at most.
 const SCANNED_PER_PARTITION_MAX: usize = 10_000;
 
+/// Holders asked for their partitions' pages at once, at most.
+const REMOTE_PAGES_IN_FLIGHT_MAX: usize = 16;
+
 /// The least bytes of records a page may be asked to hold.
 const PAGE_BYTES_MIN: usize = 1024;
 
@@ -97,9 +100,16 @@ pub(super) async fn list_namespace(
     let share = (ask.bytes_max / partitions.len()).max(PAGE_BYTES_MIN);
     let mut offsets = BTreeMap::new();
     let mut pages = Vec::with_capacity(partitions.len());
-    for partition in remote {
+    // One wait for the whole listing: the holders', then this node's.
+    let deadline = tokio::time::Instant::now() + params.timeout()?;
+    let asks = remote.into_iter().map(|partition| {
+        let wait = deadline.saturating_duration_since(tokio::time::Instant::now());
+        remote_page(&state, &incoming, &namespace.name, partition, &ask, share, query.as_deref(), wait)
+    });
+    let fetched: Vec<_> = futures::StreamExt::collect(futures::StreamExt::buffered(futures::stream::iter(asks), REMOTE_PAGES_IN_FLIGHT_MAX)).await;
+    for fetched in fetched {
         // A holder's error is the whole answer, relayed as it sent it.
-        match remote_page(&state, &incoming, &namespace.name, partition, &ask, share, query.as_deref()).await {
+        match fetched {
             Ok((page, position)) => {
                 pages.push(page);
                 offsets.extend(position);
@@ -107,7 +117,7 @@ pub(super) async fn list_namespace(
             Err(response) => return Ok(response),
         }
     }
-    await_consistency(&state.node, &namespace, &local, &consistency, params.timeout()?).await?;
+    await_consistency(&state.node, &namespace, &local, &consistency, deadline.saturating_duration_since(tokio::time::Instant::now())).await?;
     let read = {
         let (namespace, ask) = (namespace.clone(), (ask.prefix.clone(), ask.after.clone(), ask.limit));
         tokio::task::spawn_blocking(move || local_pages(&namespace, &local, &ask.0, ask.1.as_ref(), ask.2, share)).await
@@ -207,8 +217,10 @@ fn merge(pages: Vec<PartitionPage>, limit: usize, bytes_max: usize) -> (Vec<Item
 }
 
 /// The page of a partition this node does not read, asked of its holder as
-/// the same listing with `partition=P` (and its share of the page's bytes);
-/// its items, how far it read and its offset.
+/// the same listing with `partition=P` (its share of the page's bytes, and
+/// what is left of the listing's wait); its items, how far it read and its
+/// offset.
+#[allow(clippy::too_many_arguments)]
 async fn remote_page(
     state: &AppState,
     incoming: &Incoming<'_>,
@@ -217,20 +229,22 @@ async fn remote_page(
     ask: &PageAsk,
     share: usize,
     query: Option<&str>,
+    wait: std::time::Duration,
 ) -> Result<(PartitionPage, BTreeMap<u32, u64>), Response> {
     let mut path =
         format!("/v1/ns/{}/kv?partition={partition}&limit={}&page_bytes={share}&prefix={}", encode(namespace), ask.limit, encode(&ask.prefix));
     if let Some((pk, sk)) = &ask.after {
         path.push_str(&format!("&cursor={}", encode(&encode_cursor(pk, sk))));
     }
-    // The read's own wait goes on with it.
+    // The read's own wait goes on with it: what is left of it.
     if let Some(params) = query.and_then(|q| Params::parse(Some(q), PARAMETERS).ok()) {
-        for name in ["after", "consistency", "timeout_ms"] {
+        for name in ["after", "consistency"] {
             if let Some(value) = params.str(name) {
                 path.push_str(&format!("&{name}={}", encode(value)));
             }
         }
     }
+    path.push_str(&format!("&timeout_ms={}", wait.as_millis()));
     let sub = Incoming {
         method: Method::GET,
         path_and_query: &path,
