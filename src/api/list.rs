@@ -38,10 +38,7 @@ pub(super) async fn list(
     query: Option<&str>,
 ) -> Result<Response, ApiError> {
     let params = Params::parse(query, &["prefix", "start", "end", "limit", "cursor", "reverse", "after", "consistency", "timeout_ms", "partition"])?;
-    let limit = params.u64("limit")?.map_or(limits::LIST_LIMIT_DEFAULT, |l| l as usize);
-    if limit == 0 || limit > limits::LIST_LIMIT_MAX {
-        return Err(ApiError::bad_request("invalid_parameter", format!("limit must be between 1 and {}, got {limit}", limits::LIST_LIMIT_MAX)));
-    }
+    let limit = params.list_limit()?;
     let range = SkRange {
         prefix: params.str("prefix").map(str::to_string),
         start: params.str("start").map(str::to_string),

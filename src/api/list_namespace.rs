@@ -137,10 +137,7 @@ pub(super) async fn list_namespace(
 
 /// The page asked for, its parameters checked.
 fn page_ask(params: &Params) -> Result<PageAsk, ApiError> {
-    let limit = params.u64("limit")?.map_or(limits::LIST_LIMIT_DEFAULT, |l| l as usize);
-    if limit == 0 || limit > limits::LIST_LIMIT_MAX {
-        return Err(ApiError::bad_request("invalid_parameter", format!("limit must be between 1 and {}, got {limit}", limits::LIST_LIMIT_MAX)));
-    }
+    let limit = params.list_limit()?;
     let bytes_max = params.u64("page_bytes")?.map_or(limits::ANSWER_BYTES_MAX, |b| b as usize);
     if !(PAGE_BYTES_MIN..=limits::ANSWER_BYTES_MAX).contains(&bytes_max) {
         return Err(ApiError::bad_request(

@@ -61,6 +61,16 @@ impl Params {
         Ok(Duration::from_millis(ms))
     }
 
+    /// `limit` of a listing's page: 1 to `LIST_LIMIT_MAX`, `LIST_LIMIT_DEFAULT` when absent.
+    pub(super) fn list_limit(&self) -> Result<usize, ApiError> {
+        let limit = self.u64("limit")?.map_or(crate::limits::LIST_LIMIT_DEFAULT, |l| l as usize);
+        if limit == 0 || limit > crate::limits::LIST_LIMIT_MAX {
+            let message = format!("limit must be between 1 and {}, got {limit}", crate::limits::LIST_LIMIT_MAX);
+            return Err(ApiError::bad_request("invalid_parameter", message));
+        }
+        Ok(limit)
+    }
+
     /// `after=POSITION` and/or `consistency=local|strong`.
     pub(super) fn consistency(&self) -> Result<Consistency, ApiError> {
         let after =

@@ -470,6 +470,19 @@ fn flip_bits_anywhere(path: &Path) {
     std::fs::write(path, bytes).unwrap();
 }
 
+/// 1,000 records `k0..` of 3 KB, each naming its write (`marker-000321`):
+/// each partition's store is larger than a 1 MiB page cache.
+async fn write_marked_records(t: &Tern) -> BTreeMap<String, Value> {
+    let mut written = BTreeMap::new();
+    for i in 0..1_000 {
+        let (pk, value) = (format!("k{i}"), json!({ "marker": format!("marker-{i:06}"), "pad": "x".repeat(3_000) }));
+        let (status, body) = t.put(&pk, "", &value).await;
+        assert_eq!(status, 200, "{body}");
+        written.insert(pk, value);
+    }
+    written
+}
+
 /// Flips the last byte of `needle` where `path` holds it, in place (the
 /// node keeps the file open); false if the file does not hold it.
 fn flip_in_place(path: &Path, needle: &[u8]) -> bool {
@@ -498,14 +511,7 @@ async fn a_record_damaged_while_the_node_runs_is_never_served_and_is_rebuilt() {
     args.extend(["--store-cache-bytes", "1048576", "--store-fsync-interval-ms", "100"].map(String::from));
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let t = Tern::spawn(&args, data.path()).await;
-    let mut written = BTreeMap::new();
-    // Values of 3 KB: each partition's store is larger than the cache.
-    for i in 0..1_000 {
-        let (pk, value) = (format!("k{i}"), json!({ "marker": format!("marker-{i:06}"), "pad": "x".repeat(3_000) }));
-        let (status, body) = t.put(&pk, "", &value).await;
-        assert_eq!(status, 200, "{body}");
-        written.insert(pk, value);
-    }
+    let mut written = write_marked_records(&t).await;
     t.wait_caught_up("default").await;
     let before = t.partition_states("default").await;
     // Past the store's fsync, so the file holds every record.
@@ -575,13 +581,7 @@ async fn the_scrub_finds_a_record_damaged_while_no_one_reads_it() {
     );
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let t = Tern::spawn(&args, data.path()).await;
-    let mut written = BTreeMap::new();
-    for i in 0..1_000 {
-        let (pk, value) = (format!("k{i}"), json!({ "marker": format!("marker-{i:06}"), "pad": "x".repeat(3_000) }));
-        let (status, body) = t.put(&pk, "", &value).await;
-        assert_eq!(status, 200, "{body}");
-        written.insert(pk, value);
-    }
+    let written = write_marked_records(&t).await;
     t.wait_caught_up("default").await;
     let before = t.partition_states("default").await;
     // Both partitions scrubbed whole and intact, twice (and past the store's fsync).
