@@ -24,6 +24,10 @@ python3 -c "import venv, ensurepip" 2>/dev/null || need_apt+=(python3-venv)
 # The TypeScript client's tests (Node 20+) and its browser test (Debian's chromium).
 command -v node >/dev/null || need_apt+=(nodejs npm)
 command -v chromium >/dev/null || need_apt+=(chromium)
+# The Go client's tests (clients/go).
+command -v go >/dev/null || need_apt+=(golang-go)
+# promtool checks and unit-tests the alert rules (deploy/prometheus).
+command -v promtool >/dev/null || need_apt+=(prometheus)
 if [[ "${1:-}" == "bench" ]]; then
   command -v etcd >/dev/null || need_apt+=(etcd-server)
 fi
@@ -31,7 +35,19 @@ if ((${#need_apt[@]})); then
   echo "setup: installing ${need_apt[*]}" >&2
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
+  # Install packages without starting their services (prometheus would
+  # start a server on every interface): policy-rc.d refuses them.
+  policy=/usr/sbin/policy-rc.d
+  made_policy=false
+  if [[ ! -e $policy ]]; then
+    printf '#!/bin/sh\nexit 101\n' > "$policy" && chmod +x "$policy" && made_policy=true
+    trap 'rm -f "$policy"' EXIT
+  fi
   apt-get install -y -qq "${need_apt[@]}" >/dev/null
+  if $made_policy; then
+    rm -f "$policy"
+    trap - EXIT
+  fi
 fi
 if [[ "${1:-}" == "bench" ]] && ! python3 -c "import matplotlib" 2>/dev/null; then
   echo "setup: installing matplotlib" >&2

@@ -70,6 +70,28 @@ FIREBASE_ADMIN_VERSION=6.9.0
   "$FIREBASE_VENV/bin/python" -m pytest tests/firebase -q -p no:cacheprovider
 ) 2>&1 | tee -a "$LOG"
 py_status=${PIPESTATUS[0]}
+# The Python client (clients/python, sync and asyncio) against real `tern
+# dev` nodes, from a venv of its own beside the target directory.
+PY_CLIENT_VENV="${TERN_PY_CLIENT_VENV:-$HOME/.cache/tern-python-client-venv}"
+(
+  set -e
+  if ! "$PY_CLIENT_VENV/bin/python" -c "import httpx, pytest; assert httpx.__version__ == '0.28.1'" 2>/dev/null; then
+    python3 -m venv "$PY_CLIENT_VENV"
+    "$PY_CLIENT_VENV/bin/pip" install -q "httpx==0.28.1" "pytest==8.3.4"
+  fi
+  cd clients/python
+  "$PY_CLIENT_VENV/bin/python" -m pytest tests -q -p no:cacheprovider
+) 2>&1 | tee -a "$LOG"
+py_client_status=${PIPESTATUS[0]}
+# The Go client (clients/go, the standard library only) likewise.
+(
+  set -e
+  cd clients/go
+  go vet ./...
+  go test -count=1 -v ./... | grep -E '^(--- |=== RUN|ok|FAIL|panic)'
+  exit "${PIPESTATUS[0]}"
+) 2>&1 | tee -a "$LOG"
+go_client_status=${PIPESTATUS[0]}
 set -e
 # Why each failed Rust test failed, gathered at the end where a short tail
 # of this output shows it (the panics are otherwise far above, among the
@@ -79,9 +101,12 @@ awk '/^---- .* stdout ----$/ { name = $0 } /panicked at/ && name != "" { print n
 # One closing line over every test binary and the client's tests.
 awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i } }
      /^# pass / { p += $3 } /^# fail / { f += $3 }
+     /^--- PASS: / { p++ } /^--- FAIL: / { f++ }
      !/^test result:/ && / in [0-9.]+s( \([0-9:]+\))?$/ && /(passed|failed)/ { for (i = 1; i < NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i } }
      END { printf "%d passed, %d failed\n", p, f }' "$LOG"
 if ((status != 0)); then exit "$status"; fi
 if ((ts_status != 0)); then exit "$ts_status"; fi
 if ((fb_js_status != 0)); then exit "$fb_js_status"; fi
-exit "$py_status"
+if ((py_status != 0)); then exit "$py_status"; fi
+if ((py_client_status != 0)); then exit "$py_client_status"; fi
+exit "$go_client_status"

@@ -167,6 +167,10 @@ pub enum Malformed {
 }
 
 impl Malformed {
+    /// Every `label`, as the metrics make them exist from the start.
+    pub const LABELS: [&'static str; 8] =
+        ["undecodable", "unknown_format", "limit", "no_kind", "invalid_json", "wrong_partition", "tree", "procedure"];
+
     pub fn label(&self) -> &'static str {
         match self {
             Malformed::Undecodable => "undecodable",

@@ -6,6 +6,6 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 fn main() {
     if let Err(e) = tern::cli::main() {
         eprintln!("error: {e:#}");
-        std::process::exit(1);
+        std::process::exit(tern::cli::exit_status_of(&e));
     }
 }

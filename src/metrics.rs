@@ -16,8 +16,8 @@ fn latency_buckets() -> Vec<f64> {
 pub(crate) static HTTP_REQUEST_SECONDS: LazyLock<HistogramVec> = LazyLock::new(|| {
     register_histogram_vec!(
         "tern_http_request_duration_seconds",
-        "HTTP request latency by route and status class",
-        &["route", "status"],
+        "HTTP request latency by method, route (the path's pattern) and status class (2xx, 4xx, 5xx)",
+        &["method", "route", "status"],
         latency_buckets()
     )
     .expect("metric registers")
@@ -98,10 +98,16 @@ pub(crate) static FORWARDS: LazyLock<IntCounterVec> = LazyLock::new(|| {
 pub(crate) static PEER_RTT_SECONDS: LazyLock<GaugeVec> = LazyLock::new(|| {
     register_gauge_vec!(
         "tern_peer_rtt_seconds",
-        "Smoothed round trip to a peer node, measured by this node's probes (-1: the last probe failed)",
+        "Smoothed round trip to a peer node, measured by this node's probes (absent while the peer does not answer: \
+         see tern_peer_reachable)",
         &["peer", "region"]
     )
     .expect("metric registers")
+});
+
+pub(crate) static PEER_REACHABLE: LazyLock<IntGaugeVec> = LazyLock::new(|| {
+    register_int_gauge_vec!("tern_peer_reachable", "1 when this node's last probe of the peer was answered, 0 when it was not", &["peer", "region"])
+        .expect("metric registers")
 });
 
 pub(crate) static FORWARD_FAILURES: LazyLock<IntCounter> =
@@ -325,7 +331,7 @@ pub(crate) static APPLY_DUPLICATES: LazyLock<IntCounterVec> = LazyLock::new(|| {
     register_int_counter_vec!(
         "tern_apply_duplicate_writes_total",
         "Log entries not applied because their write id was applied within the window (retried writes)",
-        &["namespace"]
+        &["ns"]
     )
     .expect("metric registers")
 });
@@ -335,9 +341,14 @@ pub(crate) static APPLY_CONDITION_FAILED: LazyLock<IntCounterVec> = LazyLock::ne
         .expect("metric registers")
 });
 
-pub(crate) static PARTITION_APPLIED_OFFSET: LazyLock<IntGaugeVec> = LazyLock::new(|| {
-    register_int_gauge_vec!("tern_partition_applied_offset", "Offset of the last applied log entry (-1: none)", &["ns", "partition"])
-        .expect("metric registers")
+pub(crate) static PARTITION_APPLIED_NEXT_OFFSET: LazyLock<IntGaugeVec> = LazyLock::new(|| {
+    register_int_gauge_vec!(
+        "tern_partition_applied_next_offset",
+        "This replica's position in the partition: every log offset below it is applied (0: none), as a position \
+         NS:PARTITION:OFFSET says; tern_partition_log_end_offset minus it is the lag",
+        &["ns", "partition"]
+    )
+    .expect("metric registers")
 });
 
 pub(crate) static PARTITION_LOG_END_OFFSET: LazyLock<IntGaugeVec> = LazyLock::new(|| {
@@ -348,7 +359,7 @@ pub(crate) static PARTITION_STALENESS_SECONDS: LazyLock<GaugeVec> = LazyLock::ne
     register_gauge_vec!(
         "tern_partition_staleness_seconds",
         "Upper bound on how stale this replica's local reads are: time since it was last known to have applied \
-         every write the log acknowledged (-1: not known yet)",
+         every write the log acknowledged (+Inf: not known yet, as after a start before the log answered)",
         &["ns", "partition"]
     )
     .expect("metric registers")
@@ -356,6 +367,16 @@ pub(crate) static PARTITION_STALENESS_SECONDS: LazyLock<GaugeVec> = LazyLock::ne
 
 pub(crate) static PARTITION_LAG: LazyLock<IntGaugeVec> = LazyLock::new(|| {
     register_int_gauge_vec!("tern_partition_lag", "Log entries not yet applied by this replica", &["ns", "partition"]).expect("metric registers")
+});
+
+pub(crate) static PARTITION_HELD: LazyLock<IntGaugeVec> = LazyLock::new(|| {
+    register_int_gauge_vec!(
+        "tern_partition_held",
+        "1 when this node holds (serves) the partition; 0 when another member of its replica group does, and this \
+         replica's lag and staleness of it say nothing (alerts filter on it)",
+        &["ns", "partition"]
+    )
+    .expect("metric registers")
 });
 
 pub(crate) static PARTITION_REBUILDING: LazyLock<IntGaugeVec> = LazyLock::new(|| {
@@ -385,6 +406,152 @@ pub(crate) static PARTITION_REFUSED: LazyLock<IntGaugeVec> = LazyLock::new(|| {
     )
     .expect("metric registers")
 });
+
+pub(crate) static NODE_READY: LazyLock<IntGauge> = LazyLock::new(|| {
+    register_int_gauge!("tern_ready", "1 when /readyz answers ready as of this scrape (every held partition caught up, none refused), else 0")
+        .expect("metric registers")
+});
+
+pub(crate) static RIPCORD_ENGAGED: LazyLock<IntGauge> = LazyLock::new(|| {
+    register_int_gauge!(
+        "tern_ripcord_engaged",
+        "1 as of this scrape while the log refuses writes and they are journaled instead (acknowledged, not yet sequenced)"
+    )
+    .expect("metric registers")
+});
+
+pub(crate) static BUILD_INFO: LazyLock<IntGaugeVec> = LazyLock::new(|| {
+    register_int_gauge_vec!("tern_build_info", "1, labelled with this binary's version and the commit it was built from", &["version", "commit"])
+        .expect("metric registers")
+});
+
+/// Registers every family and makes each series whose labels are a closed
+/// set (reasons, outcomes, protocols) exist at 0, so an alert on `rate()`
+/// or `increase()` sees 0 from the start rather than nothing. Series keyed
+/// by a namespace, partition, procedure or peer appear with it (a
+/// partition's when its replica opens it). Also the process's own metrics
+/// (`process_cpu_seconds_total`, `process_resident_memory_bytes`,
+/// `process_open_fds`, ...) and `tern_build_info`. Called once at start.
+pub(crate) fn register_every_family() {
+    static DONE: std::sync::Once = std::sync::Once::new();
+    DONE.call_once(|| {
+        force_every_family();
+        let closed: [(&IntCounterVec, &[&str]); 8] = [
+            (&AUTH_FAILURES, &["missing", "invalid", "rate_limited"]),
+            (&SLOW_CLIENTS_CLOSED, &["realtime"]),
+            (&FIREBASE_ONDISCONNECT, &["close", "sweep", "already", "discarded", "fired_while_open"]),
+            (&GOSSIP_REJECTED, &["forged", "stale", "malformed"]),
+            (&FORWARDS, &["same_region", "other_region"]),
+            (&SCRUB_PASSES, &["intact", "changed", "damaged"]),
+            (&WATCH_RESETS, &["history_gone", "slow_consumer"]),
+            (&WATCH_CANCELLED, &["slow_consumer"]),
+        ];
+        for (family, values) in closed {
+            for value in values {
+                family.with_label_values(&[*value]);
+            }
+        }
+        // The process collector reads /proc: Linux only (elsewhere the process metrics are absent).
+        #[cfg(target_os = "linux")]
+        let _ = prometheus::register(Box::new(prometheus::process_collector::ProcessCollector::for_self()));
+        BUILD_INFO.with_label_values(&[env!("CARGO_PKG_VERSION"), env!("TERN_GIT_COMMIT")]).set(1);
+    });
+}
+
+/// The series of a namespace whose labels besides `ns` are a closed set,
+/// made at 0 when a replica opens one of its partitions; `skip_reasons`:
+/// every reason an entry is skipped for (`codec::Malformed::LABELS`).
+pub(crate) fn register_namespace(ns: &str, skip_reasons: &[&str]) {
+    for reason in skip_reasons {
+        APPLY_SKIPPED_ENTRIES.with_label_values(&[ns, reason]);
+    }
+    APPLY_DUPLICATES.with_label_values(&[ns]);
+    APPLY_CONDITION_FAILED.with_label_values(&[ns]);
+}
+
+/// Registers every family above (each is registered on first use).
+/// `tests/it/metrics.rs` checks that every family in this file is listed.
+fn force_every_family() {
+    LazyLock::force(&HTTP_REQUEST_SECONDS);
+    LazyLock::force(&FORWARD_SECONDS);
+    LazyLock::force(&AUTH_FAILURES);
+    LazyLock::force(&CONNECTIONS_REFUSED);
+    LazyLock::force(&SLOW_CLIENTS_CLOSED);
+    LazyLock::force(&AUTH_DENIED);
+    LazyLock::force(&TLS_HANDSHAKE_FAILURES);
+    LazyLock::force(&FIREBASE_REALTIME_CONNECTIONS);
+    LazyLock::force(&FIREBASE_ONDISCONNECT);
+    LazyLock::force(&GOSSIP_REJECTED);
+    LazyLock::force(&FORWARDS);
+    LazyLock::force(&PEER_RTT_SECONDS);
+    LazyLock::force(&PEER_REACHABLE);
+    LazyLock::force(&FORWARD_FAILURES);
+    LazyLock::force(&SCRUB_ENTRIES);
+    LazyLock::force(&SCRUB_PASSES);
+    LazyLock::force(&SCRUB_LAST_ROUND);
+    LazyLock::force(&LOG_OFFSETS_ACCEPTED_LOST);
+    LazyLock::force(&KAFKA_BATCHES_DAMAGED);
+    LazyLock::force(&KAFKA_BOOTSTRAP_READDED);
+    LazyLock::force(&KAFKA_PRODUCER_REMADE);
+    LazyLock::force(&LOG_READERS_REOPENED);
+    LazyLock::force(&GROUP_PARTITIONS_ASSIGNED);
+    LazyLock::force(&GROUP_CONSUMER_REBUILT);
+    LazyLock::force(&GROUP_PARTITIONS_REVOKED);
+    LazyLock::force(&SNAPSHOT_BYTES_UPLOADED);
+    LazyLock::force(&KAFKA_RETENTION_SHORT);
+    LazyLock::force(&JOURNAL_SEQUENCED);
+    LazyLock::force(&JOURNAL_BACKLOG_ENTRIES);
+    LazyLock::force(&JOURNAL_BACKLOG_BYTES);
+    LazyLock::force(&JOURNAL_OLDEST_AGE_SECONDS);
+    LazyLock::force(&JOURNAL_REPLAYED);
+    LazyLock::force(&JOURNAL_OBJECTS_PUT);
+    LazyLock::force(&JOURNAL_CLAIMS);
+    LazyLock::force(&JOURNAL_CLAIMED_SEQUENCED);
+    LazyLock::force(&FIREBASE_INDEX_BUILDS);
+    LazyLock::force(&FIREBASE_INDEX_CHILDREN_UPDATED);
+    LazyLock::force(&FIREBASE_INDEX_ENTRIES);
+    LazyLock::force(&SNAPSHOT_RESTORES);
+    LazyLock::force(&STORES_SET_ASIDE);
+    LazyLock::force(&SNAPSHOT_REJECTED);
+    LazyLock::force(&LOG_APPEND_SECONDS);
+    LazyLock::force(&LOG_FSYNC_SECONDS);
+    LazyLock::force(&LOG_FSYNC_BATCH_ENTRIES);
+    LazyLock::force(&APPLY_BATCH_ENTRIES);
+    LazyLock::force(&STORE_FSYNC_SECONDS);
+    LazyLock::force(&APPLY_SKIPPED_ENTRIES);
+    LazyLock::force(&APPLY_DUPLICATES);
+    LazyLock::force(&APPLY_CONDITION_FAILED);
+    LazyLock::force(&PARTITION_APPLIED_NEXT_OFFSET);
+    LazyLock::force(&PARTITION_LOG_END_OFFSET);
+    LazyLock::force(&PARTITION_STALENESS_SECONDS);
+    LazyLock::force(&PARTITION_LAG);
+    LazyLock::force(&PARTITION_REBUILDING);
+    LazyLock::force(&PARTITION_BLOCKED);
+    LazyLock::force(&PARTITION_REFUSED);
+    LazyLock::force(&WATCHES_OPEN);
+    LazyLock::force(&WATCH_RESETS);
+    LazyLock::force(&WATCH_CANCELLED);
+    LazyLock::force(&WATCH_CONFLATED_EVENTS);
+    LazyLock::force(&WATCH_REPLAYED_EVENTS);
+    LazyLock::force(&WATCH_DISPATCH_LOST);
+    LazyLock::force(&PROCEDURE_RECORDS);
+    LazyLock::force(&SOURCE_ENTRIES_UNVERIFIED);
+    LazyLock::force(&PROCEDURE_OUTPUTS_REFUSED);
+    LazyLock::force(&PROCEDURE_OUTPUTS);
+    LazyLock::force(&PROCEDURE_DEAD_LETTERS);
+    LazyLock::force(&PROCEDURE_FUEL);
+    LazyLock::force(&PROCEDURE_TIMERS_FIRED);
+    LazyLock::force(&PROCEDURE_CALL_SECONDS);
+    LazyLock::force(&PROCEDURE_TICKS);
+    LazyLock::force(&OUTBOX_PUBLISHED);
+    LazyLock::force(&OUTBOX_PUBLISH_ERRORS);
+    LazyLock::force(&OUTBOX_UNPUBLISHED);
+    LazyLock::force(&OUTBOX_PUBLISH_SECONDS);
+    LazyLock::force(&PARTITION_HELD);
+    LazyLock::force(&NODE_READY);
+    LazyLock::force(&RIPCORD_ENGAGED);
+    LazyLock::force(&BUILD_INFO);
+}
 
 /// Text exposition of every registered metric.
 pub(crate) fn render() -> String {

@@ -22,6 +22,7 @@ use crate::snapshot::Snapshots;
 /// with the URL once it serves (the test harness and scripts wait for it).
 pub(crate) async fn run(settings: Settings, banner: &'static str) -> anyhow::Result<()> {
     settings.validate()?;
+    crate::metrics::register_every_family();
     let auth = settings.auth_config()?;
     let tls = tls_config(&settings).map(crate::http::tls::Tls::load).transpose()?.map(Arc::new);
     let authenticator = auth.as_ref().map(crate::auth::Authenticator::new).transpose()?.map(Arc::new);
@@ -63,7 +64,7 @@ pub(crate) async fn run(settings: Settings, banner: &'static str) -> anyhow::Res
     };
     let app = AppState { node: node.clone(), cluster: cluster.clone(), access: Arc::new(access) };
     let firebase = FirebaseConfig::new(settings.firebase_owner_token.clone(), settings.firebase_emulator);
-    let protocols = Protocols::new(app, firebase);
+    let protocols = Protocols { cors_origins: settings.cors_origins()?, ..Protocols::new(app, firebase) };
     // onDisconnect writes whose connection's node restarted or died.
     tasks.spawn("onDisconnect sweeper", protocols.firebase.clone().sweep_forever());
     // Round trips to the peers, for routing to the nearest holder.

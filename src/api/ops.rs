@@ -38,5 +38,8 @@ pub(super) async fn metrics(State(state): State<AppState>, request: axum::extrac
             return e.into_response();
         }
     }
+    // What /readyz says, as of this scrape (alerts on a node not ready).
+    crate::metrics::NODE_READY.set(i64::from(state.node.readiness().0));
+    crate::metrics::RIPCORD_ENGAGED.set(i64::from(state.node.ripcord_engaged()));
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], crate::metrics::render()).into_response()
 }

@@ -37,13 +37,15 @@ pub(super) async fn kv(
     body: Body,
 ) -> Result<Response, ApiError> {
     let key = keys::parse(uri.path())?;
-    let verb = if method == axum::http::Method::GET { Verb::Read } else { Verb::Write };
+    // HEAD is a GET without the body (hyper drops it): `Allow` names it.
+    let reads = matches!(method, axum::http::Method::GET | axum::http::Method::HEAD);
+    let verb = if reads { Verb::Read } else { Verb::Write };
     require(&identity, &ns, &key.pk, verb)?;
     let namespace = namespace(&state, &ns)?;
     let incoming = Incoming::new(method.clone(), &uri, &headers).by(&identity);
     let query = query.as_deref();
     match method {
-        axum::http::Method::GET => match key.sk {
+        _ if reads => match key.sk {
             Some(sk) => get(&state, &incoming, &namespace, key.pk, sk, query).await,
             None => list(&state, &incoming, &namespace, key.pk, query).await,
         },
@@ -52,7 +54,7 @@ pub(super) async fn kv(
         other => Err(ApiError::new(
             StatusCode::METHOD_NOT_ALLOWED,
             "method_not_allowed",
-            format!("{other} is not supported on records; use GET, PUT or DELETE"),
+            format!("{other} is not supported on records; use GET, HEAD, PUT or DELETE"),
         )),
     }
 }

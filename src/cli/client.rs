@@ -6,6 +6,9 @@ use clap::{Args, Subcommand};
 use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 use serde_json::Value;
 
+use super::exit::{exit_of_status, unreachable, CliError};
+use super::table::{cell, Table};
+
 /// Everything but unreserved characters is encoded, so `/` in a key becomes `%2F`.
 const KEY_SEGMENT: &AsciiSet = &NON_ALPHANUMERIC.remove(b'-').remove(b'_').remove(b'.').remove(b'~');
 
@@ -57,8 +60,10 @@ pub struct PutArgs {
     /// PK [SK] VALUE, where VALUE is JSON (quote strings: '"on"'); `-` reads VALUE from stdin.
     #[arg(num_args = 2..=3, required = true)]
     args: Vec<String>,
+    /// Only if the record is still at this version (else exit 4, condition_failed).
     #[arg(long)]
     if_version: Option<u64>,
+    /// Only if the record does not exist (else exit 4, condition_failed).
     #[arg(long)]
     if_absent: bool,
     /// Wait until this node has applied the write.
@@ -83,7 +88,9 @@ pub struct WriteStatusArgs {
 pub struct GetArgs {
     #[command(flatten)]
     common: Common,
+    /// The record's partition key.
     pk: String,
+    /// The record's sort key (default: the empty one).
     #[arg(default_value = "")]
     sk: String,
     /// Read-your-writes: wait until this position is applied.
@@ -98,11 +105,15 @@ pub struct GetArgs {
 pub struct DelArgs {
     #[command(flatten)]
     common: Common,
+    /// The record's partition key.
     pk: String,
+    /// The record's sort key (default: the empty one).
     #[arg(default_value = "")]
     sk: String,
+    /// Only if the record is still at this version (else exit 4, condition_failed).
     #[arg(long)]
     if_version: Option<u64>,
+    /// Wait until this node has applied the delete.
     #[arg(long)]
     wait: bool,
 }
@@ -152,10 +163,14 @@ pub struct NsArgs {
 #[derive(Subcommand)]
 enum NsAction {
     /// List namespaces (the default).
+    #[command(after_help = "Example:\n  tern ns ls --json")]
     Ls,
-    /// Create a namespace.
+    /// Create a namespace (exists already with the same partitions: said, exit 0).
+    #[command(after_help = "Examples:\n  tern ns create dns --partitions 8\n  tern ns create orders --source-topic orders")]
     Create {
+        /// The namespace's name.
         name: String,
+        /// Its partition count, fixed for its life.
         #[arg(long, default_value_t = 16)]
         partitions: u32,
         /// Read this existing Kafka topic as the namespace's log (its
@@ -164,7 +179,11 @@ enum NsAction {
         source_topic: Option<String>,
     },
     /// Show one namespace with per-partition state.
-    Show { name: String },
+    #[command(after_help = "Example:\n  tern ns show default")]
+    Show {
+        /// The namespace's name.
+        name: String,
+    },
 }
 
 fn key_url(c: &Common, pk: &str, sk: Option<&str>) -> String {
@@ -178,15 +197,20 @@ fn key_url(c: &Common, pk: &str, sk: Option<&str>) -> String {
 
 /// Sends a request; returns the JSON body of a 2xx, or an error naming the API's code and message.
 pub(super) async fn send(request: reqwest::RequestBuilder) -> anyhow::Result<Value> {
-    let response = request.send().await.map_err(|e| anyhow::anyhow!("cannot reach Tern: {e}"))?;
+    let response = request.send().await.map_err(|e| anyhow::Error::new(unreachable(&e)))?;
     let status = response.status();
     let body: Value = response.json().await.unwrap_or(Value::Null);
     if status.is_success() {
         return Ok(body);
     }
+    Err(refusal(status.as_u16(), &body).into())
+}
+
+/// The node's error answer as the CLI says it, with its exit status.
+pub(super) fn refusal(status: u16, body: &Value) -> CliError {
     let code = body["error"]["code"].as_str().unwrap_or("http_error");
     let message = body["error"]["message"].as_str().unwrap_or("no message");
-    anyhow::bail!("{} {code}: {message}", status.as_u16())
+    CliError { exit: exit_of_status(status), message: format!("{status} {code}: {message}") }
 }
 
 pub(super) fn print(common: &Common, body: &Value, human: impl FnOnce(&Value)) {
@@ -195,6 +219,22 @@ pub(super) fn print(common: &Common, body: &Value, human: impl FnOnce(&Value)) {
     } else {
         human(body);
     }
+}
+
+/// Whether a key is `.` or `..`: a path segment URL parsing (WHATWG, as
+/// reqwest's) resolves away, even as `%2E`; sent in a path, the request
+/// would address another record (`("k", ".")` would be `("k", "")`). Such a
+/// key travels in a body: a one-op batch, or a multi-get.
+fn unaddressable(keys: &[&str]) -> bool {
+    keys.iter().any(|key| *key == "." || *key == "..")
+}
+
+/// A one-op batch for a key a path cannot carry (`unaddressable`); its
+/// conditions are in `op`, `query` holds the batch's own (`wait`, `durability`).
+async fn write_as_batch(common: &Common, op: Value, query: &[(&str, String)]) -> anyhow::Result<Value> {
+    let query: Vec<_> = query.iter().filter(|(name, _)| !matches!(*name, "if_version" | "if_absent")).collect();
+    let url = format!("{}/v1/ns/{}/batch", common.url.trim_end_matches('/'), common.ns);
+    send(common.client()?.post(url).query(&query).json(&serde_json::json!({ "ops": [op] }))).await
 }
 
 fn parse_value(text: &str) -> anyhow::Result<String> {
@@ -222,9 +262,15 @@ pub(super) async fn put(a: PutArgs) -> anyhow::Result<()> {
     if a.journaled {
         query.push(("durability", "journaled".to_string()));
     }
-    let request =
-        a.common.client()?.put(key_url(&a.common, pk, Some(sk))).query(&query).header("content-type", "application/json").body(parse_value(value)?);
-    let body = send(request).await?;
+    let value = parse_value(value)?;
+    let body = if unaddressable(&[pk, sk]) {
+        let value: Value = serde_json::from_str(&value).expect("parse_value checked it");
+        let op = serde_json::json!({ "op": "put", "pk": pk, "sk": sk, "value": value, "if_version": a.if_version, "if_absent": a.if_absent });
+        write_as_batch(&a.common, op, &query).await?
+    } else {
+        let request = a.common.client()?.put(key_url(&a.common, pk, Some(sk))).query(&query).header("content-type", "application/json").body(value);
+        send(request).await?
+    };
     print(&a.common, &body, |b| match b["write_id"].as_str() {
         Some(id) => println!("journaled  write id {id}  (tern write-status {id})"),
         None => println!("ok  version {}  position {}", b["version"], b["position"].as_str().unwrap_or("")),
@@ -256,7 +302,24 @@ pub(super) async fn get(a: GetArgs) -> anyhow::Result<()> {
     if a.strong {
         query.push(("consistency", "strong".to_string()));
     }
-    let body = send(a.common.client()?.get(key_url(&a.common, &a.pk, Some(&a.sk))).query(&query)).await?;
+    let body = if unaddressable(&[&a.pk, &a.sk]) {
+        let url = format!("{}/v1/ns/{}/get", a.common.url.trim_end_matches('/'), a.common.ns);
+        let keys = serde_json::json!({ "keys": [{ "pk": a.pk, "sk": a.sk }] });
+        let answer = send(a.common.client()?.post(url).query(&query).json(&keys)).await?;
+        match &answer["items"][0] {
+            Value::Object(record) => {
+                let mut record = Value::Object(record.clone());
+                record["position"] = answer["position"].clone();
+                record
+            }
+            _ => {
+                let message = format!("404 not_found: no record at pk {:?} sk {:?}", a.pk, a.sk);
+                return Err(CliError { exit: super::exit::Exit::NotFound, message }.into());
+            }
+        }
+    } else {
+        send(a.common.client()?.get(key_url(&a.common, &a.pk, Some(&a.sk))).query(&query)).await?
+    };
     print(&a.common, &body, |b| {
         println!("{}", serde_json::to_string_pretty(&b["value"]).expect("serializes"));
         eprintln!("version {}  position {}", b["version"], b["position"].as_str().unwrap_or(""));
@@ -272,7 +335,13 @@ pub(super) async fn del(a: DelArgs) -> anyhow::Result<()> {
     if a.wait {
         query.push(("wait", "applied".to_string()));
     }
-    let body = send(a.common.client()?.delete(key_url(&a.common, &a.pk, Some(&a.sk))).query(&query)).await?;
+    let body = if unaddressable(&[&a.pk, &a.sk]) {
+        let op = serde_json::json!({ "op": "delete", "pk": a.pk, "sk": a.sk, "if_version": a.if_version });
+        let query: Vec<_> = query.into_iter().filter(|(name, _)| *name != "if_version").collect();
+        write_as_batch(&a.common, op, &query).await?
+    } else {
+        send(a.common.client()?.delete(key_url(&a.common, &a.pk, Some(&a.sk))).query(&query)).await?
+    };
     print(&a.common, &body, |b| println!("deleted  position {}", b["position"].as_str().unwrap_or("")));
     Ok(())
 }
@@ -282,7 +351,10 @@ pub(super) async fn ls(a: LsArgs) -> anyhow::Result<()> {
     let url = match &a.pk {
         Some(pk) => key_url(&a.common, pk, None),
         None => {
-            anyhow::ensure!(a.start.is_none() && a.end.is_none() && !a.reverse, "--start, --end and --reverse list one pk's records: give the pk");
+            if a.start.is_some() || a.end.is_some() || a.reverse {
+                let message = "--start, --end and --reverse list one pk's records: give the pk".to_string();
+                return Err(CliError { exit: super::exit::Exit::Usage, message }.into());
+            }
             format!("{}/v1/ns/{}/kv", a.common.url.trim_end_matches('/'), a.common.ns)
         }
     };
@@ -329,21 +401,16 @@ fn shorten(text: String, chars_max: usize) -> String {
 
 /// A table of records: with their pk when they are of many pks.
 fn print_items(items: &[Value], with_pk: bool, cursor: Option<&str>) {
-    if with_pk {
-        println!("{:<24} {:<24} {:>10}  VALUE", "PK", "SK", "VERSION");
-    } else {
-        println!("{:<32} {:>10}  VALUE", "SK", "VERSION");
-    }
+    let mut table = if with_pk { Table::new(&["PK", "SK", ">VERSION", "VALUE"]) } else { Table::new(&["SK", ">VERSION", "VALUE"]) };
     for item in items {
+        let value = shorten(item["value"].to_string(), if with_pk { 60 } else { 80 });
+        let mut row = vec![cell(&item["sk"]), cell(&item["version"]), value];
         if with_pk {
-            let value = shorten(item["value"].to_string(), 60);
-            let (pk, sk) = (item["pk"].as_str().unwrap_or(""), item["sk"].as_str().unwrap_or(""));
-            println!("{pk:<24} {sk:<24} {:>10}  {value}", item["version"]);
-            continue;
+            row.insert(0, cell(&item["pk"]));
         }
-        let value = shorten(item["value"].to_string(), 80);
-        println!("{:<32} {:>10}  {value}", item["sk"].as_str().unwrap_or(""), item["version"]);
+        table.row(row);
     }
+    table.print();
     if let Some(cursor) = cursor {
         println!("(more: --all, or --cursor {cursor})");
     }
@@ -356,10 +423,11 @@ pub(super) async fn ns(a: NsArgs) -> anyhow::Result<()> {
         NsAction::Ls => {
             let body = send(client.get(format!("{base}/v1/ns"))).await?;
             print(&a.common, &body, |b| {
-                println!("{:<32} PARTITIONS", "NAME");
+                let mut table = Table::new(&["NAME", ">PARTITIONS"]);
                 for n in b["namespaces"].as_array().into_iter().flatten() {
-                    println!("{:<32} {}", n["name"].as_str().unwrap_or(""), n["partitions"]);
+                    table.row(vec![cell(&n["name"]), cell(&n["partitions"])]);
                 }
+                table.print();
             });
         }
         NsAction::Create { name, partitions, source_topic } => {
@@ -384,19 +452,19 @@ pub(super) async fn ns(a: NsArgs) -> anyhow::Result<()> {
                     Some(topic) => println!("{}  partitions {}  source_topic {topic}", name, b["partitions"]),
                     None => println!("{}  partitions {}", name, b["partitions"]),
                 }
-                println!("{:>9} {:>10} {:>14} {:>14} {:>8}  {:<16} STATE HASH", "PARTITION", "STATUS", "APPLIED", "LOG END", "LAG", "RECORDS");
+                let mut table = Table::new(&[">PARTITION", "STATUS", ">APPLIED", ">LOG END", ">LAG", ">RECORDS", "STATE HASH"]);
                 for p in b["state"].as_array().into_iter().flatten() {
-                    println!(
-                        "{:>9} {:>10} {:>14} {:>14} {:>8}  {:<16} {}",
-                        p["partition"].to_string(),
-                        p["status"].as_str().unwrap_or(""),
-                        p["applied_offset"].to_string(),
-                        p["log_end_offset"].to_string(),
-                        p["lag"].to_string(),
-                        p["records"].to_string(),
-                        &p["state_hash"].as_str().unwrap_or("")[..16.min(p["state_hash"].as_str().unwrap_or("").len())]
-                    );
+                    // The first 16 hex digits tell two replicas apart; --json has all.
+                    let hash: String = p["state_hash"].as_str().unwrap_or("").chars().take(16).collect();
+                    // Applied: the entries below `applied_offset + 1` (none: `-`).
+                    let applied = match p["applied_offset"].as_i64() {
+                        Some(offset) if offset >= 0 => offset.to_string(),
+                        _ => "-".to_string(),
+                    };
+                    let row = [&p["partition"], &p["status"]].map(cell).into_iter().chain([applied]);
+                    table.row(row.chain([&p["log_end_offset"], &p["lag"], &p["records"]].map(cell)).chain([hash]).collect());
                 }
+                table.print();
             });
             print_procedures(&a.common, &client, &base, &name).await?;
         }
@@ -416,37 +484,26 @@ async fn print_procedures(common: &Common, client: &reqwest::Client, base: &str,
         return Ok(());
     }
     println!();
-    println!("{:<24} {:>12} {:>12}  MODULE", "PROCEDURE", "VERSION", "FUEL");
+    let mut table = Table::new(&["PROCEDURE", ">VERSION", ">FUEL", ">MODULE"]);
     for p in &procedures {
-        println!("{:<24} {:>12} {:>12}  {} bytes", p["name"].as_str().unwrap_or(""), p["version"], p["fuel_per_record"], p["module_bytes"]);
+        table.row(vec![cell(&p["name"]), cell(&p["version"]), cell(&p["fuel_per_record"]), human_bytes(p["module_bytes"].as_u64().unwrap_or(0))]);
     }
+    table.print();
     println!("this node, since it started:");
-    println!("{:<24} {:>12} {:>10} {:>12} {:>14} {:>12}", "PROCEDURE", "RECORDS", "OUTPUTS", "DEAD LETTERS", "FUEL", "µS PER CALL");
+    let mut table = Table::new(&["PROCEDURE", ">RECORDS", ">OUTPUTS", ">DEAD LETTERS", ">FUEL", ">µS PER CALL"]);
     for p in &procedures {
         let c = &p["counters"];
-        println!(
-            "{:<24} {:>12} {:>10} {:>12} {:>14} {:>12}",
-            p["name"].as_str().unwrap_or(""),
-            c["records"].to_string(),
-            c["outputs"].to_string(),
-            c["dead_letters"].to_string(),
-            c["fuel_used"].to_string(),
-            c["call_us_mean"].to_string()
-        );
+        table.row([&p["name"], &c["records"], &c["outputs"], &c["dead_letters"], &c["fuel_used"], &c["call_us_mean"]].map(cell).into());
     }
+    table.print();
     let shown = send(client.get(format!("{base}/v1/ns/{name}"))).await?;
-    println!("{:>9} {:>16} {:>16} {:>16}", "PARTITION", "OUTBOX", "UNPUBLISHED", "LOG TIME MS");
+    let mut table = Table::new(&[">PARTITION", ">OUTBOX", ">UNPUBLISHED", ">LOG TIME MS"]);
     for p in shown["state"].as_array().into_iter().flatten().filter(|p| !p["procedures"].is_null()) {
         let procedures = &p["procedures"];
-        let unpublished = procedures["unpublished_messages"].as_i64().map_or("-".to_string(), |n| n.to_string());
-        println!(
-            "{:>9} {:>16} {:>16} {:>16}",
-            p["partition"].to_string(),
-            procedures["outbox_messages"].to_string(),
-            unpublished,
-            procedures["log_time_ms"].to_string()
-        );
+        table
+            .row([&p["partition"], &procedures["outbox_messages"], &procedures["unpublished_messages"], &procedures["log_time_ms"]].map(cell).into());
     }
+    table.print();
     Ok(())
 }
 
@@ -464,7 +521,7 @@ pub(super) async fn cluster(a: ClusterArgs) -> anyhow::Result<()> {
     let base = a.common.url.trim_end_matches('/').to_string();
     let body = send(a.common.client()?.get(format!("{base}/v1/cluster"))).await?;
     print(&a.common, &body, |b| {
-        println!("{:<20} {:<12} {:<12} {:<22} {:<6} {:>8} PARTITIONS", "NODE", "REGION", "GROUP", "ADDRESS", "STATE", "RTT_MS");
+        let mut table = Table::new(&["NODE", "REGION", "GROUP", "ADDRESS", "STATE", ">RTT_MS", "PARTITIONS"]);
         for n in b["nodes"].as_array().into_iter().flatten() {
             let partitions: Vec<String> = n["partitions"]
                 .as_array()
@@ -482,17 +539,10 @@ pub(super) async fn cluster(a: ClusterArgs) -> anyhow::Result<()> {
                 (serde_json::Value::Number(ms), _, _) => format!("{:.1}", ms.as_f64().unwrap_or(0.0)),
                 _ => "?".to_string(),
             };
-            println!(
-                "{:<20} {:<12} {:<12} {:<22} {:<6} {:>8} {}",
-                id,
-                n["region"].as_str().unwrap_or(""),
-                n["group"].as_str().unwrap_or(""),
-                n["address"].as_str().unwrap_or(""),
-                n["state"].as_str().unwrap_or(""),
-                rtt,
-                if partitions.is_empty() { "-".to_string() } else { partitions.join(" ") }
-            );
+            let partitions = if partitions.is_empty() { "-".to_string() } else { partitions.join(" ") };
+            table.row(vec![id, cell(&n["region"]), cell(&n["group"]), cell(&n["address"]), cell(&n["state"]), rtt, partitions]);
         }
+        table.print();
         let forwarded: Vec<String> = b["routes"]
             .as_array()
             .into_iter()
@@ -531,6 +581,7 @@ pub struct SnapshotArgs {
 #[derive(Subcommand)]
 enum SnapshotAction {
     /// Take snapshots now of the partitions the node serves.
+    #[command(after_help = "Examples:\n  tern snapshot create\n  tern snapshot create --ns default --partition 12")]
     Create {
         /// Only this namespace.
         #[arg(long)]
@@ -540,6 +591,7 @@ enum SnapshotAction {
         partition: Option<u32>,
     },
     /// List the snapshots in the node's object store.
+    #[command(after_help = "Example:\n  tern snapshot ls")]
     Ls,
 }
 
@@ -553,40 +605,57 @@ pub(super) async fn snapshot(a: SnapshotArgs) -> anyhow::Result<()> {
             let body = serde_json::json!({ "ns": ns, "partition": partition });
             let answer = send(client.post(format!("{base}/v1/admin/snapshots")).json(&body)).await?;
             print(&common, &answer, |b| {
-                println!(
-                    "{:<24} {:>9} {:>14} {:>10} {:>8} {:>12} {:>12}",
-                    "NAMESPACE", "PARTITION", "APPLIED", "RECORDS", "CHUNKS", "UPLOADED B", "TOTAL B"
-                );
+                let mut table = Table::new(&["NAMESPACE", ">PARTITION", ">APPLIED", ">RECORDS", ">CHUNKS", ">UPLOADED", ">TOTAL"]);
+                let (mut uploaded, mut total) = (0, 0);
                 for s in b["snapshots"].as_array().into_iter().flatten() {
-                    println!(
-                        "{:<24} {:>9} {:>14} {:>10} {:>8} {:>12} {:>12}",
-                        s["ns"].as_str().unwrap_or(""),
-                        s["partition"].to_string(),
-                        s["applied_offset"].to_string(),
-                        s["records"].to_string(),
-                        s["chunks"].to_string(),
-                        s["bytes_uploaded"].to_string(),
-                        s["bytes_total"].to_string()
-                    );
+                    let (up, all) = (s["bytes_uploaded"].as_u64().unwrap_or(0), s["bytes_total"].as_u64().unwrap_or(0));
+                    (uploaded, total) = (uploaded + up, total + all);
+                    let row = [&s["ns"], &s["partition"], &s["applied_offset"], &s["records"], &s["chunks"]].map(cell).into_iter();
+                    table.row(row.chain([human_bytes(up), human_bytes(all)]).collect());
                 }
+                table.print();
+                let count = b["snapshots"].as_array().map_or(0, Vec::len);
+                println!("{count} snapshots taken: {} uploaded, {} in all", human_bytes(uploaded), human_bytes(total));
             });
         }
         SnapshotAction::Ls => {
             let answer = send(client.get(format!("{base}/v1/admin/snapshots"))).await?;
             print(&common, &answer, |b| {
-                println!("{:<24} {:>9} {:>14}  MANIFEST", "NAMESPACE", "PARTITION", "APPLIED");
+                let mut table = Table::new(&["NAMESPACE", ">PARTITION", ">APPLIED", "MANIFEST"]);
                 for s in b["snapshots"].as_array().into_iter().flatten() {
-                    let (partition, applied) = (s["partition"].to_string(), s["applied_offset"].to_string());
-                    println!("{:<24} {:>9} {:>14}  {}", s["ns"].as_str().unwrap_or(""), partition, applied, s["manifest"].as_str().unwrap_or(""));
+                    table.row([&s["ns"], &s["partition"], &s["applied_offset"], &s["manifest"]].map(cell).into());
                 }
+                table.print();
             });
         }
     }
     Ok(())
 }
 
+/// `bytes` for people: `512 B`, `1.5 KiB`, `2.0 MiB`, `3.1 GiB`.
+pub(super) fn human_bytes(bytes: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut value = bytes as f64;
+    let mut unit = 0;
+    while value >= 1024.0 && unit < UNITS.len() - 1 {
+        value /= 1024.0;
+        unit += 1;
+    }
+    if unit == 0 {
+        format!("{bytes} B")
+    } else {
+        format!("{value:.1} {}", UNITS[unit])
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn sizes_are_shown_in_binary_units() {
+        let shown: Vec<String> = [0, 1023, 1024, 1536, 5 * 1024 * 1024, 3 << 30].into_iter().map(super::human_bytes).collect();
+        assert_eq!(shown, ["0 B", "1023 B", "1.0 KiB", "1.5 KiB", "5.0 MiB", "3.0 GiB"]);
+    }
+
     /// A value cut for the table keeps whole characters: `tern ls` of a
     /// record whose JSON passed 80 bytes inside a multi-byte character
     /// panicked ("byte index 77 is not a char boundary").

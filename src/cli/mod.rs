@@ -4,10 +4,13 @@
 
 mod args;
 mod client;
+mod exit;
 mod procedure;
 mod run;
+mod table;
 mod token;
 mod watch;
 
 pub use self::args::{Cli, Command, DevArgs, ServeArgs};
+pub use self::exit::status_of as exit_status_of;
 pub use self::run::main;

@@ -24,7 +24,11 @@ pub struct ProcedureArgs {
 #[derive(Subcommand)]
 enum ProcedureCommand {
     /// Deploy a WebAssembly module as procedure NAME of the namespace (a new version).
+    #[command(
+        after_help = "Example:\n  tern procedure deploy aggregate build/aggdemo.wasm --params '{\"staleness_ms\": 60000}' --output aggregated=sessions"
+    )]
     Deploy {
+        /// The procedure's name in the namespace.
         name: String,
         /// The .wasm file.
         module: PathBuf,
@@ -45,15 +49,32 @@ enum ProcedureCommand {
         dead_letter_topic: Option<String>,
     },
     /// The active procedures of the namespace.
+    #[command(after_help = "Example:\n  tern procedure ls --ns orders")]
     Ls,
     /// One procedure and its kept versions.
-    Show { name: String },
+    #[command(after_help = "Example:\n  tern procedure show aggregate")]
+    Show {
+        /// The procedure's name.
+        name: String,
+    },
     /// Deploy kept version VERSION of NAME again (as a new version).
-    Rollback { name: String, version: u64 },
+    #[command(after_help = "Example:\n  tern procedure rollback aggregate 3")]
+    Rollback {
+        /// The procedure's name.
+        name: String,
+        /// A kept version (`tern procedure show NAME`).
+        version: u64,
+    },
     /// Remove procedure NAME: from its new version on, no code runs.
-    Rm { name: String },
+    #[command(after_help = "Example:\n  tern procedure rm aggregate")]
+    Rm {
+        /// The procedure's name.
+        name: String,
+    },
     /// Partition PARTITION's outbox: what its procedures emitted, oldest first.
+    #[command(after_help = "Example:\n  tern procedure outbox 3 --limit 10")]
     Outbox {
+        /// The partition.
         partition: u32,
         /// Only messages after this id's OFFSET.INDEX (a page's `next_after`).
         #[arg(long)]
@@ -64,7 +85,13 @@ enum ProcedureCommand {
     },
     /// Trim partition PARTITION's outbox below input offset BELOW: the
     /// messages you took (where no publisher relays it: the embedded log).
-    Trim { partition: u32, below: u64 },
+    #[command(after_help = "Example:\n  tern procedure trim 3 120")]
+    Trim {
+        /// The partition.
+        partition: u32,
+        /// Messages of input offsets below this go.
+        below: u64,
+    },
 }
 
 fn parse_output(text: &str) -> Result<(String, String), String> {

@@ -8,7 +8,9 @@ use clap::Parser;
 
 pub(super) fn init_tracing(format: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_env("TERN_LOG_LEVEL").unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    // Colour only on a terminal: a log redirected to a file or a journal stays plain text.
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr()) && std::env::var_os("NO_COLOR").is_none();
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(ansi);
     if format == "json" {
         builder.json().init();
     } else {
@@ -38,6 +40,7 @@ pub fn main() -> anyhow::Result<()> {
                 settings.accept_loss = args.accept_loss;
                 settings.accept_journal_loss = args.accept_journal_loss;
                 settings.auth = args.auth;
+                settings.cors_origins = args.cors_origin;
                 // The Firebase emulator's conventions (docs/firebase.md).
                 settings.firebase_owner_token = Some("owner".into());
                 settings.firebase_emulator = true;

@@ -21,6 +21,9 @@ pub struct TokenArgs {
 enum TokenCommand {
     /// Make a token with one grant: `--ns NS --prefix PREFIX --verbs read,write,watch,admin`
     /// (`--ns '*'`: every namespace). Prints the token alone.
+    #[command(
+        after_help = "Examples:\n  tern token create --ns app --prefix users/ --verbs read,watch --description 'web frontend'\n  tern token create --ns '*' --verbs read"
+    )]
     Create {
         /// pk prefix the grant covers (empty: every pk).
         #[arg(long, default_value = "")]
@@ -33,9 +36,14 @@ enum TokenCommand {
         description: String,
     },
     /// List the tokens you administer (ids and grants; never secrets).
+    #[command(after_help = "Example:\n  tern token ls")]
     Ls,
     /// Revoke a token by id: refused on every node within seconds.
-    Revoke { id: String },
+    #[command(after_help = "Example:\n  tern token revoke 0123456789abcdef")]
+    Revoke {
+        /// The token's id (`tern token ls`).
+        id: String,
+    },
 }
 
 pub(super) async fn token(a: TokenArgs) -> anyhow::Result<()> {

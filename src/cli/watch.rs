@@ -64,14 +64,13 @@ pub(super) async fn watch(a: WatchArgs) -> anyhow::Result<()> {
             Ok(response) => {
                 let status = response.status();
                 let body: Value = response.json().await.unwrap_or(Value::Null);
-                let code = body["error"]["code"].as_str().unwrap_or("http_error");
-                let message = body["error"]["message"].as_str().unwrap_or("no message");
+                let refused = super::client::refusal(status.as_u16(), &body);
                 if status.is_client_error() {
-                    anyhow::bail!("{} {code}: {message}", status.as_u16());
+                    return Err(refused.into());
                 }
-                format!("{} {code}: {message}", status.as_u16())
+                refused.message
             }
-            Err(e) => format!("cannot reach Tern: {e}"),
+            Err(e) => super::exit::unreachable(&e).message,
         };
         let jittered = retry_delay.mul_f64(0.5 + rand::random::<f64>() / 2.0);
         eprintln!("watch: {error}; reconnecting in {:.1} s", jittered.as_secs_f64());

@@ -27,27 +27,46 @@ const PROBES_IN_FLIGHT_MAX: usize = 64;
 pub async fn probe_forever(cluster: Arc<Cluster>) {
     let mut ticks = tokio::time::interval(PROBE_INTERVAL);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // The peers whose series this node exports, as (id, region).
+    let mut shown = HashSet::new();
     loop {
         ticks.tick().await;
-        probe_round(&cluster).await;
+        shown = probe_round(&cluster, shown).await;
     }
 }
 
-/// One round: every live peer once; forgets peers no longer known.
-async fn probe_round(cluster: &Cluster) {
+/// One round: every live peer once; forgets peers no longer known. Returns
+/// the peers whose series it set; the series of those `shown` before that
+/// were not probed (gone, dead, another region now) are removed: a peer's
+/// last answer is no metric of it once it is not probed.
+async fn probe_round(cluster: &Cluster, shown: HashSet<(String, String)>) -> HashSet<(String, String)> {
     let members = cluster.members();
     let known: HashSet<String> = members.iter().map(|m| m.id.clone()).collect();
     cluster.retain_rtts(&known);
     let live: Vec<Member> = members.into_iter().filter(|m| !m.is_self && m.state == "live").collect();
+    let probed: HashSet<(String, String)> = live.iter().map(|m| (m.id.clone(), m.region.clone())).collect();
+    for (id, region) in shown.difference(&probed) {
+        let _ = crate::metrics::PEER_RTT_SECONDS.remove_label_values(&[id, region]);
+        let _ = crate::metrics::PEER_REACHABLE.remove_label_values(&[id, region]);
+    }
     for batch in live.chunks(PROBES_IN_FLIGHT_MAX) {
         let probes = batch.iter().map(|peer| async move { (peer, cluster.client().probe(peer, PROBE_TIMEOUT).await) });
         for (peer, sample) in futures::future::join_all(probes).await {
             cluster.record_rtt(&peer.id, sample);
-            let seconds = match cluster.rtt(&peer.id) {
-                Some(Rtt::Measured(rtt)) => rtt.as_secs_f64(),
-                _ => -1.0,
+            let labels = [peer.id.as_str(), peer.region.as_str()];
+            let answered = match cluster.rtt(&peer.id) {
+                Some(Rtt::Measured(rtt)) => {
+                    crate::metrics::PEER_RTT_SECONDS.with_label_values(&labels).set(rtt.as_secs_f64());
+                    true
+                }
+                _ => {
+                    // No round trip to show: the series goes (a sentinel would read as one).
+                    let _ = crate::metrics::PEER_RTT_SECONDS.remove_label_values(&labels);
+                    false
+                }
             };
-            crate::metrics::PEER_RTT_SECONDS.with_label_values(&[&peer.id, &peer.region]).set(seconds);
+            crate::metrics::PEER_REACHABLE.with_label_values(&labels).set(i64::from(answered));
         }
     }
+    probed
 }

@@ -66,7 +66,10 @@ pub struct Incoming<'a> {
 impl<'a> Incoming<'a> {
     pub fn new(method: Method, uri: &'a axum::http::Uri, headers: &'a HeaderMap) -> Incoming<'a> {
         Incoming {
-            method,
+            // A HEAD goes on as the GET it is: a read (tried at the next
+            // holder on failure), whose relayed body gives the length hyper
+            // answers with, sending none of it.
+            method: if method == Method::HEAD { Method::GET } else { method },
             path_and_query: uri.path_and_query().map_or(uri.path(), |pq| pq.as_str()),
             forwarded_by: headers.get(FORWARDED_BY).and_then(|v| v.to_str().ok()),
             idempotency_key: headers.get(IDEMPOTENCY_KEY).map(|v| v.as_bytes()),

@@ -45,7 +45,8 @@ pub struct RouteMetrics {
 
 impl RouteMetrics {
     pub fn new(route: &str) -> Arc<RouteMetrics> {
-        let h = |class: &str| crate::metrics::HTTP_REQUEST_SECONDS.with_label_values(&[route, class]);
+        let (method, path) = route.split_once(' ').expect("a route is METHOD PATH");
+        let h = |class: &str| crate::metrics::HTTP_REQUEST_SECONDS.with_label_values(&[method, path, class]);
         Arc::new(RouteMetrics { by_class: [h("2xx"), h("4xx"), h("5xx")] })
     }
 

@@ -157,7 +157,8 @@ fn verb_of(method: &axum::http::Method, path: &str, stream: bool) -> Verb {
     match *method {
         _ if path == "/.settings/rules" => Verb::Admin,
         axum::http::Method::GET if stream => Verb::Watch,
-        axum::http::Method::GET => Verb::Read,
+        // HEAD is refused (405) after this; a read-only token is told so, not 403.
+        axum::http::Method::GET | axum::http::Method::HEAD => Verb::Read,
         _ => Verb::Write,
     }
 }

@@ -15,11 +15,19 @@ pub struct FbError {
     /// as a header (`edge::ERROR_CODE_HEADER`): Firebase's body has no
     /// place for it, and a forwarding node must tell `not_held` apart.
     code: Option<&'static str>,
+    /// The methods a 405 names in `Allow` (RFC 9110 requires it).
+    allow: Option<&'static str>,
 }
 
 impl FbError {
     pub fn new(status: StatusCode, message: impl Into<String>) -> FbError {
-        FbError { status, message: message.into(), code: None }
+        FbError { status, message: message.into(), code: None, allow: None }
+    }
+    /// 405 for `method`, naming the methods `allow`ed (as `Allow` lists them).
+    pub fn method_not_allowed(method: &axum::http::Method, allow: &'static str, what: &str) -> FbError {
+        let listed = allow.rsplit_once(", ").map_or(allow.to_string(), |(most, last)| format!("{most} or {last}"));
+        let message = format!("{method} is not supported{what}; use {listed}");
+        FbError { allow: Some(allow), ..FbError::new(StatusCode::METHOD_NOT_ALLOWED, message) }
     }
     pub fn bad(message: impl Into<String>) -> FbError {
         FbError::new(StatusCode::BAD_REQUEST, message)
@@ -43,6 +51,9 @@ impl IntoResponse for FbError {
         // (codes are snake_case) goes without the header.
         if let Some(code) = self.code.and_then(|code| header::HeaderValue::from_str(code).ok()) {
             response.headers_mut().insert(crate::edge::ERROR_CODE_HEADER, code);
+        }
+        if let Some(allow) = self.allow {
+            response.headers_mut().insert(header::ALLOW, header::HeaderValue::from_static(allow));
         }
         response
     }

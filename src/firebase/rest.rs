@@ -73,7 +73,7 @@ pub(super) async fn handle(
             json_response(StatusCode::OK, &serde_json::json!({ "name": name }), query, Vec::new())
         }
         Method::DELETE => Ok(set(state, namespace, caller, sk, query, headers, &incoming, Bytes::from_static(b"null"), false).await?.response()),
-        ref other => Err(FbError::new(StatusCode::METHOD_NOT_ALLOWED, format!("{other} is not supported; use GET, PUT, PATCH, POST or DELETE"))),
+        ref other => Err(FbError::method_not_allowed(other, "GET, PUT, PATCH, POST, DELETE", "")),
     }
 }
 

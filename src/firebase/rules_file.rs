@@ -39,7 +39,7 @@ pub(super) async fn handle(
     }
     if !matches!(*method, Method::GET | Method::PUT) {
         // Refused here, never forwarded: a holder would refuse it too.
-        return Err(FbError::new(StatusCode::METHOD_NOT_ALLOWED, format!("{method} is not supported on rules; use GET or PUT")));
+        return Err(FbError::method_not_allowed(method, "GET, PUT", " on rules"));
     }
     let partition = namespace.partition_of(RULES_PK);
     if !namespace.handle(partition).is_held() {

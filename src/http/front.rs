@@ -36,24 +36,85 @@ pub struct Protocols {
     /// The native API's (and the edge's) state.
     pub api: AppState,
     pub firebase: Firebase,
+    /// Origins whose pages may call either protocol (`cors_origins`; `*`:
+    /// any; empty: no cross-origin access).
+    pub cors_origins: Vec<String>,
 }
 
 impl Protocols {
-    /// Both protocols on `app`, Firebase as `firebase` says.
+    /// Both protocols on `app`, Firebase as `firebase` says, no CORS.
     pub fn new(app: AppState, firebase: firebase::FirebaseConfig) -> Protocols {
-        Protocols { firebase: Firebase::new(app.clone(), firebase), api: app }
+        Protocols { firebase: Firebase::new(app.clone(), firebase), api: app, cors_origins: Vec::new() }
     }
 }
 
-/// Every Firebase request (`/{path}.json`, any method), in one histogram.
-const FIREBASE_ROUTE: &str = "/{path}.json";
+/// How long a browser may keep a preflight's answer.
+const CORS_MAX_AGE: std::time::Duration = std::time::Duration::from_secs(600);
+/// Response headers a page on another origin may read: the positions,
+/// versions and errors the protocols put in headers.
+const CORS_EXPOSED: [&str; 9] = [
+    "etag",
+    "location",
+    "retry-after",
+    "x-tern-error-code",
+    "x-tern-served-by",
+    "x-tern-staleness-ms",
+    "x-tern-ripcord",
+    "x-tern-not-held",
+    "x-firebase-etag",
+];
+
+/// `CORS_EXPOSED` as one header value (for what HTTP/2 answers itself).
+pub(super) const CORS_EXPOSED_LIST: &str =
+    "etag, location, retry-after, x-tern-error-code, x-tern-served-by, x-tern-staleness-ms, x-tern-ripcord, x-tern-not-held, x-firebase-etag";
+
+/// CORS for `origins` (validated by `Settings::cors_origins`), or none.
+/// It wraps the front, so a preflight (which carries no credentials) is
+/// answered before authentication; every other request is admitted as
+/// usual and its answer, refusals included, carries the CORS headers.
+fn cors_layer(origins: &[String]) -> Option<tower_http::cors::CorsLayer> {
+    use tower_http::cors::{AllowHeaders, AllowOrigin, CorsLayer};
+    if origins.is_empty() {
+        return None;
+    }
+    let allow_origin = if origins.iter().any(|o| o == "*") {
+        AllowOrigin::any()
+    } else {
+        AllowOrigin::list(origins.iter().filter_map(|o| axum::http::HeaderValue::from_str(o).ok()))
+    };
+    let methods = [Method::GET, Method::HEAD, Method::PUT, Method::POST, Method::PATCH, Method::DELETE, Method::OPTIONS];
+    Some(
+        CorsLayer::new()
+            .allow_origin(allow_origin)
+            .allow_methods(methods)
+            .allow_headers(AllowHeaders::mirror_request())
+            .expose_headers(CORS_EXPOSED.map(axum::http::HeaderName::from_static))
+            .max_age(CORS_MAX_AGE),
+    )
+}
+
+/// Every Firebase request (`/{path}.json`), one histogram per method.
+const FIREBASE_ROUTES: [&str; 6] =
+    ["GET /{path}.json", "PUT /{path}.json", "PATCH /{path}.json", "POST /{path}.json", "DELETE /{path}.json", "OTHER /{path}.json"];
+
+/// The histogram of a Firebase request's method (`FIREBASE_ROUTES`).
+fn firebase_route_of(method: &Method) -> usize {
+    match *method {
+        Method::GET => 0,
+        Method::PUT => 1,
+        Method::PATCH => 2,
+        Method::POST => 3,
+        Method::DELETE => 4,
+        _ => 5,
+    }
+}
 
 /// Shared by every request (axum clones the state per request: one `Arc`).
 struct Front {
     protocols: Protocols,
     get_metrics: Arc<RouteMetrics>,
     put_metrics: Arc<RouteMetrics>,
-    firebase_metrics: Arc<RouteMetrics>,
+    firebase_metrics: [Arc<RouteMetrics>; 6],
 }
 
 /// Every route either protocol serves, with who may call it: the native
@@ -75,18 +136,42 @@ pub fn messages() -> Vec<(&'static str, &'static str)> {
     ws.chain(realtime).collect()
 }
 
+/// The `Access-Control-Allow-Origin` the answer to a request with
+/// `headers` carries under `origins`, for what HTTP/2 connections answer
+/// themselves (their watch streams, outside the service and its layer).
+pub(super) fn cors_allow_origin(origins: &[String], headers: &axum::http::HeaderMap) -> Option<axum::http::HeaderValue> {
+    let origin = headers.get(axum::http::header::ORIGIN)?;
+    if origins.iter().any(|o| o == "*") {
+        return Some(axum::http::HeaderValue::from_static("*"));
+    }
+    origins.iter().any(|o| o.as_bytes() == origin.as_bytes()).then(|| origin.clone())
+}
+
+/// `response` with the CORS headers `allow_origin` (`cors_allow_origin`) calls for.
+pub(super) fn with_cors(mut response: Response, allow_origin: Option<axum::http::HeaderValue>) -> Response {
+    if let Some(origin) = allow_origin {
+        let headers = response.headers_mut();
+        headers.insert(axum::http::header::ACCESS_CONTROL_ALLOW_ORIGIN, origin);
+        headers.append(axum::http::header::VARY, axum::http::HeaderValue::from_static("origin"));
+        headers.insert(axum::http::header::ACCESS_CONTROL_EXPOSE_HEADERS, axum::http::HeaderValue::from_static(CORS_EXPOSED_LIST));
+    }
+    response
+}
+
 /// The service to serve: the front (see the module doc) before the API's router.
 pub fn service(
     protocols: Protocols,
 ) -> impl tower::Service<Request, Response = Response, Error = std::convert::Infallible, Future: Send> + Clone + Send + 'static {
     let router = api::router(protocols.api.clone());
+    let cors = cors_layer(&protocols.cors_origins);
     let front = Arc::new(Front {
         protocols,
         get_metrics: RouteMetrics::new(api::GET_RECORD_ROUTE),
         put_metrics: RouteMetrics::new(api::PUT_RECORD_ROUTE),
-        firebase_metrics: RouteMetrics::new(FIREBASE_ROUTE),
+        firebase_metrics: FIREBASE_ROUTES.map(RouteMetrics::new),
     });
-    tower::Layer::layer(&axum::middleware::from_fn_with_state(front, front_door), router)
+    let front = tower::Layer::layer(&axum::middleware::from_fn_with_state(front, front_door), router);
+    tower::Layer::layer(&tower::util::option_layer(cors), front)
 }
 
 /// The service of a node without authentication, speaking Firebase with
@@ -123,8 +208,9 @@ async fn front_door(State(front): State<Arc<Front>>, mut request: Request, next:
     if is_firebase {
         attach(&mut request, identity);
         let started = Instant::now();
+        let metrics = &front.firebase_metrics[firebase_route_of(request.method())];
         let response = firebase::handle(front.protocols.firebase.clone(), request).await;
-        front.firebase_metrics.observe(response.status(), started);
+        metrics.observe(response.status(), started);
         return response;
     }
     let plain = request.uri().query().is_none();
@@ -146,5 +232,14 @@ async fn front_door(State(front): State<Arc<Front>>, mut request: Request, next:
             attach(&mut request, identity);
             next.run(request).await
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// What HTTP/2 watch answers expose is what the CORS layer exposes.
+    #[test]
+    fn the_exposed_headers_are_listed_once_for_both_paths() {
+        assert_eq!(super::CORS_EXPOSED_LIST, super::CORS_EXPOSED.join(", "));
     }
 }

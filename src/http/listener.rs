@@ -34,6 +34,7 @@ use tokio::sync::watch;
 
 use super::front::Protocols;
 use super::h2c;
+use super::lenient_target::LenientTarget;
 use super::tls::{self, Tls};
 use crate::edge::{ConnectionSlot, Peer};
 use crate::watch::ConnectionId;
@@ -231,7 +232,8 @@ async fn starts_with_h2_preface(stream: &TcpStream) -> std::io::Result<bool> {
     }
 }
 
-/// HTTP/1.1 by hyper, upgrades (WebSocket) included.
+/// HTTP/1.1 by hyper, upgrades (WebSocket) included, with request targets
+/// as curl sends them made acceptable (`lenient_target.rs`).
 async fn serve_http1<S, IO>(
     stream: IO,
     service: S,
@@ -258,7 +260,7 @@ where
     // between requests too: the idle wait.
     let mut builder = hyper::server::conn::http1::Builder::new();
     builder.timer(TokioTimer::new()).header_read_timeout(idle);
-    let mut served = pin!(builder.serve_connection(TokioIo::new(stream), service).with_upgrades());
+    let mut served = pin!(builder.serve_connection(TokioIo::new(LenientTarget::new(stream)), service).with_upgrades());
     let mut stop_sent = false;
     loop {
         tokio::select! {

@@ -1,7 +1,8 @@
 //! The transport and the front: accepting connections, telling HTTP/1.1
 //! from h2c, TLS, idle and shutdown bounds (`listener.rs`, `tls.rs`),
 //! HTTP/2 connections served with the `h2` crate, which run their own
-//! watch streams (`h2c/`), and the front every request goes through
+//! watch streams (`h2c/`), request targets with the raw bytes curl sends
+//! (`"`) made acceptable to hyper (`lenient_target.rs`), and the front every request goes through
 //! (`front.rs`), which sends `/v1/…` to the native API and Firebase's
 //! paths to Firebase.
 //!
@@ -10,6 +11,7 @@
 
 mod front;
 mod h2c;
+mod lenient_target;
 mod listener;
 pub mod tls;
 

@@ -62,6 +62,7 @@ impl Node {
         let asks = futures::stream::iter(handles)
             .map(|handle| async move {
                 let asked = std::time::Instant::now();
+                handle.held_gauge.set(i64::from(handle.is_held()));
                 // One bound for the whole refresh: a stalled log delays it, never forever.
                 let answer = tokio::time::timeout_at(deadline, self.log.end_offset(&handle.tp)).await;
                 let known_at = self.log.known_end_at(&handle.tp);
@@ -93,7 +94,7 @@ impl Node {
                         handle.lag_gauge.set(handle.lag_gauge.get().max(lag));
                     }
                 }
-                handle.staleness_gauge.set(handle.staleness().map_or(-1.0, |s| s.as_secs_f64()));
+                handle.staleness_gauge.set(handle.staleness().map_or(f64::INFINITY, |s| s.as_secs_f64()));
             })
             .buffer_unordered(LOG_END_ASKS_MAX);
         asks.collect::<()>().await;

@@ -64,7 +64,9 @@ pub struct PartitionHandle {
     /// The read view shared by readers while the applied offset stands still;
     /// dropped on every advance, so it never pins pages of old versions for long.
     view: RwLock<Option<Arc<ReadView>>>,
-    pub(crate) applied_offset_gauge: IntGauge,
+    pub(crate) applied_next_gauge: IntGauge,
+    /// `tern_partition_held`: set with the lag (`node/health.rs`).
+    pub(crate) held_gauge: IntGauge,
     pub(crate) log_end_gauge: IntGauge,
     pub(crate) lag_gauge: IntGauge,
     pub(crate) staleness_gauge: prometheus::Gauge,
@@ -86,7 +88,8 @@ pub struct PartitionHandle {
 
 /// A partition's gauges (`PartitionHandle::detached`'s are registered nowhere).
 struct Gauges {
-    applied_offset: IntGauge,
+    applied_next: IntGauge,
+    held: IntGauge,
     log_end: IntGauge,
     lag: IntGauge,
     staleness: prometheus::Gauge,
@@ -112,8 +115,10 @@ impl PartitionHandle {
         ring: crate::fanout::RingLimits,
     ) -> Self {
         let labels = [namespace.as_ref(), &partition.to_string()];
+        metrics::register_namespace(&namespace, &crate::codec::Malformed::LABELS);
         let gauges = Gauges {
-            applied_offset: metrics::PARTITION_APPLIED_OFFSET.with_label_values(&labels),
+            applied_next: metrics::PARTITION_APPLIED_NEXT_OFFSET.with_label_values(&labels),
+            held: metrics::PARTITION_HELD.with_label_values(&labels),
             log_end: metrics::PARTITION_LOG_END_OFFSET.with_label_values(&labels),
             lag: metrics::PARTITION_LAG.with_label_values(&labels),
             staleness: metrics::PARTITION_STALENESS_SECONDS.with_label_values(&labels),
@@ -131,7 +136,8 @@ impl PartitionHandle {
     pub(crate) fn detached(&self, store: Arc<PartitionStore>, applied_next: u64) -> Self {
         let gauge = || IntGauge::new("tern_detached_partition", "a rebuild's own partition handle").expect("a valid gauge");
         let gauges = Gauges {
-            applied_offset: gauge(),
+            applied_next: gauge(),
+            held: gauge(),
             log_end: gauge(),
             lag: gauge(),
             staleness: prometheus::Gauge::new("tern_detached_partition_seconds", "a rebuild's own partition handle").expect("a valid gauge"),
@@ -162,7 +168,8 @@ impl PartitionHandle {
             status: RwLock::new(PartitionStatus::CatchingUp),
             pins: std::sync::atomic::AtomicUsize::new(0),
             view: RwLock::new(None),
-            applied_offset_gauge: gauges.applied_offset,
+            applied_next_gauge: gauges.applied_next,
+            held_gauge: gauges.held,
             log_end_gauge: gauges.log_end,
             lag_gauge: gauges.lag,
             staleness_gauge: gauges.staleness,
@@ -174,7 +181,9 @@ impl PartitionHandle {
             blocked_gauge: gauges.blocked,
             feed: Arc::new(crate::fanout::PartitionFeed::new(partition, applied_next, ring)),
         };
-        handle.applied_offset_gauge.set(applied_next as i64 - 1);
+        handle.applied_next_gauge.set(applied_next as i64);
+        // Not known until the log answers (node/health.rs): no bound yet.
+        handle.staleness_gauge.set(f64::INFINITY);
         handle.refused_gauge.set(0);
         handle.rebuilding_gauge.set(0);
         handle.blocked_gauge.set(0);
@@ -413,7 +422,7 @@ impl PartitionHandle {
                 ring.push(offset, outcome);
             }
         }
-        self.applied_offset_gauge.set(applied_next as i64 - 1);
+        self.applied_next_gauge.set(applied_next as i64);
         *self.view.write() = None;
         self.applied_next.send_modify(|n| {
             assert!(applied_next >= *n, "applied offset never moves backwards");

@@ -231,6 +231,10 @@ settings! {
     /// requests with a token that does not verify are answered 429 until its budget refills (a good token
     /// from it is still served: clients behind one proxy do not lock each other out) (0: no limit).
     auth_failures_per_minute: u32 = 60, Bound::Range(0, 1_000_000);
+    /// Browsers: origins whose pages may call this node's API and Firebase paths (CORS), each
+    /// `SCHEME://HOST[:PORT]` as a browser sends it in `Origin`, or `*` for any origin. Preflights are
+    /// answered before authentication; tokens still decide what a page may do. None: no cross-origin access.
+    cors_origins ("cors-origin"): Vec<String> = Vec::new(), Bound::Any;
     /// Security: allow `listen` on an address other than loopback without `auth` (anyone who reaches the
     /// port can then read and write everything).
     insecure: bool = false, Bound::Any;

@@ -37,6 +37,7 @@ impl Settings {
         self.accepted_losses()?;
         self.accepted_journal_losses()?;
         self.check_exposure()?;
+        self.cors_origins()?;
         anyhow::ensure!(
             !(self.auth && self.gossip.is_some() && self.cluster_key_file.is_none() && !self.insecure),
             "auth with gossip needs cluster_key_file: unauthenticated gossip would let anyone who reaches the \
@@ -51,6 +52,30 @@ impl Settings {
             "tls_client_ca_file (mTLS) needs TLS: give tls_cert_file and tls_key_file too"
         );
         Ok(())
+    }
+
+    /// `cors_origins`, checked: `*` alone, or origins as browsers send them
+    /// (`Origin` carries no path, no trailing `/`, no default-port variance).
+    pub fn cors_origins(&self) -> anyhow::Result<Vec<String>> {
+        if self.cors_origins.iter().any(|o| o == "*") {
+            anyhow::ensure!(self.cors_origins.len() == 1, "cors_origins: `*` allows every origin and goes alone, got {:?}", self.cors_origins);
+            return Ok(self.cors_origins.clone());
+        }
+        for origin in &self.cors_origins {
+            let authority = origin.strip_prefix("https://").or_else(|| origin.strip_prefix("http://"));
+            let valid = authority.is_some_and(|a| {
+                !a.is_empty() && !a.contains(['/', '?', '#', '@', ' ']) && a.bytes().all(|b| b.is_ascii_graphic()) && a == a.to_ascii_lowercase()
+            });
+            // A browser never sends the scheme's default port: such an origin would never match.
+            let default_port =
+                (origin.starts_with("https://") && origin.ends_with(":443")) || (origin.starts_with("http://") && origin.ends_with(":80"));
+            anyhow::ensure!(
+                valid && !default_port,
+                "cors_origins: {origin:?} is not an origin as browsers send it (they leave out :80 for http and :443 for https): http:// or https://, a lowercase host, an optional \
+                 :port, no path (e.g. https://app.example.com or http://localhost:5173), or `*` for any"
+            );
+        }
+        Ok(self.cors_origins.clone())
     }
 
     /// `gossip_advertise` as a UDP address (None: peers send to `gossip` itself).

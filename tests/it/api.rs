@@ -270,7 +270,7 @@ async fn operations_endpoints() {
     let metrics = t.client.get(format!("{}/metrics", t.url)).send().await.unwrap().text().await.unwrap();
     for name in [
         "tern_http_request_duration_seconds_bucket",
-        "tern_partition_applied_offset",
+        "tern_partition_applied_next_offset",
         "tern_partition_lag",
         "tern_partition_log_end_offset",
         "tern_log_append_seconds",
@@ -279,7 +279,7 @@ async fn operations_endpoints() {
     ] {
         assert!(metrics.contains(name), "{name} missing from /metrics");
     }
-    assert!(metrics.contains("route=\"PUT /v1/ns/{ns}/kv/{*rest}\""), "latency per route");
+    assert!(metrics.contains("method=\"PUT\",route=\"/v1/ns/{ns}/kv/{*rest}\""), "latency per method and route");
 }
 
 #[tokio::test]
@@ -477,7 +477,7 @@ async fn idempotency_key_applies_a_retried_write_once_even_across_a_restart() {
     let (_, got) = t.get("retried", "").await;
     assert_eq!(got["value"], "second");
     let (_, metrics) = (0, t.client.get(format!("{}/metrics", t.url)).send().await.unwrap().text().await.unwrap());
-    assert!(metrics.contains("tern_apply_duplicate_writes_total{namespace=\"default\"} 1"), "one duplicate since the restart");
+    assert!(metrics.contains("tern_apply_duplicate_writes_total{ns=\"default\"} 1"), "one duplicate since the restart");
 }
 
 #[tokio::test]
@@ -763,4 +763,66 @@ async fn a_batch_puts_null_like_a_single_put_does() {
     assert_eq!(status, 200, "a null value on a delete is no value: {body}");
     let (status, _) = t.get("n", "s").await;
     assert_eq!(status, 404);
+}
+
+/// Runs the CLI against `url`; returns (exit status, stderr).
+fn cli_status(url: &str, args: &[&str]) -> (i32, String) {
+    let output = std::process::Command::new(crate::common::bin()).args(args).env("TERN_URL", url).env_remove("TERN_TOKEN").output().unwrap();
+    (output.status.code().expect("an exit status"), String::from_utf8_lossy(&output.stderr).into())
+}
+
+#[tokio::test]
+async fn cli_exit_statuses_tell_outcomes_apart() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().to_str().unwrap();
+    let t = Tern::spawn(&["dev", "--listen", "127.0.0.1:0", "--data-dir", d, "--auth"], dir.path()).await;
+    let token = std::fs::read_to_string(dir.path().join("admin.token")).unwrap();
+    let token = token.trim();
+    assert_eq!(cli_status(&t.url, &["put", "k", "s", "1", "--token", token, "--wait"]).0, 0);
+    let (status, err) = cli_status(&t.url, &["get", "nope", "s", "--token", token]);
+    assert_eq!(status, 3, "not found: {err}");
+    assert!(err.contains("404 not_found"), "{err}");
+    let (status, err) = cli_status(&t.url, &["put", "k", "s", "2", "--if-version", "999", "--token", token]);
+    assert_eq!(status, 4, "a failed condition: {err}");
+    let (status, err) = cli_status(&t.url, &["get", "k", "s"]);
+    assert_eq!(status, 5, "no token: {err}");
+    let (status, err) = cli_status(&t.url, &["get", "k", "s", "--token", "tern_0123456789abcdef_wrong"]);
+    assert_eq!(status, 5, "a bad token: {err}");
+    let (status, err) = cli_status(&t.url, &["put", "k"]);
+    assert_eq!(status, 2, "usage: {err}");
+    let (status, err) = cli_status(&t.url, &["ls", "--reverse"]);
+    assert_eq!(status, 2, "usage: {err}");
+    let (status, err) = cli_status("localhost:7070", &["get", "k"]);
+    assert_eq!(status, 2, "a --url that is no URL is a usage error: {err}");
+    assert!(err.contains("http://HOST:PORT"), "{err}");
+    // Nothing listens on a port just released.
+    let free = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let (status, err) = cli_status(&format!("http://{free}"), &["get", "k", "s"]);
+    assert_eq!(status, 6, "unreachable: {err}");
+    assert!(err.contains(&format!("connection refused — is `tern dev` (or `tern serve`) running at http://{free}?")), "{err}");
+}
+
+/// `tern put k . V` wrote ("k", "") before: URL parsing resolves a `.` path
+/// segment (even `%2E`) away. Such keys now travel in a body.
+#[tokio::test]
+async fn cli_keys_a_url_path_cannot_carry_reach_their_own_record() {
+    let dir = tempfile::tempdir().unwrap();
+    let t = Tern::dev(dir.path()).await;
+    for sk in [".", ".."] {
+        let (ok, _, err) = cli(&t.url, &["put", "dots", sk, &format!("{{\"sk\": {sk:?}}}"), "--wait"]);
+        assert!(ok, "{err}");
+        let (ok, out, err) = cli(&t.url, &["get", "dots", sk]);
+        assert!(ok, "{err}");
+        assert_eq!(serde_json::from_str::<Value>(&out).unwrap(), json!({ "sk": sk }));
+    }
+    let (status, err) = cli_status(&t.url, &["get", "dots", ""]);
+    assert_eq!(status, 3, "nothing was written at (dots, \"\"): {err}");
+    let (status, err) = cli_status(&t.url, &["put", "dots", ".", "1", "--if-absent"]);
+    assert_eq!(status, 4, "conditions hold for them too: {err}");
+    let (ok, _, err) = cli(&t.url, &["del", "dots", ".", "--wait"]);
+    assert!(ok, "{err}");
+    let (status, _) = cli_status(&t.url, &["get", "dots", "."]);
+    assert_eq!(status, 3, "deleted");
+    let (ok, out, _) = cli(&t.url, &["get", "dots", ".."]);
+    assert!(ok && out.contains(".."), "{out}");
 }

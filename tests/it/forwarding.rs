@@ -377,4 +377,14 @@ async fn a_namespace_listing_merges_the_pages_of_its_holders() {
     let (status, body) = send(client.get(format!("{url}/v1/ns/ns/kv?partition=1&limit=1000"))).await;
     assert_eq!(status, 200, "{body}");
     assert!(body["items"].as_array().unwrap().iter().all(|item| tern::partitioner::partition_of(item["pk"].as_str().unwrap(), 2) == 1), "{body}");
+    // HEAD is forwarded as the read it is: the GET's length, no body (it said 0 before).
+    for path in ["/v1/ns/ns/kv/k0/s0", "/v1/ns/ns/kv?partition=1&limit=3"] {
+        let get = client.get(format!("{url}{path}")).send().await.unwrap();
+        let (get_status, got) = (get.status(), get.bytes().await.unwrap());
+        let head = client.head(format!("{url}{path}")).send().await.unwrap();
+        assert_eq!((head.status(), get_status), (reqwest::StatusCode::OK, reqwest::StatusCode::OK), "{path}");
+        let length = head.headers().get("content-length").map(|v| v.to_str().unwrap().to_string());
+        assert_eq!(length, Some(got.len().to_string()), "{path}");
+        assert!(head.bytes().await.unwrap().is_empty());
+    }
 }

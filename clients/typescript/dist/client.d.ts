@@ -43,6 +43,8 @@ export declare class TernClient {
         ns?: string;
         idempotencyKey?: string;
     }): Promise<WriteResult>;
+    /** A one-op batch for a key a URL path cannot carry, with the write's options. */
+    private asBatch;
     /** Subscribes; see `Watch`. Close it with `close()`. */
     watch(options?: WatchOptions): Watch;
     private nsPath;

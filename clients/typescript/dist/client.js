@@ -13,6 +13,13 @@ export class TernClient {
     }
     /** One record, or `undefined` if it does not exist. */
     async get(pk, sk = "", options = {}) {
+        if (unaddressable(pk, sk)) {
+            // "." and ".." cannot travel in a URL path (fetch drops them): the key goes in a body.
+            const response = await this.request("POST", `${this.nsPath(options.ns)}/get${query(readParams(options))}`, { keys: [{ pk, sk }] });
+            const answer = await this.json(response);
+            const record = answer.items[0];
+            return record === null || record === undefined ? undefined : { ...record, position: answer.position };
+        }
         const response = await this.request("GET", this.recordPath(options.ns, pk, sk, readParams(options)));
         if (response.status === 404) {
             const error = await errorFrom(response);
@@ -23,10 +30,14 @@ export class TernClient {
         return this.json(response);
     }
     async put(pk, sk, value, options = {}) {
+        if (unaddressable(pk, sk))
+            return this.asBatch({ op: "put", pk, sk, value }, options);
         const response = await this.request("PUT", this.recordPath(options.ns, pk, sk, writeParams(options)), value, options.idempotencyKey);
         return this.json(response);
     }
     async delete(pk, sk = "", options = {}) {
+        if (unaddressable(pk, sk))
+            return this.asBatch({ op: "delete", pk, sk }, options);
         const response = await this.request("DELETE", this.recordPath(options.ns, pk, sk, writeParams(options)), undefined, options.idempotencyKey);
         return this.json(response);
     }
@@ -54,6 +65,15 @@ export class TernClient {
     /** An atomic batch: all ops on one partition (one pk, typically); all conditions hold or nothing applies. */
     async batch(ops, options = {}) {
         const response = await this.request("POST", `${this.nsPath(options.ns)}/batch`, { ops }, options.idempotencyKey);
+        return this.json(response);
+    }
+    /** A one-op batch for a key a URL path cannot carry, with the write's options. */
+    async asBatch(op, options) {
+        const conditioned = { ...op, if_version: options.ifVersion, if_absent: options.ifAbsent || undefined };
+        const params = new URLSearchParams();
+        if (options.waitApplied)
+            params.set("wait", "applied");
+        const response = await this.request("POST", `${this.nsPath(options.ns)}/batch${query(params)}`, { ops: [conditioned] }, options.idempotencyKey);
         return this.json(response);
     }
     /** Subscribes; see `Watch`. Close it with `close()`. */
@@ -84,6 +104,10 @@ export class TernClient {
             throw await errorFrom(response);
         return (await response.json());
     }
+}
+/** Whether a key is `.` or `..`: a URL path segment fetch would resolve away (WHATWG URL), so another record would be addressed. */
+function unaddressable(pk, sk) {
+    return [pk, sk].some((key) => key === "." || key === "..");
 }
 function query(params) {
     const text = params.toString();

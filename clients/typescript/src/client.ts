@@ -30,6 +30,13 @@ export class TernClient {
 
   /** One record, or `undefined` if it does not exist. */
   async get(pk: string, sk = "", options: ReadOptions & { ns?: string } = {}): Promise<ReadRecord | undefined> {
+    if (unaddressable(pk, sk)) {
+      // "." and ".." cannot travel in a URL path (fetch drops them): the key goes in a body.
+      const response = await this.request("POST", `${this.nsPath(options.ns)}/get${query(readParams(options))}`, { keys: [{ pk, sk }] });
+      const answer = await this.json<{ items: (ReadRecord | null)[]; position: string }>(response);
+      const record = answer.items[0];
+      return record === null || record === undefined ? undefined : { ...record, position: answer.position };
+    }
     const response = await this.request("GET", this.recordPath(options.ns, pk, sk, readParams(options)));
     if (response.status === 404) {
       const error = await errorFrom(response);
@@ -40,11 +47,13 @@ export class TernClient {
   }
 
   async put(pk: string, sk: string, value: Json, options: WriteOptions & { ns?: string } = {}): Promise<WriteResult> {
+    if (unaddressable(pk, sk)) return this.asBatch({ op: "put", pk, sk, value }, options);
     const response = await this.request("PUT", this.recordPath(options.ns, pk, sk, writeParams(options)), value, options.idempotencyKey);
     return this.json<WriteResult>(response);
   }
 
   async delete(pk: string, sk = "", options: WriteOptions & { ns?: string } = {}): Promise<WriteResult> {
+    if (unaddressable(pk, sk)) return this.asBatch({ op: "delete", pk, sk }, options);
     const response = await this.request("DELETE", this.recordPath(options.ns, pk, sk, writeParams(options)), undefined, options.idempotencyKey);
     return this.json<WriteResult>(response);
   }
@@ -72,6 +81,15 @@ export class TernClient {
   /** An atomic batch: all ops on one partition (one pk, typically); all conditions hold or nothing applies. */
   async batch(ops: BatchOp[], options: { ns?: string; idempotencyKey?: string } = {}): Promise<WriteResult> {
     const response = await this.request("POST", `${this.nsPath(options.ns)}/batch`, { ops }, options.idempotencyKey);
+    return this.json<WriteResult>(response);
+  }
+
+  /** A one-op batch for a key a URL path cannot carry, with the write's options. */
+  private async asBatch(op: BatchOp, options: WriteOptions & { ns?: string }): Promise<WriteResult> {
+    const conditioned = { ...op, if_version: options.ifVersion, if_absent: options.ifAbsent || undefined } as BatchOp;
+    const params = new URLSearchParams();
+    if (options.waitApplied) params.set("wait", "applied");
+    const response = await this.request("POST", `${this.nsPath(options.ns)}/batch${query(params)}`, { ops: [conditioned] }, options.idempotencyKey);
     return this.json<WriteResult>(response);
   }
 
@@ -103,6 +121,11 @@ export class TernClient {
     if (!response.ok) throw await errorFrom(response);
     return (await response.json()) as T;
   }
+}
+
+/** Whether a key is `.` or `..`: a URL path segment fetch would resolve away (WHATWG URL), so another record would be addressed. */
+function unaddressable(pk: string, sk: string): boolean {
+  return [pk, sk].some((key) => key === "." || key === "..");
 }
 
 function query(params: URLSearchParams): string {

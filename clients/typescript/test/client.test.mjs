@@ -56,6 +56,19 @@ test("get, put, delete, list, getMany and batch", async () => {
   });
 });
 
+test("keys a URL path cannot carry (. and ..) reach their own record", async () => {
+  // fetch resolves "." and ".." (even as %2E) away: ("dots", ".") would be ("dots", "").
+  for (const sk of [".", ".."]) {
+    const put = await client.put("dots", sk, { sk }, { waitApplied: true });
+    assert.deepEqual((await client.get("dots", sk, { after: put.position })).value, { sk });
+  }
+  assert.equal(await client.get("dots", ""), undefined, "no other record was written");
+  await assert.rejects(client.put("dots", ".", 1, { ifAbsent: true }), (e) => e.code === "condition_failed");
+  const deleted = await client.delete("dots", ".", { waitApplied: true });
+  assert.equal(await client.get("dots", ".", { after: deleted.position }), undefined);
+  assert.deepEqual((await client.get("dots", "..")).value, { sk: ".." });
+});
+
 test("errors are typed", async () => {
   const put = await client.put("cas", "", "v1");
   await assert.rejects(client.put("cas", "", "v2", { ifVersion: put.version + 1000 }), (e) => {

@@ -19,7 +19,7 @@ use hyper::body::Body as _;
 
 use super::watches::Watches;
 use crate::edge::{identify, Peer};
-use crate::http::front::Protocols;
+use crate::http::front::{cors_allow_origin, with_cors, Protocols};
 use crate::watch::ConnectionId;
 use crate::{api, firebase};
 
@@ -109,18 +109,20 @@ where
         request.extensions_mut().insert(connection);
         request.extensions_mut().insert(peer);
         if firebase::is_stream_request(&request) {
+            let cors = cors_allow_origin(&protocols.cors_origins, request.headers());
             match firebase::open_h2c_stream(&protocols.firebase, request.uri(), request.headers(), Some(peer.0), connection, watches.next_outlet())
                 .await
             {
-                Ok((session, encoder)) => watches.start(respond, session, encoder),
+                Ok((session, encoder)) => watches.start(respond, session, encoder, cors),
                 Err(response) => {
-                    tokio::spawn(send_response(respond, response));
+                    tokio::spawn(send_response(respond, with_cors(response, cors)));
                 }
             }
             continue;
         }
         match watch_namespace(&request) {
             Some(ns) => {
+                let cors = cors_allow_origin(&protocols.cors_origins, request.headers());
                 let query = request.uri().query();
                 // Served here, not by the service: authenticated here (`access`).
                 let app = &protocols.api;
@@ -129,9 +131,9 @@ where
                     Err(error) => Err(error),
                 };
                 match opened {
-                    Ok(session) => watches.start(respond, session, Box::new(api::TernEvents)),
+                    Ok(session) => watches.start(respond, session, Box::new(api::TernEvents), cors),
                     Err(error) => {
-                        tokio::spawn(send_response(respond, error.into_response()));
+                        tokio::spawn(send_response(respond, with_cors(error.into_response(), cors)));
                     }
                 }
             }

@@ -109,10 +109,23 @@ impl Watches {
     /// `encoder` turns its messages into bytes (Tern's SSE events, or
     /// Firebase's), after its preamble. Nothing runs if the client already
     /// reset the stream.
-    pub(super) fn start(&mut self, mut respond: SendResponse<Bytes>, session: SessionFuture, encoder: Box<dyn Encoder>) {
+    /// `allow_origin`: the CORS header the head carries, if any.
+    pub(super) fn start(
+        &mut self,
+        mut respond: SendResponse<Bytes>,
+        session: SessionFuture,
+        encoder: Box<dyn Encoder>,
+        allow_origin: Option<http::HeaderValue>,
+    ) {
         let mut head = http::Response::builder();
         for (name, value) in SSE_HEADERS {
             head = head.header(name, value);
+        }
+        if let Some(origin) = allow_origin {
+            head = head
+                .header(http::header::ACCESS_CONTROL_ALLOW_ORIGIN, origin)
+                .header(http::header::VARY, "origin")
+                .header(http::header::ACCESS_CONTROL_EXPOSE_HEADERS, crate::http::front::CORS_EXPOSED_LIST);
         }
         let head = head.body(()).expect("static headers are valid");
         let Ok(send) = respond.send_response(head, false) else { return };
