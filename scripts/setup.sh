@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Installs what Tern needs on a fresh Debian machine. Idempotent and quick
 # when everything is present.
-#   scripts/setup.sh          build + test needs (protoc)
+#   scripts/setup.sh build    what building `tern` needs (scripts/dev.sh)
+#   scripts/setup.sh          that and what the test command needs
 #   scripts/setup.sh bench    also the benchmark peers (etcd-server) and matplotlib
 set -euo pipefail
+mode="${1:-test}"
 
 need_apt=()
 command -v protoc >/dev/null || need_apt+=(protobuf-compiler)
@@ -14,6 +16,9 @@ command -v cmake >/dev/null || need_apt+=(cmake)
 [[ -f /usr/include/zlib.h ]] || need_apt+=(zlib1g-dev)
 # librdkafka's TLS and SASL (rdkafka's `ssl` feature) link the system's OpenSSL.
 [[ -f /usr/include/openssl/ssl.h ]] || need_apt+=(libssl-dev pkg-config)
+# Packaging (scripts/package.sh) and its test: strip, dpkg-deb.
+command -v strip >/dev/null || need_apt+=(binutils)
+if [[ "$mode" != "build" ]]; then
 command -v java >/dev/null || need_apt+=(default-jre-headless)
 command -v mvn >/dev/null || need_apt+=(maven)
 # scripts/s3.sh: the S3 test server lives in a Python venv and is probed with curl.
@@ -28,7 +33,8 @@ command -v chromium >/dev/null || need_apt+=(chromium)
 command -v go >/dev/null || need_apt+=(golang-go)
 # promtool checks and unit-tests the alert rules (deploy/prometheus).
 command -v promtool >/dev/null || need_apt+=(prometheus)
-if [[ "${1:-}" == "bench" ]]; then
+fi
+if [[ "$mode" == "bench" ]]; then
   command -v etcd >/dev/null || need_apt+=(etcd-server)
 fi
 if ((${#need_apt[@]})); then
@@ -49,11 +55,11 @@ if ((${#need_apt[@]})); then
     trap - EXIT
   fi
 fi
-if [[ "${1:-}" == "bench" ]] && ! python3 -c "import matplotlib" 2>/dev/null; then
+if [[ "$mode" == "bench" ]] && ! python3 -c "import matplotlib" 2>/dev/null; then
   echo "setup: installing matplotlib" >&2
   python3 -m pip install -q matplotlib
 fi
-if ! node -e 'process.exit(+process.versions.node.split(".")[0] >= 20 ? 0 : 1)'; then
+if [[ "$mode" != "build" ]] && ! node -e 'process.exit(+process.versions.node.split(".")[0] >= 20 ? 0 : 1)'; then
   echo "setup: Node.js 20 or newer is required for clients/typescript (found $(node --version))" >&2
   exit 1
 fi

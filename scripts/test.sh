@@ -83,6 +83,18 @@ PY_CLIENT_VENV="${TERN_PY_CLIENT_VENV:-$HOME/.cache/tern-python-client-venv}"
   "$PY_CLIENT_VENV/bin/python" -m pytest tests -q -p no:cacheprovider
 ) 2>&1 | tee -a "$LOG"
 py_client_status=${PIPESTATUS[0]}
+# The API's OpenAPI description, validated by a standard validator
+# (tests/it/openapi.rs checks it against the route table).
+OPENAPI_VENV="${TERN_OPENAPI_VENV:-$HOME/.cache/tern-openapi-venv}"
+(
+  set -e
+  if ! "$OPENAPI_VENV/bin/python" -c "import openapi_spec_validator" 2>/dev/null; then
+    python3 -m venv "$OPENAPI_VENV"
+    "$OPENAPI_VENV/bin/pip" install -q "openapi-spec-validator==0.7.1"
+  fi
+  "$OPENAPI_VENV/bin/python" -m openapi_spec_validator src/api/openapi.json
+) 2>&1 | tee -a "$LOG"
+openapi_status=${PIPESTATUS[0]}
 # The Go client (clients/go, the standard library only) likewise.
 (
   set -e
@@ -92,6 +104,14 @@ py_client_status=${PIPESTATUS[0]}
   exit "${PIPESTATUS[0]}"
 ) 2>&1 | tee -a "$LOG"
 go_client_status=${PIPESTATUS[0]}
+# The Debian package: built from this build, installed with dpkg into a
+# scratch root, started from there as its own user, removed and purged.
+(
+  set -e
+  deb="$(scripts/package.sh)"
+  scripts/test-package.sh "$deb"
+) 2>&1 | tee -a "$LOG"
+package_status=${PIPESTATUS[0]}
 set -e
 # Why each failed Rust test failed, gathered at the end where a short tail
 # of this output shows it (the panics are otherwise far above, among the
@@ -102,6 +122,7 @@ awk '/^---- .* stdout ----$/ { name = $0 } /panicked at/ && name != "" { print n
 awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i } }
      /^# pass / { p += $3 } /^# fail / { f += $3 }
      /^--- PASS: / { p++ } /^--- FAIL: / { f++ }
+     /^package: [0-9]+ checks passed/ { p += $2 } /^package: FAILED/ { f++ }
      !/^test result:/ && / in [0-9.]+s( \([0-9:]+\))?$/ && /(passed|failed)/ { for (i = 1; i < NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i } }
      END { printf "%d passed, %d failed\n", p, f }' "$LOG"
 if ((status != 0)); then exit "$status"; fi
@@ -109,4 +130,6 @@ if ((ts_status != 0)); then exit "$ts_status"; fi
 if ((fb_js_status != 0)); then exit "$fb_js_status"; fi
 if ((py_status != 0)); then exit "$py_status"; fi
 if ((py_client_status != 0)); then exit "$py_client_status"; fi
+if ((openapi_status != 0)); then exit "$openapi_status"; fi
+if ((package_status != 0)); then exit "$package_status"; fi
 exit "$go_client_status"

@@ -24,6 +24,7 @@ mod list;
 mod list_namespace;
 mod multi_get;
 mod namespaces;
+mod openapi;
 mod ops;
 mod outbox;
 mod params;

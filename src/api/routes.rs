@@ -11,7 +11,9 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post, put, MethodRouter};
 use axum::Router;
 
-use super::{admin, batch, cluster, demo, list_namespace, multi_get, namespaces, ops, outbox, procedures, records, sse, tokens, write_status, ws};
+use super::{
+    admin, batch, cluster, demo, list_namespace, multi_get, namespaces, openapi, ops, outbox, procedures, records, sse, tokens, write_status, ws,
+};
 use crate::edge::{timed, ApiError, AppState, Route, RouteAccess};
 use RouteAccess::{Authenticated, Public, Scoped};
 
@@ -48,6 +50,7 @@ fn table() -> Vec<(Route, MethodRouter<AppState>)> {
         r(Method::GET, "/v1/ns/{ns}/outbox", Scoped, get(timed("GET /v1/ns/{ns}/outbox", outbox::read))),
         r(Method::DELETE, "/v1/ns/{ns}/outbox", Scoped, delete(timed("DELETE /v1/ns/{ns}/outbox", outbox::trim))),
         r(Method::GET, "/v1/ws", Authenticated, get(ws::upgrade)),
+        r(Method::GET, "/v1/openapi.json", Public, get(openapi::document)),
         r(Method::GET, "/v1/writes/{id}", Authenticated, get(timed("GET /v1/writes/{id}", write_status::status))),
         r(Method::POST, "/v1/tokens", Scoped, post(timed("POST /v1/tokens", tokens::create))),
         r(Method::GET, "/v1/tokens", Authenticated, get(timed("GET /v1/tokens", tokens::list))),

@@ -6,8 +6,10 @@ use crate::settings::Overrides;
 use clap::{Args, Parser, Subcommand};
 use std::path::PathBuf;
 
-/// The client commands' exit statuses (`exit.rs`), shown by `tern --help`.
-const EXIT_STATUSES: &str = "Exit status of the client commands: 0 done; 1 any other error; 2 usage; 3 not found (404); \
+/// The client commands' global flags and exit statuses (`exit.rs`), shown by `tern --help`.
+const EXIT_STATUSES: &str = "The client commands take --url, --ns, --token, --ca and --json before or after the command \
+(or TERN_URL, TERN_NS, TERN_TOKEN, TERN_CA): tern --url http://10.0.0.1:7070 get svc/api config\n\n\
+Exit status of the client commands: 0 done; 1 any other error; 2 usage; 3 not found (404); \
 4 conflict, a condition failed (409, 412); 5 refused, no valid token or grant (401, 403, 429); \
 6 unreachable (no connection, or no answer in time).";
 
@@ -32,6 +34,7 @@ pub enum Command {
     #[command(
         after_help = "Examples:\n  tern put svc/api config '{\"replicas\": 3}' --wait\n  tern put flags checkout '\"on\"' --if-version 4\n  cat value.json | tern put svc/api config -"
     )]
+    #[command(override_usage = "tern put [OPTIONS] <PK> [SK] <VALUE>")]
     Put(client::PutArgs),
     /// Get a record: `tern get PK [SK]`.
     #[command(after_help = "Examples:\n  tern get svc/api config\n  tern get svc/api config --strong --json")]
@@ -60,6 +63,11 @@ pub enum Command {
     WriteStatus(client::WriteStatusArgs),
     /// Procedures: `tern procedure deploy NAME MODULE.wasm`, `ls`, `show NAME`, `rollback NAME VERSION`, `rm NAME`, `outbox P`, `trim P BELOW`.
     Procedure(procedure::ProcedureArgs),
+    /// Print a completion script for a shell: `tern completions bash > ~/.local/share/bash-completion/completions/tern`.
+    #[command(
+        after_help = "Examples:\n  tern completions bash > ~/.local/share/bash-completion/completions/tern\n  tern completions zsh > ~/.zfunc/_tern\n  tern completions fish > ~/.config/fish/completions/tern.fish"
+    )]
+    Completions(CompletionsArgs),
     /// Verify a stopped node's data directory offline, changing nothing: `tern check DATA_DIR` (exit 1 if damaged; docs/damage.md).
     #[command(after_help = "Example:\n  tern check /var/lib/tern")]
     Check(CheckArgs),
@@ -99,6 +107,12 @@ mod tests {
         }
         assert!(missing.is_empty(), "{missing:#?}");
     }
+}
+
+#[derive(Args)]
+pub struct CompletionsArgs {
+    /// The shell: bash, zsh, fish, elvish or powershell.
+    pub shell: clap_complete::Shell,
 }
 
 #[derive(Args)]

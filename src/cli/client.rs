@@ -58,7 +58,7 @@ pub struct PutArgs {
     #[command(flatten)]
     common: Common,
     /// PK [SK] VALUE, where VALUE is JSON (quote strings: '"on"'); `-` reads VALUE from stdin.
-    #[arg(num_args = 2..=3, required = true)]
+    #[arg(num_args = 2..=3, required = true, value_name = "PK [SK] VALUE")]
     args: Vec<String>,
     /// Only if the record is still at this version (else exit 4, condition_failed).
     #[arg(long)]
@@ -335,6 +335,14 @@ pub(super) async fn del(a: DelArgs) -> anyhow::Result<()> {
     if a.wait {
         query.push(("wait", "applied".to_string()));
     }
+    // Say when nothing was there: a delete is answered the same either way.
+    // (With --if-version the condition says it: 409 if the record is gone.)
+    let existing = if a.if_version.is_none() { version_of(&a.common, &a.pk, &a.sk).await } else { None };
+    if existing == Some(None) {
+        let nothing = serde_json::json!({ "deleted": false, "pk": a.pk, "sk": a.sk });
+        print(&a.common, &nothing, |_| println!("nothing at pk {:?} sk {:?}: nothing deleted", a.pk, a.sk));
+        return Ok(());
+    }
     let body = if unaddressable(&[&a.pk, &a.sk]) {
         let op = serde_json::json!({ "op": "delete", "pk": a.pk, "sk": a.sk, "if_version": a.if_version });
         let query: Vec<_> = query.into_iter().filter(|(name, _)| *name != "if_version").collect();
@@ -342,8 +350,31 @@ pub(super) async fn del(a: DelArgs) -> anyhow::Result<()> {
     } else {
         send(a.common.client()?.delete(key_url(&a.common, &a.pk, Some(&a.sk))).query(&query)).await?
     };
-    print(&a.common, &body, |b| println!("deleted  position {}", b["position"].as_str().unwrap_or("")));
+    let deleted = existing.flatten().or(a.if_version);
+    print(&a.common, &body, |b| match deleted {
+        Some(version) => println!("deleted  version {version}  position {}", b["position"].as_str().unwrap_or("")),
+        None => println!("deleted  position {}", b["position"].as_str().unwrap_or("")),
+    });
     Ok(())
+}
+
+/// The version of the record at (pk, sk): `Some(None)` when there is none,
+/// `None` when it cannot be told (no read grant, an error: the delete then
+/// goes ahead and says less).
+async fn version_of(common: &Common, pk: &str, sk: &str) -> Option<Option<u64>> {
+    let client = common.client().ok()?;
+    let answer = if unaddressable(&[pk, sk]) {
+        let url = format!("{}/v1/ns/{}/get", common.url.trim_end_matches('/'), common.ns);
+        let answer = send(client.post(url).json(&serde_json::json!({ "keys": [{ "pk": pk, "sk": sk }] }))).await.ok()?;
+        answer["items"][0].clone()
+    } else {
+        match send(client.get(key_url(common, pk, Some(sk)))).await {
+            Ok(record) => record,
+            Err(e) if e.downcast_ref::<CliError>().is_some_and(|e| e.message.starts_with("404 not_found")) => Value::Null,
+            Err(_) => return None,
+        }
+    };
+    Some(answer["version"].as_u64())
 }
 
 pub(super) async fn ls(a: LsArgs) -> anyhow::Result<()> {

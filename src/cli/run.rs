@@ -22,7 +22,7 @@ pub(super) fn init_tracing(format: &str) {
 pub(super) const DEV_DEFAULT_PARTITIONS: u32 = 16;
 
 pub fn main() -> anyhow::Result<()> {
-    let cli = Cli::parse();
+    let cli = Cli::parse_from(hoist_global_flags(std::env::args_os().collect()));
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     runtime.block_on(async move {
         match cli.command {
@@ -77,8 +77,49 @@ pub fn main() -> anyhow::Result<()> {
             Command::Token(args) => token::token(args).await,
             Command::Procedure(args) => procedure::procedure(args).await,
             Command::Check(args) => check(&args.data_dir),
+            Command::Completions(args) => {
+                clap_complete::generate(args.shell, &mut <Cli as clap::CommandFactory>::command(), "tern", &mut std::io::stdout());
+                Ok(())
+            }
         }
     })
+}
+
+/// The client commands' flags that may come before the command, as
+/// etcdctl's do (`tern --url U --token T get k`): (flag, takes a value).
+const GLOBAL_FLAGS: [(&str, bool); 5] = [("--url", true), ("--ns", true), ("--token", true), ("--ca", true), ("--json", false)];
+
+/// `args` with the global flags given before the command moved to just
+/// after it, where each command takes them (its own and its subcommands').
+/// Anything else before the command (`--help`, `--version`, a typo) stays
+/// where it is, for clap to answer.
+fn hoist_global_flags(args: Vec<std::ffi::OsString>) -> Vec<std::ffi::OsString> {
+    let mut rest = args.into_iter();
+    let mut out: Vec<std::ffi::OsString> = rest.next().into_iter().collect();
+    let mut hoisted = Vec::new();
+    while let Some(arg) = rest.next() {
+        let text = arg.to_string_lossy().into_owned();
+        let flag = GLOBAL_FLAGS.iter().find(|(name, _)| text == *name || text.starts_with(&format!("{name}=")));
+        match flag {
+            Some((name, takes_value)) => {
+                hoisted.push(arg);
+                if *takes_value && text == *name {
+                    hoisted.extend(rest.next());
+                }
+            }
+            None => {
+                out.push(arg);
+                if !text.starts_with('-') {
+                    // The command: the flags go right after it.
+                    out.append(&mut hoisted);
+                }
+                break;
+            }
+        }
+    }
+    out.append(&mut hoisted);
+    out.extend(rest);
+    out
 }
 
 /// `tern check DATA_DIR`: one line per file looked at, then a summary; exits
@@ -95,4 +136,28 @@ fn check(data_dir: &std::path::Path) -> anyhow::Result<()> {
         std::process::exit(1);
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::hoist_global_flags;
+
+    fn hoisted(args: &[&str]) -> Vec<String> {
+        let args = args.iter().map(std::ffi::OsString::from).collect();
+        hoist_global_flags(args).into_iter().map(|a| a.into_string().unwrap()).collect()
+    }
+
+    #[test]
+    fn global_flags_before_the_command_go_after_it() {
+        assert_eq!(
+            hoisted(&["tern", "--url", "http://h:1", "--token=t", "--json", "get", "k", "s"]),
+            ["tern", "get", "--url", "http://h:1", "--token=t", "--json", "k", "s"]
+        );
+        assert_eq!(hoisted(&["tern", "--ns", "dns", "ns", "show", "dns"]), ["tern", "ns", "--ns", "dns", "show", "dns"]);
+        // Nothing to move, or nothing it knows: left as it is.
+        assert_eq!(hoisted(&["tern", "get", "k", "--url", "u"]), ["tern", "get", "k", "--url", "u"]);
+        assert_eq!(hoisted(&["tern", "--version"]), ["tern", "--version"]);
+        assert_eq!(hoisted(&["tern", "--url"]), ["tern", "--url"]);
+        assert_eq!(hoisted(&["tern"]), ["tern"]);
+    }
 }

@@ -95,10 +95,11 @@ impl Access {
     }
 }
 
-/// Paths anyone may ask for: the demo page's static files (they hold no
-/// data), health (`public_health`) and metrics (`public_metrics`).
+/// Paths anyone may ask for: the demo page's static files and the API's
+/// description (they hold no data), health (`public_health`) and metrics
+/// (`public_metrics`).
 pub fn is_public(access: &Access, path: &str) -> bool {
-    matches!(path, "/demo" | "/demo/firebase")
+    matches!(path, "/demo" | "/demo/firebase" | "/v1/openapi.json")
         || path.starts_with("/demo/client/")
         || path.starts_with("/demo/firebase/sdk/")
         || (access.public_health && matches!(path, "/healthz" | "/readyz"))

@@ -765,6 +765,16 @@ async fn a_batch_puts_null_like_a_single_put_does() {
     assert_eq!(status, 404);
 }
 
+#[test]
+fn the_cli_prints_completion_scripts() {
+    for (shell, mark) in [("bash", "complete -F _tern"), ("zsh", "#compdef tern"), ("fish", "complete -c tern")] {
+        let output = std::process::Command::new(crate::common::bin()).args(["completions", shell]).output().unwrap();
+        let script = String::from_utf8_lossy(&output.stdout);
+        assert!(output.status.success() && script.contains(mark), "{shell}: {script}");
+        assert!(script.contains("write-status") && script.contains("if-version"), "{shell}: every command and flag");
+    }
+}
+
 /// Runs the CLI against `url`; returns (exit status, stderr).
 fn cli_status(url: &str, args: &[&str]) -> (i32, String) {
     let output = std::process::Command::new(crate::common::bin()).args(args).env("TERN_URL", url).env_remove("TERN_TOKEN").output().unwrap();
@@ -782,12 +792,20 @@ async fn cli_exit_statuses_tell_outcomes_apart() {
     let (status, err) = cli_status(&t.url, &["get", "nope", "s", "--token", token]);
     assert_eq!(status, 3, "not found: {err}");
     assert!(err.contains("404 not_found"), "{err}");
+    let (ok, out, err) = cli(&t.url, &["del", "nope", "s", "--token", token]);
+    assert!(ok && out.contains("nothing at pk \"nope\" sk \"s\": nothing deleted"), "a delete of nothing says so: {out}{err}");
+    let (ok, out, err) = cli(&t.url, &["del", "k", "s", "--token", token, "--wait"]);
+    assert!(ok && out.starts_with("deleted  version 0  position default:"), "{out}{err}");
+    assert_eq!(cli_status(&t.url, &["put", "k", "s", "1", "--token", token, "--wait"]).0, 0);
     let (status, err) = cli_status(&t.url, &["put", "k", "s", "2", "--if-version", "999", "--token", token]);
     assert_eq!(status, 4, "a failed condition: {err}");
     let (status, err) = cli_status(&t.url, &["get", "k", "s"]);
     assert_eq!(status, 5, "no token: {err}");
     let (status, err) = cli_status(&t.url, &["get", "k", "s", "--token", "tern_0123456789abcdef_wrong"]);
     assert_eq!(status, 5, "a bad token: {err}");
+    // Global flags before the command, as etcdctl takes them (TERN_URL names nothing here).
+    let (status, err) = cli_status("http://127.0.0.1:1", &["--url", &t.url, "--token", token, "--json", "get", "k", "s"]);
+    assert_eq!(status, 0, "{err}");
     let (status, err) = cli_status(&t.url, &["put", "k"]);
     assert_eq!(status, 2, "usage: {err}");
     let (status, err) = cli_status(&t.url, &["ls", "--reverse"]);

@@ -120,6 +120,7 @@ fn request_for(route: &Route, revoke_id: &str) -> (String, Option<Value>, Need) 
         ("GET", "/demo/firebase/sdk/{file}") => ("/demo/firebase/sdk/firebase-app.js".into(), None, Need::Nothing),
         ("GET", "/metrics") => ("/metrics".into(), None, Need::Everywhere("read")),
         ("GET", "/healthz") => ("/healthz".into(), None, Need::Nothing),
+        ("GET", "/v1/openapi.json") => ("/v1/openapi.json".into(), None, Need::Nothing),
         ("GET", "/readyz") => ("/readyz".into(), None, Need::Nothing),
         ("GET", "/{path}.json") => ("/p1.json?ns=app".into(), None, Need::Namespace("read")),
         ("PUT" | "POST" | "PATCH", "/{path}.json") => ("/p1.json?ns=app".into(), Some(json!({"a": 1})), Need::Namespace("write")),

@@ -81,8 +81,8 @@ fn markdown(bounds: &[BoundConst]) -> String {
          Per node: at most `http_connections_max` connections (settings.md; one past it is closed as accepted). \
          `tests/it/hostile.rs` holds 16 SSE, 16 HTTP/2 and 8 Firebase streams, 64 `/v1/ws` watches and 32 realtime \
          listens that never read, 4 slow readers, a flood of 64 KiB frames and 1,000 sub/unsub pairs over a 32 MiB \
-         state with 16 MiB of writes: the node grows by ~300 MiB (asserted under `HOSTILE_GROWTH_MIB_MAX`, 450 MiB; \
-         1.5 GiB before issue 35) while a well-behaved client is served.\n\n\
+         state with 16 MiB of writes: the node grows by ~300 MiB (asserted under `HOSTILE_GROWTH_MIB_MAX`, 450 MiB) \
+         while a well-behaved client is served.\n\n\
          ## Every constant\n\n\
          | where | constant | value | what |\n|---|---|---|---|\n",
     );

@@ -307,6 +307,7 @@ fn operations_of(method: &str, path: &str, mark: &mut dyn FnMut() -> String, tar
         ("GET", "/demo/firebase/sdk/{file}") => vec![http("GET", "/demo/firebase/sdk/firebase-app.js", None, Nothing, Leaves::Nothing)],
         ("GET", "/metrics") => vec![http("GET", "/metrics", None, Everywhere("read"), Leaves::Nothing)],
         ("GET", "/healthz") => vec![http("GET", "/healthz", None, Nothing, Leaves::Nothing)],
+        ("GET", "/v1/openapi.json") => vec![http("GET", "/v1/openapi.json", None, Nothing, Leaves::Nothing)],
         ("GET", "/readyz") => vec![http("GET", "/readyz", None, Nothing, Leaves::Nothing)],
         ("GET", "/{path}.json") => vec![
             http("GET", "/fb.json?ns=app", None, Key("app", ".tree", "read"), Leaves::Nothing),

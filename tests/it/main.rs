@@ -39,6 +39,7 @@ mod listing;
 mod metrics;
 mod net_faults;
 mod once;
+mod openapi;
 mod procedures;
 mod readme;
 mod recovery;

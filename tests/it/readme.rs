@@ -238,3 +238,29 @@ async fn the_readme_tour_prints_what_the_readme_shows() {
     }
     assert!(mismatches.is_empty(), "the README's tour drifted from what Tern prints:\n{}", mismatches.join("\n"));
 }
+
+/// The user's documents speak to users: no issue numbers or planning words
+/// (docs/design/ records decisions and their history, and may).
+#[test]
+fn the_users_documents_name_no_issues() {
+    let root = crate::common::checkout();
+    let mut documents = vec![root.join("README.md")];
+    for entry in std::fs::read_dir(root.join("docs")).expect("docs/") {
+        let path = entry.expect("an entry").path();
+        if path.extension().is_some_and(|e| e == "md") {
+            documents.push(path);
+        }
+    }
+    let mut found = Vec::new();
+    for path in documents {
+        let text = std::fs::read_to_string(&path).expect("a document");
+        for (number, line) in text.lines().enumerate() {
+            let lower = line.to_ascii_lowercase();
+            let issue = lower.match_indices("issue ").any(|(at, _)| lower[at + 6..].starts_with(|c: char| c.is_ascii_digit() || c == '#'));
+            if issue {
+                found.push(format!("{}:{}: {line}", path.display(), number + 1));
+            }
+        }
+    }
+    assert!(found.is_empty(), "documents that name issues:\n{}", found.join("\n"));
+}
