@@ -7,14 +7,18 @@
 # scripts; scripts/test-package.sh installs the result into a scratch root.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# Modes in the package are the files' own, whatever the caller's umask.
+umask 022
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/tern-target}"
 BIN="$CARGO_TARGET_DIR/release/tern"
-[[ -x "$BIN" ]] || cargo build --release -p tern
+# Up to date with the sources (quick when it is): never a stale binary.
+cargo build --release --quiet -p tern --bin tern
 OUT="${1:-$CARGO_TARGET_DIR/debian}"
 VERSION="$(awk -F'"' '/^version = / { print $2; exit }' Cargo.toml)"
 ARCH="$(dpkg --print-architecture)"
 STAGE="$(mktemp -d "${TMPDIR:-/tmp}/tern-deb.XXXXXX")"
 trap 'rm -rf "$STAGE"' EXIT
+chmod 0755 "$STAGE"
 
 install -D -m 0755 "$BIN" "$STAGE/usr/bin/tern"
 strip --strip-debug "$STAGE/usr/bin/tern"

@@ -6,6 +6,7 @@
 #   scripts/setup.sh bench    also the benchmark peers (etcd-server) and matplotlib
 set -euo pipefail
 mode="${1:-test}"
+case "$mode" in build | test | bench) ;; *) echo "setup: unknown mode $mode (build, test or bench)" >&2; exit 2 ;; esac
 
 need_apt=()
 command -v protoc >/dev/null || need_apt+=(protobuf-compiler)
@@ -31,6 +32,8 @@ command -v node >/dev/null || need_apt+=(nodejs npm)
 command -v chromium >/dev/null || need_apt+=(chromium)
 # The Go client's tests (clients/go).
 command -v go >/dev/null || need_apt+=(golang-go)
+# The Debian package's test verifies its unit with systemd-analyze.
+command -v systemd-analyze >/dev/null || need_apt+=(systemd)
 # promtool checks and unit-tests the alert rules (deploy/prometheus).
 command -v promtool >/dev/null || need_apt+=(prometheus)
 fi

@@ -8,7 +8,8 @@ use std::path::PathBuf;
 
 /// The client commands' global flags and exit statuses (`exit.rs`), shown by `tern --help`.
 const EXIT_STATUSES: &str = "The client commands take --url, --ns, --token, --ca and --json before or after the command \
-(or TERN_URL, TERN_NS, TERN_TOKEN, TERN_CA): tern --url http://10.0.0.1:7070 get svc/api config\n\n\
+(or TERN_URL, TERN_NS, TERN_TOKEN, TERN_CA; `tern snapshot` takes --ns after `create`): \
+tern --url http://10.0.0.1:7070 get svc/api config\n\n\
 Exit status of the client commands: 0 done; 1 any other error; 2 usage; 3 not found (404); \
 4 conflict, a condition failed (409, 412); 5 refused, no valid token or grant (401, 403, 429); \
 6 unreachable (no connection, or no answer in time).";

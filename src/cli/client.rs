@@ -336,13 +336,10 @@ pub(super) async fn del(a: DelArgs) -> anyhow::Result<()> {
         query.push(("wait", "applied".to_string()));
     }
     // Say when nothing was there: a delete is answered the same either way.
-    // (With --if-version the condition says it: 409 if the record is gone.)
+    // A linearizable read before it tells (with --if-version the condition
+    // says it: 409 if the record is gone). The delete is sent whatever the
+    // read saw: a write racing it must not be left in place.
     let existing = if a.if_version.is_none() { version_of(&a.common, &a.pk, &a.sk).await } else { None };
-    if existing == Some(None) {
-        let nothing = serde_json::json!({ "deleted": false, "pk": a.pk, "sk": a.sk });
-        print(&a.common, &nothing, |_| println!("nothing at pk {:?} sk {:?}: nothing deleted", a.pk, a.sk));
-        return Ok(());
-    }
     let body = if unaddressable(&[&a.pk, &a.sk]) {
         let op = serde_json::json!({ "op": "delete", "pk": a.pk, "sk": a.sk, "if_version": a.if_version });
         let query: Vec<_> = query.into_iter().filter(|(name, _)| *name != "if_version").collect();
@@ -350,25 +347,35 @@ pub(super) async fn del(a: DelArgs) -> anyhow::Result<()> {
     } else {
         send(a.common.client()?.delete(key_url(&a.common, &a.pk, Some(&a.sk))).query(&query)).await?
     };
-    let deleted = existing.flatten().or(a.if_version);
-    print(&a.common, &body, |b| match deleted {
-        Some(version) => println!("deleted  version {version}  position {}", b["position"].as_str().unwrap_or("")),
-        None => println!("deleted  position {}", b["position"].as_str().unwrap_or("")),
+    print(&a.common, &body, |b| {
+        let position = b["position"].as_str().unwrap_or("");
+        match (b["write_id"].as_str(), existing) {
+            (Some(id), _) => println!("journaled  write id {id}  (tern write-status {id})"),
+            (None, Some(None)) => println!("deleted  position {position}  (nothing was at pk {:?} sk {:?})", a.pk, a.sk),
+            (None, Some(Some(version))) => println!("deleted  version {version}  position {position}"),
+            (None, None) => match a.if_version {
+                Some(version) => println!("deleted  version {version}  position {position}"),
+                None => println!("deleted  position {position}"),
+            },
+        }
     });
     Ok(())
 }
 
-/// The version of the record at (pk, sk): `Some(None)` when there is none,
-/// `None` when it cannot be told (no read grant, an error: the delete then
-/// goes ahead and says less).
+/// The version of the record at (pk, sk) as of now (a linearizable read:
+/// it sees every acknowledged write): `Some(None)` when there is none,
+/// `None` when it cannot be told (no read grant, an error: the delete says
+/// less).
 async fn version_of(common: &Common, pk: &str, sk: &str) -> Option<Option<u64>> {
     let client = common.client().ok()?;
+    let strong = [("consistency", "strong")];
     let answer = if unaddressable(&[pk, sk]) {
         let url = format!("{}/v1/ns/{}/get", common.url.trim_end_matches('/'), common.ns);
-        let answer = send(client.post(url).json(&serde_json::json!({ "keys": [{ "pk": pk, "sk": sk }] }))).await.ok()?;
+        let keys = serde_json::json!({ "keys": [{ "pk": pk, "sk": sk }] });
+        let answer = send(client.post(url).query(&strong).json(&keys)).await.ok()?;
         answer["items"][0].clone()
     } else {
-        match send(client.get(key_url(common, pk, Some(sk)))).await {
+        match send(client.get(key_url(common, pk, Some(sk))).query(&strong)).await {
             Ok(record) => record,
             Err(e) if e.downcast_ref::<CliError>().is_some_and(|e| e.message.starts_with("404 not_found")) => Value::Null,
             Err(_) => return None,

@@ -793,7 +793,12 @@ async fn cli_exit_statuses_tell_outcomes_apart() {
     assert_eq!(status, 3, "not found: {err}");
     assert!(err.contains("404 not_found"), "{err}");
     let (ok, out, err) = cli(&t.url, &["del", "nope", "s", "--token", token]);
-    assert!(ok && out.contains("nothing at pk \"nope\" sk \"s\": nothing deleted"), "a delete of nothing says so: {out}{err}");
+    assert!(ok && out.contains("(nothing was at pk \"nope\" sk \"s\")"), "a delete of nothing says so: {out}{err}");
+    // A put not waited for, then a delete at once: the delete is never skipped.
+    assert_eq!(cli_status(&t.url, &["put", "racy", "s", "1", "--token", token]).0, 0);
+    let (ok, out, err) = cli(&t.url, &["del", "racy", "s", "--token", token, "--wait"]);
+    assert!(ok && out.starts_with("deleted  "), "{out}{err}");
+    assert_eq!(cli_status(&t.url, &["get", "racy", "s", "--token", token, "--strong"]).0, 3, "deleted");
     let (ok, out, err) = cli(&t.url, &["del", "k", "s", "--token", token, "--wait"]);
     assert!(ok && out.starts_with("deleted  version 0  position default:"), "{out}{err}");
     assert_eq!(cli_status(&t.url, &["put", "k", "s", "1", "--token", token, "--wait"]).0, 0);

@@ -41,15 +41,28 @@ async fn the_description_names_every_route_and_no_other() {
             let names: Vec<&str> = path.split('/').filter_map(|s| s.strip_prefix('{').and_then(|s| s.strip_suffix('}'))).collect();
             let parameters: Vec<&Value> =
                 item["parameters"].as_array().into_iter().flatten().chain(operation["parameters"].as_array().into_iter().flatten()).collect();
+            // A `$ref` is followed to its component: what it names is checked, not its key.
+            let resolved: Vec<&Value> = parameters
+                .iter()
+                .map(|p| match p["$ref"].as_str().and_then(|r| r.strip_prefix("#/components/parameters/")) {
+                    Some(key) => &document["components"]["parameters"][key],
+                    None => *p,
+                })
+                .collect();
             for name in names {
-                let declared = parameters.iter().any(|p| match p["$ref"].as_str() {
-                    Some(r) => r == format!("#/components/parameters/{name}"),
-                    None => p["name"] == name && p["in"] == "path",
-                });
-                assert!(declared, "{method} {path}: path parameter {name} is declared");
+                let declared = resolved.iter().any(|p| p["name"] == name && p["in"] == "path" && p["required"] == true);
+                assert!(declared, "{method} {path}: path parameter {name} is declared, required");
             }
         }
     }
+    // The limits it states are the server's own.
+    let parameters = &document["components"]["parameters"];
+    assert_eq!(parameters["timeout_ms"]["schema"]["maximum"], tern::limits::WAIT_MS_MAX, "timeout_ms");
+    assert_eq!(parameters["idempotency_key"]["schema"]["maxLength"], tern::limits::WRITE_ID_BYTES_MAX, "Idempotency-Key");
+    assert_eq!(parameters["idempotency_key"]["name"], "Idempotency-Key");
+    let settings = &document["components"]["schemas"]["NamespaceSettings"]["properties"];
+    assert_eq!(settings["partitions"]["maximum"], tern::limits::PARTITIONS_MAX, "partitions");
+
     let routes: BTreeSet<(String, String)> =
         tern::http::routes().into_iter().filter(|r| r.path.starts_with("/v1/")).map(|r| (r.method.to_string(), r.path.to_string())).collect();
     let undescribed: Vec<_> = routes.difference(&described).collect();
