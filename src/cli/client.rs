@@ -302,23 +302,9 @@ pub(super) async fn get(a: GetArgs) -> anyhow::Result<()> {
     if a.strong {
         query.push(("consistency", "strong".to_string()));
     }
-    let body = if unaddressable(&[&a.pk, &a.sk]) {
-        let url = format!("{}/v1/ns/{}/get", a.common.url.trim_end_matches('/'), a.common.ns);
-        let keys = serde_json::json!({ "keys": [{ "pk": a.pk, "sk": a.sk }] });
-        let answer = send(a.common.client()?.post(url).query(&query).json(&keys)).await?;
-        match &answer["items"][0] {
-            Value::Object(record) => {
-                let mut record = Value::Object(record.clone());
-                record["position"] = answer["position"].clone();
-                record
-            }
-            _ => {
-                let message = format!("404 not_found: no record at pk {:?} sk {:?}", a.pk, a.sk);
-                return Err(CliError { exit: super::exit::Exit::NotFound, message }.into());
-            }
-        }
-    } else {
-        send(a.common.client()?.get(key_url(&a.common, &a.pk, Some(&a.sk))).query(&query)).await?
+    let Some(body) = read_record(&a.common, &a.pk, &a.sk, &query).await? else {
+        let message = format!("404 not_found: no record at pk {:?} sk {:?}", a.pk, a.sk);
+        return Err(CliError { exit: super::exit::Exit::NotFound, message }.into());
     };
     print(&a.common, &body, |b| {
         println!("{}", serde_json::to_string_pretty(&b["value"]).expect("serializes"));
@@ -367,21 +353,30 @@ pub(super) async fn del(a: DelArgs) -> anyhow::Result<()> {
 /// `None` when it cannot be told (no read grant, an error: the delete says
 /// less).
 async fn version_of(common: &Common, pk: &str, sk: &str) -> Option<Option<u64>> {
-    let client = common.client().ok()?;
-    let strong = [("consistency", "strong")];
-    let answer = if unaddressable(&[pk, sk]) {
+    let strong = [("consistency", "strong".to_string())];
+    let record = read_record(common, pk, sk, &strong).await.ok()?;
+    Some(record.and_then(|record| record["version"].as_u64()))
+}
+
+/// The record at (pk, sk) with the position the read saw, None when there
+/// is none (any other refusal, a missing namespace too, is an error).
+/// `query`: the read's own parameters (`after`, `consistency`).
+async fn read_record(common: &Common, pk: &str, sk: &str, query: &[(&str, String)]) -> anyhow::Result<Option<Value>> {
+    let client = common.client()?;
+    if unaddressable(&[pk, sk]) {
         let url = format!("{}/v1/ns/{}/get", common.url.trim_end_matches('/'), common.ns);
         let keys = serde_json::json!({ "keys": [{ "pk": pk, "sk": sk }] });
-        let answer = send(client.post(url).query(&strong).json(&keys)).await.ok()?;
-        answer["items"][0].clone()
-    } else {
-        match send(client.get(key_url(common, pk, Some(sk))).query(&strong)).await {
-            Ok(record) => record,
-            Err(e) if e.downcast_ref::<CliError>().is_some_and(|e| e.message.starts_with("404 not_found")) => Value::Null,
-            Err(_) => return None,
-        }
-    };
-    Some(answer["version"].as_u64())
+        let answer = send(client.post(url).query(query).json(&keys)).await?;
+        let Value::Object(record) = &answer["items"][0] else { return Ok(None) };
+        let mut record = Value::Object(record.clone());
+        record["position"] = answer["position"].clone();
+        return Ok(Some(record));
+    }
+    match send(client.get(key_url(common, pk, Some(sk))).query(query)).await {
+        Ok(record) => Ok(Some(record)),
+        Err(e) if e.downcast_ref::<CliError>().is_some_and(|e| e.message.starts_with("404 not_found:")) => Ok(None),
+        Err(e) => Err(e),
+    }
 }
 
 pub(super) async fn ls(a: LsArgs) -> anyhow::Result<()> {

@@ -72,6 +72,15 @@ async fn pages_of_a_configured_origin_may_call_both_protocols_and_no_other_may()
     assert_eq!(header(&unauthenticated, "access-control-allow-origin"), Some(APP));
     let firebase = t.client.get(format!("{}/app.json?auth=owner", t.url)).header("origin", APP).send().await.unwrap();
     assert_eq!(header(&firebase, "access-control-allow-origin"), Some(APP), "Firebase's paths: {}", firebase.status());
+    // Watches an HTTP/2 connection answers itself carry them too.
+    let h2 = reqwest::Client::builder().http2_prior_knowledge().build().unwrap();
+    let watch = h2.get(format!("{}/v1/ns/default/watch?pk=svc%2Fapi", t.url)).header("origin", APP).bearer_auth(&token).send().await.unwrap();
+    assert_eq!((watch.version(), watch.status().as_u16()), (reqwest::Version::HTTP_2, 200));
+    assert_eq!(header(&watch, "access-control-allow-origin"), Some(APP));
+    assert!(header(&watch, "access-control-expose-headers").unwrap().contains("x-tern-error-code"));
+    let refused = h2.get(format!("{}/v1/ns/default/watch", t.url)).header("origin", APP).send().await.unwrap();
+    assert_eq!(refused.status(), 401);
+    assert_eq!(header(&refused, "access-control-allow-origin"), Some(APP), "an HTTP/2 watch's refusal too");
     // Another origin gets nothing that lets its page read the answer.
     let other =
         t.client.get(t.kv_url("default", "svc/api", Some("config"))).header("origin", "http://evil.test").bearer_auth(&token).send().await.unwrap();

@@ -121,11 +121,8 @@ impl Watches {
         for (name, value) in SSE_HEADERS {
             head = head.header(name, value);
         }
-        if let Some(origin) = allow_origin {
-            head = head
-                .header(http::header::ACCESS_CONTROL_ALLOW_ORIGIN, origin)
-                .header(http::header::VARY, "origin")
-                .header(http::header::ACCESS_CONTROL_EXPOSE_HEADERS, crate::http::front::CORS_EXPOSED_LIST);
+        if let (Some(origin), Some(headers)) = (allow_origin, head.headers_mut()) {
+            crate::http::front::insert_cors(headers, origin);
         }
         let head = head.body(()).expect("static headers are valid");
         let Ok(send) = respond.send_response(head, false) else { return };
