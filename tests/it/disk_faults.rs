@@ -483,15 +483,25 @@ async fn write_marked_records(t: &Tern) -> BTreeMap<String, Value> {
     written
 }
 
-/// Flips the last byte of `needle` where `path` holds it, in place (the
-/// node keeps the file open); false if the file does not hold it.
+/// Flips the last byte of every copy of `needle` in `path`, in place (the
+/// node keeps the file open); false if the file holds none. Every copy,
+/// because redb writes pages copy-on-write: a freed page may still hold an
+/// older copy of the record, and flipping only the first match could hit
+/// that dead page and leave the live one intact (a CI run did exactly that:
+/// the record read back unharmed for 60 s).
 fn flip_in_place(path: &Path, needle: &[u8]) -> bool {
     use std::os::unix::fs::FileExt;
     let bytes = std::fs::read(path).unwrap();
-    let Some(at) = bytes.windows(needle.len()).position(|w| w == needle) else { return false };
-    let at = at + needle.len() - 1;
-    std::fs::OpenOptions::new().write(true).open(path).unwrap().write_at(&[bytes[at] ^ 0x01], at as u64).unwrap();
-    true
+    let file = std::fs::OpenOptions::new().write(true).open(path).unwrap();
+    let mut flipped = 0_usize;
+    for (at, window) in bytes.windows(needle.len()).enumerate() {
+        if window == needle {
+            let last = at + needle.len() - 1;
+            file.write_at(&[bytes[last] ^ 0x01], last as u64).unwrap();
+            flipped += 1;
+        }
+    }
+    flipped > 0
 }
 
 /// One node, no snapshots: a record's bytes flipped in its store's file
