@@ -73,6 +73,15 @@ pub struct Mutation {
     /// at apply after the ops' conditions, before any op (`apply::batch`);
     /// empty for other writers.
     pub reads: Vec<TreeRead>,
+    /// Who wrote it: the API key's id, `root`, `jwt:<sub>`, or empty (no
+    /// authentication, or a writer that does not say). At most
+    /// `WRITER_BYTES_MAX` bytes; shown in a record's history, never
+    /// used to decide anything (`store::history`).
+    pub writer: String,
+    /// How many versions of each record its puts and deletes keep in the
+    /// record's history (`store::history`; at most `HISTORY_MAX_MAX`;
+    /// 0: none, and what the record had goes); None: leave it as it is.
+    pub history_max: Option<u32>,
 }
 
 /// One location a writer's Firebase rules read (`firebase::commit`): the
@@ -259,6 +268,8 @@ pub fn encode_at(mutation: &Mutation, time_ms: u64) -> Vec<u8> {
             .iter()
             .map(|read| proto::TreeRead { pk: read.pk.clone(), sk: read.sk.clone(), hash: Bytes::copy_from_slice(&read.hash) })
             .collect(),
+        writer: mutation.writer.clone(),
+        history_max: mutation.history_max,
     };
     message.encode_to_vec()
 }
@@ -280,6 +291,8 @@ pub fn encode_trim(time_ms: u64, published_below: u64) -> Vec<u8> {
         outbox_published_below: published_below,
         journal: None,
         reads: Vec::new(),
+        writer: String::new(),
+        history_max: None,
     };
     message.encode_to_vec()
 }
@@ -339,6 +352,12 @@ pub fn decode_timed(entry: Bytes, partition: u32, partitions: u32) -> Result<(Mu
     if message.write_id.len() > limits::WRITE_ID_BYTES_MAX {
         return Err(Malformed::Limit(format!("write_id longer than {} bytes", limits::WRITE_ID_BYTES_MAX)));
     }
+    if message.history_max.is_some_and(|n| n > crate::limits::HISTORY_MAX_MAX) {
+        return Err(Malformed::Limit(format!("history_max over {}", crate::limits::HISTORY_MAX_MAX)));
+    }
+    if message.writer.len() > limits::WRITER_BYTES_MAX {
+        return Err(Malformed::Limit(format!("writer longer than {} bytes", limits::WRITER_BYTES_MAX)));
+    }
     if message.journal.as_ref().is_some_and(|place| place.lane.is_empty() || place.lane.len() > JOURNAL_LANE_BYTES_MAX) {
         return Err(Malformed::Limit(format!("a journal lane has 1 to {JOURNAL_LANE_BYTES_MAX} bytes")));
     }
@@ -351,7 +370,12 @@ pub fn decode_timed(entry: Bytes, partition: u32, partitions: u32) -> Result<(Mu
         return Err(Malformed::Limit("a journal gap starts at or above its lane's released mark and below its entry's offset".into()));
     }
     if message.tick {
-        if !message.ops.is_empty() || !message.write_id.is_empty() || message.journal.is_some() || !message.reads.is_empty() {
+        if !message.ops.is_empty()
+            || !message.write_id.is_empty()
+            || message.journal.is_some()
+            || !message.reads.is_empty()
+            || !message.writer.is_empty()
+        {
             return Err(Malformed::Limit("a tick has no ops, no write id, no journal place and no reads".into()));
         }
         // The one mutation without ops: applying it moves the log time.
@@ -364,7 +388,7 @@ pub fn decode_timed(entry: Bytes, partition: u32, partitions: u32) -> Result<(Mu
     }
     let reads = decode_reads(message.reads, partition, partitions)?;
     let journal = message.journal.map(JournalPlace::from_proto);
-    let mutation = Mutation { write_id: message.write_id, ops, journal, reads };
+    let mutation = Mutation { write_id: message.write_id, ops, journal, reads, writer: message.writer, history_max: message.history_max };
     limits::check_mutation_bytes(mutation.payload_bytes()).map_err(|e| Malformed::Limit(e.message))?;
     if mutation.ops.len() > 1 && mutation.ops.iter().any(|op| matches!(op.kind, OpKind::Procedure(_))) {
         return Err(Malformed::Procedure("a procedure op must be its mutation's only op".into()));
@@ -485,6 +509,24 @@ mod tests {
             ],
             journal: None,
             reads: Vec::new(),
+            writer: "key:abc".into(),
+            history_max: Some(8),
+        }
+    }
+
+    #[test]
+    fn a_writer_and_history_max_round_trip_and_out_of_bounds_are_malformed() {
+        let mut m = sample(4);
+        m.writer = "é".repeat(limits::WRITER_BYTES_MAX / 2);
+        assert_eq!(decode(Bytes::from(encode(&m)), 2, 4).unwrap().writer, m.writer);
+        m.writer.push('x');
+        let err = decode(Bytes::from(encode(&m)), 2, 4).unwrap_err();
+        assert_eq!(err.label(), "limit", "{err}");
+        m.writer.clear();
+        for (history_max, decodes) in [(None, true), (Some(0), true), (Some(64), true), (Some(65), false)] {
+            m.history_max = history_max;
+            let decoded = decode(Bytes::from(encode(&m)), 2, 4);
+            assert_eq!(decoded.as_ref().ok().map(|d| d.history_max), decodes.then_some(history_max), "{history_max:?}");
         }
     }
 
@@ -514,6 +556,8 @@ mod tests {
             outbox_published_below: 0,
             journal: None,
             reads: Vec::new(),
+            writer: String::new(),
+            history_max: None,
         };
         assert_eq!(decode(Bytes::from(raw.encode_to_vec()), 0, 1).unwrap_err(), Malformed::UnknownFormat(2));
         raw.format = 1;
@@ -581,6 +625,8 @@ mod tests {
             }],
             journal: None,
             reads: Vec::new(),
+            writer: String::new(),
+            history_max: None,
         };
         let p = partition_of(".tree", 4);
         let good = tree("a/b", r#"{"c": {".sv": "timestamp"}}"#, false, Some(Condition::IfTreeHash([3; 32])));
@@ -640,7 +686,7 @@ mod tests {
     fn ticks_carry_only_a_time() {
         assert_eq!(
             decode_timed(Bytes::from(encode_tick(42)), 3, 4).unwrap(),
-            (Mutation { write_id: Bytes::new(), ops: vec![], journal: None, reads: Vec::new() }, 42)
+            (Mutation { write_id: Bytes::new(), ops: vec![], journal: None, reads: Vec::new(), writer: String::new(), history_max: None }, 42)
         );
         let mut raw = proto::Mutation::decode(Bytes::from(encode(&sample(4)))).unwrap();
         raw.tick = true;
@@ -654,6 +700,8 @@ mod tests {
             outbox_published_below: 0,
             journal: None,
             reads: Vec::new(),
+            writer: String::new(),
+            history_max: None,
         };
         assert_eq!(decode(Bytes::from(empty.encode_to_vec()), 0, 1).unwrap_err().label(), "limit", "no ops and no tick");
     }

@@ -37,6 +37,11 @@ pub const MULTI_GET_KEYS_MAX: usize = 1000;
 pub const ANSWER_BYTES_MAX: usize = 64 * 1024 * 1024;
 /// Longest write id carried by a mutation.
 pub const WRITE_ID_BYTES_MAX: usize = 64;
+/// The most bytes of a log entry's `writer` (who wrote it, shown in a
+/// record's history): a key id, `root` or `jwt:<sub>`, cut to fit.
+pub const WRITER_BYTES_MAX: usize = 128;
+/// The most versions a namespace may keep per record (`history_max`).
+pub const HISTORY_MAX_MAX: u32 = 64;
 /// Most partitions a namespace may have (each is a store file and an apply task).
 pub const PARTITIONS_MAX: u32 = 1024;
 /// Longest namespace name.

@@ -18,6 +18,8 @@ mod batch;
 mod body;
 mod cluster;
 mod demo;
+/// A record's last versions.
+mod history;
 pub(crate) mod keys;
 mod list;
 /// Listing a whole namespace across partitions.

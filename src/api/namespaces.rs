@@ -12,6 +12,7 @@ use super::body;
 use super::keys::NsName;
 use crate::auth::{Identity, Verb};
 use crate::edge::{require_all_of, require_anywhere, ApiError, AppState, Caller};
+use crate::limits::HISTORY_MAX_MAX;
 use crate::node::namespace_options::WriteMode;
 use crate::partition::PartitionStatus;
 
@@ -21,6 +22,8 @@ struct CreateBody {
     /// Required to create; may be left out to change an existing namespace's options.
     partitions: Option<u32>,
     write_mode: Option<WriteMode>,
+    /// How many versions of each record to keep (`store::history`).
+    history_max: Option<u32>,
     /// An existing Kafka topic to read as the namespace's log (its
     /// partitions are the namespace's): issue 23, docs/procedures.md.
     source_topic: Option<String>,
@@ -33,7 +36,7 @@ const OUTBOX_COUNTED_MAX: usize = 100_000;
 /// Bodies of namespace calls are tiny.
 const NAMESPACE_BODY_BYTES_MAX: usize = 4096;
 
-/// `PUT /v1/ns/{ns}` `{"partitions": N, "write_mode": "sequenced" | "journaled"}`:
+/// `PUT /v1/ns/{ns}` `{"partitions": N, "write_mode": "sequenced" | "journaled", "history_max": H}`:
 /// 201 created, 200 same again (or options changed), 409 different
 /// partition count. `partitions` may be left out when the namespace exists
 /// (to change its `write_mode` only).
@@ -46,6 +49,12 @@ pub(super) async fn create(State(state): State<AppState>, Caller(identity): Call
     require_all_of(&identity, &ns, "", Verb::Admin)?;
     let bytes = body::read(body, NAMESPACE_BODY_BYTES_MAX, "body_too_large", "the namespace body").await?;
     let request: CreateBody = body::json(&bytes)?;
+    if let Some(history_max) = request.history_max.filter(|n| *n > HISTORY_MAX_MAX) {
+        return Err(ApiError::bad_request(
+            "invalid_request",
+            format!("history_max is 0 to {HISTORY_MAX_MAX} versions per record, got {history_max}"),
+        ));
+    }
     let created = match (request.source_topic.as_deref(), request.partitions) {
         (Some(source), partitions) => state.node.create_sourced_namespace(&ns, source, partitions).await?,
         (None, Some(partitions)) => state.node.create_namespace(&ns, partitions).await?,
@@ -55,12 +64,12 @@ pub(super) async fn create(State(state): State<AppState>, Caller(identity): Call
         }
     };
     let namespace = state.node.namespace(&ns).ok_or_else(|| ApiError::unknown_namespace(&ns))?;
-    let mut options = state.node.namespace_options(&namespace).await;
-    if let Some(write_mode) = request.write_mode {
-        if write_mode != options.write_mode {
-            options.write_mode = write_mode;
-            state.node.write_namespace_options(&namespace, options).await?;
-        }
+    let known = state.node.namespace_options(&namespace).await;
+    let mut options = known;
+    options.write_mode = request.write_mode.unwrap_or(options.write_mode);
+    options.history_max = request.history_max.unwrap_or(options.history_max);
+    if options != known {
+        state.node.write_namespace_options(&namespace, options).await?;
     }
     let status = if created { StatusCode::CREATED } else { StatusCode::OK };
     let body = json!({
@@ -68,6 +77,7 @@ pub(super) async fn create(State(state): State<AppState>, Caller(identity): Call
         "partitions": namespace.partitions,
         "created": created,
         "write_mode": options.write_mode,
+        "history_max": options.history_max,
         "source_topic": namespace.source_topic.as_deref(),
     });
     Ok((status, Json(body)).into_response())
@@ -160,6 +170,7 @@ pub(super) async fn describe(State(state): State<AppState>, Caller(identity): Ca
         "name": &*namespace.name,
         "partitions": namespace.partitions,
         "write_mode": options.write_mode,
+        "history_max": options.history_max,
         "source_topic": namespace.source_topic.as_deref(),
         "state": partitions,
     });

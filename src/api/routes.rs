@@ -12,7 +12,8 @@ use axum::routing::{delete, get, post, put, MethodRouter};
 use axum::Router;
 
 use super::{
-    admin, batch, cluster, demo, list_namespace, multi_get, namespaces, openapi, ops, outbox, procedures, records, sse, tokens, write_status, ws,
+    admin, batch, cluster, demo, history, list_namespace, multi_get, namespaces, openapi, ops, outbox, procedures, records, sse, tokens,
+    write_status, ws,
 };
 use crate::edge::{timed, ApiError, AppState, Route, RouteAccess};
 use RouteAccess::{Authenticated, Public, Scoped};
@@ -42,6 +43,7 @@ fn table() -> Vec<(Route, MethodRouter<AppState>)> {
         r(Method::DELETE, "/v1/ns/{ns}/kv/{*rest}", Scoped, delete(timed("DELETE /v1/ns/{ns}/kv/{*rest}", records::kv))),
         r(Method::POST, "/v1/ns/{ns}/get", Scoped, post(timed("POST /v1/ns/{ns}/get", multi_get::multi_get))),
         r(Method::POST, "/v1/ns/{ns}/batch", Scoped, post(timed("POST /v1/ns/{ns}/batch", batch::batch))),
+        r(Method::GET, "/v1/ns/{ns}/history", Scoped, get(timed("GET /v1/ns/{ns}/history", history::history))),
         r(Method::GET, "/v1/ns/{ns}/watch", Scoped, get(sse::sse)),
         r(Method::GET, "/v1/ns/{ns}/procedures", Scoped, get(timed("GET /v1/ns/{ns}/procedures", procedures::list))),
         r(Method::GET, "/v1/ns/{ns}/procedures/{name}", Scoped, get(timed("GET /v1/ns/{ns}/procedures/{name}", procedures::show))),

@@ -152,6 +152,8 @@ async fn write_key(state: &AppState, id: &str, kind: OpKind) -> Result<(), ApiEr
         ops: vec![Op { pk: KEYS_PK.into(), sk: id.into(), kind, condition: None }],
         journal: None,
         reads: Vec::new(),
+        writer: String::new(),
+        history_max: None,
     };
     let request = WriteRequest::new(Writer::Tokens, partition, Entry::Mutation(mutation));
     // Applied here when this node applies the keys, so its next request knows the key.

@@ -36,6 +36,19 @@ pub(super) fn write_id(incoming: &Incoming<'_>) -> Result<Bytes, ApiError> {
     incoming.write_id().map_err(|e| ApiError::bad_request("invalid_idempotency_key", e))
 }
 
+/// Who the request is from, as a record's history names its writer
+/// (`codec::Mutation::writer`): `root`, `key:<id>`, `jwt:<sub>` (cut to
+/// `WRITER_BYTES_MAX` bytes at a character boundary), or empty without
+/// authentication.
+pub(super) fn writer_of(incoming: &Incoming<'_>) -> String {
+    let mut writer = incoming.principal.clone().unwrap_or_default();
+    if writer.len() > crate::limits::WRITER_BYTES_MAX {
+        let cut = (0..=crate::limits::WRITER_BYTES_MAX).rev().find(|i| writer.is_char_boundary(*i)).unwrap_or(0);
+        writer.truncate(cut);
+    }
+    writer
+}
+
 pub(super) async fn write_one(
     state: &AppState,
     incoming: &Incoming<'_>,
@@ -45,7 +58,8 @@ pub(super) async fn write_one(
     body: Bytes,
 ) -> Result<Response, ApiError> {
     let partition = namespace.partition_of(&op.pk);
-    let mutation = Mutation { write_id: write_id(incoming)?, ops: vec![op], journal: None, reads: Vec::new() };
+    let mutation =
+        Mutation { write_id: write_id(incoming)?, ops: vec![op], journal: None, reads: Vec::new(), writer: writer_of(incoming), history_max: None };
     write_records(state, incoming, namespace, partition, mutation, params, body).await
 }
 

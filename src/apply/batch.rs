@@ -110,6 +110,7 @@ pub(crate) fn apply_entries_with(
                 };
                 match outcome {
                     Outcome::Applied => {
+                        note_versions(tx, &mutation, entry.offset, if time_ms > 0 { time_ms } else { entry.appended_ms.unwrap_or(0) });
                         // Subscribers and procedures see tree ops as applied: server values resolved.
                         let applied = resolved.as_ref().unwrap_or(&mutation);
                         procedures.on_applied(tx, entry.offset, EntryTime::of(time_ms, entry.appended_ms), applied)?;
@@ -123,6 +124,21 @@ pub(crate) fn apply_entries_with(
         mark_applied(tx, entry.offset, outcome, &mut outcomes)?;
     }
     Ok(outcomes)
+}
+
+/// Notes the record versions an applied mutation made for their history
+/// (`store::history`), as many kept as it says (`history_max`; none said:
+/// left as it is). Tern's own records (pks starting with `.`: Firebase
+/// trees, settings) keep none.
+fn note_versions(tx: &mut ApplyTxn, mutation: &Mutation, offset: u64, time_ms: u64) {
+    let Some(keep) = mutation.history_max else { return };
+    for op in mutation.ops.iter().filter(|op| !op.pk.starts_with('.')) {
+        match &op.kind {
+            OpKind::Put(value) => tx.note_version(&op.pk, &op.sk, offset, time_ms, &mutation.writer, Some(value), keep),
+            OpKind::Delete => tx.note_version(&op.pk, &op.sk, offset, time_ms, &mutation.writer, None, keep),
+            OpKind::Tree(_) | OpKind::Procedure(_) => {}
+        }
+    }
 }
 
 /// Tells `on_applied` what the entry at `offset` did to records: its own
@@ -146,7 +162,7 @@ fn report_applied(offset: u64, own: Option<&Mutation>, procedures: &mut Procedur
         },
         condition: None,
     }));
-    on_applied(offset, &Mutation { write_id: bytes::Bytes::new(), ops, journal: None, reads: Vec::new() });
+    on_applied(offset, &Mutation { write_id: bytes::Bytes::new(), ops, journal: None, reads: Vec::new(), writer: String::new(), history_max: None });
 }
 
 /// Ends an entry: the store moves past it, expired write ids are forgotten,
@@ -316,7 +332,17 @@ mod tests {
     }
 
     fn entry_with_id(offset: u64, write_id: &'static [u8], ops: Vec<Op>) -> LogRecord {
-        LogRecord::entry(offset, Bytes::from(encode(&Mutation { write_id: Bytes::from_static(write_id), ops, journal: None, reads: Vec::new() })))
+        LogRecord::entry(
+            offset,
+            Bytes::from(encode(&Mutation {
+                write_id: Bytes::from_static(write_id),
+                ops,
+                journal: None,
+                reads: Vec::new(),
+                writer: String::new(),
+                history_max: None,
+            })),
+        )
     }
 
     #[test]
@@ -397,7 +423,17 @@ mod tests {
         };
         let hash_now = |sk: &str| crate::store::tree::hash_for_rules(&store.read().unwrap(), "t", sk).unwrap().0;
         let with_reads = |offset: u64, write_id: &'static [u8], op: Op, reads: Vec<TreeRead>| {
-            LogRecord::entry(offset, Bytes::from(encode(&Mutation { write_id: Bytes::from_static(write_id), ops: vec![op], journal: None, reads })))
+            LogRecord::entry(
+                offset,
+                Bytes::from(encode(&Mutation {
+                    write_id: Bytes::from_static(write_id),
+                    ops: vec![op],
+                    journal: None,
+                    reads,
+                    writer: String::new(),
+                    history_max: None,
+                })),
+            )
         };
         let apply = |entries: Vec<LogRecord>| store.apply(false, |tx| apply_entries(tx, &entries, 0, 1, &mut |_, _| {})).unwrap();
         apply(vec![LogRecord::entry(0, Bytes::from(encode(&Mutation { ops: vec![set("room", r#"{"a": 1}"#)], ..Default::default() })))]);
@@ -536,8 +572,14 @@ mod tests {
         write_id: &'static [u8],
     ) -> LogRecord {
         let place = crate::codec::JournalPlace { lane: Bytes::from_static(lane), offset: at, from, gap_from };
-        let mutation =
-            Mutation { write_id: Bytes::from_static(write_id), ops: vec![put("k", "", value, None)], journal: Some(place), reads: Vec::new() };
+        let mutation = Mutation {
+            write_id: Bytes::from_static(write_id),
+            ops: vec![put("k", "", value, None)],
+            journal: Some(place),
+            reads: Vec::new(),
+            writer: String::new(),
+            history_max: None,
+        };
         LogRecord::entry(offset, Bytes::from(encode(&mutation)))
     }
 

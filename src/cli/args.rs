@@ -47,6 +47,10 @@ pub enum Command {
     /// namespace in (pk, sk) order (`tern ls [--prefix P]`).
     #[command(after_help = "Examples:\n  tern ls svc/api --prefix con\n  tern ls --prefix svc/ --all")]
     Ls(client::LsArgs),
+    /// A record's last versions, newest first, with when and by whom:
+    /// `tern history PK [SK]` (the namespace keeps `history_max` of them).
+    #[command(after_help = "Examples:\n  tern history svc/api config\n  tern ns create svc --history-max 10   # keep 10 versions per record")]
+    History(client::HistoryArgs),
     /// Print changes as they happen: `tern watch [PK] [--prefix P | --sk S] [--from now|snapshot|POSITION]`.
     #[command(after_help = "Examples:\n  tern watch svc/api --from snapshot\n  tern watch --count 10")]
     Watch(watch::WatchArgs),

@@ -102,6 +102,20 @@ pub struct GetArgs {
 }
 
 #[derive(Args)]
+pub struct HistoryArgs {
+    #[command(flatten)]
+    common: Common,
+    /// The record's partition key.
+    pk: String,
+    /// The record's sort key (default: the empty one).
+    #[arg(default_value = "")]
+    sk: String,
+    /// At most this many versions (1 to 64; default: all kept).
+    #[arg(long)]
+    limit: Option<u32>,
+}
+
+#[derive(Args)]
 pub struct DelArgs {
     #[command(flatten)]
     common: Common,
@@ -177,6 +191,10 @@ enum NsAction {
         /// partition count is the namespace's; `--partitions` is ignored).
         #[arg(long)]
         source_topic: Option<String>,
+        /// Keep this many versions of each record (0 to 64; `tern history`);
+        /// on an existing namespace, changes it.
+        #[arg(long)]
+        history_max: Option<u32>,
     },
     /// Show one namespace with per-partition state.
     #[command(after_help = "Example:\n  tern ns show default")]
@@ -309,6 +327,35 @@ pub(super) async fn get(a: GetArgs) -> anyhow::Result<()> {
     print(&a.common, &body, |b| {
         println!("{}", serde_json::to_string_pretty(&b["value"]).expect("serializes"));
         eprintln!("version {}  position {}", b["version"], b["position"].as_str().unwrap_or(""));
+    });
+    Ok(())
+}
+
+pub(super) async fn history(a: HistoryArgs) -> anyhow::Result<()> {
+    let mut query = vec![("pk", a.pk.clone()), ("sk", a.sk.clone())];
+    if let Some(limit) = a.limit {
+        query.push(("limit", limit.to_string()));
+    }
+    let url = format!("{}/v1/ns/{}/history", a.common.url.trim_end_matches('/'), a.common.ns);
+    let body = send(a.common.client()?.get(url).query(&query)).await?;
+    print(&a.common, &body, |b| {
+        let versions = b["versions"].as_array().map(Vec::as_slice).unwrap_or_default();
+        if versions.is_empty() {
+            match b["history_max"].as_u64() {
+                Some(0) => eprintln!("no history: namespace {} keeps none (tern ns create {} --history-max N)", a.common.ns, a.common.ns),
+                _ => eprintln!("no versions of pk {:?} sk {:?} kept", a.pk, a.sk),
+            }
+            return;
+        }
+        let mut table = Table::new(&[">VERSION", "OP", "TIME (UTC)", "WRITER", "VALUE"]);
+        for v in versions {
+            let time = v["time_ms"].as_i64().filter(|t| *t > 0).and_then(chrono::DateTime::from_timestamp_millis);
+            let time = time.map_or("-".to_string(), |t| t.format("%Y-%m-%d %H:%M:%S%.3f").to_string());
+            let writer = v["writer"].as_str().filter(|w| !w.is_empty()).unwrap_or("-").to_string();
+            let value = if v["op"] == "delete" { "(deleted)".to_string() } else { shorten(v["value"].to_string(), 60) };
+            table.row(vec![cell(&v["version"]), cell(&v["op"]), time, writer, value]);
+        }
+        table.print();
     });
     Ok(())
 }
@@ -463,11 +510,14 @@ pub(super) async fn ns(a: NsArgs) -> anyhow::Result<()> {
                 table.print();
             });
         }
-        NsAction::Create { name, partitions, source_topic } => {
-            let body = match source_topic {
+        NsAction::Create { name, partitions, source_topic, history_max } => {
+            let mut body = match source_topic {
                 Some(topic) => serde_json::json!({ "source_topic": topic }),
                 None => serde_json::json!({ "partitions": partitions }),
             };
+            if let Some(history_max) = history_max {
+                body["history_max"] = history_max.into();
+            }
             let request = client.put(format!("{base}/v1/ns/{name}")).json(&body);
             let body = send(request).await?;
             print(&a.common, &body, |b| {

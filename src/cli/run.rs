@@ -70,6 +70,7 @@ pub fn main() -> anyhow::Result<()> {
             Command::WriteStatus(args) => client::write_status(args).await,
             Command::Del(args) => client::del(args).await,
             Command::Ls(args) => client::ls(args).await,
+            Command::History(args) => client::history(args).await,
             Command::Ns(args) => client::ns(args).await,
             Command::Watch(args) => watch::watch(args).await,
             Command::Cluster(args) => client::cluster(args).await,

@@ -64,6 +64,11 @@ impl WriteMode {
 pub struct NamespaceOptions {
     #[serde(default)]
     pub write_mode: WriteMode,
+    /// How many versions of each record to keep (0 to `HISTORY_MAX_MAX`;
+    /// 0: none). Each client write carries it (`codec::Mutation::history_max`),
+    /// so every replica keeps alike whatever its history (`store::history`).
+    #[serde(default)]
+    pub history_max: u32,
 }
 
 /// Per namespace, the options this node last read. Bounded by the
@@ -134,7 +139,14 @@ impl Node {
         let request = WriteRequest::new(
             Writer::NamespaceOptions,
             partition,
-            Entry::Mutation(Mutation { write_id: Bytes::new(), ops: vec![op], journal: None, reads: Vec::new() }),
+            Entry::Mutation(Mutation {
+                write_id: Bytes::new(),
+                ops: vec![op],
+                journal: None,
+                reads: Vec::new(),
+                writer: String::new(),
+                history_max: None,
+            }),
         );
         let held = namespace.handle(partition).is_held();
         let request = if held { request.applied_within(APPLY_WAIT) } else { request };

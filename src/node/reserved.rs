@@ -141,7 +141,14 @@ mod tests {
     use bytes::Bytes;
 
     fn one(pk: &str, sk: &str, kind: OpKind) -> Mutation {
-        Mutation { write_id: Bytes::new(), ops: vec![Op { pk: pk.into(), sk: sk.into(), kind, condition: None }], journal: None, reads: Vec::new() }
+        Mutation {
+            write_id: Bytes::new(),
+            ops: vec![Op { pk: pk.into(), sk: sk.into(), kind, condition: None }],
+            journal: None,
+            reads: Vec::new(),
+            writer: String::new(),
+            history_max: None,
+        }
     }
 
     fn put(pk: &str, sk: &str) -> Mutation {

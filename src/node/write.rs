@@ -236,7 +236,16 @@ fn needs_outcome(entry: &Entry, wait: Wait) -> bool {
 impl Node {
     /// Writes `request` into `namespace` (see the module doc).
     pub async fn write(&self, namespace: &Namespace, request: WriteRequest) -> Result<Receipt, WriteError> {
-        let WriteRequest { writer, partition, entry, durability, wait, timeout, forwarded } = request;
+        let WriteRequest { writer, partition, mut entry, durability, wait, timeout, forwarded } = request;
+        // A client's records keep as many versions as the namespace says,
+        // told in the entry, so every replica keeps alike (`store::history`).
+        let options = match writer {
+            Writer::Client => Some(self.namespace_options(namespace).await),
+            _ => None,
+        };
+        if let (Some(options), Entry::Mutation(mutation)) = (options, &mut entry) {
+            mutation.history_max = Some(options.history_max);
+        }
         // One bound for the whole write, the wait behind the journal included.
         let deadline = tokio::time::Instant::now() + timeout;
         reserved::check(writer, &namespace.name, entry.touches()).map_err(WriteError::Reserved)?;
@@ -251,7 +260,7 @@ impl Node {
         if payload_bytes > max_bytes {
             return Err(WriteError::Log(LogError::EntryTooLarge { size_bytes: payload_bytes, max_bytes }));
         }
-        match self.durability_of(namespace, writer, &entry, durability, wait).await? {
+        match self.durability_of(options, writer, &entry, durability, wait)? {
             Durability::Journaled => return self.journal(namespace, partition, entry, payload_bytes, false).await,
             Durability::Sequenced => {}
         }
@@ -337,9 +346,9 @@ impl Node {
     }
 
     /// The durability a write gets (see the module doc, 3).
-    async fn durability_of(
+    fn durability_of(
         &self,
-        namespace: &Namespace,
+        options: Option<super::namespace_options::NamespaceOptions>,
         writer: Writer,
         entry: &Entry,
         asked: Option<Durability>,
@@ -353,7 +362,7 @@ impl Node {
             }
             Some(durability) => Ok(durability),
             None if writer != Writer::Client || waits => Ok(Durability::Sequenced),
-            None => Ok(self.namespace_options(namespace).await.write_mode.durability()),
+            None => Ok(options.expect("a client write has its namespace's options").write_mode.durability()),
         }
     }
 

@@ -22,6 +22,8 @@ pub mod check;
 /// A store that fails its checks: set aside, replaced, rebuilt.
 pub mod damaged;
 pub mod hash;
+/// A record's last versions, with when and by whom.
+mod history;
 mod journal_lanes;
 pub mod key;
 mod layout;
@@ -40,6 +42,7 @@ pub mod tree;
 mod txn;
 mod write_ids;
 
+pub use self::history::HistoryEntry;
 pub use self::key::SkRange;
 pub(crate) use self::layout::is_outcome_meta;
 pub use self::listing::ListingPage;

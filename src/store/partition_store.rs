@@ -4,13 +4,14 @@
 
 use super::damaged::DamageFound;
 use super::hash::StateHash;
+use super::history::{HistoryEntry, HistoryNotes, HISTORY};
 use super::key;
 use super::layout::{
-    decode_snapshot_form, encode_value, meta_u64, read_state, storage_error, write_state, FORMAT_VERSION, META_FORMAT, META_NOT_APPLIED_FROM,
-    META_PARTITIONS, META_PREFIX, META_UPGRADED_TO, RECORDS,
+    decode_snapshot_form, encode_value, meta_u64, read_failure, read_state, storage_error, write_state, FORMAT_VERSION, META_FORMAT,
+    META_NOT_APPLIED_FROM, META_PARTITIONS, META_PREFIX, META_UPGRADED_TO, RECORDS,
 };
 use super::{is_outcome_meta, ApplyTxn, StoreReader};
-use redb::{Database, Durability, ReadTransaction, ReadableDatabase, ReadableTable};
+use redb::{Database, Durability, ReadTransaction, ReadableDatabase, ReadableTable, ReadableTableMetadata};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -112,6 +113,9 @@ pub struct PartitionStore {
     pub(super) path: Arc<PathBuf>,
     /// Damage found while it runs, by any reader or writer (`damaged.rs`).
     pub(super) damage: Arc<DamageFound>,
+    /// Whether its history table may hold versions (`history.rs`): set at
+    /// open and by every apply transaction that writes history.
+    pub(super) history_kept: std::sync::atomic::AtomicBool,
 }
 
 impl PartitionStore {
@@ -143,7 +147,7 @@ impl PartitionStore {
         }
         let db =
             Database::builder().set_cache_size(cache_bytes).set_check_integrity_on_open(true).create(path).map_err(|e| classify(path, e.into()))?;
-        let store = PartitionStore { db, path: Arc::new(path.to_path_buf()), damage: Arc::default() };
+        let store = PartitionStore { db, path: Arc::new(path.to_path_buf()), damage: Arc::default(), history_kept: Default::default() };
         let txn = store.db.begin_write().map_err(|e| classify(path, e.into()))?;
         {
             let mut meta = txn.open_table(RECORDS).map_err(|e| classify(path, e.into()))?;
@@ -181,6 +185,8 @@ impl PartitionStore {
         }
         txn.commit().map_err(|e| classify(path, e.into()))?;
         store.upgrade_from_format_2().map_err(|e| classify(path, e))?;
+        let history_kept = store.history_at_open().map_err(|e| classify(path, e))?;
+        store.history_kept.store(history_kept, std::sync::atomic::Ordering::Relaxed);
         Ok(store)
     }
 
@@ -218,14 +224,43 @@ impl PartitionStore {
         let result = {
             let mut records = txn.open_table(RECORDS).map_err(|e| self.error(e))?;
             let state = read_state(&records).map_err(|e| self.error(e))?;
-            let mut apply = ApplyTxn { records: &mut records, state, path: self.path.as_path(), damage: &self.damage };
+            let history = HistoryNotes { table_has_entries: self.history_kept.load(std::sync::atomic::Ordering::Relaxed), ..Default::default() };
+            let mut apply = ApplyTxn { records: &mut records, state, path: self.path.as_path(), damage: &self.damage, history };
             let result = f(&mut apply)?;
             let state = apply.state.clone();
+            let history = std::mem::take(&mut apply.history);
             write_state(&mut records, &state).map_err(|e| self.error(e))?;
+            if !history.noted.is_empty() {
+                let mut table = txn.open_table(HISTORY).map_err(|e| self.error(e))?;
+                let kept = super::history::write(&mut table, &history).map_err(|e| self.error(e))?;
+                self.history_kept.store(kept, std::sync::atomic::Ordering::Relaxed);
+            }
             result
         };
         txn.commit().map_err(|e| self.error(e))?;
         Ok(result)
+    }
+
+    /// The newest `max` versions of `(pk, sk)`, newest first (`history.rs`;
+    /// none when its namespace keeps no history).
+    pub fn history(&self, pk: &str, sk: &str, max: u32) -> Result<Vec<HistoryEntry>, StoreError> {
+        let txn: ReadTransaction = self.db.begin_read().map_err(|e| self.error(e))?;
+        let table = match txn.open_table(HISTORY) {
+            Ok(table) => table,
+            Err(redb::TableError::TableDoesNotExist(_)) => return Ok(Vec::new()),
+            Err(e) => return Err(self.error(e)),
+        };
+        super::history::read(&table, pk, sk, max).map_err(|e| read_failure(&self.path, &self.damage, e))
+    }
+
+    /// Whether the history table exists and holds a version.
+    fn history_at_open(&self) -> Result<bool, redb::Error> {
+        let txn = self.db.begin_read()?;
+        match txn.open_table(HISTORY) {
+            Ok(table) => Ok(!table.is_empty()?),
+            Err(redb::TableError::TableDoesNotExist(_)) => Ok(false),
+            Err(e) => Err(e.into()),
+        }
     }
 
     /// Makes every commit so far durable (one fsync).

@@ -9,6 +9,7 @@ use redb::{ReadableTable, Table};
 
 use super::damaged::DamageFound;
 use super::hash::StateHash;
+use super::history::{HistoryEntry, HistoryNotes, Noted};
 use super::key;
 use super::layout::{decode_value, encode_value, read_failure, storage_error, ReadFailure};
 use super::{StoreError, StoreState};
@@ -19,6 +20,8 @@ pub struct ApplyTxn<'a, 't> {
     pub(super) state: StoreState,
     pub(super) path: &'a Path,
     pub(super) damage: &'a DamageFound,
+    /// The versions to add to records' history when this commits.
+    pub(super) history: HistoryNotes,
 }
 
 impl ApplyTxn<'_, '_> {
@@ -118,6 +121,19 @@ impl ApplyTxn<'_, '_> {
             keys.push(entry.map_err(|e| self.error(e))?.0.value().to_vec());
         }
         Ok(keys)
+    }
+
+    /// Notes a version of `(pk, sk)` for its history, which keeps the
+    /// newest `keep` (`history.rs`; 0: none, and what it had goes): written
+    /// at `offset` by `writer` at `time_ms`, `value` None for a delete.
+    /// Free when the store keeps no history and this keeps none.
+    #[allow(clippy::too_many_arguments)] // one version's fields, as the log entry has them
+    pub fn note_version(&mut self, pk: &str, sk: &str, offset: u64, time_ms: u64, writer: &str, value: Option<&[u8]>, keep: u32) {
+        if !self.history.wanted(keep) {
+            return;
+        }
+        let entry = HistoryEntry { offset, time_ms, writer: writer.to_string(), value: value.map(<[u8]>::to_vec) };
+        self.history.noted.push(Noted { record_key: key::encode(pk, sk), entry, keep });
     }
 
     /// Moves the applied offset to `offset` over log offsets that hold no

@@ -364,8 +364,10 @@ async fn forged_entries_are_foreign(node: &Tern, bootstrap: &str, ns: &str, inpu
     use tern::codec::{Mutation, Op, OpKind};
     let partition = tern::partitioner::partition_of("forged", PARTITIONS as u32);
     let op = Op { pk: "forged".into(), sk: String::new(), kind: OpKind::Put(bytes::Bytes::from_static(b"666")), condition: None };
-    let payload =
-        tern::codec::encode_at(&Mutation { write_id: bytes::Bytes::new(), ops: vec![op], journal: None, reads: Vec::new() }, tern::codec::now_ms());
+    let payload = tern::codec::encode_at(
+        &Mutation { write_id: bytes::Bytes::new(), ops: vec![op], journal: None, reads: Vec::new(), writer: String::new(), history_max: None },
+        tern::codec::now_ms(),
+    );
     let producer: FutureProducer = client_config(bootstrap).create().unwrap();
     for header in [b"1".to_vec(), vec![7u8; 32]] {
         let headers = OwnedHeaders::new().insert(Header { key: "tern.entry", value: Some(&header[..]) });

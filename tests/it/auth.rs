@@ -98,6 +98,7 @@ fn request_for(route: &Route, revoke_id: &str) -> (String, Option<Value>, Need) 
             ("/v1/ns/app/batch".into(), Some(json!({"ops": [{"op": "put", "pk": "p1", "sk": "s", "value": 2}]})), Need::Key("write"))
         }
         ("GET", "/v1/ns/{ns}/watch") => ("/v1/ns/app/watch?pk=p1".into(), None, Need::Key("watch")),
+        ("GET", "/v1/ns/{ns}/history") => ("/v1/ns/app/history?pk=p1&sk=s".into(), None, Need::Key("read")),
         ("GET", "/v1/ns/{ns}/procedures") => ("/v1/ns/app/procedures".into(), None, Need::Namespace("read")),
         ("GET", "/v1/ns/{ns}/procedures/{name}") => ("/v1/ns/app/procedures/agg".into(), None, Need::Namespace("read")),
         ("PUT", "/v1/ns/{ns}/procedures/{name}") => {

@@ -257,6 +257,13 @@ fn operations_of(method: &str, path: &str, mark: &mut dyn FnMut() -> String, tar
                 ),
             ]
         }
+        // History is kept in both namespaces: the planted values are in it.
+        ("GET", "/v1/ns/{ns}/history") => vec![
+            http("GET", "/v1/ns/app/history?pk=p1&sk=s", None, Key("app", "p1", "read"), Leaves::Nothing),
+            http("GET", "/v1/ns/app/history?pk=secrets%2Fdb&sk=s", None, Key("app", "secrets/db", "read"), Leaves::Nothing),
+            http("GET", "/v1/ns/app/history?pk=secrets%2Fdb&sk=s&partition=0", None, Key("app", "secrets/db", "read"), Leaves::Nothing),
+            http("GET", "/v1/ns/other/history?pk=o1&sk=s", None, Key("other", "o1", "read"), Leaves::Nothing),
+        ],
         ("GET", "/v1/ns/{ns}/watch") => vec![
             stream("/v1/ns/app/watch?pk=p1&from=snapshot", Key("app", "p1", "watch")),
             stream("/v1/ns/app/watch?pk=secrets%2Fdb&from=snapshot", Key("app", "secrets/db", "watch")),
@@ -577,6 +584,11 @@ async fn no_principal_reaches_past_its_grant_on_any_route_or_message() {
     let url = node.url.clone();
     let h2 = reqwest::Client::builder().http2_prior_knowledge().build().unwrap();
 
+    // Every version is kept, so a history answer would show a planted value.
+    for ns in ["app", "other"] {
+        let (status, answer) = node.send(node.client.put(format!("{url}/v1/ns/{ns}")).bearer_auth(&root).json(&json!({"history_max": 8}))).await;
+        assert_eq!(status, 200, "{answer}");
+    }
     // Plant the values, and one write the root key made by its idempotency key.
     for (value, ns, pk) in PLANTED {
         let request = match *pk {

@@ -27,6 +27,7 @@ mod firebase_rules;
 mod forwarding;
 mod fuzz;
 mod handoff;
+mod history;
 mod hostile;
 mod isolation;
 mod journal;

@@ -62,6 +62,10 @@ async fn the_description_names_every_route_and_no_other() {
     assert_eq!(parameters["idempotency_key"]["name"], "Idempotency-Key");
     let settings = &document["components"]["schemas"]["NamespaceSettings"]["properties"];
     assert_eq!(settings["partitions"]["maximum"], tern::limits::PARTITIONS_MAX, "partitions");
+    assert_eq!(settings["history_max"]["maximum"], tern::limits::HISTORY_MAX_MAX, "history_max");
+    let history = &document["paths"]["/v1/ns/{ns}/history"]["get"]["parameters"];
+    let limit = history.as_array().unwrap().iter().find(|p| p["name"] == "limit").expect("history's limit");
+    assert_eq!(limit["schema"]["maximum"], tern::limits::HISTORY_MAX_MAX, "history limit");
 
     let routes: BTreeSet<(String, String)> =
         tern::http::routes().into_iter().filter(|r| r.path.starts_with("/v1/")).map(|r| (r.method.to_string(), r.path.to_string())).collect();

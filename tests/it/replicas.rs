@@ -23,7 +23,14 @@ fn node_config(dir: &std::path::Path, id: &str) -> NodeConfig {
 
 fn put(pk: &str, value: &'static str) -> Bytes {
     let op = Op { pk: pk.into(), sk: "s".into(), kind: OpKind::Put(Bytes::from_static(value.as_bytes())), condition: None };
-    Bytes::from(codec::encode(&Mutation { write_id: Bytes::new(), ops: vec![op], journal: None, reads: Vec::new() }))
+    Bytes::from(codec::encode(&Mutation {
+        write_id: Bytes::new(),
+        ops: vec![op],
+        journal: None,
+        reads: Vec::new(),
+        writer: String::new(),
+        history_max: None,
+    }))
 }
 
 async fn wait_applied(node: &Node, ns: &str, partition: u32, target: u64) {
@@ -50,6 +57,8 @@ async fn replicas_skip_foreign_garbage_alike_and_converge() {
         outbox_published_below: 0,
         journal: None,
         reads: Vec::new(),
+        writer: String::new(),
+        history_max: None,
     };
     let entries = [
         put("k1", "1"),
@@ -65,6 +74,8 @@ async fn replicas_skip_foreign_garbage_alike_and_converge() {
                 outbox_published_below: 0,
                 journal: None,
                 reads: Vec::new(),
+                writer: String::new(),
+                history_max: None,
             }
             .encode_to_vec(),
         ),

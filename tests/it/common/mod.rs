@@ -227,6 +227,11 @@ pub(crate) fn error_code(body: &Value) -> &str {
     body["error"]["code"].as_str().unwrap_or_else(|| panic!("an error body: {body}"))
 }
 
+/// The wall clock in ms since the epoch.
+pub(crate) fn now_ms() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64
+}
+
 /// Runs the CLI; returns (success, stdout, stderr).
 pub(crate) fn cli(url: &str, args: &[&str]) -> (bool, String, String) {
     let output = Command::new(bin()).args(args).env("TERN_URL", url).output().unwrap();
