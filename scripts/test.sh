@@ -32,8 +32,9 @@ LOG="${TMPDIR:-/tmp}/tern-test.log"
 set +e
 cargo test --release --workspace --all-targets 2>&1 | tee "$LOG"
 status=${PIPESTATUS[0]}
-# The TypeScript client against a real `tern`, then the demo page in Debian's
-# chromium (playwright-core drives it; the screenshot lands in test-artifacts/).
+# The TypeScript client against a real `tern`, then the demo page and the
+# console in Debian's chromium (playwright-core drives it; the screenshots
+# land in test-artifacts/).
 # Its compiled dist/ is embedded in the binary: it must match its sources.
 export TERN_BIN="$CARGO_TARGET_DIR/release/tern"
 (
@@ -44,7 +45,7 @@ export TERN_BIN="$CARGO_TARGET_DIR/release/tern"
   git diff --exit-code -- dist || { echo "clients/typescript/dist is stale: run npm run build there and commit it"; exit 1; }
   # Bounded: a test over 2 minutes fails, and the runner exits when the
   # tests are done even if a failed one left a watch reconnecting.
-  node --test --test-concurrency=1 --test-timeout=120000 --test-force-exit --test-reporter=tap test/*.test.mjs test/demo.browser.mjs
+  node --test --test-concurrency=1 --test-timeout=120000 --test-force-exit --test-reporter=tap test/*.test.mjs test/demo.browser.mjs test/console.browser.mjs
 ) 2>&1 | tee -a "$LOG"
 ts_status=${PIPESTATUS[0]}
 # The official Firebase SDKs for JavaScript (`firebase` v12, `firebase-admin`)

@@ -80,6 +80,7 @@ pub(crate) async fn run(settings: Settings, banner: &'static str) -> anyhow::Res
     }
     let scheme = if tls.is_some() { "https" } else { "http" };
     say(&format!("{banner} listening on {scheme}://{address}"));
+    say(&format!("console: {scheme}://{address}/console"));
     say_who_may_connect(&settings, address);
     tracing::info!(%address, node_id = %settings.node_id, data_dir = %settings.data_dir.display(), "serving");
     let service = crate::http::service(protocols.clone());

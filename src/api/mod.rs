@@ -17,6 +17,8 @@ mod admin;
 mod batch;
 mod body;
 mod cluster;
+/// The web console.
+mod console;
 mod demo;
 /// A record's last versions.
 mod history;

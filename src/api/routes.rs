@@ -12,7 +12,7 @@ use axum::routing::{delete, get, post, put, MethodRouter};
 use axum::Router;
 
 use super::{
-    admin, batch, cluster, demo, history, list_namespace, multi_get, namespaces, openapi, ops, outbox, procedures, records, sse, tokens,
+    admin, batch, cluster, console, demo, history, list_namespace, multi_get, namespaces, openapi, ops, outbox, procedures, records, sse, tokens,
     write_status, ws,
 };
 use crate::edge::{timed, ApiError, AppState, Route, RouteAccess};
@@ -60,6 +60,9 @@ fn table() -> Vec<(Route, MethodRouter<AppState>)> {
         r(Method::GET, "/v1/cluster", Scoped, get(timed("GET /v1/cluster", cluster::show))),
         r(Method::POST, "/v1/admin/snapshots", Scoped, post(timed("POST /v1/admin/snapshots", admin::create))),
         r(Method::GET, "/v1/admin/snapshots", Scoped, get(timed("GET /v1/admin/snapshots", admin::list))),
+        r(Method::GET, "/", Public, get(console::root)),
+        r(Method::GET, "/console", Public, get(console::page)),
+        r(Method::GET, "/console/{file}", Public, get(console::file)),
         r(Method::GET, "/demo", Public, get(demo::page)),
         r(Method::GET, "/demo/client/{file}", Public, get(demo::client_file)),
         r(Method::GET, "/demo/firebase", Public, get(demo::firebase_page)),

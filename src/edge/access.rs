@@ -99,7 +99,8 @@ impl Access {
 /// description (they hold no data), health (`public_health`) and metrics
 /// (`public_metrics`).
 pub fn is_public(access: &Access, path: &str) -> bool {
-    matches!(path, "/demo" | "/demo/firebase" | "/v1/openapi.json")
+    matches!(path, "/" | "/console" | "/demo" | "/demo/firebase" | "/v1/openapi.json")
+        || path.starts_with("/console/")
         || path.starts_with("/demo/client/")
         || path.starts_with("/demo/firebase/sdk/")
         || (access.public_health && matches!(path, "/healthz" | "/readyz"))

@@ -1,0 +1,213 @@
+// The web console (`/console`) in a real browser (Debian's chromium, driven
+// by playwright-core) against real `tern dev` nodes: browse a namespace's
+// key tree, search by prefix, live updates, edit with a conflict (the
+// save sends if_version; the page shows theirs and overwrites only when
+// asked), history, delete with confirmation, a new record, a Firebase
+// tree kept live, the overview's settings, the cluster, API keys, and
+// login on a node with authentication. Screenshots land in test-artifacts/.
+import assert from "node:assert/strict";
+import { mkdirSync, readFileSync } from "node:fs";
+import { join } from "node:path";
+import { after, before, test } from "node:test";
+
+import { chromium } from "playwright-core";
+
+import { TernClient } from "../dist/index.js";
+import { Tern } from "./tern.mjs";
+
+const CHROMIUM = process.env.CHROMIUM ?? "/usr/bin/chromium";
+const ARTIFACTS = process.env.TERN_ARTIFACTS ?? join(process.cwd(), "..", "..", "test-artifacts");
+const WAIT = { timeout: 20_000 };
+
+let browser;
+
+before(async () => {
+  mkdirSync(ARTIFACTS, { recursive: true });
+  browser = await chromium.launch({
+    executablePath: CHROMIUM,
+    args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync"],
+  });
+});
+
+after(async () => {
+  await browser?.close();
+});
+
+/** A page that records console errors and uncaught exceptions. */
+async function openPage() {
+  const page = await browser.newPage({ viewport: { width: 1280, height: 800 } });
+  const errors = [];
+  page.on("console", (m) => m.type() === "error" && !/Failed to load resource/.test(m.text()) && errors.push(m.text()));
+  page.on("pageerror", (e) => errors.push(e.message));
+  return { page, errors };
+}
+
+async function createNamespace(url, name, body, token) {
+  const headers = { "content-type": "application/json", ...(token ? { authorization: `Bearer ${token}` } : {}) };
+  const response = await fetch(`${url}/v1/ns/${name}`, { method: "PUT", headers, body: JSON.stringify(body) });
+  assert.ok(response.ok, `create ${name}: ${response.status} ${await response.text()}`);
+}
+
+test("the console browses, edits with a conflict, keeps history and follows changes live", async () => {
+  const tern = await Tern.start();
+  const { page, errors } = await openPage();
+  try {
+    await createNamespace(tern.url, "app", { partitions: 4, history_max: 5 });
+    const client = new TernClient({ url: tern.url, namespace: "app" });
+    await client.put("svc/api", "config", { port: 8080, tls: true });
+    await client.put("svc/web", "config", { port: 443 });
+    await client.put("flags/checkout", "", { enabled: false });
+    await client.put("é/日本", "ключ", "unicode");
+
+    // GET / lands in the console; the namespace is listed and opens.
+    await page.goto(`${tern.url}/`);
+    assert.match(page.url(), /\/console$/);
+    await page.click('#namespaces a[data-ns="app"]', WAIT);
+    await page.waitForSelector('a.record[data-pk="svc/api"][data-sk="config"]', WAIT);
+    await page.waitForSelector('#live[data-state="live"]', WAIT);
+    assert.ok(await page.$('a.record[data-pk="é/日本"][data-sk="ключ"]'), "unicode keys are listed");
+
+    // A prefix narrows the tree.
+    await page.fill("input[name=prefix]", "flags");
+    await page.waitForSelector('a.record[data-pk="svc/api"]', { state: "detached", ...WAIT });
+    await page.waitForSelector('a.record[data-pk="flags/checkout"]', WAIT);
+    await page.fill("input[name=prefix]", "");
+    await page.waitForSelector('a.record[data-pk="svc/api"]', WAIT);
+
+    // A write made elsewhere appears without a reload.
+    await client.put("svc/db", "config", { pool: 10 });
+    await page.waitForSelector('a.record[data-pk="svc/db"][data-sk="config"]', WAIT);
+
+    // Open a record: the editor holds it, pretty; a change elsewhere while
+    // nothing is edited shows at once.
+    await page.click('a.record[data-pk="svc/api"][data-sk="config"]');
+    await page.waitForFunction(() => document.querySelector("#editor")?.value.includes('"port": 8080'), null, WAIT);
+    await client.put("svc/api", "config", { port: 8081, tls: true });
+    await page.waitForFunction(() => document.querySelector("#editor")?.value.includes('"port": 8081'), null, WAIT);
+    await page.screenshot({ path: join(ARTIFACTS, "console-records.png") });
+
+    // Invalid JSON cannot be saved: the check says why.
+    await page.fill("#editor", '{"port": ');
+    await page.waitForSelector("#json-check.error", WAIT);
+    await page.click("#save");
+    assert.equal((await client.get("svc/api", "config", { strong: true })).value.port, 8081, "nothing was written");
+
+    // Edit with a conflict: someone else writes while this editor is dirty.
+    await page.fill("#editor", JSON.stringify({ port: 9000, tls: true }));
+    await client.put("svc/api", "config", { port: 7000, tls: false });
+    await page.waitForFunction(() => document.querySelector("#record-message")?.textContent.includes("while you edit"), null, WAIT);
+    await page.click("#save");
+    await page.waitForSelector("#conflict:not([hidden])", WAIT);
+    assert.match(await page.textContent("#conflict"), /someone else changed this record/);
+    assert.match(await page.textContent("#conflict"), /7000/, "their value is shown");
+    assert.equal((await client.get("svc/api", "config", { strong: true })).value.port, 7000, "the conflicting save wrote nothing");
+    await page.screenshot({ path: join(ARTIFACTS, "console-conflict.png") });
+    await page.click("#overwrite");
+    await page.waitForFunction(() => document.querySelector("#record-message")?.textContent.startsWith("Saved"), null, WAIT);
+    assert.deepEqual((await client.get("svc/api", "config", { strong: true })).value, { port: 9000, tls: true }, "overwritten when asked");
+
+    // History: the versions, newest first.
+    await page.click("#show-history");
+    await page.waitForSelector("#history tbody tr", WAIT);
+    const versions = await page.$$eval("#history tbody tr", (rows) => rows.map((r) => r.children[4].textContent));
+    assert.deepEqual(versions.slice(0, 3), ['{"port":9000,"tls":true}', '{"port":7000,"tls":false}', '{"port":8081,"tls":true}']);
+
+    // Delete, with confirmation, sends the version it shows.
+    page.once("dialog", (d) => d.accept());
+    await page.click("#delete");
+    await page.waitForSelector('a.record[data-pk="svc/api"]', { state: "detached", ...WAIT });
+    assert.equal(await client.get("svc/api", "config", { strong: true }), undefined);
+
+    // A new record; one that exists is refused, not overwritten.
+    await page.click("#new-record");
+    await page.fill("#new-form input[name=pk]", "svc/web");
+    await page.fill("#new-form input[name=sk]", "config");
+    await page.fill("#editor", '{"port": 1}');
+    await page.click('#new-form button[type=submit]');
+    await page.waitForFunction(() => document.querySelector("#new-form .message")?.textContent.includes("exists already"), null, WAIT);
+    assert.equal((await client.get("svc/web", "config", { strong: true })).value.port, 443);
+    await page.fill("#new-form input[name=pk]", "svc/cache");
+    await page.click('#new-form button[type=submit]');
+    await page.waitForSelector('a.record[data-pk="svc/cache"]', WAIT);
+
+    // The Firebase tree, live.
+    const fb = (path, value) => fetch(`${tern.url}/${path}.json?ns=app`, { method: "PUT", body: JSON.stringify(value) });
+    assert.ok((await fb("users/alice", { name: "Alice", age: 31 })).ok);
+    await page.click('nav.tabs a[data-tab="firebase"]');
+    await page.waitForSelector('#fb-live[data-state="live"]', WAIT);
+    await page.click('#fb-tree details[data-path="/users"] > summary');
+    await page.click('#fb-tree details[data-path="/users/alice"] > summary');
+    await page.waitForSelector('#fb-tree .leaf[data-path="/users/alice/name"]', WAIT);
+    assert.ok((await fb("users/bob", { name: "Bob" })).ok);
+    await page.waitForSelector('#fb-tree details[data-path="/users/bob"]', WAIT);
+    await page.screenshot({ path: join(ARTIFACTS, "console-firebase.png") });
+
+    // The overview: every partition, and the settings saved through the API.
+    await page.click('nav.tabs a[data-tab="overview"]');
+    await page.waitForSelector("#partitions tbody tr", WAIT);
+    assert.equal((await page.$$("#partitions tbody tr")).length, 4);
+    await page.fill("#history-max", "9");
+    await page.click('#settings button[type=submit]');
+    await page.waitForFunction(() => document.querySelector("#settings + .message")?.textContent === "Saved.", null, WAIT);
+    const described = await (await fetch(`${tern.url}/v1/ns/app`)).json();
+    assert.equal(described.history_max, 9);
+    await page.screenshot({ path: join(ARTIFACTS, "console-overview.png") });
+
+    // The cluster, and API keys on a node without authentication.
+    await page.click('nav.pages a[data-page="cluster"]');
+    await page.waitForSelector("#nodes tbody tr", WAIT);
+    await page.click('nav.pages a[data-page="tokens"]');
+    await page.waitForSelector("#tokens-off", WAIT);
+
+    // A namespace that does not exist: said, and nothing of the last one stays.
+    await page.goto(`${tern.url}/console#/ns/nope/records`);
+    await page.waitForSelector("#unknown-ns", WAIT);
+    assert.equal(await page.$("a.record"), null);
+    assert.deepEqual(errors, []);
+  } finally {
+    await page.close();
+    await tern.stop();
+  }
+});
+
+test("with authentication the console asks for a token, keeps it in the session only, and makes keys", async () => {
+  const tern = await Tern.start({ auth: true });
+  const root = readFileSync(join(tern.dataDir, "admin.token"), "utf8").trim();
+  const { page } = await openPage();
+  try {
+    await createNamespace(tern.url, "app", { partitions: 2 }, root);
+    await new TernClient({ url: tern.url, namespace: "app", token: root }).put("cfg", "a", 1);
+    await page.goto(`${tern.url}/console`);
+    await page.waitForSelector("#login:not([hidden])", WAIT);
+    // A wrong token is refused and asked again.
+    await page.fill("#login-token", "tern_nope_nope");
+    await page.click("#login-form button");
+    await page.waitForFunction(() => document.querySelector("#login-why")?.textContent.length > 0, null, WAIT);
+    await page.fill("#login-token", root);
+    await page.click("#login-form button");
+    await page.click('#namespaces a[data-ns="app"]', WAIT);
+    await page.waitForSelector('a.record[data-pk="cfg"]', WAIT);
+    await page.waitForSelector('#live[data-state="live"]', WAIT);
+    // Kept in this tab's session only.
+    const stored = await page.evaluate(() => ({ session: Object.values(sessionStorage), local: Object.values(localStorage), cookie: document.cookie }));
+    assert.deepEqual(stored, { session: [root], local: [], cookie: "" });
+    // Make a key: its token is shown once; it is listed.
+    await page.click('nav.pages a[data-page="tokens"]');
+    await page.waitForSelector("#token-form", WAIT);
+    await page.selectOption("#token-form select[name=ns]", "app");
+    await page.click('#token-form button[type=submit]');
+    await page.waitForSelector("#new-token", WAIT);
+    const made = (await page.textContent("#new-token")).trim();
+    assert.match(made, /^tern_/);
+    const listed = await (await fetch(`${tern.url}/v1/tokens`, { headers: { authorization: `Bearer ${root}` } })).json();
+    assert.equal(listed.tokens.length, 1);
+    await page.waitForSelector(`#tokens tr[data-id="${listed.tokens[0].id}"]`, WAIT);
+    // Signing out forgets it.
+    await page.click("#sign-out");
+    await page.waitForSelector("#login:not([hidden])", WAIT);
+    assert.deepEqual(await page.evaluate(() => Object.values(sessionStorage)), []);
+  } finally {
+    await page.close();
+    await tern.stop();
+  }
+});
