@@ -36,8 +36,21 @@ pub(crate) async fn run(settings: Settings, banner: &'static str) -> anyhow::Res
     };
     let (log, embedded, kafka) = open_log(&settings).await?;
     let node = Node::start(settings.node_config(snapshots.clone()), log).await?;
+    let restored = match (&snapshots, settings.restore) {
+        (Some(snapshots), true) => recreate_snapshotted_namespaces(&node, snapshots).await?,
+        _ => Vec::new(),
+    };
     for (name, partitions) in &ensure_namespaces {
-        node.create_namespace(name, *partitions).await?;
+        match restored.iter().find(|(n, _)| n == name) {
+            // Restored as it was snapshotted: its count is the snapshots'.
+            Some((_, had)) if had != partitions => {
+                say(&format!("namespace {name} was restored with the {had} partitions it had, not {partitions}"));
+            }
+            Some(_) => {}
+            None => {
+                node.create_namespace(name, *partitions).await?;
+            }
+        }
     }
     if let (Some(kafka), true) = (&kafka, snapshots.is_some()) {
         check_kafka_retention(kafka, &node, Duration::from_millis(settings.snapshot_interval_ms)).await;
@@ -210,6 +223,26 @@ fn say_who_may_connect(settings: &Settings, address: std::net::SocketAddr) {
 /// Tells the embedded log where each partition's oldest retained snapshot
 /// starts, so retention may delete what every snapshot covers. A partition
 /// whose snapshots cannot be listed keeps its floor (nothing more is deleted).
+/// `--restore` on a new log: every namespace the snapshot store holds is
+/// created first (with the partition count its manifests state), so each
+/// of its partitions is restored like `default`'s, not left behind in the
+/// bucket. Returns the namespaces it found, with their counts.
+async fn recreate_snapshotted_namespaces(node: &Node, snapshots: &Snapshots) -> anyhow::Result<Vec<(String, u32)>> {
+    let found = snapshots.namespaces().await.map_err(|e| anyhow::anyhow!("--restore: listing the snapshot store's namespaces failed: {e}"))?;
+    for (name, partitions) in &found {
+        if node.namespace(name).is_some() {
+            continue;
+        }
+        say(&format!("restoring namespace {name} ({partitions} partitions) from its snapshots"));
+        let created = match name.starts_with('_') {
+            true => node.create_system_namespace(name, *partitions).await,
+            false => node.create_namespace(name, *partitions).await,
+        };
+        created.map_err(|e| anyhow::anyhow!("--restore: re-creating namespace {name}: {e}"))?;
+    }
+    Ok(found)
+}
+
 async fn set_snapshot_floors(log: &EmbeddedLog, node: &Node, snapshots: &Snapshots) {
     for ns in node.namespaces() {
         for handle in &ns.handles {

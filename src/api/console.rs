@@ -21,8 +21,22 @@ const FILES: [(&str, &str, &str); 6] = [
     ("style.css", "text/css; charset=utf-8", include_str!("../../web/console/style.css")),
 ];
 
+/// The console runs only its own scripts, calls only this node, and is
+/// never framed by another page (no clickjacking of revoke or make-key).
+const CONTENT_SECURITY_POLICY: &str = "default-src 'self'; img-src 'self' data:; frame-ancestors 'none'; base-uri 'none'; form-action 'self'";
+
 pub(super) async fn page() -> Response {
-    ([(header::CONTENT_TYPE, "text/html; charset=utf-8"), (header::CACHE_CONTROL, "no-cache")], PAGE).into_response()
+    (
+        [
+            (header::CONTENT_TYPE, "text/html; charset=utf-8"),
+            (header::CACHE_CONTROL, "no-cache"),
+            (header::CONTENT_SECURITY_POLICY, CONTENT_SECURITY_POLICY),
+            (header::X_FRAME_OPTIONS, "DENY"),
+            (header::REFERRER_POLICY, "no-referrer"),
+        ],
+        PAGE,
+    )
+        .into_response()
 }
 
 pub(super) async fn file(Path(file): Path<String>) -> Response {

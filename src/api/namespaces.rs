@@ -64,7 +64,18 @@ pub(super) async fn create(State(state): State<AppState>, Caller(identity): Call
         }
     };
     let namespace = state.node.namespace(&ns).ok_or_else(|| ApiError::unknown_namespace(&ns))?;
-    let known = state.node.namespace_options(&namespace).await;
+    let (known, sure) = state.node.namespace_options_known(&namespace).await;
+    let changes = request.write_mode.is_some_and(|m| m != known.write_mode) || request.history_max.is_some_and(|h| h != known.history_max);
+    // A namespace made by this request has the defaults: nothing to guess.
+    if changes && !sure && !created {
+        // One record holds every option: written from a guess, it would
+        // put back options someone else changed.
+        return Err(ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "settings_unknown",
+            format!("namespace {ns:?}'s settings cannot be read right now (their partition is catching up or its holder does not answer); try again"),
+        ));
+    }
     let mut options = known;
     options.write_mode = request.write_mode.unwrap_or(options.write_mode);
     options.history_max = request.history_max.unwrap_or(options.history_max);

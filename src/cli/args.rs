@@ -1,7 +1,7 @@
 //! The command line's shape (clap): the subcommands and the flags of
 //! `dev` and `serve` (every other setting comes through `Overrides`).
 
-use super::{client, procedure, token, watch};
+use super::{batch, client, procedure, token, watch};
 use crate::settings::Overrides;
 use clap::{Args, Parser, Subcommand};
 use std::path::PathBuf;
@@ -51,6 +51,14 @@ pub enum Command {
     /// `tern history PK [SK]` (the namespace keeps `history_max` of them).
     #[command(after_help = "Examples:\n  tern history svc/api config\n  tern ns create svc --history-max 10   # keep 10 versions per record")]
     History(client::HistoryArgs),
+    /// Several records in one read: `tern mget PK SK [PK SK ...]` (`""` for the empty sort key).
+    #[command(after_help = "Examples:\n  tern mget svc/api config flags/checkout \"\"\n  tern mget user:1 \"\" user:2 \"\" --strong")]
+    Mget(batch::MgetArgs),
+    /// An atomic batch of puts and deletes in one partition, from a file or stdin.
+    #[command(
+        after_help = "Examples:\n  tern batch ops.json --wait\n  printf '%s\\n' '{\"op\":\"put\",\"pk\":\"u1\",\"sk\":\"a\",\"value\":1}' '{\"op\":\"delete\",\"pk\":\"u1\",\"sk\":\"b\"}' | tern batch -"
+    )]
+    Batch(batch::BatchArgs),
     /// Print changes as they happen: `tern watch [PK] [--prefix P | --sk S] [--from now|snapshot|POSITION]`.
     #[command(after_help = "Examples:\n  tern watch svc/api --from snapshot\n  tern watch --count 10")]
     Watch(watch::WatchArgs),

@@ -184,9 +184,10 @@ enum NsAction {
     Create {
         /// The namespace's name.
         name: String,
-        /// Its partition count, fixed for its life.
-        #[arg(long, default_value_t = 16)]
-        partitions: u32,
+        /// Its partition count, fixed for its life (default 16 for a new
+        /// namespace; left out, an existing namespace keeps its own).
+        #[arg(long)]
+        partitions: Option<u32>,
         /// Read this existing Kafka topic as the namespace's log (its
         /// partition count is the namespace's; `--partitions` is ignored).
         #[arg(long)]
@@ -203,6 +204,9 @@ enum NsAction {
         name: String,
     },
 }
+
+/// Partitions of a namespace `tern ns create` makes without `--partitions`.
+const NEW_NAMESPACE_PARTITIONS: u32 = 16;
 
 fn key_url(c: &Common, pk: &str, sk: Option<&str>) -> String {
     let mut url = format!("{}/v1/ns/{}/kv/{}", c.url.trim_end_matches('/'), c.ns, utf8_percent_encode(pk, KEY_SEGMENT));
@@ -470,7 +474,7 @@ pub(super) async fn ls(a: LsArgs) -> anyhow::Result<()> {
 
 /// `text` cut to at most `chars_max` characters, `...` marking a cut (at
 /// a character's boundary: a byte index inside a UTF-8 character panicked).
-fn shorten(text: String, chars_max: usize) -> String {
+pub(super) fn shorten(text: String, chars_max: usize) -> String {
     if text.chars().count() <= chars_max {
         return text;
     }
@@ -511,9 +515,15 @@ pub(super) async fn ns(a: NsArgs) -> anyhow::Result<()> {
             });
         }
         NsAction::Create { name, partitions, source_topic, history_max } => {
-            let mut body = match source_topic {
-                Some(topic) => serde_json::json!({ "source_topic": topic }),
-                None => serde_json::json!({ "partitions": partitions }),
+            let mut body = match (source_topic, partitions) {
+                (Some(topic), _) => serde_json::json!({ "source_topic": topic }),
+                (None, Some(partitions)) => serde_json::json!({ "partitions": partitions }),
+                // Not given: an existing namespace keeps its count (sending 16
+                // would be refused as another count); a new one gets 16.
+                (None, None) => match client.get(format!("{base}/v1/ns/{name}")).send().await.map(|r| r.status()) {
+                    Ok(status) if status.is_success() => serde_json::json!({}),
+                    _ => serde_json::json!({ "partitions": NEW_NAMESPACE_PARTITIONS }),
+                },
             };
             if let Some(history_max) = history_max {
                 body["history_max"] = history_max.into();

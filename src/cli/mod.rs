@@ -1,8 +1,10 @@
 //! The `tern` command line: `dev` and `serve` run a node; the client commands
-//! (`put`, `get`, `del`, `ls`, `watch`, `ns`, `cluster`, `snapshot`) talk to one over HTTP.
+//! (`put`, `get`, `del`, `ls`, `history`, `mget`, `batch`, `watch`, `ns`, `cluster`, `snapshot`, ...)
+//! talk to one over HTTP.
 //! (The benchmark harness is a program of its own: `tern-bench`, in `bench/`.)
 
 mod args;
+mod batch;
 mod client;
 mod exit;
 mod procedure;

@@ -2,7 +2,7 @@
 //! command (a node, or a client command over HTTP).
 
 use super::args::{Cli, Command};
-use super::{client, procedure, token, watch};
+use super::{batch, client, procedure, token, watch};
 use crate::settings::Settings;
 use clap::Parser;
 
@@ -71,6 +71,8 @@ pub fn main() -> anyhow::Result<()> {
             Command::Del(args) => client::del(args).await,
             Command::Ls(args) => client::ls(args).await,
             Command::History(args) => client::history(args).await,
+            Command::Mget(args) => batch::mget(args).await,
+            Command::Batch(args) => batch::batch(args).await,
             Command::Ns(args) => client::ns(args).await,
             Command::Watch(args) => watch::watch(args).await,
             Command::Cluster(args) => client::cluster(args).await,

@@ -99,10 +99,13 @@ impl Access {
 /// description (they hold no data), health (`public_health`) and metrics
 /// (`public_metrics`).
 pub fn is_public(access: &Access, path: &str) -> bool {
+    // A path ending in `.json` is a Firebase location (`/console/x.json` is
+    // the tree's `console/x`), never one of the pages' files.
+    let page_file = |prefix: &str| path.starts_with(prefix) && !path.ends_with(".json");
     matches!(path, "/" | "/console" | "/demo" | "/demo/firebase" | "/v1/openapi.json")
-        || path.starts_with("/console/")
-        || path.starts_with("/demo/client/")
-        || path.starts_with("/demo/firebase/sdk/")
+        || page_file("/console/")
+        || page_file("/demo/client/")
+        || page_file("/demo/firebase/sdk/")
         || (access.public_health && matches!(path, "/healthz" | "/readyz"))
         || (access.public_metrics && path == "/metrics")
 }
@@ -257,10 +260,18 @@ mod tests {
     }
 
     #[test]
-    fn only_health_and_the_demo_are_public() {
+    fn only_health_the_console_and_the_demo_are_public() {
         let access = Access { public_health: true, ..Default::default() };
         for path in ["/healthz", "/readyz", "/demo", "/demo/client/tern.js"] {
             assert!(is_public(&access, path), "{path}");
+        }
+        for path in ["/", "/console", "/console/app.js"] {
+            assert!(is_public(&access, path), "{path}: the console's pages (every call they make is authenticated)");
+        }
+        // Firebase locations under the pages' paths stay behind a token
+        // (review found `/console/settings.json` answered by the console).
+        for path in ["/console/settings.json", "/demo/client/x.json", "/demo/firebase/sdk/a.json"] {
+            assert!(!is_public(&access, path), "{path}");
         }
         for path in ["/metrics", "/v1/ns", "/demo/", "/healthz/x", "/.json", "/v1/ws"] {
             assert!(!is_public(&access, path), "{path}");

@@ -81,6 +81,8 @@ pub(super) struct OptionsCache {
 #[derive(Clone, Copy)]
 struct Cached {
     options: NamespaceOptions,
+    /// Read and well-formed (false: the last known or the defaults stand in).
+    parsed: bool,
     /// Read from this node's store at this applied position of the options' partition.
     applied_next: Option<u64>,
     /// Read from a holder at this moment.
@@ -90,42 +92,56 @@ struct Cached {
 impl Node {
     /// The options of `namespace` as this node knows them (see the module doc).
     pub async fn namespace_options(&self, namespace: &Namespace) -> NamespaceOptions {
+        self.namespace_options_known(namespace).await.0
+    }
+
+    /// The options of `namespace`, and whether this node knows them for
+    /// sure: read from its caught-up store, or from a holder within
+    /// `REMOTE_TTL`, and well-formed. Otherwise (no holder answers, the
+    /// partition catches up or rebuilds, a record a foreign writer broke)
+    /// they are the last known or the defaults, and false: what must not be
+    /// decided on a guess (a write's `history_max`, a change of one option
+    /// that rewrites the others) is not.
+    pub async fn namespace_options_known(&self, namespace: &Namespace) -> (NamespaceOptions, bool) {
         let partition = namespace.partition_of(OPTIONS_PK);
         let handle = namespace.handle(partition);
         if handle.is_held() {
             let applied_next = handle.applied_next();
+            let current = handle.status() == crate::partition::PartitionStatus::Serving;
             if let Some(cached) = self.cached_options(namespace) {
                 if cached.applied_next == Some(applied_next) {
-                    return cached.options;
+                    return (cached.options, cached.parsed && current);
                 }
             }
-            let options = match handle.read_store().and_then(|r| r.get(OPTIONS_PK, NAMESPACE_OPTIONS_SK)) {
-                Ok(record) => record.map(|r| parse(&r.value)).unwrap_or_default(),
+            let (options, parsed) = match handle.read_store().and_then(|r| r.get(OPTIONS_PK, NAMESPACE_OPTIONS_SK)) {
+                Ok(Some(record)) => parse(&record.value),
+                Ok(None) => (NamespaceOptions::default(), true),
                 Err(e) => {
                     tracing::warn!(ns = %namespace.name, error = %e, "reading the namespace options failed; using the last known");
-                    return self.cached_options(namespace).map(|c| c.options).unwrap_or_default();
+                    return (self.cached_options(namespace).map(|c| c.options).unwrap_or_default(), false);
                 }
             };
-            self.remember_options(namespace, Cached { options, applied_next: Some(applied_next), fetched_at: Instant::now() });
-            return options;
+            self.remember_options(namespace, Cached { options, parsed, applied_next: Some(applied_next), fetched_at: Instant::now() });
+            return (options, parsed && current);
         }
         if let Some(cached) = self.cached_options(namespace) {
             if cached.applied_next.is_none() && cached.fetched_at.elapsed() < REMOTE_TTL {
-                return cached.options;
+                return (cached.options, cached.parsed);
             }
         }
         let known = self.cached_options(namespace).map(|c| c.options).unwrap_or_default();
         let at = RecordAt { ns: namespace.name.to_string(), partition, pk: OPTIONS_PK.into(), sk: NAMESPACE_OPTIONS_SK.into() };
-        let options = match self.read_elsewhere(at).await {
+        let (options, parsed) = match self.read_elsewhere(at).await {
+            Ok(Some(value)) => parse(&value),
             // No record: the defaults.
-            Ok(value) => value.map(|v| parse(&v)).unwrap_or_default(),
+            Ok(None) => (NamespaceOptions::default(), true),
             Err(e) => {
                 tracing::warn!(ns = %namespace.name, error = %e, "no holder told the namespace options; using the last known");
-                known
+                (known, false)
             }
         };
-        self.remember_options(namespace, Cached { options, applied_next: None, fetched_at: Instant::now() });
-        options
+        self.remember_options(namespace, Cached { options, parsed, applied_next: None, fetched_at: Instant::now() });
+        (options, parsed)
     }
 
     /// Writes the options of `namespace` through the log. When this node
@@ -152,7 +168,7 @@ impl Node {
         let request = if held { request.applied_within(APPLY_WAIT) } else { request };
         self.write_sequenced(namespace, request).await?;
         if !held {
-            self.remember_options(namespace, Cached { options, applied_next: None, fetched_at: Instant::now() });
+            self.remember_options(namespace, Cached { options, parsed: true, applied_next: None, fetched_at: Instant::now() });
         }
         Ok(())
     }
@@ -173,11 +189,14 @@ impl Node {
     }
 }
 
-/// A stored options value (or a holder's answer: the record's value).
-fn parse(value: &[u8]) -> NamespaceOptions {
-    serde_json::from_slice(value).unwrap_or_else(|e| {
-        // A record a foreign writer broke: the defaults, said once per read.
-        tracing::warn!(error = %e, "the namespace options record does not parse; using the defaults");
-        NamespaceOptions::default()
-    })
+/// A stored options value (or a holder's answer: the record's value), and
+/// whether it parsed (a record a foreign writer broke: the defaults, false).
+fn parse(value: &[u8]) -> (NamespaceOptions, bool) {
+    match serde_json::from_slice::<NamespaceOptions>(value) {
+        Ok(options) => (options, true),
+        Err(e) => {
+            tracing::warn!(error = %e, "the namespace options record does not parse; using the defaults");
+            (NamespaceOptions::default(), false)
+        }
+    }
 }

@@ -239,12 +239,20 @@ impl Node {
         let WriteRequest { writer, partition, mut entry, durability, wait, timeout, forwarded } = request;
         // A client's records keep as many versions as the namespace says,
         // told in the entry, so every replica keeps alike (`store::history`).
-        let options = match writer {
-            Writer::Client => Some(self.namespace_options(namespace).await),
-            _ => None,
+        // Options this node only guesses (a holder unreachable, the options
+        // partition catching up) leave the records' history as it is: a
+        // guessed 0 would erase it on every replica.
+        let (options, known) = match writer {
+            Writer::Client => {
+                let (options, known) = self.namespace_options_known(namespace).await;
+                (Some(options), known)
+            }
+            _ => (None, false),
         };
-        if let (Some(options), Entry::Mutation(mutation)) = (options, &mut entry) {
-            mutation.history_max = Some(options.history_max);
+        if let (Some(options), true, Entry::Mutation(mutation)) = (options, known, &mut entry) {
+            // A stored value out of bounds (a foreign writer) keeps the most:
+            // an entry stating more would be refused by every replica.
+            mutation.history_max = Some(options.history_max.min(crate::limits::HISTORY_MAX_MAX));
         }
         // One bound for the whole write, the wait behind the journal included.
         let deadline = tokio::time::Instant::now() + timeout;

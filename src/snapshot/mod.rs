@@ -21,6 +21,8 @@
 mod create;
 mod error;
 pub mod format;
+/// The namespaces a snapshot store holds (what `--restore` re-creates).
+mod namespaces;
 mod prune;
 mod restore;
 mod snapshots;

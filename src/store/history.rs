@@ -61,7 +61,8 @@ pub(super) struct Noted {
 #[derive(Default)]
 pub(super) struct HistoryNotes {
     /// Whether this store's history table may hold entries (then writes
-    /// keeping none still trim their record's history).
+    /// keeping none still trim their record's history): as the store was
+    /// when the transaction began, or once it noted a version to keep.
     pub(super) table_has_entries: bool,
     pub(super) noted: Vec<Noted>,
 }
@@ -130,36 +131,30 @@ fn decode(history_key: &[u8], stored: &[u8]) -> Result<HistoryEntry, DamagedReco
     })
 }
 
-/// Writes the noted versions and trims each record's history to the
-/// newest `keep` of its last noted version (all of it when 0). Bounded: one
-/// insert per noted version, and at most `HISTORY_MAX_MAX + noted`
-/// removals per record. Returns whether the table holds anything.
+/// Writes the noted versions in log order, each followed by trimming its
+/// record's history to the newest `keep` it says (all of it when 0): the
+/// same versions survive however the entries were batched into apply
+/// transactions. Bounded: per note, one insert and at most
+/// `HISTORY_MAX_MAX + 1` removals (a record holds at most that many before
+/// a note). Returns whether the table holds anything.
 pub(super) fn write(table: &mut Table<&'static [u8], &'static [u8]>, notes: &HistoryNotes) -> Result<bool, redb::StorageError> {
-    // Each record touched, with what its last write (in log order) keeps.
-    let mut touched: Vec<(&[u8], u32)> = Vec::new();
+    let mut stale = Vec::new();
     for noted in &notes.noted {
         assert!(noted.keep <= HISTORY_MAX_MAX, "history_max is checked when an entry is decoded");
+        let prefix = prefix_of(&noted.record_key);
         if noted.keep > 0 {
-            let mut history_key = prefix_of(&noted.record_key);
+            let mut history_key = prefix.clone();
             history_key.extend_from_slice(&noted.entry.offset.to_be_bytes());
             let stored = encode(&history_key, &noted.entry);
             debug_assert_eq!(decode(&history_key, &stored).as_ref(), Ok(&noted.entry), "a version reads back as written");
             table.insert(history_key.as_slice(), stored.as_slice())?;
         }
-        match touched.iter_mut().find(|(key, _)| *key == noted.record_key.as_slice()) {
-            Some(record) => record.1 = noted.keep,
-            None => touched.push((&noted.record_key, noted.keep)),
-        }
-    }
-    let removals_max = HISTORY_MAX_MAX as usize + notes.noted.len();
-    for (record_key, keep) in touched {
-        let prefix = prefix_of(record_key);
         let end = key::prefix_successor(&prefix).expect("a length-prefixed key has a successor");
-        let mut stale = Vec::new();
-        for entry in table.range::<&[u8]>(prefix.as_slice()..end.as_slice())?.rev().skip(keep as usize).take(removals_max) {
+        stale.clear();
+        for entry in table.range::<&[u8]>(prefix.as_slice()..end.as_slice())?.rev().skip(noted.keep as usize).take(HISTORY_MAX_MAX as usize + 1) {
             stale.push(entry?.0.value().to_vec());
         }
-        for history_key in stale {
+        for history_key in &stale {
             table.remove(history_key.as_slice())?;
         }
     }
@@ -239,7 +234,6 @@ mod tests {
         write_notes(3, &[1, 2], &record);
         write_notes(3, &[5], &other);
         write_notes(3, &[3, 4, 6], &record);
-        // The touched-records list is linear: many records in one transaction stay cheap enough (bounded by a batch's ops).
         assert_eq!(read_back(64, ""), vec![6, 4, 3], "the newest 3, newest first");
         assert_eq!(read_back(2, ""), vec![6, 4], "a read takes at most max");
         assert_eq!(read_back(64, "x"), vec![5], "another record's history is its own");
@@ -248,5 +242,36 @@ mod tests {
         write_notes(0, &[8], &record);
         assert_eq!(read_back(64, ""), Vec::<u64>::new(), "max 0: a write removes its record's history");
         assert_eq!(read_back(64, "x"), vec![5]);
+    }
+
+    /// Review found: trimming each record once per transaction, to its last
+    /// note's count, kept more when counts changed within a transaction
+    /// than one entry per transaction did. Now each note trims after itself.
+    #[test]
+    fn the_same_versions_survive_however_entries_are_batched() {
+        let record = key::encode("k", "");
+        // (offset, keep) in log order; the count changes along the way.
+        let writes: [(u64, u32); 7] = [(1, 3), (2, 3), (3, 3), (4, 1), (5, 3), (6, 0), (7, 2)];
+        let survivors = |batches: &[&[(u64, u32)]]| {
+            let dir = tempfile::tempdir().unwrap();
+            let db = redb::Database::create(dir.path().join("h.redb")).unwrap();
+            for batch in batches {
+                let notes = HistoryNotes {
+                    table_has_entries: true,
+                    noted: batch.iter().map(|(o, keep)| Noted { record_key: record.clone(), entry: entry(*o, Some("v")), keep: *keep }).collect(),
+                };
+                let txn = db.begin_write().unwrap();
+                write(&mut txn.open_table(HISTORY).unwrap(), &notes).unwrap();
+                txn.commit().unwrap();
+            }
+            let txn = db.begin_read().unwrap();
+            read(&txn.open_table(HISTORY).unwrap(), "k", "", 64).unwrap().iter().map(|e| e.offset).collect::<Vec<_>>()
+        };
+        let one_by_one: Vec<&[(u64, u32)]> = writes.iter().map(std::slice::from_ref).collect();
+        let expected = survivors(&one_by_one);
+        assert_eq!(expected, vec![7], "6 kept none, 7 keeps itself (of up to 2)");
+        assert_eq!(survivors(&[&writes[..]]), expected, "all in one transaction");
+        assert_eq!(survivors(&[&writes[..3], &writes[3..]]), expected, "in two");
+        assert_eq!(survivors(&[&writes[..5]]), vec![5, 4], "4 trimmed to itself, then 5 added");
     }
 }

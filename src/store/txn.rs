@@ -132,7 +132,13 @@ impl ApplyTxn<'_, '_> {
         if !self.history.wanted(keep) {
             return;
         }
-        let entry = HistoryEntry { offset, time_ms, writer: writer.to_string(), value: value.map(<[u8]>::to_vec) };
+        // A note that keeps nothing only trims: no copy of the value.
+        let entry = match keep {
+            0 => HistoryEntry { offset, time_ms, writer: String::new(), value: None },
+            _ => HistoryEntry { offset, time_ms, writer: writer.to_string(), value: value.map(<[u8]>::to_vec) },
+        };
+        // From here on a later note of this transaction keeping none must trim it.
+        self.history.table_has_entries |= keep > 0;
         self.history.noted.push(Noted { record_key: key::encode(pk, sk), entry, keep });
     }
 

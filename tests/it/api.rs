@@ -849,3 +849,68 @@ async fn cli_keys_a_url_path_cannot_carry_reach_their_own_record() {
     let (ok, out, _) = cli(&t.url, &["get", "dots", ".."]);
     assert!(ok && out.contains(".."), "{out}");
 }
+
+/// `tern batch` (a file, stdin as one op per line, an idempotency key)
+/// and `tern mget` (PK SK pairs, missing records said), with
+/// keys a URL path cannot carry; bad input exits 2 and writes nothing.
+#[tokio::test]
+async fn cli_batch_and_mget_carry_any_key_and_refuse_bad_input() {
+    let dir = tempfile::tempdir().unwrap();
+    let t = Tern::dev(dir.path()).await;
+    let file = dir.path().join("ops.json");
+    std::fs::write(&file, r#"{"ops": [{"op": "put", "pk": "u1", "sk": ".", "value": {"a": 1}}, {"op": "put", "pk": "u1", "sk": "b", "value": 2}]}"#)
+        .unwrap();
+    let (ok, out, err) = cli(&t.url, &["batch", file.to_str().unwrap(), "--wait", "--idempotency-key", "once"]);
+    assert!(ok && out.starts_with("ok  2 ops  version "), "{out} {err}");
+    let (ok, out, _) = cli(&t.url, &["batch", file.to_str().unwrap(), "--wait", "--idempotency-key", "once"]);
+    assert!(ok && out.contains("a retry"), "the same key is applied once: {out}");
+    // Stdin, one op per line.
+    let mut child = std::process::Command::new(common::bin())
+        .args(["batch", "-", "--wait"])
+        .env("TERN_URL", &t.url)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::io::Write::write_all(
+        child.stdin.as_mut().unwrap(),
+        b"{\"op\": \"delete\", \"pk\": \"u1\", \"sk\": \"b\"}\n{\"op\": \"put\", \"pk\": \"u1\", \"sk\": \"..\", \"value\": 3}\n",
+    )
+    .unwrap();
+    drop(child.stdin.take());
+    let output = child.wait_with_output().unwrap();
+    assert!(output.status.success(), "{output:?}");
+
+    let (ok, out, err) = cli(&t.url, &["mget", "u1", ".", "u1", "..", "u1", "b", "nope", ""]);
+    assert!(ok, "{err}");
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 5, "{out}");
+    assert!(lines[1].starts_with("u1    .") && lines[1].ends_with("{\"a\":1}"), "{out}");
+    assert!(lines[2].starts_with("u1    ..") && lines[2].ends_with('3'), "{out}");
+    assert!(lines[3].ends_with("(not found)") && lines[4].starts_with("nope") && lines[4].ends_with("(not found)"), "{out}");
+    let (ok, out, _) = cli(&t.url, &["mget", "u1", ".", "--json"]);
+    assert!(ok);
+    assert_eq!(serde_json::from_str::<Value>(&out).unwrap()["items"][0]["value"], json!({"a": 1}));
+
+    // Bad input: exit 2 (usage) before anything is sent, or the API's refusal.
+    let empty = dir.path().join("empty.json");
+    std::fs::write(&empty, "\n").unwrap();
+    let bad = dir.path().join("bad.json");
+    std::fs::write(&bad, "{\"op\": \"put\", \"pk\": \"u2\", \"value\": 1}\nnot json\n").unwrap();
+    for args in [
+        vec!["batch", "/nonexistent/ops.json"],
+        vec!["batch", empty.to_str().unwrap()],
+        vec!["batch", bad.to_str().unwrap()],
+        vec!["mget"],
+        vec!["mget", "u1", ".", "u1"],
+    ] {
+        let (status, err) = cli_status(&t.url, &args);
+        assert_eq!(status, 2, "{args:?}: {err}");
+    }
+    let cross = dir.path().join("cross.json");
+    std::fs::write(&cross, r#"[{"op": "put", "pk": "a", "value": 1}, {"op": "put", "pk": "b", "value": 1}, {"op": "put", "pk": "c", "value": 1}, {"op": "put", "pk": "d", "value": 1}]"#).unwrap();
+    let (status, err) = cli_status(&t.url, &["batch", cross.to_str().unwrap()]);
+    assert!(status == 1 && err.contains("cross_partition"), "{status} {err}");
+    let (status, _) = cli_status(&t.url, &["get", "u2"]);
+    assert_eq!(status, 3, "nothing of a refused batch was written");
+}

@@ -139,6 +139,14 @@ async fn history_survives_a_crash_reads_every_key_and_refuses_bad_input() {
     assert!(lines[1].contains(" put ") && lines[1].ends_with("{\"round\":69}"), "{out}");
     let (ok, _, err) = common::cli(&t.url, &["--ns", "nope", "history", "p"]);
     assert!(!ok && err.contains("namespace_not_found"), "{err}");
+    // `tern ns create` changes an existing namespace of any partition count
+    // (review found it sent 16 partitions and was refused for 4).
+    let (status, _) = t.send(t.client.put(format!("{}/v1/ns/few", t.url)).json(&json!({"partitions": 4}))).await;
+    assert_eq!(status, 201);
+    let (ok, out, err) = common::cli(&t.url, &["ns", "create", "few", "--history-max", "3"]);
+    assert!(ok && out.contains("partitions 4"), "{out} {err}");
+    let (_, described) = t.get_json("/v1/ns/few").await;
+    assert_eq!(described["history_max"], 3, "{described}");
 
     // Bad input.
     let long_pk = "k".repeat(1025);

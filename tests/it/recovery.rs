@@ -79,9 +79,20 @@ async fn disaster_recovery_from_snapshots_into_a_new_log_needs_restore() {
         versions.push(body["version"].as_u64().unwrap());
     }
     let _ = put_once(&t, "K1", json!("once")).await;
+    // A namespace of its own, with settings: it comes back too (before, only
+    // the namespaces the new node makes by itself did: `default`).
+    let (status, body) = t.send(t.client.put(format!("{}/v1/ns/app", t.url)).json(&json!({"partitions": 3, "history_max": 2}))).await;
+    assert_eq!(status, 201, "{body}");
+    for i in 0..10 {
+        let url = format!("{}?wait=applied", t.kv_url("app", &format!("a{i}"), Some("s")));
+        let (status, body) = t.send(t.client.put(url).json(&json!(i))).await;
+        assert_eq!(status, 200, "{body}");
+    }
     t.wait_caught_up("default").await;
+    t.wait_caught_up("app").await;
     snapshot_now(&t).await;
     let before = t.partition_states("default").await;
+    let app_before = t.partition_states("app").await;
     assert!(t.terminate().success());
 
     // The data directory is lost; the snapshots survive.
@@ -98,6 +109,12 @@ async fn disaster_recovery_from_snapshots_into_a_new_log_needs_restore() {
     let mut t = dev(fresh.path(), objects.path(), &["--restore"]).await;
     t.wait_caught_up("default").await;
     assert_eq!(t.partition_states("default").await, before, "every partition came back as snapshotted");
+    t.wait_caught_up("app").await;
+    assert_eq!(t.partition_states("app").await, app_before, "every namespace in the snapshots came back");
+    let (_, described) = t.get_json("/v1/ns/app").await;
+    assert_eq!((&described["partitions"], &described["history_max"]), (&json!(3), &json!(2)), "{described}");
+    let (status, got) = t.get_json("/v1/ns/app/kv/a7/s").await;
+    assert_eq!((status, &got["value"]), (200, &json!(7)), "{got}");
     for i in [0, 17, 39] {
         let (status, got) = t.get(&format!("k{i}"), "").await;
         assert_eq!((status, got["value"].as_i64()), (200, Some(i)));

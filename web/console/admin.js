@@ -17,12 +17,17 @@ export async function overviewView(ns, root, onError, refreshNamespaces) {
   const holders = new Map();
   for (const route of cluster?.routes ?? []) if (route.ns === ns) holders.set(route.partition, route.holder);
   const writeMode = el("select", { name: "write_mode", id: "write-mode" }, ["sequenced", "journaled"].map((m) => el("option", { value: m, selected: described.write_mode === m }, m)));
-  const historyMax = el("input", { type: "number", min: 0, max: 64, name: "history_max", id: "history-max", value: described.history_max ?? 0 });
+  const historyMax = el("input", { type: "number", min: 0, max: 64, step: 1, required: true, name: "history_max", id: "history-max", value: described.history_max ?? 0 });
   const message = el("p", { class: "message" });
   const settings = el("form", { class: "row", id: "settings", onsubmit: async (e) => {
     e.preventDefault();
     try {
-      await api("PUT", `/v1/ns/${encodeURIComponent(ns)}`, { write_mode: writeMode.value, history_max: Number(historyMax.value) });
+      // Only what changed: the rest stays as the node has it.
+      const changed = {};
+      if (writeMode.value !== described.write_mode) changed.write_mode = writeMode.value;
+      if (Number(historyMax.value) !== described.history_max) changed.history_max = Number(historyMax.value);
+      await api("PUT", `/v1/ns/${encodeURIComponent(ns)}`, changed);
+      Object.assign(described, changed);
       message.textContent = "Saved.";
       message.className = "message ok";
       refreshNamespaces();

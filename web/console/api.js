@@ -28,19 +28,24 @@ export function authHeaders() {
   return t ? { Authorization: `Bearer ${t}` } : {};
 }
 
-/** Calls `method path` with an optional JSON body; resolves to the JSON answer. */
+/**
+ * Calls `method path` with an optional body (an object, sent as JSON; or a
+ * `RawJson`, sent as its text); resolves to the JSON answer, parsed
+ * without losing digits (`parseJson`).
+ */
 export async function api(method, path, body) {
   const headers = { ...authHeaders() };
   if (body !== undefined) headers["Content-Type"] = "application/json";
   let response;
   try {
-    response = await fetch(path, { method, headers, body: body === undefined ? undefined : JSON.stringify(body) });
+    const text = body === undefined ? undefined : body instanceof RawJson ? body.text : JSON.stringify(body);
+    response = await fetch(path, { method, headers, body: text });
   } catch (e) {
     throw new ApiError(0, "unreachable", `Tern did not answer: ${e.message}`);
   }
   const text = await response.text();
   let json = null;
-  try { json = text ? JSON.parse(text) : null; } catch { json = null; }
+  try { json = text ? parseJson(text) : null; } catch { json = null; }
   if (!response.ok) {
     const error = json?.error ?? {};
     throw new ApiError(response.status, error.code ?? `http_${response.status}`, error.message ?? (text || response.statusText), json);
@@ -51,6 +56,76 @@ export async function api(method, path, body) {
 /** `/v1/ns/{ns}/…` with each key segment percent-encoded. */
 export function recordPath(ns, pk, sk) {
   return `/v1/ns/${encodeURIComponent(ns)}/kv/${encodeURIComponent(pk)}/${encodeURIComponent(sk)}`;
+}
+
+/** JSON text sent as it is (a value the user typed: re-serializing it could change it). */
+export class RawJson {
+  constructor(text) {
+    JSON.parse(text); // throws on text that is not JSON
+    this.text = text;
+  }
+}
+
+/** A number whose text JavaScript cannot hold exactly (an integer past 2^53, too many digits). */
+export class RawNumber {
+  constructor(text) { this.text = text; }
+  toString() { return this.text; }
+}
+
+/** JSON.parse that keeps the text of numbers a JavaScript number would change. */
+export function parseJson(text) {
+  return JSON.parse(text, (key, value, context) => {
+    if (typeof value !== "number" || typeof context?.source !== "string") return value;
+    const digits = context.source.replace(/^-/, "").replace(/[eE].*$/, "").replace(".", "").replace(/^0+/, "");
+    const inexact = (/^-?\d+$/.test(context.source) && !Number.isSafeInteger(value)) || digits.length > 15;
+    return inexact ? new RawNumber(context.source) : value;
+  });
+}
+
+/** JSON text of a value from `parseJson`: indented by `indent` spaces (0: compact), raw numbers as they came. */
+export function printJson(value, indent = 2, depth = 0) {
+  if (value instanceof RawNumber) return value.text;
+  if (value === null || typeof value !== "object") return JSON.stringify(value);
+  const pad = indent ? `\n${" ".repeat(indent * (depth + 1))}` : "";
+  const end = indent ? `\n${" ".repeat(indent * depth)}` : "";
+  const sep = indent ? ": " : ":";
+  const items = Array.isArray(value)
+    ? value.map((v) => printJson(v, indent, depth + 1))
+    : Object.keys(value).map((k) => `${JSON.stringify(k)}${sep}${printJson(value[k], indent, depth + 1)}`);
+  if (items.length === 0) return Array.isArray(value) ? "[]" : "{}";
+  const [open, close] = Array.isArray(value) ? ["[", "]"] : ["{", "}"];
+  return `${open}${pad}${items.join(`,${pad}`)}${end}${close}`;
+}
+
+/** Keys a URL path cannot carry: fetch resolves a `.` or `..` segment away. */
+function unaddressable(pk, sk) {
+  return [pk, sk].some((k) => k === "." || k === "..");
+}
+
+/** One record (`{pk, sk, value, version, position}`), any key; 404 as an ApiError. */
+export async function getRecord(ns, pk, sk) {
+  if (!unaddressable(pk, sk)) return api("GET", recordPath(ns, pk, sk));
+  const answer = await api("POST", `/v1/ns/${encodeURIComponent(ns)}/get`, { keys: [{ pk, sk }] });
+  const item = answer.items[0];
+  if (!item) throw new ApiError(404, "not_found", `no record at pk ${JSON.stringify(pk)} sk ${JSON.stringify(sk)}`);
+  return { ...item, position: answer.position };
+}
+
+/**
+ * Puts `valueText` (JSON text, sent as typed) at any key, or deletes it
+ * (`valueText` null), on a condition (`ifVersion`, `ifAbsent`), waiting
+ * until applied: `{version, position}`; 409 `condition_failed` as an ApiError.
+ */
+export async function writeRecord(ns, pk, sk, valueText, { ifVersion, ifAbsent } = {}) {
+  const condition = query({ if_version: ifVersion, if_absent: ifAbsent ? "true" : undefined });
+  if (!unaddressable(pk, sk)) {
+    const path = `${recordPath(ns, pk, sk)}${condition}${condition ? "&" : "?"}wait=applied`;
+    return valueText === null ? api("DELETE", path) : api("PUT", path, new RawJson(valueText));
+  }
+  const op = { op: valueText === null ? "delete" : "put", pk, sk, if_version: ifVersion, if_absent: ifAbsent || undefined };
+  const opText = JSON.stringify(op);
+  const withValue = valueText === null ? opText : `${opText.slice(0, -1)},"value":${valueText}}`;
+  return api("POST", `/v1/ns/${encodeURIComponent(ns)}/batch?wait=applied`, new RawJson(`{"ops":[${withValue}]}`));
 }
 
 /** A query string from an object, leaving out empty values. */

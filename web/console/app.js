@@ -41,7 +41,12 @@ async function refreshNamespaces() {
 }
 
 function parseRoute() {
-  const parts = location.hash.replace(/^#\/?/, "").split("/").map(decodeURIComponent);
+  let parts;
+  try {
+    parts = location.hash.replace(/^#\/?/, "").split("/").map(decodeURIComponent);
+  } catch {
+    return {}; // a hash that is not percent-encoding: the start page
+  }
   if (parts[0] === "ns" && parts[1]) return { ns: parts[1], tab: parts[2] || "records" };
   if (parts[0] === "cluster" || parts[0] === "tokens") return { page: parts[0] };
   return {};
@@ -106,6 +111,10 @@ $("create-ns").addEventListener("submit", async (e) => {
   e.preventDefault();
   const form = new FormData(e.target);
   const name = String(form.get("name"));
+  if (namespaces.includes(name)) {
+    // PUT would change its settings: that is the overview's job.
+    return showError(new Error(`Namespace ${name} exists: change its settings in its Overview.`));
+  }
   try {
     await api("PUT", `/v1/ns/${encodeURIComponent(name)}`, {
       partitions: Number(form.get("partitions")),

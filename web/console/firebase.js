@@ -7,6 +7,9 @@ import { el, readEvents } from "./api.js";
 
 /** Children shown per node; the rest are counted ("… N more"). */
 const CHILDREN_SHOWN_MAX = 200;
+/** Bytes of events the view takes in at most: a larger database is not
+ * held in the browser (browse it with the REST API, `?shallow=true`). */
+const EVENT_BYTES_MAX = 32 * 1024 * 1024;
 
 export function firebaseView(ns, root, onError) {
   let data = null;
@@ -20,21 +23,24 @@ export function firebaseView(ns, root, onError) {
   );
   const controller = new AbortController();
 
+  // Every object of the tree has no prototype, so a key named `__proto__`
+  // (a valid Firebase key any allowed writer can make) is just a key.
   function setAt(path, value, merge) {
+    value = detach(value);
     const parts = path.split("/").filter(Boolean);
     if (parts.length === 0) {
-      data = merge && isObject(data) && isObject(value) ? { ...data, ...value } : value;
+      data = merge && isObject(data) && isObject(value) ? Object.assign(data, value) : value;
       prune();
       return;
     }
-    if (!isObject(data)) data = {};
+    if (!isObject(data)) data = Object.create(null);
     let node = data;
     for (const part of parts.slice(0, -1)) {
-      if (!isObject(node[part])) node[part] = {};
+      if (!isObject(node[part])) node[part] = Object.create(null);
       node = node[part];
     }
     const last = parts.at(-1);
-    if (merge && isObject(node[last]) && isObject(value)) node[last] = { ...node[last], ...value };
+    if (merge && isObject(node[last]) && isObject(value)) Object.assign(node[last], value);
     else node[last] = value;
     prune();
   }
@@ -52,6 +58,11 @@ export function firebaseView(ns, root, onError) {
     };
     data = clean(data);
     if (isObject(data) && Object.keys(data).length === 0) data = null;
+  }
+
+  let frame = 0;
+  function scheduleRender() {
+    if (!frame) frame = requestAnimationFrame(() => { frame = 0; render(); });
   }
 
   function render() {
@@ -79,6 +90,7 @@ export function firebaseView(ns, root, onError) {
     return details;
   }
 
+  let eventBytes = 0;
   (async () => {
     try {
       await readEvents(`/.json?ns=${encodeURIComponent(ns)}`, (name, text) => {
@@ -86,12 +98,23 @@ export function firebaseView(ns, root, onError) {
           if (name === "cancel" || name === "auth_revoked") { status.dataset.state = "failed"; status.textContent = name; }
           return;
         }
+        eventBytes += text.length;
+        if (eventBytes > EVENT_BYTES_MAX) {
+          controller.abort();
+          data = null;
+          status.dataset.state = "failed";
+          status.textContent = "too large";
+          body.replaceChildren(el("p", { class: "message error", id: "fb-too-large" }, `This database sent over ${EVENT_BYTES_MAX / 1024 / 1024} MiB: too large to hold here. Browse it with the REST API (?shallow=true).`));
+          return;
+        }
         const event = JSON.parse(text);
         setAt(event.path, event.data, name === "patch");
         status.dataset.state = "live";
         status.textContent = "live";
-        render();
+        scheduleRender();
       }, controller.signal);
+      // The server ended the stream: what is shown is no longer live.
+      if (!controller.signal.aborted) { status.dataset.state = "failed"; status.textContent = "ended: reopen the tab"; }
     } catch (e) {
       if (e.name === "AbortError") return;
       status.dataset.state = "failed";
@@ -100,9 +123,19 @@ export function firebaseView(ns, root, onError) {
     }
   })();
 
-  return { close: () => controller.abort() };
+  return { close: () => { controller.abort(); cancelAnimationFrame(frame); } };
 }
 
 function isObject(v) {
   return v !== null && typeof v === "object" && !Array.isArray(v);
+}
+
+/** `v` with every object made prototype-less (JSON.parse's own `__proto__`
+ * keys stay plain keys: Object.assign onto a prototype-less object defines them). */
+function detach(v) {
+  if (Array.isArray(v)) return v.map(detach);
+  if (!isObject(v)) return v;
+  const out = Object.create(null);
+  for (const key of Object.keys(v)) out[key] = detach(v[key]);
+  return out;
 }

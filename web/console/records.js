@@ -4,7 +4,7 @@
 // editing never lose each other's change), its history, and live updates
 // of what is on screen (a namespace-wide watch from now).
 
-import { api, ApiError, el, formatTime, query, recordPath, token } from "./api.js";
+import { api, el, formatTime, getRecord, printJson, query, token, writeRecord } from "./api.js";
 import { TernClient } from "/demo/client/index.js";
 
 /** Records per listing page (the API allows 1 to 1000). */
@@ -15,7 +15,9 @@ const HELD_MAX = 20_000;
 const keyOf = (pk, sk) => `${pk}\u0000${sk}`;
 
 export function recordsView(ns, root, onError) {
-  const state = { prefix: "", records: new Map(), cursor: null, more: false, loading: false, open: null, closed: false, watch: null };
+  // `generation` counts searches: a page read for an older one is dropped,
+  // and the newest is read once the one in flight ends.
+  const state = { prefix: "", records: new Map(), cursor: null, more: false, loading: false, generation: 0, pending: false, open: null, closed: false, watch: null };
   const search = el("input", { type: "search", placeholder: "pk prefix, e.g. svc/", class: "search", name: "prefix" });
   const tree = el("div", { class: "tree", id: "key-tree" });
   const count = el("span", { class: "muted", id: "record-count" });
@@ -41,6 +43,7 @@ export function recordsView(ns, root, onError) {
 
   async function reload(prefix) {
     state.prefix = prefix;
+    state.generation += 1;
     state.records = new Map();
     state.cursor = null;
     state.more = false;
@@ -49,31 +52,58 @@ export function recordsView(ns, root, onError) {
   }
 
   async function loadPage() {
-    if (state.loading || state.closed) return;
+    if (state.closed) return;
+    if (state.loading) {
+      state.pending = true; // read once the page in flight is in
+      return;
+    }
     state.loading = true;
-    const prefix = state.prefix;
+    const generation = state.generation;
     try {
-      const page = await api("GET", `/v1/ns/${encodeURIComponent(ns)}/kv${query({ prefix, limit: PAGE_LIMIT, cursor: state.cursor })}`);
-      if (prefix !== state.prefix || state.closed) return; // a newer search took over
+      const page = await api("GET", `/v1/ns/${encodeURIComponent(ns)}/kv${query({ prefix: state.prefix, limit: PAGE_LIMIT, cursor: state.cursor })}`);
+      if (generation !== state.generation || state.closed) return; // a newer search took over
       for (const r of page.items) state.records.set(keyOf(r.pk, r.sk), r);
       state.cursor = page.next_cursor;
-      state.more = page.next_cursor !== null && state.records.size < HELD_MAX;
+      state.more = page.next_cursor !== null;
       renderTree();
     } catch (e) {
       onError(e);
     } finally {
       state.loading = false;
+      if (state.pending) {
+        state.pending = false;
+        if (generation !== state.generation) loadPage();
+      }
     }
   }
 
   /** Whether a key changed on the server belongs on screen: under the
-   * prefix, and within what is loaded (a later page shows it otherwise). */
+   * prefix, within what is loaded (a later page shows it otherwise), and
+   * within what the console holds (`HELD_MAX`; past it, paging goes on). */
   function onScreen(pk, sk) {
     if (!pk.startsWith(state.prefix)) return false;
     if (pk.startsWith(".") && !state.prefix.startsWith(".")) return false;
+    if (state.records.has(keyOf(pk, sk))) return true;
+    if (state.records.size >= HELD_MAX) {
+      state.more = true;
+      return false;
+    }
     if (!state.more) return true;
-    const last = [...state.records.values()].at(-1);
-    return last !== undefined && keyOf(pk, sk) <= keyOf(last.pk, last.sk);
+    return state.lastKey !== undefined && keyOf(pk, sk) <= state.lastKey;
+  }
+
+  /** Renders at most once a frame, however many changes arrive. */
+  let frame = 0;
+  let flash = null;
+  function scheduleRender(flashKey) {
+    flash = flashKey ?? flash;
+    if (frame) return;
+    frame = requestAnimationFrame(() => {
+      frame = 0;
+      if (state.sortNeeded) sortRecords();
+      renderTree(flash);
+      flash = null;
+    });
   }
 
   function startWatch() {
@@ -91,12 +121,17 @@ export function recordsView(ns, root, onError) {
           live.dataset.state = "failed"; live.textContent = "not live"; onError(event.error); break;
         case "put": {
           const r = event.record;
-          if (onScreen(r.pk, r.sk)) { state.records.set(keyOf(r.pk, r.sk), r); sortRecords(); renderTree(keyOf(r.pk, r.sk)); }
-          if (state.open && state.open.pk === r.pk && state.open.sk === r.sk) state.open.changedOnServer(r);
+          if (onScreen(r.pk, r.sk)) {
+            const key = keyOf(r.pk, r.sk);
+            state.sortNeeded ||= !state.records.has(key);
+            state.records.set(key, r);
+            scheduleRender(key);
+          }
+          if (state.open && state.open.pk === r.pk && state.open.sk === r.sk) state.open.changedOnServer(r.version);
           break;
         }
         case "delete": {
-          if (state.records.delete(keyOf(event.pk, event.sk))) renderTree();
+          if (state.records.delete(keyOf(event.pk, event.sk))) scheduleRender();
           if (state.open && state.open.pk === event.pk && state.open.sk === event.sk) state.open.changedOnServer(null, event.version);
           break;
         }
@@ -106,10 +141,12 @@ export function recordsView(ns, root, onError) {
 
   function sortRecords() {
     state.records = new Map([...state.records.entries()].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)));
+    state.sortNeeded = false;
   }
 
   /** The loaded records as a tree: pks split on "/", each pk's records under it. */
   function renderTree(flashKey) {
+    state.lastKey = state.records.size ? [...state.records.keys()].at(-1) : undefined;
     const rootNode = { folders: new Map(), pks: new Map() };
     for (const r of state.records.values()) {
       const parts = r.pk.split("/");
@@ -162,7 +199,7 @@ export function recordsView(ns, root, onError) {
       e.preventDefault();
       if (!editor.valid()) return;
       try {
-        await api("PUT", `${recordPath(ns, pk.value, sk.value)}?if_absent=true&wait=applied`, editor.value());
+        await writeRecord(ns, pk.value, sk.value, editor.text(), { ifAbsent: true });
         openRecord(pk.value, sk.value);
       } catch (err) {
         message.textContent = err.code === "condition_failed" ? "A record with this key exists already: open it to edit it." : err.message;
@@ -176,7 +213,7 @@ export function recordsView(ns, root, onError) {
   async function openRecord(pk, sk) {
     let record;
     try {
-      record = await api("GET", recordPath(ns, pk, sk));
+      record = await getRecord(ns, pk, sk);
     } catch (e) {
       if (e.status === 404) { panel.replaceChildren(el("p", { class: "message error" }, `${pk} / ${sk}: no such record (deleted?)`)); return; }
       return onError(e);
@@ -188,7 +225,7 @@ export function recordsView(ns, root, onError) {
   /** The editor of one record. */
   function showRecord(record) {
     let base = record; // the version the editor started from
-    const editor = jsonEditor(JSON.stringify(record.value, null, 2));
+    const editor = jsonEditor(printJson(record.value));
     const status = el("p", { class: "message", id: "record-message" });
     const meta = el("p", { class: "muted", id: "record-meta" });
     const historyBox = el("div", { id: "history" });
@@ -203,8 +240,9 @@ export function recordsView(ns, root, onError) {
     async function write(ifVersion) {
       if (!editor.valid()) return;
       try {
-        const answer = await api("PUT", `${recordPath(ns, record.pk, record.sk)}?if_version=${ifVersion}&wait=applied`, editor.value());
-        base = { ...base, value: editor.value(), version: answer.version, position: answer.position };
+        // The text as typed: re-serializing could change it (digits past 2^53).
+        const answer = await writeRecord(ns, record.pk, record.sk, editor.text(), { ifVersion });
+        base = { ...base, version: answer.version, position: answer.position };
         editor.markClean();
         conflict.hidden = true;
         setMeta();
@@ -218,7 +256,7 @@ export function recordsView(ns, root, onError) {
     async function remove() {
       if (!confirm(`Delete ${record.pk} / ${record.sk === "" ? "(empty sk)" : record.sk} at version ${base.version}?`)) return;
       try {
-        await api("DELETE", `${recordPath(ns, record.pk, record.sk)}?if_version=${base.version}&wait=applied`);
+        await writeRecord(ns, record.pk, record.sk, null, { ifVersion: base.version });
         state.records.delete(keyOf(record.pk, record.sk));
         renderTree();
         panel.replaceChildren(el("p", { class: "message ok", id: "record-message" }, `Deleted ${record.pk} / ${record.sk}.`));
@@ -232,13 +270,13 @@ export function recordsView(ns, root, onError) {
     /** Someone else wrote (or deleted) the record since this editor loaded it. */
     async function showConflict(currentVersion) {
       let theirs = null;
-      try { theirs = await api("GET", recordPath(ns, record.pk, record.sk)); } catch (e) { if (e.status !== 404) return say(e.message, "error"); }
+      try { theirs = await getRecord(ns, record.pk, record.sk); } catch (e) { if (e.status !== 404) return say(e.message, "error"); }
       conflict.replaceChildren(
         el("strong", {}, theirs ? `Conflict: someone else changed this record (now version ${theirs.version}).` : "Conflict: someone else deleted this record."),
         el("p", {}, "Nothing was written. Your edit is still in the editor."),
-        theirs ? el("pre", { class: "json" }, JSON.stringify(theirs.value, null, 2)) : null,
+        theirs ? el("pre", { class: "json" }, printJson(theirs.value)) : null,
         el("div", { class: "row" },
-          theirs ? el("button", { type: "button", class: "secondary", id: "take-theirs", onclick: () => { base = theirs; editor.set(JSON.stringify(theirs.value, null, 2)); conflict.hidden = true; setMeta(); say("Loaded their version."); } }, "Discard mine, load theirs") : null,
+          theirs ? el("button", { type: "button", class: "secondary", id: "take-theirs", onclick: () => { base = theirs; editor.set(printJson(theirs.value)); conflict.hidden = true; setMeta(); say("Loaded their version."); } }, "Discard mine, load theirs") : null,
           theirs ? el("button", { type: "button", class: "danger", id: "overwrite", onclick: () => write(theirs.version) }, `Overwrite version ${theirs.version} with mine`) : null),
       );
       conflict.hidden = false;
@@ -256,7 +294,7 @@ export function recordsView(ns, root, onError) {
           el("thead", {}, el("tr", {}, ["version", "op", "time", "writer", "value"].map((t) => el("th", {}, t)))),
           el("tbody", {}, h.versions.map((v) => el("tr", { dataset: { version: v.version } },
             el("td", { class: "num" }, v.version), el("td", {}, v.op), el("td", {}, formatTime(v.time_ms)),
-            el("td", {}, v.writer || "—"), el("td", { class: "json" }, v.op === "delete" ? "(deleted)" : JSON.stringify(v.value)))))));
+            el("td", {}, v.writer || "—"), el("td", { class: "json" }, v.op === "delete" ? "(deleted)" : printJson(v.value, 0)))))));
       } catch (e) {
         onError(e);
       }
@@ -265,14 +303,24 @@ export function recordsView(ns, root, onError) {
     state.open = {
       pk: record.pk,
       sk: record.sk,
-      /** A change on the server: shown at once if nothing is being edited. */
-      changedOnServer(newer, deletedAt) {
-        if (newer && newer.version === base.version) return;
-        if (!editor.dirty()) {
-          if (newer) { base = { ...newer, position: base.position }; editor.set(JSON.stringify(newer.value, null, 2)); setMeta(); say(`Updated live: version ${newer.version}.`); }
-          else say(`Deleted on the server (at ${deletedAt}).`, "error");
-        } else {
-          say(newer ? `Changed on the server (version ${newer.version}) while you edit: saving will show a conflict.` : "Deleted on the server while you edit.", "error");
+      /** A change on the server (its new version, or null: deleted):
+       * shown at once if nothing is being edited (read again, as its text). */
+      async changedOnServer(version, deletedAt) {
+        if (version !== null && version === base.version) return;
+        if (editor.dirty()) {
+          say(version !== null ? `Changed on the server (version ${version}) while you edit: saving will show a conflict.` : "Deleted on the server while you edit.", "error");
+          return;
+        }
+        if (version === null) return say(`Deleted on the server (at ${deletedAt}).`, "error");
+        try {
+          const newer = await getRecord(ns, record.pk, record.sk);
+          if (editor.dirty() || newer.version <= base.version) return;
+          base = newer;
+          editor.set(printJson(newer.value));
+          setMeta();
+          say(`Updated live: version ${newer.version}.`);
+        } catch (e) {
+          if (e.status !== 404) onError(e);
         }
       },
     };
@@ -287,6 +335,7 @@ export function recordsView(ns, root, onError) {
   return {
     close() {
       state.closed = true;
+      cancelAnimationFrame(frame);
       state.watch?.close();
     },
   };
@@ -306,11 +355,9 @@ function jsonEditor(text) {
   return {
     node: el("div", {}, area, check),
     valid: validate,
-    value: () => JSON.parse(area.value),
+    text: () => area.value,
     dirty: () => area.value !== clean,
     markClean: () => { clean = area.value; },
     set: (t) => { area.value = t; clean = t; validate(); },
   };
 }
-
-export { ApiError };
