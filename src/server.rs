@@ -220,29 +220,53 @@ fn say_who_may_connect(settings: &Settings, address: std::net::SocketAddr) {
     }
 }
 
-/// Tells the embedded log where each partition's oldest retained snapshot
-/// starts, so retention may delete what every snapshot covers. A partition
-/// whose snapshots cannot be listed keeps its floor (nothing more is deleted).
-/// `--restore` on a new log: every namespace the snapshot store holds is
-/// created first (with the partition count its manifests state), so each
-/// of its partitions is restored like `default`'s, not left behind in the
-/// bucket. Returns the namespaces it found, with their counts.
+/// `--restore` on a new log: every namespace the snapshot store holds that
+/// this node does not have yet is created first (with the partition count
+/// its manifests state), so each of its partitions is restored like
+/// `default`'s, not left behind in the bucket. Refused when the snapshots
+/// are of more than one log (a bucket another cluster shares: its
+/// namespaces are not this node's to take). A namespace whose snapshots are
+/// of a topic not its own (it read a Kafka source topic) is left, said.
+/// Returns the namespaces it created, with their counts.
 async fn recreate_snapshotted_namespaces(node: &Node, snapshots: &Snapshots) -> anyhow::Result<Vec<(String, u32)>> {
-    let found = snapshots.namespaces().await.map_err(|e| anyhow::anyhow!("--restore: listing the snapshot store's namespaces failed: {e}"))?;
-    for (name, partitions) in &found {
-        if node.namespace(name).is_some() {
+    let missing = snapshots
+        .namespaces(|name| node.namespace(name).is_none())
+        .await
+        .map_err(|e| anyhow::anyhow!("--restore: listing the snapshot store's namespaces failed: {e}"))?;
+    let mut origins: Vec<&str> = missing.iter().map(|n| n.log_origin()).collect();
+    origins.sort_unstable();
+    origins.dedup();
+    if origins.len() > 1 {
+        anyhow::bail!(
+            "--restore: the snapshot store holds snapshots of {} logs ({}): it is shared; restore from a store (or prefix) of this cluster's only",
+            origins.len(),
+            origins.join(", ")
+        );
+    }
+    let mut created = Vec::new();
+    for namespace in &missing {
+        let (name, partitions) = (&namespace.name, namespace.partitions);
+        if !namespace.topic().ends_with(name.as_str()) {
+            say(&format!(
+                "not restoring namespace {name}: its snapshots are of the topic {:?}, not its own (it read a source topic)",
+                namespace.topic()
+            ));
             continue;
         }
         say(&format!("restoring namespace {name} ({partitions} partitions) from its snapshots"));
-        let created = match name.starts_with('_') {
-            true => node.create_system_namespace(name, *partitions).await,
-            false => node.create_namespace(name, *partitions).await,
+        let made = match name.starts_with('_') {
+            true => node.create_system_namespace(name, partitions).await,
+            false => node.create_namespace(name, partitions).await,
         };
-        created.map_err(|e| anyhow::anyhow!("--restore: re-creating namespace {name}: {e}"))?;
+        made.map_err(|e| anyhow::anyhow!("--restore: re-creating namespace {name}: {e}"))?;
+        created.push((name.clone(), partitions));
     }
-    Ok(found)
+    Ok(created)
 }
 
+/// Tells the embedded log where each partition's oldest retained snapshot
+/// starts, so retention may delete what every snapshot covers. A partition
+/// whose snapshots cannot be listed keeps its floor (nothing more is deleted).
 async fn set_snapshot_floors(log: &EmbeddedLog, node: &Node, snapshots: &Snapshots) {
     for ns in node.namespaces() {
         for handle in &ns.handles {

@@ -66,8 +66,11 @@ pub(super) async fn create(State(state): State<AppState>, Caller(identity): Call
     let namespace = state.node.namespace(&ns).ok_or_else(|| ApiError::unknown_namespace(&ns))?;
     let (known, sure) = state.node.namespace_options_known(&namespace).await;
     let changes = request.write_mode.is_some_and(|m| m != known.write_mode) || request.history_max.is_some_and(|h| h != known.history_max);
-    // A namespace made by this request has the defaults: nothing to guess.
-    if changes && !sure && !created {
+    // A namespace made by this request has the defaults: nothing to guess;
+    // a request that sets every option copies nothing from a guess (and can
+    // repair a record that does not parse).
+    let sets_all = request.write_mode.is_some() && request.history_max.is_some();
+    if changes && !sure && !created && !sets_all {
         // One record holds every option: written from a guess, it would
         // put back options someone else changed.
         return Err(ApiError::new(

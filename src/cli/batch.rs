@@ -34,7 +34,8 @@ pub struct BatchArgs {
 pub struct MgetArgs {
     #[command(flatten)]
     common: Common,
-    /// The records to read, as PK SK pairs (`""` for the empty sort key).
+    /// The records to read, as PK SK pairs (`""` for the empty sort key;
+    /// after `--` when a key starts with `-`).
     #[arg(value_names = ["PK", "SK"], num_args = 2.., required = true)]
     keys: Vec<String>,
     /// Read-your-writes: wait until this position is applied.
@@ -99,6 +100,9 @@ pub(super) async fn batch(a: BatchArgs) -> anyhow::Result<()> {
         request = request.query(&[("wait", "applied")]);
     }
     if let Some(key) = &a.idempotency_key {
+        if key.is_empty() || key.len() > crate::limits::WRITE_ID_BYTES_MAX || !key.bytes().all(|b| b.is_ascii_graphic()) {
+            return Err(usage(format!("--idempotency-key is 1 to {} visible ASCII characters", crate::limits::WRITE_ID_BYTES_MAX)).into());
+        }
         request = request.header("Idempotency-Key", key);
     }
     let body = send(request.json(&json!({ "ops": ops }))).await?;

@@ -138,9 +138,13 @@ impl PeerClient {
     }
 
     /// Reads the record `at` on `holder` as this node (`from`): its value
-    /// (JSON text), None when it has no such record, or why not.
+    /// (JSON text), None when it has no such record, or why not. A strong
+    /// read: a holder that is behind (restarted, wiped, catching up) waits
+    /// until it has applied the log's end, or answers an error, never its
+    /// older state (what the namespace settings are decided on).
     pub async fn read_record(&self, holder: &Member, from: &str, at: &RecordAt) -> Result<Option<Bytes>, String> {
-        let path = format!("/v1/ns/{}/kv/{}/{}", encode(&at.ns), encode(&at.pk), encode(&at.sk));
+        let timeout_ms = READ_TIMEOUT.as_millis().min(u128::from(WAIT_MS_MAX)) / 2;
+        let path = format!("/v1/ns/{}/kv/{}/{}?consistency=strong&timeout_ms={timeout_ms}", encode(&at.ns), encode(&at.pk), encode(&at.sk));
         let (status, body) = self.get_as_node(holder, from, &path, RECORD_ANSWER_BYTES_MAX).await?;
         #[derive(serde::Deserialize)]
         struct Answer<'a> {

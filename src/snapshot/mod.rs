@@ -30,6 +30,7 @@ mod snapshots;
 pub use self::create::SnapshotReport;
 use self::error::store_error;
 pub use self::error::SnapshotError;
+pub use self::namespaces::SnapshottedNamespace;
 pub use self::restore::RestoreTarget;
 use self::snapshots::REQUESTS_IN_FLIGHT_MAX;
 pub use self::snapshots::{Snapshots, CA_FILE_OPTION};

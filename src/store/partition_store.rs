@@ -221,7 +221,7 @@ impl PartitionStore {
         let mut txn = self.db.begin_write().map_err(|e| self.error(e))?;
         let durability = if durable { Durability::Immediate } else { Durability::None };
         txn.set_durability(durability).map_err(|e| self.error(e))?;
-        let result = {
+        let (result, history_kept) = {
             let mut records = txn.open_table(RECORDS).map_err(|e| self.error(e))?;
             let state = read_state(&records).map_err(|e| self.error(e))?;
             let history = HistoryNotes { table_has_entries: self.history_kept.load(std::sync::atomic::Ordering::Relaxed), ..Default::default() };
@@ -230,14 +230,23 @@ impl PartitionStore {
             let state = apply.state.clone();
             let history = std::mem::take(&mut apply.history);
             write_state(&mut records, &state).map_err(|e| self.error(e))?;
+            let mut history_kept = None;
             if !history.noted.is_empty() {
                 let mut table = txn.open_table(HISTORY).map_err(|e| self.error(e))?;
-                let kept = super::history::write(&mut table, &history).map_err(|e| self.error(e))?;
-                self.history_kept.store(kept, std::sync::atomic::Ordering::Relaxed);
+                history_kept = Some(super::history::write(&mut table, &history).map_err(|e| self.error(e))?);
             }
-            result
+            (result, history_kept)
         };
+        // Raised at once (harmless if the commit fails: a note is only
+        // made when it need not be), lowered only once the emptying is
+        // committed: else a replay would skip the trims it must repeat.
+        if history_kept == Some(true) {
+            self.history_kept.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
         txn.commit().map_err(|e| self.error(e))?;
+        if history_kept == Some(false) {
+            self.history_kept.store(false, std::sync::atomic::Ordering::Relaxed);
+        }
         Ok(result)
     }
 

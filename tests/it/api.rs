@@ -903,6 +903,7 @@ async fn cli_batch_and_mget_carry_any_key_and_refuse_bad_input() {
         vec!["batch", bad.to_str().unwrap()],
         vec!["mget"],
         vec!["mget", "u1", ".", "u1"],
+        vec!["batch", file.to_str().unwrap(), "--idempotency-key", "has space"],
     ] {
         let (status, err) = cli_status(&t.url, &args);
         assert_eq!(status, 2, "{args:?}: {err}");

@@ -30,10 +30,11 @@ export function authHeaders() {
 
 /**
  * Calls `method path` with an optional body (an object, sent as JSON; or a
- * `RawJson`, sent as its text); resolves to the JSON answer, parsed
- * without losing digits (`parseJson`).
+ * `RawJson`, sent as its text); resolves to the JSON answer. `lossless`:
+ * parsed keeping the text of numbers JavaScript would change (`parseJson`;
+ * for records' values, which the console shows and saves).
  */
-export async function api(method, path, body) {
+export async function api(method, path, body, { lossless = false } = {}) {
   const headers = { ...authHeaders() };
   if (body !== undefined) headers["Content-Type"] = "application/json";
   let response;
@@ -45,7 +46,7 @@ export async function api(method, path, body) {
   }
   const text = await response.text();
   let json = null;
-  try { json = text ? parseJson(text) : null; } catch { json = null; }
+  try { json = text ? (lossless ? parseJson(text) : JSON.parse(text)) : null; } catch { json = null; }
   if (!response.ok) {
     const error = json?.error ?? {};
     throw new ApiError(response.status, error.code ?? `http_${response.status}`, error.message ?? (text || response.statusText), json);
@@ -72,13 +73,19 @@ export class RawNumber {
   toString() { return this.text; }
 }
 
-/** JSON.parse that keeps the text of numbers a JavaScript number would change. */
+/** Whether this browser tells a reviver a number's source text (else `parseJson` is lossy). */
+export const LOSSLESS = (() => {
+  let seen = false;
+  JSON.parse("1", (key, value, context) => { seen = typeof context?.source === "string"; return value; });
+  return seen;
+})();
+
+/** JSON.parse that keeps the text of every number JavaScript would write
+ * differently (past 2^53, 1e400, -0, 1.0): saved back, it is unchanged. */
 export function parseJson(text) {
   return JSON.parse(text, (key, value, context) => {
     if (typeof value !== "number" || typeof context?.source !== "string") return value;
-    const digits = context.source.replace(/^-/, "").replace(/[eE].*$/, "").replace(".", "").replace(/^0+/, "");
-    const inexact = (/^-?\d+$/.test(context.source) && !Number.isSafeInteger(value)) || digits.length > 15;
-    return inexact ? new RawNumber(context.source) : value;
+    return JSON.stringify(value) === context.source ? value : new RawNumber(context.source);
   });
 }
 
@@ -104,8 +111,8 @@ function unaddressable(pk, sk) {
 
 /** One record (`{pk, sk, value, version, position}`), any key; 404 as an ApiError. */
 export async function getRecord(ns, pk, sk) {
-  if (!unaddressable(pk, sk)) return api("GET", recordPath(ns, pk, sk));
-  const answer = await api("POST", `/v1/ns/${encodeURIComponent(ns)}/get`, { keys: [{ pk, sk }] });
+  if (!unaddressable(pk, sk)) return api("GET", recordPath(ns, pk, sk), undefined, { lossless: true });
+  const answer = await api("POST", `/v1/ns/${encodeURIComponent(ns)}/get`, { keys: [{ pk, sk }] }, { lossless: true });
   const item = answer.items[0];
   if (!item) throw new ApiError(404, "not_found", `no record at pk ${JSON.stringify(pk)} sk ${JSON.stringify(sk)}`);
   return { ...item, position: answer.position };
@@ -117,6 +124,8 @@ export async function getRecord(ns, pk, sk) {
  * until applied: `{version, position}`; 409 `condition_failed` as an ApiError.
  */
 export async function writeRecord(ns, pk, sk, valueText, { ifVersion, ifAbsent } = {}) {
+  // One JSON value, checked here: it is pasted into a batch's text below.
+  if (valueText !== null) JSON.parse(valueText);
   const condition = query({ if_version: ifVersion, if_absent: ifAbsent ? "true" : undefined });
   if (!unaddressable(pk, sk)) {
     const path = `${recordPath(ns, pk, sk)}${condition}${condition ? "&" : "?"}wait=applied`;
@@ -135,6 +144,9 @@ export function query(params) {
   const s = q.toString();
   return s ? `?${s}` : "";
 }
+
+/** The most characters of one Server-Sent Event held while it arrives. */
+const EVENT_BUFFER_CHARS_MAX = 64 * 1024 * 1024;
 
 /**
  * Reads a Server-Sent Events stream over fetch (EventSource cannot send
@@ -156,6 +168,7 @@ export async function readEvents(url, onEvent, signal) {
     const { value, done } = await reader.read();
     if (done) return;
     buffer += decoder.decode(value, { stream: true });
+    if (buffer.length > EVENT_BUFFER_CHARS_MAX) throw new ApiError(0, "event_too_large", `an event of over ${EVENT_BUFFER_CHARS_MAX} characters`);
     let end;
     while ((end = buffer.indexOf("\n\n")) >= 0) {
       const block = buffer.slice(0, end);

@@ -7,9 +7,10 @@ import { el, readEvents } from "./api.js";
 
 /** Children shown per node; the rest are counted ("… N more"). */
 const CHILDREN_SHOWN_MAX = 200;
-/** Bytes of events the view takes in at most: a larger database is not
- * held in the browser (browse it with the REST API, `?shallow=true`). */
-const EVENT_BYTES_MAX = 32 * 1024 * 1024;
+/** Characters of one event the view takes at most (the first holds the
+ * whole database): a larger one is not held in the browser (browse it
+ * with the REST API, `?shallow=true`). */
+const EVENT_CHARS_MAX = 32 * 1024 * 1024;
 
 export function firebaseView(ns, root, onError) {
   let data = null;
@@ -90,7 +91,6 @@ export function firebaseView(ns, root, onError) {
     return details;
   }
 
-  let eventBytes = 0;
   (async () => {
     try {
       await readEvents(`/.json?ns=${encodeURIComponent(ns)}`, (name, text) => {
@@ -98,13 +98,12 @@ export function firebaseView(ns, root, onError) {
           if (name === "cancel" || name === "auth_revoked") { status.dataset.state = "failed"; status.textContent = name; }
           return;
         }
-        eventBytes += text.length;
-        if (eventBytes > EVENT_BYTES_MAX) {
+        if (text.length > EVENT_CHARS_MAX) {
           controller.abort();
           data = null;
           status.dataset.state = "failed";
           status.textContent = "too large";
-          body.replaceChildren(el("p", { class: "message error", id: "fb-too-large" }, `This database sent over ${EVENT_BYTES_MAX / 1024 / 1024} MiB: too large to hold here. Browse it with the REST API (?shallow=true).`));
+          body.replaceChildren(el("p", { class: "message error", id: "fb-too-large" }, `This database sent an event of over ${EVENT_CHARS_MAX / 1024 / 1024} Mi characters: too large to hold here. Browse it with the REST API (?shallow=true).`));
           return;
         }
         const event = JSON.parse(text);

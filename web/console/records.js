@@ -4,7 +4,7 @@
 // editing never lose each other's change), its history, and live updates
 // of what is on screen (a namespace-wide watch from now).
 
-import { api, el, formatTime, getRecord, printJson, query, token, writeRecord } from "./api.js";
+import { api, el, formatTime, getRecord, LOSSLESS, printJson, query, token, writeRecord } from "./api.js";
 import { TernClient } from "/demo/client/index.js";
 
 /** Records per listing page (the API allows 1 to 1000). */
@@ -47,6 +47,7 @@ export function recordsView(ns, root, onError) {
     state.records = new Map();
     state.cursor = null;
     state.more = false;
+    state.dropped = 0;
     renderTree();
     await loadPage();
   }
@@ -64,7 +65,8 @@ export function recordsView(ns, root, onError) {
       if (generation !== state.generation || state.closed) return; // a newer search took over
       for (const r of page.items) state.records.set(keyOf(r.pk, r.sk), r);
       state.cursor = page.next_cursor;
-      state.more = page.next_cursor !== null;
+      // Paging stops at HELD_MAX records held (a narrower prefix shows the rest).
+      state.more = page.next_cursor !== null && state.records.size < HELD_MAX;
       renderTree();
     } catch (e) {
       onError(e);
@@ -85,7 +87,8 @@ export function recordsView(ns, root, onError) {
     if (pk.startsWith(".") && !state.prefix.startsWith(".")) return false;
     if (state.records.has(keyOf(pk, sk))) return true;
     if (state.records.size >= HELD_MAX) {
-      state.more = true;
+      // Not held: said, and a narrower prefix shows it (paging cannot: it is past no cursor).
+      state.dropped = (state.dropped ?? 0) + 1;
       return false;
     }
     if (!state.more) return true;
@@ -180,7 +183,7 @@ export function recordsView(ns, root, onError) {
       return list;
     };
     tree.replaceChildren(state.records.size ? renderNode(rootNode, "", 0) : el("p", { class: "muted", id: "no-records" }, state.loading ? "Loading…" : "No records here."));
-    count.textContent = `${state.records.size}${state.more ? "+" : ""} records`;
+    count.textContent = `${state.records.size}${state.more ? "+" : ""} records${state.dropped ? ` (${state.dropped} changes past ${HELD_MAX} not shown: narrow the prefix)` : ""}`;
     more.hidden = !state.more;
   }
 
@@ -232,6 +235,7 @@ export function recordsView(ns, root, onError) {
     const setMeta = () => { meta.textContent = `version ${base.version} · position ${base.position ?? "—"}`; };
     setMeta();
     const say = (text, kind = "") => { status.textContent = text; status.className = `message ${kind}`; };
+    if (!LOSSLESS) say("This browser cannot read numbers exactly: a number past 2^53 in this value would be saved rounded.", "error");
     const save = el("button", { type: "button", id: "save", onclick: () => write(base.version) }, "Save");
     const del = el("button", { type: "button", class: "danger", id: "delete", onclick: () => remove() }, "Delete");
     const historyButton = el("button", { type: "button", class: "secondary", id: "show-history", onclick: () => showHistory() }, "History");
@@ -285,7 +289,7 @@ export function recordsView(ns, root, onError) {
 
     async function showHistory() {
       try {
-        const h = await api("GET", `/v1/ns/${encodeURIComponent(ns)}/history${query({ pk: record.pk, sk: record.sk })}`);
+        const h = await api("GET", `/v1/ns/${encodeURIComponent(ns)}/history${query({ pk: record.pk, sk: record.sk })}`, undefined, { lossless: true });
         if (h.history_max === 0) {
           historyBox.replaceChildren(el("p", { class: "muted" }, "This namespace keeps no history (history_max is 0): set it in Overview."));
           return;

@@ -61,7 +61,7 @@ test("the console browses, edits with a conflict, keeps history and follows chan
     await client.batch([{ op: "put", pk: "dots", sk: ".", value: "the dot record" }]);
     await client.put("dots", "", "the empty-sk record");
     // A number JavaScript cannot hold exactly, written as its text.
-    const big = await fetch(`${tern.url}/v1/ns/app/kv/big/n?wait=applied`, { method: "PUT", body: '{"id": 12345678901234567890}' });
+    const big = await fetch(`${tern.url}/v1/ns/app/kv/big/n?wait=applied`, { method: "PUT", body: '{"id": 12345678901234567890, "f": 1.0}' });
     assert.ok(big.ok);
 
     // GET / lands in the console; the namespace is listed and opens.
@@ -124,11 +124,12 @@ test("the console browses, edits with a conflict, keeps history and follows chan
     // Digits past 2^53 survive an edit of another field (review found them rounded).
     await page.click('a.record[data-pk="big"][data-sk="n"]');
     await page.waitForFunction(() => document.querySelector("#editor")?.value.includes("12345678901234567890"), null, WAIT);
-    await page.fill("#editor", '{"id": 12345678901234567890, "note": "kept"}');
+    await page.waitForFunction(() => document.querySelector("#editor")?.value.includes('"f": 1.0'), null, WAIT);
+    await page.fill("#editor", '{"id": 12345678901234567890, "f": 1.0, "note": "kept"}');
     await page.click("#save");
     await page.waitForFunction(() => document.querySelector("#record-message")?.textContent.startsWith("Saved"), null, WAIT);
     const stored = await (await fetch(`${tern.url}/v1/ns/app/kv/big/n`)).text();
-    assert.match(stored, /"id": ?12345678901234567890/, stored);
+    assert.match(stored, /"id": ?12345678901234567890, ?"f": ?1\.0/, stored);
     await page.click('a.record[data-pk="svc/api"][data-sk="config"]');
     await page.waitForFunction(() => document.querySelector("#editor")?.value.includes('"port": 9000'), null, WAIT);
 
