@@ -37,7 +37,7 @@ pub(crate) async fn run(settings: Settings, banner: &'static str) -> anyhow::Res
     let (log, embedded, kafka) = open_log(&settings).await?;
     let node = Node::start(settings.node_config(snapshots.clone()), log).await?;
     let restored = match (&snapshots, settings.restore) {
-        (Some(snapshots), true) => recreate_snapshotted_namespaces(&node, snapshots).await?,
+        (Some(snapshots), true) => recreate_snapshotted_namespaces(&node, snapshots, &settings.kafka_topic_prefix).await?,
         _ => Vec::new(),
     };
     for (name, partitions) in &ensure_namespaces {
@@ -223,37 +223,30 @@ fn say_who_may_connect(settings: &Settings, address: std::net::SocketAddr) {
 /// `--restore` on a new log: every namespace the snapshot store holds that
 /// this node does not have yet is created first (with the partition count
 /// its manifests state), so each of its partitions is restored like
-/// `default`'s, not left behind in the bucket. Refused when the snapshots
-/// are of more than one log (a bucket another cluster shares: its
-/// namespaces are not this node's to take). A namespace whose snapshots are
+/// `default`'s, not left behind in the bucket. Each is said with the log
+/// its snapshots were taken of. Not refused when they are of several logs:
+/// an idle namespace keeps its snapshots of the log lost before the last
+/// restore (its partitions never change, so no newer one is taken), and a
+/// second restore must still bring it back. A namespace whose snapshots are
 /// of a topic not its own (it read a Kafka source topic) is left, said.
 /// Returns the namespaces it created, with their counts.
-async fn recreate_snapshotted_namespaces(node: &Node, snapshots: &Snapshots) -> anyhow::Result<Vec<(String, u32)>> {
+async fn recreate_snapshotted_namespaces(node: &Node, snapshots: &Snapshots, topic_prefix: &str) -> anyhow::Result<Vec<(String, u32)>> {
     let missing = snapshots
         .namespaces(|name| node.namespace(name).is_none())
         .await
         .map_err(|e| anyhow::anyhow!("--restore: listing the snapshot store's namespaces failed: {e}"))?;
-    let mut origins: Vec<&str> = missing.iter().map(|n| n.log_origin()).collect();
-    origins.sort_unstable();
-    origins.dedup();
-    if origins.len() > 1 {
-        anyhow::bail!(
-            "--restore: the snapshot store holds snapshots of {} logs ({}): it is shared; restore from a store (or prefix) of this cluster's only",
-            origins.len(),
-            origins.join(", ")
-        );
-    }
     let mut created = Vec::new();
     for namespace in &missing {
         let (name, partitions) = (&namespace.name, namespace.partitions);
-        if !namespace.topic().ends_with(name.as_str()) {
+        if namespace.topic() != name.as_str() && namespace.topic() != format!("{topic_prefix}{name}") {
             say(&format!(
                 "not restoring namespace {name}: its snapshots are of the topic {:?}, not its own (it read a source topic)",
                 namespace.topic()
             ));
             continue;
         }
-        say(&format!("restoring namespace {name} ({partitions} partitions) from its snapshots"));
+        // Each is said with its log: a store shared with another cluster shows here.
+        say(&format!("restoring namespace {name} ({partitions} partitions) from its snapshots of {}", namespace.log_origin()));
         let made = match name.starts_with('_') {
             true => node.create_system_namespace(name, partitions).await,
             false => node.create_namespace(name, partitions).await,

@@ -82,7 +82,9 @@ pub(super) async fn create(State(state): State<AppState>, Caller(identity): Call
     let mut options = known;
     options.write_mode = request.write_mode.unwrap_or(options.write_mode);
     options.history_max = request.history_max.unwrap_or(options.history_max);
-    if options != known {
+    // Written when it changes, or when what it would change is a guess (a
+    // record that does not parse is then replaced).
+    if options != known || (!sure && !created) {
         state.node.write_namespace_options(&namespace, options).await?;
     }
     let status = if created { StatusCode::CREATED } else { StatusCode::OK };

@@ -19,7 +19,7 @@ use super::render::json_response;
 use super::write::{condition, write_one};
 use crate::auth::{Identity, Verb};
 use crate::codec::{Op, OpKind};
-use crate::edge::{require, to_holder, ApiError, AppState, Caller, Incoming, STALENESS_HEADER};
+use crate::edge::{require, to_holder, ApiError, AppState, Caller, Incoming, SERVING_HEADER, STALENESS_HEADER};
 use crate::limits;
 use crate::node::read::{await_consistency, check_position, Consistency};
 use crate::partition::{Namespace, PartitionStatus};
@@ -132,17 +132,22 @@ async fn get(
         body = Some(render::get_response(&pk, &sk, version, value, &namespace.name, partition, applied_next));
     })?;
     let staleness = staleness_header(namespace, partition);
-    match body {
-        Some(body) => {
-            let mut response = json_response(StatusCode::OK, body);
-            response.headers_mut().extend(staleness);
-            Ok(response)
-        }
+    // To another node (it forwarded the read, or reads the namespace
+    // settings as itself): whether this replica serves caught up, so it can
+    // tell a current answer from a catching-up one (`cluster::peer_client`).
+    let serving = incoming.forwarded_by.map(|_| {
+        let serving = namespace.handle(partition).status() == PartitionStatus::Serving;
+        (axum::http::HeaderName::from_static(SERVING_HEADER), axum::http::HeaderValue::from_static(if serving { "1" } else { "0" }))
+    });
+    let mut response = match body {
+        Some(body) => json_response(StatusCode::OK, body),
         None => {
             let position = crate::position::Position::single_string(&namespace.name, partition, applied_next);
-            Err(ApiError::new(StatusCode::NOT_FOUND, "not_found", format!("no record at pk {pk:?} sk {sk:?}")).with("position", position))
+            ApiError::new(StatusCode::NOT_FOUND, "not_found", format!("no record at pk {pk:?} sk {sk:?}")).with("position", position).into_response()
         }
-    }
+    };
+    response.headers_mut().extend(staleness.into_iter().chain(serving));
+    Ok(response)
 }
 
 /// `?partition=P`: read partition P whatever the pk hashes to. A record a

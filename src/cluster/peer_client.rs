@@ -31,6 +31,15 @@ pub const REQUEST_TIMEOUT: Duration = Duration::from_millis(WAIT_MS_MAX + 5_000)
 /// Bound on one request this node makes as itself (settings and keys are
 /// small and wanted soon).
 const READ_TIMEOUT: Duration = Duration::from_secs(5);
+/// The header of a read's answer that says how stale it may be, in ms
+/// (`partition::freshness`; absent until the replica was once current).
+pub const STALENESS_HEADER: &str = "x-tern-staleness-ms";
+/// The header of a record read answered to another node (one with
+/// `FORWARDED_BY`): `1` when the replica serves caught up, `0` while it
+/// catches up (after a restart, a wipe, a hand-off).
+pub const SERVING_HEADER: &str = "x-tern-serving";
+/// The most a holder's answer to `read_record` may be behind, in ms.
+const RECORD_STALENESS_MS_MAX: u64 = 10_000;
 /// Largest record answer read (`read_record`): a value of the largest size, framed.
 const RECORD_ANSWER_BYTES_MAX: usize = crate::limits::VALUE_BYTES_MAX + 64 * 1024;
 /// Idle keep-alive connections kept per peer.
@@ -137,15 +146,47 @@ impl PeerClient {
         Ok((status, read_bounded(response, bytes_max).await?))
     }
 
+    /// `get_as_node`, with whether the answer says it is current: Ok, or
+    /// why not (see `read_record`).
+    async fn get_as_node_with_currency(
+        &self,
+        peer: &Member,
+        from: &str,
+        path: &str,
+        bytes_max: usize,
+    ) -> Result<(http::StatusCode, Result<(), String>, Bytes), String> {
+        let mut request = self.request(peer, from, http::Method::GET, path).timeout(READ_TIMEOUT);
+        if let Some(token) = &self.credential {
+            request = request.bearer_auth(token);
+        }
+        let response = request.send().await.map_err(|e| e.without_url().to_string())?;
+        let status = response.status();
+        let header = |name: &str| response.headers().get(name).and_then(|v| v.to_str().ok()).map(str::to_string);
+        let staleness_ms: Option<u64> = header(STALENESS_HEADER).and_then(|v| v.parse().ok());
+        let current = match (header(SERVING_HEADER).as_deref(), staleness_ms) {
+            (Some("1"), Some(ms)) if ms > RECORD_STALENESS_MS_MAX => Err(format!("may be {ms} ms behind (more than {RECORD_STALENESS_MS_MAX})")),
+            (Some("1"), _) => Ok(()),
+            (Some(_), _) => Err("is catching up".to_string()),
+            (None, _) => Err("did not say whether it serves caught up".to_string()),
+        };
+        Ok((status, current, read_bounded(response, bytes_max).await?))
+    }
+
     /// Reads the record `at` on `holder` as this node (`from`): its value
-    /// (JSON text), None when it has no such record, or why not. A strong
-    /// read: a holder that is behind (restarted, wiped, catching up) waits
-    /// until it has applied the log's end, or answers an error, never its
-    /// older state (what the namespace settings are decided on).
+    /// (JSON text), None when it has no such record, or why not. Only from
+    /// a holder that serves caught up (`SERVING_HEADER`) and, where it knows
+    /// how stale it may be (`STALENESS_HEADER`), at most
+    /// `RECORD_STALENESS_MS_MAX` behind: a holder that is behind (restarted,
+    /// wiped, catching up) is an error, never its older state (what the
+    /// namespace settings are decided on). Not a strong read: that would put
+    /// a log round trip (a barrier, on Kafka) and, while the log is down,
+    /// its timeout in front of client writes.
     pub async fn read_record(&self, holder: &Member, from: &str, at: &RecordAt) -> Result<Option<Bytes>, String> {
-        let timeout_ms = READ_TIMEOUT.as_millis().min(u128::from(WAIT_MS_MAX)) / 2;
-        let path = format!("/v1/ns/{}/kv/{}/{}?consistency=strong&timeout_ms={timeout_ms}", encode(&at.ns), encode(&at.pk), encode(&at.sk));
-        let (status, body) = self.get_as_node(holder, from, &path, RECORD_ANSWER_BYTES_MAX).await?;
+        let path = format!("/v1/ns/{}/kv/{}/{}", encode(&at.ns), encode(&at.pk), encode(&at.sk));
+        let (status, current, body) = self.get_as_node_with_currency(holder, from, &path, RECORD_ANSWER_BYTES_MAX).await?;
+        if status.is_success() || status == http::StatusCode::NOT_FOUND {
+            current.map_err(|why| format!("{} {why}", holder.id))?;
+        }
         #[derive(serde::Deserialize)]
         struct Answer<'a> {
             #[serde(borrow)]

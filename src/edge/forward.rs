@@ -29,8 +29,9 @@ const PASSED_HEADERS: [&str; 4] = ["authorization", "x-firebase-etag", "if-match
 /// ETag, and how stale the holder's read may be.
 const RELAYED_HEADERS: [header::HeaderName; 2] = [header::ETAG, header::HeaderName::from_static(STALENESS_HEADER)];
 /// The header of a local read that says how stale it may be, in
-/// milliseconds (`partition::freshness`); relayed from a holder as is.
-pub const STALENESS_HEADER: &str = "x-tern-staleness-ms";
+/// milliseconds (`partition::freshness`); relayed from a holder as is
+/// (the peer client reads it too: `cluster::peer_client`).
+pub use crate::cluster::peer_client::{SERVING_HEADER, STALENESS_HEADER};
 /// Marks (internally) a relayed answer that said `not_held`.
 const NOT_HELD: &str = "x-tern-not-held";
 /// An error answer's code as a header, in every protocol's error shape

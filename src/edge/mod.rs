@@ -35,7 +35,7 @@ pub use self::access::{
     Caller, Peer,
 };
 pub use self::error::ApiError;
-pub use self::forward::{no_holder, not_held, send, to_holder, Incoming, ERROR_CODE_HEADER, SERVED_BY, STALENESS_HEADER};
+pub use self::forward::{no_holder, not_held, send, to_holder, Incoming, ERROR_CODE_HEADER, SERVED_BY, SERVING_HEADER, STALENESS_HEADER};
 pub use self::route::{timed, Route, RouteAccess, RouteMetrics};
 pub use self::slot::ConnectionSlot;
 pub use self::sse::{body, Encoder, SessionFuture, SSE_HEADERS};

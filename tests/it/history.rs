@@ -120,6 +120,16 @@ async fn history_survives_a_crash_reads_every_key_and_refuses_bad_input() {
         before.push(answer["versions"].clone());
     }
 
+    // To another node, a read says whether its replica serves caught up,
+    // "no record" as a value: a node reading the namespace settings at a
+    // holder trusts neither answer otherwise. Not said to clients.
+    for pk in ["p", "never-written"] {
+        let answer = t.client.get(t.kv_url("default", pk, Some("s"))).header("x-tern-forwarded-by", "another-node").send().await.unwrap();
+        assert_eq!(answer.headers().get("x-tern-serving").map(|v| v.to_str().unwrap()), Some("1"), "{pk}: {:?}", answer.headers());
+        let answer = t.client.get(t.kv_url("default", pk, Some("s"))).send().await.unwrap();
+        assert!(!answer.headers().contains_key("x-tern-serving"), "{pk}");
+    }
+
     // A crash: the store reopens at its last durable commit and replays the log.
     t.kill9();
     let t = Tern::dev(data.path()).await;

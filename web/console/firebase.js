@@ -94,6 +94,8 @@ export function firebaseView(ns, root, onError) {
   (async () => {
     try {
       await readEvents(`/.json?ns=${encodeURIComponent(ns)}`, (name, text) => {
+        // Events already buffered when the view stopped (too large, closed) are not shown.
+        if (controller.signal.aborted) return;
         if (name !== "put" && name !== "patch") {
           if (name === "cancel" || name === "auth_revoked") { status.dataset.state = "failed"; status.textContent = name; }
           return;
