@@ -287,6 +287,11 @@ pub(crate) static STORES_SET_ASIDE: LazyLock<IntCounter> = LazyLock::new(|| {
     .expect("metric registers")
 });
 
+pub(crate) static NAMESPACES_DELETED: LazyLock<IntCounter> = LazyLock::new(|| {
+    register_int_counter!("tern_namespaces_deleted_total", "Namespaces closed on this node because they were deleted (here or through another node)")
+        .expect("metric registers")
+});
+
 pub(crate) static SNAPSHOT_REJECTED: LazyLock<IntCounter> = LazyLock::new(|| {
     register_int_counter!("tern_snapshot_rejected_total", "Snapshots that failed verification on restore (an older one was tried)")
         .expect("metric registers")
@@ -469,6 +474,24 @@ pub(crate) fn register_namespace(ns: &str, skip_reasons: &[&str]) {
     APPLY_CONDITION_FAILED.with_label_values(&[ns]);
 }
 
+/// Drops the series of a deleted namespace's partition (its gauges would
+/// otherwise show a partition not held, or lagging, for good).
+pub(crate) fn forget_partition(ns: &str, partition: u32) {
+    let labels = [ns, &partition.to_string()];
+    for gauge in [
+        &PARTITION_APPLIED_NEXT_OFFSET,
+        &PARTITION_HELD,
+        &PARTITION_LOG_END_OFFSET,
+        &PARTITION_LAG,
+        &PARTITION_REFUSED,
+        &PARTITION_REBUILDING,
+        &PARTITION_BLOCKED,
+    ] {
+        let _ = gauge.remove_label_values(&labels);
+    }
+    let _ = PARTITION_STALENESS_SECONDS.remove_label_values(&labels);
+}
+
 /// Registers every family above (each is registered on first use).
 /// `tests/it/metrics.rs` checks that every family in this file is listed.
 fn force_every_family() {
@@ -512,6 +535,7 @@ fn force_every_family() {
     LazyLock::force(&FIREBASE_INDEX_ENTRIES);
     LazyLock::force(&SNAPSHOT_RESTORES);
     LazyLock::force(&STORES_SET_ASIDE);
+    LazyLock::force(&NAMESPACES_DELETED);
     LazyLock::force(&SNAPSHOT_REJECTED);
     LazyLock::force(&LOG_APPEND_SECONDS);
     LazyLock::force(&LOG_FSYNC_SECONDS);

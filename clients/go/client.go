@@ -352,6 +352,13 @@ func (c *Client) CreateNamespace(ctx context.Context, name string, partitions in
 	return answer.Created, err
 }
 
+// DeleteNamespace deletes name for good, on every node: its records, log,
+// stores and snapshots. No such namespace: an error matching ErrNotFound.
+func (c *Client) DeleteNamespace(ctx context.Context, name string) error {
+	// The name repeated is the server's confirmation.
+	return c.call(ctx, "DELETE", "/v1/ns/"+segment(name), url.Values{"confirm": {name}}, nil, nil, nil)
+}
+
 // Namespaces lists the namespaces the token may see.
 func (c *Client) Namespaces(ctx context.Context) ([]map[string]any, error) {
 	var answer struct {

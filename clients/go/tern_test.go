@@ -189,6 +189,12 @@ func TestListsScansMultiGetsBatchesAndNamespaces(t *testing.T) {
 	if _, err := other.Get(bg, "k", "", ReadOptions{}); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("an unknown namespace: %v", err)
 	}
+	if err := c.DeleteNamespace(bg, "dns"); err != nil {
+		t.Fatalf("delete: %v", err)
+	}
+	if err := c.DeleteNamespace(bg, "dns"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("delete again: %v", err)
+	}
 }
 
 func TestTokensAndUnreachableNodes(t *testing.T) {

@@ -1,7 +1,7 @@
-//! Namespace calls: create, list, describe (with per-partition state).
+//! Namespace calls: create, list, describe (with per-partition state), delete.
 
 use axum::body::Body;
-use axum::extract::State;
+use axum::extract::{RawQuery, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -97,6 +97,39 @@ pub(super) async fn create(State(state): State<AppState>, Caller(identity): Call
         "source_topic": namespace.source_topic.as_deref(),
     });
     Ok((status, Json(body)).into_response())
+}
+
+/// `DELETE /v1/ns/{ns}?confirm={ns}`: deletes the namespace, every record,
+/// its log and its snapshots, on every node (`node/deletion.rs`). The name
+/// repeated in `confirm` is the confirmation (a mistyped URL deletes
+/// nothing): 400 `confirmation_required` without it, 404 no such
+/// namespace, 200 deleted. Admin on the whole namespace only.
+pub(super) async fn delete(
+    State(state): State<AppState>,
+    Caller(identity): Caller,
+    NsName(ns): NsName,
+    RawQuery(query): RawQuery,
+) -> Result<Response, ApiError> {
+    require_all_of(&identity, &ns, "", Verb::Admin)?;
+    let params = super::params::Params::parse(query.as_deref(), &["confirm"])?;
+    if params.str("confirm") != Some(ns.as_str()) {
+        return Err(ApiError::bad_request(
+            "confirmation_required",
+            format!(
+                "deleting namespace {ns:?} removes every record in it, its log and its snapshots, on every node, for good; \
+                 to confirm, repeat its name: DELETE /v1/ns/{ns}?confirm={ns}"
+            ),
+        ));
+    }
+    let deleted = state.node.delete_namespace(&ns).await?.ok_or_else(|| ApiError::unknown_namespace(&ns))?;
+    let body = json!({
+        "name": ns,
+        "deleted": true,
+        "partitions": deleted.partitions,
+        "source_topic": deleted.source_topic,
+        "snapshot_objects_deleted": deleted.snapshot_objects,
+    });
+    Ok(Json(body).into_response())
 }
 
 /// `GET /v1/ns`

@@ -37,6 +37,7 @@ fn table() -> Vec<(Route, MethodRouter<AppState>)> {
         r(Method::GET, "/v1/ns", Authenticated, get(timed("GET /v1/ns", namespaces::list))),
         r(Method::PUT, "/v1/ns/{ns}", Scoped, put(timed("PUT /v1/ns/{ns}", namespaces::create))),
         r(Method::GET, "/v1/ns/{ns}", Scoped, get(timed("GET /v1/ns/{ns}", namespaces::describe))),
+        r(Method::DELETE, "/v1/ns/{ns}", Scoped, delete(timed("DELETE /v1/ns/{ns}", namespaces::delete))),
         r(Method::GET, "/v1/ns/{ns}/kv", Scoped, get(timed("GET /v1/ns/{ns}/kv", list_namespace::list_namespace))),
         r(Method::GET, "/v1/ns/{ns}/kv/{*rest}", Scoped, get(timed(GET_RECORD_ROUTE, records::kv))),
         r(Method::PUT, "/v1/ns/{ns}/kv/{*rest}", Scoped, put(timed(PUT_RECORD_ROUTE, records::kv))),

@@ -203,6 +203,16 @@ enum NsAction {
         /// The namespace's name.
         name: String,
     },
+    /// Delete a namespace: every record, its log and its snapshots, on
+    /// every node, for good. Repeat its name in --confirm.
+    #[command(after_help = "Example:\n  tern ns delete scratch --confirm scratch")]
+    Delete {
+        /// The namespace's name.
+        name: String,
+        /// The namespace's name again: nothing is deleted unless it matches.
+        #[arg(long, value_name = "NAME")]
+        confirm: Option<String>,
+    },
 }
 
 /// Partitions of a namespace `tern ns create` makes without `--partitions`.
@@ -536,6 +546,21 @@ pub(super) async fn ns(a: NsArgs) -> anyhow::Result<()> {
                     Some(topic) => println!("{verb}  {name}  partitions {}  source_topic {topic}", b["partitions"]),
                     None => println!("{verb}  {name}  partitions {}", b["partitions"]),
                 }
+            });
+        }
+        NsAction::Delete { name, confirm } => {
+            if confirm.as_deref() != Some(name.as_str()) {
+                let message = format!(
+                    "deleting namespace {name:?} removes every record in it, its log and its snapshots, on every node, for good; \
+                     to confirm, repeat its name: tern ns delete {name} --confirm {name}"
+                );
+                return Err(CliError { exit: super::exit::Exit::Usage, message }.into());
+            }
+            let segment = utf8_percent_encode(&name, KEY_SEGMENT).to_string();
+            let request = client.delete(format!("{base}/v1/ns/{segment}")).query(&[("confirm", name.as_str())]);
+            let body = send(request).await?;
+            print(&a.common, &body, |b| {
+                println!("deleted  {name}  partitions {}", b["partitions"]);
             });
         }
         NsAction::Show { name } => {

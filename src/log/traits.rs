@@ -23,6 +23,15 @@ pub trait Log: Send + Sync + 'static {
 
     async fn list_topics(&self) -> Result<Vec<TopicInfo>, LogError>;
 
+    /// Deletes namespace `name`'s log: its own topic and every entry in it,
+    /// or, for a namespace on a source topic, only the binding (the source
+    /// topic is other producers' and stays). Ok(false): no such topic.
+    /// A topic created again under the name is another topic
+    /// (`identity` differs). Default: not possible.
+    async fn delete_topic(&self, name: &str) -> Result<bool, LogError> {
+        Err(LogError::Unsupported(format!("this log cannot delete the topic of namespace {name:?}")))
+    }
+
     /// Makes namespace `name` read the existing topic `source` as its log
     /// (its partitions are the namespace's): records without a
     /// `TERN_ENTRY_HEADER` that verifies are inputs to procedures, and Tern's

@@ -4,7 +4,7 @@
 //! (`ownership.rs`), what the cluster tells it (`elsewhere.rs`), the write
 //! path (`write.rs`), procedure ticks (`ticks.rs`) and outbox publishers
 //! (`publisher.rs`), namespace options (`namespace_options.rs`), health
-//! (`health.rs`), watches (`watches.rs`).
+//! (`health.rs`), watches (`watches.rs`), deleting namespaces (`deletion.rs`).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -92,6 +92,7 @@ impl Node {
             options_cache: OptionsCache::default(),
             barriers: Default::default(),
         });
+        node.empty_trash().await;
         node.discover_namespaces().await?;
         let sequencer = sequencer::run(Arc::downgrade(&node), node.writes.sequencer_wake.clone(), node.tasks.shutdown.subscribe());
         node.tasks.running.lock().push(tokio::spawn(sequencer));

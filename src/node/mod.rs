@@ -19,6 +19,7 @@ mod barrier;
 pub mod check;
 pub(crate) mod claims;
 mod config;
+mod deletion;
 mod elsewhere;
 mod health;
 mod lifecycle;
@@ -38,6 +39,7 @@ mod watches;
 pub mod write;
 
 pub use self::config::NodeConfig;
+pub use self::deletion::DeletedNamespace;
 pub use self::elsewhere::{AppliedElsewhere, Isolated, ReadElsewhere, RecordAt, ServedElsewhere};
 pub use self::lifecycle::Node;
 pub use self::namespaces::NamespaceError;

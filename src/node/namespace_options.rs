@@ -87,6 +87,9 @@ struct Cached {
     applied_next: Option<u64>,
     /// Read from a holder at this moment.
     fetched_at: Instant,
+    /// Which open of the namespace (`Namespace::opening`): one deleted and
+    /// created again is another.
+    opening: u64,
 }
 
 impl Node {
@@ -121,7 +124,10 @@ impl Node {
                     return (self.cached_options(namespace).map(|c| c.options).unwrap_or_default(), false);
                 }
             };
-            self.remember_options(namespace, Cached { options, parsed, applied_next: Some(applied_next), fetched_at: Instant::now() });
+            self.remember_options(
+                namespace,
+                Cached { options, parsed, applied_next: Some(applied_next), fetched_at: Instant::now(), opening: namespace.opening },
+            );
             return (options, parsed && current);
         }
         if let Some(cached) = self.cached_options(namespace) {
@@ -140,7 +146,7 @@ impl Node {
                 (known, false)
             }
         };
-        self.remember_options(namespace, Cached { options, parsed, applied_next: None, fetched_at: Instant::now() });
+        self.remember_options(namespace, Cached { options, parsed, applied_next: None, fetched_at: Instant::now(), opening: namespace.opening });
         (options, parsed)
     }
 
@@ -168,13 +174,21 @@ impl Node {
         let request = if held { request.applied_within(APPLY_WAIT) } else { request };
         self.write_sequenced(namespace, request).await?;
         if !held {
-            self.remember_options(namespace, Cached { options, parsed: true, applied_next: None, fetched_at: Instant::now() });
+            self.remember_options(
+                namespace,
+                Cached { options, parsed: true, applied_next: None, fetched_at: Instant::now(), opening: namespace.opening },
+            );
         }
         Ok(())
     }
 
+    /// Forgets what it cached of a deleted namespace.
+    pub(super) fn forget_options(&self, name: &str) {
+        self.options_cache.entries.lock().remove(name);
+    }
+
     fn cached_options(&self, namespace: &Namespace) -> Option<Cached> {
-        self.options_cache.entries.lock().get(&*namespace.name).copied()
+        self.options_cache.entries.lock().get(&*namespace.name).copied().filter(|cached| cached.opening == namespace.opening)
     }
 
     fn remember_options(&self, namespace: &Namespace, cached: Cached) {

@@ -39,24 +39,35 @@ pub enum NamespaceError {
 /// The namespaces by name, and the lock that serializes their creation.
 #[derive(Default)]
 pub(super) struct Namespaces {
-    by_name: RwLock<BTreeMap<String, Arc<Namespace>>>,
-    /// Serializes namespace creation so two requests cannot open the same stores.
-    creating: tokio::sync::Mutex<()>,
+    pub(super) by_name: RwLock<BTreeMap<String, Arc<Namespace>>>,
+    /// Serializes namespace creation and closing, so two cannot open (or
+    /// one open while another removes) the same stores.
+    pub(super) creating: tokio::sync::Mutex<()>,
+    /// Namespaces going away (`deletion.rs`).
+    pub(super) vanishing: parking_lot::Mutex<super::deletion::Vanishing>,
 }
 
 impl Node {
     /// Opens namespaces created elsewhere (another node, or before a restart)
-    /// that this node does not know yet.
+    /// that this node does not know yet, and closes those deleted elsewhere
+    /// (`deletion.rs`).
     pub(super) async fn discover_namespaces(&self) -> anyhow::Result<()> {
-        let topics = self.log.list_topics().await?;
-        let new: Vec<String> = topics.iter().filter(|t| self.namespace(&t.name).is_none()).map(|t| t.name.clone()).collect();
+        let mut topics = self.log.list_topics().await?;
+        self.close_vanished(&topics).await;
+        let mut new = Vec::new();
+        for topic in std::mem::take(&mut topics) {
+            if self.namespace(&topic.name).is_none() && self.may_open(&topic).await {
+                new.push(topic);
+            }
+        }
         if new.is_empty() {
             return Ok(());
         }
         // Outside the lock: one request for all, bounded by the log's timeout.
-        self.learn_entry_limits_of(&new).await;
+        let names: Vec<String> = new.iter().map(|t| t.name.clone()).collect();
+        self.learn_entry_limits_of(&names).await;
         let _guard = self.namespaces.creating.lock().await;
-        for topic in topics {
+        for topic in new {
             if self.namespace(&topic.name).is_none() {
                 self.open_namespace(&topic.name, topic.partitions, topic.source_topic.as_deref()).await?;
             }
@@ -139,15 +150,37 @@ impl Node {
 
     async fn open_namespace(&self, name: &str, partitions: u32, source_topic: Option<&str>) -> anyhow::Result<()> {
         let name: Arc<str> = Arc::from(name);
+        // Which log the stores must be of: None when the log cannot say
+        // now (then they are not checked at this open).
+        let identity = match self.log.identity(&name).await {
+            Ok(identity) if identity.len() <= crate::store::LOG_IDENTITY_BYTES_MAX => Some(identity),
+            Ok(_) => None,
+            Err(e) => {
+                tracing::warn!(ns = %name, error = %e, "cannot name the namespace's log; its stores are not checked against it at this open");
+                None
+            }
+        };
+        // `--restore` carries stores over into a new log on purpose.
+        let adopt = self.config.apply.recovery.into_new_log;
         let mut handles = Vec::with_capacity(partitions as usize);
         for partition in 0..partitions {
             let path = self.config.data_dir.join("stores").join(name.as_ref()).join(format!("{partition:05}.redb"));
             let damaged_dir = self.config.data_dir.join("damaged");
+            let trash = self.config.data_dir.join(super::deletion::TRASH_DIR);
             let cache_bytes = self.config.store_cache_bytes;
             // A new store starts empty, and so does one found damaged (set
-            // aside): its apply loop restores it from a snapshot and the log (apply/open.rs).
+            // aside) or of another log (a namespace deleted and created
+            // again under its name while this node was away): its apply
+            // loop restores it from a snapshot and the log (apply/open.rs).
             let mark_path = path.clone();
-            let (store, set_aside) = tokio::task::spawn_blocking(move || open_or_set_aside(&path, partitions, cache_bytes, &damaged_dir)).await??;
+            let log = identity.clone();
+            let (store, set_aside) = tokio::task::spawn_blocking(move || {
+                let opened = open_or_set_aside(&path, partitions, cache_bytes, &damaged_dir)?;
+                super::deletion::of_this_log(opened, &path, log.as_deref(), adopt, &trash, || {
+                    Ok(open_or_set_aside(&path, partitions, cache_bytes, &damaged_dir)?)
+                })
+            })
+            .await??;
             let applied_next = store.read()?.applied_next()?;
             let ring = self.config.watch.ring;
             let handle = Arc::new(PartitionHandle::new(name.clone(), partition, partitions, Arc::new(store), applied_next, ring));
@@ -172,7 +205,14 @@ impl Node {
             }
         }
         let source_topic = source_topic.map(Arc::from);
-        let namespace = Arc::new(Namespace { name: name.clone(), partitions, handles, source_topic });
+        let namespace = Arc::new(Namespace {
+            name: name.clone(),
+            partitions,
+            handles,
+            source_topic,
+            deleted: Default::default(),
+            opening: crate::partition::namespace::next_opening(),
+        });
         let names: Vec<String> = {
             let mut namespaces = self.namespaces.by_name.write();
             namespaces.insert(name.to_string(), namespace);

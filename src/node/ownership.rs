@@ -153,6 +153,25 @@ impl Node {
         }));
     }
 
+    /// Lets every partition of a deleted namespace go at once, writers
+    /// waiting here or not (their outcomes will never come: they time out),
+    /// and returns the loops' tasks, to be awaited: its stores are removed
+    /// once no loop writes them.
+    pub(super) fn stop_loops_of(&self, namespace: &crate::partition::Namespace) -> Vec<JoinHandle<()>> {
+        let mut tasks = Vec::new();
+        for handle in &namespace.handles {
+            handle.set_not_held();
+            self.ownership.handing_off.lock().remove(&handle.tp);
+            if let Some(running) = self.ownership.loops.lock().remove(&handle.tp) {
+                if let Some(stop) = running.stop {
+                    stop.send_replace(true);
+                }
+                tasks.push(running.task);
+            }
+        }
+        tasks
+    }
+
     /// Tells every apply loop to stop (each flushes its store) and returns
     /// their tasks, to be awaited.
     pub(super) fn stop_all_loops(&self) -> Vec<JoinHandle<()>> {

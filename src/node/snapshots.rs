@@ -49,6 +49,14 @@ pub async fn take_now(
                 (Err(e), _) => Err(SnapshotError::Partition(e.to_string())),
                 (_, Err(e)) => Err(SnapshotError::Store(format!("naming the log: {e}"))),
             };
+            // Deleted while this snapshot was taken: it must not outlive it
+            // (`--restore` would bring the namespace back).
+            if result.is_ok() && ns.is_deleted() {
+                if let Err(e) = snapshots.delete_namespace(&ns.name).await {
+                    tracing::error!(ns = %ns.name, error = %e, "a snapshot of a namespace deleted meanwhile could not be deleted");
+                }
+                continue;
+            }
             match &result {
                 Ok(report) => {
                     tracing::info!(tp = %handle.tp, applied_next = report.applied_next, bytes_uploaded = report.bytes_uploaded, "snapshot taken");

@@ -15,9 +15,28 @@ pub struct Namespace {
     /// The existing Kafka topic this namespace reads as its log, if it was
     /// created on one (`source_topic`); None: its own topic.
     pub source_topic: Option<Arc<str>>,
+    /// Set once the namespace was deleted (here, or by another node, as
+    /// this node learned): whoever still holds it (a watch, a read in
+    /// flight) stops, saying so.
+    pub deleted: std::sync::atomic::AtomicBool,
+    /// Which open of a namespace this is on this node (`next_opening`): a
+    /// namespace deleted and created again under its name is another one,
+    /// and what is cached by name (options, rules) checks it.
+    pub opening: u64,
+}
+
+/// A number no other open of a namespace in this process had.
+pub(crate) fn next_opening() -> u64 {
+    static OPENINGS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    OPENINGS.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
 }
 
 impl Namespace {
+    /// Whether the namespace was deleted (`Node::delete_namespace`).
+    pub fn is_deleted(&self) -> bool {
+        self.deleted.load(std::sync::atomic::Ordering::Acquire)
+    }
+
     pub fn partition_of(&self, pk: &str) -> u32 {
         partition_of(pk, self.partitions)
     }

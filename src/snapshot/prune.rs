@@ -1,6 +1,7 @@
 //! Pruning: keep the newest `retain` manifests of a partition, and delete
 //! chunks no manifest names once they are older than `CHUNK_GC_GRACE`
-//! (another writer may be mid-upload).
+//! (another writer may be mid-upload); and deleting every snapshot of a
+//! deleted namespace.
 
 use super::format::Manifest;
 use super::snapshots::Snapshots;
@@ -47,4 +48,41 @@ impl Snapshots {
         }
         Ok(manifests.len() - retain + deleted)
     }
+
+    /// Deletes every snapshot of `namespace` (every object under
+    /// `tern/<namespace>/`, whichever log they were of): its manifests
+    /// first, so a deletion cut short leaves no snapshot to restore, then
+    /// the chunks, `DELETE_PAGE_OBJECTS` listed at a time. Returns how many
+    /// objects were deleted.
+    pub async fn delete_namespace(&self, namespace: &str) -> Result<usize, SnapshotError> {
+        let dir = self.root.clone().join("tern").join(namespace);
+        let mut deleted = 0;
+        for manifests_only in [true, false] {
+            let mut listing = self.store.list(Some(&dir));
+            let mut page = Vec::with_capacity(DELETE_PAGE_OBJECTS);
+            loop {
+                let next = listing.try_next().await.map_err(store_error)?;
+                let done = next.is_none();
+                if let Some(object) = next {
+                    let is_manifest = object.location.parts().any(|part| part.as_ref() == "manifests");
+                    if is_manifest || !manifests_only {
+                        page.push(object.location);
+                    }
+                }
+                if page.len() >= DELETE_PAGE_OBJECTS || (done && !page.is_empty()) {
+                    for path in page.drain(..) {
+                        self.store.delete(&path).await.map_err(store_error)?;
+                        deleted += 1;
+                    }
+                }
+                if done {
+                    break;
+                }
+            }
+        }
+        Ok(deleted)
+    }
 }
+
+/// Objects a namespace's deletion lists before it deletes them (its memory bound).
+const DELETE_PAGE_OBJECTS: usize = 1000;

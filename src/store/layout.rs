@@ -36,6 +36,16 @@ pub(super) const FORMAT_VERSION: u64 = 3;
 /// last record key rewritten with its checksum. Records after it are still
 /// of format 2; gone once the format says 3.
 pub(super) const META_UPGRADED_TO: &[u8] = b"\0\0upgraded_to";
+/// The log this store's offsets are positions in (`Log::identity` of its
+/// namespace's topic, UTF-8): a store of a namespace deleted and created
+/// again under its name, or of another log, is never taken for this one's.
+/// Describes the store: not hashed, not in snapshots.
+/// Its letter starts no outcome metadata's prefix (`is_outcome_meta`):
+/// `\0\0log` was taken for a journal lane's, and the scrub found the
+/// state hash short of it.
+pub(super) const META_LOG: &[u8] = b"\0\0origin_log";
+/// The longest log identity a store keeps (`META_LOG`).
+pub(crate) const LOG_IDENTITY_BYTES_MAX: usize = 1024;
 /// Every metadata key starts with this; no record key does (pk is never empty).
 pub(super) const META_PREFIX: [u8; 2] = [0, 0];
 /// `\0\0w<write id>` -> `[offset u64 LE][outcome]`: write ids applied recently.

@@ -44,7 +44,7 @@ mod write_ids;
 
 pub use self::history::HistoryEntry;
 pub use self::key::SkRange;
-pub(crate) use self::layout::is_outcome_meta;
+pub(crate) use self::layout::{is_outcome_meta, LOG_IDENTITY_BYTES_MAX};
 pub use self::listing::ListingPage;
 pub use self::procedures::{DueTimer, OutboxEntry};
 pub use self::reader::StoreReader;

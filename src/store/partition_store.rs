@@ -7,8 +7,8 @@ use super::hash::StateHash;
 use super::history::{HistoryEntry, HistoryNotes, HISTORY};
 use super::key;
 use super::layout::{
-    decode_snapshot_form, encode_value, meta_u64, read_failure, read_state, storage_error, write_state, FORMAT_VERSION, META_FORMAT,
-    META_NOT_APPLIED_FROM, META_PARTITIONS, META_PREFIX, META_UPGRADED_TO, RECORDS,
+    decode_snapshot_form, encode_value, meta_u64, read_failure, read_state, storage_error, write_state, FORMAT_VERSION, LOG_IDENTITY_BYTES_MAX,
+    META_FORMAT, META_LOG, META_NOT_APPLIED_FROM, META_PARTITIONS, META_PREFIX, META_UPGRADED_TO, RECORDS,
 };
 use super::{is_outcome_meta, ApplyTxn, StoreReader};
 use redb::{Database, Durability, ReadTransaction, ReadableDatabase, ReadableTable, ReadableTableMetadata};
@@ -270,6 +270,27 @@ impl PartitionStore {
             Err(redb::TableError::TableDoesNotExist(_)) => Ok(false),
             Err(e) => Err(e.into()),
         }
+    }
+
+    /// The log this store's offsets are positions in, as recorded
+    /// (`set_log_identity`); None before one was.
+    pub fn log_identity(&self) -> Result<Option<String>, StoreError> {
+        let txn = self.db.begin_read().map_err(|e| self.error(e))?;
+        let table = txn.open_table(RECORDS).map_err(|e| self.error(e))?;
+        let value = table.get(META_LOG).map_err(|e| self.error(e))?;
+        Ok(value.map(|v| String::from_utf8_lossy(v.value()).into_owned()))
+    }
+
+    /// Records the log this store's offsets are positions in (durably).
+    pub fn set_log_identity(&self, identity: &str) -> Result<(), StoreError> {
+        assert!(identity.len() <= LOG_IDENTITY_BYTES_MAX, "a log identity is at most LOG_IDENTITY_BYTES_MAX bytes");
+        let mut txn = self.db.begin_write().map_err(|e| self.error(e))?;
+        txn.set_durability(redb::Durability::Immediate).map_err(|e| self.error(e))?;
+        {
+            let mut table = txn.open_table(RECORDS).map_err(|e| self.error(e))?;
+            table.insert(META_LOG, identity.as_bytes()).map_err(|e| self.error(e))?;
+        }
+        txn.commit().map_err(|e| self.error(e))
     }
 
     /// Makes every commit so far durable (one fsync).
@@ -634,6 +655,23 @@ mod tests {
                 return Ok(outcome);
             }
         }
+    }
+
+    /// The log identity a store records describes the store: it is no
+    /// outcome metadata, so neither the state hash nor the scrub counts it.
+    /// Failed before its key was moved off the journal lanes' prefix: the
+    /// scrub reported the store damaged.
+    #[test]
+    fn the_log_a_store_records_leaves_its_state_and_scrub_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = store_with_records(&dir.path().join("p.redb"), 50);
+        let before = store.read().unwrap().state().unwrap();
+        assert_eq!(store.log_identity().unwrap(), None);
+        store.set_log_identity("embedded:abc/ns#123").unwrap();
+        assert_eq!(store.log_identity().unwrap().as_deref(), Some("embedded:abc/ns#123"));
+        assert!(!crate::store::is_outcome_meta(META_LOG));
+        assert_eq!(store.read().unwrap().state().unwrap().state_hash, before.state_hash);
+        assert_eq!(scrub(&store, 10).unwrap(), crate::store::ScrubOutcome::Intact { records: 50 });
     }
 
     /// Issue 37: a record damaged on disk that no one reads stays damaged

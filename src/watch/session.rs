@@ -264,6 +264,12 @@ impl Session {
     }
 
     fn check_partition(&self, p: u32) -> Result<(), Stop> {
+        if self.namespace.is_deleted() {
+            return Err(Stop::Cancel {
+                reason: "namespace_deleted",
+                message: format!("namespace {:?} was deleted; its records and history are gone", self.namespace.name),
+            });
+        }
         match self.namespace.handle(p).status() {
             PartitionStatus::Refused(reason) => {
                 Err(Stop::Cancel { reason: "partition_refused", message: format!("partition {p} is refused: {reason}") })

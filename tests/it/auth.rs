@@ -88,6 +88,8 @@ fn request_for(route: &Route, revoke_id: &str) -> (String, Option<Value>, Need) 
         ("GET", "/v1/ns") => ("/v1/ns".into(), None, Need::AnyToken),
         ("PUT", "/v1/ns/{ns}") => ("/v1/ns/app".into(), Some(json!({"partitions": 4})), Need::Namespace("admin")),
         ("GET", "/v1/ns/{ns}") => ("/v1/ns/app".into(), None, Need::Visible),
+        // Without its confirmation: a caller let in gets 400 and deletes nothing.
+        ("DELETE", "/v1/ns/{ns}") => ("/v1/ns/app".into(), None, Need::Namespace("admin")),
         // Read on all of app (no prefix): nothing listed is hidden, so no cursor names a hidden key.
         ("GET", "/v1/ns/{ns}/kv") => ("/v1/ns/app/kv".into(), None, Need::Namespace("read")),
         ("GET", "/v1/ns/{ns}/kv/{*rest}") => ("/v1/ns/app/kv/p1/s".into(), None, Need::Key("read")),

@@ -198,6 +198,12 @@ fn operations_of(method: &str, path: &str, mark: &mut dyn FnMut() -> String, tar
             http("PUT", "/v1/ns/made", Some(json!({"partitions": 1})), AllOf("made", "", "admin"), Leaves::Nothing),
         ],
         ("GET", "/v1/ns/{ns}") => vec![http("GET", "/v1/ns/app", None, Visible("app"), Leaves::Nothing)],
+        // Nothing is deleted: one without its confirmation (400 when let
+        // in), one of a namespace that does not exist (404 when let in).
+        ("DELETE", "/v1/ns/{ns}") => vec![
+            http("DELETE", "/v1/ns/app", None, AllOf("app", "", "admin"), Leaves::Nothing),
+            http("DELETE", "/v1/ns/gone?confirm=gone", None, AllOf("gone", "", "admin"), Leaves::Nothing),
+        ],
         ("GET", "/v1/ns/{ns}/kv") => vec![
             // Read on all of the scope listed, carve-outs included: a cursor
             // or a record of what the caller may not read never shows.

@@ -20,6 +20,7 @@ mod bounds;
 mod cluster;
 mod cluster_auth;
 mod crash;
+mod deletion;
 mod disk_faults;
 mod firebase;
 mod firebase_realtime;

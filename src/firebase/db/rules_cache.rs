@@ -32,6 +32,8 @@ struct CachedRules {
     /// The partition's applied position when the record was read (or
     /// later seen unchanged).
     applied_next: u64,
+    /// Which open of the namespace it was read from (`Namespace::opening`).
+    opening: u64,
     /// The record's version (`u64::MAX`: no record, the default rules).
     version: u64,
     rules: Arc<Rules>,
@@ -43,7 +45,7 @@ impl Databases {
         let handle = namespace.handle(namespace.partition_of(RULES_PK));
         let applied_next = handle.applied_next();
         if let Some(cached) = self.rules.entries.lock().get(&*namespace.name) {
-            if cached.applied_next == applied_next {
+            if cached.applied_next == applied_next && cached.opening == namespace.opening {
                 return Ok(cached.rules.clone());
             }
         }
@@ -51,7 +53,7 @@ impl Databases {
         let version = record.as_ref().map_or(u64::MAX, |r| r.version);
         let mut cache = self.rules.entries.lock();
         if let Some(cached) = cache.get_mut(&*namespace.name) {
-            if cached.version == version {
+            if cached.version == version && cached.opening == namespace.opening {
                 cached.applied_next = cached.applied_next.max(applied_next);
                 return Ok(cached.rules.clone());
             }
@@ -59,7 +61,7 @@ impl Databases {
         let text = self.rules_text(record.as_ref().map(|r| &r.value[..]));
         // Saved rules were checked when saved; a record a foreign writer broke locks the database.
         let rules = Arc::new(Rules::parse(&text).unwrap_or_else(|_| Rules::parse(LOCKED).expect("fixed rules parse")));
-        cache.insert(namespace.name.to_string(), CachedRules { applied_next, version, rules: rules.clone() });
+        cache.insert(namespace.name.to_string(), CachedRules { applied_next, opening: namespace.opening, version, rules: rules.clone() });
         Ok(rules)
     }
 

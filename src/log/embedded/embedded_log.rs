@@ -177,7 +177,9 @@ impl EmbeddedLog {
         }
         let segments = Arc::new(segments);
         let mut by_id: HashMap<u32, (Arc<str>, Vec<Arc<PartitionState>>)> = HashMap::new();
-        for topic in &meta.topics {
+        // Deleted topics' frames are indexed like any other (never taken for
+        // damage), under ids no live topic has, and served to no one.
+        for topic in meta.topics.iter().chain(&meta.deleted) {
             let partitions = (0..topic.partitions)
                 .map(|p| {
                     let start = meta.start_offsets.get(&format!("{}:{p}", topic.id)).copied().unwrap_or(0);
@@ -198,9 +200,19 @@ impl EmbeddedLog {
         recovery.mark_tails_in_doubt(&by_id, tail_cut);
         let damage_at_open: Vec<(u64, u64, u64)> =
             recovery.ranges.iter().take(super::meta::SETTLED_DAMAGE_MAX).map(|(segment, range, _)| (*segment, range.from, range.to)).collect();
-        let accepted = accept_lost(&config.accept_lost, &meta.accepted, &by_id);
-        if accepted != meta.accepted {
+        let deleted_ids: std::collections::HashSet<u32> = meta.deleted.iter().map(|t| t.id).collect();
+        let live: TopicsById = by_id.iter().filter(|(id, _)| !deleted_ids.contains(id)).map(|(id, topic)| (*id, topic.clone())).collect();
+        let accepted = accept_lost(&config.accept_lost, &meta.accepted, &live);
+        let held_by_deleted = |id: u32| by_id.get(&id).is_some_and(|(_, partitions)| partitions.iter().any(|p| !p.index.lock().runs.is_empty()));
+        let deleted_left: Vec<TopicMeta> = meta.deleted.iter().filter(|t| held_by_deleted(t.id)).cloned().collect();
+        if accepted != meta.accepted || deleted_left != meta.deleted {
+            let forgotten: Vec<String> = meta.deleted.iter().filter(|t| !deleted_left.contains(t)).map(|t| format!("{}:", t.id)).collect();
+            let of_forgotten = |key: &String| forgotten.iter().any(|prefix| key.starts_with(prefix.as_str()));
+            meta.start_offsets.retain(|key, _| !of_forgotten(key));
+            meta.settled.retain(|key, _| !of_forgotten(key));
             meta.accepted = accepted;
+            meta.accepted.retain(|key, _| !of_forgotten(key));
+            meta.deleted = deleted_left;
             write_meta(&config.dir, &mut meta)?;
         }
         for (_, partitions) in by_id.values() {
@@ -215,7 +227,7 @@ impl EmbeddedLog {
         let writer =
             Writer { segments: segments.clone(), active, active_id, active_bytes, segment_bytes_max: config.segment_bytes_max, failed: None };
         let writer_thread = std::thread::Builder::new().name("tern-log-writer".into()).spawn(move || writer.run(queue_rx))?;
-        let topics = by_id.into_values().map(|(name, partitions)| (name, Arc::new(Topic { partitions }))).collect();
+        let topics = live.into_values().map(|(name, partitions)| (name, Arc::new(Topic { partitions }))).collect();
         tracing::info!(dir = %config.dir.display(), segments = ids.len(), "embedded log open");
         Ok(EmbeddedLog {
             inner: Arc::new(Inner {
@@ -720,7 +732,8 @@ impl Log for EmbeddedLog {
             }
             return Ok(CreateOutcome::AlreadyExists);
         }
-        let id = meta.topics.iter().map(|t| t.id + 1).max().unwrap_or(0);
+        // Never an id a deleted topic's frames still carry.
+        let id = meta.topics.iter().chain(&meta.deleted).map(|t| t.id + 1).max().unwrap_or(0);
         let mut next = meta.clone();
         next.topics.push(TopicMeta { name: name.to_string(), id, partitions, uid: random_id() });
         write_meta(&self.inner.config.dir, &mut next)?;
@@ -728,6 +741,22 @@ impl Log for EmbeddedLog {
         let states = (0..partitions).map(|p| Arc::new(PartitionState::new(id, p, 0, self.inner.config.tail_cache_bytes))).collect();
         self.inner.topics.write().insert(Arc::from(name), Arc::new(Topic { partitions: states }));
         Ok(CreateOutcome::Created)
+    }
+
+    /// Forgets the topic at once: its name is free, its partitions answer
+    /// no one, and its frames stay in their segments until retention
+    /// deletes them (the metadata keeps its id until then: `LogMeta::deleted`).
+    async fn delete_topic(&self, name: &str) -> Result<bool, LogError> {
+        let mut meta = self.inner.meta.lock();
+        let Some(at) = meta.topics.iter().position(|t| t.name == name) else { return Ok(false) };
+        let mut next = meta.clone();
+        // Its marks keyed by id stay while its frames do: they index them.
+        let gone = next.topics.remove(at);
+        next.deleted.push(gone);
+        write_meta(&self.inner.config.dir, &mut next)?;
+        *meta = next;
+        self.inner.topics.write().remove(name);
+        Ok(true)
     }
 
     async fn list_topics(&self) -> Result<Vec<TopicInfo>, LogError> {

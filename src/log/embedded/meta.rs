@@ -51,6 +51,13 @@ pub(super) struct LogMeta {
     /// the bytes that held them (at most `index::LOST_RANGES_MAX` each).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub(super) accepted: BTreeMap<String, Vec<(u64, u64)>>,
+    /// Topics deleted (`Log::delete_topic`) whose frames segments may still
+    /// hold: their ids are never given again, and their frames are indexed
+    /// at open (a frame of an unknown id is damage) but belong to no topic.
+    /// Forgotten at the first open that finds none of their frames left
+    /// (retention deleted them): at most one per topic deleted since.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(super) deleted: Vec<TopicMeta>,
 }
 
 /// Where a partition's end was settled after damage, and at which offset
@@ -264,6 +271,7 @@ mod tests {
             generation: 0,
             settled: BTreeMap::new(),
             accepted: BTreeMap::from([("1:2".to_string(), vec![(5, 6)])]),
+            deleted: vec![TopicMeta { name: "ns".into(), id: 0, partitions: 2, uid: random_id() }],
         }
     }
 

@@ -626,3 +626,49 @@ async fn write_three_partitions(dir: &std::path::Path) {
     }
     log.close().await;
 }
+
+/// A topic deleted and created again under its name is another topic: a
+/// new id and identity, no entry of the old one, offsets from 0; the log
+/// reopens with the old one's frames still in its segments (they belong
+/// to no topic), and forgets it once retention deleted them.
+#[tokio::test]
+async fn a_deleted_topic_frees_its_name_and_its_frames_are_never_served() {
+    let dir = tempfile::tempdir().unwrap();
+    let small = EmbeddedLogConfig { segment_bytes_max: 1, retention_bytes: Some(0), ..config(dir.path()) };
+    let log = EmbeddedLog::open(small.clone()).unwrap();
+    log.create_topic("t", 2).await.unwrap();
+    log.create_topic("other", 1).await.unwrap();
+    for i in 0..6u32 {
+        log.append(&tp(i % 2), Bytes::from(format!("old{i}"))).await.unwrap();
+    }
+    let before = log.identity("t").await.unwrap();
+    assert!(log.delete_topic("t").await.unwrap());
+    assert!(!log.delete_topic("t").await.unwrap(), "deleted once");
+    assert!(matches!(log.append(&tp(0), Bytes::new()).await, Err(LogError::UnknownPartition(_))));
+    let listed: Vec<String> = log.list_topics().await.unwrap().into_iter().map(|t| t.name).collect();
+    assert_eq!(listed, vec!["other".to_string()]);
+    log.create_topic("t", 1).await.unwrap();
+    assert_ne!(log.identity("t").await.unwrap(), before);
+    assert_eq!(log.end_offset(&tp(0)).await.unwrap(), 0);
+    assert_eq!(log.append(&tp(0), Bytes::from("new0")).await.unwrap(), 0);
+    log.close().await;
+    drop(log);
+
+    let log = EmbeddedLog::open(small.clone()).unwrap();
+    assert_eq!(read_all(&log, 0, 0).await.unwrap(), vec![(0, Bytes::from("new0"))], "nothing of the deleted topic");
+    let meta = super::meta::read_meta(dir.path()).unwrap();
+    let super::meta::MetaRead::Found { meta, .. } = meta else { panic!("meta") };
+    assert_eq!(meta.deleted.len(), 1, "its frames are still in segments");
+    assert!(meta.topics.iter().all(|t| t.id != meta.deleted[0].id), "its id is given to no live topic");
+    // Retention deletes its segments (nothing holds them), and the next open forgets it.
+    log.release_below(&tp(0), 1);
+    log.release_below(&TopicPartition { topic: Arc::from("other"), partition: 0 }, 0);
+    log.append(&tp(0), Bytes::from("new1")).await.unwrap();
+    assert!(log.enforce_retention().unwrap() >= 1);
+    log.close().await;
+    drop(log);
+    let log = EmbeddedLog::open(small).unwrap();
+    let super::meta::MetaRead::Found { meta, .. } = super::meta::read_meta(dir.path()).unwrap() else { panic!("meta") };
+    assert!(meta.deleted.is_empty(), "forgotten once no segment holds its frames: {:?}", meta.deleted);
+    assert_eq!(log.end_offset(&tp(0)).await.unwrap(), 2);
+}

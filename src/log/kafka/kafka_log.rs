@@ -575,6 +575,8 @@ impl Log for KafkaLog {
         let prefix = &self.inner.config.topic_prefix;
         let all = self.topic_partitions().await?;
         let mut topics = Vec::new();
+        let markers: std::collections::HashSet<&str> = all.keys().filter_map(|name| sources::parse_marker(prefix, name)).map(|(ns, _)| ns).collect();
+        self.inner.sources.keep_only(&markers);
         for (name, partitions) in &all {
             if let Some((namespace, source)) = sources::parse_marker(prefix, name) {
                 // A marker whose source topic is gone: its namespace cannot be read.
@@ -593,6 +595,37 @@ impl Log for KafkaLog {
         }
         topics.sort_by(|a, b| a.name.cmp(&b.name));
         Ok(topics)
+    }
+
+    /// Deletes the namespace's own topic (`<prefix><name>`), or the marker
+    /// binding it to a source topic (never the source topic), and waits,
+    /// bounded by the request timeout, until metadata no longer shows it.
+    async fn delete_topic(&self, name: &str) -> Result<bool, LogError> {
+        let prefix = self.inner.config.topic_prefix.clone();
+        let all = self.topic_partitions().await?;
+        let own = format!("{prefix}{name}");
+        let marker = all.keys().find(|t| sources::parse_marker(&prefix, t).is_some_and(|(ns, _)| ns == name)).cloned();
+        let topic = match (all.contains_key(&own), marker) {
+            (true, _) => own,
+            (false, Some(marker)) => marker,
+            (false, None) => return Ok(false),
+        };
+        let options = AdminOptions::new().operation_timeout(Some(Timeout::After(self.inner.config.request_timeout)));
+        let results = self.inner.admin.delete_topics(&[topic.as_str()], &options).await.map_err(unavailable)?;
+        match results.into_iter().next() {
+            Some(Ok(_)) | Some(Err((_, RDKafkaErrorCode::UnknownTopicOrPartition))) => {}
+            Some(Err((_, code))) => return Err(unavailable(format!("deleting topic {topic}: {code}"))),
+            None => return Err(unavailable(format!("deleting topic {topic}: no result"))),
+        }
+        let deadline = tokio::time::Instant::now() + self.inner.config.request_timeout;
+        while self.partition_count(&topic).await?.is_some() {
+            if tokio::time::Instant::now() > deadline {
+                return Err(unavailable(format!("topic {topic} was deleted but still shows after {:?}", self.inner.config.request_timeout)));
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        self.inner.sources.unbind(name);
+        Ok(true)
     }
 
     async fn create_sourced(&self, name: &str, source: &str, requested: Option<u32>) -> Result<(CreateOutcome, u32), LogError> {
