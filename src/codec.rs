@@ -284,15 +284,11 @@ pub fn encode_tick(time_ms: u64) -> Vec<u8> {
 pub fn encode_trim(time_ms: u64, published_below: u64) -> Vec<u8> {
     let message = proto::Mutation {
         format: FORMAT_VERSION,
-        write_id: Bytes::new(),
         ops: Vec::new(),
         time_ms,
         tick: true,
         outbox_published_below: published_below,
-        journal: None,
-        reads: Vec::new(),
-        writer: String::new(),
-        history_max: None,
+        ..Default::default()
     };
     message.encode_to_vec()
 }
@@ -547,18 +543,7 @@ mod tests {
     #[test]
     fn garbage_and_bad_fields_are_malformed() {
         assert_eq!(decode(Bytes::from_static(&[0xff, 0xff, 0xff]), 0, 1).unwrap_err().label(), "undecodable");
-        let mut raw = proto::Mutation {
-            format: 2,
-            write_id: Bytes::new(),
-            ops: vec![],
-            time_ms: 0,
-            tick: false,
-            outbox_published_below: 0,
-            journal: None,
-            reads: Vec::new(),
-            writer: String::new(),
-            history_max: None,
-        };
+        let mut raw = proto::Mutation { format: 2, ops: vec![], time_ms: 0, tick: false, outbox_published_below: 0, ..Default::default() };
         assert_eq!(decode(Bytes::from(raw.encode_to_vec()), 0, 1).unwrap_err(), Malformed::UnknownFormat(2));
         raw.format = 1;
         assert_eq!(decode(Bytes::from(raw.encode_to_vec()), 0, 1).unwrap_err().label(), "limit");
@@ -616,17 +601,13 @@ mod tests {
     #[test]
     fn tree_ops_round_trip_and_bad_ones_are_malformed() {
         let tree = |sk: &str, value: &'static str, merge: bool, condition| Mutation {
-            write_id: Bytes::new(),
             ops: vec![Op {
                 pk: ".tree".into(),
                 sk: sk.into(),
                 kind: OpKind::Tree(TreeOp { merge, value: Bytes::from_static(value.as_bytes()), time_ms: 7 }),
                 condition,
             }],
-            journal: None,
-            reads: Vec::new(),
-            writer: String::new(),
-            history_max: None,
+            ..Default::default()
         };
         let p = partition_of(".tree", 4);
         let good = tree("a/b", r#"{"c": {".sv": "timestamp"}}"#, false, Some(Condition::IfTreeHash([3; 32])));
@@ -684,25 +665,11 @@ mod tests {
 
     #[test]
     fn ticks_carry_only_a_time() {
-        assert_eq!(
-            decode_timed(Bytes::from(encode_tick(42)), 3, 4).unwrap(),
-            (Mutation { write_id: Bytes::new(), ops: vec![], journal: None, reads: Vec::new(), writer: String::new(), history_max: None }, 42)
-        );
+        assert_eq!(decode_timed(Bytes::from(encode_tick(42)), 3, 4).unwrap(), (Mutation { ops: vec![], ..Default::default() }, 42));
         let mut raw = proto::Mutation::decode(Bytes::from(encode(&sample(4)))).unwrap();
         raw.tick = true;
         assert_eq!(decode(Bytes::from(raw.encode_to_vec()), 2, 4).unwrap_err().label(), "limit");
-        let empty = proto::Mutation {
-            format: 1,
-            write_id: Bytes::new(),
-            ops: vec![],
-            time_ms: 1,
-            tick: false,
-            outbox_published_below: 0,
-            journal: None,
-            reads: Vec::new(),
-            writer: String::new(),
-            history_max: None,
-        };
+        let empty = proto::Mutation { format: 1, ops: vec![], time_ms: 1, tick: false, outbox_published_below: 0, ..Default::default() };
         assert_eq!(decode(Bytes::from(empty.encode_to_vec()), 0, 1).unwrap_err().label(), "limit", "no ops and no tick");
     }
 

@@ -353,10 +353,10 @@ func (c *Client) CreateNamespace(ctx context.Context, name string, partitions in
 }
 
 // DeleteNamespace deletes name for good, on every node: its records, log,
-// stores and snapshots. No such namespace: an error matching ErrNotFound.
-func (c *Client) DeleteNamespace(ctx context.Context, name string) error {
-	// The name repeated is the server's confirmation.
-	return c.call(ctx, "DELETE", "/v1/ns/"+segment(name), url.Values{"confirm": {name}}, nil, nil, nil)
+// stores and snapshots. confirm must repeat name (the server deletes
+// nothing otherwise: ErrBadRequest). No such namespace: ErrNotFound.
+func (c *Client) DeleteNamespace(ctx context.Context, name, confirm string) error {
+	return c.call(ctx, "DELETE", "/v1/ns/"+segment(name), url.Values{"confirm": {confirm}}, nil, nil, nil)
 }
 
 // Namespaces lists the namespaces the token may see.

@@ -189,10 +189,13 @@ func TestListsScansMultiGetsBatchesAndNamespaces(t *testing.T) {
 	if _, err := other.Get(bg, "k", "", ReadOptions{}); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("an unknown namespace: %v", err)
 	}
-	if err := c.DeleteNamespace(bg, "dns"); err != nil {
+	if err := c.DeleteNamespace(bg, "dns", "DNS"); !errors.Is(err, ErrBadRequest) {
+		t.Fatalf("delete unconfirmed: %v", err)
+	}
+	if err := c.DeleteNamespace(bg, "dns", "dns"); err != nil {
 		t.Fatalf("delete: %v", err)
 	}
-	if err := c.DeleteNamespace(bg, "dns"); !errors.Is(err, ErrNotFound) {
+	if err := c.DeleteNamespace(bg, "dns", "dns"); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("delete again: %v", err)
 	}
 }

@@ -89,14 +89,7 @@ pub(super) async fn batch(
         require(&identity, &ns, &op.pk, Verb::Write)?;
     }
     let incoming = Incoming::new(axum::http::Method::POST, &uri, &headers).by(&identity);
-    let mutation = Mutation {
-        write_id: write_id(&incoming)?,
-        ops,
-        journal: None,
-        reads: Vec::new(),
-        writer: super::write::writer_of(&incoming),
-        history_max: None,
-    };
+    let mutation = Mutation { write_id: write_id(&incoming)?, ops, writer: super::write::writer_of(&incoming), ..Default::default() };
     limits::check_mutation_bytes(mutation.payload_bytes())?;
     let partition = namespace.partition_of(&mutation.ops[0].pk);
     if let Some((i, op)) = mutation.ops.iter().enumerate().find(|(_, op)| namespace.partition_of(&op.pk) != partition) {

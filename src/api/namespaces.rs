@@ -14,6 +14,7 @@ use crate::auth::{Identity, Verb};
 use crate::edge::{require_all_of, require_anywhere, ApiError, AppState, Caller};
 use crate::limits::HISTORY_MAX_MAX;
 use crate::node::namespace_options::WriteMode;
+use crate::node::DeleteError;
 use crate::partition::PartitionStatus;
 
 #[derive(Deserialize)]
@@ -121,13 +122,31 @@ pub(super) async fn delete(
             ),
         ));
     }
-    let deleted = state.node.delete_namespace(&ns).await?.ok_or_else(|| ApiError::unknown_namespace(&ns))?;
+    // On a task of its own: a client that goes away does not cut a
+    // deletion short between its steps (the log deleted, the stores not).
+    let node = state.node.clone();
+    let name = ns.clone();
+    let deleted = tokio::spawn(async move { node.delete_namespace(&name).await })
+        .await
+        .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", format!("the deletion failed: {e}")))?;
+    let deleted = match deleted {
+        Ok(Some(deleted)) => deleted,
+        Ok(None) => return Err(ApiError::unknown_namespace(&ns)),
+        Err(e @ DeleteError::OnSourceTopic { .. }) => return Err(ApiError::new(StatusCode::CONFLICT, "namespace_on_source_topic", e.to_string())),
+        Err(DeleteError::Log(e)) => {
+            return Err(ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "log_unavailable",
+                format!("the log did not delete the namespace's topic ({e}); nothing was deleted, retry"),
+            ))
+        }
+    };
     let body = json!({
         "name": ns,
         "deleted": true,
         "partitions": deleted.partitions,
-        "source_topic": deleted.source_topic,
         "snapshot_objects_deleted": deleted.snapshot_objects,
+        "snapshot_error": deleted.snapshot_error,
     });
     Ok(Json(body).into_response())
 }

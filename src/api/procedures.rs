@@ -125,7 +125,7 @@ async fn append_everywhere(state: &AppState, namespace: &Namespace, name: &str, 
     for partition in 0..namespace.partitions {
         definition.version = version;
         let op = Op { pk: String::new(), sk: name.to_string(), kind: OpKind::Procedure(Bytes::from(definition.to_json())), condition: None };
-        let mutation = Mutation { write_id: Bytes::new(), ops: vec![op], journal: None, reads: Vec::new(), writer: String::new(), history_max: None };
+        let mutation = Mutation { ops: vec![op], ..Default::default() };
         let request = WriteRequest::new(Writer::Procedures, partition, Entry::Mutation(mutation));
         let offset = state.node.write_sequenced(namespace, request).await?;
         version.get_or_insert(offset);

@@ -147,14 +147,7 @@ async fn write_key(state: &AppState, id: &str, kind: OpKind) -> Result<(), ApiEr
         ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "system_namespace_unavailable", "the system namespace is not open yet; retry")
     })?;
     let partition = namespace.partition_of(KEYS_PK);
-    let mutation = Mutation {
-        write_id: Bytes::new(),
-        ops: vec![Op { pk: KEYS_PK.into(), sk: id.into(), kind, condition: None }],
-        journal: None,
-        reads: Vec::new(),
-        writer: String::new(),
-        history_max: None,
-    };
+    let mutation = Mutation { ops: vec![Op { pk: KEYS_PK.into(), sk: id.into(), kind, condition: None }], ..Default::default() };
     let request = WriteRequest::new(Writer::Tokens, partition, Entry::Mutation(mutation));
     // Applied here when this node applies the keys, so its next request knows the key.
     let request = if namespace.handle(partition).is_held() { request.applied_within(APPLY_WAIT) } else { request };

@@ -58,8 +58,7 @@ pub(super) async fn write_one(
     body: Bytes,
 ) -> Result<Response, ApiError> {
     let partition = namespace.partition_of(&op.pk);
-    let mutation =
-        Mutation { write_id: write_id(incoming)?, ops: vec![op], journal: None, reads: Vec::new(), writer: writer_of(incoming), history_max: None };
+    let mutation = Mutation { write_id: write_id(incoming)?, ops: vec![op], writer: writer_of(incoming), ..Default::default() };
     write_records(state, incoming, namespace, partition, mutation, params, body).await
 }
 

@@ -47,10 +47,7 @@ fn log_of(generated: &Generated, late_from: usize) -> Vec<LogRecord> {
         "params": {"qtycount": 100, "usage": 1_000_000, "staleness_ms": STALENESS_MS},
     });
     let deploy = Op { pk: String::new(), sk: "aggdemo".into(), kind: OpKind::Procedure(Bytes::from(definition.to_string())), condition: None };
-    push(encode_at(
-        &Mutation { write_id: Bytes::new(), ops: vec![deploy], journal: None, reads: Vec::new(), writer: String::new(), history_max: None },
-        T0_MS,
-    ));
+    push(encode_at(&Mutation { ops: vec![deploy], ..Default::default() }, T0_MS));
     let mut time = T0_MS;
     for (i, sent) in generated.sent.iter().enumerate() {
         if i == late_from {
@@ -60,10 +57,7 @@ fn log_of(generated: &Generated, late_from: usize) -> Vec<LogRecord> {
         time += 1;
         let value = Bytes::from(serde_json::to_string(&sent.line).unwrap());
         let op = Op { pk: "in".into(), sk: String::new(), kind: OpKind::Put(value), condition: None };
-        push(encode_at(
-            &Mutation { write_id: Bytes::new(), ops: vec![op], journal: None, reads: Vec::new(), writer: String::new(), history_max: None },
-            time,
-        ));
+        push(encode_at(&Mutation { ops: vec![op], ..Default::default() }, time));
     }
     push(encode_tick(time + STALENESS_MS * 2));
     entries

@@ -162,7 +162,7 @@ fn report_applied(offset: u64, own: Option<&Mutation>, procedures: &mut Procedur
         },
         condition: None,
     }));
-    on_applied(offset, &Mutation { write_id: bytes::Bytes::new(), ops, journal: None, reads: Vec::new(), writer: String::new(), history_max: None });
+    on_applied(offset, &Mutation { ops, ..Default::default() });
 }
 
 /// Ends an entry: the store moves past it, expired write ids are forgotten,
@@ -332,17 +332,7 @@ mod tests {
     }
 
     fn entry_with_id(offset: u64, write_id: &'static [u8], ops: Vec<Op>) -> LogRecord {
-        LogRecord::entry(
-            offset,
-            Bytes::from(encode(&Mutation {
-                write_id: Bytes::from_static(write_id),
-                ops,
-                journal: None,
-                reads: Vec::new(),
-                writer: String::new(),
-                history_max: None,
-            })),
-        )
+        LogRecord::entry(offset, Bytes::from(encode(&Mutation { write_id: Bytes::from_static(write_id), ops, ..Default::default() })))
     }
 
     #[test]
@@ -425,14 +415,7 @@ mod tests {
         let with_reads = |offset: u64, write_id: &'static [u8], op: Op, reads: Vec<TreeRead>| {
             LogRecord::entry(
                 offset,
-                Bytes::from(encode(&Mutation {
-                    write_id: Bytes::from_static(write_id),
-                    ops: vec![op],
-                    journal: None,
-                    reads,
-                    writer: String::new(),
-                    history_max: None,
-                })),
+                Bytes::from(encode(&Mutation { write_id: Bytes::from_static(write_id), ops: vec![op], reads, ..Default::default() })),
             )
         };
         let apply = |entries: Vec<LogRecord>| store.apply(false, |tx| apply_entries(tx, &entries, 0, 1, &mut |_, _| {})).unwrap();
@@ -572,14 +555,8 @@ mod tests {
         write_id: &'static [u8],
     ) -> LogRecord {
         let place = crate::codec::JournalPlace { lane: Bytes::from_static(lane), offset: at, from, gap_from };
-        let mutation = Mutation {
-            write_id: Bytes::from_static(write_id),
-            ops: vec![put("k", "", value, None)],
-            journal: Some(place),
-            reads: Vec::new(),
-            writer: String::new(),
-            history_max: None,
-        };
+        let mutation =
+            Mutation { write_id: Bytes::from_static(write_id), ops: vec![put("k", "", value, None)], journal: Some(place), ..Default::default() };
         LogRecord::entry(offset, Bytes::from(encode(&mutation)))
     }
 

@@ -24,13 +24,7 @@ fn store() -> (tempfile::TempDir, PartitionStore) {
 }
 
 fn entry(offset: u64, time_ms: u64, ops: Vec<Op>) -> LogRecord {
-    LogRecord::entry(
-        offset,
-        Bytes::from(encode_at(
-            &Mutation { write_id: Bytes::new(), ops, journal: None, reads: Vec::new(), writer: String::new(), history_max: None },
-            time_ms,
-        )),
-    )
+    LogRecord::entry(offset, Bytes::from(encode_at(&Mutation { ops, ..Default::default() }, time_ms)))
 }
 
 fn put(pk: &str, value: &str) -> Op {

@@ -115,6 +115,12 @@ pub(super) async fn rebuild(
     if detached.applied_next() < high {
         return refuse(handle, format!("{rebuilding}; rebuilding it: the new store reached offset {} of {high}", detached.applied_next()));
     }
+    // The new store records the log it follows, as the one it replaces did.
+    if let Some(identity) = log.identity(&handle.namespace).await.ok().filter(|i| i.len() <= crate::store::LOG_IDENTITY_BYTES_MAX) {
+        if let Err(e) = detached.store().set_log_identity(&identity) {
+            return refuse(handle, format!("{rebuilding}; rebuilding it: {e}"));
+        }
+    }
     if let Err(e) = handle.replace_store(detached.store()) {
         return refuse(handle, format!("{rebuilding}; rebuilding it: {e}"));
     }

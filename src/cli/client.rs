@@ -720,8 +720,43 @@ pub(super) async fn snapshot(a: SnapshotArgs) -> anyhow::Result<()> {
     let client = common.client()?;
     match a.action {
         SnapshotAction::Create { ns, partition } => {
-            let body = serde_json::json!({ "ns": ns, "partition": partition });
-            let answer = send(client.post(format!("{base}/v1/admin/snapshots")).json(&body)).await?;
+            // One request per partition, so a person sees each one as it is
+            // taken (on a terminal), and one failure does not hide the rest.
+            let targets = match partition {
+                Some(p) => vec![(ns.clone().expect("clap: --partition requires --ns"), p)],
+                None => snapshot_targets(&client, &base, ns.as_deref()).await?,
+            };
+            let progress = !common.json && std::io::IsTerminal::is_terminal(&std::io::stderr());
+            let (mut reports, mut failures) = (Vec::new(), Vec::new());
+            for (i, (ns, p)) in targets.iter().enumerate() {
+                let body = serde_json::json!({ "ns": ns, "partition": p });
+                let response =
+                    client.post(format!("{base}/v1/admin/snapshots")).json(&body).send().await.map_err(|e| anyhow::Error::new(unreachable(&e)))?;
+                let status = response.status().as_u16();
+                let answer: Value = response.json().await.unwrap_or(Value::Null);
+                let taken = answer["snapshots"].as_array().cloned().unwrap_or_default();
+                if status >= 400 && taken.is_empty() {
+                    return Err(refusal(status, &answer).into());
+                }
+                for s in taken {
+                    if let Some(error) = s["error"].as_str() {
+                        failures.push(format!("{ns}/{p}: {error}"));
+                    }
+                    if progress {
+                        let done = match s["error"].as_str() {
+                            Some(error) => format!("failed: {error}"),
+                            None => format!(
+                                "{} uploaded of {}",
+                                human_bytes(s["bytes_uploaded"].as_u64().unwrap_or(0)),
+                                human_bytes(s["bytes_total"].as_u64().unwrap_or(0))
+                            ),
+                        };
+                        eprintln!("[{}/{}] {ns}/{p}: {done}", i + 1, targets.len());
+                    }
+                    reports.push(s);
+                }
+            }
+            let answer = serde_json::json!({ "snapshots": reports });
             print(&common, &answer, |b| {
                 let mut table = Table::new(&["NAMESPACE", ">PARTITION", ">APPLIED", ">RECORDS", ">CHUNKS", ">UPLOADED", ">TOTAL"]);
                 let (mut uploaded, mut total) = (0, 0);
@@ -732,9 +767,13 @@ pub(super) async fn snapshot(a: SnapshotArgs) -> anyhow::Result<()> {
                     table.row(row.chain([human_bytes(up), human_bytes(all)]).collect());
                 }
                 table.print();
-                let count = b["snapshots"].as_array().map_or(0, Vec::len);
+                let count = b["snapshots"].as_array().map_or(0, Vec::len) - failures.len();
                 println!("{count} snapshots taken: {} uploaded, {} in all", human_bytes(uploaded), human_bytes(total));
             });
+            if !failures.is_empty() {
+                let message = format!("{} of {} snapshots failed: {}", failures.len(), reports.len(), failures.join("; "));
+                return Err(CliError { exit: super::exit::Exit::Other, message }.into());
+            }
         }
         SnapshotAction::Ls => {
             let answer = send(client.get(format!("{base}/v1/admin/snapshots"))).await?;
@@ -748,6 +787,29 @@ pub(super) async fn snapshot(a: SnapshotArgs) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// The partitions `tern snapshot create` takes, one request each: those
+/// the node serves, of namespace `ns` or of every namespace it lists.
+async fn snapshot_targets(client: &reqwest::Client, base: &str, ns: Option<&str>) -> anyhow::Result<Vec<(String, u32)>> {
+    let names: Vec<String> = match ns {
+        Some(ns) => vec![ns.to_string()],
+        None => {
+            let listed = send(client.get(format!("{base}/v1/ns"))).await?;
+            listed["namespaces"].as_array().into_iter().flatten().filter_map(|n| n["name"].as_str().map(str::to_string)).collect()
+        }
+    };
+    let mut targets = Vec::new();
+    for name in names {
+        let segment = utf8_percent_encode(&name, KEY_SEGMENT).to_string();
+        let described = send(client.get(format!("{base}/v1/ns/{segment}"))).await?;
+        for p in described["state"].as_array().into_iter().flatten() {
+            if p["held"] == true && p["status"] == "serving" {
+                targets.extend(p["partition"].as_u64().map(|partition| (name.clone(), partition as u32)));
+            }
+        }
+    }
+    Ok(targets)
 }
 
 /// `bytes` for people: `512 B`, `1.5 KiB`, `2.0 MiB`, `3.1 GiB`.

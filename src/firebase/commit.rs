@@ -157,14 +157,7 @@ fn mutation_of(write: &TreeWrite<'_>, attempt: u32, time_ms: u64) -> Mutation {
         kind: OpKind::Tree(TreeOp { merge: write.merge, value: write.value.clone(), time_ms }),
         condition: write.condition,
     };
-    Mutation {
-        write_id: attempt_write_id(&write.write_id, attempt),
-        ops: vec![op],
-        journal: None,
-        reads: Vec::new(),
-        writer: String::new(),
-        history_max: None,
-    }
+    Mutation { write_id: attempt_write_id(&write.write_id, attempt), ops: vec![op], ..Default::default() }
 }
 
 /// What a request's earlier attempts (a retry of the whole request) say.

@@ -58,12 +58,8 @@ pub(super) async fn handle(
             Rules::parse(text).map_err(FbError::bad)?;
             let value = serde_json::to_vec(text).expect("a string serializes");
             let mutation = Mutation {
-                write_id: Bytes::new(),
                 ops: vec![Op { pk: RULES_PK.into(), sk: RULES_SK.into(), kind: OpKind::Put(Bytes::from(value)), condition: None }],
-                journal: None,
-                reads: Vec::new(),
-                writer: String::new(),
-                history_max: None,
+                ..Default::default()
             };
             let timeout = std::time::Duration::from_millis(crate::limits::WAIT_MS_DEFAULT);
             let request = WriteRequest::new(Writer::FirebaseRules, partition, Entry::Mutation(mutation)).applied_within(timeout);

@@ -15,10 +15,7 @@ fn put(pk: &str, value: &str, write_id: &str) -> Mutation {
     Mutation {
         write_id: Bytes::copy_from_slice(write_id.as_bytes()),
         ops: vec![Op { pk: pk.into(), sk: "s".into(), kind: OpKind::Put(Bytes::copy_from_slice(value.as_bytes())), condition: None }],
-        journal: None,
-        reads: Vec::new(),
-        writer: String::new(),
-        history_max: None,
+        ..Default::default()
     }
 }
 

@@ -32,6 +32,13 @@ pub trait Log: Send + Sync + 'static {
         Err(LogError::Unsupported(format!("this log cannot delete the topic of namespace {name:?}")))
     }
 
+    /// Forgets what the log keeps of namespace `name`'s topic by name (its
+    /// ends, breakers, limits): it was deleted, here or through another
+    /// node, and one created again under the name starts anew. Default: nothing kept.
+    fn forget_topic(&self, name: &str) {
+        let _ = name;
+    }
+
     /// Makes namespace `name` read the existing topic `source` as its log
     /// (its partitions are the namespace's): records without a
     /// `TERN_ENTRY_HEADER` that verifies are inputs to procedures, and Tern's

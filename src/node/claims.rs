@@ -454,14 +454,7 @@ mod tests {
 
     fn entry(offset: u64) -> Entry {
         let op = Op { pk: "k".into(), sk: "".into(), kind: OpKind::Put(Bytes::from(offset.to_string())), condition: None };
-        let mutation = Mutation {
-            write_id: Bytes::from(format!("w{offset}")),
-            ops: vec![op],
-            journal: None,
-            reads: Vec::new(),
-            writer: String::new(),
-            history_max: None,
-        };
+        let mutation = Mutation { write_id: Bytes::from(format!("w{offset}")), ops: vec![op], ..Default::default() };
         Entry { ns: "ns".into(), partitions: 1, partition: 0, offset, payload: Bytes::from(crate::codec::encode(&mutation)) }
     }
 
@@ -633,14 +626,7 @@ mod tests {
     /// An entry whose payload is a mutation (a claim's plan places it in its lane).
     fn write(partition: u32, offset: u64) -> Entry {
         let op = Op { pk: "k".into(), sk: "".into(), kind: OpKind::Put(Bytes::from(offset.to_string())), condition: None };
-        let mutation = Mutation {
-            write_id: Bytes::from(format!("w{partition}-{offset}")),
-            ops: vec![op],
-            journal: None,
-            reads: Vec::new(),
-            writer: String::new(),
-            history_max: None,
-        };
+        let mutation = Mutation { write_id: Bytes::from(format!("w{partition}-{offset}")), ops: vec![op], ..Default::default() };
         Entry { ns: "a".into(), partitions: 4, partition, offset, payload: Bytes::from(crate::codec::encode(&mutation)) }
     }
 

@@ -1,26 +1,42 @@
 //! Deleting a namespace, and every node learning that it is gone.
 //!
 //! The node that is asked (`DELETE /v1/ns/{ns}?confirm={ns}`) deletes the
-//! namespace's log (`Log::delete_topic`: its topic and every entry, or a
-//! source topic's binding) and closes it here; every other node learns it
-//! from namespace discovery: a namespace the log no longer lists in
-//! `VANISHED_LISTINGS_MIN` listings in a row is closed the same way (one
-//! listing may come from a broker whose metadata lags a creation). Closing:
+//! namespace's log (`Log::delete_topic`: its topic and every entry) and
+//! closes it here; every other node learns it from namespace discovery:
+//!
+//! - a namespace the log no longer lists in `VANISHED_LISTINGS_MIN`
+//!   listings in a row is closed (one listing may come from a broker whose
+//!   metadata lags a creation);
+//! - a namespace whose log is now another topic of the name (deleted and
+//!   created again between two listings) is closed too: discovery asks the
+//!   log for one held namespace's identity each round (`Log::identity`,
+//!   compared with `Namespace::log_identity`), so every one is checked
+//!   within as many seconds as the node holds namespaces.
+//!
+//! Closing:
 //!
 //! - the namespace is marked deleted: watches end with `namespace_deleted`,
 //!   and what is cached of it by name is not taken for a namespace created
-//!   again under the name (`Namespace::opening`);
-//! - its apply loops stop, writers waiting here or not, and its stores are
-//!   removed once they have (moved aside first, so a crash half way leaves
-//!   no half store at the path a new namespace of the name opens);
-//! - its journaled writes not yet sequenced are dropped (their log is gone);
-//! - the node that was asked also deletes its snapshots, so `--restore`
-//!   never brings it back.
+//!   again under the name (`Namespace::opening`, `Log::forget_topic`);
+//! - its apply loops stop, writers waiting here or not; a loop of the
+//!   name that starts later (the namespace created again) waits for them
+//!   (`ownership.rs`). Its stores are removed once they stopped (moved
+//!   aside first, so a crash half way leaves no half store at the path a
+//!   new namespace of the name opens);
+//! - its journaled writes not yet in the log are dropped (their log is
+//!   gone); so are, on any node, the journaled writes of a namespace the
+//!   log has not listed for `JOURNAL_VANISHED_LISTINGS_MIN` listings (a
+//!   node stopped while its namespace was deleted);
+//! - the node that was asked also deletes its snapshots, after closing and
+//!   outside the namespaces' lock, so `--restore` never brings it back.
 //!
 //! A node that was down meanwhile finds no topic at its next start and
 //! never opens the namespace; if one was created again under the name, its
-//! old stores are of another incarnation of the log and are set aside
-//! (`apply/open.rs`, the store's log identity).
+//! old stores are of another topic of the log and are removed when opened
+//! (`of_this_log`: each store records the log it follows).
+//!
+//! A namespace on a Kafka source topic is not deleted: its entries stay in
+//! that topic, and one created again on it would read them again.
 //!
 //! Owns: closing a namespace on this node. Never: creates one.
 
@@ -35,21 +51,40 @@ use crate::partition::Namespace;
 /// Listings in a row (one per `LAG_REFRESH`, a second) that must leave out
 /// a namespace this node holds before it is closed here.
 const VANISHED_LISTINGS_MIN: u32 = 3;
+/// Listings in a row that must leave out a namespace this node does not
+/// hold before the journaled writes of it in this node's journal are
+/// dropped: far more than for closing, as what is dropped is acknowledged
+/// writes (of a namespace deleted while this node was stopped).
+const JOURNAL_VANISHED_LISTINGS_MIN: u32 = 30;
 /// How long closing waits for the namespace's apply loops to stop before
-/// it removes their stores anyway (a loop still running writes a removed file).
+/// it removes their stores anyway (a loop still running writes a removed
+/// file, and a new loop of the name waits for it).
 const LOOPS_STOP_WAIT: Duration = Duration::from_secs(10);
 /// Deleted namespaces remembered at once, so a log that still lists the
 /// deleted topic (Kafka's metadata lags a deletion on some brokers) does not
-/// make discovery open it again; one is forgotten once no listing shows it.
+/// make discovery open it again; one is forgotten once
+/// `VANISHED_LISTINGS_MIN` listings in a row left it out, or, past the
+/// bound, the one deleted longest ago.
 const DELETED_REMEMBERED_MAX: usize = 1024;
 
 /// What a deletion removed.
 #[derive(Debug, Clone)]
 pub struct DeletedNamespace {
     pub partitions: u32,
-    pub source_topic: Option<String>,
     /// Snapshot objects deleted (0 without a snapshot store).
     pub snapshot_objects: usize,
+    /// Why its snapshots could not all be deleted, if they could not.
+    pub snapshot_error: Option<String>,
+}
+
+/// Why a namespace cannot be deleted.
+#[derive(Debug, thiserror::Error)]
+pub enum DeleteError {
+    /// It reads a Kafka source topic.
+    #[error("namespace {name:?} reads the Kafka topic {topic:?}: a namespace on a source topic cannot be deleted (its entries stay in that topic, and a namespace created again on it would read them again)")]
+    OnSourceTopic { name: String, topic: String },
+    #[error("{0}")]
+    Log(LogError),
 }
 
 /// What discovery remembers between listings about namespaces going away.
@@ -57,92 +92,192 @@ pub struct DeletedNamespace {
 pub(super) struct Vanishing {
     /// Namespaces this node holds that the last listings left out, and how many in a row.
     missing: HashMap<String, u32>,
-    /// Namespaces deleted through this node, with the identity of the log
-    /// deleted (`Log::identity`; None if it could not be told): a listing
-    /// that still shows the name opens it only once it is another topic.
-    deleted: HashMap<String, Option<String>>,
+    /// Namespaces with journaled writes here that this node does not hold
+    /// and the last listings left out, and how many in a row.
+    journal_missing: HashMap<String, u32>,
+    /// Namespaces deleted through this node (see `Deleted`).
+    deleted: HashMap<String, Deleted>,
+    /// Which held namespace's identity the next round checks.
+    check_next: usize,
+}
+
+/// A namespace deleted through this node, while a listing may still show it.
+struct Deleted {
+    /// The identity of the log deleted (`Log::identity`; None if it could
+    /// not be told): a listing that shows the name opens it only once it is
+    /// another topic.
+    identity: Option<String>,
+    /// Listings in a row that left it out.
+    unlisted: u32,
+    at: std::time::Instant,
 }
 
 impl Node {
     /// Deletes namespace `name` everywhere (see the module doc). Ok(None):
-    /// no such namespace here.
-    pub async fn delete_namespace(&self, name: &str) -> Result<Option<DeletedNamespace>, LogError> {
+    /// no such namespace here. Cancel-safe only between its steps: the
+    /// caller runs it on a task of its own (`api/namespaces.rs`).
+    pub async fn delete_namespace(&self, name: &str) -> Result<Option<DeletedNamespace>, DeleteError> {
         // A system namespace (`_…`) is never deleted: each node makes its own.
         if crate::limits::check_namespace_name(name).is_err() {
             return Ok(None);
         }
-        let _creating = self.namespaces.creating.lock().await;
-        let Some(namespace) = self.namespace(name) else { return Ok(None) };
-        let identity = self.log.identity(name).await.ok();
-        self.log.delete_topic(name).await?;
-        {
-            let mut vanishing = self.namespaces.vanishing.lock();
-            if vanishing.deleted.len() >= DELETED_REMEMBERED_MAX {
-                vanishing.deleted.clear();
+        let namespace = {
+            let _creating = self.namespaces.creating.lock().await;
+            let Some(namespace) = self.namespace(name) else { return Ok(None) };
+            if let Some(source) = &namespace.source_topic {
+                return Err(DeleteError::OnSourceTopic { name: name.to_string(), topic: source.to_string() });
             }
-            vanishing.deleted.insert(name.to_string(), identity);
-        }
-        self.close_namespace(&namespace, "deleted through this node").await;
-        let snapshot_objects = match &self.config.apply.recovery.snapshots {
+            let identity = self.log.identity(name).await.ok();
+            // Ok(false): gone already (deleted through another node meanwhile): closed here all the same.
+            self.log.delete_topic(name).await.map_err(DeleteError::Log)?;
+            self.remember_deleted(name, identity);
+            self.close_namespace(&namespace, "deleted through this node").await;
+            namespace
+        };
+        let (snapshot_objects, snapshot_error) = match &self.config.apply.recovery.snapshots {
             Some(snapshots) => match snapshots.delete_namespace(name).await {
-                Ok(count) => count,
+                Ok(count) => (count, None),
                 Err(e) => {
-                    tracing::error!(ns = name, error = %e, "the namespace was deleted but its snapshots could not be: delete tern/{name}/ in the snapshot store, or --restore brings it back");
-                    0
+                    tracing::error!(ns = name, error = %e, "the namespace was deleted but not all of its snapshots: delete tern/{name}/ in the snapshot store, or --restore brings it back");
+                    (0, Some(e.to_string()))
                 }
             },
-            None => 0,
+            None => (0, None),
         };
-        Ok(Some(DeletedNamespace {
-            partitions: namespace.partitions,
-            source_topic: namespace.source_topic.as_deref().map(str::to_string),
-            snapshot_objects,
-        }))
+        Ok(Some(DeletedNamespace { partitions: namespace.partitions, snapshot_objects, snapshot_error }))
     }
 
-    /// Closes the namespaces this node holds that `listed` (a listing of the
-    /// log) left out `VANISHED_LISTINGS_MIN` times in a row: deleted
-    /// through another node. Forgets deletions the log no longer lists.
+    /// A namespace of `name` was created through this node: the deletion
+    /// remembered of the name (if any) is over.
+    pub(super) fn forget_deleted(&self, name: &str) {
+        self.namespaces.vanishing.lock().deleted.remove(name);
+    }
+
+    fn remember_deleted(&self, name: &str, identity: Option<String>) {
+        let mut vanishing = self.namespaces.vanishing.lock();
+        if vanishing.deleted.len() >= DELETED_REMEMBERED_MAX {
+            let oldest = vanishing.deleted.iter().min_by_key(|(_, d)| d.at).map(|(name, _)| name.clone());
+            vanishing.deleted.remove(&oldest.expect("the map is full"));
+        }
+        vanishing.deleted.insert(name.to_string(), Deleted { identity, unlisted: 0, at: std::time::Instant::now() });
+    }
+
+    /// After a listing of the log (`listed`): closes the namespaces this
+    /// node holds that it left out `VANISHED_LISTINGS_MIN` times in a row,
+    /// and one whose log is another topic now; drops journaled writes of
+    /// namespaces long gone; forgets deletions no longer listed.
     pub(super) async fn close_vanished(&self, listed: &[TopicInfo]) {
-        let gone: Vec<Arc<Namespace>> = {
+        let is_listed = |name: &str| listed.iter().any(|t| t.name == name);
+        // Only users' namespaces of their own log: a log may not list the
+        // system ones (Kafka's listing leaves out names that start with
+        // `_`; each node creates them itself), and a namespace on a source
+        // topic is not deleted (its marker's listing needs the source topic).
+        let held: Vec<Arc<Namespace>> =
+            self.namespaces().into_iter().filter(|n| crate::limits::check_namespace_name(&n.name).is_ok() && n.source_topic.is_none()).collect();
+        let mut gone: Vec<(Arc<Namespace>, &str)> = {
             let mut vanishing = self.namespaces.vanishing.lock();
-            vanishing.deleted.retain(|name, _| listed.iter().any(|t| &t.name == name));
-            // Only users' namespaces: a log may not list the system ones
-            // (Kafka's listing leaves out names that start with `_`, and
-            // each node creates them itself), and none is ever deleted.
-            let held: Vec<Arc<Namespace>> = self.namespaces().into_iter().filter(|n| crate::limits::check_namespace_name(&n.name).is_ok()).collect();
+            vanishing.deleted.retain(|name, deleted| {
+                deleted.unlisted = if is_listed(name) { 0 } else { deleted.unlisted + 1 };
+                deleted.unlisted < VANISHED_LISTINGS_MIN
+            });
             vanishing.missing.retain(|name, _| held.iter().any(|n| &*n.name == name));
             let mut gone = Vec::new();
-            for namespace in held {
-                if listed.iter().any(|t| *t.name == *namespace.name) {
+            for namespace in &held {
+                if is_listed(&namespace.name) {
                     vanishing.missing.remove(&*namespace.name);
                     continue;
                 }
                 let times = vanishing.missing.entry(namespace.name.to_string()).or_insert(0);
                 *times += 1;
                 if *times >= VANISHED_LISTINGS_MIN {
-                    gone.push(namespace);
+                    gone.push((namespace.clone(), "its log was deleted (through another node)"));
                 }
             }
             gone
         };
+        if let Some(replaced) = self.replaced_one(&held, &is_listed).await {
+            gone.push((replaced, "its log was deleted and created again (through another node)"));
+        }
+        self.drop_journaled_of_vanished(&is_listed).await;
         if gone.is_empty() {
             return;
         }
         let _creating = self.namespaces.creating.lock().await;
-        for namespace in gone {
+        for (namespace, why) in gone {
             // Deleted, or deleted and created again, while this waited.
             if self.namespace(&namespace.name).is_some_and(|now| Arc::ptr_eq(&now, &namespace)) {
                 self.namespaces.vanishing.lock().missing.remove(&*namespace.name);
-                self.close_namespace(&namespace, "its log was deleted (through another node)").await;
+                self.close_namespace(&namespace, why).await;
             }
+        }
+    }
+
+    /// One held namespace a round (in turn) whose log is now another topic
+    /// of the same name: deleted and created again between two listings.
+    async fn replaced_one(&self, held: &[Arc<Namespace>], is_listed: &(dyn Fn(&str) -> bool + Sync)) -> Option<Arc<Namespace>> {
+        if held.is_empty() {
+            return None;
+        }
+        let namespace = {
+            let mut vanishing = self.namespaces.vanishing.lock();
+            vanishing.check_next = vanishing.check_next.wrapping_add(1);
+            held[vanishing.check_next % held.len()].clone()
+        };
+        let opened_on = namespace.log_identity.as_deref()?;
+        if !is_listed(&namespace.name) {
+            return None;
+        }
+        let now = self.log.identity(&namespace.name).await.ok()?;
+        (now != opened_on && same_topic(&now, opened_on)).then_some(namespace)
+    }
+
+    /// Drops the journaled writes of namespaces this node does not hold that
+    /// the log left out `JOURNAL_VANISHED_LISTINGS_MIN` listings in a row
+    /// (deleted while this node was stopped): else the sequencer would try
+    /// them for ever, and the journal's age bound refuse every journaled write.
+    async fn drop_journaled_of_vanished(&self, is_listed: &(dyn Fn(&str) -> bool + Sync)) {
+        let Ok(pending) = self.journal.pending().await else { return };
+        let mut orphans: Vec<(String, u32)> = Vec::new();
+        for p in &pending {
+            if self.namespace(&p.ns).is_none() && !orphans.iter().any(|(ns, _)| *ns == p.ns) {
+                orphans.push((p.ns.clone(), 0));
+            }
+        }
+        let due: Vec<String> = {
+            let mut vanishing = self.namespaces.vanishing.lock();
+            vanishing.journal_missing.retain(|ns, _| orphans.iter().any(|(o, _)| o == ns));
+            let mut due = Vec::new();
+            for (ns, _) in &orphans {
+                if is_listed(ns) {
+                    vanishing.journal_missing.remove(ns);
+                    continue;
+                }
+                let times = vanishing.journal_missing.entry(ns.clone()).or_insert(0);
+                *times += 1;
+                if *times >= JOURNAL_VANISHED_LISTINGS_MIN {
+                    due.push(ns.clone());
+                }
+            }
+            due
+        };
+        for ns in due {
+            for p in pending.iter().filter(|p| p.ns == ns) {
+                tracing::warn!(
+                    ns,
+                    partition = p.partition,
+                    writes = p.end - p.start,
+                    "journaled writes of a namespace the log no longer has (deleted while this node was stopped) dropped"
+                );
+                self.journal.release_below(&p.ns, p.partition, p.end);
+            }
+            self.namespaces.vanishing.lock().journal_missing.remove(&ns);
         }
     }
 
     /// Whether discovery may open `topic`: not while it is the very topic
     /// this node deleted (a lagging listing still shows it).
     pub(super) async fn may_open(&self, topic: &TopicInfo) -> bool {
-        let Some(deleted) = self.namespaces.vanishing.lock().deleted.get(&topic.name).cloned() else { return true };
+        let Some(deleted) = self.namespaces.vanishing.lock().deleted.get(&topic.name).map(|d| d.identity.clone()) else { return true };
         match (deleted, self.log.identity(&topic.name).await) {
             (Some(deleted), Ok(now)) if now != deleted => {
                 self.namespaces.vanishing.lock().deleted.remove(&topic.name);
@@ -165,10 +300,11 @@ impl Node {
             by_name.keys().cloned().collect()
         };
         self.log.follow_topics(&names);
-        let loops = self.stop_loops_of(namespace);
+        self.stop_loops_of(namespace);
+        self.log.forget_topic(&namespace.name);
         self.forget_options(&namespace.name);
         self.drop_journaled(namespace).await;
-        if tokio::time::timeout(LOOPS_STOP_WAIT, futures::future::join_all(loops)).await.is_err() {
+        if !self.loops_stopped(namespace, LOOPS_STOP_WAIT).await {
             tracing::warn!(ns = %namespace.name, "apply loops of a deleted namespace did not stop within {LOOPS_STOP_WAIT:?}; removing its stores anyway");
         }
         let stores = self.config.data_dir.join("stores").join(&*namespace.name);
@@ -214,16 +350,31 @@ impl Node {
     }
 }
 
+/// Whether two log identities (`Log::identity`: `<log>/<topic>#<id>`) name
+/// the same topic name of the same log, whatever its id: equal, or one
+/// deleted and created again under the name.
+fn same_topic(a: &str, b: &str) -> bool {
+    let topic_of = |identity: &str| identity.rsplit_once('#').map(|(topic, _)| topic.to_string());
+    topic_of(a).is_some() && topic_of(a) == topic_of(b)
+}
+
 /// Where a deleted namespace's stores go before they are removed.
 pub(super) const TRASH_DIR: &str = "deleted";
 
 /// A store just opened (`opened`, at `path`), checked against the log
 /// its namespace has now (`log`: `Log::identity`; None: not known, not
-/// checked). A store that recorded another log is of a namespace deleted
-/// and created again under the name (or of another log): it is removed and
-/// opened again empty (`reopen`), unless `adopt` (`--restore` carries
-/// stores over into a new log on purpose). A store that recorded none
-/// records this one.
+/// checked at this open):
+/// - the same log: kept;
+/// - the same log and topic name but another topic (`#<id>` differs): the
+///   namespace was deleted and created again under its name while this
+///   node was away. The store is moved to `trash` and removed (with its
+///   rebuilding mark), and opened again empty (`reopen`): never applied
+///   from the middle of the new log;
+/// - another log or cluster altogether (the node pointed elsewhere): left
+///   as it is and not stamped, for the checks of `apply/open.rs` (a store
+///   ahead of its log is refused and kept, for `--restore`), unless
+///   `adopt` (`--restore` carries stores over into a new log): stamped;
+/// - none recorded (a store from before stores recorded it): stamped.
 pub(super) fn of_this_log<T>(
     opened: (crate::store::PartitionStore, T),
     path: &std::path::Path,
@@ -234,27 +385,38 @@ pub(super) fn of_this_log<T>(
 ) -> anyhow::Result<(crate::store::PartitionStore, T)> {
     let Some(log) = log else { return Ok(opened) };
     let (store, extra) = opened;
-    match store.log_identity()? {
-        Some(recorded) if recorded == log => Ok((store, extra)),
-        Some(recorded) if !adopt => {
-            tracing::warn!(store = %path.display(), %recorded, now = log,
-                "a store of another log (its namespace was deleted and created again while this node was away): removed, rebuilt from snapshots and the log");
-            drop(store);
-            let file = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-            std::fs::create_dir_all(trash)?;
-            let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
-            let aside = trash.join(format!("{file}.{nanos}"));
-            std::fs::rename(path, &aside)?;
-            std::fs::remove_file(&aside)?;
-            let (store, extra) = reopen()?;
-            store.set_log_identity(log)?;
-            Ok((store, extra))
-        }
-        _ => {
-            store.set_log_identity(log)?;
-            Ok((store, extra))
-        }
+    let recorded = store.log_identity()?;
+    let Some(recorded) = recorded else {
+        store.set_log_identity(log)?;
+        return Ok((store, extra));
+    };
+    if recorded == log {
+        return Ok((store, extra));
     }
+    if !same_topic(&recorded, log) {
+        if adopt {
+            store.set_log_identity(log)?;
+        } else {
+            tracing::warn!(store = %path.display(), %recorded, now = log, "a store of another log or cluster: kept as it is (see the partition's status)");
+        }
+        return Ok((store, extra));
+    }
+    tracing::warn!(store = %path.display(), %recorded, now = log,
+        "a store of a namespace deleted and created again under its name while this node was away: removed, rebuilt from snapshots and the log");
+    drop(store);
+    let file = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    std::fs::create_dir_all(trash)?;
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+    let aside = trash.join(format!("{file}.{nanos}"));
+    std::fs::rename(path, &aside)?;
+    std::fs::remove_file(&aside)?;
+    match std::fs::remove_file(crate::store::damaged::rebuilding_mark_path(path)) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e.into()),
+        _ => {}
+    }
+    let (store, extra) = reopen()?;
+    store.set_log_identity(log)?;
+    Ok((store, extra))
 }
 
 /// Moves `dir` into `trash` (one rename: the path is free at once), then removes it.

@@ -39,7 +39,7 @@ mod watches;
 pub mod write;
 
 pub use self::config::NodeConfig;
-pub use self::deletion::DeletedNamespace;
+pub use self::deletion::{DeleteError, DeletedNamespace};
 pub use self::elsewhere::{AppliedElsewhere, Isolated, ReadElsewhere, RecordAt, ServedElsewhere};
 pub use self::lifecycle::Node;
 pub use self::namespaces::NamespaceError;

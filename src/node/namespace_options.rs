@@ -158,18 +158,7 @@ impl Node {
         let partition = namespace.partition_of(OPTIONS_PK);
         let value = Bytes::from(serde_json::to_vec(&options).expect("options serialize"));
         let op = Op { pk: OPTIONS_PK.into(), sk: NAMESPACE_OPTIONS_SK.into(), kind: OpKind::Put(value), condition: None };
-        let request = WriteRequest::new(
-            Writer::NamespaceOptions,
-            partition,
-            Entry::Mutation(Mutation {
-                write_id: Bytes::new(),
-                ops: vec![op],
-                journal: None,
-                reads: Vec::new(),
-                writer: String::new(),
-                history_max: None,
-            }),
-        );
+        let request = WriteRequest::new(Writer::NamespaceOptions, partition, Entry::Mutation(Mutation { ops: vec![op], ..Default::default() }));
         let held = namespace.handle(partition).is_held();
         let request = if held { request.applied_within(APPLY_WAIT) } else { request };
         self.write_sequenced(namespace, request).await?;

@@ -114,6 +114,7 @@ impl Node {
         };
         self.learn_entry_limits_of(&[name.to_string()]).await;
         self.open_namespace(name, partitions, None).await.map_err(|e| NamespaceError::Store(e.to_string()))?;
+        self.forget_deleted(name);
         Ok(created)
     }
 
@@ -212,6 +213,7 @@ impl Node {
             source_topic,
             deleted: Default::default(),
             opening: crate::partition::namespace::next_opening(),
+            log_identity: identity,
         });
         let names: Vec<String> = {
             let mut namespaces = self.namespaces.by_name.write();

@@ -82,8 +82,10 @@ impl Node {
     pub(super) fn start_loop(&self, handle: &Arc<PartitionHandle>) {
         let mut loops = self.ownership.loops.lock();
         // `stop_apply` drains the loops under this lock after setting shutdown:
-        // a loop started past that point would never be stopped.
-        if *self.tasks.shutdown.borrow() {
+        // a loop started past that point would never be stopped. Nor does
+        // one start on a deleted namespace's partition (`stop_loops_of`
+        // closes it under this lock).
+        if *self.tasks.shutdown.borrow() || handle.is_closed() {
             return;
         }
         let previous = loops.remove(&handle.tp);
@@ -153,23 +155,46 @@ impl Node {
         }));
     }
 
-    /// Lets every partition of a deleted namespace go at once, writers
-    /// waiting here or not (their outcomes will never come: they time out),
-    /// and returns the loops' tasks, to be awaited: its stores are removed
-    /// once no loop writes them.
-    pub(super) fn stop_loops_of(&self, namespace: &crate::partition::Namespace) -> Vec<JoinHandle<()>> {
-        let mut tasks = Vec::new();
+    /// Lets every partition of a deleted namespace go at once and for
+    /// good, writers waiting here or not (their outcomes will never come:
+    /// they time out). Each loop stays listed while it stops, so a loop of
+    /// a namespace created again under the name waits for it (`start_loop`),
+    /// and `loops_stopped` can tell when its stores are no longer written.
+    pub(super) fn stop_loops_of(&self, namespace: &crate::partition::Namespace) {
         for handle in &namespace.handles {
-            handle.set_not_held();
+            let mut loops = self.ownership.loops.lock();
+            handle.close();
             self.ownership.handing_off.lock().remove(&handle.tp);
-            if let Some(running) = self.ownership.loops.lock().remove(&handle.tp) {
-                if let Some(stop) = running.stop {
-                    stop.send_replace(true);
-                }
-                tasks.push(running.task);
+            if let Some(stop) = loops.get_mut(&handle.tp).and_then(|running| running.stop.take()) {
+                stop.send_replace(true);
             }
         }
-        tasks
+    }
+
+    /// Waits, at most `wait`, until the apply loops of `namespace`'s
+    /// partitions ended (`stop_loops_of`): whether they did.
+    pub(super) async fn loops_stopped(&self, namespace: &crate::partition::Namespace, wait: Duration) -> bool {
+        let deadline = tokio::time::Instant::now() + wait;
+        loop {
+            let running = {
+                let loops = self.ownership.loops.lock();
+                namespace.handles.iter().any(|h| loops.get(&h.tp).is_some_and(|l| l.stop.is_none() && !l.task.is_finished()))
+            };
+            if !running {
+                // Their entries go (a loop of the name started since is listed with its stop).
+                let mut loops = self.ownership.loops.lock();
+                for handle in &namespace.handles {
+                    if loops.get(&handle.tp).is_some_and(|l| l.stop.is_none() && l.task.is_finished()) {
+                        loops.remove(&handle.tp);
+                    }
+                }
+                return true;
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
     }
 
     /// Tells every apply loop to stop (each flushes its store) and returns

@@ -141,14 +141,7 @@ mod tests {
     use bytes::Bytes;
 
     fn one(pk: &str, sk: &str, kind: OpKind) -> Mutation {
-        Mutation {
-            write_id: Bytes::new(),
-            ops: vec![Op { pk: pk.into(), sk: sk.into(), kind, condition: None }],
-            journal: None,
-            reads: Vec::new(),
-            writer: String::new(),
-            history_max: None,
-        }
+        Mutation { ops: vec![Op { pk: pk.into(), sk: sk.into(), kind, condition: None }], ..Default::default() }
     }
 
     fn put(pk: &str, sk: &str) -> Mutation {

@@ -50,9 +50,10 @@ pub async fn take_now(
                 (_, Err(e)) => Err(SnapshotError::Store(format!("naming the log: {e}"))),
             };
             // Deleted while this snapshot was taken: it must not outlive it
-            // (`--restore` would bring the namespace back).
-            if result.is_ok() && ns.is_deleted() {
-                if let Err(e) = snapshots.delete_namespace(&ns.name).await {
+            // (`--restore` would bring the namespace back). Its manifest
+            // only: a namespace created again under the name may share chunks.
+            if let (Ok(report), true) = (&result, ns.is_deleted()) {
+                if let Err(e) = snapshots.delete_manifest(&report.manifest).await {
                     tracing::error!(ns = %ns.name, error = %e, "a snapshot of a namespace deleted meanwhile could not be deleted");
                 }
                 continue;

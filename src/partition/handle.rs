@@ -84,6 +84,9 @@ pub struct PartitionHandle {
     blocked_gauge: IntGauge,
     /// Recent events and the watches of this partition.
     pub feed: Arc<crate::fanout::PartitionFeed>,
+    /// Set when its namespace was deleted (`close`): no apply loop starts
+    /// on it again.
+    closed: std::sync::atomic::AtomicBool,
 }
 
 /// A partition's gauges (`PartitionHandle::detached`'s are registered nowhere).
@@ -180,6 +183,7 @@ impl PartitionHandle {
             blocked: RwLock::new(None),
             blocked_gauge: gauges.blocked,
             feed: Arc::new(crate::fanout::PartitionFeed::new(partition, applied_next, ring)),
+            closed: Default::default(),
         };
         handle.applied_next_gauge.set(applied_next as i64);
         // Not known until the log answers (node/health.rs): no bound yet.
@@ -343,6 +347,17 @@ impl PartitionHandle {
     }
 
     /// The node opened a partition it does not hold.
+    /// Its namespace was deleted: not held, and never held again.
+    pub(crate) fn close(&self) {
+        self.closed.store(true, std::sync::atomic::Ordering::Release);
+        self.set_not_held();
+    }
+
+    /// Whether its namespace was deleted (`close`).
+    pub(crate) fn is_closed(&self) -> bool {
+        self.closed.load(std::sync::atomic::Ordering::Acquire)
+    }
+
     pub(crate) fn set_not_held(&self) {
         self.record_status(&PartitionStatus::NotHeld);
         *self.status.write() = PartitionStatus::NotHeld;

@@ -23,6 +23,10 @@ pub struct Namespace {
     /// namespace deleted and created again under its name is another one,
     /// and what is cached by name (options, rules) checks it.
     pub opening: u64,
+    /// The log it was opened on (`Log::identity`; None if the log could
+    /// not say then): discovery closes it when the log of its name is
+    /// another topic now (`node/deletion.rs`).
+    pub log_identity: Option<String>,
 }
 
 /// A number no other open of a namespace in this process had.

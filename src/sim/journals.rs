@@ -494,14 +494,7 @@ impl World {
     async fn journal_side(&mut self, n: usize, time_ms: u64) {
         let journal = self.nodes[n].journal.as_ref().expect("started");
         let op = crate::codec::Op { pk: "side".into(), sk: "".into(), kind: crate::codec::OpKind::Delete, condition: None };
-        let mutation = crate::codec::Mutation {
-            write_id: Bytes::new(),
-            ops: vec![op],
-            journal: None,
-            reads: Vec::new(),
-            writer: String::new(),
-            history_max: None,
-        };
+        let mutation = crate::codec::Mutation { ops: vec![op], ..Default::default() };
         if journal.append_at(SIDE_NAMESPACE, 1, 0, &mutation, time_ms).await.is_ok() {
             count(&STATS.side_journaled);
         }

@@ -470,7 +470,7 @@ impl World {
             _ => ("timers", serde_json::json!({"runtime": "wasm", "module": wasm(b"not wasm")})),
         };
         let op = Op { pk: String::new(), sk: name.into(), kind: OpKind::Procedure(Bytes::from(definition.to_string())), condition: None };
-        let mutation = Mutation { write_id: Bytes::new(), ops: vec![op], journal: None, reads: Vec::new(), writer: String::new(), history_max: None };
+        let mutation = Mutation { ops: vec![op], ..Default::default() };
         let payload = Bytes::from(crate::codec::encode_at(&mutation, self.writer_clock_ms()));
         if self.log.append(&tp(), payload).await.is_ok() {
             count(&STATS.deployments);
@@ -510,7 +510,7 @@ impl World {
         } else {
             Bytes::new()
         };
-        Mutation { write_id, ops, journal: None, reads: Vec::new(), writer: String::new(), history_max: None }
+        Mutation { write_id, ops, ..Default::default() }
     }
 
     /// An offset without an entry (a Kafka transaction marker).

@@ -7,7 +7,7 @@ use super::format::Manifest;
 use super::snapshots::Snapshots;
 use super::store_error;
 use super::SnapshotError;
-use futures::TryStreamExt;
+use futures::{StreamExt, TryStreamExt};
 use object_store::{ObjectStore, ObjectStoreExt};
 
 /// Unreferenced chunks younger than this survive pruning (see `prune`).
@@ -70,9 +70,16 @@ impl Snapshots {
                     }
                 }
                 if page.len() >= DELETE_PAGE_OBJECTS || (done && !page.is_empty()) {
-                    for path in page.drain(..) {
-                        self.store.delete(&path).await.map_err(store_error)?;
-                        deleted += 1;
+                    let batch = std::mem::take(&mut page);
+                    let paths = futures::stream::iter(batch.into_iter().map(Ok)).boxed();
+                    let mut results = self.store.delete_stream(paths);
+                    while let Some(result) = results.next().await {
+                        match result {
+                            Ok(_) => deleted += 1,
+                            // Gone already (another deletion of it): what was wanted.
+                            Err(object_store::Error::NotFound { .. }) => {}
+                            Err(e) => return Err(store_error(e)),
+                        }
                     }
                 }
                 if done {
@@ -81,6 +88,18 @@ impl Snapshots {
             }
         }
         Ok(deleted)
+    }
+}
+
+impl Snapshots {
+    /// Deletes one snapshot's manifest (`SnapshotReport::manifest`): it is
+    /// never restored; its chunks go with the next prune of the partition.
+    pub async fn delete_manifest(&self, manifest: &str) -> Result<(), SnapshotError> {
+        let path = object_store::path::Path::parse(manifest).map_err(|e| SnapshotError::Store(e.to_string()))?;
+        match self.store.delete(&path).await {
+            Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+            Err(e) => Err(store_error(e)),
+        }
     }
 }
 

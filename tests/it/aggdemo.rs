@@ -364,10 +364,7 @@ async fn forged_entries_are_foreign(node: &Tern, bootstrap: &str, ns: &str, inpu
     use tern::codec::{Mutation, Op, OpKind};
     let partition = tern::partitioner::partition_of("forged", PARTITIONS as u32);
     let op = Op { pk: "forged".into(), sk: String::new(), kind: OpKind::Put(bytes::Bytes::from_static(b"666")), condition: None };
-    let payload = tern::codec::encode_at(
-        &Mutation { write_id: bytes::Bytes::new(), ops: vec![op], journal: None, reads: Vec::new(), writer: String::new(), history_max: None },
-        tern::codec::now_ms(),
-    );
+    let payload = tern::codec::encode_at(&Mutation { ops: vec![op], ..Default::default() }, tern::codec::now_ms());
     let producer: FutureProducer = client_config(bootstrap).create().unwrap();
     for header in [b"1".to_vec(), vec![7u8; 32]] {
         let headers = OwnedHeaders::new().insert(Header { key: "tern.entry", value: Some(&header[..]) });
@@ -461,4 +458,10 @@ async fn a_source_topic_is_checked_and_bound_once() {
     // The CLI shows it.
     let (ok, out, err) = common::cli(&node.url, &["ns", "show", &ns]);
     assert!(ok && out.contains(&format!("source_topic {input}")), "{out}{err}");
+    // Not deleted: its entries stay in the source topic, and a namespace
+    // created again on it would read them again.
+    let (status, answer) = node.send(node.client.delete(format!("{}/v1/ns/{ns}?confirm={ns}", node.url))).await;
+    assert_eq!((status, common::error_code(&answer)), (409, "namespace_on_source_topic"), "{answer}");
+    let (status, _) = node.get_json(&format!("/v1/ns/{ns}/kv/k")).await;
+    assert_eq!(status, 200, "still there");
 }

@@ -199,6 +199,22 @@ async fn every_node_learns_a_deletion_even_one_that_was_away() {
     assert_eq!(get_in(&b, "gone", "second").await.0, 200);
     assert_eq!(get_in(&b, "gone", "old1").await.0, 404);
 
+    // Deleted and created again at once, faster than the three listings
+    // that close a vanished namespace: b tells the new topic of the name
+    // from the one it opened (its identity), and converges on the new one.
+    let (status, body) = delete(&a, "gone", "?confirm=gone").await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(create(&a, "gone", 2).await.0, 201);
+    for i in 0..10 {
+        put_in(&a, "gone", &format!("fourth{i}"), json!(i)).await;
+    }
+    let deadline = Instant::now() + LEARN_WAIT;
+    while !(get_in(&b, "gone", "second").await.0 == 404 && get_in(&b, "gone", "fourth9").await.0 == 200) {
+        assert!(Instant::now() < deadline, "b never took the new namespace for the old one's");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    b.wait_caught_up("gone").await;
+
     // b away while it is deleted and created again, with more entries in
     // each partition than b's stores applied.
     assert!(b.terminate().success());

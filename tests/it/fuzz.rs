@@ -73,17 +73,7 @@ fn corpus(name: &str) -> Vec<Vec<u8>> {
             condition: None,
         };
         let delete = Op { pk: "k2".into(), sk: String::new(), kind: OpKind::Delete, condition: Some(Condition::IfAbsent) };
-        inputs.push(encode_at(
-            &Mutation {
-                write_id: bytes::Bytes::from_static(b"id-1"),
-                ops: vec![put, tree, delete],
-                journal: None,
-                reads: Vec::new(),
-                writer: String::new(),
-                history_max: None,
-            },
-            42,
-        ));
+        inputs.push(encode_at(&Mutation { write_id: bytes::Bytes::from_static(b"id-1"), ops: vec![put, tree, delete], ..Default::default() }, 42));
         inputs.push(tern::codec::encode_tick(7));
         inputs.push(tern::codec::encode_trim(7, 3));
     }

@@ -65,14 +65,7 @@ async fn a_panic_in_the_apply_loop_refuses_the_partition() {
     node.create_namespace("ns", 1).await.unwrap();
     let tp = TopicPartition { topic: Arc::from("ns"), partition: 0 };
     let op = tern::codec::Op { pk: "k".into(), sk: String::new(), kind: tern::codec::OpKind::Put(Bytes::from_static(b"1")), condition: None };
-    let payload = tern::codec::encode(&tern::codec::Mutation {
-        write_id: Bytes::new(),
-        ops: vec![op],
-        journal: None,
-        reads: Vec::new(),
-        writer: String::new(),
-        history_max: None,
-    });
+    let payload = tern::codec::encode(&tern::codec::Mutation { ops: vec![op], ..Default::default() });
     log.append(&tp, Bytes::from(payload)).await.unwrap();
     let status = || format!("{:?}", node.namespace("ns").unwrap().handles[0].status());
     let deadline = std::time::Instant::now() + Duration::from_secs(10);

@@ -94,14 +94,7 @@ async fn foreign_producers_are_applied_and_garbage_is_skipped() {
     let mutation = |pk: &str, value: &'static str| {
         let op = Op { pk: pk.into(), sk: "".into(), kind: OpKind::Put(Bytes::from_static(value.as_bytes())), condition: None };
         // Each mutation's own write id (a repeated id would be dropped as a retry).
-        codec::encode(&Mutation {
-            write_id: Bytes::copy_from_slice(pk.as_bytes()),
-            ops: vec![op],
-            journal: None,
-            reads: Vec::new(),
-            writer: String::new(),
-            history_max: None,
-        })
+        codec::encode(&Mutation { write_id: Bytes::copy_from_slice(pk.as_bytes()), ops: vec![op], ..Default::default() })
     };
     // Keyed by pk, no partition: Kafka's own default partitioner must pick Tern's partition.
     for pk in ["alpha", "beta", "gamma", "delta", "epsilon"] {
@@ -242,14 +235,7 @@ async fn transaction_markers_do_not_keep_a_partition_behind() {
     producer.begin_transaction().unwrap();
     let topic = format!("{prefix}default");
     let op = Op { pk: pk.into(), sk: "s".into(), kind: OpKind::Put(Bytes::from_static(b"\"committed\"")), condition: None };
-    let payload = codec::encode(&Mutation {
-        write_id: Bytes::new(),
-        ops: vec![op],
-        journal: None,
-        reads: Vec::new(),
-        writer: String::new(),
-        history_max: None,
-    });
+    let payload = codec::encode(&Mutation { ops: vec![op], ..Default::default() });
     let record: FutureRecord<'_, str, [u8]> = FutureRecord::to(&topic).key(pk).payload(&payload);
     producer.send(record, Duration::from_secs(10)).await.map_err(|(e, _)| e).unwrap();
     producer.commit_transaction(Duration::from_secs(30)).unwrap();
@@ -282,14 +268,7 @@ async fn five_more_writes_then_retention_to_4(prefix: &str, pk: &str, partition:
     let topic = format!("{prefix}default");
     for i in 0..5 {
         let op = Op { pk: pk.into(), sk: "s".into(), kind: OpKind::Put(Bytes::from(format!("{i}"))), condition: None };
-        let payload = codec::encode(&Mutation {
-            write_id: Bytes::new(),
-            ops: vec![op],
-            journal: None,
-            reads: Vec::new(),
-            writer: String::new(),
-            history_max: None,
-        });
+        let payload = codec::encode(&Mutation { ops: vec![op], ..Default::default() });
         let record: FutureRecord<'_, str, [u8]> = FutureRecord::to(&topic).key(pk).payload(&payload);
         producer.send(record, Duration::from_secs(10)).await.map_err(|(e, _)| e).unwrap();
     }
@@ -467,10 +446,7 @@ async fn timers_fire_while_a_writer_whose_clock_is_behind_keeps_writing() {
     loop {
         n += 1;
         let op = Op { pk: lagging.clone(), sk: "".into(), kind: OpKind::Put(Bytes::from(n.to_string())), condition: None };
-        let payload = codec::encode_at(
-            &Mutation { write_id: Bytes::new(), ops: vec![op], journal: None, reads: Vec::new(), writer: String::new(), history_max: None },
-            1,
-        );
+        let payload = codec::encode_at(&Mutation { ops: vec![op], ..Default::default() }, 1);
         let record: FutureRecord<'_, str, [u8]> = FutureRecord::to(&topic).partition(p as i32).payload(&payload);
         producer.send(record, Duration::from_secs(10)).await.map_err(|(e, _)| e).unwrap();
         let (status, body) = t.get_json(&format!("/v1/ns/default/outbox?partition={p}&limit=1000")).await;
@@ -504,10 +480,7 @@ async fn a_writer_whose_clock_is_a_day_ahead_fires_no_timer_early() {
     let producer: FutureProducer = ClientConfig::new().set("bootstrap.servers", common::kafka_bootstrap()).create().unwrap();
     let op = Op { pk: ahead, sk: "".into(), kind: OpKind::Put(Bytes::from_static(b"1")), condition: None };
     let tomorrow_ms = codec::now_ms() + DAY_MS;
-    let payload = codec::encode_at(
-        &Mutation { write_id: Bytes::new(), ops: vec![op], journal: None, reads: Vec::new(), writer: String::new(), history_max: None },
-        tomorrow_ms,
-    );
+    let payload = codec::encode_at(&Mutation { ops: vec![op], ..Default::default() }, tomorrow_ms);
     let topic = format!("{prefix}default");
     let record: FutureRecord<'_, str, [u8]> = FutureRecord::to(&topic).partition(p as i32).payload(&payload);
     producer.send(record, Duration::from_secs(10)).await.map_err(|(e, _)| e).unwrap();

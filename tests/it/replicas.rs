@@ -23,14 +23,7 @@ fn node_config(dir: &std::path::Path, id: &str) -> NodeConfig {
 
 fn put(pk: &str, value: &'static str) -> Bytes {
     let op = Op { pk: pk.into(), sk: "s".into(), kind: OpKind::Put(Bytes::from_static(value.as_bytes())), condition: None };
-    Bytes::from(codec::encode(&Mutation {
-        write_id: Bytes::new(),
-        ops: vec![op],
-        journal: None,
-        reads: Vec::new(),
-        writer: String::new(),
-        history_max: None,
-    }))
+    Bytes::from(codec::encode(&Mutation { ops: vec![op], ..Default::default() }))
 }
 
 async fn wait_applied(node: &Node, ns: &str, partition: u32, target: u64) {
@@ -50,34 +43,18 @@ async fn replicas_skip_foreign_garbage_alike_and_converge() {
 
     let wrong_kind = proto::Mutation {
         format: 1,
-        write_id: Bytes::new(),
         ops: vec![proto::Op { kind: 0, pk: "k".into(), sk: String::new(), value: Bytes::new(), condition: None, time_ms: 0 }],
         time_ms: 0,
         tick: false,
         outbox_published_below: 0,
-        journal: None,
-        reads: Vec::new(),
-        writer: String::new(),
-        history_max: None,
+        ..Default::default()
     };
     let entries = [
         put("k1", "1"),
         Bytes::from_static(b"\xff\xfe not protobuf"),
         put("k2", "{\"a\": [1, 2]}"),
         Bytes::from(
-            proto::Mutation {
-                format: 7,
-                write_id: Bytes::new(),
-                ops: vec![],
-                time_ms: 0,
-                tick: false,
-                outbox_published_below: 0,
-                journal: None,
-                reads: Vec::new(),
-                writer: String::new(),
-                history_max: None,
-            }
-            .encode_to_vec(),
+            proto::Mutation { format: 7, ops: vec![], time_ms: 0, tick: false, outbox_published_below: 0, ..Default::default() }.encode_to_vec(),
         ),
         Bytes::from(wrong_kind.encode_to_vec()),
         put("k1", "3"),

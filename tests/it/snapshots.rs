@@ -307,3 +307,24 @@ async fn a_snapshot_that_fails_verification_never_replaces_a_store() {
     assert_eq!(state_of(&reopened), before, "the stale store is still there, untouched");
     assert!(!stale_path.with_extension("restoring").exists(), "nothing half-built is left");
 }
+
+/// `tern snapshot create` takes one snapshot per partition the node
+/// serves, a request each, and sums them up; `--ns` and `--partition`
+/// narrow it; an unknown namespace is refused with its exit status.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_takes_a_snapshot_of_every_served_partition_and_sums_them_up() {
+    let dir = tempfile::tempdir().unwrap();
+    let t = crate::common::Tern::dev(dir.path()).await;
+    assert_eq!(t.put("k", "s", &serde_json::json!(1)).await.0, 200);
+    let (ok, stdout, stderr) = crate::common::cli(&t.url, &["snapshot", "create"]);
+    assert!(ok, "{stderr}");
+    assert!(stdout.contains("16 snapshots taken: "), "default's 16 partitions: {stdout}");
+    let (ok, stdout, stderr) = crate::common::cli(&t.url, &["snapshot", "create", "--ns", "default", "--partition", "3"]);
+    assert!(ok, "{stderr}");
+    assert!(stdout.contains("1 snapshots taken: "), "{stdout}");
+    let (ok, _, stderr) = crate::common::cli(&t.url, &["snapshot", "create", "--ns", "nope"]);
+    assert!(!ok && stderr.contains("namespace_not_found"), "{stderr}");
+    let (ok, stdout, _) = crate::common::cli(&t.url, &["snapshot", "create", "--json"]);
+    let answer: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert!(ok && answer["snapshots"].as_array().unwrap().len() == 16, "{answer}");
+}

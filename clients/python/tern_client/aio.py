@@ -87,8 +87,8 @@ class AsyncTern:
     async def create_namespace(self, name: str, partitions: int = 16) -> Dict[str, Any]:
         return protocol.answer(*await self._send(protocol.create_namespace(name, partitions)))
 
-    async def delete_namespace(self, name: str) -> Dict[str, Any]:
-        return protocol.answer(*await self._send(protocol.delete_namespace(name)))
+    async def delete_namespace(self, name: str, *, confirm: str) -> Dict[str, Any]:
+        return protocol.answer(*await self._send(protocol.delete_namespace(name, confirm)))
 
     def watch(self, pk=None, *, ns=None, prefix=None, sk=None, start="snapshot", mode=None, backoff_initial_s=BACKOFF_INITIAL_S, backoff_max_s=BACKOFF_MAX_S) -> "AsyncWatch":
         return AsyncWatch(self, ns or self.ns, pk, prefix, sk, start, mode, backoff_initial_s, backoff_max_s)

@@ -127,9 +127,11 @@ class Tern:
         """Creates it (``created`` true), or finds it as asked (false); ConditionFailed if it differs."""
         return protocol.answer(*self._send(protocol.create_namespace(name, partitions)))
 
-    def delete_namespace(self, name: str) -> Dict[str, Any]:
-        """Deletes it for good, on every node: its records, log, stores and snapshots. NotFound if there is none."""
-        return protocol.answer(*self._send(protocol.delete_namespace(name)))
+    def delete_namespace(self, name: str, *, confirm: str) -> Dict[str, Any]:
+        """Deletes it for good, on every node: its records, log, stores and snapshots.
+
+        ``confirm`` must repeat ``name`` (else BadRequest ``confirmation_required``); NotFound if there is none."""
+        return protocol.answer(*self._send(protocol.delete_namespace(name, confirm)))
 
     def describe_namespace(self, name: Optional[str] = None) -> Dict[str, Any]:
         return protocol.answer(*self._send(protocol.Call("GET", f"/v1/ns/{protocol.segment(name or self.ns)}")))

@@ -92,9 +92,9 @@ def create_namespace(name: str, partitions: int) -> Call:
     return Call("PUT", f"/v1/ns/{segment(name)}", body=json.dumps({"partitions": partitions}).encode(), headers={"content-type": "application/json"})
 
 
-def delete_namespace(name: str) -> Call:
-    # The name repeated is the server's confirmation: a caller of this method asked for exactly this one.
-    return Call("DELETE", f"/v1/ns/{segment(name)}", params={"confirm": name})
+def delete_namespace(name: str, confirm: str) -> Call:
+    # `confirm` must repeat the name: the server deletes nothing otherwise.
+    return Call("DELETE", f"/v1/ns/{segment(name)}", params={"confirm": confirm})
 
 
 def watch(ns: str, pk, prefix, sk, start: str, mode, position: Optional[str]) -> Call:

@@ -85,10 +85,13 @@ def test_namespaces_and_their_errors(node):
         with pytest.raises(NotFound) as missing:
             tern.get("k", ns="nope")
         assert missing.value.code == "namespace_not_found"
-        assert tern.delete_namespace("dns")["partitions"] == 8
+        with pytest.raises(BadRequest) as unconfirmed:
+            tern.delete_namespace("dns", confirm="DNS")
+        assert unconfirmed.value.code == "confirmation_required"
+        assert tern.delete_namespace("dns", confirm="dns")["partitions"] == 8
         assert "dns" not in {n["name"] for n in tern.namespaces()}
         with pytest.raises(NotFound):
-            tern.delete_namespace("dns")
+            tern.delete_namespace("dns", confirm="dns")
 
 
 def test_tokens_and_unreachable_nodes_raise_their_own_errors(auth_node):

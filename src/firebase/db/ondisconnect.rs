@@ -190,14 +190,7 @@ impl Registrations {
             }
             OpKind::Put(Bytes::from(text))
         };
-        let mutation = Mutation {
-            write_id: Bytes::new(),
-            ops: vec![Op { pk, sk: session.to_string(), kind, condition }],
-            journal: None,
-            reads: Vec::new(),
-            writer: String::new(),
-            history_max: None,
-        };
+        let mutation = Mutation { ops: vec![Op { pk, sk: session.to_string(), kind, condition }], ..Default::default() };
         let timeout = Duration::from_millis(crate::limits::WAIT_MS_DEFAULT);
         let request = WriteRequest::new(Writer::FirebaseTree, namespace.partition_of(TREE_PK), Entry::Mutation(mutation)).applied_within(timeout);
         match by.node.write_sequenced(namespace, request).await {
@@ -272,7 +265,7 @@ async fn fire(node: &Node, namespace: &Namespace, pk: &str, session: &str, versi
         let value = Bytes::from(serde_json::to_vec(&op.value).expect("a Value serializes"));
         mutation_ops.push(Op { pk: TREE_PK.to_string(), sk: op.sk, kind: OpKind::Tree(TreeOp { merge: op.merge, value, time_ms }), condition: None });
     }
-    let mutation = Mutation { write_id: Bytes::new(), ops: mutation_ops, journal: None, reads: Vec::new(), writer: String::new(), history_max: None };
+    let mutation = Mutation { ops: mutation_ops, ..Default::default() };
     let request = WriteRequest::new(Writer::FirebaseTree, namespace.partition_of(TREE_PK), Entry::Mutation(mutation)).applied_within(FIRE_WAIT);
     match node.write_sequenced(namespace, request).await {
         Ok(_) => Ok(true),

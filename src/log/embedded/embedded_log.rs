@@ -125,6 +125,11 @@ pub(crate) struct Inner {
     pub(super) config: EmbeddedLogConfig,
     pub(super) meta: Mutex<LogMeta>,
     pub(super) topics: RwLock<HashMap<Arc<str>, Arc<Topic>>>,
+    /// The partitions of deleted topics whose frames segments still hold
+    /// (`LogMeta::deleted`): served to no one, never holding retention
+    /// back, but their start offsets are recorded as retention deletes
+    /// their segments, so a reopen indexes what is left of them.
+    pub(super) graves: RwLock<Vec<Arc<PartitionState>>>,
     pub(super) segments: Arc<Segments>,
     pub(super) queue: RwLock<Option<mpsc::Sender<AppendRequest>>>,
     pub(super) writer_thread: Mutex<Option<std::thread::JoinHandle<()>>>,
@@ -227,6 +232,8 @@ impl EmbeddedLog {
         let writer =
             Writer { segments: segments.clone(), active, active_id, active_bytes, segment_bytes_max: config.segment_bytes_max, failed: None };
         let writer_thread = std::thread::Builder::new().name("tern-log-writer".into()).spawn(move || writer.run(queue_rx))?;
+        let graves: Vec<Arc<PartitionState>> =
+            meta.deleted.iter().filter_map(|t| by_id.get(&t.id)).flat_map(|(_, partitions)| partitions.iter().cloned()).collect();
         let topics = live.into_values().map(|(name, partitions)| (name, Arc::new(Topic { partitions }))).collect();
         tracing::info!(dir = %config.dir.display(), segments = ids.len(), "embedded log open");
         Ok(EmbeddedLog {
@@ -234,6 +241,7 @@ impl EmbeddedLog {
                 config,
                 meta: Mutex::new(meta),
                 topics: RwLock::new(topics),
+                graves: RwLock::new(graves),
                 segments,
                 queue: RwLock::new(Some(queue_tx)),
                 writer_thread: Mutex::new(Some(writer_thread)),
@@ -300,15 +308,19 @@ impl EmbeddedLog {
             if !(over_size || too_old || covered_by_snapshots) || !unneeded {
                 break;
             }
-            self.record_start_offsets(&partitions, id + 1)?;
+            let graves = self.inner.graves.read().clone();
+            self.record_start_offsets(&[partitions.as_slice(), graves.as_slice()].concat(), id + 1)?;
             let size = self.inner.segments.size_bytes(*id);
             // The new start is told before the file goes: once it is gone,
             // no reader is told its entries are still there (a watch
             // resuming below it gets a reset, not entries from the tail
             // cache; CI of 35a35cd, `watches::history_gone_resets_...`).
-            for p in &partitions {
+            for p in partitions.iter().chain(&graves) {
                 p.index.lock().forget_segments_below(id + 1);
             }
+            // A deleted topic none of whose frames is left is forgotten (its
+            // metadata at the next open).
+            self.inner.graves.write().retain(|p| !p.index.lock().runs.is_empty());
             self.inner.segments.delete(*id)?;
             total_bytes -= size;
             deleted += 1;
@@ -755,7 +767,9 @@ impl Log for EmbeddedLog {
         next.deleted.push(gone);
         write_meta(&self.inner.config.dir, &mut next)?;
         *meta = next;
-        self.inner.topics.write().remove(name);
+        if let Some(topic) = self.inner.topics.write().remove(name) {
+            self.inner.graves.write().extend(topic.partitions.iter().cloned());
+        }
         Ok(true)
     }
 

@@ -43,6 +43,11 @@ impl AckedEnds {
         *at = now;
     }
 
+    /// Forgets the ends of `namespace`'s partitions (its topic was deleted).
+    pub(super) fn forget(&self, namespace: &str) {
+        self.ends.lock().retain(|tp, _| &*tp.topic != namespace);
+    }
+
     /// The least end offset of `tp` this node's appends proved, and when an append of `tp` was last acknowledged (None: never).
     pub(super) fn end_at(&self, tp: &TopicPartition) -> Option<(u64, Instant)> {
         self.ends.lock().get(tp).copied()

@@ -40,6 +40,11 @@ pub(super) struct Ticket<'a> {
 }
 
 impl Breaker {
+    /// Forgets the partitions of `topic` (deleted).
+    pub(super) fn forget(&self, topic: &str) {
+        self.failing.lock().retain(|(t, _), _| t != topic);
+    }
+
     /// A ticket for one write, or how many ms the partition has been failing
     /// when a probe is already in flight (the write must fail now).
     pub(super) fn admit(&self, topic: &str, partition: u32) -> Result<Ticket<'_>, u64> {

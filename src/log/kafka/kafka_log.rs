@@ -238,6 +238,10 @@ impl KafkaLog {
         }
         let mut producer_config = base.clone();
         producer_config
+            // Never a topic made by a write: one in flight to a namespace
+            // just deleted would make its topic again with the broker's
+            // defaults (a namespace the deletion did not remove).
+            .set("allow.auto.create.topics", "false")
             .set("enable.idempotence", "true")
             .set("acks", "all")
             .set("message.max.bytes", MESSAGE_BYTES_MAX.to_string())
@@ -575,8 +579,6 @@ impl Log for KafkaLog {
         let prefix = &self.inner.config.topic_prefix;
         let all = self.topic_partitions().await?;
         let mut topics = Vec::new();
-        let markers: std::collections::HashSet<&str> = all.keys().filter_map(|name| sources::parse_marker(prefix, name)).map(|(ns, _)| ns).collect();
-        self.inner.sources.keep_only(&markers);
         for (name, partitions) in &all {
             if let Some((namespace, source)) = sources::parse_marker(prefix, name) {
                 // A marker whose source topic is gone: its namespace cannot be read.
@@ -597,19 +599,24 @@ impl Log for KafkaLog {
         Ok(topics)
     }
 
-    /// Deletes the namespace's own topic (`<prefix><name>`), or the marker
-    /// binding it to a source topic (never the source topic), and waits,
-    /// bounded by the request timeout, until metadata no longer shows it.
+    /// Deletes the namespace's own topic (`<prefix><name>`) and waits,
+    /// bounded by the request timeout, until metadata no longer shows it
+    /// (past that, the deletion stands: the brokers took it). A namespace
+    /// on a source topic is not deleted (its entries stay in the source
+    /// topic: one created again on it would read them again).
     async fn delete_topic(&self, name: &str) -> Result<bool, LogError> {
+        if let Some(source) = self.inner.sources.topic_of(name) {
+            return Err(LogError::SourceConflict(format!(
+                "namespace {name:?} reads the topic {source:?}: a namespace on a source topic cannot be deleted \
+                 (its entries stay in that topic, and a namespace created again on it would read them again)"
+            )));
+        }
         let prefix = self.inner.config.topic_prefix.clone();
         let all = self.topic_partitions().await?;
-        let own = format!("{prefix}{name}");
-        let marker = all.keys().find(|t| sources::parse_marker(&prefix, t).is_some_and(|(ns, _)| ns == name)).cloned();
-        let topic = match (all.contains_key(&own), marker) {
-            (true, _) => own,
-            (false, Some(marker)) => marker,
-            (false, None) => return Ok(false),
-        };
+        let topic = format!("{prefix}{name}");
+        if !all.contains_key(&topic) {
+            return Ok(false);
+        }
         let options = AdminOptions::new().operation_timeout(Some(Timeout::After(self.inner.config.request_timeout)));
         let results = self.inner.admin.delete_topics(&[topic.as_str()], &options).await.map_err(unavailable)?;
         match results.into_iter().next() {
@@ -618,14 +625,25 @@ impl Log for KafkaLog {
             None => return Err(unavailable(format!("deleting topic {topic}: no result"))),
         }
         let deadline = tokio::time::Instant::now() + self.inner.config.request_timeout;
-        while self.partition_count(&topic).await?.is_some() {
+        while self.partition_count(&topic).await.map_or(true, |count| count.is_some()) {
             if tokio::time::Instant::now() > deadline {
-                return Err(unavailable(format!("topic {topic} was deleted but still shows after {:?}", self.inner.config.request_timeout)));
+                tracing::warn!(%topic, "the deleted topic still shows in metadata after {:?}; the brokers took its deletion", self.inner.config.request_timeout);
+                break;
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
-        self.inner.sources.unbind(name);
+        self.forget_topic(name);
         Ok(true)
+    }
+
+    /// What this log keeps of a deleted namespace's topic by its name: the
+    /// acknowledged ends and the breaker's state (a topic created again
+    /// under the name starts at 0).
+    fn forget_topic(&self, name: &str) {
+        let topic = self.topic_name(name);
+        self.inner.acked_ends.forget(name);
+        self.inner.breaker.forget(&topic);
+        self.inner.topic_limits.forget(name);
     }
 
     async fn create_sourced(&self, name: &str, source: &str, requested: Option<u32>) -> Result<(CreateOutcome, u32), LogError> {

@@ -83,27 +83,6 @@ impl Sources {
     pub(super) fn is_sourced(&self, namespace: &str) -> bool {
         self.by_namespace.read().contains_key(namespace)
     }
-
-    /// Forgets `namespace`'s binding (its marker was deleted).
-    pub(super) fn unbind(&self, namespace: &str) {
-        if let Some(source) = self.by_namespace.write().remove(namespace) {
-            self.by_topic.write().remove(&source);
-        }
-    }
-
-    /// Forgets the bindings whose markers a listing no longer shows
-    /// (deleted, here or by another node): a namespace created again under
-    /// the name has a topic of its own, or another binding.
-    pub(super) fn keep_only(&self, listed: &std::collections::HashSet<&str>) {
-        let mut by_namespace = self.by_namespace.write();
-        let gone: Vec<String> = by_namespace.keys().filter(|ns| !listed.contains(ns.as_str())).cloned().collect();
-        let mut by_topic = self.by_topic.write();
-        for namespace in gone {
-            if let Some(source) = by_namespace.remove(&namespace) {
-                by_topic.remove(&source);
-            }
-        }
-    }
 }
 
 #[cfg(test)]

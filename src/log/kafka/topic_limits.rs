@@ -73,6 +73,11 @@ struct Learned {
 pub(super) struct TopicLimits(RwLock<HashMap<String, Learned>>);
 
 impl TopicLimits {
+    /// Forgets what was learned of `namespace`'s topic (deleted).
+    pub(super) fn forget(&self, namespace: &str) {
+        self.0.write().remove(namespace);
+    }
+
     /// `namespace`'s largest entry: as learned, else Tern's own bound.
     pub(super) fn of(&self, namespace: &str) -> usize {
         self.0.read().get(namespace).map_or(ENTRY_BYTES_MAX, |learned| learned.entry_bytes_max)
