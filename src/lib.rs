@@ -38,6 +38,8 @@ pub mod fuzz;
 /// The transport and the front: connections, HTTP/1.1 and h2c, TLS, and
 /// which protocol a request belongs to.
 pub mod http;
+/// A log's names for its topics and what two of them say (`identity.rs`).
+pub(crate) mod identity;
 /// The node's journal: writes durable here before the log has them (issue 19).
 pub mod journal;
 /// Every size limit and its check.

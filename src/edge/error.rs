@@ -93,6 +93,7 @@ impl From<WriteError> for ApiError {
                 format!("{message}; nothing was written: the partition is moving between nodes, retry"),
             )
             .with("partition", partition),
+            WriteError::NamespaceDeleted { ns } => ApiError::unknown_namespace(&ns),
             WriteError::ConditionFailed { op_index, current_version, position } => ApiError::new(
                 StatusCode::CONFLICT,
                 "condition_failed",

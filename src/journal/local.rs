@@ -851,18 +851,60 @@ impl Journal {
         Backlog { entries, bytes: if holds { self.log.bytes() } else { 0 } }
     }
 
-    /// The namespace's journal topic, made on its first write.
+    /// The namespace's journal topic, made on its first write. A namespace
+    /// made again with another partition count (deleted, and created again
+    /// under its name) gets its journal topic made again too, once nothing
+    /// of the old one is pending (`remake_topic`); until then its
+    /// journaled writes are refused (`PartitionsChanged`).
     pub(super) async fn topic(&self, ns: &str, partitions: u32) -> Result<(), JournalError> {
-        if let Some(&journaled) = self.topics.lock().get(ns) {
-            if journaled != partitions {
-                return Err(JournalError::PartitionsChanged { ns: ns.to_string(), partitions, journaled });
+        let journaled = self.topics.lock().get(ns).copied();
+        if let Some(journaled) = journaled {
+            if journaled == partitions {
+                return Ok(());
             }
-            return Ok(());
+            return self.remake_topic(ns, journaled, partitions).await;
         }
         match self.log.create_topic(ns, partitions).await? {
             CreateOutcome::Created | CreateOutcome::AlreadyExists => {}
         }
         self.topics.lock().insert(ns.to_string(), partitions);
+        Ok(())
+    }
+
+    /// Makes `ns`'s journal topic again with `partitions` partitions, if
+    /// nothing of its `journaled`-partition one is pending (released, and
+    /// the marks on disk). Each partition the two share goes on above its
+    /// released mark (`Log::rebase_empty`), so the marks stand for the new
+    /// topic as they did for the old one, and nothing released is taken
+    /// for new entries, nor new ones for released.
+    async fn remake_topic(&self, ns: &str, journaled: u32, partitions: u32) -> Result<(), JournalError> {
+        let _one = self.persisting.lock().await;
+        let changed = || JournalError::PartitionsChanged { ns: ns.to_string(), partitions, journaled };
+        let now = self.topics.lock().get(ns).copied();
+        match now {
+            Some(now) if now == partitions => return Ok(()),
+            Some(now) if now == journaled => {}
+            _ => return Err(changed()),
+        }
+        let pending = (0..journaled).any(|p| self.holds_pending(ns, p)) || self.unpersisted.lock().keys().any(|(n, _)| n == ns);
+        if pending {
+            return Err(changed());
+        }
+        for p in 0..journaled {
+            let end = self.log.end_offset(&tp(ns, p)).await?;
+            let released = self.released.lock().get(&released_key(ns, p)).copied().unwrap_or(0);
+            if released < end {
+                return Err(changed());
+            }
+        }
+        self.log.delete_topic(ns).await?;
+        self.log.create_topic(ns, partitions).await?;
+        for p in 0..partitions.min(journaled) {
+            let released = self.released.lock().get(&released_key(ns, p)).copied().unwrap_or(0);
+            self.log.rebase_empty(&tp(ns, p), released).await?;
+        }
+        self.topics.lock().insert(ns.to_string(), partitions);
+        tracing::info!(ns, journaled, partitions, "the journal's topic of a namespace made again with another partition count was made again");
         Ok(())
     }
 

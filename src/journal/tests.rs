@@ -109,6 +109,26 @@ async fn a_namespace_made_again_with_other_partitions_is_refused_until_its_journ
     journal.close().await;
     let journal = Journal::open(dir.path(), ROOMY, None).await.unwrap();
     assert!(matches!(journal.append("ns", 3, 0, &put("a", "1", "w2")).await.unwrap_err(), JournalError::PartitionsChanged { .. }));
+    // Done (released, its marks on disk): the journal's topic is made again
+    // with the new count, and goes on above the released mark. Failed
+    // before: refused for good (a namespace deleted and created again).
+    journal.release_below("ns", 0, 1);
+    journal.persist_released().await.unwrap();
+    let pk_in = |p: u32| (0..).map(|i| format!("k{i}")).find(|pk| crate::partitioner::partition_of(pk, 3) == p).unwrap();
+    assert_eq!(journal.append("ns", 3, 0, &put(&pk_in(0), "2", "w3")).await.unwrap(), 1, "above the released mark");
+    assert_eq!(journal.append("ns", 3, 2, &put(&pk_in(2), "1", "w4")).await.unwrap(), 0, "a new partition starts at 0");
+    journal.close().await;
+    let journal = Journal::open(dir.path(), ROOMY, None).await.unwrap();
+    let pending: Vec<(u32, u64, u64)> = journal.pending().await.unwrap().iter().map(|p| (p.partition, p.start, p.end)).collect();
+    assert_eq!(pending, vec![(0, 1, 2), (2, 0, 1)], "exactly the new entries are pending after a restart");
+    let (_, mutation) = read_all_of(&journal, "ns", 0, 1, 3).await.remove(0);
+    assert_eq!(mutation.write_id, Bytes::from_static(b"w3"));
+}
+
+async fn read_all_of(journal: &Journal, ns: &str, partition: u32, from: u64, partitions: u32) -> Vec<(u64, Mutation)> {
+    let mut reader = journal.reader(ns, partition, from).await.unwrap();
+    let batch = reader.next_batch(100, Duration::from_millis(50)).await.unwrap();
+    batch.into_iter().map(|r| (r.offset, codec::decode(r.payload, partition, partitions).unwrap())).collect()
 }
 
 #[tokio::test]

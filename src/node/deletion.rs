@@ -60,6 +60,10 @@ const JOURNAL_VANISHED_LISTINGS_MIN: u32 = 30;
 /// it removes their stores anyway (a loop still running writes a removed
 /// file, and a new loop of the name waits for it).
 const LOOPS_STOP_WAIT: Duration = Duration::from_secs(10);
+/// How long discovery leaves out a name deleted through this node whose
+/// log's identity could not be told then: a lagging listing shows the old
+/// topic for less (Kafka's delete waits until its metadata drops it).
+const DELETED_UNKNOWN_WAIT: Duration = Duration::from_secs(10);
 /// Deleted namespaces remembered at once, so a log that still lists the
 /// deleted topic (Kafka's metadata lags a deletion on some brokers) does not
 /// make discovery open it again; one is forgotten once
@@ -228,7 +232,7 @@ impl Node {
             return None;
         }
         let now = self.log.identity(&namespace.name).await.ok()?;
-        (now != opened_on && same_topic(&now, opened_on)).then_some(namespace)
+        crate::identity::recreated(opened_on, &now).then_some(namespace)
     }
 
     /// Drops the journaled writes of namespaces this node does not hold that
@@ -239,7 +243,9 @@ impl Node {
         let Ok(pending) = self.journal.pending().await else { return };
         let mut orphans: Vec<(String, u32)> = Vec::new();
         for p in &pending {
-            if self.namespace(&p.ns).is_none() && !orphans.iter().any(|(ns, _)| *ns == p.ns) {
+            // Users' namespaces only (a log may not list the system ones).
+            let user = crate::limits::check_namespace_name(&p.ns).is_ok();
+            if user && self.namespace(&p.ns).is_none() && !orphans.iter().any(|(ns, _)| *ns == p.ns) {
                 orphans.push((p.ns.clone(), 0));
             }
         }
@@ -277,14 +283,20 @@ impl Node {
     /// Whether discovery may open `topic`: not while it is the very topic
     /// this node deleted (a lagging listing still shows it).
     pub(super) async fn may_open(&self, topic: &TopicInfo) -> bool {
-        let Some(deleted) = self.namespaces.vanishing.lock().deleted.get(&topic.name).map(|d| d.identity.clone()) else { return true };
-        match (deleted, self.log.identity(&topic.name).await) {
-            (Some(deleted), Ok(now)) if now != deleted => {
-                self.namespaces.vanishing.lock().deleted.remove(&topic.name);
-                true
-            }
-            _ => false,
+        let Some((deleted, at)) = self.namespaces.vanishing.lock().deleted.get(&topic.name).map(|d| (d.identity.clone(), d.at)) else {
+            return true;
+        };
+        let open = match (deleted, self.log.identity(&topic.name).await) {
+            (Some(deleted), Ok(now)) => now != deleted,
+            // What was deleted is not known: a listing that still shows the
+            // name past `DELETED_UNKNOWN_WAIT` shows a topic made since.
+            (None, _) => at.elapsed() >= DELETED_UNKNOWN_WAIT,
+            (Some(_), Err(_)) => false,
+        };
+        if open {
+            self.namespaces.vanishing.lock().deleted.remove(&topic.name);
         }
+        open
     }
 
     /// Closes a namespace on this node (see the module doc). The caller
@@ -336,6 +348,27 @@ impl Node {
         }
     }
 
+    /// Drops every journaled write of `name` this node's journal holds: the
+    /// namespace they were written to was deleted (and one of its name
+    /// made since) while this node was stopped. Before the sequencer
+    /// appends them to the new namespace's log.
+    pub(super) async fn drop_journaled_of(&self, name: &str) {
+        match self.journal.pending().await {
+            Ok(pending) => {
+                for p in pending.iter().filter(|p| p.ns == name) {
+                    tracing::warn!(
+                        ns = name,
+                        partition = p.partition,
+                        writes = p.end - p.start,
+                        "journaled writes of a namespace deleted while this node was stopped dropped"
+                    );
+                    self.journal.release_below(&p.ns, p.partition, p.end);
+                }
+            }
+            Err(e) => tracing::warn!(ns = name, error = %e, "reading the journal of a deleted namespace failed"),
+        }
+    }
+
     /// Removes what a stop left in the trash (`close_namespace` moved a
     /// deleted namespace's stores there and stopped before removing them).
     pub(super) async fn empty_trash(&self) {
@@ -348,14 +381,6 @@ impl Node {
             tracing::warn!(error = %e, "emptying the stores of deleted namespaces failed");
         }
     }
-}
-
-/// Whether two log identities (`Log::identity`: `<log>/<topic>#<id>`) name
-/// the same topic name of the same log, whatever its id: equal, or one
-/// deleted and created again under the name.
-fn same_topic(a: &str, b: &str) -> bool {
-    let topic_of = |identity: &str| identity.rsplit_once('#').map(|(topic, _)| topic.to_string());
-    topic_of(a).is_some() && topic_of(a) == topic_of(b)
 }
 
 /// Where a deleted namespace's stores go before they are removed.
@@ -375,6 +400,10 @@ pub(super) const TRASH_DIR: &str = "deleted";
 ///   ahead of its log is refused and kept, for `--restore`), unless
 ///   `adopt` (`--restore` carries stores over into a new log): stamped;
 /// - none recorded (a store from before stores recorded it): stamped.
+///
+/// The last of the answer says whether the store was of another topic of
+/// the name (removed): the journaled writes of the name this node still
+/// holds were then the deleted namespace's (`drop_journaled_of`).
 pub(super) fn of_this_log<T>(
     opened: (crate::store::PartitionStore, T),
     path: &std::path::Path,
@@ -382,24 +411,26 @@ pub(super) fn of_this_log<T>(
     adopt: bool,
     trash: &std::path::Path,
     reopen: impl FnOnce() -> anyhow::Result<(crate::store::PartitionStore, T)>,
-) -> anyhow::Result<(crate::store::PartitionStore, T)> {
-    let Some(log) = log else { return Ok(opened) };
+) -> anyhow::Result<(crate::store::PartitionStore, T, bool)> {
+    let Some(log) = log else { return Ok((opened.0, opened.1, false)) };
     let (store, extra) = opened;
     let recorded = store.log_identity()?;
     let Some(recorded) = recorded else {
         store.set_log_identity(log)?;
-        return Ok((store, extra));
+        return Ok((store, extra, false));
     };
     if recorded == log {
-        return Ok((store, extra));
+        return Ok((store, extra, false));
     }
-    if !same_topic(&recorded, log) {
-        if adopt {
+    if !crate::identity::recreated(&recorded, log) {
+        // The same topic newly named by an id (a cluster that started
+        // giving topic ids), or a store carried into a new log on purpose.
+        if adopt || crate::identity::same_topic(&recorded, log) {
             store.set_log_identity(log)?;
         } else {
             tracing::warn!(store = %path.display(), %recorded, now = log, "a store of another log or cluster: kept as it is (see the partition's status)");
         }
-        return Ok((store, extra));
+        return Ok((store, extra, false));
     }
     tracing::warn!(store = %path.display(), %recorded, now = log,
         "a store of a namespace deleted and created again under its name while this node was away: removed, rebuilt from snapshots and the log");
@@ -416,7 +447,7 @@ pub(super) fn of_this_log<T>(
     }
     let (store, extra) = reopen()?;
     store.set_log_identity(log)?;
-    Ok((store, extra))
+    Ok((store, extra, true))
 }
 
 /// Moves `dir` into `trash` (one rename: the path is free at once), then removes it.

@@ -164,6 +164,7 @@ impl Node {
         // `--restore` carries stores over into a new log on purpose.
         let adopt = self.config.apply.recovery.into_new_log;
         let mut handles = Vec::with_capacity(partitions as usize);
+        let mut stores_of_deleted = false;
         for partition in 0..partitions {
             let path = self.config.data_dir.join("stores").join(name.as_ref()).join(format!("{partition:05}.redb"));
             let damaged_dir = self.config.data_dir.join("damaged");
@@ -175,13 +176,14 @@ impl Node {
             // loop restores it from a snapshot and the log (apply/open.rs).
             let mark_path = path.clone();
             let log = identity.clone();
-            let (store, set_aside) = tokio::task::spawn_blocking(move || {
+            let (store, set_aside, of_deleted) = tokio::task::spawn_blocking(move || {
                 let opened = open_or_set_aside(&path, partitions, cache_bytes, &damaged_dir)?;
                 super::deletion::of_this_log(opened, &path, log.as_deref(), adopt, &trash, || {
                     Ok(open_or_set_aside(&path, partitions, cache_bytes, &damaged_dir)?)
                 })
             })
             .await??;
+            stores_of_deleted |= of_deleted;
             let applied_next = store.read()?.applied_next()?;
             let ring = self.config.watch.ring;
             let handle = Arc::new(PartitionHandle::new(name.clone(), partition, partitions, Arc::new(store), applied_next, ring));
@@ -196,6 +198,9 @@ impl Node {
                 handle.start_rebuilding(why);
             }
             handles.push(handle);
+        }
+        if stores_of_deleted {
+            self.drop_journaled_of(&name).await;
         }
         let assignment = self.log.assignment().borrow().clone();
         for handle in &handles {

@@ -83,8 +83,9 @@ impl Node {
         let mut loops = self.ownership.loops.lock();
         // `stop_apply` drains the loops under this lock after setting shutdown:
         // a loop started past that point would never be stopped. Nor does
-        // one start on a deleted namespace's partition (`stop_loops_of`
-        // closes it under this lock).
+        // one start on a deleted namespace's partition (closed before
+        // `stop_loops_of` takes this lock; its task's `hold_unless_stopped`
+        // refuses a closed one too).
         if *self.tasks.shutdown.borrow() || handle.is_closed() {
             return;
         }
@@ -162,9 +163,11 @@ impl Node {
     /// and `loops_stopped` can tell when its stores are no longer written.
     pub(super) fn stop_loops_of(&self, namespace: &crate::partition::Namespace) {
         for handle in &namespace.handles {
-            let mut loops = self.ownership.loops.lock();
+            // Closed first (its status lock, then the loops' lock, the order
+            // `stop_loop` takes them in): `start_loop` refuses it from here on.
             handle.close();
             self.ownership.handing_off.lock().remove(&handle.tp);
+            let mut loops = self.ownership.loops.lock();
             if let Some(stop) = loops.get_mut(&handle.tp).and_then(|running| running.stop.take()) {
                 stop.send_replace(true);
             }

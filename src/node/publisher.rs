@@ -191,7 +191,12 @@ fn read_batch(handle: &PartitionHandle, (offset, index): (u64, u32)) -> Result<B
 /// Its time is 0: it does not move the log time (a source topic's records
 /// may carry times far from this node's clock; only they and idle ticks move it).
 async fn append_trim(node: &Node, handle: &PartitionHandle, offset: u64) {
+    // The namespace of this very handle: one created again under the name
+    // has outboxes of its own, which this offset says nothing about.
     let Some(namespace) = node.namespace(&handle.tp.topic) else { return };
+    if handle.is_closed() || !namespace.handles.get(handle.partition as usize).is_some_and(|held| std::ptr::eq(held.as_ref(), handle)) {
+        return;
+    }
     let trim = WriteRequest::new(Writer::Procedures, handle.partition, Entry::OutboxTrim { below: offset });
     if let Err(e) = node.write_sequenced(&namespace, trim).await {
         tracing::debug!(tp = %handle.tp, error = %e, "appending an outbox trim failed; the next one tries again");

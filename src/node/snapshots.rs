@@ -75,27 +75,33 @@ pub async fn take_now(
 
 /// Runs the schedule until `shutdown`.
 pub async fn run(node: std::sync::Weak<Node>, snapshots: Snapshots, policy: SnapshotPolicy, mut shutdown: watch::Receiver<bool>) {
-    // Per partition: the applied offset of its last snapshot and when it was taken.
-    let mut last: HashMap<TopicPartition, (u64, Instant)> = HashMap::new();
+    // Per partition of one open of its namespace (`Namespace::opening`: one
+    // deleted and created again starts anew): the applied offset of its
+    // last snapshot and when it was taken. Bounded by the partitions held:
+    // those of namespaces no longer held go each round.
+    let mut last: HashMap<(TopicPartition, u64), (u64, Instant)> = HashMap::new();
     loop {
         tokio::select! {
             _ = tokio::time::sleep(CHECK_INTERVAL) => {}
             _ = shutdown.changed() => return,
         }
         let Some(node) = node.upgrade() else { return };
-        for ns in node.namespaces() {
+        let namespaces = node.namespaces();
+        last.retain(|(tp, opening), _| namespaces.iter().any(|ns| ns.opening == *opening && *ns.name == *tp.topic));
+        for ns in namespaces {
             for handle in &ns.handles {
                 if handle.status() != PartitionStatus::Serving {
                     continue;
                 }
                 let applied_next = handle.applied_next();
-                let (last_offset, last_at) = match last.get(&handle.tp) {
+                let key = (handle.tp.clone(), ns.opening);
+                let (last_offset, last_at) = match last.get(&key) {
                     Some(known) => *known,
                     None => {
                         // First look: what the object store already has.
                         let newest = snapshots.list(&ns.name, handle.partition).await.ok().and_then(|m| m.first().map(|(o, _)| *o));
                         let known = (newest.unwrap_or(0), Instant::now());
-                        last.insert(handle.tp.clone(), known);
+                        last.insert(key.clone(), known);
                         known
                     }
                 };
@@ -106,11 +112,11 @@ pub async fn run(node: std::sync::Weak<Node>, snapshots: Snapshots, policy: Snap
                 }
                 let results = take_now(&node, &snapshots, Some(&ns.name), Some(handle.partition), policy.retain).await;
                 if let Some((_, Ok(report))) = results.first() {
-                    last.insert(handle.tp.clone(), (report.applied_next, Instant::now()));
+                    last.insert(key, (report.applied_next, Instant::now()));
                 } else {
                     // Failed (e.g. the object store is down): the interval restarts, the entry
                     // count does not, so a busy partition retries at the next check.
-                    last.insert(handle.tp.clone(), (last_offset, Instant::now()));
+                    last.insert(key, (last_offset, Instant::now()));
                 }
             }
         }

@@ -184,6 +184,9 @@ pub enum WriteError {
     /// was written; the caller may send it to a holder.
     #[error("partition {partition} is no longer held by this node")]
     NotHeld { partition: u32 },
+    /// The namespace was deleted while the write was on its way: nothing was written.
+    #[error("namespace {ns:?} was deleted; nothing was written")]
+    NamespaceDeleted { ns: String },
     #[error("condition failed on op {op_index}")]
     ConditionFailed { op_index: usize, current_version: Option<u64>, position: Position },
     #[error("the write is durable at version {version} but was not applied here within {timeout_ms} ms")]
@@ -237,6 +240,11 @@ impl Node {
     /// Writes `request` into `namespace` (see the module doc).
     pub async fn write(&self, namespace: &Namespace, request: WriteRequest) -> Result<Receipt, WriteError> {
         let WriteRequest { writer, partition, mut entry, durability, wait, timeout, forwarded } = request;
+        // Held by a request from before its deletion: it must not be
+        // journaled (dropped later) nor land in a namespace created again.
+        if namespace.is_deleted() {
+            return Err(WriteError::NamespaceDeleted { ns: namespace.name.to_string() });
+        }
         // A client's records keep as many versions as the namespace says,
         // told in the entry, so every replica keeps alike (`store::history`).
         // Options this node only guesses (a holder unreachable, the options

@@ -346,11 +346,14 @@ impl PartitionHandle {
         *current = status;
     }
 
-    /// The node opened a partition it does not hold.
-    /// Its namespace was deleted: not held, and never held again.
+    /// Its namespace was deleted: not held, and never held again (the
+    /// status lock first, as `let_go_if_unpinned` takes it: then the
+    /// node's loops).
     pub(crate) fn close(&self) {
+        let mut status = self.status.write();
         self.closed.store(true, std::sync::atomic::Ordering::Release);
-        self.set_not_held();
+        self.record_status(&PartitionStatus::NotHeld);
+        *status = PartitionStatus::NotHeld;
     }
 
     /// Whether its namespace was deleted (`close`).
@@ -358,6 +361,7 @@ impl PartitionHandle {
         self.closed.load(std::sync::atomic::Ordering::Acquire)
     }
 
+    /// The node opened a partition it does not hold.
     pub(crate) fn set_not_held(&self) {
         self.record_status(&PartitionStatus::NotHeld);
         *self.status.write() = PartitionStatus::NotHeld;
@@ -400,7 +404,7 @@ impl PartitionHandle {
     /// must leave the partition not held, never serving without a loop.
     pub(crate) fn hold_unless_stopped(&self, stopped: impl FnOnce() -> bool) -> bool {
         let mut status = self.status.write();
-        if stopped() {
+        if self.is_closed() || stopped() {
             return false;
         }
         self.record_status(&PartitionStatus::CatchingUp);

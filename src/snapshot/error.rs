@@ -18,6 +18,10 @@ pub enum SnapshotError {
     /// (`RestoreTarget::applied_next_min`). Not an error for a new store.
     #[error("no snapshot of {namespace}/{partition} exists")]
     NoneExist { namespace: String, partition: u32 },
+    /// A snapshot of a topic of this name that was deleted (the log's topic
+    /// of the name is another now): never restored, as if absent.
+    #[error("snapshot {0} is of a deleted namespace of this name")]
+    OfDeleted(String),
     /// Snapshots exist and every one failed to verify.
     #[error("no valid snapshot of {namespace}/{partition} (tried: {tried})")]
     NoneValid {

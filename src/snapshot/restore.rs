@@ -105,6 +105,8 @@ impl Snapshots {
                 // The object store itself failed (unreachable, timed out): an older
                 // snapshot would fail alike; the caller decides whether to retry.
                 Err(e @ SnapshotError::Store(_)) => return Err(e),
+                // A deleted namespace's, left behind: as if it did not exist.
+                Err(SnapshotError::OfDeleted(path)) => tracing::info!(snapshot = %path, "a snapshot of a deleted namespace of this name: skipped"),
                 Err(e) => {
                     other_log |= matches!(&e, SnapshotError::Invalid { other_log: true, .. });
                     tracing::error!(snapshot = %manifest_path, error = %e, "snapshot rejected; trying an older one");
@@ -131,6 +133,11 @@ impl Snapshots {
             return Err(invalid(format!("manifest of {} bytes exceeds {MANIFEST_BYTES_MAX}", bytes.len())));
         }
         let manifest = Manifest::open(&bytes).map_err(invalid)?;
+        // Of the topic of this name that was deleted (the log made one again
+        // since, of any partition count): no snapshot of this namespace.
+        if target.log.is_some_and(|log| crate::identity::recreated(&manifest.log, log)) {
+            return Err(SnapshotError::OfDeleted(manifest_path.to_string()));
+        }
         if (manifest.namespace.as_str(), manifest.partition, manifest.partitions) != (namespace, partition, partitions) {
             return Err(invalid(format!(
                 "it is of {}/{} with {} partitions, not {namespace}/{partition} with {partitions}",
