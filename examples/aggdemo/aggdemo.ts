@@ -17,6 +17,9 @@
 //  5. a timer: a session whose oldest pending record is older than
 //     staleness_ms is closed: AGE if no hole, else LATE with the missing
 //     seqnos; either way the watermark moves to max pending.
+// Rows are keyed by their session id, so a session's rows land in one
+// partition of their output topic in the order they were cut (a BADFORMAT
+// line, with no session, is unkeyed).
 // A session's state is kept (private state, bytes) until its start is 7
 // days old in log time (after that every record of it is LATESESSION), then
 // forgotten by a timer set once, when the session is first seen.
@@ -144,18 +147,22 @@ function trigger(): string {
   return `,"trigger_gen_ns":${digits ? text : jsonString(text)}`;
 }
 
-function bad(reason: string, fields: string, now: i64): void {
-  tern.emit("bad", `{"reason":"${reason}",${fields},"emit_ms":${now}${trigger()}}`);
+/** A bad row, keyed by its session when it has one (`session`; null: unkeyed, a BADFORMAT line). */
+function bad(reason: string, fields: string, now: i64, session: string | null): void {
+  tern.emit("bad", `{"reason":"${reason}",${fields},"emit_ms":${now}${trigger()}}`, session);
 }
 
 function sessionFields(sessionId: string, start: string): string {
   return `"sessionId":${sessionId},"sessionStartUTC":${start}`;
 }
 
+/** A billing row, keyed by its session id: every row of a session lands in
+ * one partition of the output topic, in the order it was cut (as Volt
+ * partitions its exports by session). */
 function emitRow(reason: string, sessionId: string, start: string, s: Session, now: i64): void {
   tern.emit("aggregated", `{"reason":"${reason}",${sessionFields(sessionId, start)},"min_seqno":${s.lo},"max_seqno":${s.hi},` +
     `"callingNumber":${jsonString(s.calling())},"destination":${jsonString(s.destination())},"startAggTimeUTC":${s.t0},` +
-    `"endAggTimeUTC":${s.t1},"recordUsage":${s.usage},"count":${s.n},"emit_ms":${now}${trigger()}}`);
+    `"endAggTimeUTC":${s.t1},"recordUsage":${s.usage},"count":${s.n},"emit_ms":${now}${trigger()}}`, sessionId);
 }
 
 /** Closes the pending aggregate: the watermark moves to its max. */
@@ -227,12 +234,12 @@ export function on_record(keyLen: i32, skLen: i32, valueLen: i32, op: i32, times
   const recordStart = count == 7 ? integerField(line, 6) : -1;
   const usage = count == 7 ? integerField(line, 7) : -1;
   if (!kindOk || sessionNo < 0 || startMs < 0 || seq < 0 || seq > SEQNO_MAX || recordStart < 0 || usage < 0) {
-    bad("BADFORMAT", `"raw":${jsonString(String.UTF8.decodeUnsafe(line, len))}`, now);
+    bad("BADFORMAT", `"raw":${jsonString(String.UTF8.decodeUnsafe(line, len))}`, now, null);
     return;
   }
   const seqno = <i32>seq;
-  if (startMs < now - WEEK_MS) { bad("LATESESSION", recordFields(line, seqno), now); return; }
-  if (recordStart < now - WEEK_MS) { bad("LATERECORD", recordFields(line, seqno), now); return; }
+  if (startMs < now - WEEK_MS) { bad("LATESESSION", recordFields(line, seqno), now, fieldString(line, 0)); return; }
+  if (recordStart < now - WEEK_MS) { bad("LATERECORD", recordFields(line, seqno), now, fieldString(line, 0)); return; }
   // The session's key: the bytes "sessionId,sessionStartUTC", in place.
   const keyLen2 = fieldEnd(1);
   let s = Session.load(line, keyLen2);
@@ -240,13 +247,15 @@ export function on_record(keyLen: i32, skLen: i32, valueLen: i32, op: i32, times
     s = Session.fresh(line + fieldStart(3), fieldEnd(3) - fieldStart(3), line + fieldStart(4), fieldEnd(4) - fieldStart(4));
     tern.timer("gc:" + timerKey(line), (startMs + WEEK_MS > now ? startMs + WEEK_MS : now) + 1);
   }
-  if (s.seen(seqno)) { bad("DUP", recordFields(line, seqno), now); return; }
-  if (seqno <= s.wm) { bad("TOOLATE", recordFields(line, seqno), now); s.markSeen(seqno); s.save(line, keyLen2); return; }
+  if (s.seen(seqno)) { bad("DUP", recordFields(line, seqno), now, fieldString(line, 0)); return; }
+  if (seqno <= s.wm) { bad("TOOLATE", recordFields(line, seqno), now, fieldString(line, 0)); s.markSeen(seqno); s.save(line, keyLen2); return; }
   s.markSeen(seqno);
   s.markPending(seqno);
   if (s.n == 0) {
     s.since = now; s.t0 = recordStart; s.t1 = recordStart;
-    tern.timer("age:" + timerKey(line), now + param("staleness_ms", 3600000));
+    // "Older than staleness_ms": due 1 ms past it (at exactly staleness_ms
+    // old a session is not stale yet).
+    tern.timer("age:" + timerKey(line), now + param("staleness_ms", 3600000) + 1);
   }
   s.n = s.n + 1;
   s.usage = s.usage + usage;
@@ -293,7 +302,7 @@ export function on_timer(nameLen: i32, atMs: i64): void {
     for (let i = s.wm + 1; i <= s.hi; i++) {
       if (!s.pending(i)) missing += (missing.length > 0 ? "," : "") + i.toString();
     }
-    bad("LATE", `${sessionFields(sessionId, start)},"min_seqno":${s.wm + 1},"max_seqno":${s.hi},"missing_seqnos":[${missing}]`, now);
+    bad("LATE", `${sessionFields(sessionId, start)},"min_seqno":${s.wm + 1},"max_seqno":${s.hi},"missing_seqnos":[${missing}]`, now, sessionId);
   }
   cut(s, sessionKey);
   s.save(changetype<usize>(stateKey), stateKey.byteLength);

@@ -161,3 +161,43 @@ fn aggdemo_on_a_source_topic_decides_alike_and_carries_gen_ns_into_its_rows() {
     assert!(carried > 500, "the rows of records carry their gen_ns: {carried}");
     assert_eq!(run(&foreign_log, 13, true), (hash, foreign), "the same whatever the batching");
 }
+
+/// Rule 5's boundary: a session is stale once its oldest pending record is
+/// *older than* staleness_ms. A tick at exactly staleness_ms of log time
+/// after it leaves it open; 1 ms later it closes (AGE). Failed before at
+/// exactly staleness_ms: the timer was due then, and closed the session.
+/// Rows are keyed by their session id (one output partition per session).
+#[test]
+fn a_session_is_stale_only_once_older_than_staleness_and_its_rows_are_keyed_by_it() {
+    const STALENESS: u64 = 1_000;
+    let rows_after = |delta: u64| {
+        use base64::Engine as _;
+        let definition = serde_json::json!({
+            "runtime": "wasm",
+            "module": base64::engine::general_purpose::STANDARD.encode(AGGDEMO),
+            "params": {"qtycount": 100, "usage": 1_000_000, "staleness_ms": STALENESS},
+        });
+        let deploy = Op { pk: String::new(), sk: "aggdemo".into(), kind: OpKind::Procedure(Bytes::from(definition.to_string())), condition: None };
+        let line = format!("77,{T0_MS},0,4155500001,4156600001,S,{T0_MS},10");
+        let put = Op { pk: "in".into(), sk: String::new(), kind: OpKind::Put(Bytes::from(serde_json::to_string(&line).unwrap())), condition: None };
+        let payloads = [
+            encode_at(&Mutation { ops: vec![deploy], ..Default::default() }, T0_MS),
+            encode_at(&Mutation { ops: vec![put], ..Default::default() }, T0_MS),
+            encode_tick(T0_MS + delta),
+        ];
+        let entries: Vec<LogRecord> = payloads.into_iter().enumerate().map(|(i, p)| LogRecord::entry(i as u64, Bytes::from(p))).collect();
+        let dir = tempfile::tempdir().unwrap();
+        let store = PartitionStore::open(&dir.path().join("p"), 1, 8 << 20).unwrap();
+        let mut procedures = Procedures::new("billing", 0);
+        store.apply(false, |tx| apply_entries_with(tx, &entries, 0, 1, &mut procedures, &mut |_, _| {})).unwrap();
+        let reader = store.read().unwrap();
+        reader.outbox_from(0, 0, 1_000).unwrap().into_iter().map(|e| OutboxMessage::decode(&e.message).unwrap()).collect::<Vec<_>>()
+    };
+    assert!(rows_after(STALENESS - 1).is_empty(), "younger than staleness_ms: open");
+    assert!(rows_after(STALENESS).is_empty(), "exactly staleness_ms old: not older, still open");
+    let rows = rows_after(STALENESS + 1);
+    assert_eq!(rows.len(), 1, "older than staleness_ms: closed");
+    let row: Value = serde_json::from_slice(&rows[0].value).unwrap();
+    assert_eq!((rows[0].topic.as_str(), row["reason"].as_str()), ("billing.aggregated", Some("AGE")), "{row}");
+    assert_eq!(rows[0].key.as_deref(), Some(&b"77"[..]), "keyed by its session id");
+}

@@ -3,7 +3,7 @@
 //! - `GET`: the value (null when absent); `shallow=true`; `format=export`
 //!   (priorities); queries (`tree::query`), which need `.indexOn` for
 //!   `$value` and child orders; `X-Firebase-ETag: true` adds the `ETag`,
-//!   `if-none-match` equal to it answers 304.
+//!   and so does `if-none-match` (equal to it: 304, else 200 with the new one).
 //! - `PUT` (set), `PATCH` (update, multi-path keys, null deletes), `POST`
 //!   (a child under a new push id: `{"name": id}`), `DELETE`: each one tree
 //!   op in one log entry, answered once this node applied it (so the next
@@ -135,9 +135,12 @@ async fn get(state: &Firebase, namespace: &Namespace, caller: &Caller, sk: &str,
             return Ok(response);
         }
     }
+    // Whenever it was computed: asked for, or a conditional request (the
+    // Admin SDKs' `get_if_changed` reads the new tag from the 200, as
+    // Firebase sends it).
     let extra = match tag {
-        Some(tag) if wants_etag => vec![(header::ETAG, tag)],
-        _ => Vec::new(),
+        Some(tag) => vec![(header::ETAG, tag)],
+        None => Vec::new(),
     };
     json_response(StatusCode::OK, &value, query, extra)
 }
@@ -244,8 +247,10 @@ async fn set(
             return Ok(Written::ByHolder(response));
         }
     }
-    // What was written, as it now reads (server values resolved), and its ETag when asked.
-    let wants_etag = headers.get("x-firebase-etag").is_some_and(|v| v == "true");
+    // What was written, as it now reads (server values resolved), and its
+    // ETag when asked, or when the write was conditional (`if-match`: the
+    // Admin SDKs' `set_if_unchanged` reads the new tag from the 200).
+    let wants_etag = headers.get("x-firebase-etag").is_some_and(|v| v == "true") || headers.contains_key(header::IF_MATCH);
     let answer = if has_server_values(&written) || wants_etag {
         let view = tree_view(namespace)?;
         let reader = &view.reader;

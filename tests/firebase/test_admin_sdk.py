@@ -118,10 +118,14 @@ def test_etag_conditions(tern):
     ref = db.reference("/cond", app=app_for(tern, "etags"))
     ref.set({"v": 1})
     value, etag = ref.get(etag=True)
-    assert ref.set_if_unchanged(etag, {"v": 2})[0] is True
+    ok, written, set_etag = ref.set_if_unchanged(etag, {"v": 2})
+    # The new ETag comes back with the 200, as Firebase sends it (it was None before).
+    assert ok is True and written == {"v": 2} and set_etag == ref.get(etag=True)[1]
     ok, current, new_etag = ref.set_if_unchanged(etag, {"v": 3})
-    assert ok is False and current == {"v": 2} and new_etag != etag
+    assert ok is False and current == {"v": 2} and new_etag == set_etag
     assert ref.get_if_changed(new_etag) == (False, None, None)
+    # Changed since the old tag: the value and the current tag (it was None before).
+    assert ref.get_if_changed(etag) == (True, {"v": 2}, set_etag)
 
 
 def test_concurrent_transactions_on_one_counter_are_exact(tern):

@@ -159,7 +159,18 @@ async fn kill_while_publishing(node: &mut Tern, stream: &tokio::task::JoinHandle
 }
 
 /// Every committed message of `topics`: (topic, tern.id, row).
-fn consume_all(bootstrap: &str, topics: &[String]) -> Vec<(String, String, Value)> {
+/// One output as a consumer reads it.
+struct Consumed {
+    topic: String,
+    /// Its `tern.id` header.
+    id: String,
+    row: Value,
+    partition: i32,
+    offset: i64,
+    key: Option<Vec<u8>>,
+}
+
+fn consume_all(bootstrap: &str, topics: &[String]) -> Vec<Consumed> {
     let consumer: BaseConsumer = client_config(bootstrap)
         .set("group.id", "aggdemo-test-reader")
         .set("isolation.level", "read_committed")
@@ -195,7 +206,14 @@ fn consume_all(bootstrap: &str, topics: &[String]) -> Vec<(String, String, Value
             .and_then(|h| h.iter().find(|h| h.key == "tern.id").and_then(|h| h.value).map(|v| String::from_utf8(v.to_vec()).unwrap()))
             .expect("every output carries its tern.id");
         let row: Value = serde_json::from_slice(message.payload().unwrap()).unwrap();
-        found.push((message.topic().to_string(), id, row));
+        found.push(Consumed {
+            topic: message.topic().to_string(),
+            id,
+            row,
+            partition: message.partition(),
+            offset: message.offset(),
+            key: message.key().map(<[u8]>::to_vec),
+        });
     }
 }
 
@@ -341,10 +359,11 @@ async fn aggdemo_end_to_end(bootstrap: &str, disruption: Disruption<'_>) {
 
     let topics = [format!("{ns}.aggregated"), format!("{ns}.bad")];
     let published = consume_all(bootstrap, &topics);
-    let ids: BTreeSet<&str> = published.iter().map(|(_, id, _)| id.as_str()).collect();
+    let ids: BTreeSet<&str> = published.iter().map(|c| c.id.as_str()).collect();
     assert_eq!(ids.len(), published.len(), "no output twice");
     assert!(ids.iter().all(|id| id.starts_with(&format!("{ns}/"))), "ids name the namespace");
-    let outputs: Vec<(String, Value)> = published.iter().map(|(topic, _, row)| (topic.clone(), row.clone())).collect();
+    let outputs: Vec<(String, Value)> = published.iter().map(|c| (c.topic.clone(), c.row.clone())).collect();
+    a_sessions_rows_are_in_one_partition_in_order(&published, &topics[0]);
     // Every output, once: the billing checks fail on a lost row (a record
     // neither billed nor reported) and on a row twice (billed twice).
     let reasons = model::check(&generated, &outputs);
@@ -354,6 +373,26 @@ async fn aggdemo_end_to_end(bootstrap: &str, disruption: Disruption<'_>) {
     let (_, metrics) = (200, a.client.get(format!("{}/metrics", a.url)).send().await.unwrap().text().await.unwrap());
     assert!(!metrics.lines().any(|l| l.starts_with("tern_procedure_dead_letters_total") && !l.ends_with(" 0")), "no dead letters");
     eprintln!("aggdemo on Kafka: {} records in, {} outputs: {reasons:?}", generated.sent.len(), outputs.len());
+}
+
+/// Every billing row is keyed by its session id, so all of a session's
+/// rows are in one partition of the output topic, in the order they were
+/// cut (ascending seqnos). Failed before: the rows were unkeyed, and a
+/// consumer read a session's `[0-20]` after its `[21-32]`.
+fn a_sessions_rows_are_in_one_partition_in_order(published: &[Consumed], aggregated: &str) {
+    let mut sessions: BTreeMap<u64, Vec<&Consumed>> = BTreeMap::new();
+    for c in published.iter().filter(|c| c.topic == aggregated) {
+        let session = c.row["sessionId"].as_u64().expect("a billing row names its session");
+        assert_eq!(c.key.as_deref(), Some(session.to_string().as_bytes()), "keyed by its session: {}", c.row);
+        sessions.entry(session).or_default().push(c);
+    }
+    assert!(sessions.values().any(|rows| rows.len() > 1), "some session has several rows");
+    for (session, mut rows) in sessions {
+        assert!(rows.iter().all(|c| c.partition == rows[0].partition), "session {session}'s rows are in one partition");
+        rows.sort_by_key(|c| c.offset);
+        let seqnos: Vec<(u64, u64)> = rows.iter().map(|c| (c.row["min_seqno"].as_u64().unwrap(), c.row["max_seqno"].as_u64().unwrap())).collect();
+        assert!(seqnos.windows(2).all(|w| w[0].1 < w[1].0), "session {session}'s rows in the order they were cut: {seqnos:?}");
+    }
 }
 
 /// Another producer of the source topic writes records shaped like Tern's

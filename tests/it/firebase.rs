@@ -98,8 +98,17 @@ async fn errors_and_limits_are_firebases_and_write_nothing() {
     assert_eq!((status, body.as_str(), headers["etag"].to_str().unwrap()), (412, "1", tag.as_str()));
     let (status, _, _) = text(c.get(fb(&t, "/app/n", "")).header("if-none-match", &tag).send().await.unwrap()).await;
     assert_eq!(status, 304);
-    let (status, _, _) = text(c.put(fb(&t, "/app/n", "")).header("if-match", &tag).body("2").send().await.unwrap()).await;
+    // A conditional request gets the ETag back without X-Firebase-ETag, as
+    // Firebase sends it (the Admin SDKs' set_if_unchanged and
+    // get_if_changed read it). Both failed before: no ETag on the 200s.
+    let (status, _, headers) = text(c.put(fb(&t, "/app/n", "")).header("if-match", &tag).body("2").send().await.unwrap()).await;
     assert_eq!(status, 200);
+    let put_tag = headers.get("etag").map(|v| v.to_str().unwrap().to_string()).expect("a conditional PUT answers with the new ETag");
+    let (status, body, headers) = text(c.get(fb(&t, "/app/n", "")).header("if-none-match", &tag).send().await.unwrap()).await;
+    assert_eq!((status, body.as_str()), (200, "2"), "changed since the old tag");
+    assert_eq!(headers.get("etag").map(|v| v.to_str().unwrap()), Some(put_tag.as_str()), "the 200 of if-none-match names the new tag");
+    let (_, _, headers) = text(c.get(fb(&t, "/app/n", "")).send().await.unwrap()).await;
+    assert!(headers.get("etag").is_none(), "an unconditional GET without X-Firebase-ETag has none");
     // Method override, print=silent, export with priorities, shallow.
     let (status, body, _) = text(c.post(fb(&t, "/app/a", "&print=silent")).header("X-HTTP-Method-Override", "DELETE").send().await.unwrap()).await;
     assert_eq!((status, body.as_str()), (204, ""));

@@ -63,7 +63,10 @@ pub(super) struct KafkaPublisher {
     partition: i32,
     partitions: u32,
     replication_factor: i32,
-    ensured: HashSet<String>,
+    /// Output topics made (or found) so far, with their partition counts:
+    /// an unkeyed output goes to the partition of this input partition's
+    /// number (modulo the count), so it keeps its input partition's order.
+    ensured: std::collections::HashMap<String, i32>,
     delivery_timeout: Duration,
     /// Tern's topic prefix, the namespace and the bound source topics: what
     /// an output may not be sent to (`outputs.rs`).
@@ -128,7 +131,7 @@ impl KafkaPublisher {
             partition: partition as i32,
             partitions,
             replication_factor,
-            ensured: HashSet::new(),
+            ensured: std::collections::HashMap::new(),
             delivery_timeout,
             prefix: prefix.to_string(),
             namespace: namespace.to_string(),
@@ -151,7 +154,7 @@ impl KafkaPublisher {
     /// namespace's partition count, the cluster's replication).
     async fn ensure_topics(&mut self, messages: &[Outgoing]) -> Result<(), LogError> {
         let new: Vec<String> =
-            messages.iter().map(|m| m.topic.clone()).filter(|t| !self.ensured.contains(t)).collect::<HashSet<_>>().into_iter().collect();
+            messages.iter().map(|m| m.topic.clone()).filter(|t| !self.ensured.contains_key(t)).collect::<HashSet<_>>().into_iter().collect();
         if new.is_empty() {
             return Ok(());
         }
@@ -165,10 +168,28 @@ impl KafkaPublisher {
                 Err((topic, code)) => return Err(unavailable(&format!("creating output topic {topic}"), code)),
             }
         }
-        if self.ensured.len() + new.len() > ENSURED_TOPICS_MAX {
+        let consumer = self.consumer.clone();
+        let named = new.clone();
+        let counts = tokio::task::spawn_blocking(move || {
+            named
+                .into_iter()
+                .map(|topic| {
+                    let metadata = consumer.fetch_metadata(Some(&topic), TRANSACTION_CALL_TIMEOUT)?;
+                    let count = metadata.topics().iter().find(|t| t.name() == topic).map_or(0, |t| t.partitions().len() as i32);
+                    Ok((topic, count))
+                })
+                .collect::<Result<Vec<(String, i32)>, KafkaError>>()
+        })
+        .await
+        .map_err(|e| unavailable("reading output topics' partitions", e))?
+        .map_err(|e| unavailable("reading output topics' partitions", e))?;
+        if let Some((topic, _)) = counts.iter().find(|(_, count)| *count <= 0) {
+            return Err(unavailable("reading output topics' partitions", format!("{topic} shows no partitions yet")));
+        }
+        if self.ensured.len() + counts.len() > ENSURED_TOPICS_MAX {
             self.ensured.clear();
         }
-        self.ensured.extend(new);
+        self.ensured.extend(counts);
         Ok(())
     }
 
@@ -195,8 +216,15 @@ impl KafkaPublisher {
         let sends = messages.iter().map(|m| {
             let headers = OwnedHeaders::new().insert(Header { key: ID_HEADER, value: Some(m.id.as_bytes()) });
             let mut record: FutureRecord<'_, [u8], [u8]> = FutureRecord::to(&m.topic).payload(&m.value[..]).headers(headers);
-            if let Some(key) = &m.key {
-                record = record.key(&key[..]);
+            match &m.key {
+                Some(key) => record = record.key(&key[..]),
+                // Unkeyed: this input partition's number in the output topic,
+                // so its outputs keep the input partition's order (a
+                // random partition each would keep none).
+                None => {
+                    let count = self.ensured.get(&m.topic).copied().unwrap_or(1).max(1);
+                    record = record.partition(self.partition % count);
+                }
             }
             self.producer.send(record, Timeout::After(self.delivery_timeout))
         });
