@@ -55,6 +55,9 @@ pub(crate) async fn run(settings: Settings, banner: &'static str) -> anyhow::Res
     if let (Some(kafka), true) = (&kafka, snapshots.is_some()) {
         check_kafka_retention(kafka, &node, Duration::from_millis(settings.snapshot_interval_ms)).await;
     }
+    if settings.restore {
+        tokio::spawn(report_restore(Arc::downgrade(&node), std::time::Instant::now()));
+    }
     let mut tasks = Tasks::new();
     if let Some(embedded) = embedded {
         let interval = Duration::from_millis(settings.log_retention_check_ms);
@@ -255,6 +258,36 @@ async fn recreate_snapshotted_namespaces(node: &Node, snapshots: &Snapshots, top
         created.push((name.clone(), partitions));
     }
     Ok(created)
+}
+
+/// How often `--restore` says how far it is.
+const RESTORE_REPORT_INTERVAL: Duration = Duration::from_secs(2);
+/// How long `--restore` reports at most; past it, `GET /v1/ns/{ns}` and
+/// `/readyz` say which partitions are still catching up.
+const RESTORE_REPORT_MAX: Duration = Duration::from_secs(3600);
+
+/// `--restore`: says, every `RESTORE_REPORT_INTERVAL`, how many of the
+/// partitions this node holds serve and how many were restored from
+/// snapshots, then a summary once all serve (at most `RESTORE_REPORT_MAX`).
+async fn report_restore(node: std::sync::Weak<Node>, started: std::time::Instant) {
+    loop {
+        tokio::time::sleep(RESTORE_REPORT_INTERVAL).await;
+        let Some(node) = node.upgrade() else { return };
+        let handles: Vec<_> = node.namespaces().iter().flat_map(|ns| ns.handles.clone()).filter(|h| h.is_held()).collect();
+        let serving = handles.iter().filter(|h| h.status() == crate::partition::PartitionStatus::Serving).count();
+        let records: u64 = handles.iter().filter_map(|h| h.read_store().ok()?.state().ok()).map(|state| state.record_count).sum();
+        let restored = crate::metrics::SNAPSHOT_RESTORES.get();
+        let elapsed = started.elapsed().as_secs_f64();
+        if serving == handles.len() {
+            say(&format!("restore done: {serving} partitions serving, {restored} restored from snapshots, {records} records, in {elapsed:.1} s"));
+            return;
+        }
+        if started.elapsed() >= RESTORE_REPORT_MAX {
+            say(&format!("restore: {serving} of {} partitions serving after {elapsed:.0} s; GET /v1/ns/NS says which catch up", handles.len()));
+            return;
+        }
+        say(&format!("restore: {serving} of {} partitions serving, {restored} restored from snapshots, {records} records so far", handles.len()));
+    }
 }
 
 /// Tells the embedded log where each partition's oldest retained snapshot

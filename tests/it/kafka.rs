@@ -286,7 +286,7 @@ async fn spawn_not_ready(args: &[&str]) -> Tern {
     let stdout = child.stdout.take().unwrap();
     let line = BufReader::new(stdout).lines().map_while(Result::ok).find(|l| l.contains("listening on ")).unwrap();
     let url = line.split_once("listening on ").unwrap().1.trim().to_string();
-    let t = Tern { child: Some(child), url, data_dir: std::path::PathBuf::new(), client: reqwest::Client::new() };
+    let t = Tern { child: Some(child), url, data_dir: std::path::PathBuf::new(), client: reqwest::Client::new(), printed: Default::default() };
     // Give the apply loops a moment to check the log and refuse.
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
     loop {

@@ -109,6 +109,12 @@ async fn disaster_recovery_from_snapshots_into_a_new_log_needs_restore() {
     let mut t = dev(fresh.path(), objects.path(), &["--restore"]).await;
     t.wait_caught_up("default").await;
     assert_eq!(t.partition_states("default").await, before, "every partition came back as snapshotted");
+    // The restore says how it goes, then sums up: default's 16 and app's 3
+    // partitions serve, those with records restored from their snapshots.
+    let done = t.wait_printed("restore done: ", std::time::Duration::from_secs(60)).await;
+    assert!(done.starts_with("restore done: 19 partitions serving, "), "{done}");
+    let restored: u64 = done.split(", ").nth(1).and_then(|part| part.split(' ').next()).and_then(|n| n.parse().ok()).unwrap_or(0);
+    assert!(restored > 0 && done.contains(" records, in "), "{done}");
     t.wait_caught_up("app").await;
     assert_eq!(t.partition_states("app").await, app_before, "every namespace in the snapshots came back");
     let (_, described) = t.get_json("/v1/ns/app").await;

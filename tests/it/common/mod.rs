@@ -34,7 +34,12 @@ pub(crate) struct Tern {
     pub url: String,
     pub data_dir: PathBuf,
     pub client: reqwest::Client,
+    /// What it printed on stdout, line by line (at most `PRINTED_LINES_MAX`).
+    pub printed: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
 }
+
+/// Lines of a node's stdout a test keeps (the rest are read and dropped).
+const PRINTED_LINES_MAX: usize = 10_000;
 
 /// How long a node may take to start and report ready.
 const START_TIMEOUT: Duration = Duration::from_secs(60);
@@ -94,9 +99,16 @@ impl Tern {
             .expect("tern starts");
         let stdout = child.stdout.take().unwrap();
         let (tx, rx) = std::sync::mpsc::channel();
+        let printed = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let keep = printed.clone();
         std::thread::spawn(move || {
             let mut sent = false;
             for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                let mut kept = keep.lock().unwrap();
+                if kept.len() < PRINTED_LINES_MAX {
+                    kept.push(line.clone());
+                }
+                drop(kept);
                 if !sent {
                     if let Some((_, addr)) = line.split_once("listening on ") {
                         let _ = tx.send(addr.trim().to_string());
@@ -106,7 +118,19 @@ impl Tern {
             }
         });
         let url = rx.recv_timeout(START_TIMEOUT).expect("tern prints its address");
-        Tern { child: Some(child), url, data_dir: data_dir.to_path_buf(), client: reqwest::Client::new() }
+        Tern { child: Some(child), url, data_dir: data_dir.to_path_buf(), client: reqwest::Client::new(), printed }
+    }
+
+    /// Waits, at most `wait`, until the node printed a line containing `text`; returns it.
+    pub(crate) async fn wait_printed(&self, text: &str, wait: Duration) -> String {
+        let deadline = Instant::now() + wait;
+        loop {
+            if let Some(line) = self.printed.lock().unwrap().iter().find(|l| l.contains(text)) {
+                return line.clone();
+            }
+            assert!(Instant::now() < deadline, "never printed {text:?}: {:?}", self.printed.lock().unwrap());
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
     }
 
     /// Waits until `/readyz` names a problem containing `text`; returns the answer.
