@@ -275,11 +275,17 @@ async fn report_restore(node: std::sync::Weak<Node>, started: std::time::Instant
         let Some(node) = node.upgrade() else { return };
         let handles: Vec<_> = node.namespaces().iter().flat_map(|ns| ns.handles.clone()).filter(|h| h.is_held()).collect();
         let serving = handles.iter().filter(|h| h.status() == crate::partition::PartitionStatus::Serving).count();
+        // A refused partition is done too, and named: the case an operator must see.
+        let refused: Vec<String> =
+            handles.iter().filter(|h| matches!(h.status(), crate::partition::PartitionStatus::Refused(_))).map(|h| h.tp.to_string()).collect();
         let records: u64 = handles.iter().filter_map(|h| h.read_store().ok()?.state().ok()).map(|state| state.record_count).sum();
         let restored = crate::metrics::SNAPSHOT_RESTORES.get();
         let elapsed = started.elapsed().as_secs_f64();
-        if serving == handles.len() {
+        if serving + refused.len() == handles.len() {
             say(&format!("restore done: {serving} partitions serving, {restored} restored from snapshots, {records} records, in {elapsed:.1} s"));
+            if !refused.is_empty() {
+                say(&format!("restore: {} partitions refused (GET /v1/ns/NS says why): {}", refused.len(), refused.join(", ")));
+            }
             return;
         }
         if started.elapsed() >= RESTORE_REPORT_MAX {

@@ -332,13 +332,14 @@ async fn restore(
                 snapshot_log = %manifest.log, elapsed_ms = started.elapsed().as_millis() as u64,
                 "partition restored from a snapshot"
             );
-            crate::metrics::SNAPSHOT_RESTORES.inc();
             // The restored store follows this log now (a snapshot of a lost
             // one too, under --restore): checked at every open (node/deletion.rs).
             if identity.len() <= crate::store::LOG_IDENTITY_BYTES_MAX {
                 store.set_log_identity(&identity).map_err(|e| Restore::Unavailable(e.to_string()))?;
             }
             handle.replace_store(Arc::new(store)).map_err(|e| Restore::Unavailable(e.to_string()))?;
+            // Counted once in place: a try that failed above is retried.
+            crate::metrics::SNAPSHOT_RESTORES.inc();
             Ok(())
         }
         Err(SnapshotError::Store(e)) => Err(Restore::Unavailable(format!("object store: {e}"))),

@@ -153,8 +153,13 @@ impl KafkaPublisher {
     /// Creates the output topics of `messages` that do not exist (the
     /// namespace's partition count, the cluster's replication).
     async fn ensure_topics(&mut self, messages: &[Outgoing]) -> Result<(), LogError> {
-        let new: Vec<String> =
-            messages.iter().map(|m| m.topic.clone()).filter(|t| !self.ensured.contains_key(t)).collect::<HashSet<_>>().into_iter().collect();
+        let batch: HashSet<String> = messages.iter().map(|m| m.topic.clone()).collect();
+        // Cleared before, never between a batch's topics: every topic of a
+        // batch keeps its count while the batch is sent (`send_all`).
+        if self.ensured.len() + batch.len() > ENSURED_TOPICS_MAX {
+            self.ensured.clear();
+        }
+        let new: Vec<String> = batch.into_iter().filter(|t| !self.ensured.contains_key(t)).collect();
         if new.is_empty() {
             return Ok(());
         }
@@ -162,32 +167,42 @@ impl KafkaPublisher {
             new.iter().map(|t| NewTopic::new(t, self.partitions as i32, TopicReplication::Fixed(self.replication_factor))).collect();
         let options = AdminOptions::new().operation_timeout(Some(Timeout::After(TRANSACTION_CALL_TIMEOUT)));
         let results = self.admin.create_topics(&topics, &options).await.map_err(|e| unavailable("creating output topics", e))?;
+        let mut existing = Vec::new();
         for result in results {
             match result {
-                Ok(_) | Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
+                // Made now, with the count asked for (metadata may not show it yet).
+                Ok(topic) => {
+                    self.ensured.insert(topic, self.partitions as i32);
+                }
+                Err((topic, RDKafkaErrorCode::TopicAlreadyExists)) => existing.push(topic),
                 Err((topic, code)) => return Err(unavailable(&format!("creating output topic {topic}"), code)),
             }
         }
+        if existing.is_empty() {
+            return Ok(());
+        }
+        // Made before (by Tern or someone else): its count, from one
+        // metadata request; one not shown whole yet fails this batch (the
+        // publisher tries again).
         let consumer = self.consumer.clone();
-        let named = new.clone();
         let counts = tokio::task::spawn_blocking(move || {
-            named
-                .into_iter()
-                .map(|topic| {
-                    let metadata = consumer.fetch_metadata(Some(&topic), TRANSACTION_CALL_TIMEOUT)?;
-                    let count = metadata.topics().iter().find(|t| t.name() == topic).map_or(0, |t| t.partitions().len() as i32);
-                    Ok((topic, count))
-                })
-                .collect::<Result<Vec<(String, i32)>, KafkaError>>()
+            let metadata = consumer.fetch_metadata(None, TRANSACTION_CALL_TIMEOUT)?;
+            Ok::<_, KafkaError>(
+                existing
+                    .into_iter()
+                    .map(|topic| {
+                        let count =
+                            metadata.topics().iter().find(|t| t.name() == topic && t.error().is_none()).map_or(0, |t| t.partitions().len() as i32);
+                        (topic, count)
+                    })
+                    .collect::<Vec<(String, i32)>>(),
+            )
         })
         .await
         .map_err(|e| unavailable("reading output topics' partitions", e))?
         .map_err(|e| unavailable("reading output topics' partitions", e))?;
         if let Some((topic, _)) = counts.iter().find(|(_, count)| *count <= 0) {
             return Err(unavailable("reading output topics' partitions", format!("{topic} shows no partitions yet")));
-        }
-        if self.ensured.len() + counts.len() > ENSURED_TOPICS_MAX {
-            self.ensured.clear();
         }
         self.ensured.extend(counts);
         Ok(())
@@ -213,6 +228,9 @@ impl KafkaPublisher {
 
     /// Sends every message inside the open transaction; waits for all.
     async fn send_all(&self, messages: &[Outgoing]) -> Result<(), LogError> {
+        if let Some(m) = messages.iter().find(|m| m.key.is_none() && !self.ensured.contains_key(&m.topic)) {
+            return Err(unavailable("sending an output", format!("{}: its partition count is not known", m.topic)));
+        }
         let sends = messages.iter().map(|m| {
             let headers = OwnedHeaders::new().insert(Header { key: ID_HEADER, value: Some(m.id.as_bytes()) });
             let mut record: FutureRecord<'_, [u8], [u8]> = FutureRecord::to(&m.topic).payload(&m.value[..]).headers(headers);
