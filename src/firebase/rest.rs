@@ -215,7 +215,10 @@ async fn set(
         check_timeout(query)?.unwrap_or(Duration::from_millis(crate::limits::WAIT_MS_DEFAULT)).min(Duration::from_millis(crate::limits::WAIT_MS_MAX));
     validate_write(&sk, &body, merge).map_err(FbError::bad)?;
     let written: Value = serde_json::from_slice(&body).expect("validated above");
-    let condition = headers.get(header::IF_MATCH).and_then(|v| v.to_str().ok()).map(|tag| Condition::IfTreeHash(parse_etag(tag).unwrap_or([0; 32])));
+    // Any if-match makes the write conditional: a tag that is not one (not
+    // even text) matches no value, so the write fails (412), never goes
+    // through unconditioned.
+    let condition = headers.get(header::IF_MATCH).map(|v| Condition::IfTreeHash(v.to_str().ok().and_then(parse_etag).unwrap_or([0; 32])));
     let write_id = incoming.write_id().map_err(FbError::bad)?;
     let write = TreeWrite { sk: sk.clone(), value: body.clone(), written: &written, merge, condition, write_id, wait: timeout };
     match commit(state, namespace, caller, write).await? {

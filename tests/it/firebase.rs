@@ -98,6 +98,11 @@ async fn errors_and_limits_are_firebases_and_write_nothing() {
     assert_eq!((status, body.as_str(), headers["etag"].to_str().unwrap()), (412, "1", tag.as_str()));
     let (status, _, _) = text(c.get(fb(&t, "/app/n", "")).header("if-none-match", &tag).send().await.unwrap()).await;
     assert_eq!(status, 304);
+    // A tag that is not even text fails the condition. Before, the write
+    // went through unconditioned.
+    let not_text = reqwest::header::HeaderValue::from_bytes(b"\"\xff\xfe\"").unwrap();
+    let (status, body, _) = text(c.put(fb(&t, "/app/n", "")).header("if-match", not_text).body("9").send().await.unwrap()).await;
+    assert_eq!((status, body.as_str()), (412, "1"), "a non-text tag matches nothing");
     // A conditional request gets the ETag back without X-Firebase-ETag, as
     // Firebase sends it (the Admin SDKs' set_if_unchanged and
     // get_if_changed read it). Both failed before: no ETag on the 200s.
