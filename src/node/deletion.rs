@@ -267,15 +267,7 @@ impl Node {
             due
         };
         for ns in due {
-            for p in pending.iter().filter(|p| p.ns == ns) {
-                tracing::warn!(
-                    ns,
-                    partition = p.partition,
-                    writes = p.end - p.start,
-                    "journaled writes of a namespace the log no longer has (deleted while this node was stopped) dropped"
-                );
-                self.journal.release_below(&p.ns, p.partition, p.end);
-            }
+            self.drop_journaled_of(&ns).await;
             self.namespaces.vanishing.lock().journal_missing.remove(&ns);
         }
     }
@@ -315,7 +307,7 @@ impl Node {
         self.stop_loops_of(namespace);
         self.log.forget_topic(&namespace.name);
         self.forget_options(&namespace.name);
-        self.drop_journaled(namespace).await;
+        self.drop_journaled_of(&namespace.name).await;
         if !self.loops_stopped(namespace, LOOPS_STOP_WAIT).await {
             tracing::warn!(ns = %namespace.name, "apply loops of a deleted namespace did not stop within {LOOPS_STOP_WAIT:?}; removing its stores anyway");
         }
@@ -333,35 +325,16 @@ impl Node {
         tracing::warn!(ns = %namespace.name, partitions = namespace.partitions, why, "namespace deleted: closed here and its stores removed");
     }
 
-    /// Drops the journaled writes of a deleted namespace that its log never
-    /// got: released, so the sequencer stops trying to append them.
-    async fn drop_journaled(&self, namespace: &Namespace) {
-        for partition in 0..namespace.partitions {
-            match self.journal.pending_of(&namespace.name, partition).await {
-                Ok(Some(pending)) => {
-                    tracing::warn!(ns = %namespace.name, partition, writes = pending.end - pending.start, "journaled writes of a deleted namespace dropped");
-                    self.journal.release_below(&namespace.name, partition, pending.end);
-                }
-                Ok(None) => {}
-                Err(e) => tracing::warn!(ns = %namespace.name, partition, error = %e, "reading the journal of a deleted namespace failed"),
-            }
-        }
-    }
-
-    /// Drops every journaled write of `name` this node's journal holds: the
-    /// namespace they were written to was deleted (and one of its name
-    /// made since) while this node was stopped. Before the sequencer
-    /// appends them to the new namespace's log.
+    /// Drops every journaled write of `name` this node's journal holds, of
+    /// every partition its journal topic has: the namespace they were
+    /// written to was deleted (here, through another node, or while this
+    /// node was stopped and one of its name made since: then before the
+    /// sequencer appends them to the new namespace's log).
     pub(super) async fn drop_journaled_of(&self, name: &str) {
         match self.journal.pending().await {
             Ok(pending) => {
                 for p in pending.iter().filter(|p| p.ns == name) {
-                    tracing::warn!(
-                        ns = name,
-                        partition = p.partition,
-                        writes = p.end - p.start,
-                        "journaled writes of a namespace deleted while this node was stopped dropped"
-                    );
+                    tracing::warn!(ns = name, partition = p.partition, writes = p.end - p.start, "journaled writes of a deleted namespace dropped");
                     self.journal.release_below(&p.ns, p.partition, p.end);
                 }
             }

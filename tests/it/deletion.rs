@@ -9,6 +9,7 @@ use serde_json::{json, Value};
 
 use crate::common::watch::Sse;
 use crate::common::{self, error_code, Tern};
+use crate::recovery::copy_dir;
 
 /// How long a node may take to learn a deletion made through another.
 const LEARN_WAIT: Duration = Duration::from_secs(30);
@@ -246,19 +247,6 @@ async fn every_node_learns_a_deletion_even_one_that_was_away() {
     assert_eq!(get_in(&b, "gone", "third3").await.0, 200);
     let hashes = |states: Vec<(i64, String, u64)>| states.into_iter().map(|(offset, hash, _)| (offset, hash)).collect::<Vec<_>>();
     assert_eq!(hashes(b.partition_states("gone").await), hashes(a.partition_states("gone").await), "b and a hold the same state");
-}
-
-fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for entry in std::fs::read_dir(from).unwrap() {
-        let entry = entry.unwrap();
-        let target = to.join(entry.file_name());
-        if entry.file_type().unwrap().is_dir() {
-            copy_dir(&entry.path(), &target);
-        } else {
-            std::fs::copy(entry.path(), &target).unwrap();
-        }
-    }
 }
 
 /// Waits until `t` knows `ns` (discovery of a namespace made elsewhere).

@@ -204,7 +204,8 @@ async fn a_stale_store_is_replaced_by_a_snapshot_that_covers_the_gap() {
     assert_eq!((status, got["value"].as_str().map(str::len)), (200, Some(big.len())));
 }
 
-fn copy_dir(from: &Path, to: &Path) {
+/// Copies a directory tree (also used by `deletion.rs`).
+pub(crate) fn copy_dir(from: &Path, to: &Path) {
     std::fs::create_dir_all(to).unwrap();
     for entry in std::fs::read_dir(from).unwrap() {
         let entry = entry.unwrap();
