@@ -66,12 +66,14 @@ pub(super) async fn create(State(state): State<AppState>, Caller(identity): Call
     };
     let namespace = state.node.namespace(&ns).ok_or_else(|| ApiError::unknown_namespace(&ns))?;
     let (known, sure) = state.node.namespace_options_known(&namespace).await;
-    let changes = request.write_mode.is_some_and(|m| m != known.write_mode) || request.history_max.is_some_and(|h| h != known.history_max);
-    // A namespace made by this request has the defaults: nothing to guess;
-    // a request that sets every option copies nothing from a guess (and can
-    // repair a record that does not parse).
+    // A namespace made by this request has the defaults: nothing to guess.
+    let guessed = !sure && !created;
+    // A request that sets no option changes nothing and writes nothing,
+    // whatever is known; one that sets every option copies nothing from a
+    // guess (and can repair a record that does not parse).
+    let sets_any = request.write_mode.is_some() || request.history_max.is_some();
     let sets_all = request.write_mode.is_some() && request.history_max.is_some();
-    if changes && !sure && !created && !sets_all {
+    if guessed && sets_any && !sets_all {
         // One record holds every option: written from a guess, it would
         // put back options someone else changed.
         return Err(ApiError::new(
@@ -83,9 +85,10 @@ pub(super) async fn create(State(state): State<AppState>, Caller(identity): Call
     let mut options = known;
     options.write_mode = request.write_mode.unwrap_or(options.write_mode);
     options.history_max = request.history_max.unwrap_or(options.history_max);
-    // Written when it changes, or when what it would change is a guess (a
-    // record that does not parse is then replaced).
-    if options != known || (!sure && !created) {
+    // Written when it changes, or when the request sets the options and
+    // what it would leave alone is a guess (the guess may be older than the
+    // record; a record that does not parse is then replaced).
+    if options != known || (guessed && sets_any) {
         state.node.write_namespace_options(&namespace, options).await?;
     }
     let status = if created { StatusCode::CREATED } else { StatusCode::OK };
