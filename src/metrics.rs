@@ -279,6 +279,14 @@ pub(crate) static SNAPSHOT_RESTORES: LazyLock<IntCounter> = LazyLock::new(|| {
     register_int_counter!("tern_snapshot_restores_total", "Partitions restored from a snapshot at start").expect("metric registers")
 });
 
+pub(crate) static SNAPSHOT_RECORDS_RESTORED: LazyLock<IntCounter> = LazyLock::new(|| {
+    register_int_counter!(
+        "tern_snapshot_records_restored_total",
+        "Records written into partition stores from snapshots (as a restore streams; a restore that fails its check counts what it wrote)"
+    )
+    .expect("metric registers")
+});
+
 pub(crate) static STORES_SET_ASIDE: LazyLock<IntCounter> = LazyLock::new(|| {
     register_int_counter!(
         "tern_store_set_aside_total",
@@ -534,6 +542,7 @@ fn force_every_family() {
     LazyLock::force(&FIREBASE_INDEX_CHILDREN_UPDATED);
     LazyLock::force(&FIREBASE_INDEX_ENTRIES);
     LazyLock::force(&SNAPSHOT_RESTORES);
+    LazyLock::force(&SNAPSHOT_RECORDS_RESTORED);
     LazyLock::force(&STORES_SET_ASIDE);
     LazyLock::force(&NAMESPACES_DELETED);
     LazyLock::force(&SNAPSHOT_REJECTED);

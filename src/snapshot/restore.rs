@@ -10,7 +10,7 @@ use super::SnapshotError;
 use super::{store_error, REQUESTS_IN_FLIGHT_MAX};
 use crate::store::{PartitionStore, RestoredState};
 use bytes::Bytes;
-use futures::{StreamExt, TryStreamExt};
+use futures::StreamExt;
 use object_store::path::Path as ObjectPath;
 use object_store::ObjectStoreExt;
 use std::path::Path;
@@ -43,19 +43,39 @@ impl<'a> RestoreTarget<'a> {
     }
 }
 
-/// Decompresses verified chunks into a new store and checks what the manifest promised.
+/// Verified chunks waiting for the store builder. With the fetches in flight
+/// (`REQUESTS_IN_FLIGHT_MAX`), the most of a snapshot a restore holds: a
+/// chunk is at most `format::CHUNK_RAW_BYTES_MAX` raw, less compressed.
+pub(super) const CHUNKS_QUEUED_MAX: usize = 8;
+
+/// How often a long restore logs how far it is.
+const PROGRESS_LOG_INTERVAL: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Decompresses verified chunks, as they arrive, into a new store and checks
+/// what the manifest promised: every chunk, the state hash, the record count.
 pub(super) fn rebuild(
     path: &Path,
     partitions: u32,
     cache_bytes: usize,
     state: &RestoredState,
-    chunks: Vec<(ChunkRef, Bytes)>,
-    manifest: &Manifest,
+    mut chunks: tokio::sync::mpsc::Receiver<(ChunkRef, Bytes)>,
+    promised: &Promised,
     replace: bool,
 ) -> Result<PartitionStore, String> {
     // Set by the chunk decoder, read by the check (both borrow it).
     let failure: std::cell::RefCell<Option<String>> = std::cell::RefCell::new(None);
-    let records = chunks.into_iter().flat_map(|(chunk, compressed)| {
+    let received = std::cell::Cell::new(0usize);
+    // Blocking receives: this runs on a blocking thread, the fetches on the runtime.
+    let arriving = std::iter::from_fn(|| {
+        // A chunk that failed ends the restore: nothing more is written.
+        if failure.borrow().is_some() {
+            return None;
+        }
+        let chunk = chunks.blocking_recv()?;
+        received.set(received.get() + 1);
+        Some(chunk)
+    });
+    let records = arriving.flat_map(|(chunk, compressed)| {
         let decoded = zstd::bulk::decompress(&compressed, chunk.raw_bytes as usize)
             .map_err(|e| format!("chunk {}: zstd: {e}", chunk.hash))
             .and_then(|raw| format::decode_chunk(&raw).map_err(|e| format!("chunk {}: {e}", chunk.hash)));
@@ -67,10 +87,14 @@ pub(super) fn rebuild(
             }
         }
     });
-    let expected = (manifest.state_hash.clone(), manifest.record_count);
+    let expected = (promised.state_hash.clone(), promised.record_count, promised.chunks);
     let verify = |hash: crate::store::hash::StateHash, record_count: u64| {
         if let Some(failure) = failure.borrow_mut().take() {
             return Err(failure);
+        }
+        // Fewer chunks than promised: the fetches stopped (their error is the caller's).
+        if received.get() != expected.2 {
+            return Err(format!("{} of the manifest's {} chunks arrived", received.get(), expected.2));
         }
         if hash.to_hex() != expected.0 || record_count != expected.1 {
             return Err(format!(
@@ -82,8 +106,47 @@ pub(super) fn rebuild(
         }
         Ok(())
     };
-    let (store, _) = PartitionStore::restore(path, partitions, cache_bytes, state, records, replace, verify).map_err(|e| e.to_string())?;
+    let mut report = Progress::new(path, promised.record_count);
+    let (store, _) = PartitionStore::restore(path, partitions, cache_bytes, state, records, replace, &mut |written| report.written(written), verify)
+        .map_err(|e| e.to_string())?;
     Ok(store)
+}
+
+/// What a manifest promises a restore ends with.
+pub(super) struct Promised {
+    pub state_hash: String,
+    pub record_count: u64,
+    pub chunks: usize,
+}
+
+/// What a restore says while it runs: the records-restored counter, and a
+/// log line at most every `PROGRESS_LOG_INTERVAL`.
+struct Progress<'a> {
+    path: &'a Path,
+    records_expected: u64,
+    counted: u64,
+    started: std::time::Instant,
+    logged: std::time::Instant,
+}
+
+impl<'a> Progress<'a> {
+    fn new(path: &'a Path, records_expected: u64) -> Progress<'a> {
+        let now = std::time::Instant::now();
+        Progress { path, records_expected, counted: 0, started: now, logged: now }
+    }
+
+    fn written(&mut self, written: u64) {
+        assert!(written >= self.counted, "a restore's record count only grows");
+        crate::metrics::SNAPSHOT_RECORDS_RESTORED.inc_by(written - self.counted);
+        self.counted = written;
+        if self.logged.elapsed() >= PROGRESS_LOG_INTERVAL {
+            self.logged = std::time::Instant::now();
+            tracing::info!(
+                store = %self.path.display(), records = written, of = self.records_expected,
+                elapsed_s = self.started.elapsed().as_secs(), "restoring a snapshot"
+            );
+        }
+    }
 }
 
 impl Snapshots {
@@ -133,6 +196,12 @@ impl Snapshots {
             return Err(invalid(format!("manifest of {} bytes exceeds {MANIFEST_BYTES_MAX}", bytes.len())));
         }
         let manifest = Manifest::open(&bytes).map_err(invalid)?;
+        if manifest.not_applied_from > manifest.applied_next {
+            return Err(invalid(format!(
+                "its not-applied record starts at {}, past its applied offset {}",
+                manifest.not_applied_from, manifest.applied_next
+            )));
+        }
         // Of the topic of this name that was deleted (the log made one again
         // since, of any partition count): no snapshot of this namespace.
         if target.log.is_some_and(|log| crate::identity::recreated(&manifest.log, log)) {
@@ -171,17 +240,45 @@ impl Snapshots {
             }
             Ok((chunk, bytes))
         });
-        let compressed: Vec<(ChunkRef, Bytes)> = fetches.buffered(REQUESTS_IN_FLIGHT_MAX).try_collect().await?;
         let state = RestoredState {
             applied_next: manifest.applied_next,
             applied_entries: manifest.applied_entries,
             skipped_entries: manifest.skipped_entries,
             not_applied_from: manifest.not_applied_from,
         };
-        let (path_owned, expected, replace) = (path.to_path_buf(), manifest.clone(), target.replace);
-        let rebuilt = tokio::task::spawn_blocking(move || rebuild(&path_owned, partitions, cache_bytes, &state, compressed, &expected, replace))
-            .await
-            .map_err(|e| SnapshotError::Partition(format!("restore task failed: {e}")))?;
+        // Fetched `REQUESTS_IN_FLIGHT_MAX` at a time, in order, and handed to
+        // the builder through a queue of `CHUNKS_QUEUED_MAX`: the snapshot
+        // streams into the store and is never whole in memory.
+        let (sender, receiver) = tokio::sync::mpsc::channel(CHUNKS_QUEUED_MAX);
+        let promised = Promised { state_hash: manifest.state_hash.clone(), record_count: manifest.record_count, chunks: manifest.chunks.len() };
+        let (path_owned, replace) = (path.to_path_buf(), target.replace);
+        // Taken before the builder holds a blocking thread: at most
+        // `RESTORES_IN_FLIGHT_MAX` restores stream at once.
+        let _permit = self.restores.acquire().await.expect("the restores' semaphore is never closed");
+        let builder = tokio::task::spawn_blocking(move || rebuild(&path_owned, partitions, cache_bytes, &state, receiver, &promised, replace));
+        let fetched: Result<(), SnapshotError> = async {
+            let mut fetches = std::pin::pin!(fetches.buffered(REQUESTS_IN_FLIGHT_MAX));
+            while let Some(chunk) = fetches.next().await {
+                if sender.send(chunk?).await.is_err() {
+                    // The builder stopped: its error says why.
+                    break;
+                }
+            }
+            Ok(())
+        }
+        .await;
+        // The builder sees the end of the chunks (all of them, or fewer: it fails).
+        drop(sender);
+        let rebuilt = builder.await;
+        // The fetches' error first: an object store that failed must reach
+        // the caller as such (it stops trying older snapshots).
+        if let Err(e) = fetched {
+            if !target.replace {
+                let _ = std::fs::remove_file(path);
+            }
+            return Err(e);
+        }
+        let rebuilt = rebuilt.map_err(|e| SnapshotError::Partition(format!("restore task failed: {e}")))?;
         match rebuilt {
             Ok(store) => Ok((store, manifest)),
             Err(reason) => {

@@ -26,6 +26,13 @@ pub(super) const S3_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// Object store requests in flight per snapshot or restore.
 pub(super) const REQUESTS_IN_FLIGHT_MAX: usize = 16;
 
+/// Restores running at once on a node (more wait their turn). Each holds a
+/// blocking thread while its chunks stream in, and up to
+/// `REQUESTS_IN_FLIGHT_MAX + restore::CHUNKS_QUEUED_MAX` chunks: bounded,
+/// a node restoring 1,024 partitions neither runs out of blocking threads
+/// (the fetches of `file://` need some too) nor holds 1,024 times that.
+pub(super) const RESTORES_IN_FLIGHT_MAX: usize = 4;
+
 impl From<crate::store::StoreError> for SnapshotError {
     fn from(e: crate::store::StoreError) -> SnapshotError {
         SnapshotError::Partition(e.to_string())
@@ -37,6 +44,8 @@ impl From<crate::store::StoreError> for SnapshotError {
 pub struct Snapshots {
     pub(super) store: Arc<dyn ObjectStore>,
     pub(super) root: ObjectPath,
+    /// `RESTORES_IN_FLIGHT_MAX` permits, shared by every clone.
+    pub(super) restores: Arc<tokio::sync::Semaphore>,
 }
 
 impl std::fmt::Debug for Snapshots {
@@ -98,12 +107,12 @@ impl Snapshots {
                 .build()
                 .map_err(store_error)?;
             let root = ObjectPath::from(parsed.path().trim_start_matches('/'));
-            return Ok(Snapshots { store: Arc::new(store), root });
+            return Ok(Snapshots { store: Arc::new(store), root, restores: Arc::new(tokio::sync::Semaphore::new(RESTORES_IN_FLIGHT_MAX)) });
         }
         let mut all: Vec<(String, String)> = std::env::vars().filter(|(k, _)| k.starts_with("AWS_")).collect();
         all.extend(options.iter().cloned());
         let (store, root) = object_store::parse_url_opts(&parsed, all).map_err(store_error)?;
-        Ok(Snapshots { store: Arc::from(store), root })
+        Ok(Snapshots { store: Arc::from(store), root, restores: Arc::new(tokio::sync::Semaphore::new(RESTORES_IN_FLIGHT_MAX)) })
     }
 
     /// The object store and root these snapshots live under (the journal

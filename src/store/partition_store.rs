@@ -403,6 +403,13 @@ pub struct RestoredState {
     pub not_applied_from: u64,
 }
 
+/// Most records a restore writes in one transaction: restoring commits in
+/// batches, so what one transaction tracks stays bounded however large the
+/// snapshot (redb keeps at most half its cache of dirty pages in memory).
+const RESTORE_RECORDS_PER_TXN_MAX: usize = 100_000;
+/// Most bytes of keys and values a restore writes in one transaction.
+const RESTORE_BYTES_PER_TXN_MAX: usize = 64 << 20;
+
 impl PartitionStore {
     /// Builds a new store at `path` from raw entries (`scan_snapshot`'s form:
     /// outcome metadata and records, in key order) and the applied state they
@@ -412,6 +419,13 @@ impl PartitionStore {
     /// rename (`replace`: a stale store the log has moved past). Returns the
     /// store and the state hash recomputed from the entries (the caller
     /// compares it with the snapshot's).
+    ///
+    /// The entries are consumed as they come, in transactions of at most
+    /// `RESTORE_RECORDS_PER_TXN_MAX` records or `RESTORE_BYTES_PER_TXN_MAX`
+    /// bytes (not durable: the staging file is thrown away unless the last
+    /// one, durable, completes), so memory does not grow with the snapshot.
+    /// `progress` hears the records written so far after each.
+    #[allow(clippy::too_many_arguments)]
     pub fn restore(
         path: &Path,
         partitions: u32,
@@ -419,49 +433,24 @@ impl PartitionStore {
         state: &RestoredState,
         entries: impl IntoIterator<Item = (Vec<u8>, Vec<u8>)>,
         replace: bool,
+        progress: &mut dyn FnMut(u64),
         verify: impl FnOnce(StateHash, u64) -> Result<(), String>,
     ) -> Result<(PartitionStore, StateHash), StoreError> {
         let err = |message: String| StoreError { path: path.display().to_string(), message, unavailable: false, damaged: false };
         assert!(replace || !path.exists(), "restore replaces an existing store only when asked to");
+        assert!(state.not_applied_from <= state.applied_next, "the not-applied record starts at or below the applied offset");
         let staging = path.with_extension("restoring");
         if staging.exists() {
             std::fs::remove_file(&staging).map_err(|e| err(format!("removing a stale {}: {e}", staging.display())))?;
         }
-        let hash = {
-            let store = PartitionStore::open(&staging, partitions, cache_bytes)?;
-            let restored = store.apply(true, |tx| {
-                let error = storage_error(tx.path, tx.damage);
-                let mut previous: Option<Vec<u8>> = None;
-                for (key, stored) in entries {
-                    assert!(previous.as_ref().is_none_or(|p| *p < key), "restored entries come in strictly increasing key order");
-                    if is_outcome_meta(&key) {
-                        tx.put_meta(&key, &stored)?;
-                    } else {
-                        assert!(key.len() >= 2 && key[..2] != META_PREFIX, "restored keys are outcome metadata or record keys");
-                        // Snapshots carry `[version][value]`; the store adds the checksum.
-                        let Some((version, value)) = decode_snapshot_form(&stored) else {
-                            return Err(tx.error_message(format!(
-                                "a snapshot's record {} is {} bytes, shorter than its version",
-                                key::describe(&key),
-                                stored.len()
-                            )));
-                        };
-                        tx.state.state_hash.add(&StateHash::of_record(&key, version, value));
-                        tx.state.record_count += 1;
-                        tx.records.insert(key.as_slice(), encode_value(&key, version, value).as_slice()).map_err(&error)?;
-                    }
-                    previous = Some(key);
-                }
-                tx.state.applied_next = state.applied_next;
-                assert!(state.not_applied_from <= state.applied_next, "the not-applied record starts at or below the applied offset");
-                tx.records.insert(META_NOT_APPLIED_FROM, state.not_applied_from.to_le_bytes().as_slice()).map_err(&error)?;
-                tx.state.applied_entries = state.applied_entries;
-                tx.state.skipped_entries = state.skipped_entries;
-                Ok((tx.state.state_hash, tx.state.record_count))
-            })?;
-            restored
+        let built = Self::restore_into(&staging, partitions, cache_bytes, state, entries, progress);
+        let (hash, record_count) = match built {
+            Ok(built) => built,
+            Err(e) => {
+                let _ = std::fs::remove_file(&staging);
+                return Err(e);
+            }
         };
-        let (hash, record_count) = hash;
         // Checked before it takes the store's place: a store is only ever
         // replaced by one that verified.
         if let Err(reason) = verify(hash, record_count) {
@@ -473,6 +462,78 @@ impl PartitionStore {
             std::fs::File::open(dir).and_then(|d| d.sync_all()).map_err(|e| err(format!("syncing {}: {e}", dir.display())))?;
         }
         Ok((PartitionStore::open(path, partitions, cache_bytes)?, hash))
+    }
+
+    /// Writes the entries into a new store at `staging` in bounded
+    /// transactions, then the applied state, durably. Returns the state hash
+    /// and record count it computed.
+    fn restore_into(
+        staging: &Path,
+        partitions: u32,
+        cache_bytes: usize,
+        state: &RestoredState,
+        entries: impl IntoIterator<Item = (Vec<u8>, Vec<u8>)>,
+        progress: &mut dyn FnMut(u64),
+    ) -> Result<(StateHash, u64), StoreError> {
+        let store = PartitionStore::open(staging, partitions, cache_bytes)?;
+        let mut entries = entries.into_iter();
+        let mut previous: Option<Vec<u8>> = None;
+        let mut written: u64 = 0;
+        loop {
+            let more = store.apply(false, |tx| {
+                let more = Self::restore_batch(tx, &mut entries, &mut previous)?;
+                written = tx.state.record_count;
+                Ok(more)
+            })?;
+            progress(written);
+            if !more {
+                break;
+            }
+        }
+        let restored = store.apply(true, |tx| {
+            let error = storage_error(tx.path, tx.damage);
+            tx.state.applied_next = state.applied_next;
+            tx.records.insert(META_NOT_APPLIED_FROM, state.not_applied_from.to_le_bytes().as_slice()).map_err(&error)?;
+            tx.state.applied_entries = state.applied_entries;
+            tx.state.skipped_entries = state.skipped_entries;
+            Ok((tx.state.state_hash, tx.state.record_count))
+        })?;
+        assert_eq!(restored.1, written, "the last transaction of a restore writes no record");
+        Ok(restored)
+    }
+
+    /// One transaction's worth of entries; false once they are all written.
+    fn restore_batch(
+        tx: &mut ApplyTxn,
+        entries: &mut impl Iterator<Item = (Vec<u8>, Vec<u8>)>,
+        previous: &mut Option<Vec<u8>>,
+    ) -> Result<bool, StoreError> {
+        let error = storage_error(tx.path, tx.damage);
+        let (mut records, mut bytes) = (0usize, 0usize);
+        while records < RESTORE_RECORDS_PER_TXN_MAX && bytes < RESTORE_BYTES_PER_TXN_MAX {
+            let Some((key, stored)) = entries.next() else { return Ok(false) };
+            assert!(previous.as_ref().is_none_or(|p| *p < key), "restored entries come in strictly increasing key order");
+            bytes += key.len() + stored.len();
+            if is_outcome_meta(&key) {
+                tx.put_meta(&key, &stored)?;
+            } else {
+                assert!(key.len() >= 2 && key[..2] != META_PREFIX, "restored keys are outcome metadata or record keys");
+                // Snapshots carry `[version][value]`; the store adds the checksum.
+                let Some((version, value)) = decode_snapshot_form(&stored) else {
+                    return Err(tx.error_message(format!(
+                        "a snapshot's record {} is {} bytes, shorter than its version",
+                        key::describe(&key),
+                        stored.len()
+                    )));
+                };
+                tx.state.state_hash.add(&StateHash::of_record(&key, version, value));
+                tx.state.record_count += 1;
+                tx.records.insert(key.as_slice(), encode_value(&key, version, value).as_slice()).map_err(&error)?;
+                records += 1;
+            }
+            *previous = Some(key);
+        }
+        Ok(true)
     }
 }
 
@@ -567,7 +628,8 @@ mod tests {
         let fresh = PartitionStore::open(&dir.path().join("fresh"), 1, 1 << 20).unwrap();
         assert_eq!(fresh.read().unwrap().not_applied_from().unwrap(), 0);
         let state = RestoredState { applied_next: 42, applied_entries: 42, skipped_entries: 0, not_applied_from: 7 };
-        let (restored, _) = PartitionStore::restore(&dir.path().join("restored"), 1, 1 << 20, &state, Vec::new(), false, |_, _| Ok(())).unwrap();
+        let (restored, _) =
+            PartitionStore::restore(&dir.path().join("restored"), 1, 1 << 20, &state, Vec::new(), false, &mut |_| {}, |_, _| Ok(())).unwrap();
         let reader = restored.read().unwrap();
         assert_eq!((reader.applied_next().unwrap(), reader.not_applied_from().unwrap()), (42, 7));
     }

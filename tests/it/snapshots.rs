@@ -72,6 +72,77 @@ async fn restore_is_exact_and_incremental_snapshots_upload_only_what_changed() {
     assert_eq!(state_of(&restored), state_of(&store));
 }
 
+/// A restore streams: chunks go into the store as they arrive, in
+/// transactions of at most 100,000 records. A partition of 250,000 records
+/// (three transactions) restores exactly; one whose last chunk is missing
+/// fails only once most of it was written, and leaves no store and no
+/// staging file behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restore_streams_into_bounded_transactions_and_a_late_failure_leaves_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = PartitionStore::open(&dir.path().join("p.redb"), PARTITIONS, 8 << 20).unwrap();
+    write(&store, 0..250_000, 0, "big");
+    let snapshots = snapshots(dir.path());
+    let full = snapshots.create("ns", 5, PARTITIONS, store.read().unwrap(), "test-log").await.unwrap();
+    let path = dir.path().join("restored.redb");
+    let (restored, _) = snapshots.restore(&tern::snapshot::RestoreTarget::new("ns", 5, PARTITIONS, &path, 1 << 20)).await.unwrap();
+    assert_eq!(state_of(&restored), state_of(&store));
+    assert_eq!(state_of(&restored).1, 250_000);
+    drop(restored);
+    std::fs::remove_file(&path).unwrap();
+
+    let partition_dir = dir.path().join("objects/tern/ns/5");
+    let manifest: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(partition_dir.join("manifests").join(format!("{:020}.json", 1))).unwrap()).unwrap();
+    let chunks = manifest["chunks"].as_array().unwrap();
+    assert_eq!(chunks.len(), full.chunks);
+    let last = chunks.last().unwrap()["hash"].as_str().unwrap();
+    std::fs::remove_file(partition_dir.join("chunks").join(last)).unwrap();
+    let Err(error) = snapshots.restore(&tern::snapshot::RestoreTarget::new("ns", 5, PARTITIONS, &path, 1 << 20)).await else {
+        panic!("a snapshot missing its last chunk restored")
+    };
+    let error = error.to_string();
+    assert!(error.contains("no valid snapshot of ns/5") && error.contains("is missing"), "{error}");
+    assert!(!path.exists() && !path.with_extension("restoring").exists(), "no half-restored store is left behind");
+}
+
+/// Restores wait their turn: each holds a blocking thread while its chunks
+/// stream in, and `file://` reads chunks on blocking threads too. Eight
+/// restores at once on a runtime of six blocking threads finish (four run,
+/// four wait); without the bound all six threads waited for chunks that
+/// no thread was left to read, for ever.
+#[test]
+fn many_restores_at_once_share_the_blocking_threads() {
+    let (done, finished) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).max_blocking_threads(6).enable_all().build().unwrap();
+        let restored = runtime.block_on(async {
+            let dir = tempfile::tempdir().unwrap();
+            let snapshots = snapshots(dir.path());
+            for partition in 0..8 {
+                let store = PartitionStore::open(&dir.path().join(format!("p{partition}.redb")), 8, 1 << 20).unwrap();
+                write(&store, 0..5_000, 0, &format!("p{partition}"));
+                snapshots.create("ns", partition, 8, store.read().unwrap(), "test-log").await.unwrap();
+            }
+            let restores = (0..8).map(|partition| {
+                let (snapshots, path) = (snapshots.clone(), dir.path().join(format!("restored{partition}.redb")));
+                tokio::spawn(async move {
+                    let target = tern::snapshot::RestoreTarget::new("ns", partition, 8, &path, 1 << 20);
+                    snapshots.restore(&target).await.map(|(store, _)| state_of(&store).1)
+                })
+            });
+            let mut counts = Vec::new();
+            for restore in restores.collect::<Vec<_>>() {
+                counts.push(restore.await.unwrap().unwrap());
+            }
+            counts
+        });
+        let _ = done.send(restored);
+    });
+    let counts = finished.recv_timeout(std::time::Duration::from_secs(120)).expect("eight restores finish (no deadlock on blocking threads)");
+    assert_eq!(counts, vec![5_000; 8]);
+}
+
 /// Takes two snapshots (applied_next 1 and 2); returns the objects directory.
 async fn two_snapshots(dir: &Path) -> (Snapshots, std::path::PathBuf) {
     let store = PartitionStore::open(&dir.join("p.redb"), PARTITIONS, 8 << 20).unwrap();
