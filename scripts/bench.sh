@@ -24,6 +24,9 @@
 #                                    floor that consumes and produces without Tern (results: aggdemo.json/md).
 #   scripts/bench.sh snapshot [ARGS] instead runs `tern-bench snapshot`: snapshot and restore of one
 #                                    partition of 1,000,000 records, file:// and S3 (results: snapshot.json/md).
+#   scripts/bench.sh scale [ARGS]    instead runs `tern-bench scale`: 1M and 10M records (--records 1000000,10000000,100000000
+#                                    for 100M) against 10,000: load, GET, list, watch, PUT, RSS, disk, snapshot and restore
+#                                    (results: scale.json/md/png).
 # `--tern PATH` measures another `tern` binary (e.g. an older build, for alternating runs).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -32,7 +35,7 @@ export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/tern-target}"
 cargo build --release --quiet --workspace
 BENCH="$CARGO_TARGET_DIR/release/tern-bench"
 case "${1:-}" in
-  snapshot | watch | kafka | firebase | journal | security | regions | procedures | aggdemo)
+  snapshot | scale | watch | kafka | firebase | journal | security | regions | procedures | aggdemo)
     suite="$1"
     shift
     exec "$BENCH" "$suite" --out bench/results/latest "$@"

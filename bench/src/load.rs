@@ -11,6 +11,7 @@ use hyper::{Method, Request, Uri};
 use rand::{Rng, SeedableRng};
 
 use super::report::BenchResult;
+use super::scale;
 
 #[derive(Debug, Clone)]
 pub enum Operation {
@@ -27,6 +28,12 @@ pub enum Operation {
     /// GET a random existing child of `/bench` through the Firebase REST
     /// API (`/bench/{key}.json?ns={ns}`): the same keys and values as `TernGet`.
     FirebaseGet { ns: String },
+    /// GET a random record of the first `keys` of a scale run (`scale::pk`, `scale::sk`).
+    ScaleGet { ns: String },
+    /// List 100 records of a random pk of a scale run's `keys` records.
+    ScaleList { ns: String },
+    /// PUT a random existing record of a scale run's `keys` records.
+    ScalePut { ns: String },
     /// GET /hello.
     Hello,
 }
@@ -100,6 +107,12 @@ fn request(
         Operation::TernGetOf { ns, keys } => (Method::GET, format!("/v1/ns/{ns}/kv/{}/", keys[rng.random_range(0..keys.len())]), Bytes::new()),
         Operation::TernBatch { ns, ops } => (Method::POST, format!("/v1/ns/{ns}/batch"), batch_body(key, *ops, value)),
         Operation::FirebaseGet { ns } => (Method::GET, format!("/bench/{}.json?ns={ns}", key_name(key)), Bytes::new()),
+        Operation::ScaleGet { ns } => (Method::GET, format!("/v1/ns/{ns}/kv/{}/{}", scale::pk(key), scale::sk(key)), Bytes::new()),
+        Operation::ScaleList { ns } => {
+            let pk = scale::pk(rng.random_range(0..spec.keys.div_ceil(scale::RECORDS_PER_PK)) * scale::RECORDS_PER_PK);
+            (Method::GET, format!("/v1/ns/{ns}/kv/{pk}?limit=100"), Bytes::new())
+        }
+        Operation::ScalePut { ns } => (Method::PUT, format!("/v1/ns/{ns}/kv/{}/{}", scale::pk(key), scale::sk(key)), value.clone()),
         Operation::Hello => (Method::GET, "/hello".to_string(), Bytes::new()),
     };
     let builder = match authorization {

@@ -24,6 +24,7 @@ mod procedures;
 mod rebuild;
 mod regions;
 mod report;
+mod scale;
 mod security;
 mod snapshot;
 mod suite;
@@ -64,6 +65,8 @@ enum BenchCommand {
     Regions(regions::RegionsArgs),
     /// Snapshot and restore of one large partition, to file:// and a local S3 server.
     Snapshot(snapshot::SnapshotBenchArgs),
+    /// What a node costs as its data grows: 1M to 100M records against 10,000, alternating.
+    Scale(scale::ScaleBenchArgs),
     /// What a damaged store costs: healthy, fresh and damaged restarts of one partition, alternating.
     Rebuild(rebuild::RebuildBenchArgs),
     /// Put → event latency at many subscribers (SSE, WebSocket, Firebase streaming) next to etcd's watch.
@@ -121,7 +124,7 @@ pub struct LoadArgs {
 struct HttpArgs {
     #[arg(long, default_value = "http://127.0.0.1:7070")]
     url: String,
-    /// get, put, firebase-get or hello.
+    /// get, put, put-journaled, firebase-get, scale-get or hello.
     #[arg(long, default_value = "get")]
     op: String,
     #[arg(long, default_value = "default")]
@@ -194,6 +197,7 @@ async fn run(args: BenchArgs) -> anyhow::Result<()> {
         BenchCommand::Regions(args) => regions::run(args).await,
         BenchCommand::Snapshot(args) => snapshot::run(args).await,
         BenchCommand::Rebuild(args) => rebuild::run(args).await,
+        BenchCommand::Scale(args) => scale::run(args).await,
         BenchCommand::Watch(args) => watch::run(args).await,
         BenchCommand::Firebase(args) => firebase::run(args).await,
         BenchCommand::Journal(args) => journal::run(args).await,
@@ -209,7 +213,9 @@ async fn run(args: BenchArgs) -> anyhow::Result<()> {
                 "firebase-get" => Operation::FirebaseGet { ns: args.ns },
                 "put-journaled" => Operation::TernPutJournaled { ns: args.ns },
                 "hello" => Operation::Hello,
-                other => anyhow::bail!("--op must be get, put, put-journaled, firebase-get or hello, got {other:?}"),
+                // A node `tern-bench scale` loaded (its keys: `scale::pk`, `scale::sk`; --keys N records).
+                "scale-get" => Operation::ScaleGet { ns: args.ns },
+                other => anyhow::bail!("--op must be get, put, put-journaled, firebase-get, scale-get or hello, got {other:?}"),
             };
             let url: hyper::Uri = args.url.parse()?;
             let mut spec = args.load.spec(&args.op, operation);
