@@ -580,6 +580,7 @@ fn force_every_family() {
     LazyLock::force(&OUTBOX_PUBLISH_ERRORS);
     LazyLock::force(&OUTBOX_UNPUBLISHED);
     LazyLock::force(&OUTBOX_PUBLISH_SECONDS);
+    LazyLock::force(&OUTBOX_TRANSACTION_STEP_SECONDS);
     LazyLock::force(&PARTITION_HELD);
     LazyLock::force(&NODE_READY);
     LazyLock::force(&RIPCORD_ENGAGED);
@@ -729,6 +730,16 @@ pub(crate) static OUTBOX_PUBLISH_SECONDS: LazyLock<HistogramVec> = LazyLock::new
         "tern_outbox_publish_seconds",
         "Time of one publisher transaction (send, position, commit)",
         &["ns"],
+        prometheus::exponential_buckets(0.000_5, 2.0, 16).expect("valid buckets")
+    )
+    .expect("metric registers")
+});
+
+pub(crate) static OUTBOX_TRANSACTION_STEP_SECONDS: LazyLock<HistogramVec> = LazyLock::new(|| {
+    register_histogram_vec!(
+        "tern_outbox_transaction_step_seconds",
+        "Time of each step of one publisher transaction: begin, send (queueing the messages), offsets (adding the position), delivered (the rest of the messages acknowledged), commit (ending the transaction)",
+        &["ns", "step"],
         prometheus::exponential_buckets(0.000_5, 2.0, 16).expect("valid buckets")
     )
     .expect("metric registers")

@@ -11,7 +11,10 @@
 //!   as the `gen_ns` header; one record in 10,007 sent twice (a DUP row) and
 //!   one malformed line per 50,021 records (a BADFORMAT row).
 //! - The checker (this process) reads `agg.aggregated` and `agg.bad` with
-//!   `read_committed`; latency = the row's arrival − its `trigger_gen_ns`.
+//!   `read_committed`; latency = the row's arrival − its `trigger_gen_ns`,
+//!   and the part of it until Tern's publisher queued the row (its Kafka
+//!   timestamp). `AGG_TRACE=1` prints both for every row (`TRACE trigger_ms
+//!   until_queued_ms total_ms session`), to see a burst drain.
 //!   A violation is any row that should not be: a session billed twice, a
 //!   row whose count, seqnos or usage differ from what was sent, an
 //!   unexpected reason, a row twice (by `tern.id`), and at the end a session
@@ -209,6 +212,9 @@ struct Checked {
     garbage_rows: u64,
     violations: Vec<String>,
     latency_us: Option<Histogram<u64>>,
+    /// The first part of the latency: until Tern's publisher sent the row
+    /// (its Kafka timestamp, set by the producer when queued).
+    queued_us: Option<Histogram<u64>>,
     last_row_ns: u64,
 }
 
@@ -220,12 +226,19 @@ impl Checked {
         self.violations.push(what);
     }
 
-    fn row(&mut self, topic: &str, row: &Value, arrived_ns: u64) {
+    fn row(&mut self, topic: &str, row: &Value, arrived_ns: u64, queued_ms: Option<i64>) {
         self.rows += 1;
         self.last_row_ns = arrived_ns;
         if let Some(trigger) = row["trigger_gen_ns"].as_u64() {
             let us = arrived_ns.saturating_sub(trigger) / 1_000;
             self.latency_us.as_mut().expect("a histogram").saturating_record(us.max(1));
+            if let Some(queued_ms) = queued_ms.and_then(|ms| u64::try_from(ms).ok()) {
+                let us = (queued_ms * 1_000_000).saturating_sub(trigger) / 1_000;
+                self.queued_us.as_mut().expect("a histogram").saturating_record(us.max(1));
+                if std::env::var_os("AGG_TRACE").is_some() {
+                    eprintln!("TRACE {} {} {} {}", trigger / 1_000_000, us / 1000, (arrived_ns - trigger) / 1_000_000, row["sessionId"]);
+                }
+            }
         }
         let reason = row["reason"].as_str().unwrap_or("");
         match (topic.rsplit('.').next().unwrap_or(""), reason) {
@@ -262,6 +275,9 @@ fn check(
     let consumer: BaseConsumer = client_config(bootstrap)
         .set("group.id", "tern-bench-aggdemo-checker")
         .set("isolation.level", "read_committed")
+        // A consumer that waits for rows: its fetch returns as soon as a
+        // commit makes any visible (librdkafka's 500 ms is for throughput).
+        .set("fetch.wait.max.ms", "10")
         .set("enable.auto.commit", "false")
         .create()?;
     let mut assignment = TopicPartitionList::new();
@@ -271,7 +287,8 @@ fn check(
         }
     }
     consumer.assign(&assignment)?;
-    let mut checked = Checked { latency_us: Some(Histogram::new_with_bounds(1, 600_000_000, 3)?), ..Checked::default() };
+    let histogram = || Histogram::new_with_bounds(1, 600_000_000, 3);
+    let mut checked = Checked { latency_us: Some(histogram()?), queued_us: Some(histogram()?), ..Checked::default() };
     let mut ids = HashSet::new();
     let mut drained_by: Option<Instant> = None;
     loop {
@@ -296,7 +313,7 @@ fn check(
             None => checked.violation("a row without its tern.id".into()),
         }
         match serde_json::from_slice::<Value>(message.payload().unwrap_or_default()) {
-            Ok(row) => checked.row(message.topic(), &row, arrived),
+            Ok(row) => checked.row(message.topic(), &row, arrived, message.timestamp().to_millis()),
             Err(e) => checked.violation(format!("a row that is not JSON: {e}")),
         }
     }
@@ -412,6 +429,7 @@ async fn measure(args: &AggdemoBenchArgs, scratch: &std::path::Path, kafka_dir: 
     violations += missing_sessions + sent.dups.abs_diff(checked.dup_rows) + sent.garbage.abs_diff(checked.garbage_rows);
     let seconds = (checked.last_row_ns.max(sent.last_ns) - sent.first_ns) as f64 / 1e9;
     let latency = checked.latency_us.as_ref().expect("a histogram");
+    let queued = checked.queued_us.as_ref().expect("a histogram");
     let tern_row = json!({
         "name": "aggdemo through Tern: Kafka → procedure → Kafka (exactly once)",
         "records": sent.records,
@@ -422,9 +440,13 @@ async fn measure(args: &AggdemoBenchArgs, scratch: &std::path::Path, kafka_dir: 
         "violations": violations,
         "latency_ms": {"p50": latency.value_at_quantile(0.50) as f64 / 1e3, "p99": latency.value_at_quantile(0.99) as f64 / 1e3, "max": latency.max() as f64 / 1e3, "mean": (latency.mean() / 1e2).round() / 10.0},
         "cpu_us_per_record": cpu,
+        // Of the latency: until the publisher queued the row (ms clock), the rest is Kafka's commit and the read.
+        "until_queued_ms": {"p50": queued.value_at_quantile(0.50) as f64 / 1e3, "p99": queued.value_at_quantile(0.99) as f64 / 1e3},
     });
     // The publisher's side, from Tern's metrics: transactions, their mean time, messages in each.
     let metrics = reqwest::get(format!("http://{addr}/metrics")).await?.text().await?;
+    // Kept whole: where a row's time went (apply batches, store commits, transactions).
+    std::fs::write(args.out.join("tern-metrics.txt"), &metrics)?;
     let sample = |name: &str| metrics.lines().filter(|l| l.starts_with(name)).filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok()).sum::<f64>();
     let transactions = sample("tern_outbox_publish_seconds_count");
     let mut tern_row = tern_row;

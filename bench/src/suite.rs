@@ -43,8 +43,13 @@ pub(crate) struct SuiteArgs {
 const START_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Spawns `program args` and waits for a stdout line containing "listening on http://ADDR" (or https).
+/// Its stderr (the log) is dropped, or appended to the file `TERN_BENCH_STDERR` names.
 pub(super) async fn spawn_listening(program: &std::path::Path, args: &[&str]) -> anyhow::Result<(Child, String)> {
-    let mut child = Command::new(program).args(args).stdout(Stdio::piped()).stderr(Stdio::null()).kill_on_drop(true).spawn()?;
+    let stderr = match std::env::var_os("TERN_BENCH_STDERR") {
+        Some(path) => Stdio::from(std::fs::OpenOptions::new().create(true).append(true).open(path)?),
+        None => Stdio::null(),
+    };
+    let mut child = Command::new(program).args(args).stdout(Stdio::piped()).stderr(stderr).kill_on_drop(true).spawn()?;
     let stdout = child.stdout.take().expect("piped");
     let mut lines = BufReader::new(stdout).lines();
     let address = tokio::time::timeout(START_TIMEOUT, async {

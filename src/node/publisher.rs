@@ -113,7 +113,12 @@ async fn run(node: Weak<Node>, handle: Arc<PartitionHandle>, partitions: u32, mu
     }
 }
 
-async fn publish_while_held(node: &Node, handle: &PartitionHandle, partitions: u32, shutdown: &watch::Receiver<bool>) -> Result<(), String> {
+async fn publish_while_held(
+    node: &Arc<Node>,
+    handle: &Arc<PartitionHandle>,
+    partitions: u32,
+    shutdown: &watch::Receiver<bool>,
+) -> Result<(), String> {
     let mut publisher = node.log.publisher(&handle.tp, partitions).await.map_err(|e| e.to_string())?;
     let mut position = publisher.position().await.map_err(|e| e.to_string())?;
     tracing::info!(tp = %handle.tp, offset = position.0, index = position.1, "outbox publisher started");
@@ -122,6 +127,9 @@ async fn publish_while_held(node: &Node, handle: &PartitionHandle, partitions: u
     let published = crate::metrics::OUTBOX_PUBLISHED.with_label_values(&[&handle.tp.topic]);
     let seconds = crate::metrics::OUTBOX_PUBLISH_SECONDS.with_label_values(&[&handle.tp.topic]);
     let mut trimmed_at: Option<Instant> = None;
+    // At most one trim in flight, beside the transactions (a trim is a
+    // sequenced write: waiting for it held the next transaction back).
+    let mut trimming = Trimming(None);
     loop {
         if !handle.is_held() || *shutdown.borrow() {
             return Ok(());
@@ -141,13 +149,32 @@ async fn publish_while_held(node: &Node, handle: &PartitionHandle, partitions: u
         // position on was unpublished, every input applied (the last
         // offset's messages all came in one transaction with it).
         let published_below = if batch.next.is_none() { batch.applied_next.max(position.0) } else { position.0 };
-        let trim_due = trimmed_at.is_none_or(|at| at.elapsed() >= TRIM_INTERVAL);
+        let trim_due = trimmed_at.is_none_or(|at| at.elapsed() >= TRIM_INTERVAL) && trimming.idle();
         if trim_due && batch.oldest_stored.is_some_and(|oldest| oldest < published_below) {
-            append_trim(node, handle, published_below).await;
+            let (node, handle) = (node.clone(), handle.clone());
+            trimming.0 = Some(tokio::spawn(async move { append_trim(&node, &handle, published_below).await }));
             trimmed_at = Some(Instant::now());
         }
         if batch.next.is_none() {
             handle.wait_applied(applied + 1, IDLE_WAIT).await;
+        }
+    }
+}
+
+/// The trim in flight, if any; aborted when its publisher stops (a trim is
+/// idempotent: one cut short is made again by the next publisher).
+struct Trimming(Option<tokio::task::JoinHandle<()>>);
+
+impl Trimming {
+    fn idle(&self) -> bool {
+        self.0.as_ref().is_none_or(|task| task.is_finished())
+    }
+}
+
+impl Drop for Trimming {
+    fn drop(&mut self) {
+        if let Some(task) = self.0.take() {
+            task.abort();
         }
     }
 }

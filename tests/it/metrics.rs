@@ -26,7 +26,7 @@ const ABSENT_ON_A_FRESH_NODE: [(&str, &str); 12] = [
 
 /// Families whose every series is made by a publisher (outbox), listed
 /// apart: the same reason, and the array above stays readable.
-const ABSENT_TOO: [&str; 2] = ["tern_outbox_unpublished_messages", "tern_outbox_publish_seconds"];
+const ABSENT_TOO: [&str; 3] = ["tern_outbox_unpublished_messages", "tern_outbox_publish_seconds", "tern_outbox_transaction_step_seconds"];
 
 /// Every label name `/metrics` may use: one per concept.
 const LABEL_NAMES: [&str; 17] = [

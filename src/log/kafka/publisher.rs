@@ -35,7 +35,7 @@ use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaError;
 use rdkafka::message::{Header, OwnedHeaders};
-use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
+use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord, Producer};
 use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::util::Timeout;
 use rdkafka::{Offset, TopicPartitionList};
@@ -51,6 +51,12 @@ const TRANSACTION_CALL_TIMEOUT: Duration = Duration::from_secs(30);
 /// The broker aborts a transaction its producer left open this long (a
 /// publisher killed mid-batch with no successor).
 const TRANSACTION_TIMEOUT_MS: u64 = 60_000;
+/// Longest wait, once every message is delivered, for the producer's thread
+/// to hand back their reports (it takes microseconds; a stuck thread fails
+/// the transaction instead of holding it).
+const DELIVERED_WAIT_MAX: Duration = Duration::from_secs(5);
+/// How often that wait looks.
+const DELIVERED_POLL: Duration = Duration::from_millis(1);
 /// Output topics this publisher has made sure of (bounded by the outputs of a namespace's procedures).
 const ENSURED_TOPICS_MAX: usize = 4_096;
 
@@ -67,7 +73,6 @@ pub(super) struct KafkaPublisher {
     /// an unkeyed output goes to the partition of this input partition's
     /// number (modulo the count), so it keeps its input partition's order.
     ensured: std::collections::HashMap<String, i32>,
-    delivery_timeout: Duration,
     /// Tern's topic prefix, the namespace and the bound source topics: what
     /// an output may not be sent to (`outputs.rs`).
     prefix: String,
@@ -100,13 +105,17 @@ impl KafkaPublisher {
             .set("transaction.timeout.ms", TRANSACTION_TIMEOUT_MS.to_string())
             .set("enable.idempotence", "true")
             .set("acks", "all")
-            .set("linger.ms", "5")
+            // A transaction's messages are all sent at once and flushed by
+            // its commit: waiting to fill batches only delays the commit.
+            .set("linger.ms", "1")
             // A transaction begun right after the last one committed is told
             // CONCURRENT_TRANSACTIONS until the broker wrote the last one's
             // markers, and retried after `retry.backoff.ms`: librdkafka's
             // 100 ms made a transaction take ~110 ms (BENCHMARKS.md, aggdemo).
+            // Its backoff doubles up to the max: kept low, the retry comes
+            // soon after the markers are written.
             .set("retry.backoff.ms", "5")
-            .set("retry.backoff.max.ms", "100")
+            .set("retry.backoff.max.ms", "20")
             .set("delivery.timeout.ms", delivery_timeout.as_millis().to_string())
             .create()
             .map_err(|e| unavailable("creating the producer", e))?;
@@ -132,7 +141,6 @@ impl KafkaPublisher {
             partitions,
             replication_factor,
             ensured: std::collections::HashMap::new(),
-            delivery_timeout,
             prefix: prefix.to_string(),
             namespace: namespace.to_string(),
             sources,
@@ -226,12 +234,14 @@ impl KafkaPublisher {
             .collect()
     }
 
-    /// Sends every message inside the open transaction; waits for all.
-    async fn send_all(&self, messages: &[Outgoing]) -> Result<(), LogError> {
+    /// Queues every message inside the open transaction; returns their
+    /// deliveries, which the commit flushes (it fails if any failed).
+    fn send_all(&self, messages: &[Outgoing]) -> Result<Vec<DeliveryFuture>, LogError> {
         if let Some(m) = messages.iter().find(|m| m.key.is_none() && !self.ensured.contains_key(&m.topic)) {
             return Err(unavailable("sending an output", format!("{}: its partition count is not known", m.topic)));
         }
-        let sends = messages.iter().map(|m| {
+        let mut deliveries = Vec::with_capacity(messages.len());
+        for m in messages {
             let headers = OwnedHeaders::new().insert(Header { key: ID_HEADER, value: Some(m.id.as_bytes()) });
             let mut record: FutureRecord<'_, [u8], [u8]> = FutureRecord::to(&m.topic).payload(&m.value[..]).headers(headers);
             match &m.key {
@@ -244,10 +254,36 @@ impl KafkaPublisher {
                     record = record.partition(self.partition % count);
                 }
             }
-            self.producer.send(record, Timeout::After(self.delivery_timeout))
-        });
-        for sent in futures::future::join_all(sends).await {
-            sent.map_err(|(e, _)| unavailable("sending an output", e))?;
+            // Queued without waiting (a full queue is an error: the batch is
+            // at most `BATCH_MESSAGES_MAX`, far below the producer's queue).
+            let delivery = self.producer.send_result(record).map_err(|(e, _)| unavailable("sending an output", e))?;
+            deliveries.push(delivery);
+        }
+        Ok(deliveries)
+    }
+
+    /// Waits until every message of the transaction was delivered and its
+    /// report handed back, so the commit finds nothing to flush. Why not
+    /// leave it to the commit: rust-rdkafka's `commit_transaction` flushes
+    /// first, and its flush, finding a message still counted, polls for a
+    /// full 100 ms (while this producer's own thread takes the reports):
+    /// most transactions took 100 ms longer than Kafka needed.
+    async fn delivered(&self, deliveries: Vec<DeliveryFuture>) -> Result<(), LogError> {
+        for delivery in deliveries {
+            match delivery.await {
+                Ok(Ok(_)) => {}
+                Ok(Err((e, _))) => return Err(unavailable("delivering an output", e)),
+                Err(_) => return Err(unavailable("delivering an output", "the producer dropped its delivery report")),
+            }
+        }
+        // A report is counted until the producer's thread is done with it,
+        // just after the future above resolved: wait for that, bounded.
+        let deadline = std::time::Instant::now() + DELIVERED_WAIT_MAX;
+        while self.producer.flush(Timeout::After(Duration::ZERO)).is_err() {
+            if std::time::Instant::now() > deadline {
+                return Err(unavailable("delivering an output", format!("reports still counted after {DELIVERED_WAIT_MAX:?}")));
+            }
+            tokio::time::sleep(DELIVERED_POLL).await;
         }
         Ok(())
     }
@@ -259,6 +295,25 @@ impl KafkaPublisher {
     ) -> Result<T, LogError> {
         let producer = self.producer.clone();
         tokio::task::spawn_blocking(move || call(producer)).await.map_err(|e| unavailable(what, e))?.map_err(|e| unavailable(what, e))
+    }
+}
+
+/// Times each step of one transaction into
+/// `tern_outbox_transaction_step_seconds` (where a row's wait goes).
+struct Steps<'a> {
+    namespace: &'a str,
+    since: std::time::Instant,
+}
+
+impl<'a> Steps<'a> {
+    fn new(namespace: &'a str) -> Self {
+        Self { namespace, since: std::time::Instant::now() }
+    }
+
+    fn done(&mut self, step: &str) {
+        let now = std::time::Instant::now();
+        crate::metrics::OUTBOX_TRANSACTION_STEP_SECONDS.with_label_values(&[self.namespace, step]).observe((now - self.since).as_secs_f64());
+        self.since = now;
     }
 }
 
@@ -291,17 +346,31 @@ impl Publisher for KafkaPublisher {
     async fn publish(&mut self, messages: Vec<Outgoing>, next: (u64, u32)) -> Result<(), LogError> {
         let messages = self.allowed(messages);
         self.ensure_topics(&messages).await?;
+        let mut steps = Steps::new(&self.namespace);
         self.blocking("begin_transaction", |p| p.begin_transaction()).await?;
-        let sent = self.send_all(&messages).await;
+        steps.done("begin");
+        // The messages go out while the offsets are added (one round trip
+        // less than waiting for every delivery first).
+        let sent = self.send_all(&messages);
+        steps.done("send");
         let committed = match sent {
-            Ok(()) => {
+            Ok(deliveries) => {
                 let offsets = self.position_list(Some(next))?;
                 let metadata = self.consumer.group_metadata().ok_or_else(|| unavailable("group metadata", "none"))?;
                 let offered = self
                     .blocking("send_offsets_to_transaction", move |p| p.send_offsets_to_transaction(&offsets, &metadata, TRANSACTION_CALL_TIMEOUT))
                     .await;
+                steps.done("offsets");
                 match offered {
-                    Ok(()) => self.blocking("commit_transaction", |p| p.commit_transaction(TRANSACTION_CALL_TIMEOUT)).await,
+                    Ok(()) => match self.delivered(deliveries).await {
+                        Ok(()) => {
+                            steps.done("delivered");
+                            let committed = self.blocking("commit_transaction", |p| p.commit_transaction(TRANSACTION_CALL_TIMEOUT)).await;
+                            steps.done("commit");
+                            committed
+                        }
+                        Err(e) => Err(e),
+                    },
                     Err(e) => Err(e),
                 }
             }
