@@ -22,6 +22,7 @@ mod load;
 mod paths;
 mod procedures;
 mod rebuild;
+mod read_path;
 mod regions;
 mod report;
 mod scale;
@@ -77,6 +78,8 @@ enum BenchCommand {
     Journal(journal::JournalBenchArgs),
     /// GET and PUT with authentication and TLS next to the same without, in alternating rounds.
     Security(security::SecurityBenchArgs),
+    /// GET against the bare hello server, with and without authentication, in alternating rounds.
+    ReadPath(read_path::ReadPathBenchArgs),
     /// What a procedure (aggdemo) costs per record inside Tern: the same batched writes with and without it.
     Procedures(procedures::ProceduresBenchArgs),
     /// aggdemo from Kafka to Kafka through Tern (records/s, violations, latency, CPU per record) next to a floor without Tern.
@@ -202,6 +205,7 @@ async fn run(args: BenchArgs) -> anyhow::Result<()> {
         BenchCommand::Firebase(args) => firebase::run(args).await,
         BenchCommand::Journal(args) => journal::run(args).await,
         BenchCommand::Security(args) => security::run(args).await,
+        BenchCommand::ReadPath(args) => read_path::run(args).await,
         BenchCommand::Procedures(args) => procedures::run(args).await,
         BenchCommand::Aggdemo(args) => aggdemo::run(args).await,
         BenchCommand::Hello { listen } => hello::serve(&listen).await,

@@ -34,11 +34,11 @@ pub(crate) struct SecurityBenchArgs {
 }
 
 /// One node under test.
-struct Target {
-    name: &'static str,
-    child: Child,
-    url: hyper::Uri,
-    authorization: Option<String>,
+pub(super) struct Target {
+    pub(super) name: &'static str,
+    pub(super) child: Child,
+    pub(super) url: hyper::Uri,
+    pub(super) authorization: Option<String>,
     tls: Option<Arc<rustls::ClientConfig>>,
     /// For `settle`: a client that trusts the CA, and the root token.
     client: reqwest::Client,
@@ -49,7 +49,7 @@ struct Target {
 /// work would steal CPU from the next measurement (of any node: they share
 /// the cores). Waits until every partition has caught up, then for the
 /// stores' flush interval and its fsyncs.
-async fn settle(target: &Target) -> anyhow::Result<()> {
+pub(super) async fn settle(target: &Target) -> anyhow::Result<()> {
     let url = format!("{}v1/ns/default", target.url);
     let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(60);
     loop {
@@ -101,7 +101,7 @@ pub(super) fn make_certificates(dir: &Path) -> anyhow::Result<(PathBuf, PathBuf,
     Ok((dir.join("ca.pem"), dir.join("node.pem"), dir.join("node.key")))
 }
 
-async fn start(name: &'static str, dir: &Path, auth: bool, certificates: Option<&(PathBuf, PathBuf, PathBuf)>) -> anyhow::Result<Target> {
+pub(super) async fn start(name: &'static str, dir: &Path, auth: bool, certificates: Option<&(PathBuf, PathBuf, PathBuf)>) -> anyhow::Result<Target> {
     let data = dir.join(name);
     let token_file = data.join("admin.token");
     let mut args: Vec<String> = ["serve", "--listen", "127.0.0.1:0", "--namespace", "default:16", "--data-dir"].map(String::from).to_vec();
@@ -159,7 +159,7 @@ async fn wait_ready(client: &reqwest::Client, base: &str) -> anyhow::Result<()> 
 }
 
 /// The stores' flush interval (1 s) and its fsyncs, after catching up.
-const SETTLE_AFTER_CAUGHT_UP: std::time::Duration = std::time::Duration::from_secs(3);
+pub(super) const SETTLE_AFTER_CAUGHT_UP: std::time::Duration = std::time::Duration::from_secs(3);
 
 pub(crate) async fn run(args: SecurityBenchArgs) -> anyhow::Result<()> {
     std::fs::create_dir_all(&args.out)?;

@@ -84,10 +84,11 @@ impl<IO: AsyncRead + Unpin> AsyncRead for LenientTarget<IO> {
         REWRITTEN.with(|cell| {
             let mut out = cell.borrow_mut();
             out.clear();
-            this.framing.feed(&buf.filled()[before..], &mut out);
-            // A rewrite only ever lengthens: the same length is the same bytes.
-            debug_assert!(out.len() >= read);
-            if out.len() != read {
+            // The common case (nothing to encode) copies nothing: the bytes
+            // stay where they were read.
+            if this.framing.scan(&buf.filled()[before..], &mut out) {
+                // A rewrite only ever lengthens.
+                debug_assert!(out.len() > read);
                 buf.set_filled(before);
                 let fits = buf.remaining().min(out.len());
                 buf.put_slice(&out[..fits]);
@@ -126,9 +127,40 @@ impl<IO: AsyncWrite + Unpin> AsyncWrite for LenientTarget<IO> {
 #[derive(Debug, Default)]
 struct Framing {
     state: State,
-    /// The line being read (head, chunk-size and trailer lines).
+    /// The header, chunk-size or trailer line being read, when a read ended
+    /// inside it (a line read whole is looked at where it was read).
     line: Vec<u8>,
+    /// Bytes of the request line read so far, after its method.
+    request_line_bytes: usize,
     head: Head,
+}
+
+/// Where a read's rewritten bytes go: nothing until the first byte that
+/// must be encoded, then everything before it and every byte after.
+struct Rewrite<'a> {
+    out: &'a mut Vec<u8>,
+    /// Bytes of the input already in `out`.
+    copied: usize,
+    started: bool,
+}
+
+impl Rewrite<'_> {
+    /// `input[at]` goes out percent-encoded.
+    fn encode(&mut self, input: &[u8], at: usize) {
+        let byte = input[at];
+        self.out.extend_from_slice(&input[self.copied..at]);
+        self.out.extend_from_slice(&[b'%', HEX[usize::from(byte >> 4)], HEX[usize::from(byte & 0xf)]]);
+        self.copied = at + 1;
+        self.started = true;
+    }
+
+    /// Whether anything was encoded (then `out` holds the whole rewritten input).
+    fn finish(self, input: &[u8]) -> bool {
+        if self.started {
+            self.out.extend_from_slice(&input[self.copied..]);
+        }
+        self.started
+    }
 }
 
 #[derive(Debug, Default, PartialEq)]
@@ -170,74 +202,108 @@ impl Framing {
         self.state == State::PassThrough
     }
 
-    /// Copies `input` to `out`, rewriting request targets.
-    fn feed(&mut self, mut input: &[u8], out: &mut Vec<u8>) {
-        while !input.is_empty() {
+    /// Appends `input` to `out`, rewriting request targets.
+    #[cfg(test)]
+    fn feed(&mut self, input: &[u8], out: &mut Vec<u8>) {
+        if !self.scan(input, out) {
+            out.extend_from_slice(input);
+        }
+    }
+
+    /// Follows `input`; when a target in it needs encoding, appends all of
+    /// it, rewritten, to `out` and says so (otherwise `out` is untouched).
+    /// Lines are found with `memchr` and bodies skipped whole: only the
+    /// request line is looked at byte by byte.
+    fn scan(&mut self, input: &[u8], out: &mut Vec<u8>) -> bool {
+        let mut rewrite = Rewrite { out, copied: 0, started: false };
+        let mut at = 0;
+        while at < input.len() {
             match &mut self.state {
-                State::PassThrough => {
-                    out.extend_from_slice(input);
-                    return;
-                }
+                State::PassThrough => break,
                 State::Body(left) | State::ChunkData(left) => {
-                    let n = (*left).min(input.len() as u64) as usize;
-                    out.extend_from_slice(&input[..n]);
-                    input = &input[n..];
-                    *left -= n as u64;
+                    let n = (*left).min((input.len() - at) as u64);
+                    at += n as usize;
+                    *left -= n;
                     if *left == 0 {
                         self.state = if self.state == State::Body(0) { State::Method } else { State::ChunkSize };
                     }
                 }
-                _ => {
-                    self.byte(input[0], out);
-                    input = &input[1..];
+                State::Method => {
+                    self.method_byte(input[at]);
+                    at += 1;
+                }
+                State::Target { query } => {
+                    let (byte, query) = (input[at], *query);
+                    match byte {
+                        b' ' => self.state = State::Version,
+                        b'?' => self.state = State::Target { query: true },
+                        b'\r' | b'\n' => self.state = State::PassThrough,
+                        _ => {}
+                    }
+                    if refused_by_the_uri_parser(byte, query) {
+                        rewrite.encode(input, at);
+                    }
+                    at += 1;
+                    self.request_line_grew(1);
+                }
+                State::Version => {
+                    let rest = &input[at..];
+                    let taken = memchr::memchr(b'\n', rest).map_or(rest.len(), |newline| newline + 1);
+                    at += taken;
+                    self.request_line_grew(taken);
+                    if self.state == State::Version && rest[taken - 1] == b'\n' {
+                        self.state = State::Headers;
+                        self.request_line_bytes = 0;
+                    }
+                }
+                State::Headers | State::ChunkSize | State::Trailers => {
+                    let rest = &input[at..];
+                    match memchr::memchr(b'\n', rest) {
+                        Some(newline) if self.line.is_empty() && newline + self.head.method.len() <= LINE_BYTES_MAX => {
+                            self.end_line(&rest[..newline]);
+                            at += newline + 1;
+                        }
+                        Some(newline) => {
+                            at += newline + 1;
+                            if self.line_grew(&rest[..newline]) {
+                                let mut taken = std::mem::take(&mut self.line);
+                                self.end_line(&taken);
+                                // The line's buffer is kept for the next one, within bounds.
+                                taken.clear();
+                                taken.shrink_to(KEEP_BYTES);
+                                self.line = taken;
+                            }
+                        }
+                        None => {
+                            at = input.len();
+                            self.line_grew(rest);
+                        }
+                    }
                 }
             }
+        }
+        rewrite.finish(input)
+    }
+
+    /// Counts `n` more bytes of the request line, held (with its method) to
+    /// `LINE_BYTES_MAX`.
+    fn request_line_grew(&mut self, n: usize) {
+        self.request_line_bytes += n;
+        if self.request_line_bytes + self.head.method.len() > LINE_BYTES_MAX {
+            self.state = State::PassThrough;
         }
     }
 
-    fn byte(&mut self, byte: u8, out: &mut Vec<u8>) {
-        match self.state {
-            State::Method => self.method_byte(byte, out),
-            State::Target { query } => {
-                match byte {
-                    b' ' => self.state = State::Version,
-                    b'?' => self.state = State::Target { query: true },
-                    b'\r' | b'\n' => self.state = State::PassThrough,
-                    _ => {}
-                }
-                if refused_by_the_uri_parser(byte, query) {
-                    out.extend_from_slice(&[b'%', HEX[usize::from(byte >> 4)], HEX[usize::from(byte & 0xf)]]);
-                } else {
-                    out.push(byte);
-                }
-                self.line.push(byte);
-                self.bound_line();
-            }
-            State::Version => {
-                out.push(byte);
-                self.line.push(byte);
-                self.bound_line();
-                if byte == b'\n' {
-                    self.state = State::Headers;
-                    self.line.clear();
-                }
-            }
-            State::Headers | State::ChunkSize | State::Trailers => {
-                out.push(byte);
-                if byte != b'\n' {
-                    self.line.push(byte);
-                    self.bound_line();
-                    return;
-                }
-                let mut taken = std::mem::take(&mut self.line);
-                self.end_line(&taken);
-                // The line's buffer is kept for the next one, within bounds.
-                taken.clear();
-                taken.shrink_to(KEEP_BYTES);
-                self.line = taken;
-            }
-            State::Body(_) | State::ChunkData(_) | State::PassThrough => unreachable!("bulk states are copied in feed"),
+    /// Adds `bytes` to the line being read; false (and bytes no longer
+    /// followed) once it is longer than `LINE_BYTES_MAX`.
+    fn line_grew(&mut self, bytes: &[u8]) -> bool {
+        if self.line.len() + bytes.len() + self.head.method.len() > LINE_BYTES_MAX {
+            self.line = Vec::new();
+            self.state = State::PassThrough;
+            return false;
         }
+        self.line.extend_from_slice(bytes);
+        true
     }
 
     /// A head, chunk-size or trailer line ended (its `\n` read).
@@ -264,38 +330,32 @@ impl Framing {
         }
     }
 
-    fn method_byte(&mut self, byte: u8, out: &mut Vec<u8>) {
-        out.push(byte);
+    fn method_byte(&mut self, byte: u8) {
         match byte {
             b'A'..=b'Z' | b'a'..=b'z' | b'-' | b'_' => {
                 self.head.method.push(byte);
-                self.bound_line();
+                self.request_line_grew(0);
             }
             // Empty lines before a request are allowed (RFC 9112, 2.2).
             b'\r' | b'\n' if self.head.method.is_empty() => {}
             b' ' if !self.head.method.is_empty() => {
                 self.state = State::Target { query: false };
-                self.line.clear();
+                self.request_line_bytes = 0;
             }
             _ => self.state = State::PassThrough,
         }
     }
 
-    /// Holds the line being read (with the request's method) to `LINE_BYTES_MAX`.
-    fn bound_line(&mut self) {
-        if self.line.len() + self.head.method.len() > LINE_BYTES_MAX {
-            self.state = State::PassThrough;
-        }
-    }
-
     fn header(&mut self, line: &[u8]) {
-        let Some(colon) = line.iter().position(|b| *b == b':') else {
+        let Some(colon) = memchr::memchr(b':', line) else {
             self.head.unsure = true;
             return;
         };
         let name = &line[..colon];
-        let value = String::from_utf8_lossy(&line[colon + 1..]).trim().to_ascii_lowercase();
+        // Only the names that frame a body are read (no copy of the others).
+        let value = || String::from_utf8_lossy(&line[colon + 1..]).trim().to_ascii_lowercase();
         if name.eq_ignore_ascii_case(b"content-length") {
+            let value = value();
             // Digits only, as hyper reads it (Rust's parse also takes "+1").
             let length = if value.bytes().all(|b| b.is_ascii_digit()) { value.parse::<u64>().ok() } else { None };
             match (length.ok_or(()), self.head.content_length) {
@@ -304,7 +364,7 @@ impl Framing {
                 _ => self.head.unsure = true,
             }
         } else if name.eq_ignore_ascii_case(b"transfer-encoding") {
-            self.head.transfer_coding = value.rsplit(',').next().map(|coding| coding.trim().to_string());
+            self.head.transfer_coding = value().rsplit(',').next().map(|coding| coding.trim().to_string());
         } else if name.eq_ignore_ascii_case(b"upgrade") {
             self.head.unsure = true;
         }
