@@ -41,10 +41,8 @@ pub(crate) async fn run(args: ReadPathBenchArgs) -> anyhow::Result<()> {
     let scratch = tempfile::Builder::new().prefix("tern-bench-read-path-").tempdir()?;
     let (mut hello, hello_addr) = spawn_listening(crate::paths::harness(), &["hello", "--listen", "127.0.0.1:0"]).await?;
     let hello_url: hyper::Uri = format!("http://{hello_addr}").parse()?;
-    let mut nodes = vec![
-        super::security::start("plain", scratch.path(), false, None).await?,
-        super::security::start("auth", scratch.path(), true, None).await?,
-    ];
+    let mut nodes =
+        vec![super::security::start("plain", scratch.path(), false, None).await?, super::security::start("auth", scratch.path(), true, None).await?];
     let ns = "default".to_string();
     for node in &nodes {
         eprintln!("preloading {} keys into {} ({})", args.load.keys, node.name, node.url);
