@@ -248,12 +248,21 @@ impl Framing {
                 }
                 State::Version => {
                     let rest = &input[at..];
-                    let taken = memchr::memchr(b'\n', rest).map_or(rest.len(), |newline| newline + 1);
-                    at += taken;
-                    self.request_line_grew(taken);
-                    if self.state == State::Version && rest[taken - 1] == b'\n' {
-                        self.state = State::Headers;
-                        self.request_line_bytes = 0;
+                    // The line's end is not counted against the bound (as
+                    // for header lines): a line of exactly the bound is followed.
+                    match memchr::memchr(b'\n', rest) {
+                        Some(newline) => {
+                            at += newline + 1;
+                            self.request_line_grew(newline);
+                            if self.state == State::Version {
+                                self.state = State::Headers;
+                                self.request_line_bytes = 0;
+                            }
+                        }
+                        None => {
+                            at = input.len();
+                            self.request_line_grew(rest.len());
+                        }
                     }
                 }
                 State::Headers | State::ChunkSize | State::Trailers => {
@@ -521,6 +530,27 @@ mod tests {
         assert_eq!(both(&request), request);
         let header = format!("GET / HTTP/1.1\r\nX: {long}\r\n\r\nGET /?\" HTTP/1.1\r\n\r\n");
         assert_eq!(both(&header), header);
+    }
+
+    /// A request line or header line of exactly `LINE_BYTES_MAX` (its
+    /// method included, its CRLF not) is followed; one byte more is not.
+    #[test]
+    fn a_line_of_exactly_the_bound_is_followed() {
+        let next = "GET /?\" HTTP/1.1\r\n\r\n";
+        let rewritten_next = "GET /?%22 HTTP/1.1\r\n\r\n";
+        // The method, then what follows its space up to the LF.
+        let filler = LINE_BYTES_MAX - "GET".len() - "/".len() - " HTTP/1.1\r".len();
+        let at_bound = format!("GET /{} HTTP/1.1\r\n\r\n", "a".repeat(filler));
+        assert_eq!(both(&format!("{at_bound}{next}")), format!("{at_bound}{rewritten_next}"));
+        let past_bound = format!("GET /{} HTTP/1.1\r\n\r\n", "a".repeat(filler + 1));
+        assert_eq!(both(&format!("{past_bound}{next}")), format!("{past_bound}{next}"));
+        // A header line: "X: " and its value, the CR counted, the LF not,
+        // with the request's method (held until the head ends).
+        let value = LINE_BYTES_MAX - "GET".len() - "X: ".len() - "\r".len();
+        let header_at_bound = format!("GET / HTTP/1.1\r\nX: {}\r\n\r\n", "v".repeat(value));
+        assert_eq!(both(&format!("{header_at_bound}{next}")), format!("{header_at_bound}{rewritten_next}"));
+        let header_past = format!("GET / HTTP/1.1\r\nX: {}\r\n\r\n", "v".repeat(value + 1));
+        assert_eq!(both(&format!("{header_past}{next}")), format!("{header_past}{next}"));
     }
 
     #[test]
