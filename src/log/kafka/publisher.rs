@@ -57,6 +57,8 @@ const TRANSACTION_TIMEOUT_MS: u64 = 60_000;
 const DELIVERED_WAIT_MAX: Duration = Duration::from_secs(5);
 /// How often that wait looks.
 const DELIVERED_POLL: Duration = Duration::from_millis(1);
+/// How long a message waits before trying a full producer queue again.
+const QUEUE_FULL_WAIT: Duration = Duration::from_millis(5);
 /// Output topics this publisher has made sure of (bounded by the outputs of a namespace's procedures).
 const ENSURED_TOPICS_MAX: usize = 4_096;
 
@@ -234,9 +236,10 @@ impl KafkaPublisher {
             .collect()
     }
 
-    /// Queues every message inside the open transaction; returns their
-    /// deliveries, which the commit flushes (it fails if any failed).
-    fn send_all(&self, messages: &[Outgoing]) -> Result<Vec<DeliveryFuture>, LogError> {
+    /// Queues every message inside the open transaction, without waiting
+    /// for their delivery; returns their deliveries (`delivered` awaits
+    /// them before the commit).
+    async fn send_all(&self, messages: &[Outgoing]) -> Result<Vec<DeliveryFuture>, LogError> {
         if let Some(m) = messages.iter().find(|m| m.key.is_none() && !self.ensured.contains_key(&m.topic)) {
             return Err(unavailable("sending an output", format!("{}: its partition count is not known", m.topic)));
         }
@@ -254,12 +257,28 @@ impl KafkaPublisher {
                     record = record.partition(self.partition % count);
                 }
             }
-            // Queued without waiting (a full queue is an error: the batch is
-            // at most `BATCH_MESSAGES_MAX`, far below the producer's queue).
-            let delivery = self.producer.send_result(record).map_err(|(e, _)| unavailable("sending an output", e))?;
-            deliveries.push(delivery);
+            deliveries.push(self.queue(record).await?);
         }
         Ok(deliveries)
+    }
+
+    /// Queues one message. A full queue (its bytes: a batch of large
+    /// outputs can pass librdkafka's queue, which empties as they are
+    /// delivered) is waited on, up to `TRANSACTION_CALL_TIMEOUT`, as
+    /// rust-rdkafka's `send` does; failing at once would fail the same
+    /// batch again on every try, and the outbox would never move.
+    async fn queue<'r>(&self, mut record: FutureRecord<'r, [u8], [u8]>) -> Result<DeliveryFuture, LogError> {
+        let deadline = std::time::Instant::now() + TRANSACTION_CALL_TIMEOUT;
+        loop {
+            match self.producer.send_result(record) {
+                Ok(delivery) => return Ok(delivery),
+                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) if std::time::Instant::now() < deadline => {
+                    record = back;
+                    tokio::time::sleep(QUEUE_FULL_WAIT).await;
+                }
+                Err((e, _)) => return Err(unavailable("sending an output", e)),
+            }
+        }
     }
 
     /// Waits until every message of the transaction was delivered and its
@@ -351,7 +370,7 @@ impl Publisher for KafkaPublisher {
         steps.done("begin");
         // The messages go out while the offsets are added (one round trip
         // less than waiting for every delivery first).
-        let sent = self.send_all(&messages);
+        let sent = self.send_all(&messages).await;
         steps.done("send");
         let committed = match sent {
             Ok(deliveries) => {
