@@ -107,8 +107,8 @@ impl KafkaPublisher {
             .set("transaction.timeout.ms", TRANSACTION_TIMEOUT_MS.to_string())
             .set("enable.idempotence", "true")
             .set("acks", "all")
-            // A transaction's messages are all sent at once and flushed by
-            // its commit: waiting to fill batches only delays the commit.
+            // A transaction's messages are all sent at once and awaited
+            // before its commit: waiting to fill batches only delays it.
             .set("linger.ms", "1")
             // A transaction begun right after the last one committed is told
             // CONCURRENT_TRANSACTIONS until the broker wrote the last one's
@@ -234,6 +234,24 @@ impl KafkaPublisher {
                 }
             })
             .collect()
+    }
+
+    /// The open transaction's work: its messages go out while its position
+    /// is added (one round trip less than waiting for every delivery
+    /// first), then every delivery is awaited, then the commit. Any error
+    /// leaves the transaction to the caller's abort.
+    async fn send_offer_commit(&self, messages: &[Outgoing], next: (u64, u32), steps: &mut Steps<'_>) -> Result<(), LogError> {
+        let deliveries = self.send_all(messages).await?;
+        steps.done("send");
+        let offsets = self.position_list(Some(next))?;
+        let metadata = self.consumer.group_metadata().ok_or_else(|| unavailable("group metadata", "none"))?;
+        self.blocking("send_offsets_to_transaction", move |p| p.send_offsets_to_transaction(&offsets, &metadata, TRANSACTION_CALL_TIMEOUT)).await?;
+        steps.done("offsets");
+        self.delivered(deliveries).await?;
+        steps.done("delivered");
+        self.blocking("commit_transaction", |p| p.commit_transaction(TRANSACTION_CALL_TIMEOUT)).await?;
+        steps.done("commit");
+        Ok(())
     }
 
     /// Queues every message inside the open transaction, without waiting
@@ -368,33 +386,7 @@ impl Publisher for KafkaPublisher {
         let mut steps = Steps::new(&self.namespace);
         self.blocking("begin_transaction", |p| p.begin_transaction()).await?;
         steps.done("begin");
-        // The messages go out while the offsets are added (one round trip
-        // less than waiting for every delivery first).
-        let sent = self.send_all(&messages).await;
-        steps.done("send");
-        let committed = match sent {
-            Ok(deliveries) => {
-                let offsets = self.position_list(Some(next))?;
-                let metadata = self.consumer.group_metadata().ok_or_else(|| unavailable("group metadata", "none"))?;
-                let offered = self
-                    .blocking("send_offsets_to_transaction", move |p| p.send_offsets_to_transaction(&offsets, &metadata, TRANSACTION_CALL_TIMEOUT))
-                    .await;
-                steps.done("offsets");
-                match offered {
-                    Ok(()) => match self.delivered(deliveries).await {
-                        Ok(()) => {
-                            steps.done("delivered");
-                            let committed = self.blocking("commit_transaction", |p| p.commit_transaction(TRANSACTION_CALL_TIMEOUT)).await;
-                            steps.done("commit");
-                            committed
-                        }
-                        Err(e) => Err(e),
-                    },
-                    Err(e) => Err(e),
-                }
-            }
-            Err(e) => Err(e),
-        };
+        let committed = self.send_offer_commit(&messages, next, &mut steps).await;
         if let Err(e) = committed {
             // Nothing of the batch becomes visible. The caller drops this
             // publisher; the next one's init_transactions ends the transaction
