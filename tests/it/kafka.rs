@@ -649,3 +649,112 @@ async fn writes_queued_on_a_small_topic_fail_at_once_when_its_leader_is_lost() {
     }
     assert!(at_once >= 5, "every write but the first fails at once: {answers:?}");
 }
+
+/// The value of a metric line starting with `name` (0 when absent).
+async fn metric(t: &Tern, name: &str) -> f64 {
+    let text = t.client.get(format!("{}/metrics", t.url)).send().await.unwrap().text().await.unwrap();
+    text.lines().find(|l| l.starts_with(name)).and_then(|l| l.rsplit(' ').next()?.parse().ok()).unwrap_or(0.0)
+}
+
+/// A procedure's output can be as large as a value (1 MiB, and its key):
+/// the publisher's producer and the output topics it creates take it.
+/// Failed before: librdkafka's default `message.max.bytes` (1,000,000)
+/// refused the output at once, every transaction of its partition failed
+/// the same way, and the small output behind it was never published.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_output_as_large_as_a_value_is_published_and_nothing_waits_behind_it() {
+    // The counter copies a 1 MiB value a few times as a string: far past
+    // the default fuel (10 ms of work); given the most there is.
+    const FUEL: u64 = 1_000_000_000;
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    use rdkafka::message::Message;
+    let dir = tempfile::tempdir().unwrap();
+    let prefix = unique_prefix();
+    let t = serve_with(dir.path(), &prefix, "kafka-test", &["--procedure-publish", "true", "--procedure-tick-ms", "200"]).await;
+    let ns = format!("big{}", rand::random::<u32>());
+    let (status, body) = t.send(t.client.put(format!("{}/v1/ns/{ns}", t.url)).json(&json!({"partitions": 1}))).await;
+    assert_eq!(status, 201, "{body}");
+    let module = base64::Engine::encode(
+        &base64::engine::general_purpose::STANDARD,
+        std::fs::read(common::checkout().join("examples/procedures/build/counter.wasm")).unwrap(),
+    );
+    let (status, body) = t
+        .send(
+            t.client
+                .put(format!("{}/v1/ns/{ns}/procedures/counter", t.url))
+                .json(&json!({"runtime": "wasm", "module": module, "fuel_per_record": FUEL})),
+        )
+        .await;
+    assert!(status == 200 || status == 201, "{status} {body}");
+    // The counter emits {"key":…,"v":<value>,…}: a value this large makes an output over 1,000,000 bytes.
+    let large = "x".repeat(1024 * 1024 - 200);
+    let (status, body) = t.send(t.client.put(t.kv_url(&ns, "in/large", Some(""))).json(&json!(large))).await;
+    assert_eq!(status, 200, "{body}");
+    let (status, body) = t.send(t.client.put(t.kv_url(&ns, "in/small", Some(""))).json(&json!(1))).await;
+    assert_eq!(status, 200, "{body}");
+
+    let topic = format!("{ns}.seen");
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", common::kafka_bootstrap())
+        .set("group.id", format!("{prefix}reader"))
+        .set("isolation.level", "read_committed")
+        .set("auto.offset.reset", "earliest")
+        .set("topic.metadata.refresh.interval.ms", "500")
+        .create()
+        .unwrap();
+    consumer.subscribe(&[&topic]).unwrap();
+    let mut sizes = Vec::new();
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while sizes.len() < 2 {
+        assert!(std::time::Instant::now() < deadline, "published {sizes:?} of 2 outputs in 60 s");
+        match consumer.poll(Duration::from_millis(200)) {
+            Some(Ok(message)) => sizes.push(message.payload().map_or(0, <[u8]>::len)),
+            Some(Err(e)) => eprintln!("reading {topic}: {e}"),
+            None => {}
+        }
+    }
+    assert!(sizes[0] > 1_000_000 && sizes[0] <= 1024 * 1024 + 1024, "the large output first, whole: {sizes:?}");
+    assert!(sizes[1] < 1_000, "then the small one: {sizes:?}");
+
+    // An output topic made outside Tern with a smaller limit: the output
+    // waits in its outbox (the publisher fails, counted, and says in its log
+    // which topic and what to raise) until an operator raises the limit.
+    let small = format!("small{}", rand::random::<u32>());
+    let small_topic = format!("{small}.seen");
+    let admin: rdkafka::admin::AdminClient<rdkafka::client::DefaultClientContext> =
+        ClientConfig::new().set("bootstrap.servers", common::kafka_bootstrap()).create().unwrap();
+    let topic = rdkafka::admin::NewTopic::new(&small_topic, 1, rdkafka::admin::TopicReplication::Fixed(1)).set("max.message.bytes", "100000");
+    let created = admin.create_topics([&topic], &rdkafka::admin::AdminOptions::new()).await.unwrap();
+    assert!(created[0].is_ok(), "{created:?}");
+    let (status, body) = t.send(t.client.put(format!("{}/v1/ns/{small}", t.url)).json(&json!({"partitions": 1}))).await;
+    assert_eq!(status, 201, "{body}");
+    let (status, body) = t
+        .send(
+            t.client
+                .put(format!("{}/v1/ns/{small}/procedures/counter", t.url))
+                .json(&json!({"runtime": "wasm", "module": module, "fuel_per_record": FUEL})),
+        )
+        .await;
+    assert!(status == 200 || status == 201, "{status} {body}");
+    let (status, body) = t.send(t.client.put(t.kv_url(&small, "in/large", Some(""))).json(&json!("y".repeat(200_000)))).await;
+    assert_eq!(status, 200, "{body}");
+    let errors = format!("tern_outbox_publish_errors_total{{ns=\"{small}\"}}");
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while metric(&t, &errors).await < 2.0 {
+        assert!(std::time::Instant::now() < deadline, "the publisher of {small} never failed");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let raised = rdkafka::admin::AlterConfig::new(rdkafka::admin::ResourceSpecifier::Topic(&small_topic)).set("max.message.bytes", "8454144");
+    let altered = admin.alter_configs([&raised], &rdkafka::admin::AdminOptions::new()).await.unwrap();
+    assert!(altered[0].is_ok(), "{altered:?}");
+    consumer.unsubscribe();
+    consumer.subscribe(&[&small_topic]).unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        assert!(std::time::Instant::now() < deadline, "the output waiting for {small_topic} was not published once the limit was raised");
+        if let Some(Ok(message)) = consumer.poll(Duration::from_millis(200)) {
+            assert!(message.payload().map_or(0, <[u8]>::len) > 200_000, "the waiting output, whole");
+            break;
+        }
+    }
+}

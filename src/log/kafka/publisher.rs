@@ -34,12 +34,13 @@ use rdkafka::client::DefaultClientContext;
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaError;
-use rdkafka::message::{Header, OwnedHeaders};
+use rdkafka::message::{Header, Message, OwnedHeaders};
 use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord, Producer};
 use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::util::Timeout;
 use rdkafka::{Offset, TopicPartitionList};
 
+use super::kafka_log::MESSAGE_BYTES_MAX;
 use super::outputs;
 use super::sources::Sources;
 use crate::log::{LogError, Outgoing, Publisher};
@@ -86,6 +87,20 @@ fn unavailable(what: &str, e: impl std::fmt::Display) -> LogError {
     LogError::Unavailable(format!("kafka publisher: {what}: {e}"))
 }
 
+/// An output Kafka did not take, said with its topic and size. Too large
+/// for its topic is an output topic made outside Tern (or by a Tern before
+/// it set the limit) with a smaller `max.message.bytes`: its partition's
+/// outbox is tried again until an operator raises it, so the error says how.
+fn refused(topic: &str, bytes: usize, e: KafkaError) -> LogError {
+    let what = format!("an output of {bytes} bytes to {topic}");
+    match e.rdkafka_error_code() {
+        Some(RDKafkaErrorCode::MessageSizeTooLarge) => {
+            unavailable(&what, format!("{e}; raise the topic's max.message.bytes to {MESSAGE_BYTES_MAX}, the largest output Tern sends"))
+        }
+        _ => unavailable(&what, e),
+    }
+}
+
 impl KafkaPublisher {
     /// Creates the producer and fences any earlier one of the partition
     /// (`init_transactions`), which also ends its open transaction.
@@ -119,6 +134,10 @@ impl KafkaPublisher {
             .set("retry.backoff.ms", "5")
             .set("retry.backoff.max.ms", "20")
             .set("delivery.timeout.ms", delivery_timeout.as_millis().to_string())
+            // An output is as large as a value and its key (1 MiB and
+            // 1 KiB): librdkafka's default (1,000,000) would refuse the
+            // largest, and refuse it again on every try of its batch.
+            .set("message.max.bytes", MESSAGE_BYTES_MAX.to_string())
             .create()
             .map_err(|e| unavailable("creating the producer", e))?;
         let consumer: BaseConsumer = base
@@ -173,8 +192,16 @@ impl KafkaPublisher {
         if new.is_empty() {
             return Ok(());
         }
-        let topics: Vec<NewTopic> =
-            new.iter().map(|t| NewTopic::new(t, self.partitions as i32, TopicReplication::Fixed(self.replication_factor))).collect();
+        // Kafka's default max.message.bytes (about 1 MB) is below the
+        // largest output: the topics Tern makes take what its producer sends.
+        let max_message_bytes = MESSAGE_BYTES_MAX.to_string();
+        let topics: Vec<NewTopic> = new
+            .iter()
+            .map(|t| {
+                NewTopic::new(t, self.partitions as i32, TopicReplication::Fixed(self.replication_factor))
+                    .set("max.message.bytes", &max_message_bytes)
+            })
+            .collect();
         let options = AdminOptions::new().operation_timeout(Some(Timeout::After(TRANSACTION_CALL_TIMEOUT)));
         let results = self.admin.create_topics(&topics, &options).await.map_err(|e| unavailable("creating output topics", e))?;
         let mut existing = Vec::new();
@@ -275,7 +302,8 @@ impl KafkaPublisher {
                     record = record.partition(self.partition % count);
                 }
             }
-            deliveries.push(self.queue(record).await?);
+            let queued = self.queue(record).await.map_err(|e| refused(&m.topic, m.value.len(), e))?;
+            deliveries.push(queued);
         }
         Ok(deliveries)
     }
@@ -285,7 +313,7 @@ impl KafkaPublisher {
     /// delivered) is waited on, up to `TRANSACTION_CALL_TIMEOUT`, as
     /// rust-rdkafka's `send` does; failing at once would fail the same
     /// batch again on every try, and the outbox would never move.
-    async fn queue<'r>(&self, mut record: FutureRecord<'r, [u8], [u8]>) -> Result<DeliveryFuture, LogError> {
+    async fn queue<'r>(&self, mut record: FutureRecord<'r, [u8], [u8]>) -> Result<DeliveryFuture, KafkaError> {
         let deadline = std::time::Instant::now() + TRANSACTION_CALL_TIMEOUT;
         loop {
             match self.producer.send_result(record) {
@@ -294,7 +322,7 @@ impl KafkaPublisher {
                     record = back;
                     tokio::time::sleep(QUEUE_FULL_WAIT).await;
                 }
-                Err((e, _)) => return Err(unavailable("sending an output", e)),
+                Err((e, _)) => return Err(e),
             }
         }
     }
@@ -309,7 +337,7 @@ impl KafkaPublisher {
         for delivery in deliveries {
             match delivery.await {
                 Ok(Ok(_)) => {}
-                Ok(Err((e, _))) => return Err(unavailable("delivering an output", e)),
+                Ok(Err((e, message))) => return Err(refused(message.topic(), message.payload().map_or(0, <[u8]>::len), e)),
                 Err(_) => return Err(unavailable("delivering an output", "the producer dropped its delivery report")),
             }
         }
@@ -395,5 +423,20 @@ impl Publisher for KafkaPublisher {
             return Err(e);
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_output_too_large_for_its_topic_says_what_to_raise() {
+        let e = refused("ns.out", 200_051, KafkaError::MessageProduction(RDKafkaErrorCode::MessageSizeTooLarge));
+        let said = e.to_string();
+        assert!(said.contains("an output of 200051 bytes to ns.out"), "{said}");
+        assert!(said.contains(&format!("raise the topic's max.message.bytes to {MESSAGE_BYTES_MAX}")), "{said}");
+        let other = refused("ns.out", 3, KafkaError::MessageProduction(RDKafkaErrorCode::TopicAuthorizationFailed)).to_string();
+        assert!(other.contains("an output of 3 bytes to ns.out") && !other.contains("raise"), "{other}");
     }
 }
