@@ -57,9 +57,15 @@ impl Common {
 pub struct PutArgs {
     #[command(flatten)]
     common: Common,
-    /// PK [SK] VALUE, where VALUE is JSON (quote strings: '"on"'); `-` reads VALUE from stdin.
-    #[arg(num_args = 2..=3, required = true, value_name = "PK [SK] VALUE")]
-    args: Vec<String>,
+    /// The record's partition key.
+    #[arg(value_name = "PK")]
+    pk: String,
+    /// The sort key; given two arguments (`tern put PK VALUE`), this one is the VALUE and the sort key is empty.
+    #[arg(value_name = "SK")]
+    sk: String,
+    /// JSON (quote strings: '"on"'); `-` reads it from stdin.
+    #[arg(value_name = "VALUE")]
+    value: Option<String>,
     /// Only if the record is still at this version (else exit 4, condition_failed).
     #[arg(long)]
     if_version: Option<u64>,
@@ -276,10 +282,9 @@ fn parse_value(text: &str) -> anyhow::Result<String> {
 }
 
 pub(super) async fn put(a: PutArgs) -> anyhow::Result<()> {
-    let (pk, sk, value) = match a.args.as_slice() {
-        [pk, value] => (pk, "", value),
-        [pk, sk, value] => (pk, sk.as_str(), value),
-        _ => unreachable!("clap enforces 2..=3 arguments"),
+    let (pk, sk, value) = match &a.value {
+        None => (&a.pk, "", &a.sk),
+        Some(value) => (&a.pk, a.sk.as_str(), value),
     };
     let mut query = Vec::new();
     if let Some(v) = a.if_version {

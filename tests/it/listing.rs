@@ -72,6 +72,23 @@ async fn a_namespace_lists_every_record_once_in_pk_sk_order() {
             expected.iter().filter(|(pk, _)| tern::partitioner::partition_of(pk, 16) == partition).cloned().collect();
         assert_eq!(listed, of_partition, "partition {partition}");
     }
+    // The CLI pages the same way: --limit and --cursor, --partition.
+    let keys_of = |out: &str| -> (Vec<(String, String)>, Option<String>) {
+        let page: Value = serde_json::from_str(out).unwrap_or_else(|e| panic!("{e}: {out}"));
+        let keys = page["items"].as_array().unwrap().iter().map(|i| (i["pk"].as_str().unwrap().into(), i["sk"].as_str().unwrap().into())).collect();
+        (keys, page["next_cursor"].as_str().map(String::from))
+    };
+    let (ok, out, err) = common::cli(&t.url, &["ls", "--limit", "3", "--json"]);
+    assert!(ok, "{err}");
+    let (first, cursor) = keys_of(&out);
+    assert_eq!(first, expected[..3]);
+    let (ok, out, err) = common::cli(&t.url, &["ls", "--limit", "3", "--cursor", &cursor.expect("more pages"), "--json"]);
+    assert!(ok, "{err}");
+    assert_eq!(keys_of(&out).0, expected[3..6]);
+    let (ok, out, err) = common::cli(&t.url, &["ls", "--partition", "3", "--limit", "1000", "--json"]);
+    assert!(ok, "{err}");
+    let of_3: Vec<(String, String)> = expected.iter().filter(|(pk, _)| tern::partitioner::partition_of(pk, 16) == 3).cloned().collect();
+    assert_eq!(keys_of(&out), (of_3, None));
 }
 
 /// Bad input gets a precise 400 and changes nothing.

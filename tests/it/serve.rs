@@ -103,3 +103,53 @@ async fn a_node_runs_without_transparent_huge_pages() {
     let line = status.lines().find(|l| l.starts_with("THP_enabled:")).expect("the same kernel reports it for the node");
     assert_eq!(line.split_whitespace().nth(1), Some("0"), "the node's {line}");
 }
+
+/// `tern dev`'s banner names the console, and its log written to a file
+/// (stderr is not a terminal) carries no colour codes, whatever the level.
+#[test]
+fn the_dev_banner_names_the_console_and_a_log_file_has_no_colour() {
+    use std::io::{BufRead, BufReader};
+    let dir = tempfile::tempdir().unwrap();
+    let log_path = dir.path().join("tern.log");
+    let data = dir.path().join("data");
+    let mut child = Command::new(bin())
+        .args(["dev", "--listen", "127.0.0.1:0", "--data-dir", data.to_str().unwrap()])
+        .env("TERN_LOG_LEVEL", "debug")
+        .env_remove("NO_COLOR")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::fs::File::create(&log_path).unwrap())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    let mut banner = Vec::new();
+    let console = loop {
+        let line = rx.recv_timeout(std::time::Duration::from_secs(30)).unwrap_or_else(|_| panic!("no console line in {banner:?}"));
+        if let Some(url) = line.strip_prefix("console: ") {
+            break url.to_string();
+        }
+        banner.push(line);
+    };
+    let listening = banner.iter().find_map(|l| l.split_once("listening on ").map(|(_, a)| a.trim().to_string())).expect("the address first");
+    assert_eq!(console, format!("{listening}/console"), "{banner:?}");
+    // Something was logged (debug: the node's start), without an escape.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let log = loop {
+        let log = std::fs::read_to_string(&log_path).unwrap();
+        if log.contains("DEBUG") || std::time::Instant::now() > deadline {
+            break log;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(log.contains("DEBUG"), "logged: {log}");
+    assert!(!log.contains('\u{1b}'), "no colour codes in a log file: {log}");
+}

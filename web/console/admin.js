@@ -59,12 +59,13 @@ export async function proceduresView(ns, root, onError) {
   const rows = list.procedures.map((p) => el("tr", { dataset: { name: p.name } },
     cell(p.name), cell(p.version), cell(p.runtime), cell(p.counters?.records ?? 0), cell(p.counters?.outputs ?? 0),
     cell(p.counters?.dead_letters ?? 0), cell(p.counters?.call_us_mean === undefined ? null : `${p.counters.call_us_mean} µs`),
-    cell((p.outputs ?? []).join(", ") || null), cell(p.dead_letter_topic ?? null)));
+    // `outputs` maps an output's name to its topic (the unmapped go to `<ns>.<output>`).
+    cell(Object.entries(p.outputs ?? {}).map(([name, topic]) => `${name} → ${topic}`).join(", ") || null), cell(p.dead_letter_topic ?? null)));
   root.replaceChildren(
     el("h2", {}, `Procedures of ${ns}`),
     el("p", { class: "muted" }, `Outbox backlog (messages not yet published, all partitions): `, el("b", { id: "outbox-backlog" }, String(backlog)),
       ". Deploy with ", el("code", {}, "tern procedure deploy"), "; counters are this node's since it started."),
-    list.procedures.length ? table("procedures", ["name", "version", "runtime", "records", "outputs", "dead letters", "mean call", "outputs to", "dead letter topic"], rows)
+    list.procedures.length ? table("procedures", ["name", "version", "runtime", "records", "outputs", "dead letters", "mean call", "outputs mapped", "dead letter topic"], rows)
       : el("p", { class: "muted" }, "No procedures run in this namespace."),
   );
 }

@@ -9,8 +9,18 @@ import { TernClient } from "/demo/client/index.js";
 
 /** Records per listing page (the API allows 1 to 1000). */
 const PAGE_LIMIT = 200;
-/** Records the console holds in memory at most; paging stops there. */
-const HELD_MAX = 20_000;
+/** Records the console holds in memory at most. Paging goes on past it
+ * through the whole namespace: a page that would hold more starts a new
+ * window (the records before it are let go; "Back to the start" reads
+ * the first page again). */
+const HELD_MAX = heldMax(new URLSearchParams(location.search).get("held_max"));
+
+/** `?held_max=N` (100 to 20,000) holds fewer, for a small browser (and for
+ * the console's own test, which pages past it with a few hundred records). */
+function heldMax(asked) {
+  const n = Number(asked);
+  return Number.isInteger(n) && n >= 100 && n <= 20_000 ? n : 20_000;
+}
 
 const keyOf = (pk, sk) => `${pk}\u0000${sk}`;
 
@@ -22,6 +32,7 @@ export function recordsView(ns, root, onError) {
   const tree = el("div", { class: "tree", id: "key-tree" });
   const count = el("span", { class: "muted", id: "record-count" });
   const more = el("button", { type: "button", class: "secondary", id: "load-more", hidden: true, onclick: () => loadPage() }, "Load more");
+  const restart = el("button", { type: "button", class: "secondary", id: "back-to-start", hidden: true, onclick: () => reload(state.prefix) }, "Back to the start");
   const live = el("span", { class: "pill", id: "live", dataset: { state: "connecting" } }, "connecting");
   const panel = el("section", { class: "panel", id: "record-panel" });
   const newButton = el("button", { type: "button", id: "new-record", onclick: () => showNewForm() }, "New record");
@@ -30,7 +41,7 @@ export function recordsView(ns, root, onError) {
       el("aside", { class: "keys" },
         el("div", { class: "toolbar" }, search, newButton),
         el("div", { class: "toolbar" }, count, live),
-        tree, more),
+        tree, more, restart),
       panel),
   );
   showEmptyPanel();
@@ -48,6 +59,8 @@ export function recordsView(ns, root, onError) {
     state.cursor = null;
     state.more = false;
     state.dropped = 0;
+    state.passed = 0;
+    state.firstKey = undefined;
     renderTree();
     await loadPage();
   }
@@ -63,10 +76,18 @@ export function recordsView(ns, root, onError) {
     try {
       const page = await api("GET", `/v1/ns/${encodeURIComponent(ns)}/kv${query({ prefix: state.prefix, limit: PAGE_LIMIT, cursor: state.cursor })}`);
       if (generation !== state.generation || state.closed) return; // a newer search took over
+      if (state.records.size + page.items.length > HELD_MAX && page.items.length > 0) {
+        // A new window: what was held is let go, and changes to keys before
+        // this page are no longer shown (they are before the window).
+        state.passed += state.records.size;
+        state.records = new Map();
+        state.dropped = 0;
+        state.firstKey = keyOf(page.items[0].pk, page.items[0].sk);
+        tree.scrollTop = 0;
+      }
       for (const r of page.items) state.records.set(keyOf(r.pk, r.sk), r);
       state.cursor = page.next_cursor;
-      // Paging stops at HELD_MAX records held (a narrower prefix shows the rest).
-      state.more = page.next_cursor !== null && state.records.size < HELD_MAX;
+      state.more = page.next_cursor !== null;
       renderTree();
     } catch (e) {
       onError(e);
@@ -81,11 +102,13 @@ export function recordsView(ns, root, onError) {
 
   /** Whether a key changed on the server belongs on screen: under the
    * prefix, within what is loaded (a later page shows it otherwise), and
-   * within what the console holds (`HELD_MAX`; past it, paging goes on). */
+   * within the window paged to, and within what the console holds
+   * (`HELD_MAX`). */
   function onScreen(pk, sk) {
     if (!pk.startsWith(state.prefix)) return false;
     if (pk.startsWith(".") && !state.prefix.startsWith(".")) return false;
     if (state.records.has(keyOf(pk, sk))) return true;
+    if (state.firstKey !== undefined && keyOf(pk, sk) < state.firstKey) return false;
     if (state.records.size >= HELD_MAX) {
       // Not held: said, and a narrower prefix shows it (paging cannot: it is past no cursor).
       state.dropped = (state.dropped ?? 0) + 1;
@@ -183,8 +206,10 @@ export function recordsView(ns, root, onError) {
       return list;
     };
     tree.replaceChildren(state.records.size ? renderNode(rootNode, "", 0) : el("p", { class: "muted", id: "no-records" }, state.loading ? "Loading…" : "No records here."));
-    count.textContent = `${state.records.size}${state.more ? "+" : ""} records${state.dropped ? ` (${state.dropped} changes past ${HELD_MAX} not shown: narrow the prefix)` : ""}`;
+    const from = state.passed ? `records ${state.passed + 1} to ${state.passed + state.records.size}` : `${state.records.size} records`;
+    count.textContent = `${from}${state.more ? " of more" : ""}${state.dropped ? ` (${state.dropped} changes past ${HELD_MAX} not shown: narrow the prefix)` : ""}`;
     more.hidden = !state.more;
+    restart.hidden = !state.passed;
   }
 
   function showEmptyPanel() {

@@ -178,6 +178,30 @@ test("the console browses, edits with a conflict, keeps history and follows chan
     await page.click('#create-ns button[type=submit]');
     await page.waitForFunction(() => document.querySelector("#error")?.textContent.includes("exists"), null, WAIT);
     assert.equal((await (await fetch(`${tern.url}/v1/ns/app`)).json()).history_max, 5);
+    // A new one is made with the form's settings, and opened.
+    await page.fill('#create-ns input[name=name]', "fresh");
+    await page.fill('#create-ns input[name=partitions]', "3");
+    await page.selectOption('#create-ns select[name=write_mode]', "journaled");
+    await page.fill('#create-ns input[name=history_max]', "2");
+    await page.click('#create-ns button[type=submit]');
+    await page.waitForFunction(() => location.hash === "#/ns/fresh/records", null, WAIT);
+    await page.waitForSelector('#namespaces a[data-ns="fresh"]', WAIT);
+    const fresh = await (await fetch(`${tern.url}/v1/ns/fresh`)).json();
+    assert.deepEqual([fresh.partitions, fresh.write_mode, fresh.history_max], [3, "journaled", 2]);
+    await page.goto(`${tern.url}/console#/ns/app/records`);
+    await page.waitForSelector('#live[data-state="live"]', WAIT);
+
+    // Procedures: what runs, its counters and the outbox backlog.
+    const wasm = readFileSync(join(process.cwd(), "..", "..", "examples", "procedures", "build", "counter.wasm")).toString("base64");
+    const deployed = await fetch(`${tern.url}/v1/ns/app/procedures/counter`, { method: "PUT", headers: { "content-type": "application/json" }, body: JSON.stringify({ runtime: "wasm", module: wasm, outputs: { seen: "app.seen-here" } }) });
+    assert.ok(deployed.ok, `deploy: ${deployed.status} ${await deployed.text()}`);
+    await client.put("in/one", "", 1);
+    await page.click('nav.tabs a[data-tab="procedures"]');
+    await page.waitForSelector('#procedures tr[data-name="counter"]', WAIT);
+    // Before the fix, a procedure's outputs (a name → topic map) broke the view.
+    assert.match(await page.textContent('#procedures tr[data-name="counter"]'), /seen → app\.seen-here/);
+    assert.match(await page.textContent("#outbox-backlog"), /^\d+$/);
+    await page.screenshot({ path: join(ARTIFACTS, "console-procedures.png") });
 
     // The overview: every partition, and the settings saved through the API.
     await page.click('nav.tabs a[data-tab="overview"]');
@@ -195,6 +219,39 @@ test("the console browses, edits with a conflict, keeps history and follows chan
     await page.waitForSelector("#nodes tbody tr", WAIT);
     await page.click('nav.pages a[data-page="tokens"]');
     await page.waitForSelector("#tokens-off", WAIT);
+
+    // Paging: 200 records a page, "Load more", and past what the page holds
+    // (held_max) a new window of the namespace, then back to the start.
+    // One pk (a batch is atomic within a partition): 450 sort keys.
+    const ops = Array.from({ length: 450 }, (_, i) => ({ op: "put", pk: "many/list", sk: String(i).padStart(4, "0"), value: i }));
+    const batched = await fetch(`${tern.url}/v1/ns/app/batch`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ ops }) });
+    assert.ok(batched.ok, `batch: ${batched.status} ${await batched.text()}`);
+    // Listed in full before the page reads it (a write is applied just after its acknowledgement).
+    for (let tries = 0; ; tries++) {
+      const listed = await (await fetch(`${tern.url}/v1/ns/app/kv?prefix=many/&limit=1000`)).json();
+      if (listed.items.length === 450) break;
+      assert.ok(tries < 200, `listed ${listed.items.length} of 450`);
+      await new Promise((resolve) => setTimeout(resolve, 50));
+    }
+    await page.goto(`${tern.url}/console?held_max=300#/ns/app/records`);
+    await page.waitForSelector('#live[data-state="live"]', WAIT);
+    // The whole namespace is listed first (flags/checkout among it); the
+    // search for many/ takes over once it is gone from the tree.
+    await page.waitForSelector('a.record[data-pk="flags/checkout"]', WAIT);
+    await page.fill("input[name=prefix]", "many/");
+    await page.waitForSelector('a.record[data-pk="flags/checkout"]', { state: "detached", ...WAIT });
+    const counted = (text) => page.waitForFunction((t) => document.querySelector("#record-count")?.textContent === t, text, WAIT);
+    await counted("200 records of more");
+    await page.click("#load-more");
+    await counted("records 201 to 400 of more");
+    assert.equal(await page.$('a.record[data-sk="0000"]'), null, "the first window is let go");
+    await page.waitForSelector('a.record[data-sk="0399"]', WAIT);
+    await page.click("#load-more");
+    await counted("records 201 to 450");
+    assert.ok(await page.isHidden("#load-more"));
+    await page.click("#back-to-start");
+    await counted("200 records of more");
+    await page.waitForSelector('a.record[data-sk="0000"]', WAIT);
 
     // A namespace that does not exist: said, and nothing of the last one stays.
     await page.goto(`${tern.url}/console#/ns/nope/records`);
@@ -239,6 +296,14 @@ test("with authentication the console asks for a token, keeps it in the session 
     const listed = await (await fetch(`${tern.url}/v1/tokens`, { headers: { authorization: `Bearer ${root}` } })).json();
     assert.equal(listed.tokens.length, 1);
     await page.waitForSelector(`#tokens tr[data-id="${listed.tokens[0].id}"]`, WAIT);
+    // Revoking asks first; the key is gone from the list and refused.
+    page.once("dialog", (dialog) => dialog.accept());
+    await page.click(`#tokens tr[data-id="${listed.tokens[0].id}"] button.danger`);
+    await page.waitForSelector(`#tokens tr[data-id="${listed.tokens[0].id}"]`, { state: "detached", ...WAIT });
+    const after = await (await fetch(`${tern.url}/v1/tokens`, { headers: { authorization: `Bearer ${root}` } })).json();
+    assert.equal(after.tokens.length, 0);
+    const refused = await fetch(`${tern.url}/v1/ns/app/kv/cfg/a`, { headers: { authorization: `Bearer ${made}` } });
+    assert.equal(refused.status, 401);
     // Signing out forgets it.
     await page.click("#sign-out");
     await page.waitForSelector("#login:not([hidden])", WAIT);
