@@ -19,6 +19,8 @@
 #                                    librdkafka alone, and the write gap when a region is cut (results: regions.json/md).
 #   scripts/bench.sh read-path [ARGS] instead runs `tern-bench read-path`: GET against the bare hello server, with and
 #                                    without an API key, alternating rounds, median ratios (results: read-path.json/md).
+#   scripts/bench.sh kafka-put [ARGS] instead runs `tern-bench kafka-put`: single-record PUT through Kafka against
+#                                    librdkafka alone, alternating rounds, CPU per record (results: kafka-put.json/md).
 #   scripts/bench.sh procedures [ARGS] instead runs `tern-bench procedures`: the same batched writes into a namespace
 #                                    without a procedure and one running aggdemo, alternating rounds (results: procedures.json/md).
 #   scripts/bench.sh aggdemo [ARGS]  instead runs `tern-bench aggdemo`: issue 23's workload from Kafka to Kafka through
@@ -37,7 +39,7 @@ export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/tern-target}"
 cargo build --release --quiet --workspace
 BENCH="$CARGO_TARGET_DIR/release/tern-bench"
 case "${1:-}" in
-  snapshot | scale | watch | kafka | firebase | journal | security | read-path | regions | procedures | aggdemo)
+  snapshot | scale | watch | kafka | firebase | journal | security | read-path | kafka-put | regions | procedures | aggdemo)
     suite="$1"
     shift
     exec "$BENCH" "$suite" --out bench/results/latest "$@"

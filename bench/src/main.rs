@@ -18,6 +18,7 @@ mod firebase;
 mod hello;
 mod journal;
 mod kafka;
+mod kafka_put;
 mod load;
 mod paths;
 mod procedures;
@@ -62,6 +63,8 @@ enum BenchCommand {
     Suite(suite::SuiteArgs),
     /// Tern on Apache Kafka next to Kafka's own tools, in one run.
     Kafka(kafka::KafkaArgs),
+    /// Single-record PUT through Kafka against librdkafka alone (its floor), in alternating rounds.
+    KafkaPut(kafka_put::KafkaPutBenchArgs),
     /// Three regions through latency-injecting proxies: in-region GET, put → visible elsewhere, throughput, region loss.
     Regions(regions::RegionsArgs),
     /// Snapshot and restore of one large partition, to file:// and a local S3 server.
@@ -197,6 +200,7 @@ async fn run(args: BenchArgs) -> anyhow::Result<()> {
     match args.command {
         BenchCommand::Suite(args) => suite::run(args).await,
         BenchCommand::Kafka(args) => kafka::run(args).await,
+        BenchCommand::KafkaPut(args) => kafka_put::run(args).await,
         BenchCommand::Regions(args) => regions::run(args).await,
         BenchCommand::Snapshot(args) => snapshot::run(args).await,
         BenchCommand::Rebuild(args) => rebuild::run(args).await,
