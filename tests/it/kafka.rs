@@ -715,14 +715,19 @@ async fn an_output_as_large_as_a_value_is_published_and_nothing_waits_behind_it(
     }
     assert!(sizes[0] > 1_000_000 && sizes[0] <= 1024 * 1024 + 1024, "the large output first, whole: {sizes:?}");
     assert!(sizes[1] < 1_000, "then the small one: {sizes:?}");
+    // The topic Tern made takes the largest output (the one above fit
+    // Kafka's default batch bound too: this checks the setting itself).
+    let admin: rdkafka::admin::AdminClient<rdkafka::client::DefaultClientContext> =
+        ClientConfig::new().set("bootstrap.servers", common::kafka_bootstrap()).create().unwrap();
+    let described = admin.describe_configs([&rdkafka::admin::ResourceSpecifier::Topic(&topic)], &rdkafka::admin::AdminOptions::new()).await.unwrap();
+    let config = described[0].as_ref().unwrap();
+    assert_eq!(config.get("max.message.bytes").and_then(|e| e.value.clone()).as_deref(), Some("8454144"));
 
     // An output topic made outside Tern with a smaller limit: the output
     // waits in its outbox (the publisher fails, counted, and says in its log
     // which topic and what to raise) until an operator raises the limit.
     let small = format!("small{}", rand::random::<u32>());
     let small_topic = format!("{small}.seen");
-    let admin: rdkafka::admin::AdminClient<rdkafka::client::DefaultClientContext> =
-        ClientConfig::new().set("bootstrap.servers", common::kafka_bootstrap()).create().unwrap();
     let topic = rdkafka::admin::NewTopic::new(&small_topic, 1, rdkafka::admin::TopicReplication::Fixed(1)).set("max.message.bytes", "100000");
     let created = admin.create_topics([&topic], &rdkafka::admin::AdminOptions::new()).await.unwrap();
     assert!(created[0].is_ok(), "{created:?}");

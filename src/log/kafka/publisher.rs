@@ -89,11 +89,17 @@ fn unavailable(what: &str, e: impl std::fmt::Display) -> LogError {
 
 /// An output Kafka did not take, said with its topic and size. Too large
 /// for its topic is an output topic made outside Tern (or by a Tern before
-/// it set the limit) with a smaller `max.message.bytes`: its partition's
-/// outbox is tried again until an operator raises it, so the error says how.
+/// it set the limit) with a smaller `max.message.bytes`, which bounds a
+/// batch of outputs too: its partition's outbox is tried again until an
+/// operator raises it, so the error says how. Over `MESSAGE_BYTES_MAX`
+/// itself (a dead letter of a huge source record) no topic setting helps.
 fn refused(topic: &str, bytes: usize, e: KafkaError) -> LogError {
     let what = format!("an output of {bytes} bytes to {topic}");
     match e.rdkafka_error_code() {
+        Some(RDKafkaErrorCode::MessageSizeTooLarge) if bytes > MESSAGE_BYTES_MAX => unavailable(
+            &what,
+            format!("{e}; it is over the largest message Tern's producer sends ({MESSAGE_BYTES_MAX} bytes) and cannot be published"),
+        ),
         Some(RDKafkaErrorCode::MessageSizeTooLarge) => {
             unavailable(&what, format!("{e}; raise the topic's max.message.bytes to {MESSAGE_BYTES_MAX}, the largest output Tern sends"))
         }
@@ -138,6 +144,9 @@ impl KafkaPublisher {
             // 1 KiB): librdkafka's default (1,000,000) would refuse the
             // largest, and refuse it again on every try of its batch.
             .set("message.max.bytes", MESSAGE_BYTES_MAX.to_string())
+            // Output topics are made by `ensure_topics`, with their limit; a
+            // topic deleted meanwhile is not made again with the broker's defaults.
+            .set("allow.auto.create.topics", "false")
             .create()
             .map_err(|e| unavailable("creating the producer", e))?;
         let consumer: BaseConsumer = base
@@ -203,7 +212,24 @@ impl KafkaPublisher {
             })
             .collect();
         let options = AdminOptions::new().operation_timeout(Some(Timeout::After(TRANSACTION_CALL_TIMEOUT)));
-        let results = self.admin.create_topics(&topics, &options).await.map_err(|e| unavailable("creating output topics", e))?;
+        let mut results = self.admin.create_topics(&topics, &options).await.map_err(|e| unavailable("creating output topics", e))?;
+        // A cluster that caps max.message.bytes (a managed one's policy)
+        // refuses the setting: those topics are made with its default, and
+        // an output larger than it waits, said (`refused`).
+        let capped: Vec<String> = results
+            .iter()
+            .filter_map(|r| match r {
+                Err((topic, RDKafkaErrorCode::InvalidConfig | RDKafkaErrorCode::PolicyViolation)) => Some(topic.clone()),
+                _ => None,
+            })
+            .collect();
+        if !capped.is_empty() {
+            tracing::warn!(topics = ?capped, max_message_bytes = MESSAGE_BYTES_MAX, "the cluster refused the output topics' max.message.bytes; they are made with its default, and larger outputs wait until it is raised");
+            let plain: Vec<NewTopic> =
+                capped.iter().map(|t| NewTopic::new(t, self.partitions as i32, TopicReplication::Fixed(self.replication_factor))).collect();
+            results.retain(|r| !matches!(r, Err((t, _)) if capped.contains(t)));
+            results.extend(self.admin.create_topics(&plain, &options).await.map_err(|e| unavailable("creating output topics", e))?);
+        }
         let mut existing = Vec::new();
         for result in results {
             match result {
@@ -416,9 +442,11 @@ impl Publisher for KafkaPublisher {
         steps.done("begin");
         let committed = self.send_offer_commit(&messages, next, &mut steps).await;
         if let Err(e) = committed {
-            // Nothing of the batch becomes visible. The caller drops this
-            // publisher; the next one's init_transactions ends the transaction
-            // if this abort cannot.
+            // Nothing of the batch becomes visible, except after a commit
+            // that timed out (librdkafka then refuses the abort, and the
+            // commit may still land). Either way the caller drops this
+            // publisher; the next one's init_transactions ends or completes
+            // the transaction, and it starts from the committed position.
             let _ = self.blocking("abort_transaction", |p| p.abort_transaction(TRANSACTION_CALL_TIMEOUT)).await;
             return Err(e);
         }
