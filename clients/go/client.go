@@ -141,6 +141,10 @@ func (c *Client) recordPath(pk string, sk *string) string {
 
 // do sends one request and returns the answer's status and body.
 func (c *Client) do(ctx context.Context, method, path string, query url.Values, body []byte, headers map[string]string) (int, []byte, error) {
+	// The caller's context: when it ends, its error is the answer
+	// (errors.Is(err, context.Canceled) or context.DeadlineExceeded), not
+	// "unreachable", which says the node is at fault.
+	caller := ctx
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, RequestTimeout)
@@ -171,11 +175,17 @@ func (c *Client) do(ctx context.Context, method, path string, query url.Values, 
 	}
 	response, err := c.http().Do(request)
 	if err != nil {
+		if caller.Err() != nil {
+			return 0, nil, fmt.Errorf("tern: %s %s: %w", method, path, caller.Err())
+		}
 		return 0, nil, &Error{Code: "unreachable", Message: fmt.Sprintf("cannot reach %s: %v", c.URL, err)}
 	}
 	defer response.Body.Close()
 	answer, err := io.ReadAll(io.LimitReader(response.Body, AnswerBytesMax))
 	if err != nil {
+		if caller.Err() != nil {
+			return 0, nil, fmt.Errorf("tern: reading the answer to %s %s: %w", method, path, caller.Err())
+		}
 		return 0, nil, &Error{Code: "unreachable", Message: fmt.Sprintf("reading the answer of %s: %v", c.URL, err)}
 	}
 	return response.StatusCode, answer, nil

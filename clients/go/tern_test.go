@@ -292,3 +292,53 @@ func TestAWatchOfAnUnknownNamespaceFails(t *testing.T) {
 		t.Fatalf("a 404 ends the watch: %v", watch.Err())
 	}
 }
+
+// A context that ends is the answer's error (context.Canceled or
+// context.DeadlineExceeded), at once, not "unreachable" (which blames the
+// node); a watch whose context ends closes its events and did not fail.
+// Before the fix, both calls said ErrUnreachable.
+func TestAnEndedContextIsTheErrorNotTheNode(t *testing.T) {
+	// A node that takes connections and never answers.
+	silent, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer silent.Close()
+	go func() {
+		for {
+			conn, err := silent.Accept()
+			if err != nil {
+				return
+			}
+			defer conn.Close()
+		}
+	}()
+	c := New("http://" + silent.Addr().String())
+	cancelled, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := c.Get(cancelled, "k", "", ReadOptions{}); !errors.Is(err, context.Canceled) || errors.Is(err, ErrUnreachable) {
+		t.Fatalf("a cancelled context: %v", err)
+	}
+	short, stop := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer stop()
+	began := time.Now()
+	if _, err := c.Put(short, "k", "", 1, WriteOptions{}); !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, ErrUnreachable) {
+		t.Fatalf("a context past its deadline: %v", err)
+	}
+	if waited := time.Since(began); waited > 10*time.Second {
+		t.Fatalf("the deadline was not kept: %v", waited)
+	}
+
+	n := startNode(t)
+	watched, end := context.WithCancel(ctx(t))
+	defer end()
+	watch := New(n.url).Watch(watched, WatchOptions{})
+	for event := range watch.Events() {
+		if event.Type == "synced" {
+			end()
+		}
+	}
+	if watch.Err() != nil {
+		t.Fatalf("ended by its context, not failed: %v", watch.Err())
+	}
+}

@@ -244,7 +244,7 @@ async fn the_readme_tour_prints_what_the_readme_shows() {
 /// keep decisions and their history, live outside docs/ (`design/`).
 #[test]
 fn the_users_documents_name_no_issues() {
-    const PLANNING: [&str; 7] = ["left for later", "todo", "tbd", "fixme", "next session", "later session", "planned"];
+    const PLANNING: [&str; 6] = ["left for later", "todo", "tbd", "fixme", "next session", "later session"];
     let root = crate::common::checkout();
     let mut documents = vec![root.join("README.md")];
     let mut folders = vec![root.join("docs")];

@@ -15,11 +15,12 @@ const PAGE_LIMIT = 200;
  * the first page again). */
 const HELD_MAX = heldMax(new URLSearchParams(location.search).get("held_max"));
 
-/** `?held_max=N` (100 to 20,000) holds fewer, for a small browser (and for
- * the console's own test, which pages past it with a few hundred records). */
+/** `?held_max=N` (a page, 200, to 20,000) holds fewer, for a small browser
+ * (and for the console's own test, which pages past it with a few hundred
+ * records). Never below a page: a window holds at least one. */
 function heldMax(asked) {
   const n = Number(asked);
-  return Number.isInteger(n) && n >= 100 && n <= 20_000 ? n : 20_000;
+  return Number.isInteger(n) && n >= PAGE_LIMIT && n <= 20_000 ? n : 20_000;
 }
 
 const keyOf = (pk, sk) => `${pk}\u0000${sk}`;

@@ -13,7 +13,7 @@ import { after, before, test } from "node:test";
 import { chromium } from "playwright-core";
 
 import { TernClient } from "../dist/index.js";
-import { Tern } from "./tern.mjs";
+import { freeUdpPort, Tern, until } from "./tern.mjs";
 
 const CHROMIUM = process.env.CHROMIUM ?? "/usr/bin/chromium";
 const ARTIFACTS = process.env.TERN_ARTIFACTS ?? join(process.cwd(), "..", "..", "test-artifacts");
@@ -189,6 +189,7 @@ test("the console browses, edits with a conflict, keeps history and follows chan
     const fresh = await (await fetch(`${tern.url}/v1/ns/fresh`)).json();
     assert.deepEqual([fresh.partitions, fresh.write_mode, fresh.history_max], [3, "journaled", 2]);
     await page.goto(`${tern.url}/console#/ns/app/records`);
+    await page.waitForSelector('#namespaces a.selected[data-ns="app"]', WAIT);
     await page.waitForSelector('#live[data-state="live"]', WAIT);
 
     // Procedures: what runs, its counters and the outbox backlog.
@@ -311,5 +312,50 @@ test("with authentication the console asks for a token, keeps it in the session 
   } finally {
     await page.close();
     await tern.stop();
+  }
+});
+
+test("the cluster page shows every node of a cluster, its group and round trip, and who serves what", async () => {
+  const bootstrap = process.env.TERN_TEST_KAFKA;
+  assert.ok(bootstrap, "TERN_TEST_KAFKA names the test broker (scripts/test.sh starts it)");
+  const prefix = `console${Date.now()}.`;
+  const ids = [["a", "a"], ["b1", "b"], ["b2", "b"]];
+  const gossip = Object.fromEntries(await Promise.all(ids.map(async ([id]) => [id, await freeUdpPort()])));
+  const nodes = {};
+  const { page, errors } = await openPage();
+  try {
+    for (const [id, group] of ids) {
+      nodes[id] = await Tern.start({
+        command: "serve",
+        args: ["--node-id", id, "--group", group, "--region", "r1", "--log", `kafka://${bootstrap}`, "--kafka-topic-prefix", prefix,
+          "--namespace", "default:4", "--gossip", `127.0.0.1:${gossip[id]}`, "--seeds", `127.0.0.1:${gossip.a}`],
+      });
+    }
+    // Every node live with a round trip, group b's partitions split between its two members.
+    const served = (view, id) => view.nodes.find((n) => n.id === id && n.state === "live")?.partitions.filter((p) => p.ns === "default").length ?? 0;
+    await until(async () => {
+      const view = await (await fetch(`${nodes.a.url}/v1/cluster`)).json();
+      const peers = view.nodes.filter((n) => !n.self);
+      return view.nodes.filter((n) => n.state === "live").length === 3 && peers.every((n) => n.rtt_ms !== null)
+        && served(view, "a") === 4 && served(view, "b1") > 0 && served(view, "b2") > 0 && served(view, "b1") + served(view, "b2") === 4;
+    }, "three live nodes, group b split", 90_000);
+    await page.goto(`${nodes.a.url}/console#/cluster`);
+    const row = async (id) => (await page.$$eval(`#nodes tr[data-node="${id}"] td`, (cells) => cells.map((c) => c.textContent)));
+    await page.waitForSelector('#nodes tr[data-node="b2"]', WAIT);
+    const [a, b1, b2] = [await row("a"), await row("b1"), await row("b2")];
+    assert.deepEqual([a[0], a[1], a[2], a[4], a[7]], ["a (this node)", "r1", "a", "live", "4"]);
+    for (const [id, cells] of [["b1", b1], ["b2", b2]]) {
+      assert.deepEqual([cells[0], cells[2], cells[4], cells[6]], [id, "b", "live", "yes"]);
+      assert.match(cells[5], /^\d+(\.\d+)? ms$/, `${id}'s round trip`);
+    }
+    assert.equal(Number(b1[7]) + Number(b2[7]), 4, "group b's members serve its four partitions between them");
+    // From a, every partition of default is served by a itself.
+    const routes = await page.$$eval("#routes tbody tr", (rows) => rows.map((r) => [...r.children].map((c) => c.textContent)));
+    assert.deepEqual(routes.filter(([holder]) => holder.startsWith("default ")), [["default → a", "0–3"]], JSON.stringify(routes));
+    await page.screenshot({ path: join(ARTIFACTS, "console-cluster.png") });
+    assert.deepEqual(errors, []);
+  } finally {
+    await page.close();
+    for (const node of Object.values(nodes)) await node.stop();
   }
 });

@@ -1,12 +1,25 @@
 // Starts a real `tern dev` for the client's tests: the binary from TERN_BIN
 // (scripts/test.sh sets it) on a loopback port, with a fresh data directory.
 import { spawn } from "node:child_process";
+import { createSocket } from "node:dgram";
 import { mkdtempSync, rmSync } from "node:fs";
 import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 
 export const BIN = process.env.TERN_BIN ?? join(process.env.HOME, ".cache/tern-target/release/tern");
+
+/** A free loopback UDP port (a node's gossip address). */
+export function freeUdpPort() {
+  return new Promise((resolve, reject) => {
+    const socket = createSocket("udp4");
+    socket.on("error", reject);
+    socket.bind(0, "127.0.0.1", () => {
+      const { port } = socket.address();
+      socket.close(() => resolve(port));
+    });
+  });
+}
 
 /** A free loopback port (so a restarted node can keep its address). */
 export function freePort() {
@@ -21,8 +34,10 @@ export function freePort() {
 }
 
 export class Tern {
-  static async start({ port, dataDir, auth, args } = {}) {
+  /** `command` is `dev` (the default) or `serve` (then `args` give its log, node id...). */
+  static async start({ port, dataDir, auth, args, command } = {}) {
     const tern = new Tern();
+    tern.command = command ?? "dev";
     tern.auth = auth ?? false;
     tern.extraArgs = args ?? [];
     tern.port = port ?? (await freePort());
@@ -34,7 +49,7 @@ export class Tern {
   }
 
   async spawn() {
-    const args = ["dev", "--listen", `127.0.0.1:${this.port}`, "--data-dir", this.dataDir, ...(this.auth ? ["--auth"] : []), ...this.extraArgs];
+    const args = [this.command, "--listen", `127.0.0.1:${this.port}`, "--data-dir", this.dataDir, ...(this.auth ? ["--auth"] : []), ...this.extraArgs];
     this.child = spawn(BIN, args, {
       stdio: ["ignore", "pipe", "inherit"],
       env: { ...process.env, TERN_LOG_LEVEL: process.env.TERN_TEST_LOG_LEVEL ?? "warn" },
