@@ -366,7 +366,7 @@ pub(crate) async fn run(args: AggdemoBenchArgs) -> anyhow::Result<()> {
     std::fs::create_dir_all(&args.out)?;
     let scratch = tempfile::tempdir()?;
     let kafka_dir = scratch.path().join("kafka");
-    let bootstrap = super::kafka::kafka(&["start"], &kafka_dir)?.lines().last().unwrap_or_default().trim().to_string();
+    let bootstrap = super::kafka::start_broker(&kafka_dir)?;
     eprintln!("kafka {bootstrap}");
     let result = measure(&args, scratch.path(), &kafka_dir, &bootstrap).await;
     let _ = super::kafka::kafka(&["stop"], &kafka_dir);

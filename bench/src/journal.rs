@@ -173,7 +173,7 @@ async fn spawn_on_kafka(dir: &Path, bootstrap: &str, namespace: &str, s3: Option
 /// Runs `f` with a broker started for it (`scripts/kafka.sh`), stopped after.
 async fn with_kafka<T, F: std::future::Future<Output = anyhow::Result<T>>>(dir: &Path, f: impl FnOnce(String) -> F) -> anyhow::Result<T> {
     let kafka_dir = dir.join("kafka");
-    let bootstrap = super::kafka::kafka(&["start"], &kafka_dir)?.lines().last().unwrap_or_default().trim().to_string();
+    let bootstrap = super::kafka::start_broker(&kafka_dir)?;
     let result = f(bootstrap).await;
     let _ = super::kafka::kafka(&["stop"], &kafka_dir);
     result

@@ -50,6 +50,12 @@ pub(super) fn kafka(args: &[&str], dir: &Path) -> anyhow::Result<String> {
     Ok(String::from_utf8_lossy(&output.stdout).into_owned())
 }
 
+/// Starts a broker with its files under `dir` (`scripts/kafka.sh start`);
+/// returns its bootstrap address (the script's last line).
+pub(super) fn start_broker(dir: &Path) -> anyhow::Result<String> {
+    Ok(kafka(&["start"], dir)?.lines().last().unwrap_or_default().trim().to_string())
+}
+
 fn kafka_tool(dir: &Path, class: &str, args: &[&str]) -> anyhow::Result<String> {
     let output = std::process::Command::new(kafka_script()).arg("run").arg("--dir").arg(dir).arg(class).args(args).output()?;
     anyhow::ensure!(output.status.success(), "{class} failed: {}", String::from_utf8_lossy(&output.stderr));
@@ -297,7 +303,7 @@ pub(crate) async fn run(args: KafkaArgs) -> anyhow::Result<()> {
     std::fs::create_dir_all(&args.out)?;
     let scratch = tempfile::Builder::new().prefix("tern-bench-kafka-").tempdir()?;
     let kafka_dir = scratch.path().join("kafka");
-    let bootstrap = kafka(&["start"], &kafka_dir)?.lines().last().unwrap_or_default().trim().to_string();
+    let bootstrap = start_broker(&kafka_dir)?;
     eprintln!("kafka {bootstrap}");
     let result = measure(&args, scratch.path(), &kafka_dir, &bootstrap).await;
     let _ = kafka(&["stop"], &kafka_dir);

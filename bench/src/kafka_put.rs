@@ -23,9 +23,9 @@ use clap::Args;
 use serde_json::json;
 
 use super::cpu::CpuMeter;
-use super::kafka::{kafka, librdkafka_floor, wait_ready};
+use super::kafka::{kafka, librdkafka_floor, start_broker, wait_ready};
 use super::load::{self, Operation};
-use super::report::{markdown, BenchResult};
+use super::report::{markdown, round3, BenchResult};
 use super::suite::median;
 use super::LoadArgs;
 
@@ -59,7 +59,7 @@ pub(crate) async fn run(args: KafkaPutBenchArgs) -> anyhow::Result<()> {
     std::fs::create_dir_all(&args.out)?;
     let scratch = tempfile::Builder::new().prefix("tern-bench-kafka-put-").tempdir()?;
     let kafka_dir = scratch.path().join("kafka");
-    let bootstrap = kafka(&["start"], &kafka_dir)?.lines().last().unwrap_or_default().trim().to_string();
+    let bootstrap = start_broker(&kafka_dir)?;
     eprintln!("kafka {bootstrap}");
     let result = measure(&args, scratch.path(), &kafka_dir, &bootstrap).await;
     let _ = kafka(&["stop"], &kafka_dir);
@@ -150,8 +150,4 @@ async fn measure(args: &KafkaPutBenchArgs, scratch: &std::path::Path, kafka_dir:
     std::fs::write(args.out.join("kafka-put.md"), &md)?;
     print!("{md}");
     Ok(())
-}
-
-fn round3(x: f64) -> f64 {
-    (x * 1000.0).round() / 1000.0
 }

@@ -17,7 +17,7 @@ use clap::Args;
 use serde_json::json;
 
 use super::load::{self, Operation};
-use super::report::{markdown, BenchResult};
+use super::report::{markdown, round3, BenchResult};
 use super::suite::{median, spawn_listening};
 use super::LoadArgs;
 
@@ -107,8 +107,4 @@ pub(crate) async fn run(args: ReadPathBenchArgs) -> anyhow::Result<()> {
     std::fs::write(args.out.join("read-path.md"), &md)?;
     print!("{md}");
     Ok(())
-}
-
-fn round3(x: f64) -> f64 {
-    (x * 1000.0).round() / 1000.0
 }

@@ -4,6 +4,11 @@
 use hdrhistogram::Histogram;
 use serde::Serialize;
 
+/// A ratio as reports give it: three decimals.
+pub(crate) fn round3(x: f64) -> f64 {
+    (x * 1000.0).round() / 1000.0
+}
+
 #[derive(Debug, Clone, Serialize)]
 pub(crate) struct BenchResult {
     pub name: String,

@@ -34,14 +34,7 @@ fn cut_bytes(path: &Path, bytes: u64) {
 
 /// A metric's value; the metric must be exported.
 async fn metric(t: &Tern, name: &str) -> f64 {
-    exported_metric(t, name).await.unwrap_or_else(|| panic!("{name} is not exported"))
-}
-
-/// A metric's value, if it is exported.
-async fn exported_metric(t: &Tern, name: &str) -> Option<f64> {
-    let text = t.client.get(format!("{}/metrics", t.url)).send().await.unwrap().text().await.unwrap();
-    let line = text.lines().find(|l| l.starts_with(name) && l[name.len()..].starts_with([' ', '{']));
-    line.and_then(|l| l.rsplit(' ').next()).map(|v| v.parse().unwrap())
+    t.exported_metric(name).await.unwrap_or_else(|| panic!("{name} is not exported"))
 }
 
 /// Writes `count` records with pks `k0..` (each value names its write) and
@@ -733,7 +726,7 @@ async fn a_damaged_journal_below_its_released_marks_loses_nothing() {
 
 /// A metric's value, 0 while it is not exported yet (counted nothing).
 async fn metric_or_zero(t: &Tern, name: &str) -> f64 {
-    exported_metric(t, name).await.unwrap_or(0.0)
+    t.exported_metric(name).await.unwrap_or(0.0)
 }
 
 /// On Kafka with its broker down: twenty journaled writes to one partition

@@ -650,10 +650,18 @@ async fn writes_queued_on_a_small_topic_fail_at_once_when_its_leader_is_lost() {
     assert!(at_once >= 5, "every write but the first fails at once: {answers:?}");
 }
 
-/// The value of a metric line starting with `name` (0 when absent).
-async fn metric(t: &Tern, name: &str) -> f64 {
-    let text = t.client.get(format!("{}/metrics", t.url)).send().await.unwrap().text().await.unwrap();
-    text.lines().find(|l| l.starts_with(name)).and_then(|l| l.rsplit(' ').next()?.parse().ok()).unwrap_or(0.0)
+/// Makes namespace `ns` (one partition) and deploys the counter procedure
+/// in it with `fuel` per record.
+async fn namespace_running_the_counter(t: &Tern, ns: &str, fuel: u64) {
+    let (status, body) = t.send(t.client.put(format!("{}/v1/ns/{ns}", t.url)).json(&json!({"partitions": 1}))).await;
+    assert_eq!(status, 201, "{body}");
+    let module = base64::Engine::encode(
+        &base64::engine::general_purpose::STANDARD,
+        std::fs::read(common::checkout().join("examples/procedures/build/counter.wasm")).unwrap(),
+    );
+    let definition = json!({"runtime": "wasm", "module": module, "fuel_per_record": fuel});
+    let (status, body) = t.send(t.client.put(format!("{}/v1/ns/{ns}/procedures/counter", t.url)).json(&definition)).await;
+    assert!(status == 200 || status == 201, "{status} {body}");
 }
 
 /// A procedure's output can be as large as a value (1 MiB, and its key):
@@ -672,20 +680,7 @@ async fn an_output_as_large_as_a_value_is_published_and_nothing_waits_behind_it(
     let prefix = unique_prefix();
     let t = serve_with(dir.path(), &prefix, "kafka-test", &["--procedure-publish", "true", "--procedure-tick-ms", "200"]).await;
     let ns = format!("big{}", rand::random::<u32>());
-    let (status, body) = t.send(t.client.put(format!("{}/v1/ns/{ns}", t.url)).json(&json!({"partitions": 1}))).await;
-    assert_eq!(status, 201, "{body}");
-    let module = base64::Engine::encode(
-        &base64::engine::general_purpose::STANDARD,
-        std::fs::read(common::checkout().join("examples/procedures/build/counter.wasm")).unwrap(),
-    );
-    let (status, body) = t
-        .send(
-            t.client
-                .put(format!("{}/v1/ns/{ns}/procedures/counter", t.url))
-                .json(&json!({"runtime": "wasm", "module": module, "fuel_per_record": FUEL})),
-        )
-        .await;
-    assert!(status == 200 || status == 201, "{status} {body}");
+    namespace_running_the_counter(&t, &ns, FUEL).await;
     // The counter emits {"key":…,"v":<value>,…}: a value this large makes an output over 1,000,000 bytes.
     let large = "x".repeat(1024 * 1024 - 200);
     let (status, body) = t.send(t.client.put(t.kv_url(&ns, "in/large", Some(""))).json(&json!(large))).await;
@@ -731,21 +726,12 @@ async fn an_output_as_large_as_a_value_is_published_and_nothing_waits_behind_it(
     let topic = rdkafka::admin::NewTopic::new(&small_topic, 1, rdkafka::admin::TopicReplication::Fixed(1)).set("max.message.bytes", "100000");
     let created = admin.create_topics([&topic], &rdkafka::admin::AdminOptions::new()).await.unwrap();
     assert!(created[0].is_ok(), "{created:?}");
-    let (status, body) = t.send(t.client.put(format!("{}/v1/ns/{small}", t.url)).json(&json!({"partitions": 1}))).await;
-    assert_eq!(status, 201, "{body}");
-    let (status, body) = t
-        .send(
-            t.client
-                .put(format!("{}/v1/ns/{small}/procedures/counter", t.url))
-                .json(&json!({"runtime": "wasm", "module": module, "fuel_per_record": FUEL})),
-        )
-        .await;
-    assert!(status == 200 || status == 201, "{status} {body}");
+    namespace_running_the_counter(&t, &small, FUEL).await;
     let (status, body) = t.send(t.client.put(t.kv_url(&small, "in/large", Some(""))).json(&json!("y".repeat(200_000)))).await;
     assert_eq!(status, 200, "{body}");
     let errors = format!("tern_outbox_publish_errors_total{{ns=\"{small}\"}}");
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    while metric(&t, &errors).await < 2.0 {
+    while t.exported_metric(&errors).await.unwrap_or(0.0) < 2.0 {
         assert!(std::time::Instant::now() < deadline, "the publisher of {small} never failed");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }

@@ -198,6 +198,14 @@ impl Tern {
         (r.status().as_u16(), r.json().await.unwrap())
     }
 
+    /// A metric's value on `/metrics` (the first sample of `name`: a bare
+    /// name or one with its labels), if it is exported.
+    pub(crate) async fn exported_metric(&self, name: &str) -> Option<f64> {
+        let text = self.client.get(format!("{}/metrics", self.url)).send().await.unwrap().text().await.unwrap();
+        let line = text.lines().find(|l| l.starts_with(name) && l[name.len()..].starts_with([' ', '{']));
+        line.and_then(|l| l.rsplit(' ').next()).map(|v| v.parse().unwrap())
+    }
+
     pub(crate) async fn get_json(&self, path: &str) -> (u16, Value) {
         let r = self.client.get(format!("{}{path}", self.url)).timeout(REQUEST_TIMEOUT).send().await.unwrap();
         (r.status().as_u16(), r.json().await.unwrap())
