@@ -21,8 +21,8 @@ use crate::auth::{Identity, Verb};
 use crate::codec::{Op, OpKind};
 use crate::edge::{require, to_holder, ApiError, AppState, Caller, Incoming, SERVING_HEADER, STALENESS_HEADER};
 use crate::limits;
-use crate::node::read::{await_consistency, check_position, Consistency};
-use crate::partition::{Namespace, PartitionStatus};
+use crate::node::read::{await_consistency, check_position, refuse_unserved};
+use crate::partition::{Namespace, PartitionStatus, ReadView};
 
 /// `PUT|GET|DELETE /v1/ns/{ns}/kv/{pk}[/{sk}]`
 #[allow(clippy::too_many_arguments)] // axum extractors, one per argument
@@ -82,10 +82,15 @@ pub(crate) async fn fast_path(state: &AppState, identity: &Identity, request: ax
     if let Err(e) = require(identity, &namespace.name, &pk, verb) {
         return Ok(e.into_response());
     }
-    let incoming = Incoming::new(parts.method.clone(), &parts.uri, &parts.headers).by(identity);
+    let incoming = Incoming::new(parts.method.clone(), &parts.uri, &parts.headers);
+    // Only a write is scoped to who sent it (its write id): a read skips
+    // naming the principal (a `format!` per request with a key).
+    let incoming = if verb == Verb::Write { incoming.by(identity) } else { incoming };
     let response = match parts.method {
         axum::http::Method::GET => get(state, &incoming, &namespace, pk, sk, None).await,
-        axum::http::Method::PUT => put(state, &incoming, &namespace, pk, sk, None, body).await,
+        // Boxed: a write's future is far larger than a read's, and the
+        // read's would otherwise be as large (`http::front`'s doors).
+        axum::http::Method::PUT => Box::pin(put(state, &incoming, &namespace, pk, sk, None, body)).await,
         _ => return Err(axum::extract::Request::from_parts(parts, body)),
     };
     Ok(response.unwrap_or_else(IntoResponse::into_response))
@@ -116,21 +121,24 @@ async fn get(
     let params = query.map(|q| Params::parse(Some(q), &["after", "consistency", "timeout_ms", "partition"])).transpose()?;
     let partition = partition_param(namespace, params.as_ref().and_then(|p| p.str("partition")))?.unwrap_or_else(|| namespace.partition_of(&pk));
     if !reads_here(state, incoming, namespace, partition) {
-        return to_holder(state, incoming, &namespace.name, partition, Bytes::new()).await;
+        // Boxed: forwarding's future (a client request) would make every local read's as large.
+        return Box::pin(to_holder(state, incoming, &namespace.name, partition, Bytes::new())).await;
     }
-    if let Some(params) = &params {
-        let consistency = params.consistency()?;
-        check_position(namespace, &consistency, &[partition], incoming.forwarded_by.is_some())?;
-        await_consistency(&state.node, namespace, &[partition], &consistency, params.timeout()?).await?;
-    } else {
-        await_consistency(&state.node, namespace, &[partition], &Consistency::Local, Default::default()).await?;
+    match &params {
+        Some(params) => {
+            let consistency = params.consistency()?;
+            check_position(namespace, &consistency, &[partition], incoming.forwarded_by.is_some())?;
+            // Boxed: a wait's future would make every plain read's as large.
+            Box::pin(await_consistency(&state.node, namespace, &[partition], &consistency, params.timeout()?)).await?;
+        }
+        None => refuse_unserved(namespace, &[partition])?,
     }
     let view = namespace.handle(partition).read_view()?;
     let applied_next = view.applied_next;
-    let mut body = None;
-    view.reader.get_with(&pk, &sk, |version, value| {
-        body = Some(render::get_response(&pk, &sk, version, value, &namespace.name, partition, applied_next));
-    })?;
+    let body = match view.memo.get(&pk, &sk) {
+        Some(body) => Some(body),
+        None => rendered_from_store(&view, &namespace.name, partition, &pk, &sk)?,
+    };
     let staleness = staleness_header(namespace, partition);
     // To another node (it forwarded the read, or reads the namespace
     // settings as itself): whether this replica serves caught up, so it can
@@ -148,6 +156,20 @@ async fn get(
     };
     response.headers_mut().extend(staleness.into_iter().chain(serving));
     Ok(response)
+}
+
+/// The answer to a GET of `(pk, sk)` in `view`, rendered from the store
+/// and kept in the view's memo (`partition::read_memo`): it is a function
+/// of the view and the key alone (the position in it is the view's).
+fn rendered_from_store(view: &ReadView, ns: &str, partition: u32, pk: &str, sk: &str) -> Result<Option<Bytes>, ApiError> {
+    let mut body = None;
+    view.reader.get_with(pk, sk, |version, value| {
+        body = Some(Bytes::from(render::get_response(pk, sk, version, value, ns, partition, view.applied_next)));
+    })?;
+    if let Some(body) = &body {
+        view.memo.keep(pk, sk, body.clone());
+    }
+    Ok(body)
 }
 
 /// `?partition=P`: read partition P whatever the pk hashes to. A record a

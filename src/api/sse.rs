@@ -28,7 +28,7 @@ use bytes::Bytes;
 
 use super::params::Params;
 use crate::auth::{Identity, Verb};
-use crate::edge::{self, require, require_all_of, ApiError, AppState, Caller, Encoder, SessionFuture, SSE_HEADERS};
+use crate::edge::{self, require, require_all_of, ApiError, AppState, Caller, Encoder, SessionFuture, Transport, SSE_HEADERS};
 use crate::fanout::{Cursor, Event, Filter, Mode};
 use crate::limits;
 use crate::watch::{self, ChangeId, ConnectionId, Message, Outlet};
@@ -115,10 +115,10 @@ pub(super) async fn sse(
     Caller(identity): Caller,
     Path(ns): Path<String>,
     RawQuery(query): RawQuery,
-    connection: Option<Extension<ConnectionId>>,
+    transport: Option<Extension<Transport>>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    let connection = connection.map_or(ConnectionId(0), |Extension(id)| id);
+    let connection = transport.map_or(ConnectionId(0), |Extension(t)| t.connection);
     // A few messages of slack between the session and the socket; beyond
     // that the session waits for the client (its queue keeps the bound).
     let (outlet, messages) = Outlet::new(SSE_MESSAGES_PENDING_MAX);

@@ -35,7 +35,7 @@ use tokio::task::JoinHandle;
 
 use super::sse::WatchRequest;
 use crate::auth::Identity;
-use crate::edge::{ApiError, AppState, Caller, ConnectionSlot};
+use crate::edge::{ApiError, AppState, Caller, Transport};
 use crate::watch::{self, ConnectionId, Message, Outlet, OutletReader, Tag, Tagged};
 
 /// Most watches on one connection.
@@ -59,11 +59,11 @@ const FRAMES_PER_FLUSH_MAX: usize = 256;
 pub(super) async fn upgrade(
     State(app): State<AppState>,
     Caller(identity): Caller,
-    connection: Option<Extension<ConnectionId>>,
-    slot: Option<Extension<ConnectionSlot>>,
+    transport: Option<Extension<Transport>>,
     ws: WebSocketUpgrade,
 ) -> Response {
-    let connection = connection.map_or(ConnectionId(0), |Extension(id)| id);
+    let connection = transport.as_ref().map_or(ConnectionId(0), |t| t.connection);
+    let slot = transport.and_then(|Extension(t)| t.slot);
     ws.max_message_size(CLIENT_MESSAGE_BYTES_MAX).read_buffer_size(READ_BUFFER_BYTES).write_buffer_size(WRITE_BUFFER_BYTES).on_upgrade(
         move |socket| async move {
             // The socket counts among the node's connections while it is served.

@@ -120,41 +120,38 @@ pub fn admit(app: &AppState, request: &Request) -> Result<Option<Identity>, ApiE
     if is_public(&app.access, request.uri().path()) {
         return Ok(None);
     }
-    let peer = request.extensions().get::<Peer>().map(|p| p.0);
+    let peer = super::peer_of(request.extensions());
     identify(app, request.headers(), request.uri(), peer).map(Some)
 }
 
 /// Who sent a request with these headers and this URI (see the module doc).
 pub fn identify(app: &AppState, headers: &HeaderMap, uri: &Uri, peer: Option<IpAddr>) -> Result<Identity, ApiError> {
     let Some(authenticator) = &app.access.authenticator else { return Ok(Identity::Open) };
-    let now = Instant::now();
     let token = bearer(headers, uri).unwrap_or_default();
     // The token first: a good one is served whatever its address did, so
     // one client's bad tokens never lock out the others behind the same
     // proxy or forwarding node. Only failures are limited by address.
-    let authenticated = authenticator.authenticate(token.as_ref());
-    if authenticated.is_err() {
-        if let Some(wait) = peer.and_then(|ip| authenticator.limiter.blocked_for(ip, now)) {
-            crate::metrics::AUTH_FAILURES.with_label_values(&["rate_limited"]).inc();
-            return Err(ApiError::new(
-                StatusCode::TOO_MANY_REQUESTS,
-                "too_many_failed_authentications",
-                format!("too many failed authentications from this address; retry in {} s", wait.as_secs().max(1)),
-            )
-            .with("retry_after_s", wait.as_secs().max(1)));
-        }
+    let error = match authenticator.authenticate(token.as_ref()) {
+        Ok(identity) => return Ok(identity),
+        Err(error) => error,
+    };
+    // The clock is read for failures only (the limiter's): a good token costs none.
+    let now = Instant::now();
+    if let Some(wait) = peer.and_then(|ip| authenticator.limiter.blocked_for(ip, now)) {
+        crate::metrics::AUTH_FAILURES.with_label_values(&["rate_limited"]).inc();
+        return Err(ApiError::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            "too_many_failed_authentications",
+            format!("too many failed authentications from this address; retry in {} s", wait.as_secs().max(1)),
+        )
+        .with("retry_after_s", wait.as_secs().max(1)));
     }
-    match authenticated {
-        Ok(identity) => Ok(identity),
-        Err(error) => {
-            let reason = if error == AuthError::Missing { "missing" } else { "invalid" };
-            crate::metrics::AUTH_FAILURES.with_label_values(&[reason]).inc();
-            if let Some(ip) = peer {
-                authenticator.limiter.failed(ip, now);
-            }
-            Err(unauthenticated(&error))
-        }
+    let reason = if error == AuthError::Missing { "missing" } else { "invalid" };
+    crate::metrics::AUTH_FAILURES.with_label_values(&[reason]).inc();
+    if let Some(ip) = peer {
+        authenticator.limiter.failed(ip, now);
     }
+    Err(unauthenticated(&error))
 }
 
 /// The request's token: the `Authorization: Bearer` header (borrowed: the
@@ -194,7 +191,7 @@ pub fn caller_of(app: &AppState, parts: &axum::http::request::Parts) -> Result<I
     if let Some(identity) = parts.extensions.get::<Identity>() {
         return Ok(identity.clone());
     }
-    identify(app, &parts.headers, &parts.uri, parts.extensions.get::<Peer>().map(|p| p.0))
+    identify(app, &parts.headers, &parts.uri, super::peer_of(&parts.extensions))
 }
 
 /// The extractor of `caller_of`.

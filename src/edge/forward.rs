@@ -20,6 +20,10 @@ use crate::cluster::Member;
 pub(super) use crate::cluster::peer_client::FORWARDED_BY;
 pub const SERVED_BY: &str = "x-tern-served-by";
 pub(super) const IDEMPOTENCY_KEY: &str = "idempotency-key";
+/// The two headers every request is asked for (`Incoming::new`), as names:
+/// looking one up by `&str` parses the name again each time.
+const FORWARDED_BY_NAME: header::HeaderName = header::HeaderName::from_static(FORWARDED_BY);
+const IDEMPOTENCY_KEY_NAME: header::HeaderName = header::HeaderName::from_static(IDEMPOTENCY_KEY);
 /// The caller's headers a forwarded request carries, so the holder decides
 /// as this node would have: who asks (`Authorization`, checked again
 /// there), and Firebase's conditional requests (`X-Firebase-ETag`,
@@ -72,8 +76,8 @@ impl<'a> Incoming<'a> {
             // answers with, sending none of it.
             method: if method == Method::HEAD { Method::GET } else { method },
             path_and_query: uri.path_and_query().map_or(uri.path(), |pq| pq.as_str()),
-            forwarded_by: headers.get(FORWARDED_BY).and_then(|v| v.to_str().ok()),
-            idempotency_key: headers.get(IDEMPOTENCY_KEY).map(|v| v.as_bytes()),
+            forwarded_by: headers.get(&FORWARDED_BY_NAME).and_then(|v| v.to_str().ok()),
+            idempotency_key: headers.get(&IDEMPOTENCY_KEY_NAME).map(|v| v.as_bytes()),
             headers: Some(headers),
             principal: None,
         }

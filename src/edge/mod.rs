@@ -28,6 +28,7 @@ mod route;
 mod slot;
 mod sse;
 mod state;
+mod transport;
 mod write_id;
 
 pub use self::access::{
@@ -40,4 +41,5 @@ pub use self::route::{timed, Route, RouteAccess, RouteMetrics};
 pub use self::slot::ConnectionSlot;
 pub use self::sse::{body, Encoder, SessionFuture, SSE_HEADERS};
 pub use self::state::AppState;
+pub use self::transport::{connection_of, peer_of, Transport};
 pub use self::write_id::scoped_write_id;

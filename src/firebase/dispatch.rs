@@ -15,7 +15,7 @@ use super::routes::is_firebase_path;
 use super::state::Firebase;
 use super::{rest, rules_file, stream};
 use crate::auth::{Identity, Verb};
-use crate::edge::{caller_of, identify, Encoder, SessionFuture};
+use crate::edge::{caller_of, connection_of, identify, Encoder, SessionFuture};
 use crate::partition::Namespace;
 use crate::watch::ConnectionId;
 
@@ -34,7 +34,7 @@ pub async fn handle(state: Firebase, request: Request) -> Response {
 
 async fn dispatch(state: Firebase, request: Request) -> Result<Response, FbError> {
     let (parts, body) = request.into_parts();
-    let connection = parts.extensions.get::<ConnectionId>().copied().unwrap_or(ConnectionId(0));
+    let connection = connection_of(&parts.extensions);
     let query = Query::parse(parts.uri.query());
     let method = method_of(&parts.method, &parts.headers, &query)?;
     let path = parts.uri.path().strip_suffix(".json").expect("routed here for .json paths");

@@ -21,9 +21,8 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use axum::extract::{Request, State};
+use axum::extract::Request;
 use axum::http::Method;
-use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
 use crate::edge::{admit, attach, AppState, Route, RouteMetrics};
@@ -97,9 +96,11 @@ fn firebase_route_of(method: &Method) -> usize {
     }
 }
 
-/// Shared by every request (axum clones the state per request: one `Arc`).
+/// Shared by every request (the service clones one `Arc` per request).
 struct Front {
     protocols: Protocols,
+    /// The API's router: what the front does not answer itself.
+    router: axum::Router,
     get_metrics: Arc<RouteMetrics>,
     put_metrics: Arc<RouteMetrics>,
     firebase_metrics: [Arc<RouteMetrics>; 6],
@@ -156,14 +157,43 @@ pub fn service(
 ) -> impl tower::Service<Request, Response = Response, Error = std::convert::Infallible, Future: Send> + Clone + Send + 'static {
     let router = api::router(protocols.api.clone());
     let cors = cors_layer(&protocols.cors_origins);
-    let front = Arc::new(Front {
+    let front = FrontDoor(Arc::new(Front {
         protocols,
+        router,
         get_metrics: RouteMetrics::new(api::GET_RECORD_ROUTE),
         put_metrics: RouteMetrics::new(api::PUT_RECORD_ROUTE),
         firebase_metrics: FIREBASE_ROUTES.map(RouteMetrics::new),
-    });
-    let front = tower::Layer::layer(&axum::middleware::from_fn_with_state(front, front_door), router);
+    }));
     tower::Layer::layer(&tower::util::option_layer(cors), front)
+}
+
+/// The front as a service: `front_door` for every request. Written out
+/// rather than `axum::middleware::from_fn`, which per request clones the
+/// router twice and boxes it as `Next` besides boxing the future; here a
+/// request costs one `Arc` clone and its door's boxed future
+/// (`front_door`), and the router is cloned only for what the front hands it.
+#[derive(Clone)]
+struct FrontDoor(Arc<Front>);
+
+impl tower::Service<Request> for FrontDoor {
+    type Response = Response;
+    type Error = std::convert::Infallible;
+    type Future = BoxedAnswer;
+
+    fn poll_ready(&mut self, _: &mut std::task::Context<'_>) -> std::task::Poll<Result<(), Self::Error>> {
+        // The router is always ready (axum's `Router::poll_ready`), and the front holds nothing that fills.
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: Request) -> Self::Future {
+        front_door(self.0.clone(), request)
+    }
+}
+
+/// What the front does not answer itself: the API's router.
+async fn to_router(front: &Front, request: Request) -> Response {
+    let Ok(response) = tower::ServiceExt::oneshot(front.router.clone(), request).await;
+    response
 }
 
 /// The service of a node without authentication, speaking Firebase with
@@ -184,45 +214,67 @@ pub fn app_with(
     service(Protocols::new(AppState::new(node, cluster), firebase))
 }
 
-async fn front_door(State(front): State<Arc<Front>>, mut request: Request, next: Next) -> Response {
+/// Which door a request goes through: decided before any future is made
+/// (the path, then who is asking: `admit` does not wait), so each door's
+/// future is boxed at its own size. One future for all of them was as large
+/// as the largest (Firebase's, the router's, a forwarded read's) and was
+/// moved about whole for every plain GET.
+fn front_door(front: Arc<Front>, mut request: Request) -> BoxedAnswer {
     let path = request.uri().path();
     if path == firebase::realtime::PATH {
-        return firebase::realtime::upgrade(front.protocols.firebase.clone(), request).await;
+        return Box::pin(async move { Ok(firebase::realtime::upgrade(front.protocols.firebase.clone(), request).await) });
     }
     let is_firebase = firebase::is_firebase_path(path);
     let identity = match admit(&front.protocols.api, &request) {
         Ok(Some(identity)) => identity,
         // Public: no identity needed.
-        Ok(None) => return next.run(request).await,
-        Err(refused) if is_firebase => return firebase::refusal(refused),
-        Err(refused) => return refused.into_response(),
+        Ok(None) => return Box::pin(async move { Ok(to_router(&front, request).await) }),
+        Err(refused) if is_firebase => return answered(firebase::refusal(refused)),
+        Err(refused) => return answered(refused.into_response()),
     };
     if is_firebase {
         attach(&mut request, identity);
-        let started = Instant::now();
-        let metrics = &front.firebase_metrics[firebase_route_of(request.method())];
-        let response = firebase::handle(front.protocols.firebase.clone(), request).await;
-        metrics.observe(response.status(), started);
-        return response;
+        return Box::pin(firebase_door(front, request));
     }
     let plain = request.uri().query().is_none();
-    let metrics = match *request.method() {
-        Method::GET if plain => &front.get_metrics,
-        Method::PUT if plain => &front.put_metrics,
+    match *request.method() {
+        Method::GET | Method::PUT if plain => Box::pin(fast_door(front, identity, request)),
         _ => {
             attach(&mut request, identity);
-            return next.run(request).await;
+            Box::pin(async move { Ok(to_router(&front, request).await) })
         }
-    };
+    }
+}
+
+/// What the front's service answers with.
+type BoxedAnswer = std::pin::Pin<Box<dyn std::future::Future<Output = Result<Response, std::convert::Infallible>> + Send>>;
+
+/// An answer already made (a refusal).
+fn answered(response: Response) -> BoxedAnswer {
+    Box::pin(std::future::ready(Ok(response)))
+}
+
+/// A Firebase request (`/{path}.json`), timed per method.
+async fn firebase_door(front: Arc<Front>, request: Request) -> Result<Response, std::convert::Infallible> {
+    let started = Instant::now();
+    let metrics = &front.firebase_metrics[firebase_route_of(request.method())];
+    let response = firebase::handle(front.protocols.firebase.clone(), request).await;
+    metrics.observe(response.status(), started);
+    Ok(response)
+}
+
+/// A plain GET or PUT (no query string): the fast path, else the router.
+async fn fast_door(front: Arc<Front>, identity: crate::auth::Identity, request: Request) -> Result<Response, std::convert::Infallible> {
+    let metrics = if request.method() == Method::GET { &front.get_metrics } else { &front.put_metrics };
     let started = Instant::now();
     match api::fast_path(&front.protocols.api, &identity, request).await {
         Ok(response) => {
             metrics.observe(response.status(), started);
-            response
+            Ok(response)
         }
         Err(mut request) => {
             attach(&mut request, identity);
-            next.run(request).await
+            Ok(to_router(&front, request).await)
         }
     }
 }

@@ -36,7 +36,7 @@ use super::front::Protocols;
 use super::h2c;
 use super::lenient_target::LenientTarget;
 use super::tls::{self, Tls};
-use crate::edge::{ConnectionSlot, Peer};
+use crate::edge::{ConnectionSlot, Peer, Transport};
 use crate::watch::ConnectionId;
 
 /// How long a stop waits for connections to finish their requests.
@@ -251,9 +251,7 @@ where
     let tower = TowerToHyperService::new(service);
     let service = hyper::service::service_fn(move |request: hyper::Request<Incoming>| {
         let mut request = request.map(Body::new);
-        request.extensions_mut().insert(connection);
-        request.extensions_mut().insert(peer);
-        request.extensions_mut().insert(slot.clone());
+        request.extensions_mut().insert(Transport { connection, peer, slot: Some(slot.clone()) });
         hyper::service::Service::call(&tower, request)
     });
     // hyper's header read timeout runs while it waits for a request's head,

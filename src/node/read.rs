@@ -67,14 +67,9 @@ pub fn check_position(namespace: &Namespace, consistency: &Consistency, reads: &
     Ok(())
 }
 
-/// Waits until `partitions` of `namespace` satisfy `consistency`.
-pub async fn await_consistency(
-    node: &Node,
-    namespace: &Namespace,
-    partitions: &[u32],
-    consistency: &Consistency,
-    timeout: Duration,
-) -> Result<(), ReadError> {
+/// Refuses a read of a partition that is refused (damaged, fenced) or
+/// rebuilding: what a `Local` read checks, and every other first.
+pub fn refuse_unserved(namespace: &Namespace, partitions: &[u32]) -> Result<(), ReadError> {
     for &p in partitions {
         let handle = namespace.handle(p);
         if let PartitionStatus::Refused(reason) = handle.status() {
@@ -84,6 +79,18 @@ pub async fn await_consistency(
             return Err(ReadError::Refused { partition: p, reason: format!("rebuilding: {why}; it serves again once caught up") });
         }
     }
+    Ok(())
+}
+
+/// Waits until `partitions` of `namespace` satisfy `consistency`.
+pub async fn await_consistency(
+    node: &Node,
+    namespace: &Namespace,
+    partitions: &[u32],
+    consistency: &Consistency,
+    timeout: Duration,
+) -> Result<(), ReadError> {
+    refuse_unserved(namespace, partitions)?;
     let deadline = tokio::time::Instant::now() + timeout;
     let targets: Vec<(u32, u64)> = match consistency {
         Consistency::Local => return Ok(()),

@@ -10,6 +10,7 @@ use prometheus::IntGauge;
 use tokio::sync::watch;
 
 use super::outcome::{Outcome, OutcomeRing};
+use super::read_memo::ReadMemo;
 use crate::log::TopicPartition;
 use crate::metrics;
 use crate::store::{PartitionStore, StoreError, StoreReader};
@@ -20,6 +21,9 @@ pub struct ReadView {
     /// The position of what `reader` shows (read from the view itself).
     pub applied_next: u64,
     pub reader: StoreReader,
+    /// Answers readers made from this view, by key (`read_memo.rs`): a
+    /// view never changes, so neither do they.
+    pub memo: ReadMemo,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -312,7 +316,7 @@ impl PartitionHandle {
             }
         }
         let reader = self.store().read()?;
-        let view = Arc::new(ReadView { applied_next: reader.applied_next()?, reader });
+        let view = Arc::new(ReadView { applied_next: reader.applied_next()?, reader, memo: ReadMemo::default() });
         if view.applied_next == advanced {
             *self.view.write() = Some(view.clone());
         }

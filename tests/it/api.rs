@@ -44,6 +44,51 @@ async fn records_put_get_delete_with_versions_and_positions() {
     assert!(missing["error"]["position"].is_string());
 }
 
+/// Plain GETs are answered from the read view's memo once a key was read
+/// in it (`partition::read_memo`): no write may ever be hidden by it, to
+/// the key itself or to another key of the partition (whose answer's
+/// position must move on too).
+#[tokio::test]
+async fn a_remembered_read_never_hides_a_later_write() {
+    let dir = tempfile::tempdir().unwrap();
+    let t = Tern::dev(dir.path()).await;
+    let (pk, other) = same_partition_pks();
+    let node = &t;
+    let put = |pk: &str, sk: &str, value: Value| {
+        let url = format!("{}?wait=applied", node.kv_url("default", pk, Some(sk)));
+        async move { node.send(node.client.put(url).json(&value)).await.0 }
+    };
+    assert_eq!(put(&pk, "k", json!(1)).await, 200);
+    let (_, first) = t.get(&pk, "k").await;
+    let (_, again) = t.get(&pk, "k").await;
+    assert_eq!(first, again, "the same view gives the same answer");
+    assert_eq!(again["value"], json!(1));
+    // The key itself, written: the next read sees it.
+    assert_eq!(put(&pk, "k", json!(2)).await, 200);
+    let (_, second) = t.get(&pk, "k").await;
+    assert_eq!(second["value"], json!(2));
+    assert!(second["version"].as_u64() > first["version"].as_u64());
+    // Another key of the same partition, written: the answer's value stays, its position moves on.
+    let (_, before) = t.get(&pk, "k").await;
+    assert_eq!(put(&other, "k", json!("x")).await, 200);
+    let (_, after) = t.get(&pk, "k").await;
+    assert_eq!(after["value"], json!(2));
+    assert_eq!(after["version"], before["version"]);
+    assert_ne!(after["position"], before["position"], "a later view's position: {before} then {after}");
+    // Deleted: not found, never the remembered answer.
+    let (status, _) = t.send(t.client.delete(format!("{}?wait=applied", t.kv_url("default", &pk, Some("k"))))).await;
+    assert_eq!(status, 200);
+    let (status, gone) = t.get(&pk, "k").await;
+    assert_eq!(status, 404, "{gone}");
+    // Keys whose bytes run together alike are distinct keys.
+    assert_eq!(put(&pk, "ab", json!("ab")).await, 200);
+    assert_eq!(t.get(&pk, "ab").await.1["value"], json!("ab"));
+    let (status, _) = t.get(&pk, "a").await;
+    assert_eq!(status, 404);
+    let (status, _) = t.get(&format!("{pk}a"), "b").await;
+    assert_eq!(status, 404);
+}
+
 #[tokio::test]
 async fn empty_sort_key_and_odd_keys() {
     let dir = tempfile::tempdir().unwrap();

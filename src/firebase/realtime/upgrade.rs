@@ -11,13 +11,12 @@ use futures::SinkExt;
 
 use super::requests::{Credential, Requests};
 use super::{connection, wire};
-use crate::edge::{ConnectionSlot, Peer};
+use crate::edge::{connection_of, peer_of, Transport};
 use crate::firebase::dispatch::database;
 use crate::firebase::error::FbError;
 use crate::firebase::query::Query;
 use crate::firebase::state::Firebase;
 use crate::tree::TREE_PK;
-use crate::watch::ConnectionId;
 
 /// Where the realtime protocol is served.
 pub const PATH: &str = "/.ws";
@@ -65,7 +64,7 @@ pub async fn upgrade(state: Firebase, request: Request) -> Response {
         Ok(ws) => ws,
         Err(rejection) => return rejection.into_response(),
     };
-    let peer = parts.extensions.get::<Peer>().map(|p| p.0);
+    let peer = peer_of(&parts.extensions);
     let credential = match initial_credential(&state, &parts.headers, peer) {
         Ok(credential) => credential,
         Err(e) => return e.into_response(),
@@ -80,9 +79,9 @@ pub async fn upgrade(state: Firebase, request: Request) -> Response {
         Ok(namespace) => namespace,
         Err(e) => return e.into_response(),
     };
-    let connection = parts.extensions.get::<ConnectionId>().copied().unwrap_or(ConnectionId(0));
+    let connection = connection_of(&parts.extensions);
     // The socket counts among the node's connections while it is served.
-    let slot = parts.extensions.get::<ConnectionSlot>().cloned();
+    let slot = Transport::of(&parts.extensions).and_then(|t| t.slot.clone());
     let host = parts.headers.get(header::HOST).and_then(|v| v.to_str().ok()).unwrap_or("127.0.0.1").to_string();
     let partition = namespace.partition_of(TREE_PK);
     let elsewhere =

@@ -18,7 +18,7 @@ use h2::{RecvStream, SendStream};
 use hyper::body::Body as _;
 
 use super::watches::Watches;
-use crate::edge::{identify, Peer};
+use crate::edge::{identify, Peer, Transport};
 use crate::http::front::{cors_allow_origin, with_cors, Protocols};
 use crate::watch::ConnectionId;
 use crate::{api, firebase};
@@ -106,8 +106,7 @@ where
             Next::Accepted(None) => return Ok(()),
         };
         opened_since_check = true;
-        request.extensions_mut().insert(connection);
-        request.extensions_mut().insert(peer);
+        request.extensions_mut().insert(Transport { connection, peer, slot: None });
         if firebase::is_stream_request(&request) {
             let cors = cors_allow_origin(&protocols.cors_origins, request.headers());
             match firebase::open_h2c_stream(&protocols.firebase, request.uri(), request.headers(), Some(peer.0), connection, watches.next_outlet())
