@@ -42,7 +42,9 @@ pub(super) async fn kv(
     let verb = if reads { Verb::Read } else { Verb::Write };
     require(&identity, &ns, &key.pk, verb)?;
     let namespace = namespace(&state, &ns)?;
-    let incoming = Incoming::new(method.clone(), &uri, &headers).by(&identity);
+    let incoming = Incoming::new(method.clone(), &uri, &headers);
+    // Only a write is scoped to who sent it (its write id).
+    let incoming = if reads { incoming } else { incoming.by(&identity) };
     let query = query.as_deref();
     match method {
         _ if reads => match key.sk {
@@ -164,7 +166,9 @@ async fn get(
 fn rendered_from_store(view: &ReadView, ns: &str, partition: u32, pk: &str, sk: &str) -> Result<Option<Bytes>, ApiError> {
     let mut body = None;
     view.reader.get_with(pk, sk, |version, value| {
-        body = Some(Bytes::from(render::get_response(pk, sk, version, value, ns, partition, view.applied_next)));
+        // As a boxed slice: `Bytes` of a `Vec` keeps its spare capacity, which the memo's bound would not count.
+        let rendered = render::get_response(pk, sk, version, value, ns, partition, view.applied_next);
+        body = Some(Bytes::from(rendered.into_boxed_slice()));
     })?;
     if let Some(body) = &body {
         view.memo.keep(pk, sk, body.clone());

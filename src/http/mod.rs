@@ -7,7 +7,8 @@
 //! paths to Firebase.
 //!
 //! This room sits above both protocols (it hands them requests); neither
-//! imports it (`ConnectionId` and `Peer` travel as request extensions).
+//! imports it (what it knows of a connection travels as one request
+//! extension, `edge::Transport`).
 
 mod front;
 mod h2c;

@@ -14,7 +14,7 @@
 //! single record's rendered JSON): the memo keeps opaque bytes.
 //!
 //! Bounded: at most `READ_MEMO_BYTES_MAX` (keys, answers and a per-entry
-//! overhead counted) per view; past it, answers are no longer kept (reads
+//! overhead counted) per view, so per partition held; past it, answers are no longer kept (reads
 //! go to the store as before). A view lives until the next apply, so a
 //! memo never needs evicting: a workload with writes starts over with each
 //! view, and a read-only one keeps its first `READ_MEMO_BYTES_MAX` of keys.
@@ -31,10 +31,12 @@ use parking_lot::RwLock;
 /// most per namespace, against 32 MiB of store cache per partition).
 pub(crate) const READ_MEMO_BYTES_MAX: usize = 2 * 1024 * 1024;
 
-/// What an entry costs beyond its key and answer: the table's slot, the
-/// boxed key's and the answer's headers (counted, so many tiny entries are
-/// bounded too).
-const ENTRY_OVERHEAD_BYTES: usize = 96;
+/// What an entry costs beyond its key's and answer's bytes, counted so
+/// that many tiny entries are bounded too: the table's slot (64 bytes) and
+/// its share of spare slots (the table grows by doubling: up to as many
+/// again), and the allocator's rounding of the three allocations (key
+/// halves and answer).
+const ENTRY_OVERHEAD_BYTES: usize = 192;
 
 /// The answers made from one read view (see the module doc).
 #[derive(Default)]
