@@ -42,9 +42,7 @@ pub(super) async fn kv(
     let verb = if reads { Verb::Read } else { Verb::Write };
     require(&identity, &ns, &key.pk, verb)?;
     let namespace = namespace(&state, &ns)?;
-    let incoming = Incoming::new(method.clone(), &uri, &headers);
-    // Only a write is scoped to who sent it (its write id).
-    let incoming = if reads { incoming } else { incoming.by(&identity) };
+    let incoming = Incoming::new(method.clone(), &uri, &headers).by_if_writing(&identity, !reads);
     let query = query.as_deref();
     match method {
         _ if reads => match key.sk {
@@ -84,10 +82,7 @@ pub(crate) async fn fast_path(state: &AppState, identity: &Identity, request: ax
     if let Err(e) = require(identity, &namespace.name, &pk, verb) {
         return Ok(e.into_response());
     }
-    let incoming = Incoming::new(parts.method.clone(), &parts.uri, &parts.headers);
-    // Only a write is scoped to who sent it (its write id): a read skips
-    // naming the principal (a `format!` per request with a key).
-    let incoming = if verb == Verb::Write { incoming.by(identity) } else { incoming };
+    let incoming = Incoming::new(parts.method.clone(), &parts.uri, &parts.headers).by_if_writing(identity, verb == Verb::Write);
     let response = match parts.method {
         axum::http::Method::GET => get(state, &incoming, &namespace, pk, sk, None).await,
         // Boxed: a write's future is far larger than a read's, and the

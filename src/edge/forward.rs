@@ -89,6 +89,16 @@ impl<'a> Incoming<'a> {
         self
     }
 
+    /// As `by` for a write; a read has no write id, so it skips naming the
+    /// principal (a `format!` per request with a key, on the read path).
+    pub fn by_if_writing(self, identity: &crate::auth::Identity, writes: bool) -> Incoming<'a> {
+        if writes {
+            self.by(identity)
+        } else {
+            self
+        }
+    }
+
     /// The write id of this request (`write_id.rs`).
     pub fn write_id(&self) -> Result<Bytes, String> {
         super::scoped_write_id(self.principal.as_deref(), self.idempotency_key)

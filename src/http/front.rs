@@ -190,6 +190,11 @@ impl tower::Service<Request> for FrontDoor {
     }
 }
 
+/// The router's door: what the front does not answer itself.
+fn router_door(front: Arc<Front>, request: Request) -> BoxedAnswer {
+    Box::pin(async move { Ok(to_router(&front, request).await) })
+}
+
 /// What the front does not answer itself: the API's router.
 async fn to_router(front: &Front, request: Request) -> Response {
     let Ok(response) = tower::ServiceExt::oneshot(front.router.clone(), request).await;
@@ -228,7 +233,7 @@ fn front_door(front: Arc<Front>, mut request: Request) -> BoxedAnswer {
     let identity = match admit(&front.protocols.api, &request) {
         Ok(Some(identity)) => identity,
         // Public: no identity needed.
-        Ok(None) => return Box::pin(async move { Ok(to_router(&front, request).await) }),
+        Ok(None) => return router_door(front, request),
         Err(refused) if is_firebase => return answered(firebase::refusal(refused)),
         Err(refused) => return answered(refused.into_response()),
     };
@@ -241,7 +246,7 @@ fn front_door(front: Arc<Front>, mut request: Request) -> BoxedAnswer {
         Method::GET | Method::PUT if plain => Box::pin(fast_door(front, identity, request)),
         _ => {
             attach(&mut request, identity);
-            Box::pin(async move { Ok(to_router(&front, request).await) })
+            router_door(front, request)
         }
     }
 }
