@@ -19,6 +19,9 @@
 //!   row whose count, seqnos or usage differ from what was sent, an
 //!   unexpected reason, a row twice (by `tern.id`), and at the end a session
 //!   never billed or a DUP/BADFORMAT row missing.
+//! - A warm-up pass first (`--warmup-records`, untimed, checked): the same
+//!   pipeline on sessions of its own, so the measured pass meets a broker
+//!   whose JIT has compiled its hot paths, as a running cluster's has.
 //! - Throughput: records / (first send → last expected row consumed).
 //! - CPU µs per record of each process (tern, broker, generator + checker).
 //! - Ingest alone, after: the generator sends the same records to a topic
@@ -59,6 +62,11 @@ pub(crate) struct AggdemoBenchArgs {
     /// Target send rate in records/s (0: as fast as the producer goes).
     #[arg(long, default_value_t = 100_000)]
     rate: u64,
+    /// Records sent through the same pipeline before the measured pass,
+    /// untimed (a multiple of 500,000; 0: none): a broker just started
+    /// spends the first seconds compiling its hot paths.
+    #[arg(long, default_value_t = 500_000)]
+    warmup_records: u64,
     /// Partitions of the input topic (the namespace's).
     #[arg(long, default_value_t = 4)]
     partitions: i32,
@@ -70,6 +78,8 @@ pub(crate) struct AggdemoBenchArgs {
 const NS: &str = "agg";
 const OPEN_SESSIONS: u64 = 5_000;
 const RECORDS_PER_SESSION: u64 = 100;
+/// Records after which every open session has closed (and new ones open).
+const SESSION_CYCLE_RECORDS: u64 = OPEN_SESSIONS * RECORDS_PER_SESSION;
 const DUP_EVERY: u64 = 10_007;
 const GARBAGE_EVERY: u64 = 50_021;
 /// Longest the checker waits for the last rows after the last send.
@@ -159,14 +169,16 @@ struct Sent {
     last_ns: u64,
 }
 
-/// Sends the records at `rate` (a slice every millisecond).
-fn generate(bootstrap: &str, topic: &str, partitions: i32, records: u64, rate: u64) -> anyhow::Result<Sent> {
+/// Sends records `first..first + records` at `rate` (a slice every
+/// millisecond). `first` is a multiple of `SESSION_CYCLE_RECORDS`, so a
+/// pass after another bills sessions of its own.
+fn generate(bootstrap: &str, topic: &str, partitions: i32, first: u64, records: u64, rate: u64) -> anyhow::Result<Sent> {
     let producer = producer(bootstrap)?;
     let start_ms = now_ns() / 1_000_000 - 3_600_000;
     let per_ms = if rate == 0 { u64::MAX } else { (rate / 1000).max(1) };
     let mut sent = Sent { first_ns: now_ns(), ..Sent::default() };
     let began = Instant::now();
-    let mut i = 0u64;
+    let (mut i, records) = (first, first + records);
     while i < records {
         let slice_end = (i + per_ms).min(records);
         for n in i..slice_end {
@@ -189,7 +201,7 @@ fn generate(bootstrap: &str, topic: &str, partitions: i32, records: u64, rate: u
         i = slice_end;
         if rate > 0 {
             // Paced against the start, so a slow slice is caught up, not lost.
-            let due = Duration::from_secs_f64(i as f64 / rate as f64);
+            let due = Duration::from_secs_f64((i - first) as f64 / rate as f64);
             if let Some(wait) = due.checked_sub(began.elapsed()) {
                 std::thread::sleep(wait);
             }
@@ -197,8 +209,8 @@ fn generate(bootstrap: &str, topic: &str, partitions: i32, records: u64, rate: u
     }
     producer.flush(Duration::from_secs(60))?;
     anyhow::ensure!(producer.context().failed.load(Ordering::Relaxed) == 0, "some records were not delivered");
-    sent.records = records;
-    sent.sessions_closed = (records / (OPEN_SESSIONS * RECORDS_PER_SESSION)) * OPEN_SESSIONS;
+    sent.records = records - first;
+    sent.sessions_closed = (sent.records / SESSION_CYCLE_RECORDS) * OPEN_SESSIONS;
     sent.last_ns = now_ns();
     Ok(sent)
 }
@@ -267,8 +279,7 @@ impl Checked {
 /// generator finished and every expected row arrived, or `DRAIN_WAIT` after it.
 fn check(
     bootstrap: &str,
-    topics: &[String],
-    partitions: i32,
+    start: TopicPartitionList,
     generated: Arc<std::sync::Mutex<Option<Sent>>>,
     stop: Arc<AtomicBool>,
 ) -> anyhow::Result<Checked> {
@@ -280,13 +291,7 @@ fn check(
         .set("fetch.wait.max.ms", "10")
         .set("enable.auto.commit", "false")
         .create()?;
-    let mut assignment = TopicPartitionList::new();
-    for topic in topics {
-        for p in 0..partitions {
-            assignment.add_partition_offset(topic, p, Offset::Beginning)?;
-        }
-    }
-    consumer.assign(&assignment)?;
+    consumer.assign(&start)?;
     let histogram = || Histogram::new_with_bounds(1, 600_000_000, 3);
     let mut checked = Checked { latency_us: Some(histogram()?), queued_us: Some(histogram()?), ..Checked::default() };
     let mut ids = HashSet::new();
@@ -317,6 +322,47 @@ fn check(
             Err(e) => checked.violation(format!("a row that is not JSON: {e}")),
         }
     }
+}
+
+/// One pass: the generator sends records `first..first + records` while
+/// the checker reads the rows they make, from where the output topics end
+/// now (after an earlier pass: its rows are all read, so none is counted twice).
+async fn pass(
+    bootstrap: &str,
+    input: &str,
+    outputs: &[String],
+    partitions: i32,
+    first: u64,
+    records: u64,
+    rate: u64,
+) -> anyhow::Result<(Sent, Checked)> {
+    let start = output_ends(bootstrap, outputs, partitions)?;
+    let generated = Arc::new(std::sync::Mutex::new(None));
+    let stop = Arc::new(AtomicBool::new(false));
+    let checker = {
+        let (bootstrap, generated, stop) = (bootstrap.to_string(), generated.clone(), stop.clone());
+        std::thread::spawn(move || check(&bootstrap, start, generated, stop))
+    };
+    let sent = {
+        let (bootstrap, input) = (bootstrap.to_string(), input.to_string());
+        tokio::task::spawn_blocking(move || generate(&bootstrap, &input, partitions, first, records, rate)).await??
+    };
+    *generated.lock().unwrap() = Some(sent);
+    let checked = tokio::task::spawn_blocking(move || checker.join().expect("the checker ran")).await??;
+    Ok((sent, checked))
+}
+
+/// Each output partition's high watermark: where a pass's checker starts.
+fn output_ends(bootstrap: &str, outputs: &[String], partitions: i32) -> anyhow::Result<TopicPartitionList> {
+    let consumer: BaseConsumer = client_config(bootstrap).create()?;
+    let mut start = TopicPartitionList::new();
+    for topic in outputs {
+        for p in 0..partitions {
+            let (_, high) = consumer.fetch_watermarks(topic, p, Duration::from_secs(30))?;
+            start.add_partition_offset(topic, p, Offset::Offset(high))?;
+        }
+    }
+    Ok(start)
 }
 
 async fn create_topics(bootstrap: &str, names: &[String], partitions: i32) -> anyhow::Result<()> {
@@ -374,6 +420,11 @@ pub(crate) async fn run(args: AggdemoBenchArgs) -> anyhow::Result<()> {
 }
 
 async fn measure(args: &AggdemoBenchArgs, scratch: &std::path::Path, kafka_dir: &std::path::Path, bootstrap: &str) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        args.warmup_records % SESSION_CYCLE_RECORDS == 0,
+        "--warmup-records must be a multiple of {SESSION_CYCLE_RECORDS} (every session of the warm-up closes), not {}",
+        args.warmup_records
+    );
     let input = "aggdemo-in".to_string();
     let outputs = [format!("{NS}.aggregated"), format!("{NS}.bad")];
     create_topics(bootstrap, &[input.clone(), outputs[0].clone(), outputs[1].clone(), "floor.out".into(), "ingest-only".into()], args.partitions)
@@ -408,22 +459,17 @@ async fn measure(args: &AggdemoBenchArgs, scratch: &std::path::Path, kafka_dir: 
     anyhow::ensure!(deploy.status.success(), "deploy.sh: {}", String::from_utf8_lossy(&deploy.stderr));
     let broker_pid: u32 = std::fs::read_to_string(kafka_dir.join("node-1.pid"))?.trim().parse()?;
 
-    let generated = Arc::new(std::sync::Mutex::new(None));
-    let stop = Arc::new(AtomicBool::new(false));
+    // Warm-up: the same pipeline, untimed, so the broker's JIT compiler
+    // (C2 took 40% of a core through a cold broker's first 20 s) and
+    // Tern's caches are where they stay in a broker that has been running.
+    if args.warmup_records > 0 {
+        let (sent, checked) = pass(bootstrap, &input, &outputs, args.partitions, 0, args.warmup_records, args.rate).await?;
+        anyhow::ensure!(checked.violations.is_empty(), "the warm-up found violations: {:?}", checked.violations.first());
+        eprintln!("warm-up: {} records, {} rows", sent.records, checked.rows);
+    }
     let meter = CpuMeter::start(&[("tern", tern_pid), ("broker", broker_pid), ("generator + checker", std::process::id())])?;
-    let checker = {
-        let (bootstrap, outputs, generated, stop, partitions) =
-            (bootstrap.to_string(), outputs.to_vec(), generated.clone(), stop.clone(), args.partitions);
-        std::thread::spawn(move || check(&bootstrap, &outputs, partitions, generated, stop))
-    };
-    let sent = {
-        let (bootstrap, input, partitions, records, rate) = (bootstrap.to_string(), input.clone(), args.partitions, args.records, args.rate);
-        tokio::task::spawn_blocking(move || generate(&bootstrap, &input, partitions, records, rate)).await??
-    };
-    *generated.lock().unwrap() = Some(sent);
-    let checked = tokio::task::spawn_blocking(move || checker.join().expect("the checker ran")).await??;
+    let (sent, checked) = pass(bootstrap, &input, &outputs, args.partitions, args.warmup_records, args.records, args.rate).await?;
     let cpu = meter.per_op_us(sent.records as f64)?;
-    let _ = stop;
     let mut violations = checked.violations.len() as u64;
     let missing_sessions = sent.sessions_closed.saturating_sub(checked.billed.len() as u64);
     violations += missing_sessions + sent.dups.abs_diff(checked.dup_rows) + sent.garbage.abs_diff(checked.garbage_rows);
@@ -462,7 +508,7 @@ async fn measure(args: &AggdemoBenchArgs, scratch: &std::path::Path, kafka_dir: 
     let meter = CpuMeter::start(&[("broker", broker_pid), ("generator", std::process::id())])?;
     let ingest = {
         let (bootstrap, partitions, records, rate) = (bootstrap.to_string(), args.partitions, args.records, args.rate);
-        tokio::task::spawn_blocking(move || generate(&bootstrap, "ingest-only", partitions, records, rate)).await??
+        tokio::task::spawn_blocking(move || generate(&bootstrap, "ingest-only", partitions, 0, records, rate)).await??
     };
     let ingest_row = json!({
         "name": "ingest alone: the generator into a topic nobody reads (no Tern)",
