@@ -122,6 +122,49 @@ fn a_deployed_procedure_runs_on_each_write_in_the_same_transaction() {
     assert_eq!(dead["version"], 1, "the version is the deploy entry's offset in partition 0");
 }
 
+/// A source topic can carry records far larger than Tern's own writes. A
+/// dead letter that embedded one whole (JSON escapes a control byte as six)
+/// was larger than any message the publisher sends: it could never be
+/// published, and held every output of its partition behind it. (Failed
+/// before the bound: a dead letter of 56,852,681 bytes.)
+#[test]
+fn a_dead_letter_of_a_huge_input_is_cut_to_its_bound_and_says_so() {
+    use crate::procedure::{DEAD_LETTER_BYTES_MAX, DEAD_LETTER_KEY_BYTES_MAX, DEAD_LETTER_VALUE_BYTES_MAX};
+    let (_dir, store) = store();
+    let mut procedures = Procedures::new(NS, 0);
+    // 'u': the sandbox traps (or the input does not fit its memory): a dead letter either way.
+    let key = format!("u{}", "\u{1}".repeat(DEAD_LETTER_KEY_BYTES_MAX * 2));
+    let value = "\u{1}".repeat(DEAD_LETTER_VALUE_BYTES_MAX * 9);
+    let foreign = |offset: u64, key: &str, value: &str| LogRecord {
+        offset,
+        payload: Bytes::from(value.to_string()),
+        foreign: Some(Box::new(crate::log::ForeignRecord { key: Some(Bytes::from(key.to_string())), headers: Vec::new(), timestamp_ms: 2_000 })),
+        appended_ms: None,
+    };
+    let entries =
+        vec![entry(0, 1_000, vec![deploy_op("q", wasm(SANDBOX.as_bytes()))]), foreign(1, &key, &value), foreign(2, "u-small", r#""\u0001""#)];
+    let outcomes = apply(&store, &mut procedures, &entries);
+    assert!(outcomes.iter().all(|(_, o)| *o == Outcome::Applied), "{outcomes:?}");
+    let out = outbox(&store.read().unwrap());
+    assert_eq!(out.len(), 2, "{:?}", out.iter().map(|o| o.2.value.len()).collect::<Vec<_>>());
+    let (cut, whole) = (&out[0].2, &out[1].2);
+    assert_eq!(cut.topic, "t.q.dead");
+    let bytes = cut.value.len() + cut.key.as_ref().map_or(0, Vec::len);
+    assert!(bytes <= DEAD_LETTER_BYTES_MAX, "a dead letter of {bytes} bytes");
+    assert_eq!(cut.key.as_deref(), Some(&key.as_bytes()[..DEAD_LETTER_KEY_BYTES_MAX]), "the message key: the input's, cut");
+    let dead: serde_json::Value = serde_json::from_slice(&cut.value).unwrap();
+    assert_eq!(dead["value"].as_str(), Some(&value[..DEAD_LETTER_VALUE_BYTES_MAX]));
+    assert_eq!((dead["value_bytes"].as_u64(), dead["value_truncated"].as_bool()), (Some(value.len() as u64), Some(true)));
+    assert_eq!(dead["key"].as_str(), Some(&key[..DEAD_LETTER_KEY_BYTES_MAX]));
+    assert_eq!((dead["key_bytes"].as_u64(), dead["key_truncated"].as_bool()), (Some(key.len() as u64), Some(true)));
+    // One within the bounds is whole and says nothing of cutting.
+    let dead: serde_json::Value = serde_json::from_slice(&whole.value).unwrap();
+    assert_eq!((dead["key"].as_str(), dead["value"].as_str()), (Some("u-small"), Some(r#""\u0001""#)));
+    for field in ["key_bytes", "key_truncated", "value_bytes", "value_truncated"] {
+        assert!(dead.get(field).is_none(), "{field} in {dead}");
+    }
+}
+
 #[test]
 fn equal_state_hashes_however_batched_and_however_often_the_vm_is_reloaded() {
     equal_state_hashes_with(wasm(COUNTER));

@@ -38,4 +38,6 @@ mod procedures;
 mod reset;
 pub mod wasm;
 
-pub use self::procedures::{Procedures, TIMERS_FIRED_PER_ENTRY_MAX, VERSIONS_KEPT};
+pub use self::procedures::{
+    Procedures, DEAD_LETTER_BYTES_MAX, DEAD_LETTER_KEY_BYTES_MAX, DEAD_LETTER_VALUE_BYTES_MAX, TIMERS_FIRED_PER_ENTRY_MAX, VERSIONS_KEPT,
+};

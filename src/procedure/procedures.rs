@@ -438,29 +438,58 @@ pub(super) fn put_outbox(tx: &mut ApplyTxn, offset: u64, index: &mut u32, messag
     Ok(())
 }
 
+/// The most of an input's value a dead letter carries (bytes of the input).
+pub const DEAD_LETTER_VALUE_BYTES_MAX: usize = 1 << 20;
+/// The most of an input's key a dead letter carries, in its JSON and as its
+/// message key (bytes of the input); of its sort key and of the reason, in its JSON.
+pub const DEAD_LETTER_KEY_BYTES_MAX: usize = 16 << 10;
+/// The largest dead letter: its message key and value together. With the
+/// bounds above, JSON's escapes (at most 6 bytes of text a byte) and the
+/// other fields, one never passes it; it is under the largest message the
+/// Kafka publisher sends (asserted in `log/kafka`), so a dead letter is
+/// always published, never held with every output behind it.
+pub const DEAD_LETTER_BYTES_MAX: usize = 7 << 20;
+
 /// The dead letter of an input a procedure failed on: JSON with the reason
-/// and the input, keyed like the input.
+/// and the input, keyed like the input. A source topic can carry records
+/// far larger than Tern's own writes: past the bounds above, the key and
+/// value are cut (at a byte, then read as UTF-8 lossily, the same on every
+/// replica) and the JSON says so (`value_bytes` and `value_truncated`,
+/// `key_bytes` and `key_truncated`, only when cut: every other dead letter
+/// is as before).
 pub(super) fn dead_letter(ns: &str, partition: u32, name: &str, loaded: &Loaded, input: &Input, reason: &str) -> OutboxMessage {
-    let text = |b: Option<&[u8]>| b.map(|b| String::from_utf8_lossy(b).into_owned());
-    let value = serde_json::json!({
+    let key = input.key.map(|k| &k[..k.len().min(DEAD_LETTER_KEY_BYTES_MAX)]);
+    let text = |b: &[u8], max: usize| String::from_utf8_lossy(&b[..b.len().min(max)]).into_owned();
+    let mut value = serde_json::json!({
         "procedure": name,
         "version": loaded.version,
-        "reason": reason,
+        "reason": text(reason.as_bytes(), DEAD_LETTER_KEY_BYTES_MAX),
         "namespace": ns,
         "partition": partition,
         "offset": input.offset,
         "op": input.op_name(),
-        "key": text(input.key),
-        "sk": input.sk,
-        "value": text(input.value),
+        "key": key.map(|k| text(k, DEAD_LETTER_KEY_BYTES_MAX)),
+        "sk": input.sk.map(|sk| text(sk.as_bytes(), DEAD_LETTER_KEY_BYTES_MAX)),
+        "value": input.value.map(|v| text(v, DEAD_LETTER_VALUE_BYTES_MAX)),
         "timestamp_ms": input.timestamp_ms,
     });
-    OutboxMessage {
+    if let Some(whole) = input.key.filter(|k| k.len() > DEAD_LETTER_KEY_BYTES_MAX) {
+        value["key_bytes"] = whole.len().into();
+        value["key_truncated"] = true.into();
+    }
+    if let Some(whole) = input.value.filter(|v| v.len() > DEAD_LETTER_VALUE_BYTES_MAX) {
+        value["value_bytes"] = whole.len().into();
+        value["value_truncated"] = true.into();
+    }
+    let message = OutboxMessage {
         procedure: name.to_string(),
         topic: loaded.definition.dead_letter_topic(ns, name),
-        key: input.key.map(<[u8]>::to_vec),
+        key: key.map(<[u8]>::to_vec),
         value: value.to_string().into_bytes(),
-    }
+    };
+    let bytes = message.value.len() + message.key.as_ref().map_or(0, Vec::len);
+    assert!(bytes <= DEAD_LETTER_BYTES_MAX, "a dead letter of {bytes} bytes, over its bound {DEAD_LETTER_BYTES_MAX}");
+    message
 }
 
 // Tests: `apply/procedure_tests.rs` (through the apply engine's entry point).

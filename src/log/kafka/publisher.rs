@@ -87,12 +87,18 @@ fn unavailable(what: &str, e: impl std::fmt::Display) -> LogError {
     LogError::Unavailable(format!("kafka publisher: {what}: {e}"))
 }
 
+/// Every output fits the producer's largest message: a procedure's (a
+/// value and its key, 1 MiB and 1 KiB) and a dead letter (bounded however
+/// large its input, `procedure::DEAD_LETTER_BYTES_MAX`), with the `tern.id`
+/// header and the record's framing.
+const _: () = assert!(crate::procedure::DEAD_LETTER_BYTES_MAX + 64 * 1024 <= MESSAGE_BYTES_MAX);
+
 /// An output Kafka did not take, said with its topic and size. Too large
 /// for its topic is an output topic made outside Tern (or by a Tern before
 /// it set the limit) with a smaller `max.message.bytes`, which bounds a
 /// batch of outputs too: its partition's outbox is tried again until an
 /// operator raises it, so the error says how. Over `MESSAGE_BYTES_MAX`
-/// itself (a dead letter of a huge source record) no topic setting helps.
+/// itself no topic setting helps (no output is made that large: above).
 fn refused(topic: &str, bytes: usize, e: KafkaError) -> LogError {
     let what = format!("an output of {bytes} bytes to {topic}");
     match e.rdkafka_error_code() {
