@@ -28,6 +28,9 @@ use crate::procedure::outbox::OutboxMessage;
 /// Most outbox messages one read returns.
 const OUTBOX_LIMIT_MAX: usize = 1_000;
 const OUTBOX_LIMIT_DEFAULT: usize = 100;
+/// Most bytes of messages in one page (the first always: a dead letter is up
+/// to 7 MiB); a page cut short says where the next starts (`next_after`).
+const OUTBOX_PAGE_BYTES_MAX: usize = 16 << 20;
 /// Trim ticks one `DELETE .../outbox` appends at most: each removes up to
 /// 50,000 messages (`apply/batch.rs`), so 1,000,000 a call.
 const TRIM_ROUNDS_MAX: usize = 20;
@@ -70,7 +73,7 @@ pub(super) async fn read(
     }
     let view = namespace.handle(partition).read_view()?;
     let reader = &view.reader;
-    let entries = reader.outbox_from(from_offset, from_index, limit)?;
+    let entries = reader.outbox_from(from_offset, from_index, limit, OUTBOX_PAGE_BYTES_MAX)?;
     let messages: Vec<Value> = entries
         .iter()
         .map(|entry| {
@@ -184,5 +187,5 @@ pub(super) async fn trim(
 /// Whether the outbox still holds a message of a record below `below`.
 fn outbox_has_below(handle: &crate::partition::PartitionHandle, below: u64) -> Result<bool, ApiError> {
     let view = handle.read_view()?;
-    Ok(view.reader.outbox_from(0, 0, 1)?.first().is_some_and(|oldest| oldest.offset < below))
+    Ok(view.reader.outbox_from(0, 0, 1, 0)?.first().is_some_and(|oldest| oldest.offset < below))
 }

@@ -99,7 +99,7 @@ fn run(entries: &[LogRecord], batch: usize, reload: bool) -> (crate::store::hash
     }
     let reader = store.read().unwrap();
     let outputs = reader
-        .outbox_from(0, 0, 1_000_000)
+        .outbox_from(0, 0, 1_000_000, usize::MAX)
         .unwrap()
         .into_iter()
         .map(|e| {
@@ -191,7 +191,7 @@ fn a_session_is_stale_only_once_older_than_staleness_and_its_rows_are_keyed_by_i
         let mut procedures = Procedures::new("billing", 0);
         store.apply(false, |tx| apply_entries_with(tx, &entries, 0, 1, &mut procedures, &mut |_, _| {})).unwrap();
         let reader = store.read().unwrap();
-        reader.outbox_from(0, 0, 1_000).unwrap().into_iter().map(|e| OutboxMessage::decode(&e.message).unwrap()).collect::<Vec<_>>()
+        reader.outbox_from(0, 0, 1_000, usize::MAX).unwrap().into_iter().map(|e| OutboxMessage::decode(&e.message).unwrap()).collect::<Vec<_>>()
     };
     assert!(rows_after(STALENESS - 1).is_empty(), "younger than staleness_ms: open");
     assert!(rows_after(STALENESS).is_empty(), "exactly staleness_ms old: not older, still open");

@@ -84,7 +84,12 @@ fn value(reader: &StoreReader, pk: &str) -> Option<serde_json::Value> {
 }
 
 fn outbox(reader: &StoreReader) -> Vec<(u64, u32, OutboxMessage)> {
-    reader.outbox_from(0, 0, 10_000).unwrap().into_iter().map(|e| (e.offset, e.index, OutboxMessage::decode(&e.message).unwrap())).collect()
+    reader
+        .outbox_from(0, 0, 10_000, usize::MAX)
+        .unwrap()
+        .into_iter()
+        .map(|e| (e.offset, e.index, OutboxMessage::decode(&e.message).unwrap()))
+        .collect()
 }
 
 #[test]
@@ -163,6 +168,33 @@ fn a_dead_letter_of_a_huge_input_is_cut_to_its_bound_and_says_so() {
     for field in ["key_bytes", "key_truncated", "value_bytes", "value_truncated"] {
         assert!(dead.get(field).is_none(), "{field} in {dead}");
     }
+}
+
+/// With dead letters of up to 7 MiB, a count of outbox messages bounds no
+/// memory: a read stops at its bytes too (the first message always comes,
+/// so a read never stalls), and counting copies nothing.
+#[test]
+fn outbox_reads_stop_at_their_bytes_and_counts_copy_nothing() {
+    let (_dir, store) = store();
+    store
+        .apply(false, |tx| {
+            for index in 0..5u32 {
+                tx.put_outbox(7, index, &vec![b'x'; 1_000])?;
+            }
+            tx.put_outbox(8, 0, &vec![b'y'; 5_000])
+        })
+        .unwrap();
+    let reader = store.read().unwrap();
+    let ids = |entries: Vec<crate::store::OutboxEntry>| entries.iter().map(|e| (e.offset, e.index)).collect::<Vec<_>>();
+    assert_eq!(ids(reader.outbox_from(7, 0, 100, 2_999).unwrap()), [(7, 0), (7, 1)], "what fits 2,999 bytes");
+    assert_eq!(ids(reader.outbox_from(7, 0, 100, 3_000).unwrap()), [(7, 0), (7, 1), (7, 2)], "exactly 3,000");
+    assert_eq!(ids(reader.outbox_from(7, 0, 2, usize::MAX).unwrap()), [(7, 0), (7, 1)], "the count bounds too");
+    assert_eq!(ids(reader.outbox_from(7, 4, 100, 0).unwrap()), [(7, 4)], "the first always comes");
+    assert_eq!(ids(reader.outbox_from(8, 0, 100, 10).unwrap()), [(8, 0)], "one larger than the bound alone");
+    assert_eq!(ids(reader.outbox_from(8, 1, 100, usize::MAX).unwrap()), [], "nothing past the end");
+    assert_eq!(reader.outbox_count_from(7, 3, 100).unwrap(), 3);
+    assert_eq!(reader.outbox_count_from(7, 0, 4).unwrap(), 4, "counted up to its bound");
+    assert_eq!((reader.outbox_len(100).unwrap(), reader.outbox_count_from(9, 0, 100).unwrap()), (6, 0));
 }
 
 #[test]

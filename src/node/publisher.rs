@@ -35,6 +35,9 @@ use crate::procedure::outbox::OutboxMessage;
 pub(super) const ROUND_INTERVAL: Duration = Duration::from_millis(500);
 /// Most messages in one transaction.
 const BATCH_MESSAGES_MAX: usize = 5_000;
+/// Most bytes of messages in one transaction (the first message always
+/// goes: a dead letter is up to 7 MiB): what one batch holds in memory.
+const BATCH_BYTES_MAX: usize = 64 << 20;
 /// Longest an idle publisher waits for the partition to apply something.
 const IDLE_WAIT: Duration = Duration::from_millis(100);
 /// Trim ticks are appended at most this often per partition.
@@ -195,11 +198,13 @@ struct Batch {
 fn read_batch(handle: &PartitionHandle, (offset, index): (u64, u32)) -> Result<Batch, crate::store::StoreError> {
     let view = handle.read_view()?;
     let applied_next = view.reader.state()?.applied_next;
-    let oldest_stored = view.reader.outbox_from(0, 0, 1)?.first().map(|e| e.offset);
-    let entries = view.reader.outbox_from(offset, index, BATCH_MESSAGES_MAX)?;
-    let unpublished = match entries.len() < BATCH_MESSAGES_MAX {
+    let oldest_stored = view.reader.outbox_from(0, 0, 1, 0)?.first().map(|e| e.offset);
+    let entries = view.reader.outbox_from(offset, index, BATCH_MESSAGES_MAX, BATCH_BYTES_MAX)?;
+    // Counted again (keys only) when the batch may have been cut short.
+    let bytes: usize = entries.iter().map(|e| e.message.len()).sum();
+    let unpublished = match entries.len() < BATCH_MESSAGES_MAX && bytes <= BATCH_BYTES_MAX / 2 {
         true => entries.len(),
-        false => view.reader.outbox_from(offset, index, UNPUBLISHED_COUNTED_MAX)?.len(),
+        false => view.reader.outbox_count_from(offset, index, UNPUBLISHED_COUNTED_MAX)?,
     };
     let next = entries.last().map(|e| (e.offset, e.index + 1));
     let mut messages = Vec::with_capacity(entries.len());

@@ -446,9 +446,17 @@ pub const DEAD_LETTER_KEY_BYTES_MAX: usize = 16 << 10;
 /// The largest dead letter: its message key and value together. With the
 /// bounds above, JSON's escapes (at most 6 bytes of text a byte) and the
 /// other fields, one never passes it; it is under the largest message the
-/// Kafka publisher sends (asserted in `log/kafka`), so a dead letter is
+/// Kafka publisher sends (asserted below), so a dead letter is
 /// always published, never held with every output behind it.
 pub const DEAD_LETTER_BYTES_MAX: usize = 7 << 20;
+/// The arithmetic behind it: the value, key, sort key and reason as JSON
+/// text (at most 6 bytes a byte: `\u00XX`), the key again as the message
+/// key, and 4 KiB for the names and numbers (a namespace and a procedure
+/// name are short words).
+const _: () = assert!(6 * (DEAD_LETTER_VALUE_BYTES_MAX + 3 * DEAD_LETTER_KEY_BYTES_MAX) + DEAD_LETTER_KEY_BYTES_MAX + 4096 <= DEAD_LETTER_BYTES_MAX);
+/// And it fits the largest message the Kafka publisher sends (a log entry's
+/// bound and 64 KiB of framing), with room for the `tern.id` header.
+const _: () = assert!(DEAD_LETTER_BYTES_MAX + (64 << 10) <= crate::log::kafka::ENTRY_BYTES_MAX);
 
 /// The dead letter of an input a procedure failed on: JSON with the reason
 /// and the input, keyed like the input. A source topic can carry records
@@ -487,8 +495,10 @@ pub(super) fn dead_letter(ns: &str, partition: u32, name: &str, loaded: &Loaded,
         key: key.map(<[u8]>::to_vec),
         value: value.to_string().into_bytes(),
     };
+    // Checked in tests only: the bound holds by the arithmetic above, and a
+    // panic here would refuse the partition on every replica alike.
     let bytes = message.value.len() + message.key.as_ref().map_or(0, Vec::len);
-    assert!(bytes <= DEAD_LETTER_BYTES_MAX, "a dead letter of {bytes} bytes, over its bound {DEAD_LETTER_BYTES_MAX}");
+    debug_assert!(bytes <= DEAD_LETTER_BYTES_MAX, "a dead letter of {bytes} bytes, over its bound {DEAD_LETTER_BYTES_MAX}");
     message
 }
 

@@ -267,14 +267,20 @@ impl StoreReader {
         Ok(guard.map_or(0, |g| u64_le(g.value())))
     }
 
-    /// Up to `count_max` outbox messages from `(offset, index)` on, in order.
-    pub fn outbox_from(&self, offset: u64, index: u32, count_max: usize) -> Result<Vec<OutboxEntry>, StoreError> {
+    /// Up to `count_max` outbox messages from `(offset, index)` on, in
+    /// order, and no more of them than fit `bytes_max` (the first always:
+    /// a dead letter is up to 7 MiB, so a count alone bounds no memory).
+    pub fn outbox_from(&self, offset: u64, index: u32, count_max: usize, bytes_max: usize) -> Result<Vec<OutboxEntry>, StoreError> {
         let base = prefix(OUTBOX);
         let from = key(OUTBOX, &[&offset.to_be_bytes(), &index.to_be_bytes()]);
-        let mut found = Vec::new();
+        let (mut found, mut bytes) = (Vec::new(), 0usize);
         for entry in self.table.range::<&[u8]>(from.as_slice()..).map_err(|e| self.error(e))?.take(count_max) {
             let (k, v) = entry.map_err(|e| self.error(e))?;
             let Some(rest) = k.value().strip_prefix(base.as_slice()) else { break };
+            bytes = bytes.saturating_add(v.value().len());
+            if bytes > bytes_max && !found.is_empty() {
+                break;
+            }
             found.push(OutboxEntry {
                 offset: u64::from_be_bytes(rest[..8].try_into().expect("outbox keys hold an offset")),
                 index: u32::from_be_bytes(rest[8..12].try_into().expect("outbox keys hold an index")),
@@ -284,8 +290,24 @@ impl StoreReader {
         Ok(found)
     }
 
+    /// How many outbox messages there are from `(offset, index)` on,
+    /// counting at most `count_max` (their keys only: nothing is copied).
+    pub fn outbox_count_from(&self, offset: u64, index: u32, count_max: usize) -> Result<usize, StoreError> {
+        let base = prefix(OUTBOX);
+        let from = key(OUTBOX, &[&offset.to_be_bytes(), &index.to_be_bytes()]);
+        let mut counted = 0;
+        for entry in self.table.range::<&[u8]>(from.as_slice()..).map_err(|e| self.error(e))?.take(count_max) {
+            let (k, _) = entry.map_err(|e| self.error(e))?;
+            if !k.value().starts_with(base.as_slice()) {
+                break;
+            }
+            counted += 1;
+        }
+        Ok(counted)
+    }
+
     /// How many messages the outbox holds, counting at most `count_max`.
     pub fn outbox_len(&self, count_max: usize) -> Result<usize, StoreError> {
-        Ok(self.outbox_from(0, 0, count_max)?.len())
+        self.outbox_count_from(0, 0, count_max)
     }
 }

@@ -504,3 +504,75 @@ async fn a_source_topic_is_checked_and_bound_once() {
     let (status, _) = node.get_json(&format!("/v1/ns/{ns}/kv/k")).await;
     assert_eq!(status, 200, "still there");
 }
+
+/// A source topic can take records far larger than Tern's own writes. One
+/// its procedure fails on becomes a dead letter that is published, cut to
+/// its bound and saying so, and the dead letter behind it is published too.
+/// Before the bound (`procedure::dead_letter`) the dead letter of this
+/// 9 MiB record was over 50 MB: the publisher could never send it, and
+/// nothing of its partition was published after it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_huge_source_record_that_fails_is_dead_lettered_and_nothing_waits_behind_it() {
+    const SOURCE_RECORD_BYTES_MAX: &str = "12000000";
+    let prefix = format!("t{}.", rand::random::<u32>());
+    let input = format!("in{}", rand::random::<u32>());
+    let bootstrap = common::kafka_bootstrap();
+    let admin: AdminClient<DefaultClientContext> = client_config(&bootstrap).create().unwrap();
+    let topic = NewTopic::new(&input, 1, TopicReplication::Fixed(1)).set("max.message.bytes", SOURCE_RECORD_BYTES_MAX);
+    let created = admin.create_topics([&topic], &AdminOptions::new()).await.unwrap();
+    assert!(created[0].is_ok(), "{created:?}");
+    let dir = tempfile::tempdir().unwrap();
+    let node = serve(&bootstrap, dir.path(), &prefix, "h", true).await;
+    let ns = format!("huge{}", rand::random::<u32>());
+    let (status, answer) = node.send(node.client.put(format!("{}/v1/ns/{ns}", node.url)).json(&serde_json::json!({"source_topic": input}))).await;
+    assert_eq!(status, 201, "{answer}");
+    let module = base64::Engine::encode(
+        &base64::engine::general_purpose::STANDARD,
+        std::fs::read(checkout().join("examples/procedures/build/counter.wasm")).unwrap(),
+    );
+    let definition = serde_json::json!({"runtime": "wasm", "module": module});
+    let (status, answer) = node.send(node.client.put(format!("{}/v1/ns/{ns}/procedures/counter", node.url)).json(&definition)).await;
+    assert!(status == 200 || status == 201, "{status} {answer}");
+
+    // Far past what the counter's memory takes: each a dead letter (the
+    // counter returns at once on any other source record).
+    let huge = "\u{1}".repeat(9 << 20);
+    let after = "z".repeat(9 << 20);
+    let producer: FutureProducer = client_config(&bootstrap).set("message.max.bytes", SOURCE_RECORD_BYTES_MAX).create().unwrap();
+    for (key, value) in [("in/huge", huge.as_str()), ("in/after", after.as_str())] {
+        let record = FutureRecord::to(&input).key(key).payload(value).partition(0);
+        producer.send(record, Duration::from_secs(30)).await.map_err(|(e, _)| e).unwrap();
+    }
+
+    let dead_topic = format!("{ns}.counter.dead");
+    let consumer: BaseConsumer = client_config(&bootstrap)
+        .set("group.id", format!("{prefix}dead-reader"))
+        .set("isolation.level", "read_committed")
+        .set("auto.offset.reset", "earliest")
+        .set("topic.metadata.refresh.interval.ms", "500")
+        .create()
+        .unwrap();
+    consumer.subscribe(&[&dead_topic]).unwrap();
+    let mut dead: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(90);
+    while dead.len() < 2 {
+        if Instant::now() > deadline {
+            let (_, state) = node.get_json(&format!("/v1/ns/{ns}")).await;
+            let keys: Vec<String> = dead.iter().map(|(k, _)| String::from_utf8_lossy(k).into_owned()).collect();
+            panic!("{keys:?} of 2 dead letters published to {dead_topic} in 90 s; the namespace: {state}");
+        }
+        if let Some(Ok(message)) = consumer.poll(Duration::from_millis(200)) {
+            dead.push((message.key().unwrap_or_default().to_vec(), message.payload().unwrap_or_default().to_vec()));
+        }
+    }
+    let (key, value) = &dead[0];
+    assert_eq!(key.as_slice(), b"in/huge");
+    assert!(value.len() <= 7 << 20, "a dead letter of {} bytes", value.len());
+    let cut: Value = serde_json::from_slice(value).unwrap();
+    assert_eq!((cut["value_truncated"].as_bool(), cut["value_bytes"].as_u64()), (Some(true), Some(9 << 20)), "{}", cut["reason"]);
+    assert_eq!(cut["value"].as_str().map(str::len), Some(1 << 20));
+    // The one behind it, published too (its cut is the unit tests' business).
+    let (key, value) = &dead[1];
+    let next: Value = serde_json::from_slice(value).unwrap();
+    assert_eq!((key.as_slice(), next["value_bytes"].as_u64()), (&b"in/after"[..], Some(9 << 20)));
+}

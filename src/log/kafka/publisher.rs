@@ -87,18 +87,14 @@ fn unavailable(what: &str, e: impl std::fmt::Display) -> LogError {
     LogError::Unavailable(format!("kafka publisher: {what}: {e}"))
 }
 
-/// Every output fits the producer's largest message: a procedure's (a
-/// value and its key, 1 MiB and 1 KiB) and a dead letter (bounded however
-/// large its input, `procedure::DEAD_LETTER_BYTES_MAX`), with the `tern.id`
-/// header and the record's framing.
-const _: () = assert!(crate::procedure::DEAD_LETTER_BYTES_MAX + 64 * 1024 <= MESSAGE_BYTES_MAX);
-
 /// An output Kafka did not take, said with its topic and size. Too large
 /// for its topic is an output topic made outside Tern (or by a Tern before
 /// it set the limit) with a smaller `max.message.bytes`, which bounds a
 /// batch of outputs too: its partition's outbox is tried again until an
 /// operator raises it, so the error says how. Over `MESSAGE_BYTES_MAX`
-/// itself no topic setting helps (no output is made that large: above).
+/// itself no topic setting helps (no output is made that large: a
+/// procedure's is a value and its key, a dead letter is bounded however
+/// large its input, `procedure::DEAD_LETTER_BYTES_MAX`).
 fn refused(topic: &str, bytes: usize, e: KafkaError) -> LogError {
     let what = format!("an output of {bytes} bytes to {topic}");
     match e.rdkafka_error_code() {
