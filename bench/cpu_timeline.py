@@ -3,8 +3,9 @@
 
 Samples /proc/stat (all cores) and /proc/PID/stat of every process whose
 name is given, for SECONDS, and writes one line per sample:
-`<unix time> busy_cores=<n>` and `<unix time> <name>=<ticks> ...` (ticks of
-1/100 s in the last 100 ms: 10 is one core). Used beside
+`<unix time> busy_cores=<n>` and `<unix time> <name>=<cores> ...` (the
+cores each used since its last line, about 100 ms before: 1.0 is one core,
+from ticks of 1/100 s over the measured interval). Used beside
 `AGG_TRACE=1 tern-bench aggdemo` to see whether a burst finds the cores
 saturated (BENCHMARKS.md, aggdemo).
 
@@ -48,7 +49,7 @@ def main(seconds, path, names):
     end = time.time() + seconds
     out = open(path, "w")
     (total_before, idle_before), before, found, scanned = machine(), {}, {}, 0.0
-    step = 0
+    step, sampled_at = 0, time.time()
     while time.time() < end:
         time.sleep(0.05)
         step += 1
@@ -60,11 +61,17 @@ def main(seconds, path, names):
             continue
         if time.time() - scanned > 2:
             found, scanned = processes(names), time.time()
-        now = {pid: ticks(pid) for pid in found}
-        parts = [f"{found[pid]}={now[pid] - before[pid]}" for pid in sorted(now, key=found.get) if before.get(pid) is not None and now[pid] is not None]
-        out.write(f"{time.time():.3f} {' '.join(parts)}\n")
-        out.flush()
-        before = now
+        now, now_at = {pid: ticks(pid) for pid in found}, time.time()
+        seconds = max(now_at - sampled_at, 1e-3)
+        parts = [
+            f"{found[pid]}={(now[pid] - before[pid]) / 100 / seconds:.2f}"
+            for pid in sorted(now, key=found.get)
+            if before.get(pid) is not None and now[pid] is not None
+        ]
+        if parts:
+            out.write(f"{now_at:.3f} {' '.join(parts)}\n")
+            out.flush()
+        before, sampled_at = now, now_at
 
 
 if __name__ == "__main__":

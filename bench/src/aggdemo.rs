@@ -84,6 +84,8 @@ const DUP_EVERY: u64 = 10_007;
 const GARBAGE_EVERY: u64 = 50_021;
 /// Longest the checker waits for the last rows after the last send.
 const DRAIN_WAIT: Duration = Duration::from_secs(300);
+/// The line (stderr) before the measured pass's trace lines.
+const MEASURED_PASS_MARK: &str = "MEASURED PASS";
 
 fn now_ns() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0)
@@ -336,7 +338,7 @@ async fn pass(
     records: u64,
     rate: u64,
 ) -> anyhow::Result<(Sent, Checked)> {
-    let start = output_ends(bootstrap, outputs, partitions)?;
+    let start = topic_ends(bootstrap, outputs, partitions)?;
     let generated = Arc::new(std::sync::Mutex::new(None));
     let stop = Arc::new(AtomicBool::new(false));
     let checker = {
@@ -352,17 +354,27 @@ async fn pass(
     Ok((sent, checked))
 }
 
-/// Each output partition's high watermark: where a pass's checker starts.
-fn output_ends(bootstrap: &str, outputs: &[String], partitions: i32) -> anyhow::Result<TopicPartitionList> {
+/// Each partition's high watermark of `topics`: where a pass's checker (and the floor) starts.
+fn topic_ends(bootstrap: &str, topics: &[String], partitions: i32) -> anyhow::Result<TopicPartitionList> {
     let consumer: BaseConsumer = client_config(bootstrap).create()?;
     let mut start = TopicPartitionList::new();
-    for topic in outputs {
+    for topic in topics {
         for p in 0..partitions {
             let (_, high) = consumer.fetch_watermarks(topic, p, Duration::from_secs(30))?;
             start.add_partition_offset(topic, p, Offset::Offset(high))?;
         }
     }
     Ok(start)
+}
+
+/// What a pass got wrong: every violation the checker saw, sessions never
+/// billed, a billed session not of this pass (its ids start at
+/// `first / RECORDS_PER_SESSION`), and DUP or BADFORMAT rows missing or extra.
+fn violations_of(sent: &Sent, checked: &Checked, first: u64) -> u64 {
+    let own_first_session = first / RECORDS_PER_SESSION;
+    let foreign = checked.billed.iter().filter(|s| **s < own_first_session).count() as u64;
+    let missing_sessions = sent.sessions_closed.saturating_sub(checked.billed.len() as u64 - foreign);
+    checked.violations.len() as u64 + foreign + missing_sessions + sent.dups.abs_diff(checked.dup_rows) + sent.garbage.abs_diff(checked.garbage_rows)
 }
 
 async fn create_topics(bootstrap: &str, names: &[String], partitions: i32) -> anyhow::Result<()> {
@@ -375,15 +387,12 @@ async fn create_topics(bootstrap: &str, names: &[String], partitions: i32) -> an
     Ok(())
 }
 
-/// The floor: consume the input, produce one row per closed session (the
-/// same rows' size), no Tern. Returns (records consumed, seconds).
-fn floor(bootstrap: &str, input: &str, output: &str, partitions: i32, records: u64) -> anyhow::Result<(u64, f64)> {
+/// The floor: consume the input from `start` (the measured pass's first
+/// records), produce one row per closed session (the same rows' size), no
+/// Tern. Returns (records consumed, seconds).
+fn floor(bootstrap: &str, start: TopicPartitionList, output: &str, records: u64) -> anyhow::Result<(u64, f64)> {
     let consumer: BaseConsumer = client_config(bootstrap).set("group.id", "tern-bench-aggdemo-floor").set("enable.auto.commit", "false").create()?;
-    let mut assignment = TopicPartitionList::new();
-    for p in 0..partitions {
-        assignment.add_partition_offset(input, p, Offset::Beginning)?;
-    }
-    consumer.assign(&assignment)?;
+    consumer.assign(&start)?;
     let producer = producer(bootstrap)?;
     let mut counts: HashMap<u64, u64> = HashMap::new();
     let (mut consumed, started) = (0u64, Instant::now());
@@ -464,15 +473,20 @@ async fn measure(args: &AggdemoBenchArgs, scratch: &std::path::Path, kafka_dir: 
     // Tern's caches are where they stay in a broker that has been running.
     if args.warmup_records > 0 {
         let (sent, checked) = pass(bootstrap, &input, &outputs, args.partitions, 0, args.warmup_records, args.rate).await?;
-        anyhow::ensure!(checked.violations.is_empty(), "the warm-up found violations: {:?}", checked.violations.first());
+        let violations = violations_of(&sent, &checked, 0);
+        anyhow::ensure!(violations == 0, "the warm-up found {violations} violations: {:?}", checked.violations.first());
         eprintln!("warm-up: {} records, {} rows", sent.records, checked.rows);
     }
+    // What the measured pass adds to Tern's counters, and where the floor
+    // starts reading: both from here, past the warm-up.
+    let metrics_before = reqwest::get(format!("http://{addr}/metrics")).await?.text().await?;
+    let floor_start = topic_ends(bootstrap, std::slice::from_ref(&input), args.partitions)?;
+    // Trace lines (`AGG_TRACE`) after this one are the measured pass's (bench/aggdemo_bursts.py).
+    eprintln!("{MEASURED_PASS_MARK}");
     let meter = CpuMeter::start(&[("tern", tern_pid), ("broker", broker_pid), ("generator + checker", std::process::id())])?;
     let (sent, checked) = pass(bootstrap, &input, &outputs, args.partitions, args.warmup_records, args.records, args.rate).await?;
     let cpu = meter.per_op_us(sent.records as f64)?;
-    let mut violations = checked.violations.len() as u64;
-    let missing_sessions = sent.sessions_closed.saturating_sub(checked.billed.len() as u64);
-    violations += missing_sessions + sent.dups.abs_diff(checked.dup_rows) + sent.garbage.abs_diff(checked.garbage_rows);
+    let violations = violations_of(&sent, &checked, args.warmup_records);
     let seconds = (checked.last_row_ns.max(sent.last_ns) - sent.first_ns) as f64 / 1e9;
     let latency = checked.latency_us.as_ref().expect("a histogram");
     let queued = checked.queued_us.as_ref().expect("a histogram");
@@ -491,9 +505,13 @@ async fn measure(args: &AggdemoBenchArgs, scratch: &std::path::Path, kafka_dir: 
     });
     // The publisher's side, from Tern's metrics: transactions, their mean time, messages in each.
     let metrics = reqwest::get(format!("http://{addr}/metrics")).await?.text().await?;
-    // Kept whole: where a row's time went (apply batches, store commits, transactions).
+    // Kept whole: where a row's time went (apply batches, store commits,
+    // transactions); the counters before the measured pass beside them.
     std::fs::write(args.out.join("tern-metrics.txt"), &metrics)?;
-    let sample = |name: &str| metrics.lines().filter(|l| l.starts_with(name)).filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok()).sum::<f64>();
+    std::fs::write(args.out.join("tern-metrics-before.txt"), &metrics_before)?;
+    let total =
+        |text: &str, name: &str| text.lines().filter(|l| l.starts_with(name)).filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok()).sum::<f64>();
+    let sample = |name: &str| total(&metrics, name) - total(&metrics_before, name);
     let transactions = sample("tern_outbox_publish_seconds_count");
     let mut tern_row = tern_row;
     tern_row["publisher"] = json!({
@@ -521,8 +539,8 @@ async fn measure(args: &AggdemoBenchArgs, scratch: &std::path::Path, kafka_dir: 
     let meter = CpuMeter::start(&[("broker", broker_pid), ("floor: consume + produce", std::process::id())])?;
     let total = sent.records + sent.dups + sent.garbage;
     let (consumed, floor_seconds) = {
-        let (bootstrap, input, partitions) = (bootstrap.to_string(), input.clone(), args.partitions);
-        tokio::task::spawn_blocking(move || floor(&bootstrap, &input, "floor.out", partitions, total)).await??
+        let bootstrap = bootstrap.to_string();
+        tokio::task::spawn_blocking(move || floor(&bootstrap, floor_start, "floor.out", total)).await??
     };
     let floor_row = json!({
         "name": "floor without Tern: consume the input, produce the same rows",
