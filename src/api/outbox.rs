@@ -187,5 +187,5 @@ pub(super) async fn trim(
 /// Whether the outbox still holds a message of a record below `below`.
 fn outbox_has_below(handle: &crate::partition::PartitionHandle, below: u64) -> Result<bool, ApiError> {
     let view = handle.read_view()?;
-    Ok(view.reader.outbox_from(0, 0, 1, 0)?.first().is_some_and(|oldest| oldest.offset < below))
+    Ok(view.reader.outbox_oldest_offset()?.is_some_and(|oldest| oldest < below))
 }

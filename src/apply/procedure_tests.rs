@@ -174,7 +174,7 @@ fn a_dead_letter_of_a_huge_input_is_cut_to_its_bound_and_says_so() {
 /// memory: a read stops at its bytes too (the first message always comes,
 /// so a read never stalls), and counting copies nothing.
 #[test]
-fn outbox_reads_stop_at_their_bytes_and_counts_copy_nothing() {
+fn outbox_reads_stop_at_their_bytes_and_counts_copy_no_message() {
     let (_dir, store) = store();
     store
         .apply(false, |tx| {
@@ -195,6 +195,9 @@ fn outbox_reads_stop_at_their_bytes_and_counts_copy_nothing() {
     assert_eq!(reader.outbox_count_from(7, 3, 100).unwrap(), 3);
     assert_eq!(reader.outbox_count_from(7, 0, 4).unwrap(), 4, "counted up to its bound");
     assert_eq!((reader.outbox_len(100).unwrap(), reader.outbox_count_from(9, 0, 100).unwrap()), (6, 0));
+    assert_eq!(reader.outbox_oldest_offset().unwrap(), Some(7));
+    let (_empty_dir, empty) = self::store();
+    assert_eq!(empty.read().unwrap().outbox_oldest_offset().unwrap(), None);
 }
 
 #[test]

@@ -4,7 +4,8 @@
 //!
 //! One task per held partition with procedures or an outbox. It reads the
 //! outbox from the position the log's publisher committed last
-//! (`Publisher::position`), in batches of at most `BATCH_MESSAGES_MAX`, and
+//! (`Publisher::position`), in batches of at most `BATCH_MESSAGES_MAX`
+//! messages and `BATCH_BYTES_MAX` bytes (the first message always), and
 //! commits each batch with the position after it in one Kafka transaction
 //! (`log/kafka/publisher.rs`). A crash anywhere repeats at most an aborted
 //! batch, which nobody saw.
@@ -47,6 +48,10 @@ const RETRY_WAIT_MIN: Duration = Duration::from_millis(100);
 const RETRY_WAIT_MAX: Duration = Duration::from_secs(5);
 /// The unpublished-messages gauge counts up to this (a bounded scan).
 const UNPUBLISHED_COUNTED_MAX: usize = 100_000;
+/// While a backlog drains (batches cut short), the gauge is counted again
+/// at most this often: the scan reads the messages' pages, up to 100,000
+/// messages of up to 7 MiB.
+const UNPUBLISHED_RECOUNT_INTERVAL: Duration = Duration::from_secs(1);
 
 /// One publisher task per held partition with an outbox; bounded by the
 /// partitions this node holds.
@@ -130,6 +135,7 @@ async fn publish_while_held(
     let published = crate::metrics::OUTBOX_PUBLISHED.with_label_values(&[&handle.tp.topic]);
     let seconds = crate::metrics::OUTBOX_PUBLISH_SECONDS.with_label_values(&[&handle.tp.topic]);
     let mut trimmed_at: Option<Instant> = None;
+    let mut counted_at: Option<Instant> = None;
     // At most one trim in flight, beside the transactions (a trim is a
     // sequenced write: waiting for it held the next transaction back).
     let mut trimming = Trimming(None);
@@ -138,8 +144,17 @@ async fn publish_while_held(
             return Ok(());
         }
         let applied = handle.applied_next();
-        let batch = read_batch(handle, position).map_err(|e| e.to_string())?;
-        unpublished.set(batch.unpublished as i64);
+        let recount_due = counted_at.is_none_or(|at| at.elapsed() >= UNPUBLISHED_RECOUNT_INTERVAL);
+        let batch = read_batch(handle, position, recount_due).map_err(|e| e.to_string())?;
+        match batch.unpublished {
+            Unpublished::All(n) => unpublished.set(n as i64),
+            Unpublished::Counted(n) => {
+                unpublished.set(n as i64);
+                counted_at = Some(Instant::now());
+            }
+            // A backlog counted less than a second ago: the gauge keeps that count.
+            Unpublished::NotCounted => {}
+        }
         if let Some(next) = batch.next {
             let started = Instant::now();
             let count = batch.messages.len() as u64;
@@ -187,24 +202,39 @@ struct Batch {
     messages: Vec<Outgoing>,
     /// The position after them (None: nothing to publish).
     next: Option<(u64, u32)>,
-    /// Messages from the position on (counted up to `UNPUBLISHED_COUNTED_MAX`).
-    unpublished: usize,
+    /// Messages from the position on.
+    unpublished: Unpublished,
     /// The input offset of the oldest message still stored.
     oldest_stored: Option<u64>,
     /// The store's applied position in the same snapshot.
     applied_next: u64,
 }
 
-fn read_batch(handle: &PartitionHandle, (offset, index): (u64, u32)) -> Result<Batch, crate::store::StoreError> {
+/// How many messages wait, as one batch's read tells.
+enum Unpublished {
+    /// The batch holds them all.
+    All(usize),
+    /// The batch was cut short; counted (up to `UNPUBLISHED_COUNTED_MAX`).
+    Counted(usize),
+    /// The batch was cut short; not counted this time.
+    NotCounted,
+}
+
+/// Every stored message is under half a batch's bytes (a dead letter is
+/// at most `DEAD_LETTER_BYTES_MAX`), so a batch cut by its bytes holds over
+/// half of them: one that does not was not cut.
+const _: () = assert!(crate::procedure::DEAD_LETTER_BYTES_MAX < BATCH_BYTES_MAX / 2);
+
+fn read_batch(handle: &PartitionHandle, (offset, index): (u64, u32), recount_due: bool) -> Result<Batch, crate::store::StoreError> {
     let view = handle.read_view()?;
     let applied_next = view.reader.state()?.applied_next;
-    let oldest_stored = view.reader.outbox_from(0, 0, 1, 0)?.first().map(|e| e.offset);
+    let oldest_stored = view.reader.outbox_oldest_offset()?;
     let entries = view.reader.outbox_from(offset, index, BATCH_MESSAGES_MAX, BATCH_BYTES_MAX)?;
-    // Counted again (keys only) when the batch may have been cut short.
     let bytes: usize = entries.iter().map(|e| e.message.len()).sum();
     let unpublished = match entries.len() < BATCH_MESSAGES_MAX && bytes <= BATCH_BYTES_MAX / 2 {
-        true => entries.len(),
-        false => view.reader.outbox_count_from(offset, index, UNPUBLISHED_COUNTED_MAX)?,
+        true => Unpublished::All(entries.len()),
+        false if recount_due => Unpublished::Counted(view.reader.outbox_count_from(offset, index, UNPUBLISHED_COUNTED_MAX)?),
+        false => Unpublished::NotCounted,
     };
     let next = entries.last().map(|e| (e.offset, e.index + 1));
     let mut messages = Vec::with_capacity(entries.len());

@@ -291,7 +291,8 @@ impl StoreReader {
     }
 
     /// How many outbox messages there are from `(offset, index)` on,
-    /// counting at most `count_max` (their keys only: nothing is copied).
+    /// counting at most `count_max` (nothing is copied, but redb reads the
+    /// pages that hold them: a scan of their bytes, done sparingly).
     pub fn outbox_count_from(&self, offset: u64, index: u32, count_max: usize) -> Result<usize, StoreError> {
         let base = prefix(OUTBOX);
         let from = key(OUTBOX, &[&offset.to_be_bytes(), &index.to_be_bytes()]);
@@ -304,6 +305,15 @@ impl StoreReader {
             counted += 1;
         }
         Ok(counted)
+    }
+
+    /// The input offset of the oldest message the outbox holds (its key
+    /// only: a message is up to 7 MiB).
+    pub fn outbox_oldest_offset(&self) -> Result<Option<u64>, StoreError> {
+        let base = prefix(OUTBOX);
+        let Some(first) = self.table.range::<&[u8]>(base.as_slice()..).map_err(|e| self.error(e))?.next() else { return Ok(None) };
+        let (k, _) = first.map_err(|e| self.error(e))?;
+        Ok(k.value().strip_prefix(base.as_slice()).map(|rest| u64::from_be_bytes(rest[..8].try_into().expect("outbox keys hold an offset"))))
     }
 
     /// How many messages the outbox holds, counting at most `count_max`.

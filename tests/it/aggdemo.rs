@@ -509,11 +509,15 @@ async fn a_source_topic_is_checked_and_bound_once() {
 /// its procedure fails on becomes a dead letter that is published, cut to
 /// its bound and saying so, and the dead letter behind it is published too.
 /// Before the bound (`procedure::dead_letter`) the dead letter of this
-/// 9 MiB record was over 50 MB: the publisher could never send it, and
-/// nothing of its partition was published after it.
+/// 1.5 MiB record was 9.4 MB, over the largest message the publisher
+/// sends: it was never sent, and nothing of its partition after it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_huge_source_record_that_fails_is_dead_lettered_and_nothing_waits_behind_it() {
-    const SOURCE_RECORD_BYTES_MAX: &str = "12000000";
+    const SOURCE_RECORD_BYTES_MAX: &str = "4000000";
+    // 1.5 MiB of control bytes: as JSON text (6 bytes each) 9.4 MB, over the
+    // largest message (8.4 MB) before the bound; past the counter's memory
+    // (1 MiB here), so each is a dead letter.
+    const RECORD_BYTES: usize = 3 << 19;
     let prefix = format!("t{}.", rand::random::<u32>());
     let input = format!("in{}", rand::random::<u32>());
     let bootstrap = common::kafka_bootstrap();
@@ -530,14 +534,12 @@ async fn a_huge_source_record_that_fails_is_dead_lettered_and_nothing_waits_behi
         &base64::engine::general_purpose::STANDARD,
         std::fs::read(checkout().join("examples/procedures/build/counter.wasm")).unwrap(),
     );
-    let definition = serde_json::json!({"runtime": "wasm", "module": module});
+    let definition = serde_json::json!({"runtime": "wasm", "module": module, "memory_bytes": 1 << 20});
     let (status, answer) = node.send(node.client.put(format!("{}/v1/ns/{ns}/procedures/counter", node.url)).json(&definition)).await;
     assert!(status == 200 || status == 201, "{status} {answer}");
 
-    // Far past what the counter's memory takes: each a dead letter (the
-    // counter returns at once on any other source record).
-    let huge = "\u{1}".repeat(9 << 20);
-    let after = "z".repeat(9 << 20);
+    let huge = "\u{1}".repeat(RECORD_BYTES);
+    let after = "\u{1}".repeat(RECORD_BYTES);
     let producer: FutureProducer = client_config(&bootstrap).set("message.max.bytes", SOURCE_RECORD_BYTES_MAX).create().unwrap();
     for (key, value) in [("in/huge", huge.as_str()), ("in/after", after.as_str())] {
         let record = FutureRecord::to(&input).key(key).payload(value).partition(0);
@@ -569,10 +571,10 @@ async fn a_huge_source_record_that_fails_is_dead_lettered_and_nothing_waits_behi
     assert_eq!(key.as_slice(), b"in/huge");
     assert!(value.len() <= 7 << 20, "a dead letter of {} bytes", value.len());
     let cut: Value = serde_json::from_slice(value).unwrap();
-    assert_eq!((cut["value_truncated"].as_bool(), cut["value_bytes"].as_u64()), (Some(true), Some(9 << 20)), "{}", cut["reason"]);
+    assert_eq!((cut["value_truncated"].as_bool(), cut["value_bytes"].as_u64()), (Some(true), Some(RECORD_BYTES as u64)), "{}", cut["reason"]);
     assert_eq!(cut["value"].as_str().map(str::len), Some(1 << 20));
     // The one behind it, published too (its cut is the unit tests' business).
     let (key, value) = &dead[1];
     let next: Value = serde_json::from_slice(value).unwrap();
-    assert_eq!((key.as_slice(), next["value_bytes"].as_u64()), (&b"in/after"[..], Some(9 << 20)));
+    assert_eq!((key.as_slice(), next["value_bytes"].as_u64()), (&b"in/after"[..], Some(RECORD_BYTES as u64)));
 }
